@@ -1,0 +1,47 @@
+"""Optional API keys: `Authorization: Bearer <key>` on every /v1 route.
+
+Keys are compared in constant time against every configured key (no early exit), and are
+never logged or echoed.
+"""
+
+from __future__ import annotations
+
+import hmac
+
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from api.errors import APIError
+
+
+def key_matches(presented: str, accepted: tuple[str, ...]) -> bool:
+    given = presented.encode()
+    ok = False
+    for key in accepted:
+        ok |= hmac.compare_digest(given, key.encode())
+    return ok
+
+
+class APIKeyMiddleware:
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        self.app = app
+        self.keys = keys
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or not scope["path"].startswith("/v1/"):
+            await self.app(scope, receive, send)
+            return
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        if not header:
+            error = APIError(
+                401,
+                "You didn't provide an API key. Provide it in the Authorization header as 'Bearer YOUR_KEY'.",
+                code="missing_api_key",
+            )
+        elif scheme.lower() != "bearer" or not key_matches(token.strip(), self.keys):
+            error = APIError(401, "Incorrect API key provided.", code="invalid_api_key")
+        else:
+            await self.app(scope, receive, send)
+            return
+        error.headers = {"WWW-Authenticate": "Bearer"}
+        await error.response()(scope, receive, send)

@@ -1,0 +1,181 @@
+"""POST /v1/chat/completions and POST /v1/completions.
+
+Validate, enqueue one job, then relay its stream: as SSE chunks when `stream` is true,
+otherwise as one response object assembled from the same entries. Every stream the client
+receives ends with `data: [DONE]`, whatever happened to the job.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+
+import anyio
+from redis.exceptions import RedisError
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+
+from api import sse
+from api.chunks import Chunks, completion_object
+from api.errors import WORKER_ERROR_STATUS, APIError, error_body
+from api.relay import KEEPALIVE, StreamLost, follow
+from api.requests import ChatRequest, CompletionRequest, parse
+from api.services import Services
+from contract.entries import Delta, Failed, Finished
+
+log = logging.getLogger("tokenspool.api")
+
+ID_PREFIX = {"chat": "chatcmpl-", "text": "cmpl-"}
+
+
+def new_completion_id(kind: str) -> str:
+    """Unguessable (144 random bits), and made only of characters RQ job ids allow."""
+    return ID_PREFIX[kind] + secrets.token_urlsafe(18)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(413, f"The request body exceeds the limit of {limit} bytes.", code="request_too_large")
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _complete(request, ChatRequest, "chat")
+
+
+async def completions(request: Request) -> Response:
+    return await _complete(request, CompletionRequest, "text")
+
+
+async def _complete(request: Request, model, kind: str) -> Response:
+    services: Services = request.state.services
+    settings = services.settings
+    req = parse(model, await read_body(request, settings.max_body_bytes))
+    live = await services.jobs.live_models([req.model])
+    if req.model not in live:
+        raise APIError(
+            404,
+            f"The model '{req.model}' does not exist or no worker serves it.",
+            code="model_not_found",
+            param="model",
+        )
+    cid = new_completion_id(kind)
+    spec = req.to_spec(cid)
+    created = int(time.time())
+    await services.jobs.submit(spec, created)
+    deadline = time.monotonic() + services.jobs.queue_wait_s
+    log.info("enqueued %s for %s", cid, req.model)
+    chunks = Chunks(kind, cid, created, req.model, include_usage=req.include_usage)
+    if req.streaming:
+        return StreamingResponse(
+            _stream(services, chunks, deadline),
+            media_type=sse.MEDIA_TYPE,
+            headers=sse.HEADERS,
+        )
+    return await _collect(request, services, chunks, deadline)
+
+
+async def _stream(services: Services, chunks: Chunks, deadline: float) -> AsyncIterator[bytes]:
+    settings = services.settings
+    ended = False
+    try:
+        opening = chunks.opening()
+        if opening is not None:
+            yield sse.event(opening)
+        try:
+            async for item in follow(
+                services.jobs,
+                services.hub,
+                chunks.id,
+                keepalive_s=settings.keepalive_s,
+                start_deadline=deadline,
+            ):
+                if item is KEEPALIVE:
+                    yield sse.event(chunks.keepalive())
+                    continue
+                _, entry = item
+                if isinstance(entry, Delta):
+                    if entry.text:
+                        yield sse.event(chunks.content(entry.text))
+                elif isinstance(entry, Finished):
+                    yield sse.event(chunks.finish(entry.finish_reason))
+                    if chunks.include_usage:
+                        yield sse.event(chunks.usage(entry.prompt_tokens, entry.completion_tokens))
+                elif isinstance(entry, Failed):
+                    yield sse.event(error_body(entry.message, entry.type, entry.code, entry.param))
+        except StreamLost as exc:
+            log.warning("lost Redis while relaying %s: %s", chunks.id, exc)
+            yield sse.event(
+                error_body(
+                    "The stream was interrupted: the queue is unreachable.",
+                    "server_error",
+                    "service_unavailable",
+                    None,
+                )
+            )
+        ended = True
+        yield sse.DONE
+    finally:
+        if not ended:  # the client went away: stop the job after the grace period
+            with anyio.CancelScope(shield=True):
+                await _cancel_quietly(services, chunks.id)
+
+
+async def _collect(request: Request, services: Services, chunks: Chunks, deadline: float) -> Response:
+    text: list[str] = []
+    try:
+        async for item in follow(
+            services.jobs,
+            services.hub,
+            chunks.id,
+            keepalive_s=1.0,
+            start_deadline=deadline,
+        ):
+            if item is KEEPALIVE:
+                if await request.is_disconnected():
+                    await _cancel_quietly(services, chunks.id)
+                    return Response(status_code=499)
+                continue
+            _, entry = item
+            if isinstance(entry, Delta):
+                text.append(entry.text)
+            elif isinstance(entry, Finished):
+                return JSONResponse(
+                    completion_object(
+                        chunks.kind,
+                        chunks.id,
+                        chunks.created,
+                        chunks.model,
+                        "".join(text),
+                        entry.finish_reason,
+                        entry.prompt_tokens,
+                        entry.completion_tokens,
+                    )
+                )
+            elif isinstance(entry, Failed):
+                status = WORKER_ERROR_STATUS.get(entry.code, 500)
+                return JSONResponse(
+                    error_body(entry.message, entry.type, entry.code, entry.param), status_code=status
+                )
+    except StreamLost:
+        pass
+    raise APIError(503, "The queue is unreachable.", "server_error", "service_unavailable")
+
+
+async def _cancel_quietly(services: Services, completion_id: str) -> None:
+    try:
+        await services.jobs.cancel_after(completion_id, services.settings.cancel_grace_s)
+    except RedisError as exc:
+        log.warning("could not cancel %s: %s", completion_id, exc)

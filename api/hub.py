@@ -1,0 +1,157 @@
+"""One Redis connection that watches every open stream of this API process.
+
+A blocking XREAD per client would pin one connection per open stream (redis-py 8's pool
+holds 100). Instead one reader task blocks in a single XREAD over all watched streams and
+wakes the clients whose stream grew; each client then reads its own entries with XRANGE
+from its own cursor, on the shared pool. Nothing is buffered here: a slow client's backlog
+stays in Redis, and a client's cursor is all it needs to resume.
+
+The reader also watches a control stream of its own; adding a stream to the watch set
+writes to it, so the blocked XREAD returns at once and no wake-up is lost to a race.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+
+import redis.asyncio as aredis
+from redis.exceptions import RedisError
+
+from contract import keys
+
+log = logging.getLogger("tokenspool.hub")
+
+
+def stream_id(value: str) -> tuple[int, int]:
+    ms, _, seq = value.partition("-")
+    return int(ms), int(seq or 0)
+
+
+@dataclass
+class _Watched:
+    seen: str  # the newest entry id the reader has seen (or the first watcher's cursor)
+    watchers: int = 0
+    waiters: set[asyncio.Event] = field(default_factory=set)
+
+
+class StreamHub:
+    def __init__(self, url: str, client: aredis.Redis, block_ms: int = 1000) -> None:
+        self._url = url
+        self._client = client  # the shared pool, for control writes
+        self._block_ms = block_ms
+        self._control = keys.hub_control(uuid.uuid4().hex)
+        self._watched: dict[str, _Watched] = {}
+        self._task: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        self._task = asyncio.create_task(self._run(), name="stream-hub")
+
+    async def stop(self) -> None:
+        if self._task:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        with contextlib.suppress(RedisError):
+            await self._client.delete(self._control)
+
+    @property
+    def watched(self) -> int:
+        return len(self._watched)
+
+    @contextlib.asynccontextmanager
+    async def watch(self, key: str, cursor: str) -> AsyncIterator[_Watch]:
+        """Watch `key` for entries after `cursor` while the context is open."""
+        state = self._watched.get(key)
+        if state is None:
+            state = self._watched[key] = _Watched(seen=cursor)
+            await self._poke()
+        state.watchers += 1
+        try:
+            yield _Watch(state)
+        finally:
+            state.watchers -= 1
+            if state.watchers == 0:
+                self._watched.pop(key, None)
+
+    async def _poke(self) -> None:
+        try:
+            await self._client.xadd(self._control, {"w": "1"}, maxlen=16, approximate=False)
+            await self._client.expire(self._control, 3600)
+        except RedisError as exc:  # the reader also wakes on its timeout
+            log.warning("could not poke stream reader: %s", exc)
+
+    async def _run(self) -> None:
+        backoff = 0.1
+        control_seen = "0"
+        reader: aredis.Redis | None = None
+        while True:
+            try:
+                if reader is None:
+                    reader = aredis.Redis.from_url(
+                        self._url,
+                        single_connection_client=True,
+                        socket_timeout=self._block_ms / 1000 + 5,
+                    )
+                    last = await reader.xrevrange(self._control, count=1)
+                    control_seen = last[0][0].decode() if last else "0"
+                streams = {k: w.seen for k, w in self._watched.items()}
+                streams[self._control] = control_seen
+                result = await reader.xread(streams, count=64, block=self._block_ms)
+                backoff = 0.1
+            except asyncio.CancelledError:
+                if reader is not None:
+                    await reader.aclose()
+                raise
+            except (RedisError, OSError) as exc:
+                log.warning("stream reader lost Redis (%s); retrying in %.1fs", exc, backoff)
+                if reader is not None:
+                    with contextlib.suppress(Exception):
+                        await reader.aclose()
+                reader = None
+                self._wake_all()  # clients fall back to reading and surface the outage
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            for raw_key, rows in result or []:
+                key = raw_key.decode()
+                newest = rows[-1][0].decode()
+                if key == self._control:
+                    control_seen = newest
+                    continue
+                state = self._watched.get(key)
+                if state is not None:
+                    state.seen = newest
+                    for ev in state.waiters:
+                        ev.set()
+                    state.waiters.clear()
+
+    def _wake_all(self) -> None:
+        for state in self._watched.values():
+            for ev in state.waiters:
+                ev.set()
+            state.waiters.clear()
+
+
+class _Watch:
+    def __init__(self, state: _Watched) -> None:
+        self._state = state
+
+    async def wait(self, cursor: str, timeout: float) -> bool:
+        """Return True once the stream may hold entries after `cursor`, False on timeout."""
+        state = self._state
+        if stream_id(state.seen) > stream_id(cursor):
+            return True
+        ev = asyncio.Event()
+        state.waiters.add(ev)
+        try:
+            await asyncio.wait_for(ev.wait(), timeout=max(timeout, 0.0))
+            return True
+        except TimeoutError:
+            return False
+        finally:
+            state.waiters.discard(ev)

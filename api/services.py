@@ -1,0 +1,58 @@
+"""What the handlers need, built once per process by the app's lifespan (no globals)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import redis
+import redis.asyncio as aredis
+from redis.backoff import ExponentialBackoff
+from redis.retry import Retry
+
+from api.hub import StreamHub
+from api.jobs import JobStore
+from api.settings import Settings
+
+
+@dataclass
+class Services:
+    settings: Settings
+    redis: aredis.Redis
+    jobs: JobStore
+    hub: StreamHub
+    rq_redis: redis.Redis
+
+    @classmethod
+    async def start(cls, settings: Settings) -> Services:
+        # Few, fast retries: a lost Redis must turn into a 503 in seconds, not a hang.
+        common = dict(
+            socket_timeout=settings.redis_timeout_s,
+            socket_connect_timeout=min(settings.redis_timeout_s, 2.0),
+            health_check_interval=30,
+        )
+        client = aredis.Redis.from_url(
+            settings.redis_url,
+            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
+            max_connections=200,
+            **common,
+        )
+        rq_client = redis.Redis.from_url(
+            settings.redis_url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common
+        )
+        jobs = JobStore(
+            client,
+            rq_client,
+            retention_s=settings.retention_s,
+            job_ttl_s=settings.job_ttl_s,
+            job_timeout_s=settings.job_timeout_s,
+            queue_wait_s=settings.queue_wait_s,
+            worker_stale_s=settings.worker_stale_s,
+        )
+        hub = StreamHub(settings.redis_url, client)
+        await hub.start()
+        return cls(settings=settings, redis=client, jobs=jobs, hub=hub, rq_redis=rq_client)
+
+    async def close(self) -> None:
+        await self.hub.stop()
+        await self.redis.aclose()
+        self.rq_redis.close()

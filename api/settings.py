@@ -1,0 +1,43 @@
+"""API settings, read once from the environment (see the README's configuration table)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+
+def _keys(raw: str) -> tuple[str, ...]:
+    return tuple(k.strip() for k in raw.split(",") if k.strip())
+
+
+@dataclass(frozen=True)
+class Settings:
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    api_keys: tuple[str, ...] = field(default=(), repr=False)  # empty: no auth
+    max_body_bytes: int = 1_000_000
+    keepalive_s: float = 15.0
+    retention_s: int = 3600  # how long a finished job's stream stays readable
+    job_ttl_s: int = 86_400  # upper bound on a job's life in Redis before it ends
+    job_timeout_s: int = 1800  # RQ job timeout (a generation never runs longer)
+    queue_wait_s: float = 600.0  # a job not started by then ends with queue_timeout
+    worker_stale_s: float = 15.0  # a worker silent this long no longer counts
+    redis_timeout_s: float = 5.0  # any single Redis command
+    cancel_grace_s: float = 5.0  # a job whose client went away stops after this long
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> Settings:
+        e = os.environ if env is None else env
+        d = cls()
+        return cls(
+            redis_url=e.get("REDIS_URL", d.redis_url),
+            api_keys=_keys(e.get("API_KEYS", "")),
+            max_body_bytes=int(e.get("MAX_BODY_BYTES", d.max_body_bytes)),
+            keepalive_s=float(e.get("KEEPALIVE_SECONDS", d.keepalive_s)),
+            retention_s=int(e.get("RETENTION_SECONDS", d.retention_s)),
+            job_ttl_s=int(e.get("JOB_TTL_SECONDS", d.job_ttl_s)),
+            job_timeout_s=int(e.get("JOB_TIMEOUT_SECONDS", d.job_timeout_s)),
+            queue_wait_s=float(e.get("QUEUE_WAIT_SECONDS", d.queue_wait_s)),
+            worker_stale_s=float(e.get("WORKER_STALE_SECONDS", d.worker_stale_s)),
+            redis_timeout_s=float(e.get("REDIS_TIMEOUT_SECONDS", d.redis_timeout_s)),
+            cancel_grace_s=float(e.get("CANCEL_GRACE_SECONDS", d.cancel_grace_s)),
+        )

@@ -1,0 +1,133 @@
+"""The format of one entry of a job's event stream.
+
+A job's stream holds, in order: one `Started` per attempt, `Delta`s carrying generated text
+with the exact token ids that produced it, and exactly one terminal entry, `Finished` or
+`Failed`. Every entry records the attempt epoch that wrote it. Field names are short and
+identical across entries because Redis stores a stream's repeated field names only once.
+
+Invariant for deltas: the text of a delta is the UTF-8 decoding of its token ids' bytes,
+never a partial character; so concatenated texts equal the decoded concatenated ids, and a
+new attempt can continue from `prompt + ids` without re-tokenizing text.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KIND = "k"
+EPOCH = "e"
+
+
+@dataclass(frozen=True)
+class Started:
+    """An attempt began on a worker."""
+
+    epoch: int
+    worker: str
+    prompt_tokens: int
+
+
+@dataclass(frozen=True)
+class Delta:
+    """Generated text, with the token ids it decodes from."""
+
+    epoch: int
+    text: str
+    token_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Finished:
+    """Terminal: generation ended normally."""
+
+    epoch: int
+    finish_reason: str  # "stop" or "length"
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True)
+class Failed:
+    """Terminal: the job cannot produce (more) output; an OpenAI error object."""
+
+    epoch: int
+    message: str
+    type: str
+    code: str
+    param: str | None = None
+
+
+Entry = Started | Delta | Finished | Failed
+TERMINAL = (Finished, Failed)
+
+FINISH_REASONS = ("stop", "length")
+
+
+def encode(entry: Entry) -> dict[str, str]:
+    """Entry -> stream fields (all strings), including the epoch."""
+    if isinstance(entry, Delta):
+        return {
+            KIND: "d",
+            EPOCH: str(entry.epoch),
+            "t": entry.text,
+            "i": ",".join(map(str, entry.token_ids)),
+        }
+    if isinstance(entry, Started):
+        return {
+            KIND: "s",
+            EPOCH: str(entry.epoch),
+            "w": entry.worker,
+            "p": str(entry.prompt_tokens),
+        }
+    if isinstance(entry, Finished):
+        if entry.finish_reason not in FINISH_REASONS:
+            raise ValueError(f"finish_reason must be one of {FINISH_REASONS}")
+        return {
+            KIND: "f",
+            EPOCH: str(entry.epoch),
+            "r": entry.finish_reason,
+            "p": str(entry.prompt_tokens),
+            "c": str(entry.completion_tokens),
+        }
+    if isinstance(entry, Failed):
+        fields = {
+            KIND: "x",
+            EPOCH: str(entry.epoch),
+            "m": entry.message,
+            "y": entry.type,
+            "c": entry.code,
+        }
+        if entry.param is not None:
+            fields["a"] = entry.param
+        return fields
+    raise TypeError(f"not a stream entry: {entry!r}")
+
+
+def _text(value: str | bytes) -> str:
+    return value.decode("utf-8") if isinstance(value, bytes) else value
+
+
+def decode(raw: dict) -> Entry:
+    """Stream fields (str or bytes keys/values, as redis-py returns them) -> entry."""
+    f = {_text(k): _text(v) for k, v in raw.items()}
+    kind = f.get(KIND)
+    epoch = int(f[EPOCH])
+    if kind == "d":
+        ids = tuple(int(x) for x in f["i"].split(",")) if f["i"] else ()
+        return Delta(epoch=epoch, text=f["t"], token_ids=ids)
+    if kind == "s":
+        return Started(epoch=epoch, worker=f["w"], prompt_tokens=int(f["p"]))
+    if kind == "f":
+        return Finished(
+            epoch=epoch,
+            finish_reason=f["r"],
+            prompt_tokens=int(f["p"]),
+            completion_tokens=int(f["c"]),
+        )
+    if kind == "x":
+        return Failed(epoch=epoch, message=f["m"], type=f["y"], code=f["c"], param=f.get("a"))
+    raise ValueError(f"unknown stream entry kind: {kind!r}")
+
+
+def is_terminal(entry: Entry) -> bool:
+    return isinstance(entry, TERMINAL)

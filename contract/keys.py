@@ -1,0 +1,65 @@
+"""Every Redis key tokenspool uses, in one place.
+
+Per-job keys carry the completion id in a hash tag (`{...}`) so that the job hash and its
+stream always land in one Redis Cluster slot, as the Lua scripts touching both require.
+RQ's own keys (`rq:queue:<model>`, `rq:job:<id>`, ...) are RQ's business; tokenspool only
+decides the queue name, which is the model name.
+"""
+
+from __future__ import annotations
+
+PREFIX = "ts"
+
+# The only function a tokenspool worker will execute; the API enqueues it by this path.
+JOB_FUNCTION = "worker.jobs.generate"
+
+
+def job(completion_id: str) -> str:
+    """HASH: the job's state (see `JobField`)."""
+    return f"{PREFIX}:{{{completion_id}}}:job"
+
+
+def events(completion_id: str) -> str:
+    """STREAM: the job's events, in order (see `contract.entries`)."""
+    return f"{PREFIX}:{{{completion_id}}}:events"
+
+
+def workers(model: str) -> str:
+    """ZSET: worker name -> last announcement (ms since the epoch) for one model."""
+    return f"{PREFIX}:workers:{model}"
+
+
+def hub_control(process: str) -> str:
+    """STREAM: wakes one API process's stream reader when its set of watched streams grows."""
+    return f"{PREFIX}:hub:{process}"
+
+
+MODELS = f"{PREFIX}:models"
+"""SET: every model name a worker has announced (pruned by readers when stale)."""
+
+
+def queue_name(model: str) -> str:
+    """The RQ queue a model's jobs wait in: the model's own name."""
+    return model
+
+
+class JobField:
+    """Field names of the job HASH."""
+
+    MODEL = "model"
+    KIND = "kind"  # "chat" or "text"
+    CREATED = "created"  # unix seconds, stamped by the API into every chunk
+    STATUS = "status"  # see JobStatus
+    EPOCH = "epoch"  # attempt counter; only the current attempt may append
+    ENDED = "ended"  # "1" once a terminal entry is in the stream
+    WORKER = "worker"  # name of the worker running the current attempt
+    CANCEL_AT = "cancel_at"  # ms since the epoch after which the job must stop
+    START_BY = "start_by"  # ms since the epoch: a job still queued then is never started
+    SPEC = "spec"  # the JobSpec as JSON, as enqueued
+
+
+class JobStatus:
+    QUEUED = "queued"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"

