@@ -6,8 +6,9 @@ with the exact token ids that produced it, and exactly one terminal entry, `Fini
 identical across entries because Redis stores a stream's repeated field names only once.
 
 Invariant for deltas: the text of a delta is the UTF-8 decoding of its token ids' bytes,
-never a partial character; so concatenated texts equal the decoded concatenated ids, and a
-new attempt can continue from `prompt + ids` without re-tokenizing text.
+never a partial character, so a new attempt can continue from `prompt + ids` without
+re-tokenizing text. Only the last delta before the terminal entry may hold less text than
+its ids: what follows a stop string, or a character cut off by max_tokens, is not sent.
 """
 
 from __future__ import annotations

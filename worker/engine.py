@@ -91,6 +91,10 @@ class LlamaEngine:
         """Sample after `context` until the context window is full (the caller stops earlier)."""
         seed = secrets.randbits(32) if spec.seed is None else spec.seed & 0xFFFFFFFF
         self._llm.set_seed(seed)
+        # Always prefill from scratch. llama-cpp-python's prefix reuse (keeping the previous
+        # job's KV cache for a shared prefix) changes what is sampled: the same request with
+        # the same seed gave different tokens from its first one (tests/integration).
+        self._llm.reset()
         room = self.n_ctx - len(context)
         for n, token in enumerate(
             self._llm.generate(

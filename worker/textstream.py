@@ -46,10 +46,12 @@ class TextAssembler:
         return self._release(self._text)
 
     def flush(self) -> Piece | None:
-        """Release whatever is held (an incomplete character becomes U+FFFD)."""
+        """Release whatever is held when generation ends. A character whose last bytes
+        were never generated (max_tokens fell between its tokens) is dropped, not turned
+        into U+FFFD; its token ids are still released, as they were generated."""
         if self.stopped:
             return None
-        self._text += self._decoder.decode(b"", final=True)
+        self._decoder.reset()
         return self._release(self._text) if self._ids else None
 
     def _release(self, text: str) -> Piece | None:

