@@ -101,6 +101,7 @@ async def _stream(services: Services, chunks: Chunks, deadline: float) -> AsyncI
                 chunks.id,
                 keepalive_s=settings.keepalive_s,
                 start_deadline=deadline,
+                outage_s=settings.outage_s,
             ):
                 if item is KEEPALIVE:
                     yield sse.event(chunks.keepalive())
@@ -142,6 +143,7 @@ async def _collect(request: Request, services: Services, chunks: Chunks, deadlin
             chunks.id,
             keepalive_s=1.0,
             start_deadline=deadline,
+            outage_s=services.settings.outage_s,
         ):
             if item is KEEPALIVE:
                 if await request.is_disconnected():

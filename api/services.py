@@ -14,6 +14,14 @@ from api.jobs import JobStore
 from api.settings import Settings
 
 
+def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
+    """The pool every handler shares. A blocking pool: under a burst of streams a command
+    waits (up to `wait_s`) for a free connection, where redis-py's default pool fails at
+    once with "Too many connections"."""
+    pool = aredis.BlockingConnectionPool.from_url(url, max_connections=size, timeout=wait_s, **kwargs)
+    return aredis.Redis(connection_pool=pool, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2))
+
+
 @dataclass
 class Services:
     settings: Settings
@@ -30,12 +38,7 @@ class Services:
             socket_connect_timeout=min(settings.redis_timeout_s, 2.0),
             health_check_interval=30,
         )
-        client = aredis.Redis.from_url(
-            settings.redis_url,
-            retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2),
-            max_connections=200,
-            **common,
-        )
+        client = shared_client(settings.redis_url, settings.redis_pool, settings.redis_timeout_s, **common)
         rq_client = redis.Redis.from_url(
             settings.redis_url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common
         )

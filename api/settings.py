@@ -22,7 +22,9 @@ class Settings:
     queue_wait_s: float = 600.0  # a job not started by then ends with queue_timeout
     worker_stale_s: float = 15.0  # a worker silent this long no longer counts
     redis_timeout_s: float = 5.0  # any single Redis command
+    redis_pool: int = 50  # connections shared by all requests (plus one stream reader)
     cancel_grace_s: float = 5.0  # a job whose client went away stops after this long
+    outage_s: float = 10.0  # a stream whose Redis is unreachable this long ends with an error
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -39,5 +41,7 @@ class Settings:
             queue_wait_s=float(e.get("QUEUE_WAIT_SECONDS", d.queue_wait_s)),
             worker_stale_s=float(e.get("WORKER_STALE_SECONDS", d.worker_stale_s)),
             redis_timeout_s=float(e.get("REDIS_TIMEOUT_SECONDS", d.redis_timeout_s)),
+            redis_pool=int(e.get("REDIS_POOL_SIZE", d.redis_pool)),
             cancel_grace_s=float(e.get("CANCEL_GRACE_SECONDS", d.cancel_grace_s)),
+            outage_s=float(e.get("STREAM_OUTAGE_SECONDS", d.outage_s)),
         )

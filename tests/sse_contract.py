@@ -55,7 +55,10 @@ def check_stream(raw: bytes, kind: str, include_usage: bool = False) -> Parsed:
     assert first["id"].startswith(prefix)
     for c in out.chunks:
         assert (c["id"], c["object"], c["created"], c["model"]) == (
-            first["id"], obj, first["created"], first["model"],
+            first["id"],
+            obj,
+            first["created"],
+            first["model"],
         ), "every chunk carries the same id, object, created and model"
         if include_usage:
             assert "usage" in c

@@ -17,17 +17,8 @@ from llama_cpp import Llama
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from contract.jobspec import JobSpec
+from worker.errors import PromptRejected, PromptTooLong
 from worker.settings import WorkerSettings
-
-
-class PromptTooLong(Exception):
-    def __init__(self, prompt_tokens: int, n_ctx: int) -> None:
-        super().__init__(
-            f"This model's maximum context length is {n_ctx} tokens. However, your prompt is "
-            f"{prompt_tokens} tokens long, which leaves no room for a completion."
-        )
-        self.prompt_tokens = prompt_tokens
-        self.n_ctx = n_ctx
 
 
 class LlamaEngine:
@@ -60,16 +51,17 @@ class LlamaEngine:
 
     def prompt_ids(self, spec: JobSpec) -> list[int]:
         """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
+        param = "messages" if spec.kind == "chat" else "prompt"
         if spec.kind == "chat":
             if self._formatter is None:
-                raise ValueError("this model's GGUF has no chat template; use /v1/completions")
+                raise PromptRejected("This model has no chat template; use /v1/completions.", param)
             messages = [{"role": m.role, "content": m.content} for m in spec.messages]
             text = self._formatter(messages=messages).prompt
             ids = self._llm.tokenize(text.encode(), add_bos=False, special=True)
         else:
             ids = self._llm.tokenize(spec.prompt.encode(), add_bos=self._model.add_bos_token(), special=True)
         if len(ids) >= self.n_ctx:
-            raise PromptTooLong(len(ids), self.n_ctx)
+            raise PromptTooLong(len(ids), self.n_ctx, param)
         return ids
 
     def is_end(self, token: int) -> bool:

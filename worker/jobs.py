@@ -18,6 +18,7 @@ from contract import keys, scripts
 from contract.entries import Failed
 from contract.jobspec import InvalidSpec, JobSpec
 from contract.keys import JobStatus
+from worker.errors import PromptRejected
 from worker.publisher import Attempt, Fenced, JobGone, Publisher
 from worker.textstream import TextAssembler
 
@@ -82,11 +83,9 @@ class JobRunner:
             return "cancelled"
         try:
             prompt = engine.prompt_ids(spec)
-        except ValueError as exc:  # PromptTooLong, or no chat template
-            code = "context_length_exceeded" if hasattr(exc, "n_ctx") else "invalid_request"
-            param = "messages" if spec.kind == "chat" else "prompt"
-            pub.failed(attempt, str(exc), "invalid_request_error", code, param)
-            return code
+        except PromptRejected as exc:
+            pub.failed(attempt, str(exc), "invalid_request_error", exc.code, exc.param)
+            return exc.code
         pub.started(attempt, len(prompt))
         assembler = TextAssembler(spec.stop)
         generated = 0

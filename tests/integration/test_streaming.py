@@ -29,7 +29,11 @@ def published(stack, completion_id: str) -> list:
 
 @pytest.mark.parametrize("include_usage", [False, True])
 def test_chat_stream_contract(stack, client, include_usage):
-    body = {"messages": [{"role": "user", "content": "Name three colours."}], "max_tokens": 24, "temperature": 0}
+    body = {
+        "messages": [{"role": "user", "content": "Name three colours."}],
+        "max_tokens": 24,
+        "temperature": 0,
+    }
     if include_usage:
         body["stream_options"] = {"include_usage": True}
     raw, _ = stream(client, "/v1/chat/completions", body)
@@ -48,38 +52,64 @@ def test_chat_stream_contract(stack, client, include_usage):
 
 
 def test_max_tokens_ends_with_length(client):
-    raw, _ = stream(client, "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "Count from one to one hundred in words."}],
-        "max_tokens": 5, "temperature": 0, "stream_options": {"include_usage": True},
-    })
+    raw, _ = stream(
+        client,
+        "/v1/chat/completions",
+        {
+            "messages": [{"role": "user", "content": "Count from one to one hundred in words."}],
+            "max_tokens": 5,
+            "temperature": 0,
+            "stream_options": {"include_usage": True},
+        },
+    )
     parsed = check_stream(raw, "chat", include_usage=True)
     assert parsed.finish_reason == "length" and parsed.usage["completion_tokens"] == 5
 
 
 def test_stop_string_is_cut_and_ends_with_stop(client):
-    raw, _ = stream(client, "/v1/completions", {
-        "prompt": "1, 2, 3, 4, 5,", "max_tokens": 40, "temperature": 0, "stop": [" 9"],
-    })
+    raw, _ = stream(
+        client,
+        "/v1/completions",
+        {
+            "prompt": "1, 2, 3, 4, 5,",
+            "max_tokens": 40,
+            "temperature": 0,
+            "stop": [" 9"],
+        },
+    )
     parsed = check_stream(raw, "text")
     assert parsed.finish_reason == "stop"
     assert " 9" not in parsed.text and "8" in parsed.text
 
 
 def test_legacy_completion_stream_contract(client):
-    raw, _ = stream(client, "/v1/completions", {
-        "prompt": ["The capital of France is"], "max_tokens": 12, "temperature": 0,
-        "stream_options": {"include_usage": True},
-    })
+    raw, _ = stream(
+        client,
+        "/v1/completions",
+        {
+            "prompt": ["The capital of France is"],
+            "max_tokens": 12,
+            "temperature": 0,
+            "stream_options": {"include_usage": True},
+        },
+    )
     parsed = check_stream(raw, "text", include_usage=True)
     assert parsed.text and parsed.usage["completion_tokens"] <= 12
 
 
 def test_non_streaming_chat_and_legacy(client):
-    r = client.post("/v1/chat/completions", json={
-        "model": MODEL, "messages": [{"role": "system", "content": "Answer briefly."},
-                                     {"role": "user", "content": [{"type": "text", "text": "Hi!"}]}],
-        "max_tokens": 16, "temperature": 0,
-    })
+    r = client.post(
+        "/v1/chat/completions",
+        json={
+            "model": MODEL,
+            "messages": [
+                {"role": "system", "content": "Answer briefly."},
+                {"role": "user", "content": [{"type": "text", "text": "Hi!"}]},
+            ],
+            "max_tokens": 16,
+            "temperature": 0,
+        },
+    )
     assert r.status_code == 200, r.text
     obj = r.json()
     assert obj["object"] == "chat.completion" and obj["id"].startswith("chatcmpl-")
@@ -95,10 +125,17 @@ def test_non_streaming_chat_and_legacy(client):
 
 
 def test_multibyte_text_is_never_split_across_deltas(stack, client):
-    raw, _ = stream(client, "/v1/chat/completions", {
-        "messages": [{"role": "user", "content": "Translate to Japanese: good morning, thank you, bus station"}],
-        "max_tokens": 60, "temperature": 0,
-    })
+    raw, _ = stream(
+        client,
+        "/v1/chat/completions",
+        {
+            "messages": [
+                {"role": "user", "content": "Translate to Japanese: good morning, thank you, bus station"}
+            ],
+            "max_tokens": 60,
+            "temperature": 0,
+        },
+    )
     parsed = check_stream(raw, "chat")
     assert any(ord(ch) > 0x7F for ch in parsed.text), f"expected non-ASCII output, got {parsed.text!r}"
     assert all("\ufffd" not in d for d in parsed.deltas)
@@ -109,8 +146,13 @@ def test_multibyte_text_is_never_split_across_deltas(stack, client):
 
 
 def test_seed_makes_sampling_repeatable(client):
-    body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell me a word."}],
-            "max_tokens": 12, "temperature": 1.0, "seed": 1234}
+    body = {
+        "model": MODEL,
+        "messages": [{"role": "user", "content": "Tell me a word."}],
+        "max_tokens": 12,
+        "temperature": 1.0,
+        "seed": 1234,
+    }
     a = client.post("/v1/chat/completions", json=body).json()
     b = client.post("/v1/chat/completions", json=body).json()
     assert a["choices"][0]["message"]["content"] == b["choices"][0]["message"]["content"]
@@ -118,8 +160,13 @@ def test_seed_makes_sampling_repeatable(client):
 
 def test_stream_events_are_delivered_as_generated(client):
     """Chunks arrive one by one (not buffered to the end): the body is read incrementally."""
-    body = {"model": MODEL, "stream": True, "max_tokens": 40, "temperature": 0,
-            "messages": [{"role": "user", "content": "Write a long sentence about rivers."}]}
+    body = {
+        "model": MODEL,
+        "stream": True,
+        "max_tokens": 40,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": "Write a long sentence about rivers."}],
+    }
     reads = 0
     with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         for _ in resp.iter_raw():

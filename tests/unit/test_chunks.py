@@ -23,7 +23,10 @@ def test_chat_chunks_follow_the_openai_shape():
     assert last["delta"] == {} and last["finish_reason"] == "stop"
     for chunk in (first, c.content("x"), c.keepalive(), c.finish("length")):
         assert (chunk["id"], chunk["object"], chunk["created"], chunk["model"]) == (
-            "chatcmpl-1", "chat.completion.chunk", 123, "m",
+            "chatcmpl-1",
+            "chat.completion.chunk",
+            123,
+            "m",
         )
         assert "usage" not in chunk
 
@@ -32,7 +35,11 @@ def test_with_include_usage_every_chunk_has_usage_null_and_the_last_has_it():
     c = Chunks("chat", "chatcmpl-1", 1, "m", include_usage=True)
     assert c.opening()["usage"] is None and c.content("x")["usage"] is None
     u = c.usage(3, 4)
-    assert u["choices"] == [] and u["usage"] == {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7}
+    assert u["choices"] == [] and u["usage"] == {
+        "prompt_tokens": 3,
+        "completion_tokens": 4,
+        "total_tokens": 7,
+    }
 
 
 def test_keepalive_is_an_empty_non_final_chunk():
@@ -48,7 +55,12 @@ def test_legacy_chunks_are_text_completion_objects():
     chunk = c.content("abc")
     assert chunk["object"] == "text_completion"
     assert chunk["choices"] == [{"text": "abc", "index": 0, "logprobs": None, "finish_reason": None}]
-    assert c.finish("length")["choices"][0] == {"text": "", "index": 0, "logprobs": None, "finish_reason": "length"}
+    assert c.finish("length")["choices"][0] == {
+        "text": "",
+        "index": 0,
+        "logprobs": None,
+        "finish_reason": "length",
+    }
 
 
 def test_sse_event_is_one_line_of_json_even_with_newlines_and_unicode():

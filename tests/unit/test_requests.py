@@ -31,9 +31,16 @@ def test_every_honoured_field_reaches_the_job():
     req = parse(
         ChatRequest,
         chat(
-            max_tokens=50, temperature=0, top_p=0.5, stop="x", seed=7,
-            presence_penalty=0.5, frequency_penalty=-1, stream=True,
-            stream_options={"include_usage": True}, n=1,
+            max_tokens=50,
+            temperature=0,
+            top_p=0.5,
+            stop="x",
+            seed=7,
+            presence_penalty=0.5,
+            frequency_penalty=-1,
+            stream=True,
+            stream_options={"include_usage": True},
+            n=1,
         ),
     )
     spec = req.to_spec("chatcmpl-1")
@@ -48,13 +55,19 @@ def test_max_completion_tokens_wins_over_max_tokens():
 
 
 def test_content_parts_are_joined_and_developer_is_a_system_message():
-    body = chat(messages=[
-        {"role": "developer", "content": "be brief"},
-        {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
-        {"role": "assistant", "content": None},
-    ])
+    body = chat(
+        messages=[
+            {"role": "developer", "content": "be brief"},
+            {"role": "user", "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"}]},
+            {"role": "assistant", "content": None},
+        ]
+    )
     spec = parse(ChatRequest, body).to_spec("c")
-    assert [(m.role, m.content) for m in spec.messages] == [("system", "be brief"), ("user", "ab"), ("assistant", "")]
+    assert [(m.role, m.content) for m in spec.messages] == [
+        ("system", "be brief"),
+        ("user", "ab"),
+        ("assistant", ""),
+    ]
 
 
 def test_unknown_fields_and_nulls_are_ignored():
@@ -77,7 +90,10 @@ def test_legacy_prompt_as_string_or_one_element_list_and_default_max_tokens():
         (chat(messages=[]), "messages"),
         (chat(messages="hi"), "messages"),
         (chat(messages=[{"role": "wizard", "content": "x"}]), "messages.0.role"),
-        (chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]), "messages.0.content"),
+        (
+            chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
+            "messages.0.content",
+        ),
         (chat(max_tokens=0), "max_tokens"),
         (chat(max_tokens="12"), "max_tokens"),
         (chat(max_tokens=1.5), "max_tokens"),

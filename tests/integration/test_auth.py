@@ -1,0 +1,68 @@
+"""Optional API keys: 401 with an OpenAI-style error; health probes stay open; keys never logged."""
+
+from __future__ import annotations
+
+import httpx
+import openai
+import pytest
+
+from devstack.processes import start_api, start_redis
+
+pytestmark = pytest.mark.integration
+
+KEYS = "sk-first-key,sk-second-key"
+
+
+@pytest.fixture(scope="module")
+def keyed_api(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("auth")
+    redis_proc, url = start_redis(logs)
+    api, base = start_api(logs, url, env={"API_KEYS": KEYS})
+    try:
+        yield base, api
+    finally:
+        api.stop()
+        redis_proc.stop()
+
+
+@pytest.mark.parametrize(
+    ("header", "code"),
+    [
+        (None, "missing_api_key"),
+        ("Bearer sk-wrong", "invalid_api_key"),
+        ("Bearer sk-first-ke", "invalid_api_key"),
+        ("Basic sk-first-key", "invalid_api_key"),
+        ("Bearer", "invalid_api_key"),
+    ],
+)
+def test_missing_or_wrong_key_is_401(keyed_api, header, code):
+    base, _ = keyed_api
+    headers = {"Authorization": header} if header else {}
+    for method, path in (("GET", "/v1/models"), ("POST", "/v1/chat/completions")):
+        r = httpx.request(method, base + path, headers=headers, json={})
+        assert r.status_code == 401
+        err = r.json()["error"]
+        assert err["code"] == code and err["type"] == "invalid_request_error"
+        assert "sk-first" not in r.text
+
+
+@pytest.mark.parametrize("key", ["sk-first-key", "sk-second-key"])
+def test_any_configured_key_is_accepted(keyed_api, key):
+    base, _ = keyed_api
+    assert httpx.get(base + "/v1/models", headers={"Authorization": f"Bearer {key}"}).status_code == 200
+    sdk = openai.OpenAI(base_url=base + "/v1", api_key=key, max_retries=0)
+    assert sdk.models.list().data == []
+
+
+def test_probes_need_no_key(keyed_api):
+    base, _ = keyed_api
+    for path in ("/health", "/healthz", "/readyz"):
+        assert httpx.get(base + path).status_code == 200
+
+
+def test_keys_never_appear_in_logs(keyed_api):
+    base, api = keyed_api
+    httpx.get(base + "/v1/models", headers={"Authorization": "Bearer sk-first-key"})
+    httpx.get(base + "/v1/models", headers={"Authorization": "Bearer sk-guess"})
+    log = api.log()
+    assert "sk-first-key" not in log and "sk-second-key" not in log and "sk-guess" not in log

@@ -1,0 +1,92 @@
+"""Many streams relayed over one reader connection, against a real Redis server."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import pytest
+
+from api.hub import StreamHub
+from api.jobs import JobStore
+from api.relay import KEEPALIVE, follow
+from api.services import shared_client
+from contract import keys
+from contract.entries import Delta, Finished, Started
+from devstack.processes import start_redis
+from worker.publisher import Publisher
+
+pytestmark = pytest.mark.integration
+
+N_STREAMS = 300
+N_TOKENS = 20
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    proc, url = start_redis(tmp_path)
+    yield url
+    proc.stop()
+
+
+def test_hundreds_of_streams_over_one_reader_connection(redis_url):
+    import redis as sync_redis
+
+    async def scenario():
+        client = shared_client(redis_url, 40, 5.0)
+        sync = sync_redis.Redis.from_url(redis_url)
+        store = JobStore(
+            client, sync, retention_s=60, job_ttl_s=600, job_timeout_s=60, queue_wait_s=60, worker_stale_s=15
+        )
+        hub = StreamHub(redis_url, client, block_ms=500)
+        await hub.start()
+        ids = [f"chatcmpl-hub{i}" for i in range(N_STREAMS)]
+        for cid in ids:
+            await client.hset(keys.job(cid), mapping={"status": "queued", "epoch": 0})
+
+        async def consume(cid):
+            got = []
+            async for item in follow(store, hub, cid, keepalive_s=30):
+                assert item is not KEEPALIVE
+                got.append(item[1])
+            return got
+
+        readers = [asyncio.create_task(consume(cid)) for cid in ids]
+        await asyncio.sleep(0.5)
+        assert hub.watched == N_STREAMS
+
+        def produce():
+            pub = Publisher(sync, "w", 60)
+            attempts = [pub.claim(cid) for cid in ids]
+            for a in attempts:
+                pub.started(a, 1)
+            for t in range(N_TOKENS):
+                for a in attempts:
+                    pub.delta(a, f"t{t} ", (t,))
+            for a in attempts:
+                pub.finished(a, "length", 1, N_TOKENS)
+
+        clients_during = []
+
+        async def sample_connections():
+            with contextlib.suppress(asyncio.CancelledError):
+                while True:
+                    clients_during.append(len(await client.client_list()))
+                    await asyncio.sleep(0.1)
+
+        sampler = asyncio.create_task(sample_connections())
+        await asyncio.to_thread(produce)
+        results = await asyncio.wait_for(asyncio.gather(*readers), timeout=60)
+        sampler.cancel()
+        await hub.stop()
+        await client.aclose()
+        return results, clients_during
+
+    results, clients_during = asyncio.run(scenario())
+    for got in results:
+        assert isinstance(got[0], Started) and isinstance(got[-1], Finished)
+        assert "".join(e.text for e in got if isinstance(e, Delta)) == "".join(
+            f"t{t} " for t in range(N_TOKENS)
+        )
+    # 300 live streams never needed more than the reader + a bounded pool (+ producer, sampler)
+    assert max(clients_during) <= 45, max(clients_during)
