@@ -126,6 +126,9 @@ async def _stream(services: Services, chunks: Chunks, deadline: float) -> AsyncI
                     None,
                 )
             )
+        except Exception:  # a bug must not leave the client without an ending
+            log.exception("relay of %s failed", chunks.id)
+            yield sse.event(error_body("Internal server error.", "server_error", "internal_error", None))
         ended = True
         yield sse.DONE
     finally:

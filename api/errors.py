@@ -39,6 +39,9 @@ def unavailable(message: str, code: str = "service_unavailable") -> APIError:
 WORKER_ERROR_STATUS = {
     "context_length_exceeded": 400,
     "invalid_request": 400,
+    "model_not_found": 404,
+    "not_found": 404,
     "worker_lost": 503,
     "queue_timeout": 503,
+    "service_unavailable": 503,
 }

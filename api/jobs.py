@@ -6,6 +6,7 @@ contract's keys and Lua scripts.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Sequence
@@ -13,6 +14,7 @@ from collections.abc import Sequence
 import anyio.to_thread
 import redis
 import redis.asyncio as aredis
+from redis.exceptions import RedisError
 from rq import Queue
 from rq.serializers import JSONSerializer
 
@@ -69,7 +71,7 @@ class JobStore:
         try:
             await anyio.to_thread.run_sync(self._enqueue, spec)
         except BaseException:
-            with anyio.CancelScope(shield=True):
+            with anyio.CancelScope(shield=True), contextlib.suppress(RedisError):
                 await self._r.delete(job_key)
             raise
 

@@ -8,6 +8,7 @@ than `outage_s` raises `StreamLost`.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 
@@ -20,6 +21,7 @@ from contract.entries import Entry, Failed, Started, is_terminal
 from contract.keys import JobStatus
 
 KEEPALIVE = None
+READ_BATCH = 256
 
 
 class StreamLost(Exception):
@@ -57,7 +59,7 @@ async def follow(
     async with hub.watch(keys.events(completion_id), cursor) as watch:
         while True:
             try:
-                rows = await store.read(completion_id, cursor)
+                rows = await store.read(completion_id, cursor, count=READ_BATCH)
                 if not rows and not await _alive(store, completion_id, started, start_deadline):
                     yield cursor, NOT_FOUND
                     return
@@ -75,14 +77,18 @@ async def follow(
                 yield entry_id, entry
                 if is_terminal(entry):
                     return
-            if rows:
-                continue
+            if len(rows) == READ_BATCH:
+                continue  # more may be waiting already
             wait = keepalive_s - (time.monotonic() - last_sent)
             if outage_since is not None:
                 wait = min(wait, 0.5)
             elif start_deadline is not None and not started:
                 wait = min(wait, max(start_deadline - time.monotonic(), 0.0) + 0.05)
-            if not await watch.wait(cursor, wait) and time.monotonic() - last_sent >= keepalive_s:
+            if await watch.wait(cursor, wait):
+                if not rows:  # woken, yet nothing was there: do not spin
+                    await asyncio.sleep(0.05)
+                continue
+            if time.monotonic() - last_sent >= keepalive_s:
                 last_sent = time.monotonic()
                 yield KEEPALIVE
 
