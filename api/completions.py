@@ -75,19 +75,18 @@ async def _complete(request: Request, model, kind: str) -> Response:
     spec = req.to_spec(cid)
     created = int(time.time())
     await services.jobs.submit(spec, created)
-    deadline = time.monotonic() + services.jobs.queue_wait_s
     log.info("enqueued %s for %s", cid, req.model)
     chunks = Chunks(kind, cid, created, req.model, include_usage=req.include_usage)
     if req.streaming:
         return StreamingResponse(
-            _stream(services, chunks, deadline),
+            _stream(services, chunks),
             media_type=sse.MEDIA_TYPE,
             headers=sse.HEADERS,
         )
-    return await _collect(request, services, chunks, deadline)
+    return await _collect(request, services, chunks)
 
 
-async def _stream(services: Services, chunks: Chunks, deadline: float) -> AsyncIterator[bytes]:
+async def _stream(services: Services, chunks: Chunks) -> AsyncIterator[bytes]:
     settings = services.settings
     ended = False
     try:
@@ -100,7 +99,6 @@ async def _stream(services: Services, chunks: Chunks, deadline: float) -> AsyncI
                 services.hub,
                 chunks.id,
                 keepalive_s=settings.keepalive_s,
-                start_deadline=deadline,
                 outage_s=settings.outage_s,
             ):
                 if item is KEEPALIVE:
@@ -137,7 +135,7 @@ async def _stream(services: Services, chunks: Chunks, deadline: float) -> AsyncI
                 await _cancel_quietly(services, chunks.id)
 
 
-async def _collect(request: Request, services: Services, chunks: Chunks, deadline: float) -> Response:
+async def _collect(request: Request, services: Services, chunks: Chunks) -> Response:
     text: list[str] = []
     try:
         async for item in follow(
@@ -145,7 +143,6 @@ async def _collect(request: Request, services: Services, chunks: Chunks, deadlin
             services.hub,
             chunks.id,
             keepalive_s=1.0,
-            start_deadline=deadline,
             outage_s=services.settings.outage_s,
         ):
             if item is KEEPALIVE:
@@ -181,6 +178,32 @@ async def _collect(request: Request, services: Services, chunks: Chunks, deadlin
 
 async def _cancel_quietly(services: Services, completion_id: str) -> None:
     try:
-        await services.jobs.cancel_after(completion_id, services.settings.cancel_grace_s)
+        await services.jobs.cancel(completion_id, services.settings.cancel_grace_s)
     except RedisError as exc:
         log.warning("could not cancel %s: %s", completion_id, exc)
+
+
+async def cancel_chat(request: Request) -> Response:
+    return await _cancel(request, "chat")
+
+
+async def cancel_completion(request: Request) -> Response:
+    return await _cancel(request, "text")
+
+
+async def _cancel(request: Request, kind: str) -> Response:
+    """Stop a job: a queued one ends at once, a running one at its worker's next token.
+    Cancelling an ended job changes nothing (the call is idempotent)."""
+    services: Services = request.state.services
+    cid = request.path_params["completion_id"]
+    state = await services.jobs.state(cid) if cid.startswith(ID_PREFIX[kind]) else None
+    if state is None or state.kind != kind:
+        raise APIError(404, f"No completion found with id '{cid}'.", code="not_found", param="completion_id")
+    if not state.ended:
+        await services.jobs.cancel(cid)
+        state = await services.jobs.state(cid) or state
+    status = {"done": "completed", "failed": "failed"}.get(state.status, "cancelling")
+    if state.ended and state.status == "done" and not state.attempts:
+        status = "cancelled"
+    obj = "chat.completion" if kind == "chat" else "text_completion"
+    return JSONResponse({"id": cid, "object": obj, "status": status})

@@ -1,4 +1,5 @@
-"""The API's handle on jobs in Redis: create and enqueue, read events, end, cancel.
+"""The API's handle on jobs in Redis: create and enqueue, read events, end, cancel, and the
+reaper's view of running attempts.
 
 Like arq's `Job`, this is exactly what the API may do to a job; every write goes through the
 contract's keys and Lua scripts.
@@ -10,22 +11,39 @@ import contextlib
 import json
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
+import anyio
 import anyio.to_thread
 import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
-from rq import Queue
-from rq.serializers import JSONSerializer
 
-from contract import entries, keys, scripts
-from contract.entries import Entry, Failed
+from contract import entries, keys, queueing, scripts
+from contract.entries import Entry, Failed, Finished
 from contract.jobspec import JobSpec
 from contract.keys import JobField, JobStatus
 
 
 def _ms() -> int:
     return int(time.time() * 1000)
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How dead attempts are handled; the workers read the same settings."""
+
+    max_attempts: int = 3
+    resume_wait_s: float = 30.0
+
+
+@dataclass(frozen=True)
+class JobState:
+    status: str
+    kind: str
+    attempts: int
+    start_by_ms: int | None
+    ended: bool
 
 
 class JobStore:
@@ -39,15 +57,18 @@ class JobStore:
         job_timeout_s: int,
         queue_wait_s: float,
         worker_stale_s: float,
+        recovery: Recovery = Recovery(),
     ) -> None:
         self._r = client
-        self._rq = rq_client  # RQ is synchronous: enqueue runs in a worker thread
+        self._rq = rq_client  # RQ is synchronous: enqueueing runs in a worker thread
         self.retention_s = retention_s
         self._job_ttl = job_ttl_s
         self._job_timeout = job_timeout_s
         self.queue_wait_s = queue_wait_s
         self._stale_ms = int(worker_stale_s * 1000)
+        self.recovery = recovery
         self._end = client.register_script(scripts.END)
+        self._abandon = client.register_script(scripts.ABANDON)
 
     async def submit(self, spec: JobSpec, created: int) -> None:
         """Record the job, then enqueue it; if enqueueing fails, nothing is left behind."""
@@ -62,6 +83,7 @@ class JobStore:
                     JobField.CREATED: created,
                     JobField.STATUS: JobStatus.QUEUED,
                     JobField.EPOCH: 0,
+                    JobField.ATTEMPTS: 0,
                     JobField.START_BY: start_by,
                     JobField.SPEC: json.dumps(spec.to_dict()),
                 },
@@ -69,23 +91,20 @@ class JobStore:
             pipe.expire(job_key, self._job_ttl)
             await pipe.execute()
         try:
-            await anyio.to_thread.run_sync(self._enqueue, spec)
+            await anyio.to_thread.run_sync(self._enqueue, spec.to_dict(), spec.id)
         except BaseException:
             with anyio.CancelScope(shield=True), contextlib.suppress(RedisError):
                 await self._r.delete(job_key)
             raise
 
-    def _enqueue(self, spec: JobSpec) -> None:
-        queue = Queue(keys.queue_name(spec.model), connection=self._rq, serializer=JSONSerializer)
-        queue.enqueue_call(
-            func=keys.JOB_FUNCTION,
-            args=(spec.to_dict(),),
-            job_id=spec.id,
-            timeout=self._job_timeout,
-            ttl=self._job_ttl,
-            result_ttl=self.retention_s,
-            failure_ttl=self.retention_s,
-            description=f"completion {spec.id}",
+    def _enqueue(self, spec: dict, job_id: str) -> None:
+        queueing.enqueue(
+            self._rq,
+            spec,
+            job_id=job_id,
+            timeout_s=self._job_timeout,
+            ttl_s=self._job_ttl,
+            retention_s=self.retention_s,
         )
 
     async def read(self, completion_id: str, after: str, count: int = 512) -> list[tuple[str, Entry]]:
@@ -94,23 +113,54 @@ class JobStore:
         rows = await self._r.xrange(keys.events(completion_id), min=start, max="+", count=count)
         return [(_text(eid), entries.decode(fields)) for eid, fields in rows]
 
-    async def status(self, completion_id: str) -> str | None:
-        value = await self._r.hget(keys.job(completion_id), JobField.STATUS)
-        return _text(value) if value is not None else None
+    async def state(self, completion_id: str) -> JobState | None:
+        status, kind, attempts, start_by, ended = await self._r.hmget(
+            keys.job(completion_id),
+            [JobField.STATUS, JobField.KIND, JobField.ATTEMPTS, JobField.START_BY, JobField.ENDED],
+        )
+        if status is None:
+            return None
+        return JobState(
+            status=_text(status),
+            kind=_text(kind or b""),
+            attempts=int(attempts or 0),
+            start_by_ms=int(start_by) if start_by else None,
+            ended=ended == b"1",
+        )
 
-    async def end(self, completion_id: str, error: Failed, only_if_status: str = "") -> bool:
-        """End the job with an error unless it has ended already."""
+    async def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
+        """End the job with a terminal entry unless it has ended already."""
         done = await self._end(
-            keys=[keys.job(completion_id), keys.events(completion_id)],
-            args=scripts.end_args(error, self.retention_s, only_if_status),
+            keys=scripts.job_keys(completion_id),
+            args=scripts.end_args(completion_id, entry, self.retention_s, only_if_status),
         )
         return bool(done)
 
-    async def cancel_after(self, completion_id: str, delay_s: float) -> None:
-        """Ask the job to stop once `delay_s` has passed (0: at its next token)."""
+    async def end_if_late(self, completion_id: str) -> bool:
+        """A queued job past its start deadline ends: queue_timeout, or worker_lost if an
+        earlier attempt ran. Returns True if the job is (now) late and ended."""
+        state = await self.state(completion_id)
+        if state is None or state.status != JobStatus.QUEUED or state.start_by_ms is None:
+            return False
+        if _ms() <= state.start_by_ms:
+            return False
+        await self.end(completion_id, scripts.late_error(state.attempts), only_if_status=JobStatus.QUEUED)
+        return True
+
+    async def cancel(self, completion_id: str, delay_s: float = 0.0) -> None:
+        """Stop the job: at once if it is still queued, else at the running attempt's next
+        token once `delay_s` has passed."""
+        if delay_s <= 0:
+            stopped = Finished(epoch=0, finish_reason="stop", prompt_tokens=0, completion_tokens=0)
+            if await self.end(completion_id, stopped, only_if_status=JobStatus.QUEUED):
+                return
         job_key = keys.job(completion_id)
         if await self._r.exists(job_key):
             await self._r.hset(job_key, JobField.CANCEL_AT, _ms() + int(delay_s * 1000))
+
+    async def keep(self, completion_id: str) -> None:
+        """A client is attached again: withdraw a pending disconnect cancel."""
+        await self._r.hdel(keys.job(completion_id), JobField.CANCEL_AT)
 
     async def live_models(self, models: Sequence[str] | None = None) -> dict[str, int]:
         """Model -> number of workers that announced it recently."""
@@ -121,7 +171,54 @@ class JobStore:
             for model in models:
                 pipe.zcount(keys.workers(model), since, "+inf")
             counts = await pipe.execute()
-        return {m: int(c) for m, c in zip(models, counts, strict=False) if c}
+        return {m: int(c) for m, c in zip(models, counts, strict=True) if c}
+
+    # --- the reaper's view ---
+
+    async def running(self) -> list[tuple[str, int, str, bool]]:
+        """Running attempts: (completion id, epoch, worker name, heartbeat alive)."""
+        ids = [_text(i) for i in await self._r.zrange(keys.RUNNING, 0, -1)]
+        if not ids:
+            return []
+        async with self._r.pipeline(transaction=False) as pipe:
+            for cid in ids:
+                pipe.hmget(keys.job(cid), [JobField.EPOCH, JobField.WORKER, JobField.ENDED])
+                pipe.exists(keys.alive(cid))
+            rows = await pipe.execute()
+        out = []
+        for i, cid in enumerate(ids):
+            (epoch, worker, ended), alive = rows[2 * i], rows[2 * i + 1]
+            if epoch is None or ended == b"1":
+                await self._r.zrem(keys.RUNNING, cid)  # a stale index entry
+                continue
+            out.append((cid, int(epoch), _text(worker or b""), bool(alive)))
+        return out
+
+    async def abandon(self, completion_id: str, epoch: int) -> int:
+        """Take the job from a dead attempt; requeue it (enqueueing the continuation) or
+        end it with worker_lost. Returns ABANDON's code (1 requeued, 2 ended, 0 nothing)."""
+        r = self.recovery
+        outcome = int(
+            await self._abandon(
+                keys=scripts.job_keys(completion_id),
+                args=scripts.abandon_args(
+                    completion_id, epoch, r.max_attempts, int(r.resume_wait_s * 1000), self.retention_s
+                ),
+            )
+        )
+        if outcome == 1:
+            await anyio.to_thread.run_sync(self._enqueue_continuation, completion_id, epoch + 1)
+        return outcome
+
+    def _enqueue_continuation(self, completion_id: str, epoch: int) -> None:
+        queueing.enqueue_continuation(
+            self._rq,
+            completion_id,
+            epoch,
+            timeout_s=self._job_timeout,
+            ttl_s=self._job_ttl,
+            retention_s=self.retention_s,
+        )
 
 
 def _text(value: str | bytes) -> str:

@@ -1,9 +1,10 @@
 """Follows one job's stream from a cursor to its terminal entry.
 
 `follow` yields the entries in order, and `KEEPALIVE` whenever `keepalive_s` passes with
-nothing to send. It never hangs: a job not started by its deadline is ended here with
-`queue_timeout`, a job whose keys vanished ends with `not_found`, and a Redis outage longer
-than `outage_s` raises `StreamLost`.
+nothing to send. It never hangs: a job not (re)started by its deadline is ended here
+(`queue_timeout`, or `worker_lost` after a dead attempt), a job whose keys vanished ends with
+`not_found`, and a Redis outage longer than `outage_s` raises `StreamLost`. Entries of every
+attempt pass through as they are: fencing guarantees they form one continuous completion.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from redis.exceptions import RedisError
 from api.hub import StreamHub
 from api.jobs import JobStore
 from contract import keys
-from contract.entries import Entry, Failed, Started, is_terminal
+from contract.entries import Entry, Failed, is_terminal
 from contract.keys import JobStatus
 
 KEEPALIVE = None
@@ -28,12 +29,6 @@ class StreamLost(Exception):
     """Redis could not be reached for too long to go on relaying."""
 
 
-QUEUE_TIMEOUT = Failed(
-    epoch=0,
-    message="No worker started this request in time; try again later.",
-    type="server_error",
-    code="queue_timeout",
-)
 NOT_FOUND = Failed(
     epoch=0,
     message="This completion no longer exists.",
@@ -49,20 +44,21 @@ async def follow(
     *,
     after: str = "0",
     keepalive_s: float,
-    start_deadline: float | None = None,  # time.monotonic() by which a worker must start it
     outage_s: float = 10.0,
 ) -> AsyncIterator[tuple[str, Entry] | None]:
     cursor = after
-    started = False
+    late_at: float | None = None  # when a queued job passes its start deadline
     last_sent = time.monotonic()
     outage_since: float | None = None
     async with hub.watch(keys.events(completion_id), cursor) as watch:
         while True:
             try:
                 rows = await store.read(completion_id, cursor, count=READ_BATCH)
-                if not rows and not await _alive(store, completion_id, started, start_deadline):
-                    yield cursor, NOT_FOUND
-                    return
+                if not rows:
+                    alive, late_at = await _check(store, completion_id)
+                    if not alive:
+                        yield cursor, NOT_FOUND
+                        return
                 outage_since = None
             except RedisError as exc:
                 now = time.monotonic()
@@ -72,7 +68,6 @@ async def follow(
                 rows = []
             for entry_id, entry in rows:
                 cursor = entry_id
-                started = started or isinstance(entry, Started)
                 last_sent = time.monotonic()
                 yield entry_id, entry
                 if is_terminal(entry):
@@ -82,8 +77,8 @@ async def follow(
             wait = keepalive_s - (time.monotonic() - last_sent)
             if outage_since is not None:
                 wait = min(wait, 0.5)
-            elif start_deadline is not None and not started:
-                wait = min(wait, max(start_deadline - time.monotonic(), 0.0) + 0.05)
+            elif late_at is not None:
+                wait = min(wait, max(late_at - time.monotonic(), 0.0) + 0.05)
             if await watch.wait(cursor, wait):
                 if not rows:  # woken, yet nothing was there: do not spin
                     await asyncio.sleep(0.05)
@@ -93,13 +88,17 @@ async def follow(
                 yield KEEPALIVE
 
 
-async def _alive(store: JobStore, completion_id: str, started: bool, deadline: float | None) -> bool:
-    """False if nothing will ever be written to the job's stream again.
-
-    A job past its start deadline is ended here with queue_timeout (END is idempotent and
-    does nothing once a worker has started it); a job whose keys expired or were purged is
-    gone."""
-    if not started and deadline is not None and time.monotonic() > deadline:
-        await store.end(completion_id, QUEUE_TIMEOUT, only_if_status=JobStatus.QUEUED)
-        return True  # the terminal entry, if END wrote one, is read next
-    return await store.status(completion_id) is not None
+async def _check(store: JobStore, completion_id: str) -> tuple[bool, float | None]:
+    """(False, _) if nothing will ever be written to the job's stream again (its keys expired
+    or were purged); else (True, when a queued job passes its start deadline, if it is
+    queued). A job already past it is ended here (END is idempotent)."""
+    state = await store.state(completion_id)
+    if state is None:
+        return False, None
+    if state.status != JobStatus.QUEUED or state.start_by_ms is None:
+        return True, None
+    left = state.start_by_ms / 1000 - time.time()
+    if left < 0:
+        await store.end_if_late(completion_id)  # the terminal entry is read next
+        return True, None
+    return True, time.monotonic() + left

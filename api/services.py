@@ -10,7 +10,8 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from api.hub import StreamHub
-from api.jobs import JobStore
+from api.jobs import JobStore, Recovery
+from api.reaper import Reaper
 from api.settings import Settings
 
 
@@ -28,6 +29,7 @@ class Services:
     redis: aredis.Redis
     jobs: JobStore
     hub: StreamHub
+    reaper: Reaper
     rq_redis: redis.Redis
 
     @classmethod
@@ -50,12 +52,16 @@ class Services:
             job_timeout_s=settings.job_timeout_s,
             queue_wait_s=settings.queue_wait_s,
             worker_stale_s=settings.worker_stale_s,
+            recovery=Recovery(settings.max_attempts, settings.resume_wait_s),
         )
         hub = StreamHub(settings.redis_url, client)
         await hub.start()
-        return cls(settings=settings, redis=client, jobs=jobs, hub=hub, rq_redis=rq_client)
+        reaper = Reaper(client, jobs, settings.reaper_interval_s, settings.reaper_settle_s)
+        await reaper.start()
+        return cls(settings=settings, redis=client, jobs=jobs, hub=hub, reaper=reaper, rq_redis=rq_client)
 
     async def close(self) -> None:
+        await self.reaper.stop()
         await self.hub.stop()
         await self.redis.aclose()
         self.rq_redis.close()

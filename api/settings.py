@@ -25,6 +25,10 @@ class Settings:
     redis_pool: int = 50  # connections shared by all requests (plus one stream reader)
     cancel_grace_s: float = 5.0  # a job whose client went away stops after this long
     outage_s: float = 10.0  # a stream whose Redis is unreachable this long ends with an error
+    max_attempts: int = 3  # attempts per job before worker_lost (workers read the same)
+    resume_wait_s: float = 30.0  # a dead attempt's job not resumed by then: worker_lost
+    reaper_interval_s: float = 0.5  # how often dead attempts are looked for
+    reaper_settle_s: float = 5.0  # no reaping this soon after a Redis (re)start
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -44,4 +48,8 @@ class Settings:
             redis_pool=int(e.get("REDIS_POOL_SIZE", d.redis_pool)),
             cancel_grace_s=float(e.get("CANCEL_GRACE_SECONDS", d.cancel_grace_s)),
             outage_s=float(e.get("STREAM_OUTAGE_SECONDS", d.outage_s)),
+            max_attempts=int(e.get("MAX_ATTEMPTS", d.max_attempts)),
+            resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", d.resume_wait_s)),
+            reaper_interval_s=float(e.get("REAPER_INTERVAL_SECONDS", d.reaper_interval_s)),
+            reaper_settle_s=float(e.get("REAPER_SETTLE_SECONDS", d.reaper_settle_s)),
         )

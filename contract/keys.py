@@ -24,6 +24,27 @@ def events(completion_id: str) -> str:
     return f"{PREFIX}:{{{completion_id}}}:events"
 
 
+def alive(completion_id: str) -> str:
+    """STRING: the current attempt's epoch, kept alive by its worker's heartbeat (PX)."""
+    return f"{PREFIX}:{{{completion_id}}}:alive"
+
+
+def continuation_job_id(completion_id: str, attempt: int) -> str:
+    """RQ job id of a resumed attempt (RQ ids allow letters, digits, '_' and '-')."""
+    return f"{completion_id}-a{attempt}"
+
+
+RUNNING = f"{PREFIX}:running"
+"""ZSET: completion id -> ms when its current attempt started; what the reaper watches."""
+
+REAPER_LOCK = f"{PREFIX}:reaper"
+"""STRING: which API process currently looks for dead attempts (SET NX PX)."""
+
+WORKER_CONNECTION_PREFIX = "tsworker:"
+"""Every connection a worker opens is named this + its worker name (CLIENT SETNAME), so
+that a process that died is seen at once: the kernel closes its sockets."""
+
+
 def workers(model: str) -> str:
     """ZSET: worker name -> last announcement (ms since the epoch) for one model."""
     return f"{PREFIX}:workers:{model}"
@@ -50,11 +71,12 @@ class JobField:
     KIND = "kind"  # "chat" or "text"
     CREATED = "created"  # unix seconds, stamped by the API into every chunk
     STATUS = "status"  # see JobStatus
-    EPOCH = "epoch"  # attempt counter; only the current attempt may append
+    EPOCH = "epoch"  # fencing token; only the attempt holding the current epoch may write
+    ATTEMPTS = "attempts"  # attempts started so far
     ENDED = "ended"  # "1" once a terminal entry is in the stream
     WORKER = "worker"  # name of the worker running the current attempt
     CANCEL_AT = "cancel_at"  # ms since the epoch after which the job must stop
-    START_BY = "start_by"  # ms since the epoch: a job still queued then is never started
+    START_BY = "start_by"  # ms since the epoch: a job still queued then is never (re)started
     SPEC = "spec"  # the JobSpec as JSON, as enqueued
 
 

@@ -1,27 +1,34 @@
-"""Lua scripts: the only way anything is written to a job's stream.
+"""Lua scripts: the only way anything is written to a job's stream or its attempt state.
 
 Each script runs atomically in Redis, so "is this attempt still the current one, has the job
 ended, should it stop" is checked in the same step as the write:
 
-- `CLAIM` starts an attempt: bumps the epoch (fencing out any earlier attempt) unless the
-  job has ended; returns the new epoch and whether a cancel is due.
+- `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
+  attempt, marks the job running and alive, unless the job has ended or waited past its
+  start deadline. Returns the new epoch and whether a cancel is due.
 - `APPEND` writes one entry for an attempt: refused with a `FENCED` error unless the epoch
   is current and the job has not ended; a terminal entry marks the job ended and starts its
   retention. Returns the entry id and the cancel flag, so a worker learns of a cancel on
   the write it makes anyway.
-- `END` lets anyone else (the API, a reaper) end a job with a terminal entry: it bumps the
-  epoch so that the running attempt, if any, cannot write another token.
+- `BEAT` is the attempt's heartbeat: refreshes its liveness key while the epoch is current;
+  returns 0 once it is not, so a fenced worker learns it even between writes.
+- `ABANDON` takes a job away from an attempt (dead, hung, or handing off at shutdown):
+  fences it out and puts the job back to queued for a new attempt, or ends it with
+  `worker_lost` once the attempts are used up.
+- `END` lets anyone else (the API) end a job with a terminal entry, fencing out the running
+  attempt, if any.
 
-The scripts use only commands Redis 7.0 has, and name every key they touch, both of which
-share the completion id's hash tag.
+The scripts use only commands Redis 7.0 has. Per-job keys share the completion id's hash
+tag; `RUNNING` is one global index (RQ does not run on Redis Cluster either).
 """
 
 from __future__ import annotations
 
+from contract import keys
 from contract.entries import EPOCH, Entry, Failed, Finished, encode
 from contract.keys import JobField, JobStatus
 
-_CANCEL_DUE = f"""
+_LIB = f"""
 local function now_ms()
   local t = redis.call('TIME')
   return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -32,14 +39,27 @@ local function cancel_due(job)
   if now_ms() >= tonumber(at) then return 1 end
   return 0
 end
+-- Write a terminal entry (fields without the epoch) and close the job.
+local function close(job, events, running, alive, id, status, retention, fields, first)
+  local epoch = redis.call('HINCRBY', job, '{JobField.EPOCH}', 1)
+  local args = {{'XADD', events, '*', '{EPOCH}', tostring(epoch)}}
+  for i = first, #fields do args[#args + 1] = fields[i] end
+  redis.call(unpack(args))
+  redis.call('HSET', job, '{JobField.ENDED}', '1', '{JobField.STATUS}', status)
+  redis.call('EXPIRE', job, retention)
+  redis.call('EXPIRE', events, retention)
+  redis.call('ZREM', running, id)
+  redis.call('DEL', alive)
+end
 """
 
 CLAIM = (
-    _CANCEL_DUE
+    _LIB
     + f"""
--- KEYS[1]=job hash; ARGV[1]=worker name. Returns {{epoch, cancel}}:
--- epoch -1 = the job is gone (expired or purged), 0 = it has ended, or waited too long
--- in the queue (then the caller ends it with queue_timeout: see END).
+-- KEYS[1]=job hash, KEYS[2]=running index, KEYS[3]=alive key
+-- ARGV[1]=worker name, ARGV[2]=completion id, ARGV[3]=heartbeat window ms
+-- Returns {{epoch, cancel}}: epoch -1 = the job is gone (expired or purged), 0 = it has
+-- ended, or waited too long in the queue (then the caller ends it: see `late_error`).
 if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0}} end
 local start_by = redis.call('HGET', KEYS[1], '{JobField.START_BY}')
@@ -48,17 +68,20 @@ if start_by and redis.call('HGET', KEYS[1], '{JobField.STATUS}') == '{JobStatus.
   return {{0, 0}}
 end
 local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
+redis.call('HINCRBY', KEYS[1], '{JobField.ATTEMPTS}', 1)
 redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.RUNNING}', '{JobField.WORKER}', ARGV[1])
+redis.call('ZADD', KEYS[2], now_ms(), ARGV[2])
+redis.call('SET', KEYS[3], epoch, 'PX', ARGV[3])
 return {{epoch, cancel_due(KEYS[1])}}
 """
 )
 
 APPEND = (
-    _CANCEL_DUE
+    _LIB
     + f"""
--- KEYS[1]=job hash, KEYS[2]=events stream
+-- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
 -- ARGV[1]=epoch, ARGV[2]=final status ('' unless terminal), ARGV[3]=retention seconds,
--- ARGV[4..]=entry field/value pairs. Returns {{entry id, cancel}}.
+-- ARGV[4]=completion id, ARGV[5..]=entry field/value pairs. Returns {{entry id, cancel}}.
 if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1] then
   return redis.error_reply('FENCED stale attempt')
 end
@@ -66,12 +89,14 @@ if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
   return redis.error_reply('FENCED job ended')
 end
 local args = {{'XADD', KEYS[2], '*'}}
-for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
+for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
 local id = redis.call(unpack(args))
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
+  redis.call('ZREM', KEYS[3], ARGV[4])
+  redis.call('DEL', KEYS[4])
 elseif redis.call('PTTL', KEYS[2]) == -1 then
   -- the stream was just created: it lives as long as the job hash
   local ttl = redis.call('PTTL', KEYS[1])
@@ -81,25 +106,80 @@ return {{id, cancel_due(KEYS[1])}}
 """
 )
 
-END = f"""
--- KEYS[1]=job hash, KEYS[2]=events stream
+BEAT = f"""
+-- KEYS[1]=job hash, KEYS[2]=alive key; ARGV[1]=epoch, ARGV[2]=window ms.
+-- Returns 1 while the attempt is current (and refreshes its liveness), else 0.
+if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
+   or redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
+  return 0
+end
+redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
+return 1
+"""
+
+ABANDON = (
+    _LIB
+    + f"""
+-- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
+-- ARGV[1]=the epoch being abandoned, ARGV[2]=completion id, ARGV[3]=max attempts,
+-- ARGV[4]=ms a new attempt has to start, ARGV[5]=retention seconds,
+-- ARGV[6..]=fields of the worker_lost entry (without epoch).
+-- Returns 1 = requeue it (the caller enqueues the continuation), 2 = ended (worker_lost),
+-- 0 = nothing to do (the job ended, or that attempt is no longer current).
+if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
+   or redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
+  redis.call('ZREM', KEYS[3], ARGV[2])
+  return 0
+end
+local attempts = tonumber(redis.call('HGET', KEYS[1], '{JobField.ATTEMPTS}') or '0')
+if attempts >= tonumber(ARGV[3]) then
+  close(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], '{JobStatus.FAILED}', ARGV[5], ARGV, 6)
+  return 2
+end
+redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
+redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.QUEUED}',
+           '{JobField.START_BY}', now_ms() + tonumber(ARGV[4]))
+redis.call('HDEL', KEYS[1], '{JobField.WORKER}')
+redis.call('ZREM', KEYS[3], ARGV[2])
+redis.call('DEL', KEYS[4])
+return 1
+"""
+)
+
+END = (
+    _LIB
+    + f"""
+-- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
 -- ARGV[1]=final status, ARGV[2]=retention seconds, ARGV[3]=only if the job's status is
--- this ('' = any), ARGV[4..]=entry fields without epoch.
+-- this ('' = any), ARGV[4]=completion id, ARGV[5..]=entry fields without epoch.
 -- Returns 1 if this call ended the job, 0 if it was gone, had ended, or had another status.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return 0 end
 if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], '{JobField.STATUS}') ~= ARGV[3] then return 0 end
-local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
-local args = {{'XADD', KEYS[2], '*', '{EPOCH}', tostring(epoch)}}
-for i = 4, #ARGV do args[#args + 1] = ARGV[i] end
-redis.call(unpack(args))
-redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', ARGV[1])
-redis.call('EXPIRE', KEYS[1], ARGV[2])
-redis.call('EXPIRE', KEYS[2], ARGV[2])
+close(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[1], ARGV[2], ARGV, 5)
 return 1
 """
+)
 
 FENCED = "FENCED"
+
+QUEUE_TIMEOUT = Failed(
+    epoch=0,
+    message="No worker started this request in time; try again later.",
+    type="server_error",
+    code="queue_timeout",
+)
+WORKER_LOST = Failed(
+    epoch=0,
+    message="The worker generating this completion was lost and no other worker could resume it.",
+    type="server_error",
+    code="worker_lost",
+)
+
+
+def late_error(attempts: int) -> Failed:
+    """What a job that no worker (re)started in time ends with."""
+    return WORKER_LOST if attempts > 0 else QUEUE_TIMEOUT
 
 
 def final_status(entry: Entry) -> str:
@@ -111,16 +191,41 @@ def final_status(entry: Entry) -> str:
     return ""
 
 
-def append_args(entry: Entry, retention_s: int) -> list[str]:
+def _flat(fields: dict[str, str]) -> list[str]:
+    return [x for pair in fields.items() for x in pair]
+
+
+def append_args(completion_id: str, entry: Entry, retention_s: int) -> list[str]:
     """ARGV for APPEND (the epoch comes from the entry)."""
-    fields = encode(entry)
-    flat = [x for pair in fields.items() for x in pair]
-    return [str(entry.epoch), final_status(entry), str(retention_s), *flat]
+    return [str(entry.epoch), final_status(entry), str(retention_s), completion_id, *_flat(encode(entry))]
 
 
-def end_args(entry: Failed | Finished, retention_s: int, only_if_status: str = "") -> list[str]:
-    """ARGV for END (the script stamps the epoch itself; the entry's epoch is ignored)."""
+def _without_epoch(entry: Entry) -> list[str]:
     fields = encode(entry)
     del fields[EPOCH]
-    flat = [x for pair in fields.items() for x in pair]
-    return [final_status(entry), str(retention_s), only_if_status, *flat]
+    return _flat(fields)
+
+
+def end_args(
+    completion_id: str, entry: Failed | Finished, retention_s: int, only_if_status: str = ""
+) -> list[str]:
+    """ARGV for END (the script stamps the epoch itself; the entry's epoch is ignored)."""
+    return [final_status(entry), str(retention_s), only_if_status, completion_id, *_without_epoch(entry)]
+
+
+def abandon_args(
+    completion_id: str, epoch: int, max_attempts: int, resume_wait_ms: int, retention_s: int
+) -> list[str]:
+    return [
+        str(epoch),
+        completion_id,
+        str(max_attempts),
+        str(resume_wait_ms),
+        str(retention_s),
+        *_without_epoch(WORKER_LOST),
+    ]
+
+
+def job_keys(completion_id: str) -> list[str]:
+    """KEYS for APPEND, ABANDON and END: job hash, events, running index, alive key."""
+    return [keys.job(completion_id), keys.events(completion_id), keys.RUNNING, keys.alive(completion_id)]

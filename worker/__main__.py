@@ -10,7 +10,8 @@ from rq.serializers import JSONSerializer
 
 from contract import keys
 from worker.engine import LlamaEngine
-from worker.jobs import JobRunner, install
+from worker.heartbeat import Heartbeat
+from worker.jobs import JobRunner, Recovery, install
 from worker.presence import Presence
 from worker.publisher import Publisher
 from worker.rqworker import AllowlistedJob, TokenspoolWorker
@@ -23,31 +24,40 @@ def main() -> None:
     settings = WorkerSettings.from_env()
     log.info("loading %s from %s", settings.model_name, settings.model_path)
     engine = LlamaEngine(settings)
-    client = redis.Redis.from_url(settings.redis_url)
-    install(
-        JobRunner(
-            engine,
-            Publisher(client, settings.name, settings.retention_s),
-            client,
-            settings.retention_s,
+
+    def connect() -> redis.Redis:
+        # Named connections: when this process dies the API sees them vanish at once.
+        return redis.Redis.from_url(
+            settings.redis_url,
+            client_name=keys.WORKER_CONNECTION_PREFIX + settings.name,
+            health_check_interval=10,
         )
+
+    client = connect()
+    window_ms = int(settings.heartbeat_window_s * 1000)
+    heartbeat = Heartbeat(connect(), window_ms, interval_s=settings.heartbeat_window_s / 3)
+    recovery = Recovery(
+        max_attempts=settings.max_attempts,
+        resume_wait_s=settings.resume_wait_s,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        job_timeout_s=settings.job_timeout_s,
+        job_ttl_s=settings.job_ttl_s,
+        retention_s=settings.retention_s,
     )
-    presence = Presence(
-        redis.Redis.from_url(settings.redis_url), settings.model_name, settings.name, settings.announce_s
-    )
+    publisher = Publisher(client, settings.name, settings.retention_s, window_ms)
+    install(JobRunner(engine, publisher, heartbeat, client, recovery))
+    presence = Presence(connect(), settings.model_name, settings.name, settings.announce_s)
     queue = Queue(keys.queue_name(settings.model_name), connection=client, serializer=JSONSerializer)
     worker = TokenspoolWorker(
-        [queue],
-        name=settings.name,
-        connection=client,
-        serializer=JSONSerializer,
-        job_class=AllowlistedJob,
+        [queue], name=settings.name, connection=client, serializer=JSONSerializer, job_class=AllowlistedJob
     )
     presence.start()
+    heartbeat.start()
     log.info("worker %s serving %s (n_ctx %d)", settings.name, settings.model_name, engine.n_ctx)
     try:
         worker.work(logging_level="INFO")
     finally:
+        heartbeat.stop()
         presence.stop()
 
 

@@ -1,24 +1,31 @@
-"""The job function RQ runs: one completion, published to its stream.
+"""The job function RQ runs: one attempt at one completion, published to its stream.
 
 RQ calls `generate(spec)` by its dotted path (`contract.keys.JOB_FUNCTION`). The loaded
 model cannot travel through RQ's JSON arguments, so the worker process installs its
 `JobRunner` here once at start (`install`); the function is unusable anywhere else.
+
+An attempt may be a continuation: earlier attempts of the same job (on a worker that died,
+hung or shut down) already published text with its token ids. The new attempt rebuilds the
+prompt, appends exactly those ids, and generates only what is missing, within the job's
+original max_tokens; the client sees one continuous stream.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import time
+from dataclasses import dataclass
 from typing import Protocol
 
 import redis
 from rq import get_current_job
 
-from contract import keys, scripts
+from contract import queueing
 from contract.entries import Failed
 from contract.jobspec import InvalidSpec, JobSpec
-from contract.keys import JobStatus
 from worker.errors import PromptRejected
+from worker.heartbeat import Heartbeat
 from worker.publisher import Attempt, Fenced, JobGone, Publisher
 from worker.textstream import TextAssembler
 
@@ -27,47 +34,88 @@ log = logging.getLogger("tokenspool.worker")
 
 class Engine(Protocol):
     model_name: str
+    n_ctx: int
 
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
     def tokens(self, spec: JobSpec, context: list[int]): ...
 
 
+@dataclass(frozen=True)
+class Recovery:
+    """How jobs move between workers (the API's reaper uses the same numbers)."""
+
+    max_attempts: int = 3
+    resume_wait_s: float = 30.0
+    shutdown_grace_s: float = 20.0
+    job_timeout_s: int = 1800
+    job_ttl_s: int = 86_400
+    retention_s: int = 3600
+
+
+class HandedOff(Exception):
+    pass
+
+
 class JobRunner:
-    def __init__(self, engine: Engine, publisher: Publisher, client: redis.Redis, retention_s: int) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        publisher: Publisher,
+        heartbeat: Heartbeat,
+        client: redis.Redis,
+        recovery: Recovery,
+    ) -> None:
         self.engine = engine
         self.publisher = publisher
-        self._end = client.register_script(scripts.END)
-        self._retention = retention_s
+        self.heartbeat = heartbeat
+        self._client = client
+        self.recovery = recovery
+        self._shutdown_at: float | None = None
+
+    def request_shutdown(self) -> None:
+        """SIGTERM: finish the running job if it ends within the grace period, else hand it off."""
+        if self._shutdown_at is None:
+            self._shutdown_at = time.monotonic() + self.recovery.shutdown_grace_s
 
     def run(self, raw_spec: object) -> str:
-        """Run one job; returns its outcome for RQ's records."""
+        """Run one attempt; returns its outcome for RQ's records."""
         try:
             spec = JobSpec.from_dict(raw_spec)
         except InvalidSpec as exc:
             job = get_current_job()
             if job is not None:
-                self._fail(job.id, "invalid_request", f"Invalid job arguments: {exc}")
+                self.publisher.end(
+                    job.id,
+                    Failed(0, f"Invalid job arguments: {exc}", "invalid_request_error", "invalid_request"),
+                )
             raise
         if spec.model != self.engine.model_name:
-            self._fail(spec.id, "model_not_found", f"This worker serves {self.engine.model_name}")
+            self.publisher.end(
+                spec.id,
+                Failed(
+                    0,
+                    f"This worker serves {self.engine.model_name}.",
+                    "invalid_request_error",
+                    "model_not_found",
+                ),
+            )
             return "wrong-model"
         try:
             attempt = self.publisher.claim(spec.id)
         except JobGone:
-            # ended (or cancelled) before it started, or waited past its queue deadline
-            self._fail(
-                spec.id,
-                "queue_timeout",
-                "No worker started this request in time.",
-                only_if_status=JobStatus.QUEUED,
-            )
-            return "skipped"
+            return "skipped"  # ended or cancelled before it started, or past its deadline
+        self.heartbeat.track(attempt)
         try:
             return self._generate(spec, attempt)
         except Fenced as exc:
             log.warning("attempt fenced out, abandoning job: %s", exc)
             return "fenced"
+        except HandedOff:
+            return "handed-off"
+        except (SystemExit, KeyboardInterrupt):  # cold shutdown: give the job back first
+            self._hand_off(attempt)
+            raise
         except Exception as exc:
             log.exception("generation failed for %s", spec.id)
             with contextlib.suppress(Fenced, redis.RedisError):
@@ -75,22 +123,39 @@ class JobRunner:
                     attempt, f"The worker failed: {type(exc).__name__}", "server_error", "worker_error"
                 )
             raise
+        finally:
+            self.heartbeat.untrack(attempt)
 
     def _generate(self, spec: JobSpec, attempt: Attempt) -> str:
         engine, pub = self.engine, self.publisher
-        if attempt.cancelled:
-            pub.finished(attempt, "stop", 0, 0)
-            return "cancelled"
+        progress = pub.progress(spec.id)
+        prior = list(progress.token_ids)
         try:
             prompt = engine.prompt_ids(spec)
         except PromptRejected as exc:
             pub.failed(attempt, str(exc), "invalid_request_error", exc.code, exc.param)
             return exc.code
-        pub.started(attempt, len(prompt))
+        prompt_tokens = progress.prompt_tokens or len(prompt)
+        pub.started(attempt, prompt_tokens)
+        generated = len(prior)
+        if prior:
+            log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
+        context = prompt + prior
+        if attempt.cancelled or (spec.max_tokens is not None and generated >= spec.max_tokens):
+            pub.finished(attempt, "stop" if attempt.cancelled else "length", prompt_tokens, generated)
+            return "cancelled" if attempt.cancelled else "length"
+        if len(context) >= engine.n_ctx:
+            pub.finished(attempt, "length", prompt_tokens, generated)
+            return "length"
+
         assembler = TextAssembler(spec.stop)
-        generated = 0
         reason = "length"  # the context window filled up
-        for token, piece in engine.tokens(spec, prompt):
+        for token, piece in engine.tokens(spec, context):
+            if attempt.fenced:
+                raise Fenced(f"{spec.id} epoch {attempt.epoch}: another attempt took over")
+            if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:
+                self._hand_off(attempt)
+                raise HandedOff()
             if engine.is_end(token):
                 reason = "stop"
                 break
@@ -107,15 +172,26 @@ class JobRunner:
         tail = assembler.flush()
         if tail is not None:
             pub.delta(attempt, tail.text, tail.token_ids)
-        pub.finished(attempt, reason, len(prompt), generated)
+        pub.finished(attempt, reason, prompt_tokens, generated)
         return "cancelled" if attempt.cancelled else reason
 
-    def _fail(self, completion_id: str, code: str, message: str, only_if_status: str = "") -> None:
-        error = Failed(epoch=0, message=message, type="invalid_request_error", code=code)
-        self._end(
-            keys=[keys.job(completion_id), keys.events(completion_id)],
-            args=scripts.end_args(error, self._retention, only_if_status),
-        )
+    def _hand_off(self, attempt: Attempt) -> None:
+        """Give the job back; a continuation is enqueued for another worker."""
+        r = self.recovery
+        try:
+            outcome = self.publisher.hand_off(attempt, r.max_attempts, int(r.resume_wait_s * 1000))
+            if outcome == 1:
+                queueing.enqueue_continuation(
+                    self._client,
+                    attempt.completion_id,
+                    attempt.epoch + 1,
+                    timeout_s=r.job_timeout_s,
+                    ttl_s=r.job_ttl_s,
+                    retention_s=r.retention_s,
+                )
+            log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
+        except redis.RedisError as exc:  # the reaper will find the attempt dead instead
+            log.warning("could not hand off %s: %s", attempt.completion_id, exc)
 
 
 _runner: JobRunner | None = None

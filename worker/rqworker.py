@@ -4,6 +4,9 @@ SimpleWorker runs jobs in this process: no fork per job (CUDA cannot survive a f
 model stays loaded. Jobs are JSON (never pickle), and `AllowlistedJob` refuses to resolve any
 function but `contract.keys.JOB_FUNCTION`, so a job planted in Redis with another function
 name fails without anything being imported or called.
+
+On SIGTERM RQ stops taking jobs after the current one; `TokenspoolWorker` also tells the job
+runner, which finishes the job within the shutdown grace period or hands it off.
 """
 
 from __future__ import annotations
@@ -30,3 +33,10 @@ class AllowlistedJob(Job):
 
 class TokenspoolWorker(SimpleWorker):
     job_class = AllowlistedJob
+
+    def request_stop(self, signum, frame):
+        from worker import jobs
+
+        if jobs._runner is not None:
+            jobs._runner.request_shutdown()
+        super().request_stop(signum, frame)

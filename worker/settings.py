@@ -34,6 +34,12 @@ class WorkerSettings:
     retention_s: int = 3600
     name: str = ""
     announce_s: float = 2.0
+    heartbeat_window_s: float = 3.0  # an attempt silent this long is dead
+    max_attempts: int = 3
+    resume_wait_s: float = 30.0
+    shutdown_grace_s: float = 20.0
+    job_timeout_s: int = 1800
+    job_ttl_s: int = 86_400
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -57,5 +63,11 @@ class WorkerSettings:
             n_threads=int(threads) if threads else None,
             n_gpu_layers=int(e.get("N_GPU_LAYERS", cls.n_gpu_layers)),
             retention_s=int(e.get("RETENTION_SECONDS", cls.retention_s)),
+            heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),
+            max_attempts=int(e.get("MAX_ATTEMPTS", cls.max_attempts)),
+            resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", cls.resume_wait_s)),
+            shutdown_grace_s=float(e.get("SHUTDOWN_GRACE_SECONDS", cls.shutdown_grace_s)),
+            job_timeout_s=int(e.get("JOB_TIMEOUT_SECONDS", cls.job_timeout_s)),
+            job_ttl_s=int(e.get("JOB_TTL_SECONDS", cls.job_ttl_s)),
             name=e.get("WORKER_NAME") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
         )

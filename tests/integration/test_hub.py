@@ -56,7 +56,7 @@ def test_hundreds_of_streams_over_one_reader_connection(redis_url):
         assert hub.watched == N_STREAMS
 
         def produce():
-            pub = Publisher(sync, "w", 60)
+            pub = Publisher(sync, "w", 60, 3000)
             attempts = [pub.claim(cid) for cid in ids]
             for a in attempts:
                 pub.started(a, 1)

@@ -25,7 +25,7 @@ def stream(r):
 
 
 def test_claim_starts_epoch_one_and_appends_are_accepted(r):
-    pub = Publisher(r, "w1", retention_s=60)
+    pub = Publisher(r, "w1", retention_s=60, window_ms=3000)
     attempt = pub.claim(CID)
     assert attempt.epoch == 1 and not attempt.cancelled
     pub.started(attempt, 5)
@@ -38,15 +38,15 @@ def test_claim_starts_epoch_one_and_appends_are_accepted(r):
 
 
 def test_stream_created_by_first_append_lives_as_long_as_the_job(r):
-    pub = Publisher(r, "w1", retention_s=60)
+    pub = Publisher(r, "w1", retention_s=60, window_ms=3000)
     attempt = pub.claim(CID)
     pub.started(attempt, 1)
     assert 900 < r.ttl(keys.events(CID)) <= 1000
 
 
 def test_a_stale_attempt_cannot_write_one_more_token(r):
-    old = Publisher(r, "w-old", 60)
-    new = Publisher(r, "w-new", 60)
+    old = Publisher(r, "w-old", 60, 3000)
+    new = Publisher(r, "w-new", 60, 3000)
     a1 = old.claim(CID)
     old.delta(a1, "a", (1,))
     a2 = new.claim(CID)
@@ -58,7 +58,7 @@ def test_a_stale_attempt_cannot_write_one_more_token(r):
 
 
 def test_nothing_is_written_after_the_terminal_entry(r):
-    pub = Publisher(r, "w1", 60)
+    pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
     pub.finished(a, "stop", 1, 0)
     with pytest.raises(Fenced):
@@ -69,12 +69,13 @@ def test_nothing_is_written_after_the_terminal_entry(r):
 
 
 def test_end_fences_out_the_running_attempt(r):
-    pub = Publisher(r, "w1", 60)
+    pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
     end = r.register_script(scripts.END)
     lost = Failed(0, "gone", "server_error", "worker_lost")
-    assert end(keys=[keys.job(CID), keys.events(CID)], args=scripts.end_args(lost, 60)) == 1
-    assert end(keys=[keys.job(CID), keys.events(CID)], args=scripts.end_args(lost, 60)) == 0
+    assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 1
+    assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 0
+    assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
     with pytest.raises(Fenced):
         pub.delta(a, "x", (1,))
     last = stream(r)[-1]
@@ -83,16 +84,16 @@ def test_end_fences_out_the_running_attempt(r):
 
 
 def test_end_only_if_status_leaves_a_running_job_alone(r):
-    Publisher(r, "w1", 60).claim(CID)
+    Publisher(r, "w1", 60, 3000).claim(CID)
     end = r.register_script(scripts.END)
     timeout = Failed(0, "late", "server_error", "queue_timeout")
-    args = scripts.end_args(timeout, 60, only_if_status=JobStatus.QUEUED)
-    assert end(keys=[keys.job(CID), keys.events(CID)], args=args) == 0
+    args = scripts.end_args(CID, timeout, 60, only_if_status=JobStatus.QUEUED)
+    assert end(keys=scripts.job_keys(CID), args=args) == 0
     assert stream(r) == []
 
 
 def test_cancel_flag_is_returned_by_the_append_once_due(r):
-    pub = Publisher(r, "w1", 60)
+    pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
     pub.delta(a, "a", (1,))
     assert not a.cancelled
@@ -105,23 +106,32 @@ def test_cancel_in_the_future_is_not_due_yet(r):
     import time
 
     r.hset(keys.job(CID), JobField.CANCEL_AT, int(time.time() * 1000) + 60_000)
-    a = Publisher(r, "w1", 60).claim(CID)
+    a = Publisher(r, "w1", 60, 3000).claim(CID)
     assert not a.cancelled
 
 
-def test_claim_refuses_a_job_past_its_start_deadline(r):
+def test_claim_refuses_a_job_past_its_start_deadline_and_ends_it(r):
     r.hset(keys.job(CID), JobField.START_BY, 1)
     with pytest.raises(JobGone):
-        Publisher(r, "w1", 60).claim(CID)
+        Publisher(r, "w1", 60, 3000).claim(CID)
+    (last,) = stream(r)
+    assert isinstance(last, Failed) and last.code == "queue_timeout"
+
+
+def test_a_requeued_job_past_its_deadline_ends_with_worker_lost(r):
+    r.hset(keys.job(CID), mapping={JobField.START_BY: 1, JobField.ATTEMPTS: 1})
+    with pytest.raises(JobGone):
+        Publisher(r, "w1", 60, 3000).claim(CID)
+    assert stream(r)[-1].code == "worker_lost"
 
 
 def test_claim_refuses_a_vanished_job():
     with pytest.raises(JobGone):
-        Publisher(fakeredis.FakeRedis(), "w1", 60).claim("chatcmpl-none")
+        Publisher(fakeredis.FakeRedis(), "w1", 60, 3000).claim("chatcmpl-none")
 
 
 def test_append_to_a_vanished_job_is_fenced(r):
-    pub = Publisher(r, "w1", 60)
+    pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
     r.delete(keys.job(CID))
     with pytest.raises(Fenced):
@@ -129,7 +139,7 @@ def test_append_to_a_vanished_job_is_fenced(r):
 
 
 def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
-    pub = Publisher(r, "w1", 60)
+    pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
 
     def boom(**kw):
@@ -141,7 +151,76 @@ def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
 
 
 def test_finished_entry_records_usage(r):
-    pub = Publisher(r, "w1", 60)
+    pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
     pub.finished(a, "length", 11, 7)
     assert stream(r)[-1] == Finished(a.epoch, "length", 11, 7)
+
+
+def test_claim_marks_the_attempt_running_and_alive(r):
+    a = Publisher(r, "w1", 60, 3000).claim(CID)
+    assert r.zscore(keys.RUNNING, CID) is not None
+    assert r.get(keys.alive(CID)) == str(a.epoch).encode() and 0 < r.pttl(keys.alive(CID)) <= 3000
+    assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
+    assert r.hget(keys.job(CID), JobField.WORKER) == b"w1"
+
+
+def test_terminal_entry_clears_the_running_index(r):
+    pub = Publisher(r, "w1", 60, 3000)
+    a = pub.claim(CID)
+    pub.finished(a, "stop", 1, 0)
+    assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
+
+
+def test_beat_refreshes_only_the_current_attempt(r):
+    pub = Publisher(r, "w1", 60, 3000)
+    a1 = pub.claim(CID)
+    beat = r.register_script(scripts.BEAT)
+    assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 1
+    assert r.pttl(keys.alive(CID)) > 3000
+    a2 = pub.claim(CID)
+    assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 0
+    assert r.get(keys.alive(CID)) == str(a2.epoch).encode()  # the stale beat changed nothing
+
+
+def _abandon(r, epoch, max_attempts=3):
+    script = r.register_script(scripts.ABANDON)
+    return script(keys=scripts.job_keys(CID), args=scripts.abandon_args(CID, epoch, max_attempts, 30_000, 60))
+
+
+def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
+    pub = Publisher(r, "w1", 60, 3000)
+    a = pub.claim(CID)
+    pub.delta(a, "x", (1,))
+    assert _abandon(r, a.epoch) == 1
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
+    assert r.zscore(keys.RUNNING, CID) is None
+    with pytest.raises(Fenced):
+        pub.delta(a, "y", (2,))
+    assert _abandon(r, a.epoch) == 0  # idempotent: that attempt is no longer current
+    b = pub.claim(CID)
+    assert b.epoch > a.epoch
+    assert pub.progress(CID).token_ids == (1,)
+
+
+def test_abandon_after_the_last_attempt_ends_with_worker_lost(r):
+    pub = Publisher(r, "w1", 60, 3000)
+    a = pub.claim(CID)
+    assert _abandon(r, a.epoch, max_attempts=1) == 2
+    last = stream(r)[-1]
+    assert isinstance(last, Failed) and last.code == "worker_lost"
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"failed"
+
+
+def test_progress_collects_every_published_token_id(r):
+    pub = Publisher(r, "w1", 60, 3000)
+    a = pub.claim(CID)
+    pub.started(a, 9)
+    pub.delta(a, "ab", (1, 2))
+    pub.delta(a, "c", (3,))
+    _abandon(r, a.epoch)
+    b = pub.claim(CID)
+    pub.started(b, 9)
+    pub.delta(b, "d", (4,))
+    p = pub.progress(CID)
+    assert p.prompt_tokens == 9 and p.token_ids == (1, 2, 3, 4)

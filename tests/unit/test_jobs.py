@@ -1,0 +1,163 @@
+"""The job runner with a scripted engine on fakeredis: fresh runs, resumes, fencing, hand-off."""
+
+from __future__ import annotations
+
+import json
+
+import fakeredis
+import pytest
+
+from contract import entries, keys
+from contract.entries import Delta, Failed, Finished, Started
+from contract.jobspec import JobSpec, Message
+from contract.keys import JobField
+from worker.errors import PromptTooLong
+from worker.heartbeat import Heartbeat
+from worker.jobs import JobRunner, Recovery
+from worker.publisher import Publisher
+
+CID = "chatcmpl-run"
+PROMPT = [100, 101, 102]
+EOS = 0
+
+
+class ScriptedEngine:
+    model_name = "m"
+    n_ctx = 64
+
+    def __init__(self, script: list[int], on_token=None) -> None:
+        self.script = script
+        self.contexts: list[list[int]] = []
+        self.on_token = on_token
+
+    def prompt_ids(self, spec):
+        if spec.messages[0].content == "too long":
+            raise PromptTooLong(99, self.n_ctx, "messages")
+        return list(PROMPT)
+
+    def is_end(self, token):
+        return token == EOS
+
+    def tokens(self, spec, context):
+        self.contexts.append(list(context))
+        for i, tok in enumerate(self.script):
+            if self.on_token:
+                self.on_token(i)
+            yield tok, f"<{tok}>".encode()
+
+
+def spec(**kw) -> dict:
+    base = dict(id=CID, kind="chat", model="m", messages=(Message("user", "hi"),), max_tokens=5)
+    base.update(kw)
+    return JobSpec(**base).to_dict()
+
+
+@pytest.fixture
+def r():
+    client = fakeredis.FakeRedis()
+    client.hset(
+        keys.job(CID),
+        mapping={
+            JobField.STATUS: "queued",
+            JobField.EPOCH: 0,
+            JobField.ATTEMPTS: 0,
+            JobField.SPEC: json.dumps(spec()),
+        },
+    )
+    return client
+
+
+def runner(r, engine, **recovery) -> JobRunner:
+    pub = Publisher(r, "w1", 60, 3000)
+    return JobRunner(engine, pub, Heartbeat(r, 3000, 1.0), r, Recovery(**recovery))
+
+
+def stream(r):
+    return [entries.decode(f) for _, f in r.xrange(keys.events(CID))]
+
+
+def test_fresh_job_publishes_started_deltas_and_usage(r):
+    assert runner(r, ScriptedEngine([7, 8, EOS])).run(spec()) == "stop"
+    s = stream(r)
+    assert isinstance(s[0], Started) and s[0].prompt_tokens == 3
+    assert [e.text for e in s if isinstance(e, Delta)] == ["<7>", "<8>"]
+    assert s[-1] == Finished(s[-1].epoch, "stop", 3, 2)
+
+
+def test_max_tokens_ends_with_length(r):
+    runner(r, ScriptedEngine([1, 2, 3, 4, 5, 6, 7])).run(spec(max_tokens=3))
+    assert stream(r)[-1].finish_reason == "length" and stream(r)[-1].completion_tokens == 3
+
+
+def test_a_continuation_resumes_from_the_published_token_ids(r):
+    # attempt 1 publishes two tokens, then its worker dies (the reaper abandons it)
+    def die(i):
+        if i == 2:
+            raise SystemExit
+
+    first = runner(r, ScriptedEngine([11, 12, 13, 14], on_token=die))
+    with pytest.raises(SystemExit):
+        first.run(spec(max_tokens=5))
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"  # handed off on the way out
+    assert r.llen("rq:queue:m") == 1  # with a continuation job
+    # attempt 2 continues: prompt + exactly the published ids, only 3 more tokens
+    engine = ScriptedEngine([21, 22, 23, 24, 25])
+    assert runner(r, engine).run(spec(max_tokens=5)) == "length"
+    assert engine.contexts == [[*PROMPT, 11, 12]]
+    s = stream(r)
+    assert "".join(e.text for e in s if isinstance(e, Delta)) == "<11><12><21><22><23>"
+    assert sum(isinstance(e, Started) for e in s) == 2
+    assert s[-1].completion_tokens == 5 and s[-1].prompt_tokens == 3
+
+
+def test_a_continuation_with_nothing_left_finishes_at_once(r):
+    pub = Publisher(r, "w0", 60, 3000)
+    a = pub.claim(CID)
+    pub.started(a, 3)
+    pub.delta(a, "abc", (1, 2, 3))
+    r.hset(keys.job(CID), JobField.EPOCH, a.epoch + 1)  # as ABANDON does
+    engine = ScriptedEngine([9])
+    runner(r, engine).run(spec(max_tokens=3))
+    assert engine.contexts == [] and stream(r)[-1].finish_reason == "length"
+
+
+def test_fenced_by_the_heartbeat_stops_within_one_token(r):
+    holder = {}
+
+    def fence(i):
+        if i == 1:
+            holder["runner"].heartbeat.beat()  # sees the epoch moved on
+
+    engine = ScriptedEngine([1, 2, 3, 4], on_token=fence)
+    holder["runner"] = run = runner(r, engine)
+    orig_claim = run.publisher.claim
+
+    def claim_then_steal(cid):
+        attempt = orig_claim(cid)
+        run.heartbeat.track(attempt)
+        r.hincrby(keys.job(CID), JobField.EPOCH, 1)  # another attempt takes over
+        return attempt
+
+    run.publisher.claim = claim_then_steal
+    assert run.run(spec()) == "fenced"
+    assert [e for e in stream(r) if isinstance(e, Delta)] == []
+
+
+def test_shutdown_hands_the_job_off_with_a_continuation(r):
+    run = runner(r, ScriptedEngine([1, 2, 3, 4]), shutdown_grace_s=0.0)
+    run.request_shutdown()
+    assert run.run(spec()) == "handed-off"
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
+    assert r.llen("rq:queue:m") == 1
+
+
+def test_prompt_rejected_is_a_failed_entry(r):
+    runner(r, ScriptedEngine([1])).run(spec(messages=(Message("user", "too long"),)))
+    last = stream(r)[-1]
+    assert isinstance(last, Failed) and last.code == "context_length_exceeded" and last.param == "messages"
+
+
+def test_job_for_another_model_is_ended_not_run(r):
+    engine = ScriptedEngine([1])
+    assert runner(r, engine).run(spec(model="other")) == "wrong-model"
+    assert engine.contexts == [] and stream(r)[-1].code == "model_not_found"

@@ -1,0 +1,66 @@
+"""Per-attempt heartbeats, from a thread that keeps beating while llama.cpp computes.
+
+Every `interval_s` each attempt this process holds refreshes its liveness key (the BEAT
+script, valid for `window_ms`). A process that hangs stops beating and is declared dead
+when the key expires; a process that dies is seen sooner, by its named connections
+vanishing. BEAT also tells an attempt it has been fenced out, so a worker stops even while
+it writes nothing (a long prefill). The thread holds any number of attempts: one process
+may run several jobs at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+import redis
+
+from contract import keys, scripts
+from worker.publisher import Attempt
+
+log = logging.getLogger("tokenspool.worker")
+
+
+class Heartbeat:
+    def __init__(self, client: redis.Redis, window_ms: int, interval_s: float) -> None:
+        self._beat = client.register_script(scripts.BEAT)
+        self._window_ms = window_ms
+        self._interval = interval_s
+        self._attempts: dict[str, Attempt] = {}
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def track(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts[attempt.completion_id] = attempt
+
+    def untrack(self, attempt: Attempt) -> None:
+        with self._lock:
+            if self._attempts.get(attempt.completion_id) is attempt:
+                del self._attempts[attempt.completion_id]
+
+    def beat(self) -> None:
+        with self._lock:
+            attempts = list(self._attempts.values())
+        for a in attempts:
+            current = self._beat(
+                keys=[keys.job(a.completion_id), keys.alive(a.completion_id)],
+                args=[a.epoch, self._window_ms],
+            )
+            if not current:
+                a.fenced = True
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self._interval):
+            try:
+                self.beat()
+            except redis.RedisError as exc:
+                log.warning("heartbeat failed: %s", exc)
