@@ -95,6 +95,8 @@ def start_redis(
         "",
         "--appendonly",
         "yes" if appendonly else "no",
+        "--appendfsync",
+        "always",  # with AOF on, a test's restart must lose nothing
         "--protected-mode",
         "yes",
     ]

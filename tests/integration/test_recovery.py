@@ -1,0 +1,358 @@
+"""Workers die, hang, shut down, and Redis restarts: every stream still ends properly, and
+where a surviving worker exists it continues the completion without a gap or a repeat."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import redis
+
+from contract import entries, keys
+from contract.entries import Delta, Finished, Started
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from tests.integration.conftest import MODEL
+from tests.sse_contract import check_stream
+
+pytestmark = pytest.mark.integration
+
+WORKER_ENV = {"HEARTBEAT_WINDOW_SECONDS": "2", "RESUME_WAIT_SECONDS": "20", "SHUTDOWN_GRACE_SECONDS": "1"}
+API_ENV = {
+    "KEEPALIVE_SECONDS": "0.5",
+    "REAPER_INTERVAL_SECONDS": "0.2",
+    "REAPER_SETTLE_SECONDS": "1",
+    "CANCEL_GRACE_SECONDS": "0",
+}
+LONG = {"role": "user", "content": "Write a long story about a lighthouse keeper, a storm and a ship."}
+
+
+@dataclass
+class Pool:
+    logs: Path
+    redis_url: str
+    base: str
+    r: redis.Redis
+    redis_proc: Proc
+    api: Proc
+    workers: dict[str, Proc] = field(default_factory=dict)
+    n: int = 0
+
+    def spawn(self, env: dict[str, str] | None = None) -> Proc:
+        self.n += 1
+        name = f"w{self.n}"
+        self.workers[name] = start_worker(
+            self.logs, self.redis_url, name=name, env={**WORKER_ENV, **(env or {})}
+        )
+        return self.workers[name]
+
+    def ensure(self, count: int) -> None:
+        for name, p in list(self.workers.items()):
+            if not p.alive():
+                del self.workers[name]
+        while len(self.workers) < count:
+            self.spawn()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            live = self.r.zcount(keys.workers(MODEL), int(time.time() * 1000) - 3000, "+inf")
+            named = {c["name"] for c in self.r.client_list()}
+            if live >= count and all(keys.WORKER_CONNECTION_PREFIX + n in named for n in self.workers):
+                return
+            time.sleep(0.1)
+        raise TimeoutError("workers did not come up")
+
+    def holder(self, cid: str, timeout: float = 20) -> Proc:
+        """The worker process running the job's current attempt."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            name = self.r.hget(keys.job(cid), keys.JobField.WORKER)
+            if name and self.r.hget(keys.job(cid), keys.JobField.STATUS) == b"running":
+                return self.workers[name.decode()]
+            time.sleep(0.01)
+        raise TimeoutError(f"{cid} never started")
+
+    def events(self, cid: str) -> list:
+        return [entries.decode(f) for _, f in self.r.xrange(keys.events(cid))]
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("recovery")
+    redis_proc, url = start_redis(logs)
+    api, base = start_api(logs, url, env=API_ENV)
+    p = Pool(logs, url, base, redis.Redis.from_url(url), redis_proc, api)
+    try:
+        p.ensure(2)
+        wait_for_model(base, MODEL, procs=(api,))
+        yield p
+    finally:
+        for w in p.workers.values():
+            w.signal(signal.SIGKILL)
+        api.stop()
+        redis_proc.stop()
+
+
+def _open_stream(pool: Pool, body: dict):
+    return httpx.stream("POST", pool.base + "/v1/chat/completions", json=body, timeout=120)
+
+
+def _read_until(lines, pred) -> list[str]:
+    """Read SSE lines until pred(content chunks so far) holds; returns the raw lines read."""
+    got, contents = [], 0
+    for line in lines:
+        got.append(line)
+        if line.startswith("data: {") and '"content":"' in line and '"content":""' not in line:
+            contents += 1
+        if pred(contents):
+            break
+    return got
+
+
+def _raw(lines: list[str]) -> bytes:
+    return "".join(line + "\n" for line in lines).encode()
+
+
+def _check_resumed(pool: Pool, raw: bytes, cid: str, max_tokens: int):
+    parsed = check_stream(raw, "chat", include_usage=True)
+    assert parsed.error is None, parsed.error
+    events = pool.events(cid)
+    deltas = [e for e in events if isinstance(e, Delta)]
+    final = events[-1]
+    assert isinstance(final, Finished)
+    # one continuous completion: what the client got is exactly what was published once
+    assert parsed.text == "".join(d.text for d in deltas)
+    assert (
+        parsed.usage["completion_tokens"] == sum(len(d.token_ids) for d in deltas) == final.completion_tokens
+    )
+    assert final.completion_tokens <= max_tokens
+    assert parsed.usage["prompt_tokens"] == next(e for e in events if isinstance(e, Started)).prompt_tokens
+    return parsed, events
+
+
+@pytest.mark.parametrize("cut", ["before-first-token", "mid-stream"])
+def test_sigkill_resumes_on_the_other_worker(pool, cut):
+    pool.ensure(2)
+    body = {
+        "model": MODEL,
+        "messages": [LONG],
+        "max_tokens": 60,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with _open_stream(pool, body) as resp:
+        lines = resp.iter_lines()
+        first = next(lines)
+        cid = json.loads(first[6:])["id"]
+        victim = pool.holder(cid)
+        got = [first]
+        if cut == "mid-stream":
+            got += _read_until(lines, lambda n: n >= 20)
+        victim.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        got += list(lines)
+    _, events = _check_resumed(pool, _raw(got), cid, 60)
+    starts = [e for e in events if isinstance(e, Started)]
+    assert len(starts) >= 2, "a second attempt ran"
+    assert starts[-1].worker != victim.name
+    assert time.monotonic() - killed < 30
+
+
+def test_sigkill_right_after_the_last_token(pool):
+    pool.ensure(2)
+    body = {
+        "model": MODEL,
+        "messages": [LONG],
+        "max_tokens": 12,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with _open_stream(pool, body) as resp:
+        lines = resp.iter_lines()
+        first = next(lines)
+        cid = json.loads(first[6:])["id"]
+        victim = pool.holder(cid)
+        while sum(len(e.token_ids) for e in pool.events(cid) if isinstance(e, Delta)) < 11:
+            time.sleep(0.002)
+        victim.signal(signal.SIGKILL)
+        raw = _raw([first, *lines])
+    _check_resumed(pool, raw, cid, 12)
+
+
+def test_sigstop_past_the_heartbeat_window_then_sigcont_is_fenced(pool):
+    pool.ensure(2)
+    body = {
+        "model": MODEL,
+        "messages": [LONG],
+        "max_tokens": 60,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with _open_stream(pool, body) as resp:
+        lines = resp.iter_lines()
+        first = next(lines)
+        cid = json.loads(first[6:])["id"]
+        frozen = pool.holder(cid)
+        got = [first, *_read_until(lines, lambda n: n >= 10)]
+        frozen.signal(signal.SIGSTOP)
+        stopped = time.monotonic()
+        got += list(lines)
+        resumed_after = time.monotonic() - stopped
+    try:
+        _, events = _check_resumed(pool, _raw(got), cid, 60)
+        starts = [e for e in events if isinstance(e, Started)]
+        assert len(starts) == 2 and starts[1].worker != frozen.name
+        frozen_epoch = starts[0].epoch
+    finally:
+        frozen.signal(signal.SIGCONT)
+    # the woken worker's next write is refused: nothing more with its epoch, and it moves on
+    time.sleep(3)
+    after = pool.events(cid)
+    assert after == events
+    assert all(e.epoch != frozen_epoch for e in after[after.index(starts[1]) :])
+    assert "fenced" in frozen.log()
+    assert frozen.alive()
+    assert resumed_after < 60
+
+
+def test_sdk_stream_survives_a_worker_kill(pool):
+    pool.ensure(2)
+    sdk = openai.OpenAI(base_url=pool.base + "/v1", api_key="x", max_retries=0)
+    stream = sdk.chat.completions.create(
+        model=MODEL,
+        messages=[LONG],
+        max_tokens=50,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    chunks = []
+    for chunk in stream:
+        chunks.append(chunk)
+        if len(chunks) == 10:
+            pool.holder(chunk.id).signal(signal.SIGKILL)
+    roles = [c for c in chunks if c.choices and c.choices[0].delta.role]
+    finishes = [c for c in chunks if c.choices and c.choices[0].finish_reason]
+    assert len(roles) == 1 and len(finishes) == 1
+    assert chunks[-1].usage.completion_tokens == sum(
+        len(e.token_ids) for e in pool.events(chunks[0].id) if isinstance(e, Delta)
+    )
+
+
+def test_sigterm_hands_the_job_off_and_the_worker_exits(pool):
+    pool.ensure(2)
+    body = {
+        "model": MODEL,
+        "messages": [LONG],
+        "max_tokens": 120,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    with _open_stream(pool, body) as resp:
+        lines = resp.iter_lines()
+        first = next(lines)
+        cid = json.loads(first[6:])["id"]
+        leaving = pool.holder(cid)
+        got = [first, *_read_until(lines, lambda n: n >= 5)]
+        leaving.signal(signal.SIGTERM)
+        got += list(lines)
+    _, events = _check_resumed(pool, _raw(got), cid, 120)
+    starts = [e for e in events if isinstance(e, Started)]
+    assert len(starts) == 2 and starts[1].worker != leaving.name
+    leaving.popen.wait(timeout=30)
+    assert "handed off" in leaving.log()
+
+
+def test_cancel_endpoint_stops_the_job_and_frees_the_worker(pool):
+    pool.ensure(2)
+    body = {"model": MODEL, "messages": [LONG], "max_tokens": 2000, "temperature": 1.0, "stream": True}
+    with _open_stream(pool, body) as resp:
+        lines = resp.iter_lines()
+        first = next(lines)
+        cid = json.loads(first[6:])["id"]
+        got = [first, *_read_until(lines, lambda n: n >= 5)]
+        r = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel")
+        assert r.status_code == 200 and r.json()["id"] == cid
+        assert httpx.post(f"{pool.base}/v1/completions/{cid}/cancel").status_code == 404
+        got += list(lines)
+    parsed = check_stream(_raw(got), "chat")
+    assert parsed.finish_reason == "stop" and parsed.error is None
+    final = pool.events(cid)[-1]
+    assert isinstance(final, Finished) and final.completion_tokens < 300
+    again = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel").json()
+    assert again["status"] == "completed"
+    assert httpx.post(f"{pool.base}/v1/chat/completions/chatcmpl-nope/cancel").status_code == 404
+
+
+def test_killing_the_only_worker_ends_with_worker_lost(tmp_path):
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(
+        tmp_path, url, env={**API_ENV, "RESUME_WAIT_SECONDS": "2", "KEEPALIVE_SECONDS": "0.3"}
+    )
+    worker = start_worker(tmp_path, url, name="only", env=WORKER_ENV)
+    r = redis.Redis.from_url(url)
+    try:
+        wait_for_model(base, MODEL, procs=(worker, api))
+        body = {"model": MODEL, "messages": [LONG], "max_tokens": 200, "stream": True}
+        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as resp:
+            lines = resp.iter_lines()
+            got = [next(lines)]
+            got += _read_until(lines, lambda n: n >= 3)
+            worker.signal(signal.SIGKILL)
+            killed = time.monotonic()
+            got += list(lines)
+        parsed = check_stream(_raw(got), "chat")
+        assert parsed.error["code"] == "worker_lost" and parsed.error["type"] == "server_error"
+        assert time.monotonic() - killed < 15
+        # non-streaming: 503 with the same error (no worker at all now, but the model is
+        # still announced for WORKER_STALE_SECONDS; the job waits, then worker_lost/timeout)
+        cid = json.loads(got[0][6:])["id"]
+        assert r.hget(keys.job(cid), keys.JobField.STATUS) == b"failed"
+    finally:
+        worker.signal(signal.SIGKILL)
+        api.stop()
+        redis_proc.stop()
+
+
+def test_redis_restart_with_aof_mid_stream(tmp_path):
+    port_logs = tmp_path
+    redis_proc, url = start_redis(port_logs, appendonly=True)
+    port = int(url.rsplit(":", 1)[1].split("/")[0])
+    api, base = start_api(tmp_path, url, env=API_ENV)
+    workers = [start_worker(tmp_path, url, name=f"r{i}", env=WORKER_ENV) for i in range(2)]
+    try:
+        wait_for_model(base, MODEL, procs=(api, *workers))
+        body = {
+            "model": MODEL,
+            "messages": [LONG],
+            "max_tokens": 60,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=120) as resp:
+            lines = resp.iter_lines()
+            got = [next(lines)]
+            got += _read_until(lines, lambda n: n >= 10)
+            redis_proc.signal(signal.SIGKILL)
+            redis_proc.popen.wait()
+            time.sleep(1.0)
+            redis_proc, _ = start_redis(port_logs, port=port, appendonly=True)
+            got += list(lines)
+        parsed = check_stream(_raw(got), "chat", include_usage=True)
+        # AOF with fsync always (the test config): nothing is lost, the stream completes
+        assert parsed.error is None, parsed.error
+        assert parsed.usage["completion_tokens"] <= 60
+    finally:
+        for w in workers:
+            w.signal(signal.SIGKILL)
+        api.stop()
+        redis_proc.stop()
