@@ -158,10 +158,6 @@ class JobStore:
         if await self._r.exists(job_key):
             await self._r.hset(job_key, JobField.CANCEL_AT, _ms() + int(delay_s * 1000))
 
-    async def keep(self, completion_id: str) -> None:
-        """A client is attached again: withdraw a pending disconnect cancel."""
-        await self._r.hdel(keys.job(completion_id), JobField.CANCEL_AT)
-
     async def live_models(self, models: Sequence[str] | None = None) -> dict[str, int]:
         """Model -> number of workers that announced it recently."""
         if models is None:

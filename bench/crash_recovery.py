@@ -74,11 +74,14 @@ def main() -> None:
     r = redis.Redis.from_url(url)
     api, base = start_api(logs, url)
     workers: dict[str, Proc] = {}
+    doomed: set[str] = set()
     n = 0
 
     def ensure_two() -> None:
         nonlocal n
         for name, p in list(workers.items()):
+            if name in doomed:
+                p.popen.wait(timeout=30)  # a signalled process is not gone until reaped
             if not p.alive():
                 del workers[name]
         while len(workers) < 2:
@@ -108,6 +111,7 @@ def main() -> None:
                     if count == cut:
                         name = r.hget(keys.job(cid), keys.JobField.WORKER).decode()
                         state["victim"] = workers[name]
+                        doomed.add(name)
                         state["t"] = time.perf_counter()
                         state["victim"].signal(sig)
 

@@ -3,6 +3,7 @@ where a surviving worker exists it continues the completion without a gap or a r
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import signal
 import time
@@ -289,6 +290,12 @@ def test_cancel_endpoint_stops_the_job_and_frees_the_worker(pool):
     assert isinstance(final, Finished) and final.completion_tokens < 300
     again = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel").json()
     assert again["status"] == "completed"
+    # both workers take jobs again
+    for _ in range(2):
+        r = httpx.post(
+            pool.base + "/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2}, timeout=60
+        )
+        assert r.status_code == 200
     assert httpx.post(f"{pool.base}/v1/chat/completions/chatcmpl-nope/cancel").status_code == 404
 
 
@@ -312,10 +319,23 @@ def test_killing_the_only_worker_ends_with_worker_lost(tmp_path):
         parsed = check_stream(_raw(got), "chat")
         assert parsed.error["code"] == "worker_lost" and parsed.error["type"] == "server_error"
         assert time.monotonic() - killed < 15
-        # non-streaming: 503 with the same error (no worker at all now, but the model is
-        # still announced for WORKER_STALE_SECONDS; the job waits, then worker_lost/timeout)
         cid = json.loads(got[0][6:])["id"]
         assert r.hget(keys.job(cid), keys.JobField.STATUS) == b"failed"
+
+        # not streaming: 503 with the same error object
+        worker = start_worker(tmp_path, url, name="only2", env=WORKER_ENV)
+        wait_for_model(base, MODEL, procs=(worker, api))
+        with concurrent.futures.ThreadPoolExecutor(1) as ex:
+            future = ex.submit(
+                httpx.post, base + "/v1/chat/completions", json={**body, "stream": False}, timeout=60
+            )
+            deadline = time.monotonic() + 30
+            while not r.zcard(keys.RUNNING) and time.monotonic() < deadline:
+                time.sleep(0.01)
+            time.sleep(0.3)
+            worker.signal(signal.SIGKILL)
+            resp = future.result()
+        assert resp.status_code == 503 and resp.json()["error"]["code"] == "worker_lost"
     finally:
         worker.signal(signal.SIGKILL)
         api.stop()
