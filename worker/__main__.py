@@ -35,7 +35,9 @@ def main() -> None:
 
     client = connect()
     window_ms = int(settings.heartbeat_window_s * 1000)
-    heartbeat = Heartbeat(connect(), window_ms, interval_s=settings.heartbeat_window_s / 3)
+    heartbeat = Heartbeat(
+        connect(), window_ms, interval_s=settings.heartbeat_window_s / 3, stall_s=settings.stall_s
+    )
     recovery = Recovery(
         max_attempts=settings.max_attempts,
         resume_wait_s=settings.resume_wait_s,

@@ -6,12 +6,17 @@ when the key expires; a process that dies is seen sooner, by its named connectio
 vanishing. BEAT also tells an attempt it has been fenced out, so a worker stops even while
 it writes nothing (a long prefill). The thread holds any number of attempts: one process
 may run several jobs at once.
+
+The thread beats on its own, so a process stuck inside a native call (a hung driver) would
+look alive for ever: an attempt whose generation loop has made no progress for `stall_s`
+(longer than any honest prefill) is no longer beaten for, and is declared dead.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
 
 import redis
 
@@ -22,8 +27,11 @@ log = logging.getLogger("tokenspool.worker")
 
 
 class Heartbeat:
-    def __init__(self, client: redis.Redis, window_ms: int, interval_s: float) -> None:
+    def __init__(
+        self, client: redis.Redis, window_ms: int, interval_s: float, stall_s: float = 120.0
+    ) -> None:
         self._beat = client.register_script(scripts.BEAT)
+        self._stall = stall_s
         self._window_ms = window_ms
         self._interval = interval_s
         self._attempts: dict[str, Attempt] = {}
@@ -50,7 +58,13 @@ class Heartbeat:
     def beat(self) -> None:
         with self._lock:
             attempts = list(self._attempts.values())
+        now = time.monotonic()
         for a in attempts:
+            if now - a.progress_at > self._stall:
+                log.error(
+                    "%s made no progress for %.0fs: no longer alive", a.completion_id, now - a.progress_at
+                )
+                continue
             current = self._beat(
                 keys=[keys.job(a.completion_id), keys.alive(a.completion_id)],
                 args=[a.epoch, self._window_ms],

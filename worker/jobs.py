@@ -151,6 +151,7 @@ class JobRunner:
         assembler = TextAssembler(spec.stop)
         reason = "length"  # the context window filled up
         for token, piece in engine.tokens(spec, context):
+            attempt.progress_at = time.monotonic()
             if attempt.fenced:
                 raise Fenced(f"{spec.id} epoch {attempt.epoch}: another attempt took over")
             if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 
@@ -37,6 +37,7 @@ class Attempt:
     epoch: int
     cancelled: bool = False
     fenced: bool = False
+    progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
 
 
 @dataclass(frozen=True)

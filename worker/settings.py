@@ -35,6 +35,7 @@ class WorkerSettings:
     name: str = ""
     announce_s: float = 2.0
     heartbeat_window_s: float = 3.0  # an attempt silent this long is dead
+    stall_s: float = 120.0  # an attempt with no new token this long is dead (hung native call)
     max_attempts: int = 3
     resume_wait_s: float = 30.0
     shutdown_grace_s: float = 20.0
@@ -64,6 +65,7 @@ class WorkerSettings:
             n_gpu_layers=int(e.get("N_GPU_LAYERS", cls.n_gpu_layers)),
             retention_s=int(e.get("RETENTION_SECONDS", cls.retention_s)),
             heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),
+            stall_s=float(e.get("STALL_SECONDS", cls.stall_s)),
             max_attempts=int(e.get("MAX_ATTEMPTS", cls.max_attempts)),
             resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", cls.resume_wait_s)),
             shutdown_grace_s=float(e.get("SHUTDOWN_GRACE_SECONDS", cls.shutdown_grace_s)),
