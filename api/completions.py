@@ -24,6 +24,7 @@ from api.relay import KEEPALIVE, StreamLost, follow
 from api.requests import ChatRequest, CompletionRequest, parse
 from api.services import Services
 from contract.entries import Delta, Failed, Finished
+from contract.keys import JobStatus
 
 log = logging.getLogger("tokenspool.api")
 
@@ -202,8 +203,8 @@ async def _cancel(request: Request, kind: str) -> Response:
     if not state.ended:
         await services.jobs.cancel(cid)
         state = await services.jobs.state(cid) or state
-    status = {"done": "completed", "failed": "failed"}.get(state.status, "cancelling")
-    if state.ended and state.status == "done" and not state.attempts:
-        status = "cancelled"
+    status = {JobStatus.DONE: "completed", JobStatus.FAILED: "failed"}.get(state.status, "cancelling")
+    if state.ended and state.status == JobStatus.DONE and not state.attempts:
+        status = "cancelled"  # ended before any worker started it
     obj = "chat.completion" if kind == "chat" else "text_completion"
     return JSONResponse({"id": cid, "object": obj, "status": status})
