@@ -209,3 +209,19 @@ def test_planted_job_with_malformed_arguments_fails_cleanly(stack, client):
     assert _wait_status(job) == "failed"
     r = client.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})
     assert r.status_code == 200
+
+
+def test_cancelling_a_queued_job_ends_its_stream_at_once(lonely_api):
+    base, _, _ = lonely_api
+    body = {"model": GHOST, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=30) as resp:
+        lines = resp.iter_lines()
+        first = next(lines)
+        cid = json.loads(first[len("data: ") :])["id"]
+        started = time.monotonic()
+        cancelled = httpx.post(f"{base}/v1/chat/completions/{cid}/cancel").json()
+        raw = "".join(line + "\n" for line in [first, *lines]).encode()
+    assert cancelled == {"id": cid, "object": "chat.completion", "status": "cancelled"}
+    assert time.monotonic() - started < 2
+    parsed = check_stream(raw, "chat")
+    assert parsed.finish_reason == "stop" and parsed.text == ""
