@@ -80,6 +80,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/v1/models/{model:path}", meta.get_model),
         Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
         Route("/v1/completions", completions.completions, methods=["POST"]),
+        Route("/v1/chat/completions/{completion_id}", completions.retrieve_chat),
+        Route("/v1/completions/{completion_id}", completions.retrieve_completion),
         Route("/v1/chat/completions/{completion_id}/cancel", completions.cancel_chat, methods=["POST"]),
         Route("/v1/completions/{completion_id}/cancel", completions.cancel_completion, methods=["POST"]),
     ]

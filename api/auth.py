@@ -1,16 +1,22 @@
 """Optional API keys: `Authorization: Bearer <key>` on every /v1 route.
 
 Keys are compared in constant time against every configured key (no early exit), and are
-never logged or echoed.
+never logged or echoed. The request's `owner` (a hash of its key, "" without keys) is what
+a job records as its creator: only the same key may resume, fetch or cancel it.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import APIError
+
+
+def owner_of(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()[:32]
 
 
 def key_matches(presented: str, accepted: tuple[str, ...]) -> bool:
@@ -41,6 +47,7 @@ class APIKeyMiddleware:
         elif scheme.lower() != "bearer" or not key_matches(token.strip(), self.keys):
             error = APIError(401, "Incorrect API key provided.", code="invalid_api_key")
         else:
+            scope.setdefault("state", {})["owner"] = owner_of(token.strip())
             await self.app(scope, receive, send)
             return
         error.headers = {"WWW-Authenticate": "Bearer"}

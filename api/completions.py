@@ -7,6 +7,7 @@ receives ends with `data: [DONE]`, whatever happened to the job.
 
 from __future__ import annotations
 
+import hmac
 import logging
 import secrets
 import time
@@ -19,6 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api import sse
 from api.chunks import Chunks, completion_object
+from api.cursor import OPENING, USAGE_SUFFIX, BadCursor, Cursor
 from api.errors import WORKER_ERROR_STATUS, APIError, error_body
 from api.relay import KEEPALIVE, StreamLost, follow
 from api.requests import ChatRequest, CompletionRequest, parse
@@ -75,46 +77,84 @@ async def _complete(request: Request, model, kind: str) -> Response:
     cid = new_completion_id(kind)
     spec = req.to_spec(cid)
     created = int(time.time())
-    await services.jobs.submit(spec, created)
+    detached = bool(req.background) or "respond-async" in request.headers.get("prefer", "")
+    await services.jobs.submit(
+        spec, created, owner=_owner(request), include_usage=req.include_usage, detached=detached
+    )
     log.info("enqueued %s for %s", cid, req.model)
     chunks = Chunks(kind, cid, created, req.model, include_usage=req.include_usage)
+    if detached:
+        return JSONResponse(_status_object(chunks, "queued"), status_code=202)
     if req.streaming:
-        return StreamingResponse(
-            _stream(services, chunks),
-            media_type=sse.MEDIA_TYPE,
-            headers=sse.HEADERS,
-        )
+        return _sse_response(services, chunks, cursor=None, cancel_on_disconnect=True)
     return await _collect(request, services, chunks)
 
 
-async def _stream(services: Services, chunks: Chunks) -> AsyncIterator[bytes]:
+def _owner(request: Request) -> str:
+    return getattr(request.state, "owner", "")
+
+
+def _status_object(chunks: Chunks, status: str) -> dict:
+    obj = "chat.completion" if chunks.kind == "chat" else "text_completion"
+    return {
+        "id": chunks.id,
+        "object": obj,
+        "created": chunks.created,
+        "model": chunks.model,
+        "status": status,
+    }
+
+
+def _sse_response(
+    services: Services, chunks: Chunks, cursor: Cursor | None, cancel_on_disconnect: bool
+) -> StreamingResponse:
+    return StreamingResponse(
+        _stream(services, chunks, cursor, cancel_on_disconnect),
+        media_type=sse.MEDIA_TYPE,
+        headers=sse.HEADERS,
+    )
+
+
+async def _stream(
+    services: Services, chunks: Chunks, cursor: Cursor | None, cancel_on_disconnect: bool
+) -> AsyncIterator[bytes]:
+    """The job's events after `cursor` (all of them without one), then live until the end.
+    Every event but keep-alives and [DONE] carries its id (see api/cursor.py)."""
     settings = services.settings
     ended = False
+    resume_at = None if cursor is None or cursor.after_opening else cursor
     try:
-        opening = chunks.opening()
-        if opening is not None:
-            yield sse.event(opening)
+        if cursor is None:
+            opening = chunks.opening()
+            if opening is not None:
+                yield sse.event(opening, OPENING)
         try:
             async for item in follow(
                 services.jobs,
                 services.hub,
                 chunks.id,
+                after=resume_at.entry_id if resume_at else "0",
+                inclusive=resume_at is not None and not resume_at.usage_sent,
                 keepalive_s=settings.keepalive_s,
                 outage_s=settings.outage_s,
             ):
                 if item is KEEPALIVE:
                     yield sse.event(chunks.keepalive())
                     continue
-                _, entry = item
+                eid, entry = item
+                sent = resume_at is not None and eid == resume_at.entry_id  # the client has it
                 if isinstance(entry, Delta):
-                    if entry.text:
-                        yield sse.event(chunks.content(entry.text))
+                    if entry.text and not sent:
+                        yield sse.event(chunks.content(entry.text), eid)
                 elif isinstance(entry, Finished):
-                    yield sse.event(chunks.finish(entry.finish_reason))
+                    if not sent:
+                        yield sse.event(chunks.finish(entry.finish_reason), eid)
                     if chunks.include_usage:
-                        yield sse.event(chunks.usage(entry.prompt_tokens, entry.completion_tokens))
-                elif isinstance(entry, Failed):
-                    yield sse.event(error_body(entry.message, entry.type, entry.code, entry.param))
+                        usage = chunks.usage(entry.prompt_tokens, entry.completion_tokens)
+                        yield sse.event(usage, eid + USAGE_SUFFIX)
+                elif isinstance(entry, Failed) and not sent:
+                    error = error_body(entry.message, entry.type, entry.code, entry.param)
+                    yield sse.event(error, eid or None)
         except StreamLost as exc:
             log.warning("lost Redis while relaying %s: %s", chunks.id, exc)
             yield sse.event(
@@ -131,7 +171,7 @@ async def _stream(services: Services, chunks: Chunks) -> AsyncIterator[bytes]:
         ended = True
         yield sse.DONE
     finally:
-        if not ended:  # the client went away: stop the job after the grace period
+        if not ended and cancel_on_disconnect:  # the client went away: stop after the grace
             with anyio.CancelScope(shield=True):
                 await _cancel_quietly(services, chunks.id)
 
@@ -195,11 +235,7 @@ async def cancel_completion(request: Request) -> Response:
 async def _cancel(request: Request, kind: str) -> Response:
     """Stop a job: a queued one ends at once, a running one at its worker's next token.
     Cancelling an ended job changes nothing (the call is idempotent)."""
-    services: Services = request.state.services
-    cid = request.path_params["completion_id"]
-    state = await services.jobs.state(cid) if cid.startswith(ID_PREFIX[kind]) else None
-    if state is None or state.kind != kind:
-        raise APIError(404, f"No completion found with id '{cid}'.", code="not_found", param="completion_id")
+    services, cid, state = await _job_of(request, kind)
     if not state.ended:
         await services.jobs.cancel(cid)
         state = await services.jobs.state(cid) or state
@@ -208,3 +244,62 @@ async def _cancel(request: Request, kind: str) -> Response:
         status = "cancelled"  # ended before any worker started it
     obj = "chat.completion" if kind == "chat" else "text_completion"
     return JSONResponse({"id": cid, "object": obj, "status": status})
+
+
+async def retrieve_chat(request: Request) -> Response:
+    return await _retrieve(request, "chat")
+
+
+async def retrieve_completion(request: Request) -> Response:
+    return await _retrieve(request, "text")
+
+
+async def _job_of(request: Request, kind: str):
+    """The job named in the path, if it exists, is of this kind and belongs to the caller's
+    key; otherwise 404 (never 403: ids cannot be probed)."""
+    services: Services = request.state.services
+    cid = request.path_params["completion_id"]
+    state = await services.jobs.state(cid) if cid.startswith(ID_PREFIX[kind]) else None
+    if state is None or state.kind != kind or not hmac.compare_digest(state.owner, _owner(request)):
+        raise APIError(404, f"No completion found with id '{cid}'.", code="not_found", param="completion_id")
+    return services, cid, state
+
+
+async def _retrieve(request: Request, kind: str) -> Response:
+    """GET: with ?stream=true, replay the events after Last-Event-ID (or ?starting_after)
+    and follow live to the end; without, the completion object once it has finished."""
+    services, cid, state = await _job_of(request, kind)
+    chunks = Chunks(kind, cid, state.created, state.model, include_usage=state.include_usage)
+    if request.query_params.get("stream", "").lower() in ("true", "1"):
+        raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")
+        try:
+            cursor = Cursor.parse(raw) if raw else None
+        except BadCursor as exc:
+            raise APIError(400, str(exc), code="invalid_cursor", param="starting_after") from None
+        if not state.detached:
+            await services.jobs.keep(cid)  # the client is back: no disconnect cancel
+        return _sse_response(services, chunks, cursor, cancel_on_disconnect=not state.detached)
+    text: list[str] = []
+    for _, entry in await services.jobs.read(cid, "0", count=100_000):
+        if isinstance(entry, Delta):
+            text.append(entry.text)
+        elif isinstance(entry, Finished):
+            return JSONResponse(
+                completion_object(
+                    kind,
+                    cid,
+                    state.created,
+                    state.model,
+                    "".join(text),
+                    entry.finish_reason,
+                    entry.prompt_tokens,
+                    entry.completion_tokens,
+                )
+            )
+        elif isinstance(entry, Failed):
+            status = WORKER_ERROR_STATUS.get(entry.code, 500)
+            return JSONResponse(
+                error_body(entry.message, entry.type, entry.code, entry.param), status_code=status
+            )
+    status = "queued" if state.status == JobStatus.QUEUED else "in_progress"
+    return JSONResponse(_status_object(chunks, status), status_code=202)

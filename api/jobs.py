@@ -44,6 +44,11 @@ class JobState:
     attempts: int
     start_by_ms: int | None
     ended: bool
+    model: str = ""
+    created: int = 0
+    owner: str = ""
+    include_usage: bool = False
+    detached: bool = False
 
 
 class JobStore:
@@ -70,7 +75,15 @@ class JobStore:
         self._end = client.register_script(scripts.END)
         self._abandon = client.register_script(scripts.ABANDON)
 
-    async def submit(self, spec: JobSpec, created: int) -> None:
+    async def submit(
+        self,
+        spec: JobSpec,
+        created: int,
+        *,
+        owner: str = "",
+        include_usage: bool = False,
+        detached: bool = False,
+    ) -> None:
         """Record the job, then enqueue it; if enqueueing fails, nothing is left behind."""
         job_key = keys.job(spec.id)
         start_by = _ms() + int(self.queue_wait_s * 1000)
@@ -86,6 +99,9 @@ class JobStore:
                     JobField.ATTEMPTS: 0,
                     JobField.START_BY: start_by,
                     JobField.SPEC: json.dumps(spec.to_dict()),
+                    JobField.OWNER: owner,
+                    JobField.USAGE: int(include_usage),
+                    JobField.DETACHED: int(detached),
                 },
             )
             pipe.expire(job_key, self._job_ttl)
@@ -107,17 +123,29 @@ class JobStore:
             retention_s=self.retention_s,
         )
 
-    async def read(self, completion_id: str, after: str, count: int = 512) -> list[tuple[str, Entry]]:
-        """Entries strictly after stream id `after` ("0" for all)."""
-        start = "-" if after == "0" else f"({after}"
+    async def read(
+        self, completion_id: str, after: str, count: int = 512, inclusive: bool = False
+    ) -> list[tuple[str, Entry]]:
+        """Entries after stream id `after` ("0" for all), or from it with `inclusive`."""
+        start = "-" if after == "0" else after if inclusive else f"({after}"
         rows = await self._r.xrange(keys.events(completion_id), min=start, max="+", count=count)
         return [(_text(eid), entries.decode(fields)) for eid, fields in rows]
 
     async def state(self, completion_id: str) -> JobState | None:
-        status, kind, attempts, start_by, ended = await self._r.hmget(
-            keys.job(completion_id),
-            [JobField.STATUS, JobField.KIND, JobField.ATTEMPTS, JobField.START_BY, JobField.ENDED],
-        )
+        fields = [
+            JobField.STATUS,
+            JobField.KIND,
+            JobField.ATTEMPTS,
+            JobField.START_BY,
+            JobField.ENDED,
+            JobField.MODEL,
+            JobField.CREATED,
+            JobField.OWNER,
+            JobField.USAGE,
+            JobField.DETACHED,
+        ]
+        values = await self._r.hmget(keys.job(completion_id), fields)
+        status, kind, attempts, start_by, ended, model, created, owner, usage, detached = values
         if status is None:
             return None
         return JobState(
@@ -126,7 +154,16 @@ class JobStore:
             attempts=int(attempts or 0),
             start_by_ms=int(start_by) if start_by else None,
             ended=ended == b"1",
+            model=_text(model or b""),
+            created=int(created or 0),
+            owner=_text(owner or b""),
+            include_usage=usage == b"1",
+            detached=detached == b"1",
         )
+
+    async def keep(self, completion_id: str) -> None:
+        """A client is attached again: withdraw a pending disconnect cancel."""
+        await self._r.hdel(keys.job(completion_id), JobField.CANCEL_AT)
 
     async def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End the job with a terminal entry unless it has ended already."""

@@ -43,6 +43,7 @@ async def follow(
     completion_id: str,
     *,
     after: str = "0",
+    inclusive: bool = False,  # also yield the entry `after` itself (a resume mid-entry)
     keepalive_s: float,
     outage_s: float = 10.0,
 ) -> AsyncIterator[tuple[str, Entry] | None]:
@@ -53,11 +54,11 @@ async def follow(
     async with hub.watch(keys.events(completion_id), cursor) as watch:
         while True:
             try:
-                rows = await store.read(completion_id, cursor, count=READ_BATCH)
+                rows = await store.read(completion_id, cursor, count=READ_BATCH, inclusive=inclusive)
                 if not rows:
                     alive, late_at = await _check(store, completion_id)
                     if not alive:
-                        yield cursor, NOT_FOUND
+                        yield "", NOT_FOUND
                         return
                 outage_since = None
             except RedisError as exc:
@@ -68,6 +69,7 @@ async def follow(
                 rows = []
             for entry_id, entry in rows:
                 cursor = entry_id
+                inclusive = False
                 last_sent = time.monotonic()
                 yield entry_id, entry
                 if is_terminal(entry):

@@ -61,13 +61,14 @@ class _Common(BaseModel):
     n: int | None = None
     stream: bool | None = None
     stream_options: StreamOptions | None = None
+    background: bool | None = None
 
     @model_validator(mode="after")
     def _check(self):
         if self.n not in (None, 1):
             raise ValueError("n: only n=1 is supported")
-        if self.stream_options is not None and not self.stream:
-            raise ValueError("stream_options: only allowed when stream is true")
+        if self.stream_options is not None and not (self.stream or self.background):
+            raise ValueError("stream_options: only allowed when stream or background is true")
         return self
 
     @property

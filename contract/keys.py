@@ -78,6 +78,9 @@ class JobField:
     CANCEL_AT = "cancel_at"  # ms since the epoch after which the job must stop
     START_BY = "start_by"  # ms since the epoch: a job still queued then is never (re)started
     SPEC = "spec"  # the JobSpec as JSON, as enqueued
+    OWNER = "owner"  # hash of the API key that created the job ("" without keys)
+    USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
+    DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
 
 
 class JobStatus:

@@ -112,3 +112,14 @@ def check_stream(raw: bytes, kind: str, include_usage: bool = False) -> Parsed:
         out.deltas.append(piece)
     out.text = "".join(out.deltas)
     return out
+
+
+def read_opening(lines) -> tuple[list[str], dict]:
+    """Consume SSE lines up to and including the first data event's line; returns the lines
+    read and that event's JSON (the role chunk, for chat)."""
+    got = []
+    for line in lines:
+        got.append(line)
+        if line.startswith("data: "):
+            return got, json.loads(line[len("data: ") :])
+    raise AssertionError("the stream ended before its first event")

@@ -3,7 +3,6 @@ starts in time (with keep-alives meanwhile), Redis lost, the client gone, a plan
 
 from __future__ import annotations
 
-import json
 import signal
 import time
 
@@ -19,7 +18,7 @@ from contract import entries, keys
 from contract.entries import Finished
 from devstack.processes import start_api, start_redis
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream
+from tests.sse_contract import check_stream, read_opening
 
 pytestmark = pytest.mark.integration
 
@@ -161,7 +160,7 @@ def test_disconnect_cancels_the_job_and_frees_the_worker(stack, client):
     }
     with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         lines = resp.iter_lines()
-        first = json.loads(next(lines)[len("data: ") :])
+        _, first = read_opening(lines)
         cid = first["id"]
         for _ in range(10):
             next(lines)
@@ -216,11 +215,11 @@ def test_cancelling_a_queued_job_ends_its_stream_at_once(lonely_api):
     body = {"model": GHOST, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=30) as resp:
         lines = resp.iter_lines()
-        first = next(lines)
-        cid = json.loads(first[len("data: ") :])["id"]
+        first, opening = read_opening(lines)
+        cid = opening["id"]
         started = time.monotonic()
         cancelled = httpx.post(f"{base}/v1/chat/completions/{cid}/cancel").json()
-        raw = "".join(line + "\n" for line in [first, *lines]).encode()
+        raw = "".join(line + "\n" for line in [*first, *lines]).encode()
     assert cancelled == {"id": cid, "object": "chat.completion", "status": "cancelled"}
     assert time.monotonic() - started < 2
     parsed = check_stream(raw, "chat")

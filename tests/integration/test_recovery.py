@@ -19,7 +19,7 @@ from contract import entries, keys
 from contract.entries import Delta, Finished, Started
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream
+from tests.sse_contract import check_stream, read_opening
 
 pytestmark = pytest.mark.integration
 
@@ -148,10 +148,10 @@ def test_sigkill_resumes_on_the_other_worker(pool, cut):
     }
     with _open_stream(pool, body) as resp:
         lines = resp.iter_lines()
-        first = next(lines)
-        cid = json.loads(first[6:])["id"]
+        first, opening = read_opening(lines)
+        cid = opening["id"]
         victim = pool.holder(cid)
-        got = [first]
+        got = [*first]
         if cut == "mid-stream":
             got += _read_until(lines, lambda n: n >= 20)
         victim.signal(signal.SIGKILL)
@@ -159,7 +159,7 @@ def test_sigkill_resumes_on_the_other_worker(pool, cut):
         got += list(lines)
     _, events = _check_resumed(pool, _raw(got), cid, 60)
     starts = [e for e in events if isinstance(e, Started)]
-    assert len(starts) >= 2, "a second attempt ran"
+    assert starts[-1].epoch > 1, "a later attempt finished the job"  # (the victim may die before its Started)
     assert starts[-1].worker != victim.name
     assert time.monotonic() - killed < 30
 
@@ -176,13 +176,13 @@ def test_sigkill_right_after_the_last_token(pool):
     }
     with _open_stream(pool, body) as resp:
         lines = resp.iter_lines()
-        first = next(lines)
-        cid = json.loads(first[6:])["id"]
+        first, opening = read_opening(lines)
+        cid = opening["id"]
         victim = pool.holder(cid)
         while sum(len(e.token_ids) for e in pool.events(cid) if isinstance(e, Delta)) < 11:
             time.sleep(0.002)
         victim.signal(signal.SIGKILL)
-        raw = _raw([first, *lines])
+        raw = _raw([*first, *lines])
     _check_resumed(pool, raw, cid, 12)
 
 
@@ -198,10 +198,10 @@ def test_sigstop_past_the_heartbeat_window_then_sigcont_is_fenced(pool):
     }
     with _open_stream(pool, body) as resp:
         lines = resp.iter_lines()
-        first = next(lines)
-        cid = json.loads(first[6:])["id"]
+        first, opening = read_opening(lines)
+        cid = opening["id"]
         frozen = pool.holder(cid)
-        got = [first, *_read_until(lines, lambda n: n >= 10)]
+        got = [*first, *_read_until(lines, lambda n: n >= 10)]
         frozen.signal(signal.SIGSTOP)
         stopped = time.monotonic()
         got += list(lines)
@@ -259,10 +259,10 @@ def test_sigterm_hands_the_job_off_and_the_worker_exits(pool):
     }
     with _open_stream(pool, body) as resp:
         lines = resp.iter_lines()
-        first = next(lines)
-        cid = json.loads(first[6:])["id"]
+        first, opening = read_opening(lines)
+        cid = opening["id"]
         leaving = pool.holder(cid)
-        got = [first, *_read_until(lines, lambda n: n >= 5)]
+        got = [*first, *_read_until(lines, lambda n: n >= 5)]
         leaving.signal(signal.SIGTERM)
         got += list(lines)
     _, events = _check_resumed(pool, _raw(got), cid, 120)
@@ -277,9 +277,9 @@ def test_cancel_endpoint_stops_the_job_and_frees_the_worker(pool):
     body = {"model": MODEL, "messages": [LONG], "max_tokens": 2000, "temperature": 1.0, "stream": True}
     with _open_stream(pool, body) as resp:
         lines = resp.iter_lines()
-        first = next(lines)
-        cid = json.loads(first[6:])["id"]
-        got = [first, *_read_until(lines, lambda n: n >= 5)]
+        first, opening = read_opening(lines)
+        cid = opening["id"]
+        got = [*first, *_read_until(lines, lambda n: n >= 5)]
         r = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel")
         assert r.status_code == 200 and r.json()["id"] == cid
         assert httpx.post(f"{pool.base}/v1/completions/{cid}/cancel").status_code == 404
@@ -311,7 +311,7 @@ def test_killing_the_only_worker_ends_with_worker_lost(tmp_path):
         body = {"model": MODEL, "messages": [LONG], "max_tokens": 200, "stream": True}
         with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as resp:
             lines = resp.iter_lines()
-            got = [next(lines)]
+            got, _ = read_opening(lines)
             got += _read_until(lines, lambda n: n >= 3)
             worker.signal(signal.SIGKILL)
             killed = time.monotonic()
@@ -319,7 +319,7 @@ def test_killing_the_only_worker_ends_with_worker_lost(tmp_path):
         parsed = check_stream(_raw(got), "chat")
         assert parsed.error["code"] == "worker_lost" and parsed.error["type"] == "server_error"
         assert time.monotonic() - killed < 15
-        cid = json.loads(got[0][6:])["id"]
+        cid = next(json.loads(x[6:]) for x in got if x.startswith("data: "))["id"]
         assert r.hget(keys.job(cid), keys.JobField.STATUS) == b"failed"
 
         # not streaming: 503 with the same error object
@@ -360,7 +360,7 @@ def test_redis_restart_with_aof_mid_stream(tmp_path):
         }
         with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=120) as resp:
             lines = resp.iter_lines()
-            got = [next(lines)]
+            got, _ = read_opening(lines)
             got += _read_until(lines, lambda n: n >= 10)
             redis_proc.signal(signal.SIGKILL)
             redis_proc.popen.wait()

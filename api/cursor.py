@@ -1,0 +1,42 @@
+"""SSE event ids: where a client is in a job's stream, so that it can resume from any replica.
+
+Every data event carries an id that orders it within the job. The events come from stream
+entries, so their ids are the entries' ids; three events are synthesized by the API and get
+ids around the entry they come from:
+
+- the chat role chunk, sent before any entry: `0-0` (below every entry id);
+- a delta, an error: the entry's id (`1795...-0`);
+- the finish chunk: the Finished entry's id; the usage chunk after it: that id + `/usage`.
+
+Keep-alives and `data: [DONE]` carry no id. A resume sends everything after the cursor.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+OPENING = "0-0"
+USAGE_SUFFIX = "/usage"
+_PATTERN = re.compile(r"(\d{1,20})-(\d{1,20})(/usage)?")
+
+
+class BadCursor(ValueError):
+    pass
+
+
+@dataclass(frozen=True)
+class Cursor:
+    entry_id: str  # the stream entry the client's last event came from ("0-0": the opening)
+    usage_sent: bool = False  # for a Finished entry: the usage chunk was sent too
+
+    @classmethod
+    def parse(cls, value: str) -> Cursor:
+        m = _PATTERN.fullmatch(value)
+        if not m:
+            raise BadCursor(f"not an event id of this stream: {value!r}")
+        return cls(entry_id=f"{int(m[1])}-{int(m[2])}", usage_sent=bool(m[3]))
+
+    @property
+    def after_opening(self) -> bool:
+        return self.entry_id == OPENING

@@ -1,0 +1,17 @@
+import pytest
+
+from api.cursor import OPENING, BadCursor, Cursor
+
+
+def test_entry_ids_and_usage_suffix_parse():
+    assert Cursor.parse("1795324333123-7") == Cursor("1795324333123-7", False)
+    assert Cursor.parse("1795324333123-7/usage") == Cursor("1795324333123-7", True)
+    assert Cursor.parse(OPENING).after_opening
+
+
+@pytest.mark.parametrize(
+    "bad", ["", "abc", "1-", "-1", "1-2/usage/x", "1-2\n", "1 2", "99999999999999999999999-1"]
+)
+def test_anything_else_is_refused(bad):
+    with pytest.raises(BadCursor):
+        Cursor.parse(bad)
