@@ -1,0 +1,234 @@
+"""Resumable streams across API replicas: Last-Event-ID replay, detached jobs, retention,
+isolation between API keys, and the openai SDK parsing id-bearing events with keep-alives."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+
+from devstack.processes import Proc, free_port, start_api, start_redis, start_worker, wait_for_model
+from tests.integration.conftest import MODEL
+from tests.sse_contract import check_stream
+
+pytestmark = pytest.mark.integration
+
+KEY_A, KEY_B = "sk-alice", "sk-bob"
+RETENTION = 6
+ENV = {
+    "API_KEYS": f"{KEY_A},{KEY_B}",
+    "RETENTION_SECONDS": str(RETENTION),
+    "KEEPALIVE_SECONDS": "0.3",
+    "CANCEL_GRACE_SECONDS": "30",
+}
+A = {"Authorization": f"Bearer {KEY_A}"}
+B = {"Authorization": f"Bearer {KEY_B}"}
+LONG = [{"role": "user", "content": "Write a long story about a lighthouse keeper and a storm."}]
+
+
+@dataclass
+class Replicas:
+    logs: object
+    url: str
+    ports: tuple[int, int]
+    apis: list[Proc]
+    bases: list[str]
+    worker: Proc
+
+    def restart(self, i: int) -> None:
+        self.apis[i].signal(signal.SIGKILL)
+        self.apis[i].popen.wait()
+        self.apis[i], self.bases[i] = start_api(
+            self.logs, self.url, port=self.ports[i], name=f"api{i}", env=ENV
+        )
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory):
+    logs = tmp_path_factory.mktemp("resume")
+    redis_proc, url = start_redis(logs)
+    worker = start_worker(logs, url, env={"RETENTION_SECONDS": str(RETENTION)})
+    ports = (free_port(), free_port())
+    apis, bases = [], []
+    for i, port in enumerate(ports):
+        p, b = start_api(logs, url, port=port, name=f"api{i}", env=ENV)
+        apis.append(p)
+        bases.append(b)
+    rep = Replicas(logs, url, ports, apis, bases, worker)
+    try:
+        wait_for_model(bases[0], MODEL, procs=(worker,), headers=A)
+        yield rep
+    finally:
+        for p in (*rep.apis, worker, redis_proc):
+            p.stop()
+
+
+def events(raw: bytes) -> list[tuple[str | None, str]]:
+    """(id, data) of every event; keep-alives (no id) are left out."""
+    out = []
+    for block in raw.decode().split("\n\n"):
+        if not block:
+            continue
+        fields = dict(line.split(": ", 1) for line in block.split("\n"))
+        if "id" in fields or fields["data"] == "[DONE]":
+            out.append((fields.get("id"), fields["data"]))
+    return out
+
+
+def replay(base: str, cid: str, headers: dict, cursor: str | None = None, query: str = "") -> bytes:
+    h = dict(headers)
+    if cursor:
+        h["Last-Event-ID"] = cursor
+    with httpx.stream(
+        "GET", f"{base}/v1/chat/completions/{cid}?stream=true{query}", headers=h, timeout=120
+    ) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        return r.read()
+
+
+BODY = {
+    "model": MODEL,
+    "messages": LONG,
+    "max_tokens": 80,
+    "temperature": 0,
+    "stream": True,
+    "stream_options": {"include_usage": True},
+}
+
+
+def test_kill_the_api_mid_stream_and_resume_on_another_replica(replicas):
+    first_part = b""
+    last_id = None
+    with httpx.stream(
+        "POST", replicas.bases[0] + "/v1/chat/completions", json=BODY, headers=A, timeout=120
+    ) as r:
+        for chunk in r.iter_raw():
+            first_part += chunk
+            got = events(first_part.rsplit(b"\n\n", 1)[0] + b"\n\n")
+            if len([e for e in got if e[0]]) >= 12:
+                last_id = [e for e in got if e[0]][-1][0]
+                first_part = first_part.rsplit(b"\n\n", 1)[0] + b"\n\n"
+                replicas.apis[0].signal(signal.SIGKILL)
+                break
+    cid = json.loads(events(first_part)[0][1])["id"]
+    rest = replay(replicas.bases[1], cid, A, cursor=last_id)
+    combined = events(first_part) + events(rest)
+    full = replay(replicas.bases[1], cid, A)
+    assert combined == events(full), "the resumed events equal an uninterrupted stream, event for event"
+    parsed = check_stream(full, "chat", include_usage=True)
+    assert parsed.error is None and parsed.usage["completion_tokens"] <= 80
+    ids = [i for i, _ in events(full) if i]
+    assert len(ids) == len(set(ids)), "ids are unique"
+    replicas.restart(0)
+
+
+def test_resume_after_the_job_finished_and_with_starting_after(replicas):
+    with httpx.stream(
+        "POST", replicas.bases[0] + "/v1/chat/completions", json=BODY, headers=A, timeout=120
+    ) as r:
+        original = r.read()
+    evs = events(original)
+    cid = json.loads(evs[0][1])["id"]
+    for k in (1, len(evs) // 2, len(evs) - 3, len(evs) - 2):  # incl. after the finish, after the usage
+        cursor = evs[k - 1][0]
+        tail = events(replay(replicas.bases[1], cid, A, cursor=cursor))
+        assert tail == evs[k:], f"after {cursor}"
+        assert events(replay(replicas.bases[1], cid, A, query=f"&starting_after={cursor}")) == evs[k:]
+    assert events(replay(replicas.bases[0], cid, A)) == evs  # full replay without a cursor
+
+
+def test_bad_cursor_is_400(replicas):
+    r = httpx.post(replicas.bases[0] + "/v1/chat/completions", json={**BODY, "background": True}, headers=A)
+    cid = r.json()["id"]
+    bad = httpx.get(
+        f"{replicas.bases[0]}/v1/chat/completions/{cid}?stream=true",
+        headers={**A, "Last-Event-ID": "nonsense"},
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_background_job_then_fetch_and_stream(replicas):
+    body = {"model": MODEL, "messages": LONG, "max_tokens": 20, "temperature": 0, "background": True}
+    r = httpx.post(replicas.bases[0] + "/v1/chat/completions", json=body, headers=A)
+    assert r.status_code == 202
+    job = r.json()
+    assert (
+        job["status"] == "queued" and job["object"] == "chat.completion" and job["id"].startswith("chatcmpl-")
+    )
+    deadline = time.monotonic() + 60
+    while True:
+        got = httpx.get(f"{replicas.bases[1]}/v1/chat/completions/{job['id']}", headers=A)
+        if got.status_code == 200 or time.monotonic() > deadline:
+            break
+        assert got.status_code == 202 and got.json()["status"] in ("queued", "in_progress")
+        time.sleep(0.1)
+    obj = got.json()
+    assert got.status_code == 200 and obj["choices"][0]["message"]["content"]
+    streamed = check_stream(replay(replicas.bases[0], job["id"], A), "chat")
+    assert streamed.text == obj["choices"][0]["message"]["content"]
+    # Prefer: respond-async does the same for a legacy completion
+    r = httpx.post(
+        replicas.bases[0] + "/v1/completions",
+        json={"model": MODEL, "prompt": "Hi", "max_tokens": 3},
+        headers={**A, "Prefer": "respond-async"},
+    )
+    assert r.status_code == 202 and r.json()["object"] == "text_completion"
+
+
+def test_only_the_creating_key_can_resume_fetch_or_cancel(replicas):
+    r = httpx.post(
+        replicas.bases[0] + "/v1/chat/completions",
+        json={"model": MODEL, "messages": LONG, "max_tokens": 5, "background": True},
+        headers=A,
+    )
+    cid = r.json()["id"]
+    base = replicas.bases[1]
+    for method, path in (
+        ("GET", f"/v1/chat/completions/{cid}?stream=true"),
+        ("GET", f"/v1/chat/completions/{cid}"),
+        ("POST", f"/v1/chat/completions/{cid}/cancel"),
+    ):
+        other = httpx.request(method, base + path, headers=B)
+        assert other.status_code == 404 and other.json()["error"]["code"] == "not_found"
+        assert httpx.request(method, base + path).status_code == 401
+    assert httpx.get(f"{base}/v1/completions/{cid}", headers=A).status_code == 404  # wrong kind
+    assert httpx.get(f"{base}/v1/chat/completions/chatcmpl-doesnotexist", headers=A).status_code == 404
+
+
+def test_resume_after_retention_is_404(replicas):
+    r = httpx.post(
+        replicas.bases[0] + "/v1/chat/completions",
+        json={"model": MODEL, "messages": LONG, "max_tokens": 3},
+        headers=A,
+    )
+    cid = r.json()["id"]
+    assert httpx.get(f"{replicas.bases[1]}/v1/chat/completions/{cid}", headers=A).status_code == 200
+    time.sleep(RETENTION + 1)
+    for path in (f"/v1/chat/completions/{cid}", f"/v1/chat/completions/{cid}?stream=true"):
+        gone = httpx.get(replicas.bases[1] + path, headers=A)
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
+
+
+def test_openai_sdk_parses_ids_with_keepalives_in_between(replicas):
+    # occupy the only worker so that the next request waits in the queue (keep-alives)
+    httpx.post(
+        replicas.bases[0] + "/v1/chat/completions",
+        json={"model": MODEL, "messages": LONG, "max_tokens": 60, "background": True},
+        headers=A,
+    )
+    sdk = openai.OpenAI(base_url=replicas.bases[1] + "/v1", api_key=KEY_A, max_retries=0)
+    chunks = list(sdk.chat.completions.create(model=MODEL, messages=LONG, max_tokens=10, stream=True))
+    keepalives = [
+        c
+        for c in chunks[1:]
+        if c.choices and c.choices[0].delta.content is None and c.choices[0].finish_reason is None
+    ]
+    assert len(keepalives) >= 2
+    assert chunks[-1].choices[0].finish_reason in ("stop", "length")
+    assert "".join(c.choices[0].delta.content or "" for c in chunks)
