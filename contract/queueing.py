@@ -32,7 +32,7 @@ def enqueue(
         job_id=job_id,
         timeout=timeout_s,
         ttl=ttl_s,
-        result_ttl=retention_s,
+        result_ttl=0,  # the completion lives in the job's stream; RQ need not keep a copy
         failure_ttl=retention_s,
         description=f"completion {spec['id']}",
     )

@@ -3,8 +3,10 @@ starts in time (with keep-alives meanwhile), Redis lost, the client gone, a plan
 
 from __future__ import annotations
 
+import json
 import signal
 import time
+import zlib
 
 import httpx
 import openai
@@ -224,3 +226,15 @@ def test_cancelling_a_queued_job_ends_its_stream_at_once(lonely_api):
     assert time.monotonic() - started < 2
     parsed = check_stream(raw, "chat")
     assert parsed.finish_reason == "stop" and parsed.text == ""
+
+
+def test_job_is_enqueued_as_json_for_the_models_queue(lonely_api):
+    base, r, _ = lonely_api
+    cid = httpx.post(
+        base + "/v1/completions", json={"model": GHOST, "prompt": "x", "background": True}
+    ).json()["id"]
+    assert r.lrange(f"rq:queue:{GHOST}", 0, -1) == [cid.encode()]
+    job = r.hgetall(f"rq:job:{cid}")
+    func, instance, args, kwargs = json.loads(zlib.decompress(job[b"data"]))
+    assert (func, instance, kwargs) == (keys.JOB_FUNCTION, None, {})
+    assert args[0]["id"] == cid and args[0]["model"] == GHOST and args[0]["prompt"] == "x"

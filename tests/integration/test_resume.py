@@ -4,9 +4,13 @@ isolation between API keys, and the openai SDK parsing id-bearing events with ke
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
@@ -232,3 +236,57 @@ def test_openai_sdk_parses_ids_with_keepalives_in_between(replicas):
     assert len(keepalives) >= 2
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     assert "".join(c.choices[0].delta.content or "" for c in chunks)
+
+
+NODE_DIR = Path(__file__).resolve().parent.parent / "eventsource"
+
+
+@pytest.fixture
+def keyless_api(tmp_path):
+    redis_proc, url = start_redis(tmp_path)
+    worker = start_worker(tmp_path, url)
+    port = free_port()
+    env = {"KEEPALIVE_SECONDS": "0.3", "CANCEL_GRACE_SECONDS": "30"}
+    api, base = start_api(tmp_path, url, port=port, env=env)
+    state = {"api": api}
+
+    def restart() -> None:
+        state["api"].signal(signal.SIGKILL)
+        state["api"].popen.wait()
+        state["api"], _ = start_api(tmp_path, url, port=port, env=env)
+
+    try:
+        wait_for_model(base, MODEL, procs=(worker, api))
+        yield base, restart
+    finally:
+        for p in (state["api"], worker, redis_proc):
+            p.stop()
+
+
+def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_end(keyless_api):
+    if not (NODE_DIR / "node_modules" / "eventsource").exists() or not shutil.which("node"):
+        if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
+            pytest.fail("node and tests/eventsource/node_modules are required (scripts/setup installs them)")
+        pytest.skip("node or the eventsource package is not installed")
+    base, restart = keyless_api
+    body = {"model": MODEL, "messages": LONG, "max_tokens": 100, "temperature": 0, "background": True}
+    cid = httpx.post(base + "/v1/chat/completions", json=body).json()["id"]
+    node = subprocess.Popen(
+        ["node", "follow.mjs", f"{base}/v1/chat/completions/{cid}?stream=true", "90000"],
+        cwd=NODE_DIR,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    lines = []
+    for line in node.stdout:
+        lines.append(json.loads(line))
+        if len([m for m in lines if "data" in m]) == 8:
+            restart()  # the connection drops; the API comes back on the same address
+    assert node.wait(timeout=30) == 0, lines
+    assert any("error" in m for m in lines), "the client saw the drop and reconnected"
+    messages = [m for m in lines if "data" in m]
+    keepalive = '"delta":{},"logprobs":null,"finish_reason":null'
+    got = [(m["id"], m["data"]) for m in messages if keepalive not in m["data"]]
+    full = events(httpx.get(f"{base}/v1/chat/completions/{cid}?stream=true", timeout=60).read())
+    assert [d for _, d in got] == [d for _, d in full], "no event lost or repeated across the reconnect"
+    assert [i for i, _ in got[:-1]] == [i for i, _ in full[:-1]]

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from contract import entries, keys
@@ -184,14 +182,3 @@ def test_models_and_health(client):
     for path in ("/health", "/healthz"):
         assert client.get(path).json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"status": "ready"}
-
-
-def test_job_is_enqueued_as_json_for_the_models_queue(stack, client):
-    r = client.post("/v1/completions", json={"model": MODEL, "prompt": "x", "max_tokens": 1})
-    cid = r.json()["id"]
-    job = stack.redis.hgetall(f"rq:job:{cid}")
-    assert job[b"origin"].decode() == MODEL
-    import zlib
-
-    func, _, args, _ = json.loads(zlib.decompress(job[b"data"]))
-    assert func == keys.JOB_FUNCTION and args[0]["id"] == cid

@@ -1,0 +1,24 @@
+// Follows one tokenspool stream with the `eventsource` package, which reconnects by
+// itself (sending Last-Event-ID) exactly as browsers do. Prints one JSON line per message
+// and per connection error; closes on [DONE]. Usage: node follow.mjs URL [timeout_ms]
+import { EventSource } from "eventsource";
+
+const [url, timeoutMs = "60000"] = process.argv.slice(2);
+const es = new EventSource(url);
+const out = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
+
+const timer = setTimeout(() => {
+  out({ timeout: true });
+  es.close();
+  process.exit(1);
+}, Number(timeoutMs));
+
+es.onmessage = (e) => {
+  out({ id: e.lastEventId, data: e.data });
+  if (e.data === "[DONE]") {
+    es.close();
+    clearTimeout(timer);
+    process.exit(0);
+  }
+};
+es.onerror = (e) => out({ error: e.message ?? "connection error", readyState: es.readyState });
