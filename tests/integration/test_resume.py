@@ -246,7 +246,7 @@ def keyless_api(tmp_path):
     redis_proc, url = start_redis(tmp_path)
     worker = start_worker(tmp_path, url)
     port = free_port()
-    env = {"KEEPALIVE_SECONDS": "0.3", "CANCEL_GRACE_SECONDS": "30"}
+    env = {"KEEPALIVE_SECONDS": "0.3", "CANCEL_GRACE_SECONDS": "1.5"}
     api, base = start_api(tmp_path, url, port=port, env=env)
     state = {"api": api}
 
@@ -290,3 +290,26 @@ def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_en
     full = events(httpx.get(f"{base}/v1/chat/completions/{cid}?stream=true", timeout=60).read())
     assert [d for _, d in got] == [d for _, d in full], "no event lost or repeated across the reconnect"
     assert [i for i, _ in got[:-1]] == [i for i, _ in full[:-1]]
+
+
+def test_a_client_that_comes_back_within_the_grace_keeps_its_job(keyless_api):
+    base, _ = keyless_api
+    body = {
+        "model": MODEL,
+        "messages": LONG,
+        "max_tokens": 150,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    raw = b""
+    with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as r:
+        for chunk in r.iter_raw():
+            raw += chunk
+            if raw.count(b"\nid: ") + raw.startswith(b"id: ") >= 5 and raw.endswith(b"\n\n"):
+                break  # disconnect: the job would be cancelled 1.5 s from now
+    first = events(raw)
+    cid = json.loads(first[0][1])["id"]
+    rest = replay(base, cid, {}, cursor=first[-1][0])  # back within the grace
+    parsed = check_stream(raw + rest, "chat", include_usage=True)
+    assert parsed.finish_reason == "length" and parsed.usage["completion_tokens"] == 150
