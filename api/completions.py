@@ -194,27 +194,31 @@ async def _collect(request: Request, services: Services, chunks: Chunks) -> Resp
             _, entry = item
             if isinstance(entry, Delta):
                 text.append(entry.text)
-            elif isinstance(entry, Finished):
-                return JSONResponse(
-                    completion_object(
-                        chunks.kind,
-                        chunks.id,
-                        chunks.created,
-                        chunks.model,
-                        "".join(text),
-                        entry.finish_reason,
-                        entry.prompt_tokens,
-                        entry.completion_tokens,
-                    )
-                )
-            elif isinstance(entry, Failed):
-                status = WORKER_ERROR_STATUS.get(entry.code, 500)
-                return JSONResponse(
-                    error_body(entry.message, entry.type, entry.code, entry.param), status_code=status
-                )
+            elif isinstance(entry, Finished | Failed):
+                return _final_response(chunks, text, entry)
     except StreamLost:
         pass
     raise APIError(503, "The queue is unreachable.", "server_error", "service_unavailable")
+
+
+def _final_response(chunks: Chunks, text: list[str], entry: Finished | Failed) -> JSONResponse:
+    """The non-streamed answer, once the job's terminal entry is known."""
+    if isinstance(entry, Failed):
+        status = WORKER_ERROR_STATUS.get(entry.code, 500)
+        return JSONResponse(
+            error_body(entry.message, entry.type, entry.code, entry.param), status_code=status
+        )
+    obj = completion_object(
+        chunks.kind,
+        chunks.id,
+        chunks.created,
+        chunks.model,
+        "".join(text),
+        entry.finish_reason,
+        entry.prompt_tokens,
+        entry.completion_tokens,
+    )
+    return JSONResponse(obj)
 
 
 async def _cancel_quietly(services: Services, completion_id: str) -> None:
@@ -283,23 +287,7 @@ async def _retrieve(request: Request, kind: str) -> Response:
     for _, entry in await services.jobs.read(cid, "0", count=100_000):
         if isinstance(entry, Delta):
             text.append(entry.text)
-        elif isinstance(entry, Finished):
-            return JSONResponse(
-                completion_object(
-                    kind,
-                    cid,
-                    state.created,
-                    state.model,
-                    "".join(text),
-                    entry.finish_reason,
-                    entry.prompt_tokens,
-                    entry.completion_tokens,
-                )
-            )
-        elif isinstance(entry, Failed):
-            status = WORKER_ERROR_STATUS.get(entry.code, 500)
-            return JSONResponse(
-                error_body(entry.message, entry.type, entry.code, entry.param), status_code=status
-            )
+        elif isinstance(entry, Finished | Failed):
+            return _final_response(chunks, text, entry)
     status = "queued" if state.status == JobStatus.QUEUED else "in_progress"
     return JSONResponse(_status_object(chunks, status), status_code=202)
