@@ -31,10 +31,6 @@ def invalid(message: str, param: str | None = None, code: str | None = None) -> 
     return APIError(400, message, "invalid_request_error", code, param)
 
 
-def unavailable(message: str, code: str = "service_unavailable") -> APIError:
-    return APIError(503, message, "server_error", code)
-
-
 # Status codes an error raised by a worker maps to when the client is not streaming.
 WORKER_ERROR_STATUS = {
     "context_length_exceeded": 400,

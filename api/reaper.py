@@ -39,8 +39,6 @@ class Reaper:
         self._me = uuid.uuid4().hex
         self._lock = client.register_script(_EXTEND)
         self._task: asyncio.Task | None = None
-        self.recovered = 0
-        self.lost = 0
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="reaper")
@@ -82,7 +80,6 @@ class Reaper:
                 continue
             outcome = await self._store.abandon(cid, epoch)
             if outcome == 1:
-                self.recovered += 1
                 taken += 1
                 log.warning(
                     "attempt %d of %s on %s is dead (%s); requeued",
@@ -92,7 +89,6 @@ class Reaper:
                     "connection gone" if gone else "heartbeat expired",
                 )
             elif outcome == 2:
-                self.lost += 1
                 taken += 1
                 log.warning(
                     "attempt %d of %s on %s is dead; attempts used up: worker_lost", epoch, cid, worker
