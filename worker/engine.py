@@ -20,6 +20,9 @@ from contract.jobspec import JobSpec
 from worker.errors import PromptRejected, PromptTooLong
 from worker.settings import WorkerSettings
 
+# Private-use code points: no template or tokenizer gives them a meaning.
+_PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"
+
 
 class LlamaEngine:
     def __init__(self, settings: WorkerSettings) -> None:
@@ -53,16 +56,43 @@ class LlamaEngine:
         """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
         param = "messages" if spec.kind == "chat" else "prompt"
         if spec.kind == "chat":
-            if self._formatter is None:
-                raise PromptRejected("This model has no chat template; use /v1/completions.", param)
-            messages = [{"role": m.role, "content": m.content} for m in spec.messages]
-            text = self._formatter(messages=messages).prompt
-            ids = self._llm.tokenize(text.encode(), add_bos=False, special=True)
+            ids = self._chat_ids(spec)
         else:
+            # A raw prompt is the caller's own text, special tokens included, as llama.cpp does.
             ids = self._llm.tokenize(spec.prompt.encode(), add_bos=self._model.add_bos_token(), special=True)
         if len(ids) >= self.n_ctx:
             raise PromptTooLong(len(ids), self.n_ctx, param)
         return ids
+
+    def _render(self, spec: JobSpec, contents: Sequence[str] | None = None) -> str:
+        """The chat template rendered with the generation prompt (contents replaceable)."""
+        if self._formatter is None:
+            raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
+        texts = contents if contents is not None else [m.content for m in spec.messages]
+        messages = [{"role": m.role, "content": t} for m, t in zip(spec.messages, texts, strict=True)]
+        return self._formatter(messages=messages).prompt
+
+    def _chat_ids(self, spec: JobSpec) -> list[int]:
+        """Only the template's own markers become special tokens: each message's content is
+        tokenized as plain text, so a user who types `<|im_end|>` cannot forge a role
+        boundary. The template is rendered with placeholders where the contents go, its text
+        tokenized with special tokens, the contents without."""
+        marks = [_PLACEHOLDER.format(i) for i in range(len(spec.messages))]
+        rest = self._render(spec, marks)
+        ids: list[int] = []
+        for mark, message in zip(marks, spec.messages, strict=True):
+            before, found, rest = rest.partition(mark)
+            if not found:
+                raise PromptRejected(
+                    "This model's chat template alters message contents; it cannot be used safely.",
+                    "messages",
+                )
+            ids += self._tokens(before, special=True)
+            ids += self._tokens(message.content, special=False)
+        return ids + self._tokens(rest, special=True)
+
+    def _tokens(self, text: str, special: bool) -> list[int]:
+        return self._llm.tokenize(text.encode(), add_bos=False, special=special) if text else []
 
     def is_end(self, token: int) -> bool:
         """End-of-generation tokens (EOS, end-of-turn, ...): never published."""
