@@ -80,8 +80,10 @@ class StreamHub:
 
     async def _poke(self) -> None:
         try:
-            await self._client.xadd(self._control, {"w": "1"}, maxlen=16, approximate=False)
-            await self._client.expire(self._control, 3600)
+            async with self._client.pipeline(transaction=False) as pipe:
+                pipe.xadd(self._control, {"w": "1"}, maxlen=16, approximate=False)
+                pipe.expire(self._control, 3600)
+                await pipe.execute()
         except RedisError as exc:  # the reader also wakes on its timeout
             log.warning("could not poke stream reader: %s", exc)
 
