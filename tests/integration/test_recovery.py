@@ -135,79 +135,69 @@ def _check_resumed(pool: Pool, raw: bytes, cid: str, max_tokens: int):
     return parsed, events
 
 
-@pytest.mark.parametrize("cut", ["before-first-token", "mid-stream"])
-def test_sigkill_resumes_on_the_other_worker(pool, cut):
-    pool.ensure(2)
+def _interrupted(pool: Pool, max_tokens: int, after_chunks: int, act, usage: bool = True, **body):
+    """Stream a completion from the pool; once `after_chunks` content chunks have arrived,
+    call act(completion id, the worker holding the job); read to the end. Returns the
+    completion id, that worker, and the raw bytes the client received."""
     body = {
         "model": MODEL,
         "messages": [LONG],
-        "max_tokens": 60,
+        "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
-        "stream_options": {"include_usage": True},
+        **({"stream_options": {"include_usage": True}} if usage else {}),
+        **body,
     }
     with _open_stream(pool, body) as resp:
         lines = resp.iter_lines()
         first, opening = read_opening(lines)
         cid = opening["id"]
-        victim = pool.holder(cid)
-        got = [*first]
-        if cut == "mid-stream":
-            got += _read_until(lines, lambda n: n >= 20)
-        victim.signal(signal.SIGKILL)
-        killed = time.monotonic()
+        holder = pool.holder(cid)
+        got = [*first, *(_read_until(lines, lambda n: n >= after_chunks) if after_chunks else [])]
+        act(cid, holder)
         got += list(lines)
-    _, events = _check_resumed(pool, _raw(got), cid, 60)
+    return cid, holder, _raw(got)
+
+
+def _signal_at(sig: int, t: dict):
+    def act(cid: str, worker: Proc) -> None:
+        worker.signal(sig)
+        t["at"] = time.monotonic()
+
+    return act
+
+
+@pytest.mark.parametrize("cut", ["before-first-token", "mid-stream"])
+def test_sigkill_resumes_on_the_other_worker(pool, cut):
+    pool.ensure(2)
+    t: dict = {}
+    cid, victim, raw = _interrupted(pool, 60, 20 if cut == "mid-stream" else 0, _signal_at(signal.SIGKILL, t))
+    _, events = _check_resumed(pool, raw, cid, 60)
     starts = [e for e in events if isinstance(e, Started)]
     assert starts[-1].epoch > 1, "a later attempt finished the job"  # (the victim may die before its Started)
     assert starts[-1].worker != victim.name
-    assert time.monotonic() - killed < 30
+    assert time.monotonic() - t["at"] < 30
 
 
 def test_sigkill_right_after_the_last_token(pool):
     pool.ensure(2)
-    body = {
-        "model": MODEL,
-        "messages": [LONG],
-        "max_tokens": 12,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    with _open_stream(pool, body) as resp:
-        lines = resp.iter_lines()
-        first, opening = read_opening(lines)
-        cid = opening["id"]
-        victim = pool.holder(cid)
+
+    def kill_after_11_tokens(cid: str, victim: Proc) -> None:
         while sum(len(e.token_ids) for e in pool.events(cid) if isinstance(e, Delta)) < 11:
             time.sleep(0.002)
         victim.signal(signal.SIGKILL)
-        raw = _raw([*first, *lines])
+
+    cid, _, raw = _interrupted(pool, 12, 0, kill_after_11_tokens)
     _check_resumed(pool, raw, cid, 12)
 
 
 def test_sigstop_past_the_heartbeat_window_then_sigcont_is_fenced(pool):
     pool.ensure(2)
-    body = {
-        "model": MODEL,
-        "messages": [LONG],
-        "max_tokens": 60,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    with _open_stream(pool, body) as resp:
-        lines = resp.iter_lines()
-        first, opening = read_opening(lines)
-        cid = opening["id"]
-        frozen = pool.holder(cid)
-        got = [*first, *_read_until(lines, lambda n: n >= 10)]
-        frozen.signal(signal.SIGSTOP)
-        stopped = time.monotonic()
-        got += list(lines)
-        resumed_after = time.monotonic() - stopped
+    t: dict = {}
+    cid, frozen, raw = _interrupted(pool, 60, 10, _signal_at(signal.SIGSTOP, t))
+    resumed_after = time.monotonic() - t["at"]
     try:
-        _, events = _check_resumed(pool, _raw(got), cid, 60)
+        _, events = _check_resumed(pool, raw, cid, 60)
         starts = [e for e in events if isinstance(e, Started)]
         assert len(starts) == 2 and starts[1].worker != frozen.name
         frozen_epoch = starts[0].epoch
@@ -249,23 +239,8 @@ def test_sdk_stream_survives_a_worker_kill(pool):
 
 def test_sigterm_hands_the_job_off_and_the_worker_exits(pool):
     pool.ensure(2)
-    body = {
-        "model": MODEL,
-        "messages": [LONG],
-        "max_tokens": 120,
-        "temperature": 0,
-        "stream": True,
-        "stream_options": {"include_usage": True},
-    }
-    with _open_stream(pool, body) as resp:
-        lines = resp.iter_lines()
-        first, opening = read_opening(lines)
-        cid = opening["id"]
-        leaving = pool.holder(cid)
-        got = [*first, *_read_until(lines, lambda n: n >= 5)]
-        leaving.signal(signal.SIGTERM)
-        got += list(lines)
-    _, events = _check_resumed(pool, _raw(got), cid, 120)
+    cid, leaving, raw = _interrupted(pool, 120, 5, _signal_at(signal.SIGTERM, {}))
+    _, events = _check_resumed(pool, raw, cid, 120)
     starts = [e for e in events if isinstance(e, Started)]
     assert len(starts) == 2 and starts[1].worker != leaving.name
     leaving.popen.wait(timeout=30)
@@ -274,17 +249,14 @@ def test_sigterm_hands_the_job_off_and_the_worker_exits(pool):
 
 def test_cancel_endpoint_stops_the_job_and_frees_the_worker(pool):
     pool.ensure(2)
-    body = {"model": MODEL, "messages": [LONG], "max_tokens": 2000, "temperature": 1.0, "stream": True}
-    with _open_stream(pool, body) as resp:
-        lines = resp.iter_lines()
-        first, opening = read_opening(lines)
-        cid = opening["id"]
-        got = [*first, *_read_until(lines, lambda n: n >= 5)]
+
+    def cancel(cid: str, _: Proc) -> None:
         r = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel")
         assert r.status_code == 200 and r.json()["id"] == cid
         assert httpx.post(f"{pool.base}/v1/completions/{cid}/cancel").status_code == 404
-        got += list(lines)
-    parsed = check_stream(_raw(got), "chat")
+
+    cid, _, raw = _interrupted(pool, 2000, 5, cancel, usage=False, temperature=1.0)
+    parsed = check_stream(raw, "chat")
     assert parsed.finish_reason == "stop" and parsed.error is None
     final = pool.events(cid)[-1]
     assert isinstance(final, Finished) and final.completion_tokens < 300
