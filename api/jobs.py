@@ -23,18 +23,11 @@ from contract import entries, keys, queueing, scripts
 from contract.entries import Entry, Failed, Finished
 from contract.jobspec import JobSpec
 from contract.keys import JobField, JobStatus
+from contract.queueing import Recovery
 
 
 def _ms() -> int:
     return int(time.time() * 1000)
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """How dead attempts are handled; the workers read the same settings."""
-
-    max_attempts: int = 3
-    resume_wait_s: float = 30.0
 
 
 @dataclass(frozen=True)
@@ -57,23 +50,17 @@ class JobStore:
         client: aredis.Redis,
         rq_client: redis.Redis,
         *,
-        retention_s: int,
-        job_ttl_s: int,
-        job_timeout_s: int,
         queue_wait_s: float,
         worker_stale_s: float,
-        recovery: Recovery = Recovery(),
+        recovery: Recovery,
     ) -> None:
         self._r = client
         self._rq = rq_client  # RQ is synchronous: enqueueing runs in a worker thread
-        self.retention_s = retention_s
-        self._job_ttl = job_ttl_s
-        self._job_timeout = job_timeout_s
+        self.retention_s = recovery.retention_s
         self.queue_wait_s = queue_wait_s
         self._stale_ms = int(worker_stale_s * 1000)
         self.recovery = recovery
         self._end = client.register_script(scripts.END)
-        self._abandon = client.register_script(scripts.ABANDON)
 
     async def submit(
         self,
@@ -104,7 +91,7 @@ class JobStore:
                     JobField.DETACHED: int(detached),
                 },
             )
-            pipe.expire(job_key, self._job_ttl)
+            pipe.expire(job_key, self.recovery.job_ttl_s)
             await pipe.execute()
         try:
             await anyio.to_thread.run_sync(self._enqueue, spec.to_dict(), spec.id)
@@ -114,14 +101,7 @@ class JobStore:
             raise
 
     def _enqueue(self, spec: dict, job_id: str) -> None:
-        queueing.enqueue(
-            self._rq,
-            spec,
-            job_id=job_id,
-            timeout_s=self._job_timeout,
-            ttl_s=self._job_ttl,
-            retention_s=self.retention_s,
-        )
+        queueing.enqueue(self._rq, spec, job_id, self.recovery)
 
     async def read(
         self, completion_id: str, after: str, count: int = 512, inclusive: bool = False
@@ -228,30 +208,8 @@ class JobStore:
         return out
 
     async def abandon(self, completion_id: str, epoch: int) -> int:
-        """Take the job from a dead attempt; requeue it (enqueueing the continuation) or
-        end it with worker_lost. Returns ABANDON's code (1 requeued, 2 ended, 0 nothing)."""
-        r = self.recovery
-        outcome = int(
-            await self._abandon(
-                keys=scripts.job_keys(completion_id),
-                args=scripts.abandon_args(
-                    completion_id, epoch, r.max_attempts, int(r.resume_wait_s * 1000), self.retention_s
-                ),
-            )
-        )
-        if outcome == 1:
-            await anyio.to_thread.run_sync(self._enqueue_continuation, completion_id, epoch + 1)
-        return outcome
-
-    def _enqueue_continuation(self, completion_id: str, epoch: int) -> None:
-        queueing.enqueue_continuation(
-            self._rq,
-            completion_id,
-            epoch,
-            timeout_s=self._job_timeout,
-            ttl_s=self._job_ttl,
-            retention_s=self.retention_s,
-        )
+        """Take the job from a dead attempt (see contract.queueing.abandon)."""
+        return await anyio.to_thread.run_sync(queueing.abandon, self._rq, completion_id, epoch, self.recovery)
 
 
 def _text(value: str | bytes) -> str:

@@ -10,9 +10,10 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from api.hub import StreamHub
-from api.jobs import JobStore, Recovery
+from api.jobs import JobStore
 from api.reaper import Reaper
 from api.settings import Settings
+from contract.queueing import Recovery
 
 
 def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
@@ -47,12 +48,15 @@ class Services:
         jobs = JobStore(
             client,
             rq_client,
-            retention_s=settings.retention_s,
-            job_ttl_s=settings.job_ttl_s,
-            job_timeout_s=settings.job_timeout_s,
             queue_wait_s=settings.queue_wait_s,
             worker_stale_s=settings.worker_stale_s,
-            recovery=Recovery(settings.max_attempts, settings.resume_wait_s),
+            recovery=Recovery(
+                max_attempts=settings.max_attempts,
+                resume_wait_s=settings.resume_wait_s,
+                job_timeout_s=settings.job_timeout_s,
+                job_ttl_s=settings.job_ttl_s,
+                retention_s=settings.retention_s,
+            ),
         )
         hub = StreamHub(settings.redis_url, client)
         await hub.start()

@@ -1,48 +1,70 @@
-"""Putting a job attempt on its model's RQ queue: the one way both sides do it.
+"""Putting a job attempt on its model's RQ queue, and taking a job from a dead attempt:
+the one way both sides do it.
 
-The API enqueues a job's first attempt; the API's reaper and a worker handing off at
-shutdown enqueue continuations. Always RQ's JSON serializer (never pickle), always the one
-job function, and the job's own spec as the only argument.
+The API enqueues a job's first attempt; the API's reaper (a dead worker) and a worker
+handing off at shutdown both call `abandon`, which fences the attempt out and enqueues the
+continuation. Always RQ's JSON serializer (never pickle), always the one job function, and
+the job's own spec as the only argument.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 
 import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from contract import keys
+from contract import keys, scripts
 
 
-def enqueue(
-    client: redis.Redis,
-    spec: dict,
-    *,
-    job_id: str,
-    timeout_s: int,
-    ttl_s: int,
-    retention_s: int,
-) -> None:
+@dataclass(frozen=True)
+class Recovery:
+    """How jobs live and move between workers; the API and the workers read the same
+    settings (MAX_ATTEMPTS, RESUME_WAIT_SECONDS, JOB_TIMEOUT_SECONDS, JOB_TTL_SECONDS,
+    RETENTION_SECONDS)."""
+
+    max_attempts: int = 3
+    resume_wait_s: float = 30.0
+    job_timeout_s: int = 1800
+    job_ttl_s: int = 86_400
+    retention_s: int = 3600
+
+
+def enqueue(client: redis.Redis, spec: dict, job_id: str, recovery: Recovery) -> None:
     queue = Queue(keys.queue_name(spec["model"]), connection=client, serializer=JSONSerializer)
     queue.enqueue_call(
         func=keys.JOB_FUNCTION,
         args=(spec,),
         job_id=job_id,
-        timeout=timeout_s,
-        ttl=ttl_s,
+        timeout=recovery.job_timeout_s,
+        ttl=recovery.job_ttl_s,
         result_ttl=0,  # the completion lives in the job's stream; RQ need not keep a copy
-        failure_ttl=retention_s,
+        failure_ttl=recovery.retention_s,
         description=f"completion {spec['id']}",
     )
 
 
-def enqueue_continuation(client: redis.Redis, completion_id: str, attempt: int, **kw) -> bool:
-    """Enqueue the next attempt of a job from the spec stored with it; False if it is gone."""
-
-    raw = client.hget(keys.job(completion_id), keys.JobField.SPEC)
-    if raw is None:
-        return False
-    enqueue(client, json.loads(raw), job_id=keys.continuation_job_id(completion_id, attempt), **kw)
-    return True
+def abandon(client: redis.Redis, completion_id: str, epoch: int, recovery: Recovery) -> int:
+    """Take the job from attempt `epoch` (dead, hung, or leaving): requeue it as a
+    continuation, or end it with worker_lost once its attempts are used up. Returns
+    ABANDON's code: 1 requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
+    outcome = int(
+        client.register_script(scripts.ABANDON)(
+            keys=scripts.job_keys(completion_id),
+            args=scripts.abandon_args(
+                completion_id,
+                epoch,
+                recovery.max_attempts,
+                int(recovery.resume_wait_s * 1000),
+                recovery.retention_s,
+            ),
+        )
+    )
+    if outcome == 1:
+        raw = client.hget(keys.job(completion_id), keys.JobField.SPEC)
+        if raw is not None:
+            job_id = keys.continuation_job_id(completion_id, epoch + 1)
+            enqueue(client, json.loads(raw), job_id, recovery)
+    return outcome

@@ -9,9 +9,10 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from contract import keys
+from contract.queueing import Recovery
 from worker.engine import LlamaEngine
 from worker.heartbeat import Heartbeat
-from worker.jobs import JobRunner, Recovery, install
+from worker.jobs import JobRunner, install
 from worker.presence import Presence
 from worker.publisher import Publisher
 from worker.rqworker import AllowlistedJob, TokenspoolWorker
@@ -41,13 +42,12 @@ def main() -> None:
     recovery = Recovery(
         max_attempts=settings.max_attempts,
         resume_wait_s=settings.resume_wait_s,
-        shutdown_grace_s=settings.shutdown_grace_s,
         job_timeout_s=settings.job_timeout_s,
         job_ttl_s=settings.job_ttl_s,
         retention_s=settings.retention_s,
     )
     publisher = Publisher(client, settings.name, settings.retention_s, window_ms)
-    install(JobRunner(engine, publisher, heartbeat, client, recovery))
+    install(JobRunner(engine, publisher, heartbeat, client, recovery, settings.shutdown_grace_s))
     presence = Presence(connect(), settings.model_name, settings.name, settings.announce_s)
     queue = Queue(keys.queue_name(settings.model_name), connection=client, serializer=JSONSerializer)
     worker = TokenspoolWorker(

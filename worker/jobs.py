@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from dataclasses import dataclass
 from typing import Protocol
 
 import redis
@@ -24,6 +23,7 @@ from rq import get_current_job
 from contract import queueing
 from contract.entries import Failed
 from contract.jobspec import InvalidSpec, JobSpec
+from contract.queueing import Recovery
 from worker.errors import PromptRejected
 from worker.heartbeat import Heartbeat
 from worker.publisher import Attempt, Fenced, JobGone, Publisher
@@ -41,18 +41,6 @@ class Engine(Protocol):
     def tokens(self, spec: JobSpec, context: list[int]): ...
 
 
-@dataclass(frozen=True)
-class Recovery:
-    """How jobs move between workers (the API's reaper uses the same numbers)."""
-
-    max_attempts: int = 3
-    resume_wait_s: float = 30.0
-    shutdown_grace_s: float = 20.0
-    job_timeout_s: int = 1800
-    job_ttl_s: int = 86_400
-    retention_s: int = 3600
-
-
 class HandedOff(Exception):
     pass
 
@@ -65,18 +53,20 @@ class JobRunner:
         heartbeat: Heartbeat,
         client: redis.Redis,
         recovery: Recovery,
+        shutdown_grace_s: float = 20.0,
     ) -> None:
         self.engine = engine
         self.publisher = publisher
         self.heartbeat = heartbeat
         self._client = client
         self.recovery = recovery
+        self._shutdown_grace = shutdown_grace_s
         self._shutdown_at: float | None = None
 
     def request_shutdown(self) -> None:
         """SIGTERM: finish the running job if it ends within the grace period, else hand it off."""
         if self._shutdown_at is None:
-            self._shutdown_at = time.monotonic() + self.recovery.shutdown_grace_s
+            self._shutdown_at = time.monotonic() + self._shutdown_grace
 
     def run(self, raw_spec: object) -> str:
         """Run one attempt; returns its outcome for RQ's records."""
@@ -178,18 +168,8 @@ class JobRunner:
 
     def _hand_off(self, attempt: Attempt) -> None:
         """Give the job back; a continuation is enqueued for another worker."""
-        r = self.recovery
         try:
-            outcome = self.publisher.hand_off(attempt, r.max_attempts, int(r.resume_wait_s * 1000))
-            if outcome == 1:
-                queueing.enqueue_continuation(
-                    self._client,
-                    attempt.completion_id,
-                    attempt.epoch + 1,
-                    timeout_s=r.job_timeout_s,
-                    ttl_s=r.job_ttl_s,
-                    retention_s=r.retention_s,
-                )
+            outcome = queueing.abandon(self._client, attempt.completion_id, attempt.epoch, self.recovery)
             log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
             log.warning("could not hand off %s: %s", attempt.completion_id, exc)

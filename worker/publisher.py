@@ -65,7 +65,6 @@ class Publisher:
         self._claim = client.register_script(scripts.CLAIM)
         self._append = client.register_script(scripts.APPEND)
         self._end = client.register_script(scripts.END)
-        self._abandon = client.register_script(scripts.ABANDON)
 
     def claim(self, completion_id: str) -> Attempt:
         """Start a new attempt at a job (fencing out every earlier one)."""
@@ -125,19 +124,6 @@ class Publisher:
     def end_if_late(self, completion_id: str) -> None:
         attempts = int(self._client.hget(keys.job(completion_id), keys.JobField.ATTEMPTS) or 0)
         self.end(completion_id, scripts.late_error(attempts), only_if_status=keys.JobStatus.QUEUED)
-
-    def hand_off(self, attempt: Attempt, max_attempts: int, resume_wait_ms: int) -> int:
-        """Give the job back for another worker to continue (see ABANDON's return codes)."""
-        return int(
-            self._retry(
-                lambda: self._abandon(
-                    keys=scripts.job_keys(attempt.completion_id),
-                    args=scripts.abandon_args(
-                        attempt.completion_id, attempt.epoch, max_attempts, resume_wait_ms, self._retention
-                    ),
-                )
-            )
-        )
 
     def _write(self, attempt: Attempt, entry: Entry) -> None:
         cid = attempt.completion_id

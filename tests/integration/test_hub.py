@@ -13,6 +13,7 @@ from api.relay import KEEPALIVE, follow
 from api.services import shared_client
 from contract import keys
 from contract.entries import Delta, Finished, Started
+from contract.queueing import Recovery
 from devstack.processes import start_redis
 from worker.publisher import Publisher
 
@@ -36,7 +37,7 @@ def test_hundreds_of_streams_over_one_reader_connection(redis_url):
         client = shared_client(redis_url, 40, 5.0)
         sync = sync_redis.Redis.from_url(redis_url)
         store = JobStore(
-            client, sync, retention_s=60, job_ttl_s=600, job_timeout_s=60, queue_wait_s=60, worker_stale_s=15
+            client, sync, queue_wait_s=60, worker_stale_s=15, recovery=Recovery(job_ttl_s=600, retention_s=60)
         )
         hub = StreamHub(redis_url, client, block_ms=500)
         await hub.start()

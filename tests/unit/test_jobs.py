@@ -11,9 +11,10 @@ from contract import entries, keys
 from contract.entries import Delta, Failed, Finished, Started
 from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
+from contract.queueing import Recovery
 from worker.errors import PromptTooLong
 from worker.heartbeat import Heartbeat
-from worker.jobs import JobRunner, Recovery
+from worker.jobs import JobRunner
 from worker.publisher import Publisher
 
 CID = "chatcmpl-run"
@@ -69,7 +70,8 @@ def r():
 
 def runner(r, engine, **recovery) -> JobRunner:
     pub = Publisher(r, "w1", 60, 3000)
-    return JobRunner(engine, pub, Heartbeat(r, 3000, 1.0), r, Recovery(**recovery))
+    grace = recovery.pop("shutdown_grace_s", 20.0)
+    return JobRunner(engine, pub, Heartbeat(r, 3000, 1.0), r, Recovery(**recovery), grace)
 
 
 def stream(r):
