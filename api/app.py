@@ -19,23 +19,32 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from api import completions, meta
+from api import completions, meta, metrics
 from api.auth import APIKeyMiddleware
 from api.errors import APIError, error_body
 from api.services import Services
 from api.settings import Settings
+from contract import logs
 
 log = logging.getLogger("tokenspool.api")
 
 
+def _rejected(request: Request, reason: str) -> None:
+    services = request.scope.get("state", {}).get("services")
+    if services is not None:
+        services.metrics.rejected.labels(reason).inc()
+
+
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, APIError)
+    _rejected(request, exc.code or str(exc.status))
     return exc.response()
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, HTTPException)
     code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    _rejected(request, code or str(exc.status_code))
     return JSONResponse(
         error_body(str(exc.detail), "invalid_request_error", code, None),
         status_code=exc.status_code,
@@ -45,6 +54,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _redis_error(request: Request, exc: Exception) -> JSONResponse:
     log.warning("Redis unavailable: %s", exc)
+    _rejected(request, "service_unavailable")
     return JSONResponse(
         error_body(
             "The queue is unavailable; try again shortly.", "server_error", "service_unavailable", None
@@ -63,6 +73,7 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
 
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or Settings.from_env()
+    logs.configure("api")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict]:
@@ -76,6 +87,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/health", meta.health),
         Route("/healthz", meta.health),
         Route("/readyz", meta.ready),
+        Route("/metrics", metrics.metrics),
+        Route("/scaling/{model:path}", meta.scaling),
         Route("/v1/models", meta.list_models),
         Route("/v1/models/{model:path}", meta.get_model),
         Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),

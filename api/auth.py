@@ -51,4 +51,7 @@ class APIKeyMiddleware:
             await self.app(scope, receive, send)
             return
         error.headers = {"WWW-Authenticate": "Bearer"}
+        services = scope.get("state", {}).get("services")
+        if services is not None:
+            services.metrics.rejected.labels(error.code).inc()
         await error.response()(scope, receive, send)

@@ -18,13 +18,14 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
-from api import sse
+from api import admission, sse
 from api.chunks import Chunks, completion_object
 from api.cursor import OPENING, USAGE_SUFFIX, BadCursor, Cursor
 from api.errors import WORKER_ERROR_STATUS, APIError, error_body
 from api.relay import KEEPALIVE, StreamLost, follow
 from api.requests import ChatRequest, CompletionRequest, parse
 from api.services import Services
+from contract import logs
 from contract.entries import Delta, Failed, Finished
 from contract.keys import JobStatus
 
@@ -63,18 +64,13 @@ async def completions(request: Request) -> Response:
 
 
 async def _complete(request: Request, model, kind: str) -> Response:
+    arrived = time.monotonic()
     services: Services = request.state.services
     settings = services.settings
     req = parse(model, await read_body(request, settings.max_body_bytes))
-    live = await services.jobs.live_models([req.model])
-    if req.model not in live:
-        raise APIError(
-            404,
-            f"The model '{req.model}' does not exist or no worker serves it.",
-            code="model_not_found",
-            param="model",
-        )
+    await admission.admit(services.jobs, settings, req.model)
     cid = new_completion_id(kind)
+    logs.set_completion(cid)
     spec = req.to_spec(cid)
     created = int(time.time())
     detached = bool(req.background) or "respond-async" in request.headers.get("prefer", "")
@@ -86,7 +82,7 @@ async def _complete(request: Request, model, kind: str) -> Response:
     if detached:
         return JSONResponse(_status_object(chunks, "queued"), status_code=202)
     if req.streaming:
-        return _sse_response(services, chunks, cursor=None, cancel_on_disconnect=True)
+        return _sse_response(services, chunks, cursor=None, cancel_on_disconnect=True, arrived=arrived)
     return await _collect(request, services, chunks)
 
 
@@ -106,23 +102,37 @@ def _status_object(chunks: Chunks, status: str) -> dict:
 
 
 def _sse_response(
-    services: Services, chunks: Chunks, cursor: Cursor | None, cancel_on_disconnect: bool
+    services: Services,
+    chunks: Chunks,
+    cursor: Cursor | None,
+    cancel_on_disconnect: bool,
+    arrived: float | None = None,
 ) -> StreamingResponse:
     return StreamingResponse(
-        _stream(services, chunks, cursor, cancel_on_disconnect),
+        _stream(services, chunks, cursor, cancel_on_disconnect, arrived),
         media_type=sse.MEDIA_TYPE,
         headers=sse.HEADERS,
     )
 
 
 async def _stream(
-    services: Services, chunks: Chunks, cursor: Cursor | None, cancel_on_disconnect: bool
+    services: Services,
+    chunks: Chunks,
+    cursor: Cursor | None,
+    cancel_on_disconnect: bool,
+    arrived: float | None,
 ) -> AsyncIterator[bytes]:
     """The job's events after `cursor` (all of them without one), then live until the end.
-    Every event but keep-alives and [DONE] carries its id (see api/cursor.py)."""
+    Every event but keep-alives and [DONE] carries its id (see api/cursor.py). `arrived`
+    (a new request's arrival, monotonic) starts the time-to-first-token clock."""
     settings = services.settings
+    metrics = services.metrics
+    ttft, itl = metrics.ttft.labels(chunks.model), metrics.itl.labels(chunks.model)
+    last_content = arrived  # None for a resumed stream: its first chunk is no TTFT
+    seen_content = False
     ended = False
     resume_at = None if cursor is None or cursor.after_opening else cursor
+    metrics.streams_open.inc()
     try:
         if cursor is None:
             opening = chunks.opening()
@@ -145,6 +155,10 @@ async def _stream(
                 sent = resume_at is not None and eid == resume_at.entry_id  # the client has it
                 if isinstance(entry, Delta):
                     if entry.text and not sent:
+                        now = time.monotonic()
+                        if last_content is not None:
+                            (itl if seen_content else ttft).observe(now - last_content)
+                        last_content, seen_content = now, True
                         yield sse.event(chunks.content(entry.text), eid)
                 elif isinstance(entry, Finished):
                     if not sent:
@@ -171,6 +185,7 @@ async def _stream(
         ended = True
         yield sse.DONE
     finally:
+        metrics.streams_open.dec()
         if not ended and cancel_on_disconnect:  # the client went away: stop after the grace
             with anyio.CancelScope(shield=True):
                 await _cancel_quietly(services, chunks.id)
@@ -263,6 +278,7 @@ async def _job_of(request: Request, kind: str):
     key; otherwise 404 (never 403: ids cannot be probed)."""
     services: Services = request.state.services
     cid = request.path_params["completion_id"]
+    logs.set_completion(cid)
     state = await services.jobs.state(cid) if cid.startswith(ID_PREFIX[kind]) else None
     if state is None or state.kind != kind or not hmac.compare_digest(state.owner, _owner(request)):
         raise APIError(404, f"No completion found with id '{cid}'.", code="not_found", param="completion_id")
@@ -280,6 +296,7 @@ async def _retrieve(request: Request, kind: str) -> Response:
             cursor = Cursor.parse(raw) if raw else None
         except BadCursor as exc:
             raise APIError(400, str(exc), code="invalid_cursor", param="starting_after") from None
+        services.metrics.resumed.inc()
         if not state.detached:
             await services.jobs.keep(cid)  # the client is back: no disconnect cancel
         return _sse_response(services, chunks, cursor, cancel_on_disconnect=not state.detached)

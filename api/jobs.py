@@ -18,6 +18,7 @@ import anyio.to_thread
 import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
+from rq import Queue
 
 from contract import entries, keys, queueing, scripts
 from contract.entries import Entry, Failed, Finished
@@ -186,6 +187,33 @@ class JobStore:
             counts = await pipe.execute()
         return {m: int(c) for m, c in zip(models, counts, strict=True) if c}
 
+    async def queue_depths(self, models: Sequence[str]) -> dict[str, int]:
+        """Model -> jobs waiting in its RQ queue (not yet taken by a worker)."""
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.llen(queue_key(model))
+            counts = await pipe.execute()
+        return dict(zip(models, (int(c) for c in counts), strict=True))
+
+    async def in_flight(self) -> dict[str, int]:
+        """Model -> attempts running now."""
+        ids = await self._r.zrange(keys.RUNNING, 0, -1)
+        if not ids:
+            return {}
+        async with self._r.pipeline(transaction=False) as pipe:
+            for cid in ids:
+                pipe.hget(keys.job(_text(cid)), JobField.MODEL)
+            models = await pipe.execute()
+        out: dict[str, int] = {}
+        for model in models:
+            if model is not None:
+                out[_text(model)] = out.get(_text(model), 0) + 1
+        return out
+
+    async def stats(self) -> dict[str, int]:
+        """The cluster-wide counters (contract.keys.STATS)."""
+        return {_text(k): int(v) for k, v in (await self._r.hgetall(keys.STATS)).items()}
+
     # --- the reaper's view ---
 
     async def running(self) -> list[tuple[str, int, str, bool]]:
@@ -209,7 +237,14 @@ class JobStore:
 
     async def abandon(self, completion_id: str, epoch: int) -> int:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
-        return await anyio.to_thread.run_sync(queueing.abandon, self._rq, completion_id, epoch, self.recovery)
+        return await anyio.to_thread.run_sync(
+            queueing.abandon, self._rq, completion_id, epoch, self.recovery, "crash"
+        )
+
+
+def queue_key(model: str) -> str:
+    """The Redis list of a model's waiting jobs (RQ's key, honouring RQ_KEY_PREFIX)."""
+    return Queue.redis_queue_namespace_prefix + keys.queue_name(model)
 
 
 def _text(value: str | bytes) -> str:

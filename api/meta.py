@@ -6,7 +6,7 @@ from redis.exceptions import RedisError
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from api.errors import APIError
+from api import admission
 from api.services import Services
 
 
@@ -31,19 +31,35 @@ def _model(name: str, workers: int) -> dict:
 
 async def list_models(request: Request) -> JSONResponse:
     services: Services = request.state.services
-    live = await services.jobs.live_models()
+    live = await admission.models(services.jobs, services.settings)
     return JSONResponse({"object": "list", "data": [_model(m, n) for m, n in live.items()]})
 
 
 async def get_model(request: Request) -> JSONResponse:
     services: Services = request.state.services
     name = request.path_params["model"]
-    live = await services.jobs.live_models([name])
+    live = await admission.models(services.jobs, services.settings, [name])
     if name not in live:
-        raise APIError(
-            404,
-            f"The model '{name}' does not exist or no worker serves it.",
-            code="model_not_found",
-            param="model",
-        )
+        raise admission.not_found(name)
     return JSONResponse(_model(name, live[name]))
+
+
+async def scaling(request: Request) -> JSONResponse:
+    """One model's demand, for an autoscaler (KEDA's metrics-api scaler reads `demand`):
+    jobs waiting plus attempts running, i.e. how many single-job workers would be busy."""
+    services: Services = request.state.services
+    name = request.path_params["model"]
+    served = await admission.models(services.jobs, services.settings, [name])
+    queued = (await services.jobs.queue_depths([name]))[name]
+    running = (await services.jobs.in_flight()).get(name, 0)
+    if name not in served and not queued and not running:
+        raise admission.not_found(name)
+    return JSONResponse(
+        {
+            "model": name,
+            "queued": queued,
+            "in_flight": running,
+            "workers": served.get(name, 0),
+            "demand": queued + running,
+        }
+    )

@@ -11,6 +11,7 @@ from redis.retry import Retry
 
 from api.hub import StreamHub
 from api.jobs import JobStore
+from api.metrics import Metrics
 from api.reaper import Reaper
 from api.settings import Settings
 from contract.queueing import Recovery
@@ -32,6 +33,7 @@ class Services:
     hub: StreamHub
     reaper: Reaper
     rq_redis: redis.Redis
+    metrics: Metrics
 
     @classmethod
     async def start(cls, settings: Settings) -> Services:
@@ -62,7 +64,15 @@ class Services:
         await hub.start()
         reaper = Reaper(client, jobs, settings.reaper_interval_s, settings.reaper_settle_s)
         await reaper.start()
-        return cls(settings=settings, redis=client, jobs=jobs, hub=hub, reaper=reaper, rq_redis=rq_client)
+        return cls(
+            settings=settings,
+            redis=client,
+            jobs=jobs,
+            hub=hub,
+            reaper=reaper,
+            rq_redis=rq_client,
+            metrics=Metrics(),
+        )
 
     async def close(self) -> None:
         await self.reaper.stop()

@@ -10,6 +10,17 @@ def _keys(raw: str) -> tuple[str, ...]:
     return tuple(k.strip() for k in raw.split(",") if k.strip())
 
 
+def _limits(raw: str) -> dict[str, int]:
+    """`model=N,other=M` -> {model: N, other: M}."""
+    out = {}
+    for item in _keys(raw):
+        model, sep, value = item.rpartition("=")
+        if not sep or not model.strip() or not value.strip().isdigit():
+            raise ValueError(f"QUEUE_LIMITS: expected model=N, got {item!r}")
+        out[model.strip()] = int(value)
+    return out
+
+
 @dataclass(frozen=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
@@ -29,6 +40,13 @@ class Settings:
     resume_wait_s: float = 30.0  # a dead attempt's job not resumed by then: worker_lost
     reaper_interval_s: float = 0.5  # how often dead attempts are looked for
     reaper_settle_s: float = 5.0  # no reaping this soon after a Redis (re)start
+    known_models: tuple[str, ...] = ()  # accepted with no live worker: they scale from zero
+    max_queue_depth: int = 1000  # jobs waiting per model before 429 (0: no limit)
+    queue_limits: dict[str, int] = field(default_factory=dict)  # per-model overrides
+    retry_after_s: int = 5  # the Retry-After sent with 429 (queue full)
+
+    def queue_limit(self, model: str) -> int:
+        return self.queue_limits.get(model, self.max_queue_depth)
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> Settings:
@@ -52,4 +70,8 @@ class Settings:
             resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", d.resume_wait_s)),
             reaper_interval_s=float(e.get("REAPER_INTERVAL_SECONDS", d.reaper_interval_s)),
             reaper_settle_s=float(e.get("REAPER_SETTLE_SECONDS", d.reaper_settle_s)),
+            known_models=_keys(e.get("KNOWN_MODELS", "")),
+            max_queue_depth=int(e.get("MAX_QUEUE_DEPTH", d.max_queue_depth)),
+            queue_limits=_limits(e.get("QUEUE_LIMITS", "")),
+            retry_after_s=int(e.get("RETRY_AFTER_SECONDS", d.retry_after_s)),
         )

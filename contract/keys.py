@@ -55,6 +55,27 @@ def hub_control(process: str) -> str:
     return f"{PREFIX}:hub:{process}"
 
 
+STATS = f"{PREFIX}:stats"
+"""HASH: cluster-wide counters, for /metrics (see `StatField`)."""
+
+
+class StatField:
+    """Field names of the STATS hash."""
+
+    @staticmethod
+    def tokens(model: str) -> str:
+        """Tokens generated for `model`, by every attempt of every job."""
+        return f"tokens:{model}"
+
+    @staticmethod
+    def requeued(reason: str) -> str:
+        """Attempts taken over by another worker: reason "crash" (found dead by the reaper)
+        or "handoff" (a worker shutting down gave its job back)."""
+        return f"requeued:{reason}"
+
+    LOST = "lost"  # jobs ended with worker_lost once their attempts were used up
+
+
 MODELS = f"{PREFIX}:models"
 """SET: every model name a worker has announced (pruned by readers when stale)."""
 

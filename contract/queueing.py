@@ -46,9 +46,10 @@ def enqueue(client: redis.Redis, spec: dict, job_id: str, recovery: Recovery) ->
     )
 
 
-def abandon(client: redis.Redis, completion_id: str, epoch: int, recovery: Recovery) -> int:
+def abandon(client: redis.Redis, completion_id: str, epoch: int, recovery: Recovery, reason: str) -> int:
     """Take the job from attempt `epoch` (dead, hung, or leaving): requeue it as a
-    continuation, or end it with worker_lost once its attempts are used up. Returns
+    continuation, or end it with worker_lost once its attempts are used up; counted in
+    STATS under `reason` ("crash" or "handoff"). Returns
     ABANDON's code: 1 requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
     outcome = int(
         client.register_script(scripts.ABANDON)(
@@ -67,4 +68,7 @@ def abandon(client: redis.Redis, completion_id: str, epoch: int, recovery: Recov
         if raw is not None:
             job_id = keys.continuation_job_id(completion_id, epoch + 1)
             enqueue(client, json.loads(raw), job_id, recovery)
+        client.hincrby(keys.STATS, keys.StatField.requeued(reason), 1)
+    elif outcome == 2:
+        client.hincrby(keys.STATS, keys.StatField.LOST, 1)
     return outcome

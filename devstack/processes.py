@@ -172,7 +172,7 @@ def wait_for_model(
 
     def ready() -> bool:
         data = _get_json(base + "/v1/models", headers)
-        return bool(data) and any(m["id"] == model for m in data.get("data", []))
+        return bool(data) and any(m["id"] == model and m["workers"] for m in data.get("data", []))
 
     _wait(ready, timeout, *procs)
 

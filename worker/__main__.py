@@ -8,23 +8,36 @@ import redis
 from rq import Queue
 from rq.serializers import JSONSerializer
 
-from contract import keys
+from contract import keys, logs
 from contract.queueing import Recovery
-from worker.engine import LlamaEngine
 from worker.heartbeat import Heartbeat
-from worker.jobs import JobRunner, install
+from worker.jobs import Engine, JobRunner, install
 from worker.presence import Presence
 from worker.publisher import Publisher
 from worker.rqworker import AllowlistedJob, TokenspoolWorker
 from worker.settings import WorkerSettings
 
 
+def load_engine(settings: WorkerSettings) -> Engine:
+    if settings.engine == "synthetic":
+        from worker.synthetic import SyntheticEngine
+
+        return SyntheticEngine(
+            settings.model_name, settings.n_ctx, settings.synthetic_tokens, settings.synthetic_rate
+        )
+    from worker.engine import LlamaEngine  # llama_cpp is imported only by workers that need it
+
+    logging.getLogger("tokenspool.worker").info(
+        "loading %s from %s", settings.model_name, settings.model_path
+    )
+    return LlamaEngine(settings)
+
+
 def main() -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    logs.configure("worker")
     log = logging.getLogger("tokenspool.worker")
     settings = WorkerSettings.from_env()
-    log.info("loading %s from %s", settings.model_name, settings.model_path)
-    engine = LlamaEngine(settings)
+    engine = load_engine(settings)
 
     def connect() -> redis.Redis:
         # Named connections: when this process dies the API sees them vanish at once.
@@ -57,7 +70,12 @@ def main() -> None:
     heartbeat.start()
     log.info("worker %s serving %s (n_ctx %d)", settings.name, settings.model_name, engine.n_ctx)
     try:
-        worker.work(logging_level="INFO")
+        # With IDLE_EXIT_SECONDS the process exits (model unloaded) once no job came for that
+        # long: an autoscaler then brings workers back from the queue depth (README).
+        idle = int(settings.idle_exit_s) if settings.idle_exit_s else None
+        worker.work(logging_level="INFO", max_idle_time=idle)
+        if idle:
+            log.info("no job for %d s: exiting (scale to zero)", idle)
     finally:
         heartbeat.stop()
         presence.stop()

@@ -20,7 +20,7 @@ from typing import Protocol
 import redis
 from rq import get_current_job
 
-from contract import queueing
+from contract import logs, queueing
 from contract.entries import Failed
 from contract.jobspec import InvalidSpec, JobSpec
 from contract.queueing import Recovery
@@ -69,11 +69,20 @@ class JobRunner:
             self._shutdown_at = time.monotonic() + self._shutdown_grace
 
     def run(self, raw_spec: object) -> str:
-        """Run one attempt; returns its outcome for RQ's records."""
+        """Run one attempt; returns its outcome for RQ's records. What is logged meanwhile
+        carries the completion id."""
+        job = get_current_job()
+        claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
+        logs.set_completion(str(claimed or (job.id if job else "")))
+        try:
+            return self._run(raw_spec, job)
+        finally:
+            logs.set_completion("")
+
+    def _run(self, raw_spec: object, job) -> str:
         try:
             spec = JobSpec.from_dict(raw_spec)
         except InvalidSpec as exc:
-            job = get_current_job()
             if job is not None:
                 self.publisher.end(
                     job.id,
@@ -115,6 +124,7 @@ class JobRunner:
             raise
         finally:
             self.heartbeat.untrack(attempt)
+            self.publisher.count_tokens(spec.model, attempt)
 
     def _generate(self, spec: JobSpec, attempt: Attempt) -> str:
         engine, pub = self.engine, self.publisher
@@ -169,7 +179,9 @@ class JobRunner:
     def _hand_off(self, attempt: Attempt) -> None:
         """Give the job back; a continuation is enqueued for another worker."""
         try:
-            outcome = queueing.abandon(self._client, attempt.completion_id, attempt.epoch, self.recovery)
+            outcome = queueing.abandon(
+                self._client, attempt.completion_id, attempt.epoch, self.recovery, "handoff"
+            )
             log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
             log.warning("could not hand off %s: %s", attempt.completion_id, exc)

@@ -38,6 +38,7 @@ class Attempt:
     cancelled: bool = False
     fenced: bool = False
     progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
+    published: int = 0  # tokens this attempt wrote
 
 
 @dataclass(frozen=True)
@@ -103,6 +104,15 @@ class Publisher:
 
     def delta(self, attempt: Attempt, text: str, token_ids: tuple[int, ...]) -> None:
         self._write(attempt, Delta(attempt.epoch, text, token_ids))
+        attempt.published += len(token_ids)
+
+    def count_tokens(self, model: str, attempt: Attempt) -> None:
+        """Add the attempt's tokens to the cluster-wide counter (best effort: metrics only)."""
+        if attempt.published:
+            try:
+                self._client.hincrby(keys.STATS, keys.StatField.tokens(model), attempt.published)
+            except redis.RedisError as exc:
+                log.warning("could not count tokens: %s", exc)
 
     def finished(self, attempt: Attempt, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
         self._write(attempt, Finished(attempt.epoch, reason, prompt_tokens, completion_tokens))

@@ -26,8 +26,12 @@ def default_model_path() -> Path | None:
 @dataclass(frozen=True)
 class WorkerSettings:
     redis_url: str
-    model_path: Path
+    model_path: Path | None  # None with the synthetic engine
     model_name: str
+    engine: str = "llama"  # or "synthetic" (load tests only; see worker/synthetic.py)
+    synthetic_tokens: int = 128  # words per job from the synthetic engine
+    synthetic_rate: float = 50.0  # its tokens/s per job (0: unlimited)
+    idle_exit_s: float | None = None  # exit after this long without a job (scale to zero)
     n_ctx: int = 4096
     n_threads: int | None = None
     n_gpu_layers: int = 0
@@ -45,6 +49,32 @@ class WorkerSettings:
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
         e = os.environ if env is None else env
+        engine = e.get("ENGINE", "llama")
+        if engine not in ("llama", "synthetic"):
+            raise SystemExit(f"ENGINE must be 'llama' or 'synthetic', not {engine!r}")
+        idle = e.get("IDLE_EXIT_SECONDS")
+        common = dict(
+            redis_url=e.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
+            engine=engine,
+            synthetic_tokens=int(e.get("SYNTHETIC_TOKENS", cls.synthetic_tokens)),
+            synthetic_rate=float(e.get("SYNTHETIC_RATE", cls.synthetic_rate)),
+            idle_exit_s=float(idle) if idle else None,
+            n_ctx=int(e.get("N_CTX", cls.n_ctx)),
+            retention_s=int(e.get("RETENTION_SECONDS", cls.retention_s)),
+            heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),
+            stall_s=float(e.get("STALL_SECONDS", cls.stall_s)),
+            max_attempts=int(e.get("MAX_ATTEMPTS", cls.max_attempts)),
+            resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", cls.resume_wait_s)),
+            shutdown_grace_s=float(e.get("SHUTDOWN_GRACE_SECONDS", cls.shutdown_grace_s)),
+            job_timeout_s=int(e.get("JOB_TIMEOUT_SECONDS", cls.job_timeout_s)),
+            job_ttl_s=int(e.get("JOB_TTL_SECONDS", cls.job_ttl_s)),
+            name=e.get("WORKER_NAME") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+        )
+        if engine == "synthetic":
+            # No default name: whoever runs it says which (synthetic-*) model it pretends to be.
+            if not e.get("MODEL_NAME"):
+                raise SystemExit("ENGINE=synthetic needs MODEL_NAME (a name starting with 'synthetic')")
+            return cls(model_path=None, model_name=e["MODEL_NAME"], **common)
         raw_path = e.get("MODEL_PATH")
         path = Path(raw_path) if raw_path else default_model_path()
         if path is None:
@@ -57,19 +87,9 @@ class WorkerSettings:
         name = e.get("MODEL_NAME") or (DEFAULT_MODEL_NAME if not raw_path else path.stem)
         threads = e.get("N_THREADS")
         return cls(
-            redis_url=e.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
             model_path=path,
             model_name=name,
-            n_ctx=int(e.get("N_CTX", cls.n_ctx)),
             n_threads=int(threads) if threads else None,
             n_gpu_layers=int(e.get("N_GPU_LAYERS", cls.n_gpu_layers)),
-            retention_s=int(e.get("RETENTION_SECONDS", cls.retention_s)),
-            heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),
-            stall_s=float(e.get("STALL_SECONDS", cls.stall_s)),
-            max_attempts=int(e.get("MAX_ATTEMPTS", cls.max_attempts)),
-            resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", cls.resume_wait_s)),
-            shutdown_grace_s=float(e.get("SHUTDOWN_GRACE_SECONDS", cls.shutdown_grace_s)),
-            job_timeout_s=int(e.get("JOB_TIMEOUT_SECONDS", cls.job_timeout_s)),
-            job_ttl_s=int(e.get("JOB_TTL_SECONDS", cls.job_ttl_s)),
-            name=e.get("WORKER_NAME") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
+            **common,
         )

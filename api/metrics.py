@@ -1,0 +1,110 @@
+"""`GET /metrics` in Prometheus text format.
+
+Two kinds of figures. Cluster-wide ones are read from Redis at each scrape and are the same
+on every API replica (take `max`, not `sum`, across replicas): queue depth, in-flight
+attempts and live workers per model, tokens generated, attempts requeued after a crash or a
+hand-off, jobs lost. Per-process ones are kept in this process's own registry (sum them
+across replicas): open streams, time to first token, inter-token latency, resumed streams,
+rejected requests by reason.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+from starlette.requests import Request
+from starlette.responses import Response
+
+from api import admission
+from contract.keys import StatField
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+
+_TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+
+class Metrics:
+    """This process's own metrics; one instance per app (no global registry)."""
+
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.streams_open = Gauge(
+            "tokenspool_streams_open", "SSE streams this API process is relaying now.", registry=r
+        )
+        self.ttft = Histogram(
+            "tokenspool_time_to_first_token_seconds",
+            "From the request's arrival to its first content chunk sent (new streams only).",
+            ["model"],
+            buckets=_TTFT_BUCKETS,
+            registry=r,
+        )
+        self.itl = Histogram(
+            "tokenspool_inter_token_latency_seconds",
+            "Time between consecutive content chunks sent on a stream.",
+            ["model"],
+            buckets=_ITL_BUCKETS,
+            registry=r,
+        )
+        self.resumed = Counter(
+            "tokenspool_streams_resumed", "Streams reopened with GET ...?stream=true.", registry=r
+        )
+        self.rejected = Counter(
+            "tokenspool_requests_rejected",
+            "Requests refused with an error status, by error code.",
+            ["reason"],
+            registry=r,
+        )
+
+
+class _Snapshot(Collector):
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> list[Metric]:
+        return self._families
+
+
+async def cluster(request: Request) -> list[Metric]:
+    services = request.state.services
+    store = services.jobs
+    served = await admission.models(store, services.settings)
+    in_flight = await store.in_flight()
+    names = sorted(set(served) | set(in_flight))
+    depths = await store.queue_depths(names)
+    stats = await store.stats()
+
+    def per_model(family: GaugeMetricFamily | CounterMetricFamily, values: dict[str, int]) -> Metric:
+        for m in names:
+            family.add_metric([m], values.get(m, 0))
+        return family
+
+    requeued = CounterMetricFamily(
+        "tokenspool_attempts_requeued", "Attempts taken over by another worker.", labels=["reason"]
+    )
+    for reason in ("crash", "handoff"):
+        requeued.add_metric([reason], stats.get(StatField.requeued(reason), 0))
+    tokens = {m: stats.get(StatField.tokens(m), 0) for m in names}
+    return [
+        per_model(GaugeMetricFamily("tokenspool_queue_depth", "Jobs waiting.", labels=["model"]), depths),
+        per_model(
+            GaugeMetricFamily("tokenspool_jobs_in_flight", "Attempts running.", labels=["model"]), in_flight
+        ),
+        per_model(GaugeMetricFamily("tokenspool_workers", "Live workers.", labels=["model"]), served),
+        per_model(
+            CounterMetricFamily("tokenspool_tokens_generated", "Tokens generated.", labels=["model"]), tokens
+        ),
+        requeued,
+        CounterMetricFamily(
+            "tokenspool_jobs_lost", "Jobs ended with worker_lost.", value=stats.get(StatField.LOST, 0)
+        ),
+    ]
+
+
+async def metrics(request: Request) -> Response:
+    own: Metrics = request.state.services.metrics
+    snapshot = CollectorRegistry()
+    snapshot.register(_Snapshot(await cluster(request)))
+    body = generate_latest(own.registry) + generate_latest(snapshot)
+    return Response(body, media_type=CONTENT_TYPE)

@@ -1,0 +1,65 @@
+"""The log format both sides share: one JSON object per line, carrying the completion id.
+
+The API sets the completion id when it creates or opens a job, the worker when it starts an
+attempt; every line logged meanwhile carries it as `completion_id`, so one query follows a
+completion from the request to the worker that generated it and back. `LOG_FORMAT=text`
+gives plain lines for a terminal. Prompts and completions are never logged.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import json
+import logging
+import os
+import time
+
+_completion: contextvars.ContextVar[str] = contextvars.ContextVar("completion_id", default="")
+
+
+def set_completion(completion_id: str) -> None:
+    """Tag what this task or thread logs from now on with `completion_id`."""
+    _completion.set(completion_id)
+
+
+class JSONFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {
+            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            + f".{int(record.msecs):03d}Z",
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "msg": record.getMessage(),
+        }
+        cid = _completion.get()
+        if cid:
+            out["completion_id"] = cid
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False)
+
+
+class _TextFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        line = super().format(record)
+        cid = _completion.get()
+        return f"{line} [{cid}]" if cid else line
+
+
+def configure(process: str, env: dict[str, str] | None = None) -> None:
+    """Send every log line (ours, uvicorn's, RQ's) to stderr in the chosen format."""
+    e = os.environ if env is None else env
+    fmt = e.get("LOG_FORMAT", "json")
+    if fmt == "json":
+        formatter: logging.Formatter = JSONFormatter()
+    else:
+        formatter = _TextFormatter(f"%(asctime)s %(levelname)s {process} %(name)s %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(formatter)
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(e.get("LOG_LEVEL", "INFO").upper())
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logger = logging.getLogger(name)
+        if logger.handlers:  # uvicorn's own handlers (none for the access log if disabled)
+            logger.handlers[:] = [handler]

@@ -1,0 +1,37 @@
+"""Settings read from the environment: defaults, overrides, and refusals of bad values."""
+
+from __future__ import annotations
+
+import pytest
+
+from api.settings import Settings
+from worker.settings import WorkerSettings
+
+
+def test_queue_limits_per_model_override_the_default():
+    s = Settings.from_env({"MAX_QUEUE_DEPTH": "10", "QUEUE_LIMITS": "a=2, org/b-1.5=0"})
+    assert s.queue_limit("a") == 2
+    assert s.queue_limit("org/b-1.5") == 0
+    assert s.queue_limit("other") == 10
+    assert Settings.from_env({}).queue_limit("x") == 1000
+
+
+@pytest.mark.parametrize("raw", ["a", "a=x", "=3", "a=-1"])
+def test_bad_queue_limits_are_refused(raw):
+    with pytest.raises(ValueError, match="QUEUE_LIMITS"):
+        Settings.from_env({"QUEUE_LIMITS": raw})
+
+
+def test_known_models():
+    assert Settings.from_env({"KNOWN_MODELS": "a, b"}).known_models == ("a", "b")
+
+
+def test_synthetic_engine_needs_an_explicit_synthetic_model_name():
+    with pytest.raises(SystemExit, match="MODEL_NAME"):
+        WorkerSettings.from_env({"ENGINE": "synthetic"})
+    s = WorkerSettings.from_env(
+        {"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", "IDLE_EXIT_SECONDS": "30"}
+    )
+    assert s.model_path is None and s.engine == "synthetic" and s.idle_exit_s == 30.0
+    with pytest.raises(SystemExit, match="ENGINE"):
+        WorkerSettings.from_env({"ENGINE": "fake"})

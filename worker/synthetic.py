@@ -1,0 +1,82 @@
+"""A model-free engine for load tests of the API and Redis tiers (capacity planning).
+
+It emits a fixed number of tokens per job at a fixed rate and goes through exactly the same
+job runner, publisher and stream contract as the real engine; only the token source differs.
+Tokens are deterministic (the n-th token of every completion is " w<n>"), so a resumed job
+continues exactly where it stopped and tests can check the text.
+
+It cannot be enabled by accident: it needs `ENGINE=synthetic`, it serves only model names
+that start with `synthetic` (so it never takes a real model's jobs), and it says so loudly in
+the log at start and on every job.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import zlib
+from collections.abc import Iterator, Sequence
+
+from contract.jobspec import JobSpec
+from worker.errors import PromptTooLong
+
+log = logging.getLogger("tokenspool.worker")
+
+NAME_PREFIX = "synthetic"
+EOS = 0
+_FIRST_WORD_ID = 1_000
+
+
+class SyntheticEngine:
+    def __init__(self, model_name: str, n_ctx: int, tokens_per_job: int, rate: float) -> None:
+        if not model_name.startswith(NAME_PREFIX):
+            raise SystemExit(
+                f"ENGINE=synthetic serves only model names starting with {NAME_PREFIX!r} "
+                f"(got MODEL_NAME={model_name!r}), so it can never answer a real model's requests."
+            )
+        self.model_name = model_name
+        self.n_ctx = n_ctx
+        self.tokens_per_job = tokens_per_job
+        self.rate = rate  # tokens per second per job; 0 = as fast as the publish path allows
+        log.warning(
+            "SYNTHETIC ENGINE: model %r answers with %d generated words per job at %s tok/s, "
+            "no model is loaded. For load tests only.",
+            model_name,
+            tokens_per_job,
+            rate or "unlimited",
+        )
+
+    def prompt_ids(self, spec: JobSpec) -> list[int]:
+        """One id per whitespace-separated word (4 more per chat message for its markers)."""
+        if spec.kind == "chat":
+            ids: list[int] = []
+            for m in spec.messages:
+                ids += [1, 2, 3, 4, *_word_ids(m.content)]
+        else:
+            ids = _word_ids(spec.prompt)
+        if len(ids) >= self.n_ctx:
+            raise PromptTooLong(len(ids), self.n_ctx, "messages" if spec.kind == "chat" else "prompt")
+        return ids
+
+    def is_end(self, token: int) -> bool:
+        return token == EOS
+
+    def tokens(self, spec: JobSpec, context: Sequence[int]) -> Iterator[tuple[int, bytes]]:
+        """Words after those already in `context` (a resumed job goes on where it stopped),
+        paced from the first one on an absolute schedule, then EOS."""
+        log.warning("SYNTHETIC ENGINE answering %s", spec.id)
+        position = len(context) - len(self.prompt_ids(spec))
+        last = min(self.tokens_per_job, position + self.n_ctx - len(context))  # the window's end
+        start = time.monotonic()
+        for n, pos in enumerate(range(position, last)):
+            if self.rate > 0:
+                delay = start + n / self.rate - time.monotonic()
+                if delay > 0:
+                    time.sleep(delay)
+            yield _FIRST_WORD_ID + pos, f" w{pos}".encode()
+        if last == self.tokens_per_job:
+            yield EOS, b""
+
+
+def _word_ids(text: str) -> list[int]:
+    return [_FIRST_WORD_ID + zlib.crc32(w.encode()) % 50_000 for w in text.split()]
