@@ -151,24 +151,27 @@ async def _stream(
                 if item is KEEPALIVE:
                     yield sse.event(chunks.keepalive())
                     continue
-                eid, entry = item
-                sent = resume_at is not None and eid == resume_at.entry_id  # the client has it
-                if isinstance(entry, Delta):
-                    if entry.text and not sent:
-                        now = time.monotonic()
-                        if last_content is not None:
-                            (itl if seen_content else ttft).observe(now - last_content)
-                        last_content, seen_content = now, True
-                        yield sse.event(chunks.content(entry.text), eid)
-                elif isinstance(entry, Finished):
-                    if not sent:
-                        yield sse.event(chunks.finish(entry.finish_reason), eid)
-                    if chunks.include_usage:
-                        usage = chunks.usage(entry.prompt_tokens, entry.completion_tokens)
-                        yield sse.event(usage, eid + USAGE_SUFFIX)
-                elif isinstance(entry, Failed) and not sent:
-                    error = error_body(entry.message, entry.type, entry.code, entry.param)
-                    yield sse.event(error, eid or None)
+                out: list[bytes] = []  # one write for all the entries that were ready
+                for eid, entry in item:
+                    sent = resume_at is not None and eid == resume_at.entry_id  # the client has it
+                    if isinstance(entry, Delta):
+                        if entry.text and not sent:
+                            now = time.monotonic()
+                            if last_content is not None:
+                                (itl if seen_content else ttft).observe(now - last_content)
+                            last_content, seen_content = now, True
+                            out.append(sse.event(chunks.content(entry.text), eid))
+                    elif isinstance(entry, Finished):
+                        if not sent:
+                            out.append(sse.event(chunks.finish(entry.finish_reason), eid))
+                        if chunks.include_usage:
+                            usage = chunks.usage(entry.prompt_tokens, entry.completion_tokens)
+                            out.append(sse.event(usage, eid + USAGE_SUFFIX))
+                    elif isinstance(entry, Failed) and not sent:
+                        error = error_body(entry.message, entry.type, entry.code, entry.param)
+                        out.append(sse.event(error, eid or None))
+                if out:
+                    yield b"".join(out)
         except StreamLost as exc:
             log.warning("lost Redis while relaying %s: %s", chunks.id, exc)
             yield sse.event(
@@ -206,11 +209,11 @@ async def _collect(request: Request, services: Services, chunks: Chunks) -> Resp
                     await _cancel_quietly(services, chunks.id)
                     return Response(status_code=499)
                 continue
-            _, entry = item
-            if isinstance(entry, Delta):
-                text.append(entry.text)
-            elif isinstance(entry, Finished | Failed):
-                return _final_response(chunks, text, entry)
+            for _, entry in item:
+                if isinstance(entry, Delta):
+                    text.append(entry.text)
+                elif isinstance(entry, Finished | Failed):
+                    return _final_response(chunks, text, entry)
     except StreamLost:
         pass
     raise APIError(503, "The queue is unreachable.", "server_error", "service_unavailable")

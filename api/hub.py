@@ -2,9 +2,12 @@
 
 A blocking XREAD per client would pin one connection per open stream (redis-py 8's pool
 holds 100). Instead one reader task blocks in a single XREAD over all watched streams and
-wakes the clients whose stream grew; each client then reads its own entries with XRANGE
-from its own cursor, on the shared pool. Nothing is buffered here: a slow client's backlog
-stays in Redis, and a client's cursor is all it needs to resume.
+hands what it read to the clients waiting on those streams. A client that is waiting has
+sent everything up to its cursor, so when its cursor is where the reader's read began, the
+entries read are exactly its next ones and it needs no read of its own; any other client
+(a slow one, busy sending, or one with an older cursor) is only woken and reads its own
+entries with XRANGE from its cursor, on the shared pool. So nothing piles up here: a slow
+client's backlog stays in Redis, and a client's cursor is all it needs to resume.
 
 The reader also watches a control stream of its own; adding a stream to the watch set
 writes to it, so the blocked XREAD returns at once and no wake-up is lost to a race.
@@ -22,7 +25,8 @@ from dataclasses import dataclass, field
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from contract import keys
+from contract import entries, keys
+from contract.entries import Entry
 
 log = logging.getLogger("tokenspool.hub")
 
@@ -32,11 +36,15 @@ def stream_id(value: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
+Rows = list[tuple[str, Entry]]
+
+
 @dataclass
 class _Watched:
     seen: str  # the newest entry id the reader has seen (or the first watcher's cursor)
     watchers: int = 0
-    waiters: set[asyncio.Event] = field(default_factory=set)
+    # waiting clients: their future -> their cursor
+    waiters: dict[asyncio.Future[Rows | None], str] = field(default_factory=dict)
 
 
 class StreamHub:
@@ -127,15 +135,18 @@ class StreamHub:
                     continue
                 state = self._watched.get(key)
                 if state is not None:
-                    state.seen = newest
-                    for ev in state.waiters:
-                        ev.set()
+                    read_from, state.seen = state.seen, newest
+                    decoded = [(eid.decode(), entries.decode(fields)) for eid, fields in rows]
+                    for fut, cursor in state.waiters.items():
+                        if not fut.done():
+                            fut.set_result(decoded if cursor == read_from else None)
                     state.waiters.clear()
 
     def _wake_all(self) -> None:
         for state in self._watched.values():
-            for ev in state.waiters:
-                ev.set()
+            for fut in state.waiters:
+                if not fut.done():
+                    fut.set_result(None)
             state.waiters.clear()
 
 
@@ -143,17 +154,19 @@ class _Watch:
     def __init__(self, state: _Watched) -> None:
         self._state = state
 
-    async def wait(self, cursor: str, timeout: float) -> bool:
-        """Return True once the stream may hold entries after `cursor`, False on timeout."""
+    async def wait(self, cursor: str, timeout: float) -> Rows | bool:
+        """Wait up to `timeout` for entries after `cursor`: returns them when the reader read
+        exactly those, True when the stream may hold some (read them yourself), False on
+        timeout."""
         state = self._state
         if stream_id(state.seen) > stream_id(cursor):
             return True
-        ev = asyncio.Event()
-        state.waiters.add(ev)
+        fut: asyncio.Future[Rows | None] = asyncio.get_running_loop().create_future()
+        state.waiters[fut] = cursor
         try:
-            await asyncio.wait_for(ev.wait(), timeout=max(timeout, 0.0))
-            return True
+            rows = await asyncio.wait_for(fut, timeout=max(timeout, 0.0))
         except TimeoutError:
             return False
         finally:
-            state.waiters.discard(ev)
+            state.waiters.pop(fut, None)
+        return rows if rows else True

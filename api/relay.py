@@ -1,6 +1,7 @@
 """Follows one job's stream from a cursor to its terminal entry.
 
-`follow` yields the entries in order, and `KEEPALIVE` whenever `keepalive_s` passes with
+`follow` yields the entries in order, in batches (all that were ready at once, so the
+caller can send them in one write), and `KEEPALIVE` whenever `keepalive_s` passes with
 nothing to send. It never hangs: a job not (re)started by its deadline is ended here
 (`queue_timeout`, or `worker_lost` after a dead attempt), a job whose keys vanished ends with
 `not_found`, and a Redis outage longer than `outage_s` raises `StreamLost`. Entries of every
@@ -46,19 +47,23 @@ async def follow(
     inclusive: bool = False,  # also yield the entry `after` itself (a resume mid-entry)
     keepalive_s: float,
     outage_s: float = 10.0,
-) -> AsyncIterator[tuple[str, Entry] | None]:
+) -> AsyncIterator[list[tuple[str, Entry]] | None]:
     cursor = after
     late_at: float | None = None  # when a queued job passes its start deadline
     last_sent = time.monotonic()
     outage_since: float | None = None
+    handed: list[tuple[str, Entry]] | None = None  # entries the hub read for us
     async with hub.watch(keys.events(completion_id), cursor) as watch:
         while True:
             try:
-                rows = await store.read(completion_id, cursor, count=READ_BATCH, inclusive=inclusive)
+                if handed is not None:
+                    rows, handed = handed, None
+                else:
+                    rows = await store.read(completion_id, cursor, count=READ_BATCH, inclusive=inclusive)
                 if not rows:
                     alive, late_at = await _check(store, completion_id)
                     if not alive:
-                        yield "", NOT_FOUND
+                        yield [("", NOT_FOUND)]
                         return
                 outage_since = None
             except RedisError as exc:
@@ -67,12 +72,16 @@ async def follow(
                 if now - outage_since > outage_s:
                     raise StreamLost(str(exc)) from exc
                 rows = []
-            for entry_id, entry in rows:
-                cursor = entry_id
+            if rows:
+                for n, (_, entry) in enumerate(rows):
+                    if is_terminal(entry):
+                        rows = rows[: n + 1]
+                        break
+                cursor = rows[-1][0]
                 inclusive = False
                 last_sent = time.monotonic()
-                yield entry_id, entry
-                if is_terminal(entry):
+                yield rows
+                if is_terminal(rows[-1][1]):
                     return
             if len(rows) == READ_BATCH:
                 continue  # more may be waiting already
@@ -81,7 +90,11 @@ async def follow(
                 wait = min(wait, 0.5)
             elif late_at is not None:
                 wait = min(wait, max(late_at - time.monotonic(), 0.0) + 0.05)
-            if await watch.wait(cursor, wait):
+            got = await watch.wait(cursor, wait)
+            if isinstance(got, list):
+                handed = got
+                continue
+            if got:
                 if not rows:  # woken, yet nothing was there: do not spin
                     await asyncio.sleep(0.05)
                 continue
