@@ -6,8 +6,9 @@ ended, should it stop" is checked in the same step as the write:
 - `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
   attempt, marks the job running and alive, unless the job has ended or waited past its
   start deadline. Returns the new epoch and whether a cancel is due.
-- `APPEND` writes one entry for an attempt: refused with a `FENCED` error unless the epoch
-  is current and the job has not ended; a terminal entry marks the job ended and starts its
+- `APPEND` writes one or more entries of an attempt (a worker batches what piled up while
+  its previous write was in flight): refused with a `FENCED` error unless the epoch is
+  current and the job has not ended; a terminal entry marks the job ended and starts its
   retention. Returns the entry id and the cancel flag, so a worker learns of a cancel on
   the write it makes anyway.
 - `BEAT` is the attempt's heartbeat: refreshes its liveness key while the epoch is current;
@@ -23,6 +24,8 @@ tag; `RUNNING` is one global index (RQ does not run on Redis Cluster either).
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from contract import keys
 from contract.entries import EPOCH, Entry, Failed, Finished, encode
@@ -80,24 +83,33 @@ APPEND = (
     _LIB
     + f"""
 -- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
--- ARGV[1]=epoch, ARGV[2]=final status ('' unless terminal), ARGV[3]=retention seconds,
--- ARGV[4]=completion id, ARGV[5..]=entry field/value pairs. Returns {{entry id, cancel}}.
+-- ARGV[1]=epoch, ARGV[2]=final status ('' unless the last entry is terminal),
+-- ARGV[3]=retention seconds, ARGV[4]=completion id, ARGV[5]=number of entries, then per
+-- entry: its number of field/value strings, then those strings.
+-- Returns {{last entry id, cancel}}.
 if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1] then
   return redis.error_reply('FENCED stale attempt')
 end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
   return redis.error_reply('FENCED job ended')
 end
-local args = {{'XADD', KEYS[2], '*'}}
-for i = 5, #ARGV do args[#args + 1] = ARGV[i] end
-local id = redis.call(unpack(args))
+local created = redis.call('EXISTS', KEYS[2]) == 0
+local id
+local i = 6
+for _ = 1, tonumber(ARGV[5]) do
+  local n = tonumber(ARGV[i])
+  local args = {{'XADD', KEYS[2], '*'}}
+  for j = i + 1, i + n do args[#args + 1] = ARGV[j] end
+  id = redis.call(unpack(args))
+  i = i + n + 1
+end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('DEL', KEYS[4])
-elseif redis.call('PTTL', KEYS[2]) == -1 then
+elseif created then
   -- the stream was just created: it lives as long as the job hash
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
@@ -195,9 +207,18 @@ def _flat(fields: dict[str, str]) -> list[str]:
     return [x for pair in fields.items() for x in pair]
 
 
-def append_args(completion_id: str, entry: Entry, retention_s: int) -> list[str]:
-    """ARGV for APPEND (the epoch comes from the entry)."""
-    return [str(entry.epoch), final_status(entry), str(retention_s), completion_id, *_flat(encode(entry))]
+def append_args(completion_id: str, batch: Sequence[Entry], retention_s: int) -> list[str]:
+    """ARGV for APPEND: one attempt's entries, in order (the epoch comes from the entries;
+    only the last may be terminal)."""
+    if not batch or any(e.epoch != batch[0].epoch for e in batch):
+        raise ValueError("APPEND takes one or more entries of one attempt")
+    if any(final_status(e) for e in batch[:-1]):
+        raise ValueError("a terminal entry must be the last one")
+    out = [str(batch[0].epoch), final_status(batch[-1]), str(retention_s), completion_id, str(len(batch))]
+    for entry in batch:
+        fields = _flat(encode(entry))
+        out += [str(len(fields)), *fields]
+    return out
 
 
 def _without_epoch(entry: Entry) -> list[str]:

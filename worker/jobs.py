@@ -177,7 +177,10 @@ class JobRunner:
         return "cancelled" if attempt.cancelled else reason
 
     def _hand_off(self, attempt: Attempt) -> None:
-        """Give the job back; a continuation is enqueued for another worker."""
+        """Give the job back; a continuation is enqueued for another worker. What this
+        attempt generated is written first, so the continuation need not redo it."""
+        with contextlib.suppress(Fenced, redis.RedisError):
+            self.publisher.flush(attempt)
         try:
             outcome = queueing.abandon(
                 self._client, attempt.completion_id, attempt.epoch, self.recovery, "handoff"

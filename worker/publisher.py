@@ -1,23 +1,36 @@
-"""Fenced writes of one attempt's entries to its job's stream.
+"""Fenced writes of attempts' entries to their jobs' streams, off the generating thread.
 
 Every write goes through the contract's Lua scripts, so a worker that is no longer the
 current attempt (declared dead, job ended or cancelled elsewhere) is refused at its next
 write and stops: `Fenced` is raised and the caller abandons the job. A write that cannot
 reach Redis is retried with backoff for `redis_wait_s` (Redis restarting), then given up.
+
+Deltas are written behind: `delta` queues the entry and returns, and one writer thread
+sends everything queued in one round trip (one APPEND per attempt, in a pipeline), so the
+model never waits for Redis and a burst of tokens costs one round trip, not one per token.
+What the writer learns comes back through the attempt: `fenced`, `cancelled`, or a write
+error, raised by the attempt's next call. `started`, `finished`, `failed` and `flush` wait
+until everything the attempt queued before them is written.
 """
 
 from __future__ import annotations
 
+import collections
 import logging
+import threading
 import time
 from dataclasses import dataclass, field
 
 import redis
+from redis.exceptions import NoScriptError
 
 from contract import entries, keys, scripts
 from contract.entries import Delta, Entry, Failed, Finished, Started
 
 log = logging.getLogger("tokenspool.worker")
+
+MAX_BATCH = 512  # entries per round trip
+MAX_QUEUED = 8192  # entries waiting before `delta` blocks
 
 
 class Fenced(Exception):
@@ -39,6 +52,21 @@ class Attempt:
     fenced: bool = False
     progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
     published: int = 0  # tokens this attempt wrote
+    error: Exception | None = None  # a write failed for good: raised by the next call
+
+    def check(self) -> None:
+        """Raise what the writer learned: fenced out, or a write that failed."""
+        if self.fenced:
+            raise Fenced(f"{self.completion_id} epoch {self.epoch}: another attempt took over")
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass
+class _Queued:
+    attempt: Attempt
+    entry: Entry | None  # None: a marker that only waits for what was queued before it
+    written: threading.Event | None = None  # set once handled, for callers who wait
 
 
 @dataclass(frozen=True)
@@ -66,6 +94,10 @@ class Publisher:
         self._claim = client.register_script(scripts.CLAIM)
         self._append = client.register_script(scripts.APPEND)
         self._end = client.register_script(scripts.END)
+        self._queue: collections.deque[_Queued] = collections.deque()
+        self._cv = threading.Condition()
+        self._writer = threading.Thread(target=self._write_loop, name="publisher", daemon=True)
+        self._writer.start()
 
     def claim(self, completion_id: str) -> Attempt:
         """Start a new attempt at a job (fencing out every earlier one)."""
@@ -100,11 +132,21 @@ class Publisher:
             after = "(" + rows[-1][0].decode()
 
     def started(self, attempt: Attempt, prompt_tokens: int) -> None:
-        self._write(attempt, Started(attempt.epoch, self.worker, prompt_tokens))
+        self._submit(attempt, Started(attempt.epoch, self.worker, prompt_tokens), wait=True)
 
     def delta(self, attempt: Attempt, text: str, token_ids: tuple[int, ...]) -> None:
-        self._write(attempt, Delta(attempt.epoch, text, token_ids))
-        attempt.published += len(token_ids)
+        """Queue generated text; returns at once (raises what an earlier write learned)."""
+        self._submit(attempt, Delta(attempt.epoch, text, token_ids), wait=False)
+
+    def finished(self, attempt: Attempt, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+        self._submit(attempt, Finished(attempt.epoch, reason, prompt_tokens, completion_tokens), wait=True)
+
+    def failed(self, attempt: Attempt, message: str, type_: str, code: str, param: str | None = None) -> None:
+        self._submit(attempt, Failed(attempt.epoch, message, type_, code, param), wait=True)
+
+    def flush(self, attempt: Attempt) -> None:
+        """Wait until everything the attempt queued is written (raises what was learned)."""
+        self._submit(attempt, None, wait=True)
 
     def count_tokens(self, model: str, attempt: Attempt) -> None:
         """Add the attempt's tokens to the cluster-wide counter (best effort: metrics only)."""
@@ -113,12 +155,6 @@ class Publisher:
                 self._client.hincrby(keys.STATS, keys.StatField.tokens(model), attempt.published)
             except redis.RedisError as exc:
                 log.warning("could not count tokens: %s", exc)
-
-    def finished(self, attempt: Attempt, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
-        self._write(attempt, Finished(attempt.epoch, reason, prompt_tokens, completion_tokens))
-
-    def failed(self, attempt: Attempt, message: str, type_: str, code: str, param: str | None = None) -> None:
-        self._write(attempt, Failed(attempt.epoch, message, type_, code, param))
 
     def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""
@@ -135,20 +171,77 @@ class Publisher:
         attempts = int(self._client.hget(keys.job(completion_id), keys.JobField.ATTEMPTS) or 0)
         self.end(completion_id, scripts.late_error(attempts), only_if_status=keys.JobStatus.QUEUED)
 
-    def _write(self, attempt: Attempt, entry: Entry) -> None:
-        cid = attempt.completion_id
+    def _submit(self, attempt: Attempt, entry: Entry | None, wait: bool) -> None:
+        attempt.check()
+        item = _Queued(attempt, entry, threading.Event() if wait else None)
+        with self._cv:
+            while len(self._queue) >= MAX_QUEUED:  # Redis is slow: hold the model back
+                self._cv.wait()
+            self._queue.append(item)
+            self._cv.notify_all()
+        if item.written is not None:
+            item.written.wait()
+            attempt.check()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+                self._cv.notify_all()
+            try:
+                self._write(batch)
+            except Exception as exc:  # never let the writer die: the attempts get the error
+                log.exception("publisher write failed")
+                for item in batch:
+                    item.attempt.error = item.attempt.error or exc
+            finally:
+                for item in batch:
+                    if item.written is not None:
+                        item.written.set()
+
+    def _write(self, batch: list[_Queued]) -> None:
+        """One round trip: each attempt's queued entries in one APPEND."""
+        groups: dict[int, tuple[Attempt, list[Entry]]] = {}
+        for item in batch:
+            a = item.attempt
+            if item.entry is not None and not a.fenced and a.error is None:
+                groups.setdefault(id(a), (a, []))[1].append(item.entry)
+        todo = list(groups.values())
         try:
-            _, cancel = self._retry(
-                lambda: self._append(
-                    keys=scripts.job_keys(cid), args=scripts.append_args(cid, entry, self._retention)
+            while todo:
+                results = self._retry(lambda t=todo: self._append_all(t))
+                missing = []
+                for (attempt, sent), result in zip(todo, results, strict=True):
+                    if isinstance(result, NoScriptError):
+                        missing.append((attempt, sent))  # Redis restarted: load and resend
+                    elif isinstance(result, redis.ResponseError):
+                        if str(result).startswith(scripts.FENCED):
+                            attempt.fenced = True
+                        else:
+                            attempt.error = result
+                    else:
+                        attempt.cancelled = attempt.cancelled or bool(result[1])
+                        attempt.published += sum(len(e.token_ids) for e in sent if isinstance(e, Delta))
+                if missing:
+                    self._retry(lambda: self._client.script_load(scripts.APPEND))
+                todo = missing
+        except redis.RedisError as exc:  # Redis gone for longer than redis_wait_s
+            for attempt, _ in todo:
+                attempt.error = attempt.error or exc
+
+    def _append_all(self, todo: list[tuple[Attempt, list[Entry]]]) -> list:
+        with self._client.pipeline(transaction=False) as pipe:
+            for attempt, sent in todo:
+                cid = attempt.completion_id
+                pipe.evalsha(
+                    self._append.sha,
+                    len(scripts.job_keys(cid)),
+                    *scripts.job_keys(cid),
+                    *scripts.append_args(cid, sent, self._retention),
                 )
-            )
-        except redis.ResponseError as exc:
-            if str(exc).startswith(scripts.FENCED):
-                attempt.fenced = True
-                raise Fenced(f"{cid} epoch {attempt.epoch}: {exc}") from None
-            raise
-        attempt.cancelled = attempt.cancelled or bool(cancel)
+            return pipe.execute(raise_on_error=False)
 
     def _retry(self, call):
         """Run a Redis call, riding out a Redis restart or failover for up to redis_wait_s."""

@@ -117,6 +117,7 @@ def test_a_continuation_with_nothing_left_finishes_at_once(r):
     a = pub.claim(CID)
     pub.started(a, 3)
     pub.delta(a, "abc", (1, 2, 3))
+    pub.flush(a)
     r.hset(keys.job(CID), JobField.EPOCH, a.epoch + 1)  # as ABANDON does
     engine = ScriptedEngine([9])
     runner(r, engine).run(spec(max_tokens=3))

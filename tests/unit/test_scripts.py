@@ -49,11 +49,16 @@ def test_a_stale_attempt_cannot_write_one_more_token(r):
     new = Publisher(r, "w-new", 60, 3000)
     a1 = old.claim(CID)
     old.delta(a1, "a", (1,))
+    old.flush(a1)
     a2 = new.claim(CID)
     assert a2.epoch == a1.epoch + 1
+    old.delta(a1, "b", (2,))  # written behind: the refusal comes back with the next call
     with pytest.raises(Fenced):
-        old.delta(a1, "b", (2,))
+        old.flush(a1)
+    with pytest.raises(Fenced):
+        old.delta(a1, "b2", (2,))
     new.delta(a2, "c", (3,))
+    new.flush(a2)
     assert [e.text for e in stream(r) if isinstance(e, Delta)] == ["a", "c"]
 
 
@@ -63,6 +68,7 @@ def test_nothing_is_written_after_the_terminal_entry(r):
     pub.finished(a, "stop", 1, 0)
     with pytest.raises(Fenced):
         pub.delta(a, "late", (1,))
+        pub.flush(a)
     with pytest.raises(JobGone):
         pub.claim(CID)
     assert sum(entries.is_terminal(e) for e in stream(r)) == 1
@@ -78,6 +84,7 @@ def test_end_fences_out_the_running_attempt(r):
     assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
     with pytest.raises(Fenced):
         pub.delta(a, "x", (1,))
+        pub.flush(a)
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "worker_lost" and last.epoch == a.epoch + 1
     assert r.hget(keys.job(CID), JobField.STATUS) == b"failed"
@@ -96,9 +103,11 @@ def test_cancel_flag_is_returned_by_the_append_once_due(r):
     pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
     pub.delta(a, "a", (1,))
+    pub.flush(a)
     assert not a.cancelled
     r.hset(keys.job(CID), JobField.CANCEL_AT, 0)  # due long ago
     pub.delta(a, "b", (2,))
+    pub.flush(a)
     assert a.cancelled
 
 
@@ -136,16 +145,17 @@ def test_append_to_a_vanished_job_is_fenced(r):
     r.delete(keys.job(CID))
     with pytest.raises(Fenced):
         pub.delta(a, "x", (1,))
+        pub.flush(a)
 
 
 def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
     pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
 
-    def boom(**kw):
-        raise redis.ResponseError("OOM command not allowed")
+    def refused(todo):
+        return [redis.ResponseError("OOM command not allowed") for _ in todo]
 
-    monkeypatch.setattr(pub, "_append", boom)
+    monkeypatch.setattr(pub, "_append_all", refused)
     with pytest.raises(redis.ResponseError):
         pub.finished(a, "stop", 1, 1)
 
@@ -192,11 +202,13 @@ def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
     pub = Publisher(r, "w1", 60, 3000)
     a = pub.claim(CID)
     pub.delta(a, "x", (1,))
+    pub.flush(a)
     assert _abandon(r, a.epoch) == 1
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
     assert r.zscore(keys.RUNNING, CID) is None
     with pytest.raises(Fenced):
         pub.delta(a, "y", (2,))
+        pub.flush(a)
     assert _abandon(r, a.epoch) == 0  # idempotent: that attempt is no longer current
     b = pub.claim(CID)
     assert b.epoch > a.epoch
@@ -218,9 +230,45 @@ def test_progress_collects_every_published_token_id(r):
     pub.started(a, 9)
     pub.delta(a, "ab", (1, 2))
     pub.delta(a, "c", (3,))
+    pub.flush(a)
     _abandon(r, a.epoch)
     b = pub.claim(CID)
     pub.started(b, 9)
     pub.delta(b, "d", (4,))
+    pub.flush(b)
     p = pub.progress(CID)
     assert p.prompt_tokens == 9 and p.token_ids == (1, 2, 3, 4)
+
+
+def test_append_writes_several_entries_of_one_attempt_in_order(r):
+    a = Publisher(r, "w1", 60, 3000).claim(CID)
+    append = r.register_script(scripts.APPEND)
+    batch = [Delta(a.epoch, "x", (1,)), Delta(a.epoch, "y", (2, 3)), Finished(a.epoch, "stop", 1, 3)]
+    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, batch, 60))
+    assert stream(r) == batch
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
+
+
+@pytest.mark.parametrize(
+    "batch",
+    [
+        [],
+        [Finished(1, "stop", 1, 0), Delta(1, "late", (1,))],  # terminal not last
+        [Delta(1, "a", (1,)), Delta(2, "b", (2,))],  # two attempts
+    ],
+)
+def test_append_args_refuse_malformed_batches(batch):
+    with pytest.raises(ValueError):
+        scripts.append_args(CID, batch, 60)
+
+
+def test_a_burst_of_deltas_is_written_behind_in_order(r):
+    pub = Publisher(r, "w1", 60, 3000)
+    a = pub.claim(CID)
+    pub.started(a, 1)
+    for i in range(2000):
+        pub.delta(a, f"<{i}>", (i,))
+    pub.finished(a, "length", 1, 2000)
+    texts = [e.text for e in stream(r) if isinstance(e, Delta)]
+    assert texts == [f"<{i}>" for i in range(2000)]
+    assert a.published == 2000
