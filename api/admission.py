@@ -31,13 +31,11 @@ async def admit(store: JobStore, settings: Settings, model: str) -> None:
 
     The depth check and the enqueue are separate steps, so concurrent requests across API
     replicas may overshoot the limit by as many requests as are in flight at that moment."""
-    if model not in await models(store, settings, [model]):
+    workers, depth = await store.admission_view(model)
+    if not workers and model not in settings.known_models:
         raise not_found(model)
     limit = settings.queue_limit(model)
-    if limit <= 0:
-        return
-    depth = (await store.queue_depths([model]))[model]
-    if depth >= limit:
+    if 0 < limit <= depth:
         raise APIError(
             429,
             f"The queue for '{model}' is full ({depth} requests waiting); retry after "

@@ -55,6 +55,9 @@ class StreamHub:
         self._control = keys.hub_control(uuid.uuid4().hex)
         self._watched: dict[str, _Watched] = {}
         self._task: asyncio.Task | None = None
+        # A poke is on its way and the reader has not begun a new XREAD since: a stream
+        # added now is picked up by that XREAD, so a burst of new streams costs one poke.
+        self._poked = False
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="stream-hub")
@@ -87,6 +90,9 @@ class StreamHub:
                 self._watched.pop(key, None)
 
     async def _poke(self) -> None:
+        if self._poked:
+            return
+        self._poked = True
         try:
             async with self._client.pipeline(transaction=False) as pipe:
                 pipe.xadd(self._control, {"w": "1"}, maxlen=16, approximate=False)
@@ -109,6 +115,7 @@ class StreamHub:
                     )
                     last = await reader.xrevrange(self._control, count=1)
                     control_seen = last[0][0].decode() if last else "0"
+                self._poked = False
                 streams = {k: w.seen for k, w in self._watched.items()}
                 streams[self._control] = control_seen
                 result = await reader.xread(streams, count=64, block=self._block_ms)

@@ -187,6 +187,14 @@ class JobStore:
             counts = await pipe.execute()
         return {m: int(c) for m, c in zip(models, counts, strict=True) if c}
 
+    async def admission_view(self, model: str) -> tuple[int, int]:
+        """(live workers, jobs waiting) for one model, in one round trip."""
+        async with self._r.pipeline(transaction=False) as pipe:
+            pipe.zcount(keys.workers(model), _ms() - self._stale_ms, "+inf")
+            pipe.llen(queue_key(model))
+            workers, depth = await pipe.execute()
+        return int(workers), int(depth)
+
     async def queue_depths(self, models: Sequence[str]) -> dict[str, int]:
         """Model -> jobs waiting in its RQ queue (not yet taken by a worker)."""
         async with self._r.pipeline(transaction=False) as pipe:

@@ -43,7 +43,7 @@ class Services:
             socket_connect_timeout=min(settings.redis_timeout_s, 2.0),
             health_check_interval=30,
         )
-        client = shared_client(settings.redis_url, settings.redis_pool, settings.redis_timeout_s, **common)
+        client = shared_client(settings.redis_url, settings.redis_pool, settings.redis_pool_wait_s, **common)
         rq_client = redis.Redis.from_url(
             settings.redis_url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common
         )

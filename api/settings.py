@@ -34,6 +34,7 @@ class Settings:
     worker_stale_s: float = 15.0  # a worker silent this long no longer counts
     redis_timeout_s: float = 5.0  # any single Redis command
     redis_pool: int = 50  # connections shared by all requests (plus one stream reader)
+    redis_pool_wait_s: float = 30.0  # a burst of requests queues this long for a connection
     cancel_grace_s: float = 5.0  # a job whose client went away stops after this long
     outage_s: float = 10.0  # a stream whose Redis is unreachable this long ends with an error
     max_attempts: int = 3  # attempts per job before worker_lost (workers read the same)
@@ -64,6 +65,7 @@ class Settings:
             worker_stale_s=float(e.get("WORKER_STALE_SECONDS", d.worker_stale_s)),
             redis_timeout_s=float(e.get("REDIS_TIMEOUT_SECONDS", d.redis_timeout_s)),
             redis_pool=int(e.get("REDIS_POOL_SIZE", d.redis_pool)),
+            redis_pool_wait_s=float(e.get("REDIS_POOL_WAIT_SECONDS", d.redis_pool_wait_s)),
             cancel_grace_s=float(e.get("CANCEL_GRACE_SECONDS", d.cancel_grace_s)),
             outage_s=float(e.get("STREAM_OUTAGE_SECONDS", d.outage_s)),
             max_attempts=int(e.get("MAX_ATTEMPTS", d.max_attempts)),

@@ -25,6 +25,7 @@ log = logging.getLogger("tokenspool.worker")
 NAME_PREFIX = "synthetic"
 EOS = 0
 _FIRST_WORD_ID = 1_000
+_MIN_SLEEP_S = 0.001  # a sleep per token would cost more than the token at thousands/s
 
 
 class SyntheticEngine:
@@ -71,7 +72,7 @@ class SyntheticEngine:
         for n, pos in enumerate(range(position, last)):
             if self.rate > 0:
                 delay = start + n / self.rate - time.monotonic()
-                if delay > 0:
+                if delay > _MIN_SLEEP_S:  # at high rates, tokens come in bursts of ~1 ms
                     time.sleep(delay)
             yield _FIRST_WORD_ID + pos, f" w{pos}".encode()
         if last == self.tokens_per_job:
