@@ -44,3 +44,36 @@ async def admit(store: JobStore, settings: Settings, model: str) -> None:
             "queue_full",
             headers={"Retry-After": str(settings.retry_after_s)},
         )
+
+
+def _too_many(message: str, code: str, settings: Settings) -> APIError:
+    return APIError(
+        429, message, "rate_limit_error", code, headers={"Retry-After": str(settings.retry_after_s)}
+    )
+
+
+def admit_stream(settings: Settings, open_streams: int) -> None:
+    """Raise 429 when this API key already holds MAX_STREAMS_PER_KEY open streams on this
+    API process (counted per process: N replicas allow up to N times as many)."""
+    limit = settings.max_streams_per_key
+    if limit > 0 and open_streams >= limit:
+        raise _too_many(
+            f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
+            "too_many_streams",
+            settings,
+        )
+
+
+async def admit_job(store: JobStore, settings: Settings, owner: str) -> None:
+    """Raise 429 when this API key already has MAX_JOBS_PER_KEY jobs that have not ended
+    (queued or running, on any replica). Without API keys there is no per-key limit."""
+    limit = settings.max_jobs_per_key
+    if not owner or limit <= 0:
+        return
+    active = await store.unfinished(owner)
+    if active >= limit:
+        raise _too_many(
+            f"Too many unfinished requests for this API key ({active}; the limit is {limit}).",
+            "too_many_requests",
+            settings,
+        )

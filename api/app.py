@@ -15,12 +15,13 @@ from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
+from starlette.middleware.cors import CORSMiddleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from api import completions, meta, metrics
-from api.auth import APIKeyMiddleware
+from api import completions, meta, metrics, openapi
+from api.auth import APIKeyMiddleware, KeyRing
 from api.errors import APIError, error_body
 from api.services import Services
 from api.settings import Settings
@@ -71,6 +72,24 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
     )
 
 
+def _middleware(settings: Settings) -> list[Middleware]:
+    """CORS (only for the configured origins; off by default) wraps the key check, so a
+    browser's preflight is answered without a key."""
+    out = []
+    if settings.cors_origins:
+        out.append(
+            Middleware(
+                CORSMiddleware,
+                allow_origins=list(settings.cors_origins),
+                allow_methods=["GET", "POST", "DELETE"],
+                allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "Prefer"],
+                max_age=600,
+            )
+        )
+    out.append(Middleware(APIKeyMiddleware, keys=KeyRing(settings.api_keys, settings.api_keys_file)))
+    return out
+
+
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or Settings.from_env()
     logs.configure("api")
@@ -88,19 +107,22 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/healthz", meta.health),
         Route("/readyz", meta.ready),
         Route("/metrics", metrics.metrics),
+        Route("/openapi.json", openapi.openapi),
         Route("/scaling/{model:path}", meta.scaling),
         Route("/v1/models", meta.list_models),
         Route("/v1/models/{model:path}", meta.get_model),
         Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
         Route("/v1/completions", completions.completions, methods=["POST"]),
-        Route("/v1/chat/completions/{completion_id}", completions.retrieve_chat),
-        Route("/v1/completions/{completion_id}", completions.retrieve_completion),
+        Route("/v1/chat/completions/{completion_id}", completions.retrieve_chat, methods=["GET"]),
+        Route("/v1/completions/{completion_id}", completions.retrieve_completion, methods=["GET"]),
+        Route("/v1/chat/completions/{completion_id}", completions.delete_chat, methods=["DELETE"]),
+        Route("/v1/completions/{completion_id}", completions.delete_completion, methods=["DELETE"]),
         Route("/v1/chat/completions/{completion_id}/cancel", completions.cancel_chat, methods=["POST"]),
         Route("/v1/completions/{completion_id}/cancel", completions.cancel_completion, methods=["POST"]),
     ]
     return Starlette(
         routes=routes,
-        middleware=[Middleware(APIKeyMiddleware, keys=settings.api_keys)],
+        middleware=_middleware(settings),
         exception_handlers={
             APIError: _api_error,
             HTTPException: _http_error,

@@ -1,55 +1,125 @@
 """Optional API keys: `Authorization: Bearer <key>` on every /v1 route.
 
-Keys are compared in constant time against every configured key (no early exit), and are
-never logged or echoed. The request's `owner` (a hash of its key, "" without keys) is what
-a job records as its creator: only the same key may resume, fetch or cancel it.
+Keys are configured in clear or as `sha256:<hex digest>` (so the configuration need not hold
+the secret), in `API_KEYS` and/or one per line in `API_KEYS_FILE`. The file is re-read when
+it changes (checked at most once a second), so keys rotate without a restart. A presented
+key is hashed and compared in constant time against every configured digest (no early
+exit); keys are never logged or echoed. The request's `owner` (a prefix of its key's
+SHA-256, "" without keys) is what a job records as its creator: only the same key may
+resume, fetch, cancel or purge it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
+import os
+import time
+from pathlib import Path
 
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import APIError
 
+log = logging.getLogger("tokenspool.api")
+
+HASH_PREFIX = "sha256:"
+
+
+def digest(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
 
 def owner_of(key: str) -> str:
-    return hashlib.sha256(key.encode()).hexdigest()[:32]
+    return digest(key)[:32]
 
 
-def key_matches(presented: str, accepted: tuple[str, ...]) -> bool:
-    given = presented.encode()
-    ok = False
-    for key in accepted:
-        ok |= hmac.compare_digest(given, key.encode())
-    return ok
+def parse_keys(entries: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """Configured keys -> their SHA-256 digests (`sha256:<hex>` entries are digests already)."""
+    out = set()
+    for raw in entries:
+        entry = raw.strip()
+        if not entry or entry.startswith("#"):
+            continue
+        if entry.startswith(HASH_PREFIX):
+            hexd = entry[len(HASH_PREFIX) :].lower()
+            if len(hexd) != 64 or any(c not in "0123456789abcdef" for c in hexd):
+                raise ValueError("a sha256: key must be followed by 64 hex digits")
+            out.add(hexd)
+        else:
+            out.add(digest(entry))
+    return frozenset(out)
+
+
+class KeyRing:
+    """The accepted keys: fixed ones plus those of a file that may change at any time."""
+
+    def __init__(self, keys: tuple[str, ...] = (), path: str | None = None, recheck_s: float = 1.0) -> None:
+        self._fixed = parse_keys(keys)
+        self._path = Path(path) if path else None
+        self._recheck = recheck_s
+        self._file: frozenset[str] = frozenset()
+        self._stamp: tuple[int, int] | None = None
+        self._checked = 0.0
+        self._reload()
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._fixed or self._path)
+
+    def _reload(self) -> None:
+        if self._path is None:
+            return
+        try:
+            st = os.stat(self._path)
+            stamp = (st.st_mtime_ns, st.st_size)
+            if stamp == self._stamp:
+                return
+            keys = parse_keys(self._path.read_text().splitlines())
+        except (OSError, ValueError) as exc:  # keep the last good set: never lock everyone out
+            log.error("could not read API_KEYS_FILE (%s); keeping %d keys", exc, len(self._file))
+            return
+        self._file, self._stamp = keys, stamp
+        log.info("API keys loaded from file: %d", len(keys))
+
+    def owner(self, presented: str) -> str | None:
+        """The owner id of an accepted key, else None."""
+        now = time.monotonic()
+        if self._path is not None and now - self._checked >= self._recheck:
+            self._checked = now
+            self._reload()
+        given = digest(presented)
+        ok = False
+        for accepted in self._fixed | self._file:
+            ok |= hmac.compare_digest(given, accepted)
+        return given[:32] if ok else None
 
 
 class APIKeyMiddleware:
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
         self.app = app
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not self.keys.enabled or not scope["path"].startswith("/v1/"):
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
+        owner = self.keys.owner(token.strip()) if scheme.lower() == "bearer" else None
+        if owner is not None:
+            scope.setdefault("state", {})["owner"] = owner
+            await self.app(scope, receive, send)
+            return
         if not header:
             error = APIError(
                 401,
                 "You didn't provide an API key. Provide it in the Authorization header as 'Bearer YOUR_KEY'.",
                 code="missing_api_key",
             )
-        elif scheme.lower() != "bearer" or not key_matches(token.strip(), self.keys):
-            error = APIError(401, "Incorrect API key provided.", code="invalid_api_key")
         else:
-            scope.setdefault("state", {})["owner"] = owner_of(token.strip())
-            await self.app(scope, receive, send)
-            return
+            error = APIError(401, "Incorrect API key provided.", code="invalid_api_key")
         error.headers = {"WWW-Authenticate": "Bearer"}
         services = scope.get("state", {}).get("services")
         if services is not None:

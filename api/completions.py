@@ -23,7 +23,7 @@ from api.chunks import Chunks, completion_object
 from api.cursor import OPENING, USAGE_SUFFIX, BadCursor, Cursor
 from api.errors import WORKER_ERROR_STATUS, APIError, error_body
 from api.relay import KEEPALIVE, StreamLost, follow
-from api.requests import ChatRequest, CompletionRequest, parse
+from api.requests import ChatRequest, CompletionRequest, enforce, parse
 from api.services import Services
 from contract import logs
 from contract.entries import Delta, Failed, Finished
@@ -68,21 +68,24 @@ async def _complete(request: Request, model, kind: str) -> Response:
     services: Services = request.state.services
     settings = services.settings
     req = parse(model, await read_body(request, settings.max_body_bytes))
+    enforce(req, settings.limits)
+    owner = _owner(request)
+    if req.streaming:
+        admission.admit_stream(settings, services.streams_by_owner[owner])
+    await admission.admit_job(services.jobs, settings, owner)
     await admission.admit(services.jobs, settings, req.model)
     cid = new_completion_id(kind)
     logs.set_completion(cid)
     spec = req.to_spec(cid)
     created = int(time.time())
     detached = bool(req.background) or "respond-async" in request.headers.get("prefer", "")
-    await services.jobs.submit(
-        spec, created, owner=_owner(request), include_usage=req.include_usage, detached=detached
-    )
+    await services.jobs.submit(spec, created, owner=owner, include_usage=req.include_usage, detached=detached)
     log.info("enqueued %s for %s", cid, req.model)
     chunks = Chunks(kind, cid, created, req.model, include_usage=req.include_usage)
     if detached:
         return JSONResponse(_status_object(chunks, "queued"), status_code=202)
     if req.streaming:
-        return _sse_response(services, chunks, cursor=None, cancel_on_disconnect=True, arrived=arrived)
+        return _sse_response(services, chunks, owner, cursor=None, cancel_on_disconnect=True, arrived=arrived)
     return await _collect(request, services, chunks)
 
 
@@ -104,12 +107,13 @@ def _status_object(chunks: Chunks, status: str) -> dict:
 def _sse_response(
     services: Services,
     chunks: Chunks,
+    owner: str,
     cursor: Cursor | None,
     cancel_on_disconnect: bool,
     arrived: float | None = None,
 ) -> StreamingResponse:
     return StreamingResponse(
-        _stream(services, chunks, cursor, cancel_on_disconnect, arrived),
+        _stream(services, chunks, owner, cursor, cancel_on_disconnect, arrived),
         media_type=sse.MEDIA_TYPE,
         headers=sse.HEADERS,
     )
@@ -118,6 +122,7 @@ def _sse_response(
 async def _stream(
     services: Services,
     chunks: Chunks,
+    owner: str,
     cursor: Cursor | None,
     cancel_on_disconnect: bool,
     arrived: float | None,
@@ -133,6 +138,7 @@ async def _stream(
     ended = False
     resume_at = None if cursor is None or cursor.after_opening else cursor
     metrics.streams_open.inc()
+    services.streams_by_owner[owner] += 1
     try:
         if cursor is None:
             opening = chunks.opening()
@@ -189,6 +195,9 @@ async def _stream(
         yield sse.DONE
     finally:
         metrics.streams_open.dec()
+        services.streams_by_owner[owner] -= 1
+        if services.streams_by_owner[owner] <= 0:
+            del services.streams_by_owner[owner]
         if not ended and cancel_on_disconnect:  # the client went away: stop after the grace
             with anyio.CancelScope(shield=True):
                 await _cancel_quietly(services, chunks.id)
@@ -268,6 +277,25 @@ async def _cancel(request: Request, kind: str) -> Response:
     return JSONResponse({"id": cid, "object": obj, "status": status})
 
 
+async def delete_chat(request: Request) -> Response:
+    return await _purge(request, "chat")
+
+
+async def delete_completion(request: Request) -> Response:
+    return await _purge(request, "text")
+
+
+async def _purge(request: Request, kind: str) -> Response:
+    """DELETE: remove the completion's data (request, events, queue entries) now, rather
+    than at the end of its retention; a running job stops at its next token. Afterwards the
+    id is unknown (404)."""
+    services, cid, state = await _job_of(request, kind)
+    await services.jobs.purge(cid, state.attempts)
+    log.info("purged on request")
+    obj = "chat.completion.deleted" if kind == "chat" else "text_completion.deleted"
+    return JSONResponse({"id": cid, "object": obj, "deleted": True})
+
+
 async def retrieve_chat(request: Request) -> Response:
     return await _retrieve(request, "chat")
 
@@ -299,10 +327,11 @@ async def _retrieve(request: Request, kind: str) -> Response:
             cursor = Cursor.parse(raw) if raw else None
         except BadCursor as exc:
             raise APIError(400, str(exc), code="invalid_cursor", param="starting_after") from None
+        admission.admit_stream(services.settings, services.streams_by_owner[state.owner])
         services.metrics.resumed.inc()
         if not state.detached:
             await services.jobs.keep(cid)  # the client is back: no disconnect cancel
-        return _sse_response(services, chunks, cursor, cancel_on_disconnect=not state.detached)
+        return _sse_response(services, chunks, state.owner, cursor, cancel_on_disconnect=not state.detached)
     text: list[str] = []
     for _, entry in await services.jobs.read(cid, "0", count=100_000):
         if isinstance(entry, Delta):

@@ -40,4 +40,5 @@ WORKER_ERROR_STATUS = {
     "worker_lost": 503,
     "queue_timeout": 503,
     "service_unavailable": 503,
+    "deadline_exceeded": 504,
 }

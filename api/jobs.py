@@ -54,11 +54,13 @@ class JobStore:
         queue_wait_s: float,
         worker_stale_s: float,
         recovery: Recovery,
+        deadline_s: float = 0.0,
     ) -> None:
         self._r = client
         self._rq = rq_client  # RQ is synchronous: enqueueing runs in a worker thread
         self.retention_s = recovery.retention_s
         self.queue_wait_s = queue_wait_s
+        self.deadline_s = deadline_s
         self._stale_ms = int(worker_stale_s * 1000)
         self.recovery = recovery
         self._end = client.register_script(scripts.END)
@@ -75,10 +77,12 @@ class JobStore:
         """Record the job, then enqueue it; if enqueueing fails, nothing is left behind."""
         job_key = keys.job(spec.id)
         start_by = _ms() + int(self.queue_wait_s * 1000)
+        extra = {JobField.DEADLINE: _ms() + int(self.deadline_s * 1000)} if self.deadline_s > 0 else {}
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hset(
                 job_key,
                 mapping={
+                    **extra,
                     JobField.MODEL: spec.model,
                     JobField.KIND: spec.kind,
                     JobField.CREATED: created,
@@ -93,6 +97,9 @@ class JobStore:
                 },
             )
             pipe.expire(job_key, self.recovery.job_ttl_s)
+            if owner:
+                pipe.zadd(keys.owner_jobs(owner), {spec.id: _ms()})
+                pipe.expire(keys.owner_jobs(owner), self.recovery.job_ttl_s)
             await pipe.execute()
         try:
             await anyio.to_thread.run_sync(self._enqueue, spec.to_dict(), spec.id)
@@ -176,6 +183,10 @@ class JobStore:
         if await self._r.exists(job_key):
             await self._r.hset(job_key, JobField.CANCEL_AT, _ms() + int(delay_s * 1000))
 
+    async def purge(self, completion_id: str, attempts: int) -> None:
+        """Delete the job's data now, whatever its state (see contract.queueing.purge)."""
+        await anyio.to_thread.run_sync(queueing.purge, self._rq, completion_id, attempts)
+
     async def live_models(self, models: Sequence[str] | None = None) -> dict[str, int]:
         """Model -> number of workers that announced it recently."""
         if models is None:
@@ -186,6 +197,20 @@ class JobStore:
                 pipe.zcount(keys.workers(model), since, "+inf")
             counts = await pipe.execute()
         return {m: int(c) for m, c in zip(models, counts, strict=True) if c}
+
+    async def unfinished(self, owner: str) -> int:
+        """How many jobs this key created have not ended (pruning those that have)."""
+        ids = await self._r.zrange(keys.owner_jobs(owner), 0, -1)
+        if not ids:
+            return 0
+        async with self._r.pipeline(transaction=False) as pipe:
+            for cid in ids:
+                pipe.hget(keys.job(_text(cid)), JobField.ENDED)
+            ended = await pipe.execute()
+        done = [cid for cid, flag in zip(ids, ended, strict=True) if flag is None or flag == b"1"]
+        if done:
+            await self._r.zrem(keys.owner_jobs(owner), *done)
+        return len(ids) - len(done)
 
     async def admission_view(self, model: str) -> tuple[int, int]:
         """(live workers, jobs waiting) for one model, in one round trip."""

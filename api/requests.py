@@ -8,6 +8,7 @@ optional field means "the default", as the official SDKs may send it.
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -122,6 +123,68 @@ class CompletionRequest(_Common):
             prompt=prompt,
             max_tokens=16 if self.max_tokens is None else self.max_tokens,  # OpenAI's default
             **self._sampling(),
+        )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-request ceilings (MAX_MESSAGES, MAX_PROMPT_CHARS, MAX_TOKENS_LIMIT, MAX_STOP,
+    MAX_STOP_CHARS). The prompt's length in tokens is checked by the worker, against the
+    model's context (`context_length_exceeded`)."""
+
+    max_messages: int = 512
+    max_prompt_chars: int = 500_000
+    max_tokens: int = 8192
+    max_stop: int = 4
+    max_stop_chars: int = 256
+
+
+def enforce(req: ChatRequest | CompletionRequest, limits: Limits) -> None:
+    """Raise an OpenAI-style 400 for the first limit the request exceeds."""
+    if isinstance(req, ChatRequest):
+        if len(req.messages) > limits.max_messages:
+            raise invalid(
+                f"Invalid 'messages': array too long. Expected an array with maximum length "
+                f"{limits.max_messages}, but got an array with length {len(req.messages)} instead.",
+                param="messages",
+                code="array_above_max_length",
+            )
+        chars, param = sum(len(m.text()) for m in req.messages), "messages"
+        wanted, wanted_param = (
+            req.max_completion_tokens or req.max_tokens,
+            ("max_completion_tokens" if req.max_completion_tokens else "max_tokens"),
+        )
+    else:
+        prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
+        chars, param = len(prompt), "prompt"
+        wanted, wanted_param = req.max_tokens, "max_tokens"
+    if chars > limits.max_prompt_chars:
+        raise invalid(
+            f"Invalid '{param}': the prompt is {chars} characters long; the limit is "
+            f"{limits.max_prompt_chars}.",
+            param=param,
+            code="string_above_max_length",
+        )
+    if wanted is not None and wanted > limits.max_tokens:
+        raise invalid(
+            f"{wanted_param} is too large: {wanted}. This server allows at most {limits.max_tokens} "
+            "completion tokens.",
+            param=wanted_param,
+            code="invalid_value",
+        )
+    stop = req.stop if isinstance(req.stop, list) else [req.stop] if req.stop else []
+    if len(stop) > limits.max_stop:
+        raise invalid(
+            f"Invalid 'stop': array too long. Expected an array with maximum length {limits.max_stop}, "
+            f"but got an array with length {len(stop)} instead.",
+            param="stop",
+            code="array_above_max_length",
+        )
+    if any(len(s) > limits.max_stop_chars for s in stop):
+        raise invalid(
+            f"Invalid 'stop': each stop sequence may be at most {limits.max_stop_chars} characters.",
+            param="stop",
+            code="string_above_max_length",
         )
 
 

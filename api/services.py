@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import collections
+from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aredis
@@ -34,6 +35,7 @@ class Services:
     reaper: Reaper
     rq_redis: redis.Redis
     metrics: Metrics
+    streams_by_owner: collections.Counter[str] = field(default_factory=collections.Counter)
 
     @classmethod
     async def start(cls, settings: Settings) -> Services:
@@ -52,6 +54,7 @@ class Services:
             rq_client,
             queue_wait_s=settings.queue_wait_s,
             worker_stale_s=settings.worker_stale_s,
+            deadline_s=settings.job_deadline_s,
             recovery=Recovery(
                 max_attempts=settings.max_attempts,
                 resume_wait_s=settings.resume_wait_s,

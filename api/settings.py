@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
+from api.requests import Limits
+
 
 def _keys(raw: str) -> tuple[str, ...]:
     return tuple(k.strip() for k in raw.split(",") if k.strip())
@@ -24,7 +26,9 @@ def _limits(raw: str) -> dict[str, int]:
 @dataclass(frozen=True)
 class Settings:
     redis_url: str = "redis://127.0.0.1:6379/0"
-    api_keys: tuple[str, ...] = field(default=(), repr=False)  # empty: no auth
+    api_keys: tuple[str, ...] = field(default=(), repr=False)  # clear or sha256:<hex>; none: no auth
+    api_keys_file: str | None = None  # more keys, one per line, re-read when the file changes
+    cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; none: CORS off
     max_body_bytes: int = 1_000_000
     keepalive_s: float = 15.0
     retention_s: int = 3600  # how long a finished job's stream stays readable
@@ -44,7 +48,11 @@ class Settings:
     known_models: tuple[str, ...] = ()  # accepted with no live worker: they scale from zero
     max_queue_depth: int = 1000  # jobs waiting per model before 429 (0: no limit)
     queue_limits: dict[str, int] = field(default_factory=dict)  # per-model overrides
-    retry_after_s: int = 5  # the Retry-After sent with 429 (queue full)
+    retry_after_s: int = 5  # the Retry-After sent with 429
+    max_jobs_per_key: int = 64  # unfinished jobs per API key, cluster-wide (0: no limit)
+    max_streams_per_key: int = 64  # open streams per API key, per API process (0: no limit)
+    limits: Limits = field(default_factory=Limits)
+    job_deadline_s: float = 0.0  # a job not finished this long after its request fails (0: none)
 
     def queue_limit(self, model: str) -> int:
         return self.queue_limits.get(model, self.max_queue_depth)
@@ -56,6 +64,8 @@ class Settings:
         return cls(
             redis_url=e.get("REDIS_URL", d.redis_url),
             api_keys=_keys(e.get("API_KEYS", "")),
+            api_keys_file=e.get("API_KEYS_FILE") or None,
+            cors_origins=_keys(e.get("CORS_ORIGINS", "")),
             max_body_bytes=int(e.get("MAX_BODY_BYTES", d.max_body_bytes)),
             keepalive_s=float(e.get("KEEPALIVE_SECONDS", d.keepalive_s)),
             retention_s=int(e.get("RETENTION_SECONDS", d.retention_s)),
@@ -76,4 +86,14 @@ class Settings:
             max_queue_depth=int(e.get("MAX_QUEUE_DEPTH", d.max_queue_depth)),
             queue_limits=_limits(e.get("QUEUE_LIMITS", "")),
             retry_after_s=int(e.get("RETRY_AFTER_SECONDS", d.retry_after_s)),
+            max_jobs_per_key=int(e.get("MAX_JOBS_PER_KEY", d.max_jobs_per_key)),
+            max_streams_per_key=int(e.get("MAX_STREAMS_PER_KEY", d.max_streams_per_key)),
+            limits=Limits(
+                max_messages=int(e.get("MAX_MESSAGES", d.limits.max_messages)),
+                max_prompt_chars=int(e.get("MAX_PROMPT_CHARS", d.limits.max_prompt_chars)),
+                max_tokens=int(e.get("MAX_TOKENS_LIMIT", d.limits.max_tokens)),
+                max_stop=int(e.get("MAX_STOP", d.limits.max_stop)),
+                max_stop_chars=int(e.get("MAX_STOP_CHARS", d.limits.max_stop_chars)),
+            ),
+            job_deadline_s=float(e.get("JOB_DEADLINE_SECONDS", d.job_deadline_s)),
         )

@@ -55,6 +55,12 @@ def hub_control(process: str) -> str:
     return f"{PREFIX}:hub:{process}"
 
 
+def owner_jobs(owner: str) -> str:
+    """ZSET: the jobs one API key created that may not have ended (completion id -> created
+    ms), for the per-key job limit; ended ones are pruned when counted."""
+    return f"{PREFIX}:owner:{owner}:jobs"
+
+
 STATS = f"{PREFIX}:stats"
 """HASH: cluster-wide counters, for /metrics (see `StatField`)."""
 
@@ -102,6 +108,7 @@ class JobField:
     OWNER = "owner"  # hash of the API key that created the job ("" without keys)
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
+    DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)
 
 
 class JobStatus:

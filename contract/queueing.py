@@ -3,17 +3,20 @@ the one way both sides do it.
 
 The API enqueues a job's first attempt; the API's reaper (a dead worker) and a worker
 handing off at shutdown both call `abandon`, which fences the attempt out and enqueues the
-continuation. Always RQ's JSON serializer (never pickle), always the one job function, and
-the job's own spec as the only argument.
+continuation; `purge` deletes a job on request. Always RQ's JSON serializer (never
+pickle), always the one job function, and the job's own spec as the only argument.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass
 
 import redis
 from rq import Queue
+from rq.exceptions import InvalidJobOperation, NoSuchJobError
+from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from contract import keys, scripts
@@ -72,3 +75,16 @@ def abandon(client: redis.Redis, completion_id: str, epoch: int, recovery: Recov
     elif outcome == 2:
         client.hincrby(keys.STATS, keys.StatField.LOST, 1)
     return outcome
+
+
+def purge(client: redis.Redis, completion_id: str, attempts: int) -> None:
+    """Delete every trace of a job: its keys and RQ's jobs for each of its attempts. A
+    running attempt is fenced out by the missing job hash at its next write or beat."""
+    with client.pipeline(transaction=True) as pipe:
+        pipe.delete(keys.job(completion_id), keys.events(completion_id), keys.alive(completion_id))
+        pipe.zrem(keys.RUNNING, completion_id)
+        pipe.execute()
+    ids = [completion_id] + [keys.continuation_job_id(completion_id, n) for n in range(1, attempts + 2)]
+    for job_id in ids:
+        with contextlib.suppress(NoSuchJobError, InvalidJobOperation):  # gone meanwhile: fine
+            Job.fetch(job_id, connection=client, serializer=JSONSerializer).delete(remove_from_queue=True)

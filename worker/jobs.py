@@ -23,6 +23,7 @@ from rq import get_current_job
 from contract import logs, queueing
 from contract.entries import Failed
 from contract.jobspec import InvalidSpec, JobSpec
+from contract.keys import JobStatus
 from contract.queueing import Recovery
 from worker.errors import PromptRejected
 from worker.heartbeat import Heartbeat
@@ -104,6 +105,22 @@ class JobRunner:
             attempt = self.publisher.claim(spec.id)
         except JobGone:
             return "skipped"  # ended or cancelled before it started, or past its deadline
+        except redis.RedisError as exc:
+            # The job cannot start here (e.g. refused by an ACL): end it rather than leave
+            # its client waiting for the queue deadline.
+            log.exception("could not claim %s", spec.id)
+            with contextlib.suppress(redis.RedisError):
+                self.publisher.end(
+                    spec.id,
+                    Failed(
+                        0,
+                        f"The worker could not start the job: {type(exc).__name__}",
+                        "server_error",
+                        "worker_error",
+                    ),
+                    only_if_status=JobStatus.QUEUED,
+                )
+            raise
         self.heartbeat.track(attempt)
         try:
             return self._generate(spec, attempt)
@@ -152,6 +169,17 @@ class JobRunner:
         reason = "length"  # the context window filled up
         for token, piece in engine.tokens(spec, context):
             attempt.progress_at = time.monotonic()
+            if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
+                tail = assembler.flush()
+                if tail is not None:
+                    pub.delta(attempt, tail.text, tail.token_ids)
+                pub.failed(
+                    attempt,
+                    "The completion did not finish within the server's time limit.",
+                    "server_error",
+                    "deadline_exceeded",
+                )
+                return "deadline_exceeded"
             if attempt.fenced:
                 raise Fenced(f"{spec.id} epoch {attempt.epoch}: another attempt took over")
             if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:

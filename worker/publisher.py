@@ -75,6 +75,7 @@ class Progress:
 
     prompt_tokens: int | None = None
     token_ids: tuple[int, ...] = ()
+    deadline_ms: int | None = None  # the job's overall deadline, if it has one
 
 
 class Publisher:
@@ -128,7 +129,10 @@ class Publisher:
                 elif isinstance(entry, Delta):
                     ids.extend(entry.token_ids)
             if len(rows) < 1000:
-                return Progress(prompt_tokens, tuple(ids))
+                deadline = self._retry(
+                    lambda: self._client.hget(keys.job(completion_id), keys.JobField.DEADLINE)
+                )
+                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None)
             after = "(" + rows[-1][0].decode()
 
     def started(self, attempt: Attempt, prompt_tokens: int) -> None:

@@ -6,6 +6,7 @@ import json
 
 import fakeredis
 import pytest
+import redis
 
 from contract import entries, keys
 from contract.entries import Delta, Failed, Finished, Started
@@ -164,3 +165,19 @@ def test_job_for_another_model_is_ended_not_run(r):
     engine = ScriptedEngine([1])
     assert runner(r, engine).run(spec(model="other")) == "wrong-model"
     assert engine.contexts == [] and stream(r)[-1].code == "model_not_found"
+
+
+def test_a_claim_that_fails_ends_the_job_instead_of_leaving_it_queued(r, monkeypatch):
+    # e.g. a Redis ACL that refuses a command inside CLAIM: the client must not wait for the
+    # queue deadline (found by tests/integration/test_redis_security.py)
+    run = runner(r, ScriptedEngine([1, EOS]))
+
+    def refused(**kw):
+        raise redis.ResponseError("ACL failure in script: no permissions to run the 'time' command")
+
+    monkeypatch.setattr(run.publisher, "_claim", refused)
+    with pytest.raises(redis.ResponseError):
+        run.run(spec())
+    last = stream(r)[-1]
+    assert isinstance(last, Failed) and last.code == "worker_error"
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"failed"

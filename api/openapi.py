@@ -1,0 +1,144 @@
+"""`GET /openapi.json`: the API described in OpenAPI 3.1, built from the same pydantic models
+that validate the requests, so the description cannot drift from what is enforced."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from pydantic import BaseModel
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+
+from api.requests import ChatRequest, CompletionRequest
+
+_ERROR = {
+    "type": "object",
+    "required": ["error"],
+    "properties": {
+        "error": {
+            "type": "object",
+            "required": ["message", "type", "param", "code"],
+            "properties": {
+                "message": {"type": "string"},
+                "type": {"type": "string"},
+                "param": {"type": ["string", "null"]},
+                "code": {"type": ["string", "null"]},
+            },
+        }
+    },
+}
+_OBJECT = {"type": "object"}
+_ID = {"name": "completion_id", "in": "path", "required": True, "schema": {"type": "string"}}
+
+
+def _errors(*codes: int) -> dict[str, Any]:
+    return {
+        str(c): {
+            "description": "an OpenAI-style error",
+            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+        }
+        for c in codes
+    }
+
+
+def _json(description: str) -> dict[str, Any]:
+    return {"description": description, "content": {"application/json": {"schema": _OBJECT}}}
+
+
+def _create(model: type[BaseModel], summary: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": summary,
+            "requestBody": {
+                "required": True,
+                "content": {
+                    "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
+                },
+            },
+            "responses": {
+                "200": {
+                    "description": "the completion, or its SSE stream when `stream` is true",
+                    "content": {"application/json": {"schema": _OBJECT}, "text/event-stream": {}},
+                },
+                "202": _json("accepted as a background job (`background` or `Prefer: respond-async`)"),
+                **_errors(400, 401, 404, 413, 429, 503),
+            },
+        }
+    }
+
+
+def _job(kind: str) -> dict[str, Any]:
+    return {
+        "get": {
+            "summary": f"Fetch a {kind}, or with stream=true replay and follow its stream",
+            "parameters": [
+                _ID,
+                {"name": "stream", "in": "query", "schema": {"type": "string", "enum": ["true", "false"]}},
+                {"name": "starting_after", "in": "query", "schema": {"type": "string"}},
+            ],
+            "responses": {
+                "200": {
+                    "description": "the finished object, or the SSE stream",
+                    "content": {"application/json": {"schema": _OBJECT}, "text/event-stream": {}},
+                },
+                "202": _json("not finished yet"),
+                **_errors(400, 401, 404, 429, 503, 504),
+            },
+        },
+        "delete": {
+            "summary": f"Purge a {kind}'s data now",
+            "parameters": [_ID],
+            "responses": {"200": _json("deleted"), **_errors(401, 404)},
+        },
+    }
+
+
+def _cancel(kind: str) -> dict[str, Any]:
+    return {
+        "post": {
+            "summary": f"Cancel a {kind}",
+            "parameters": [_ID],
+            "responses": {"200": _json("cancelled, cancelling, or already ended"), **_errors(401, 404)},
+        }
+    }
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    schemas: dict[str, Any] = {"Error": _ERROR}
+    for model in (ChatRequest, CompletionRequest):
+        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+        schemas.update(schema.pop("$defs", {}))
+        schemas[model.__name__] = schema
+    get = {"get": {"responses": {"200": _json("ok"), **_errors(401, 404)}}}
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "tokenspool", "version": "0.1.0"},
+        "components": {
+            "schemas": schemas,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": {
+            "/v1/chat/completions": _create(ChatRequest, "Create a chat completion"),
+            "/v1/completions": _create(CompletionRequest, "Create a text completion"),
+            "/v1/chat/completions/{completion_id}": _job("chat completion"),
+            "/v1/completions/{completion_id}": _job("text completion"),
+            "/v1/chat/completions/{completion_id}/cancel": _cancel("chat completion"),
+            "/v1/completions/{completion_id}/cancel": _cancel("text completion"),
+            "/v1/models": get,
+            "/v1/models/{model}": {
+                "get": {
+                    "parameters": [
+                        {"name": "model", "in": "path", "required": True, "schema": {"type": "string"}}
+                    ],
+                    "responses": {"200": _json("the model"), **_errors(401, 404)},
+                }
+            },
+        },
+    }
+
+
+async def openapi(request: Request) -> JSONResponse:
+    return JSONResponse(document())

