@@ -52,11 +52,12 @@ def _too_many(message: str, code: str, settings: Settings) -> APIError:
     )
 
 
-def admit_stream(settings: Settings, open_streams: int) -> None:
+def admit_stream(settings: Settings, owner: str, open_streams: int) -> None:
     """Raise 429 when this API key already holds MAX_STREAMS_PER_KEY open streams on this
-    API process (counted per process: N replicas allow up to N times as many)."""
+    API process (counted per process: N replicas allow up to N times as many). Without API
+    keys there is no per-key limit."""
     limit = settings.max_streams_per_key
-    if limit > 0 and open_streams >= limit:
+    if owner and limit > 0 and open_streams >= limit:
         raise _too_many(
             f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
             "too_many_streams",

@@ -71,7 +71,7 @@ async def _complete(request: Request, model, kind: str) -> Response:
     enforce(req, settings.limits)
     owner = _owner(request)
     if req.streaming:
-        admission.admit_stream(settings, services.streams_by_owner[owner])
+        admission.admit_stream(settings, owner, services.streams_by_owner[owner])
     await admission.admit_job(services.jobs, settings, owner)
     await admission.admit(services.jobs, settings, req.model)
     cid = new_completion_id(kind)
@@ -327,7 +327,7 @@ async def _retrieve(request: Request, kind: str) -> Response:
             cursor = Cursor.parse(raw) if raw else None
         except BadCursor as exc:
             raise APIError(400, str(exc), code="invalid_cursor", param="starting_after") from None
-        admission.admit_stream(services.settings, services.streams_by_owner[state.owner])
+        admission.admit_stream(services.settings, state.owner, services.streams_by_owner[state.owner])
         services.metrics.resumed.inc()
         if not state.detached:
             await services.jobs.keep(cid)  # the client is back: no disconnect cancel

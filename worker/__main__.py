@@ -60,7 +60,13 @@ def main() -> None:
         retention_s=settings.retention_s,
     )
     publisher = Publisher(client, settings.name, settings.retention_s, window_ms)
-    install(JobRunner(engine, publisher, heartbeat, client, recovery, settings.shutdown_grace_s))
+    if settings.log_content:
+        log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
+    install(
+        JobRunner(
+            engine, publisher, heartbeat, client, recovery, settings.shutdown_grace_s, settings.log_content
+        )
+    )
     presence = Presence(connect(), settings.model_name, settings.name, settings.announce_s)
     queue = Queue(keys.queue_name(settings.model_name), connection=client, serializer=JSONSerializer)
     worker = TokenspoolWorker(

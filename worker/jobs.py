@@ -55,6 +55,7 @@ class JobRunner:
         client: redis.Redis,
         recovery: Recovery,
         shutdown_grace_s: float = 20.0,
+        log_content: bool = False,
     ) -> None:
         self.engine = engine
         self.publisher = publisher
@@ -63,6 +64,7 @@ class JobRunner:
         self.recovery = recovery
         self._shutdown_grace = shutdown_grace_s
         self._shutdown_at: float | None = None
+        self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
 
     def request_shutdown(self) -> None:
         """SIGTERM: finish the running job if it ends within the grace period, else hand it off."""
@@ -166,6 +168,7 @@ class JobRunner:
             return "length"
 
         assembler = TextAssembler(spec.stop)
+        said: list[str] = []  # this attempt's text (logged only with LOG_CONTENT)
         reason = "length"  # the context window filled up
         for token, piece in engine.tokens(spec, context):
             attempt.progress_at = time.monotonic()
@@ -192,6 +195,7 @@ class JobRunner:
             out = assembler.push(token, piece)
             if out is not None:
                 pub.delta(attempt, out.text, out.token_ids)
+                said.append(out.text)
             if assembler.stopped or attempt.cancelled:
                 reason = "stop"
                 break
@@ -201,7 +205,11 @@ class JobRunner:
         tail = assembler.flush()
         if tail is not None:
             pub.delta(attempt, tail.text, tail.token_ids)
+            said.append(tail.text)
         pub.finished(attempt, reason, prompt_tokens, generated)
+        if self._log_content:  # opt-in, for debugging only: the log then holds user data
+            prompt = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
+            log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt, "".join(said))
         return "cancelled" if attempt.cancelled else reason
 
     def _hand_off(self, attempt: Attempt) -> None:

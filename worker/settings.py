@@ -32,6 +32,7 @@ class WorkerSettings:
     synthetic_tokens: int = 128  # words per job from the synthetic engine
     synthetic_rate: float = 50.0  # its tokens/s per job (0: unlimited)
     idle_exit_s: float | None = None  # exit after this long without a job (scale to zero)
+    log_content: bool = False  # LOG_CONTENT=1: log prompts and completions (debugging only)
     n_ctx: int = 4096
     n_threads: int | None = None
     n_gpu_layers: int = 0
@@ -59,6 +60,7 @@ class WorkerSettings:
             synthetic_tokens=int(e.get("SYNTHETIC_TOKENS", cls.synthetic_tokens)),
             synthetic_rate=float(e.get("SYNTHETIC_RATE", cls.synthetic_rate)),
             idle_exit_s=float(idle) if idle else None,
+            log_content=e.get("LOG_CONTENT", "") == "1",
             n_ctx=int(e.get("N_CTX", cls.n_ctx)),
             retention_s=int(e.get("RETENTION_SECONDS", cls.retention_s)),
             heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),

@@ -181,3 +181,15 @@ def test_a_claim_that_fails_ends_the_job_instead_of_leaving_it_queued(r, monkeyp
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "worker_error"
     assert r.hget(keys.job(CID), JobField.STATUS) == b"failed"
+
+
+def test_content_is_logged_only_when_asked(r, caplog):
+    caplog.set_level("INFO")
+    runner(r, ScriptedEngine([7, 8, EOS])).run(spec())
+    assert "<7><8>" not in caplog.text and "LOG_CONTENT" not in caplog.text
+    r.delete(keys.job(CID), keys.events(CID))
+    r.hset(keys.job(CID), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.ATTEMPTS: 0})
+    pub = Publisher(r, "w1", 60, 3000)
+    logged = JobRunner(ScriptedEngine([7, 8, EOS]), pub, Heartbeat(r, 3000, 1.0), r, Recovery(), 20.0, True)
+    logged.run(spec())
+    assert "LOG_CONTENT" in caplog.text and "<7><8>" in caplog.text
