@@ -205,9 +205,10 @@ class JobStore:
             return 0
         async with self._r.pipeline(transaction=False) as pipe:
             for cid in ids:
-                pipe.hget(keys.job(_text(cid)), JobField.ENDED)
-            ended = await pipe.execute()
-        done = [cid for cid, flag in zip(ids, ended, strict=True) if flag is None or flag == b"1"]
+                pipe.hmget(keys.job(_text(cid)), [JobField.STATUS, JobField.ENDED])
+            rows = await pipe.execute()
+        # gone (no status: expired or purged) or ended
+        done = [cid for cid, (status, ended) in zip(ids, rows, strict=True) if not status or ended == b"1"]
         if done:
             await self._r.zrem(keys.owner_jobs(owner), *done)
         return len(ids) - len(done)
