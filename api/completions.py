@@ -133,6 +133,7 @@ async def _stream(
     settings = services.settings
     metrics = services.metrics
     ttft, itl = metrics.ttft.labels(chunks.model), metrics.itl.labels(chunks.model)
+    content = sse.ContentEvents(chunks.content)
     last_content = arrived  # None for a resumed stream: its first chunk is no TTFT
     seen_content = False
     ended = False
@@ -166,7 +167,7 @@ async def _stream(
                             if last_content is not None:
                                 (itl if seen_content else ttft).observe(now - last_content)
                             last_content, seen_content = now, True
-                            out.append(sse.event(chunks.content(entry.text), eid))
+                            out.append(content.event(entry.text, eid))
                     elif isinstance(entry, Finished):
                         if not sent:
                             out.append(sse.event(chunks.finish(entry.finish_reason), eid))

@@ -143,7 +143,9 @@ class StreamHub:
                 state = self._watched.get(key)
                 if state is not None:
                     read_from, state.seen = state.seen, newest
-                    decoded = [(eid.decode(), entries.decode(fields)) for eid, fields in rows]
+                    decoded = [
+                        (eid.decode(), entries.decode(fields, token_ids=False)) for eid, fields in rows
+                    ]
                     for fut, cursor in state.waiters.items():
                         if not fut.done():
                             fut.set_result(decoded if cursor == read_from else None)

@@ -114,10 +114,11 @@ class JobStore:
     async def read(
         self, completion_id: str, after: str, count: int = 512, inclusive: bool = False
     ) -> list[tuple[str, Entry]]:
-        """Entries after stream id `after` ("0" for all), or from it with `inclusive`."""
+        """Entries after stream id `after` ("0" for all), or from it with `inclusive`; deltas
+        without their token ids (the API relays text)."""
         start = "-" if after == "0" else after if inclusive else f"({after}"
         rows = await self._r.xrange(keys.events(completion_id), min=start, max="+", count=count)
-        return [(_text(eid), entries.decode(fields)) for eid, fields in rows]
+        return [(_text(eid), entries.decode(fields, token_ids=False)) for eid, fields in rows]
 
     async def state(self, completion_id: str) -> JobState | None:
         fields = [

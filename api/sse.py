@@ -9,6 +9,7 @@ seen, and resumable streams (event ids) must not break the official SDK.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 DONE = b"data: [DONE]\n\n"
 
@@ -23,3 +24,24 @@ def event(obj: dict, event_id: str | None = None) -> bytes:
     data = json.dumps(obj, ensure_ascii=False, separators=(",", ":"))
     head = f"id: {event_id}\n" if event_id else ""
     return f"{head}data: {data}\n\n".encode()
+
+
+_MARK = "\ue000tokenspool-content\ue001"  # private-use code points: never in a real chunk
+
+
+class ContentEvents:
+    """`event(make(text), event_id)` for the many content chunks of one stream, byte for
+    byte, without rebuilding and re-encoding the whole chunk for every token (the relay's
+    hot path): the chunk is encoded once around a marker, and each event only encodes its
+    text into that frame."""
+
+    def __init__(self, make: Callable[[str], dict]) -> None:
+        data = json.dumps(make(_MARK), ensure_ascii=False, separators=(",", ":"))
+        head, found, tail = data.partition(json.dumps(_MARK, ensure_ascii=False))
+        if not found:
+            raise ValueError("the chunk does not carry its text verbatim")
+        self._head, self._tail = head, tail
+
+    def event(self, text: str, event_id: str) -> bytes:
+        data = json.dumps(text, ensure_ascii=False)
+        return f"id: {event_id}\ndata: {self._head}{data}{self._tail}\n\n".encode()

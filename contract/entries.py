@@ -108,13 +108,14 @@ def _text(value: str | bytes) -> str:
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
-def decode(raw: dict) -> Entry:
-    """Stream fields (str or bytes keys/values, as redis-py returns them) -> entry."""
+def decode(raw: dict, token_ids: bool = True) -> Entry:
+    """Stream fields (str or bytes keys/values, as redis-py returns them) -> entry. With
+    `token_ids=False` a delta's ids are not parsed (left empty): the API relays text only."""
     f = {_text(k): _text(v) for k, v in raw.items()}
     kind = f.get(KIND)
     epoch = int(f[EPOCH])
     if kind == "d":
-        ids = tuple(int(x) for x in f["i"].split(",")) if f["i"] else ()
+        ids = tuple(int(x) for x in f["i"].split(",")) if f["i"] and token_ids else ()
         return Delta(epoch=epoch, text=f["t"], token_ids=ids)
     if kind == "s":
         return Started(epoch=epoch, worker=f["w"], prompt_tokens=int(f["p"]))

@@ -1,5 +1,8 @@
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from api import sse
 from api.chunks import Chunks, completion_object
 
@@ -81,3 +84,11 @@ def test_completion_objects():
     assert chat["usage"]["total_tokens"] == 5
     text = completion_object("text", "cmpl-1", 1, "m", "hello", "length", 2, 3)
     assert text["object"] == "text_completion" and text["choices"][0]["text"] == "hello"
+
+
+@settings(max_examples=300)
+@given(text=st.text(), kind=st.sampled_from(["chat", "text"]), usage=st.booleans())
+def test_templated_content_events_are_byte_identical(text, kind, usage):
+    chunks = Chunks(kind, "chatcmpl-x" if kind == "chat" else "cmpl-x", 1, "m", include_usage=usage)
+    fast = sse.ContentEvents(chunks.content)
+    assert fast.event(text, "17-3") == sse.event(chunks.content(text), "17-3")
