@@ -15,7 +15,6 @@ from api.jobs import JobStore
 from api.metrics import Metrics
 from api.reaper import Reaper
 from api.settings import Settings
-from contract.queueing import Recovery
 
 
 def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
@@ -55,13 +54,7 @@ class Services:
             queue_wait_s=settings.queue_wait_s,
             worker_stale_s=settings.worker_stale_s,
             deadline_s=settings.job_deadline_s,
-            recovery=Recovery(
-                max_attempts=settings.max_attempts,
-                resume_wait_s=settings.resume_wait_s,
-                job_timeout_s=settings.job_timeout_s,
-                job_ttl_s=settings.job_ttl_s,
-                retention_s=settings.retention_s,
-            ),
+            recovery=settings.recovery,
         )
         hub = StreamHub(settings.redis_url, client)
         await hub.start()

@@ -6,6 +6,7 @@ import os
 from dataclasses import dataclass, field
 
 from api.requests import Limits
+from contract.queueing import Recovery
 
 
 def _keys(raw: str) -> tuple[str, ...]:
@@ -31,9 +32,6 @@ class Settings:
     cors_origins: tuple[str, ...] = ()  # browser origins allowed to call the API; none: CORS off
     max_body_bytes: int = 1_000_000
     keepalive_s: float = 15.0
-    retention_s: int = 3600  # how long a finished job's stream stays readable
-    job_ttl_s: int = 86_400  # upper bound on a job's life in Redis before it ends
-    job_timeout_s: int = 1800  # RQ job timeout (a generation never runs longer)
     queue_wait_s: float = 600.0  # a job not started by then ends with queue_timeout
     worker_stale_s: float = 15.0  # a worker silent this long no longer counts
     redis_timeout_s: float = 5.0  # any single Redis command
@@ -41,8 +39,6 @@ class Settings:
     redis_pool_wait_s: float = 30.0  # a burst of requests queues this long for a connection
     cancel_grace_s: float = 5.0  # a job whose client went away stops after this long
     outage_s: float = 10.0  # a stream whose Redis is unreachable this long ends with an error
-    max_attempts: int = 3  # attempts per job before worker_lost (workers read the same)
-    resume_wait_s: float = 30.0  # a dead attempt's job not resumed by then: worker_lost
     reaper_interval_s: float = 0.5  # how often dead attempts are looked for
     reaper_settle_s: float = 5.0  # no reaping this soon after a Redis (re)start
     known_models: tuple[str, ...] = ()  # accepted with no live worker: they scale from zero
@@ -52,6 +48,7 @@ class Settings:
     max_jobs_per_key: int = 64  # unfinished jobs per API key, cluster-wide (0: no limit)
     max_streams_per_key: int = 64  # open streams per API key, per API process (0: no limit)
     limits: Limits = field(default_factory=Limits)
+    recovery: Recovery = field(default_factory=Recovery)  # retention, attempts, timeouts
     job_deadline_s: float = 0.0  # a job not finished this long after its request fails (0: none)
 
     def queue_limit(self, model: str) -> int:
@@ -68,9 +65,6 @@ class Settings:
             cors_origins=_keys(e.get("CORS_ORIGINS", "")),
             max_body_bytes=int(e.get("MAX_BODY_BYTES", d.max_body_bytes)),
             keepalive_s=float(e.get("KEEPALIVE_SECONDS", d.keepalive_s)),
-            retention_s=int(e.get("RETENTION_SECONDS", d.retention_s)),
-            job_ttl_s=int(e.get("JOB_TTL_SECONDS", d.job_ttl_s)),
-            job_timeout_s=int(e.get("JOB_TIMEOUT_SECONDS", d.job_timeout_s)),
             queue_wait_s=float(e.get("QUEUE_WAIT_SECONDS", d.queue_wait_s)),
             worker_stale_s=float(e.get("WORKER_STALE_SECONDS", d.worker_stale_s)),
             redis_timeout_s=float(e.get("REDIS_TIMEOUT_SECONDS", d.redis_timeout_s)),
@@ -78,8 +72,6 @@ class Settings:
             redis_pool_wait_s=float(e.get("REDIS_POOL_WAIT_SECONDS", d.redis_pool_wait_s)),
             cancel_grace_s=float(e.get("CANCEL_GRACE_SECONDS", d.cancel_grace_s)),
             outage_s=float(e.get("STREAM_OUTAGE_SECONDS", d.outage_s)),
-            max_attempts=int(e.get("MAX_ATTEMPTS", d.max_attempts)),
-            resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", d.resume_wait_s)),
             reaper_interval_s=float(e.get("REAPER_INTERVAL_SECONDS", d.reaper_interval_s)),
             reaper_settle_s=float(e.get("REAPER_SETTLE_SECONDS", d.reaper_settle_s)),
             known_models=_keys(e.get("KNOWN_MODELS", "")),
@@ -96,4 +88,5 @@ class Settings:
                 max_stop_chars=int(e.get("MAX_STOP_CHARS", d.limits.max_stop_chars)),
             ),
             job_deadline_s=float(e.get("JOB_DEADLINE_SECONDS", d.job_deadline_s)),
+            recovery=Recovery.from_env(e),
         )

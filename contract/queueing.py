@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import redis
@@ -33,6 +34,18 @@ class Recovery:
     job_timeout_s: int = 1800
     job_ttl_s: int = 86_400
     retention_s: int = 3600
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Recovery:
+        """The same variables for the API and the workers: both must agree on them."""
+        d = cls()
+        return cls(
+            max_attempts=int(env.get("MAX_ATTEMPTS", d.max_attempts)),
+            resume_wait_s=float(env.get("RESUME_WAIT_SECONDS", d.resume_wait_s)),
+            job_timeout_s=int(env.get("JOB_TIMEOUT_SECONDS", d.job_timeout_s)),
+            job_ttl_s=int(env.get("JOB_TTL_SECONDS", d.job_ttl_s)),
+            retention_s=int(env.get("RETENTION_SECONDS", d.retention_s)),
+        )
 
 
 def enqueue(client: redis.Redis, spec: dict, job_id: str, recovery: Recovery) -> None:

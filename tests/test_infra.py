@@ -152,7 +152,8 @@ def test_manifests_agree_with_each_other_and_the_code():
 
 
 def _settings_env_names() -> list[str]:
-    sources = [(ROOT / "api" / "settings.py").read_text(), (ROOT / "worker" / "settings.py").read_text()]
+    files = ("api/settings.py", "worker/settings.py", "contract/queueing.py")
+    sources = [(ROOT / f).read_text() for f in files]
     return [n for s in sources for n in re.findall(r'e(?:\.get)?[\(\[]"([A-Z_]+)"', s)]
 
 

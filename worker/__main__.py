@@ -9,7 +9,6 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 
 from contract import keys, logs
-from contract.queueing import Recovery
 from worker.heartbeat import Heartbeat
 from worker.jobs import Engine, JobRunner, install
 from worker.presence import Presence
@@ -52,14 +51,8 @@ def main() -> None:
     heartbeat = Heartbeat(
         connect(), window_ms, interval_s=settings.heartbeat_window_s / 3, stall_s=settings.stall_s
     )
-    recovery = Recovery(
-        max_attempts=settings.max_attempts,
-        resume_wait_s=settings.resume_wait_s,
-        job_timeout_s=settings.job_timeout_s,
-        job_ttl_s=settings.job_ttl_s,
-        retention_s=settings.retention_s,
-    )
-    publisher = Publisher(client, settings.name, settings.retention_s, window_ms)
+    recovery = settings.recovery
+    publisher = Publisher(client, settings.name, recovery.retention_s, window_ms)
     if settings.log_content:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
     install(

@@ -6,8 +6,10 @@ import importlib.util
 import os
 import socket
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from contract.queueing import Recovery
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -36,16 +38,12 @@ class WorkerSettings:
     n_ctx: int = 4096
     n_threads: int | None = None
     n_gpu_layers: int = 0
-    retention_s: int = 3600
     name: str = ""
     announce_s: float = 2.0
     heartbeat_window_s: float = 3.0  # an attempt silent this long is dead
     stall_s: float = 120.0  # an attempt with no new token this long is dead (hung native call)
-    max_attempts: int = 3
-    resume_wait_s: float = 30.0
     shutdown_grace_s: float = 20.0
-    job_timeout_s: int = 1800
-    job_ttl_s: int = 86_400
+    recovery: Recovery = field(default_factory=Recovery)  # retention, attempts, timeouts
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
@@ -55,6 +53,7 @@ class WorkerSettings:
             raise SystemExit(f"ENGINE must be 'llama' or 'synthetic', not {engine!r}")
         idle = e.get("IDLE_EXIT_SECONDS")
         common = dict(
+            recovery=Recovery.from_env(e),
             redis_url=e.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
             engine=engine,
             synthetic_tokens=int(e.get("SYNTHETIC_TOKENS", cls.synthetic_tokens)),
@@ -62,14 +61,9 @@ class WorkerSettings:
             idle_exit_s=float(idle) if idle else None,
             log_content=e.get("LOG_CONTENT", "") == "1",
             n_ctx=int(e.get("N_CTX", cls.n_ctx)),
-            retention_s=int(e.get("RETENTION_SECONDS", cls.retention_s)),
             heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),
             stall_s=float(e.get("STALL_SECONDS", cls.stall_s)),
-            max_attempts=int(e.get("MAX_ATTEMPTS", cls.max_attempts)),
-            resume_wait_s=float(e.get("RESUME_WAIT_SECONDS", cls.resume_wait_s)),
             shutdown_grace_s=float(e.get("SHUTDOWN_GRACE_SECONDS", cls.shutdown_grace_s)),
-            job_timeout_s=int(e.get("JOB_TIMEOUT_SECONDS", cls.job_timeout_s)),
-            job_ttl_s=int(e.get("JOB_TTL_SECONDS", cls.job_ttl_s)),
             name=e.get("WORKER_NAME") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
         )
         if engine == "synthetic":
