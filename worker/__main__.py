@@ -55,11 +55,17 @@ def main() -> None:
     publisher = Publisher(client, settings.name, recovery.retention_s, window_ms)
     if settings.log_content:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
-    install(
-        JobRunner(
-            engine, publisher, heartbeat, client, recovery, settings.shutdown_grace_s, settings.log_content
-        )
+    runner = JobRunner(
+        engine,
+        publisher,
+        heartbeat,
+        client,
+        recovery,
+        settings.shutdown_grace_s,
+        settings.log_content,
+        slots=settings.slots,
     )
+    install(runner)
     presence = Presence(connect(), settings.model_name, settings.name, settings.announce_s)
     queue = Queue(keys.queue_name(settings.model_name), connection=client, serializer=JSONSerializer)
     worker = TokenspoolWorker(
@@ -67,12 +73,26 @@ def main() -> None:
     )
     presence.start()
     heartbeat.start()
-    log.info("worker %s serving %s (n_ctx %d)", settings.name, settings.model_name, engine.n_ctx)
+    log.info(
+        "worker %s serving %s (%d slots of %d tokens)",
+        settings.name,
+        settings.model_name,
+        settings.slots,
+        engine.n_ctx,
+    )
     try:
         # With IDLE_EXIT_SECONDS the process exits (model unloaded) once no job came for that
         # long: an autoscaler then brings workers back from the queue depth (README).
         idle = int(settings.idle_exit_s) if settings.idle_exit_s else None
-        worker.work(logging_level="INFO", max_idle_time=idle)
+        try:
+            worker.work(logging_level="INFO", max_idle_time=idle)
+            if runner.running():
+                log.info("waiting for %d running jobs (or their hand-off)", runner.running())
+            runner.drain()
+        except (SystemExit, KeyboardInterrupt):  # cold shutdown: hand the running jobs off
+            runner.request_shutdown(0.0)
+            runner.drain(timeout=10.0)
+            raise
         if idle:
             log.info("no job for %d s: exiting (scale to zero)", idle)
     finally:

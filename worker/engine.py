@@ -1,136 +1,159 @@
-"""The model: llama-cpp-python, loaded once per worker process.
+"""The model: loaded once per worker process, decoding up to SLOTS jobs at once.
 
-The engine turns a job into prompt token ids (with the GGUF's own chat template) and then
-into a stream of (token id, bytes) pairs. It knows nothing of Redis or of the stream
-contract; `worker.jobs` decides when to stop and what to publish. Sampling follows OpenAI's
-semantics: temperature and top_p as given, no hidden top-k or min-p, temperature 0 greedy.
+The engine turns a job into prompt token ids (worker.prompts) and then into a stream of
+(token id, bytes) pairs, produced by the batching scheduler (worker.batching) together with
+the other jobs' tokens. It knows nothing of Redis or of the stream contract; `worker.jobs`
+decides when to stop and what to publish. SLOTS=1 is the single-sequence worker: the same
+code with one slot.
+
+The KV cache is allocated at start for SLOTS sequences of N_CTX tokens each; a
+configuration whose cache and weights do not fit in the memory this process may use is
+refused before anything is allocated.
 """
 
 from __future__ import annotations
 
-import ctypes
-import secrets
+import logging
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import llama_cpp
-from llama_cpp import Llama
-from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+from llama_cpp._internals import LlamaModel
+from llama_cpp._logger import set_verbose
 
 from contract.jobspec import JobSpec
-from worker.errors import PromptRejected, PromptTooLong
+from worker import batching
+from worker.prompts import ChatPrompts
+from worker.sampling import Sampler
 from worker.settings import WorkerSettings
 
-# Private-use code points: no template or tokenizer gives them a meaning.
-_PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"
+log = logging.getLogger("tokenspool.worker")
+
+_KV_BYTES = 2  # f16 keys and values
+_COMPUTE_MARGIN = 256 << 20  # llama.cpp's compute buffers and the process itself
+
+
+class EngineConfigError(SystemExit):
+    """The settings cannot work on this machine; said at start, before any job is taken."""
 
 
 class LlamaEngine:
     def __init__(self, settings: WorkerSettings) -> None:
+        assert settings.model_path is not None
         self.model_name = settings.model_name
-        self._llm = Llama(
-            model_path=str(settings.model_path),
-            n_ctx=settings.n_ctx,
-            n_threads=settings.n_threads,
-            n_threads_batch=settings.n_threads,
-            n_gpu_layers=settings.n_gpu_layers,
-            verbose=False,
-        )
-        self.n_ctx = self._llm.n_ctx()
-        self._model = self._llm._model
-        template = self._llm.metadata.get("tokenizer.chat_template")
-        self._formatter = (
-            Jinja2ChatFormatter(
-                template=template,
-                eos_token=self._token_text(self._model.token_eos()),
-                bos_token=self._token_text(self._model.token_bos()),
-                add_generation_prompt=True,
+        self.slots = settings.slots
+        self.n_ctx = settings.n_ctx  # per slot: what one job may use
+        set_verbose(False)
+        llama_cpp.llama_backend_init()
+        if not 1 <= self.slots <= llama_cpp.llama_max_parallel_sequences():
+            raise EngineConfigError(
+                f"SLOTS={self.slots}: llama.cpp supports 1 to "
+                f"{llama_cpp.llama_max_parallel_sequences()} sequences per process"
             )
-            if template
-            else None
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = settings.n_gpu_layers
+        self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
+        check_memory(
+            kv_cache_bytes(self._model, self.slots * self.n_ctx),
+            settings.model_path,
+            settings.n_gpu_layers,
+            f"SLOTS={self.slots} x N_CTX={self.n_ctx}",
         )
-
-    def _token_text(self, token: int) -> str:
-        return self._model.token_get_text(token) if token >= 0 else ""
+        self.prompts = ChatPrompts(self._model)
+        self._n_vocab = self._model.n_vocab()
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = self.slots * self.n_ctx
+        cparams.n_seq_max = self.slots
+        cparams.kv_unified = False  # each slot attends over its own part of the cache only
+        cparams.n_batch = cparams.n_ubatch = settings.prefill_chunk + self.slots
+        if settings.n_threads:
+            cparams.n_threads = cparams.n_threads_batch = settings.n_threads
+        self._ctx = llama_cpp.llama_init_from_model(self._model.model, cparams)
+        if not self._ctx:
+            raise EngineConfigError(
+                f"llama.cpp could not create a context for SLOTS={self.slots} x N_CTX={self.n_ctx} "
+                "(out of memory?): lower SLOTS or N_CTX"
+            )
+        if llama_cpp.llama_n_ctx_seq(self._ctx) < self.n_ctx:
+            raise EngineConfigError(
+                f"llama.cpp gives each slot {llama_cpp.llama_n_ctx_seq(self._ctx)} tokens, "
+                f"not N_CTX={self.n_ctx}"
+            )
+        self._scheduler = batching.Scheduler(
+            self._ctx,
+            self.slots,
+            settings.prefill_chunk,
+            self.prompts.is_end,
+            prefix_cache=settings.prefix_cache,
+        )
 
     def prompt_ids(self, spec: JobSpec) -> list[int]:
         """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
-        param = "messages" if spec.kind == "chat" else "prompt"
-        if spec.kind == "chat":
-            ids = self._chat_ids(spec)
-        else:
-            # A raw prompt is the caller's own text, special tokens included, as llama.cpp does.
-            ids = self._llm.tokenize(spec.prompt.encode(), add_bos=self._model.add_bos_token(), special=True)
-        if len(ids) >= self.n_ctx:
-            raise PromptTooLong(len(ids), self.n_ctx, param)
-        return ids
-
-    def _render(self, spec: JobSpec, contents: Sequence[str] | None = None) -> str:
-        """The chat template rendered with the generation prompt (contents replaceable)."""
-        if self._formatter is None:
-            raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
-        texts = contents if contents is not None else [m.content for m in spec.messages]
-        messages = [{"role": m.role, "content": t} for m, t in zip(spec.messages, texts, strict=True)]
-        return self._formatter(messages=messages).prompt
-
-    def _chat_ids(self, spec: JobSpec) -> list[int]:
-        """Only the template's own markers become special tokens: each message's content is
-        tokenized as plain text, so a user who types `<|im_end|>` cannot forge a role
-        boundary. The template is rendered with placeholders where the contents go, its text
-        tokenized with special tokens, the contents without."""
-        marks = [_PLACEHOLDER.format(i) for i in range(len(spec.messages))]
-        rest = self._render(spec, marks)
-        ids: list[int] = []
-        for mark, message in zip(marks, spec.messages, strict=True):
-            before, found, rest = rest.partition(mark)
-            if not found:
-                raise PromptRejected(
-                    "This model's chat template alters message contents; it cannot be used safely.",
-                    "messages",
-                )
-            ids += self._tokens(before, special=True)
-            ids += self._tokens(message.content, special=False)
-        return ids + self._tokens(rest, special=True)
-
-    def _tokens(self, text: str, special: bool) -> list[int]:
-        return self._llm.tokenize(text.encode(), add_bos=False, special=special) if text else []
+        return self.prompts.prompt_ids(spec, self.n_ctx)
 
     def is_end(self, token: int) -> bool:
-        """End-of-generation tokens (EOS, end-of-turn, ...): never published."""
-        return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
+        return self.prompts.is_end(token)
 
-    def piece(self, token: int) -> bytes:
-        """The token's bytes (control tokens render as nothing). llama-cpp-python's own
-        `token_to_piece` returns its whole 32-byte buffer, NUL padding included."""
-        size = 64
-        while True:
-            buf = ctypes.create_string_buffer(size)
-            n = llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, size, 0, False)
-            if n >= 0:
-                return buf.raw[:n]
-            size = -n
+    def tokens(
+        self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]
+    ) -> Iterator[tuple[int, bytes]]:
+        """Sample after the prompt and what earlier attempts generated (`prior`), in the
+        running batch, until the slot's window is full (the caller stops earlier). Closing
+        the iterator frees the slot at the next step."""
+        context = [*prompt, *prior]
+        seq = batching.Sequence(
+            context=context,
+            sampler=Sampler(spec, self._n_vocab, self.n_ctx, prior),
+            room=self.n_ctx - len(context),
+        )
+        self._scheduler.submit(seq)
+        try:
+            for token in seq:
+                yield token, self.prompts.piece(token)
+        finally:
+            self._scheduler.close(seq)
 
-    def tokens(self, spec: JobSpec, context: Sequence[int]) -> Iterator[tuple[int, bytes]]:
-        """Sample after `context` until the context window is full (the caller stops earlier)."""
-        seed = secrets.randbits(32) if spec.seed is None else spec.seed & 0xFFFFFFFF
-        self._llm.set_seed(seed)
-        # Always prefill from scratch. llama-cpp-python's prefix reuse (keeping the previous
-        # job's KV cache for a shared prefix) changes what is sampled: the same request with
-        # the same seed gave different tokens from its first one (tests/integration).
-        self._llm.reset()
-        room = self.n_ctx - len(context)
-        for n, token in enumerate(
-            self._llm.generate(
-                list(context),
-                top_k=0,
-                top_p=spec.top_p,
-                min_p=0.0,
-                temp=spec.temperature,
-                repeat_penalty=1.0,
-                frequency_penalty=spec.frequency_penalty,
-                presence_penalty=spec.presence_penalty,
-                reset=True,
-            )
-        ):
-            yield token, self.piece(token)
-            if n + 1 >= room:
-                return
+    def close(self) -> None:
+        self._scheduler.stop()
+
+
+def kv_cache_bytes(model: LlamaModel, tokens: int) -> int:
+    """Keys and values of every layer for `tokens` positions (f16, as llama.cpp allocates)."""
+    m = model.model
+    head_dim = llama_cpp.llama_model_n_embd(m) // llama_cpp.llama_model_n_head(m)
+    per_token = llama_cpp.llama_model_n_layer(m) * 2 * llama_cpp.llama_model_n_head_kv(m) * head_dim
+    return per_token * _KV_BYTES * tokens
+
+
+def available_memory() -> int:
+    """What this process may still allocate: the cgroup's limit (a container's) or the
+    machine's available memory, whichever is smaller."""
+    avail = None
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            avail = int(line.split()[1]) * 1024
+    limits = [avail] if avail is not None else []
+    try:
+        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if raw != "max":
+            limits.append(int(raw) - used)
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else 1 << 62
+
+
+def check_memory(kv: int, model_path: Path, n_gpu_layers: int, what: str) -> None:
+    """Refuse at start a KV cache that cannot fit (on the CPU; a GPU build finds out when
+    llama.cpp allocates the context, also at start)."""
+    if n_gpu_layers and llama_cpp.llama_supports_gpu_offload():
+        return
+    need = kv + _COMPUTE_MARGIN
+    have = available_memory()
+    log.info("KV cache for %s: %.0f MiB (%.0f MiB available)", what, kv / 2**20, have / 2**20)
+    if need > have:
+        raise EngineConfigError(
+            f"{what} needs a {kv / 2**20:.0f} MiB KV cache (+{_COMPUTE_MARGIN >> 20} MiB of "
+            f"buffers) besides the {model_path.stat().st_size / 2**20:.0f} MiB model, but only "
+            f"{have / 2**20:.0f} MiB is available: lower SLOTS or N_CTX"
+        )

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 import time
 from typing import Protocol
 
@@ -39,7 +40,7 @@ class Engine(Protocol):
 
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
-    def tokens(self, spec: JobSpec, context: list[int]): ...
+    def tokens(self, spec: JobSpec, prompt: list[int], prior: list[int]): ...
 
 
 class HandedOff(Exception):
@@ -47,6 +48,12 @@ class HandedOff(Exception):
 
 
 class JobRunner:
+    """Runs attempts, up to `slots` at once: RQ's loop reserves a slot before it takes a
+    job from the queue (`reserve`), `start` claims the job and runs it on its own thread,
+    and the slot is free again when that attempt ends. The engine decodes the running
+    attempts together; this class is the one implementation of the stream contract for
+    all of them."""
+
     def __init__(
         self,
         engine: Engine,
@@ -56,6 +63,7 @@ class JobRunner:
         recovery: Recovery,
         shutdown_grace_s: float = 20.0,
         log_content: bool = False,
+        slots: int = 1,
     ) -> None:
         self.engine = engine
         self.publisher = publisher
@@ -65,24 +73,92 @@ class JobRunner:
         self._shutdown_grace = shutdown_grace_s
         self._shutdown_at: float | None = None
         self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
+        self._free = threading.BoundedSemaphore(slots)
+        self._threads: set[threading.Thread] = set()
+        self._lock = threading.Lock()
 
-    def request_shutdown(self) -> None:
-        """SIGTERM: finish the running job if it ends within the grace period, else hand it off."""
-        if self._shutdown_at is None:
-            self._shutdown_at = time.monotonic() + self._shutdown_grace
+    def request_shutdown(self, grace_s: float | None = None) -> None:
+        """SIGTERM: finish the running jobs if they end within the grace period, else hand
+        them off (a second signal: hand them off now)."""
+        at = time.monotonic() + (self._shutdown_grace if grace_s is None else grace_s)
+        if self._shutdown_at is None or at < self._shutdown_at:
+            self._shutdown_at = at
+
+    def reserve(self, timeout: float) -> bool:
+        """Wait up to `timeout` for a free slot; the caller then takes one job and `start`s it."""
+        return self._free.acquire(timeout=timeout)
+
+    def unreserve(self) -> None:
+        self._free.release()
+
+    def running(self) -> int:
+        with self._lock:
+            return len(self._threads)
+
+    def drain(self, timeout: float | None = None) -> None:
+        """Wait for the running attempts to end (finish or hand off)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self._lock:
+                threads = list(self._threads)
+            if not threads:
+                return
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return
+            threads[0].join(timeout=left)
 
     def run(self, raw_spec: object) -> str:
-        """Run one attempt; returns its outcome for RQ's records. What is logged meanwhile
-        carries the completion id."""
+        """Run one attempt to its end on this thread; returns its outcome."""
         job = get_current_job()
         claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
         logs.set_completion(str(claimed or (job.id if job else "")))
         try:
-            return self._run(raw_spec, job)
+            ready = self._prepare(raw_spec, job)
+            return ready if isinstance(ready, str) else self._attempt(*ready)
         finally:
             logs.set_completion("")
 
-    def _run(self, raw_spec: object, job) -> str:
+    def start(self, raw_spec: object) -> str:
+        """Claim the job and run the attempt on its own thread, in the slot the caller
+        reserved; returns at once (RQ's record of the job ends here, the job's own
+        record lives on in Redis with its heartbeat)."""
+        job = get_current_job()
+        claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
+        logs.set_completion(str(claimed or (job.id if job else "")))
+        try:
+            ready = self._prepare(raw_spec, job)
+        except BaseException:
+            self._free.release()
+            raise
+        finally:
+            logs.set_completion("")
+        if isinstance(ready, str):
+            self._free.release()
+            return ready
+        spec, attempt = ready
+        thread = threading.Thread(
+            target=self._in_thread, args=(spec, attempt), name=f"job-{spec.id}", daemon=True
+        )
+        with self._lock:
+            self._threads.add(thread)
+        thread.start()
+        return "started"
+
+    def _in_thread(self, spec: JobSpec, attempt: Attempt) -> None:
+        logs.set_completion(spec.id)
+        try:
+            outcome = self._attempt(spec, attempt)
+            log.info("%s: %s", spec.id, outcome)
+        except Exception:
+            pass  # logged and reported to the client by _attempt
+        finally:
+            with self._lock:
+                self._threads.discard(threading.current_thread())
+            self._free.release()
+
+    def _prepare(self, raw_spec: object, job) -> tuple[JobSpec, Attempt] | str:
+        """Check the job and claim it: the spec and the new attempt, or why not."""
         try:
             spec = JobSpec.from_dict(raw_spec)
         except InvalidSpec as exc:
@@ -123,6 +199,9 @@ class JobRunner:
                     only_if_status=JobStatus.QUEUED,
                 )
             raise
+        return spec, attempt
+
+    def _attempt(self, spec: JobSpec, attempt: Attempt) -> str:
         self.heartbeat.track(attempt)
         try:
             return self._generate(spec, attempt)
@@ -170,7 +249,7 @@ class JobRunner:
         assembler = TextAssembler(spec.stop)
         said: list[str] = []  # this attempt's text (logged only with LOG_CONTENT)
         reason = "length"  # the context window filled up
-        for token, piece in engine.tokens(spec, context):
+        for token, piece in engine.tokens(spec, prompt, prior):
             attempt.progress_at = time.monotonic()
             if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
                 tail = assembler.flush()
@@ -234,7 +313,12 @@ def install(runner: JobRunner) -> None:
     _runner = runner
 
 
-def generate(spec: dict) -> str:
+def runner() -> JobRunner:
     if _runner is None:
-        raise RuntimeError("worker.jobs.generate runs only inside a tokenspool worker")
-    return _runner.run(spec)
+        raise RuntimeError("worker.jobs runs only inside a tokenspool worker")
+    return _runner
+
+
+def generate(spec: dict) -> str:
+    """RQ's job function: start the attempt in a slot the worker reserved."""
+    return runner().start(spec)

@@ -5,8 +5,12 @@ model stays loaded. Jobs are JSON (never pickle), and `AllowlistedJob` refuses t
 function but `contract.keys.JOB_FUNCTION`, so a job planted in Redis with another function
 name fails without anything being imported or called.
 
-On SIGTERM RQ stops taking jobs after the current one; `TokenspoolWorker` also tells the job
-runner, which finishes the job within the shutdown grace period or hands it off.
+A worker holds up to SLOTS jobs: it takes a job from the queue only once a slot is free
+(`dequeue_job_and_maintain_ttl`), and the job function returns as soon as the attempt is
+claimed and running in its slot, so RQ's loop goes back to the queue for the next one.
+
+On SIGTERM RQ stops taking jobs; `TokenspoolWorker` also tells the job runner, which
+finishes the running jobs within the shutdown grace period or hands them off.
 """
 
 from __future__ import annotations
@@ -34,9 +38,34 @@ class AllowlistedJob(Job):
 class TokenspoolWorker(SimpleWorker):
     job_class = AllowlistedJob
 
+    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
+        """Wait for a free slot first: jobs stay in the queue (where any worker may take
+        them) rather than wait inside a busy process."""
+        from worker import jobs
+
+        runner = jobs.runner()
+        while not runner.reserve(timeout=1.0):
+            self.heartbeat()
+            if self._stop_requested:
+                return None
+        try:
+            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+        except BaseException:
+            runner.unreserve()
+            raise
+        if result is None:
+            runner.unreserve()
+        return result
+
     def request_stop(self, signum, frame):
         from worker import jobs
 
-        if jobs._runner is not None:
-            jobs._runner.request_shutdown()
+        jobs.runner().request_shutdown()
         super().request_stop(signum, frame)
+
+    def request_force_stop(self, signum, frame):
+        """A second signal: hand the running jobs off now (main waits for that)."""
+        from worker import jobs
+
+        jobs.runner().request_shutdown(0.0)
+        super().request_force_stop(signum, frame)

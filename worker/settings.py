@@ -35,7 +35,10 @@ class WorkerSettings:
     synthetic_rate: float = 50.0  # its tokens/s per job (0: unlimited)
     idle_exit_s: float | None = None  # exit after this long without a job (scale to zero)
     log_content: bool = False  # LOG_CONTENT=1: log prompts and completions (debugging only)
-    n_ctx: int = 4096
+    n_ctx: int = 4096  # tokens per job (per slot)
+    slots: int = 4  # jobs decoded together in one batch (1: the single-sequence worker)
+    prefill_chunk: int = 128  # prompt tokens per batch step, so running streams keep flowing
+    prefix_cache: bool = True  # a slot keeps its last job's KV for the next shared prefix
     n_threads: int | None = None
     n_gpu_layers: int = 0
     name: str = ""
@@ -52,6 +55,9 @@ class WorkerSettings:
         if engine not in ("llama", "synthetic"):
             raise SystemExit(f"ENGINE must be 'llama' or 'synthetic', not {engine!r}")
         idle = e.get("IDLE_EXIT_SECONDS")
+        for var in ("SLOTS", "PREFILL_CHUNK"):
+            if var in e and (not e[var].isdigit() or int(e[var]) < 1):
+                raise SystemExit(f"{var} must be a whole number of at least 1, not {e[var]!r}")
         common = dict(
             recovery=Recovery.from_env(e),
             redis_url=e.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
@@ -61,6 +67,9 @@ class WorkerSettings:
             idle_exit_s=float(idle) if idle else None,
             log_content=e.get("LOG_CONTENT", "") == "1",
             n_ctx=int(e.get("N_CTX", cls.n_ctx)),
+            slots=int(e.get("SLOTS", cls.slots)),
+            prefill_chunk=int(e.get("PREFILL_CHUNK", cls.prefill_chunk)),
+            prefix_cache=e.get("PREFIX_CACHE", "1") != "0",
             heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),
             stall_s=float(e.get("STALL_SECONDS", cls.stall_s)),
             shutdown_grace_s=float(e.get("SHUTDOWN_GRACE_SECONDS", cls.shutdown_grace_s)),

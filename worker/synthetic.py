@@ -62,12 +62,14 @@ class SyntheticEngine:
     def is_end(self, token: int) -> bool:
         return token == EOS
 
-    def tokens(self, spec: JobSpec, context: Sequence[int]) -> Iterator[tuple[int, bytes]]:
-        """Words after those already in `context` (a resumed job goes on where it stopped),
-        paced from the first one on an absolute schedule, then EOS."""
+    def tokens(
+        self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]
+    ) -> Iterator[tuple[int, bytes]]:
+        """Words after those earlier attempts generated (a resumed job goes on where it
+        stopped), paced from the first one on an absolute schedule, then EOS."""
         log.warning("SYNTHETIC ENGINE answering %s", spec.id)
-        position = len(context) - len(self.prompt_ids(spec))
-        last = min(self.tokens_per_job, position + self.n_ctx - len(context))  # the window's end
+        position = len(prior)
+        last = min(self.tokens_per_job, self.n_ctx - len(prompt))  # the window's end
         start = time.monotonic()
         for n, pos in enumerate(range(position, last)):
             if self.rate > 0:

@@ -56,7 +56,8 @@ class Replicas:
 def replicas(tmp_path_factory):
     logs = tmp_path_factory.mktemp("resume")
     redis_proc, url = start_redis(logs)
-    worker = start_worker(logs, url, env={"RETENTION_SECONDS": str(RETENTION)})
+    # One slot: a test occupies the worker to keep the next request waiting in the queue.
+    worker = start_worker(logs, url, env={"RETENTION_SECONDS": str(RETENTION), "SLOTS": "1"})
     ports = (free_port(), free_port())
     apis, bases = [], []
     for i, port in enumerate(ports):

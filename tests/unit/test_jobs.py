@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 
 import fakeredis
 import pytest
@@ -40,8 +41,8 @@ class ScriptedEngine:
     def is_end(self, token):
         return token == EOS
 
-    def tokens(self, spec, context):
-        self.contexts.append(list(context))
+    def tokens(self, spec, prompt, prior):
+        self.contexts.append([*prompt, *prior])
         for i, tok in enumerate(self.script):
             if self.on_token:
                 self.on_token(i)
@@ -193,3 +194,75 @@ def test_content_is_logged_only_when_asked(r, caplog):
     logged = JobRunner(ScriptedEngine([7, 8, EOS]), pub, Heartbeat(r, 3000, 1.0), r, Recovery(), 20.0, True)
     logged.run(spec())
     assert "LOG_CONTENT" in caplog.text and "<7><8>" in caplog.text
+
+
+def queued_job(r, cid: str) -> dict:
+    s = spec(id=cid)
+    r.hset(
+        keys.job(cid),
+        mapping={
+            JobField.STATUS: "queued",
+            JobField.EPOCH: 0,
+            JobField.ATTEMPTS: 0,
+            JobField.SPEC: json.dumps(s),
+        },
+    )
+    return s
+
+
+class GatedEngine(ScriptedEngine):
+    """Every job waits at its first token until the test opens the gate."""
+
+    def __init__(self, script):
+        super().__init__(script)
+        self.gate = threading.Event()
+        self.inside = threading.Semaphore(0)
+
+    def tokens(self, spec, prompt, prior):
+        self.inside.release()
+        self.gate.wait(10)
+        yield from super().tokens(spec, prompt, prior)
+
+
+def test_slots_run_jobs_side_by_side_and_free_up_when_they_end(r):
+    engine = GatedEngine([5, 6, EOS])
+    run = JobRunner(engine, Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery(), slots=2)
+    jobs = [queued_job(r, f"chatcmpl-{i}") for i in range(2)]
+    for j in jobs:
+        assert run.reserve(timeout=1)
+        assert run.start(j) == "started"
+    assert not run.reserve(timeout=0.05)  # both slots taken
+    assert engine.inside.acquire(timeout=5) and engine.inside.acquire(timeout=5)  # both inside at once
+    assert run.running() == 2
+    engine.gate.set()
+    run.drain(timeout=10)
+    assert run.running() == 0
+    for j in jobs:
+        last = entries.decode(r.xrange(keys.events(j["id"]))[-1][1])
+        assert isinstance(last, Finished) and last.completion_tokens == 2
+    assert run.reserve(timeout=1) and run.reserve(timeout=1)
+
+
+def test_a_job_that_cannot_start_gives_its_slot_back_at_once(r):
+    run = JobRunner(ScriptedEngine([1]), Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery())
+    assert run.reserve(timeout=1)
+    assert run.start(spec(id="chatcmpl-missing")) == "skipped"  # no job hash: gone
+    assert run.reserve(timeout=1)
+
+
+def test_shutdown_hands_off_every_running_job(r):
+    engine = GatedEngine([1, 2, 3, 4])
+    run = JobRunner(
+        engine, Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery(), 0.0, slots=3
+    )
+    jobs = [queued_job(r, f"chatcmpl-{i}") for i in range(3)]
+    for j in jobs:
+        run.reserve(timeout=1)
+        run.start(j)
+    for _ in jobs:
+        assert engine.inside.acquire(timeout=5)
+    run.request_shutdown()
+    engine.gate.set()
+    run.drain(timeout=10)
+    assert [r.hget(keys.job(j["id"]), JobField.STATUS) for j in jobs] == [b"queued"] * 3
+    assert r.llen("rq:queue:m") == 3  # a continuation for each

@@ -35,3 +35,17 @@ def test_synthetic_engine_needs_an_explicit_synthetic_model_name():
     assert s.model_path is None and s.engine == "synthetic" and s.idle_exit_s == 30.0
     with pytest.raises(SystemExit, match="ENGINE"):
         WorkerSettings.from_env({"ENGINE": "fake"})
+
+
+def test_slots_and_prefill_chunk():
+    env = {"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x"}
+    s = WorkerSettings.from_env({**env, "SLOTS": "8", "PREFILL_CHUNK": "64", "PREFIX_CACHE": "0"})
+    assert (s.slots, s.prefill_chunk, s.prefix_cache) == (8, 64, False)
+    d = WorkerSettings.from_env(env)
+    assert (d.slots, d.prefill_chunk, d.prefix_cache) == (4, 128, True)
+
+
+@pytest.mark.parametrize("var,raw", [("SLOTS", "0"), ("SLOTS", "two"), ("PREFILL_CHUNK", "-5")])
+def test_bad_slots_are_refused(var, raw):
+    with pytest.raises(SystemExit, match=var):
+        WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", var: raw})

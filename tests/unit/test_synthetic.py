@@ -19,8 +19,8 @@ def spec(**kw) -> JobSpec:
     return JobSpec.from_dict({**base, **kw})
 
 
-def run(engine: SyntheticEngine, s: JobSpec, context: list[int]) -> list[tuple[int, bytes]]:
-    return list(engine.tokens(s, context))
+def run(engine: SyntheticEngine, s: JobSpec, prompt: list[int], prior=()) -> list[tuple[int, bytes]]:
+    return list(engine.tokens(s, prompt, list(prior)))
 
 
 def test_words_then_eos():
@@ -37,7 +37,7 @@ def test_resume_continues_after_the_published_tokens():
     s = spec()
     prompt = e.prompt_ids(s)
     first = run(e, s, prompt)
-    resumed = run(e, s, prompt + [t for t, _ in first[:2]])
+    resumed = run(e, s, prompt, [t for t, _ in first[:2]])
     assert resumed == first[2:]
 
 

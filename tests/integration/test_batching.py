@@ -1,0 +1,186 @@
+"""The batching engine with the real model, in-process: several jobs decoded in one batch
+give what they give alone, join and leave a running batch, and share the prefill."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from contract.jobspec import JobSpec
+from worker.settings import WorkerSettings
+
+pytestmark = pytest.mark.integration
+
+QUESTIONS = [
+    "What is the capital of France?",
+    "Write a haiku about the sea.",
+    "List three colors.",
+    "Explain gravity briefly.",
+]
+
+
+def make_engine(slots: int, **env: str):
+    from worker.engine import LlamaEngine
+
+    base = {"REDIS_URL": "unused", "SLOTS": str(slots), "N_CTX": "2048", "N_THREADS": "2"}
+    return LlamaEngine(WorkerSettings.from_env({**base, **env}))
+
+
+@pytest.fixture(scope="module")
+def engine():
+    e = make_engine(4)
+    yield e
+    e.close()
+
+
+def job(engine, question: str, n: int = 0, **kw) -> JobSpec:
+    d = {
+        "id": f"chatcmpl-{n}",
+        "kind": "chat",
+        "model": engine.model_name,
+        "messages": [{"role": "user", "content": question}],
+        "temperature": 0,
+    }
+    return JobSpec.from_dict({**d, **kw})
+
+
+def generate(engine, spec: JobSpec, limit: int = 40, prior=(), on_token=None) -> list[int]:
+    """What the job runner does with the engine: take tokens until the end or the limit."""
+    out: list[int] = []
+    for token, _ in engine.tokens(spec, engine.prompt_ids(spec), list(prior)):
+        if engine.is_end(token):
+            break
+        out.append(token)
+        if on_token is not None:
+            on_token(len(out))
+        if len(out) >= limit:
+            break
+    return out
+
+
+def concurrently(*calls) -> list:
+    results: list = [None] * len(calls)
+
+    def run(i, call):
+        results[i] = call()
+
+    threads = [threading.Thread(target=run, args=(i, c)) for i, c in enumerate(calls)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads)
+    return results
+
+
+@pytest.fixture(scope="module")
+def alone(engine) -> list[list[int]]:
+    """Each question's greedy answer with nothing else in the batch."""
+    return [generate(engine, job(engine, q, i)) for i, q in enumerate(QUESTIONS)]
+
+
+def test_greedy_jobs_in_one_batch_give_what_they_give_alone(engine, alone):
+    batched = concurrently(
+        *[lambda i=i, q=q: generate(engine, job(engine, q, i)) for i, q in enumerate(QUESTIONS)]
+    )
+    assert batched == alone
+    assert all(len(a) > 5 for a in alone) and len({tuple(a) for a in alone}) == len(alone)
+
+
+def test_the_single_sequence_engine_gives_the_same_answers(alone):
+    single = make_engine(1)
+    try:
+        assert [generate(single, job(single, q, i)) for i, q in enumerate(QUESTIONS)] == alone
+    finally:
+        single.close()
+
+
+def test_a_job_joins_a_running_batch_without_waiting_for_it(engine, alone):
+    """The third job starts while the first two are mid-answer, and its answer is unchanged."""
+    joined_at: list[int] = []
+    third_started = threading.Event()
+    first_progress = [0]
+
+    def first():
+        def note(n):
+            first_progress[0] = n
+            if n == 10:
+                third_started.set()
+
+        return generate(engine, job(engine, QUESTIONS[0], 0), on_token=note)
+
+    def third():
+        third_started.wait(60)
+        return generate(
+            engine, job(engine, QUESTIONS[2], 2), on_token=lambda n: joined_at.append(first_progress[0])
+        )
+
+    a, b, c = concurrently(first, lambda: generate(engine, job(engine, QUESTIONS[1], 1)), third)
+    assert [a, b, c] == [alone[0], alone[1], alone[2]]
+    assert len(alone[0]) > 12 and joined_at[0] < len(alone[0])  # its first token came mid-way
+
+
+def test_closing_a_job_frees_its_slot_for_the_next(alone):
+    """One slot: a job cancelled after 3 tokens lets the next job run at once."""
+    single = make_engine(1)
+    try:
+        cut = generate(single, job(single, QUESTIONS[3], 3, max_tokens=500), limit=3)
+        assert cut == alone[3][:3]
+        assert generate(single, job(single, QUESTIONS[0], 0)) == alone[0]
+    finally:
+        single.close()
+
+
+def test_a_long_prompt_is_prefilled_in_chunks_while_others_decode(engine):
+    """A ~1,500-token prompt takes many steps; a running stream keeps getting tokens meanwhile."""
+    long_question = "Summarize: " + " ".join(f"item {i} is blue." for i in range(150))
+    running_tokens: list[int] = []
+    long_first = threading.Event()
+    during: list[int] = []
+
+    def runner():
+        def note(n):
+            running_tokens.append(n)
+
+        return generate(
+            engine,
+            job(engine, "Write a long story about a dragon.", 9, temperature=0),
+            limit=200,
+            on_token=note,
+        )
+
+    def long_job():
+        while len(running_tokens) < 3:
+            threading.Event().wait(0.01)
+        start = len(running_tokens)
+
+        def first(n):
+            if n == 1:
+                during.append(len(running_tokens) - start)
+                long_first.set()
+
+        return generate(engine, job(engine, long_question, 8), limit=5, on_token=first)
+
+    story, summary = concurrently(runner, long_job)
+    assert len(summary) == 5 and len(story) > 20
+    prompt_len = len(engine.prompt_ids(job(engine, long_question, 8)))
+    assert prompt_len > 1000
+    # prefill took at least prompt_len / 128 steps, each also decoding the running job
+    assert during[0] >= prompt_len // 128 - 1
+
+
+def test_a_resumed_job_continues_from_its_prompt_and_published_tokens(engine, alone):
+    """The continuation after k tokens is a coherent greedy continuation of them."""
+    k = 5
+    spec = job(engine, QUESTIONS[1], 1)
+    rest = generate(engine, spec, prior=alone[1][:k], limit=10)
+    assert len(rest) == 10 or engine.is_end(rest[-1])
+    assert rest[:3] == alone[1][k : k + 3]
+
+
+def test_a_configuration_that_does_not_fit_is_refused_at_start():
+    from worker.engine import EngineConfigError
+
+    with pytest.raises(EngineConfigError, match="lower SLOTS or N_CTX"):
+        make_engine(64, N_CTX="1000000")

@@ -1,0 +1,231 @@
+"""Continuous batching: one thread advances every running sequence in each `llama_decode`.
+
+Each job in a worker is a sequence in its own slot (a llama.cpp sequence id with its own
+part of the KV cache). Every step builds one batch: the last sampled token of each decoding
+sequence, then up to `prefill_chunk` prompt tokens of the sequences still prefilling (oldest
+first), so a long prompt is spread over many steps and never freezes the running streams.
+After the decode each sequence that produced logits samples with its own sampler chain, and
+the token goes to the job's thread through the sequence's queue.
+
+A sequence its job closes (done, cancelled, fenced, shut down) leaves at the next step: its
+slot takes the next job at once, without waiting for the others. A slot keeps the KV of its
+last sequence, and a new job takes the free slot that shares the longest prefix with its
+prompt (the chat template's system prompt, a conversation's earlier turns), so only the rest
+is prefilled. Sampling does not depend on what else is in the batch: each row of a CPU
+matmul is computed on its own (tests/integration/test_batching.py checks greedy equality).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import llama_cpp
+
+from worker.sampling import Sampler
+
+log = logging.getLogger("tokenspool.worker")
+
+
+class EngineFailed(RuntimeError):
+    """llama_decode failed; every sequence of that batch is ended with this error."""
+
+
+_END = object()  # the sequence's window is full: no more tokens
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One job's sequence; the job thread iterates it, the scheduler feeds it."""
+
+    context: list[int]  # the prompt plus what earlier attempts generated
+    sampler: Sampler
+    room: int  # tokens that may be generated before the slot's window is full
+    slot: int = -1
+    fed: int = 0  # context tokens in the KV cache
+    pending: int | None = None  # the last sampled token, fed at the next step
+    generated: int = 0
+    closed: bool = False
+    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+
+    def __iter__(self) -> Iterator[int]:
+        while True:
+            item = self.out.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+class Scheduler:
+    def __init__(
+        self,
+        ctx,
+        slots: int,
+        prefill_chunk: int,
+        is_end: Callable[[int], bool],
+        prefix_cache: bool = True,
+    ) -> None:
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self.slots = slots
+        self._chunk = prefill_chunk
+        self._is_end = is_end
+        self._prefix_cache = prefix_cache
+        self._capacity = prefill_chunk + slots  # tokens per batch
+        self._batch = llama_cpp.llama_batch_init(self._capacity, 0, 1)
+        self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
+        self._free = list(range(slots))
+        self._running: list[Sequence] = []  # in admission order: the oldest prefills first
+        self._waiting: list[Sequence] = []
+        self._cv = threading.Condition()
+        self._stopped = False
+        self._thread = threading.Thread(target=self._loop, name="batching", daemon=True)
+        self._thread.start()
+
+    # Called by job threads.
+
+    def submit(self, seq: Sequence) -> Sequence:
+        with self._cv:
+            if self._stopped:
+                raise EngineFailed("the engine is stopped")
+            self._waiting.append(seq)
+            self._cv.notify()
+        return seq
+
+    def close(self, seq: Sequence) -> None:
+        with self._cv:
+            seq.closed = True
+            self._cv.notify()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+
+    # The scheduler thread.
+
+    def _loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._stopped and not self._has_work():
+                    self._cv.wait()
+                if self._stopped:
+                    break
+                self._retire_closed()
+                self._admit()
+            if self._running:
+                self._step()
+        for seq in self._running + self._waiting:
+            seq.out.put(EngineFailed("the engine stopped"))
+
+    def _has_work(self) -> bool:
+        if any(s.closed for s in self._running) or (self._waiting and self._free):
+            return True
+        return any(not s.closed for s in self._running)
+
+    def _retire_closed(self) -> None:
+        for seq in [s for s in self._running if s.closed]:
+            self._release(seq)
+        for seq in [s for s in self._waiting if s.closed]:
+            self._waiting.remove(seq)
+            seq.sampler.close()
+
+    def _release(self, seq: Sequence) -> None:
+        self._running.remove(seq)
+        seq.sampler.close()
+        if not self._prefix_cache:
+            self._forget(seq.slot)
+        self._free.append(seq.slot)
+
+    def _forget(self, slot: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, slot, -1, -1)
+        self._kv[slot] = []
+
+    def _admit(self) -> None:
+        """Give free slots to waiting sequences, each the slot whose cache shares most."""
+        while self._waiting and self._free:
+            seq = self._waiting.pop(0)
+            slot = max(self._free, key=lambda s: _common(self._kv[s], seq.context))
+            self._free.remove(slot)
+            # Keep the shared prefix, but always compute the last context token again:
+            # its logits are what the first token is sampled from.
+            keep = min(_common(self._kv[slot], seq.context), len(seq.context) - 1)
+            llama_cpp.llama_memory_seq_rm(self._mem, slot, keep, -1)
+            del self._kv[slot][keep:]
+            seq.slot, seq.fed = slot, keep
+            self._running.append(seq)
+
+    def _step(self) -> None:
+        """One llama_decode: a token for every decoding sequence, then prefill chunks."""
+        b = self._batch
+        outputs: list[tuple[Sequence, int]] = []
+        n = 0
+
+        def add(seq: Sequence, token: int, logits: bool) -> None:
+            nonlocal n
+            b.token[n] = token
+            b.pos[n] = len(self._kv[seq.slot])
+            b.n_seq_id[n] = 1
+            b.seq_id[n][0] = seq.slot
+            b.logits[n] = logits
+            self._kv[seq.slot].append(token)
+            if logits:
+                outputs.append((seq, n))
+            n += 1
+
+        running = [s for s in self._running if not s.closed]
+        for seq in running:
+            if seq.pending is not None:
+                add(seq, seq.pending, True)
+                seq.pending = None
+        budget = self._chunk
+        for seq in running:
+            if budget <= 0:
+                break
+            if seq.fed < len(seq.context) and seq.generated == 0:
+                take = min(budget, len(seq.context) - seq.fed)
+                for i in range(seq.fed, seq.fed + take):
+                    add(seq, seq.context[i], i == len(seq.context) - 1)
+                seq.fed += take
+                budget -= take
+        if n == 0:
+            return
+        b.n_tokens = n
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if rc != 0:
+            self._fail(EngineFailed(f"llama_decode returned {rc}"))
+            return
+        for seq, index in outputs:
+            token = seq.sampler.sample(self._ctx, index)
+            seq.generated += 1
+            seq.out.put(token)
+            if self._is_end(token) or seq.generated >= seq.room:
+                seq.out.put(_END)
+                seq.closed = True  # nothing more to compute; the job thread closes it too
+            else:
+                seq.pending = token
+
+    def _fail(self, error: EngineFailed) -> None:
+        """A failed decode may leave part of the batch in the cache: drop every sequence."""
+        log.error("%s: ending the %d running sequences", error, len(self._running))
+        with self._cv:
+            for seq in list(self._running):
+                seq.out.put(error)
+                seq.closed = True
+                self._release(seq)
+            for slot in range(self.slots):
+                self._forget(slot)
+
+
+def _common(a: list[int], b: list[int]) -> int:
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n

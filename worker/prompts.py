@@ -1,0 +1,97 @@
+"""Prompts as token ids, and token ids as bytes, with the GGUF's own vocabulary and template.
+
+A chat job is rendered with the chat template the GGUF carries, and only the template's own
+markers become special tokens (see `ChatPrompts.prompt_ids`). A raw prompt is the caller's
+own text, special tokens included, as llama.cpp does. Nothing here touches the KV cache, so
+the batching engine's job threads may call it while the scheduler decodes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Sequence
+
+import llama_cpp
+from llama_cpp._internals import LlamaModel
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from contract.jobspec import JobSpec
+from worker.errors import PromptRejected, PromptTooLong
+
+# Private-use code points: no template or tokenizer gives them a meaning.
+_PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"
+
+
+class ChatPrompts:
+    def __init__(self, model: LlamaModel) -> None:
+        self._model = model
+        template = model.metadata().get("tokenizer.chat_template")
+        self._formatter = (
+            Jinja2ChatFormatter(
+                template=template,
+                eos_token=self._token_text(model.token_eos()),
+                bos_token=self._token_text(model.token_bos()),
+                add_generation_prompt=True,
+            )
+            if template
+            else None
+        )
+
+    def _token_text(self, token: int) -> str:
+        return self._model.token_get_text(token) if token >= 0 else ""
+
+    def prompt_ids(self, spec: JobSpec, n_ctx: int) -> list[int]:
+        """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
+        param = "messages" if spec.kind == "chat" else "prompt"
+        if spec.kind == "chat":
+            ids = self._chat_ids(spec)
+        else:
+            ids = self._model.tokenize(
+                spec.prompt.encode(), add_bos=self._model.add_bos_token(), special=True
+            )
+        if len(ids) >= n_ctx:
+            raise PromptTooLong(len(ids), n_ctx, param)
+        return ids
+
+    def _render(self, spec: JobSpec, contents: Sequence[str]) -> str:
+        """The chat template rendered with the generation prompt, `contents` as the messages'."""
+        if self._formatter is None:
+            raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
+        messages = [{"role": m.role, "content": t} for m, t in zip(spec.messages, contents, strict=True)]
+        return self._formatter(messages=messages).prompt
+
+    def _chat_ids(self, spec: JobSpec) -> list[int]:
+        """Each message's content is tokenized as plain text, so a user who types
+        `<|im_end|>` cannot forge a role boundary. The template is rendered with placeholders
+        where the contents go, its text tokenized with special tokens, the contents without."""
+        marks = [_PLACEHOLDER.format(i) for i in range(len(spec.messages))]
+        rest = self._render(spec, marks)
+        ids: list[int] = []
+        for mark, message in zip(marks, spec.messages, strict=True):
+            before, found, rest = rest.partition(mark)
+            if not found:
+                raise PromptRejected(
+                    "This model's chat template alters message contents; it cannot be used safely.",
+                    "messages",
+                )
+            ids += self._tokens(before, special=True)
+            ids += self._tokens(message.content, special=False)
+        return ids + self._tokens(rest, special=True)
+
+    def _tokens(self, text: str, special: bool) -> list[int]:
+        return self._model.tokenize(text.encode(), add_bos=False, special=special) if text else []
+
+    def is_end(self, token: int) -> bool:
+        """End-of-generation tokens (EOS, end-of-turn, ...): never published."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
+
+    def piece(self, token: int) -> bytes:
+        """The token's bytes (control tokens render as nothing). llama-cpp-python's own
+        `token_to_piece` returns its whole 32-byte buffer, NUL padding included."""
+        size = 64
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, size, 0, False)
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n
