@@ -136,6 +136,9 @@ def test_manifests_agree_with_each_other_and_the_code():
     url = triggers["metrics-api"]["url"]
     assert url == f"http://{service['metadata']['name']}/scaling/{model}"
     assert triggers["metrics-api"]["valueLocation"] == "demand"
+    # One worker per SLOTS jobs in flight (or waiting): the worker's slots are the target.
+    slots = env_of(worker["containers"][0])["SLOTS"]
+    assert triggers["metrics-api"]["targetValue"] == triggers["redis"]["listLength"] == slots
 
     # A worker told to stop gets its shutdown grace plus time to hand off before SIGKILL.
     grace = float(env_of(worker["containers"][0])["SHUTDOWN_GRACE_SECONDS"])

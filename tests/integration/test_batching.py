@@ -184,3 +184,11 @@ def test_a_configuration_that_does_not_fit_is_refused_at_start():
 
     with pytest.raises(EngineConfigError, match="lower SLOTS or N_CTX"):
         make_engine(64, N_CTX="1000000")
+
+
+def test_a_worker_process_with_a_cache_too_big_exits_at_start_saying_why(tmp_path):
+    from devstack.processes import start_worker
+
+    worker = start_worker(tmp_path, "redis://127.0.0.1:1/0", env={"SLOTS": "64", "N_CTX": "1000000"})
+    assert worker.popen.wait(timeout=60) != 0
+    assert "lower SLOTS or N_CTX" in worker.log() and "MiB" in worker.log()

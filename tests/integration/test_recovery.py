@@ -348,3 +348,55 @@ def test_redis_restart_with_aof_mid_stream(tmp_path):
             w.signal(signal.SIGKILL)
         api.stop()
         redis_proc.stop()
+
+
+def test_sigkill_of_a_batching_worker_with_4_jobs_in_flight(pool):
+    """One worker holds 4 streams in one batch; it dies mid-stream; another worker resumes
+    all 4 (each with its prompt plus its published tokens) and every stream ends properly."""
+    for w in pool.workers.values():
+        w.signal(signal.SIGKILL)
+    pool.workers.clear()
+    victim = pool.spawn({"SLOTS": "4"})
+    pool.ensure(1)
+    questions = ["a lighthouse keeper", "a dragon", "a sailor", "a clockmaker"]
+
+    def stream(topic: str):
+        body = {
+            "model": MODEL,
+            "messages": [{"role": "user", "content": f"Write a long story about {topic}."}],
+            "max_tokens": 60,
+            "temperature": 0,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        with _open_stream(pool, body) as resp:
+            lines = resp.iter_lines()
+            first, opening = read_opening(lines)
+            return opening["id"], _raw([*first, *lines])
+
+    with concurrent.futures.ThreadPoolExecutor(4) as ex:
+        futures = [ex.submit(stream, q) for q in questions]
+        # all 4 running in the one worker, each with some tokens out, then it dies
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            running = [
+                cid.decode()
+                for cid in pool.r.zrange(keys.RUNNING, 0, -1)
+                if pool.r.hget(keys.job(cid.decode()), keys.JobField.WORKER) == victim.name.encode()
+            ]
+            if len(running) == 4 and all(
+                sum(isinstance(e, Delta) for e in pool.events(cid)) >= 5 for cid in running
+            ):
+                break
+            time.sleep(0.05)
+        assert len(running) == 4, "the worker did not hold 4 jobs at once"
+        victim.signal(signal.SIGKILL)
+        victim.popen.wait(timeout=10)
+        del pool.workers[victim.name]
+        pool.spawn()  # a fresh worker takes the 4 continuations
+        results = [f.result(timeout=180) for f in futures]
+    assert sorted(cid for cid, _ in results) == sorted(running)
+    for cid, raw in results:
+        _, events = _check_resumed(pool, raw, cid, 60)
+        starts = [e for e in events if isinstance(e, Started)]
+        assert starts[0].worker == victim.name and starts[-1].worker != victim.name
