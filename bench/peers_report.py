@@ -21,8 +21,18 @@ def cells(r: dict) -> list[str]:
     ]
 
 
-def write_results(path: Path, table: dict[str, dict[str, dict]], runs: int, names: list[str]) -> None:
-    ts = "tokenspool (1 worker)"
+BASELINE = {"peers": "tokenspool (1 worker)", "batching": "tokenspool (1 worker, SLOTS=8)"}
+TITLE = {
+    "peers": "tokenspool next to llama-cpp-python's server and llama-server",
+    "batching": "Continuous batching: one batching worker, one single-sequence worker, and the peers",
+}
+
+
+def write_results(
+    path: Path, which: str, table: dict[str, dict[str, dict]], runs: int, names: list[str]
+) -> None:
+    """Write this comparison's section of the results file (the other section is kept)."""
+    base_name = BASELINE[which]
     cpu = next(
         (
             ln.split(":", 1)[1].strip()
@@ -32,64 +42,91 @@ def write_results(path: Path, table: dict[str, dict[str, dict]], runs: int, name
         platform.processor(),
     )
     lines = [
-        "# tokenspool next to the servers users run instead",
+        f"## {TITLE[which]}",
         "",
-        f"Command: `.venv/bin/python bench/peers.py --runs {runs}` (after `bench/setup_peers`), "
-        f"{time.strftime('%Y-%m-%d')}.",
-        f"Machine: {os.cpu_count()} vCPUs ({cpu}), {_mem_gb():.0f} GiB, no GPU; one llama.cpp thread "
-        "per server, SmolLM2-135M-Instruct Q4_1, greedy, 128 output tokens, context 4096 per sequence.",
-        f"Each figure is the median of {runs} alternated runs (one run for the crash); TTFT and ITL "
+        f"Command: `.venv/bin/python bench/peers.py --set {which} --runs {runs}` (after "
+        f"`bench/setup_peers`), {time.strftime('%Y-%m-%d')}.",
+        f"Machine: {os.cpu_count()} vCPUs ({cpu}), {_mem_gb():.0f} GiB, no GPU; llama.cpp threads 1 "
+        "(one-token steps) / 2 (prefill, batched steps) for every server, SmolLM2-135M-Instruct "
+        "Q4_1, greedy, 128 output tokens, context 4096 per sequence.",
+        f"Each figure is the median of {runs} alternated runs (one run for a crash); TTFT and ITL "
         "in ms as p50 / p99; tok/s per stream (median) and aggregate; RSS is the peak of all of a "
-        "server's processes (tokenspool: Redis + API + workers).",
+        "server's processes (tokenspool: Redis + API + workers). Every request starts with a "
+        "unique tag, so no server answers a whole prompt from its cache.",
         "",
     ]
+    if which == "batching":
+        ratio_head, ratio_of = f"{base_name} / this: tok/s total", "tok_s_total"
+    else:
+        ratio_head, ratio_of = f"{base_name} / this: TTFT, tok/s per stream", "tok_s_stream"
     head = "| server | completed | TTFT ms | ITL ms | tok/s per stream | tok/s total | peak RSS MB |"
-    head += " tokenspool (1 worker) / this: TTFT, tok/s per stream |"
+    head += f" {ratio_head} |"
     for label, row in table.items():
-        lines += [f"## {label}", "", head, "|---|---|---|---|---|---|---|---|"]
-        base = row.get(ts)
+        lines += [f"### {label}", "", head, "|---|---|---|---|---|---|---|---|"]
+        base = row.get(base_name)
         for name in names:
             r = row[name]
             ratio = ""
-            if base and name != ts and r["ttft_p50"] == r["ttft_p50"] and r["tok_s_stream"]:
-                ttft_ratio = base["ttft_p50"] / r["ttft_p50"]
-                ratio = f"{ttft_ratio:.2f}, {base['tok_s_stream'] / r['tok_s_stream']:.2f}"
+            if base and name != base_name and r[ratio_of]:
+                ratio = f"{base[ratio_of] / r[ratio_of]:.2f}"
+                if which == "peers" and r["ttft_p50"] == r["ttft_p50"]:
+                    ratio = f"{base['ttft_p50'] / r['ttft_p50']:.2f}, {ratio}"
             lines.append("| " + " | ".join([name, *cells(r), ratio]) + " |")
         lines.append("")
-    path.write_text("\n".join(lines) + "\n")
-    plot(path.with_suffix(".png"), table, names)
-    print(f"wrote {path} and {path.with_suffix('.png')}")
+    block = f"<!-- {which} -->\n" + "\n".join(lines) + f"\n<!-- /{which} -->\n"
+    text = path.read_text() if path.exists() else "# tokenspool next to the servers users run instead\n\n"
+    begin, end = f"<!-- {which} -->", f"<!-- /{which} -->\n"
+    if begin in text and end in text:
+        text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
+    else:
+        text = text.rstrip("\n") + "\n\n" + block
+    path.write_text(text)
+    png = path.with_name(f"{path.stem}-{which}.png")
+    plot(png, which, table, names)
+    print(f"wrote {path} and {png}")
 
 
-def plot(path: Path, table: dict[str, dict[str, dict]], names: list[str]) -> None:
+def plot(path: Path, which: str, table: dict[str, dict[str, dict]], names: list[str]) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    levels = [("1 stream, short prompt", 1), ("8 streams", 8), ("32 streams", 32)]
-    if not any(label in table for label, _ in levels):
+    levels = [(label, n) for label, n in _levels(which) if label in table]
+    if not levels:
         return
+    xs = [n for _, n in levels]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    left = ("tok_s_total", "aggregate output tokens/s") if which == "batching" else ("ttft_p50", "")
     for name in names:
-        xs = [n for label, n in levels if label in table]
-        ttft = [table[label][name]["ttft_p50"] * 1000 for label, _ in levels if label in table]
-        itl50 = [table[label][name]["itl_p50"] * 1000 for label, _ in levels if label in table]
-        itl99 = [table[label][name]["itl_p99"] * 1000 for label, _ in levels if label in table]
-        ax1.plot(xs, ttft, marker="o", label=name)
+        if which == "batching":
+            ax1.plot(xs, [table[label][name]["tok_s_total"] for label, _ in levels], marker="o", label=name)
+        else:
+            ttft = [table[label][name]["ttft_p50"] * 1000 for label, _ in levels]
+            ax1.plot(xs, ttft, marker="o", label=name)
+        itl50 = [table[label][name]["itl_p50"] * 1000 for label, _ in levels]
+        itl99 = [table[label][name]["itl_p99"] * 1000 for label, _ in levels]
         (line,) = ax2.plot(xs, itl50, marker="o", label=f"{name} p50")
         ax2.plot(xs, itl99, marker="x", linestyle="--", color=line.get_color(), label=f"{name} p99")
-    for ax, title in ((ax1, "time to first token p50 (ms)"), (ax2, "inter-token latency (ms)")):
+    title1 = left[1] or "time to first token p50 (ms)"
+    for ax, title in ((ax1, title1), (ax2, "inter-token latency (ms)")):
         ax.set_xscale("log", base=2)
-        ax.set_xticks([1, 8, 32], ["1", "8", "32"])
+        ax.set_xticks(xs, [str(x) for x in xs])
         ax.set_xlabel("concurrent streams")
-        ax.set_yscale("log")
+        if ax is ax2 or which != "batching":
+            ax.set_yscale("log")
         ax.set_title(title)
         ax.grid(True, which="both", alpha=0.3)
     ax1.legend(fontsize=7)
     ax2.legend(fontsize=6)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
+
+
+def _levels(which: str) -> list[tuple[str, int]]:
+    if which == "batching":
+        return [(f"{n} stream{'s' if n > 1 else ''}", n) for n in (1, 4, 8, 16)]
+    return [("1 stream, short prompt", 1), ("8 streams", 8), ("32 streams", 32)]
 
 
 def _mem_gb() -> float:

@@ -119,8 +119,12 @@ class Scheduler:
                     break
                 self._retire_closed()
                 self._admit()
-            if self._running:
-                self._step()
+            try:
+                if self._running:
+                    self._step()
+            except Exception as exc:  # never leave the jobs waiting on a dead thread
+                log.exception("batch step failed")
+                self._fail(EngineFailed(f"batch step failed: {type(exc).__name__}"))
         for seq in self._running + self._waiting:
             seq.out.put(EngineFailed("the engine stopped"))
 

@@ -14,6 +14,7 @@ refused before anything is allocated.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -66,8 +67,10 @@ class LlamaEngine:
         cparams.n_seq_max = self.slots
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
         cparams.n_batch = cparams.n_ubatch = settings.prefill_chunk + self.slots
-        if settings.n_threads:
-            cparams.n_threads = cparams.n_threads_batch = settings.n_threads
+        # llama-cpp-python's defaults: half the cores for one sequence, all for batches.
+        cores = os.cpu_count() or 1
+        cparams.n_threads = settings.n_threads or max(cores // 2, 1)
+        cparams.n_threads_batch = settings.n_threads_batch or cores
         self._ctx = llama_cpp.llama_init_from_model(self._model.model, cparams)
         if not self._ctx:
             raise EngineConfigError(

@@ -39,7 +39,8 @@ class WorkerSettings:
     slots: int = 4  # jobs decoded together in one batch (1: the single-sequence worker)
     prefill_chunk: int = 128  # prompt tokens per batch step, so running streams keep flowing
     prefix_cache: bool = True  # a slot keeps its last job's KV for the next shared prefix
-    n_threads: int | None = None
+    n_threads: int | None = None  # one sequence's decode; None: half the cores
+    n_threads_batch: int | None = None  # prefill and batched decode; None: all the cores
     n_gpu_layers: int = 0
     name: str = ""
     announce_s: float = 2.0
@@ -91,10 +92,12 @@ class WorkerSettings:
             raise SystemExit(f"MODEL_PATH {path} is not a file")
         name = e.get("MODEL_NAME") or (DEFAULT_MODEL_NAME if not raw_path else path.stem)
         threads = e.get("N_THREADS")
+        threads_batch = e.get("N_THREADS_BATCH")
         return cls(
             model_path=path,
             model_name=name,
             n_threads=int(threads) if threads else None,
+            n_threads_batch=int(threads_batch) if threads_batch else None,
             n_gpu_layers=int(e.get("N_GPU_LAYERS", cls.n_gpu_layers)),
             **common,
         )
