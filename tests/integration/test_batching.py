@@ -192,3 +192,29 @@ def test_a_worker_process_with_a_cache_too_big_exits_at_start_saying_why(tmp_pat
     worker = start_worker(tmp_path, "redis://127.0.0.1:1/0", env={"SLOTS": "64", "N_CTX": "1000000"})
     assert worker.popen.wait(timeout=60) != 0
     assert "lower SLOTS or N_CTX" in worker.log() and "MiB" in worker.log()
+
+
+@pytest.mark.parametrize("failure", ["rc", "exception"])
+def test_a_failed_step_ends_its_jobs_with_an_error_and_the_engine_goes_on(
+    engine, alone, monkeypatch, failure
+):
+    import llama_cpp
+
+    from worker.batching import EngineFailed
+
+    real = llama_cpp.llama_decode
+    calls = {"n": 0}
+
+    def flaky(ctx, batch):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            if failure == "exception":
+                raise MemoryError("simulated")
+            return 1  # llama.cpp: no KV slot for the batch
+        return real(ctx, batch)
+
+    monkeypatch.setattr(llama_cpp, "llama_decode", flaky)
+    with pytest.raises(EngineFailed):
+        generate(engine, job(engine, QUESTIONS[0], 0))
+    monkeypatch.setattr(llama_cpp, "llama_decode", real)
+    assert generate(engine, job(engine, QUESTIONS[0], 0)) == alone[0]
