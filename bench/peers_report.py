@@ -97,18 +97,18 @@ def plot(path: Path, which: str, table: dict[str, dict[str, dict]], names: list[
         return
     xs = [n for _, n in levels]
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    left = ("tok_s_total", "aggregate output tokens/s") if which == "batching" else ("ttft_p50", "")
+    # left: what the comparison is about (aggregate throughput, or time to first token)
+    key, scale, title1 = (
+        ("tok_s_total", 1, "aggregate output tokens/s")
+        if which == "batching"
+        else ("ttft_p50", 1000, "time to first token p50 (ms)")
+    )
     for name in names:
-        if which == "batching":
-            ax1.plot(xs, [table[label][name]["tok_s_total"] for label, _ in levels], marker="o", label=name)
-        else:
-            ttft = [table[label][name]["ttft_p50"] * 1000 for label, _ in levels]
-            ax1.plot(xs, ttft, marker="o", label=name)
+        ax1.plot(xs, [table[label][name][key] * scale for label, _ in levels], marker="o", label=name)
         itl50 = [table[label][name]["itl_p50"] * 1000 for label, _ in levels]
         itl99 = [table[label][name]["itl_p99"] * 1000 for label, _ in levels]
         (line,) = ax2.plot(xs, itl50, marker="o", label=f"{name} p50")
         ax2.plot(xs, itl99, marker="x", linestyle="--", color=line.get_color(), label=f"{name} p99")
-    title1 = left[1] or "time to first token p50 (ms)"
     for ax, title in ((ax1, title1), (ax2, "inter-token latency (ms)")):
         ax.set_xscale("log", base=2)
         ax.set_xticks(xs, [str(x) for x in xs])

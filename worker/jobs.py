@@ -2,7 +2,9 @@
 
 RQ calls `generate(spec)` by its dotted path (`contract.keys.JOB_FUNCTION`). The loaded
 model cannot travel through RQ's JSON arguments, so the worker process installs its
-`JobRunner` here once at start (`install`); the function is unusable anywhere else.
+`JobRunner` here once at start (`install`); the function is unusable anywhere else. It
+claims the job and returns: the attempt runs on its own thread, in one of the worker's
+slots, while the engine decodes it together with the others.
 
 An attempt may be a continuation: earlier attempts of the same job (on a worker that died,
 hung or shut down) already published text with its token ids. The new attempt rebuilds the
@@ -110,29 +112,20 @@ class JobRunner:
 
     def run(self, raw_spec: object) -> str:
         """Run one attempt to its end on this thread; returns its outcome."""
-        job = get_current_job()
-        claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
-        logs.set_completion(str(claimed or (job.id if job else "")))
-        try:
-            ready = self._prepare(raw_spec, job)
+        with _logged_as(raw_spec):
+            ready = self._prepare(raw_spec)
             return ready if isinstance(ready, str) else self._attempt(*ready)
-        finally:
-            logs.set_completion("")
 
     def start(self, raw_spec: object) -> str:
         """Claim the job and run the attempt on its own thread, in the slot the caller
         reserved; returns at once (RQ's record of the job ends here, the job's own
         record lives on in Redis with its heartbeat)."""
-        job = get_current_job()
-        claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
-        logs.set_completion(str(claimed or (job.id if job else "")))
         try:
-            ready = self._prepare(raw_spec, job)
+            with _logged_as(raw_spec):
+                ready = self._prepare(raw_spec)
         except BaseException:
             self._free.release()
             raise
-        finally:
-            logs.set_completion("")
         if isinstance(ready, str):
             self._free.release()
             return ready
@@ -157,8 +150,9 @@ class JobRunner:
                 self._threads.discard(threading.current_thread())
             self._free.release()
 
-    def _prepare(self, raw_spec: object, job) -> tuple[JobSpec, Attempt] | str:
+    def _prepare(self, raw_spec: object) -> tuple[JobSpec, Attempt] | str:
         """Check the job and claim it: the spec and the new attempt, or why not."""
+        job = get_current_job()
         try:
             spec = JobSpec.from_dict(raw_spec)
         except InvalidSpec as exc:
@@ -303,6 +297,18 @@ class JobRunner:
             log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
             log.warning("could not hand off %s: %s", attempt.completion_id, exc)
+
+
+@contextlib.contextmanager
+def _logged_as(raw_spec: object):
+    """What is logged meanwhile carries the job's completion id."""
+    job = get_current_job()
+    claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
+    logs.set_completion(str(claimed or (job.id if job else "")))
+    try:
+        yield
+    finally:
+        logs.set_completion("")
 
 
 _runner: JobRunner | None = None
