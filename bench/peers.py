@@ -6,7 +6,8 @@
 Servers (all with the default SmolLM2 GGUF, 4096 tokens of context per sequence, greedy
 sampling, one llama.cpp thread for a one-token step and two for prefill and batched steps,
 which is llama-cpp-python's server's default on two cores):
-- tokenspool with one worker, and with two workers (embedded valkey, API, workers);
+- tokenspool with one worker, and with two workers (embedded valkey, API, workers; two
+  workers take one thread each for batches too: the two cores are shared out);
 - llama-cpp-python's OpenAI server (`python -m llama_cpp.server`);
 - llama.cpp's `llama-server` (`-np 8`: eight parallel sequences, its default style of serving).
 
@@ -138,6 +139,8 @@ class Tokenspool(Server):
         }
         if self.slots is not None:
             env["SLOTS"] = str(self.slots)
+        if self.n > 1:  # the cores are shared out: ggml's threads spin, and 4 on 2 cores stall
+            env["N_THREADS_BATCH"] = THREADS
         self.procs.append(start_worker(self.logs, self.url, name=f"{name}-{time.monotonic_ns()}", env=env))
 
     def kill_generating(self) -> None:

@@ -42,7 +42,7 @@ def test_slots_and_prefill_chunk():
     s = WorkerSettings.from_env({**env, "SLOTS": "8", "PREFILL_CHUNK": "64", "PREFIX_CACHE": "0"})
     assert (s.slots, s.prefill_chunk, s.prefix_cache) == (8, 64, False)
     d = WorkerSettings.from_env(env)
-    assert (d.slots, d.prefill_chunk, d.prefix_cache) == (4, 128, True)
+    assert (d.slots, d.prefill_chunk, d.prefix_cache) == (4, 64, True)
 
 
 @pytest.mark.parametrize("var,raw", [("SLOTS", "0"), ("SLOTS", "two"), ("PREFILL_CHUNK", "-5")])
