@@ -29,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import signal
 import statistics
 import sys
@@ -68,6 +69,7 @@ LONG = (
 )
 THREADS = "1"
 THREADS_BATCH = "2"
+SERVICES_NICE = 0  # --services-nice: tokenspool's Redis and API below the model's threads
 CTX = 4096
 
 
@@ -126,6 +128,8 @@ class Tokenspool(Server):
         self.url = url
         api, self.base = start_api(self.logs, url, env={"LOG_LEVEL": "WARNING"})
         self.procs = [redis_proc, api]
+        for p in self.procs:
+            renice(p.pid, SERVICES_NICE)
         for i in range(self.n):
             self._worker(f"w{i}")
         wait_for_model(self.base, self.model, procs=tuple(self.procs))
@@ -191,6 +195,13 @@ class LlamaServer(Server):
         self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env)]
         self.base = f"http://127.0.0.1:{port}"
         _wait(lambda: _models_up(self.base), 120, *self.procs)
+
+
+def renice(pid: int, nice: int) -> None:
+    """Every thread of a process (Linux keeps a nice value per thread)."""
+    if nice:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
 
 
 def _models_up(base: str) -> bool:
@@ -356,7 +367,15 @@ async def main() -> None:
     ap.add_argument("--out", default="bench/RESULTS.md")
     ap.add_argument("--only", default="", help="run only the workloads whose label contains this")
     ap.add_argument("--set", default="peers", choices=sorted(WORKLOADS), help="which comparison")
+    ap.add_argument(
+        "--services-nice",
+        type=int,
+        default=0,
+        help="run tokenspool's Redis and API at this nice value (as if on other cores)",
+    )
     args = ap.parse_args()
+    global SERVICES_NICE
+    SERVICES_NICE = args.services_nice
     logs = Path(tempfile.mkdtemp(prefix="peers-"))
     servers = servers_for(args.set, logs)
     table: dict[str, dict[str, dict]] = {}
@@ -375,7 +394,7 @@ async def main() -> None:
     finally:
         for s in servers:
             s.stop()
-    write_results(Path(args.out), args.set, table, args.runs, [s.name for s in servers])
+    write_results(Path(args.out), args.set, table, args.runs, [s.name for s in servers], args.services_nice)
 
 
 if __name__ == "__main__":

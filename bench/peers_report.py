@@ -29,10 +29,12 @@ TITLE = {
 
 
 def write_results(
-    path: Path, which: str, table: dict[str, dict[str, dict]], runs: int, names: list[str]
+    path: Path, which: str, table: dict[str, dict[str, dict]], runs: int, names: list[str], nice: int = 0
 ) -> None:
-    """Write this comparison's section of the results file (the other section is kept)."""
+    """Write this comparison's section of the results file (the others are kept)."""
     base_name = BASELINE[which]
+    section = f"{which}-nice{nice}" if nice else which
+    niced = f" --services-nice {nice}" if nice else ""
     cpu = next(
         (
             ln.split(":", 1)[1].strip()
@@ -42,9 +44,9 @@ def write_results(
         platform.processor(),
     )
     lines = [
-        f"## {TITLE[which]}",
+        f"## {TITLE[which]}" + (f" (tokenspool's Redis and API at nice {nice})" if nice else ""),
         "",
-        f"Command: `.venv/bin/python bench/peers.py --set {which} --runs {runs}` (after "
+        f"Command: `.venv/bin/python bench/peers.py --set {which} --runs {runs}{niced}` (after "
         f"`bench/setup_peers`), {time.strftime('%Y-%m-%d')}.",
         f"Machine: {os.cpu_count()} vCPUs ({cpu}), {_mem_gb():.0f} GiB, no GPU; llama.cpp threads 1 "
         "(one-token steps) / 2 (prefill, batched steps) for every server, SmolLM2-135M-Instruct "
@@ -73,15 +75,21 @@ def write_results(
                     ratio = f"{base['ttft_p50'] / r['ttft_p50']:.2f}, {ratio}"
             lines.append("| " + " | ".join([name, *cells(r), ratio]) + " |")
         lines.append("")
-    block = f"<!-- {which} -->\n" + "\n".join(lines) + f"\n<!-- /{which} -->\n"
+    if nice:
+        lines[3:3] = [
+            f"Here tokenspool's Redis and API run at nice {nice}, as they would on other cores or "
+            "machines: on these two shared cores they otherwise preempt llama.cpp's threads, which "
+            "spin at every barrier of the graph, so each preemption stalls the whole step."
+        ]
+    block = f"<!-- {section} -->\n" + "\n".join(lines) + f"\n<!-- /{section} -->\n"
     text = path.read_text() if path.exists() else "# tokenspool next to the servers users run instead\n\n"
-    begin, end = f"<!-- {which} -->", f"<!-- /{which} -->\n"
+    begin, end = f"<!-- {section} -->", f"<!-- /{section} -->\n"
     if begin in text and end in text:
         text = text[: text.index(begin)] + block + text[text.index(end) + len(end) :]
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)
-    png = path.with_name(f"{path.stem}-{which}.png")
+    png = path.with_name(f"{path.stem}-{section}.png")
     plot(png, which, table, names)
     print(f"wrote {path} and {png}")
 

@@ -129,9 +129,8 @@ class Scheduler:
             seq.out.put(EngineFailed("the engine stopped"))
 
     def _has_work(self) -> bool:
-        if any(s.closed for s in self._running) or (self._waiting and self._free):
-            return True
-        return any(not s.closed for s in self._running)
+        """Sequences to step or retire, or one waiting for a free slot."""
+        return bool(self._running) or bool(self._waiting and self._free)
 
     def _retire_closed(self) -> None:
         for seq in [s for s in self._running if s.closed]:

@@ -78,6 +78,7 @@ class JobRunner:
         self._free = threading.BoundedSemaphore(slots)
         self._threads: set[threading.Thread] = set()
         self._lock = threading.Lock()
+        self._last_end = time.monotonic()  # when the last attempt ended (or the start)
 
     def request_shutdown(self, grace_s: float | None = None) -> None:
         """SIGTERM: finish the running jobs if they end within the grace period, else hand
@@ -96,6 +97,11 @@ class JobRunner:
     def running(self) -> int:
         with self._lock:
             return len(self._threads)
+
+    def idle_for(self) -> float:
+        """Seconds since the last attempt ended; 0 while any runs."""
+        with self._lock:
+            return 0.0 if self._threads else time.monotonic() - self._last_end
 
     def drain(self, timeout: float | None = None) -> None:
         """Wait for the running attempts to end (finish or hand off)."""
@@ -148,6 +154,7 @@ class JobRunner:
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())
+                self._last_end = time.monotonic()
             self._free.release()
 
     def _prepare(self, raw_spec: object) -> tuple[JobSpec, Attempt] | str:

@@ -49,7 +49,11 @@ class TokenspoolWorker(SimpleWorker):
             if self._stop_requested:
                 return None
         try:
-            result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+            while True:
+                result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                # Idle (IDLE_EXIT_SECONDS) means no job for that long, not only no new one.
+                if result is not None or max_idle_time is None or runner.idle_for() >= max_idle_time:
+                    break
         except BaseException:
             runner.unreserve()
             raise

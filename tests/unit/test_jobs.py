@@ -266,3 +266,15 @@ def test_shutdown_hands_off_every_running_job(r):
     run.drain(timeout=10)
     assert [r.hget(keys.job(j["id"]), JobField.STATUS) for j in jobs] == [b"queued"] * 3
     assert r.llen("rq:queue:m") == 3  # a continuation for each
+
+
+def test_idle_time_counts_from_the_last_attempt_s_end(r):
+    engine = GatedEngine([5, EOS])
+    run = JobRunner(engine, Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery(), slots=2)
+    run.reserve(timeout=1)
+    run.start(queued_job(r, "chatcmpl-idle"))
+    assert engine.inside.acquire(timeout=5)
+    assert run.idle_for() == 0.0  # a job runs: not idle, however long it takes
+    engine.gate.set()
+    run.drain(timeout=10)
+    assert 0.0 < run.idle_for() < 5.0
