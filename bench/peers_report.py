@@ -78,8 +78,8 @@ def write_results(
     if nice:
         lines[3:3] = [
             f"Here tokenspool's Redis and API run at nice {nice}, as they would on other cores or "
-            "machines: on these two shared cores they otherwise preempt llama.cpp's threads, which "
-            "spin at every barrier of the graph, so each preemption stalls the whole step."
+            "machines: on these two shared cores they otherwise compete with llama.cpp's threads, "
+            "which wait for each other at every barrier of a step."
         ]
     block = f"<!-- {section} -->\n" + "\n".join(lines) + f"\n<!-- /{section} -->\n"
     text = path.read_text() if path.exists() else "# tokenspool next to the servers users run instead\n\n"
