@@ -11,8 +11,9 @@ A sequence its job closes (done, cancelled, fenced, shut down) leaves at the nex
 slot takes the next job at once, without waiting for the others. A slot keeps the KV of its
 last sequence, and a new job takes the free slot that shares the longest prefix with its
 prompt (the chat template's system prompt, a conversation's earlier turns), so only the rest
-is prefilled. Sampling does not depend on what else is in the batch: each row of a CPU
-matmul is computed on its own (tests/integration/test_batching.py checks greedy equality).
+is prefilled. With the CPU build, a job's greedy tokens do not depend on what else is in
+the batch or on the cached prefix (tests/integration/test_batching.py checks it); a GPU
+backend may round a batch differently.
 """
 
 from __future__ import annotations
