@@ -2,6 +2,7 @@
 
     bench/setup_peers                       # once: llama-cpp-python[server], llama-server
     .venv/bin/python bench/peers.py [--runs 5] [--out bench/RESULTS.md] [--set peers|batching]
+                                    [--only LABEL] [--services-nice N]
 
 Servers (all with the default SmolLM2 GGUF, 4096 tokens of context per sequence, greedy
 sampling, one llama.cpp thread for a one-token step and two for prefill and batched steps,
@@ -119,9 +120,8 @@ class Tokenspool(Server):
         super().__init__(logs)
         self.n = workers
         self.slots = slots  # None: the default (SLOTS=4)
-        self.name = f"tokenspool ({workers} worker{'s' if workers > 1 else ''})"
-        if slots is not None:
-            self.name = f"tokenspool (1 worker, SLOTS={slots})"
+        pool = f"{workers} worker{'s' if workers > 1 else ''}"
+        self.name = f"tokenspool ({pool})" if slots is None else f"tokenspool ({pool}, SLOTS={slots})"
 
     def start(self) -> None:
         redis_proc, url = start_redis(self.logs)
