@@ -1,0 +1,56 @@
+"""What one batch step feeds llama.cpp: rows by slot, prefill budget oldest first."""
+
+from __future__ import annotations
+
+from worker.batching import Sequence, plan
+
+
+def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:
+    s = Sequence(context=context, sampler=None, room=100)  # type: ignore[arg-type]  # plan never samples
+    s.slot, s.fed, s.pending = slot, fed, pending
+    return s
+
+
+def slots(rows) -> list[int]:
+    return [s.slot for s, _, _ in rows]
+
+
+def test_rows_are_ordered_by_slot_whatever_the_admission_order():
+    # llama.cpp decodes a non-unified batch in one pass only over increasing, consecutive
+    # sequence ids: slots admitted 3, 0, 2, 1 must still be listed 0, 1, 2, 3.
+    running = [seq(s, [1, 2], fed=2, pending=10 + s) for s in (3, 0, 2, 1)]
+    rows = plan(running, chunk=64)
+    assert slots(rows) == [0, 1, 2, 3]
+    assert [(t, logits) for _, t, logits in rows] == [(10, True), (11, True), (12, True), (13, True)]
+    assert all(s.pending is None for s in running)
+
+
+def test_a_prefilling_sequence_sits_at_its_slot_with_its_tokens_together():
+    a = seq(0, [1], fed=1, pending=7)
+    b = seq(2, [1], fed=1, pending=8)
+    c = seq(1, [20, 21, 22, 23])  # admitted last, reads its prompt
+    rows = plan([a, b, c], chunk=64)
+    assert slots(rows) == [0, 1, 1, 1, 1, 2]
+    assert [t for _, t, _ in rows] == [7, 20, 21, 22, 23, 8]
+    # logits only where a token is sampled: after the pending tokens and the prompt's end
+    assert [logits for _, _, logits in rows] == [True, False, False, False, True, True]
+    assert c.fed == 4
+
+
+def test_the_prefill_budget_goes_to_the_oldest_first_and_spreads_a_long_prompt():
+    old = seq(5, list(range(100)))
+    young = seq(0, list(range(10)))
+    rows = plan([old, young], chunk=64)
+    assert slots(rows) == [5] * 64  # all of this step's budget to the oldest
+    assert old.fed == 64 and young.fed == 0
+    assert not any(logits for _, _, logits in rows)  # the prompt is not read to its end
+    rows = plan([old, young], chunk=64)
+    assert slots(rows) == [0] * 10 + [5] * 36  # ordered by slot, the budget still oldest first
+    assert old.fed == 100 and young.fed == 10
+    assert rows[-1][2] and rows[9][2]
+
+
+def test_decoding_sequences_are_not_limited_by_the_prefill_budget():
+    running = [seq(s, [1], fed=1, pending=s) for s in range(8)] + [seq(8, list(range(5)))]
+    rows = plan(running, chunk=2)
+    assert slots(rows) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]
