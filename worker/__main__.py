@@ -52,7 +52,9 @@ def main() -> None:
         connect(), window_ms, interval_s=settings.heartbeat_window_s / 3, stall_s=settings.stall_s
     )
     recovery = settings.recovery
-    publisher = Publisher(client, settings.name, recovery.retention_s, window_ms)
+    # With several slots, one round trip per batch step rather than one per token.
+    linger = 0.002 if settings.slots > 1 else 0.0
+    publisher = Publisher(client, settings.name, recovery.retention_s, window_ms, linger_s=linger)
     if settings.log_content:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
     runner = JobRunner(

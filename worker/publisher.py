@@ -8,6 +8,10 @@ reach Redis is retried with backoff for `redis_wait_s` (Redis restarting), then 
 Deltas are written behind: `delta` queues the entry and returns, and one writer thread
 sends everything queued in one round trip (one APPEND per attempt, in a pipeline), so the
 model never waits for Redis and a burst of tokens costs one round trip, not one per token.
+With several slots, the job threads of one batch step publish within a millisecond of each
+other: `linger_s` holds the round trip that long so it carries them all (measured at 8
+streams: 1,158 APPENDs for 1,024 tokens without it; each round trip also wakes Redis and
+the API, which on a CPU worker's machine take cores from the model).
 What the writer learns comes back through the attempt: `fenced`, `cancelled`, or a write
 error, raised by the attempt's next call. `started`, `finished`, `failed` and `flush` wait
 until everything the attempt queued before them is written.
@@ -86,12 +90,14 @@ class Publisher:
         retention_s: int,
         window_ms: int,
         redis_wait_s: float = 15.0,
+        linger_s: float = 0.0,
     ) -> None:
         self._client = client
         self.worker = worker_name
         self._retention = retention_s
         self._window_ms = window_ms
         self._redis_wait = redis_wait_s
+        self._linger = linger_s
         self._claim = client.register_script(scripts.CLAIM)
         self._append = client.register_script(scripts.APPEND)
         self._end = client.register_script(scripts.END)
@@ -192,6 +198,9 @@ class Publisher:
             with self._cv:
                 while not self._queue:
                     self._cv.wait()
+            if self._linger:
+                time.sleep(self._linger)  # let the rest of this step's tokens arrive
+            with self._cv:
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
                 self._cv.notify_all()
             try:

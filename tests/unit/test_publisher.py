@@ -1,0 +1,58 @@
+"""The publisher's write-behind: what one round trip to Redis carries."""
+
+from __future__ import annotations
+
+import time
+
+import fakeredis
+
+from contract import entries, keys
+from contract.entries import Delta
+from contract.keys import JobField
+from worker.publisher import Publisher
+
+IDS = [f"chatcmpl-pub{i}" for i in range(4)]
+WARM = "chatcmpl-warm"
+
+
+class CountingPublisher(Publisher):
+    """The real publisher, recording the attempts each round trip carries."""
+
+    def __init__(self, *args, **kw) -> None:
+        self.trips: list[list[str]] = []
+        super().__init__(*args, **kw)
+
+    def _append_all(self, todo):
+        self.trips.append([a.completion_id for a, _ in todo])
+        return super()._append_all(todo)
+
+
+def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.FakeRedis]:
+    r = fakeredis.FakeRedis()
+    for cid in [WARM, *IDS]:
+        r.hset(keys.job(cid), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0})
+    pub = CountingPublisher(r, "w1", 60, 3000, linger_s=linger_s)
+    warm = pub.claim(WARM)  # the first write loads the Lua script into Redis: not counted
+    pub.delta(warm, "w", (0,))
+    pub.flush(warm)
+    pub.trips.clear()
+    attempts = [pub.claim(cid) for cid in IDS]
+    for i, a in enumerate(attempts):  # one batch step: the job threads publish a few ms apart
+        pub.delta(a, f"t{i}", (i,))
+        time.sleep(0.02)
+    for a in attempts:
+        pub.flush(a)
+    return pub, r
+
+
+def test_with_linger_one_round_trip_carries_every_job_of_a_step():
+    pub, r = publish_one_step(linger_s=0.5)
+    assert pub.trips == [IDS]
+    for i, cid in enumerate(IDS):
+        deltas = [entries.decode(f) for _, f in r.xrange(keys.events(cid))]
+        assert deltas == [Delta(1, f"t{i}", (i,))]
+
+
+def test_without_linger_each_delta_is_written_at_once():
+    pub, _ = publish_one_step(linger_s=0.0)
+    assert pub.trips == [[cid] for cid in IDS]
