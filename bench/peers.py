@@ -236,7 +236,8 @@ async def main() -> None:
     finally:
         for s in servers:
             s.stop()
-    write_results(Path(args.out), args.set, table, args.runs, [s.name for s in servers], args.services_nice)
+    names = [s.name for s in servers]
+    write_results(Path(args.out), args.set, table, args.runs, names, args.services_nice, args.only)
 
 
 if __name__ == "__main__":

@@ -29,12 +29,22 @@ TITLE = {
 
 
 def write_results(
-    path: Path, which: str, table: dict[str, dict[str, dict]], runs: int, names: list[str], nice: int = 0
+    path: Path,
+    which: str,
+    table: dict[str, dict[str, dict]],
+    runs: int,
+    names: list[str],
+    nice: int = 0,
+    only: str = "",
 ) -> None:
-    """Write this comparison's section of the results file (the others are kept)."""
+    """Write this comparison's section of the results file (the others are kept). A run of
+    some workloads only (`--only`) has its own section: it never replaces the full table."""
     base_name = BASELINE[which]
     section = f"{which}-nice{nice}" if nice else which
+    if only:
+        section += "-only-" + "-".join("".join(c if c.isalnum() else " " for c in only.lower()).split())
     niced = f" --services-nice {nice}" if nice else ""
+    niced += f' --only "{only}"' if only else ""
     cpu = next(
         (
             ln.split(":", 1)[1].strip()
