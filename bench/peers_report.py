@@ -43,8 +43,8 @@ def write_results(
     section = f"{which}-nice{nice}" if nice else which
     if only:
         section += "-only-" + "-".join("".join(c if c.isalnum() else " " for c in only.lower()).split())
-    niced = f" --services-nice {nice}" if nice else ""
-    niced += f' --only "{only}"' if only else ""
+    flags = f" --services-nice {nice}" if nice else ""
+    flags += f' --only "{only}"' if only else ""
     cpu = next(
         (
             ln.split(":", 1)[1].strip()
@@ -56,7 +56,7 @@ def write_results(
     lines = [
         f"## {TITLE[which]}" + (f" (tokenspool's Redis and API at nice {nice})" if nice else ""),
         "",
-        f"Command: `.venv/bin/python bench/peers.py --set {which} --runs {runs}{niced}` (after "
+        f"Command: `.venv/bin/python bench/peers.py --set {which} --runs {runs}{flags}` (after "
         f"`bench/setup_peers`), {time.strftime('%Y-%m-%d')}.",
         f"Machine: {os.cpu_count()} vCPUs ({cpu}), {_mem_gb():.0f} GiB, no GPU; llama.cpp threads 1 "
         "(one-token steps) / 2 (prefill, batched steps) for every server, SmolLM2-135M-Instruct "
