@@ -222,14 +222,13 @@ def plan(running: list[Sequence], chunk: int) -> list[tuple[Sequence, int, bool]
     slot, each sequence's tokens together: with a cache split by sequence (non-unified),
     llama.cpp's `split_equal(sequential=true)` takes into one pass only sequence ids that
     follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
-    is computed in several passes, each reading all the weights (measured: 8-token steps
-    took 93-141 ms shuffled against 64-73 ms sorted).
+    is computed in several passes, each reading all the weights (`bench/batch_order.py`).
     """
     takes: dict[int, int] = {}  # context tokens to feed, by slot
     budget = chunk
     for seq in running:  # admission order: the oldest prefills first
-        left = len(seq.context) - seq.fed
-        if seq.pending is None and left > 0 and budget > 0:
+        left = len(seq.context) - seq.fed  # 0 once it decodes: it has a pending token
+        if left > 0 and budget > 0:
             takes[seq.slot] = min(budget, left)
             budget -= takes[seq.slot]
     rows: list[tuple[Sequence, int, bool]] = []
