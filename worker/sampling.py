@@ -4,6 +4,11 @@ OpenAI's semantics, nothing hidden: frequency and presence penalties over the to
 completion generated (a resumed job's earlier tokens included), then temperature, then top_p,
 then a draw seeded with the job's seed; temperature 0 is greedy. No top-k, min-p or repeat
 penalty is added behind the caller's back.
+
+A greedy job without penalties takes the argmax of its logits row directly: llama.cpp's
+chain copies the whole vocabulary into a candidate array on every call (~0.28 ms for
+SmolLM2's 49,152 tokens against ~0.03 ms), and a batch step samples every sequence before
+the next decode can start.
 """
 
 from __future__ import annotations
@@ -12,18 +17,25 @@ import secrets
 from collections.abc import Iterable
 
 import llama_cpp
+import numpy as np
 
 from contract.jobspec import JobSpec
 
 
 class Sampler:
-    """Owns a native sampler chain; `close` frees it (the scheduler calls it once)."""
+    """Owns a native sampler chain, if the job needs one; `close` frees it (the scheduler
+    calls it once)."""
 
     def __init__(self, spec: JobSpec, n_vocab: int, n_ctx: int, generated: Iterable[int] = ()) -> None:
+        self._n_vocab = n_vocab
+        penalties = bool(spec.frequency_penalty or spec.presence_penalty)
+        self._chain = None
+        if spec.temperature <= 0 and not penalties:
+            return  # argmax: no chain (see the module docstring)
         params = llama_cpp.llama_sampler_chain_default_params()
         params.no_perf = True
         self._chain = llama_cpp.llama_sampler_chain_init(params)
-        if spec.frequency_penalty or spec.presence_penalty:
+        if penalties:
             self._add(
                 llama_cpp.llama_sampler_init_penalties(
                     n_vocab, n_ctx, 1.0, spec.frequency_penalty, spec.presence_penalty
@@ -45,6 +57,9 @@ class Sampler:
 
     def sample(self, ctx, index: int) -> int:
         """Sample from the logits of batch row `index` (the chain accepts the token)."""
+        if self._chain is None:  # the first highest logit, as llama.cpp's greedy sampler picks
+            row = llama_cpp.llama_get_logits_ith(ctx, index)
+            return int(np.ctypeslib.as_array(row, shape=(self._n_vocab,)).argmax())
         return llama_cpp.llama_sampler_sample(self._chain, ctx, index)
 
     def close(self) -> None:
