@@ -2,8 +2,8 @@
 
 Each job in a worker is a sequence in its own slot (a llama.cpp sequence id with its own
 part of the KV cache). Every step builds one batch: the last sampled token of each decoding
-sequence, then up to `prefill_chunk` prompt tokens of the sequences still prefilling (oldest
-first), so a long prompt is spread over many steps and never freezes the running streams.
+sequence and up to `prefill_chunk` prompt tokens of each sequence still prefilling, so a
+long prompt is spread over many steps and never freezes the running streams.
 The batch lists its tokens by slot (see `plan`): llama.cpp computes a batch for a cache
 split by sequence in one pass only over consecutive sequence ids in increasing order.
 After the decode each sequence that produced logits samples with its own sampler chain, and
@@ -79,11 +79,10 @@ class Scheduler:
         self._chunk = prefill_chunk
         self._is_end = is_end
         self._prefix_cache = prefix_cache
-        self._capacity = prefill_chunk + slots  # tokens per batch
-        self._batch = llama_cpp.llama_batch_init(self._capacity, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
         self._free = list(range(slots))
-        self._running: list[Sequence] = []  # in admission order: the oldest prefills first
+        self._running: list[Sequence] = []
         self._waiting: list[Sequence] = []
         self._cv = threading.Condition()
         self._stopped = False
@@ -217,30 +216,31 @@ class Scheduler:
 def plan(running: list[Sequence], chunk: int) -> list[tuple[Sequence, int, bool]]:
     """The rows of one step's batch: (sequence, token, wants logits).
 
-    Each decoding sequence feeds its last sampled token; sequences still reading their
-    context get up to `chunk` tokens between them, oldest first. The rows are ordered by
+    Each decoding sequence feeds its last sampled token; each sequence still reading its
+    context feeds up to `chunk` more of it. A burst of jobs is thus read in one step, not
+    one job after another (every step is at least one pass over all the weights), and a
+    short prompt admitted behind a long one is not held up by it; the running streams wait
+    one step of at most `chunk` tokens per prefilling sequence. The rows are ordered by
     slot, each sequence's tokens together: with a cache split by sequence (non-unified),
     llama.cpp's `split_equal(sequential=true)` takes into one pass only sequence ids that
     follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
     is computed in several passes, each reading all the weights (`bench/batch_order.py`).
     """
-    takes: dict[int, int] = {}  # context tokens to feed, by slot
-    budget = chunk
-    for seq in running:  # admission order: the oldest prefills first
-        left = len(seq.context) - seq.fed  # 0 once it decodes: it has a pending token
-        if left > 0 and budget > 0:
-            takes[seq.slot] = min(budget, left)
-            budget -= takes[seq.slot]
     rows: list[tuple[Sequence, int, bool]] = []
     for seq in sorted(running, key=lambda s: s.slot):
         if seq.pending is not None:
             rows.append((seq, seq.pending, True))
             seq.pending = None
-        elif seq.slot in takes:
-            end = seq.fed + takes[seq.slot]
+        elif seq.fed < len(seq.context):
+            end = min(seq.fed + chunk, len(seq.context))
             rows.extend((seq, seq.context[i], i == len(seq.context) - 1) for i in range(seq.fed, end))
             seq.fed = end
     return rows
+
+
+def batch_capacity(slots: int, chunk: int) -> int:
+    """The most rows a step can have (see `plan`): the context's batch size."""
+    return slots * chunk
 
 
 def _common(a: list[int], b: list[int]) -> int:

@@ -31,6 +31,7 @@ from worker.settings import WorkerSettings
 log = logging.getLogger("tokenspool.worker")
 
 _KV_BYTES = 2  # f16 keys and values
+_MAX_UBATCH = 512
 _COMPUTE_MARGIN = 256 << 20  # llama.cpp's compute buffers and the process itself
 
 
@@ -66,7 +67,10 @@ class LlamaEngine:
         cparams.n_ctx = self.slots * self.n_ctx
         cparams.n_seq_max = self.slots
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
-        cparams.n_batch = cparams.n_ubatch = settings.prefill_chunk + self.slots
+        # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
+        # its compute buffer grows with it (~100 MiB at 512 for SmolLM2 at 8 x 4096).
+        cparams.n_batch = batching.batch_capacity(self.slots, settings.prefill_chunk)
+        cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
         # llama-cpp-python's defaults: half the cores for one sequence, all for batches.
         cores = os.cpu_count() or 1
         cparams.n_threads = settings.n_threads or max(cores // 2, 1)

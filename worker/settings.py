@@ -37,7 +37,7 @@ class WorkerSettings:
     log_content: bool = False  # LOG_CONTENT=1: log prompts and completions (debugging only)
     n_ctx: int = 4096  # tokens per job (per slot)
     slots: int = 4  # jobs decoded together in one batch (1: the single-sequence worker)
-    prefill_chunk: int = 64  # prompt tokens per batch step, so running streams keep flowing
+    prefill_chunk: int = 64  # prompt tokens per prefilling job per step: running streams keep flowing
     prefix_cache: bool = True  # a slot keeps its last job's KV for the next shared prefix
     n_threads: int | None = None  # one sequence's decode; None: half the cores
     n_threads_batch: int | None = None  # prefill and batched decode; None: all the cores

@@ -1,4 +1,4 @@
-"""What one batch step feeds llama.cpp: rows by slot, prefill budget oldest first."""
+"""What one batch step feeds llama.cpp: rows by slot, up to a chunk of each prompt."""
 
 from __future__ import annotations
 
@@ -37,20 +37,28 @@ def test_a_prefilling_sequence_sits_at_its_slot_with_its_tokens_together():
     assert c.fed == 4
 
 
-def test_the_prefill_budget_goes_to_the_oldest_first_and_spreads_a_long_prompt():
+def test_each_prompt_reads_a_chunk_per_step_so_a_long_one_is_spread_out():
     old = seq(5, list(range(100)))
-    young = seq(0, list(range(10)))
+    young = seq(0, list(range(10)))  # admitted behind the long prompt
     rows = plan([old, young], chunk=64)
-    assert slots(rows) == [5] * 64  # all of this step's budget to the oldest
-    assert old.fed == 64 and young.fed == 0
-    assert not any(logits for _, _, logits in rows)  # the prompt is not read to its end
+    assert slots(rows) == [0] * 10 + [5] * 64  # by slot; the short prompt is not held up
+    assert old.fed == 64 and young.fed == 10
+    assert [i for i, r in enumerate(rows) if r[2]] == [9]  # logits only where a prompt ends
+    young.pending = 99  # it sampled its first token
     rows = plan([old, young], chunk=64)
-    assert slots(rows) == [0] * 10 + [5] * 36  # ordered by slot, the budget still oldest first
-    assert old.fed == 100 and young.fed == 10
-    assert rows[-1][2] and rows[9][2]
+    assert slots(rows) == [0] + [5] * 36
+    assert old.fed == 100 and rows[-1][2]
 
 
-def test_decoding_sequences_are_not_limited_by_the_prefill_budget():
+def test_a_burst_of_prompts_is_read_in_one_step():
+    running = [seq(0, [1], fed=1, pending=7)] + [seq(s, list(range(20 + s))) for s in range(1, 8)]
+    rows = plan(running, chunk=64)
+    assert len(rows) == 1 + sum(20 + s for s in range(1, 8))
+    assert all(s.fed == len(s.context) for s in running)
+    assert sum(logits for _, _, logits in rows) == 8  # every sequence samples after this step
+
+
+def test_decoding_sequences_are_not_limited_by_the_chunk():
     running = [seq(s, [1], fed=1, pending=s) for s in range(8)] + [seq(8, list(range(5)))]
     rows = plan(running, chunk=2)
     assert slots(rows) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]
