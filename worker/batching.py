@@ -86,6 +86,7 @@ class Scheduler:
         self._waiting: list[Sequence] = []
         self._cv = threading.Condition()
         self._stopped = False
+        self.moves = 0  # sequences moved to close a gap (see `compaction`)
         self._thread = threading.Thread(target=self._loop, name="batching", daemon=True)
         self._thread.start()
 
@@ -121,6 +122,7 @@ class Scheduler:
                     break
                 self._retire_closed()
                 self._admit()
+                self._compact()
             try:
                 if self._running:
                     self._step()
@@ -167,6 +169,23 @@ class Scheduler:
             del self._kv[slot][keep:]
             seq.slot, seq.fed = slot, keep
             self._running.append(seq)
+
+    def _compact(self) -> None:
+        """Move sequences into the gaps `compaction` finds (see there for why)."""
+        by_slot = {seq.slot: seq for seq in self._running}
+        for src, dst in compaction(list(by_slot), self._free):
+            # llama.cpp copies the whole slot's KV at the next decode; the source keeps
+            # its cells, a cached prefix for the sequence's conversation.
+            llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            self._kv[dst] = list(self._kv[src])
+            if not self._prefix_cache:
+                self._forget(src)
+            seq = by_slot.pop(src)
+            seq.slot = dst
+            by_slot[dst] = seq
+            self._free.remove(dst)
+            self._free.append(src)
+            self.moves += 1
 
     def _step(self) -> None:
         """One llama_decode of the planned tokens, then each sequence with logits samples."""
@@ -236,6 +255,29 @@ def plan(running: list[Sequence], chunk: int) -> list[tuple[Sequence, int, bool]
             rows.extend((seq, seq.context[i], i == len(seq.context) - 1) for i in range(seq.fed, end))
             seq.fed = end
     return rows
+
+
+def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
+    """Moves (from slot, to slot) that leave the running slots consecutive.
+
+    llama.cpp computes a step in one pass only over consecutive slots (see `plan`), so a
+    job ending in the middle (slots 0-2 and 4-7 running) costs a second pass on every step
+    until a new job takes its slot (SmolLM2 on 2 cores: 81 against 73 ms a step; four
+    sequences in slots 0, 2, 4, 6: 95 against 46 ms). When no job does, the highest running
+    sequence moves into the lowest gap: llama.cpp copies its slot's KV once (~20 ms at
+    N_CTX=4096 here).
+    """
+    running, free = sorted(running), sorted(free)
+    moves: list[tuple[int, int]] = []
+    while True:
+        gaps = [s for s in free if running[0] < s < running[-1]]
+        if not gaps:
+            return moves
+        src, dst = running.pop(), gaps[0]
+        moves.append((src, dst))
+        free.remove(dst)
+        running = sorted([*running, dst])
+        free.append(src)
 
 
 def batch_capacity(slots: int, chunk: int) -> int:

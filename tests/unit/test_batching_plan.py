@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.batching import Sequence, plan
+from worker.batching import Sequence, compaction, plan
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:
@@ -62,3 +62,11 @@ def test_decoding_sequences_are_not_limited_by_the_chunk():
     running = [seq(s, [1], fed=1, pending=s) for s in range(8)] + [seq(8, list(range(5)))]
     rows = plan(running, chunk=2)
     assert slots(rows) == [0, 1, 2, 3, 4, 5, 6, 7, 8, 8]
+
+
+def test_compaction_moves_the_highest_sequence_into_a_gap():
+    assert compaction([0, 1, 2, 4, 5, 6, 7], [3]) == [(7, 3)]
+    assert compaction([0, 3, 6], [1, 2, 4, 5, 7]) == [(6, 1), (3, 2)]
+    assert compaction([2, 3, 4], [0, 1, 5, 6, 7]) == []  # consecutive: one pass already
+    assert compaction([5], [0, 1, 2, 3, 4, 6, 7]) == []
+    assert compaction([], list(range(8))) == []
