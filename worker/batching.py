@@ -120,10 +120,11 @@ class Scheduler:
                     self._cv.wait()
                 if self._stopped:
                     break
-                self._retire_closed()
-                self._admit()
-                self._compact()
             try:
+                with self._cv:
+                    self._retire_closed()
+                    self._admit()
+                    self._compact()
                 if self._running:
                     self._step()
             except Exception as exc:  # never leave the jobs waiting on a dead thread
@@ -269,7 +270,7 @@ def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
     """
     running, free = sorted(running), sorted(free)
     moves: list[tuple[int, int]] = []
-    while True:
+    while running:
         gaps = [s for s in free if running[0] < s < running[-1]]
         if not gaps:
             return moves
@@ -278,6 +279,7 @@ def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
         free.remove(dst)
         running = sorted([*running, dst])
         free.append(src)
+    return moves
 
 
 def batch_capacity(slots: int, chunk: int) -> int:

@@ -217,15 +217,16 @@ def test_a_worker_process_with_a_cache_too_big_exits_at_start_saying_why(tmp_pat
     assert "lower SLOTS or N_CTX" in worker.log() and "MiB" in worker.log()
 
 
-@pytest.mark.parametrize("failure", ["rc", "exception"])
+@pytest.mark.parametrize("failure", ["rc", "exception", "bookkeeping"])
 def test_a_failed_step_ends_its_jobs_with_an_error_and_the_engine_goes_on(
     engine, alone, monkeypatch, failure
 ):
     import llama_cpp
 
+    from worker import batching
     from worker.batching import EngineFailed
 
-    real = llama_cpp.llama_decode
+    real, real_compaction = llama_cpp.llama_decode, batching.compaction
     calls = {"n": 0}
 
     def flaky(ctx, batch):
@@ -236,8 +237,18 @@ def test_a_failed_step_ends_its_jobs_with_an_error_and_the_engine_goes_on(
             return 1  # llama.cpp: no KV slot for the batch
         return real(ctx, batch)
 
-    monkeypatch.setattr(llama_cpp, "llama_decode", flaky)
+    def broken_compaction(running, free):  # a bug in the scheduler's own bookkeeping
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise IndexError("simulated")
+        return real_compaction(running, free)
+
+    if failure == "bookkeeping":
+        monkeypatch.setattr(batching, "compaction", broken_compaction)
+    else:
+        monkeypatch.setattr(llama_cpp, "llama_decode", flaky)
     with pytest.raises(EngineFailed):
         generate(engine, job(engine, QUESTIONS[0], 0))
     monkeypatch.setattr(llama_cpp, "llama_decode", real)
+    monkeypatch.setattr(batching, "compaction", real_compaction)
     assert generate(engine, job(engine, QUESTIONS[0], 0)) == alone[0]
