@@ -115,13 +115,12 @@ class Scheduler:
 
     def _loop(self) -> None:
         while True:
-            with self._cv:
-                while not self._stopped and not self._has_work():
-                    self._cv.wait()
-                if self._stopped:
-                    break
             try:
                 with self._cv:
+                    while not self._stopped and not self._has_work():
+                        self._cv.wait()
+                    if self._stopped:
+                        break
                     self._retire_closed()
                     self._admit()
                     self._compact()
