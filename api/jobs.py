@@ -199,6 +199,37 @@ class JobStore:
             counts = await pipe.execute()
         return {m: int(c) for m, c in zip(models, counts, strict=True) if c}
 
+    async def slots(self, models: Sequence[str]) -> dict[str, int]:
+        """Model -> jobs its live workers can run at once: their announced SLOTS, summed."""
+        since = _ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), since, "+inf")
+            live = await pipe.execute()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in zip(models, live, strict=True):
+                pipe.hmget(keys.worker_slots(model), names or ["-"])
+            counts = await pipe.execute()
+        return {m: sum(int(c) for c in cs if c) for m, cs in zip(models, counts, strict=True)}
+
+    async def forget_silent_workers(self) -> None:
+        """Drop the workers that stopped announcing (a killed one never says goodbye), so
+        that their entries do not pile up; one that comes back announces itself again."""
+        models = [_text(m) for m in await self._r.smembers(keys.MODELS)]
+        before = _ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), "-inf", f"({before}")
+            silent = await pipe.execute()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in zip(models, silent, strict=True):
+                if names:
+                    # by score, not by name: an announcement made meanwhile stays (its
+                    # slots come back with the next one)
+                    pipe.zremrangebyscore(keys.workers(model), "-inf", f"({before}")
+                    pipe.hdel(keys.worker_slots(model), *names)
+            await pipe.execute()
+
     async def unfinished(self, owner: str) -> int:
         """How many jobs this key created have not ended (pruning those that have)."""
         ids = await self._r.zrange(keys.owner_jobs(owner), 0, -1)

@@ -46,12 +46,14 @@ async def get_model(request: Request) -> JSONResponse:
 
 async def scaling(request: Request) -> JSONResponse:
     """One model's demand, for an autoscaler (KEDA's metrics-api scaler reads `demand`):
-    jobs waiting plus attempts running, i.e. how many single-job workers would be busy."""
+    jobs waiting plus attempts running, i.e. how many single-job workers would be busy.
+    `slots` is how many jobs the live workers can run at once (their SLOTS, summed)."""
     services: Services = request.state.services
     name = request.path_params["model"]
     served = await admission.models(services.jobs, services.settings, [name])
     queued = (await services.jobs.queue_depths([name]))[name]
     running = (await services.jobs.in_flight()).get(name, 0)
+    slots = (await services.jobs.slots([name]))[name]
     if name not in served and not queued and not running:
         raise admission.not_found(name)
     return JSONResponse(
@@ -60,6 +62,7 @@ async def scaling(request: Request) -> JSONResponse:
             "queued": queued,
             "in_flight": running,
             "workers": served.get(name, 0),
+            "slots": slots,
             "demand": queued + running,
         }
     )

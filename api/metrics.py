@@ -2,13 +2,17 @@
 
 Two kinds of figures. Cluster-wide ones are read from Redis at each scrape and are the same
 on every API replica (take `max`, not `sum`, across replicas): queue depth, in-flight
-attempts and live workers per model, tokens generated, attempts requeued after a crash or a
-hand-off, jobs lost. Per-process ones are kept in this process's own registry (sum them
+attempts, live workers and their slots per model, tokens generated, attempts requeued after
+a crash or a hand-off, jobs lost, and what the workers' batching schedulers did (decode
+steps, sequences in them, prompt tokens computed, slot moves; added by each worker's
+announcement, so up to a few seconds late). Per-process ones are kept in this process's own registry (sum them
 across replicas): open streams, time to first token, inter-token latency, resumed streams,
 rejected requests by reason.
 """
 
 from __future__ import annotations
+
+from dataclasses import fields
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -17,12 +21,19 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from api import admission
-from contract.keys import StatField
+from contract.keys import BatchCounters, StatField
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 _TTFT_BUCKETS = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5)
+
+_BATCH_HELP = {
+    "steps": "Batch steps (llama_decode calls) the workers ran.",
+    "sequences": "Sequences in those steps, summed: divided by the steps, the mean batch occupancy.",
+    "prefill_tokens": "Prompt tokens computed (not those a slot's cached prefix already held).",
+    "moves": "Sequences moved into a lower free slot to keep the running slots consecutive.",
+}
 
 
 class Metrics:
@@ -73,6 +84,7 @@ async def cluster(request: Request) -> list[Metric]:
     in_flight = await store.in_flight()
     names = sorted(set(served) | set(in_flight))
     depths = await store.queue_depths(names)
+    slots = await store.slots(names)
     stats = await store.stats()
 
     def per_model(family: GaugeMetricFamily | CounterMetricFamily, values: dict[str, int]) -> Metric:
@@ -86,6 +98,13 @@ async def cluster(request: Request) -> list[Metric]:
     for reason in ("crash", "handoff"):
         requeued.add_metric([reason], stats.get(StatField.requeued(reason), 0))
     tokens = {m: stats.get(StatField.tokens(m), 0) for m in names}
+    batching = [
+        per_model(
+            CounterMetricFamily(f"tokenspool_batch_{counter}", _BATCH_HELP[counter], labels=["model"]),
+            {m: stats.get(StatField.batch(counter, m), 0) for m in names},
+        )
+        for counter in (f.name for f in fields(BatchCounters))
+    ]
     return [
         per_model(GaugeMetricFamily("tokenspool_queue_depth", "Jobs waiting.", labels=["model"]), depths),
         per_model(
@@ -93,12 +112,17 @@ async def cluster(request: Request) -> list[Metric]:
         ),
         per_model(GaugeMetricFamily("tokenspool_workers", "Live workers.", labels=["model"]), served),
         per_model(
+            GaugeMetricFamily("tokenspool_slots", "Jobs the live workers can run at once.", labels=["model"]),
+            slots,
+        ),
+        per_model(
             CounterMetricFamily("tokenspool_tokens_generated", "Tokens generated.", labels=["model"]), tokens
         ),
         requeued,
         CounterMetricFamily(
             "tokenspool_jobs_lost", "Jobs ended with worker_lost.", value=stats.get(StatField.LOST, 0)
         ),
+        *batching,
     ]
 
 

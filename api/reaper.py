@@ -7,6 +7,8 @@ the running attempts (`ts:running`) and declares one dead when its heartbeat key
 process: the kernel closes its sockets at once). A dead attempt's job is requeued as a
 continuation, or ends with worker_lost once its attempts are used up. This does not wait
 for RQ's own maintenance (every 600 s) or its job_timeout + 60 s rule.
+
+Every `FORGET_EVERY_S` it also drops the workers that stopped announcing themselves.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
 
 import redis.asyncio as aredis
@@ -23,6 +26,8 @@ from api.jobs import JobStore
 from contract import keys
 
 log = logging.getLogger("tokenspool.reaper")
+
+FORGET_EVERY_S = 10.0
 
 _EXTEND = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -39,6 +44,7 @@ class Reaper:
         self._me = uuid.uuid4().hex
         self._lock = client.register_script(_EXTEND)
         self._task: asyncio.Task | None = None
+        self._forget_at = 0.0  # monotonic
 
     async def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name="reaper")
@@ -62,6 +68,9 @@ class Reaper:
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
         if not await self._lock(keys=[keys.REAPER_LOCK], args=[self._me, lock_ms]):
             return 0
+        if time.monotonic() >= self._forget_at:
+            self._forget_at = time.monotonic() + FORGET_EVERY_S
+            await self._store.forget_silent_workers()
         running = await self._store.running()
         if not running:
             return 0

@@ -8,6 +8,8 @@ decides the queue name, which is the model name.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 PREFIX = "ts"
 
 # The only function a tokenspool worker will execute; the API enqueues it by this path.
@@ -50,6 +52,12 @@ def workers(model: str) -> str:
     return f"{PREFIX}:workers:{model}"
 
 
+def worker_slots(model: str) -> str:
+    """HASH: worker name -> how many jobs it runs at once (SLOTS), set with each announcement;
+    fields of workers that stopped announcing are dropped with their `workers` entry."""
+    return f"{PREFIX}:slots:{model}"
+
+
 def hub_control(process: str) -> str:
     """STREAM: wakes one API process's stream reader when its set of watched streams grows."""
     return f"{PREFIX}:hub:{process}"
@@ -81,9 +89,28 @@ class StatField:
 
     LOST = "lost"  # jobs ended with worker_lost once their attempts were used up
 
+    @staticmethod
+    def batch(counter: str, model: str) -> str:
+        """One of `BatchCounters`, summed over `model`'s workers."""
+        return f"batch:{counter}:{model}"
+
+
+@dataclass
+class BatchCounters:
+    """What a worker's batching scheduler has done; each announcement adds what changed
+    since the last one to STATS (`StatField.batch`), so a killed worker loses at most one
+    announcement's worth."""
+
+    steps: int = 0  # llama_decode calls
+    sequences: int = 0  # sequences in those calls, summed: mean occupancy = sequences / steps
+    prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
+    # not counting those its slot's cache already held
+    moves: int = 0  # sequences moved to close a gap between slots (worker.batching.compaction)
+
 
 MODELS = f"{PREFIX}:models"
-"""SET: every model name a worker has announced (pruned by readers when stale)."""
+"""SET: every model name a worker has ever announced (whether one still serves it is
+`workers(model)`'s business)."""
 
 
 def queue_name(model: str) -> str:

@@ -68,7 +68,14 @@ def main() -> None:
         slots=settings.slots,
     )
     install(runner)
-    presence = Presence(connect(), settings.model_name, settings.name, settings.announce_s)
+    presence = Presence(
+        connect(),
+        settings.model_name,
+        settings.name,
+        settings.announce_s,
+        slots=settings.slots,
+        counters=engine.counters,
+    )
     queue = Queue(keys.queue_name(settings.model_name), connection=client, serializer=JSONSerializer)
     worker = TokenspoolWorker(
         [queue], name=settings.name, connection=client, serializer=JSONSerializer, job_class=AllowlistedJob

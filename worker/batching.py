@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 import llama_cpp
 
+from contract.keys import BatchCounters
 from worker.sampling import Sampler
 
 log = logging.getLogger("tokenspool.worker")
@@ -86,7 +87,7 @@ class Scheduler:
         self._waiting: list[Sequence] = []
         self._cv = threading.Condition()
         self._stopped = False
-        self.moves = 0  # sequences moved to close a gap (see `compaction`)
+        self.counters = BatchCounters()  # written by the scheduler thread only
         self._thread = threading.Thread(target=self._loop, name="batching", daemon=True)
         self._thread.start()
 
@@ -185,13 +186,15 @@ class Scheduler:
             by_slot[dst] = seq
             self._free.remove(dst)
             self._free.append(src)
-            self.moves += 1
+            self.counters.moves += 1
 
     def _step(self) -> None:
         """One llama_decode of the planned tokens, then each sequence with logits samples."""
         b = self._batch
         outputs: list[tuple[Sequence, int]] = []
-        rows = plan([s for s in self._running if not s.closed], self._chunk)
+        stepping = [s for s in self._running if not s.closed]
+        decoding = sum(s.pending is not None for s in stepping)
+        rows = plan(stepping, self._chunk)
         for n, (seq, token, logits) in enumerate(rows):
             b.token[n] = token
             b.pos[n] = len(self._kv[seq.slot])
@@ -204,6 +207,7 @@ class Scheduler:
         if not rows:
             return
         b.n_tokens = len(rows)
+        self._count(rows, decoding)
         rc = llama_cpp.llama_decode(self._ctx, b)
         if rc != 0:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
@@ -219,6 +223,12 @@ class Scheduler:
                 seq.closed = True  # nothing more to compute; the job thread closes it too
             else:
                 seq.pending = token
+
+    def _count(self, rows: list[tuple[Sequence, int, bool]], decoding: int) -> None:
+        c = self.counters
+        c.steps += 1
+        c.sequences += len({id(seq) for seq, _, _ in rows})
+        c.prefill_tokens += len(rows) - decoding
 
     def _fail(self, error: EngineFailed) -> None:
         """A failed decode may leave part of the batch in the cache: drop every sequence."""

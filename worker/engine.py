@@ -23,6 +23,7 @@ from llama_cpp._internals import LlamaModel
 from llama_cpp._logger import set_verbose
 
 from contract.jobspec import JobSpec
+from contract.keys import BatchCounters
 from worker import batching
 from worker.prompts import ChatPrompts
 from worker.sampling import Sampler
@@ -119,6 +120,10 @@ class LlamaEngine:
                 yield token, self.prompts.piece(token)
         finally:
             self._scheduler.close(seq)
+
+    def counters(self) -> BatchCounters:
+        """The scheduler's live counters (the presence thread adds them to /metrics)."""
+        return self._scheduler.counters
 
     def close(self) -> None:
         self._scheduler.stop()

@@ -26,7 +26,7 @@ from rq import get_current_job
 from contract import logs, queueing
 from contract.entries import Failed
 from contract.jobspec import InvalidSpec, JobSpec
-from contract.keys import JobStatus
+from contract.keys import BatchCounters, JobStatus
 from contract.queueing import Recovery
 from worker.errors import PromptRejected
 from worker.heartbeat import Heartbeat
@@ -43,6 +43,7 @@ class Engine(Protocol):
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
     def tokens(self, spec: JobSpec, prompt: list[int], prior: list[int]): ...
+    def counters(self) -> BatchCounters: ...
 
 
 class HandedOff(Exception):

@@ -1,8 +1,10 @@
-"""Announces, every few seconds, that this worker serves its model.
+"""Announces, every few seconds, that this worker serves its model, with how many slots.
 
-The API lists and accepts only models with a recent announcement. It runs in its own thread
-with its own connection, so it keeps going while llama.cpp computes (ctypes releases the
-GIL) and stops the moment the process dies.
+The API lists and accepts only models with a recent announcement, and sums the slots of the
+live workers for /metrics. Each announcement also adds to the cluster's counters what the
+batching scheduler did since the last one (one round trip every few seconds, none per
+step). It runs in its own thread with its own connection, so it keeps going while llama.cpp
+computes (ctypes releases the GIL) and stops the moment the process dies.
 """
 
 from __future__ import annotations
@@ -11,28 +13,48 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import asdict
 
 import redis
 
 from contract import keys
+from contract.keys import BatchCounters
 
 log = logging.getLogger("tokenspool.worker")
 
 
 class Presence:
-    def __init__(self, client: redis.Redis, model: str, worker: str, every_s: float) -> None:
+    def __init__(
+        self,
+        client: redis.Redis,
+        model: str,
+        worker: str,
+        every_s: float,
+        slots: int = 1,
+        counters: Callable[[], BatchCounters] = BatchCounters,
+    ) -> None:
         self._r = client
         self._model = model
         self._worker = worker
         self._every = every_s
+        self._slots = slots
+        self._counters = counters  # read from the scheduler thread's live counters
+        self._flushed = BatchCounters()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
 
     def announce(self) -> None:
+        now = BatchCounters(**asdict(self._counters()))
         with self._r.pipeline(transaction=False) as pipe:
             pipe.sadd(keys.MODELS, self._model)
             pipe.zadd(keys.workers(self._model), {self._worker: int(time.time() * 1000)})
+            pipe.hset(keys.worker_slots(self._model), self._worker, self._slots)
+            for name, value in asdict(now).items():
+                if added := value - getattr(self._flushed, name):
+                    pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)
             pipe.execute()
+        self._flushed = now
 
     def start(self) -> None:
         self.announce()
@@ -42,7 +64,9 @@ class Presence:
         self._stop.set()
         self._thread.join(timeout=5)
         with contextlib.suppress(redis.RedisError):
+            self.announce()  # the last counts
             self._r.zrem(keys.workers(self._model), self._worker)
+            self._r.hdel(keys.worker_slots(self._model), self._worker)
 
     def _loop(self) -> None:
         while not self._stop.wait(self._every):

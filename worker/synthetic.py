@@ -18,6 +18,7 @@ import zlib
 from collections.abc import Iterator, Sequence
 
 from contract.jobspec import JobSpec
+from contract.keys import BatchCounters
 from worker.errors import PromptTooLong
 
 log = logging.getLogger("tokenspool.worker")
@@ -61,6 +62,10 @@ class SyntheticEngine:
 
     def is_end(self, token: int) -> bool:
         return token == EOS
+
+    def counters(self) -> BatchCounters:
+        """No batching scheduler here: nothing to count."""
+        return BatchCounters()
 
     def tokens(
         self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]

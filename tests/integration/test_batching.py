@@ -150,7 +150,7 @@ def test_a_job_ending_between_two_others_closes_the_gap_and_changes_no_answer(al
 
         a, b, c = concurrently(nth(0, None), nth(1, started[0], limit=3), nth(2, started[1]))
         assert (a, b, c) == (alone[0], alone[1][:3], alone[2])
-        assert eng._scheduler.moves == 1
+        assert eng._scheduler.counters.moves == 1
     finally:
         eng.close()
 

@@ -143,7 +143,7 @@ def test_known_model_waits_in_the_queue_then_a_full_queue_is_refused(pool):
         assert [r.status_code for r in accepted] == [202, 202]
         assert pool.r.llen(f"rq:queue:{COLD}") == 2
         scaling = c.get(f"/scaling/{COLD}").json()
-        assert scaling == {"model": COLD, "queued": 2, "in_flight": 0, "workers": 0, "demand": 2}
+        assert scaling == {"model": COLD, "queued": 2, "in_flight": 0, "workers": 0, "slots": 0, "demand": 2}
 
         refused = c.post("/v1/chat/completions", json=chat(COLD, stream=True))
         assert refused.status_code == 429
@@ -187,6 +187,20 @@ def test_metrics_count_what_happened(pool):
     assert after[("tokenspool_workers", (("model", SERVED),))] >= 1
     assert after[("tokenspool_streams_open", ())] == 0
     assert ("tokenspool_queue_depth", (("model", SERVED),)) in after
+
+
+def test_slots_of_the_live_workers_are_summed_and_leave_with_them(pool):
+    model = "synthetic-slots"
+    three, two = pool.worker(model=model, SLOTS="3"), pool.worker(model=model, SLOTS="2")
+    key = ("tokenspool_slots", (("model", model),))
+    deadline = time.monotonic() + 30
+    while pool.metrics().get(key) != 5:
+        assert time.monotonic() < deadline and three.alive() and two.alive()
+        time.sleep(0.2)
+    assert httpx.get(f"{pool.base}/scaling/{model}").json()["slots"] == 5
+    two.stop()  # a graceful stop withdraws its slots at once
+    assert pool.metrics()[key] == 3
+    three.stop()
 
 
 def test_logs_carry_the_completion_id_from_api_to_worker(pool):

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from contract import entries, keys
 from contract.entries import Delta, Finished, Started
@@ -182,3 +185,32 @@ def test_models_and_health(client):
     for path in ("/health", "/healthz"):
         assert client.get(path).json() == {"status": "ok"}
     assert client.get("/readyz").json() == {"status": "ready"}
+
+
+def test_metrics_show_the_slots_and_what_the_batching_worker_did(client):
+    def figures() -> dict[str, float]:
+        text = client.get("/metrics").text
+        return {
+            s.name: s.value
+            for fam in text_string_to_metric_families(text)
+            for s in fam.samples
+            if s.labels.get("model") == MODEL
+        }
+
+    before = figures()
+    assert before["tokenspool_slots"] == 4  # the stack's worker runs the default SLOTS
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8}
+    usage = client.post("/v1/chat/completions", json=body).json()["usage"]
+    # The job was in one step per token (its prompt's, then each token fed back); the worker
+    # adds its counts with each announcement (every 2 s).
+    deadline = time.monotonic() + 15
+    while True:
+        after = figures()
+        added = {name: after[name] - before[name] for name in after if name.startswith("tokenspool_batch_")}
+        if added["tokenspool_batch_sequences_total"] >= usage["completion_tokens"]:
+            break
+        assert time.monotonic() < deadline, f"the job's steps were not counted: {added}"
+        time.sleep(0.2)
+    assert added["tokenspool_batch_steps_total"] >= 1
+    assert added["tokenspool_batch_prefill_tokens_total"] >= 1  # its last prompt token at least
+    assert "tokenspool_batch_moves_total" in added

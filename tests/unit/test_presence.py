@@ -1,0 +1,51 @@
+import fakeredis
+import pytest
+import redis
+
+from contract import keys
+from contract.keys import BatchCounters, StatField
+from worker.presence import Presence
+
+MODEL = "m"
+
+
+def test_an_announcement_carries_the_slots_and_what_the_scheduler_did_since_the_last():
+    r = fakeredis.FakeRedis()
+    live = BatchCounters()
+    p = Presence(r, MODEL, "w1", 60, slots=8, counters=lambda: live)
+    live.steps, live.sequences, live.prefill_tokens = 10, 35, 120
+    p.announce()
+    assert r.zscore(keys.workers(MODEL), "w1") is not None
+    assert r.hget(keys.worker_slots(MODEL), "w1") == b"8"
+    stat = lambda name: int(r.hget(keys.STATS, StatField.batch(name, MODEL)) or 0)  # noqa: E731
+    assert (stat("steps"), stat("sequences"), stat("prefill_tokens"), stat("moves")) == (10, 35, 120, 0)
+    live.steps, live.sequences, live.moves = 14, 43, 1
+    p.announce()  # adds only what changed: two workers' counters sum
+    assert (stat("steps"), stat("sequences"), stat("prefill_tokens"), stat("moves")) == (14, 43, 120, 1)
+    p.announce()
+    assert stat("steps") == 14
+
+
+def test_a_failed_announcement_is_added_by_the_next_one():
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeRedis(server=server)
+    live = BatchCounters(steps=5)
+    p = Presence(r, MODEL, "w1", 60, counters=lambda: live)
+    server.connected = False
+    with pytest.raises(redis.ConnectionError):
+        p.announce()
+    server.connected = True
+    p.announce()
+    assert r.hget(keys.STATS, StatField.batch("steps", MODEL)) == b"5"
+
+
+def test_stopping_says_goodbye_with_the_last_counts():
+    r = fakeredis.FakeRedis()
+    live = BatchCounters()
+    p = Presence(r, MODEL, "w1", 60, slots=4, counters=lambda: live)
+    p.start()
+    live.steps = 3
+    p.stop()
+    assert r.zscore(keys.workers(MODEL), "w1") is None
+    assert r.hget(keys.worker_slots(MODEL), "w1") is None
+    assert r.hget(keys.STATS, StatField.batch("steps", MODEL)) == b"3"
