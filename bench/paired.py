@@ -1,6 +1,7 @@
 """Is server A at least as fast as server B? Paired runs, with a confidence interval.
 
     .venv/bin/python bench/paired.py [--a slots8] [--b llama-server] [--streams 8] [--pairs 20]
+                                     [--out bench/RESULTS.md]
 
 This machine's speed drifts by more than the differences that matter (±15 % within
 minutes), so a median of each server's runs taken at different times cannot tell a 3 %
@@ -12,6 +13,7 @@ means "no difference this machine can measure".
 Servers: `slots8` (tokenspool, one batching worker, SLOTS=8), `slots1` (tokenspool, one
 single-sequence worker) and `llama-server` (`-np 8`), as in `bench/peers.py --set batching`.
 Each run is `--streams` concurrent chat streams of 128 tokens (greedy, a unique prompt tag).
+Prints every pair and the summary, and writes the summary as its own section of `--out`.
 """
 
 from __future__ import annotations
@@ -22,22 +24,29 @@ import random
 import statistics
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.peer_servers import LlamaServer, Server, Tokenspool
 from bench.peers import SHORT, workload
+from bench.peers_report import machine, write_section
 
-FIGURES = {"aggregate tok/s": "tok_s_total", "ITL p50": "itl_p50", "TTFT p50": "ttft_p50"}
+FIGURES = {"aggregate tok/s": "tok_s_total", "ITL p50 (s)": "itl_p50", "TTFT p50 (s)": "ttft_p50"}
+NAMES = {
+    "slots8": "tokenspool, one batching worker (SLOTS=8)",
+    "slots1": "tokenspool, one single-sequence worker (SLOTS=1)",
+    "llama-server": "llama-server -np 8",
+}
 
 
 def make(name: str, logs: Path) -> Server:
     if name == "llama-server":
         return LlamaServer(logs)
-    if name in ("slots8", "slots1"):
+    if name in NAMES:
         return Tokenspool(logs, 1, int(name[5:]))
-    raise SystemExit(f"unknown server {name!r}: slots8, slots1 or llama-server")
+    raise SystemExit(f"unknown server {name!r}: one of {', '.join(NAMES)}")
 
 
 def interval(ratios: list[float], rounds: int = 10_000, seed: int = 7) -> tuple[float, float]:
@@ -54,23 +63,20 @@ async def main() -> None:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--out", default="bench/RESULTS.md")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="paired-"))
     a, b = make(args.a, logs), make(args.b, logs)
-    ratios: dict[str, list[float]] = {label: [] for label in FIGURES}
-    completed = {args.a: 0, args.b: 0}
+    pairs: list[tuple[dict, dict]] = []  # (a's figures, b's figures) per pair
     try:
         for s in (a, b):
             s.start()
             await workload(s, args.streams, SHORT, 16)  # warm-up: page the model in
         for i in range(args.pairs):
-            order = (a, b) if i % 2 == 0 else (b, a)
             got = {}
-            for s in order:
+            for s in (a, b) if i % 2 == 0 else (b, a):
                 got[s] = await workload(s, args.streams, SHORT, args.max_tokens)
-                completed[args.a if s is a else args.b] += got[s]["ok"]
-            for label, key in FIGURES.items():
-                ratios[label].append(got[a][key] / got[b][key])
+            pairs.append((got[a], got[b]))
             print(
                 f"pair {i + 1:>2}: "
                 + "  ".join(f"{label} {got[a][k]:.3g} vs {got[b][k]:.3g}" for label, k in FIGURES.items()),
@@ -80,11 +86,34 @@ async def main() -> None:
         for s in (a, b):
             s.stop()
     total = args.pairs * args.streams
-    print(f"\n{args.a} / {args.b}, {args.streams} streams, {args.pairs} pairs (ABBA):")
-    for label, rs in ratios.items():
-        lo, hi = interval(rs)
-        print(f"  {label:>16}: median ratio {statistics.median(rs):.3f}  95% CI [{lo:.3f}, {hi:.3f}]")
-    print(f"  streams completed: {args.a} {completed[args.a]}/{total}, {args.b} {completed[args.b]}/{total}")
+    done_a, done_b = (sum(p[side]["ok"] for p in pairs) for side in (0, 1))
+    cmd = f"bench/paired.py --a {args.a} --b {args.b} --streams {args.streams} --pairs {args.pairs}"
+    cmd += f" --max-tokens {args.max_tokens}" if args.max_tokens != 128 else ""
+    lines = [
+        f"## Paired: {NAMES[args.a]} against {NAMES[args.b]}, {args.streams} streams",
+        "",
+        f"Command: `.venv/bin/python {cmd}`, {time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
+        f"{args.pairs} pairs of back-to-back runs (ABBA order) of {args.streams} concurrent streams of "
+        f"{args.max_tokens} tokens; the ratio {args.a} / {args.b} is taken within each pair, with a 95 % "
+        "bootstrap interval for its median (an interval containing 1: no difference this machine "
+        "can measure).",
+        "",
+        "| figure | median ratio | 95 % interval | median of " + args.a + " | median of " + args.b + " |",
+        "|---|---|---|---|---|",
+    ]
+    for label, key in FIGURES.items():
+        ratios = [ra[key] / rb[key] for ra, rb in pairs]
+        lo, hi = interval(ratios)
+        med_a, med_b = (statistics.median(p[side][key] for p in pairs) for side in (0, 1))
+        lines.append(
+            f"| {label} | {statistics.median(ratios):.3f} | {lo:.3f} - {hi:.3f} | {med_a:.3g} | {med_b:.3g} |"
+        )
+    lines += [
+        "",
+        f"Streams completed: {args.a} {done_a}/{total}, {args.b} {done_b}/{total}.",
+    ]
+    print("\n".join(lines))
+    write_section(Path(args.out), f"paired-{args.a}-{args.b}-{args.streams}", lines)
 
 
 if __name__ == "__main__":

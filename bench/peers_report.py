@@ -45,20 +45,12 @@ def write_results(
         section += "-only-" + "-".join("".join(c if c.isalnum() else " " for c in only.lower()).split())
     flags = f" --services-nice {nice}" if nice else ""
     flags += f' --only "{only}"' if only else ""
-    cpu = next(
-        (
-            ln.split(":", 1)[1].strip()
-            for ln in Path("/proc/cpuinfo").read_text().splitlines()
-            if "model name" in ln
-        ),
-        platform.processor(),
-    )
     lines = [
         f"## {TITLE[which]}" + (f" (tokenspool's Redis and API at nice {nice})" if nice else ""),
         "",
         f"Command: `.venv/bin/python bench/peers.py --set {which} --runs {runs}{flags}` (after "
         f"`bench/setup_peers`), {time.strftime('%Y-%m-%d')}.",
-        f"Machine: {os.cpu_count()} vCPUs ({cpu}), {_mem_gb():.0f} GiB, no GPU; llama.cpp threads 1 "
+        f"Machine: {machine()}; llama.cpp threads 1 "
         "(one-token steps) / 2 (prefill, batched steps) for every server, SmolLM2-135M-Instruct "
         "Q4_1, greedy, 128 output tokens, context 4096 per sequence.",
         f"Each figure is the median of {runs} alternated runs (one run for a crash); TTFT and ITL "
@@ -91,6 +83,14 @@ def write_results(
             "machines: on these two shared cores they otherwise compete with llama.cpp's threads, "
             "which wait for each other at every barrier of a step."
         ]
+    write_section(path, section, lines)
+    png = path.with_name(f"{path.stem}-{section}.png")
+    plot(png, which, table, names)
+    print(f"wrote {path} and {png}")
+
+
+def write_section(path: Path, section: str, lines: list[str]) -> None:
+    """Replace one comparison's section of the results file, keeping the others."""
     block = f"<!-- {section} -->\n" + "\n".join(lines) + f"\n<!-- /{section} -->\n"
     text = path.read_text() if path.exists() else "# tokenspool next to the servers users run instead\n\n"
     begin, end = f"<!-- {section} -->", f"<!-- /{section} -->\n"
@@ -99,9 +99,6 @@ def write_results(
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)
-    png = path.with_name(f"{path.stem}-{section}.png")
-    plot(png, which, table, names)
-    print(f"wrote {path} and {png}")
 
 
 def plot(path: Path, which: str, table: dict[str, dict[str, dict]], names: list[str]) -> None:
@@ -145,6 +142,18 @@ def _levels(which: str) -> list[tuple[str, int]]:
     if which == "batching":
         return [(f"{n} stream{'s' if n > 1 else ''}", n) for n in (1, 4, 8, 16)]
     return [("1 stream, short prompt", 1), ("8 streams", 8), ("32 streams", 32)]
+
+
+def machine() -> str:
+    cpu = next(
+        (
+            ln.split(":", 1)[1].strip()
+            for ln in Path("/proc/cpuinfo").read_text().splitlines()
+            if "model name" in ln
+        ),
+        platform.processor(),
+    )
+    return f"{os.cpu_count()} vCPUs ({cpu}), {_mem_gb():.0f} GiB, no GPU"
 
 
 def _mem_gb() -> float:
