@@ -89,11 +89,12 @@ async def main() -> None:
     done_a, done_b = (sum(p[side]["ok"] for p in pairs) for side in (0, 1))
     cmd = f"bench/paired.py --a {args.a} --b {args.b} --streams {args.streams} --pairs {args.pairs}"
     cmd += f" --max-tokens {args.max_tokens}" if args.max_tokens != 128 else ""
+    streams = f"{args.streams} concurrent stream{'s' if args.streams > 1 else ''}"
     lines = [
-        f"## Paired: {NAMES[args.a]} against {NAMES[args.b]}, {args.streams} streams",
+        f"## Paired: {NAMES[args.a]} against {NAMES[args.b]}, {streams}",
         "",
         f"Command: `.venv/bin/python {cmd}`, {time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
-        f"{args.pairs} pairs of back-to-back runs (ABBA order) of {args.streams} concurrent streams of "
+        f"{args.pairs} pairs of back-to-back runs (ABBA order) of {streams} of "
         f"{args.max_tokens} tokens; the ratio {args.a} / {args.b} is taken within each pair, with a 95 % "
         "bootstrap interval for its median (an interval containing 1: no difference this machine "
         "can measure).",
