@@ -206,11 +206,13 @@ class JobStore:
             for model in models:
                 pipe.zrangebyscore(keys.workers(model), since, "+inf")
             live = await pipe.execute()
+        served = [(m, names) for m, names in zip(models, live, strict=True) if names]
         async with self._r.pipeline(transaction=False) as pipe:
-            for model, names in zip(models, live, strict=True):
-                pipe.hmget(keys.worker_slots(model), names or ["-"])
-            counts = await pipe.execute()
-        return {m: sum(int(c) for c in cs if c) for m, cs in zip(models, counts, strict=True)}
+            for model, names in served:
+                pipe.hmget(keys.worker_slots(model), names)
+            counts = await pipe.execute() if served else []
+        total = {m: sum(int(c) for c in cs if c) for (m, _), cs in zip(served, counts, strict=True)}
+        return {m: total.get(m, 0) for m in models}
 
     async def forget_silent_workers(self) -> None:
         """Drop the workers that stopped announcing (a killed one never says goodbye), so

@@ -5,9 +5,9 @@ on every API replica (take `max`, not `sum`, across replicas): queue depth, in-f
 attempts, live workers and their slots per model, tokens generated, attempts requeued after
 a crash or a hand-off, jobs lost, and what the workers' batching schedulers did (decode
 steps, sequences in them, prompt tokens computed, slot moves; added by each worker's
-announcement, so up to a few seconds late). Per-process ones are kept in this process's own registry (sum them
-across replicas): open streams, time to first token, inter-token latency, resumed streams,
-rejected requests by reason.
+announcement, so up to a few seconds late). Per-process ones are kept in this process's own
+registry (sum them across replicas): open streams, time to first token, inter-token
+latency, resumed streams, rejected requests by reason.
 """
 
 from __future__ import annotations
