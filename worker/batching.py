@@ -7,7 +7,9 @@ long prompt is spread over many steps and never freezes the running streams.
 The batch lists its tokens by slot (see `plan`): llama.cpp computes a batch for a cache
 split by sequence in one pass only over consecutive sequence ids in increasing order.
 After the decode each sequence that produced logits samples with its own sampler chain, and
-the token goes to the job's thread through the sequence's queue.
+a courier thread hands the step's tokens to the job threads through their sequences' queues
+while the next step computes: waking eight job threads from the scheduler thread cost it
+~0.5 ms a step (each woken thread preempts it), time in which the model computes nothing.
 
 A sequence its job closes (done, cancelled, fenced, shut down) leaves at the next step: its
 slot takes the next job at once, without waiting for the others. A slot keeps the KV of its
@@ -43,7 +45,7 @@ _END = object()  # the sequence's window is full: no more tokens
 
 @dataclass(eq=False)
 class Sequence:
-    """One job's sequence; the job thread iterates it, the scheduler feeds it."""
+    """One job's sequence; the job thread iterates it, the scheduler feeds it (by its courier)."""
 
     context: list[int]  # the prompt plus what earlier attempts generated
     sampler: Sampler
@@ -88,6 +90,10 @@ class Scheduler:
         self._cv = threading.Condition()
         self._stopped = False
         self.counters = BatchCounters()  # written by the scheduler thread only
+        # what each step hands to the job threads, in order; None stops the courier
+        self._outbox: queue.SimpleQueue[list[tuple[Sequence, object]] | None] = queue.SimpleQueue()
+        self._courier = threading.Thread(target=self._deliver, name="batching-courier", daemon=True)
+        self._courier.start()
         self._thread = threading.Thread(target=self._loop, name="batching", daemon=True)
         self._thread.start()
 
@@ -111,6 +117,14 @@ class Scheduler:
             self._stopped = True
             self._cv.notify()
         self._thread.join(timeout=10)
+        self._courier.join(timeout=10)
+
+    # The courier thread.
+
+    def _deliver(self) -> None:
+        while (items := self._outbox.get()) is not None:
+            for seq, item in items:
+                seq.out.put(item)
 
     # The scheduler thread.
 
@@ -130,8 +144,8 @@ class Scheduler:
             except Exception as exc:  # never leave the jobs waiting on a dead thread
                 log.exception("batch step failed")
                 self._fail(EngineFailed(f"batch step failed: {type(exc).__name__}"))
-        for seq in self._running + self._waiting:
-            seq.out.put(EngineFailed("the engine stopped"))
+        self._outbox.put([(seq, EngineFailed("the engine stopped")) for seq in self._running + self._waiting])
+        self._outbox.put(None)
 
     def _has_work(self) -> bool:
         """Sequences to step or retire, or one waiting for a free slot."""
@@ -212,17 +226,17 @@ class Scheduler:
         if rc != 0:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
             return
-        # Sample every sequence first, then wake the job threads: they would otherwise
-        # compete for the GIL with the sampling of the others.
         sampled = [(seq, seq.sampler.sample(self._ctx, index)) for seq, index in outputs]
+        out: list[tuple[Sequence, object]] = []
         for seq, token in sampled:
             seq.generated += 1
-            seq.out.put(token)
+            out.append((seq, token))
             if self._is_end(token) or seq.generated >= seq.room:
-                seq.out.put(_END)
+                out.append((seq, _END))
                 seq.closed = True  # nothing more to compute; the job thread closes it too
             else:
                 seq.pending = token
+        self._outbox.put(out)
 
     def _count(self, rows: list[tuple[Sequence, int, bool]], decoding: int) -> None:
         c = self.counters
@@ -234,8 +248,8 @@ class Scheduler:
         """A failed decode may leave part of the batch in the cache: drop every sequence."""
         log.error("%s: ending the %d running sequences", error, len(self._running))
         with self._cv:
+            self._outbox.put([(seq, error) for seq in self._running])
             for seq in list(self._running):
-                seq.out.put(error)
                 seq.closed = True
                 self._release(seq)
             for slot in range(self.slots):
