@@ -175,11 +175,12 @@ class Scheduler:
             seq = self._waiting.pop(0)
             # Ties (no cache, or the same shared prefix) go to the lowest slot: running
             # sequences then sit in consecutive slots, which llama.cpp decodes in one pass.
-            slot = max(self._free, key=lambda s: (_common(self._kv[s], seq.context), -s))
+            shared = {s: _common(self._kv[s], seq.context) for s in self._free}
+            slot = max(self._free, key=lambda s: (shared[s], -s))
             self._free.remove(slot)
             # Keep the shared prefix, but always compute the last context token again:
             # its logits are what the first token is sampled from.
-            keep = min(_common(self._kv[slot], seq.context), len(seq.context) - 1)
+            keep = min(shared[slot], len(seq.context) - 1)
             llama_cpp.llama_memory_seq_rm(self._mem, slot, keep, -1)
             del self._kv[slot][keep:]
             seq.slot, seq.fed = slot, keep
