@@ -1,80 +1,124 @@
-"""Whether a new job may enter a model's queue: the model must be served (or allowed to
-scale from zero) and its queue must have room. Refusals enqueue nothing."""
+"""Whether a new job may enter a model's queue: the model must be served (or allowed to scale
+from zero), its queue must have room, and the caller's key must be under its limits. A
+refusal enqueues nothing."""
 
 from __future__ import annotations
 
+import collections
+import contextlib
+from collections.abc import Iterator
+
+import redis.asyncio as aredis
+
 from api.errors import APIError
-from api.jobs import JobStore
+from api.registry import WorkerRegistry
 from api.settings import Settings
+from contract import errors, keys
+from contract.entries import as_text
+from contract.keys import JobField
 
 
-async def models(store: JobStore, settings: Settings, names: list[str] | None = None) -> dict[str, int]:
-    """Model -> live workers, for the models a client may ask for: those with a worker that
-    announced itself recently, and the configured KNOWN_MODELS (0 workers: they scale from
-    zero, their jobs wait in the queue)."""
-    live = await store.live_models(names)
-    known = [m for m in settings.known_models if names is None or m in names]
-    return {**dict.fromkeys(known, 0), **live}
+class OpenStreams:
+    """The SSE streams this process relays, per API key (for MAX_STREAMS_PER_KEY)."""
+
+    def __init__(self) -> None:
+        self._by_owner: collections.Counter[str] = collections.Counter()
+
+    def count(self, owner: str) -> int:
+        return self._by_owner[owner]
+
+    @contextlib.contextmanager
+    def held(self, owner: str) -> Iterator[None]:
+        self._by_owner[owner] += 1
+        try:
+            yield
+        finally:
+            self._by_owner[owner] -= 1
+            if self._by_owner[owner] <= 0:
+                del self._by_owner[owner]
+
+
+class Admission:
+    def __init__(
+        self, client: aredis.Redis, registry: WorkerRegistry, streams: OpenStreams, settings: Settings
+    ) -> None:
+        self._r = client
+        self._registry = registry
+        self._streams = streams
+        self._settings = settings
+
+    async def models(self, names: list[str] | None = None) -> dict[str, int]:
+        """Model -> live workers, for the models a client may ask for: those with a worker that
+        announced itself recently, and the configured KNOWN_MODELS (0 workers: they scale from
+        zero, their jobs wait in the queue)."""
+        live = await self._registry.live_models(names)
+        known = [m for m in self._settings.known_models if names is None or m in names]
+        return {**dict.fromkeys(known, 0), **live}
+
+    async def model(self, model: str) -> None:
+        """Raise 404 for a model nobody serves, 429 (with Retry-After) when its queue is full.
+
+        The depth check and the enqueue are separate steps, so concurrent requests across API
+        replicas may overshoot the limit by as many requests as are in flight at that moment."""
+        async with self._r.pipeline(transaction=False) as pipe:  # one round trip
+            self._registry.count_live(pipe, model)
+            pipe.llen(keys.queue_key(model))
+            workers, depth = await pipe.execute()
+        if not workers and model not in self._settings.known_models:
+            raise not_found(model)
+        limit = self._settings.queue_limit(model)
+        if 0 < limit <= depth:
+            raise self._too_many(
+                errors.QUEUE_FULL,
+                f"The queue for '{model}' is full ({depth} requests waiting); retry after "
+                f"{self._settings.retry_after_s} seconds.",
+            )
+
+    def stream(self, owner: str) -> None:
+        """Raise 429 when this API key already holds MAX_STREAMS_PER_KEY open streams on this
+        API process (counted per process: N replicas allow up to N times as many). Without API
+        keys there is no per-key limit."""
+        limit = self._settings.max_streams_per_key
+        open_streams = self._streams.count(owner)
+        if owner and limit > 0 and open_streams >= limit:
+            raise self._too_many(
+                errors.TOO_MANY_STREAMS,
+                f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
+            )
+
+    async def job(self, owner: str) -> None:
+        """Raise 429 when this API key already has MAX_JOBS_PER_KEY jobs that have not ended
+        (queued or running, on any replica). Without API keys there is no per-key limit."""
+        limit = self._settings.max_jobs_per_key
+        if not owner or limit <= 0:
+            return
+        active = await self.unfinished(owner)
+        if active >= limit:
+            raise self._too_many(
+                errors.TOO_MANY_JOBS,
+                f"Too many unfinished requests for this API key ({active}; the limit is {limit}).",
+            )
+
+    async def unfinished(self, owner: str) -> int:
+        """How many jobs this key created have not ended (pruning those that have)."""
+        ids = await self._r.zrange(keys.owner_jobs(owner), 0, -1)
+        if not ids:
+            return 0
+        async with self._r.pipeline(transaction=False) as pipe:
+            for cid in ids:
+                pipe.hmget(keys.job(as_text(cid)), [JobField.STATUS, JobField.ENDED])
+            rows = await pipe.execute()
+        # gone (no status: expired or purged) or ended
+        done = [cid for cid, (status, ended) in zip(ids, rows, strict=True) if not status or ended == b"1"]
+        if done:
+            await self._r.zrem(keys.owner_jobs(owner), *done)
+        return len(ids) - len(done)
+
+    def _too_many(self, error: errors.ErrorCode, message: str) -> APIError:
+        return APIError(error, message, headers={"Retry-After": str(self._settings.retry_after_s)})
 
 
 def not_found(model: str) -> APIError:
     return APIError(
-        404,
-        f"The model '{model}' does not exist or no worker serves it.",
-        code="model_not_found",
-        param="model",
+        errors.MODEL_NOT_FOUND, f"The model '{model}' does not exist or no worker serves it.", param="model"
     )
-
-
-async def admit(store: JobStore, settings: Settings, model: str) -> None:
-    """Raise 404 for a model nobody serves, 429 (with Retry-After) when its queue is full.
-
-    The depth check and the enqueue are separate steps, so concurrent requests across API
-    replicas may overshoot the limit by as many requests as are in flight at that moment."""
-    workers, depth = await store.admission_view(model)
-    if not workers and model not in settings.known_models:
-        raise not_found(model)
-    limit = settings.queue_limit(model)
-    if 0 < limit <= depth:
-        raise APIError(
-            429,
-            f"The queue for '{model}' is full ({depth} requests waiting); retry after "
-            f"{settings.retry_after_s} seconds.",
-            "rate_limit_error",
-            "queue_full",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        )
-
-
-def _too_many(message: str, code: str, settings: Settings) -> APIError:
-    return APIError(
-        429, message, "rate_limit_error", code, headers={"Retry-After": str(settings.retry_after_s)}
-    )
-
-
-def admit_stream(settings: Settings, owner: str, open_streams: int) -> None:
-    """Raise 429 when this API key already holds MAX_STREAMS_PER_KEY open streams on this
-    API process (counted per process: N replicas allow up to N times as many). Without API
-    keys there is no per-key limit."""
-    limit = settings.max_streams_per_key
-    if owner and limit > 0 and open_streams >= limit:
-        raise _too_many(
-            f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
-            "too_many_streams",
-            settings,
-        )
-
-
-async def admit_job(store: JobStore, settings: Settings, owner: str) -> None:
-    """Raise 429 when this API key already has MAX_JOBS_PER_KEY jobs that have not ended
-    (queued or running, on any replica). Without API keys there is no per-key limit."""
-    limit = settings.max_jobs_per_key
-    if not owner or limit <= 0:
-        return
-    active = await store.unfinished(owner)
-    if active >= limit:
-        raise _too_many(
-            f"Too many unfinished requests for this API key ({active}; the limit is {limit}).",
-            "too_many_requests",
-            settings,
-        )

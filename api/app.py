@@ -20,14 +20,16 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from api import completions, meta, metrics, openapi
+from api import health, metrics, openapi, pool
 from api.auth import APIKeyMiddleware, KeyRing
-from api.errors import APIError, error_body
+from api.endpoints import Endpoints
+from api.errors import APIError
 from api.services import Services
 from api.settings import Settings
-from contract import logs
+from api.surfaces import SURFACES
+from contract import errors, logs
 
-log = logging.getLogger("tokenspool.api")
+log = logging.getLogger(__name__)
 
 
 def _rejected(request: Request, reason: str) -> None:
@@ -43,11 +45,13 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    """Starlette's own 404 (no route) and 405 (wrong method), in OpenAI's error shape."""
     assert isinstance(exc, HTTPException)
-    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code)
+    known = {404: errors.NOT_FOUND, 405: errors.METHOD_NOT_ALLOWED}.get(exc.status_code)
+    code = known.code if known else None
     _rejected(request, code or str(exc.status_code))
     return JSONResponse(
-        error_body(str(exc.detail), "invalid_request_error", code, None),
+        errors.error_body(str(exc.detail), errors.INVALID_REQUEST_ERROR, code, None),
         status_code=exc.status_code,
         headers=exc.headers,
     )
@@ -55,21 +59,13 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 async def _redis_error(request: Request, exc: Exception) -> JSONResponse:
     log.warning("Redis unavailable: %s", exc)
-    _rejected(request, "service_unavailable")
-    return JSONResponse(
-        error_body(
-            "The queue is unavailable; try again shortly.", "server_error", "service_unavailable", None
-        ),
-        status_code=503,
-        headers={"Retry-After": "1"},
-    )
+    _rejected(request, errors.UNAVAILABLE.code or "")
+    return APIError(errors.UNAVAILABLE, headers={"Retry-After": "1"}).response()
 
 
 async def _server_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
-    return JSONResponse(
-        error_body("Internal server error.", "server_error", "internal_error", None), status_code=500
-    )
+    return APIError(errors.INTERNAL).response()
 
 
 def _middleware(settings: Settings) -> list[Middleware]:
@@ -92,7 +88,7 @@ def _middleware(settings: Settings) -> list[Middleware]:
 
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or Settings.from_env()
-    logs.configure("api")
+    logs.configure("api", settings.shared)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict]:
@@ -103,23 +99,17 @@ def create_app(settings: Settings | None = None) -> Starlette:
             await services.close()
 
     routes = [
-        Route("/health", meta.health),
-        Route("/healthz", meta.health),
-        Route("/readyz", meta.ready),
+        Route("/health", health.health),
+        Route("/healthz", health.health),
+        Route("/readyz", health.ready),
         Route("/metrics", metrics.metrics),
         Route("/openapi.json", openapi.openapi),
-        Route("/scaling/{model:path}", meta.scaling),
-        Route("/v1/models", meta.list_models),
-        Route("/v1/models/{model:path}", meta.get_model),
-        Route("/v1/chat/completions", completions.chat_completions, methods=["POST"]),
-        Route("/v1/completions", completions.completions, methods=["POST"]),
-        Route("/v1/chat/completions/{completion_id}", completions.retrieve_chat, methods=["GET"]),
-        Route("/v1/completions/{completion_id}", completions.retrieve_completion, methods=["GET"]),
-        Route("/v1/chat/completions/{completion_id}", completions.delete_chat, methods=["DELETE"]),
-        Route("/v1/completions/{completion_id}", completions.delete_completion, methods=["DELETE"]),
-        Route("/v1/chat/completions/{completion_id}/cancel", completions.cancel_chat, methods=["POST"]),
-        Route("/v1/completions/{completion_id}/cancel", completions.cancel_completion, methods=["POST"]),
+        Route("/scaling/{model:path}", pool.scaling),
+        Route("/v1/models", pool.list_models),
+        Route("/v1/models/{model:path}", pool.get_model),
     ]
+    for surface in SURFACES:
+        routes += Endpoints(surface).routes()
     return Starlette(
         routes=routes,
         middleware=_middleware(settings),

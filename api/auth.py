@@ -18,11 +18,13 @@ import os
 import time
 from pathlib import Path
 
+from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.errors import APIError
+from contract import errors
 
-log = logging.getLogger("tokenspool.api")
+log = logging.getLogger(__name__)
 
 HASH_PREFIX = "sha256:"
 
@@ -31,8 +33,9 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def owner_of(key: str) -> str:
-    return digest(key)[:32]
+def request_owner(request: Request) -> str:
+    """Who made the request: its key's owner id, "" without keys."""
+    return getattr(request.state, "owner", "")
 
 
 def parse_keys(entries: tuple[str, ...] | list[str]) -> frozenset[str]:
@@ -112,15 +115,8 @@ class APIKeyMiddleware:
             scope.setdefault("state", {})["owner"] = owner
             await self.app(scope, receive, send)
             return
-        if not header:
-            error = APIError(
-                401,
-                "You didn't provide an API key. Provide it in the Authorization header as 'Bearer YOUR_KEY'.",
-                code="missing_api_key",
-            )
-        else:
-            error = APIError(401, "Incorrect API key provided.", code="invalid_api_key")
-        error.headers = {"WWW-Authenticate": "Bearer"}
+        refusal = errors.INVALID_API_KEY if header else errors.MISSING_API_KEY
+        error = APIError(refusal, headers={"WWW-Authenticate": "Bearer"})
         services = scope.get("state", {}).get("services")
         if services is not None:
             services.metrics.rejected.labels(error.code).inc()

@@ -1,13 +1,20 @@
-"""The OpenAI objects a client receives, built the same way on every path.
+"""The OpenAI objects of the completion surfaces (chat and legacy text), built the same way on
+every path: the streamed chunks, the answer assembled from a job's entries, and the small
+status objects.
 
-`Chunks` builds the streamed chunks of one completion (chat or legacy text), all carrying
-the same id, object, created and model; `completion_object` builds the non-streamed
-response from the same parts.
+`Chunks` holds what every object of one completion carries (id, created, model); `ChatChunks`
+and `TextChunks` differ only in the shape of a choice.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from contract.entries import CANCELLED, STOP, Delta, Failed, Finished
+from contract.errors import failure_body, status_of
+from contract.keys import JobStatus
+
+Rows = list[tuple[str, object]]
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:
@@ -18,9 +25,16 @@ def usage(prompt_tokens: int, completion_tokens: int) -> dict:
     }
 
 
+def finish_reason(entry: Finished) -> str:
+    """A cancelled job ends like a stop string: the completion surfaces have no other word."""
+    return STOP if entry.finish_reason == CANCELLED else entry.finish_reason
+
+
 @dataclass(frozen=True)
 class Chunks:
-    kind: str  # "chat" or "text"
+    object = ""  # the response object's name
+    chunk_object = ""  # the streamed chunks' object name
+
     id: str
     created: int
     model: str
@@ -29,7 +43,7 @@ class Chunks:
     def _chunk(self, choices: list[dict]) -> dict:
         obj = {
             "id": self.id,
-            "object": "chat.completion.chunk" if self.kind == "chat" else "text_completion",
+            "object": self.chunk_object,
             "created": self.created,
             "model": self.model,
             "choices": choices,
@@ -38,62 +52,115 @@ class Chunks:
             obj["usage"] = None
         return obj
 
-    def _choice(self, text: str | None, finish_reason: str | None, role: bool = False) -> dict:
-        if self.kind == "text":
-            return {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
-        delta: dict = {}
-        if role:
-            delta["role"] = "assistant"
-        if text is not None:
-            delta["content"] = text
-        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+    def _choice(self, text: str | None, finish_reason: str | None) -> dict:
+        raise NotImplementedError
+
+    def _message(self, text: str, finish_reason: str) -> dict:
+        raise NotImplementedError
 
     def opening(self) -> dict | None:
-        """The first chunk: the role, for chat; legacy completions have none."""
-        return self._chunk([self._choice("", None, role=True)]) if self.kind == "chat" else None
+        """The chunk sent before any entry, if the surface has one."""
+        return None
 
     def content(self, text: str) -> dict:
         return self._chunk([self._choice(text, None)])
 
     def keepalive(self) -> dict:
         """An empty chunk that every OpenAI client parses and ignores (see api/sse.py)."""
-        return self._chunk([self._choice(None if self.kind == "chat" else "", None)])
+        return self._chunk([self._choice(None, None)])
 
-    def finish(self, reason: str) -> dict:
-        return self._chunk([self._choice(None if self.kind == "chat" else "", reason)])
+    def finish(self, entry: Finished) -> dict:
+        return self._chunk([self._choice(None, finish_reason(entry))])
 
-    def usage(self, prompt_tokens: int, completion_tokens: int) -> dict:
+    def usage(self, entry: Finished) -> dict:
         obj = self._chunk([])
-        obj["usage"] = usage(prompt_tokens, completion_tokens)
+        obj["usage"] = usage(entry.prompt_tokens, entry.completion_tokens)
         return obj
 
+    def answer(self, rows: Rows) -> Answer | None:
+        """The whole response from a job's entries (all of them, from the first), once its
+        terminal entry is among them; None before."""
+        text: list[str] = []
+        for _, entry in rows:
+            if isinstance(entry, Delta):
+                text.append(entry.text)
+            elif isinstance(entry, Failed):
+                return Answer(status_of(entry), failure_body(entry))
+            elif isinstance(entry, Finished):
+                return Answer(200, self._completion("".join(text), entry))
+        return None
 
-def completion_object(
-    kind: str,
-    id: str,
-    created: int,
-    model: str,
-    text: str,
-    finish_reason: str,
-    prompt_tokens: int,
-    completion_tokens: int,
-) -> dict:
-    if kind == "chat":
-        choice = {
+    def _completion(self, text: str, entry: Finished) -> dict:
+        return {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "choices": [self._message(text, finish_reason(entry))],
+            "usage": usage(entry.prompt_tokens, entry.completion_tokens),
+        }
+
+    def status(self, queued: bool) -> dict:
+        """What a job that has not ended looks like (202, and a background job's POST)."""
+        return {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "status": "queued" if queued else "in_progress",
+        }
+
+    def cancelled(self, status: str) -> dict:
+        """The answer to a cancel: the job's status after it (an ended job is not changed;
+        a running one stops at its next token)."""
+        word = {
+            JobStatus.DONE: "completed",
+            JobStatus.FAILED: "failed",
+            JobStatus.CANCELLED: "cancelled",
+        }.get(status, "cancelling")
+        return {"id": self.id, "object": self.object, "status": word}
+
+    def deleted(self) -> dict:
+        return {"id": self.id, "object": f"{self.object}.deleted", "deleted": True}
+
+
+class ChatChunks(Chunks):
+    object = "chat.completion"
+    chunk_object = "chat.completion.chunk"
+
+    def _choice(self, text: str | None, finish_reason: str | None, role: bool = False) -> dict:
+        delta: dict = {"role": "assistant"} if role else {}
+        if text is not None:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+    def _message(self, text: str, finish_reason: str) -> dict:
+        return {
             "index": 0,
             "message": {"role": "assistant", "content": text},
             "logprobs": None,
             "finish_reason": finish_reason,
         }
-        obj_type = "chat.completion"
-    else:
-        choice = {"text": text, "index": 0, "logprobs": None, "finish_reason": finish_reason}
-        obj_type = "text_completion"
-    return {
-        "id": id,
-        "object": obj_type,
-        "created": created,
-        "model": model,
-        "choices": [choice],
-        "usage": usage(prompt_tokens, completion_tokens),
-    }
+
+    def opening(self) -> dict | None:
+        """The role, once, before any content."""
+        return self._chunk([self._choice("", None, role=True)])
+
+
+class TextChunks(Chunks):
+    object = "text_completion"
+    chunk_object = "text_completion"
+
+    def _choice(self, text: str | None, finish_reason: str | None) -> dict:
+        return {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
+
+    def _message(self, text: str, finish_reason: str) -> dict:
+        return self._choice(text, finish_reason)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A non-streamed response: its status and body."""
+
+    status: int
+    body: dict

@@ -1,44 +1,47 @@
-"""OpenAI-style errors: `{"error": {"message", "type", "param", "code"}}` with a status."""
+"""OpenAI-style error responses, made from the catalogue in `contract.errors`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from starlette.responses import JSONResponse
 
+from contract.errors import INVALID_VALUE, ErrorCode
 
-@dataclass
+
 class APIError(Exception):
-    status: int
-    message: str
-    type: str = "invalid_request_error"
-    code: str | None = None
-    param: str | None = None
-    headers: dict[str, str] | None = None
+    """An error response: raised anywhere in a handler, answered by the app's handler."""
+
+    def __init__(
+        self,
+        error: ErrorCode,
+        message: str | None = None,
+        param: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        super().__init__(message or error.message)
+        self.error = error
+        self.message = message or error.message
+        self.param = param
+        self.headers = headers
+
+    @property
+    def status(self) -> int:
+        return self.error.status
+
+    @property
+    def code(self) -> str | None:
+        return self.error.code
+
+    @property
+    def type(self) -> str:
+        return self.error.type
 
     def body(self) -> dict:
-        return error_body(self.message, self.type, self.code, self.param)
+        return self.error.body(self.message, self.param)
 
     def response(self) -> JSONResponse:
         return JSONResponse(self.body(), status_code=self.status, headers=self.headers)
 
 
-def error_body(message: str, type_: str, code: str | None, param: str | None) -> dict:
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def invalid(message: str, param: str | None = None, code: str | None = None) -> APIError:
-    return APIError(400, message, "invalid_request_error", code, param)
-
-
-# Status codes an error raised by a worker maps to when the client is not streaming.
-WORKER_ERROR_STATUS = {
-    "context_length_exceeded": 400,
-    "invalid_request": 400,
-    "model_not_found": 404,
-    "not_found": 404,
-    "worker_lost": 503,
-    "queue_timeout": 503,
-    "service_unavailable": 503,
-    "deadline_exceeded": 504,
-}
+def invalid(message: str, param: str | None = None, error: ErrorCode = INVALID_VALUE) -> APIError:
+    """A 400 naming the parameter at fault."""
+    return APIError(error, message, param)

@@ -21,14 +21,16 @@ import logging
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from enum import Enum
 
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
+from api.background import Background
 from contract import entries, keys
 from contract.entries import Entry
 
-log = logging.getLogger("tokenspool.hub")
+log = logging.getLogger(__name__)
 
 
 def stream_id(value: str) -> tuple[int, int]:
@@ -39,11 +41,29 @@ def stream_id(value: str) -> tuple[int, int]:
 Rows = list[tuple[str, Entry]]
 
 
+class Woken(Enum):
+    """Why a wait ended without entries handed over."""
+
+    READY = "ready"  # the stream may hold entries after the cursor: read them yourself
+    TIMED_OUT = "timed out"
+
+
+@dataclass(frozen=True)
+class Handed:
+    """The reader read exactly the entries after the waiter's cursor: here they are."""
+
+    rows: Rows
+
+
+Wake = Handed | Woken
+
+
 @dataclass
 class _Watched:
     seen: str  # the newest entry id the reader has seen (or the first watcher's cursor)
     watchers: int = 0
-    # waiting clients: their future -> their cursor
+    # waiting clients: their future -> their cursor; the reader resolves it with what it
+    # read for them, or None (read yourself)
     waiters: dict[asyncio.Future[Rows | None], str] = field(default_factory=dict)
 
 
@@ -54,19 +74,16 @@ class StreamHub:
         self._block_ms = block_ms
         self._control = keys.hub_control(uuid.uuid4().hex)
         self._watched: dict[str, _Watched] = {}
-        self._task: asyncio.Task | None = None
+        self._task = Background("stream-hub", self._run)
         # A poke is on its way and the reader has not begun a new XREAD since: a stream
         # added now is picked up by that XREAD, so a burst of new streams costs one poke.
         self._poked = False
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="stream-hub")
+        self._task.start()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
         with contextlib.suppress(RedisError):
             await self._client.delete(self._control)
 
@@ -75,7 +92,7 @@ class StreamHub:
         return len(self._watched)
 
     @contextlib.asynccontextmanager
-    async def watch(self, key: str, cursor: str) -> AsyncIterator[_Watch]:
+    async def watch(self, key: str, cursor: str) -> AsyncIterator[Watch]:
         """Watch `key` for entries after `cursor` while the context is open."""
         state = self._watched.get(key)
         if state is None:
@@ -83,7 +100,7 @@ class StreamHub:
             await self._poke()
         state.watchers += 1
         try:
-            yield _Watch(state)
+            yield Watch(state)
         finally:
             state.watchers -= 1
             if state.watchers == 0:
@@ -159,23 +176,21 @@ class StreamHub:
             state.waiters.clear()
 
 
-class _Watch:
+class Watch:
     def __init__(self, state: _Watched) -> None:
         self._state = state
 
-    async def wait(self, cursor: str, timeout: float) -> Rows | bool:
-        """Wait up to `timeout` for entries after `cursor`: returns them when the reader read
-        exactly those, True when the stream may hold some (read them yourself), False on
-        timeout."""
+    async def wait(self, cursor: str, timeout: float) -> Wake:
+        """Wait up to `timeout` for entries after `cursor`."""
         state = self._state
         if stream_id(state.seen) > stream_id(cursor):
-            return True
+            return Woken.READY
         fut: asyncio.Future[Rows | None] = asyncio.get_running_loop().create_future()
         state.waiters[fut] = cursor
         try:
             rows = await asyncio.wait_for(fut, timeout=max(timeout, 0.0))
         except TimeoutError:
-            return False
+            return Woken.TIMED_OUT
         finally:
             state.waiters.pop(fut, None)
-        return rows if rows else True
+        return Handed(rows) if rows else Woken.READY

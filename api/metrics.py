@@ -12,6 +12,7 @@ latency, resumed streams, rejected requests by reason.
 
 from __future__ import annotations
 
+import time
 from dataclasses import fields
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -20,7 +21,6 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
-from api import admission
 from contract.keys import BatchCounters, StatField
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -44,19 +44,18 @@ class Metrics:
         self.streams_open = Gauge(
             "tokenspool_streams_open", "SSE streams this API process is relaying now.", registry=r
         )
+        latency = dict(labelnames=["model"], registry=r)
         self.ttft = Histogram(
             "tokenspool_time_to_first_token_seconds",
             "From the request's arrival to its first content chunk sent (new streams only).",
-            ["model"],
             buckets=_TTFT_BUCKETS,
-            registry=r,
+            **latency,
         )
         self.itl = Histogram(
             "tokenspool_inter_token_latency_seconds",
             "Time between consecutive content chunks sent on a stream.",
-            ["model"],
             buckets=_ITL_BUCKETS,
-            registry=r,
+            **latency,
         )
         self.resumed = Counter(
             "tokenspool_streams_resumed", "Streams reopened with GET ...?stream=true.", registry=r
@@ -69,6 +68,24 @@ class Metrics:
         )
 
 
+class StreamTiming:
+    """Time to first token and inter-token latency of one stream, as its client receives
+    content; a resumed stream (no arrival time) counts no time to first token."""
+
+    def __init__(self, metrics: Metrics, model: str, arrived: float | None) -> None:
+        self._ttft = metrics.ttft.labels(model)
+        self._itl = metrics.itl.labels(model)
+        self._last = arrived  # monotonic
+        self._seen = False
+
+    def sent(self, contents: int) -> None:
+        for _ in range(contents):
+            now = time.monotonic()
+            if self._last is not None:
+                (self._itl if self._seen else self._ttft).observe(now - self._last)
+            self._last, self._seen = now, True
+
+
 class _Snapshot(Collector):
     def __init__(self, families: list[Metric]) -> None:
         self._families = families
@@ -79,13 +96,12 @@ class _Snapshot(Collector):
 
 async def cluster(request: Request) -> list[Metric]:
     services = request.state.services
-    store = services.jobs
-    served = await admission.models(store, services.settings)
-    in_flight = await store.in_flight()
+    served = await services.admission.models()
+    in_flight = await services.stats.in_flight()
     names = sorted(set(served) | set(in_flight))
-    depths = await store.queue_depths(names)
-    slots = await store.slots(names)
-    stats = await store.stats()
+    depths = await services.stats.queue_depths(names)
+    slots = await services.registry.slots(names)
+    stats = await services.stats.counters()
 
     def per_model(family: GaugeMetricFamily | CounterMetricFamily, values: dict[str, int]) -> Metric:
         for m in names:

@@ -10,7 +10,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
-from api.requests import ChatRequest, CompletionRequest
+from api.surfaces import SURFACES, Surface
 
 _ERROR = {
     "type": "object",
@@ -46,10 +46,11 @@ def _json(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _OBJECT}}}
 
 
-def _create(model: type[BaseModel], summary: str) -> dict[str, Any]:
+def _create(surface: Surface) -> dict[str, Any]:
+    model: type[BaseModel] = surface.body
     return {
         "post": {
-            "summary": summary,
+            "summary": f"Create a {surface.object}",
             "requestBody": {
                 "required": True,
                 "content": {
@@ -68,7 +69,8 @@ def _create(model: type[BaseModel], summary: str) -> dict[str, Any]:
     }
 
 
-def _job(kind: str) -> dict[str, Any]:
+def _job(surface: Surface) -> dict[str, Any]:
+    kind = surface.object
     return {
         "get": {
             "summary": f"Fetch a {kind}, or with stream=true replay and follow its stream",
@@ -94,10 +96,10 @@ def _job(kind: str) -> dict[str, Any]:
     }
 
 
-def _cancel(kind: str) -> dict[str, Any]:
+def _cancel(surface: Surface) -> dict[str, Any]:
     return {
         "post": {
-            "summary": f"Cancel a {kind}",
+            "summary": f"Cancel a {surface.object}",
             "parameters": [_ID],
             "responses": {"200": _json("cancelled, cancelling, or already ended"), **_errors(401, 404)},
         }
@@ -107,10 +109,14 @@ def _cancel(kind: str) -> dict[str, Any]:
 @functools.cache
 def document() -> dict[str, Any]:
     schemas: dict[str, Any] = {"Error": _ERROR}
-    for model in (ChatRequest, CompletionRequest):
-        schema = model.model_json_schema(ref_template="#/components/schemas/{model}")
+    paths: dict[str, Any] = {}
+    for surface in SURFACES:
+        schema = surface.body.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
-        schemas[model.__name__] = schema
+        schemas[surface.body.__name__] = schema
+        paths[surface.path] = _create(surface)
+        paths[surface.path + "/{completion_id}"] = _job(surface)
+        paths[surface.path + "/{completion_id}/cancel"] = _cancel(surface)
     get = {"get": {"responses": {"200": _json("ok"), **_errors(401, 404)}}}
     return {
         "openapi": "3.1.0",
@@ -121,12 +127,7 @@ def document() -> dict[str, Any]:
         },
         "security": [{"bearer": []}],
         "paths": {
-            "/v1/chat/completions": _create(ChatRequest, "Create a chat completion"),
-            "/v1/completions": _create(CompletionRequest, "Create a text completion"),
-            "/v1/chat/completions/{completion_id}": _job("chat completion"),
-            "/v1/completions/{completion_id}": _job("text completion"),
-            "/v1/chat/completions/{completion_id}/cancel": _cancel("chat completion"),
-            "/v1/completions/{completion_id}/cancel": _cancel("text completion"),
+            **paths,
             "/v1/models": get,
             "/v1/models/{model}": {
                 "get": {

@@ -14,7 +14,6 @@ Every `FORGET_EVERY_S` it also drops the workers that stopped announcing themsel
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 import uuid
@@ -22,10 +21,12 @@ import uuid
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from api.jobs import JobStore
+from api.background import Background
+from api.jobstore import JobStore
+from api.registry import WorkerRegistry
 from contract import keys
 
-log = logging.getLogger("tokenspool.reaper")
+log = logging.getLogger(__name__)
 
 FORGET_EVERY_S = 10.0
 
@@ -36,24 +37,29 @@ return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 
 
 class Reaper:
-    def __init__(self, client: aredis.Redis, store: JobStore, interval_s: float, settle_s: float) -> None:
+    def __init__(
+        self,
+        client: aredis.Redis,
+        store: JobStore,
+        registry: WorkerRegistry,
+        interval_s: float,
+        settle_s: float,
+    ) -> None:
         self._r = client
         self._store = store
+        self._registry = registry
         self._interval = interval_s
         self._settle = settle_s  # after a Redis restart, let workers reconnect and beat first
         self._me = uuid.uuid4().hex
         self._lock = client.register_script(_EXTEND)
-        self._task: asyncio.Task | None = None
+        self._task = Background("reaper", self._run)
         self._forget_at = 0.0  # monotonic
 
     async def start(self) -> None:
-        self._task = asyncio.create_task(self._run(), name="reaper")
+        self._task.start()
 
     async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+        await self._task.stop()
 
     async def _run(self) -> None:
         while True:
@@ -70,7 +76,7 @@ class Reaper:
             return 0
         if time.monotonic() >= self._forget_at:
             self._forget_at = time.monotonic() + FORGET_EVERY_S
-            await self._store.forget_silent_workers()
+            await self._registry.forget_silent()
         running = await self._store.running()
         if not running:
             return 0
@@ -83,23 +89,19 @@ class Reaper:
             if c.get("name", "").startswith(keys.WORKER_CONNECTION_PREFIX)
         }
         taken = 0
-        for cid, epoch, worker, alive in running:
-            gone = bool(worker) and keys.WORKER_CONNECTION_PREFIX + worker not in connected
-            if alive and not gone:
+        for a in running:
+            gone = bool(a.worker) and keys.WORKER_CONNECTION_PREFIX + a.worker not in connected
+            if a.beating and not gone:
                 continue
-            outcome = await self._store.abandon(cid, epoch)
-            if outcome == 1:
+            outcome = await self._store.abandon(a.completion_id, a.epoch)
+            if outcome in (1, 2):
                 taken += 1
                 log.warning(
-                    "attempt %d of %s on %s is dead (%s); requeued",
-                    epoch,
-                    cid,
-                    worker,
+                    "attempt %d of %s on %s is dead (%s); %s",
+                    a.epoch,
+                    a.completion_id,
+                    a.worker,
                     "connection gone" if gone else "heartbeat expired",
-                )
-            elif outcome == 2:
-                taken += 1
-                log.warning(
-                    "attempt %d of %s on %s is dead; attempts used up: worker_lost", epoch, cid, worker
+                    "requeued" if outcome == 1 else "attempts used up: worker_lost",
                 )
         return taken

@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import collections
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis
 import redis.asyncio as aredis
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from api.admission import Admission, OpenStreams
+from api.clusterstats import ClusterStats
 from api.hub import StreamHub
-from api.jobs import JobStore
+from api.jobstore import JobStore
 from api.metrics import Metrics
 from api.reaper import Reaper
+from api.registry import WorkerRegistry
 from api.settings import Settings
 
 
@@ -29,45 +31,54 @@ def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
 class Services:
     settings: Settings
     redis: aredis.Redis
+    rq_redis: redis.Redis
     jobs: JobStore
+    registry: WorkerRegistry
+    stats: ClusterStats
+    admission: Admission
     hub: StreamHub
     reaper: Reaper
-    rq_redis: redis.Redis
     metrics: Metrics
-    streams_by_owner: collections.Counter[str] = field(default_factory=collections.Counter)
+    streams: OpenStreams
 
     @classmethod
     async def start(cls, settings: Settings) -> Services:
+        url = settings.shared.redis_url
         # Few, fast retries: a lost Redis must turn into a 503 in seconds, not a hang.
         common = dict(
             socket_timeout=settings.redis_timeout_s,
             socket_connect_timeout=min(settings.redis_timeout_s, 2.0),
             health_check_interval=30,
         )
-        client = shared_client(settings.redis_url, settings.redis_pool, settings.redis_pool_wait_s, **common)
+        client = shared_client(url, settings.redis_pool, settings.redis_pool_wait_s, **common)
         rq_client = redis.Redis.from_url(
-            settings.redis_url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common
+            url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common
         )
         jobs = JobStore(
             client,
             rq_client,
             queue_wait_s=settings.queue_wait_s,
-            worker_stale_s=settings.worker_stale_s,
             deadline_s=settings.job_deadline_s,
             recovery=settings.recovery,
         )
-        hub = StreamHub(settings.redis_url, client)
+        registry = WorkerRegistry(client, settings.worker_stale_s)
+        streams = OpenStreams()
+        hub = StreamHub(url, client)
         await hub.start()
-        reaper = Reaper(client, jobs, settings.reaper_interval_s, settings.reaper_settle_s)
+        reaper = Reaper(client, jobs, registry, settings.reaper_interval_s, settings.reaper_settle_s)
         await reaper.start()
         return cls(
             settings=settings,
             redis=client,
+            rq_redis=rq_client,
             jobs=jobs,
+            registry=registry,
+            stats=ClusterStats(client),
+            admission=Admission(client, registry, streams, settings),
             hub=hub,
             reaper=reaper,
-            rq_redis=rq_client,
             metrics=Metrics(),
+            streams=streams,
         )
 
     async def close(self) -> None:

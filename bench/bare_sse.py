@@ -17,21 +17,23 @@ from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
 from api import sse
-from api.chunks import Chunks
+from api.chunks import ChatChunks, Chunks
+from contract.entries import Finished
 
 
 async def _events(chunks: Chunks, n: int) -> AsyncIterator[bytes]:
-    yield sse.event(chunks.opening(), "0-0")
+    yield sse.event(chunks.opening() or {}, "0-0")
     ms = int(time.time() * 1000)
     for i in range(n):
         yield sse.event(chunks.content(f" w{i}"), f"{ms}-{i}")
-    yield sse.event(chunks.finish("length"), f"{ms}-{n}")
+    end = Finished(finish_reason="length", prompt_tokens=0, completion_tokens=n)
+    yield sse.event(chunks.finish(end), f"{ms}-{n}")
     yield sse.DONE
 
 
 async def complete(request: Request) -> StreamingResponse:
     body = json.loads(await request.body())
-    chunks = Chunks("chat", "chatcmpl-bare", int(time.time()), body["model"])
+    chunks = ChatChunks("chatcmpl-bare", int(time.time()), body["model"])
     return StreamingResponse(
         _events(chunks, int(body["max_tokens"])), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS
     )

@@ -18,6 +18,7 @@ from starlette.applications import Starlette
 
 import api.services
 from api.app import create_app as create_tokenspool_app
+from api.hub import Wake, Woken
 
 
 class PerStreamHub:
@@ -53,12 +54,12 @@ class _BlockingWatch:
         self._conn = conn
         self._key = key
 
-    async def wait(self, cursor: str, timeout: float) -> bool:
+    async def wait(self, cursor: str, timeout: float) -> Wake:
         try:
             got = await self._conn.xread({self._key: cursor}, count=1, block=max(int(timeout * 1000), 1))
         except RedisError:
-            return True  # let the relay read and surface the outage
-        return bool(got)
+            return Woken.READY  # let the relay read and surface the outage
+        return Woken.READY if got else Woken.TIMED_OUT
 
 
 def create_app() -> Starlette:

@@ -5,6 +5,12 @@ with the exact token ids that produced it, and exactly one terminal entry, `Fini
 `Failed`. Every entry records the attempt epoch that wrote it. Field names are short and
 identical across entries because Redis stores a stream's repeated field names only once.
 
+Entries are built by keyword. `epoch` is 0 until whoever writes the entry stamps it: an
+attempt writes its own epoch (APPEND refuses 0), the END script stamps the next one.
+
+A job stopped by a cancel ends with `Finished` whose reason is "cancelled": the job's status
+becomes cancelled, and each API surface says it its own way (chat: finish_reason "stop").
+
 Invariant for deltas: the text of a delta is the UTF-8 decoding of its token ids' bytes,
 never a partial character, so a new attempt can continue from `prompt + ids` without
 re-tokenizing text. Only the last delta before the terminal entry may hold less text than
@@ -19,39 +25,40 @@ KIND = "k"
 EPOCH = "e"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Started:
     """An attempt began on a worker."""
 
-    epoch: int
+    epoch: int = 0
     worker: str
     prompt_tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Delta:
     """Generated text, with the token ids it decodes from."""
 
-    epoch: int
+    epoch: int = 0
     text: str
     token_ids: tuple[int, ...]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Finished:
-    """Terminal: generation ended normally."""
+    """Terminal: generation ended normally, or was cancelled."""
 
-    epoch: int
-    finish_reason: str  # "stop" or "length"
+    epoch: int = 0
+    finish_reason: str  # one of FINISH_REASONS
     prompt_tokens: int
     completion_tokens: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Failed:
-    """Terminal: the job cannot produce (more) output; an OpenAI error object."""
+    """Terminal: the job cannot produce (more) output; an OpenAI error object (built from the
+    catalogue in `contract.errors`)."""
 
-    epoch: int
+    epoch: int = 0
     message: str
     type: str
     code: str
@@ -61,7 +68,8 @@ class Failed:
 Entry = Started | Delta | Finished | Failed
 TERMINAL = (Finished, Failed)
 
-FINISH_REASONS = ("stop", "length")
+STOP, LENGTH, CANCELLED = "stop", "length", "cancelled"
+FINISH_REASONS = (STOP, LENGTH, CANCELLED)
 
 
 def encode(entry: Entry) -> dict[str, str]:
@@ -104,14 +112,15 @@ def encode(entry: Entry) -> dict[str, str]:
     raise TypeError(f"not a stream entry: {entry!r}")
 
 
-def _text(value: str | bytes) -> str:
+def as_text(value: str | bytes) -> str:
+    """A Redis reply (bytes, as redis-py returns them without decode_responses) as a string."""
     return value.decode("utf-8") if isinstance(value, bytes) else value
 
 
 def decode(raw: dict, token_ids: bool = True) -> Entry:
     """Stream fields (str or bytes keys/values, as redis-py returns them) -> entry. With
     `token_ids=False` a delta's ids are not parsed (left empty): the API relays text only."""
-    f = {_text(k): _text(v) for k, v in raw.items()}
+    f = {as_text(k): as_text(v) for k, v in raw.items()}
     kind = f.get(KIND)
     epoch = int(f[EPOCH])
     if kind == "d":

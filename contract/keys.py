@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rq import Queue
+
 PREFIX = "ts"
 
 # The only function a tokenspool worker will execute; the API enqueues it by this path.
-JOB_FUNCTION = "worker.jobs.generate"
+JOB_FUNCTION = "worker.runner.generate"
 
 
 def job(completion_id: str) -> str:
@@ -118,11 +120,16 @@ def queue_name(model: str) -> str:
     return model
 
 
+def queue_key(model: str) -> str:
+    """LIST: a model's waiting jobs (RQ's own key for `queue_name(model)`)."""
+    return Queue.redis_queue_namespace_prefix + queue_name(model)
+
+
 class JobField:
     """Field names of the job HASH."""
 
     MODEL = "model"
-    KIND = "kind"  # "chat" or "text"
+    SURFACE = "surface"  # the API surface that created it ("chat", "text"): api.surfaces
     CREATED = "created"  # unix seconds, stamped by the API into every chunk
     STATUS = "status"  # see JobStatus
     EPOCH = "epoch"  # fencing token; only the attempt holding the current epoch may write
@@ -143,3 +150,6 @@ class JobStatus:
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"
+    CANCELLED = "cancelled"  # ended by a cancel (or a client gone), whatever it had generated
+
+    ENDED = (DONE, FAILED, CANCELLED)

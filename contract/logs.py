@@ -11,8 +11,9 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
-import os
 import time
+
+from contract.settings import Shared
 
 _completion: contextvars.ContextVar[str] = contextvars.ContextVar("completion_id", default="")
 
@@ -46,11 +47,9 @@ class _TextFormatter(logging.Formatter):
         return f"{line} [{cid}]" if cid else line
 
 
-def configure(process: str, env: dict[str, str] | None = None) -> None:
+def configure(process: str, settings: Shared) -> None:
     """Send every log line (ours, uvicorn's, RQ's) to stderr in the chosen format."""
-    e = os.environ if env is None else env
-    fmt = e.get("LOG_FORMAT", "json")
-    if fmt == "json":
+    if settings.log_format == "json":
         formatter: logging.Formatter = JSONFormatter()
     else:
         formatter = _TextFormatter(f"%(asctime)s %(levelname)s {process} %(name)s %(message)s")
@@ -58,7 +57,7 @@ def configure(process: str, env: dict[str, str] | None = None) -> None:
     handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
-    root.setLevel(e.get("LOG_LEVEL", "INFO").upper())
+    root.setLevel(settings.log_level.upper())
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
         if logger.handlers:  # uvicorn's own handlers (none for the access log if disabled)

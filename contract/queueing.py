@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
 
 import redis
 from rq import Queue
@@ -21,31 +19,7 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from contract import keys, scripts
-
-
-@dataclass(frozen=True)
-class Recovery:
-    """How jobs live and move between workers; the API and the workers read the same
-    settings (MAX_ATTEMPTS, RESUME_WAIT_SECONDS, JOB_TIMEOUT_SECONDS, JOB_TTL_SECONDS,
-    RETENTION_SECONDS)."""
-
-    max_attempts: int = 3
-    resume_wait_s: float = 30.0
-    job_timeout_s: int = 1800
-    job_ttl_s: int = 86_400
-    retention_s: int = 3600
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> Recovery:
-        """The same variables for the API and the workers: both must agree on them."""
-        d = cls()
-        return cls(
-            max_attempts=int(env.get("MAX_ATTEMPTS", d.max_attempts)),
-            resume_wait_s=float(env.get("RESUME_WAIT_SECONDS", d.resume_wait_s)),
-            job_timeout_s=int(env.get("JOB_TIMEOUT_SECONDS", d.job_timeout_s)),
-            job_ttl_s=int(env.get("JOB_TTL_SECONDS", d.job_ttl_s)),
-            retention_s=int(env.get("RETENTION_SECONDS", d.retention_s)),
-        )
+from contract.settings import Recovery
 
 
 def enqueue(client: redis.Redis, spec: dict, job_id: str, recovery: Recovery) -> None:

@@ -4,8 +4,9 @@ Each script runs atomically in Redis, so "is this attempt still the current one,
 ended, should it stop" is checked in the same step as the write:
 
 - `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
-  attempt, marks the job running and alive, unless the job has ended or waited past its
-  start deadline. Returns the new epoch and whether a cancel is due.
+  attempt, marks the job running and alive, unless the job has ended; a job that waited past
+  its start deadline is ended instead (`END_IF_LATE`'s rule). Returns the new epoch and
+  whether a cancel is due.
 - `APPEND` writes one or more entries of an attempt (a worker batches what piled up while
   its previous write was in flight): refused with a `FENCED` error unless the epoch is
   current and the job has not ended; a terminal entry marks the job ended and starts its
@@ -18,6 +19,8 @@ ended, should it stop" is checked in the same step as the write:
   `worker_lost` once the attempts are used up.
 - `END` lets anyone else (the API) end a job with a terminal entry, fencing out the running
   attempt, if any.
+- `END_IF_LATE` ends a queued job that no worker (re)started by its deadline: `queue_timeout`,
+  or `worker_lost` if an attempt ran before (the relay calls it for a job it watches).
 
 The scripts use only commands Redis 7.0 has. Per-job keys share the completion id's hash
 tag; `RUNNING` is one global index (RQ does not run on Redis Cluster either).
@@ -27,9 +30,29 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from contract import keys
-from contract.entries import EPOCH, Entry, Failed, Finished, encode
+from contract import errors, keys
+from contract.entries import CANCELLED, EPOCH, Entry, Failed, Finished, encode
 from contract.keys import JobField, JobStatus
+
+
+def _lua_string(value: str) -> str:
+    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def _lua_fields(entry: Failed) -> str:
+    """A terminal entry's fields (without the epoch) as a Lua table literal."""
+    return "{" + ", ".join(_lua_string(x) for x in _without_epoch(entry)) + "}"
+
+
+def _flat(fields: dict[str, str]) -> list[str]:
+    return [x for pair in fields.items() for x in pair]
+
+
+def _without_epoch(entry: Entry) -> list[str]:
+    fields = encode(entry)
+    del fields[EPOCH]
+    return _flat(fields)
+
 
 _LIB = f"""
 local function now_ms()
@@ -54,27 +77,36 @@ local function close(job, events, running, alive, id, status, retention, fields,
   redis.call('ZREM', running, id)
   redis.call('DEL', alive)
 end
+local QUEUE_TIMEOUT = {_lua_fields(errors.QUEUE_TIMEOUT.entry())}
+local WORKER_LOST = {_lua_fields(errors.WORKER_LOST.entry())}
+-- A queued job past its start deadline ends: queue_timeout, or worker_lost if an attempt ran.
+local function end_if_late(job, events, running, alive, id, retention)
+  if redis.call('HGET', job, '{JobField.STATUS}') ~= '{JobStatus.QUEUED}' then return 0 end
+  local start_by = redis.call('HGET', job, '{JobField.START_BY}')
+  if not start_by or now_ms() <= tonumber(start_by) then return 0 end
+  local late = QUEUE_TIMEOUT
+  if tonumber(redis.call('HGET', job, '{JobField.ATTEMPTS}') or '0') > 0 then late = WORKER_LOST end
+  close(job, events, running, alive, id, '{JobStatus.FAILED}', retention, late, 1)
+  return 1
+end
 """
 
 CLAIM = (
     _LIB
     + f"""
--- KEYS[1]=job hash, KEYS[2]=running index, KEYS[3]=alive key
--- ARGV[1]=worker name, ARGV[2]=completion id, ARGV[3]=heartbeat window ms
+-- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
+-- ARGV[1]=worker name, ARGV[2]=completion id, ARGV[3]=heartbeat window ms,
+-- ARGV[4]=retention seconds (for a job that it ends as late)
 -- Returns {{epoch, cancel}}: epoch -1 = the job is gone (expired or purged), 0 = it has
--- ended, or waited too long in the queue (then the caller ends it: see `late_error`).
+-- ended, or had waited too long in the queue (then this call ended it).
 if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0}} end
-local start_by = redis.call('HGET', KEYS[1], '{JobField.START_BY}')
-if start_by and redis.call('HGET', KEYS[1], '{JobField.STATUS}') == '{JobStatus.QUEUED}'
-   and now_ms() > tonumber(start_by) then
-  return {{0, 0}}
-end
+if end_if_late(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[4]) == 1 then return {{0, 0}} end
 local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 redis.call('HINCRBY', KEYS[1], '{JobField.ATTEMPTS}', 1)
 redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.RUNNING}', '{JobField.WORKER}', ARGV[1])
-redis.call('ZADD', KEYS[2], now_ms(), ARGV[2])
-redis.call('SET', KEYS[3], epoch, 'PX', ARGV[3])
+redis.call('ZADD', KEYS[3], now_ms(), ARGV[2])
+redis.call('SET', KEYS[4], epoch, 'PX', ARGV[3])
 return {{epoch, cancel_due(KEYS[1])}}
 """
 )
@@ -134,8 +166,7 @@ ABANDON = (
     + f"""
 -- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
 -- ARGV[1]=the epoch being abandoned, ARGV[2]=completion id, ARGV[3]=max attempts,
--- ARGV[4]=ms a new attempt has to start, ARGV[5]=retention seconds,
--- ARGV[6..]=fields of the worker_lost entry (without epoch).
+-- ARGV[4]=ms a new attempt has to start, ARGV[5]=retention seconds.
 -- Returns 1 = requeue it (the caller enqueues the continuation), 2 = ended (worker_lost),
 -- 0 = nothing to do (the job ended, or that attempt is no longer current).
 if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
@@ -145,7 +176,7 @@ if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
 end
 local attempts = tonumber(redis.call('HGET', KEYS[1], '{JobField.ATTEMPTS}') or '0')
 if attempts >= tonumber(ARGV[3]) then
-  close(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], '{JobStatus.FAILED}', ARGV[5], ARGV, 6)
+  close(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], '{JobStatus.FAILED}', ARGV[5], WORKER_LOST, 1)
   return 2
 end
 redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
@@ -173,45 +204,34 @@ return 1
 """
 )
 
+END_IF_LATE = (
+    _LIB
+    + """
+-- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
+-- ARGV[1]=completion id, ARGV[2]=retention seconds.
+-- Returns 1 if this call ended the job (queued past its deadline), else 0.
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+return end_if_late(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+"""
+)
+
 FENCED = "FENCED"
-
-QUEUE_TIMEOUT = Failed(
-    epoch=0,
-    message="No worker started this request in time; try again later.",
-    type="server_error",
-    code="queue_timeout",
-)
-WORKER_LOST = Failed(
-    epoch=0,
-    message="The worker generating this completion was lost and no other worker could resume it.",
-    type="server_error",
-    code="worker_lost",
-)
-
-
-def late_error(attempts: int) -> Failed:
-    """What a job that no worker (re)started in time ends with."""
-    return WORKER_LOST if attempts > 0 else QUEUE_TIMEOUT
 
 
 def final_status(entry: Entry) -> str:
     """The job status a terminal entry sets ('' for a non-terminal one)."""
     if isinstance(entry, Finished):
-        return JobStatus.DONE
+        return JobStatus.CANCELLED if entry.finish_reason == CANCELLED else JobStatus.DONE
     if isinstance(entry, Failed):
         return JobStatus.FAILED
     return ""
 
 
-def _flat(fields: dict[str, str]) -> list[str]:
-    return [x for pair in fields.items() for x in pair]
-
-
 def append_args(completion_id: str, batch: Sequence[Entry], retention_s: int) -> list[str]:
     """ARGV for APPEND: one attempt's entries, in order (the epoch comes from the entries;
     only the last may be terminal)."""
-    if not batch or any(e.epoch != batch[0].epoch for e in batch):
-        raise ValueError("APPEND takes one or more entries of one attempt")
+    if not batch or batch[0].epoch < 1 or any(e.epoch != batch[0].epoch for e in batch):
+        raise ValueError("APPEND takes one or more entries of one (stamped) attempt")
     if any(final_status(e) for e in batch[:-1]):
         raise ValueError("a terminal entry must be the last one")
     out = [str(batch[0].epoch), final_status(batch[-1]), str(retention_s), completion_id, str(len(batch))]
@@ -219,12 +239,6 @@ def append_args(completion_id: str, batch: Sequence[Entry], retention_s: int) ->
         fields = _flat(encode(entry))
         out += [str(len(fields)), *fields]
     return out
-
-
-def _without_epoch(entry: Entry) -> list[str]:
-    fields = encode(entry)
-    del fields[EPOCH]
-    return _flat(fields)
 
 
 def end_args(
@@ -237,16 +251,17 @@ def end_args(
 def abandon_args(
     completion_id: str, epoch: int, max_attempts: int, resume_wait_ms: int, retention_s: int
 ) -> list[str]:
-    return [
-        str(epoch),
-        completion_id,
-        str(max_attempts),
-        str(resume_wait_ms),
-        str(retention_s),
-        *_without_epoch(WORKER_LOST),
-    ]
+    return [str(epoch), completion_id, str(max_attempts), str(resume_wait_ms), str(retention_s)]
+
+
+def claim_args(worker: str, completion_id: str, window_ms: int, retention_s: int) -> list[str]:
+    return [worker, completion_id, str(window_ms), str(retention_s)]
+
+
+def end_if_late_args(completion_id: str, retention_s: int) -> list[str]:
+    return [completion_id, str(retention_s)]
 
 
 def job_keys(completion_id: str) -> list[str]:
-    """KEYS for APPEND, ABANDON and END: job hash, events, running index, alive key."""
+    """KEYS for every script but BEAT: job hash, events, running index, alive key."""
     return [keys.job(completion_id), keys.events(completion_id), keys.RUNNING, keys.alive(completion_id)]

@@ -7,7 +7,6 @@ real server."""
 from __future__ import annotations
 
 import json
-import re
 import socket
 from pathlib import Path
 
@@ -19,8 +18,9 @@ import yaml
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
-from api.jobs import queue_key
 from api.settings import Settings
+from contract import keys
+from contract.settings import rows
 from devstack.processes import ROOT, _spawn, _wait, free_port, redis_binary
 from worker.settings import WorkerSettings
 
@@ -130,7 +130,7 @@ def test_manifests_agree_with_each_other_and_the_code():
     model = env_of(worker["containers"][0])["MODEL_NAME"]
     assert model in env_of(api["containers"][0])["KNOWN_MODELS"].split(",")  # accepted at zero
     triggers = {t["type"]: t["metadata"] for t in scaled["triggers"]}
-    assert triggers["redis"]["listName"] == queue_key(model)
+    assert triggers["redis"]["listName"] == keys.queue_key(model)
     host, port = triggers["redis"]["address"].split(":")
     assert host == redis_svc["metadata"]["name"] and int(port) == redis_svc["spec"]["ports"][0]["port"]
     url = triggers["metrics-api"]["url"]
@@ -155,9 +155,8 @@ def test_manifests_agree_with_each_other_and_the_code():
 
 
 def _settings_env_names() -> list[str]:
-    files = ("api/settings.py", "worker/settings.py", "contract/queueing.py")
-    sources = [(ROOT / f).read_text() for f in files]
-    return [n for s in sources for n in re.findall(r'e(?:\.get)?[\(\[]"([A-Z_]+)"', s)]
+    """Every variable either process reads, from the declarations (contract/settings.py)."""
+    return [r.env for r in rows(Settings) + rows(WorkerSettings)]
 
 
 def test_settings_env_names_are_found():

@@ -10,11 +10,13 @@ from rq.serializers import JSONSerializer
 
 from contract import keys, logs
 from worker.heartbeat import Heartbeat
-from worker.jobs import Engine, JobRunner, install
+from worker.link import Link
 from worker.presence import Presence
-from worker.publisher import Publisher
 from worker.rqworker import AllowlistedJob, TokenspoolWorker
+from worker.runner import Engine, JobRunner, install
 from worker.settings import WorkerSettings
+
+log = logging.getLogger("worker")
 
 
 def load_engine(settings: WorkerSettings) -> Engine:
@@ -26,22 +28,19 @@ def load_engine(settings: WorkerSettings) -> Engine:
         )
     from worker.engine import LlamaEngine  # llama_cpp is imported only by workers that need it
 
-    logging.getLogger("tokenspool.worker").info(
-        "loading %s from %s", settings.model_name, settings.model_path
-    )
+    log.info("loading %s from %s", settings.model_name, settings.model_path)
     return LlamaEngine(settings)
 
 
 def main() -> None:
-    logs.configure("worker")
-    log = logging.getLogger("tokenspool.worker")
     settings = WorkerSettings.from_env()
+    logs.configure("worker", settings.shared)
     engine = load_engine(settings)
 
     def connect() -> redis.Redis:
         # Named connections: when this process dies the API sees them vanish at once.
         return redis.Redis.from_url(
-            settings.redis_url,
+            settings.shared.redis_url,
             client_name=keys.WORKER_CONNECTION_PREFIX + settings.name,
             health_check_interval=10,
         )
@@ -51,20 +50,17 @@ def main() -> None:
     heartbeat = Heartbeat(
         connect(), window_ms, interval_s=settings.heartbeat_window_s / 3, stall_s=settings.stall_s
     )
-    recovery = settings.recovery
-    # With several slots, one round trip per batch step rather than one per token.
-    linger = 0.002 if settings.slots > 1 else 0.0
-    publisher = Publisher(client, settings.name, recovery.retention_s, window_ms, linger_s=linger)
     if settings.log_content:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
     runner = JobRunner(
         engine,
-        publisher,
+        Link(client, settings.name, settings.recovery),
         heartbeat,
-        client,
-        recovery,
-        settings.shutdown_grace_s,
-        settings.log_content,
+        window_ms,
+        # With several slots, one round trip per batch step rather than one per token.
+        linger_s=0.002 if settings.slots > 1 else 0.0,
+        shutdown_grace_s=settings.shutdown_grace_s,
+        log_content=settings.log_content,
         slots=settings.slots,
     )
     install(runner)
@@ -91,7 +87,7 @@ def main() -> None:
     )
     try:
         # With IDLE_EXIT_SECONDS the process exits (model unloaded) once no job came for that
-        # long: an autoscaler then brings workers back from the queue depth (README).
+        # long: an autoscaler then brings workers back from the queue depth (docs/operations.md).
         idle = int(settings.idle_exit_s) if settings.idle_exit_s else None
         try:
             worker.work(logging_level="INFO", max_idle_time=idle)

@@ -8,8 +8,8 @@ The batch lists its tokens by slot (see `plan`): llama.cpp computes a batch for 
 split by sequence in one pass only over consecutive sequence ids in increasing order.
 After the decode each sequence that produced logits samples with its own sampler chain, and
 a courier thread hands the step's tokens to the job threads through their sequences' queues
-while the next step computes: waking eight job threads from the scheduler thread cost it
-~0.5 ms a step (each woken thread preempts it), time in which the model computes nothing.
+while the next step computes: each job thread woken from the scheduler thread preempts it,
+and the model computes nothing meanwhile (docs/benchmarks.md has the figures).
 
 A sequence its job closes (done, cancelled, fenced, shut down) leaves at the next step: its
 slot takes the next job at once, without waiting for the others. A slot keeps the KV of its
@@ -33,7 +33,7 @@ import llama_cpp
 from contract.keys import BatchCounters
 from worker.sampling import Sampler
 
-log = logging.getLogger("tokenspool.worker")
+log = logging.getLogger(__name__)
 
 
 class EngineFailed(RuntimeError):
@@ -287,10 +287,8 @@ def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
 
     llama.cpp computes a step in one pass only over consecutive slots (see `plan`), so a
     job ending in the middle (slots 0-2 and 4-7 running) costs a second pass on every step
-    until a new job takes its slot (SmolLM2 on 2 cores: 81 against 73 ms a step; four
-    sequences in slots 0, 2, 4, 6: 95 against 46 ms). When no job does, the highest running
-    sequence moves into the lowest gap: llama.cpp copies its slot's KV once (~20 ms at
-    N_CTX=4096 here).
+    until a new job takes its slot (docs/benchmarks.md). When no job does, the highest
+    running sequence moves into the lowest gap: llama.cpp copies its slot's KV once.
     """
     running, free = sorted(running), sorted(free)
     moves: list[tuple[int, int]] = []

@@ -2,7 +2,7 @@
 
 The engine turns a job into prompt token ids (worker.prompts) and then into a stream of
 (token id, bytes) pairs, produced by the batching scheduler (worker.batching) together with
-the other jobs' tokens. It knows nothing of Redis or of the stream contract; `worker.jobs`
+the other jobs' tokens. It knows nothing of Redis or of the stream contract; `worker.runner`
 decides when to stop and what to publish. SLOTS=1 is the single-sequence worker: the same
 code with one slot.
 
@@ -29,7 +29,7 @@ from worker.prompts import ChatPrompts
 from worker.sampling import Sampler
 from worker.settings import WorkerSettings
 
-log = logging.getLogger("tokenspool.worker")
+log = logging.getLogger(__name__)
 
 _KV_BYTES = 2  # f16 keys and values
 _MAX_UBATCH = 512
@@ -69,7 +69,7 @@ class LlamaEngine:
         cparams.n_seq_max = self.slots
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
         # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
-        # its compute buffer grows with it (~100 MiB at 512 for SmolLM2 at 8 x 4096).
+        # its compute buffer grows with it.
         cparams.n_batch = batching.batch_capacity(self.slots, settings.prefill_chunk)
         cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
         # llama-cpp-python's defaults: half the cores for one sequence, all for batches.

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from contract import errors
+
 
 class PromptRejected(ValueError):
-    code = "invalid_request"
+    error = errors.INVALID_REQUEST
 
     def __init__(self, message: str, param: str) -> None:
         super().__init__(message)
@@ -12,7 +14,7 @@ class PromptRejected(ValueError):
 
 
 class PromptTooLong(PromptRejected):
-    code = "context_length_exceeded"
+    error = errors.CONTEXT_LENGTH
 
     def __init__(self, prompt_tokens: int, n_ctx: int, param: str) -> None:
         super().__init__(

@@ -21,9 +21,10 @@ import time
 import redis
 
 from contract import keys, scripts
-from worker.publisher import Attempt
+from worker.claims import Attempt
+from worker.periodic import Periodic
 
-log = logging.getLogger("tokenspool.worker")
+log = logging.getLogger(__name__)
 
 
 class Heartbeat:
@@ -33,18 +34,15 @@ class Heartbeat:
         self._beat = client.register_script(scripts.BEAT)
         self._stall = stall_s
         self._window_ms = window_ms
-        self._interval = interval_s
         self._attempts: dict[str, Attempt] = {}
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="heartbeat", daemon=True)
+        self._thread = Periodic("heartbeat", interval_s, self.beat)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.stop()
 
     def track(self, attempt: Attempt) -> None:
         with self._lock:
@@ -71,10 +69,3 @@ class Heartbeat:
             )
             if not current:
                 a.fenced = True
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._interval):
-            try:
-                self.beat()
-            except redis.RedisError as exc:
-                log.warning("heartbeat failed: %s", exc)

@@ -10,8 +10,6 @@ computes (ctypes releases the GIL) and stops the moment the process dies.
 from __future__ import annotations
 
 import contextlib
-import logging
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -20,8 +18,7 @@ import redis
 
 from contract import keys
 from contract.keys import BatchCounters
-
-log = logging.getLogger("tokenspool.worker")
+from worker.periodic import Periodic
 
 
 class Presence:
@@ -37,12 +34,10 @@ class Presence:
         self._r = client
         self._model = model
         self._worker = worker
-        self._every = every_s
         self._slots = slots
         self._counters = counters  # read from the scheduler thread's live counters
         self._flushed = BatchCounters()
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name="presence", daemon=True)
+        self._thread = Periodic("presence", every_s, self.announce)
 
     def announce(self) -> None:
         now = BatchCounters(**asdict(self._counters()))
@@ -61,16 +56,8 @@ class Presence:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join(timeout=5)
+        self._thread.stop()
         with contextlib.suppress(redis.RedisError):
             self.announce()  # the last counts
             self._r.zrem(keys.workers(self._model), self._worker)
             self._r.hdel(keys.worker_slots(self._model), self._worker)
-
-    def _loop(self) -> None:
-        while not self._stop.wait(self._every):
-            try:
-                self.announce()
-            except redis.RedisError as exc:
-                log.warning("could not announce worker: %s", exc)

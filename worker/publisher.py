@@ -9,9 +9,9 @@ Deltas are written behind: `delta` queues the entry and returns, and one writer 
 sends everything queued in one round trip (one APPEND per attempt, in a pipeline), so the
 model never waits for Redis and a burst of tokens costs one round trip, not one per token.
 With several slots, the job threads of one batch step publish within a millisecond of each
-other: `linger_s` holds the round trip that long so it carries them all (measured at 8
-streams: 1,158 APPENDs for 1,024 tokens without it; each round trip also wakes Redis and
-the API, which on a CPU worker's machine take cores from the model).
+other: `linger_s` holds the round trip that long so it carries them all (each round trip
+also wakes Redis and the API, which on a CPU worker's machine take cores from the model;
+docs/benchmarks.md).
 What the writer learns comes back through the attempt: `fenced`, `cancelled`, or a write
 error, raised by the attempt's next call. `started`, `finished`, `failed` and `flush` wait
 until everything the attempt queued before them is written.
@@ -23,47 +23,21 @@ import collections
 import logging
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import redis
 from redis.exceptions import NoScriptError
 
-from contract import entries, keys, scripts
-from contract.entries import Delta, Entry, Failed, Finished, Started
+from contract import keys, scripts
+from contract.entries import Delta, Entry, Finished, Started
+from contract.errors import ErrorCode
+from worker.claims import Attempt
+from worker.link import Link
 
-log = logging.getLogger("tokenspool.worker")
+log = logging.getLogger(__name__)
 
 MAX_BATCH = 512  # entries per round trip
 MAX_QUEUED = 8192  # entries waiting before `delta` blocks
-
-
-class Fenced(Exception):
-    """This attempt may not write to the job any more."""
-
-
-class JobGone(Exception):
-    """The job hash does not exist (expired, purged) or the job cannot start (ended, late)."""
-
-
-@dataclass
-class Attempt:
-    """One worker's attempt at one job. `cancelled` turns true once a cancel is due;
-    `fenced` once the heartbeat learns another attempt (or an END) took over."""
-
-    completion_id: str
-    epoch: int
-    cancelled: bool = False
-    fenced: bool = False
-    progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
-    published: int = 0  # tokens this attempt wrote
-    error: Exception | None = None  # a write failed for good: raised by the next call
-
-    def check(self) -> None:
-        """Raise what the writer learned: fenced out, or a write that failed."""
-        if self.fenced:
-            raise Fenced(f"{self.completion_id} epoch {self.epoch}: another attempt took over")
-        if self.error is not None:
-            raise self.error
 
 
 @dataclass
@@ -73,86 +47,38 @@ class _Queued:
     written: threading.Event | None = None  # set once handled, for callers who wait
 
 
-@dataclass(frozen=True)
-class Progress:
-    """What earlier attempts of a job already published."""
-
-    prompt_tokens: int | None = None
-    token_ids: tuple[int, ...] = ()
-    deadline_ms: int | None = None  # the job's overall deadline, if it has one
-
-
 class Publisher:
-    def __init__(
-        self,
-        client: redis.Redis,
-        worker_name: str,
-        retention_s: int,
-        window_ms: int,
-        redis_wait_s: float = 15.0,
-        linger_s: float = 0.0,
-    ) -> None:
-        self._client = client
-        self.worker = worker_name
-        self._retention = retention_s
-        self._window_ms = window_ms
-        self._redis_wait = redis_wait_s
+    def __init__(self, link: Link, linger_s: float = 0.0) -> None:
+        self._link = link
+        self._client = link.client
         self._linger = linger_s
-        self._claim = client.register_script(scripts.CLAIM)
-        self._append = client.register_script(scripts.APPEND)
-        self._end = client.register_script(scripts.END)
+        self._append = link.client.register_script(scripts.APPEND)
         self._queue: collections.deque[_Queued] = collections.deque()
         self._cv = threading.Condition()
         self._writer = threading.Thread(target=self._write_loop, name="publisher", daemon=True)
         self._writer.start()
 
-    def claim(self, completion_id: str) -> Attempt:
-        """Start a new attempt at a job (fencing out every earlier one)."""
-        epoch, cancel = self._retry(
-            lambda: self._claim(
-                keys=[keys.job(completion_id), keys.RUNNING, keys.alive(completion_id)],
-                args=[self.worker, completion_id, self._window_ms],
-            )
-        )
-        if epoch <= 0:
-            if epoch == 0:
-                self.end_if_late(completion_id)
-            raise JobGone(completion_id)
-        return Attempt(completion_id=completion_id, epoch=int(epoch), cancelled=bool(cancel))
-
-    def progress(self, completion_id: str) -> Progress:
-        """Read back what earlier attempts published (token ids are the contract's truth)."""
-        prompt_tokens = None
-        ids: list[int] = []
-        after = "-"
-        stream = keys.events(completion_id)
-        while True:
-            rows = self._retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
-            for _, fields in rows:
-                entry = entries.decode(fields)
-                if isinstance(entry, Started) and prompt_tokens is None:
-                    prompt_tokens = entry.prompt_tokens
-                elif isinstance(entry, Delta):
-                    ids.extend(entry.token_ids)
-            if len(rows) < 1000:
-                deadline = self._retry(
-                    lambda: self._client.hget(keys.job(completion_id), keys.JobField.DEADLINE)
-                )
-                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None)
-            after = "(" + rows[-1][0].decode()
-
     def started(self, attempt: Attempt, prompt_tokens: int) -> None:
-        self._submit(attempt, Started(attempt.epoch, self.worker, prompt_tokens), wait=True)
+        entry = Started(epoch=attempt.epoch, worker=self._link.worker, prompt_tokens=prompt_tokens)
+        self._submit(attempt, entry, wait=True)
 
     def delta(self, attempt: Attempt, text: str, token_ids: tuple[int, ...]) -> None:
         """Queue generated text; returns at once (raises what an earlier write learned)."""
-        self._submit(attempt, Delta(attempt.epoch, text, token_ids), wait=False)
+        self._submit(attempt, Delta(epoch=attempt.epoch, text=text, token_ids=token_ids), wait=False)
 
     def finished(self, attempt: Attempt, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
-        self._submit(attempt, Finished(attempt.epoch, reason, prompt_tokens, completion_tokens), wait=True)
+        entry = Finished(
+            epoch=attempt.epoch,
+            finish_reason=reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+        self._submit(attempt, entry, wait=True)
 
-    def failed(self, attempt: Attempt, message: str, type_: str, code: str, param: str | None = None) -> None:
-        self._submit(attempt, Failed(attempt.epoch, message, type_, code, param), wait=True)
+    def failed(
+        self, attempt: Attempt, error: ErrorCode, message: str | None = None, param: str | None = None
+    ) -> None:
+        self._submit(attempt, error.entry(message, param, epoch=attempt.epoch), wait=True)
 
     def flush(self, attempt: Attempt) -> None:
         """Wait until everything the attempt queued is written (raises what was learned)."""
@@ -165,21 +91,6 @@ class Publisher:
                 self._client.hincrby(keys.STATS, keys.StatField.tokens(model), attempt.published)
             except redis.RedisError as exc:
                 log.warning("could not count tokens: %s", exc)
-
-    def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
-        """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""
-        return bool(
-            self._retry(
-                lambda: self._end(
-                    keys=scripts.job_keys(completion_id),
-                    args=scripts.end_args(completion_id, entry, self._retention, only_if_status),
-                )
-            )
-        )
-
-    def end_if_late(self, completion_id: str) -> None:
-        attempts = int(self._client.hget(keys.job(completion_id), keys.JobField.ATTEMPTS) or 0)
-        self.end(completion_id, scripts.late_error(attempts), only_if_status=keys.JobStatus.QUEUED)
 
     def _submit(self, attempt: Attempt, entry: Entry | None, wait: bool) -> None:
         attempt.check()
@@ -224,7 +135,7 @@ class Publisher:
         todo = list(groups.values())
         try:
             while todo:
-                results = self._retry(lambda t=todo: self._append_all(t))
+                results = self._link.retry(lambda t=todo: self._append_all(t))
                 missing = []
                 for (attempt, sent), result in zip(todo, results, strict=True):
                     if isinstance(result, NoScriptError):
@@ -238,7 +149,7 @@ class Publisher:
                         attempt.cancelled = attempt.cancelled or bool(result[1])
                         attempt.published += sum(len(e.token_ids) for e in sent if isinstance(e, Delta))
                 if missing:
-                    self._retry(lambda: self._client.script_load(scripts.APPEND))
+                    self._link.retry(lambda: self._client.script_load(scripts.APPEND))
                 todo = missing
         except redis.RedisError as exc:  # Redis gone for longer than redis_wait_s
             for attempt, _ in todo:
@@ -252,20 +163,6 @@ class Publisher:
                     self._append.sha,
                     len(scripts.job_keys(cid)),
                     *scripts.job_keys(cid),
-                    *scripts.append_args(cid, sent, self._retention),
+                    *scripts.append_args(cid, sent, self._link.recovery.retention_s),
                 )
             return pipe.execute(raise_on_error=False)
-
-    def _retry(self, call):
-        """Run a Redis call, riding out a Redis restart or failover for up to redis_wait_s."""
-        deadline = time.monotonic() + self._redis_wait
-        delay = 0.05
-        while True:
-            try:
-                return call()
-            except (redis.ConnectionError, redis.TimeoutError) as exc:
-                if time.monotonic() + delay > deadline:
-                    raise
-                log.warning("Redis unreachable (%s); retrying in %.2fs", exc, delay)
-                time.sleep(delay)
-                delay = min(delay * 2, 1.0)

@@ -30,9 +30,9 @@ class AllowlistedJob(Job):
     def func(self):
         if self.func_name != JOB_FUNCTION or self.instance is not None:
             raise ForbiddenJob(f"refusing to run {self.func_name!r}: only {JOB_FUNCTION} is allowed")
-        from worker import jobs
+        from worker import runner
 
-        return jobs.generate
+        return runner.generate
 
 
 class TokenspoolWorker(SimpleWorker):
@@ -41,9 +41,9 @@ class TokenspoolWorker(SimpleWorker):
     def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
         """Wait for a free slot first: jobs stay in the queue (where any worker may take
         them) rather than wait inside a busy process."""
-        from worker import jobs
+        from worker.runner import runner as installed
 
-        runner = jobs.runner()
+        runner = installed()
         while not runner.reserve(timeout=1.0):
             self.heartbeat()
             if self._stop_requested:
@@ -62,14 +62,14 @@ class TokenspoolWorker(SimpleWorker):
         return result
 
     def request_stop(self, signum, frame):
-        from worker import jobs
+        from worker.runner import runner
 
-        jobs.runner().request_shutdown()
+        runner().request_shutdown()
         super().request_stop(signum, frame)
 
     def request_force_stop(self, signum, frame):
         """A second signal: hand the running jobs off now (main waits for that)."""
-        from worker import jobs
+        from worker.runner import runner
 
-        jobs.runner().request_shutdown(0.0)
+        runner().request_shutdown(0.0)
         super().request_force_stop(signum, frame)

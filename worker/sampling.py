@@ -6,8 +6,8 @@ then a draw seeded with the job's seed; temperature 0 is greedy. No top-k, min-p
 penalty is added behind the caller's back.
 
 A greedy job without penalties takes the argmax of its logits row directly: llama.cpp's
-chain copies the whole vocabulary into a candidate array on every call (~0.28 ms for
-SmolLM2's 49,152 tokens against ~0.03 ms), and a batch step samples every sequence before
+chain copies the whole vocabulary into a candidate array on every call (ten times the
+argmax, docs/benchmarks.md), and a batch step samples every sequence before
 the next decode can start.
 """
 

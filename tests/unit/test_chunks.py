@@ -4,7 +4,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from api import sse
-from api.chunks import Chunks, completion_object
+from api.chunks import ChatChunks, TextChunks
+from contract.entries import Delta, Failed, Finished
+
+
+def finished(reason: str, prompt: int = 3, completion: int = 4) -> Finished:
+    return Finished(finish_reason=reason, prompt_tokens=prompt, completion_tokens=completion)
 
 
 def decode(raw: bytes) -> dict:
@@ -15,16 +20,16 @@ def decode(raw: bytes) -> dict:
 
 
 def test_chat_chunks_follow_the_openai_shape():
-    c = Chunks("chat", "chatcmpl-1", 123, "m")
+    c = ChatChunks("chatcmpl-1", 123, "m")
     first = c.opening()
     assert first["choices"] == [
         {"index": 0, "delta": {"role": "assistant", "content": ""}, "logprobs": None, "finish_reason": None}
     ]
     assert c.content("hi")["choices"][0]["delta"] == {"content": "hi"}
     assert c.content("hi")["choices"][0]["finish_reason"] is None
-    last = c.finish("stop")["choices"][0]
+    last = c.finish(finished("stop"))["choices"][0]
     assert last["delta"] == {} and last["finish_reason"] == "stop"
-    for chunk in (first, c.content("x"), c.keepalive(), c.finish("length")):
+    for chunk in (first, c.content("x"), c.keepalive(), c.finish(finished("length"))):
         assert (chunk["id"], chunk["object"], chunk["created"], chunk["model"]) == (
             "chatcmpl-1",
             "chat.completion.chunk",
@@ -35,9 +40,9 @@ def test_chat_chunks_follow_the_openai_shape():
 
 
 def test_with_include_usage_every_chunk_has_usage_null_and_the_last_has_it():
-    c = Chunks("chat", "chatcmpl-1", 1, "m", include_usage=True)
+    c = ChatChunks("chatcmpl-1", 1, "m", include_usage=True)
     assert c.opening()["usage"] is None and c.content("x")["usage"] is None
-    u = c.usage(3, 4)
+    u = c.usage(finished("stop"))
     assert u["choices"] == [] and u["usage"] == {
         "prompt_tokens": 3,
         "completion_tokens": 4,
@@ -46,19 +51,19 @@ def test_with_include_usage_every_chunk_has_usage_null_and_the_last_has_it():
 
 
 def test_keepalive_is_an_empty_non_final_chunk():
-    chat = Chunks("chat", "c", 1, "m").keepalive()["choices"][0]
+    chat = ChatChunks("c", 1, "m").keepalive()["choices"][0]
     assert chat["delta"] == {} and chat["finish_reason"] is None
-    text = Chunks("text", "cmpl-1", 1, "m").keepalive()["choices"][0]
+    text = TextChunks("cmpl-1", 1, "m").keepalive()["choices"][0]
     assert text["text"] == "" and text["finish_reason"] is None
 
 
 def test_legacy_chunks_are_text_completion_objects():
-    c = Chunks("text", "cmpl-1", 1, "m")
+    c = TextChunks("cmpl-1", 1, "m")
     assert c.opening() is None
     chunk = c.content("abc")
     assert chunk["object"] == "text_completion"
     assert chunk["choices"] == [{"text": "abc", "index": 0, "logprobs": None, "finish_reason": None}]
-    assert c.finish("length")["choices"][0] == {
+    assert c.finish(finished("length"))["choices"][0] == {
         "text": "",
         "index": 0,
         "logprobs": None,
@@ -77,18 +82,43 @@ def test_sse_event_id_line_comes_first():
     assert sse.DONE == b"data: [DONE]\n\n"
 
 
-def test_completion_objects():
-    chat = completion_object("chat", "chatcmpl-1", 1, "m", "hello", "stop", 2, 3)
-    assert chat["object"] == "chat.completion"
-    assert chat["choices"][0]["message"] == {"role": "assistant", "content": "hello"}
-    assert chat["usage"]["total_tokens"] == 5
-    text = completion_object("text", "cmpl-1", 1, "m", "hello", "length", 2, 3)
-    assert text["object"] == "text_completion" and text["choices"][0]["text"] == "hello"
+def rows(*entries) -> list:
+    return [(f"{n}-0", e) for n, e in enumerate(entries, 1)]
+
+
+def test_answers_from_entries():
+    hello = [Delta(text="hel", token_ids=(1,)), Delta(text="lo", token_ids=(2,))]
+    chat = ChatChunks("chatcmpl-1", 1, "m").answer(rows(*hello, finished("stop", 2, 3)))
+    assert chat is not None and chat.status == 200
+    assert chat.body["object"] == "chat.completion"
+    assert chat.body["choices"][0]["message"] == {"role": "assistant", "content": "hello"}
+    assert chat.body["usage"]["total_tokens"] == 5
+    text = TextChunks("cmpl-1", 1, "m").answer(rows(*hello, finished("length", 2, 3)))
+    assert text is not None and text.body["object"] == "text_completion"
+    assert text.body["choices"][0]["text"] == "hello"
+    assert TextChunks("cmpl-1", 1, "m").answer(rows(*hello)) is None  # not ended yet
+
+
+def test_a_failure_answers_with_its_status():
+    lost = Failed(message="gone", type="server_error", code="worker_lost")
+    answer = ChatChunks("chatcmpl-1", 1, "m").answer(rows(Delta(text="x", token_ids=(1,)), lost))
+    assert answer is not None and answer.status == 503
+    assert answer.body == {
+        "error": {"message": "gone", "type": "server_error", "param": None, "code": "worker_lost"}
+    }
+
+
+def test_a_cancelled_job_finishes_with_stop_on_the_completion_surfaces():
+    c = ChatChunks("chatcmpl-1", 1, "m")
+    assert c.finish(finished("cancelled"))["choices"][0]["finish_reason"] == "stop"
+    answer = c.answer(rows(finished("cancelled", 2, 0)))
+    assert answer is not None and answer.body["choices"][0]["finish_reason"] == "stop"
 
 
 @settings(max_examples=300)
 @given(text=st.text(), kind=st.sampled_from(["chat", "text"]), usage=st.booleans())
 def test_templated_content_events_are_byte_identical(text, kind, usage):
-    chunks = Chunks(kind, "chatcmpl-x" if kind == "chat" else "cmpl-x", 1, "m", include_usage=usage)
+    make = ChatChunks if kind == "chat" else TextChunks
+    chunks = make("chatcmpl-x" if kind == "chat" else "cmpl-x", 1, "m", include_usage=usage)
     fast = sse.ContentEvents(chunks.content)
     assert fast.event(text, "17-3") == sse.event(chunks.content(text), "17-3")

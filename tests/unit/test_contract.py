@@ -22,12 +22,18 @@ def test_queue_is_named_after_the_model():
 @pytest.mark.parametrize(
     "entry",
     [
-        Started(1, "w-1", 12),
-        Delta(2, "héllo\n", (1, 2, 3)),
-        Delta(1, "", ()),
-        Finished(3, "length", 10, 20),
-        Failed(1, "too long", "invalid_request_error", "context_length_exceeded", "messages"),
-        Failed(1, "lost", "server_error", "worker_lost"),
+        Started(epoch=1, worker="w-1", prompt_tokens=12),
+        Delta(epoch=2, text="héllo\n", token_ids=(1, 2, 3)),
+        Delta(epoch=1, text="", token_ids=()),
+        Finished(epoch=3, finish_reason="length", prompt_tokens=10, completion_tokens=20),
+        Failed(
+            epoch=1,
+            message="too long",
+            type="invalid_request_error",
+            code="context_length_exceeded",
+            param="messages",
+        ),
+        Failed(epoch=1, message="lost", type="server_error", code="worker_lost"),
     ],
 )
 def test_entries_round_trip_through_redis_field_encoding(entry):
@@ -39,14 +45,14 @@ def test_entries_round_trip_through_redis_field_encoding(entry):
 
 
 def test_terminal_entries():
-    assert entries.is_terminal(Finished(1, "stop", 1, 1))
-    assert entries.is_terminal(Failed(1, "m", "t", "c"))
-    assert not entries.is_terminal(Delta(1, "x", (1,)))
+    assert entries.is_terminal(Finished(epoch=1, finish_reason="stop", prompt_tokens=1, completion_tokens=1))
+    assert entries.is_terminal(Failed(epoch=1, message="m", type="t", code="c"))
+    assert not entries.is_terminal(Delta(epoch=1, text="x", token_ids=(1,)))
 
 
 def test_finish_reason_must_be_stop_or_length():
     with pytest.raises(ValueError):
-        entries.encode(Finished(1, "", 1, 1))
+        entries.encode(Finished(epoch=1, finish_reason="", prompt_tokens=1, completion_tokens=1))
 
 
 def test_unknown_entry_kind_is_rejected():

@@ -2,8 +2,12 @@ import fakeredis
 
 from contract import keys
 from contract.keys import JobField
+from contract.settings import Recovery
+from worker.claims import Claims
 from worker.heartbeat import Heartbeat
-from worker.publisher import Publisher
+from worker.link import Link
+
+RECOVERY = Recovery(retention_s=60)
 
 CID = "chatcmpl-hb"
 
@@ -11,7 +15,7 @@ CID = "chatcmpl-hb"
 def setup():
     r = fakeredis.FakeRedis()
     r.hset(keys.job(CID), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0})
-    attempt = Publisher(r, "w1", 60, 3000).claim(CID)
+    attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
     return r, attempt
 
 

@@ -9,7 +9,12 @@ import fakeredis
 from contract import entries, keys
 from contract.entries import Delta
 from contract.keys import JobField
+from contract.settings import Recovery
+from worker.claims import Claims
+from worker.link import Link
 from worker.publisher import Publisher
+
+RECOVERY = Recovery(retention_s=60)
 
 IDS = [f"chatcmpl-pub{i}" for i in range(4)]
 WARM = "chatcmpl-warm"
@@ -31,12 +36,13 @@ def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.Fake
     r = fakeredis.FakeRedis()
     for cid in [WARM, *IDS]:
         r.hset(keys.job(cid), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0})
-    pub = CountingPublisher(r, "w1", 60, 3000, linger_s=linger_s)
-    warm = pub.claim(WARM)  # the first write loads the Lua script into Redis: not counted
+    pub = CountingPublisher(Link(r, "w1", RECOVERY), linger_s=linger_s)
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    warm = claims.claim(WARM)  # the first write loads the Lua script into Redis: not counted
     pub.delta(warm, "w", (0,))
     pub.flush(warm)
     pub.trips.clear()
-    attempts = [pub.claim(cid) for cid in IDS]
+    attempts = [claims.claim(cid) for cid in IDS]
     for i, a in enumerate(attempts):  # one batch step: the job threads publish a few ms apart
         pub.delta(a, f"t{i}", (i,))
         time.sleep(0.02)
@@ -50,7 +56,7 @@ def test_with_linger_one_round_trip_carries_every_job_of_a_step():
     assert pub.trips == [IDS]
     for i, cid in enumerate(IDS):
         deltas = [entries.decode(f) for _, f in r.xrange(keys.events(cid))]
-        assert deltas == [Delta(1, f"t{i}", (i,))]
+        assert deltas == [Delta(epoch=1, text=f"t{i}", token_ids=(i,))]
 
 
 def test_without_linger_each_delta_is_written_at_once():

@@ -8,8 +8,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from api.bodies import ChatRequest, CompletionRequest, parse
 from api.errors import APIError
-from api.requests import ChatRequest, CompletionRequest, Limits, enforce, parse
+from api.settings import Limits
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 values = st.recursive(
@@ -48,7 +49,7 @@ LIMITS = Limits(max_messages=2, max_prompt_chars=50, max_tokens=100, max_stop=2,
 def check(model, raw: bytes) -> None:
     try:
         req = parse(model, raw)
-        enforce(req, LIMITS)
+        req.enforce(LIMITS)
     except APIError as exc:
         assert exc.status == 400
         body = exc.body()["error"]

@@ -7,7 +7,12 @@ import redis
 from contract import entries, keys, scripts
 from contract.entries import Delta, Failed, Finished
 from contract.keys import JobField, JobStatus
-from worker.publisher import Fenced, JobGone, Publisher
+from contract.settings import Recovery
+from worker.claims import Claims, Fenced, JobGone
+from worker.link import Link
+from worker.publisher import Publisher
+
+RECOVERY = Recovery(retention_s=60)
 
 CID = "chatcmpl-test"
 
@@ -25,8 +30,9 @@ def stream(r):
 
 
 def test_claim_starts_epoch_one_and_appends_are_accepted(r):
-    pub = Publisher(r, "w1", retention_s=60, window_ms=3000)
-    attempt = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    attempt = claims.claim(CID)
     assert attempt.epoch == 1 and not attempt.cancelled
     pub.started(attempt, 5)
     pub.delta(attempt, "hi", (7,))
@@ -38,19 +44,22 @@ def test_claim_starts_epoch_one_and_appends_are_accepted(r):
 
 
 def test_stream_created_by_first_append_lives_as_long_as_the_job(r):
-    pub = Publisher(r, "w1", retention_s=60, window_ms=3000)
-    attempt = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    attempt = claims.claim(CID)
     pub.started(attempt, 1)
     assert 900 < r.ttl(keys.events(CID)) <= 1000
 
 
 def test_a_stale_attempt_cannot_write_one_more_token(r):
-    old = Publisher(r, "w-old", 60, 3000)
-    new = Publisher(r, "w-new", 60, 3000)
-    a1 = old.claim(CID)
+    old = Publisher(Link(r, "w-old", RECOVERY))
+    old_claims = Claims(Link(r, "w-old", RECOVERY), 3000)
+    new = Publisher(Link(r, "w-new", RECOVERY))
+    new_claims = Claims(Link(r, "w-new", RECOVERY), 3000)
+    a1 = old_claims.claim(CID)
     old.delta(a1, "a", (1,))
     old.flush(a1)
-    a2 = new.claim(CID)
+    a2 = new_claims.claim(CID)
     assert a2.epoch == a1.epoch + 1
     old.delta(a1, "b", (2,))  # written behind: the refusal comes back with the next call
     with pytest.raises(Fenced):
@@ -63,22 +72,24 @@ def test_a_stale_attempt_cannot_write_one_more_token(r):
 
 
 def test_nothing_is_written_after_the_terminal_entry(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     pub.finished(a, "stop", 1, 0)
     with pytest.raises(Fenced):
         pub.delta(a, "late", (1,))
         pub.flush(a)
     with pytest.raises(JobGone):
-        pub.claim(CID)
+        claims.claim(CID)
     assert sum(entries.is_terminal(e) for e in stream(r)) == 1
 
 
 def test_end_fences_out_the_running_attempt(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     end = r.register_script(scripts.END)
-    lost = Failed(0, "gone", "server_error", "worker_lost")
+    lost = Failed(epoch=0, message="gone", type="server_error", code="worker_lost")
     assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 1
     assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 0
     assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
@@ -91,17 +102,18 @@ def test_end_fences_out_the_running_attempt(r):
 
 
 def test_end_only_if_status_leaves_a_running_job_alone(r):
-    Publisher(r, "w1", 60, 3000).claim(CID)
+    Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
     end = r.register_script(scripts.END)
-    timeout = Failed(0, "late", "server_error", "queue_timeout")
+    timeout = Failed(epoch=0, message="late", type="server_error", code="queue_timeout")
     args = scripts.end_args(CID, timeout, 60, only_if_status=JobStatus.QUEUED)
     assert end(keys=scripts.job_keys(CID), args=args) == 0
     assert stream(r) == []
 
 
 def test_cancel_flag_is_returned_by_the_append_once_due(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     pub.delta(a, "a", (1,))
     pub.flush(a)
     assert not a.cancelled
@@ -115,14 +127,14 @@ def test_cancel_in_the_future_is_not_due_yet(r):
     import time
 
     r.hset(keys.job(CID), JobField.CANCEL_AT, int(time.time() * 1000) + 60_000)
-    a = Publisher(r, "w1", 60, 3000).claim(CID)
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
     assert not a.cancelled
 
 
 def test_claim_refuses_a_job_past_its_start_deadline_and_ends_it(r):
     r.hset(keys.job(CID), JobField.START_BY, 1)
     with pytest.raises(JobGone):
-        Publisher(r, "w1", 60, 3000).claim(CID)
+        Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
     (last,) = stream(r)
     assert isinstance(last, Failed) and last.code == "queue_timeout"
 
@@ -130,18 +142,19 @@ def test_claim_refuses_a_job_past_its_start_deadline_and_ends_it(r):
 def test_a_requeued_job_past_its_deadline_ends_with_worker_lost(r):
     r.hset(keys.job(CID), mapping={JobField.START_BY: 1, JobField.ATTEMPTS: 1})
     with pytest.raises(JobGone):
-        Publisher(r, "w1", 60, 3000).claim(CID)
+        Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
     assert stream(r)[-1].code == "worker_lost"
 
 
 def test_claim_refuses_a_vanished_job():
     with pytest.raises(JobGone):
-        Publisher(fakeredis.FakeRedis(), "w1", 60, 3000).claim("chatcmpl-none")
+        Claims(Link(fakeredis.FakeRedis(), "w1", RECOVERY), 3000).claim("chatcmpl-none")
 
 
 def test_append_to_a_vanished_job_is_fenced(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     r.delete(keys.job(CID))
     with pytest.raises(Fenced):
         pub.delta(a, "x", (1,))
@@ -149,8 +162,9 @@ def test_append_to_a_vanished_job_is_fenced(r):
 
 
 def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
 
     def refused(todo):
         return [redis.ResponseError("OOM command not allowed") for _ in todo]
@@ -161,14 +175,17 @@ def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
 
 
 def test_finished_entry_records_usage(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     pub.finished(a, "length", 11, 7)
-    assert stream(r)[-1] == Finished(a.epoch, "length", 11, 7)
+    assert stream(r)[-1] == Finished(
+        epoch=a.epoch, finish_reason="length", prompt_tokens=11, completion_tokens=7
+    )
 
 
 def test_claim_marks_the_attempt_running_and_alive(r):
-    a = Publisher(r, "w1", 60, 3000).claim(CID)
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
     assert r.zscore(keys.RUNNING, CID) is not None
     assert r.get(keys.alive(CID)) == str(a.epoch).encode() and 0 < r.pttl(keys.alive(CID)) <= 3000
     assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
@@ -176,19 +193,20 @@ def test_claim_marks_the_attempt_running_and_alive(r):
 
 
 def test_terminal_entry_clears_the_running_index(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     pub.finished(a, "stop", 1, 0)
     assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
 
 
 def test_beat_refreshes_only_the_current_attempt(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a1 = pub.claim(CID)
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a1 = claims.claim(CID)
     beat = r.register_script(scripts.BEAT)
     assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 1
     assert r.pttl(keys.alive(CID)) > 3000
-    a2 = pub.claim(CID)
+    a2 = claims.claim(CID)
     assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 0
     assert r.get(keys.alive(CID)) == str(a2.epoch).encode()  # the stale beat changed nothing
 
@@ -199,8 +217,9 @@ def _abandon(r, epoch, max_attempts=3):
 
 
 def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     pub.delta(a, "x", (1,))
     pub.flush(a)
     assert _abandon(r, a.epoch) == 1
@@ -210,14 +229,14 @@ def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
         pub.delta(a, "y", (2,))
         pub.flush(a)
     assert _abandon(r, a.epoch) == 0  # idempotent: that attempt is no longer current
-    b = pub.claim(CID)
+    b = claims.claim(CID)
     assert b.epoch > a.epoch
-    assert pub.progress(CID).token_ids == (1,)
+    assert claims.progress(CID).token_ids == (1,)
 
 
 def test_abandon_after_the_last_attempt_ends_with_worker_lost(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     assert _abandon(r, a.epoch, max_attempts=1) == 2
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "worker_lost"
@@ -225,25 +244,30 @@ def test_abandon_after_the_last_attempt_ends_with_worker_lost(r):
 
 
 def test_progress_collects_every_published_token_id(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     pub.started(a, 9)
     pub.delta(a, "ab", (1, 2))
     pub.delta(a, "c", (3,))
     pub.flush(a)
     _abandon(r, a.epoch)
-    b = pub.claim(CID)
+    b = claims.claim(CID)
     pub.started(b, 9)
     pub.delta(b, "d", (4,))
     pub.flush(b)
-    p = pub.progress(CID)
+    p = claims.progress(CID)
     assert p.prompt_tokens == 9 and p.token_ids == (1, 2, 3, 4)
 
 
 def test_append_writes_several_entries_of_one_attempt_in_order(r):
-    a = Publisher(r, "w1", 60, 3000).claim(CID)
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
     append = r.register_script(scripts.APPEND)
-    batch = [Delta(a.epoch, "x", (1,)), Delta(a.epoch, "y", (2, 3)), Finished(a.epoch, "stop", 1, 3)]
+    batch = [
+        Delta(epoch=a.epoch, text="x", token_ids=(1,)),
+        Delta(epoch=a.epoch, text="y", token_ids=(2, 3)),
+        Finished(epoch=a.epoch, finish_reason="stop", prompt_tokens=1, completion_tokens=3),
+    ]
     append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, batch, 60))
     assert stream(r) == batch
     assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
@@ -253,8 +277,11 @@ def test_append_writes_several_entries_of_one_attempt_in_order(r):
     "batch",
     [
         [],
-        [Finished(1, "stop", 1, 0), Delta(1, "late", (1,))],  # terminal not last
-        [Delta(1, "a", (1,)), Delta(2, "b", (2,))],  # two attempts
+        [
+            Finished(epoch=1, finish_reason="stop", prompt_tokens=1, completion_tokens=0),
+            Delta(epoch=1, text="late", token_ids=(1,)),
+        ],  # terminal not last
+        [Delta(epoch=1, text="a", token_ids=(1,)), Delta(epoch=2, text="b", token_ids=(2,))],  # two attempts
     ],
 )
 def test_append_args_refuse_malformed_batches(batch):
@@ -263,8 +290,9 @@ def test_append_args_refuse_malformed_batches(batch):
 
 
 def test_a_burst_of_deltas_is_written_behind_in_order(r):
-    pub = Publisher(r, "w1", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID)
     pub.started(a, 1)
     for i in range(2000):
         pub.delta(a, f"<{i}>", (i,))

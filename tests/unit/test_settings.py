@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from api.settings import Settings
+from contract.settings import SettingError
 from worker.settings import WorkerSettings
 
 
@@ -18,7 +19,7 @@ def test_queue_limits_per_model_override_the_default():
 
 @pytest.mark.parametrize("raw", ["a", "a=x", "=3", "a=-1"])
 def test_bad_queue_limits_are_refused(raw):
-    with pytest.raises(ValueError, match="QUEUE_LIMITS"):
+    with pytest.raises(SettingError, match="QUEUE_LIMITS"):
         Settings.from_env({"QUEUE_LIMITS": raw})
 
 
@@ -49,3 +50,36 @@ def test_slots_and_prefill_chunk():
 def test_bad_slots_are_refused(var, raw):
     with pytest.raises(SystemExit, match=var):
         WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", var: raw})
+
+
+def test_every_setting_is_declared_once_with_its_variable():
+    """A field without a declaration would be a setting the docs and the loader miss."""
+    import dataclasses
+
+    from api.settings import Limits
+    from contract.settings import Recovery, Shared, rows
+
+    for cls in (Settings, WorkerSettings, Limits, Recovery, Shared):
+        for f in dataclasses.fields(cls):
+            assert "env" in f.metadata or f.metadata.get("group"), f"{cls.__name__}.{f.name}"
+    names = [r.env for r in rows(Settings)] + [r.env for r in rows(WorkerSettings)]
+    shared = {r.env for r in rows(Shared) + rows(Recovery)}
+    assert len(set(names)) == len(names) - len(shared)  # only the shared groups appear twice
+
+
+def test_the_configuration_doc_is_generated_from_the_declarations():
+    from devstack.configuration import markdown
+    from devstack.processes import ROOT
+
+    assert (ROOT / "docs" / "configuration.md").read_text() == markdown(), (
+        "docs/configuration.md is stale: run python -m devstack.configuration > docs/configuration.md"
+    )
+
+
+def test_a_bad_value_names_its_variable():
+    with pytest.raises(SettingError, match="KEEPALIVE_SECONDS"):
+        Settings.from_env({"KEEPALIVE_SECONDS": "soon"})
+    assert Settings.from_env({"KEEPALIVE_SECONDS": "2.5"}).keepalive_s == 2.5
+    assert WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", "PREFIX_CACHE": "0"})
+    with pytest.raises(SettingError, match="PREFIX_CACHE"):
+        WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", "PREFIX_CACHE": "maybe"})

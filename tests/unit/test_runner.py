@@ -13,11 +13,15 @@ from contract import entries, keys
 from contract.entries import Delta, Failed, Finished, Started
 from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
-from contract.queueing import Recovery
+from contract.settings import Recovery
+from worker.claims import Claims
 from worker.errors import PromptTooLong
 from worker.heartbeat import Heartbeat
-from worker.jobs import JobRunner
+from worker.link import Link
 from worker.publisher import Publisher
+from worker.runner import JobRunner, Outcome
+
+RECOVERY = Recovery(retention_s=60)
 
 CID = "chatcmpl-run"
 PROMPT = [100, 101, 102]
@@ -70,10 +74,31 @@ def r():
     return client
 
 
-def runner(r, engine, **recovery) -> JobRunner:
-    pub = Publisher(r, "w1", 60, 3000)
-    grace = recovery.pop("shutdown_grace_s", 20.0)
-    return JobRunner(engine, pub, Heartbeat(r, 3000, 1.0), r, Recovery(**recovery), grace)
+def runner(r, engine, shutdown_grace_s: float = 20.0, log_content: bool = False, slots: int = 1) -> JobRunner:
+    """A runner wired as worker/__main__.py wires it."""
+    link = Link(r, "w1", Recovery())
+    heartbeat = Heartbeat(r, 3000, 1.0)
+    return JobRunner(
+        engine,
+        link,
+        heartbeat,
+        3000,
+        shutdown_grace_s=shutdown_grace_s,
+        log_content=log_content,
+        slots=slots,
+    )
+
+
+def run_one(run: JobRunner, raw: dict) -> Outcome:
+    """As RQ's loop runs a job: reserve a slot, start it, then wait for its attempt to end."""
+    assert run.reserve(timeout=1)
+    outcome = run.start(raw)
+    run.drain(timeout=10)
+    return outcome
+
+
+def last_entry(r):
+    return stream(r)[-1]
 
 
 def stream(r):
@@ -81,18 +106,20 @@ def stream(r):
 
 
 def test_fresh_job_publishes_started_deltas_and_usage(r):
-    assert runner(r, ScriptedEngine([7, 8, EOS])).run(spec()) == "stop"
+    assert run_one(runner(r, ScriptedEngine([7, 8, EOS])), spec()) == Outcome.STARTED
     s = stream(r)
     assert isinstance(s[0], Started) and s[0].prompt_tokens == 3
     assert [e.text for e in s if isinstance(e, Delta)] == ["<7>", "<8>"]
-    assert s[-1] == Finished(s[-1].epoch, "stop", 3, 2)
+    assert s[-1] == Finished(epoch=s[-1].epoch, finish_reason="stop", prompt_tokens=3, completion_tokens=2)
 
 
 def test_max_tokens_ends_with_length(r):
-    runner(r, ScriptedEngine([1, 2, 3, 4, 5, 6, 7])).run(spec(max_tokens=3))
+    run_one(runner(r, ScriptedEngine([1, 2, 3, 4, 5, 6, 7])), spec(max_tokens=3))
     assert stream(r)[-1].finish_reason == "length" and stream(r)[-1].completion_tokens == 3
 
 
+# the first attempt's thread ends with the SystemExit the engine raises, as a dying worker's would
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
 def test_a_continuation_resumes_from_the_published_token_ids(r):
     # attempt 1 publishes two tokens, then its worker dies (the reaper abandons it)
     def die(i):
@@ -100,13 +127,13 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
             raise SystemExit
 
     first = runner(r, ScriptedEngine([11, 12, 13, 14], on_token=die))
-    with pytest.raises(SystemExit):
-        first.run(spec(max_tokens=5))
+    run_one(first, spec(max_tokens=5))  # SystemExit ends the attempt's thread after the hand-off
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"  # handed off on the way out
     assert r.llen("rq:queue:m") == 1  # with a continuation job
     # attempt 2 continues: prompt + exactly the published ids, only 3 more tokens
     engine = ScriptedEngine([21, 22, 23, 24, 25])
-    assert runner(r, engine).run(spec(max_tokens=5)) == "length"
+    run_one(runner(r, engine), spec(max_tokens=5))
+    assert last_entry(r).finish_reason == "length"
     assert engine.contexts == [[*PROMPT, 11, 12]]
     s = stream(r)
     assert "".join(e.text for e in s if isinstance(e, Delta)) == "<11><12><21><22><23>"
@@ -115,14 +142,14 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
 
 
 def test_a_continuation_with_nothing_left_finishes_at_once(r):
-    pub = Publisher(r, "w0", 60, 3000)
-    a = pub.claim(CID)
+    pub = Publisher(Link(r, "w0", RECOVERY))
+    a = Claims(Link(r, "w0", RECOVERY), 3000).claim(CID)
     pub.started(a, 3)
     pub.delta(a, "abc", (1, 2, 3))
     pub.flush(a)
     r.hset(keys.job(CID), JobField.EPOCH, a.epoch + 1)  # as ABANDON does
     engine = ScriptedEngine([9])
-    runner(r, engine).run(spec(max_tokens=3))
+    run_one(runner(r, engine), spec(max_tokens=3))
     assert engine.contexts == [] and stream(r)[-1].finish_reason == "length"
 
 
@@ -135,7 +162,7 @@ def test_fenced_by_the_heartbeat_stops_within_one_token(r):
 
     engine = ScriptedEngine([1, 2, 3, 4], on_token=fence)
     holder["runner"] = run = runner(r, engine)
-    orig_claim = run.publisher.claim
+    orig_claim = run.claims.claim
 
     def claim_then_steal(cid):
         attempt = orig_claim(cid)
@@ -143,28 +170,28 @@ def test_fenced_by_the_heartbeat_stops_within_one_token(r):
         r.hincrby(keys.job(CID), JobField.EPOCH, 1)  # another attempt takes over
         return attempt
 
-    run.publisher.claim = claim_then_steal
-    assert run.run(spec()) == "fenced"
-    assert [e for e in stream(r) if isinstance(e, Delta)] == []
+    run.claims.claim = claim_then_steal
+    run_one(run, spec())
+    assert stream(r) == []  # the fenced attempt wrote nothing
 
 
 def test_shutdown_hands_the_job_off_with_a_continuation(r):
     run = runner(r, ScriptedEngine([1, 2, 3, 4]), shutdown_grace_s=0.0)
     run.request_shutdown()
-    assert run.run(spec()) == "handed-off"
+    run_one(run, spec())
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
     assert r.llen("rq:queue:m") == 1
 
 
 def test_prompt_rejected_is_a_failed_entry(r):
-    runner(r, ScriptedEngine([1])).run(spec(messages=(Message("user", "too long"),)))
+    run_one(runner(r, ScriptedEngine([1])), spec(messages=(Message("user", "too long"),)))
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "context_length_exceeded" and last.param == "messages"
 
 
 def test_job_for_another_model_is_ended_not_run(r):
     engine = ScriptedEngine([1])
-    assert runner(r, engine).run(spec(model="other")) == "wrong-model"
+    assert run_one(runner(r, engine), spec(model="other")) == Outcome.WRONG_MODEL
     assert engine.contexts == [] and stream(r)[-1].code == "model_not_found"
 
 
@@ -176,9 +203,11 @@ def test_a_claim_that_fails_ends_the_job_instead_of_leaving_it_queued(r, monkeyp
     def refused(**kw):
         raise redis.ResponseError("ACL failure in script: no permissions to run the 'time' command")
 
-    monkeypatch.setattr(run.publisher, "_claim", refused)
+    monkeypatch.setattr(run.claims, "_claim", refused)
+    assert run.reserve(timeout=1)
     with pytest.raises(redis.ResponseError):
-        run.run(spec())
+        run.start(spec())
+    assert run.reserve(timeout=1)  # the slot came back
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "worker_error"
     assert r.hget(keys.job(CID), JobField.STATUS) == b"failed"
@@ -186,13 +215,11 @@ def test_a_claim_that_fails_ends_the_job_instead_of_leaving_it_queued(r, monkeyp
 
 def test_content_is_logged_only_when_asked(r, caplog):
     caplog.set_level("INFO")
-    runner(r, ScriptedEngine([7, 8, EOS])).run(spec())
+    run_one(runner(r, ScriptedEngine([7, 8, EOS])), spec())
     assert "<7><8>" not in caplog.text and "LOG_CONTENT" not in caplog.text
     r.delete(keys.job(CID), keys.events(CID))
     r.hset(keys.job(CID), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.ATTEMPTS: 0})
-    pub = Publisher(r, "w1", 60, 3000)
-    logged = JobRunner(ScriptedEngine([7, 8, EOS]), pub, Heartbeat(r, 3000, 1.0), r, Recovery(), 20.0, True)
-    logged.run(spec())
+    run_one(runner(r, ScriptedEngine([7, 8, EOS]), log_content=True), spec())
     assert "LOG_CONTENT" in caplog.text and "<7><8>" in caplog.text
 
 
@@ -226,11 +253,11 @@ class GatedEngine(ScriptedEngine):
 
 def test_slots_run_jobs_side_by_side_and_free_up_when_they_end(r):
     engine = GatedEngine([5, 6, EOS])
-    run = JobRunner(engine, Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery(), slots=2)
+    run = runner(r, engine, slots=2)
     jobs = [queued_job(r, f"chatcmpl-{i}") for i in range(2)]
     for j in jobs:
         assert run.reserve(timeout=1)
-        assert run.start(j) == "started"
+        assert run.start(j) == Outcome.STARTED
     assert not run.reserve(timeout=0.05)  # both slots taken
     assert engine.inside.acquire(timeout=5) and engine.inside.acquire(timeout=5)  # both inside at once
     assert run.running() == 2
@@ -244,17 +271,15 @@ def test_slots_run_jobs_side_by_side_and_free_up_when_they_end(r):
 
 
 def test_a_job_that_cannot_start_gives_its_slot_back_at_once(r):
-    run = JobRunner(ScriptedEngine([1]), Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery())
+    run = runner(r, ScriptedEngine([1]))
     assert run.reserve(timeout=1)
-    assert run.start(spec(id="chatcmpl-missing")) == "skipped"  # no job hash: gone
+    assert run.start(spec(id="chatcmpl-missing")) == Outcome.SKIPPED  # no job hash: gone
     assert run.reserve(timeout=1)
 
 
 def test_shutdown_hands_off_every_running_job(r):
     engine = GatedEngine([1, 2, 3, 4])
-    run = JobRunner(
-        engine, Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery(), 0.0, slots=3
-    )
+    run = runner(r, engine, shutdown_grace_s=0.0, slots=3)
     jobs = [queued_job(r, f"chatcmpl-{i}") for i in range(3)]
     for j in jobs:
         run.reserve(timeout=1)
@@ -270,7 +295,7 @@ def test_shutdown_hands_off_every_running_job(r):
 
 def test_idle_time_counts_from_the_last_attempt_s_end(r):
     engine = GatedEngine([5, EOS])
-    run = JobRunner(engine, Publisher(r, "w1", 60, 3000), Heartbeat(r, 3000, 1.0), r, Recovery(), slots=2)
+    run = runner(r, engine, slots=2)
     run.reserve(timeout=1)
     run.start(queued_job(r, "chatcmpl-idle"))
     assert engine.inside.acquire(timeout=5)

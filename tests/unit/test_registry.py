@@ -1,21 +1,18 @@
-"""api.jobs.JobStore's view of the workers (against fakeredis)."""
+"""api.registry.WorkerRegistry: the workers as the API sees them (against fakeredis)."""
 
 import asyncio
 import time
 
 import fakeredis
 
-from api.jobs import JobStore
+from api.registry import WorkerRegistry
 from contract import keys
-from contract.queueing import Recovery
 
 MODEL = "m"
 
 
-def store(r) -> JobStore:
-    return JobStore(
-        r, None, queue_wait_s=60, worker_stale_s=15, recovery=Recovery(job_ttl_s=600, retention_s=60)
-    )
+def registry(r) -> WorkerRegistry:
+    return WorkerRegistry(r, stale_s=15)
 
 
 async def announce(r, worker: str, slots: int, age_s: float) -> None:
@@ -30,7 +27,7 @@ def test_slots_sum_the_live_workers_only():
         await announce(r, "a", 8, age_s=1)
         await announce(r, "b", 2, age_s=3)
         await announce(r, "dead", 4, age_s=60)
-        assert await store(r).slots([MODEL, "other"]) == {MODEL: 10, "other": 0}
+        assert await registry(r).slots([MODEL, "other"]) == {MODEL: 10, "other": 0}
 
     asyncio.run(scenario())
 
@@ -40,8 +37,8 @@ def test_silent_workers_are_forgotten_and_live_ones_kept():
         r = fakeredis.FakeAsyncRedis()
         await announce(r, "a", 8, age_s=1)
         await announce(r, "dead", 4, age_s=60)
-        s = store(r)
-        await s.forget_silent_workers()
+        s = registry(r)
+        await s.forget_silent()
         assert await r.zrange(keys.workers(MODEL), 0, -1) == [b"a"]
         assert await r.hgetall(keys.worker_slots(MODEL)) == {b"a": b"8"}
         assert await s.live_models() == {MODEL: 1}

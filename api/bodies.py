@@ -1,4 +1,4 @@
-"""Request bodies of the completion endpoints, validated into a `JobSpec`.
+"""Request bodies of the endpoints that create jobs, validated into a `JobSpec`.
 
 Pydantic models in strict mode (a string where a number belongs is an error, not coerced);
 fields the server does not know are ignored, as OpenAI clients send many. `null` for an
@@ -8,15 +8,17 @@ optional field means "the default", as the official SDKs may send it.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from api.errors import APIError, invalid
+from api.settings import Limits
+from contract.errors import ARRAY_TOO_LONG, BAD_REQUEST, MISSING_PARAMETER, STRING_TOO_LONG
 from contract.jobspec import JobSpec, Message
 
 _CONFIG = ConfigDict(strict=True, extra="ignore")
+B = TypeVar("B", bound="Body")
 
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(ge=0.0, le=1.0)]
@@ -49,7 +51,10 @@ class StreamOptions(BaseModel):
     include_usage: bool | None = None
 
 
-class _Common(BaseModel):
+class Body(BaseModel):
+    """What every body that creates a job has; each surface's body says how it becomes a job
+    (`to_spec`) and what of it the request limits measure."""
+
     model_config = _CONFIG
     model: Annotated[str, Field(min_length=1)]
     max_tokens: PositiveInt | None = None
@@ -80,19 +85,68 @@ class _Common(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
+    def to_spec(self, completion_id: str) -> JobSpec:
+        raise NotImplementedError
+
+    def prompt_chars(self) -> tuple[int, str]:
+        """(characters of prompt, the parameter that holds them)."""
+        raise NotImplementedError
+
+    def wanted_tokens(self) -> tuple[int | None, str]:
+        """(completion tokens asked for, the parameter that asks)."""
+        return self.max_tokens, "max_tokens"
+
+    def stops(self) -> list[str]:
+        return self.stop if isinstance(self.stop, list) else [self.stop] if self.stop else []
+
+    def enforce(self, limits: Limits) -> None:
+        """Raise an OpenAI-style 400 for the first limit the request exceeds."""
+        chars, param = self.prompt_chars()
+        if chars > limits.max_prompt_chars:
+            raise invalid(
+                f"Invalid '{param}': the prompt is {chars} characters long; the limit is "
+                f"{limits.max_prompt_chars}.",
+                param=param,
+                error=STRING_TOO_LONG,
+            )
+        wanted, wanted_param = self.wanted_tokens()
+        if wanted is not None and wanted > limits.max_tokens:
+            raise invalid(
+                f"{wanted_param} is too large: {wanted}. This server allows at most {limits.max_tokens} "
+                "completion tokens.",
+                param=wanted_param,
+            )
+        stop = self.stops()
+        if len(stop) > limits.max_stop:
+            raise _too_many("stop", limits.max_stop, len(stop))
+        if any(len(s) > limits.max_stop_chars for s in stop):
+            raise invalid(
+                f"Invalid 'stop': each stop sequence may be at most {limits.max_stop_chars} characters.",
+                param="stop",
+                error=STRING_TOO_LONG,
+            )
+
     def _sampling(self) -> dict:
-        stop = self.stop if isinstance(self.stop, list) else [self.stop] if self.stop else []
         return {
             "temperature": 1.0 if self.temperature is None else float(self.temperature),
             "top_p": 1.0 if self.top_p is None else float(self.top_p),
-            "stop": tuple(stop),
+            "stop": tuple(self.stops()),
             "seed": self.seed,
             "presence_penalty": float(self.presence_penalty or 0.0),
             "frequency_penalty": float(self.frequency_penalty or 0.0),
         }
 
 
-class ChatRequest(_Common):
+def _too_many(param: str, limit: int, got: int) -> APIError:
+    return invalid(
+        f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, "
+        f"but got an array with length {got} instead.",
+        param=param,
+        error=ARRAY_TOO_LONG,
+    )
+
+
+class ChatRequest(Body):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
 
@@ -110,94 +164,50 @@ class ChatRequest(_Common):
             **self._sampling(),
         )
 
+    def prompt_chars(self) -> tuple[int, str]:
+        return sum(len(m.text()) for m in self.messages), "messages"
 
-class CompletionRequest(_Common):
+    def wanted_tokens(self) -> tuple[int | None, str]:
+        if self.max_completion_tokens:
+            return self.max_completion_tokens, "max_completion_tokens"
+        return self.max_tokens, "max_tokens"
+
+    def enforce(self, limits: Limits) -> None:
+        if len(self.messages) > limits.max_messages:
+            raise _too_many("messages", limits.max_messages, len(self.messages))
+        super().enforce(limits)
+
+
+class CompletionRequest(Body):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
 
+    def text(self) -> str:
+        return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
+
     def to_spec(self, completion_id: str) -> JobSpec:
-        prompt = self.prompt if isinstance(self.prompt, str) else self.prompt[0]
         return JobSpec(
             id=completion_id,
             kind="text",
             model=self.model,
-            prompt=prompt,
+            prompt=self.text(),
             max_tokens=16 if self.max_tokens is None else self.max_tokens,  # OpenAI's default
             **self._sampling(),
         )
 
-
-@dataclass(frozen=True)
-class Limits:
-    """Per-request ceilings (MAX_MESSAGES, MAX_PROMPT_CHARS, MAX_TOKENS_LIMIT, MAX_STOP,
-    MAX_STOP_CHARS). The prompt's length in tokens is checked by the worker, against the
-    model's context (`context_length_exceeded`)."""
-
-    max_messages: int = 512
-    max_prompt_chars: int = 500_000
-    max_tokens: int = 8192
-    max_stop: int = 4
-    max_stop_chars: int = 256
+    def prompt_chars(self) -> tuple[int, str]:
+        return len(self.text()), "prompt"
 
 
-def enforce(req: ChatRequest | CompletionRequest, limits: Limits) -> None:
-    """Raise an OpenAI-style 400 for the first limit the request exceeds."""
-    if isinstance(req, ChatRequest):
-        if len(req.messages) > limits.max_messages:
-            raise invalid(
-                f"Invalid 'messages': array too long. Expected an array with maximum length "
-                f"{limits.max_messages}, but got an array with length {len(req.messages)} instead.",
-                param="messages",
-                code="array_above_max_length",
-            )
-        chars, param = sum(len(m.text()) for m in req.messages), "messages"
-        wanted, wanted_param = (
-            req.max_completion_tokens or req.max_tokens,
-            ("max_completion_tokens" if req.max_completion_tokens else "max_tokens"),
-        )
-    else:
-        prompt = req.prompt if isinstance(req.prompt, str) else req.prompt[0]
-        chars, param = len(prompt), "prompt"
-        wanted, wanted_param = req.max_tokens, "max_tokens"
-    if chars > limits.max_prompt_chars:
-        raise invalid(
-            f"Invalid '{param}': the prompt is {chars} characters long; the limit is "
-            f"{limits.max_prompt_chars}.",
-            param=param,
-            code="string_above_max_length",
-        )
-    if wanted is not None and wanted > limits.max_tokens:
-        raise invalid(
-            f"{wanted_param} is too large: {wanted}. This server allows at most {limits.max_tokens} "
-            "completion tokens.",
-            param=wanted_param,
-            code="invalid_value",
-        )
-    stop = req.stop if isinstance(req.stop, list) else [req.stop] if req.stop else []
-    if len(stop) > limits.max_stop:
-        raise invalid(
-            f"Invalid 'stop': array too long. Expected an array with maximum length {limits.max_stop}, "
-            f"but got an array with length {len(stop)} instead.",
-            param="stop",
-            code="array_above_max_length",
-        )
-    if any(len(s) > limits.max_stop_chars for s in stop):
-        raise invalid(
-            f"Invalid 'stop': each stop sequence may be at most {limits.max_stop_chars} characters.",
-            param="stop",
-            code="string_above_max_length",
-        )
-
-
-def parse(model: type[ChatRequest] | type[CompletionRequest], body: bytes):
+def parse(body_type: type[B], body: bytes) -> B:
     """Raw body -> request model, or an APIError saying precisely what is wrong."""
     try:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise invalid(f"We could not parse the JSON body of your request: {exc}") from None
+        raise invalid(f"We could not parse the JSON body of your request: {exc}", error=BAD_REQUEST) from None
     if not isinstance(data, dict):
-        raise invalid("The request body must be a JSON object.")
+        raise invalid("The request body must be a JSON object.", error=BAD_REQUEST)
     try:
-        return model.model_validate(data)
+        return body_type.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc) from None
 
@@ -208,13 +218,11 @@ def _explain(exc: ValidationError) -> APIError:
     msg = err["msg"].removeprefix("Value error, ")
     if err["type"] == "value_error" and ":" in msg:
         param, _, msg = msg.partition(": ")
-        return invalid(f"Invalid '{param}': {msg}.", param=param)
+        return invalid(f"Invalid '{param}': {msg}.", param=param, error=BAD_REQUEST)
     param = ".".join(loc) or None
     if err["type"] == "missing":
-        return invalid(
-            f"Missing required parameter: '{param}'.", param=param, code="missing_required_parameter"
-        )
-    return invalid(f"Invalid '{param}': {msg}.", param=param, code="invalid_value")
+        return invalid(f"Missing required parameter: '{param}'.", param=param, error=MISSING_PARAMETER)
+    return invalid(f"Invalid '{param}': {msg}.", param=param)
 
 
 def _is_type_tag(part: str) -> bool:

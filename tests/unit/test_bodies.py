@@ -2,8 +2,8 @@ import json
 
 import pytest
 
+from api.bodies import ChatRequest, CompletionRequest, parse
 from api.errors import APIError
-from api.requests import ChatRequest, CompletionRequest, parse
 
 
 def chat(**kw):

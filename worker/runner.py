@@ -18,22 +18,26 @@ import contextlib
 import logging
 import threading
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
 from typing import Protocol
 
 import redis
 from rq import get_current_job
 
-from contract import logs, queueing
-from contract.entries import Failed
+from contract import errors, logs, queueing
+from contract.entries import CANCELLED, LENGTH, STOP
 from contract.jobspec import InvalidSpec, JobSpec
 from contract.keys import BatchCounters, JobStatus
-from contract.queueing import Recovery
+from worker.claims import Attempt, Claims, Fenced, JobGone
 from worker.errors import PromptRejected
 from worker.heartbeat import Heartbeat
-from worker.publisher import Attempt, Fenced, JobGone, Publisher
+from worker.link import Link
+from worker.publisher import Publisher
 from worker.textstream import TextAssembler
 
-log = logging.getLogger("tokenspool.worker")
+log = logging.getLogger(__name__)
 
 
 class Engine(Protocol):
@@ -42,8 +46,29 @@ class Engine(Protocol):
 
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
-    def tokens(self, spec: JobSpec, prompt: list[int], prior: list[int]): ...
+    def tokens(self, spec: JobSpec, prompt: list[int], prior: list[int]) -> Iterator[tuple[int, bytes]]: ...
     def counters(self) -> BatchCounters: ...
+
+
+class Outcome(StrEnum):
+    """How a job function call or an attempt ended (logged; RQ keeps no result)."""
+
+    STARTED = "started"  # claimed: the attempt runs on its own thread
+    SKIPPED = "skipped"  # ended, cancelled or late before it started
+    WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
+    STOP = STOP
+    LENGTH = LENGTH
+    CANCELLED = CANCELLED
+    REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
+    DEADLINE = "deadline_exceeded"
+    FENCED = "fenced"  # another attempt took over
+    HANDED_OFF = "handed-off"  # given back at shutdown
+
+
+@dataclass(frozen=True)
+class Claimed:
+    spec: JobSpec
+    attempt: Attempt
 
 
 class HandedOff(Exception):
@@ -60,19 +85,19 @@ class JobRunner:
     def __init__(
         self,
         engine: Engine,
-        publisher: Publisher,
+        link: Link,
         heartbeat: Heartbeat,
-        client: redis.Redis,
-        recovery: Recovery,
+        window_ms: int,
+        linger_s: float = 0.0,
         shutdown_grace_s: float = 20.0,
         log_content: bool = False,
         slots: int = 1,
     ) -> None:
         self.engine = engine
-        self.publisher = publisher
+        self.link = link
+        self.claims = Claims(link, window_ms)
+        self.publisher = Publisher(link, linger_s)
         self.heartbeat = heartbeat
-        self._client = client
-        self.recovery = recovery
         self._shutdown_grace = shutdown_grace_s
         self._shutdown_at: float | None = None
         self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
@@ -117,39 +142,32 @@ class JobRunner:
                 return
             threads[0].join(timeout=left)
 
-    def run(self, raw_spec: object) -> str:
-        """Run one attempt to its end on this thread; returns its outcome."""
-        with _logged_as(raw_spec):
-            ready = self._prepare(raw_spec)
-            return ready if isinstance(ready, str) else self._attempt(*ready)
-
-    def start(self, raw_spec: object) -> str:
+    def start(self, raw_spec: object) -> Outcome:
         """Claim the job and run the attempt on its own thread, in the slot the caller
         reserved; returns at once (RQ's record of the job ends here, the job's own
         record lives on in Redis with its heartbeat)."""
         try:
             with _logged_as(raw_spec):
-                ready = self._prepare(raw_spec)
+                claimed = self._claim(raw_spec)
         except BaseException:
             self._free.release()
             raise
-        if isinstance(ready, str):
+        if not isinstance(claimed, Claimed):
             self._free.release()
-            return ready
-        spec, attempt = ready
+            return claimed
         thread = threading.Thread(
-            target=self._in_thread, args=(spec, attempt), name=f"job-{spec.id}", daemon=True
+            target=self._in_thread, args=(claimed,), name=f"job-{claimed.spec.id}", daemon=True
         )
         with self._lock:
             self._threads.add(thread)
         thread.start()
-        return "started"
+        return Outcome.STARTED
 
-    def _in_thread(self, spec: JobSpec, attempt: Attempt) -> None:
-        logs.set_completion(spec.id)
+    def _in_thread(self, claimed: Claimed) -> None:
+        logs.set_completion(claimed.spec.id)
         try:
-            outcome = self._attempt(spec, attempt)
-            log.info("%s: %s", spec.id, outcome)
+            outcome = self._attempt(claimed.spec, claimed.attempt)
+            log.info("%s: %s", claimed.spec.id, outcome)
         except Exception:
             pass  # logged and reported to the client by _attempt
         finally:
@@ -158,60 +176,46 @@ class JobRunner:
                 self._last_end = time.monotonic()
             self._free.release()
 
-    def _prepare(self, raw_spec: object) -> tuple[JobSpec, Attempt] | str:
-        """Check the job and claim it: the spec and the new attempt, or why not."""
+    def _claim(self, raw_spec: object) -> Claimed | Outcome:
+        """Check the job and claim it; or why it does not run here."""
         job = get_current_job()
         try:
             spec = JobSpec.from_dict(raw_spec)
         except InvalidSpec as exc:
             if job is not None:
-                self.publisher.end(
-                    job.id,
-                    Failed(0, f"Invalid job arguments: {exc}", "invalid_request_error", "invalid_request"),
-                )
+                self.claims.end(job.id, errors.INVALID_REQUEST.entry(f"Invalid job arguments: {exc}"))
             raise
         if spec.model != self.engine.model_name:
-            self.publisher.end(
-                spec.id,
-                Failed(
-                    0,
-                    f"This worker serves {self.engine.model_name}.",
-                    "invalid_request_error",
-                    "model_not_found",
-                ),
+            self.claims.end(
+                spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {self.engine.model_name}.")
             )
-            return "wrong-model"
+            return Outcome.WRONG_MODEL
         try:
-            attempt = self.publisher.claim(spec.id)
+            attempt = self.claims.claim(spec.id)
         except JobGone:
-            return "skipped"  # ended or cancelled before it started, or past its deadline
+            return Outcome.SKIPPED
         except redis.RedisError as exc:
             # The job cannot start here (e.g. refused by an ACL): end it rather than leave
             # its client waiting for the queue deadline.
             log.exception("could not claim %s", spec.id)
             with contextlib.suppress(redis.RedisError):
-                self.publisher.end(
+                self.claims.end(
                     spec.id,
-                    Failed(
-                        0,
-                        f"The worker could not start the job: {type(exc).__name__}",
-                        "server_error",
-                        "worker_error",
-                    ),
+                    errors.WORKER_ERROR.entry(f"The worker could not start the job: {type(exc).__name__}"),
                     only_if_status=JobStatus.QUEUED,
                 )
             raise
-        return spec, attempt
+        return Claimed(spec, attempt)
 
-    def _attempt(self, spec: JobSpec, attempt: Attempt) -> str:
+    def _attempt(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         self.heartbeat.track(attempt)
         try:
             return self._generate(spec, attempt)
         except Fenced as exc:
             log.warning("attempt fenced out, abandoning job: %s", exc)
-            return "fenced"
+            return Outcome.FENCED
         except HandedOff:
-            return "handed-off"
+            return Outcome.HANDED_OFF
         except (SystemExit, KeyboardInterrupt):  # cold shutdown: give the job back first
             self._hand_off(attempt)
             raise
@@ -219,69 +223,66 @@ class JobRunner:
             log.exception("generation failed for %s", spec.id)
             with contextlib.suppress(Fenced, redis.RedisError):
                 self.publisher.failed(
-                    attempt, f"The worker failed: {type(exc).__name__}", "server_error", "worker_error"
+                    attempt, errors.WORKER_ERROR, f"The worker failed: {type(exc).__name__}"
                 )
             raise
         finally:
             self.heartbeat.untrack(attempt)
             self.publisher.count_tokens(spec.model, attempt)
 
-    def _generate(self, spec: JobSpec, attempt: Attempt) -> str:
+    def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         engine, pub = self.engine, self.publisher
-        progress = pub.progress(spec.id)
+        progress = self.claims.progress(spec.id)
         prior = list(progress.token_ids)
         try:
             prompt = engine.prompt_ids(spec)
         except PromptRejected as exc:
-            pub.failed(attempt, str(exc), "invalid_request_error", exc.code, exc.param)
-            return exc.code
+            pub.failed(attempt, exc.error, str(exc), exc.param)
+            return Outcome.REJECTED
         prompt_tokens = progress.prompt_tokens or len(prompt)
         pub.started(attempt, prompt_tokens)
         generated = len(prior)
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
         context = prompt + prior
-        if attempt.cancelled or (spec.max_tokens is not None and generated >= spec.max_tokens):
-            pub.finished(attempt, "stop" if attempt.cancelled else "length", prompt_tokens, generated)
-            return "cancelled" if attempt.cancelled else "length"
-        if len(context) >= engine.n_ctx:
-            pub.finished(attempt, "length", prompt_tokens, generated)
-            return "length"
+        if attempt.cancelled:
+            pub.finished(attempt, CANCELLED, prompt_tokens, generated)
+            return Outcome.CANCELLED
+        if (spec.max_tokens is not None and generated >= spec.max_tokens) or len(context) >= engine.n_ctx:
+            pub.finished(attempt, LENGTH, prompt_tokens, generated)
+            return Outcome.LENGTH
 
         assembler = TextAssembler(spec.stop)
         said: list[str] = []  # this attempt's text (logged only with LOG_CONTENT)
-        reason = "length"  # the context window filled up
+        reason = LENGTH  # the context window filled up
         for token, piece in engine.tokens(spec, prompt, prior):
             attempt.progress_at = time.monotonic()
             if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
                 tail = assembler.flush()
                 if tail is not None:
                     pub.delta(attempt, tail.text, tail.token_ids)
-                pub.failed(
-                    attempt,
-                    "The completion did not finish within the server's time limit.",
-                    "server_error",
-                    "deadline_exceeded",
-                )
-                return "deadline_exceeded"
-            if attempt.fenced:
-                raise Fenced(f"{spec.id} epoch {attempt.epoch}: another attempt took over")
+                pub.failed(attempt, errors.DEADLINE)
+                return Outcome.DEADLINE
+            attempt.check()
             if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:
                 self._hand_off(attempt)
                 raise HandedOff()
             if engine.is_end(token):
-                reason = "stop"
+                reason = STOP
                 break
             generated += 1
             out = assembler.push(token, piece)
             if out is not None:
                 pub.delta(attempt, out.text, out.token_ids)
                 said.append(out.text)
-            if assembler.stopped or attempt.cancelled:
-                reason = "stop"
+            if assembler.stopped:
+                reason = STOP
+                break
+            if attempt.cancelled:
+                reason = CANCELLED
                 break
             if spec.max_tokens is not None and generated >= spec.max_tokens:
-                reason = "length"
+                reason = LENGTH
                 break
         tail = assembler.flush()
         if tail is not None:
@@ -289,9 +290,9 @@ class JobRunner:
             said.append(tail.text)
         pub.finished(attempt, reason, prompt_tokens, generated)
         if self._log_content:  # opt-in, for debugging only: the log then holds user data
-            prompt = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
-            log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt, "".join(said))
-        return "cancelled" if attempt.cancelled else reason
+            prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
+            log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, "".join(said))
+        return Outcome(reason)
 
     def _hand_off(self, attempt: Attempt) -> None:
         """Give the job back; a continuation is enqueued for another worker. What this
@@ -299,8 +300,9 @@ class JobRunner:
         with contextlib.suppress(Fenced, redis.RedisError):
             self.publisher.flush(attempt)
         try:
+            link = self.link
             outcome = queueing.abandon(
-                self._client, attempt.completion_id, attempt.epoch, self.recovery, "handoff"
+                link.client, attempt.completion_id, attempt.epoch, link.recovery, "handoff"
             )
             log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
@@ -308,7 +310,7 @@ class JobRunner:
 
 
 @contextlib.contextmanager
-def _logged_as(raw_spec: object):
+def _logged_as(raw_spec: object) -> Iterator[None]:
     """What is logged meanwhile carries the job's completion id."""
     job = get_current_job()
     claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
@@ -329,10 +331,10 @@ def install(runner: JobRunner) -> None:
 
 def runner() -> JobRunner:
     if _runner is None:
-        raise RuntimeError("worker.jobs runs only inside a tokenspool worker")
+        raise RuntimeError("worker.runner runs only inside a tokenspool worker")
     return _runner
 
 
 def generate(spec: dict) -> str:
     """RQ's job function: start the attempt in a slot the worker reserved."""
-    return runner().start(spec)
+    return runner().start(spec).value

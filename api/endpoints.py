@@ -1,0 +1,154 @@
+"""The routes of one surface that creates jobs (api/surfaces.py): create, retrieve or resume,
+cancel, delete. Every surface gets the same four handlers from its description.
+
+Create validates, admits and enqueues one job, then answers: at once with its status (a
+background job), with its SSE stream, or with the whole response once it has ended.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import time
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.auth import request_owner
+from api.bodies import parse
+from api.cursor import BadCursor
+from api.errors import APIError
+from api.jobstore import JobState
+from api.metrics import StreamTiming
+from api.services import Services
+from api.streams import SSEStream, collect, respond
+from api.surfaces import Surface
+from contract import errors, logs
+from contract.keys import JobStatus
+
+log = logging.getLogger(__name__)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            raise _too_large(limit)
+    return bytes(body)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(errors.TOO_LARGE, f"The request body exceeds the limit of {limit} bytes.")
+
+
+def _streaming(request: Request) -> bool:
+    return request.query_params.get("stream", "").lower() in ("true", "1")
+
+
+class Endpoints:
+    def __init__(self, surface: Surface) -> None:
+        self.surface = surface
+
+    def routes(self) -> list[Route]:
+        path, one = self.surface.path, self.surface.path + "/{completion_id}"
+        return [
+            Route(path, self.create, methods=["POST"]),
+            Route(one, self.retrieve, methods=["GET"]),
+            Route(one, self.delete, methods=["DELETE"]),
+            Route(one + "/cancel", self.cancel, methods=["POST"]),
+        ]
+
+    async def create(self, request: Request) -> Response:
+        arrived = time.monotonic()
+        services: Services = request.state.services
+        settings = services.settings
+        body = parse(self.surface.body, await read_body(request, settings.max_body_bytes))
+        body.enforce(settings.limits)
+        owner = request_owner(request)
+        if body.streaming:
+            services.admission.stream(owner)
+        await services.admission.job(owner)
+        await services.admission.model(body.model)
+        cid = self.surface.new_id()
+        logs.set_completion(cid)
+        detached = bool(body.background) or "respond-async" in request.headers.get("prefer", "")
+        job = await services.jobs.submit(
+            body.to_spec(cid),
+            self.surface.name,
+            int(time.time()),
+            owner=owner,
+            include_usage=body.include_usage,
+            detached=detached,
+        )
+        log.info("enqueued %s for %s", cid, body.model)
+        chunks = self.surface.chunks_of(job)
+        if detached:
+            return JSONResponse(chunks.status(queued=True), status_code=202)
+        if body.streaming:
+            timing = StreamTiming(services.metrics, job.model, arrived)
+            events = self.surface.events(chunks, None)
+            return SSEStream(services, events, cid, owner, timing, cancel_on_disconnect=True).response()
+        return await collect(request, services, chunks)
+
+    async def retrieve(self, request: Request) -> Response:
+        """With ?stream=true, replay the events after Last-Event-ID (or ?starting_after) and
+        follow live to the end; without, the response once the job has ended (202 and its
+        status before)."""
+        services, job = await self._job_of(request)
+        chunks = self.surface.chunks_of(job)
+        if _streaming(request):
+            raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")
+            try:
+                events = self.surface.events(chunks, raw)
+            except BadCursor as exc:
+                raise APIError(errors.INVALID_CURSOR, str(exc), param="starting_after") from None
+            services.admission.stream(job.owner)
+            services.metrics.resumed.inc()
+            if not job.detached:
+                await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
+            timing = StreamTiming(services.metrics, job.model, arrived=None)
+            stream = SSEStream(
+                services, events, job.id, job.owner, timing, cancel_on_disconnect=not job.detached
+            )
+            return stream.response()
+        answer = chunks.answer(await services.jobs.read(job.id, "0", count=100_000))
+        if answer is not None:
+            return respond(answer)
+        return JSONResponse(chunks.status(queued=job.status == JobStatus.QUEUED), status_code=202)
+
+    async def cancel(self, request: Request) -> Response:
+        """Stop a job: a queued one ends at once, a running one at its worker's next token.
+        Cancelling an ended job changes nothing (the call is idempotent)."""
+        services, job = await self._job_of(request)
+        if not job.ended:
+            await services.jobs.cancel(job.id)
+            job = await services.jobs.state(job.id) or job
+        return JSONResponse(self.surface.chunks_of(job).cancelled(job.status))
+
+    async def delete(self, request: Request) -> Response:
+        """Remove the job's data (request, events, queue entries) now rather than at the end of
+        its retention; a running job stops at its next token. Afterwards the id is unknown."""
+        services, job = await self._job_of(request)
+        await services.jobs.purge(job.id, job.attempts)
+        log.info("purged on request")
+        return JSONResponse(self.surface.chunks_of(job).deleted())
+
+    async def _job_of(self, request: Request) -> tuple[Services, JobState]:
+        """The job named in the path, if it exists, belongs to this surface and to the
+        caller's key; otherwise 404 (never 403: ids cannot be probed)."""
+        services: Services = request.state.services
+        cid = request.path_params["completion_id"]
+        logs.set_completion(cid)
+        job = await services.jobs.state(cid) if self.surface.owns(cid) else None
+        if (
+            job is None
+            or job.surface != self.surface.name
+            or not hmac.compare_digest(job.owner, request_owner(request))
+        ):
+            raise APIError(errors.NOT_FOUND, f"No completion found with id '{cid}'.", param="completion_id")
+        return services, job

@@ -1,0 +1,66 @@
+"""The worker registry as the API reads it: which workers announced which model recently, and
+how many jobs they can run at once (`worker.presence` writes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import redis.asyncio as aredis
+
+from api.jobstore import now_ms
+from contract import keys
+from contract.entries import as_text
+
+
+class WorkerRegistry:
+    def __init__(self, client: aredis.Redis, stale_s: float) -> None:
+        self._r = client
+        self._stale_ms = int(stale_s * 1000)
+
+    async def live_models(self, models: Sequence[str] | None = None) -> dict[str, int]:
+        """Model -> number of workers that announced it recently (models with none left out)."""
+        if models is None:
+            models = sorted(as_text(m) for m in await self._r.smembers(keys.MODELS))
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zcount(keys.workers(model), since, "+inf")
+            counts = await pipe.execute()
+        return {m: int(c) for m, c in zip(models, counts, strict=True) if c}
+
+    def count_live(self, pipe: aredis.client.Pipeline, model: str) -> None:
+        """Add "how many live workers serve `model`" to a caller's pipeline."""
+        pipe.zcount(keys.workers(model), now_ms() - self._stale_ms, "+inf")
+
+    async def slots(self, models: Sequence[str]) -> dict[str, int]:
+        """Model -> jobs its live workers can run at once: their announced SLOTS, summed."""
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), since, "+inf")
+            live = await pipe.execute()
+        served = [(m, names) for m, names in zip(models, live, strict=True) if names]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in served:
+                pipe.hmget(keys.worker_slots(model), names)
+            counts = await pipe.execute() if served else []
+        total = {m: sum(int(c) for c in cs if c) for (m, _), cs in zip(served, counts, strict=True)}
+        return {m: total.get(m, 0) for m in models}
+
+    async def forget_silent(self) -> None:
+        """Drop the workers that stopped announcing (a killed one never says goodbye), so
+        that their entries do not pile up; one that comes back announces itself again."""
+        models = [as_text(m) for m in await self._r.smembers(keys.MODELS)]
+        before = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), "-inf", f"({before}")
+            silent = await pipe.execute()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in zip(models, silent, strict=True):
+                if names:
+                    # by score, not by name: an announcement made meanwhile stays (its
+                    # slots come back with the next one)
+                    pipe.zremrangebyscore(keys.workers(model), "-inf", f"({before}")
+                    pipe.hdel(keys.worker_slots(model), *names)
+            await pipe.execute()

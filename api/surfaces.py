@@ -1,0 +1,44 @@
+"""The API surfaces that create jobs, each described once: where it lives, what its ids and
+objects are called, what its request body is, and how a job's entries become what its
+clients receive. api/endpoints.py builds every route of a surface from its description.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from api.bodies import Body, ChatRequest, CompletionRequest
+from api.chunks import ChatChunks, Chunks, TextChunks
+from api.events import Events, chunk_events
+from api.jobstore import JobState
+
+
+@dataclass(frozen=True)
+class Surface:
+    name: str  # recorded in the job hash: a job id is only found through its own surface
+    path: str  # POST here creates; {path}/{id} retrieves or resumes, deletes; .../cancel cancels
+    id_prefix: str
+    body: type[Body]
+    chunks: type[Chunks]  # the surface's objects, built from a job's entries
+    events: Callable[[Chunks, str | None], Events]  # its SSE stream from a raw resume cursor
+
+    @property
+    def object(self) -> str:
+        return self.chunks.object
+
+    def new_id(self) -> str:
+        """Unguessable (144 random bits), and made only of characters RQ job ids allow."""
+        return self.id_prefix + secrets.token_urlsafe(18)
+
+    def owns(self, completion_id: str) -> bool:
+        return completion_id.startswith(self.id_prefix)
+
+    def chunks_of(self, job: JobState) -> Chunks:
+        return self.chunks(job.id, job.created, job.model, job.include_usage)
+
+
+CHAT = Surface("chat", "/v1/chat/completions", "chatcmpl-", ChatRequest, ChatChunks, chunk_events)
+TEXT = Surface("text", "/v1/completions", "cmpl-", CompletionRequest, TextChunks, chunk_events)
+SURFACES = (CHAT, TEXT)

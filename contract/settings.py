@@ -1,0 +1,177 @@
+"""Settings declared once: each is a dataclass field that names its environment variable, its
+default and its meaning, and nothing else repeats them.
+
+`load(cls, env)` reads a settings class from the environment (nested groups included: the API
+and the workers share `Recovery` and `Shared`); `rows(cls)` renders the same declarations as
+documentation, so docs/configuration.md is generated from them (`python -m
+devstack.configuration`), and a test checks that it is current. A value that cannot be read
+stops the process at start with a message naming the variable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class SettingError(SystemExit):
+    """A variable's value cannot be used; said at start, before anything else happens."""
+
+
+def setting(
+    default: Any,
+    env: str,
+    doc: str,
+    *,
+    parse: Callable[[str], Any] | None = None,
+    shown: str | None = None,
+    minimum: float | None = None,
+) -> Any:
+    """A field read from `env`. `parse` turns the raw string into the value (default: by the
+    field's type); `shown` is the default as the documentation says it, where the value
+    alone would mislead ("half the cores"); `minimum` refuses smaller values."""
+    meta = {"env": env, "doc": doc, "parse": parse, "shown": shown, "minimum": minimum}
+    if isinstance(default, list | dict | set):
+        return field(default_factory=lambda: type(default)(default), metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def group(cls: type) -> Any:
+    """A nested settings class, read from the same environment."""
+    return field(default_factory=cls, metadata={"group": True})
+
+
+def words(raw: str) -> tuple[str, ...]:
+    """A comma-separated list, blanks dropped."""
+    return tuple(w.strip() for w in raw.split(",") if w.strip())
+
+
+def _flag(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in ("1", "true", "yes", "on"):
+        return True
+    if value in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError("expected 1 or 0")
+
+
+def _number(kind: type) -> Callable[[str], Any]:
+    def parse(raw: str) -> Any:
+        return kind(raw.strip())
+
+    return parse
+
+
+def _parser(hint: Any) -> Callable[[str], Any]:
+    """How a field of this type is read from a string."""
+    optional = False
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        hint = args[0]
+    if hint is bool:
+        base: Callable[[str], Any] = _flag
+    elif hint in (int, float):
+        base = _number(hint)
+    elif hint is str:
+        base = str
+    elif typing.get_origin(hint) is tuple:
+        base = words
+    else:
+        raise TypeError(f"no parser for settings of type {hint!r}: give one with parse=")
+    if not optional:
+        return base
+    return lambda raw: base(raw) if raw.strip() else None
+
+
+def _declared(cls: type) -> Iterator[tuple[dataclasses.Field, Any]]:
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        yield f, hints[f.name]
+
+
+def load(cls: type, env: Mapping[str, str]) -> Any:
+    """An instance of `cls` with every declared variable present in `env` applied."""
+    values: dict[str, Any] = {}
+    for f, hint in _declared(cls):
+        if f.metadata.get("group"):
+            values[f.name] = load(hint, env)
+            continue
+        name = f.metadata.get("env")
+        if name is None or name not in env:
+            continue
+        parse = f.metadata["parse"] or _parser(hint)
+        try:
+            value = parse(env[name])
+        except (ValueError, TypeError) as exc:
+            raise SettingError(f"{name}={env[name]!r}: {exc}") from None
+        minimum = f.metadata["minimum"]
+        if minimum is not None and value is not None and value < minimum:
+            raise SettingError(f"{name} must be at least {minimum:g}, not {env[name]!r}")
+        values[f.name] = value
+    return cls(**values)
+
+
+@dataclass(frozen=True)
+class Row:
+    env: str
+    default: str
+    doc: str
+
+
+def _shown(f: dataclasses.Field) -> str:
+    if f.metadata.get("shown"):
+        return f.metadata["shown"]
+    value = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+    if value is None or value in ((), {}, ""):
+        return "(none)"
+    if isinstance(value, bool):
+        return "1" if value else "0"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return f"`{value}`"
+
+
+def rows(cls: type) -> list[Row]:
+    """The documentation of every variable `cls` reads, groups included, in declaration order."""
+    out: list[Row] = []
+    for f, hint in _declared(cls):
+        if f.metadata.get("group"):
+            out += rows(hint)
+        elif "env" in f.metadata:
+            out.append(Row(f.metadata["env"], _shown(f), f.metadata["doc"]))
+    return out
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the API and the workers both read, and must agree on."""
+
+    redis_url: str = setting(
+        "redis://127.0.0.1:6379/0",
+        "REDIS_URL",
+        "`redis://` or `rediss://` (TLS): the one Redis both sides use",
+    )
+    log_format: str = setting("json", "LOG_FORMAT", "`json` (one object per line) or `text`")
+    log_level: str = setting("INFO", "LOG_LEVEL", "the lowest level logged")
+
+
+@dataclass(frozen=True)
+class Recovery:
+    """How jobs live and move between workers: the API and the workers read the same values."""
+
+    max_attempts: int = setting(
+        3, "MAX_ATTEMPTS", "attempts per job before it ends with `worker_lost`", minimum=1
+    )
+    resume_wait_s: float = setting(
+        30.0, "RESUME_WAIT_SECONDS", "a dead attempt's job not resumed by then ends with `worker_lost`"
+    )
+    job_timeout_s: int = setting(1800, "JOB_TIMEOUT_SECONDS", "RQ's job timeout")
+    job_ttl_s: int = setting(86_400, "JOB_TTL_SECONDS", "upper bound on an unfinished job's keys")
+    retention_s: int = setting(
+        3600, "RETENTION_SECONDS", "how long an ended job's keys stay in Redis (resume, fetch)"
+    )

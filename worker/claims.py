@@ -1,0 +1,109 @@
+"""Taking a job: claiming an attempt (which fences out every earlier one), reading back what
+earlier attempts published, and ending a job that no attempt of ours holds.
+
+An `Attempt` is one worker's hold on one job. What the publisher and the heartbeat learn
+about it comes back through its flags: `fenced` (another attempt, or an END, took over),
+`cancelled` (a cancel is due), `error` (a write failed for good); its next call raises it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+from contract import entries, keys, scripts
+from contract.entries import Delta, Failed, Finished, Started
+from worker.link import Link
+
+
+class Fenced(Exception):
+    """This attempt may not write to the job any more."""
+
+
+class JobGone(Exception):
+    """The job hash does not exist (expired, purged) or the job cannot start (ended, late)."""
+
+
+@dataclass
+class Attempt:
+    completion_id: str
+    epoch: int
+    cancelled: bool = False
+    fenced: bool = False
+    progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
+    published: int = 0  # tokens this attempt wrote
+    error: Exception | None = None  # a write failed for good: raised by the next call
+
+    def check(self) -> None:
+        """Raise what the writer learned: fenced out, or a write that failed."""
+        if self.fenced:
+            raise Fenced(f"{self.completion_id} epoch {self.epoch}: another attempt took over")
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What earlier attempts of a job already published."""
+
+    prompt_tokens: int | None = None
+    token_ids: tuple[int, ...] = ()
+    deadline_ms: int | None = None  # the job's overall deadline, if it has one
+
+
+class Claims:
+    def __init__(self, link: Link, window_ms: int) -> None:
+        self._link = link
+        self._client = link.client
+        self._window_ms = window_ms  # the heartbeat window a claim starts with
+        self._claim = link.client.register_script(scripts.CLAIM)
+        self._end = link.client.register_script(scripts.END)
+
+    def claim(self, completion_id: str) -> Attempt:
+        """Start a new attempt at a job (fencing out every earlier one). A job that waited
+        past its start deadline is ended by the claim instead (JobGone)."""
+        link = self._link
+        epoch, cancel = link.retry(
+            lambda: self._claim(
+                keys=scripts.job_keys(completion_id),
+                args=scripts.claim_args(
+                    link.worker, completion_id, self._window_ms, link.recovery.retention_s
+                ),
+            )
+        )
+        if epoch <= 0:
+            raise JobGone(completion_id)
+        return Attempt(completion_id=completion_id, epoch=int(epoch), cancelled=bool(cancel))
+
+    def progress(self, completion_id: str) -> Progress:
+        """Read back what earlier attempts published (token ids are the contract's truth)."""
+        prompt_tokens = None
+        ids: list[int] = []
+        after = "-"
+        stream = keys.events(completion_id)
+        while True:
+            rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
+            for _, fields in rows:
+                entry = entries.decode(fields)
+                if isinstance(entry, Started) and prompt_tokens is None:
+                    prompt_tokens = entry.prompt_tokens
+                elif isinstance(entry, Delta):
+                    ids.extend(entry.token_ids)
+            if len(rows) < 1000:
+                deadline = self._link.retry(
+                    lambda: self._client.hget(keys.job(completion_id), keys.JobField.DEADLINE)
+                )
+                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None)
+            after = "(" + rows[-1][0].decode()
+
+    def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
+        """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""
+        retention = self._link.recovery.retention_s
+        return bool(
+            self._link.retry(
+                lambda: self._end(
+                    keys=scripts.job_keys(completion_id),
+                    args=scripts.end_args(completion_id, entry, retention, only_if_status),
+                )
+            )
+        )

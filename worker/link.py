@@ -1,0 +1,28 @@
+"""This worker's line to the jobs in Redis: the client, the name the worker writes under, the
+recovery settings it shares with the API, and how long a call rides out a Redis outage.
+Claiming, publishing and handing off all go through one `Link`."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import redis
+
+from contract.settings import Recovery
+from worker.retrying import retry
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Link:
+    client: redis.Redis
+    worker: str
+    recovery: Recovery
+    redis_wait_s: float = 15.0
+
+    def retry(self, call: Callable[[], T]) -> T:
+        """Run a Redis call, riding out a restart or failover for up to `redis_wait_s`."""
+        return retry(call, self.redis_wait_s)
