@@ -14,8 +14,6 @@ from api.errors import APIError
 from api.registry import WorkerRegistry
 from api.settings import Settings
 from contract import errors, keys
-from contract.entries import as_text
-from contract.keys import JobField
 
 
 class OpenStreams:
@@ -62,8 +60,10 @@ class Admission:
         replicas may overshoot the limit by as many requests as are in flight at that moment."""
         async with self._r.pipeline(transaction=False) as pipe:  # one round trip
             self._registry.count_live(pipe, model)
-            pipe.llen(keys.queue_key(model))
-            workers, depth = await pipe.execute()
+            for queue in keys.queue_keys(model):
+                pipe.llen(queue)
+            workers, *depths = await pipe.execute()
+        depth = sum(depths)
         if not workers and model not in self._settings.known_models:
             raise not_found(model)
         limit = self._settings.queue_limit(model)
@@ -86,33 +86,14 @@ class Admission:
                 f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
             )
 
-    async def job(self, owner: str) -> None:
-        """Raise 429 when this API key already has MAX_JOBS_PER_KEY jobs that have not ended
-        (queued or running, on any replica). Without API keys there is no per-key limit."""
-        limit = self._settings.max_jobs_per_key
-        if not owner or limit <= 0:
-            return
-        active = await self.unfinished(owner)
-        if active >= limit:
-            raise self._too_many(
-                errors.TOO_MANY_JOBS,
-                f"Too many unfinished requests for this API key ({active}; the limit is {limit}).",
-            )
-
-    async def unfinished(self, owner: str) -> int:
-        """How many jobs this key created have not ended (pruning those that have)."""
-        ids = await self._r.zrange(keys.owner_jobs(owner), 0, -1)
-        if not ids:
-            return 0
-        async with self._r.pipeline(transaction=False) as pipe:
-            for cid in ids:
-                pipe.hmget(keys.job(as_text(cid)), [JobField.STATUS, JobField.ENDED])
-            rows = await pipe.execute()
-        # gone (no status: expired or purged) or ended
-        done = [cid for cid, (status, ended) in zip(ids, rows, strict=True) if not status or ended == b"1"]
-        if done:
-            await self._r.zrem(keys.owner_jobs(owner), *done)
-        return len(ids) - len(done)
+    def jobs(self, unfinished: int) -> APIError:
+        """The refusal of a job over MAX_JOBS_PER_KEY (checked with the job's record, in one
+        atomic step across replicas: contract.scripts.SUBMIT)."""
+        return self._too_many(
+            errors.TOO_MANY_JOBS,
+            f"Too many unfinished requests for this API key ({unfinished}; the limit is "
+            f"{self._settings.max_jobs_per_key}).",
+        )
 
     def _too_many(self, error: errors.ErrorCode, message: str) -> APIError:
         return APIError(error, message, headers={"Retry-After": str(self._settings.retry_after_s)})

@@ -78,7 +78,7 @@ def _middleware(settings: Settings) -> list[Middleware]:
                 CORSMiddleware,
                 allow_origins=list(settings.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
-                allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "Prefer"],
+                allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "Prefer", "Idempotency-Key"],
                 max_age=600,
             )
         )

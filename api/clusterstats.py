@@ -17,12 +17,14 @@ class ClusterStats:
         self._r = client
 
     async def queue_depths(self, models: Sequence[str]) -> dict[str, int]:
-        """Model -> jobs waiting in its RQ queue (not yet taken by a worker)."""
+        """Model -> jobs waiting in its RQ queues (not yet taken by a worker)."""
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:
-                pipe.llen(keys.queue_key(model))
-            counts = await pipe.execute()
-        return dict(zip(models, (int(c) for c in counts), strict=True))
+                for queue in keys.queue_keys(model):
+                    pipe.llen(queue)
+            counts = iter(await pipe.execute())
+        per_model = len(keys.queue_names(""))
+        return {model: sum(int(next(counts)) for _ in range(per_model)) for model in models}
 
     async def in_flight(self) -> dict[str, int]:
         """Model -> attempts running now."""

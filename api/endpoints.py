@@ -7,7 +7,9 @@ background job), with its SSE stream, or with the whole response once it has end
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import json
 import logging
 import time
 
@@ -16,15 +18,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.auth import request_owner
-from api.bodies import parse
+from api.bodies import Body, parse
 from api.cursor import BadCursor
-from api.errors import APIError
-from api.jobstore import JobState
+from api.errors import APIError, invalid
+from api.jobstore import Idempotency, IdempotencyConflict, JobState, OwnerLimit, Submitted
 from api.metrics import StreamTiming
 from api.services import Services
 from api.streams import SSEStream, collect, respond
 from api.surfaces import Surface
-from contract import errors, logs
+from contract import errors, keys, logs
 from contract.keys import JobStatus
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,21 @@ async def read_body(request: Request, limit: int) -> bytes:
 
 def _too_large(limit: int) -> APIError:
     return APIError(errors.TOO_LARGE, f"The request body exceeds the limit of {limit} bytes.")
+
+
+def _idempotency(request: Request, surface: Surface, owner: str, raw: bytes) -> Idempotency | None:
+    """The request's Idempotency-Key (IETF httpapi draft), scoped to its owner; a retry must
+    carry the same request (the same JSON body, to the same surface)."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable():
+        raise invalid("Idempotency-Key must be 1 to 255 printable ASCII characters.", param="Idempotency-Key")
+    canonical = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
+    return Idempotency(
+        key=keys.idempotency(owner, hashlib.sha256(key.encode()).hexdigest()),
+        digest=hashlib.sha256(f"{surface.name} {canonical}".encode()).hexdigest(),
+    )
 
 
 def _streaming(request: Request) -> bool:
@@ -67,33 +84,63 @@ class Endpoints:
         arrived = time.monotonic()
         services: Services = request.state.services
         settings = services.settings
-        body = parse(self.surface.body, await read_body(request, settings.max_body_bytes))
+        raw = await read_body(request, settings.max_body_bytes)
+        body = parse(self.surface.body, raw)
         body.enforce(settings.limits)
         owner = request_owner(request)
+        idempotency = _idempotency(request, self.surface, owner, raw)
         if body.streaming:
             services.admission.stream(owner)
-        await services.admission.job(owner)
-        await services.admission.model(body.model)
+        try:
+            job = await services.jobs.idempotent(idempotency) if idempotency else None
+            retried = job is not None
+            if job is None:
+                await services.admission.model(body.model)
+                submitted = await self._submit(request, services, body, owner, idempotency)
+                job, retried = submitted.job, not submitted.new
+        except OwnerLimit as exc:
+            raise services.admission.jobs(exc.unfinished) from None
+        except IdempotencyConflict:
+            raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
+        logs.set_completion(job.id)
+        if retried:
+            log.info("a retry (Idempotency-Key) of %s", job.id)
+            if not job.detached:
+                await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
+        chunks = self.surface.chunks_of(job)
+        if job.detached:
+            return JSONResponse(chunks.status(queued=job.status == JobStatus.QUEUED), status_code=202)
+        if body.streaming:
+            timing = StreamTiming(services.metrics, job.model, arrived)
+            events = self.surface.events(chunks, None)  # a retry gets the whole stream from the start
+            return SSEStream(services, events, job.id, owner, timing, cancel_on_disconnect=True).response()
+        return await collect(request, services, chunks)
+
+    async def _submit(
+        self,
+        request: Request,
+        services: Services,
+        body: Body,
+        owner: str,
+        idempotency: Idempotency | None,
+    ) -> Submitted:
+        """Record and enqueue a new job; a request racing with its own retry gets the job
+        the first of them made."""
         cid = self.surface.new_id()
         logs.set_completion(cid)
-        detached = bool(body.background) or "respond-async" in request.headers.get("prefer", "")
-        job = await services.jobs.submit(
+        submitted = await services.jobs.submit(
             body.to_spec(cid),
             self.surface.name,
             int(time.time()),
             owner=owner,
             include_usage=body.include_usage,
-            detached=detached,
+            detached=bool(body.background) or "respond-async" in request.headers.get("prefer", ""),
+            idempotency=idempotency,
+            max_jobs_per_owner=services.settings.max_jobs_per_key,
         )
-        log.info("enqueued %s for %s", cid, body.model)
-        chunks = self.surface.chunks_of(job)
-        if detached:
-            return JSONResponse(chunks.status(queued=True), status_code=202)
-        if body.streaming:
-            timing = StreamTiming(services.metrics, job.model, arrived)
-            events = self.surface.events(chunks, None)
-            return SSEStream(services, events, cid, owner, timing, cancel_on_disconnect=True).response()
-        return await collect(request, services, chunks)
+        if submitted.new:
+            log.info("enqueued %s for %s", cid, body.model)
+        return submitted
 
     async def retrieve(self, request: Request) -> Response:
         """With ?stream=true, replay the events after Last-Event-ID (or ?starting_after) and
@@ -134,7 +181,7 @@ class Endpoints:
         """Remove the job's data (request, events, queue entries) now rather than at the end of
         its retention; a running job stops at its next token. Afterwards the id is unknown."""
         services, job = await self._job_of(request)
-        await services.jobs.purge(job.id, job.attempts)
+        await services.jobs.purge(job.id)
         log.info("purged on request")
         return JSONResponse(self.surface.chunks_of(job).deleted())
 

@@ -20,11 +20,26 @@ from redis.exceptions import RedisError
 
 from contract import entries, keys, queueing, scripts
 from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
-from contract.jobspec import JobSpec
+from contract.jobspec import JobSpec, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
 
 Rows = list[tuple[str, Entry]]
+
+# KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
+_DEAD_BATCH = """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > seen then
+  seen = tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], seen, 'EX', 60)
+end
+return seen
+"""
+# KEYS[1]=a key; ARGV[1]=a value. Deletes the key if it still holds that value.
+_DELETE_IF = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
 
 
 def now_ms() -> int:
@@ -59,6 +74,33 @@ class RunningAttempt:
     epoch: int
     worker: str
     beating: bool  # its heartbeat key is alive
+    suspect: bool  # the job was in a batch whose worker died (contract.scripts.ABANDON)
+
+
+@dataclass(frozen=True)
+class Idempotency:
+    """A request's Idempotency-Key, as one owner's key of one request."""
+
+    key: str  # contract.keys.idempotency(owner, sha256 of the header)
+    digest: str  # the request's own digest: a retry must carry the same request
+
+
+class IdempotencyConflict(Exception):
+    """The Idempotency-Key was used before for a different request."""
+
+
+class OwnerLimit(Exception):
+    """The owner already has the most unfinished jobs allowed."""
+
+    def __init__(self, unfinished: int) -> None:
+        super().__init__(unfinished)
+        self.unfinished = unfinished
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: JobState
+    new: bool  # False: an earlier request with the same Idempotency-Key made the job
 
 
 _STATE_FIELDS = [
@@ -91,6 +133,8 @@ class JobStore:
         self.recovery = recovery
         self._end = client.register_script(scripts.END)
         self._end_if_late = client.register_script(scripts.END_IF_LATE)
+        self._submit = client.register_script(scripts.SUBMIT)
+        self._dead_batch = client.register_script(_DEAD_BATCH)
 
     async def submit(
         self,
@@ -101,10 +145,13 @@ class JobStore:
         owner: str = "",
         include_usage: bool = False,
         detached: bool = False,
-    ) -> JobState:
-        """Record the job, then enqueue it; if enqueueing fails, nothing is left behind."""
-        job_key = keys.job(spec.id)
-        start_by = now_ms() + int(self.queue_wait_s * 1000)
+        idempotency: Idempotency | None = None,
+        max_jobs_per_owner: int = 0,
+    ) -> Submitted:
+        """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
+        same request), return the job the first one made. Raises OwnerLimit when the owner
+        has `max_jobs_per_owner` unfinished jobs, IdempotencyConflict for a key reused for
+        another request. Checking the limit and recording the job is one atomic step."""
         state = JobState(
             id=spec.id,
             surface=surface,
@@ -112,41 +159,87 @@ class JobStore:
             created=created,
             owner=owner,
             status=JobStatus.QUEUED,
-            start_by_ms=start_by,
+            start_by_ms=now_ms() + int(self.queue_wait_s * 1000),
             include_usage=include_usage,
             detached=detached,
         )
-        extra = {JobField.DEADLINE: now_ms() + int(self.deadline_s * 1000)} if self.deadline_s > 0 else {}
-        async with self._r.pipeline(transaction=True) as pipe:
-            pipe.hset(
+        for _ in range(2):  # a second time if the key named a job that has since expired
+            verdict = await self._record(spec, state, idempotency, max_jobs_per_owner)
+            if verdict[0] == b"new":
+                await self._enqueue(spec, keep_on_failure=idempotency is not None)
+                return Submitted(state, new=True)
+            if verdict[0] == b"limit":
+                raise OwnerLimit(int(verdict[1]))
+            assert idempotency is not None
+            held = await self._held(idempotency, as_text(verdict[1]))
+            if held is not None:
+                return Submitted(held, new=False)
+        raise IdempotencyConflict(spec.id)  # the key was taken twice in a row: let the client retry
+
+    async def idempotent(self, idempotency: Idempotency) -> JobState | None:
+        """The job an earlier request with this Idempotency-Key made, if it still exists
+        (IdempotencyConflict if that request was another one)."""
+        held = await self._r.get(idempotency.key)
+        return await self._held(idempotency, as_text(held)) if held is not None else None
+
+    async def _held(self, idempotency: Idempotency, held: str) -> JobState | None:
+        """The job an idempotency key holds, or None (a key whose job has expired is freed:
+        a key lives as long as its job)."""
+        held_id, _, held_digest = held.partition(" ")
+        if held_digest != idempotency.digest:
+            raise IdempotencyConflict(held_id)
+        job = await self.state(held_id)
+        if job is None:
+            await self._r.eval(_DELETE_IF, 1, idempotency.key, held)
+        return job
+
+    async def _record(
+        self, spec: JobSpec, state: JobState, idempotency: Idempotency | None, max_jobs: int
+    ) -> list:
+        fields = {
+            JobField.MODEL: spec.model,
+            JobField.SURFACE: state.surface,
+            JobField.CREATED: state.created,
+            JobField.STATUS: JobStatus.QUEUED,
+            JobField.EPOCH: 0,
+            JobField.ATTEMPTS: 0,
+            JobField.START_BY: state.start_by_ms,
+            JobField.SPEC: json.dumps(spec.to_dict()),
+            JobField.DIGEST: digest(spec.to_dict()),
+            JobField.OWNER: state.owner,
+            JobField.USAGE: int(state.include_usage),
+            JobField.DETACHED: int(state.detached),
+        }
+        if self.deadline_s > 0:
+            fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
+        job_key = keys.job(spec.id)
+        return await self._submit(
+            keys=[
                 job_key,
-                mapping={
-                    **extra,
-                    JobField.MODEL: spec.model,
-                    JobField.SURFACE: surface,
-                    JobField.CREATED: created,
-                    JobField.STATUS: JobStatus.QUEUED,
-                    JobField.EPOCH: 0,
-                    JobField.ATTEMPTS: 0,
-                    JobField.START_BY: start_by,
-                    JobField.SPEC: json.dumps(spec.to_dict()),
-                    JobField.OWNER: owner,
-                    JobField.USAGE: int(include_usage),
-                    JobField.DETACHED: int(detached),
-                },
-            )
-            pipe.expire(job_key, self.recovery.job_ttl_s)
-            if owner:
-                pipe.zadd(keys.owner_jobs(owner), {spec.id: now_ms()})
-                pipe.expire(keys.owner_jobs(owner), self.recovery.job_ttl_s)
-            await pipe.execute()
+                keys.PENDING,
+                keys.owner_jobs(state.owner) if state.owner else job_key,
+                idempotency.key if idempotency else job_key,
+            ],
+            args=[
+                spec.id,
+                f"{spec.id} {idempotency.digest}" if idempotency else "",
+                self.recovery.job_ttl_s,
+                max_jobs if state.owner else 0,
+                *(str(x) for pair in fields.items() for x in pair),
+            ],
+        )
+
+    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool) -> None:
+        """Put the new job on its queue. If that fails the job is deleted, unless a retry
+        with its Idempotency-Key may come back for it: then it stays pending, and the
+        reaper enqueues it once Redis answers again."""
         try:
-            await anyio.to_thread.run_sync(queueing.enqueue, self._rq, spec.to_dict(), spec.id, self.recovery)
+            await anyio.to_thread.run_sync(queueing.enqueue, self._rq, spec.to_dict(), 0, self.recovery)
         except BaseException:
-            with anyio.CancelScope(shield=True), contextlib.suppress(RedisError):
-                await self._r.delete(job_key)
+            if not keep_on_failure:
+                with anyio.CancelScope(shield=True), contextlib.suppress(RedisError):
+                    await anyio.to_thread.run_sync(queueing.purge, self._rq, spec.id)
             raise
-        return state
 
     async def read(self, completion_id: str, after: str, count: int = 512, inclusive: bool = False) -> Rows:
         """Entries after stream id `after` ("0" for all), or from it with `inclusive`; deltas
@@ -204,9 +297,9 @@ class JobStore:
         if await self._r.exists(job_key):
             await self._r.hset(job_key, JobField.CANCEL_AT, now_ms() + int(delay_s * 1000))
 
-    async def purge(self, completion_id: str, attempts: int) -> None:
+    async def purge(self, completion_id: str) -> None:
         """Delete the job's data now, whatever its state (see contract.queueing.purge)."""
-        await anyio.to_thread.run_sync(queueing.purge, self._rq, completion_id, attempts)
+        await anyio.to_thread.run_sync(queueing.purge, self._rq, completion_id)
 
     async def running(self) -> list[RunningAttempt]:
         """The running attempts (stale index entries of ended jobs are dropped)."""
@@ -215,20 +308,58 @@ class JobStore:
             return []
         async with self._r.pipeline(transaction=False) as pipe:
             for cid in ids:
-                pipe.hmget(keys.job(cid), [JobField.EPOCH, JobField.WORKER, JobField.ENDED])
+                pipe.hmget(keys.job(cid), [JobField.EPOCH, JobField.WORKER, JobField.ENDED, JobField.SUSPECT])
                 pipe.exists(keys.alive(cid))
             rows = await pipe.execute()
         out = []
         for i, cid in enumerate(ids):
-            (epoch, worker, ended), alive = rows[2 * i], rows[2 * i + 1]
+            (epoch, worker, ended, suspect), alive = rows[2 * i], rows[2 * i + 1]
             if epoch is None or ended == b"1":
                 await self._r.zrem(keys.RUNNING, cid)
                 continue
-            out.append(RunningAttempt(cid, int(epoch), as_text(worker or b""), bool(alive)))
+            out.append(RunningAttempt(cid, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1"))
         return out
 
-    async def abandon(self, completion_id: str, epoch: int) -> int:
+    async def abandon(self, completion_id: str, epoch: int, *, charge: bool, suspect: bool) -> int:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
         return await anyio.to_thread.run_sync(
-            queueing.abandon, self._rq, completion_id, epoch, self.recovery, "crash"
+            lambda: queueing.abandon(
+                self._rq, completion_id, epoch, self.recovery, "crash", charge=charge, suspect=suspect
+            )
         )
+
+    async def dead_batch(self, worker: str, holding: int) -> int:
+        """How many jobs a worker found dead held: the most seen in any tick of the last
+        minute (its attempts need not all be found dead in the same tick)."""
+        return int(await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding]))
+
+    async def pending(self, older_than_ms: int, count: int = 64) -> list[str]:
+        """Jobs pending for longer than `older_than_ms` (their enqueuer may have died)."""
+        ids = await self._r.zrangebyscore(keys.PENDING, "-inf", now_ms() - older_than_ms, start=0, num=count)
+        return [as_text(i) for i in ids]
+
+    async def rescue(self, completion_id: str) -> bool:
+        """Enqueue a job left pending (see contract.queueing.rescue)."""
+        return await anyio.to_thread.run_sync(queueing.rescue, self._rq, completion_id, self.recovery)
+
+    async def return_inbox(self, worker: str) -> int:
+        """Put back on their queues the jobs a dead worker took but never claimed; returns how
+        many went back (those started or ended meanwhile are only dropped)."""
+        box = keys.inbox(worker)
+        back = 0
+        for raw in await self._r.hkeys(box):
+            job_id = as_text(raw)
+            cid = keys.completion_of(job_id)
+            model, status, suspect, epoch = await self._r.hmget(
+                keys.job(cid), [JobField.MODEL, JobField.STATUS, JobField.SUSPECT, JobField.EPOCH]
+            )
+            current = model is not None and keys.rq_job_id(cid, int(epoch or 0)) == job_id
+            async with self._r.pipeline(transaction=True) as pipe:
+                if current and status == JobStatus.QUEUED.encode():
+                    name = (keys.suspect_queue_name if suspect == b"1" else keys.queue_name)(as_text(model))
+                    pipe.lpush(keys.rq_queue_key(name), job_id)  # first: it was taken first
+                    pipe.lpush(keys.wake(as_text(model)), 1)
+                    back += 1
+                pipe.hdel(box, job_id)
+                await pipe.execute()
+        return back

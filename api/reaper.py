@@ -1,19 +1,33 @@
 """Finds dead attempts and gives their jobs to another worker, whether or not a client is
-attached.
+attached; and makes sure no job is left where nobody will run it.
 
 Every API process runs one; a Redis lock lets only one act at a time. Each tick it looks at
 the running attempts (`ts:running`) and declares one dead when its heartbeat key has expired
 (a hung or frozen worker) or when none of its worker's named connections is left (a killed
 process: the kernel closes its sockets at once). A dead attempt's job is requeued as a
-continuation, or ends with worker_lost once its attempts are used up. This does not wait
-for RQ's own maintenance (every 600 s) or its job_timeout + 60 s rule.
+continuation, or ends with worker_lost. This does not wait for RQ's own maintenance (every
+600 s) or its job_timeout + 60 s rule.
 
-Every `FORGET_EVERY_S` it also drops the workers that stopped announcing themselves.
+Whom a death is charged to. A worker that dies kills every job in its batch, and most of
+them are bystanders: charging each would let a job that kills every worker it lands on, or a
+pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS. So a death is charged to a job
+only when it ran alone in its worker, or when it was its worker's suspect. When a batch dies
+without a suspect, none of its jobs is charged and all become suspects; a worker runs at
+most one suspect at a time (worker/rqworker.py), so the next death among them points at one
+job. A poison job thus ends as worker_lost after at most 1 + MAX_ATTEMPTS deaths, and the
+jobs batched with it finish; MAX_REQUEUES bounds everything else.
+
+It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
+and enqueues the jobs left pending by an API process or worker that died between recording
+a job and enqueueing it (after `PENDING_GRACE_S`). Every `FORGET_EVERY_S` it drops the
+workers that stopped announcing themselves. Nothing is judged for `settle_s` after a Redis
+(re)start: workers reconnect and beat again first.
 """
 
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import time
 import uuid
@@ -22,13 +36,14 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from api.background import Background
-from api.jobstore import JobStore
+from api.jobstore import JobStore, RunningAttempt
 from api.registry import WorkerRegistry
 from contract import keys
 
 log = logging.getLogger(__name__)
 
 FORGET_EVERY_S = 10.0
+PENDING_GRACE_S = 3.0  # an enqueue takes milliseconds; one pending this long lost its enqueuer
 
 _EXTEND = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
@@ -67,41 +82,70 @@ class Reaper:
                 await self.tick()
             except (RedisError, OSError) as exc:
                 log.debug("reaper tick failed: %s", exc)
+            except Exception:  # a bug must not end the reaper for the life of the process
+                log.exception("reaper tick failed")
             await asyncio.sleep(self._interval)
 
     async def tick(self) -> int:
-        """One look at the running attempts; returns how many were taken from dead workers."""
+        """One look around; returns how many attempts were taken from dead workers."""
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
         if not await self._lock(keys=[keys.REAPER_LOCK], args=[self._me, lock_ms]):
-            return 0
-        if time.monotonic() >= self._forget_at:
-            self._forget_at = time.monotonic() + FORGET_EVERY_S
-            await self._registry.forget_silent()
-        running = await self._store.running()
-        if not running:
             return 0
         info = await self._r.info("server")
         if int(info.get("uptime_in_seconds", 0)) < self._settle:
             return 0
         connected = {
-            c.get("name", "")
+            c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
             for c in await self._r.client_list()
             if c.get("name", "").startswith(keys.WORKER_CONNECTION_PREFIX)
         }
-        taken = 0
-        for a in running:
-            gone = bool(a.worker) and keys.WORKER_CONNECTION_PREFIX + a.worker not in connected
-            if a.beating and not gone:
-                continue
-            outcome = await self._store.abandon(a.completion_id, a.epoch)
-            if outcome in (1, 2):
-                taken += 1
-                log.warning(
-                    "attempt %d of %s on %s is dead (%s); %s",
-                    a.epoch,
-                    a.completion_id,
-                    a.worker,
-                    "connection gone" if gone else "heartbeat expired",
-                    "requeued" if outcome == 1 else "attempts used up: worker_lost",
-                )
+        taken = await self._judge(connected)
+        await self._return_inboxes(connected)
+        await self._enqueue_pending()
+        if time.monotonic() >= self._forget_at:
+            self._forget_at = time.monotonic() + FORGET_EVERY_S
+            await self._registry.forget_silent()
         return taken
+
+    async def _judge(self, connected: set[str]) -> int:
+        running = await self._store.running()
+        holding = collections.Counter(a.worker for a in running)
+        dead: dict[str, list[RunningAttempt]] = collections.defaultdict(list)
+        for a in running:
+            gone = bool(a.worker) and a.worker not in connected
+            if gone or not a.beating:
+                dead[a.worker].append(a)
+        taken = 0
+        for worker, attempts in dead.items():
+            batch = await self._store.dead_batch(worker, holding[worker])
+            suspects = any(a.suspect for a in attempts)
+            for a in attempts:
+                # alone: its death; with a suspect: the suspect's; else nobody's, all suspects
+                charge = batch <= 1 or a.suspect
+                mark = batch > 1 and not suspects
+                outcome = await self._store.abandon(a.completion_id, a.epoch, charge=charge, suspect=mark)
+                if outcome in (1, 2):
+                    taken += 1
+                    log.warning(
+                        "attempt %d of %s on %s (batch of %d) is dead (%s); %s%s",
+                        a.epoch,
+                        a.completion_id,
+                        a.worker,
+                        batch,
+                        "heartbeat expired" if a.worker in connected else "connection gone",
+                        "requeued" if outcome == 1 else "worker_lost",
+                        ", charged" if charge else ", a suspect now" if mark else "",
+                    )
+        return taken
+
+    async def _return_inboxes(self, connected: set[str]) -> None:
+        for worker in await self._registry.names():
+            if worker not in connected and (back := await self._store.return_inbox(worker)):
+                log.warning(
+                    "%d jobs taken by %s, which died before claiming them, are queued again", back, worker
+                )
+
+    async def _enqueue_pending(self) -> None:
+        for cid in await self._store.pending(int(PENDING_GRACE_S * 1000)):
+            if await self._store.rescue(cid):
+                log.warning("%s was recorded but never enqueued (its enqueuer died): enqueued now", cid)

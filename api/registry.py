@@ -47,6 +47,15 @@ class WorkerRegistry:
         total = {m: sum(int(c) for c in cs if c) for (m, _), cs in zip(served, counts, strict=True)}
         return {m: total.get(m, 0) for m in models}
 
+    async def names(self) -> list[str]:
+        """Every registered worker of every model, live or silent (until forgotten)."""
+        models = [as_text(m) for m in await self._r.smembers(keys.MODELS)]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrange(keys.workers(model), 0, -1)
+            rows = await pipe.execute() if models else []
+        return [as_text(name) for names in rows for name in names]
+
     async def forget_silent(self) -> None:
         """Drop the workers that stopped announcing (a killed one never says goodbye), so
         that their entries do not pile up; one that comes back announces itself again."""

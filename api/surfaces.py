@@ -6,6 +6,7 @@ clients receive. api/endpoints.py builds every route of a surface from its descr
 from __future__ import annotations
 
 import secrets
+import string
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,6 +14,8 @@ from api.bodies import Body, ChatRequest, CompletionRequest
 from api.chunks import ChatChunks, Chunks, TextChunks
 from api.events import Events, chunk_events
 from api.jobstore import JobState
+
+_ALPHABET = string.ascii_letters + string.digits
 
 
 @dataclass(frozen=True)
@@ -29,8 +32,9 @@ class Surface:
         return self.chunks.object
 
     def new_id(self) -> str:
-        """Unguessable (144 random bits), and made only of characters RQ job ids allow."""
-        return self.id_prefix + secrets.token_urlsafe(18)
+        """Unguessable (148 random bits), letters and digits only (RQ job ids allow them, and
+        contract.keys.rq_job_id relies on it)."""
+        return self.id_prefix + "".join(secrets.choice(_ALPHABET) for _ in range(25))
 
     def owns(self, completion_id: str) -> bool:
         return completion_id.startswith(self.id_prefix)

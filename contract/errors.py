@@ -64,7 +64,7 @@ STRING_TOO_LONG = _error("string_above_max_length", INVALID_REQUEST_ERROR, 400)
 INVALID_CURSOR = _error("invalid_cursor", INVALID_REQUEST_ERROR, 400)
 INVALID_REQUEST = _error("invalid_request", INVALID_REQUEST_ERROR, 400)  # a job the worker cannot run
 CONTEXT_LENGTH = _error("context_length_exceeded", INVALID_REQUEST_ERROR, 400)
-# 401, 404, 405, 413
+# 401, 404, 405, 413, 422
 MISSING_API_KEY = _error(
     "missing_api_key",
     INVALID_REQUEST_ERROR,
@@ -76,6 +76,12 @@ MODEL_NOT_FOUND = _error("model_not_found", INVALID_REQUEST_ERROR, 404)
 NOT_FOUND = _error("not_found", INVALID_REQUEST_ERROR, 404, "This completion no longer exists.")
 METHOD_NOT_ALLOWED = _error("method_not_allowed", INVALID_REQUEST_ERROR, 405)
 TOO_LARGE = _error("request_too_large", INVALID_REQUEST_ERROR, 413)
+IDEMPOTENCY_CONFLICT = _error(
+    "idempotency_key_reused",
+    INVALID_REQUEST_ERROR,
+    422,
+    "This Idempotency-Key was already used with a different request.",
+)
 # 429: come back later (with Retry-After).
 QUEUE_FULL = _error("queue_full", RATE_LIMIT_ERROR, 429)
 TOO_MANY_JOBS = _error("too_many_requests", RATE_LIMIT_ERROR, 429)

@@ -8,6 +8,8 @@ in Redis by someone else must not reach the model with arguments the API would r
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from dataclasses import asdict, dataclass, field
 
@@ -17,6 +19,13 @@ KINDS = ("chat", "text")
 
 class InvalidSpec(ValueError):
     """The job arguments do not describe a valid completion."""
+
+
+def digest(spec: dict) -> str:
+    """A spec's fingerprint, the same for the dict the API recorded and the one a worker took
+    from RQ: a worker claims a job only for the spec the API recorded for it."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 @dataclass(frozen=True)

@@ -33,13 +33,51 @@ def alive(completion_id: str) -> str:
     return f"{PREFIX}:{{{completion_id}}}:alive"
 
 
-def continuation_job_id(completion_id: str, attempt: int) -> str:
-    """RQ job id of a resumed attempt (RQ ids allow letters, digits, '_' and '-')."""
-    return f"{completion_id}-a{attempt}"
+_CONTINUATION = "__a"  # never in a completion id: their random part is letters and digits
+
+
+def rq_job_id(completion_id: str, epoch: int) -> str:
+    """The RQ job id of a job queued at `epoch`: its completion id for the first attempt, a
+    continuation id after a requeue (RQ ids allow letters, digits, '_' and '-')."""
+    return completion_id if epoch == 0 else f"{completion_id}{_CONTINUATION}{epoch}"
+
+
+def completion_of(rq_job_id: str) -> str:
+    """The completion id an RQ job id belongs to (see `rq_job_id`)."""
+    return rq_job_id.split(_CONTINUATION, 1)[0]
 
 
 RUNNING = f"{PREFIX}:running"
 """ZSET: completion id -> ms when its current attempt started; what the reaper watches."""
+
+PENDING = f"{PREFIX}:pending"
+"""ZSET: completion id -> ms since its job is queued but not yet known to be on an RQ queue
+(between the job's record and its enqueue, or a requeue and the continuation's enqueue);
+the reaper enqueues what stays here too long (its enqueuer died in between)."""
+
+
+def inbox(worker: str) -> str:
+    """HASH: RQ job id -> ms when taken, for the jobs a worker took from its queues (`TAKE`)
+    and has not yet claimed or refused; the reaper puts back a dead worker's."""
+    return f"{PREFIX}:inbox:{worker}"
+
+
+def wake(model: str) -> str:
+    """LIST: one token per enqueued job of `model`; idle workers block on it."""
+    return f"{PREFIX}:wake:{model}"
+
+
+def dead_worker(worker: str) -> str:
+    """STRING: how many jobs a worker held when the reaper found it dead (for a minute), so
+    that its attempts found dead in later ticks are judged with the same batch."""
+    return f"{PREFIX}:dead:{worker}"
+
+
+def idempotency(owner: str, digest: str) -> str:
+    """STRING: "<completion id> <request digest>" for a request made with an
+    Idempotency-Key (its SHA-256 is `digest`) by one API key's owner."""
+    return f"{PREFIX}:idem:{owner}:{digest}"
+
 
 REAPER_LOCK = f"{PREFIX}:reaper"
 """STRING: which API process currently looks for dead attempts (SET NX PX)."""
@@ -66,8 +104,9 @@ def hub_control(process: str) -> str:
 
 
 def owner_jobs(owner: str) -> str:
-    """ZSET: the jobs one API key created that may not have ended (completion id -> created
-    ms), for the per-key job limit; ended ones are pruned when counted."""
+    """ZSET: the jobs one API key created that have not ended (completion id -> created ms),
+    for the per-key job limit: SUBMIT adds, the scripts that end a job remove (their Lua
+    builds this same name), expired ones are pruned by age."""
     return f"{PREFIX}:owner:{owner}:jobs"
 
 
@@ -116,13 +155,39 @@ MODELS = f"{PREFIX}:models"
 
 
 def queue_name(model: str) -> str:
-    """The RQ queue a model's jobs wait in: the model's own name."""
+    """The RQ queue a model's new jobs wait in: the model's own name."""
     return model
 
 
+def suspect_queue_name(model: str) -> str:
+    """The RQ queue of a model's jobs that were in a worker's batch when it died: a worker
+    runs at most one of them at a time (see contract.scripts.ABANDON)."""
+    return f"{model}#suspect"
+
+
+def queue_names(model: str) -> tuple[str, ...]:
+    """Every queue of a model, in the order workers take from them."""
+    return (suspect_queue_name(model), queue_name(model))
+
+
+def rq_queue_key(name: str) -> str:
+    """LIST: RQ's own key for the queue named `name`."""
+    return Queue.redis_queue_namespace_prefix + name
+
+
 def queue_key(model: str) -> str:
-    """LIST: a model's waiting jobs (RQ's own key for `queue_name(model)`)."""
-    return Queue.redis_queue_namespace_prefix + queue_name(model)
+    """LIST: a model's waiting new jobs (RQ's own key for `queue_name(model)`)."""
+    return rq_queue_key(queue_name(model))
+
+
+def queue_keys(model: str) -> list[str]:
+    """The lists of every queue of a model (`queue_names`, in order)."""
+    return [rq_queue_key(name) for name in queue_names(model)]
+
+
+def rq_job(job_id: str) -> str:
+    """HASH: RQ's record of an enqueued job (only its `data` is ever read by a worker)."""
+    return "rq:job:" + job_id
 
 
 class JobField:
@@ -139,7 +204,14 @@ class JobField:
     CANCEL_AT = "cancel_at"  # ms since the epoch after which the job must stop
     START_BY = "start_by"  # ms since the epoch: a job still queued then is never (re)started
     SPEC = "spec"  # the JobSpec as JSON, as enqueued
+    DIGEST = "digest"  # the spec's digest (contract.jobspec.digest): CLAIM runs no other spec
     OWNER = "owner"  # hash of the API key that created the job ("" without keys)
+    IDEMPOTENCY = "idem"  # the job's idempotency key (contract.keys.idempotency), if any
+    CLAIM = "claim"  # the token of the claim that started the current attempt (retries repeat it)
+    SEQ = "seq"  # entries the current attempt has written (APPEND skips what it already wrote)
+    CHARGED = "charged"  # worker deaths charged to the job (it was alone, or the suspect)
+    REQUEUES = "requeues"  # times the job was taken from a worker (deaths and hand-offs)
+    SUSPECT = "suspect"  # "1": it was in a batch whose worker died; it runs as its worker's only suspect
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)

@@ -5,73 +5,111 @@ The API enqueues a job's first attempt; the API's reaper (a dead worker) and a w
 handing off at shutdown both call `abandon`, which fences the attempt out and enqueues the
 continuation; `purge` deletes a job on request. Always RQ's JSON serializer (never
 pickle), always the one job function, and the job's own spec as the only argument.
+
+A job is pending (`keys.PENDING`) from its record (or requeue) until `enqueue` has put it on
+a queue; if whoever was to enqueue it dies in between, the reaper finds it there and
+enqueues it (`rescue`), so no job waits for its deadline with nobody to run it.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 
 import redis
 from rq import Queue
-from rq.exceptions import InvalidJobOperation, NoSuchJobError
-from rq.job import Job
 from rq.serializers import JSONSerializer
 
 from contract import keys, scripts
+from contract.entries import as_text
 from contract.settings import Recovery
 
 
-def enqueue(client: redis.Redis, spec: dict, job_id: str, recovery: Recovery) -> None:
-    queue = Queue(keys.queue_name(spec["model"]), connection=client, serializer=JSONSerializer)
-    queue.enqueue_call(
+def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, suspect: bool = False) -> None:
+    """Put the attempt after `epoch` of the job `spec` describes on its model's queue (the
+    suspect queue for a suspect), wake an idle worker, and end its pending state."""
+    model, completion_id = spec["model"], spec["id"]
+    name = keys.suspect_queue_name(model) if suspect else keys.queue_name(model)
+    Queue(name, connection=client, serializer=JSONSerializer).enqueue_call(
         func=keys.JOB_FUNCTION,
         args=(spec,),
-        job_id=job_id,
+        job_id=keys.rq_job_id(completion_id, epoch),
         timeout=recovery.job_timeout_s,
         ttl=recovery.job_ttl_s,
         result_ttl=0,  # the completion lives in the job's stream; RQ need not keep a copy
         failure_ttl=recovery.retention_s,
-        description=f"completion {spec['id']}",
+        description=f"completion {completion_id}",
     )
+    with client.pipeline(transaction=False) as pipe:
+        pipe.lpush(keys.wake(model), 1)
+        pipe.ltrim(keys.wake(model), 0, 63)  # tokens only wake idle workers: a few suffice
+        pipe.zrem(keys.PENDING, completion_id)
+        pipe.execute()
 
 
-def abandon(client: redis.Redis, completion_id: str, epoch: int, recovery: Recovery, reason: str) -> int:
+def abandon(
+    client: redis.Redis,
+    completion_id: str,
+    epoch: int,
+    recovery: Recovery,
+    reason: str,
+    *,
+    charge: bool,
+    suspect: bool = False,
+) -> int:
     """Take the job from attempt `epoch` (dead, hung, or leaving): requeue it as a
-    continuation, or end it with worker_lost once its attempts are used up; counted in
-    STATS under `reason` ("crash" or "handoff"). Returns
-    ABANDON's code: 1 requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
-    outcome = int(
-        client.register_script(scripts.ABANDON)(
-            keys=scripts.job_keys(completion_id),
-            args=scripts.abandon_args(
-                completion_id,
-                epoch,
-                recovery.max_attempts,
-                int(recovery.resume_wait_s * 1000),
-                recovery.retention_s,
-            ),
-        )
+    continuation (charging the death to it or not, marking it a suspect or not), or end it
+    with worker_lost once its charged deaths or requeues are used up; counted in STATS under
+    `reason` ("crash" or "handoff"). Returns 1 requeued, 2 ended, 0 nothing to do (that
+    attempt is not current)."""
+    outcome, is_suspect = client.register_script(scripts.ABANDON)(
+        keys=scripts.job_keys(completion_id),
+        args=scripts.abandon_args(
+            completion_id,
+            epoch,
+            charge=charge,
+            suspect=suspect,
+            max_charged=recovery.max_attempts,
+            max_requeues=recovery.max_requeues,
+            resume_wait_ms=int(recovery.resume_wait_s * 1000),
+            retention_s=recovery.retention_s,
+        ),
     )
     if outcome == 1:
         raw = client.hget(keys.job(completion_id), keys.JobField.SPEC)
         if raw is not None:
-            job_id = keys.continuation_job_id(completion_id, epoch + 1)
-            enqueue(client, json.loads(raw), job_id, recovery)
+            enqueue(client, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect))
         client.hincrby(keys.STATS, keys.StatField.requeued(reason), 1)
     elif outcome == 2:
         client.hincrby(keys.STATS, keys.StatField.LOST, 1)
-    return outcome
+    return int(outcome)
 
 
-def purge(client: redis.Redis, completion_id: str, attempts: int) -> None:
-    """Delete every trace of a job: its keys and RQ's jobs for each of its attempts. A
-    running attempt is fenced out by the missing job hash at its next write or beat."""
+def rescue(client: redis.Redis, completion_id: str, recovery: Recovery) -> bool:
+    """Enqueue a job left pending by an enqueuer that died; returns True if it was queued
+    (a job that has since started or ended only leaves the pending index)."""
+    status, epoch, suspect, raw = client.hmget(
+        keys.job(completion_id),
+        [keys.JobField.STATUS, keys.JobField.EPOCH, keys.JobField.SUSPECT, keys.JobField.SPEC],
+    )
+    if status is None or as_text(status) != keys.JobStatus.QUEUED or raw is None:
+        client.zrem(keys.PENDING, completion_id)
+        return False
+    enqueue(client, json.loads(raw), int(epoch or 0), recovery, suspect=suspect == b"1")
+    return True
+
+
+def purge(client: redis.Redis, completion_id: str) -> None:
+    """Delete every trace of a job: its keys, and RQ's records and queue entries of each of
+    its attempts (by key: a queue entry is never parsed here). A running attempt is fenced
+    out by the missing job hash at its next write or beat."""
+    model, epoch = client.hmget(keys.job(completion_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
+    ids = [keys.rq_job_id(completion_id, n) for n in range(int(epoch or 0) + 2)]
     with client.pipeline(transaction=True) as pipe:
         pipe.delete(keys.job(completion_id), keys.events(completion_id), keys.alive(completion_id))
         pipe.zrem(keys.RUNNING, completion_id)
+        pipe.zrem(keys.PENDING, completion_id)
+        pipe.delete(*(keys.rq_job(job_id) for job_id in ids))
+        for queue in keys.queue_keys(as_text(model)) if model else []:
+            for job_id in ids:
+                pipe.lrem(queue, 0, job_id)
         pipe.execute()
-    ids = [completion_id] + [keys.continuation_job_id(completion_id, n) for n in range(1, attempts + 2)]
-    for job_id in ids:
-        with contextlib.suppress(NoSuchJobError, InvalidJobOperation):  # gone meanwhile: fine
-            Job.fetch(job_id, connection=client, serializer=JSONSerializer).delete(remove_from_queue=True)

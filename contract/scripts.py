@@ -3,27 +3,36 @@
 Each script runs atomically in Redis, so "is this attempt still the current one, has the job
 ended, should it stop" is checked in the same step as the write:
 
+- `SUBMIT` records a new job (the API): refused when its key's owner already has the most
+  unfinished jobs allowed, or when its Idempotency-Key names another job (then that job's
+  id is returned). The job is pending until its enqueuer says it is on an RQ queue.
+- `TAKE` moves one job id from a model's queues (in priority order) into the taking
+  worker's inbox, so that a worker that dies before claiming it loses nothing.
 - `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
   attempt, marks the job running and alive, unless the job has ended; a job that waited past
-  its start deadline is ended instead (`END_IF_LATE`'s rule). Returns the new epoch and
-  whether a cancel is due.
+  its start deadline is ended instead (`END_IF_LATE`'s rule). A retried claim (the same
+  token, its reply lost) returns the same attempt. Returns the epoch and whether a cancel is
+  due.
 - `APPEND` writes one or more entries of an attempt (a worker batches what piled up while
   its previous write was in flight): refused with a `FENCED` error unless the epoch is
   current and the job has not ended; a terminal entry marks the job ended and starts its
-  retention. Returns the entry id and the cancel flag, so a worker learns of a cancel on
-  the write it makes anyway.
+  retention. Each attempt numbers its entries, and a retried APPEND (its reply lost) skips
+  those already written: nothing is published twice. Returns the cancel flag, so a worker
+  learns of a cancel on the write it makes anyway.
 - `BEAT` is the attempt's heartbeat: refreshes its liveness key while the epoch is current;
   returns 0 once it is not, so a fenced worker learns it even between writes.
 - `ABANDON` takes a job away from an attempt (dead, hung, or handing off at shutdown):
-  fences it out and puts the job back to queued for a new attempt, or ends it with
-  `worker_lost` once the attempts are used up.
+  fences it out and queues the job again, charging the death to it or not (the caller
+  judges: see api/reaper.py), or ends it with `worker_lost` once the charged deaths reach
+  MAX_ATTEMPTS or the requeues MAX_REQUEUES.
 - `END` lets anyone else (the API) end a job with a terminal entry, fencing out the running
   attempt, if any.
 - `END_IF_LATE` ends a queued job that no worker (re)started by its deadline: `queue_timeout`,
   or `worker_lost` if an attempt ran before (the relay calls it for a job it watches).
 
 The scripts use only commands Redis 7.0 has. Per-job keys share the completion id's hash
-tag; `RUNNING` is one global index (RQ does not run on Redis Cluster either).
+tag; `RUNNING`, `PENDING` and the owners' sets are global indexes (RQ does not run on Redis
+Cluster either).
 """
 
 from __future__ import annotations
@@ -54,6 +63,7 @@ def _without_epoch(entry: Entry) -> list[str]:
     return _flat(fields)
 
 
+# Every per-job script takes KEYS = job_keys(completion id).
 _LIB = f"""
 local function now_ms()
   local t = redis.call('TIME')
@@ -65,88 +75,162 @@ local function cancel_due(job)
   if now_ms() >= tonumber(at) then return 1 end
   return 0
 end
+-- The job no longer counts against its owner's limit of unfinished jobs.
+local function release_owner(job, id)
+  local owner = redis.call('HGET', job, '{JobField.OWNER}')
+  if owner and owner ~= '' then redis.call('ZREM', '{keys.PREFIX}:owner:' .. owner .. ':jobs', id) end
+end
 -- Write a terminal entry (fields without the epoch) and close the job.
-local function close(job, events, running, alive, id, status, retention, fields, first)
-  local epoch = redis.call('HINCRBY', job, '{JobField.EPOCH}', 1)
-  local args = {{'XADD', events, '*', '{EPOCH}', tostring(epoch)}}
+local function close(id, status, retention, fields, first)
+  local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
+  local args = {{'XADD', KEYS[2], '*', '{EPOCH}', tostring(epoch)}}
   for i = first, #fields do args[#args + 1] = fields[i] end
   redis.call(unpack(args))
-  redis.call('HSET', job, '{JobField.ENDED}', '1', '{JobField.STATUS}', status)
-  redis.call('EXPIRE', job, retention)
-  redis.call('EXPIRE', events, retention)
-  redis.call('ZREM', running, id)
-  redis.call('DEL', alive)
+  redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', status)
+  redis.call('EXPIRE', KEYS[1], retention)
+  redis.call('EXPIRE', KEYS[2], retention)
+  redis.call('ZREM', KEYS[3], id)
+  redis.call('DEL', KEYS[4])
+  redis.call('ZREM', KEYS[5], id)
+  release_owner(KEYS[1], id)
 end
 local QUEUE_TIMEOUT = {_lua_fields(errors.QUEUE_TIMEOUT.entry())}
 local WORKER_LOST = {_lua_fields(errors.WORKER_LOST.entry())}
 -- A queued job past its start deadline ends: queue_timeout, or worker_lost if an attempt ran.
-local function end_if_late(job, events, running, alive, id, retention)
-  if redis.call('HGET', job, '{JobField.STATUS}') ~= '{JobStatus.QUEUED}' then return 0 end
-  local start_by = redis.call('HGET', job, '{JobField.START_BY}')
+local function end_if_late(id, retention)
+  if redis.call('HGET', KEYS[1], '{JobField.STATUS}') ~= '{JobStatus.QUEUED}' then return 0 end
+  local start_by = redis.call('HGET', KEYS[1], '{JobField.START_BY}')
   if not start_by or now_ms() <= tonumber(start_by) then return 0 end
   local late = QUEUE_TIMEOUT
-  if tonumber(redis.call('HGET', job, '{JobField.ATTEMPTS}') or '0') > 0 then late = WORKER_LOST end
-  close(job, events, running, alive, id, '{JobStatus.FAILED}', retention, late, 1)
+  if tonumber(redis.call('HGET', KEYS[1], '{JobField.ATTEMPTS}') or '0') > 0 then late = WORKER_LOST end
+  close(id, '{JobStatus.FAILED}', retention, late, 1)
   return 1
 end
+"""
+
+SUBMIT = f"""
+-- KEYS[1]=job hash, KEYS[2]=pending index, KEYS[3]=the owner's unfinished jobs,
+-- KEYS[4]=the idempotency key (KEYS[1] again when the request has none)
+-- ARGV[1]=completion id, ARGV[2]="<completion id> <request digest>" ('' without a key),
+-- ARGV[3]=ttl seconds of an unfinished job, ARGV[4]=max unfinished jobs of the owner (0: no
+-- limit, or no owner), ARGV[5..]=the job hash's fields and values.
+-- Returns {{'new'}}, {{'held', "<id> <digest>"}} (the key names a job: the caller decides)
+-- or {{'limit', unfinished}}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[2] ~= '' then
+  local held = redis.call('GET', KEYS[4])
+  if held then return {{'held', held}} end
+end
+if tonumber(ARGV[4]) > 0 then
+  -- a job older than its ttl has expired, ended or not: it no longer counts
+  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[3]) * 1000)
+  local unfinished = redis.call('ZCARD', KEYS[3])
+  if unfinished >= tonumber(ARGV[4]) then return {{'limit', unfinished}} end
+end
+local fields = {{'HSET', KEYS[1]}}
+for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call(unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[3])
+redis.call('ZADD', KEYS[2], now, ARGV[1])
+if KEYS[3] ~= KEYS[1] then
+  redis.call('ZADD', KEYS[3], now, ARGV[1])
+  redis.call('EXPIRE', KEYS[3], ARGV[3])
+end
+if ARGV[2] ~= '' then
+  redis.call('SET', KEYS[4], ARGV[2], 'EX', ARGV[3])
+  redis.call('HSET', KEYS[1], '{JobField.IDEMPOTENCY}', KEYS[4])
+end
+return {{'new'}}
+"""
+
+TAKE = """
+-- KEYS[1..n-1]=a model's queue lists in the order to take from, KEYS[n]=the worker's inbox
+-- Returns {queue key, RQ job id} or false when every queue is empty.
+local inbox = KEYS[#KEYS]
+local t = redis.call('TIME')
+for i = 1, #KEYS - 1 do
+  local id = redis.call('LPOP', KEYS[i])
+  if id then
+    redis.call('HSET', inbox, id, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    return {KEYS[i], id}
+  end
+end
+return false
 """
 
 CLAIM = (
     _LIB
     + f"""
--- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
 -- ARGV[1]=worker name, ARGV[2]=completion id, ARGV[3]=heartbeat window ms,
--- ARGV[4]=retention seconds (for a job that it ends as late)
--- Returns {{epoch, cancel}}: epoch -1 = the job is gone (expired or purged), 0 = it has
--- ended, or had waited too long in the queue (then this call ended it).
-if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0}} end
-if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0}} end
-if end_if_late(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], ARGV[4]) == 1 then return {{0, 0}} end
+-- ARGV[4]=retention seconds (for a job that it ends as late), ARGV[5]=claim token,
+-- ARGV[6]=digest of the spec the worker is about to run
+-- Returns {{epoch, cancel, suspect}}: epoch -1 = the job is gone (expired or purged), 0 = it
+-- has ended, or had waited too long in the queue (then this call ended it), -2 = the spec is
+-- not the one the API recorded (a planted job: nothing is changed).
+local function claimed()
+  local suspect = 0
+  if redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then suspect = 1 end
+  return {{tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}')), cancel_due(KEYS[1]), suspect}}
+end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0, 0}} end
+if redis.call('HGET', KEYS[1], '{JobField.DIGEST}') ~= ARGV[6] then return {{-2, 0, 0}} end
+if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0, 0}} end
+if redis.call('HGET', KEYS[1], '{JobField.CLAIM}') == ARGV[5] then return claimed() end
+if end_if_late(ARGV[2], ARGV[4]) == 1 then return {{0, 0, 0}} end
 local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 redis.call('HINCRBY', KEYS[1], '{JobField.ATTEMPTS}', 1)
-redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.RUNNING}', '{JobField.WORKER}', ARGV[1])
+redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.RUNNING}', '{JobField.WORKER}', ARGV[1],
+           '{JobField.CLAIM}', ARGV[5], '{JobField.SEQ}', 0)
 redis.call('ZADD', KEYS[3], now_ms(), ARGV[2])
 redis.call('SET', KEYS[4], epoch, 'PX', ARGV[3])
-return {{epoch, cancel_due(KEYS[1])}}
+redis.call('ZREM', KEYS[5], ARGV[2])
+return claimed()
 """
 )
 
 APPEND = (
     _LIB
     + f"""
--- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
 -- ARGV[1]=epoch, ARGV[2]=final status ('' unless the last entry is terminal),
--- ARGV[3]=retention seconds, ARGV[4]=completion id, ARGV[5]=number of entries, then per
--- entry: its number of field/value strings, then those strings.
--- Returns {{last entry id, cancel}}.
+-- ARGV[3]=retention seconds, ARGV[4]=completion id, ARGV[5]=the attempt's number of its
+-- first entry here (0 for its first), ARGV[6]=number of entries, then per entry: its number
+-- of field/value strings, then those strings.
+-- Returns the cancel flag.
 if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1] then
   return redis.error_reply('FENCED stale attempt')
 end
+local skip = tonumber(redis.call('HGET', KEYS[1], '{JobField.SEQ}') or '0') - tonumber(ARGV[5])
+if skip < 0 then return redis.error_reply('ERR entries missing before this APPEND') end
+if skip >= tonumber(ARGV[6]) then return cancel_due(KEYS[1]) end  -- a retry: all written
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
   return redis.error_reply('FENCED job ended')
 end
 local created = redis.call('EXISTS', KEYS[2]) == 0
-local id
-local i = 6
-for _ = 1, tonumber(ARGV[5]) do
-  local n = tonumber(ARGV[i])
-  local args = {{'XADD', KEYS[2], '*'}}
-  for j = i + 1, i + n do args[#args + 1] = ARGV[j] end
-  id = redis.call(unpack(args))
-  i = i + n + 1
+local i = 7
+for n = 1, tonumber(ARGV[6]) do
+  local count = tonumber(ARGV[i])
+  if n > skip then
+    local args = {{'XADD', KEYS[2], '*'}}
+    for j = i + 1, i + count do args[#args + 1] = ARGV[j] end
+    redis.call(unpack(args))
+  end
+  i = i + count + 1
 end
+redis.call('HINCRBY', KEYS[1], '{JobField.SEQ}', tonumber(ARGV[6]) - skip)
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', ARGV[2])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
   redis.call('EXPIRE', KEYS[2], ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('DEL', KEYS[4])
+  release_owner(KEYS[1], ARGV[4])
 elseif created then
   -- the stream was just created: it lives as long as the job hash
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
 end
-return {{id, cancel_due(KEYS[1])}}
+return cancel_due(KEYS[1])
 """
 )
 
@@ -164,42 +248,49 @@ return 1
 ABANDON = (
     _LIB
     + f"""
--- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
--- ARGV[1]=the epoch being abandoned, ARGV[2]=completion id, ARGV[3]=max attempts,
--- ARGV[4]=ms a new attempt has to start, ARGV[5]=retention seconds.
--- Returns 1 = requeue it (the caller enqueues the continuation), 2 = ended (worker_lost),
--- 0 = nothing to do (the job ended, or that attempt is no longer current).
+-- ARGV[1]=the epoch being abandoned, ARGV[2]=completion id, ARGV[3]=1 to charge the death
+-- to the job, ARGV[4]=1 to mark it a suspect, ARGV[5]=charged deaths that end it
+-- (MAX_ATTEMPTS), ARGV[6]=requeues that end it (MAX_REQUEUES), ARGV[7]=ms a new attempt has
+-- to start, ARGV[8]=retention seconds.
+-- Returns {{1, suspect}} = requeued (the caller enqueues the continuation on the suspect
+-- queue if suspect is 1), {{2, 0}} = ended with worker_lost, {{0, 0}} = nothing to do (the job
+-- ended, or that attempt is no longer current).
 if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
    or redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  return 0
+  return {{0, 0}}
 end
-local attempts = tonumber(redis.call('HGET', KEYS[1], '{JobField.ATTEMPTS}') or '0')
-if attempts >= tonumber(ARGV[3]) then
-  close(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[2], '{JobStatus.FAILED}', ARGV[5], WORKER_LOST, 1)
-  return 2
+local requeues = redis.call('HINCRBY', KEYS[1], '{JobField.REQUEUES}', 1)
+local charged = tonumber(redis.call('HGET', KEYS[1], '{JobField.CHARGED}') or '0')
+if ARGV[3] == '1' then charged = redis.call('HINCRBY', KEYS[1], '{JobField.CHARGED}', 1) end
+if charged >= tonumber(ARGV[5]) or requeues > tonumber(ARGV[6]) then
+  close(ARGV[2], '{JobStatus.FAILED}', ARGV[8], WORKER_LOST, 1)
+  return {{2, 0}}
 end
+if ARGV[4] == '1' then redis.call('HSET', KEYS[1], '{JobField.SUSPECT}', '1') end
 redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.QUEUED}',
-           '{JobField.START_BY}', now_ms() + tonumber(ARGV[4]))
-redis.call('HDEL', KEYS[1], '{JobField.WORKER}')
+           '{JobField.START_BY}', now_ms() + tonumber(ARGV[7]))
+redis.call('HDEL', KEYS[1], '{JobField.WORKER}', '{JobField.CLAIM}')
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('DEL', KEYS[4])
-return 1
+redis.call('ZADD', KEYS[5], now_ms(), ARGV[2])
+local suspect = 0
+if redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then suspect = 1 end
+return {{1, suspect}}
 """
 )
 
 END = (
     _LIB
     + f"""
--- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
 -- ARGV[1]=final status, ARGV[2]=retention seconds, ARGV[3]=only if the job's status is
 -- this ('' = any), ARGV[4]=completion id, ARGV[5..]=entry fields without epoch.
 -- Returns 1 if this call ended the job, 0 if it was gone, had ended, or had another status.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return 0 end
 if ARGV[3] ~= '' and redis.call('HGET', KEYS[1], '{JobField.STATUS}') ~= ARGV[3] then return 0 end
-close(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[4], ARGV[1], ARGV[2], ARGV, 5)
+close(ARGV[4], ARGV[1], ARGV[2], ARGV, 5)
 return 1
 """
 )
@@ -207,11 +298,10 @@ return 1
 END_IF_LATE = (
     _LIB
     + """
--- KEYS[1]=job hash, KEYS[2]=events stream, KEYS[3]=running index, KEYS[4]=alive key
 -- ARGV[1]=completion id, ARGV[2]=retention seconds.
 -- Returns 1 if this call ended the job (queued past its deadline), else 0.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
-return end_if_late(KEYS[1], KEYS[2], KEYS[3], KEYS[4], ARGV[1], ARGV[2])
+return end_if_late(ARGV[1], ARGV[2])
 """
 )
 
@@ -227,14 +317,21 @@ def final_status(entry: Entry) -> str:
     return ""
 
 
-def append_args(completion_id: str, batch: Sequence[Entry], retention_s: int) -> list[str]:
-    """ARGV for APPEND: one attempt's entries, in order (the epoch comes from the entries;
-    only the last may be terminal)."""
+def append_args(completion_id: str, first_seq: int, batch: Sequence[Entry], retention_s: int) -> list[str]:
+    """ARGV for APPEND: one attempt's entries, in order, the first being the attempt's
+    `first_seq`-th (the epoch comes from the entries; only the last may be terminal)."""
     if not batch or batch[0].epoch < 1 or any(e.epoch != batch[0].epoch for e in batch):
         raise ValueError("APPEND takes one or more entries of one (stamped) attempt")
     if any(final_status(e) for e in batch[:-1]):
         raise ValueError("a terminal entry must be the last one")
-    out = [str(batch[0].epoch), final_status(batch[-1]), str(retention_s), completion_id, str(len(batch))]
+    out = [
+        str(batch[0].epoch),
+        final_status(batch[-1]),
+        str(retention_s),
+        completion_id,
+        str(first_seq),
+        str(len(batch)),
+    ]
     for entry in batch:
         fields = _flat(encode(entry))
         out += [str(len(fields)), *fields]
@@ -249,13 +346,32 @@ def end_args(
 
 
 def abandon_args(
-    completion_id: str, epoch: int, max_attempts: int, resume_wait_ms: int, retention_s: int
+    completion_id: str,
+    epoch: int,
+    *,
+    charge: bool,
+    suspect: bool,
+    max_charged: int,
+    max_requeues: int,
+    resume_wait_ms: int,
+    retention_s: int,
 ) -> list[str]:
-    return [str(epoch), completion_id, str(max_attempts), str(resume_wait_ms), str(retention_s)]
+    return [
+        str(epoch),
+        completion_id,
+        "1" if charge else "0",
+        "1" if suspect else "0",
+        str(max_charged),
+        str(max_requeues),
+        str(resume_wait_ms),
+        str(retention_s),
+    ]
 
 
-def claim_args(worker: str, completion_id: str, window_ms: int, retention_s: int) -> list[str]:
-    return [worker, completion_id, str(window_ms), str(retention_s)]
+def claim_args(
+    worker: str, completion_id: str, window_ms: int, retention_s: int, token: str, digest: str
+) -> list[str]:
+    return [worker, completion_id, str(window_ms), str(retention_s), token, digest]
 
 
 def end_if_late_args(completion_id: str, retention_s: int) -> list[str]:
@@ -263,5 +379,17 @@ def end_if_late_args(completion_id: str, retention_s: int) -> list[str]:
 
 
 def job_keys(completion_id: str) -> list[str]:
-    """KEYS for every script but BEAT: job hash, events, running index, alive key."""
-    return [keys.job(completion_id), keys.events(completion_id), keys.RUNNING, keys.alive(completion_id)]
+    """KEYS for every per-job script but BEAT: job hash, events, running index, alive key,
+    pending index."""
+    return [
+        keys.job(completion_id),
+        keys.events(completion_id),
+        keys.RUNNING,
+        keys.alive(completion_id),
+        keys.PENDING,
+    ]
+
+
+def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:
+    """KEYS for TAKE: the lists of the queues named, in order, then the worker's inbox."""
+    return [*(keys.rq_queue_key(name) for name in queue_names), keys.inbox(worker)]

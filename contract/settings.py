@@ -165,7 +165,18 @@ class Recovery:
     """How jobs live and move between workers: the API and the workers read the same values."""
 
     max_attempts: int = setting(
-        3, "MAX_ATTEMPTS", "attempts per job before it ends with `worker_lost`", minimum=1
+        3,
+        "MAX_ATTEMPTS",
+        "worker deaths charged to a job before it ends with `worker_lost`: a death is charged to a "
+        "job that ran alone, or that was its worker's suspect (docs/operations.md)",
+        minimum=1,
+    )
+    max_requeues: int = setting(
+        20,
+        "MAX_REQUEUES",
+        "times a job may be taken from a worker (deaths charged or not, hand-offs) before it ends "
+        "with `worker_lost`",
+        minimum=1,
     )
     resume_wait_s: float = setting(
         30.0, "RESUME_WAIT_SECONDS", "a dead attempt's job not resumed by then ends with `worker_lost`"

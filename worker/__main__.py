@@ -5,15 +5,13 @@ from __future__ import annotations
 import logging
 
 import redis
-from rq import Queue
-from rq.serializers import JSONSerializer
 
 from contract import keys, logs
 from worker.heartbeat import Heartbeat
 from worker.link import Link
 from worker.presence import Presence
-from worker.rqworker import AllowlistedJob, TokenspoolWorker
-from worker.runner import Engine, JobRunner, install
+from worker.rqworker import TokenspoolWorker
+from worker.runner import Engine, JobRunner
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("worker")
@@ -54,7 +52,7 @@ def main() -> None:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
     runner = JobRunner(
         engine,
-        Link(client, settings.name, settings.recovery),
+        Link(client, settings.name, settings.recovery, redis_wait_s=settings.redis_wait_s),
         heartbeat,
         window_ms,
         # With several slots, one round trip per batch step rather than one per token.
@@ -63,7 +61,6 @@ def main() -> None:
         log_content=settings.log_content,
         slots=settings.slots,
     )
-    install(runner)
     presence = Presence(
         connect(),
         settings.model_name,
@@ -72,10 +69,7 @@ def main() -> None:
         slots=settings.slots,
         counters=engine.counters,
     )
-    queue = Queue(keys.queue_name(settings.model_name), connection=client, serializer=JSONSerializer)
-    worker = TokenspoolWorker(
-        [queue], name=settings.name, connection=client, serializer=JSONSerializer, job_class=AllowlistedJob
-    )
+    worker = TokenspoolWorker(settings.model_name, settings.name, connect(), runner)
     presence.start()
     heartbeat.start()
     log.info(
@@ -90,7 +84,7 @@ def main() -> None:
         # long: an autoscaler then brings workers back from the queue depth (docs/operations.md).
         idle = int(settings.idle_exit_s) if settings.idle_exit_s else None
         try:
-            worker.work(logging_level="INFO", max_idle_time=idle)
+            worker.work(max_idle_time=idle)
             if runner.running():
                 log.info("waiting for %d running jobs (or their hand-off)", runner.running())
             runner.drain()
@@ -98,8 +92,6 @@ def main() -> None:
             runner.request_shutdown(0.0)
             runner.drain(timeout=10.0)
             raise
-        if idle:
-            log.info("no job for %d s: exiting (scale to zero)", idle)
     finally:
         heartbeat.stop()
         presence.stop()

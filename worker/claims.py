@@ -9,6 +9,7 @@ about it comes back through its flags: `fenced` (another attempt, or an END, too
 from __future__ import annotations
 
 import time
+import uuid
 from dataclasses import dataclass, field
 
 from contract import entries, keys, scripts
@@ -24,6 +25,10 @@ class JobGone(Exception):
     """The job hash does not exist (expired, purged) or the job cannot start (ended, late)."""
 
 
+class NotRecorded(Exception):
+    """The spec to run is not the one the API recorded for the job (a planted job)."""
+
+
 @dataclass
 class Attempt:
     completion_id: str
@@ -32,6 +37,8 @@ class Attempt:
     fenced: bool = False
     progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
     published: int = 0  # tokens this attempt wrote
+    written: int = 0  # entries this attempt wrote (APPEND numbers them: a retry skips these)
+    suspect: bool = False  # the job came from its model's suspect queue
     error: Exception | None = None  # a write failed for good: raised by the next call
 
     def check(self) -> None:
@@ -59,21 +66,24 @@ class Claims:
         self._claim = link.client.register_script(scripts.CLAIM)
         self._end = link.client.register_script(scripts.END)
 
-    def claim(self, completion_id: str) -> Attempt:
-        """Start a new attempt at a job (fencing out every earlier one). A job that waited
-        past its start deadline is ended by the claim instead (JobGone)."""
+    def claim(self, completion_id: str, spec_digest: str) -> Attempt:
+        """Start a new attempt at a job (fencing out every earlier one), for the spec whose
+        digest is given (NotRecorded if the API recorded another). A job that waited past its
+        start deadline is ended by the claim instead (JobGone). The claim's token makes a
+        retry (its reply lost to a Redis blip) return the same attempt."""
         link = self._link
-        epoch, cancel = link.retry(
-            lambda: self._claim(
-                keys=scripts.job_keys(completion_id),
-                args=scripts.claim_args(
-                    link.worker, completion_id, self._window_ms, link.recovery.retention_s
-                ),
-            )
+        token = uuid.uuid4().hex
+        args = scripts.claim_args(
+            link.worker, completion_id, self._window_ms, link.recovery.retention_s, token, spec_digest
         )
+        epoch, cancel, suspect = link.retry(
+            lambda: self._claim(keys=scripts.job_keys(completion_id), args=args)
+        )
+        if epoch == -2:
+            raise NotRecorded(completion_id)
         if epoch <= 0:
             raise JobGone(completion_id)
-        return Attempt(completion_id=completion_id, epoch=int(epoch), cancelled=bool(cancel))
+        return Attempt(completion_id, int(epoch), cancelled=bool(cancel), suspect=bool(suspect))
 
     def progress(self, completion_id: str) -> Progress:
         """Read back what earlier attempts published (token ids are the contract's truth)."""

@@ -5,12 +5,13 @@ Claiming, publishing and handing off all go through one `Link`."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 import redis
 
 from contract.settings import Recovery
+from worker.outage import Outage
 from worker.retrying import retry
 
 T = TypeVar("T")
@@ -21,8 +22,9 @@ class Link:
     client: redis.Redis
     worker: str
     recovery: Recovery
-    redis_wait_s: float = 15.0
+    redis_wait_s: float = 60.0
+    outage: Outage = field(default_factory=lambda: Outage("publishing"))
 
     def retry(self, call: Callable[[], T]) -> T:
         """Run a Redis call, riding out a restart or failover for up to `redis_wait_s`."""
-        return retry(call, self.redis_wait_s)
+        return retry(call, self.redis_wait_s, self.outage)

@@ -2,27 +2,26 @@
 
 The heartbeat and the presence announcements run this way: on their own thread and
 connection, so they keep going while llama.cpp computes (ctypes releases the GIL) and stop
-the moment the process dies. A Redis error does not end the thread: it is logged once when
-the outage begins and once when it ends, and the next period tries again.
+the moment the process dies. A Redis error does not end the thread: the outage is logged
+once (worker/outage.py), and the thing is tried again sooner than its period while Redis is
+away, so that it is done again as soon as Redis is back.
 """
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Callable
 
 import redis
 
-log = logging.getLogger(__name__)
+from worker.outage import Outage
 
 
 class Periodic:
     def __init__(self, name: str, every_s: float, action: Callable[[], None]) -> None:
-        self._name = name
         self._every = every_s
         self._action = action
-        self._failing = False
+        self._outage = Outage(name)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
@@ -34,16 +33,12 @@ class Periodic:
         self._thread.join(timeout=5)
 
     def _loop(self) -> None:
-        while not self._stop.wait(self._every):
+        wait = 0.0  # the first time at once
+        while not self._stop.wait(wait):
             try:
                 self._action()
-            except redis.RedisError as exc:
-                if not self._failing:
-                    log.warning(
-                        "%s: Redis unavailable (%s); retrying every %.1fs", self._name, exc, self._every
-                    )
-                self._failing = True
+            except redis.RedisError as exc:  # a restart, a failover, a refused command
+                wait = min(self._outage.failed(exc), self._every)
                 continue
-            if self._failing:
-                log.info("%s: Redis is back", self._name)
-            self._failing = False
+            self._outage.ok()
+            wait = self._every

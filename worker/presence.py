@@ -52,7 +52,7 @@ class Presence:
         self._flushed = now
 
     def start(self) -> None:
-        self.announce()
+        """Announce now, and every period from then on (through Redis outages)."""
         self._thread.start()
 
     def stop(self) -> None:

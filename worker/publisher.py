@@ -146,16 +146,19 @@ class Publisher:
                         else:
                             attempt.error = result
                     else:
-                        attempt.cancelled = attempt.cancelled or bool(result[1])
+                        attempt.cancelled = attempt.cancelled or bool(result)
+                        attempt.written += len(sent)
                         attempt.published += sum(len(e.token_ids) for e in sent if isinstance(e, Delta))
                 if missing:
                     self._link.retry(lambda: self._client.script_load(scripts.APPEND))
                 todo = missing
-        except redis.RedisError as exc:  # Redis gone for longer than redis_wait_s
+        except redis.RedisError as exc:  # Redis gone for longer than the link's redis_wait_s
             for attempt, _ in todo:
                 attempt.error = attempt.error or exc
 
     def _append_all(self, todo: list[tuple[Attempt, list[Entry]]]) -> list:
+        """One pipeline of APPENDs. Each numbers its entries from the attempt's `written`, so
+        resending the pipeline after a lost reply writes nothing twice."""
         with self._client.pipeline(transaction=False) as pipe:
             for attempt, sent in todo:
                 cid = attempt.completion_id
@@ -163,6 +166,6 @@ class Publisher:
                     self._append.sha,
                     len(scripts.job_keys(cid)),
                     *scripts.job_keys(cid),
-                    *scripts.append_args(cid, sent, self._link.recovery.retention_s),
+                    *scripts.append_args(cid, attempt.written, sent, self._link.recovery.retention_s),
                 )
             return pipe.execute(raise_on_error=False)

@@ -1,31 +1,33 @@
-"""Redis calls that ride out a Redis restart or failover: retried with backoff for a while,
-then given up (the caller decides what giving up means)."""
+"""Redis calls that ride out a Redis restart or failover: retried for a while, then given up
+(the caller decides what giving up means)."""
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Callable
 from typing import TypeVar
 
 import redis
 
-log = logging.getLogger(__name__)
+from worker.outage import Outage
 
 T = TypeVar("T")
 
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
 
-def retry(call: Callable[[], T], wait_s: float) -> T:
-    """Run `call`, retrying connection errors with doubling backoff (50 ms to 1 s) for up to
-    `wait_s`; the last error is raised after that."""
+
+def retry(call: Callable[[], T], wait_s: float, outage: Outage) -> T:
+    """Run `call`, retrying connection errors for up to `wait_s` (backoff and logging by
+    `outage`); the last error is raised after that."""
     deadline = time.monotonic() + wait_s
-    delay = 0.05
     while True:
         try:
-            return call()
-        except (redis.ConnectionError, redis.TimeoutError) as exc:
+            result = call()
+        except TRANSIENT as exc:
+            delay = outage.failed(exc)
             if time.monotonic() + delay > deadline:
                 raise
-            log.warning("Redis unreachable (%s); retrying in %.2fs", exc, delay)
             time.sleep(delay)
-            delay = min(delay * 2, 1.0)
+            continue
+        outage.ok()
+        return result

@@ -1,75 +1,256 @@
-"""RQ's SimpleWorker, restricted to tokenspool's own job function.
+"""The worker's loop: take the model's jobs, one free slot at a time, through Redis outages.
 
-SimpleWorker runs jobs in this process: no fork per job (CUDA cannot survive a fork) and the
-model stays loaded. Jobs are JSON (never pickle), and `AllowlistedJob` refuses to resolve any
-function but `contract.keys.JOB_FUNCTION`, so a job planted in Redis with another function
-name fails without anything being imported or called.
+RQ's SimpleWorker gives the worker its RQ registration (`rq:workers`, `rq info`), its
+heartbeat and its signal handling, and RQ's queues and job records carry the jobs (JSON
+serializer, never pickle). The loop, the dequeue and the execution are tokenspool's own, for
+two reasons:
 
-A worker holds up to SLOTS jobs: it takes a job from the queue only once a slot is free
-(`dequeue_job_and_maintain_ttl`), and the job function returns as soon as the attempt is
-claimed and running in its slot, so RQ's loop goes back to the queue for the next one.
+- **Nothing in a job hash but its `data` is ever read.** RQ's execution path acts on a
+  dozen fields of the hash (callbacks it imports and calls, webhooks it requests,
+  dependents and retries it enqueues, timeouts, TTLs, rate limits) and dies on a malformed
+  one. Here a job's `data` must decode to exactly `[JOB_FUNCTION, None, [spec], {}]`; the
+  spec then goes to the job runner, which checks it again. Anything else is refused
+  (logged, and its record deleted). RQ's maintenance and pub/sub commands (which act on registries and
+  channels anyone with `rq:*` access can write) are not run.
+- **No job is lost between the queue and its claim, and no Redis outage ends the loop.**
+  `TAKE` moves a job id from the queues into this worker's inbox atomically; the reaper
+  puts back the inbox of a worker that died before claiming. Any connection error, at any
+  step, is waited out (capped, jittered backoff, logged once per outage); the worker then
+  registers with RQ again and goes on, with the same process and the model still loaded.
 
-On SIGTERM RQ stops taking jobs; `TokenspoolWorker` also tells the job runner, which
-finishes the running jobs within the shutdown grace period or hands them off.
+A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
+stay in the queue where any worker can take them. It takes from its model's suspect queue
+(jobs whose worker died with them in its batch) only while it runs no suspect itself.
+On SIGTERM the loop stops taking jobs; the job runner finishes the running ones within the
+shutdown grace period or hands them off; a second signal hands them off at once.
 """
 
 from __future__ import annotations
 
-from rq.job import Job
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import time
+import zlib
+
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+from rq.utils import now
 from rq.worker import SimpleWorker
 
+from contract import keys, scripts
+from contract.entries import as_text
 from contract.keys import JOB_FUNCTION
+from worker.outage import Outage
+from worker.retrying import TRANSIENT
+from worker.runner import JobRunner
+
+log = logging.getLogger(__name__)
+
+MAX_JOB_DATA = 1 << 20  # bytes of (inflated) job data: a spec is far smaller
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # RQ's own rule, with a length cap
+BLOCK_S = 1  # how long an idle loop blocks for new jobs before it looks around again
+SOCKET_TIMEOUT_S = 10.0  # RQ would set dequeue timeout + 10 s (7 minutes) on the connection
+RQ_HEARTBEAT_S = 5.0  # RQ's worker key lives 480 s; this also finds a Redis that forgot us
 
 
 class ForbiddenJob(Exception):
-    pass
+    """A job this worker will not run: anything but JOB_FUNCTION(spec)."""
 
 
-class AllowlistedJob(Job):
-    @property
-    def func(self):
-        if self.func_name != JOB_FUNCTION or self.instance is not None:
-            raise ForbiddenJob(f"refusing to run {self.func_name!r}: only {JOB_FUNCTION} is allowed")
-        from worker import runner
-
-        return runner.generate
+def job_spec(data: bytes | None) -> dict:
+    """The spec argument of an RQ job's `data`, the only field of its hash a worker reads."""
+    if data is None:
+        raise ForbiddenJob("no job data")
+    if len(data) > MAX_JOB_DATA:
+        raise ForbiddenJob("job data too large")
+    try:
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data, MAX_JOB_DATA + 1)
+        if len(raw) > MAX_JOB_DATA or inflater.unconsumed_tail:
+            raise ForbiddenJob("job data too large")
+    except zlib.error:
+        raw = data  # RQ stores small data uncompressed
+    try:
+        func, instance, args, kwargs = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise ForbiddenJob(f"undecodable job data: {exc}") from None
+    if func != JOB_FUNCTION or instance is not None or kwargs not in ({}, None):
+        raise ForbiddenJob(f"refusing to run {func!r}: only {JOB_FUNCTION}(spec) is allowed")
+    if not isinstance(args, list) or len(args) != 1 or not isinstance(args[0], dict):
+        raise ForbiddenJob(f"{JOB_FUNCTION} takes one spec object")
+    return args[0]
 
 
 class TokenspoolWorker(SimpleWorker):
-    job_class = AllowlistedJob
+    def __init__(self, model: str, name: str, connection: redis.Redis, runner: JobRunner) -> None:
+        queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in keys.queue_names(model)]
+        # prepare_for_work=False: nothing is sent to Redis here (it may be down at start)
+        super().__init__(
+            queues, name=name, connection=connection, serializer=JSONSerializer, prepare_for_work=False
+        )
+        connection.connection_pool.connection_kwargs["socket_timeout"] = SOCKET_TIMEOUT_S
+        self.hostname, self.pid = socket.gethostname(), os.getpid()
+        self._model = model
+        self._runner = runner
+        self._take = connection.register_script(scripts.TAKE)
+        self._outage = Outage("worker loop")
+        self._registered = False
+        self._beat_at = 0.0
+        self._handled: set[str] = set()  # job ids taken by this process (an inbox left over is not)
+        self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
 
-    def dequeue_job_and_maintain_ttl(self, timeout, max_idle_time=None):
-        """Wait for a free slot first: jobs stay in the queue (where any worker may take
-        them) rather than wait inside a busy process."""
-        from worker.runner import runner as installed
+    # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
+    def subscribe(self) -> None:
+        self.pubsub = None
 
-        runner = installed()
-        while not runner.reserve(timeout=1.0):
-            self.heartbeat()
-            if self._stop_requested:
-                return None
+    def unsubscribe(self) -> None:
+        pass
+
+    def request_stop(self, signum, frame) -> None:
+        """SIGTERM or Ctrl-C: stop taking jobs (no exception from inside a Redis call or a
+        claim); the runner finishes or hands off the running ones. A second signal: now."""
+        log.info("stopping: no new jobs; running jobs finish or are handed off")
+        self._stop_requested = True
+        self._shutdown_requested_date = self._shutdown_requested_date or now()
+        self._runner.request_shutdown()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self.request_force_stop)
+
+    def request_force_stop(self, signum, frame) -> None:
+        self._runner.request_shutdown(0.0)
+        super().request_force_stop(signum, frame)
+
+    def work(self, max_idle_time: float | None = None) -> None:  # type: ignore[override]
+        """Take jobs until asked to stop, or idle for `max_idle_time` seconds."""
+        self._install_signal_handlers()
         try:
-            while True:
-                result = super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
-                # Idle (IDLE_EXIT_SECONDS) means no job for that long, not only no new one.
-                if result is not None or max_idle_time is None or runner.idle_for() >= max_idle_time:
-                    break
+            while not self._stop_requested:
+                try:
+                    if self._serve_once(max_idle_time):
+                        log.info("no job for %d s: exiting (scale to zero)", max_idle_time)
+                        return
+                    self._outage.ok()
+                except TRANSIENT as exc:
+                    self._registered = False
+                    self._check_inbox = True
+                    self._pause(self._outage.failed(exc))
+        finally:
+            if self._registered:
+                with contextlib.suppress(redis.RedisError):
+                    self.register_death()
+
+    def _serve_once(self, max_idle_time: float | None) -> bool:
+        """One step of the loop; True when the worker has been idle long enough to leave."""
+        self._register()
+        if self._check_inbox:
+            self._adopt_inbox()
+        runner = self._runner
+        if not runner.reserve(timeout=BLOCK_S):
+            return False  # every slot busy: the jobs stay in the queue, where any worker can take them
+        try:
+            taken = self._take_one()
         except BaseException:
             runner.unreserve()
             raise
-        if result is None:
+        if taken is None:
             runner.unreserve()
-        return result
+            return max_idle_time is not None and runner.idle_for() >= max_idle_time
+        self._execute(taken)
+        return False
 
-    def request_stop(self, signum, frame):
-        from worker.runner import runner
+    def _register(self) -> None:
+        """Register with RQ at start, and again whenever Redis has forgotten us (a restart
+        without persistence) or we lost it for a while (after an outage, a restart with
+        persistence still holds our own old record)."""
+        now = time.monotonic()
+        if self._registered and now - self._beat_at >= RQ_HEARTBEAT_S:
+            self._registered = bool(self.connection.exists(self.key))
+            if self._registered:
+                self.heartbeat()
+            self._beat_at = now
+        if not self._registered:
+            self.connection.delete(self.key)  # ours: worker names are unique per process
+            self.register_birth()
+            self.set_state("idle")
+            self._registered, self._beat_at = True, now
 
-        runner().request_shutdown()
-        super().request_stop(signum, frame)
+    def _queues(self) -> list[str]:
+        names = keys.queue_names(self._model)
+        if self._runner.running_suspects():
+            names = tuple(n for n in names if n != keys.suspect_queue_name(self._model))
+        return list(names)
 
-    def request_force_stop(self, signum, frame):
-        """A second signal: hand the running jobs off now (main waits for that)."""
-        from worker.runner import runner
+    def _take_one(self) -> str | None:
+        """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
+        for one to be enqueued."""
+        take_keys = scripts.take_keys(self._queues(), self.name)
+        got = self._take(keys=take_keys)
+        if not got:
+            self.connection.blpop([keys.wake(self._model)], timeout=BLOCK_S)
+            got = self._take(keys=take_keys)
+            if not got:
+                return None
+        job_id = as_text(got[1])
+        self._handled.add(job_id)
+        return job_id
 
-        runner().request_shutdown(0.0)
-        super().request_force_stop(signum, frame)
+    def _adopt_inbox(self) -> None:
+        """Run the ids in this worker's inbox that it never saw (a TAKE whose reply was lost
+        in an outage): nobody else will, as long as this worker is alive."""
+        for raw in self.connection.hkeys(keys.inbox(self.name)):
+            job_id = as_text(raw)
+            if job_id in self._handled or not self._runner.reserve(timeout=0):
+                continue
+            self._handled.add(job_id)
+            self._execute(job_id)
+        self._check_inbox = False
+
+    def _execute(self, job_id: str) -> None:
+        """Hand the job to the runner (which claims it in the slot reserved for it), or refuse
+        it; then take it out of the inbox and delete RQ's record of it."""
+        try:
+            if not JOB_ID.fullmatch(job_id):
+                raise ForbiddenJob("not an RQ job id")
+            spec = job_spec(self.connection.hget(keys.rq_job(job_id), "data"))
+        except ForbiddenJob as exc:
+            self._runner.unreserve()
+            log.warning("refused job %r: %s", job_id, exc)
+            self._settle(job_id)
+            return
+        except BaseException:
+            self._runner.unreserve()
+            raise
+        try:
+            self._runner.start(spec, job_id)  # gives the slot back itself if it starts nothing
+        except TRANSIENT:
+            raise  # the job stays in the inbox: adopted again once Redis is back
+        except Exception:
+            log.exception("could not start job %r", job_id)
+        self._settle(job_id)
+
+    def _settle(self, job_id: str) -> None:
+        """Forget the job: its inbox entry and RQ's record of it (a refused job's is deleted
+        too, the log says why); waits out an outage, as the job has been handled."""
+        while True:
+            try:
+                with self.connection.pipeline(transaction=True) as pipe:
+                    pipe.hdel(keys.inbox(self.name), job_id)
+                    if JOB_ID.fullmatch(job_id):
+                        pipe.delete(keys.rq_job(job_id))
+                    pipe.execute()
+                return
+            except TRANSIENT as exc:
+                if self._stop_requested and self._runner.running() == 0:
+                    return  # leaving: the reaper puts back what the inbox still holds
+                self._pause(self._outage.failed(exc))
+
+    def _pause(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stop_requested and time.monotonic() < deadline:
+            time.sleep(min(0.1, seconds))

@@ -1,8 +1,7 @@
-"""The job function RQ runs: one attempt at one completion, published to its stream.
+"""Running a job: one attempt at one completion, published to its stream.
 
-RQ calls `generate(spec)` by its dotted path (`contract.keys.JOB_FUNCTION`). The loaded
-model cannot travel through RQ's JSON arguments, so the worker process installs its
-`JobRunner` here once at start (`install`); the function is unusable anywhere else. It
+RQ records every job as a call of `generate(spec)` (`contract.keys.JOB_FUNCTION`); the
+worker's own loop (worker/rqworker.py) hands each job's spec to `JobRunner.start`, which
 claims the job and returns: the attempt runs on its own thread, in one of the worker's
 slots, while the engine decodes it together with the others.
 
@@ -24,17 +23,17 @@ from enum import StrEnum
 from typing import Protocol
 
 import redis
-from rq import get_current_job
 
-from contract import errors, logs, queueing
+from contract import errors, keys, logs, queueing
 from contract.entries import CANCELLED, LENGTH, STOP
-from contract.jobspec import InvalidSpec, JobSpec
+from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import BatchCounters, JobStatus
-from worker.claims import Attempt, Claims, Fenced, JobGone
+from worker.claims import Attempt, Claims, Fenced, JobGone, NotRecorded
 from worker.errors import PromptRejected
 from worker.heartbeat import Heartbeat
 from worker.link import Link
 from worker.publisher import Publisher
+from worker.retrying import TRANSIENT
 from worker.textstream import TextAssembler
 
 log = logging.getLogger(__name__)
@@ -55,6 +54,7 @@ class Outcome(StrEnum):
 
     STARTED = "started"  # claimed: the attempt runs on its own thread
     SKIPPED = "skipped"  # ended, cancelled or late before it started
+    REFUSED = "refused"  # not a job the API recorded (a planted or malformed spec): not run
     WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
     STOP = STOP
     LENGTH = LENGTH
@@ -103,6 +103,7 @@ class JobRunner:
         self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
         self._free = threading.BoundedSemaphore(slots)
         self._threads: set[threading.Thread] = set()
+        self._suspects = 0  # running attempts at suspect jobs (a worker runs at most one)
         self._lock = threading.Lock()
         self._last_end = time.monotonic()  # when the last attempt ended (or the start)
 
@@ -124,6 +125,10 @@ class JobRunner:
         with self._lock:
             return len(self._threads)
 
+    def running_suspects(self) -> int:
+        with self._lock:
+            return self._suspects
+
     def idle_for(self) -> float:
         """Seconds since the last attempt ended; 0 while any runs."""
         with self._lock:
@@ -142,13 +147,13 @@ class JobRunner:
                 return
             threads[0].join(timeout=left)
 
-    def start(self, raw_spec: object) -> Outcome:
-        """Claim the job and run the attempt on its own thread, in the slot the caller
-        reserved; returns at once (RQ's record of the job ends here, the job's own
-        record lives on in Redis with its heartbeat)."""
+    def start(self, raw_spec: dict, rq_job_id: str) -> Outcome:
+        """Claim the job RQ knows as `rq_job_id` and run the attempt on its own thread, in the
+        slot the caller reserved; returns at once (RQ's record of the job ends here, the job's
+        own record lives on in Redis with its heartbeat)."""
         try:
-            with _logged_as(raw_spec):
-                claimed = self._claim(raw_spec)
+            with _logged_as(keys.completion_of(rq_job_id)):
+                claimed = self._claim(raw_spec, rq_job_id)
         except BaseException:
             self._free.release()
             raise
@@ -160,6 +165,7 @@ class JobRunner:
         )
         with self._lock:
             self._threads.add(thread)
+            self._suspects += claimed.attempt.suspect
         thread.start()
         return Outcome.STARTED
 
@@ -173,27 +179,35 @@ class JobRunner:
         finally:
             with self._lock:
                 self._threads.discard(threading.current_thread())
+                self._suspects -= claimed.attempt.suspect
                 self._last_end = time.monotonic()
             self._free.release()
 
-    def _claim(self, raw_spec: object) -> Claimed | Outcome:
-        """Check the job and claim it; or why it does not run here."""
-        job = get_current_job()
+    def _claim(self, raw_spec: dict, rq_job_id: str) -> Claimed | Outcome:
+        """Check the job and claim it; or why it does not run here. Only a spec the API
+        recorded for the job that the RQ job id names is run."""
         try:
             spec = JobSpec.from_dict(raw_spec)
         except InvalidSpec as exc:
-            if job is not None:
-                self.claims.end(job.id, errors.INVALID_REQUEST.entry(f"Invalid job arguments: {exc}"))
-            raise
+            log.warning("refused job %s: invalid arguments: %s", rq_job_id, exc)
+            return Outcome.REFUSED
+        if spec.id != keys.completion_of(rq_job_id):
+            log.warning("refused job %s: it carries the spec of %s", rq_job_id, spec.id)
+            return Outcome.REFUSED
         if spec.model != self.engine.model_name:
             self.claims.end(
                 spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {self.engine.model_name}.")
             )
             return Outcome.WRONG_MODEL
         try:
-            attempt = self.claims.claim(spec.id)
+            attempt = self.claims.claim(spec.id, digest(raw_spec))
         except JobGone:
             return Outcome.SKIPPED
+        except NotRecorded:
+            log.warning("refused job %s: not the spec the API recorded", rq_job_id)
+            return Outcome.REFUSED
+        except TRANSIENT:
+            raise  # Redis away for long: the job stays with the caller until it is back
         except redis.RedisError as exc:
             # The job cannot start here (e.g. refused by an ACL): end it rather than leave
             # its client waiting for the queue deadline.
@@ -302,7 +316,7 @@ class JobRunner:
         try:
             link = self.link
             outcome = queueing.abandon(
-                link.client, attempt.completion_id, attempt.epoch, link.recovery, "handoff"
+                link.client, attempt.completion_id, attempt.epoch, link.recovery, "handoff", charge=False
             )
             log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
@@ -310,31 +324,16 @@ class JobRunner:
 
 
 @contextlib.contextmanager
-def _logged_as(raw_spec: object) -> Iterator[None]:
+def _logged_as(completion_id: str) -> Iterator[None]:
     """What is logged meanwhile carries the job's completion id."""
-    job = get_current_job()
-    claimed = raw_spec.get("id") if isinstance(raw_spec, dict) else None
-    logs.set_completion(str(claimed or (job.id if job else "")))
+    logs.set_completion(completion_id)
     try:
         yield
     finally:
         logs.set_completion("")
 
 
-_runner: JobRunner | None = None
-
-
-def install(runner: JobRunner) -> None:
-    global _runner
-    _runner = runner
-
-
-def runner() -> JobRunner:
-    if _runner is None:
-        raise RuntimeError("worker.runner runs only inside a tokenspool worker")
-    return _runner
-
-
 def generate(spec: dict) -> str:
-    """RQ's job function: start the attempt in a slot the worker reserved."""
-    return runner().start(spec).value
+    """The job function RQ records for every job (`JOB_FUNCTION`). Only worker/rqworker.py's
+    loop runs jobs, calling `JobRunner.start` with the RQ job id; calling this is an error."""
+    raise RuntimeError("tokenspool jobs are run by the worker loop (worker/rqworker.py), not by RQ")

@@ -98,6 +98,12 @@ class WorkerSettings:
         "an attempt with no new token this long stops beating (a native call that hangs); keep it "
         "above your longest prefill",
     )
+    redis_wait_s: float = setting(
+        60.0,
+        "REDIS_WAIT_SECONDS",
+        "how long a running job's writes wait out a Redis outage before its attempt gives up (the "
+        "worker itself waits for Redis as long as it takes; the job is then resumed)",
+    )
     shutdown_grace_s: float = setting(
         20.0,
         "SHUTDOWN_GRACE_SECONDS",

@@ -20,6 +20,7 @@ from worker.link import Link
 from worker.publisher import Publisher
 
 RECOVERY = Recovery(retention_s=60)
+DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
 
 pytestmark = pytest.mark.integration
 
@@ -45,7 +46,7 @@ def test_hundreds_of_streams_over_one_reader_connection(redis_url):
         await hub.start()
         ids = [f"chatcmpl-hub{i}" for i in range(N_STREAMS)]
         for cid in ids:
-            await client.hset(keys.job(cid), mapping={"status": "queued", "epoch": 0})
+            await client.hset(keys.job(cid), mapping={"status": "queued", "epoch": 0, "digest": DIGEST})
 
         async def consume(cid):
             got = []
@@ -61,7 +62,7 @@ def test_hundreds_of_streams_over_one_reader_connection(redis_url):
         def produce():
             pub = Publisher(Link(sync, "w", RECOVERY))
             claims = Claims(Link(sync, "w", RECOVERY), 3000)
-            attempts = [claims.claim(cid) for cid in ids]
+            attempts = [claims.claim(cid, DIGEST) for cid in ids]
             for a in attempts:
                 pub.started(a, 1)
             for t in range(N_TOKENS):

@@ -314,42 +314,6 @@ def test_killing_the_only_worker_ends_with_worker_lost(tmp_path):
         redis_proc.stop()
 
 
-def test_redis_restart_with_aof_mid_stream(tmp_path):
-    port_logs = tmp_path
-    redis_proc, url = start_redis(port_logs, appendonly=True)
-    port = int(url.rsplit(":", 1)[1].split("/")[0])
-    api, base = start_api(tmp_path, url, env=API_ENV)
-    workers = [start_worker(tmp_path, url, name=f"r{i}", env=WORKER_ENV) for i in range(2)]
-    try:
-        wait_for_model(base, MODEL, procs=(api, *workers))
-        body = {
-            "model": MODEL,
-            "messages": [LONG],
-            "max_tokens": 60,
-            "temperature": 0,
-            "stream": True,
-            "stream_options": {"include_usage": True},
-        }
-        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=120) as resp:
-            lines = resp.iter_lines()
-            got, _ = read_opening(lines)
-            got += _read_until(lines, lambda n: n >= 10)
-            redis_proc.signal(signal.SIGKILL)
-            redis_proc.popen.wait()
-            time.sleep(1.0)
-            redis_proc, _ = start_redis(port_logs, port=port, appendonly=True)
-            got += list(lines)
-        parsed = check_stream(_raw(got), "chat", include_usage=True)
-        # AOF with fsync always (the test config): nothing is lost, the stream completes
-        assert parsed.error is None, parsed.error
-        assert parsed.usage["completion_tokens"] <= 60
-    finally:
-        for w in workers:
-            w.signal(signal.SIGKILL)
-        api.stop()
-        redis_proc.stop()
-
-
 def test_sigkill_of_a_batching_worker_with_4_jobs_in_flight(pool):
     """One worker holds 4 streams in one batch; it dies mid-stream; another worker resumes
     all 4 (each with its prompt plus its published tokens) and every stream ends properly."""

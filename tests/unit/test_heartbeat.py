@@ -8,14 +8,15 @@ from worker.heartbeat import Heartbeat
 from worker.link import Link
 
 RECOVERY = Recovery(retention_s=60)
+DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
 
 CID = "chatcmpl-hb"
 
 
 def setup():
     r = fakeredis.FakeRedis()
-    r.hset(keys.job(CID), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0})
-    attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
+    r.hset(keys.job(CID), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST})
+    attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     return r, attempt
 
 

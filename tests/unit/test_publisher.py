@@ -15,6 +15,7 @@ from worker.link import Link
 from worker.publisher import Publisher
 
 RECOVERY = Recovery(retention_s=60)
+DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
 
 IDS = [f"chatcmpl-pub{i}" for i in range(4)]
 WARM = "chatcmpl-warm"
@@ -35,14 +36,14 @@ class CountingPublisher(Publisher):
 def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.FakeRedis]:
     r = fakeredis.FakeRedis()
     for cid in [WARM, *IDS]:
-        r.hset(keys.job(cid), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0})
+        r.hset(keys.job(cid), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST})
     pub = CountingPublisher(Link(r, "w1", RECOVERY), linger_s=linger_s)
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    warm = claims.claim(WARM)  # the first write loads the Lua script into Redis: not counted
+    warm = claims.claim(WARM, DIGEST)  # the first write loads the Lua script into Redis: not counted
     pub.delta(warm, "w", (0,))
     pub.flush(warm)
     pub.trips.clear()
-    attempts = [claims.claim(cid) for cid in IDS]
+    attempts = [claims.claim(cid, DIGEST) for cid in IDS]
     for i, a in enumerate(attempts):  # one batch step: the job threads publish a few ms apart
         pub.delta(a, f"t{i}", (i,))
         time.sleep(0.02)

@@ -11,7 +11,7 @@ import redis
 
 from contract import entries, keys
 from contract.entries import Delta, Failed, Finished, Started
-from contract.jobspec import JobSpec, Message
+from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField
 from contract.settings import Recovery
 from worker.claims import Claims
@@ -89,10 +89,17 @@ def runner(r, engine, shutdown_grace_s: float = 20.0, log_content: bool = False,
     )
 
 
+def record(r, raw: dict) -> None:
+    """What the API records of the job this spec describes (the worker runs no other spec)."""
+    r.hset(keys.job(raw["id"]), mapping={JobField.SPEC: json.dumps(raw), JobField.DIGEST: digest(raw)})
+
+
 def run_one(run: JobRunner, raw: dict) -> Outcome:
-    """As RQ's loop runs a job: reserve a slot, start it, then wait for its attempt to end."""
+    """As the worker loop runs a job: reserve a slot, start it, then wait for its attempt."""
+    if run.link.client.exists(keys.job(raw["id"])):
+        record(run.link.client, raw)
     assert run.reserve(timeout=1)
-    outcome = run.start(raw)
+    outcome = run.start(raw, raw["id"])
     run.drain(timeout=10)
     return outcome
 
@@ -143,7 +150,8 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
 
 def test_a_continuation_with_nothing_left_finishes_at_once(r):
     pub = Publisher(Link(r, "w0", RECOVERY))
-    a = Claims(Link(r, "w0", RECOVERY), 3000).claim(CID)
+    record(r, spec(max_tokens=3))
+    a = Claims(Link(r, "w0", RECOVERY), 3000).claim(CID, digest(spec(max_tokens=3)))
     pub.started(a, 3)
     pub.delta(a, "abc", (1, 2, 3))
     pub.flush(a)
@@ -164,8 +172,8 @@ def test_fenced_by_the_heartbeat_stops_within_one_token(r):
     holder["runner"] = run = runner(r, engine)
     orig_claim = run.claims.claim
 
-    def claim_then_steal(cid):
-        attempt = orig_claim(cid)
+    def claim_then_steal(cid, spec_digest):
+        attempt = orig_claim(cid, spec_digest)
         run.heartbeat.track(attempt)
         r.hincrby(keys.job(CID), JobField.EPOCH, 1)  # another attempt takes over
         return attempt
@@ -199,6 +207,7 @@ def test_a_claim_that_fails_ends_the_job_instead_of_leaving_it_queued(r, monkeyp
     # e.g. a Redis ACL that refuses a command inside CLAIM: the client must not wait for the
     # queue deadline (found by tests/integration/test_redis_security.py)
     run = runner(r, ScriptedEngine([1, EOS]))
+    record(r, spec())
 
     def refused(**kw):
         raise redis.ResponseError("ACL failure in script: no permissions to run the 'time' command")
@@ -206,7 +215,7 @@ def test_a_claim_that_fails_ends_the_job_instead_of_leaving_it_queued(r, monkeyp
     monkeypatch.setattr(run.claims, "_claim", refused)
     assert run.reserve(timeout=1)
     with pytest.raises(redis.ResponseError):
-        run.start(spec())
+        run.start(spec(), CID)
     assert run.reserve(timeout=1)  # the slot came back
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "worker_error"
@@ -232,6 +241,7 @@ def queued_job(r, cid: str) -> dict:
             JobField.EPOCH: 0,
             JobField.ATTEMPTS: 0,
             JobField.SPEC: json.dumps(s),
+            JobField.DIGEST: digest(s),
         },
     )
     return s
@@ -257,7 +267,7 @@ def test_slots_run_jobs_side_by_side_and_free_up_when_they_end(r):
     jobs = [queued_job(r, f"chatcmpl-{i}") for i in range(2)]
     for j in jobs:
         assert run.reserve(timeout=1)
-        assert run.start(j) == Outcome.STARTED
+        assert run.start(j, j["id"]) == Outcome.STARTED
     assert not run.reserve(timeout=0.05)  # both slots taken
     assert engine.inside.acquire(timeout=5) and engine.inside.acquire(timeout=5)  # both inside at once
     assert run.running() == 2
@@ -273,7 +283,8 @@ def test_slots_run_jobs_side_by_side_and_free_up_when_they_end(r):
 def test_a_job_that_cannot_start_gives_its_slot_back_at_once(r):
     run = runner(r, ScriptedEngine([1]))
     assert run.reserve(timeout=1)
-    assert run.start(spec(id="chatcmpl-missing")) == Outcome.SKIPPED  # no job hash: gone
+    missing = spec(id="chatcmpl-missing")
+    assert run.start(missing, missing["id"]) == Outcome.SKIPPED  # no job hash: gone
     assert run.reserve(timeout=1)
 
 
@@ -283,7 +294,7 @@ def test_shutdown_hands_off_every_running_job(r):
     jobs = [queued_job(r, f"chatcmpl-{i}") for i in range(3)]
     for j in jobs:
         run.reserve(timeout=1)
-        run.start(j)
+        run.start(j, j["id"])
     for _ in jobs:
         assert engine.inside.acquire(timeout=5)
     run.request_shutdown()
@@ -297,7 +308,7 @@ def test_idle_time_counts_from_the_last_attempt_s_end(r):
     engine = GatedEngine([5, EOS])
     run = runner(r, engine, slots=2)
     run.reserve(timeout=1)
-    run.start(queued_job(r, "chatcmpl-idle"))
+    run.start(queued_job(r, "chatcmpl-idle"), "chatcmpl-idle")
     assert engine.inside.acquire(timeout=5)
     assert run.idle_for() == 0.0  # a job runs: not idle, however long it takes
     engine.gate.set()

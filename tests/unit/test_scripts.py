@@ -8,11 +8,12 @@ from contract import entries, keys, scripts
 from contract.entries import Delta, Failed, Finished
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
-from worker.claims import Claims, Fenced, JobGone
+from worker.claims import Claims, Fenced, JobGone, NotRecorded
 from worker.link import Link
 from worker.publisher import Publisher
 
 RECOVERY = Recovery(retention_s=60)
+DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
 
 CID = "chatcmpl-test"
 
@@ -20,7 +21,9 @@ CID = "chatcmpl-test"
 @pytest.fixture
 def r():
     client = fakeredis.FakeRedis()
-    client.hset(keys.job(CID), mapping={JobField.STATUS: JobStatus.QUEUED, JobField.EPOCH: 0})
+    client.hset(
+        keys.job(CID), mapping={JobField.STATUS: JobStatus.QUEUED, JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
+    )
     client.expire(keys.job(CID), 1000)
     return client
 
@@ -32,7 +35,7 @@ def stream(r):
 def test_claim_starts_epoch_one_and_appends_are_accepted(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    attempt = claims.claim(CID)
+    attempt = claims.claim(CID, DIGEST)
     assert attempt.epoch == 1 and not attempt.cancelled
     pub.started(attempt, 5)
     pub.delta(attempt, "hi", (7,))
@@ -46,7 +49,7 @@ def test_claim_starts_epoch_one_and_appends_are_accepted(r):
 def test_stream_created_by_first_append_lives_as_long_as_the_job(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    attempt = claims.claim(CID)
+    attempt = claims.claim(CID, DIGEST)
     pub.started(attempt, 1)
     assert 900 < r.ttl(keys.events(CID)) <= 1000
 
@@ -56,10 +59,10 @@ def test_a_stale_attempt_cannot_write_one_more_token(r):
     old_claims = Claims(Link(r, "w-old", RECOVERY), 3000)
     new = Publisher(Link(r, "w-new", RECOVERY))
     new_claims = Claims(Link(r, "w-new", RECOVERY), 3000)
-    a1 = old_claims.claim(CID)
+    a1 = old_claims.claim(CID, DIGEST)
     old.delta(a1, "a", (1,))
     old.flush(a1)
-    a2 = new_claims.claim(CID)
+    a2 = new_claims.claim(CID, DIGEST)
     assert a2.epoch == a1.epoch + 1
     old.delta(a1, "b", (2,))  # written behind: the refusal comes back with the next call
     with pytest.raises(Fenced):
@@ -74,20 +77,20 @@ def test_a_stale_attempt_cannot_write_one_more_token(r):
 def test_nothing_is_written_after_the_terminal_entry(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     pub.finished(a, "stop", 1, 0)
     with pytest.raises(Fenced):
         pub.delta(a, "late", (1,))
         pub.flush(a)
     with pytest.raises(JobGone):
-        claims.claim(CID)
+        claims.claim(CID, DIGEST)
     assert sum(entries.is_terminal(e) for e in stream(r)) == 1
 
 
 def test_end_fences_out_the_running_attempt(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     end = r.register_script(scripts.END)
     lost = Failed(epoch=0, message="gone", type="server_error", code="worker_lost")
     assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 1
@@ -102,7 +105,7 @@ def test_end_fences_out_the_running_attempt(r):
 
 
 def test_end_only_if_status_leaves_a_running_job_alone(r):
-    Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
+    Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     end = r.register_script(scripts.END)
     timeout = Failed(epoch=0, message="late", type="server_error", code="queue_timeout")
     args = scripts.end_args(CID, timeout, 60, only_if_status=JobStatus.QUEUED)
@@ -113,7 +116,7 @@ def test_end_only_if_status_leaves_a_running_job_alone(r):
 def test_cancel_flag_is_returned_by_the_append_once_due(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     pub.delta(a, "a", (1,))
     pub.flush(a)
     assert not a.cancelled
@@ -127,14 +130,14 @@ def test_cancel_in_the_future_is_not_due_yet(r):
     import time
 
     r.hset(keys.job(CID), JobField.CANCEL_AT, int(time.time() * 1000) + 60_000)
-    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     assert not a.cancelled
 
 
 def test_claim_refuses_a_job_past_its_start_deadline_and_ends_it(r):
     r.hset(keys.job(CID), JobField.START_BY, 1)
     with pytest.raises(JobGone):
-        Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
+        Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     (last,) = stream(r)
     assert isinstance(last, Failed) and last.code == "queue_timeout"
 
@@ -142,19 +145,19 @@ def test_claim_refuses_a_job_past_its_start_deadline_and_ends_it(r):
 def test_a_requeued_job_past_its_deadline_ends_with_worker_lost(r):
     r.hset(keys.job(CID), mapping={JobField.START_BY: 1, JobField.ATTEMPTS: 1})
     with pytest.raises(JobGone):
-        Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
+        Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     assert stream(r)[-1].code == "worker_lost"
 
 
 def test_claim_refuses_a_vanished_job():
     with pytest.raises(JobGone):
-        Claims(Link(fakeredis.FakeRedis(), "w1", RECOVERY), 3000).claim("chatcmpl-none")
+        Claims(Link(fakeredis.FakeRedis(), "w1", RECOVERY), 3000).claim("chatcmpl-none", DIGEST)
 
 
 def test_append_to_a_vanished_job_is_fenced(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     r.delete(keys.job(CID))
     with pytest.raises(Fenced):
         pub.delta(a, "x", (1,))
@@ -164,7 +167,7 @@ def test_append_to_a_vanished_job_is_fenced(r):
 def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
 
     def refused(todo):
         return [redis.ResponseError("OOM command not allowed") for _ in todo]
@@ -177,7 +180,7 @@ def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
 def test_finished_entry_records_usage(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     pub.finished(a, "length", 11, 7)
     assert stream(r)[-1] == Finished(
         epoch=a.epoch, finish_reason="length", prompt_tokens=11, completion_tokens=7
@@ -185,7 +188,7 @@ def test_finished_entry_records_usage(r):
 
 
 def test_claim_marks_the_attempt_running_and_alive(r):
-    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     assert r.zscore(keys.RUNNING, CID) is not None
     assert r.get(keys.alive(CID)) == str(a.epoch).encode() and 0 < r.pttl(keys.alive(CID)) <= 3000
     assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
@@ -195,31 +198,42 @@ def test_claim_marks_the_attempt_running_and_alive(r):
 def test_terminal_entry_clears_the_running_index(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     pub.finished(a, "stop", 1, 0)
     assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
 
 
 def test_beat_refreshes_only_the_current_attempt(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a1 = claims.claim(CID)
+    a1 = claims.claim(CID, DIGEST)
     beat = r.register_script(scripts.BEAT)
     assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 1
     assert r.pttl(keys.alive(CID)) > 3000
-    a2 = claims.claim(CID)
+    a2 = claims.claim(CID, DIGEST)
     assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 0
     assert r.get(keys.alive(CID)) == str(a2.epoch).encode()  # the stale beat changed nothing
 
 
-def _abandon(r, epoch, max_attempts=3):
+def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=20):
     script = r.register_script(scripts.ABANDON)
-    return script(keys=scripts.job_keys(CID), args=scripts.abandon_args(CID, epoch, max_attempts, 30_000, 60))
+    args = scripts.abandon_args(
+        CID,
+        epoch,
+        charge=charge,
+        suspect=suspect,
+        max_charged=max_attempts,
+        max_requeues=max_requeues,
+        resume_wait_ms=30_000,
+        retention_s=60,
+    )
+    outcome, _ = script(keys=scripts.job_keys(CID), args=args)
+    return outcome
 
 
 def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     pub.delta(a, "x", (1,))
     pub.flush(a)
     assert _abandon(r, a.epoch) == 1
@@ -229,14 +243,14 @@ def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
         pub.delta(a, "y", (2,))
         pub.flush(a)
     assert _abandon(r, a.epoch) == 0  # idempotent: that attempt is no longer current
-    b = claims.claim(CID)
+    b = claims.claim(CID, DIGEST)
     assert b.epoch > a.epoch
     assert claims.progress(CID).token_ids == (1,)
 
 
 def test_abandon_after_the_last_attempt_ends_with_worker_lost(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     assert _abandon(r, a.epoch, max_attempts=1) == 2
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "worker_lost"
@@ -246,13 +260,13 @@ def test_abandon_after_the_last_attempt_ends_with_worker_lost(r):
 def test_progress_collects_every_published_token_id(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     pub.started(a, 9)
     pub.delta(a, "ab", (1, 2))
     pub.delta(a, "c", (3,))
     pub.flush(a)
     _abandon(r, a.epoch)
-    b = claims.claim(CID)
+    b = claims.claim(CID, DIGEST)
     pub.started(b, 9)
     pub.delta(b, "d", (4,))
     pub.flush(b)
@@ -261,14 +275,14 @@ def test_progress_collects_every_published_token_id(r):
 
 
 def test_append_writes_several_entries_of_one_attempt_in_order(r):
-    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID)
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     append = r.register_script(scripts.APPEND)
     batch = [
         Delta(epoch=a.epoch, text="x", token_ids=(1,)),
         Delta(epoch=a.epoch, text="y", token_ids=(2, 3)),
         Finished(epoch=a.epoch, finish_reason="stop", prompt_tokens=1, completion_tokens=3),
     ]
-    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, batch, 60))
+    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, batch, 60))
     assert stream(r) == batch
     assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
 
@@ -282,17 +296,18 @@ def test_append_writes_several_entries_of_one_attempt_in_order(r):
             Delta(epoch=1, text="late", token_ids=(1,)),
         ],  # terminal not last
         [Delta(epoch=1, text="a", token_ids=(1,)), Delta(epoch=2, text="b", token_ids=(2,))],  # two attempts
+        [Delta(epoch=0, text="a", token_ids=(1,))],  # not stamped by an attempt
     ],
 )
 def test_append_args_refuse_malformed_batches(batch):
     with pytest.raises(ValueError):
-        scripts.append_args(CID, batch, 60)
+        scripts.append_args(CID, 0, batch, 60)
 
 
 def test_a_burst_of_deltas_is_written_behind_in_order(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    a = claims.claim(CID)
+    a = claims.claim(CID, DIGEST)
     pub.started(a, 1)
     for i in range(2000):
         pub.delta(a, f"<{i}>", (i,))
@@ -300,3 +315,102 @@ def test_a_burst_of_deltas_is_written_behind_in_order(r):
     texts = [e.text for e in stream(r) if isinstance(e, Delta)]
     assert texts == [f"<{i}>" for i in range(2000)]
     assert a.published == 2000
+
+
+def test_a_retried_append_writes_nothing_twice(r):
+    """A pipeline whose reply was lost (Redis restarted after executing it) is sent again:
+    the attempt's entry numbers make the retry skip what was written."""
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    append = r.register_script(scripts.APPEND)
+    first = [Delta(epoch=a.epoch, text="x", token_ids=(1,)), Delta(epoch=a.epoch, text="y", token_ids=(2,))]
+    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, first, 60))
+    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, first, 60))  # the retry
+    more = [*first, Delta(epoch=a.epoch, text="z", token_ids=(3,))]  # retried with one more queued
+    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, more, 60))
+    assert [e.text for e in stream(r)] == ["x", "y", "z"]
+    with pytest.raises(redis.ResponseError, match="missing"):  # a gap is a bug, never papered over
+        append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 5, first, 60))
+
+
+def test_the_publisher_resends_after_a_lost_reply_without_duplicates(r, monkeypatch):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    real = pub._append_all
+    lost = []
+
+    def executed_then_lost(todo):
+        real(todo)  # Redis wrote it...
+        if not lost:
+            lost.append(1)
+            raise redis.ConnectionError("connection reset")  # ...and the reply never came
+        return real(todo)
+
+    monkeypatch.setattr(pub, "_append_all", executed_then_lost)
+    pub.delta(a, "once", (1,))
+    pub.flush(a)
+    assert [e.text for e in stream(r)] == ["once"] and a.written == 1 and a.published == 1
+
+
+def test_a_retried_claim_returns_the_same_attempt(r):
+    claim = r.register_script(scripts.CLAIM)
+    args = scripts.claim_args("w1", CID, 3000, 60, "token-1", DIGEST)
+    first = claim(keys=scripts.job_keys(CID), args=args)
+    again = claim(keys=scripts.job_keys(CID), args=args)  # its reply was lost: sent again
+    assert first == again and first[0] == 1
+    assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
+    other = claim(keys=scripts.job_keys(CID), args=scripts.claim_args("w2", CID, 3000, 60, "token-2", DIGEST))
+    assert other[0] == 2
+
+
+def test_a_claim_runs_only_the_spec_the_api_recorded(r):
+    claim = r.register_script(scripts.CLAIM)
+    planted = claim(keys=scripts.job_keys(CID), args=scripts.claim_args("w1", CID, 3000, 60, "t", "other"))
+    assert planted[0] == -2
+    assert r.hget(keys.job(CID), JobField.EPOCH) == b"0"  # nothing changed: no attempt fenced
+    with pytest.raises(NotRecorded):
+        Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, "other")
+
+
+def test_a_death_charged_or_not(r):
+    """Uncharged deaths (a bystander in a batch) requeue up to MAX_REQUEUES; charged ones
+    end the job after MAX_ATTEMPTS; a suspect mark stays and routes the continuation."""
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    for _ in range(5):
+        a = claims.claim(CID, DIGEST)
+        assert _abandon(r, a.epoch, max_attempts=2, charge=False, suspect=True) == 1
+    assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1"
+    assert r.hget(keys.job(CID), JobField.CHARGED) is None
+    a = claims.claim(CID, DIGEST)
+    assert a.suspect
+    assert _abandon(r, a.epoch, max_attempts=2, charge=True) == 1
+    a = claims.claim(CID, DIGEST)
+    assert _abandon(r, a.epoch, max_attempts=2, charge=True) == 2  # the second charged death
+    assert stream(r)[-1].code == "worker_lost"
+
+
+def test_requeues_are_bounded_even_uncharged(r):
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    outcomes = []
+    for _ in range(4):
+        a = claims.claim(CID, DIGEST)
+        outcomes.append(_abandon(r, a.epoch, charge=False, max_requeues=3))
+    assert outcomes == [1, 1, 1, 2]
+
+
+def test_a_requeued_job_is_pending_until_enqueued(r):
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    assert r.zscore(keys.PENDING, CID) is None  # a claim ends pending
+    _abandon(r, a.epoch, charge=False)
+    assert r.zscore(keys.PENDING, CID) is not None
+
+
+def test_take_moves_one_id_into_the_inbox_in_queue_order():
+    r = fakeredis.FakeRedis()
+    take = r.register_script(scripts.TAKE)
+    r.rpush(keys.rq_queue_key("m"), "new-1")
+    r.rpush(keys.rq_queue_key(keys.suspect_queue_name("m")), "suspect-1")
+    both = scripts.take_keys(keys.queue_names("m"), "w1")
+    assert take(keys=both)[1] == b"suspect-1"  # suspects first
+    assert take(keys=scripts.take_keys([keys.queue_name("m")], "w1"))[1] == b"new-1"
+    assert not take(keys=both)
+    assert set(r.hkeys(keys.inbox("w1"))) == {b"suspect-1", b"new-1"}

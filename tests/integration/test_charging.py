@@ -1,0 +1,84 @@
+"""A poison job (one that kills every worker it lands on) ends as worker_lost after a bounded
+number of deaths, and the jobs batched with it finish: a death is charged to the job that
+ran alone or was its worker's suspect, never to bystanders (api/reaper.py)."""
+
+from __future__ import annotations
+
+import signal
+import time
+
+import httpx
+import pytest
+import redis
+
+from contract import keys
+from contract.keys import JobField
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+
+pytestmark = pytest.mark.integration
+
+MODEL = "synthetic-poison"
+TOKENS = 40
+WORKER_ENV = {
+    "ENGINE": "synthetic",
+    "MODEL_NAME": MODEL,
+    "SYNTHETIC_TOKENS": str(TOKENS),
+    "SYNTHETIC_RATE": "20",
+    "SLOTS": "3",
+    "HEARTBEAT_WINDOW_SECONDS": "2",
+}
+API_ENV = {"REAPER_INTERVAL_SECONDS": "0.2", "REAPER_SETTLE_SECONDS": "1", "MAX_ATTEMPTS": "3"}
+
+
+def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env=API_ENV)
+    r = redis.Redis.from_url(url)
+    workers: dict[str, Proc] = {}
+
+    def spawn() -> None:
+        name = f"w{len(workers)}"
+        workers[name] = start_worker(tmp_path, url, name=name, env={**WORKER_ENV, "MAX_ATTEMPTS": "3"})
+
+    try:
+        for _ in range(2):
+            spawn()
+        wait_for_model(base, MODEL, procs=(api, *workers.values()))
+
+        def submit(content: str) -> str:
+            payload = {"model": MODEL, "messages": [{"role": "user", "content": content}], "background": True}
+            return httpx.post(base + "/v1/chat/completions", json=payload, timeout=30).json()["id"]
+
+        mates = [submit(f"job {i}") for i in range(5)]
+        while sum(r.hget(keys.job(cid), JobField.STATUS) == b"running" for cid in mates) < 5:
+            time.sleep(0.02)
+        poison = submit("poison")  # it takes the last free slot, beside two of its mates
+        deaths = 0
+        deadline = time.monotonic() + 120
+        while r.hget(keys.job(poison), JobField.STATUS) != b"failed" and time.monotonic() < deadline:
+            holder = r.hget(keys.job(poison), JobField.WORKER)
+            if r.hget(keys.job(poison), JobField.STATUS) == b"running" and holder:
+                victim = workers.get(holder.decode())
+                if victim is not None and victim.alive():
+                    victim.signal(signal.SIGKILL)  # the poison kills the worker it lands on
+                    victim.popen.wait()
+                    deaths += 1
+                    spawn()
+            time.sleep(0.02)
+        assert r.hget(keys.job(poison), JobField.STATUS) == b"failed"
+        lost = httpx.get(f"{base}/v1/chat/completions/{poison}", timeout=30)
+        assert lost.status_code == 503 and lost.json()["error"]["code"] == "worker_lost"
+        assert deaths == 1 + 3, deaths  # the first batch's death, then MAX_ATTEMPTS charged ones
+
+        for cid in mates:  # every bystander finishes, whole, and none was charged a death
+            deadline = time.monotonic() + 90
+            while (answer := httpx.get(f"{base}/v1/chat/completions/{cid}", timeout=30)).status_code == 202:
+                assert time.monotonic() < deadline, cid
+                time.sleep(0.2)
+            assert answer.status_code == 200, answer.text
+            text = answer.json()["choices"][0]["message"]["content"]
+            assert text == "".join(f" w{i}" for i in range(TOKENS))
+            assert r.hget(keys.job(cid), JobField.CHARGED) is None
+    finally:
+        for p in (*workers.values(), api, redis_proc):
+            p.stop()

@@ -1,0 +1,162 @@
+"""The reaper's judgements on fakeredis: whom a worker's death is charged to, and the jobs it
+puts back (a dead worker's inbox, jobs whose enqueuer died)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import fakeredis
+import pytest
+
+from api.jobstore import JobStore
+from api.reaper import Reaper
+from api.registry import WorkerRegistry
+from contract import keys
+from contract.jobspec import JobSpec, Message, digest
+from contract.keys import JobField, JobStatus
+from contract.settings import Recovery
+from worker.claims import Claims
+from worker.link import Link
+
+RECOVERY = Recovery(max_attempts=2, retention_s=60)
+
+
+@pytest.fixture
+def server():
+    return fakeredis.FakeServer()
+
+
+def spec(cid: str) -> dict:
+    return JobSpec(id=cid, kind="chat", model="m", messages=(Message("user", "hi"),)).to_dict()
+
+
+def queued(r, cid: str, **fields) -> None:
+    """A job as the API records it."""
+    raw = spec(cid)
+    mapping = {
+        JobField.MODEL: "m",
+        JobField.STATUS: JobStatus.QUEUED,
+        JobField.EPOCH: 0,
+        JobField.ATTEMPTS: 0,
+        JobField.SPEC: json.dumps(raw),
+        JobField.DIGEST: digest(raw),
+        **fields,
+    }
+    r.hset(keys.job(cid), mapping=mapping)
+
+
+def running_on(r, worker: str, cids: list[str]) -> None:
+    claims = Claims(Link(r, worker, RECOVERY), 3000)
+    for cid in cids:
+        queued(r, cid)
+        claims.claim(cid, digest(spec(cid)))
+
+
+def reap(server, connected: set[str]) -> int:
+    async def go() -> int:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        store = JobStore(client, fakeredis.FakeRedis(server=server), queue_wait_s=60, recovery=RECOVERY)
+        reaper = Reaper(client, store, WorkerRegistry(client, 15), interval_s=0.5, settle_s=0)
+        taken = await reaper._judge(connected)
+        await reaper._return_inboxes(connected)
+        await reaper._enqueue_pending()
+        return taken
+
+    return asyncio.run(go())
+
+
+def field(r, cid: str, name: str) -> bytes | None:
+    return r.hget(keys.job(cid), name)
+
+
+def test_a_batch_that_dies_charges_nobody_and_makes_every_job_a_suspect(server):
+    r = fakeredis.FakeRedis(server=server)
+    running_on(r, "w1", ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"])
+    assert reap(server, connected=set()) == 3
+    for cid in ("chatcmpl-a", "chatcmpl-b", "chatcmpl-c"):
+        assert field(r, cid, JobField.STATUS) == b"queued" and field(r, cid, JobField.CHARGED) is None
+        assert field(r, cid, JobField.SUSPECT) == b"1"
+    suspects = r.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
+    assert sorted(suspects) == [b"chatcmpl-a__a2", b"chatcmpl-b__a2", b"chatcmpl-c__a2"]
+
+
+def test_a_death_with_a_suspect_is_the_suspect_s_alone(server):
+    r = fakeredis.FakeRedis(server=server)
+    queued(r, "chatcmpl-s", **{JobField.SUSPECT: "1"})
+    Claims(Link(r, "w1", RECOVERY), 3000).claim("chatcmpl-s", digest(spec("chatcmpl-s")))
+    running_on(r, "w1", ["chatcmpl-x", "chatcmpl-y"])
+    reap(server, connected=set())
+    assert field(r, "chatcmpl-s", JobField.CHARGED) == b"1"
+    for bystander in ("chatcmpl-x", "chatcmpl-y"):
+        assert field(r, bystander, JobField.CHARGED) is None and field(r, bystander, JobField.SUSPECT) is None
+    assert r.lrange(keys.queue_key("m"), 0, -1) and r.lrange(
+        keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1
+    )
+
+
+def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server):
+    r = fakeredis.FakeRedis(server=server)
+    running_on(r, "w1", ["chatcmpl-p"])
+    reap(server, connected=set())
+    assert (
+        field(r, "chatcmpl-p", JobField.CHARGED) == b"1"
+        and field(r, "chatcmpl-p", JobField.STATUS) == b"queued"
+    )
+    Claims(Link(r, "w2", RECOVERY), 3000).claim("chatcmpl-p", digest(spec("chatcmpl-p")))
+    reap(server, connected={"w1"})  # w2 is gone too
+    assert field(r, "chatcmpl-p", JobField.STATUS) == b"failed"  # MAX_ATTEMPTS=2 charged deaths
+
+
+def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
+    """A job that kills every worker it lands on, batched with others each time."""
+    r = fakeredis.FakeRedis(server=server)
+    poison, mates = "chatcmpl-poison", [f"chatcmpl-m{i}" for i in range(6)]
+    for cid in (poison, *mates):
+        queued(r, cid)
+    workers = iter(range(100))
+    deaths = 0
+    while field(r, poison, JobField.STATUS) != b"failed" and deaths < 20:
+        # the poison's next worker also runs two jobs that are not suspects (a worker runs one
+        # suspect at most): the others wait their turn
+        worker = f"w{next(workers)}"
+        claims = Claims(Link(r, worker, RECOVERY), 3000)
+        waiting = [m for m in mates if field(r, m, JobField.STATUS) == b"queued"]
+        if field(r, poison, JobField.SUSPECT) == b"1":  # one suspect per worker: the poison
+            waiting = [m for m in waiting if field(r, m, JobField.SUSPECT) != b"1"]
+        batch = [poison, *waiting[:2]]
+        for cid in batch:
+            epoch = int(field(r, cid, JobField.EPOCH))
+            r.zrem(keys.PENDING, cid)
+            claims.claim(cid, digest(spec(cid)))
+            assert int(field(r, cid, JobField.EPOCH)) == epoch + 1
+        reap(server, connected=set())
+        deaths += 1
+    assert field(r, poison, JobField.STATUS) == b"failed"
+    assert deaths <= 1 + RECOVERY.max_attempts
+    last = r.xrevrange(keys.events(poison), count=1)[0][1]
+    assert last[b"c"] == b"worker_lost"
+    assert all(field(r, m, JobField.CHARGED) is None for m in mates)  # no bystander was charged
+
+
+def test_a_dead_worker_s_inbox_goes_back_to_the_queue(server):
+    r = fakeredis.FakeRedis(server=server)
+    r.sadd(keys.MODELS, "m")
+    r.zadd(keys.workers("m"), {"w-dead": 1})
+    queued(r, "chatcmpl-q")
+    running_on(r, "w-other", ["chatcmpl-r"])
+    r.hset(keys.inbox("w-dead"), mapping={"chatcmpl-q": 1, "chatcmpl-r": 1, "chatcmpl-old__a3": 1})
+    reap(server, connected={"w-other"})
+    assert r.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-q"]  # the queued one, only
+    assert not r.exists(keys.inbox("w-dead"))
+
+
+def test_a_job_left_pending_by_a_dead_enqueuer_is_enqueued(server):
+    r = fakeredis.FakeRedis(server=server)
+    queued(r, "chatcmpl-orphan")
+    r.zadd(keys.PENDING, {"chatcmpl-orphan": 1, "chatcmpl-fresh": 10**13})
+    queued(r, "chatcmpl-fresh")
+    reap(server, connected=set())
+    assert r.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-orphan"]
+    assert r.zscore(keys.PENDING, "chatcmpl-orphan") is None and r.zscore(keys.PENDING, "chatcmpl-fresh")
+    assert r.llen(keys.wake("m")) == 1

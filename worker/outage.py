@@ -1,0 +1,48 @@
+"""How a worker loop lives through a Redis outage: it keeps trying, with capped and jittered
+backoff (so a pool of workers does not reconnect in lockstep), and says so once when the
+outage begins and once when it ends, not once per try."""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+
+log = logging.getLogger(__name__)
+
+FIRST_DELAY_S = 0.05
+MAX_DELAY_S = 2.0
+
+
+class Outage:
+    """One loop's (or one connection's) view of Redis being away; thread-safe."""
+
+    def __init__(self, what: str) -> None:
+        self._what = what
+        self._lock = threading.Lock()
+        self._since: float | None = None
+        self._tries = 0
+
+    @property
+    def ongoing(self) -> bool:
+        return self._since is not None
+
+    def failed(self, exc: BaseException) -> float:
+        """Note a failed try; returns how long to wait before the next one."""
+        with self._lock:
+            if self._since is None:
+                self._since = time.monotonic()
+                log.warning("%s: Redis unreachable (%s); retrying until it is back", self._what, exc)
+            self._tries += 1
+            delay = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** min(self._tries - 1, 10))
+        return delay * random.uniform(0.5, 1.0)
+
+    def ok(self) -> None:
+        """Note a try that reached Redis."""
+        if self._since is None:  # the common case: no lock on the hot path
+            return
+        with self._lock:
+            if self._since is not None:
+                log.warning("%s: Redis is back after %.1fs", self._what, time.monotonic() - self._since)
+            self._since, self._tries = None, 0
