@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import tempfile
 import time
@@ -65,6 +66,10 @@ def stream_demo(base: str, model: str, prompt: str, max_tokens: int) -> None:
                 )
 
 
+def _interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m devstack", description=__doc__)
     parser.add_argument("--port", type=int, default=int(os.environ.get("PORT", 8000)))
@@ -75,15 +80,20 @@ def main() -> None:
 
     log_dir = Path(tempfile.mkdtemp(prefix="tokenspool-"))
     procs: list[Proc] = []
+    # SIGTERM (timeout, systemd, a container stop, kill) and SIGHUP (a closed terminal) stop
+    # the stack as Ctrl-C does; the children also get SIGTERM if this process dies any other
+    # way (they are tethered to it).
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, _interrupt)
     try:
         redis_url = os.environ.get("REDIS_URL")
         if not redis_url:
-            redis_proc, redis_url = start_redis(log_dir)
+            redis_proc, redis_url = start_redis(log_dir, tethered=True)
             procs.append(redis_proc)
             print(f"embedded valkey at {redis_url}", flush=True)
-        worker = start_worker(log_dir, redis_url)
+        worker = start_worker(log_dir, redis_url, tethered=True)
         procs.append(worker)
-        api, base = start_api(log_dir, redis_url, port=args.port)
+        api, base = start_api(log_dir, redis_url, port=args.port, tethered=True)
         procs.append(api)
         model = os.environ.get("MODEL_NAME") or (
             DEFAULT_MODEL_NAME if not os.environ.get("MODEL_PATH") else Path(os.environ["MODEL_PATH"]).stem

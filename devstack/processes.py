@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import shutil
@@ -55,12 +56,31 @@ class Proc:
         return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
 
 
-def _spawn(name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None) -> Proc:
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGTERM when the process that started it dies, however
+    it dies (Linux's PR_SET_PDEATHSIG; elsewhere nothing)."""
+    if sys.platform.startswith("linux"):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
+def _spawn(
+    name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None, tethered: bool = False
+) -> Proc:
+    """Start a process logging to `log_dir`/`name`.log. A tethered one gets SIGTERM when this
+    process dies (only for a process spawned from the main thread: Linux ties it to the thread)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     out = open(log_path, "ab")  # noqa: SIM115 - the child owns it
     full_env = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    popen = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=full_env, cwd=ROOT)
+    popen = subprocess.Popen(
+        argv,
+        stdout=out,
+        stderr=subprocess.STDOUT,
+        env=full_env,
+        cwd=ROOT,
+        preexec_fn=_die_with_parent if tethered else None,
+    )
     out.close()
     return Proc(name, popen, log_path)
 
@@ -78,7 +98,11 @@ def redis_binary(kind: str = "valkey") -> str:
 
 
 def start_redis(
-    log_dir: Path, kind: str = "valkey", port: int | None = None, appendonly: bool = False
+    log_dir: Path,
+    kind: str = "valkey",
+    port: int | None = None,
+    appendonly: bool = False,
+    tethered: bool = False,
 ) -> tuple[Proc, str]:
     port = port or free_port()
     data = log_dir / f"redis-{port}"
@@ -100,7 +124,7 @@ def start_redis(
         "--protected-mode",
         "yes",
     ]
-    proc = _spawn(f"{kind}-{port}", argv, log_dir)
+    proc = _spawn(f"{kind}-{port}", argv, log_dir, tethered=tethered)
     url = f"redis://127.0.0.1:{port}/0"
     _wait(lambda: _redis_ping(port), 15, proc)
     return proc, url
@@ -116,13 +140,18 @@ def _redis_ping(port: int) -> bool:
 
 
 def start_worker(
-    log_dir: Path, redis_url: str, name: str = "worker", env: dict[str, str] | None = None
+    log_dir: Path,
+    redis_url: str,
+    name: str = "worker",
+    env: dict[str, str] | None = None,
+    tethered: bool = False,
 ) -> Proc:
     return _spawn(
         name,
         [sys.executable, "-m", "worker"],
         log_dir,
         {"REDIS_URL": redis_url, "WORKER_NAME": name, **(env or {})},
+        tethered=tethered,
     )
 
 
@@ -132,6 +161,7 @@ def start_api(
     port: int | None = None,
     name: str = "api",
     env: dict[str, str] | None = None,
+    tethered: bool = False,
 ) -> tuple[Proc, str]:
     port = port or free_port()
     argv = [
@@ -146,7 +176,7 @@ def start_api(
         str(port),
         "--no-access-log",
     ]
-    proc = _spawn(name, argv, log_dir, {"REDIS_URL": redis_url, **(env or {})})
+    proc = _spawn(name, argv, log_dir, {"REDIS_URL": redis_url, **(env or {})}, tethered=tethered)
     base = f"http://127.0.0.1:{port}"
     _wait(lambda: _get_json(base + "/health") is not None, 30, proc)
     return proc, base
