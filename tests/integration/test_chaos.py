@@ -1,0 +1,33 @@
+"""A one-minute chaos campaign (bench/chaos.py) in the suite: six streams on two API replicas
+and three workers while a fault fires every ~4 s, the kinds in turn (a worker killed, a
+worker frozen past its heartbeat window, an API replica killed, Redis restarted from its
+AOF). Every stream must end with its finish chunk and [DONE], pass the stream contract once
+stitched across its resumes, and carry exactly the server's replay of its job."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.chaos import FAULT_KINDS, Config, format_fault_log, format_summary, run_campaign
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.timeout(240)
+def test_no_stream_hangs_breaks_or_loses_text_under_a_minute_of_faults(tmp_path):
+    cfg = Config(
+        streams=6,
+        minutes=1.0,
+        seed=7,
+        fault_every=4.0,
+        faults=FAULT_KINDS,
+        cycle=True,
+        drain_s=60.0,
+        logs=tmp_path,
+    )
+    report = run_campaign(cfg)
+    summary = f"{format_summary(report)}\nfaults:\n{format_fault_log(report)}"
+    print(summary)
+    assert report.completed > 0, summary
+    assert all(report.faults[kind] for kind in FAULT_KINDS), f"every kind fires at least once\n{summary}"
+    assert (report.hung, report.broken, report.lost) == (0, 0, 0), summary
