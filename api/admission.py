@@ -6,18 +6,23 @@ from __future__ import annotations
 
 import collections
 import contextlib
-from collections.abc import Iterator
 
 import redis.asyncio as aredis
+from redis.exceptions import RedisError
 
-from api.errors import APIError
+from api.errors import APIError, invalid
+from api.memory import MemoryWatch
 from api.registry import WorkerRegistry
 from api.settings import Settings
-from contract import errors, keys
+from contract import errors, keys, scripts
+
+RESERVATION_S = 10.0  # a place held for a request lasts this long unless its enqueue takes it
 
 
 class OpenStreams:
-    """The SSE streams this process relays, per API key (for MAX_STREAMS_PER_KEY)."""
+    """The SSE streams this process relays, per API key (for MAX_STREAMS_PER_KEY). A stream's
+    place is taken when it is admitted, before anything is awaited, so a burst of requests
+    cannot overshoot the limit; it is given back when the stream ends (or is never sent)."""
 
     def __init__(self) -> None:
         self._by_owner: collections.Counter[str] = collections.Counter()
@@ -25,25 +30,47 @@ class OpenStreams:
     def count(self, owner: str) -> int:
         return self._by_owner[owner]
 
-    @contextlib.contextmanager
-    def held(self, owner: str) -> Iterator[None]:
+    def take(self, owner: str) -> StreamTicket:
         self._by_owner[owner] += 1
-        try:
-            yield
-        finally:
-            self._by_owner[owner] -= 1
-            if self._by_owner[owner] <= 0:
-                del self._by_owner[owner]
+        return StreamTicket(self, owner)
+
+    def _give_back(self, owner: str) -> None:
+        self._by_owner[owner] -= 1
+        if self._by_owner[owner] <= 0:
+            del self._by_owner[owner]
+
+
+class StreamTicket:
+    """One admitted stream's place; `release` is idempotent, and a ticket dropped unreleased
+    (a response never sent) gives its place back when it is collected."""
+
+    def __init__(self, streams: OpenStreams, owner: str) -> None:
+        self._streams, self._owner, self._held = streams, owner, True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._streams._give_back(self._owner)
+
+    def __del__(self) -> None:
+        self.release()
 
 
 class Admission:
     def __init__(
-        self, client: aredis.Redis, registry: WorkerRegistry, streams: OpenStreams, settings: Settings
+        self,
+        client: aredis.Redis,
+        registry: WorkerRegistry,
+        streams: OpenStreams,
+        memory: MemoryWatch,
+        settings: Settings,
     ) -> None:
         self._r = client
         self._registry = registry
         self._streams = streams
+        self._memory = memory
         self._settings = settings
+        self._reserve = client.register_script(scripts.RESERVE)
 
     async def models(self, names: list[str] | None = None) -> dict[str, int]:
         """Model -> live workers, for the models a client may ask for: those with a worker that
@@ -53,31 +80,64 @@ class Admission:
         known = [m for m in self._settings.known_models if names is None or m in names]
         return {**dict.fromkeys(known, 0), **live}
 
-    async def model(self, model: str) -> None:
-        """Raise 404 for a model nobody serves, 429 (with Retry-After) when its queue is full.
-
-        The depth check and the enqueue are separate steps, so concurrent requests across API
-        replicas may overshoot the limit by as many requests as are in flight at that moment."""
-        async with self._r.pipeline(transaction=False) as pipe:  # one round trip
+    async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> None:
+        """Admit a new job for `model`: 404 if nobody serves it, 503 when Redis is nearly full,
+        400 for a prompt too long for the context of its workers, 429 (with Retry-After) when
+        its queues are full; else a place is held for `request_id` in the queues (in the same
+        step as the depth check: replicas cannot overshoot), taken by its enqueue or given
+        back by `release`. One round trip."""
+        if self._memory.full:
+            raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._settings.retry_after_s)})
+        hold_ms = int(RESERVATION_S * 1000)
+        async with self._r.pipeline(transaction=False) as pipe:
             self._registry.count_live(pipe, model)
-            for queue in keys.queue_keys(model):
-                pipe.llen(queue)
-            workers, *depths = await pipe.execute()
-        depth = sum(depths)
-        if not workers and model not in self._settings.known_models:
-            raise not_found(model)
-        limit = self._settings.queue_limit(model)
-        if 0 < limit <= depth:
+            self._registry.contexts(pipe, model)
+            await self._reserve(
+                keys=[*keys.queue_keys(model), keys.reserved(model)],
+                args=[self._settings.queue_limit(model), request_id, hold_ms],
+                client=pipe,
+            )
+            workers, contexts, (held, depth) = await pipe.execute()
+        try:
+            if not workers and model not in self._settings.known_models:
+                raise not_found(model)
+            self._check_prompt(prompt, [int(c) for c in contexts])
+        except APIError:
+            if held:
+                await self.release(model, request_id)
+            raise
+        if not held:
             raise self._too_many(
                 errors.QUEUE_FULL,
                 f"The queue for '{model}' is full ({depth} requests waiting); retry after "
                 f"{self._settings.retry_after_s} seconds.",
             )
 
-    def stream(self, owner: str) -> None:
-        """Raise 429 when this API key already holds MAX_STREAMS_PER_KEY open streams on this
-        API process (counted per process: N replicas allow up to N times as many). Without API
-        keys there is no per-key limit."""
+    async def release(self, model: str, request_id: str) -> None:
+        """Give back the place `model` held for a request that will not be enqueued."""
+        with contextlib.suppress(RedisError):
+            await self._r.zrem(keys.reserved(model), request_id)
+
+    def _check_prompt(self, prompt: tuple[int, str], contexts: list[int]) -> None:
+        """A prompt far longer than any worker's context could hold is refused here, before
+        it is stored (the worker still counts its tokens exactly)."""
+        chars, param = prompt
+        if not contexts:
+            return  # no live worker (scale from zero): MAX_PROMPT_CHARS alone applies
+        limit = self._settings.prompt_chars_per_token * min(contexts)
+        if chars > limit:
+            raise invalid(
+                f"Invalid '{param}': the prompt is {chars} characters long; this model's context "
+                f"holds {min(contexts)} tokens, so at most {limit} characters are accepted.",
+                param=param,
+                error=errors.STRING_TOO_LONG,
+            )
+
+    def stream(self, owner: str) -> StreamTicket:
+        """Take a stream's place, or raise 429 when this API key already holds
+        MAX_STREAMS_PER_KEY open streams on this API process (counted per process: N replicas
+        allow up to N times as many). Without API keys there is no per-key limit. Nothing is
+        awaited between the check and the taking."""
         limit = self._settings.max_streams_per_key
         open_streams = self._streams.count(owner)
         if owner and limit > 0 and open_streams >= limit:
@@ -85,6 +145,20 @@ class Admission:
                 errors.TOO_MANY_STREAMS,
                 f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
             )
+        return self._streams.take(owner)
+
+    def rate(self, what: str) -> APIError:
+        """The refusal of a job over the key's request rate or byte budget (SUBMIT)."""
+        limit = (
+            f"{self._settings.key_requests_per_minute} requests"
+            if what == "requests"
+            else f"{self._settings.key_bytes_per_minute} bytes"
+        )
+        return self._too_many(
+            errors.RATE_LIMITED,
+            f"This API key sent more than {limit} per minute; retry after "
+            f"{self._settings.retry_after_s} seconds.",
+        )
 
     def jobs(self, unfinished: int) -> APIError:
         """The refusal of a job over MAX_JOBS_PER_KEY (checked with the job's record, in one

@@ -20,14 +20,17 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from api import health, metrics, openapi, pool
+from api import internal as internal_routes
+from api import openapi, pool
 from api.auth import APIKeyMiddleware, KeyRing
 from api.endpoints import Endpoints
 from api.errors import APIError
+from api.internal import InternalServer
 from api.services import Services
 from api.settings import Settings
 from api.surfaces import SURFACES
 from contract import errors, logs
+from contract.settings import SettingError
 
 log = logging.getLogger(__name__)
 
@@ -86,39 +89,53 @@ def _middleware(settings: Settings) -> list[Middleware]:
     return out
 
 
+EXCEPTION_HANDLERS = {
+    APIError: _api_error,
+    HTTPException: _http_error,
+    RedisError: _redis_error,
+    ConnectionError: _redis_error,
+    Exception: _server_error,
+}
+
+
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or Settings.from_env()
     logs.configure("api", settings.shared)
+    if not (settings.api_keys or settings.api_keys_file or settings.allow_no_auth):
+        raise SettingError(
+            "No API keys: set API_KEYS or API_KEYS_FILE, or ALLOW_NO_AUTH=1 for a private server "
+            "(the local run sets it)"
+        )
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict]:
         services = await Services.start(settings)
+        internal = None
+        if settings.internal_port:
+            internal = InternalServer(
+                services, settings.internal_port, settings.internal_host, EXCEPTION_HANDLERS
+            )
+            await internal.start()
         try:
             yield {"services": services}
         finally:
+            if internal is not None:
+                await internal.stop()
             await services.close()
 
     routes = [
-        Route("/health", health.health),
-        Route("/healthz", health.health),
-        Route("/readyz", health.ready),
-        Route("/metrics", metrics.metrics),
+        *internal_routes.PROBES,
         Route("/openapi.json", openapi.openapi),
-        Route("/scaling/{model:path}", pool.scaling),
         Route("/v1/models", pool.list_models),
         Route("/v1/models/{model:path}", pool.get_model),
     ]
+    if not settings.internal_port:  # else they are on the internal port only
+        routes += internal_routes.ROUTES
     for surface in SURFACES:
         routes += Endpoints(surface).routes()
     return Starlette(
         routes=routes,
         middleware=_middleware(settings),
-        exception_handlers={
-            APIError: _api_error,
-            HTTPException: _http_error,
-            RedisError: _redis_error,
-            ConnectionError: _redis_error,
-            Exception: _server_error,
-        },
+        exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

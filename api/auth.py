@@ -1,4 +1,4 @@
-"""Optional API keys: `Authorization: Bearer <key>` on every /v1 route.
+"""API keys: `Authorization: Bearer <key>` on every route but the probes.
 
 Keys are configured in clear or as `sha256:<hex digest>` (so the configuration need not hold
 the secret), in `API_KEYS` and/or one per line in `API_KEYS_FILE`. The file is re-read when
@@ -18,6 +18,7 @@ import os
 import time
 from pathlib import Path
 
+from starlette._utils import get_route_path  # the router's own path matching
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -38,17 +39,20 @@ def request_owner(request: Request) -> str:
     return getattr(request.state, "owner", "")
 
 
-def parse_keys(entries: tuple[str, ...] | list[str]) -> frozenset[str]:
-    """Configured keys -> their SHA-256 digests (`sha256:<hex>` entries are digests already)."""
+def parse_keys(entries: tuple[str, ...] | list[str], where: str = "API_KEYS") -> frozenset[str]:
+    """Configured keys -> their SHA-256 digests (`sha256:<hex>` entries are digests already).
+    A malformed entry is skipped with a warning (its position, never its text): the others
+    stay valid, and a key being revoked by rewriting the file is not kept alive by a typo."""
     out = set()
-    for raw in entries:
+    for n, raw in enumerate(entries, 1):
         entry = raw.strip()
         if not entry or entry.startswith("#"):
             continue
         if entry.startswith(HASH_PREFIX):
             hexd = entry[len(HASH_PREFIX) :].lower()
             if len(hexd) != 64 or any(c not in "0123456789abcdef" for c in hexd):
-                raise ValueError("a sha256: key must be followed by 64 hex digits")
+                log.warning("%s: entry %d is not sha256: and 64 hex digits; skipped", where, n)
+                continue
             out.add(hexd)
         else:
             out.add(digest(entry))
@@ -79,8 +83,8 @@ class KeyRing:
             stamp = (st.st_mtime_ns, st.st_size)
             if stamp == self._stamp:
                 return
-            keys = parse_keys(self._path.read_text().splitlines())
-        except (OSError, ValueError) as exc:  # keep the last good set: never lock everyone out
+            keys = parse_keys(self._path.read_text().splitlines(), "API_KEYS_FILE")
+        except (OSError, ValueError) as exc:  # unreadable: keep the last set, never lock everyone out
             log.error("could not read API_KEYS_FILE (%s); keeping %d keys", exc, len(self._file))
             return
         self._file, self._stamp = keys, stamp
@@ -99,13 +103,20 @@ class KeyRing:
         return given[:32] if ok else None
 
 
+PUBLIC_PATHS = frozenset({"/health", "/healthz", "/readyz"})
+"""The only routes answered without a key: probes, which say nothing about the pool."""
+
+
 class APIKeyMiddleware:
+    """Every route needs a key, but for `PUBLIC_PATHS`. The path is judged as the router
+    matches it (without the root path a proxy or mount strips), so no prefix gets around it."""
+
     def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
         self.app = app
         self.keys = keys
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys.enabled or not scope["path"].startswith("/v1/"):
+        if scope["type"] != "http" or not self.keys.enabled or get_route_path(scope) in PUBLIC_PATHS:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")

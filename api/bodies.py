@@ -85,7 +85,9 @@ class Body(BaseModel):
     def include_usage(self) -> bool:
         return bool(self.stream_options and self.stream_options.include_usage)
 
-    def to_spec(self, completion_id: str) -> JobSpec:
+    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
+        """The job, with every default applied (a completion is never unbounded: without a
+        max_tokens it stops at MAX_TOKENS_LIMIT, or when the context is full)."""
         raise NotImplementedError
 
     def prompt_chars(self) -> tuple[int, str]:
@@ -150,7 +152,7 @@ class ChatRequest(Body):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
 
-    def to_spec(self, completion_id: str) -> JobSpec:
+    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
         messages = tuple(
             Message(role="system" if m.role == "developer" else m.role, content=m.text())
             for m in self.messages
@@ -160,7 +162,7 @@ class ChatRequest(Body):
             kind="chat",
             model=self.model,
             messages=messages,
-            max_tokens=self.max_completion_tokens or self.max_tokens,
+            max_tokens=self.max_completion_tokens or self.max_tokens or limits.max_tokens,
             **self._sampling(),
         )
 
@@ -184,7 +186,7 @@ class CompletionRequest(Body):
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
-    def to_spec(self, completion_id: str) -> JobSpec:
+    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
         return JobSpec(
             id=completion_id,
             kind="text",
@@ -204,12 +206,16 @@ def parse(body_type: type[B], body: bytes) -> B:
         data = json.loads(body)
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise invalid(f"We could not parse the JSON body of your request: {exc}", error=BAD_REQUEST) from None
+    except RecursionError:  # nested deeper than the parser's recursion: no request is
+        raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
     if not isinstance(data, dict):
         raise invalid("The request body must be a JSON object.", error=BAD_REQUEST)
     try:
         return body_type.model_validate(data)
     except ValidationError as exc:
         raise _explain(exc) from None
+    except RecursionError:
+        raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
 
 
 def _explain(exc: ValidationError) -> APIError:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 OPENING = "0-0"
 USAGE_SUFFIX = "/usage"
 _PATTERN = re.compile(r"(\d{1,20})-(\d{1,20})(/usage)?")
+_MAX_PART = 2**64 - 1  # a stream id is two unsigned 64-bit integers; Redis refuses more
 
 
 class BadCursor(ValueError):
@@ -33,8 +34,8 @@ class Cursor:
     @classmethod
     def parse(cls, value: str) -> Cursor:
         m = _PATTERN.fullmatch(value)
-        if not m:
-            raise BadCursor(f"not an event id of this stream: {value!r}")
+        if not m or int(m[1]) > _MAX_PART or int(m[2]) > _MAX_PART:
+            raise BadCursor(f"not an event id of this stream: {value[:64]!r}")
         return cls(entry_id=f"{int(m[1])}-{int(m[2])}", usage_sent=bool(m[3]))
 
     @property

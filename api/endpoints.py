@@ -13,6 +13,7 @@ import json
 import logging
 import time
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -21,7 +22,7 @@ from api.auth import request_owner
 from api.bodies import Body, parse
 from api.cursor import BadCursor
 from api.errors import APIError, invalid
-from api.jobstore import Idempotency, IdempotencyConflict, JobState, OwnerLimit, Submitted
+from api.jobstore import Idempotency, IdempotencyConflict, JobState, OwnerLimit, OwnerRate, Quota, Submitted
 from api.metrics import StreamTiming
 from api.services import Services
 from api.streams import SSEStream, collect, respond
@@ -32,15 +33,20 @@ from contract.keys import JobStatus
 log = logging.getLogger(__name__)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, up to `limit` bytes (413 beyond), within `timeout_s` (408 beyond: a client
+    that trickles its body holds a connection and a task for nothing)."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
     body = bytearray()
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > limit:
-            raise _too_large(limit)
+    with anyio.move_on_after(timeout_s) as scope:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(limit)
+    if scope.cancelled_caught:
+        raise APIError(errors.REQUEST_TIMEOUT)
     return bytes(body)
 
 
@@ -84,37 +90,60 @@ class Endpoints:
         arrived = time.monotonic()
         services: Services = request.state.services
         settings = services.settings
-        raw = await read_body(request, settings.max_body_bytes)
+        raw = await read_body(request, settings.max_body_bytes, settings.request_read_s)
         body = parse(self.surface.body, raw)
         body.enforce(settings.limits)
         owner = request_owner(request)
         idempotency = _idempotency(request, self.surface, owner, raw)
-        if body.streaming:
-            services.admission.stream(owner)
+        ticket = services.admission.stream(owner) if body.streaming else None
         try:
-            job = await services.jobs.idempotent(idempotency) if idempotency else None
-            retried = job is not None
-            if job is None:
-                await services.admission.model(body.model)
-                submitted = await self._submit(request, services, body, owner, idempotency)
-                job, retried = submitted.job, not submitted.new
-        except OwnerLimit as exc:
-            raise services.admission.jobs(exc.unfinished) from None
-        except IdempotencyConflict:
-            raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
-        logs.set_completion(job.id)
-        if retried:
-            log.info("a retry (Idempotency-Key) of %s", job.id)
-            if not job.detached:
-                await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
-        chunks = self.surface.chunks_of(job)
-        if job.detached:
-            return JSONResponse(chunks.status(queued=job.status == JobStatus.QUEUED), status_code=202)
-        if body.streaming:
+            job, retried = await self._job_for(request, services, body, owner, idempotency, len(raw))
+            logs.set_completion(job.id)
+            if retried:
+                log.info("a retry (Idempotency-Key) of %s", job.id)
+                if not job.detached:
+                    await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
+            chunks = self.surface.chunks_of(job)
+            if job.detached:
+                return JSONResponse(chunks.status(queued=job.status == JobStatus.QUEUED), status_code=202)
+            if ticket is None:
+                return await collect(request, services, chunks)
             timing = StreamTiming(services.metrics, job.model, arrived)
             events = self.surface.events(chunks, None)  # a retry gets the whole stream from the start
-            return SSEStream(services, events, job.id, owner, timing, cancel_on_disconnect=True).response()
-        return await collect(request, services, chunks)
+            return SSEStream(services, events, job.id, ticket, timing, cancel_on_disconnect=True).response()
+        except BaseException:
+            if ticket is not None:
+                ticket.release()
+            raise
+
+    async def _job_for(
+        self,
+        request: Request,
+        services: Services,
+        body: Body,
+        owner: str,
+        idempotency: Idempotency | None,
+        size: int,
+    ) -> tuple[JobState, bool]:
+        """The job this request makes, or the one its earlier attempt made (a retry with the
+        same Idempotency-Key): (the job, whether it is a retry's)."""
+        try:
+            if idempotency is not None and (earlier := await services.jobs.idempotent(idempotency)):
+                return earlier, True
+            cid = self.surface.new_id()
+            logs.set_completion(cid)
+            await services.admission.model(body.model, cid, body.prompt_chars())
+            try:
+                submitted = await self._submit(request, services, body, owner, idempotency, cid, size)
+            finally:  # the enqueue takes the place; anything else gives it back
+                await services.admission.release(body.model, cid)
+        except OwnerLimit as exc:
+            raise services.admission.jobs(exc.unfinished) from None
+        except OwnerRate as exc:
+            raise services.admission.rate(exc.what) from None
+        except IdempotencyConflict:
+            raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
+        return submitted.job, not submitted.new
 
     async def _submit(
         self,
@@ -123,20 +152,26 @@ class Endpoints:
         body: Body,
         owner: str,
         idempotency: Idempotency | None,
+        cid: str,
+        size: int,
     ) -> Submitted:
         """Record and enqueue a new job; a request racing with its own retry gets the job
         the first of them made."""
-        cid = self.surface.new_id()
-        logs.set_completion(cid)
+        settings = services.settings
         submitted = await services.jobs.submit(
-            body.to_spec(cid),
+            body.to_spec(cid, settings.limits),
             self.surface.name,
             int(time.time()),
             owner=owner,
             include_usage=body.include_usage,
             detached=bool(body.background) or "respond-async" in request.headers.get("prefer", ""),
             idempotency=idempotency,
-            max_jobs_per_owner=services.settings.max_jobs_per_key,
+            quota=Quota(
+                unfinished_jobs=settings.max_jobs_per_key,
+                requests_per_minute=settings.key_requests_per_minute,
+                bytes_per_minute=settings.key_bytes_per_minute,
+                request_bytes=size,
+            ),
         )
         if submitted.new:
             log.info("enqueued %s for %s", cid, body.model)
@@ -154,15 +189,19 @@ class Endpoints:
                 events = self.surface.events(chunks, raw)
             except BadCursor as exc:
                 raise APIError(errors.INVALID_CURSOR, str(exc), param="starting_after") from None
-            services.admission.stream(job.owner)
-            services.metrics.resumed.inc()
-            if not job.detached:
-                await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
-            timing = StreamTiming(services.metrics, job.model, arrived=None)
-            stream = SSEStream(
-                services, events, job.id, job.owner, timing, cancel_on_disconnect=not job.detached
-            )
-            return stream.response()
+            ticket = services.admission.stream(job.owner)
+            try:
+                services.metrics.resumed.inc()
+                if not job.detached:
+                    await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
+                timing = StreamTiming(services.metrics, job.model, arrived=None)
+                stream = SSEStream(
+                    services, events, job.id, ticket, timing, cancel_on_disconnect=not job.detached
+                )
+                return stream.response()
+            except BaseException:
+                ticket.release()
+                raise
         answer = chunks.answer(await services.jobs.read(job.id, "0", count=100_000))
         if answer is not None:
             return respond(answer)
@@ -190,8 +229,10 @@ class Endpoints:
         caller's key; otherwise 404 (never 403: ids cannot be probed)."""
         services: Services = request.state.services
         cid = request.path_params["completion_id"]
+        if not self.surface.owns(cid):  # never echoed nor logged: it is the client's own text
+            raise APIError(errors.NOT_FOUND, "No completion found with that id.", param="completion_id")
         logs.set_completion(cid)
-        job = await services.jobs.state(cid) if self.surface.owns(cid) else None
+        job = await services.jobs.state(cid)
         if (
             job is None
             or job.surface != self.surface.name

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 
 import redis.asyncio as aredis
-from redis.exceptions import RedisError
+from redis.exceptions import RedisError, ResponseError
 
 from api.background import Background
 from contract import entries, keys
@@ -62,6 +62,7 @@ Wake = Handed | Woken
 class _Watched:
     seen: str  # the newest entry id the reader has seen (or the first watcher's cursor)
     watchers: int = 0
+    error: Exception | None = None  # Redis refused to read this stream: its watchers get it
     # waiting clients: their future -> their cursor; the reader resolves it with what it
     # read for them, or None (read yourself)
     waiters: dict[asyncio.Future[Rows | None], str] = field(default_factory=dict)
@@ -133,7 +134,7 @@ class StreamHub:
                     last = await reader.xrevrange(self._control, count=1)
                     control_seen = last[0][0].decode() if last else "0"
                 self._poked = False
-                streams = {k: w.seen for k, w in self._watched.items()}
+                streams = {k: w.seen for k, w in self._watched.items() if w.error is None}
                 streams[self._control] = control_seen
                 result = await reader.xread(streams, count=64, block=self._block_ms)
                 backoff = 0.1
@@ -141,6 +142,10 @@ class StreamHub:
                 if reader is not None:
                     await reader.aclose()
                 raise
+            except ResponseError as exc:  # one stream's arguments, most likely: not an outage
+                log.error("the stream reader's XREAD was refused (%s): finding the stream at fault", exc)
+                await self._isolate(reader)
+                continue
             except (RedisError, OSError) as exc:
                 log.warning("stream reader lost Redis (%s); retrying in %.1fs", exc, backoff)
                 if reader is not None:
@@ -148,6 +153,12 @@ class StreamHub:
                         await reader.aclose()
                 reader = None
                 self._wake_all()  # clients fall back to reading and surface the outage
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
+            except Exception:  # a bug must not end the reader silently for every stream
+                log.exception("stream reader failed; starting again")
+                self._wake_all()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
@@ -168,6 +179,21 @@ class StreamHub:
                             fut.set_result(decoded if cursor == read_from else None)
                     state.waiters.clear()
 
+    async def _isolate(self, reader: aredis.Redis | None) -> None:
+        """Read each watched stream alone once: the ones Redis refuses are taken out of the
+        shared read, and their watchers get the error; the others go on as before."""
+        for key, state in list(self._watched.items()):
+            try:
+                if reader is not None and state.error is None:
+                    await reader.xread({key: state.seen}, count=1)
+            except ResponseError as exc:
+                log.error("stream %s cannot be read from %r: %s", key, state.seen[:64], exc)
+                state.error = exc
+                for fut in state.waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+                state.waiters.clear()
+
     def _wake_all(self) -> None:
         for state in self._watched.values():
             for fut in state.waiters:
@@ -181,8 +207,11 @@ class Watch:
         self._state = state
 
     async def wait(self, cursor: str, timeout: float) -> Wake:
-        """Wait up to `timeout` for entries after `cursor`."""
+        """Wait up to `timeout` for entries after `cursor` (raises what Redis answered if it
+        refuses to read this stream)."""
         state = self._state
+        if state.error is not None:
+            raise state.error
         if stream_id(state.seen) > stream_id(cursor):
             return Woken.READY
         fut: asyncio.Future[Rows | None] = asyncio.get_running_loop().create_future()
@@ -193,4 +222,6 @@ class Watch:
             return Woken.TIMED_OUT
         finally:
             state.waiters.pop(fut, None)
+        if state.error is not None:
+            raise state.error
         return Handed(rows) if rows else Woken.READY

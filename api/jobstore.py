@@ -97,6 +97,24 @@ class OwnerLimit(Exception):
         self.unfinished = unfinished
 
 
+class OwnerRate(Exception):
+    """The owner is over its request rate or byte budget this minute."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what  # "requests" or "bytes"
+
+
+@dataclass(frozen=True)
+class Quota:
+    """An owner's limits, checked with the job's record in one step (0: no limit)."""
+
+    unfinished_jobs: int = 0
+    requests_per_minute: int = 0
+    bytes_per_minute: int = 0
+    request_bytes: int = 0  # what this request counts against the byte budget
+
+
 @dataclass(frozen=True)
 class Submitted:
     job: JobState
@@ -146,12 +164,14 @@ class JobStore:
         include_usage: bool = False,
         detached: bool = False,
         idempotency: Idempotency | None = None,
-        max_jobs_per_owner: int = 0,
+        quota: Quota = Quota(),
+        keep_spec: bool = False,
     ) -> Submitted:
         """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
-        same request), return the job the first one made. Raises OwnerLimit when the owner
-        has `max_jobs_per_owner` unfinished jobs, IdempotencyConflict for a key reused for
-        another request. Checking the limit and recording the job is one atomic step."""
+        same request), return the job the first one made. Raises OwnerLimit or OwnerRate when
+        the owner is over its `quota` (no limit without an owner), IdempotencyConflict for a
+        key reused for another request. Checking the limits and recording the job is one
+        atomic step. With `keep_spec` the request stays with the job after its end."""
         state = JobState(
             id=spec.id,
             surface=surface,
@@ -164,12 +184,14 @@ class JobStore:
             detached=detached,
         )
         for _ in range(2):  # a second time if the key named a job that has since expired
-            verdict = await self._record(spec, state, idempotency, max_jobs_per_owner)
+            verdict = await self._record(spec, state, idempotency, quota if owner else Quota(), keep_spec)
             if verdict[0] == b"new":
                 await self._enqueue(spec, keep_on_failure=idempotency is not None)
                 return Submitted(state, new=True)
             if verdict[0] == b"limit":
                 raise OwnerLimit(int(verdict[1]))
+            if verdict[0] == b"rate":
+                raise OwnerRate(as_text(verdict[1]))
             assert idempotency is not None
             held = await self._held(idempotency, as_text(verdict[1]))
             if held is not None:
@@ -194,8 +216,9 @@ class JobStore:
         return job
 
     async def _record(
-        self, spec: JobSpec, state: JobState, idempotency: Idempotency | None, max_jobs: int
+        self, spec: JobSpec, state: JobState, idempotency: Idempotency | None, quota: Quota, keep_spec: bool
     ) -> list:
+        raw = spec.to_dict()
         fields = {
             JobField.MODEL: spec.model,
             JobField.SURFACE: state.surface,
@@ -204,27 +227,36 @@ class JobStore:
             JobField.EPOCH: 0,
             JobField.ATTEMPTS: 0,
             JobField.START_BY: state.start_by_ms,
-            JobField.SPEC: json.dumps(spec.to_dict()),
-            JobField.DIGEST: digest(spec.to_dict()),
+            JobField.SPEC: json.dumps(raw, ensure_ascii=False),  # UTF-8: a third of the escapes' size
+            JobField.DIGEST: digest(raw),
             JobField.OWNER: state.owner,
             JobField.USAGE: int(state.include_usage),
             JobField.DETACHED: int(state.detached),
         }
         if self.deadline_s > 0:
             fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
+        if keep_spec:
+            fields[JobField.KEEP_SPEC] = 1
         job_key = keys.job(spec.id)
+        minute = int(time.time() // 60)
+        owned = bool(state.owner)
         return await self._submit(
             keys=[
                 job_key,
                 keys.PENDING,
-                keys.owner_jobs(state.owner) if state.owner else job_key,
+                keys.owner_jobs(state.owner) if owned else job_key,
                 idempotency.key if idempotency else job_key,
+                keys.requests_per_minute(state.owner, minute) if owned else job_key,
+                keys.bytes_per_minute(state.owner, minute) if owned else job_key,
             ],
             args=[
                 spec.id,
                 f"{spec.id} {idempotency.digest}" if idempotency else "",
                 self.recovery.job_ttl_s,
-                max_jobs if state.owner else 0,
+                quota.unfinished_jobs,
+                quota.requests_per_minute,
+                quota.bytes_per_minute,
+                quota.request_bytes,
                 *(str(x) for pair in fields.items() for x in pair),
             ],
         )

@@ -32,6 +32,11 @@ class WorkerRegistry:
         """Add "how many live workers serve `model`" to a caller's pipeline."""
         pipe.zcount(keys.workers(model), now_ms() - self._stale_ms, "+inf")
 
+    def contexts(self, pipe: aredis.client.Pipeline, model: str) -> None:
+        """Add "the context per job of each worker of `model`" to a caller's pipeline (silent
+        workers are dropped with their announcements, so these are recent)."""
+        pipe.hvals(keys.context(model))
+
     async def slots(self, models: Sequence[str]) -> dict[str, int]:
         """Model -> jobs its live workers can run at once: their announced SLOTS, summed."""
         since = now_ms() - self._stale_ms
@@ -72,4 +77,5 @@ class WorkerRegistry:
                     # slots come back with the next one)
                     pipe.zremrangebyscore(keys.workers(model), "-inf", f"({before}")
                     pipe.hdel(keys.worker_slots(model), *names)
+                    pipe.hdel(keys.context(model), *names)
             await pipe.execute()

@@ -13,6 +13,7 @@ from api.admission import Admission, OpenStreams
 from api.clusterstats import ClusterStats
 from api.hub import StreamHub
 from api.jobstore import JobStore
+from api.memory import MemoryWatch
 from api.metrics import Metrics
 from api.reaper import Reaper
 from api.registry import WorkerRegistry
@@ -38,6 +39,7 @@ class Services:
     admission: Admission
     hub: StreamHub
     reaper: Reaper
+    memory: MemoryWatch
     metrics: Metrics
     streams: OpenStreams
 
@@ -63,6 +65,8 @@ class Services:
         )
         registry = WorkerRegistry(client, settings.worker_stale_s)
         streams = OpenStreams()
+        memory = MemoryWatch(client, settings.redis_memory_high)
+        await memory.start()
         hub = StreamHub(url, client)
         await hub.start()
         reaper = Reaper(client, jobs, registry, settings.reaper_interval_s, settings.reaper_settle_s)
@@ -74,14 +78,16 @@ class Services:
             jobs=jobs,
             registry=registry,
             stats=ClusterStats(client),
-            admission=Admission(client, registry, streams, settings),
+            admission=Admission(client, registry, streams, memory, settings),
             hub=hub,
             reaper=reaper,
+            memory=memory,
             metrics=Metrics(),
             streams=streams,
         )
 
     async def close(self) -> None:
+        await self.memory.stop()
         await self.reaper.stop()
         await self.hub.stop()
         await self.redis.aclose()

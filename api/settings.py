@@ -48,6 +48,20 @@ class Settings:
     api_keys_file: str | None = setting(
         None, "API_KEYS_FILE", "more keys, one per line, re-read when the file changes"
     )
+    allow_no_auth: bool = setting(
+        False,
+        "ALLOW_NO_AUTH",
+        "`1`: serve without API keys (a private server; the local run sets it). Without keys and "
+        "without this, the API refuses to start",
+    )
+    internal_port: int | None = setting(
+        None,
+        "INTERNAL_PORT",
+        "serve `/metrics` and `/scaling/<model>` (and the probes) on this port, without keys, and no "
+        "longer on the public port (for Prometheus and the autoscaler inside the cluster)",
+        shown="(none: on the public port, with keys)",
+    )
+    internal_host: str = setting("0.0.0.0", "INTERNAL_HOST", "the address the internal port listens on")
     cors_origins: tuple[str, ...] = setting(
         (),
         "CORS_ORIGINS",
@@ -61,6 +75,31 @@ class Settings:
     )
     max_streams_per_key: int = setting(
         64, "MAX_STREAMS_PER_KEY", "open streams per API key, per API process (429; `0`: no limit)"
+    )
+    key_requests_per_minute: int = setting(
+        600,
+        "KEY_REQUESTS_PER_MINUTE",
+        "jobs one API key may create per minute, across replicas (429; `0`: no limit)",
+    )
+    key_bytes_per_minute: int = setting(
+        50_000_000,
+        "KEY_BYTES_PER_MINUTE",
+        "request bytes one API key may send per minute, across replicas (429; `0`: no limit)",
+    )
+    prompt_chars_per_token: int = setting(
+        16,
+        "PROMPT_CHARS_PER_TOKEN",
+        "a prompt longer than this many characters per token of its model's context (the smallest "
+        "its live workers announce) is refused before it is stored (400)",
+        minimum=1,
+    )
+    redis_memory_high: float = setting(
+        0.9,
+        "REDIS_MEMORY_HIGH",
+        "new jobs are refused (503 `storage_full`) once Redis uses this share of its `maxmemory`",
+    )
+    request_read_s: float = setting(
+        30.0, "REQUEST_READ_SECONDS", "a request body not received within this is refused (408)"
     )
     job_deadline_s: float = setting(
         0.0,

@@ -18,6 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api import sse
+from api.admission import StreamTicket
 from api.chunks import Answer, Chunks
 from api.errors import APIError
 from api.events import Events, Rows
@@ -38,7 +39,7 @@ class SSEStream:
     services: Services
     events: Events
     completion_id: str
-    owner: str  # whose open streams it counts against
+    ticket: StreamTicket  # its place among its key's open streams, given back at the end
     timing: StreamTiming
     cancel_on_disconnect: bool  # a client gone before the end cancels the job
 
@@ -51,37 +52,37 @@ class SSEStream:
         after, inclusive = events.read_from()
         services.metrics.streams_open.inc()
         try:
-            with services.streams.held(self.owner):
-                if opening := events.opening():
-                    yield opening
-                try:
-                    async for item in follow(
-                        services.jobs,
-                        services.hub,
-                        self.completion_id,
-                        after=after,
-                        inclusive=inclusive,
-                        keepalive_s=services.settings.keepalive_s,
-                        outage_s=services.settings.outage_s,
-                    ):
-                        if item is KEEPALIVE:
-                            yield events.keepalive()
-                            continue
-                        out = events.encode(item)
-                        self.timing.sent(out.contents)
-                        if out.data:
-                            yield out.data
-                except StreamLost as exc:
-                    log.warning("lost Redis while relaying %s: %s", self.completion_id, exc)
-                    yield events.error(
-                        errors.UNAVAILABLE, "The stream was interrupted: the queue is unreachable."
-                    )
-                except Exception:  # a bug must not leave the client without an ending
-                    log.exception("relay of %s failed", self.completion_id)
-                    yield events.error(errors.INTERNAL)
-                ended = True
-                yield events.done()
+            if opening := events.opening():
+                yield opening
+            try:
+                async for item in follow(
+                    services.jobs,
+                    services.hub,
+                    self.completion_id,
+                    after=after,
+                    inclusive=inclusive,
+                    keepalive_s=services.settings.keepalive_s,
+                    outage_s=services.settings.outage_s,
+                ):
+                    if item is KEEPALIVE:
+                        yield events.keepalive()
+                        continue
+                    out = events.encode(item)
+                    self.timing.sent(out.contents)
+                    if out.data:
+                        yield out.data
+            except StreamLost as exc:
+                log.warning("lost Redis while relaying %s: %s", self.completion_id, exc)
+                yield events.error(
+                    errors.UNAVAILABLE, "The stream was interrupted: the queue is unreachable."
+                )
+            except Exception:  # a bug must not leave the client without an ending
+                log.exception("relay of %s failed", self.completion_id)
+                yield events.error(errors.INTERNAL)
+            ended = True
+            yield events.done()
         finally:
+            self.ticket.release()
             services.metrics.streams_open.dec()
             if not ended and self.cancel_on_disconnect:  # gone: stop the job after the grace
                 with anyio.CancelScope(shield=True):

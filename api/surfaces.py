@@ -5,6 +5,7 @@ clients receive. api/endpoints.py builds every route of a surface from its descr
 
 from __future__ import annotations
 
+import re
 import secrets
 import string
 from collections.abc import Callable
@@ -16,6 +17,7 @@ from api.events import Events, chunk_events
 from api.jobstore import JobState
 
 _ALPHABET = string.ascii_letters + string.digits
+_ID_REST = re.compile(r"[A-Za-z0-9_-]{1,64}")  # also the ids of earlier releases
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,10 @@ class Surface:
         return self.id_prefix + "".join(secrets.choice(_ALPHABET) for _ in range(25))
 
     def owns(self, completion_id: str) -> bool:
-        return completion_id.startswith(self.id_prefix)
+        """Whether the id could be one of this surface's (checked before it is used or
+        logged: a path is the client's own text)."""
+        rest = completion_id[len(self.id_prefix) :]
+        return completion_id.startswith(self.id_prefix) and _ID_REST.fullmatch(rest) is not None
 
     def chunks_of(self, job: JobState) -> Chunks:
         return self.chunks(job.id, job.created, job.model, job.include_usage)

@@ -86,6 +86,7 @@ IDEMPOTENCY_CONFLICT = _error(
 QUEUE_FULL = _error("queue_full", RATE_LIMIT_ERROR, 429)
 TOO_MANY_JOBS = _error("too_many_requests", RATE_LIMIT_ERROR, 429)
 TOO_MANY_STREAMS = _error("too_many_streams", RATE_LIMIT_ERROR, 429)
+RATE_LIMITED = _error("rate_limit_exceeded", RATE_LIMIT_ERROR, 429)
 # 5xx: the server could not do it.
 INTERNAL = _error("internal_error", SERVER_ERROR, 500, "Internal server error.")
 WORKER_ERROR = _error("worker_error", SERVER_ERROR, 500, "The worker failed.")
@@ -99,6 +100,12 @@ QUEUE_TIMEOUT = _error(
     "queue_timeout", SERVER_ERROR, 503, "No worker started this request in time; try again later."
 )
 UNAVAILABLE = _error("service_unavailable", SERVER_ERROR, 503, "The queue is unavailable; try again shortly.")
+STORAGE_FULL = _error(
+    "storage_full", SERVER_ERROR, 503, "The server is holding as much work as it can; try again shortly."
+)
+REQUEST_TIMEOUT = _error(
+    "request_timeout", INVALID_REQUEST_ERROR, 408, "The request body did not arrive in time."
+)
 DEADLINE = _error(
     "deadline_exceeded", SERVER_ERROR, 504, "The completion did not finish within the server's time limit."
 )

@@ -73,6 +73,26 @@ def dead_worker(worker: str) -> str:
     return f"{PREFIX}:dead:{worker}"
 
 
+def reserved(model: str) -> str:
+    """ZSET: places held in a model's queues by requests about to enqueue (RESERVE)."""
+    return f"{PREFIX}:reserved:{model}"
+
+
+def requests_per_minute(owner: str, minute: int) -> str:
+    """STRING: the jobs one API key's owner created in one minute (since the epoch)."""
+    return f"{PREFIX}:rate:{owner}:{minute}"
+
+
+def bytes_per_minute(owner: str, minute: int) -> str:
+    """STRING: the request bytes one API key's owner sent in one minute."""
+    return f"{PREFIX}:bytes:{owner}:{minute}"
+
+
+def context(model: str) -> str:
+    """HASH: worker name -> its context per job (N_CTX), set with each announcement."""
+    return f"{PREFIX}:ctx:{model}"
+
+
 def idempotency(owner: str, digest: str) -> str:
     """STRING: "<completion id> <request digest>" for a request made with an
     Idempotency-Key (its SHA-256 is `digest`) by one API key's owner."""
@@ -205,6 +225,7 @@ class JobField:
     START_BY = "start_by"  # ms since the epoch: a job still queued then is never (re)started
     SPEC = "spec"  # the JobSpec as JSON, as enqueued
     DIGEST = "digest"  # the spec's digest (contract.jobspec.digest): CLAIM runs no other spec
+    KEEP_SPEC = "keep_spec"  # "1": the spec stays after the end (a surface shows it later)
     OWNER = "owner"  # hash of the API key that created the job ("" without keys)
     IDEMPOTENCY = "idem"  # the job's idempotency key (contract.keys.idempotency), if any
     CLAIM = "claim"  # the token of the claim that started the current attempt (retries repeat it)

@@ -41,10 +41,18 @@ class JSONFormatter(logging.Formatter):
 
 
 class _TextFormatter(logging.Formatter):
+    """One line per record, whatever a message carries (a model name, a path): line breaks
+    and other control characters are escaped, so a request cannot forge log lines."""
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
         cid = _completion.get()
-        return f"{line} [{cid}]" if cid else line
+        line = f"{line} [{cid}]" if cid else line
+        return line.translate(_ESCAPES)
+
+
+# control characters but tab, as the escapes a Python string literal would show
+_ESCAPES = {c: repr(chr(c))[1:-1] for c in (*range(0x20), 0x7F) if c != 0x09}
 
 
 def configure(process: str, settings: Shared) -> None:

@@ -42,6 +42,7 @@ def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, sus
     with client.pipeline(transaction=False) as pipe:
         pipe.lpush(keys.wake(model), 1)
         pipe.ltrim(keys.wake(model), 0, 63)  # tokens only wake idle workers: a few suffice
+        pipe.zrem(keys.reserved(model), completion_id)  # its place is taken now
         pipe.zrem(keys.PENDING, completion_id)
         pipe.execute()
 

@@ -4,8 +4,11 @@ Each script runs atomically in Redis, so "is this attempt still the current one,
 ended, should it stop" is checked in the same step as the write:
 
 - `SUBMIT` records a new job (the API): refused when its key's owner already has the most
-  unfinished jobs allowed, or when its Idempotency-Key names another job (then that job's
-  id is returned). The job is pending until its enqueuer says it is on an RQ queue.
+  unfinished jobs allowed or is over its request rate or byte budget, or when its
+  Idempotency-Key names another job (then that job's id is returned). The job is pending
+  until its enqueuer says it is on an RQ queue. Checking a limit and counting the job
+  against it are one step, so concurrent requests on any replicas cannot overshoot it.
+- `RESERVE` holds a place in a model's queues for a new request, unless they are full.
 - `TAKE` moves one job id from a model's queues (in priority order) into the taking
   worker's inbox, so that a worker that dies before claiming it loses nothing.
 - `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
@@ -80,6 +83,15 @@ local function release_owner(job, id)
   local owner = redis.call('HGET', job, '{JobField.OWNER}')
   if owner and owner ~= '' then redis.call('ZREM', '{keys.PREFIX}:owner:' .. owner .. ':jobs', id) end
 end
+-- An ended job keeps, for its retention, only what resume and fetch need: not its request
+-- (unless its surface must show it later).
+local function retain(retention)
+  if redis.call('HGET', KEYS[1], '{JobField.KEEP_SPEC}') ~= '1' then
+    redis.call('HDEL', KEYS[1], '{JobField.SPEC}', '{JobField.DIGEST}')
+  end
+  redis.call('EXPIRE', KEYS[1], retention)
+  redis.call('EXPIRE', KEYS[2], retention)
+end
 -- Write a terminal entry (fields without the epoch) and close the job.
 local function close(id, status, retention, fields, first)
   local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
@@ -87,8 +99,7 @@ local function close(id, status, retention, fields, first)
   for i = first, #fields do args[#args + 1] = fields[i] end
   redis.call(unpack(args))
   redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', status)
-  redis.call('EXPIRE', KEYS[1], retention)
-  redis.call('EXPIRE', KEYS[2], retention)
+  retain(retention)
   redis.call('ZREM', KEYS[3], id)
   redis.call('DEL', KEYS[4])
   redis.call('ZREM', KEYS[5], id)
@@ -110,12 +121,14 @@ end
 
 SUBMIT = f"""
 -- KEYS[1]=job hash, KEYS[2]=pending index, KEYS[3]=the owner's unfinished jobs,
--- KEYS[4]=the idempotency key (KEYS[1] again when the request has none)
+-- KEYS[4]=the idempotency key, KEYS[5]=the owner's requests this minute, KEYS[6]=their
+-- bytes (KEYS[3..6] are KEYS[1] again where they do not apply)
 -- ARGV[1]=completion id, ARGV[2]="<completion id> <request digest>" ('' without a key),
--- ARGV[3]=ttl seconds of an unfinished job, ARGV[4]=max unfinished jobs of the owner (0: no
--- limit, or no owner), ARGV[5..]=the job hash's fields and values.
--- Returns {{'new'}}, {{'held', "<id> <digest>"}} (the key names a job: the caller decides)
--- or {{'limit', unfinished}}.
+-- ARGV[3]=ttl seconds of an unfinished job, ARGV[4]=max unfinished jobs of the owner,
+-- ARGV[5]=max requests per minute, ARGV[6]=max bytes per minute (each 0: no limit),
+-- ARGV[7]=this request's bytes, ARGV[8..]=the job hash's fields and values.
+-- Returns {{'new'}}, {{'held', "<id> <digest>"}} (the key names a job: the caller decides),
+-- {{'limit', unfinished}} or {{'rate', 'requests' or 'bytes'}}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[2] ~= '' then
@@ -128,8 +141,23 @@ if tonumber(ARGV[4]) > 0 then
   local unfinished = redis.call('ZCARD', KEYS[3])
   if unfinished >= tonumber(ARGV[4]) then return {{'limit', unfinished}} end
 end
+if tonumber(ARGV[5]) > 0 and tonumber(redis.call('GET', KEYS[5]) or '0') >= tonumber(ARGV[5]) then
+  return {{'rate', 'requests'}}
+end
+if tonumber(ARGV[6]) > 0
+   and tonumber(redis.call('GET', KEYS[6]) or '0') + tonumber(ARGV[7]) > tonumber(ARGV[6]) then
+  return {{'rate', 'bytes'}}
+end
+if tonumber(ARGV[5]) > 0 then
+  redis.call('INCR', KEYS[5])
+  redis.call('EXPIRE', KEYS[5], 120)
+end
+if tonumber(ARGV[6]) > 0 then
+  redis.call('INCRBY', KEYS[6], ARGV[7])
+  redis.call('EXPIRE', KEYS[6], 120)
+end
 local fields = {{'HSET', KEYS[1]}}
-for i = 5, #ARGV do fields[#fields + 1] = ARGV[i] end
+for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
 redis.call(unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[3])
 redis.call('ZADD', KEYS[2], now, ARGV[1])
@@ -142,6 +170,24 @@ if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '{JobField.IDEMPOTENCY}', KEYS[4])
 end
 return {{'new'}}
+"""
+
+RESERVE = """
+-- KEYS[1..n-1]=a model's queue lists, KEYS[n]=its reservations (request id -> ms)
+-- ARGV[1]=max jobs waiting (0: no limit), ARGV[2]=the request's id, ARGV[3]=ms a
+-- reservation lasts (its enqueue takes far less; an API that died leaves it to expire)
+-- Returns {1, depth} with a place reserved, or {0, depth} when the queues are full: the
+-- check and the reservation are one step, so concurrent requests cannot overshoot.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = KEYS[#KEYS]
+redis.call('ZREMRANGEBYSCORE', held, '-inf', now - tonumber(ARGV[3]))
+local depth = redis.call('ZCARD', held)
+for i = 1, #KEYS - 1 do depth = depth + redis.call('LLEN', KEYS[i]) end
+if tonumber(ARGV[1]) > 0 and depth >= tonumber(ARGV[1]) then return {0, depth} end
+redis.call('ZADD', held, now, ARGV[2])
+redis.call('PEXPIRE', held, ARGV[3])
+return {1, depth}
 """
 
 TAKE = """
@@ -174,8 +220,8 @@ local function claimed()
   return {{tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}')), cancel_due(KEYS[1]), suspect}}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0, 0}} end
-if redis.call('HGET', KEYS[1], '{JobField.DIGEST}') ~= ARGV[6] then return {{-2, 0, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0, 0}} end
+if redis.call('HGET', KEYS[1], '{JobField.DIGEST}') ~= ARGV[6] then return {{-2, 0, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.CLAIM}') == ARGV[5] then return claimed() end
 if end_if_late(ARGV[2], ARGV[4]) == 1 then return {{0, 0, 0}} end
 local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
@@ -220,8 +266,7 @@ end
 redis.call('HINCRBY', KEYS[1], '{JobField.SEQ}', tonumber(ARGV[6]) - skip)
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', ARGV[2])
-  redis.call('EXPIRE', KEYS[1], ARGV[3])
-  redis.call('EXPIRE', KEYS[2], ARGV[3])
+  retain(ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('DEL', KEYS[4])
   release_owner(KEYS[1], ARGV[4])

@@ -176,7 +176,9 @@ def start_api(
         str(port),
         "--no-access-log",
     ]
-    proc = _spawn(name, argv, log_dir, {"REDIS_URL": redis_url, **(env or {})}, tethered=tethered)
+    # A local or test API serves without keys unless given some (the API refuses otherwise).
+    keyless = {} if {"API_KEYS", "API_KEYS_FILE"} & set(env or {}) else {"ALLOW_NO_AUTH": "1"}
+    proc = _spawn(name, argv, log_dir, {"REDIS_URL": redis_url, **keyless, **(env or {})}, tethered=tethered)
     base = f"http://127.0.0.1:{port}"
     _wait(lambda: _get_json(base + "/health") is not None, 30, proc)
     return proc, base

@@ -68,6 +68,7 @@ def main() -> None:
         settings.announce_s,
         slots=settings.slots,
         counters=engine.counters,
+        n_ctx=engine.n_ctx,
     )
     worker = TokenspoolWorker(settings.model_name, settings.name, connect(), runner)
     presence.start()

@@ -30,11 +30,13 @@ class Presence:
         every_s: float,
         slots: int = 1,
         counters: Callable[[], BatchCounters] = BatchCounters,
+        n_ctx: int = 0,
     ) -> None:
         self._r = client
         self._model = model
         self._worker = worker
         self._slots = slots
+        self._n_ctx = n_ctx  # each job's context: the API bounds prompts by it
         self._counters = counters  # read from the scheduler thread's live counters
         self._flushed = BatchCounters()
         self._thread = Periodic("presence", every_s, self.announce)
@@ -45,6 +47,8 @@ class Presence:
             pipe.sadd(keys.MODELS, self._model)
             pipe.zadd(keys.workers(self._model), {self._worker: int(time.time() * 1000)})
             pipe.hset(keys.worker_slots(self._model), self._worker, self._slots)
+            if self._n_ctx:
+                pipe.hset(keys.context(self._model), self._worker, self._n_ctx)
             for name, value in asdict(now).items():
                 if added := value - getattr(self._flushed, name):
                     pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)
@@ -61,3 +65,4 @@ class Presence:
             self.announce()  # the last counts
             self._r.zrem(keys.workers(self._model), self._worker)
             self._r.hdel(keys.worker_slots(self._model), self._worker)
+            self._r.hdel(keys.context(self._model), self._worker)

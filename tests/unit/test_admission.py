@@ -1,32 +1,34 @@
-"""Per-key limits apply to API keys only: without keys every client shares the owner "",
-and one shared count must not cap the whole server (found by bench/scale_out.py: 429s at
-64 open streams with no keys configured)."""
+"""Admission: per-key limits apply to API keys only (without keys every client shares the
+owner "", and one shared count must not cap the whole server: found by bench/scale_out.py,
+429s at 64 open streams with no keys configured); a stream's place is taken before anything
+is awaited; a queue's depth is checked and a place held in one step."""
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 
 import fakeredis
 import pytest
 
 from api.admission import Admission, OpenStreams
 from api.errors import APIError
+from api.memory import MemoryWatch
 from api.registry import WorkerRegistry
 from api.settings import Settings
+from contract import keys
+
+TICKETS: list = []  # streams held open for the length of the test run
 
 
-def admission(settings: Settings, streams: OpenStreams) -> Admission:
-    client = fakeredis.FakeAsyncRedis()
-    return Admission(client, WorkerRegistry(client, 15.0), streams, settings)
-
-
-_HELD = contextlib.ExitStack()  # streams held open for the length of the test run
+def admission(settings: Settings, streams: OpenStreams | None = None, client=None) -> Admission:
+    client = client or fakeredis.FakeAsyncRedis()
+    memory = MemoryWatch(client, settings.redis_memory_high)
+    return Admission(client, WorkerRegistry(client, 15.0), streams or OpenStreams(), memory, settings)
 
 
 def holding(owner: str, n: int) -> OpenStreams:
     streams = OpenStreams()
-    for _ in range(n):
-        _HELD.enter_context(streams.held(owner))
+    TICKETS.extend(streams.take(owner) for _ in range(n))
     return streams
 
 
@@ -48,8 +50,71 @@ def test_zero_means_no_limit():
     admission(Settings(max_streams_per_key=0), holding("owner-a", 10_000)).stream("owner-a")
 
 
-def test_open_streams_count_while_held():
+def test_a_burst_of_streams_cannot_overshoot_the_limit():
+    """The review's race: each check used to pass before any of them counted (several awaits
+    later). A place is now taken at the check."""
+    gate = admission(Settings(max_streams_per_key=3))
+    admitted, refused = [], 0
+    for _ in range(10):
+        try:
+            admitted.append(gate.stream("owner-a"))
+        except APIError:
+            refused += 1
+    assert (len(admitted), refused) == (3, 7)
+    admitted.pop().release()
+    admitted.append(gate.stream("owner-a"))  # a released place can be taken again
+
+
+def test_a_ticket_is_released_once_and_when_dropped():
     streams = OpenStreams()
-    with streams.held("a"), streams.held("a"):
-        assert streams.count("a") == 2
+    t = streams.take("a")
+    streams.take("a")  # dropped at once: a response that was never sent
+    assert streams.count("a") == 1
+    t.release()
+    t.release()
     assert streams.count("a") == 0
+
+
+def test_queue_depth_is_checked_and_reserved_in_one_step():
+    async def burst() -> tuple[int, int]:
+        client = fakeredis.FakeAsyncRedis()
+        await client.zadd(keys.workers("m"), {"w": 10**13})  # a live worker
+        gate = admission(Settings(max_queue_depth=4), client=client)
+        outcomes = await asyncio.gather(
+            *(gate.model("m", f"req-{i}", (1, "messages")) for i in range(10)), return_exceptions=True
+        )
+        ok = sum(o is None for o in outcomes)
+        full = sum(isinstance(o, APIError) and o.code == "queue_full" for o in outcomes)
+        await gate.release("m", "req-0")
+        await gate.model("m", "req-x", (1, "messages"))  # the released place is free again
+        return ok, full
+
+    assert asyncio.run(burst()) == (4, 6)
+
+
+def test_a_prompt_too_long_for_the_model_s_context_is_refused_before_it_is_stored():
+    async def check() -> APIError:
+        client = fakeredis.FakeAsyncRedis()
+        await client.zadd(keys.workers("m"), {"w": 10**13})
+        await client.hset(keys.context("m"), "w", 100)
+        gate = admission(Settings(prompt_chars_per_token=4), client=client)
+        await gate.model("m", "ok", (400, "messages"))
+        with pytest.raises(APIError) as exc:
+            await gate.model("m", "long", (401, "messages"))
+        assert await client.zscore(keys.reserved("m"), "long") is None  # its place given back
+        return exc.value
+
+    error = asyncio.run(check())
+    assert error.status == 400 and error.code == "string_above_max_length" and error.param == "messages"
+
+
+def test_new_work_is_refused_before_redis_is_full():
+    async def check() -> APIError:
+        gate = admission(Settings(redis_memory_high=0.9))
+        gate._memory.used, gate._memory.maxmemory = 95, 100
+        with pytest.raises(APIError) as exc:
+            await gate.model("m", "r", (1, "prompt"))
+        return exc.value
+
+    error = asyncio.run(check())
+    assert error.status == 503 and error.code == "storage_full" and error.headers["Retry-After"]

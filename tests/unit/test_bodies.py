@@ -4,6 +4,9 @@ import pytest
 
 from api.bodies import ChatRequest, CompletionRequest, parse
 from api.errors import APIError
+from api.settings import Limits
+
+LIMITS = Limits()
 
 
 def chat(**kw):
@@ -21,9 +24,10 @@ def err(model, body) -> APIError:
 
 
 def test_minimal_chat_request_gets_openai_defaults():
-    spec = parse(ChatRequest, chat()).to_spec("chatcmpl-1")
+    spec = parse(ChatRequest, chat()).to_spec("chatcmpl-1", LIMITS)
     assert spec.kind == "chat" and spec.model == "m"
-    assert spec.temperature == 1.0 and spec.top_p == 1.0 and spec.max_tokens is None
+    assert spec.temperature == 1.0 and spec.top_p == 1.0
+    assert spec.max_tokens == LIMITS.max_tokens  # never unbounded: MAX_TOKENS_LIMIT
     assert spec.stop == () and spec.seed is None
 
 
@@ -43,14 +47,14 @@ def test_every_honoured_field_reaches_the_job():
             n=1,
         ),
     )
-    spec = req.to_spec("chatcmpl-1")
+    spec = req.to_spec("chatcmpl-1", LIMITS)
     assert (spec.max_tokens, spec.temperature, spec.top_p, spec.stop, spec.seed) == (50, 0.0, 0.5, ("x",), 7)
     assert (spec.presence_penalty, spec.frequency_penalty) == (0.5, -1.0)
     assert req.streaming and req.include_usage
 
 
 def test_max_completion_tokens_wins_over_max_tokens():
-    spec = parse(ChatRequest, chat(max_tokens=50, max_completion_tokens=9)).to_spec("c")
+    spec = parse(ChatRequest, chat(max_tokens=50, max_completion_tokens=9)).to_spec("c", LIMITS)
     assert spec.max_tokens == 9
 
 
@@ -62,7 +66,7 @@ def test_content_parts_are_joined_and_developer_is_a_system_message():
             {"role": "assistant", "content": None},
         ]
     )
-    spec = parse(ChatRequest, body).to_spec("c")
+    spec = parse(ChatRequest, body).to_spec("c", LIMITS)
     assert [(m.role, m.content) for m in spec.messages] == [
         ("system", "be brief"),
         ("user", "ab"),
@@ -71,13 +75,17 @@ def test_content_parts_are_joined_and_developer_is_a_system_message():
 
 
 def test_unknown_fields_and_nulls_are_ignored():
-    spec = parse(ChatRequest, chat(user="u", logit_bias=None, temperature=None, foo={"x": 1})).to_spec("c")
+    spec = parse(ChatRequest, chat(user="u", logit_bias=None, temperature=None, foo={"x": 1})).to_spec(
+        "c", LIMITS
+    )
     assert spec.temperature == 1.0
 
 
 def test_legacy_prompt_as_string_or_one_element_list_and_default_max_tokens():
-    a = parse(CompletionRequest, json.dumps({"model": "m", "prompt": "p"}).encode()).to_spec("cmpl-1")
-    b = parse(CompletionRequest, json.dumps({"model": "m", "prompt": ["p"]}).encode()).to_spec("cmpl-1")
+    a = parse(CompletionRequest, json.dumps({"model": "m", "prompt": "p"}).encode()).to_spec("cmpl-1", LIMITS)
+    b = parse(CompletionRequest, json.dumps({"model": "m", "prompt": ["p"]}).encode()).to_spec(
+        "cmpl-1", LIMITS
+    )
     assert a == b and a.kind == "text" and a.prompt == "p" and a.max_tokens == 16
 
 
@@ -124,3 +132,15 @@ def test_bad_legacy_prompt(prompt):
 def test_error_body_has_the_openai_shape():
     e = err(ChatRequest, chat(max_tokens=0))
     assert set(e.body()["error"]) == {"message", "type", "param", "code"}
+
+
+def test_pathologically_nested_json_is_a_400_not_a_500():
+    deep = ("[" * 100_000 + "]" * 100_000).encode()
+    assert err(ChatRequest, deep).code is None
+    nested = (
+        '{"model": "m", "messages": [{"role": "user", "content": "x"}], "foo": '
+        + "[" * 50_000
+        + "]" * 50_000
+        + "}"
+    )
+    err(ChatRequest, nested.encode())

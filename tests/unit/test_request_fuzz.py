@@ -56,7 +56,7 @@ def check(model, raw: bytes) -> None:
         assert set(body) == {"message", "type", "param", "code"} and body["message"]
         assert body["type"] == "invalid_request_error"
         return
-    spec = req.to_spec("chatcmpl-fuzz")  # a valid request always makes a valid job
+    spec = req.to_spec("chatcmpl-fuzz", LIMITS)  # a valid request always makes a valid job
     assert spec.model == req.model
 
 
@@ -76,3 +76,28 @@ def test_completion_bodies(body):
 @given(st.binary(max_size=64) | values.map(lambda v: json.dumps(v).encode()))
 def test_arbitrary_bytes(raw):
     check(ChatRequest, raw)
+
+
+@settings(max_examples=500)
+@given(st.one_of(st.text(), st.from_regex(r"\d{1,22}-\d{1,22}(/usage)?", fullmatch=True)))
+def test_any_cursor_parses_into_a_valid_stream_id_or_is_refused(raw):
+    """What reaches Redis's shared XREAD is always a valid stream id (the review's cursor
+    attack: parts past 2^64 - 1 failed the read of every stream of the replica)."""
+    from api.cursor import BadCursor, Cursor
+
+    try:
+        cursor = Cursor.parse(raw)
+    except BadCursor:
+        return
+    ms, seq = (int(x) for x in cursor.entry_id.split("-"))
+    assert 0 <= ms < 2**64 and 0 <= seq < 2**64
+
+
+@settings(max_examples=500)
+@given(st.text())
+def test_an_id_a_surface_owns_is_safe_to_log_and_key(raw):
+    from api.surfaces import CHAT
+
+    cid = CHAT.id_prefix + raw
+    if CHAT.owns(cid):
+        assert cid.isascii() and cid.isprintable() and "{" not in cid and "}" not in cid and len(cid) <= 80

@@ -1,0 +1,144 @@
+"""The security review's attacks, through real processes: a slow body, a forged line in a
+text log, cursors that would break the shared stream reader, /metrics and /scaling on their
+own port, and an API that will not start without keys unless told it is private."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import subprocess
+import sys
+import time
+
+import httpx
+import pytest
+import redis
+
+from api.hub import StreamHub
+from api.jobstore import JobStore
+from api.relay import KEEPALIVE, follow
+from api.services import shared_client
+from contract import keys
+from contract.settings import Recovery
+from devstack.processes import ROOT, free_port, start_api, start_redis
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture
+def redis_url(tmp_path):
+    proc, url = start_redis(tmp_path)
+    yield url
+    proc.stop()
+
+
+def test_the_api_refuses_to_start_without_keys_unless_told_it_is_private(tmp_path, redis_url):
+    env = {"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", "ALLOW_NO_AUTH": "0"}
+    argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--port", str(free_port())]
+    done = subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode != 0 and "No API keys" in done.stdout + done.stderr
+
+
+def test_a_slow_body_is_refused_in_time(tmp_path, redis_url):
+    _, base = start_api(tmp_path, redis_url, env={"REQUEST_READ_SECONDS": "1"})
+    port = int(base.rsplit(":", 1)[1])
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
+        s.sendall(b"Content-Length: 1000\r\n\r\n{")
+        started = time.monotonic()
+        answer = s.recv(4096).decode()  # no more body: the server gives up on it
+    assert answer.startswith("HTTP/1.1 408") and "request_timeout" in answer
+    assert time.monotonic() - started < 5
+
+
+def test_a_forged_log_line_stays_on_its_own_line(tmp_path, redis_url):
+    api, base = start_api(tmp_path, redis_url, env={"LOG_FORMAT": "text", "KNOWN_MODELS": "m"})
+    r = httpx.get(base + "/v1/chat/completions/chatcmpl-x%0ACRITICAL%20forged", timeout=10)
+    assert r.status_code == 404 and "CRITICAL forged" not in r.text
+    httpx.post(
+        base + "/v1/chat/completions", json={"model": "m\nCRITICAL forged", "messages": []}, timeout=10
+    )
+    body = {"model": "m\nCRITICAL forged", "messages": [{"role": "user", "content": "x"}], "background": True}
+    httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
+    assert not any(line.startswith("CRITICAL forged") for line in api.log().splitlines())
+
+
+def test_metrics_and_scaling_on_the_internal_port_only(tmp_path, redis_url):
+    internal = free_port()
+    _, base = start_api(
+        tmp_path,
+        redis_url,
+        env={"API_KEYS": "k", "INTERNAL_PORT": str(internal), "INTERNAL_HOST": "127.0.0.1"},
+    )
+    inside = f"http://127.0.0.1:{internal}"
+    assert httpx.get(inside + "/metrics").status_code == 200  # no key: inside the cluster
+    assert httpx.get(inside + "/readyz").status_code == 200
+    assert httpx.get(inside + "/v1/models").status_code == 404  # nothing else there
+    keyed = {"Authorization": "Bearer k"}
+    assert httpx.get(base + "/metrics").status_code == 401  # never without a key outside
+    assert httpx.get(base + "/metrics", headers=keyed).status_code == 404  # and not served there
+    assert httpx.get(base + "/v1/models", headers=keyed).status_code == 200
+    assert httpx.get(base + "/healthz").status_code == 200
+
+
+def test_a_cursor_past_2_64_is_a_400_not_a_stall(tmp_path, redis_url):
+    _, base = start_api(tmp_path, redis_url, env={"KNOWN_MODELS": "m"})
+    cid = httpx.post(
+        base + "/v1/chat/completions",
+        json={"model": "m", "messages": [{"role": "user", "content": "x"}], "background": True},
+    ).json()["id"]
+    r = httpx.get(
+        f"{base}/v1/chat/completions/{cid}",
+        params={"stream": "true"},
+        headers={"Last-Event-ID": "99999999999999999999-0"},
+    )
+    assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_one_stream_redis_refuses_to_read_fails_alone(redis_url):
+    """Defence in depth behind the cursor check: a stream whose read Redis refuses is taken
+    out of the shared XREAD and fails alone; the others keep flowing."""
+
+    async def scenario() -> tuple[list, str]:
+        client = shared_client(redis_url, 10, 5.0)
+        sync = redis.Redis.from_url(redis_url)
+        store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery())
+        hub = StreamHub(redis_url, client, block_ms=200)
+        await hub.start()
+        for cid in ("chatcmpl-good", "chatcmpl-bad"):
+            await client.hset(keys.job(cid), mapping={"status": "running", "epoch": 1})
+
+        async def consume(cid: str, after: str) -> list:
+            got = []
+            async for item in follow(store, hub, cid, after=after, keepalive_s=30):
+                if item is not KEEPALIVE:
+                    got += [e for _, e in item]
+                    if len(got) >= 3:
+                        return got
+            return got
+
+        good = asyncio.create_task(consume("chatcmpl-good", "0"))
+        bad = asyncio.create_task(consume("chatcmpl-bad", "99999999999999999999-0"))
+        await asyncio.sleep(0.5)
+        for n in range(3):
+            sync.xadd(keys.events("chatcmpl-good"), {"k": "d", "e": "1", "t": f"t{n}", "i": str(n)})
+            await asyncio.sleep(0.1)
+        got = await asyncio.wait_for(good, timeout=10)
+        error = ""
+        try:
+            await asyncio.wait_for(bad, timeout=10)
+        except redis.ResponseError as exc:
+            error = str(exc)
+        await hub.stop()
+        await client.aclose()
+        return got, error
+
+    got, error = asyncio.run(scenario())
+    assert [e.text for e in got] == ["t0", "t1", "t2"]
+    assert error  # the bad one got Redis's refusal, alone
+
+
+def test_pathologically_nested_json_is_a_400(tmp_path, redis_url):
+    _, base = start_api(tmp_path, redis_url)
+    r = httpx.post(base + "/v1/chat/completions", content=b"[" * 200_000 + b"]" * 200_000)
+    assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"

@@ -1,0 +1,96 @@
+"""api.jobstore.JobStore on fakeredis: what a job's record keeps, and the per-key limits that
+SUBMIT checks and counts in one step (a burst on several replicas cannot overshoot them)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import fakeredis
+import pytest
+
+from api.jobstore import JobStore, OwnerLimit, OwnerRate, Quota
+from contract import keys
+from contract.entries import Finished
+from contract.jobspec import JobSpec, Message
+from contract.keys import JobField
+from contract.settings import Recovery
+
+RECOVERY = Recovery(job_ttl_s=600, retention_s=60)
+
+
+def store(server) -> JobStore:
+    return JobStore(
+        fakeredis.FakeAsyncRedis(server=server),
+        fakeredis.FakeRedis(server=server),
+        queue_wait_s=60,
+        recovery=RECOVERY,
+    )
+
+
+def spec(n: int, content: str = "hi") -> JobSpec:
+    return JobSpec(id=f"chatcmpl-{n}", kind="chat", model="m", messages=(Message("user", content),))
+
+
+def submit_all(quota: Quota, n: int, owner: str = "alice") -> list:
+    async def go() -> list:
+        s = store(fakeredis.FakeServer())
+        return await asyncio.gather(
+            *(s.submit(spec(i), "chat", 0, owner=owner, quota=quota) for i in range(n)),
+            return_exceptions=True,
+        )
+
+    return asyncio.run(go())
+
+
+def test_a_burst_cannot_overshoot_the_unfinished_jobs_limit():
+    outcomes = submit_all(Quota(unfinished_jobs=3), 10)
+    assert sum(not isinstance(o, Exception) for o in outcomes) == 3
+    assert all(isinstance(o, OwnerLimit) for o in outcomes if isinstance(o, Exception))
+
+
+def test_the_request_rate_and_byte_budget_per_minute():
+    outcomes = submit_all(Quota(requests_per_minute=4), 6)
+    assert [type(o).__name__ for o in outcomes].count("OwnerRate") == 2
+    outcomes = submit_all(Quota(bytes_per_minute=1000, request_bytes=300), 5)
+    refused = [o for o in outcomes if isinstance(o, OwnerRate)]
+    assert len(refused) == 2 and all(o.what == "bytes" for o in refused)
+
+
+def test_without_an_owner_there_is_no_per_key_limit():
+    outcomes = submit_all(Quota(unfinished_jobs=1, requests_per_minute=1), 5, owner="")
+    assert not any(isinstance(o, Exception) for o in outcomes)
+
+
+def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
+    async def go(keep: bool) -> dict:
+        server = fakeredis.FakeServer()
+        s = store(server)
+        await s.submit(spec(1, "é" * 1000), "chat", 0, owner="alice", keep_spec=keep)
+        r = fakeredis.FakeRedis(server=server)
+        size = len(r.hget(keys.job("chatcmpl-1"), JobField.SPEC))
+        assert size < 2 * 1000 + 500  # UTF-8, not \\u escapes (6 bytes a character)
+        assert r.zscore(keys.owner_jobs("alice"), "chatcmpl-1") is not None
+        await s.end("chatcmpl-1", Finished(finish_reason="stop", prompt_tokens=1, completion_tokens=0))
+        assert r.zscore(keys.owner_jobs("alice"), "chatcmpl-1") is None  # it no longer counts
+        assert 0 < r.ttl(keys.job("chatcmpl-1")) <= RECOVERY.retention_s
+        return {k.decode(): v for k, v in r.hgetall(keys.job("chatcmpl-1")).items()}
+
+    dropped = asyncio.run(go(keep=False))
+    assert JobField.SPEC not in dropped and JobField.DIGEST not in dropped
+    assert {JobField.MODEL, JobField.SURFACE, JobField.OWNER, JobField.STATUS, JobField.CREATED} <= set(
+        dropped
+    )
+    kept = asyncio.run(go(keep=True))
+    assert JobField.SPEC in kept  # a surface that shows the request later keeps it
+
+
+@pytest.mark.parametrize("owner", ["", "alice"])
+def test_a_job_is_pending_until_enqueued(owner):
+    async def go() -> None:
+        server = fakeredis.FakeServer()
+        await store(server).submit(spec(7), "chat", 0, owner=owner)
+        r = fakeredis.FakeRedis(server=server)
+        assert r.zscore(keys.PENDING, "chatcmpl-7") is None  # enqueued: no longer pending
+        assert r.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-7"] and r.llen(keys.wake("m")) == 1
+
+    asyncio.run(go())
