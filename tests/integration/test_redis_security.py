@@ -41,6 +41,7 @@ pytestmark = pytest.mark.integration
 
 MODEL = "synthetic-secure"
 WORDS = 30
+KEDA_PASSWORD = secrets.token_urlsafe(24)
 
 
 def acl_file(tmp: Path, api_pw: str, worker_pw: str, admin_pw: str) -> Path:
@@ -48,6 +49,7 @@ def acl_file(tmp: Path, api_pw: str, worker_pw: str, admin_pw: str) -> Path:
     inspection (not part of the documented setup)."""
     text = (ROOT / "infra" / "users.acl").read_text()
     text = text.replace("<API_PASSWORD>", api_pw).replace("<WORKER_PASSWORD>", worker_pw)
+    text = text.replace("<KEDA_PASSWORD>", KEDA_PASSWORD)
     path = tmp / "users.acl"
     lines = [line for line in text.splitlines() if line and not line.startswith("#")]
     path.write_text("\n".join([*lines, f"user admin on >{admin_pw} ~* &* +@all"]) + "\n")
@@ -59,6 +61,7 @@ class Secured:
     logs: Path
     api_url: str
     worker_url: str
+    keda_url: str
     admin: redis.Redis
     base: str
     procs: list[Proc]
@@ -107,13 +110,14 @@ def _start(tmp: Path, kind: str, tls: bool) -> Secured:
     _wait(up, 15, server)
     url = f"{scheme}://{{user}}:{{pw}}@127.0.0.1:{port}/0{query}"
     api_url = url.format(user="tokenspool-api", pw=api_pw)
+    keda_url = url.format(user="tokenspool-keda", pw=KEDA_PASSWORD)
     api, base = start_api(
         tmp,
         api_url,
         env={"KNOWN_MODELS": MODEL, "REAPER_INTERVAL_SECONDS": "0.2", "REAPER_SETTLE_SECONDS": "0"},
     )
     return Secured(
-        tmp, api_url, url.format(user="tokenspool-worker", pw=worker_pw), admin, base, [api, server]
+        tmp, api_url, url.format(user="tokenspool-worker", pw=worker_pw), keda_url, admin, base, [api, server]
     )
 
 
@@ -152,9 +156,27 @@ def test_api_and_worker_work_as_their_own_users(secured):
         assert parsed.text == "".join(f" w{i}" for i in range(WORDS))
         cid = parsed.chunks[0]["id"]
         assert c.get(f"/v1/chat/completions/{cid}").status_code == 200
+        # resume from an event id, replay from the start, a retried POST, a background job,
+        # a non-streaming one, a cancel: every path the API takes, under its own user
+        last = [line for line in raw.decode().splitlines() if line.startswith("id: ")][3][4:]
+        resumed = c.get(
+            f"/v1/chat/completions/{cid}", params={"stream": "true"}, headers={"Last-Event-ID": last}
+        )
+        assert resumed.status_code == 200 and resumed.text.endswith("data: [DONE]\n\n")
+        key = {"Idempotency-Key": secrets.token_hex(8)}
+        first = c.post("/v1/chat/completions", json={**chat(False), "background": True}, headers=key)
+        again = c.post("/v1/chat/completions", json={**chat(False), "background": True}, headers=key)
+        assert first.status_code == again.status_code == 202 and first.json()["id"] == again.json()["id"]
+        assert (
+            c.post("/v1/completions", json={"model": MODEL, "prompt": "hi", "max_tokens": 3}).status_code
+            == 200
+        )
+        queued = c.post("/v1/chat/completions", json={**chat(False), "background": True}).json()["id"]
+        assert c.post(f"/v1/chat/completions/{queued}/cancel").status_code == 200
         deleted = c.delete(f"/v1/chat/completions/{cid}")
         assert deleted.status_code == 200 and deleted.json()["deleted"] is True, deleted.text
-        assert c.get("/metrics").status_code == 200
+        for path in ("/metrics", f"/scaling/{MODEL}", "/v1/models", "/readyz"):
+            assert c.get(path).status_code == 200, path
     names = {c["name"] for c in secured.admin.client_list()}
     assert any(n.startswith("tsworker:") for n in names)
     users = {c["user"] for c in secured.admin.client_list()}
@@ -185,27 +207,75 @@ def test_a_killed_worker_is_reaped_and_resumed_under_acls(secured):
     assert "requeued" in secured.procs[0].log()
 
 
-@pytest.mark.parametrize(
-    "user, command",
-    [
-        ("api", ("FLUSHALL",)),
-        ("api", ("CONFIG", "GET", "*")),
-        ("api", ("KEYS", "*")),
-        ("api", ("GET", "other:key")),
-        ("api", ("ACL", "LIST")),
-        ("worker", ("CLIENT", "LIST")),
-        ("worker", ("FLUSHDB",)),
-        ("worker", ("SET", "other:key", "1")),
-        ("worker", ("REPLICAOF", "NO", "ONE")),
-    ],
-)
-def test_each_user_is_refused_everything_else(secured, user, command):
-    client = redis.Redis.from_url(secured.api_url if user == "api" else secured.worker_url)
+REFUSED_TO_BOTH = [
+    ("FLUSHALL",),
+    ("FLUSHDB",),
+    ("CONFIG", "GET", "*"),
+    ("KEYS", "*"),
+    ("SCAN", "0"),  # every job id
+    ("GET", "other:key"),
+    ("SET", "other:key", "1"),
+    ("ACL", "LIST"),
+    ("SCRIPT", "FLUSH"),  # would break every other process's scripts
+    ("SCRIPT", "KILL"),
+    ("FUNCTION", "FLUSH"),
+    ("FUNCTION", "LOAD", "#!lua name=x\nredis.register_function('f', function() return 1 end)"),
+    ("PUBLISH", "rq:pubsub:w1", '{"command": "shutdown"}'),  # RQ's shutdown command
+    ("SUBSCRIBE", "rq:pubsub:w1"),
+    ("RENAME", "ts:a", "ts:b"),
+    ("DUMP", "ts:a"),
+    ("OBJECT", "ENCODING", "ts:a"),
+    ("RANDOMKEY",),
+    ("CLIENT", "KILL", "ID", "1"),
+    ("REPLICAOF", "NO", "ONE"),
+    ("SAVE",),
+    ("MONITOR",),
+]
+
+
+@pytest.mark.parametrize("command", [*REFUSED_TO_BOTH, ("CLIENT", "LIST"), ("INFO",)], ids=str)
+def test_the_worker_is_refused_everything_else(secured, command):
     with pytest.raises(redis.exceptions.NoPermissionError):
-        client.execute_command(*command)
+        redis.Redis.from_url(secured.worker_url).execute_command(*command)
+
+
+@pytest.mark.parametrize("command", REFUSED_TO_BOTH, ids=str)
+def test_the_api_is_refused_everything_else(secured, command):
+    with pytest.raises(redis.exceptions.NoPermissionError):
+        redis.Redis.from_url(secured.api_url).execute_command(*command)
+
+
+def test_keda_may_read_queue_lengths_only(secured):
+    keda = redis.Redis.from_url(secured.keda_url)
+    assert keda.llen(f"rq:queue:{MODEL}") == 0
+    for command in (("LPOP", f"rq:queue:{MODEL}"), ("LLEN", "ts:running"), ("HGETALL", "rq:job:x")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            keda.execute_command(*command)
 
 
 def test_wrong_password_is_refused(secured):
     bad = secured.api_url.replace("tokenspool-api:", "tokenspool-api:x", 1)
     with pytest.raises(redis.exceptions.AuthenticationError):
         redis.Redis.from_url(bad).ping()
+
+
+def test_a_worker_hands_its_job_off_at_shutdown_under_acls(secured):
+    """The hand-off enqueues the continuation from the worker, as its own user."""
+    secured.worker(f"sw{len(secured.procs)}")
+    workers = {p.name: p for p in secured.procs if p.name.startswith("sw") and p.alive()}
+    stopped = None
+    with (
+        httpx.Client(base_url=secured.base, timeout=60) as c,
+        c.stream("POST", "/v1/chat/completions", json=chat()) as resp,
+    ):
+        raw = b""
+        for chunk in resp.iter_bytes():
+            raw += chunk
+            if stopped is None and raw.count(b'"content":" w') >= 5:
+                cid = json.loads(raw.split(b"data: ", 2)[1].split(b"\n")[0])["id"]
+                stopped = workers[secured.admin.hget(keys.job(cid), keys.JobField.WORKER).decode()]
+                stopped.signal(signal.SIGTERM)
+                stopped.signal(signal.SIGTERM)  # a second signal: hand off at once
+    assert check_stream(raw, "chat").text == "".join(f" w{i}" for i in range(WORDS))
+    assert stopped is not None and stopped.popen.wait(30) is not None
+    assert "handed off" in stopped.log() and "NOPERM" not in stopped.log()
