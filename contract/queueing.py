@@ -26,7 +26,9 @@ from contract.settings import Recovery
 
 def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, suspect: bool = False) -> None:
     """Put the attempt after `epoch` of the job `spec` describes on its model's queue (the
-    suspect queue for a suspect), wake an idle worker, and end its pending state."""
+    suspect queue for a suspect), wake an idle worker, and end its pending state. A
+    continuation (epoch > 0) goes to the front: its client is mid-stream and its resume has a
+    deadline (RESUME_WAIT_SECONDS), while new jobs behind it have not started."""
     model, completion_id = spec["model"], spec["id"]
     name = keys.suspect_queue_name(model) if suspect else keys.queue_name(model)
     Queue(name, connection=client, serializer=JSONSerializer).enqueue_call(
@@ -38,6 +40,7 @@ def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, sus
         result_ttl=0,  # the completion lives in the job's stream; RQ need not keep a copy
         failure_ttl=recovery.retention_s,
         description=f"completion {completion_id}",
+        at_front=epoch > 0,
     )
     with client.pipeline(transaction=False) as pipe:
         pipe.lpush(keys.wake(model), 1)

@@ -1,0 +1,50 @@
+"""contract.queueing: where a job's attempts land on its model's queues (fakeredis, real Lua)."""
+
+import json
+
+import fakeredis
+
+from contract import keys, queueing
+from contract.keys import JobField, JobStatus
+from contract.settings import Recovery
+from worker.claims import Claims
+from worker.link import Link
+
+RECOVERY = Recovery(retention_s=60)
+MODEL = "m"
+
+
+def record(r: fakeredis.FakeRedis, cid: str) -> None:
+    spec = {"id": cid, "model": MODEL, "kind": "chat"}
+    r.hset(
+        keys.job(cid),
+        mapping={
+            JobField.STATUS: JobStatus.QUEUED,
+            JobField.EPOCH: 0,
+            JobField.DIGEST: "d",
+            JobField.SPEC: json.dumps(spec),
+        },
+    )
+    queueing.enqueue(r, spec, 0, RECOVERY)
+
+
+def test_a_new_job_waits_behind_the_queue():
+    r = fakeredis.FakeRedis()
+    for cid in ("a", "b", "c"):
+        record(r, cid)
+    assert r.lrange(keys.queue_key(MODEL), 0, -1) == [keys.rq_job_id(c, 0).encode() for c in "abc"]
+
+
+def test_a_continuation_goes_to_the_front_of_its_queue():
+    # Found by bench/chaos.py: a continuation queued behind a deep backlog outwaited
+    # RESUME_WAIT_SECONDS and its client, mid-stream, got worker_lost with no worker dead twice.
+    r = fakeredis.FakeRedis()
+    record(r, "running")
+    r.lpop(keys.queue_key(MODEL))  # a worker took it
+    attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim("running", "d")
+    for cid in ("x", "y", "z"):
+        record(r, cid)
+    assert queueing.abandon(r, "running", attempt.epoch, RECOVERY, "crash", charge=True) == 1
+    head = r.lindex(keys.queue_key(MODEL), 0).decode()
+    assert head == keys.rq_job_id("running", attempt.epoch + 1)
+    assert r.llen(keys.queue_key(MODEL)) == 4
