@@ -120,7 +120,7 @@ def test_workers_and_streams_live_through_redis_restarts(outage):
             },
         )
         busy.start()
-        assert busy.chunks.acquire(timeout=60)  # the busy worker is generating
+        assert busy.chunks.acquire(timeout=60), busy.raw  # the busy worker is generating
         waiting = httpx.post(
             o.base + "/v1/chat/completions",
             json={"model": MODEL, "messages": [STORY], "max_tokens": 8, "background": True},
@@ -183,13 +183,20 @@ def _check_the_waiting_job(o: Outage, cid: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         r = httpx.get(f"{o.base}/v1/chat/completions/{cid}", timeout=30)
-        if r.status_code != 202:
+        if r.status_code not in (202, 503):  # 503: the API has not reconnected yet; try again
             break
         time.sleep(0.2)
     if o.aof:
         assert r.status_code == 200, r.text  # it waited in its queue and ran
     else:
-        assert r.status_code == 404  # Redis forgot it
+        assert r.status_code == 404, r.text  # Redis forgot it
+
+
+def _loop_is_back(p: Proc) -> bool:
+    """The worker's loop has said that Redis is back as often as it said it was gone (its
+    backoff is capped at 2 s: until then another worker could take every job)."""
+    log = p.log()
+    return log.count("worker loop: Redis unreachable") == log.count("worker loop: Redis is back")
 
 
 def _each_worker_serves(o: Outage) -> None:
@@ -201,18 +208,20 @@ def _each_worker_serves(o: Outage) -> None:
     r = o.client()
     deadline = time.monotonic() + 30  # every worker's loop is back (registered with RQ again)
     while time.monotonic() < deadline and not all(
-        r.sismember("rq:workers", f"rq:worker:{name}") for name in o.workers
+        r.sismember("rq:workers", f"rq:worker:{name}") and _loop_is_back(p) for name, p in o.workers.items()
     ):
         time.sleep(0.2)
-    bodies = [(MODEL, 80), (MODEL, 80), (IDLE_MODEL, 2)]
+    # Long enough that the first worker to take one is still busy when the second is offered.
+    bodies = [(MODEL, 120), (MODEL, 120), (IDLE_MODEL, 2)]
     with httpx.Client(timeout=120) as http:
         answers = [
             http.post(
                 o.base + "/v1/chat/completions",
                 json={
                     "model": m,
-                    "messages": [{"role": "user", "content": "Hi"}],
+                    "messages": [STORY],
                     "max_tokens": n,
+                    "temperature": 0,
                     "background": True,
                 },
             )
