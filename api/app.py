@@ -11,6 +11,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import anyio
 from redis.exceptions import RedisError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -109,6 +110,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict]:
+        await anyio.sleep(0)  # anyio imports its asyncio backend at first use: now, not in a request
         services = await Services.start(settings)
         internal = None
         if settings.internal_port:

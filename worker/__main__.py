@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 
 import redis
 
@@ -27,13 +28,18 @@ def load_engine(settings: WorkerSettings) -> Engine:
     from worker.engine import LlamaEngine  # llama_cpp is imported only by workers that need it
 
     log.info("loading %s from %s", settings.model_name, settings.model_path)
-    return LlamaEngine(settings)
+    started = time.monotonic()
+    engine = LlamaEngine(settings)
+    log.info("loaded in %.2fs", time.monotonic() - started)
+    return engine
 
 
 def main() -> None:
     settings = WorkerSettings.from_env()
     logs.configure("worker", settings.shared)
     engine = load_engine(settings)
+    if settings.warm_up_s:
+        engine.warm_up(settings.warm_up_s)  # before it announces itself: its first job is as fast as any
 
     def connect() -> redis.Redis:
         # Named connections: when this process dies the API sees them vanish at once.

@@ -25,6 +25,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -89,7 +90,7 @@ class Scheduler:
         self._waiting: list[Sequence] = []
         self._cv = threading.Condition()
         self._stopped = False
-        self.counters = BatchCounters()  # written by the scheduler thread only
+        self.counters = BatchCounters()  # written by the scheduler thread (and reset(), when idle)
         # what each step hands to the job threads, in order; None stops the courier
         self._outbox: queue.SimpleQueue[list[tuple[Sequence, object]] | None] = queue.SimpleQueue()
         self._courier = threading.Thread(target=self._deliver, name="batching-courier", daemon=True)
@@ -111,6 +112,24 @@ class Scheduler:
         with self._cv:
             seq.closed = True
             self._cv.notify()
+
+    def wait_idle(self, timeout_s: float = 30.0) -> None:
+        """Until every closed sequence has left (the loop retires them at its next turn)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while (self._running or self._waiting) and time.monotonic() < deadline:
+                self._cv.wait(timeout=0.01)
+
+    def reset(self) -> None:
+        """As if new: every slot's cache emptied and written over (no job reuses what came
+        before, and every page of the cache is mapped before a job needs it), the counters
+        zeroed. Only while nothing runs (the worker's warm-up)."""
+        with self._cv:
+            if self._running or self._waiting:
+                raise RuntimeError("reset while sequences run")
+            llama_cpp.llama_memory_clear(self._mem, True)
+            self._kv = [[] for _ in range(self.slots)]
+            self.counters = BatchCounters()
 
     def stop(self) -> None:
         with self._cv:

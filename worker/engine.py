@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
+import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import llama_cpp
 from llama_cpp._internals import LlamaModel
 from llama_cpp._logger import set_verbose
 
-from contract.jobspec import JobSpec
+from contract.jobspec import JobSpec, Message
 from contract.keys import BatchCounters
 from worker import batching
 from worker.prompts import ChatPrompts
@@ -36,6 +38,9 @@ _MAX_UBATCH = 512
 _COMPUTE_MARGIN = 256 << 20  # llama.cpp's compute buffers and the process itself
 
 
+WARM_UP_MESSAGE = Message("user", "Write one line about the sea.")
+
+
 class EngineConfigError(SystemExit):
     """The settings cannot work on this machine; said at start, before any job is taken."""
 
@@ -46,6 +51,8 @@ class LlamaEngine:
         self.model_name = settings.model_name
         self.slots = settings.slots
         self.n_ctx = settings.n_ctx  # per slot: what one job may use
+        self._offloaded = bool(settings.n_gpu_layers) and llama_cpp.llama_supports_gpu_offload()
+        self._prefill_chunk = settings.prefill_chunk
         set_verbose(False)
         llama_cpp.llama_backend_init()
         if not 1 <= self.slots <= llama_cpp.llama_max_parallel_sequences():
@@ -120,6 +127,65 @@ class LlamaEngine:
                 yield token, self.prompts.piece(token)
         finally:
             self._scheduler.close(seq)
+
+    def warm_up(self, budget_s: float = 30.0) -> float:
+        """Before the worker announces itself, run each shape of step a job meets: a step
+        reading prompt tokens in every slot (batched prefill), steps of one token per slot
+        (batched decode), steps of one slot alone (the one-sequence threads), greedy and
+        sampled picks; then empty the whole KV cache (written over: its pages mapped, no
+        job inherits the warm-up's tokens) and zero the counters.
+
+        What it is for is loaded at first use: CUDA kernels and cuBLAS handles, per shape of
+        step, at the first decode on a GPU; the weights of a model file mapped from a cold
+        disk, at the first decode anywhere. Their cost moves from the first job to before
+        the worker is counted. On a GPU each slot reads a whole prefill chunk (the largest
+        step there is); on a CPU, which loads nothing lazily but the pages, two tokens each:
+        there the first job is as fast as any without a warm-up, and the warm-up's time is
+        added to a scale from zero (docs/benchmarks.md has both). Stops between steps once
+        `budget_s` has passed; returns the seconds it took."""
+        started = time.monotonic()
+        deadline = started + budget_s
+        ids = self.prompts.prompt_ids(
+            JobSpec(id="warm-up", kind="chat", model=self.model_name, messages=(WARM_UP_MESSAGE,)), self.n_ctx
+        )
+        width = self._prefill_chunk if self._offloaded else 2
+
+        def run(slot: int, tokens: int) -> None:
+            spec = JobSpec(
+                id=f"warm-up-{slot}",
+                kind="chat",
+                model=self.model_name,
+                messages=(WARM_UP_MESSAGE,),
+                temperature=0.0 if slot % 2 == 0 else 0.8,
+                top_p=1.0 if slot % 2 == 0 else 0.9,
+                seed=slot,
+            )
+            # A prompt of its own per slot, so that no slot shares another's prefix.
+            prompt = [ids[(slot + i) % len(ids)] for i in range(min(width, self.n_ctx - tokens))]
+            stream = self.tokens(spec, prompt, [])
+            try:
+                for n, _ in enumerate(stream, 1):
+                    if n >= tokens or time.monotonic() > deadline:
+                        break
+            finally:
+                stream.close()
+
+        together = [threading.Thread(target=run, args=(slot, 3)) for slot in range(self.slots)]
+        for t in together:
+            t.start()
+        for t in together:
+            t.join()
+        run(0, 2)  # alone
+        self._scheduler.wait_idle()
+        self._scheduler.reset()
+        took = time.monotonic() - started
+        log.info(
+            "warm in %.2fs (%d slots reading %d tokens each, then decoding; the KV cache emptied)",
+            took,
+            self.slots,
+            width,
+        )
+        return took
 
     def counters(self) -> BatchCounters:
         """The scheduler's live counters (the presence thread adds them to /metrics)."""

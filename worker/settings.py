@@ -112,6 +112,13 @@ class WorkerSettings:
     idle_exit_s: float | None = setting(
         None, "IDLE_EXIT_SECONDS", "exit after this long without a job (scale to zero)", shown="(none: never)"
     )
+    warm_up_s: float = setting(
+        30.0,
+        "WARM_UP_SECONDS",
+        "before it announces itself, the worker decodes in every slot and batch shape for at most "
+        "this long, so that its first job is as fast as any (docs/benchmarks.md); `0`: none",
+        minimum=0.0,
+    )
     engine: str = setting(
         "llama", "ENGINE", "`synthetic`: the model-free load-test engine (docs/operations.md)", parse=_engine
     )

@@ -63,6 +63,10 @@ class SyntheticEngine:
     def is_end(self, token: int) -> bool:
         return token == EOS
 
+    def warm_up(self, budget_s: float = 30.0) -> float:
+        """Nothing to warm: no model."""
+        return 0.0
+
     def counters(self) -> BatchCounters:
         """No batching scheduler here: nothing to count."""
         return BatchCounters()

@@ -3,12 +3,14 @@ give what they give alone, join and leave a running batch, and share the prefill
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 
 import pytest
 
 from contract.jobspec import JobSpec
-from worker.settings import WorkerSettings
+from contract.keys import BatchCounters
+from worker.settings import DEFAULT_MODEL_NAME, WorkerSettings
 
 pytestmark = pytest.mark.integration
 
@@ -252,3 +254,35 @@ def test_a_failed_step_ends_its_jobs_with_an_error_and_the_engine_goes_on(
     monkeypatch.setattr(llama_cpp, "llama_decode", real)
     monkeypatch.setattr(batching, "compaction", real_compaction)
     assert generate(engine, job(engine, QUESTIONS[0], 0)) == alone[0]
+
+
+def test_warm_up_leaves_no_cache_no_counts_and_no_changed_answer(alone):
+    """The warm-up's prompts are not in any slot afterwards (a job with the same prompt
+    prefills all of it), its steps are not counted in the metrics, and answers are as before."""
+    warmed = make_engine(4)
+    try:
+        assert warmed.warm_up() > 0
+        assert warmed.counters() == BatchCounters()
+        from worker.engine import WARM_UP_MESSAGE
+
+        spec = dataclasses.replace(job(warmed, "x"), messages=(WARM_UP_MESSAGE,))
+        generate(warmed, spec, limit=2)
+        assert warmed.counters().prefill_tokens == len(warmed.prompt_ids(spec))
+        assert [generate(warmed, job(warmed, q, i)) for i, q in enumerate(QUESTIONS)] == alone
+    finally:
+        warmed.close()
+
+
+def test_a_worker_is_listed_only_once_warm(tmp_path):
+    from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url)
+    worker = start_worker(tmp_path, url)
+    try:
+        wait_for_model(base, DEFAULT_MODEL_NAME, procs=(worker, api))
+        log = worker.log()
+        assert "warm in" in log and log.index("warm in") < log.index("serving")
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
