@@ -11,18 +11,43 @@ attempt writes its own epoch (APPEND refuses 0), the END script stamps the next 
 A job stopped by a cancel ends with `Finished` whose reason is "cancelled": the job's status
 becomes cancelled, and each API surface says it its own way (chat: finish_reason "stop").
 
-Invariant for deltas: the text of a delta is the UTF-8 decoding of its token ids' bytes,
-never a partial character, so a new attempt can continue from `prompt + ids` without
-re-tokenizing text. Only the last delta before the terminal entry may hold less text than
-its ids: what follows a stop string, or a character cut off by max_tokens, is not sent.
+Invariant for deltas: a delta's token ids are exactly the tokens generated since the last
+delta, so a new attempt continues from `prompt + ids` without re-tokenizing text; its
+`text` is the content the client sees of them: their UTF-8 decoding, never a partial
+character (only the last delta before the terminal entry may hold less text than its ids:
+what follows a stop string, or a character cut off by max_tokens, is not sent). A job with
+tools reads its tokens' text as content and tool-call fragments (worker/replies.py): `text`
+is then the content only, `calls` the fragments. `logprobs` has one entry per token id,
+when the job asked for them.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 KIND = "k"
 EPOCH = "e"
+
+
+@dataclass(frozen=True)
+class CallPart:
+    """A fragment of tool call `index`: its first fragment carries the id and the name, the
+    others pieces of its arguments' JSON text."""
+
+    index: int
+    arguments: str = ""
+    id: str = ""
+    name: str = ""
+
+
+@dataclass(frozen=True)
+class TokenLogprob:
+    """A generated token's bytes and log-probability, and the most likely tokens' (`top`)."""
+
+    piece: bytes
+    logprob: float
+    top: tuple[tuple[bytes, float], ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -41,6 +66,8 @@ class Delta:
     epoch: int = 0
     text: str
     token_ids: tuple[int, ...]
+    calls: tuple[CallPart, ...] = ()
+    logprobs: tuple[TokenLogprob, ...] = ()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -68,19 +95,26 @@ class Failed:
 Entry = Started | Delta | Finished | Failed
 TERMINAL = (Finished, Failed)
 
-STOP, LENGTH, CANCELLED = "stop", "length", "cancelled"
-FINISH_REASONS = (STOP, LENGTH, CANCELLED)
+STOP, LENGTH, CANCELLED, TOOL_CALLS = "stop", "length", "cancelled", "tool_calls"
+FINISH_REASONS = (STOP, LENGTH, CANCELLED, TOOL_CALLS)
 
 
 def encode(entry: Entry) -> dict[str, str]:
     """Entry -> stream fields (all strings), including the epoch."""
     if isinstance(entry, Delta):
-        return {
+        fields = {
             KIND: "d",
             EPOCH: str(entry.epoch),
             "t": entry.text,
             "i": ",".join(map(str, entry.token_ids)),
         }
+        if entry.calls:
+            fields["u"] = _compact([[c.index, c.id, c.name, c.arguments] for c in entry.calls])
+        if entry.logprobs:
+            fields["l"] = _compact(
+                [[lp.piece.hex(), lp.logprob, [[b.hex(), v] for b, v in lp.top]] for lp in entry.logprobs]
+            )
+        return fields
     if isinstance(entry, Started):
         return {
             KIND: "s",
@@ -125,7 +159,16 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
     epoch = int(f[EPOCH])
     if kind == "d":
         ids = tuple(int(x) for x in f["i"].split(",")) if f["i"] and token_ids else ()
-        return Delta(epoch=epoch, text=f["t"], token_ids=ids)
+        calls = tuple(CallPart(i, a, c, n) for i, c, n, a in json.loads(f["u"])) if "u" in f else ()
+        logprobs = (
+            tuple(
+                TokenLogprob(bytes.fromhex(p), v, tuple((bytes.fromhex(b), w) for b, w in top))
+                for p, v, top in json.loads(f["l"])
+            )
+            if "l" in f
+            else ()
+        )
+        return Delta(epoch=epoch, text=f["t"], token_ids=ids, calls=calls, logprobs=logprobs)
     if kind == "s":
         return Started(epoch=epoch, worker=f["w"], prompt_tokens=int(f["p"]))
     if kind == "f":
@@ -138,6 +181,10 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
     if kind == "x":
         return Failed(epoch=epoch, message=f["m"], type=f["y"], code=f["c"], param=f.get("a"))
     raise ValueError(f"unknown stream entry kind: {kind!r}")
+
+
+def _compact(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def is_terminal(entry: Entry) -> bool:

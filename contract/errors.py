@@ -58,6 +58,7 @@ def _error(code: str | None, type_: str, status: int, message: str = "") -> Erro
 # 400: the request cannot be run as it is.
 BAD_REQUEST = _error(None, INVALID_REQUEST_ERROR, 400)
 INVALID_VALUE = _error("invalid_value", INVALID_REQUEST_ERROR, 400)
+UNSUPPORTED = _error("unsupported_parameter", INVALID_REQUEST_ERROR, 400)
 MISSING_PARAMETER = _error("missing_required_parameter", INVALID_REQUEST_ERROR, 400)
 ARRAY_TOO_LONG = _error("array_above_max_length", INVALID_REQUEST_ERROR, 400)
 STRING_TOO_LONG = _error("string_above_max_length", INVALID_REQUEST_ERROR, 400)

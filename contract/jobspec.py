@@ -4,6 +4,11 @@ The API turns an OpenAI request into a `JobSpec` (content parts joined, defaults
 and enqueues `JobSpec.to_dict()` as the single JSON argument of `keys.JOB_FUNCTION`. The
 worker rebuilds it with `JobSpec.from_dict`, which checks every field again: a job planted
 in Redis by someone else must not reach the model with arguments the API would refuse.
+
+Structured output and tools travel as what the client asked for (schemas, tool
+definitions, the tool choice), not as a grammar: the worker builds the grammar itself,
+because how a model writes a tool call depends on its chat template (worker/tools.py), and
+both sides compile the schemas with the same code (contract/schema.py).
 """
 
 from __future__ import annotations
@@ -11,10 +16,18 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 from dataclasses import asdict, dataclass, field
 
-ROLES = ("system", "user", "assistant")
+from contract.schema import SchemaError, schema_grammar
+
+ROLES = ("system", "user", "assistant", "tool")
 KINDS = ("chat", "text")
+TOOL_CHOICES = ("none", "auto", "required")  # or NAMED + the name of one tool
+NAMED = "function:"
+FORMATS = ("json_object", "json_schema")
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names
+MAX_TOP_LOGPROBS = 20
 
 
 class InvalidSpec(ValueError):
@@ -29,9 +42,49 @@ def digest(spec: dict) -> str:
 
 
 @dataclass(frozen=True)
+class ToolCall:
+    """A call an assistant made (in a conversation's history): `arguments` is JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+@dataclass(frozen=True)
 class Message:
     role: str
     content: str
+    tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
+    tool_call_id: str = ""  # a tool message: the call it answers
+
+    def to_dict(self) -> dict:
+        data: dict = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            data["tool_calls"] = [asdict(c) for c in self.tool_calls]
+        if self.tool_call_id:
+            data["tool_call_id"] = self.tool_call_id
+        return data
+
+    @classmethod
+    def from_dict(cls, m: dict) -> Message:
+        extra = set(m) - {"role", "content", "tool_calls", "tool_call_id"}
+        if extra:
+            raise InvalidSpec(f"unknown message fields: {sorted(extra)}")
+        calls = tuple(
+            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls", ())
+        )
+        return cls(
+            role=m["role"], content=m["content"], tool_calls=calls, tool_call_id=m.get("tool_call_id", "")
+        )
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A function the model may call; `parameters` is its arguments' JSON schema."""
+
+    name: str
+    description: str = ""
+    parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
 @dataclass(frozen=True)
@@ -48,12 +101,34 @@ class JobSpec:
     seed: int | None = None
     presence_penalty: float = 0.0
     frequency_penalty: float = 0.0
+    top_k: int = 0  # 0: off
+    min_p: float = 0.0  # 0: off
+    repeat_penalty: float = 1.0  # 1: off; over the last 64 generated tokens
+    logit_bias: tuple[tuple[int, float], ...] = ()  # (token id, bias), ids ascending
+    logprobs: bool = False
+    top_logprobs: int = 0
+    response_format: dict | None = None  # {"type": "json_object"} or {"type": "json_schema", "schema": ...}
+    tools: tuple[Tool, ...] = ()
+    tool_choice: str = "auto"  # TOOL_CHOICES, or NAMED + the name of one of `tools`
+    parallel_tool_calls: bool = True
 
     def to_dict(self) -> dict:
         data = asdict(self)
-        data["messages"] = [asdict(m) for m in self.messages]
+        data["messages"] = [m.to_dict() for m in self.messages]
         data["stop"] = list(self.stop)
+        data["logit_bias"] = [list(pair) for pair in self.logit_bias]
+        data["tools"] = [asdict(t) for t in self.tools]
         return data
+
+    @property
+    def uses_tools(self) -> bool:
+        """Tools the model may call (with `tool_choice: none` it only sees them)."""
+        return bool(self.tools) and self.tool_choice != "none"
+
+    @property
+    def named_tool(self) -> str | None:
+        """The one tool the model must call (`tool_choice` naming it), if any."""
+        return self.tool_choice.removeprefix(NAMED) if self.tool_choice.startswith(NAMED) else None
 
     @classmethod
     def from_dict(cls, data: object) -> JobSpec:
@@ -64,7 +139,11 @@ class JobSpec:
         if extra:
             raise InvalidSpec(f"unknown job fields: {sorted(extra)}")
         try:
-            messages = tuple(Message(role=m["role"], content=m["content"]) for m in data.get("messages", ()))
+            messages = tuple(Message.from_dict(m) for m in data.get("messages", ()))
+            tools = tuple(
+                Tool(name=t["name"], description=t.get("description", ""), parameters=t["parameters"])
+                for t in data.get("tools", ())
+            )
             spec = cls(
                 id=data["id"],
                 kind=data["kind"],
@@ -78,8 +157,18 @@ class JobSpec:
                 seed=data.get("seed"),
                 presence_penalty=data.get("presence_penalty", 0.0),
                 frequency_penalty=data.get("frequency_penalty", 0.0),
+                top_k=data.get("top_k", 0),
+                min_p=data.get("min_p", 0.0),
+                repeat_penalty=data.get("repeat_penalty", 1.0),
+                logit_bias=tuple((p[0], p[1]) for p in data.get("logit_bias", ())),
+                logprobs=data.get("logprobs", False),
+                top_logprobs=data.get("top_logprobs", 0),
+                response_format=data.get("response_format"),
+                tools=tools,
+                tool_choice=data.get("tool_choice", "auto"),
+                parallel_tool_calls=data.get("parallel_tool_calls", True),
             )
-        except (KeyError, TypeError) as exc:
+        except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
         spec.check()
         return spec
@@ -103,9 +192,6 @@ class JobSpec:
             raise InvalidSpec(f"kind must be one of {KINDS}")
         if self.kind == "chat" and not self.messages:
             raise InvalidSpec("a chat job needs messages")
-        for m in self.messages:
-            if m.role not in ROLES or not isinstance(m.content, str):
-                raise InvalidSpec("each message needs a known role and string content")
         if self.max_tokens is not None and (
             isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1
         ):
@@ -118,3 +204,80 @@ class JobSpec:
             raise InvalidSpec("seed must be an integer")
         if not all(isinstance(s, str) and s for s in self.stop):
             raise InvalidSpec("stop strings must be non-empty strings")
+        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+            raise InvalidSpec("top_k must be a non-negative integer")
+        number("min_p", 0.0, 1.0)
+        number("repeat_penalty", 0.01, 10.0)
+        for pair in self.logit_bias:
+            token, bias = pair
+            if isinstance(token, bool) or not isinstance(token, int) or token < 0:
+                raise InvalidSpec("logit_bias keys must be token ids")
+            if isinstance(bias, bool) or not isinstance(bias, int | float) or not -100 <= bias <= 100:
+                raise InvalidSpec("logit_bias values must be between -100 and 100")
+        if not isinstance(self.logprobs, bool):
+            raise InvalidSpec("logprobs must be a boolean")
+        if (
+            isinstance(self.top_logprobs, bool)
+            or not isinstance(self.top_logprobs, int)
+            or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS
+            or (self.top_logprobs and not self.logprobs)
+        ):
+            raise InvalidSpec(f"top_logprobs must be 0 to {MAX_TOP_LOGPROBS}, with logprobs")
+        self._check_chat()
+
+    def _check_chat(self) -> None:
+        """Messages, tools, the tool choice and the response format (schemas compiled: a job
+        whose grammar cannot be built is refused here, not in the sampler)."""
+        for m in self.messages:
+            if not all(isinstance(x, str) for x in (m.role, m.content, m.tool_call_id)):
+                raise InvalidSpec("message fields must be strings")
+            if m.role not in ROLES:
+                raise InvalidSpec(f"message roles must be among {ROLES}")
+            if (m.role == "tool") != bool(m.tool_call_id) or (m.tool_calls and m.role != "assistant"):
+                raise InvalidSpec("tool messages need a tool_call_id; only assistants make tool calls")
+            for call in m.tool_calls:
+                if not all(isinstance(x, str) for x in (call.id, call.name, call.arguments)) or not call.id:
+                    raise InvalidSpec("tool calls need a string id, name and arguments")
+        if self.kind == "text" and (
+            self.tools or self.response_format is not None or self.tool_choice != "auto"
+        ):
+            raise InvalidSpec("tools and response formats are for chat jobs")
+        names = []
+        for tool in self.tools:
+            if not isinstance(tool.name, str) or not TOOL_NAME.fullmatch(tool.name):
+                raise InvalidSpec("tool names must be 1 to 64 letters, digits, '_' or '-'")
+            if not isinstance(tool.description, str):
+                raise InvalidSpec("tool descriptions must be strings")
+            _compile(tool.parameters, f"tool {tool.name}")
+            names.append(tool.name)
+        if len(set(names)) != len(names):
+            raise InvalidSpec("tool names must be unique")
+        if (
+            not isinstance(self.tool_choice, str)
+            or (self.tool_choice not in TOOL_CHOICES and self.tool_choice.removeprefix(NAMED) not in names)
+            or (self.tool_choice not in TOOL_CHOICES and not self.tool_choice.startswith(NAMED))
+        ):
+            raise InvalidSpec("tool_choice must be none, auto, required or the name of a tool")
+        if self.tool_choice == "required" and not self.tools:
+            raise InvalidSpec("tool_choice required needs tools")
+        if not isinstance(self.parallel_tool_calls, bool):
+            raise InvalidSpec("parallel_tool_calls must be a boolean")
+        fmt = self.response_format
+        if fmt is not None:
+            if not isinstance(fmt, dict) or fmt.get("type") not in FORMATS:
+                raise InvalidSpec(f"response_format type must be one of {FORMATS}")
+            if fmt["type"] == "json_schema":
+                if set(fmt) != {"type", "schema"}:
+                    raise InvalidSpec("a json_schema response_format has a type and a schema")
+                _compile(fmt["schema"], "response_format")
+            elif set(fmt) != {"type"}:
+                raise InvalidSpec("a json_object response_format has a type only")
+        if self.logprobs and self.uses_tools:
+            raise InvalidSpec("logprobs cannot be combined with tools")
+
+
+def _compile(schema: object, what: str) -> None:
+    try:
+        schema_grammar(schema)
+    except SchemaError as exc:
+        raise InvalidSpec(f"{what}: {exc}") from None

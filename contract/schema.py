@@ -1,0 +1,418 @@
+"""JSON schemas as llama.cpp grammars (GBNF): what structured output can ask for, both sides.
+
+The API compiles a request's schema (`response_format`, a tool's `parameters`) before it
+enqueues anything: a keyword the grammar cannot enforce is a 400 naming where it is
+(`SchemaError`), never a silent fallback to free text or to a looser grammar. The job keeps
+the schema, and the worker compiles it again into the grammar its sampler enforces, so
+that a continuation on another worker enforces the same one.
+
+An allow-list, not a deny-list: anything not named here is refused, so a keyword this code
+does not know fails closed. What is enforced:
+
+- `type` (one, or a list: any of them), `enum`, `const`, `anyOf`, `oneOf` (enforced as
+  `anyOf`: the output matches at least one branch), `allOf` of one schema, local `$ref`
+  (`#/...`, recursion included), `$defs`/`definitions`;
+- objects: `properties`, `required` (names among the properties), `additionalProperties`
+  (absent or false: no other key; true or a schema: other keys of that value). Required
+  properties come first, in declaration order, then the optional ones;
+- arrays: `items`, `prefixItems` (the tuple exactly), `minItems`/`maxItems`;
+- strings: `minLength`/`maxLength`, `format` date, time, date-time or uuid;
+- numbers and integers: any value (ranges are refused: the grammar cannot enforce them);
+- annotations (`title`, `description`, `default`, `examples`, ...) change nothing.
+
+The grammar's whitespace is at most one space between tokens, and its strings never hold a
+raw control character (which JSON forbids). Bounds keep llama.cpp's grammar parser safe
+(it recurses, and a repetition above 2,000 is refused): counts up to `MAX_BOUND`, nesting up
+to `MAX_DEPTH`, a schema of at most `MAX_SCHEMA_BYTES`, a grammar of at most
+`MAX_GRAMMAR_CHARS`.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+MAX_SCHEMA_BYTES = 64 * 1024
+MAX_DEPTH = 32
+MAX_BOUND = 1000
+MAX_ENUM = 1000
+MAX_GRAMMAR_CHARS = 256 * 1024
+
+_ANNOTATIONS = frozenset(
+    {
+        "title",
+        "description",
+        "default",
+        "examples",
+        "$comment",
+        "$schema",
+        "$id",
+        "deprecated",
+        "readOnly",
+        "writeOnly",
+        "discriminator",  # OpenAPI's hint beside a oneOf (pydantic emits it): the branches decide
+    }
+)
+_CONTAINERS = frozenset({"$defs", "definitions"})
+_TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
+_BY_TYPE = {
+    "object": frozenset({"properties", "required", "additionalProperties"}),
+    "array": frozenset({"items", "prefixItems", "minItems", "maxItems"}),
+    "string": frozenset({"minLength", "maxLength", "format"}),
+    "number": frozenset(),
+    "integer": frozenset(),
+    "boolean": frozenset(),
+    "null": frozenset(),
+}
+_FORMATS = ("date", "time", "date-time", "uuid")
+_WHY = {
+    "pattern": "regular expressions are not supported",
+    "minimum": "numeric ranges cannot be enforced by the grammar",
+    "maximum": "numeric ranges cannot be enforced by the grammar",
+    "exclusiveMinimum": "numeric ranges cannot be enforced by the grammar",
+    "exclusiveMaximum": "numeric ranges cannot be enforced by the grammar",
+    "multipleOf": "numeric constraints cannot be enforced by the grammar",
+    "not": "negation cannot be enforced by the grammar",
+    "if": "conditional schemas are not supported",
+    "uniqueItems": "unique items cannot be enforced by the grammar",
+    "patternProperties": "regular expressions are not supported",
+}
+
+_SPACE = 'ws ::= " "?'
+_CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})'
+_PRIMITIVES = {
+    "string": '"\\"" char* "\\"" ws',
+    "number": '"-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,4})? ws',
+    "integer": '"-"? ([0-9] | [1-9] [0-9]{0,15}) ws',
+    "boolean": '("true" | "false") ws',
+    "null": '"null" ws',
+}
+_DATE = '[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])'
+_TIME = (
+    '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? '
+    '("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])'
+)
+_HEX = "[0-9a-fA-F]"
+_FORMAT_RULES = {
+    "date": _DATE,
+    "time": _TIME,
+    "date-time": f'{_DATE} "T" {_TIME}',
+    "uuid": f'{_HEX}{{8}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{12}}',
+}
+ANY = "value"  # the rule of any JSON value
+_ANY_RULES = {
+    "value": "object | array | string | number | boolean | null",
+    "object": '"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws',
+    "array": '"[" ws (value ("," ws value)*)? "]" ws',
+}
+
+
+class SchemaError(ValueError):
+    """A schema the grammar cannot enforce: `where` is a JSON pointer into it."""
+
+    def __init__(self, where: str, message: str) -> None:
+        super().__init__(f"{where or '(root)'}: {message}")
+        self.where = where
+
+
+def literal(text: str) -> str:
+    """A GBNF string literal matching exactly `text`."""
+    out = []
+    for ch in text:
+        if ch in '"\\':
+            out.append("\\" + ch)
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\r":
+            out.append("\\r")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02X}")
+        else:
+            out.append(ch)
+    return '"' + "".join(out) + '"'
+
+
+def json_literal(value: object) -> str:
+    """The GBNF literal of one JSON value, written as compactly as json.dumps writes it."""
+    return literal(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
+
+
+@dataclass
+class Grammar:
+    """Rules being built: `root` and the rules it needs, each defined once."""
+
+    rules: dict[str, str] = field(default_factory=dict)
+    _names: set[str] = field(default_factory=set)
+
+    def name(self, hint: str) -> str:
+        base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-").lower() or "r"
+        name, n = base, 1
+        while name in self._names or name in _RESERVED:
+            n += 1
+            name = f"{base}-{n}"
+        self._names.add(name)
+        return name
+
+    def define(self, name: str, body: str) -> str:
+        self.rules[name] = body
+        return name
+
+    def text(self, root: str) -> str:
+        """The whole grammar: `root`, the rules defined, and the shared ones (unused rules
+        are harmless to llama.cpp)."""
+        shared = {
+            "ws": _SPACE.split(" ::= ")[1],
+            "char": _CHAR.split(" ::= ")[1],
+            **_PRIMITIVES,
+            **_ANY_RULES,
+        }
+        rules = {"root": root, **self.rules, **shared}
+        text = "".join(f"{name} ::= {body}\n" for name, body in rules.items())
+        if len(text) > MAX_GRAMMAR_CHARS:
+            raise SchemaError("", f"the schema makes a grammar over {MAX_GRAMMAR_CHARS} characters")
+        return text
+
+
+_RESERVED = frozenset({"root", "ws", "char", *_PRIMITIVES, *_ANY_RULES})
+
+
+class Compiler:
+    """One schema's rules. `rule(node, where)` returns the name of (or the expression for) the
+    rule matching `node`'s values, followed by optional whitespace."""
+
+    def __init__(self, root: dict, grammar: Grammar, prefix: str = "") -> None:
+        self._root = root
+        self._g = grammar
+        self._prefix = prefix
+        self._refs: dict[str, str] = {}
+
+    def rule(self, node: object, where: str = "", depth: int = 0) -> str:
+        if depth > MAX_DEPTH:
+            raise SchemaError(where, f"nested deeper than {MAX_DEPTH} levels")
+        if node is True or node == {}:
+            return ANY
+        if node is False:
+            raise SchemaError(where, "a schema of false allows no value")
+        if not isinstance(node, dict):
+            raise SchemaError(where, "a schema must be an object")
+        keys = set(node) - _ANNOTATIONS
+        for unknown in sorted(keys - _CONTAINERS - _KNOWN):
+            why = _WHY.get(unknown, "this keyword is not supported")
+            raise SchemaError(f"{where}/{unknown}", f"'{unknown}' is not supported: {why}")
+        for container in keys & _CONTAINERS:
+            defs = node[container]
+            if not isinstance(defs, dict):
+                raise SchemaError(f"{where}/{container}", f"'{container}' must be an object")
+        keys -= _CONTAINERS
+        if "$ref" in keys:
+            _alone(node, where, "$ref", keys)
+            return self._ref(node["$ref"], f"{where}/$ref", depth)
+        for combo in ("anyOf", "oneOf"):
+            if combo in keys:
+                _alone(node, where, combo, keys)
+                branches = _list(node[combo], f"{where}/{combo}")
+                return self._alternatives(
+                    [self.rule(b, f"{where}/{combo}/{i}", depth + 1) for i, b in enumerate(branches)], where
+                )
+        if "allOf" in keys:
+            _alone(node, where, "allOf", keys)
+            parts = _list(node["allOf"], f"{where}/allOf")
+            if len(parts) != 1:
+                raise SchemaError(f"{where}/allOf", "'allOf' is supported with one schema only")
+            return self.rule(parts[0], f"{where}/allOf/0", depth + 1)
+        if "const" in keys:
+            _alone(node, where, "const", keys - {"type"})
+            return self._named(where, f"{json_literal(node['const'])} ws")
+        if "enum" in keys:
+            _alone(node, where, "enum", keys - {"type"})
+            values = _list(node["enum"], f"{where}/enum")
+            if len(values) > MAX_ENUM:
+                raise SchemaError(f"{where}/enum", f"at most {MAX_ENUM} values")
+            return self._named(where, "(" + " | ".join(json_literal(v) for v in values) + ") ws")
+        types = node.get("type")
+        if types is None:
+            if keys:
+                raise SchemaError(where, f"'{sorted(keys)[0]}' needs a 'type'")
+            return ANY
+        if isinstance(types, str):
+            types = [types]
+        if not isinstance(types, list) or not types or not all(t in _TYPES for t in types):
+            raise SchemaError(f"{where}/type", f"'type' must be one of {list(_TYPES)} or a list of them")
+        extra = keys - {"type"} - set().union(*(_BY_TYPE[t] for t in types))
+        if extra:
+            kw = sorted(extra)[0]
+            raise SchemaError(f"{where}/{kw}", f"'{kw}' does not apply to type {' or '.join(types)}")
+        rules = [self._typed(t, node, where, depth) for t in dict.fromkeys(types)]
+        return rules[0] if len(rules) == 1 else self._alternatives(rules, where)
+
+    def _named(self, where: str, body: str) -> str:
+        return self._g.define(self._g.name(self._prefix + where.replace("/", "-")), body)
+
+    def _alternatives(self, rules: list[str], where: str) -> str:
+        return self._named(where, " | ".join(dict.fromkeys(rules)))
+
+    def _ref(self, ref: object, where: str, depth: int) -> str:
+        if not isinstance(ref, str) or not ref.startswith("#"):
+            raise SchemaError(where, "only local references ('#/...') are supported")
+        if ref in self._refs:
+            return self._refs[ref]
+        target: object = self._root
+        for part in ref[1:].split("/")[1:] if ref != "#" else []:
+            part = part.replace("~1", "/").replace("~0", "~")
+            if isinstance(target, dict) and part in target:
+                target = target[part]
+            elif isinstance(target, list) and part.isdigit() and int(part) < len(target):
+                target = target[int(part)]
+            else:
+                raise SchemaError(where, f"the reference {ref!r} points nowhere")
+        name = self._g.name(self._prefix + "ref-" + ref[1:])
+        self._refs[ref] = name  # before its body: a recursive reference names the rule
+        self._g.define(name, self.rule(target, ref[1:], depth + 1))
+        return name
+
+    def _typed(self, kind: str, node: dict, where: str, depth: int) -> str:
+        if kind == "object":
+            return self._object(node, where, depth)
+        if kind == "array":
+            return self._array(node, where, depth)
+        if kind == "string":
+            return self._string(node, where)
+        return kind
+
+    def _object(self, node: dict, where: str, depth: int) -> str:
+        props = node.get("properties", {})
+        if not isinstance(props, dict):
+            raise SchemaError(f"{where}/properties", "'properties' must be an object")
+        required = node.get("required", [])
+        if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+            raise SchemaError(f"{where}/required", "'required' must be a list of property names")
+        for name in required:
+            if name not in props:
+                raise SchemaError(f"{where}/required", f"'{name}' is required but not among the properties")
+        extra = node.get("additionalProperties", False)
+        if "properties" not in node and "additionalProperties" not in node:
+            extra = True  # a bare {"type": "object"}: any object
+        pairs = {
+            name: f'{json_literal(name)} ws ":" ws {self.rule(sub, f"{where}/properties/{name}", depth + 1)}'
+            for name, sub in props.items()
+        }
+        must = [pairs[n] for n in props if n in required]
+        may = [pairs[n] for n in props if n not in required]
+        if extra is not False:
+            value = self.rule(extra, f"{where}/additionalProperties", depth + 1)
+            other = self._named(f"{where}-other", f'string ":" ws {value}')
+            may.append(f'{other} ("," ws {other})*')
+        if must:
+            body = ' "," ws '.join(must) + "".join(f' ("," ws {p})?' for p in may)
+        else:
+            body = f"({_chain(may)})?" if may else ""
+        return self._named(where, f'"{{" ws {body} "}}" ws'.replace("ws  ", "ws "))
+
+    def _array(self, node: dict, where: str, depth: int) -> str:
+        lo, hi = _bound(node, "minItems", where, 0), _bound(node, "maxItems", where, None)
+        if hi is not None and hi < lo:
+            raise SchemaError(f"{where}/maxItems", "'maxItems' is below 'minItems'")
+        if "prefixItems" in node:
+            if "minItems" in node or "maxItems" in node or node.get("items", False) is not False:
+                raise SchemaError(
+                    f"{where}/prefixItems", "'prefixItems' is supported alone (the exact tuple)"
+                )
+            items = _list(node["prefixItems"], f"{where}/prefixItems")
+            rules = [self.rule(s, f"{where}/prefixItems/{i}", depth + 1) for i, s in enumerate(items)]
+            return self._named(where, '"[" ws ' + ' "," ws '.join(rules) + ' "]" ws')
+        item = self.rule(node.get("items", True), f"{where}/items", depth + 1)
+        return self._named(where, f'"[" ws {_repeat(item, lo, hi)} "]" ws')
+
+    def _string(self, node: dict, where: str) -> str:
+        fmt = node.get("format")
+        if fmt is not None:
+            if fmt not in _FORMATS:
+                raise SchemaError(
+                    f"{where}/format", f"format {fmt!r} is not supported (only {list(_FORMATS)})"
+                )
+            if "minLength" in node or "maxLength" in node:
+                raise SchemaError(f"{where}/format", "'format' is supported without length bounds")
+            return self._named(where, f'"\\"" {_FORMAT_RULES[fmt]} "\\"" ws')
+        lo, hi = _bound(node, "minLength", where, 0), _bound(node, "maxLength", where, None)
+        if lo == 0 and hi is None:
+            return "string"
+        if hi is not None and hi < lo:
+            raise SchemaError(f"{where}/maxLength", "'maxLength' is below 'minLength'")
+        count = f"{{{lo},{'' if hi is None else hi}}}"
+        return self._named(where, f'"\\"" char{count} "\\"" ws')
+
+
+_KNOWN = frozenset({"$ref", "anyOf", "oneOf", "allOf", "const", "enum", "type"}.union(*_BY_TYPE.values()))
+
+
+def _alone(node: dict, where: str, keyword: str, keys: set[str]) -> None:
+    """`keyword` takes no sibling but annotations (they would be silently dropped)."""
+    others = sorted(keys - {keyword})
+    if others:
+        raise SchemaError(f"{where}/{others[0]}", f"'{others[0]}' beside '{keyword}' is not supported")
+
+
+def _list(value: object, where: str) -> list:
+    if not isinstance(value, list) or not value:
+        raise SchemaError(where, "must be a non-empty list")
+    return value
+
+
+def _bound(node: dict, key: str, where: str, default: int | None) -> int | None:
+    value = node.get(key, default)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SchemaError(f"{where}/{key}", f"'{key}' must be a non-negative integer")
+    if value > MAX_BOUND:
+        raise SchemaError(f"{where}/{key}", f"'{key}' may be at most {MAX_BOUND}")
+    return value
+
+
+def _repeat(item: str, lo: int, hi: int | None) -> str:
+    """`item` lo..hi times, comma-separated."""
+    if hi == 0:
+        return ""
+    rest_lo, rest_hi = max(lo - 1, 0), None if hi is None else hi - 1
+    rest = f'("," ws {item}){{{rest_lo},{"" if rest_hi is None else rest_hi}}}'
+    one_or_more = f"{item} {rest}"
+    return one_or_more if lo >= 1 else f"({one_or_more})?"
+
+
+def _chain(options: list[str]) -> str:
+    """Optional properties, in order, none of them required: any non-empty ordered subset."""
+    alts = []
+    for i, first in enumerate(options):
+        alts.append(first + "".join(f' ("," ws {p})?' for p in options[i + 1 :]))
+    return " | ".join(alts)
+
+
+def check_size(schema: object, where: str = "") -> None:
+    size = len(json.dumps(schema, ensure_ascii=False))
+    if size > MAX_SCHEMA_BYTES:
+        raise SchemaError(where, f"the schema is {size} bytes; at most {MAX_SCHEMA_BYTES}")
+
+
+def schema_grammar(schema: object) -> str:
+    """The GBNF grammar whose sentences are the JSON texts `schema` accepts (within the limits
+    above); raises SchemaError."""
+    check_size(schema)
+    g = Grammar()
+    root = Compiler(schema if isinstance(schema, dict) else {}, g).rule(schema)
+    return g.text(root)
+
+
+def json_object_grammar() -> str:
+    """`response_format: json_object`: any JSON object."""
+    return Grammar().text("object")
+
+
+def composed(build: Callable[[Grammar], str]) -> str:
+    """A grammar built by `build` (which defines rules with `Compiler`s and returns the root
+    expression): the tool-call envelopes use it."""
+    g = Grammar()
+    return g.text(build(g))

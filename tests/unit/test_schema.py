@@ -1,0 +1,111 @@
+"""contract/schema.py: what a schema compiles to, and every refusal naming where it is.
+(That the grammars hold against real output, through llama.cpp's grammar sampler, is
+tests/integration/test_tools.py's part.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from contract.schema import (
+    MAX_BOUND,
+    MAX_SCHEMA_BYTES,
+    SchemaError,
+    json_object_grammar,
+    literal,
+    schema_grammar,
+)
+
+
+@pytest.mark.parametrize(
+    ("schema", "where", "words"),
+    [
+        ({"type": "integer", "minimum": 1}, "/minimum", "numeric ranges"),
+        ({"type": "number", "multipleOf": 2}, "/multipleOf", "not supported"),
+        ({"type": "string", "pattern": "^a+$"}, "/pattern", "regular expressions"),
+        ({"not": {"type": "string"}}, "/not", "negation"),
+        ({"type": "object", "properties": {"a": {"if": {}}}}, "/properties/a/if", "not supported"),
+        ({"$ref": "#/$defs/missing"}, "/$ref", "points nowhere"),
+        ({"$ref": "https://example.com/s.json"}, "/$ref", ""),
+        ({"type": "array", "items": {"type": "string"}, "maxItems": MAX_BOUND + 1}, "/maxItems", "at most"),
+        ({"type": "object", "properties": {"a": {"type": "string"}}, "required": ["b"]}, "/required", ""),
+        ({"type": "frobnicate"}, "/type", ""),
+        ({"x-custom": 1}, "/x-custom", "not supported"),
+    ],
+)
+def test_what_the_grammar_cannot_enforce_is_refused_where_it_is(schema, where, words):
+    with pytest.raises(SchemaError) as info:
+        schema_grammar(schema)
+    assert info.value.where == where, str(info.value)
+    assert words in str(info.value)
+
+
+def test_a_schema_too_large_is_refused_before_it_is_compiled():
+    big = {"type": "object", "description": "x" * MAX_SCHEMA_BYTES}
+    with pytest.raises(SchemaError, match="bytes"):
+        schema_grammar(big)
+
+
+def test_required_properties_come_first_in_declaration_order_then_the_optional_ones():
+    g = schema_grammar(
+        {
+            "type": "object",
+            "properties": {"opt": {"type": "boolean"}, "a": {"type": "integer"}, "b": {"type": "string"}},
+            "required": ["b", "a"],
+        }
+    )
+    root = next(line for line in g.splitlines() if line.startswith("r ::="))
+    assert root.index(r"\"a\"") < root.index(r"\"b\"") < root.index(r"\"opt\"")  # declaration order
+    assert root.count(r"\"opt\"") == 1
+
+
+def test_bounds_become_bounded_repetitions():
+    g = schema_grammar(
+        {
+            "type": "array",
+            "items": {"type": "string", "minLength": 2, "maxLength": 5},
+            "minItems": 1,
+            "maxItems": 3,
+        }
+    )
+    assert "{2,5}" in g or "{2,5}" in g.replace(" ", "")
+    assert '"["' in g and '"]"' in g
+
+
+def test_enum_and_const_are_the_json_texts_of_their_values():
+    g = schema_grammar({"enum": ["C", "F", 1, None]})
+    for text in (literal('"C"'), literal('"F"'), literal("1"), literal("null")):
+        assert text in g
+    assert literal('"x\\"y"') in schema_grammar({"const": 'x"y'})
+
+
+def test_recursion_through_a_local_ref_is_one_rule_not_an_unrolling():
+    schema = {
+        "$defs": {
+            "node": {
+                "type": "object",
+                "properties": {"children": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
+            }
+        },
+        "$ref": "#/$defs/node",
+    }
+    g = schema_grammar(schema)
+    assert len(g) < 2000
+
+
+def test_annotations_change_nothing():
+    plain = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    annotated = {
+        "title": "T",
+        "description": "d",
+        "type": "object",
+        "properties": {"a": {"type": "integer", "title": "A", "examples": [1]}},
+        "required": ["a"],
+    }
+    assert schema_grammar(plain) == schema_grammar(annotated)
+
+
+def test_json_object_is_any_object_and_strings_hold_no_raw_control_character():
+    g = json_object_grammar()
+    assert g.startswith("root ::= object")
+    char = next(line for line in g.splitlines() if line.startswith("char ::="))
+    assert r"\x00-\x1F" in char
