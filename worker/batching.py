@@ -32,6 +32,8 @@ from dataclasses import dataclass, field
 import llama_cpp
 
 from contract.keys import BatchCounters
+from worker.errors import GrammarDeadEnd
+from worker.picks import Pick
 from worker.sampling import Sampler
 
 log = logging.getLogger(__name__)
@@ -58,7 +60,7 @@ class Sequence:
     closed: bool = False
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
 
-    def __iter__(self) -> Iterator[int]:
+    def __iter__(self) -> Iterator[Pick]:
         while True:
             item = self.out.get()
             if item is _END:
@@ -246,16 +248,21 @@ class Scheduler:
         if rc != 0:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
             return
-        sampled = [(seq, seq.sampler.sample(self._ctx, index)) for seq, index in outputs]
         out: list[tuple[Sequence, object]] = []
-        for seq, token in sampled:
+        for seq, index in outputs:
+            try:
+                pick = seq.sampler.sample(self._ctx, index)
+            except GrammarDeadEnd as exc:  # this job's own grammar: the others go on
+                out.append((seq, exc))
+                seq.closed = True
+                continue
             seq.generated += 1
-            out.append((seq, token))
-            if self._is_end(token) or seq.generated >= seq.room:
+            out.append((seq, pick))
+            if self._is_end(pick.token) or seq.generated >= seq.room:
                 out.append((seq, _END))
                 seq.closed = True  # nothing more to compute; the job thread closes it too
             else:
-                seq.pending = token
+                seq.pending = pick.token
         self._outbox.put(out)
 
     def _count(self, rows: list[tuple[Sequence, int, bool]], decoding: int) -> None:

@@ -27,7 +27,10 @@ from llama_cpp._logger import set_verbose
 from contract.jobspec import JobSpec, Message
 from contract.keys import BatchCounters
 from worker import batching
+from worker.grammar import GrammarGate
+from worker.picks import Pick
 from worker.prompts import ChatPrompts
+from worker.replies import Reply
 from worker.sampling import Sampler
 from worker.settings import WorkerSettings
 
@@ -69,7 +72,9 @@ class LlamaEngine:
             settings.n_gpu_layers,
             f"SLOTS={self.slots} x N_CTX={self.n_ctx}",
         )
-        self.prompts = ChatPrompts(self._model)
+        template = settings.chat_template_file.read_text() if settings.chat_template_file else None
+        self.prompts = ChatPrompts(self._model, template)
+        log.info("tool calls: %s protocol (worker/tools.py)", self.prompts.tools.name)
         self._n_vocab = self._model.n_vocab()
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = self.slots * self.n_ctx
@@ -109,24 +114,36 @@ class LlamaEngine:
     def is_end(self, token: int) -> bool:
         return self.prompts.is_end(token)
 
+    def reply(self, spec: JobSpec) -> Reply:
+        """How the job's answer is read: content and tool calls (worker/replies.py)."""
+        return self.prompts.tools.reply(spec)
+
     def tokens(
         self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]
-    ) -> Iterator[tuple[int, bytes]]:
+    ) -> Iterator[tuple[Pick, bytes]]:
         """Sample after the prompt and what earlier attempts generated (`prior`), in the
         running batch, until the slot's window is full (the caller stops earlier). Closing
-        the iterator frees the slot at the next step."""
+        the iterator frees the slot at the next step. A job with a grammar replays `prior`
+        through it first: raises GrammarDeadEnd if that text does not fit it."""
+        grammar = self.prompts.tools.grammar(spec)
+        gate = GrammarGate(self._model.vocab, grammar, self.prompts.controls) if grammar else None
+        try:
+            sampler = Sampler(spec, self._n_vocab, self.n_ctx, prior, gate, self.prompts.is_end)
+        except BaseException:
+            if gate is not None:
+                gate.close()
+            raise
         context = [*prompt, *prior]
-        seq = batching.Sequence(
-            context=context,
-            sampler=Sampler(spec, self._n_vocab, self.n_ctx, prior),
-            room=self.n_ctx - len(context),
-        )
+        seq = batching.Sequence(context=context, sampler=sampler, room=self.n_ctx - len(context))
         self._scheduler.submit(seq)
         try:
-            for token in seq:
-                yield token, self.prompts.piece(token)
+            for pick in seq:
+                yield pick, self.prompts.piece(pick.token)
         finally:
             self._scheduler.close(seq)
+
+    def piece(self, token: int) -> bytes:
+        return self.prompts.piece(token)
 
     def warm_up(self, budget_s: float = 30.0) -> float:
         """Before the worker announces itself, run each shape of step a job meets: a step

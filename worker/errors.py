@@ -1,4 +1,4 @@
-"""Why a job's prompt cannot be run: reported to the client as an OpenAI error."""
+"""Why a job cannot be run, or go on: reported to the client as an OpenAI error."""
 
 from __future__ import annotations
 
@@ -24,3 +24,7 @@ class PromptTooLong(PromptRejected):
         )
         self.prompt_tokens = prompt_tokens
         self.n_ctx = n_ctx
+
+
+class GrammarDeadEnd(RuntimeError):
+    """No token can continue the job's grammar (or a resumed job's text does not fit it)."""

@@ -1,15 +1,16 @@
 """Prompts as token ids, and token ids as bytes, with the GGUF's own vocabulary and template.
 
 A chat job is rendered with the chat template the GGUF carries, and only the template's own
-markers become special tokens (see `ChatPrompts.prompt_ids`). A raw prompt is the caller's
-own text, special tokens included, as llama.cpp does. Nothing here touches the KV cache, so
-the batching engine's job threads may call it while the scheduler decodes.
+markers become special tokens (see `ChatPrompts.prompt_ids`). Tools, tool calls and tool
+results are rendered the way the template's tool protocol says (worker/tools.py). A raw
+prompt is the caller's own text, special tokens included, as llama.cpp does. Nothing here
+touches the KV cache, so the batching engine's job threads may call it while the scheduler
+decodes.
 """
 
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
 
 import llama_cpp
 from llama_cpp._internals import LlamaModel
@@ -17,15 +18,16 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from contract.jobspec import JobSpec
 from worker.errors import PromptRejected, PromptTooLong
+from worker.tools import JsonTools, ToolProtocol, detect
 
 # Private-use code points: no template or tokenizer gives them a meaning.
 _PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"
 
 
 class ChatPrompts:
-    def __init__(self, model: LlamaModel) -> None:
+    def __init__(self, model: LlamaModel, template: str | None = None) -> None:
         self._model = model
-        template = model.metadata().get("tokenizer.chat_template")
+        template = template or model.metadata().get("tokenizer.chat_template")
         self._formatter = (
             Jinja2ChatFormatter(
                 template=template,
@@ -36,6 +38,19 @@ class ChatPrompts:
             if template
             else None
         )
+        self.tools: ToolProtocol = (
+            detect(lambda **kw: self._formatter(**kw).prompt, template)
+            if self._formatter and template
+            else JsonTools()
+        )
+        n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
+        self.controls = [
+            t
+            for t in range(n_vocab)
+            if llama_cpp.llama_vocab_get_attr(model.vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            and not llama_cpp.llama_vocab_is_eog(model.vocab, t)
+        ]  # control tokens that do not end generation: banned where a grammar decides
+        self._control_texts = [t for t in (self._token_text(c) for c in self.controls) if t]
 
     def _token_text(self, token: int) -> str:
         return self._model.token_get_text(token) if token >= 0 else ""
@@ -53,21 +68,26 @@ class ChatPrompts:
             raise PromptTooLong(len(ids), n_ctx, param)
         return ids
 
-    def _render(self, spec: JobSpec, contents: Sequence[str]) -> str:
-        """The chat template rendered with the generation prompt, `contents` as the messages'."""
-        if self._formatter is None:
-            raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
-        messages = [{"role": m.role, "content": t} for m, t in zip(spec.messages, contents, strict=True)]
-        return self._formatter(messages=messages).prompt
-
     def _chat_ids(self, spec: JobSpec) -> list[int]:
         """Each message's content is tokenized as plain text, so a user who types
         `<|im_end|>` cannot forge a role boundary. The template is rendered with placeholders
-        where the contents go, its text tokenized with special tokens, the contents without."""
-        marks = [_PLACEHOLDER.format(i) for i in range(len(spec.messages))]
-        rest = self._render(spec, marks)
+        where the contents go, its text tokenized with special tokens, the contents without.
+        The client's strings a tool protocol renders outside the contents (a tool's schema, a
+        call's arguments) must not hold a control token's text."""
+        if self._formatter is None:
+            raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
+        messages, extra = self.tools.messages(spec)
+        for text in self.tools.outside(spec):
+            if any(c in text for c in self._control_texts):
+                raise PromptRejected("A tool or tool call holds this model's control-token text.", "tools")
+        # An empty content stays empty (a template may render "no content" differently).
+        marks = [_PLACEHOLDER.format(i) if m["content"] else "" for i, m in enumerate(messages)]
+        rendered = [{**m, "content": k} for m, k in zip(messages, marks, strict=True)]
+        rest = self._formatter(messages=rendered, **extra).prompt
         ids: list[int] = []
-        for mark, message in zip(marks, spec.messages, strict=True):
+        for mark, message in zip(marks, messages, strict=True):
+            if not mark:
+                continue
             before, found, rest = rest.partition(mark)
             if not found:
                 raise PromptRejected(
@@ -75,7 +95,7 @@ class ChatPrompts:
                     "messages",
                 )
             ids += self._tokens(before, special=True)
-            ids += self._tokens(message.content, special=False)
+            ids += self._tokens(message["content"], special=False)
         return ids + self._tokens(rest, special=True)
 
     def _tokens(self, text: str, special: bool) -> list[int]:

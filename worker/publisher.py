@@ -29,7 +29,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from contract import keys, scripts
-from contract.entries import Delta, Entry, Finished, Started
+from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob
 from contract.errors import ErrorCode
 from worker.claims import Attempt
 from worker.link import Link
@@ -62,9 +62,17 @@ class Publisher:
         entry = Started(epoch=attempt.epoch, worker=self._link.worker, prompt_tokens=prompt_tokens)
         self._submit(attempt, entry, wait=True)
 
-    def delta(self, attempt: Attempt, text: str, token_ids: tuple[int, ...]) -> None:
+    def delta(
+        self,
+        attempt: Attempt,
+        text: str,
+        token_ids: tuple[int, ...],
+        calls: tuple[CallPart, ...] = (),
+        logprobs: tuple[TokenLogprob, ...] = (),
+    ) -> None:
         """Queue generated text; returns at once (raises what an earlier write learned)."""
-        self._submit(attempt, Delta(epoch=attempt.epoch, text=text, token_ids=token_ids), wait=False)
+        entry = Delta(epoch=attempt.epoch, text=text, token_ids=token_ids, calls=calls, logprobs=logprobs)
+        self._submit(attempt, entry, wait=False)
 
     def finished(self, attempt: Attempt, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
         entry = Finished(

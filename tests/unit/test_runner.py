@@ -18,7 +18,9 @@ from worker.claims import Claims
 from worker.errors import PromptTooLong
 from worker.heartbeat import Heartbeat
 from worker.link import Link
+from worker.picks import Pick
 from worker.publisher import Publisher
+from worker.replies import PlainReply
 from worker.runner import JobRunner, Outcome
 
 RECOVERY = Recovery(retention_s=60)
@@ -45,12 +47,18 @@ class ScriptedEngine:
     def is_end(self, token):
         return token == EOS
 
+    def piece(self, token):
+        return f"<{token}>".encode()
+
+    def reply(self, spec):
+        return PlainReply()
+
     def tokens(self, spec, prompt, prior):
         self.contexts.append([*prompt, *prior])
         for i, tok in enumerate(self.script):
             if self.on_token:
                 self.on_token(i)
-            yield tok, f"<{tok}>".encode()
+            yield Pick(tok), self.piece(tok)
 
 
 def spec(**kw) -> dict:

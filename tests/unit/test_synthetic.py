@@ -20,7 +20,8 @@ def spec(**kw) -> JobSpec:
 
 
 def run(engine: SyntheticEngine, s: JobSpec, prompt: list[int], prior=()) -> list[tuple[int, bytes]]:
-    return list(engine.tokens(s, prompt, list(prior)))
+    """(token id, piece) of each generated token."""
+    return [(pick.token, piece) for pick, piece in engine.tokens(s, prompt, list(prior))]
 
 
 def test_words_then_eos():

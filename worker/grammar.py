@@ -1,0 +1,113 @@
+"""A job's grammar, checked token by token without ever letting llama.cpp see a wrong one.
+
+llama.cpp's grammar sampler aborts the whole process (a C++ exception through the C ABI, or
+GGML_ABORT) when it is made to accept a token the grammar rejects, or an end-of-generation
+token before the grammar is complete. So every token goes through `allows` (a one-candidate
+`llama_sampler_apply`, tens of microseconds) before `accept`, and a token it refuses is a
+clean `GrammarDeadEnd` for that job, never a dead worker.
+
+Sampling is llama.cpp's own "sample, then check, then resample" (common_sampler_sample): the
+job's sampler chain picks from the whole vocabulary, and only when the grammar refuses that
+token are the logits masked by the grammar (milliseconds over SmolLM2's 49,152 tokens) and
+the pick made again. Most tokens of a constrained answer pass the check, so a constrained
+job costs about what a free one does, and its batch neighbours nothing at all.
+
+Control tokens other than the end of generation are banned: the grammar judges a token by its
+marker text (`<|im_start|>`), while the published text renders control tokens as nothing.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Iterable
+
+import llama_cpp
+import numpy as np
+
+from worker.errors import GrammarDeadEnd
+
+_CANDIDATE = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
+
+
+class BadGrammar(ValueError):
+    """llama.cpp could not parse the grammar."""
+
+
+class Candidates:
+    """A candidate array over the whole vocabulary, refilled from a logits row."""
+
+    def __init__(self, n_vocab: int) -> None:
+        self.a = np.zeros(n_vocab, dtype=_CANDIDATE)
+        self.a["id"] = np.arange(n_vocab, dtype=np.intc)
+        self.arr = llama_cpp.llama_token_data_array(
+            data=self.a.ctypes.data_as(llama_cpp.llama_token_data_p), size=n_vocab, selected=-1, sorted=False
+        )
+
+    def fill(self, row: np.ndarray) -> None:
+        self.a["id"] = np.arange(len(self.a), dtype=np.intc)  # a sampler may have reordered them
+        self.a["logit"] = row
+        self.a["p"] = 0.0
+        self.arr.size = len(self.a)
+        self.arr.selected = -1
+        self.arr.sorted = False
+
+    def selected(self) -> int:
+        return int(self.a["id"][self.arr.selected])
+
+    def finite(self) -> np.ndarray:
+        return np.isfinite(self.a["logit"][: self.arr.size])
+
+
+class GrammarGate:
+    """One job's grammar state. Every call happens on one thread at a time (the job's
+    sampler is used by the scheduler thread only, after the job thread built it)."""
+
+    def __init__(self, vocab, gbnf: str, banned: Iterable[int]) -> None:
+        self._g = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
+        if not self._g:  # a NULL pointer: never add it to anything
+            raise BadGrammar("llama.cpp could not parse the grammar")
+        self._banned = np.array(sorted(set(banned)), dtype=np.intc)
+        self._banned_set = frozenset(self._banned.tolist())
+        self._one = np.zeros(1, dtype=_CANDIDATE)
+        self._one_arr = llama_cpp.llama_token_data_array(
+            data=self._one.ctypes.data_as(llama_cpp.llama_token_data_p), size=1, selected=-1, sorted=False
+        )
+
+    def allows(self, token: int) -> bool:
+        if token in self._banned_set:
+            return False
+        self._one["id"] = token
+        self._one["logit"] = 0.0
+        self._one_arr.size = 1
+        self._one_arr.selected = -1
+        llama_cpp.llama_sampler_apply(self._g, ctypes.byref(self._one_arr))
+        return bool(np.isfinite(self._one["logit"][0]))
+
+    def accept(self, token: int) -> None:
+        """The only way a token reaches the grammar."""
+        if not self.allows(token):
+            raise GrammarDeadEnd(f"token {token} does not continue the grammar")
+        llama_cpp.llama_sampler_accept(self._g, token)
+
+    def mask(self, cands: Candidates) -> None:
+        """Set every token the grammar refuses to -inf; raise if none is left."""
+        llama_cpp.llama_sampler_apply(self._g, ctypes.byref(cands.arr))
+        if len(self._banned):
+            cands.a["logit"][self._banned] = -np.inf  # ids are still in order: apply keeps them
+        if not cands.finite().any():
+            raise GrammarDeadEnd("no token continues the grammar")
+
+    def close(self) -> None:
+        if self._g:
+            llama_cpp.llama_sampler_free(self._g)
+            self._g = None
+
+
+def banned_controls(vocab, n_vocab: int) -> list[int]:
+    """Control tokens that do not end generation (SmolLM2: `<|im_start|>`, `<file_sep>`, ...)."""
+    return [
+        t
+        for t in range(n_vocab)
+        if llama_cpp.llama_vocab_get_attr(vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+        and not llama_cpp.llama_vocab_is_eog(vocab, t)
+    ]
