@@ -1,8 +1,11 @@
 """Request bodies of the endpoints that create jobs, validated into a `JobSpec`.
 
-Pydantic models in strict mode (a string where a number belongs is an error, not coerced);
-fields the server does not know are ignored, as OpenAI clients send many. `null` for an
-optional field means "the default", as the official SDKs may send it.
+Pydantic models in strict mode (a string where a number belongs is an error, not coerced).
+Every field either takes effect or is refused: a field this server does not implement is a
+400 `unsupported_parameter` naming it, never silently dropped (a client asking for JSON must
+not get prose). The exceptions change nothing here by their nature and are accepted:
+`user`, `metadata`, `store` (README). `null` for an optional field means "the default", as
+the official SDKs may send it.
 """
 
 from __future__ import annotations
@@ -14,10 +17,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from api.errors import APIError, invalid
 from api.settings import Limits
-from contract.errors import ARRAY_TOO_LONG, BAD_REQUEST, MISSING_PARAMETER, STRING_TOO_LONG
-from contract.jobspec import JobSpec, Message
+from contract.errors import ARRAY_TOO_LONG, BAD_REQUEST, MISSING_PARAMETER, STRING_TOO_LONG, UNSUPPORTED
+from contract.jobspec import MAX_TOP_LOGPROBS, NAMED, TOOL_NAME, JobSpec, Message, Tool, ToolCall
+from contract.schema import SchemaError, check_size, schema_grammar
 
-_CONFIG = ConfigDict(strict=True, extra="ignore")
+_CONFIG = ConfigDict(strict=True, extra="forbid")
+MAX_TOOLS = 128  # OpenAI's limit
+MAX_LOGIT_BIAS = 300
 B = TypeVar("B", bound="Body")
 
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
@@ -33,10 +39,29 @@ class TextPart(BaseModel):
     text: str
 
 
-class ChatMessage(BaseModel):
+class FunctionCall(BaseModel):
     model_config = _CONFIG
-    role: Literal["system", "developer", "user", "assistant"]
+    name: str
+    arguments: str
+
+
+class ToolCallIn(BaseModel):
+    model_config = _CONFIG
+    id: Annotated[str, Field(min_length=1)]
+    type: Literal["function"]
+    function: FunctionCall
+
+
+class _Message(BaseModel):
+    """What every message has. `name` (a participant's name) is accepted and not rendered:
+    chat templates have no place for it (as in llama-server)."""
+
+    model_config = _CONFIG
     content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    tool_calls: None = None  # only an assistant's message has them
+    tool_call_id: None = None  # only a tool's message has one
 
     def text(self) -> str:
         if self.content is None:
@@ -44,6 +69,81 @@ class ChatMessage(BaseModel):
         if isinstance(self.content, str):
             return self.content
         return "".join(part.text for part in self.content)
+
+
+class SystemMessage(_Message):
+    role: Literal["system", "developer"]
+
+
+class UserMessage(_Message):
+    role: Literal["user"]
+
+
+class AssistantMessage(_Message):
+    role: Literal["assistant"]
+    tool_calls: list[ToolCallIn] | None = None  # type: ignore[assignment]
+    # What the server's own assistant messages carry, echoed back by SDK round trips.
+    refusal: None = None
+    function_call: None = None
+    audio: None = None
+    annotations: Annotated[list, Field(max_length=0)] | None = None
+
+
+class ToolMessage(_Message):
+    role: Literal["tool"]
+    tool_call_id: str  # type: ignore[assignment]
+
+
+# One model per role, as OpenAI's own schema has it: /openapi.json says which fields go with
+# which role, and a field on the wrong role is named in the 400.
+ChatMessage = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage, Field(discriminator="role")
+]
+
+
+class FunctionDef(BaseModel):
+    model_config = _CONFIG
+    name: str
+    description: str | None = None
+    parameters: dict | None = None
+    strict: bool | None = None  # the schema is always enforced
+
+
+class ToolDef(BaseModel):
+    model_config = _CONFIG
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(BaseModel):
+    model_config = _CONFIG
+    name: str
+
+
+class NamedTool(BaseModel):
+    model_config = _CONFIG
+    type: Literal["function"]
+    function: NamedFunction
+
+
+class JsonSchemaFormat(BaseModel):
+    model_config = _CONFIG
+    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
+    description: str | None = None
+    schema_: Annotated[dict | None, Field(alias="schema")] = None
+    strict: bool | None = None  # the schema is always enforced
+
+
+class ResponseFormat(BaseModel):
+    model_config = _CONFIG
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: JsonSchemaFormat | None = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if (self.type == "json_schema") != (self.json_schema is not None):
+            raise ValueError("response_format: json_schema goes with type json_schema, and only with it")
+        return self
 
 
 class StreamOptions(BaseModel):
@@ -68,6 +168,17 @@ class Body(BaseModel):
     stream: bool | None = None
     stream_options: StreamOptions | None = None
     background: bool | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repeat_penalty: Annotated[float, Field(ge=0.01, le=10.0)] | None = None
+    logit_bias: (
+        Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS)]
+        | None
+    ) = None
+    # Accepted, and change nothing here (see the module docstring).
+    user: str | None = None
+    metadata: dict[str, str] | None = None
+    store: bool | None = None
 
     @model_validator(mode="after")
     def _check(self):
@@ -136,7 +247,21 @@ class Body(BaseModel):
             "seed": self.seed,
             "presence_penalty": float(self.presence_penalty or 0.0),
             "frequency_penalty": float(self.frequency_penalty or 0.0),
+            "top_k": self.top_k or 0,
+            "min_p": float(self.min_p or 0.0),
+            "repeat_penalty": 1.0 if self.repeat_penalty is None else float(self.repeat_penalty),
+            "logit_bias": _logit_bias(self.logit_bias),
         }
+
+
+def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
+    """OpenAI's `{"token id": bias}` as (id, bias) pairs, ids ascending."""
+    pairs = []
+    for key, value in (bias or {}).items():
+        if not key.isdigit() or len(key) > 9:
+            raise invalid(f"Invalid 'logit_bias': {key[:32]!r} is not a token id.", param="logit_bias")
+        pairs.append((int(key), float(value)))
+    return tuple(sorted(pairs))
 
 
 def _too_many(param: str, limit: int, got: int) -> APIError:
@@ -151,23 +276,109 @@ def _too_many(param: str, limit: int, got: int) -> APIError:
 class ChatRequest(Body):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
+    tools: Annotated[list[ToolDef], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | NamedTool | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    logprobs: bool | None = None
+    top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
     def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
-        messages = tuple(
-            Message(role="system" if m.role == "developer" else m.role, content=m.text())
-            for m in self.messages
-        )
+        self._check_conversation()
+        tools = self._tools()
+        fmt = self._format()
+        if self.top_logprobs and not self.logprobs:
+            raise invalid("Invalid 'top_logprobs': it needs logprobs set to true.", param="top_logprobs")
+        choice = self._tool_choice(tools)
+        if self.logprobs and tools and choice != "none":
+            raise _unsupported("logprobs", "logprobs cannot be combined with tools on this server.")
         return JobSpec(
             id=completion_id,
             kind="chat",
             model=self.model,
-            messages=messages,
+            messages=tuple(self._message(m) for m in self.messages),
             max_tokens=self.max_completion_tokens or self.max_tokens or limits.max_tokens,
             **self._sampling(),
+            logprobs=bool(self.logprobs),
+            top_logprobs=self.top_logprobs or 0,
+            response_format=fmt,
+            tools=tools,
+            tool_choice=choice,
+            parallel_tool_calls=True if self.parallel_tool_calls is None else self.parallel_tool_calls,
         )
 
+    @staticmethod
+    def _message(m: SystemMessage | UserMessage | AssistantMessage | ToolMessage) -> Message:
+        calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
+        role = "system" if m.role == "developer" else m.role
+        cid = m.tool_call_id if isinstance(m, ToolMessage) else ""
+        return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=cid)
+
+    def _check_conversation(self) -> None:
+        """OpenAI's rules: only assistants call tools, and a tool result answers a call made
+        before it."""
+        calls: set[str] = set()
+        for i, m in enumerate(self.messages):
+            calls.update(c.id for c in m.tool_calls or ())
+            if isinstance(m, ToolMessage) and m.tool_call_id not in calls:
+                raise invalid(
+                    f"Invalid 'messages[{i}]': a message with role 'tool' must answer a tool call "
+                    "of an earlier assistant message ('tool_call_id' names none).",
+                    param=f"messages[{i}].tool_call_id",
+                )
+
+    def _tools(self) -> tuple[Tool, ...]:
+        tools = []
+        for i, t in enumerate(self.tools or ()):
+            f = t.function
+            param = f"tools[{i}].function"
+            if not TOOL_NAME.fullmatch(f.name):
+                raise invalid(
+                    f"Invalid '{param}.name': {f.name[:64]!r} must be 1 to 64 letters, digits, "
+                    "underscores or dashes.",
+                    param=f"{param}.name",
+                )
+            parameters = f.parameters if f.parameters is not None else {"type": "object", "properties": {}}
+            _compile(parameters, f"{param}.parameters")
+            tools.append(Tool(f.name, f.description or "", parameters))
+        if len({t.name for t in tools}) != len(tools):
+            raise invalid("Invalid 'tools': function names must be unique.", param="tools")
+        return tuple(tools)
+
+    def _tool_choice(self, tools: tuple[Tool, ...]) -> str:
+        choice = self.tool_choice
+        if choice is None:
+            return "auto"
+        if not tools:
+            raise invalid(
+                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+                param="tool_choice",
+            )
+        if isinstance(choice, NamedTool):
+            if choice.function.name not in {t.name for t in tools}:
+                raise invalid(
+                    f"Invalid 'tool_choice': no tool named {choice.function.name[:64]!r}.",
+                    param="tool_choice.function.name",
+                )
+            return NAMED + choice.function.name
+        return choice
+
+    def _format(self) -> dict | None:
+        fmt = self.response_format
+        if fmt is None or fmt.type == "text":
+            return None
+        if fmt.type == "json_object":
+            return {"type": "json_object"}
+        assert fmt.json_schema is not None
+        schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {"type": "object"}
+        _compile(schema, "response_format.json_schema.schema")
+        return {"type": "json_schema", "schema": schema}
+
     def prompt_chars(self) -> tuple[int, str]:
-        return sum(len(m.text()) for m in self.messages), "messages"
+        chars = sum(len(m.text()) for m in self.messages)
+        chars += sum(len(c.function.arguments) for m in self.messages for c in m.tool_calls or ())
+        chars += sum(len(json.dumps(t.model_dump(by_alias=True))) for t in self.tools or ())
+        return chars, "messages"
 
     def wanted_tokens(self) -> tuple[int | None, str]:
         if self.max_completion_tokens:
@@ -180,8 +391,24 @@ class ChatRequest(Body):
         super().enforce(limits)
 
 
+def _compile(schema: object, param: str) -> None:
+    """A 400 naming where in the schema, and which keyword, the grammar cannot enforce."""
+    try:
+        check_size(schema)
+        schema_grammar(schema)
+    except SchemaError as exc:
+        raise invalid(f"Invalid '{param}': {exc}.", param=param) from None
+    except RecursionError:
+        raise invalid(f"Invalid '{param}': the schema is nested too deeply.", param=param) from None
+
+
+def _unsupported(param: str, why: str) -> APIError:
+    return invalid(f"Unsupported parameter: '{param}'. {why}", param=param, error=UNSUPPORTED)
+
+
 class CompletionRequest(Body):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None  # the legacy shape: how many alternatives
 
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
@@ -194,6 +421,8 @@ class CompletionRequest(Body):
             prompt=self.text(),
             max_tokens=16 if self.max_tokens is None else self.max_tokens,  # OpenAI's default
             **self._sampling(),
+            logprobs=self.logprobs is not None,
+            top_logprobs=self.logprobs or 0,
         )
 
     def prompt_chars(self) -> tuple[int, str]:
@@ -221,14 +450,36 @@ def parse(body_type: type[B], body: bytes) -> B:
 def _explain(exc: ValidationError) -> APIError:
     err = exc.errors()[0]
     loc = [str(p) for p in err["loc"] if not _is_type_tag(str(p))]
+    if len(loc) > 2 and loc[0] == "messages" and loc[1].isdigit():
+        del loc[2]  # the role that chose the message's model
     msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the role
+        loc.append("role")
+        if err["type"] == "union_tag_not_found":
+            err = {**err, "type": "missing"}
+        else:
+            msg = "role must be one of 'system', 'developer', 'user', 'assistant', 'tool'"
     if err["type"] == "value_error" and ":" in msg:
         param, _, msg = msg.partition(": ")
         return invalid(f"Invalid '{param}': {msg}.", param=param, error=BAD_REQUEST)
-    param = ".".join(loc) or None
+    param = _param(loc) or None
+    if err["type"] == "extra_forbidden":
+        return _unsupported(param or "", "This server does not implement it (README lists what it does).")
+    if err["type"] == "none_required" and param and param.endswith((".tool_calls", ".tool_call_id")):
+        field = param.rsplit(".", 1)[1]
+        owner = "assistant" if field == "tool_calls" else "tool"
+        return invalid(f"Invalid '{param}': only {owner} messages have '{field}'.", param=param)
     if err["type"] == "missing":
         return invalid(f"Missing required parameter: '{param}'.", param=param, error=MISSING_PARAMETER)
     return invalid(f"Invalid '{param}': {msg}.", param=param)
+
+
+def _param(loc: list[str]) -> str:
+    """Pydantic's location as OpenAI names a parameter: `messages[0].content`."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
 
 
 def _is_type_tag(part: str) -> bool:

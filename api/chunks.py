@@ -8,9 +8,9 @@ and `TextChunks` differ only in the shape of a choice.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from contract.entries import CANCELLED, STOP, Delta, Failed, Finished
+from contract.entries import CANCELLED, STOP, CallPart, Delta, Failed, Finished, TokenLogprob
 from contract.errors import failure_body, status_of
 from contract.keys import JobStatus
 
@@ -55,7 +55,11 @@ class Chunks:
     def _choice(self, text: str | None, finish_reason: str | None) -> dict:
         raise NotImplementedError
 
-    def _message(self, text: str, finish_reason: str) -> dict:
+    def _message(self, text: str, finish_reason: str, out: Output) -> dict:
+        raise NotImplementedError
+
+    def _delta_choice(self, entry: Delta) -> dict:
+        """A delta's choice when it carries more than text (tool calls, logprobs)."""
         raise NotImplementedError
 
     def opening(self) -> dict | None:
@@ -64,6 +68,9 @@ class Chunks:
 
     def content(self, text: str) -> dict:
         return self._chunk([self._choice(text, None)])
+
+    def delta(self, entry: Delta) -> dict:
+        return self._chunk([self._delta_choice(entry)])
 
     def keepalive(self) -> dict:
         """An empty chunk that every OpenAI client parses and ignores (see api/sse.py)."""
@@ -80,23 +87,23 @@ class Chunks:
     def answer(self, rows: Rows) -> Answer | None:
         """The whole response from a job's entries (all of them, from the first), once its
         terminal entry is among them; None before."""
-        text: list[str] = []
+        out = Output()
         for _, entry in rows:
             if isinstance(entry, Delta):
-                text.append(entry.text)
+                out.add(entry)
             elif isinstance(entry, Failed):
                 return Answer(status_of(entry), failure_body(entry))
             elif isinstance(entry, Finished):
-                return Answer(200, self._completion("".join(text), entry))
+                return Answer(200, self._completion(out, entry))
         return None
 
-    def _completion(self, text: str, entry: Finished) -> dict:
+    def _completion(self, out: Output, entry: Finished) -> dict:
         return {
             "id": self.id,
             "object": self.object,
             "created": self.created,
             "model": self.model,
-            "choices": [self._message(text, finish_reason(entry))],
+            "choices": [self._message(out.text(), finish_reason(entry), out)],
             "usage": usage(entry.prompt_tokens, entry.completion_tokens),
         }
 
@@ -134,17 +141,58 @@ class ChatChunks(Chunks):
             delta["content"] = text
         return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
 
-    def _message(self, text: str, finish_reason: str) -> dict:
-        return {
-            "index": 0,
-            "message": {"role": "assistant", "content": text},
-            "logprobs": None,
-            "finish_reason": finish_reason,
+    def _delta_choice(self, entry: Delta) -> dict:
+        choice = self._choice(entry.text or None, None)
+        if entry.calls:
+            choice["delta"]["tool_calls"] = [_call_delta(c) for c in entry.calls]
+        if entry.logprobs:
+            choice["logprobs"] = {"content": [_chat_logprob(lp) for lp in entry.logprobs], "refusal": None}
+        return choice
+
+    def _message(self, text: str, finish_reason: str, out: Output) -> dict:
+        message: dict = {
+            "role": "assistant",
+            "content": text if text or not out.calls else None,
+            "refusal": None,
         }
+        if out.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in out.calls
+            ]
+        logprobs = None
+        if out.logprobs is not None:
+            logprobs = {"content": [_chat_logprob(lp) for lp in out.logprobs], "refusal": None}
+        return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
 
     def opening(self) -> dict | None:
         """The role, once, before any content."""
         return self._chunk([self._choice("", None, role=True)])
+
+
+def _call_delta(part: CallPart) -> dict:
+    """OpenAI's streamed tool call: id, type and name with the first fragment."""
+    if part.id:
+        return {
+            "index": part.index,
+            "id": part.id,
+            "type": "function",
+            "function": {"name": part.name, "arguments": part.arguments},
+        }
+    return {"index": part.index, "function": {"arguments": part.arguments}}
+
+
+def _token(piece: bytes) -> str:
+    return piece.decode("utf-8", "replace")
+
+
+def _chat_logprob(lp: TokenLogprob) -> dict:
+    return {
+        "token": _token(lp.piece),
+        "logprob": lp.logprob,
+        "bytes": list(lp.piece),
+        "top_logprobs": [{"token": _token(b), "logprob": v, "bytes": list(b)} for b, v in lp.top],
+    }
 
 
 class TextChunks(Chunks):
@@ -154,8 +202,54 @@ class TextChunks(Chunks):
     def _choice(self, text: str | None, finish_reason: str | None) -> dict:
         return {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
 
-    def _message(self, text: str, finish_reason: str) -> dict:
-        return self._choice(text, finish_reason)
+    def _delta_choice(self, entry: Delta) -> dict:
+        choice = self._choice(entry.text, None)
+        if entry.logprobs:
+            choice["logprobs"] = _text_logprobs(entry.logprobs)
+        return choice
+
+    def _message(self, text: str, finish_reason: str, out: Output) -> dict:
+        choice = self._choice(text, finish_reason)
+        if out.logprobs is not None:
+            choice["logprobs"] = _text_logprobs(out.logprobs)
+        return choice
+
+
+def _text_logprobs(logprobs: list[TokenLogprob] | tuple[TokenLogprob, ...]) -> dict:
+    """The legacy completions' shape; `text_offset` counts from the start of these tokens."""
+    offsets, at = [], 0
+    for lp in logprobs:
+        offsets.append(at)
+        at += len(_token(lp.piece))
+    return {
+        "tokens": [_token(lp.piece) for lp in logprobs],
+        "token_logprobs": [lp.logprob for lp in logprobs],
+        "top_logprobs": [{_token(b): v for b, v in lp.top} for lp in logprobs],
+        "text_offset": offsets,
+    }
+
+
+@dataclass
+class Output:
+    """A job's output so far, from its deltas: text, whole tool calls, logprobs."""
+
+    parts: list[str] = field(default_factory=list)
+    calls: list[CallPart] = field(default_factory=list)  # one per call, arguments joined
+    logprobs: list[TokenLogprob] | None = None
+
+    def add(self, entry: Delta) -> None:
+        self.parts.append(entry.text)
+        for part in entry.calls:
+            if part.id:
+                self.calls.append(part)
+            elif self.calls and self.calls[-1].index == part.index:
+                last = self.calls[-1]
+                self.calls[-1] = CallPart(last.index, last.arguments + part.arguments, last.id, last.name)
+        if entry.logprobs:
+            self.logprobs = [*(self.logprobs or []), *entry.logprobs]
+
+    def text(self) -> str:
+        return "".join(self.parts)
 
 
 @dataclass(frozen=True)

@@ -62,7 +62,12 @@ class ChunkEvents:
         for eid, entry in rows:
             sent = self._at is not None and eid == self._at.entry_id  # the client has it
             if isinstance(entry, Delta):
-                if entry.text and not sent:
+                if sent:
+                    continue
+                if entry.calls or entry.logprobs:
+                    out.append(sse.event(self._chunks.delta(entry), eid))
+                    contents += 1
+                elif entry.text:
                     out.append(self._content.event(entry.text, eid))
                     contents += 1
             elif isinstance(entry, Finished):

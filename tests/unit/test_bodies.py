@@ -74,11 +74,247 @@ def test_content_parts_are_joined_and_developer_is_a_system_message():
     ]
 
 
-def test_unknown_fields_and_nulls_are_ignored():
-    spec = parse(ChatRequest, chat(user="u", logit_bias=None, temperature=None, foo={"x": 1})).to_spec(
-        "c", LIMITS
+def test_nulls_mean_the_default_and_the_no_op_fields_are_accepted():
+    spec = parse(
+        ChatRequest, chat(user="u", metadata={"k": "v"}, store=True, logit_bias=None, temperature=None)
+    ).to_spec("c", LIMITS)
+    assert spec.temperature == 1.0 and spec.logit_bias == ()
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"foo": {"x": 1}}, "foo"),
+        ({"functions": [{"name": "f"}]}, "functions"),
+        ({"audio": {"voice": "x"}}, "audio"),
+        ({"messages": [{"role": "user", "content": "x", "weird": 1}]}, "messages[0].weird"),
+        (
+            {"messages": [{"role": "tool", "tool_call_id": "c", "content": "x", "weird": 1}]},
+            "messages[0].weird",
+        ),
+    ],
+)
+def test_what_the_server_does_not_implement_is_refused_by_name(extra, param):
+    e = _late(extra) if _fails_late(extra) else err(ChatRequest, chat(**extra))
+    assert e.code == "unsupported_parameter" and e.param == param and param in e.message
+
+
+def test_a_participant_name_is_accepted_on_any_message():
+    spec = parse(
+        ChatRequest,
+        chat(
+            messages=[
+                {"role": "system", "content": "s", "name": "a"},
+                {"role": "user", "content": "x", "name": "bob"},
+            ]
+        ),
+    ).to_spec("c", LIMITS)
+    assert [m.content for m in spec.messages] == ["s", "x"]
+
+
+@pytest.mark.parametrize(
+    ("message", "param", "words"),
+    [
+        ({"role": "robot", "content": "x"}, "messages[0].role", "one of"),
+        ({"content": "x"}, "messages[0].role", "Missing"),
+        ({"role": "user", "content": "x", "tool_call_id": "c"}, "messages[0].tool_call_id", "only tool"),
+        ({"role": "tool", "content": "x"}, "messages[0].tool_call_id", "Missing"),
+    ],
+)
+def test_a_field_on_the_wrong_role_is_named(message, param, words):
+    e = err(ChatRequest, chat(messages=[message]))
+    assert e.param == param and words in e.message, (e.param, e.message)
+
+
+def test_every_extension_reaches_the_job():
+    body = chat(
+        top_k=40,
+        min_p=0.05,
+        repeat_penalty=1.1,
+        logit_bias={"15": -100, "3": 5.5},
+        logprobs=True,
+        top_logprobs=3,
+        response_format={"type": "json_object"},
     )
-    assert spec.temperature == 1.0
+    spec = parse(ChatRequest, body).to_spec("c", LIMITS)
+    assert (spec.top_k, spec.min_p, spec.repeat_penalty) == (40, 0.05, 1.1)
+    assert spec.logit_bias == ((3, 5.5), (15, -100.0))
+    assert (spec.logprobs, spec.top_logprobs) == (True, 3)
+    assert spec.response_format == {"type": "json_object"}
+
+
+WEATHER = {
+    "type": "function",
+    "function": {
+        "name": "get_weather",
+        "description": "The weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
+    },
+}
+
+
+def test_tools_choice_and_a_tool_round_trip_reach_the_job():
+    messages = [
+        {"role": "user", "content": "weather?"},
+        {
+            "role": "assistant",
+            "content": None,
+            "refusal": None,
+            "tool_calls": [
+                {
+                    "id": "call_1",
+                    "type": "function",
+                    "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                }
+            ],
+        },
+        {"role": "tool", "tool_call_id": "call_1", "content": [{"type": "text", "text": "sunny"}]},
+    ]
+    body = chat(
+        messages=messages,
+        tools=[WEATHER],
+        tool_choice={"type": "function", "function": {"name": "get_weather"}},
+        parallel_tool_calls=False,
+    )
+    spec = parse(ChatRequest, body).to_spec("c", LIMITS)
+    assert spec.tools[0].name == "get_weather" and spec.named_tool == "get_weather"
+    assert spec.parallel_tool_calls is False
+    assert spec.messages[1].tool_calls[0].arguments == '{"city":"Oslo"}'
+    assert (spec.messages[2].role, spec.messages[2].tool_call_id, spec.messages[2].content) == (
+        "tool",
+        "call_1",
+        "sunny",
+    )
+    JobSpecCheck = type(spec).from_dict(spec.to_dict())
+    assert JobSpecCheck == spec
+
+
+def test_a_json_schema_format_is_compiled_and_kept():
+    schema = {"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"]}
+    body = chat(
+        response_format={
+            "type": "json_schema",
+            "json_schema": {"name": "x", "schema": schema, "strict": True},
+        }
+    )
+    spec = parse(ChatRequest, body).to_spec("c", LIMITS)
+    assert spec.response_format == {"type": "json_schema", "schema": schema}
+
+
+@pytest.mark.parametrize(
+    ("kw", "param", "words"),
+    [
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 3}},
+                }
+            },
+            "response_format.json_schema.schema",
+            "/minimum",
+        ),
+        (
+            {
+                "response_format": {
+                    "type": "json_schema",
+                    "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a$"}},
+                }
+            },
+            "response_format.json_schema.schema",
+            "pattern",
+        ),
+        ({"response_format": {"type": "json_schema"}}, "response_format", "json_schema"),
+        ({"response_format": {"type": "xml"}}, "response_format.type", ""),
+        ({"tool_choice": "required"}, "tool_choice", "tools"),
+        (
+            {"tools": [WEATHER], "tool_choice": {"type": "function", "function": {"name": "nope"}}},
+            "tool_choice.function.name",
+            "nope",
+        ),
+        ({"tools": [WEATHER, WEATHER]}, "tools", "unique"),
+        (
+            {"tools": [{"type": "function", "function": {"name": "bad name"}}]},
+            "tools[0].function.name",
+            "letters",
+        ),
+        (
+            {
+                "tools": [
+                    {
+                        "type": "function",
+                        "function": {
+                            "name": "f",
+                            "parameters": {"type": "object", "properties": {"x": {"not": {}}}},
+                        },
+                    }
+                ]
+            },
+            "tools[0].function.parameters",
+            "/properties/x/not",
+        ),
+        ({"top_logprobs": 2}, "top_logprobs", "logprobs"),
+        ({"logprobs": True, "top_logprobs": 21}, "top_logprobs", ""),
+        ({"logprobs": True, "tools": [WEATHER]}, "logprobs", "tools"),
+        ({"logit_bias": {"abc": 1}}, "logit_bias", "token id"),
+        ({"logit_bias": {"1": 101}}, "logit_bias", ""),
+        ({"top_k": -1}, "top_k", ""),
+        ({"min_p": 2}, "min_p", ""),
+        (
+            {"messages": [{"role": "tool", "tool_call_id": "call_9", "content": "x"}]},
+            "messages[0].tool_call_id",
+            "tool call",
+        ),
+        ({"messages": [{"role": "tool", "content": "x"}]}, "messages[0].tool_call_id", ""),
+        (
+            {
+                "messages": [
+                    {
+                        "role": "user",
+                        "content": "x",
+                        "tool_calls": [
+                            {"id": "a", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+                        ],
+                    }
+                ]
+            },
+            "messages[0].tool_calls",
+            "assistant",
+        ),
+    ],
+)
+def test_bad_tools_formats_and_extensions_name_the_parameter(kw, param, words):
+    e = err(ChatRequest, chat(**kw)) if not _fails_late(kw) else _late(kw)
+    assert e.param is not None and e.param.startswith(param), (e.param, e.message)
+    assert words in e.message
+
+
+def _fails_late(kw) -> bool:
+    try:
+        parse(ChatRequest, chat(**kw))
+    except APIError:
+        return False
+    return True
+
+
+def _late(kw) -> APIError:
+    with pytest.raises(APIError) as info:
+        parse(ChatRequest, chat(**kw)).to_spec("c", LIMITS)
+    assert info.value.status == 400
+    return info.value
+
+
+def test_legacy_logprobs_count_alternatives():
+    spec = parse(
+        CompletionRequest, json.dumps({"model": "m", "prompt": "p", "logprobs": 2}).encode()
+    ).to_spec("c", LIMITS)
+    assert (spec.logprobs, spec.top_logprobs) == (True, 2)
+    spec = parse(
+        CompletionRequest, json.dumps({"model": "m", "prompt": "p", "logprobs": 0}).encode()
+    ).to_spec("c", LIMITS)
+    assert (spec.logprobs, spec.top_logprobs) == (True, 0)
+    e = err(CompletionRequest, json.dumps({"model": "m", "prompt": "p", "echo": True}).encode())
+    assert e.code == "unsupported_parameter" and e.param == "echo"
 
 
 def test_legacy_prompt_as_string_or_one_element_list_and_default_max_tokens():
@@ -97,10 +333,10 @@ def test_legacy_prompt_as_string_or_one_element_list_and_default_max_tokens():
         (json.dumps({"messages": [{"role": "user", "content": "x"}]}).encode(), "model"),
         (chat(messages=[]), "messages"),
         (chat(messages="hi"), "messages"),
-        (chat(messages=[{"role": "wizard", "content": "x"}]), "messages.0.role"),
+        (chat(messages=[{"role": "wizard", "content": "x"}]), "messages[0].role"),
         (
             chat(messages=[{"role": "user", "content": [{"type": "image_url", "image_url": {}}]}]),
-            "messages.0.content",
+            "messages[0].content",
         ),
         (chat(max_tokens=0), "max_tokens"),
         (chat(max_tokens="12"), "max_tokens"),

@@ -91,7 +91,7 @@ def test_answers_from_entries():
     chat = ChatChunks("chatcmpl-1", 1, "m").answer(rows(*hello, finished("stop", 2, 3)))
     assert chat is not None and chat.status == 200
     assert chat.body["object"] == "chat.completion"
-    assert chat.body["choices"][0]["message"] == {"role": "assistant", "content": "hello"}
+    assert chat.body["choices"][0]["message"] == {"role": "assistant", "content": "hello", "refusal": None}
     assert chat.body["usage"]["total_tokens"] == 5
     text = TextChunks("cmpl-1", 1, "m").answer(rows(*hello, finished("length", 2, 3)))
     assert text is not None and text.body["object"] == "text_completion"
@@ -122,3 +122,61 @@ def test_templated_content_events_are_byte_identical(text, kind, usage):
     chunks = make("chatcmpl-x" if kind == "chat" else "cmpl-x", 1, "m", include_usage=usage)
     fast = sse.ContentEvents(chunks.content)
     assert fast.event(text, "17-3") == sse.event(chunks.content(text), "17-3")
+
+
+def test_tool_calls_stream_openai_style_and_assemble_into_the_message():
+    from contract.entries import CallPart, TokenLogprob
+
+    c = ChatChunks("chatcmpl-t", 1, "m")
+    first = Delta(epoch=1, text="", token_ids=(1,), calls=(CallPart(0, "", "call_a", "get_weather"),))
+    more = Delta(epoch=1, text="", token_ids=(2, 3), calls=(CallPart(0, '{"city"'), CallPart(0, ': "Oslo"}')))
+    assert c.delta(first)["choices"][0]["delta"] == {
+        "tool_calls": [
+            {
+                "index": 0,
+                "id": "call_a",
+                "type": "function",
+                "function": {"name": "get_weather", "arguments": ""},
+            }
+        ]
+    }
+    assert c.delta(more)["choices"][0]["delta"]["tool_calls"][0] == {
+        "index": 0,
+        "function": {"arguments": '{"city"'},
+    }
+    done = Finished(epoch=1, finish_reason="tool_calls", prompt_tokens=3, completion_tokens=3)
+    answer = c.answer([("1-0", first), ("2-0", more), ("3-0", done)])
+    choice = answer.body["choices"][0]
+    assert choice["finish_reason"] == "tool_calls"
+    assert choice["message"]["content"] is None
+    assert choice["message"]["tool_calls"] == [
+        {
+            "id": "call_a",
+            "type": "function",
+            "function": {"name": "get_weather", "arguments": '{"city": "Oslo"}'},
+        }
+    ]
+    lp = Delta(
+        epoch=1,
+        text="hi",
+        token_ids=(5,),
+        logprobs=(TokenLogprob(b"hi", -0.5, ((b"hi", -0.5), (b"\xff", -2.0))),),
+    )
+    chunk = c.delta(lp)["choices"][0]
+    assert chunk["delta"] == {"content": "hi"}
+    assert chunk["logprobs"]["content"][0] == {
+        "token": "hi",
+        "logprob": -0.5,
+        "bytes": [104, 105],
+        "top_logprobs": [
+            {"token": "hi", "logprob": -0.5, "bytes": [104, 105]},
+            {"token": "\ufffd", "logprob": -2.0, "bytes": [255]},
+        ],
+    }
+    text = TextChunks("cmpl-t", 1, "m").delta(lp)["choices"][0]["logprobs"]
+    assert text == {
+        "tokens": ["hi"],
+        "token_logprobs": [-0.5],
+        "top_logprobs": [{"hi": -0.5, "\ufffd": -2.0}],
+        "text_offset": [0],
+    }
