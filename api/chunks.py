@@ -246,7 +246,9 @@ class Output:
                 last = self.calls[-1]
                 self.calls[-1] = CallPart(last.index, last.arguments + part.arguments, last.id, last.name)
         if entry.logprobs:
-            self.logprobs = [*(self.logprobs or []), *entry.logprobs]
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs.extend(entry.logprobs)
 
     def text(self) -> str:
         return "".join(self.parts)
