@@ -263,7 +263,8 @@ def test_the_sampling_extensions_take_effect(pool, sdk):
     counting = "Count from one to twenty in words, separated by commas."
     plain = _text(sdk, counting, 40, temperature=0)
     assert len(plain) > 2 * len(set(plain))  # the greedy answer repeats itself...
-    assert _text(sdk, counting, 40, temperature=0, extra_body={"repeat_penalty": 5.0}) != plain  # ...penalised
+    penalised = _text(sdk, counting, 40, temperature=0, extra_body={"repeat_penalty": 5.0})
+    assert penalised != plain  # ...and a repeat penalty changes it
 
 
 def test_a_schema_the_grammar_cannot_enforce_is_refused_and_nothing_is_queued(pool):
