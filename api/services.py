@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import redis
 import redis.asyncio as aredis
+from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
@@ -24,8 +25,13 @@ def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
     """The pool every handler shares. A blocking pool: under a burst of streams a command
     waits (up to `wait_s`) for a free connection, where redis-py's default pool fails at
     once with "Too many connections"."""
-    pool = aredis.BlockingConnectionPool.from_url(url, max_connections=size, timeout=wait_s, **kwargs)
-    return aredis.Redis(connection_pool=pool, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2))
+    # The retry goes to the pool's connections: with an explicit pool redis-py ignores the
+    # client's own. Without it a connection Redis dropped (a restart) fails its next command.
+    retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2)
+    pool = aredis.BlockingConnectionPool.from_url(
+        url, max_connections=size, timeout=wait_s, retry=retry, **kwargs
+    )
+    return aredis.Redis(connection_pool=pool)
 
 
 @dataclass
