@@ -17,7 +17,9 @@ does not know fails closed. What is enforced:
   properties come first, in declaration order, then the optional ones;
 - arrays: `items`, `prefixItems` (the tuple exactly), `minItems`/`maxItems`;
 - strings: `minLength`/`maxLength`, `format` date, time, date-time or uuid;
-- numbers and integers: any value (ranges are refused: the grammar cannot enforce them);
+- integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (pydantic's `ge`,
+  `le`, `gt`, `lt`), as digit-by-digit alternatives (integers of up to 16 digits, as always);
+- numbers: any value (ranges are refused: a decimal's bounds cannot be spelled digit by digit);
 - annotations (`title`, `description`, `default`, `examples`, ...) change nothing.
 
 The grammar's whitespace is at most one space between tokens, and its strings never hold a
@@ -30,6 +32,7 @@ to `MAX_DEPTH`, a schema of at most `MAX_SCHEMA_BYTES`, a grammar of at most
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -62,17 +65,17 @@ _BY_TYPE = {
     "array": frozenset({"items", "prefixItems", "minItems", "maxItems"}),
     "string": frozenset({"minLength", "maxLength", "format"}),
     "number": frozenset(),
-    "integer": frozenset(),
+    "integer": frozenset({"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"}),
     "boolean": frozenset(),
     "null": frozenset(),
 }
 _FORMATS = ("date", "time", "date-time", "uuid")
 _WHY = {
     "pattern": "regular expressions are not supported",
-    "minimum": "numeric ranges cannot be enforced by the grammar",
-    "maximum": "numeric ranges cannot be enforced by the grammar",
-    "exclusiveMinimum": "numeric ranges cannot be enforced by the grammar",
-    "exclusiveMaximum": "numeric ranges cannot be enforced by the grammar",
+    "minimum": "ranges are enforced on integers only",
+    "maximum": "ranges are enforced on integers only",
+    "exclusiveMinimum": "ranges are enforced on integers only",
+    "exclusiveMaximum": "ranges are enforced on integers only",
     "multipleOf": "numeric constraints cannot be enforced by the grammar",
     "not": "negation cannot be enforced by the grammar",
     "if": "conditional schemas are not supported",
@@ -243,9 +246,12 @@ class Compiler:
         if not isinstance(types, list) or not types or not all(t in _TYPES for t in types):
             raise SchemaError(f"{where}/type", f"'type' must be one of {list(_TYPES)} or a list of them")
         extra = keys - {"type"} - set().union(*(_BY_TYPE[t] for t in types))
+        if "number" in types:  # a bound another type allows would be dropped for numbers
+            extra |= keys & _BY_TYPE["integer"]
         if extra:
             kw = sorted(extra)[0]
-            raise SchemaError(f"{where}/{kw}", f"'{kw}' does not apply to type {' or '.join(types)}")
+            why = f": {_WHY[kw]}" if kw in _WHY else ""
+            raise SchemaError(f"{where}/{kw}", f"'{kw}' does not apply to type {' or '.join(types)}{why}")
         rules = [self._typed(t, node, where, depth) for t in dict.fromkeys(types)]
         return rules[0] if len(rules) == 1 else self._alternatives(rules, where)
 
@@ -281,6 +287,8 @@ class Compiler:
             return self._array(node, where, depth)
         if kind == "string":
             return self._string(node, where)
+        if kind == "integer" and _BY_TYPE["integer"] & set(node):
+            return self._named(where, f"({_integer_range(node, where)}) ws")
         return kind
 
     def _object(self, node: dict, where: str, depth: int) -> str:
@@ -347,6 +355,73 @@ class Compiler:
 
 
 _KNOWN = frozenset({"$ref", "anyOf", "oneOf", "allOf", "const", "enum", "type"}.union(*_BY_TYPE.values()))
+
+
+_MAX_DIGITS = 16  # the integer rule's longest integer
+
+
+def _integer_range(node: dict, where: str) -> str:
+    """The integers within the node's bounds, as GBNF alternatives without leading zeros."""
+    lo = hi = None
+    for key, inclusive, lower in (
+        ("minimum", True, True),
+        ("exclusiveMinimum", False, True),
+        ("maximum", True, False),
+        ("exclusiveMaximum", False, False),
+    ):
+        if key not in node:
+            continue
+        value = node[key]
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise SchemaError(f"{where}/{key}", f"'{key}' must be a number")
+        if lower:
+            bound = math.ceil(value) if inclusive else math.floor(value) + 1
+            lo = bound if lo is None else max(lo, bound)
+        else:
+            bound = math.floor(value) if inclusive else math.ceil(value) - 1
+            hi = bound if hi is None else min(hi, bound)
+    limit = 10**_MAX_DIGITS - 1
+    if (lo is not None and abs(lo) > limit) or (hi is not None and abs(hi) > limit):
+        raise SchemaError(where, f"integer bounds beyond {_MAX_DIGITS} digits are not supported")
+    if lo is not None and hi is not None and lo > hi:
+        raise SchemaError(where, "the bounds leave no integer")
+    alts: list[str] = []
+    if lo is None or lo < 0:  # negative values: "-" then 1 .. -lo (or any)
+        top = -hi if hi is not None and hi < 0 else 1
+        alts += [f'"-" {a}' for a in _digits(top, None if lo is None else -lo)]
+    if hi is None or hi >= 0:
+        alts += _digits(max(lo or 0, 0), hi)
+    return " | ".join(alts)
+
+
+def _digits(lo: int, hi: int | None) -> list[str]:
+    """Alternatives spelling the integers lo..hi (hi None: up to the longest), 0 <= lo."""
+    hi = 10**_MAX_DIGITS - 1 if hi is None else hi
+    alts = []
+    for width in range(len(str(lo)), len(str(hi)) + 1):
+        a, b = max(lo, 10 ** (width - 1) if width > 1 else 0), min(hi, 10**width - 1)
+        if a <= b:
+            alts += _same_width(str(a), str(b))
+    return alts
+
+
+def _same_width(a: str, b: str) -> list[str]:
+    """The numbers from a to b, both of the same number of digits."""
+    if not a:
+        return [""]
+    if a == b:
+        return [f'"{a}"']
+    rest = len(a) - 1
+    tail = f" [0-9]{{{rest}}}" if rest else ""
+    if a[1:] == "0" * rest and b[1:] == "9" * rest:
+        return [f"[{a[0]}-{b[0]}]{tail}"]
+    if a[0] == b[0]:
+        return [f'"{a[0]}" ({" | ".join(_same_width(a[1:], b[1:]))})']
+    out = [f'"{a[0]}" ({" | ".join(_same_width(a[1:], "9" * rest))})']
+    if int(b[0]) - int(a[0]) > 1:
+        out.append(f"[{int(a[0]) + 1}-{int(b[0]) - 1}]{tail}")
+    out.append(f'"{b[0]}" ({" | ".join(_same_width("0" * rest, b[1:]))})')
+    return out
 
 
 def _alone(node: dict, where: str, keyword: str, keys: set[str]) -> None:

@@ -51,7 +51,7 @@ def sdk(pool):
 # Bounded strings: a 135M model greedily repeats itself inside an unbounded one until max_tokens.
 class Person(BaseModel):
     name: str = Field(max_length=40)
-    age: int
+    age: int = Field(ge=0, le=120)  # an integer range: enforced digit by digit
     hobbies: list[Annotated[str, Field(max_length=24)]] = Field(max_length=3)
 
 
@@ -276,7 +276,7 @@ def test_a_schema_the_grammar_cannot_enforce_is_refused_and_nothing_is_queued(po
             "type": "json_schema",
             "json_schema": {
                 "name": "x",
-                "schema": {"type": "object", "properties": {"n": {"type": "integer", "minimum": 1}}},
+                "schema": {"type": "object", "properties": {"n": {"type": "number", "minimum": 1}}},
             },
         },
     }

@@ -208,7 +208,7 @@ def test_a_json_schema_format_is_compiled_and_kept():
             {
                 "response_format": {
                     "type": "json_schema",
-                    "json_schema": {"name": "x", "schema": {"type": "integer", "minimum": 3}},
+                    "json_schema": {"name": "x", "schema": {"type": "number", "minimum": 3}},
                 }
             },
             "response_format.json_schema.schema",

@@ -4,6 +4,9 @@ tests/integration/test_tools.py's part.)"""
 
 from __future__ import annotations
 
+import math
+import re
+
 import pytest
 
 from contract.schema import (
@@ -19,7 +22,10 @@ from contract.schema import (
 @pytest.mark.parametrize(
     ("schema", "where", "words"),
     [
-        ({"type": "integer", "minimum": 1}, "/minimum", "numeric ranges"),
+        ({"type": "number", "minimum": 1}, "/minimum", "integers only"),
+        ({"type": ["integer", "number"], "maximum": 1}, "/maximum", "integers only"),
+        ({"type": "integer", "minimum": 5, "maximum": 1}, "", "no integer"),
+        ({"type": "integer", "minimum": 10**17}, "", "16 digits"),
         ({"type": "number", "multipleOf": 2}, "/multipleOf", "not supported"),
         ({"type": "string", "pattern": "^a+$"}, "/pattern", "regular expressions"),
         ({"not": {"type": "string"}}, "/not", "negation"),
@@ -37,6 +43,45 @@ def test_what_the_grammar_cannot_enforce_is_refused_where_it_is(schema, where, w
         schema_grammar(schema)
     assert info.value.where == where, str(info.value)
     assert words in str(info.value)
+
+
+def _as_regex(alternatives: str) -> re.Pattern:
+    """The GBNF of an integer range (literals, classes, {n}) as a Python regex."""
+    body = re.sub(r'"([^"]*)"', lambda m: re.escape(m.group(1)), alternatives).replace(" ", "")
+    return re.compile(f"(?:{body})")
+
+
+@pytest.mark.parametrize(
+    "bounds",
+    [
+        {"minimum": 0, "maximum": 120},
+        {"minimum": -5, "maximum": 5},
+        {"minimum": -300, "maximum": -20},
+        {"minimum": 17},
+        {"maximum": 42},
+        {"exclusiveMinimum": 0},
+        {"minimum": 1, "exclusiveMaximum": 1000},
+        {"minimum": 95, "maximum": 1005},
+        {"minimum": 0.5, "maximum": 9.5},
+        {"maximum": -3},
+    ],
+)
+def test_an_integer_range_admits_exactly_its_integers_without_leading_zeros(bounds):
+    """pydantic's ge/gt/le/lt: checked against every integer from -3000 to 3000."""
+    rule = next(
+        line.split("::=", 1)[1].strip()
+        for line in schema_grammar({"type": "integer", **bounds}).splitlines()
+        if line.startswith("r ::=")
+    )
+    allowed = _as_regex(rule.removeprefix("(").removesuffix(") ws"))
+    lo = bounds.get("minimum", bounds.get("exclusiveMinimum", -math.inf))
+    hi = bounds.get("maximum", bounds.get("exclusiveMaximum", math.inf))
+    for v in range(-3000, 3001):
+        inside = (v >= lo if "exclusiveMinimum" not in bounds else v > lo) and (
+            v <= hi if "exclusiveMaximum" not in bounds else v < hi
+        )
+        assert bool(allowed.fullmatch(str(v))) == inside, v
+    assert not any(allowed.fullmatch(t) for t in ("00", "01", "-0", "007", "-01", "+1"))
 
 
 def test_a_schema_too_large_is_refused_before_it_is_compiled():
