@@ -4,9 +4,11 @@ where a surviving worker exists it continues the completion without a gap or a r
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import signal
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -81,9 +83,10 @@ class Pool:
         return [entries.decode(f) for _, f in self.r.xrange(keys.events(cid))]
 
 
-@pytest.fixture(scope="module")
-def pool(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("recovery")
+@contextlib.contextmanager
+def running_pool(logs: Path) -> Iterator[Pool]:
+    """Redis, an API and two workers of the model, SIGKILLed at the end (a test may have
+    started more, or killed some)."""
     redis_proc, url = start_redis(logs)
     api, base = start_api(logs, url, env=API_ENV)
     p = Pool(logs, url, base, redis.Redis.from_url(url), redis_proc, api)
@@ -96,6 +99,12 @@ def pool(tmp_path_factory):
             w.signal(signal.SIGKILL)
         api.stop()
         redis_proc.stop()
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    with running_pool(tmp_path_factory.mktemp("recovery")) as p:
+        yield p
 
 
 def _open_stream(pool: Pool, body: dict):

@@ -13,12 +13,11 @@ import httpx
 import jsonschema
 import openai
 import pytest
-import redis
 from pydantic import BaseModel, Field
 
-from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from devstack.processes import start_worker, wait_for_model
 from tests.integration.conftest import MODEL
-from tests.integration.test_recovery import API_ENV, Pool
+from tests.integration.test_recovery import running_pool
 
 pytestmark = pytest.mark.integration
 
@@ -27,19 +26,8 @@ HERMES_TEMPLATE = "tests/data/hermes-chatml.jinja"
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
-    logs = tmp_path_factory.mktemp("tools")
-    redis_proc, url = start_redis(logs)
-    api, base = start_api(logs, url, env=API_ENV)
-    p = Pool(logs, url, base, redis.Redis.from_url(url), redis_proc, api)
-    try:
-        p.ensure(2)
-        wait_for_model(base, MODEL, procs=(api,))
+    with running_pool(tmp_path_factory.mktemp("tools")) as p:
         yield p
-    finally:
-        for w in p.workers.values():
-            w.signal(signal.SIGKILL)
-        api.stop()
-        redis_proc.stop()
 
 
 @pytest.fixture
