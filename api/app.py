@@ -27,9 +27,10 @@ from api.auth import APIKeyMiddleware, KeyRing
 from api.endpoints import Endpoints
 from api.errors import APIError
 from api.internal import InternalServer
+from api.response_endpoints import ResponsesEndpoints
 from api.services import Services
 from api.settings import Settings
-from api.surfaces import SURFACES
+from api.surfaces import CHAT, RESPONSES, TEXT
 from contract import errors, logs
 from contract.settings import SettingError
 
@@ -133,8 +134,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
     ]
     if not settings.internal_port:  # else they are on the internal port only
         routes += internal_routes.ROUTES
-    for surface in SURFACES:
-        routes += Endpoints(surface).routes()
+    for endpoints in (Endpoints(CHAT), Endpoints(TEXT), ResponsesEndpoints(RESPONSES)):
+        routes += endpoints.routes()
     return Starlette(
         routes=routes,
         middleware=_middleware(settings),

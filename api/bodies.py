@@ -153,40 +153,17 @@ class StreamOptions(BaseModel):
 
 class Body(BaseModel):
     """What every body that creates a job has; each surface's body says how it becomes a job
-    (`to_spec`) and what of it the request limits measure."""
+    (`to_spec`), what else its job records (`job_fields`) and what of it the request limits
+    measure."""
 
     model_config = _CONFIG
     model: Annotated[str, Field(min_length=1)]
-    max_tokens: PositiveInt | None = None
-    temperature: Temperature | None = None
-    top_p: TopP | None = None
-    stop: StopString | Annotated[list[StopString], Field(max_length=16)] | None = None
-    seed: int | None = None
-    presence_penalty: Penalty | None = None
-    frequency_penalty: Penalty | None = None
-    n: int | None = None
     stream: bool | None = None
-    stream_options: StreamOptions | None = None
     background: bool | None = None
-    top_k: Annotated[int, Field(ge=0)] | None = None
-    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
-    repeat_penalty: Annotated[float, Field(ge=0.01, le=10.0)] | None = None
-    logit_bias: (
-        Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS)]
-        | None
-    ) = None
     # Accepted, and change nothing here (see the module docstring).
     user: str | None = None
-    metadata: dict[str, str] | None = None
+    metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
     store: bool | None = None
-
-    @model_validator(mode="after")
-    def _check(self):
-        if self.n not in (None, 1):
-            raise ValueError("n: only n=1 is supported")
-        if self.stream_options is not None and not (self.stream or self.background):
-            raise ValueError("stream_options: only allowed when stream or background is true")
-        return self
 
     @property
     def streaming(self) -> bool:
@@ -194,12 +171,16 @@ class Body(BaseModel):
 
     @property
     def include_usage(self) -> bool:
-        return bool(self.stream_options and self.stream_options.include_usage)
+        return False
 
     def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
         """The job, with every default applied (a completion is never unbounded: without a
         max_tokens it stops at MAX_TOKENS_LIMIT, or when the context is full)."""
         raise NotImplementedError
+
+    def job_fields(self, completion_id: str) -> dict[str, str]:
+        """What the job's hash records beside the spec, for the surface to show later."""
+        return {}
 
     def prompt_chars(self) -> tuple[int, str]:
         """(characters of prompt, the parameter that holds them)."""
@@ -207,10 +188,10 @@ class Body(BaseModel):
 
     def wanted_tokens(self) -> tuple[int | None, str]:
         """(completion tokens asked for, the parameter that asks)."""
-        return self.max_tokens, "max_tokens"
+        raise NotImplementedError
 
     def stops(self) -> list[str]:
-        return self.stop if isinstance(self.stop, list) else [self.stop] if self.stop else []
+        return []
 
     def enforce(self, limits: Limits) -> None:
         """Raise an OpenAI-style 400 for the first limit the request exceeds."""
@@ -231,13 +212,52 @@ class Body(BaseModel):
             )
         stop = self.stops()
         if len(stop) > limits.max_stop:
-            raise _too_many("stop", limits.max_stop, len(stop))
+            raise too_many("stop", limits.max_stop, len(stop))
         if any(len(s) > limits.max_stop_chars for s in stop):
             raise invalid(
                 f"Invalid 'stop': each stop sequence may be at most {limits.max_stop_chars} characters.",
                 param="stop",
                 error=STRING_TOO_LONG,
             )
+
+
+class CompletionBody(Body):
+    """What the two completion surfaces' bodies (chat, legacy text) share."""
+
+    max_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    stop: StopString | Annotated[list[StopString], Field(max_length=16)] | None = None
+    seed: int | None = None
+    presence_penalty: Penalty | None = None
+    frequency_penalty: Penalty | None = None
+    n: int | None = None
+    stream_options: StreamOptions | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    min_p: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    repeat_penalty: Annotated[float, Field(ge=0.01, le=10.0)] | None = None
+    logit_bias: (
+        Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS)]
+        | None
+    ) = None
+
+    @model_validator(mode="after")
+    def _check(self):
+        if self.n not in (None, 1):
+            raise ValueError("n: only n=1 is supported")
+        if self.stream_options is not None and not (self.stream or self.background):
+            raise ValueError("stream_options: only allowed when stream or background is true")
+        return self
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+    def wanted_tokens(self) -> tuple[int | None, str]:
+        return self.max_tokens, "max_tokens"
+
+    def stops(self) -> list[str]:
+        return self.stop if isinstance(self.stop, list) else [self.stop] if self.stop else []
 
     def _sampling(self) -> dict:
         return {
@@ -264,7 +284,7 @@ def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
     return tuple(sorted(pairs))
 
 
-def _too_many(param: str, limit: int, got: int) -> APIError:
+def too_many(param: str, limit: int, got: int) -> APIError:
     return invalid(
         f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, "
         f"but got an array with length {got} instead.",
@@ -273,7 +293,7 @@ def _too_many(param: str, limit: int, got: int) -> APIError:
     )
 
 
-class ChatRequest(Body):
+class ChatRequest(CompletionBody):
     messages: Annotated[list[ChatMessage], Field(min_length=1)]
     max_completion_tokens: PositiveInt | None = None
     tools: Annotated[list[ToolDef], Field(max_length=MAX_TOOLS)] | None = None
@@ -291,7 +311,7 @@ class ChatRequest(Body):
             raise invalid("Invalid 'top_logprobs': it needs logprobs set to true.", param="top_logprobs")
         choice = self._tool_choice(tools)
         if self.logprobs and tools and choice != "none":
-            raise _unsupported("logprobs", "logprobs cannot be combined with tools on this server.")
+            raise unsupported("logprobs", "logprobs cannot be combined with tools on this server.")
         return JobSpec(
             id=completion_id,
             kind="chat",
@@ -328,51 +348,20 @@ class ChatRequest(Body):
                 )
 
     def _tools(self) -> tuple[Tool, ...]:
-        tools = []
-        for i, t in enumerate(self.tools or ()):
-            f = t.function
-            param = f"tools[{i}].function"
-            if not TOOL_NAME.fullmatch(f.name):
-                raise invalid(
-                    f"Invalid '{param}.name': {f.name[:64]!r} must be 1 to 64 letters, digits, "
-                    "underscores or dashes.",
-                    param=f"{param}.name",
-                )
-            parameters = f.parameters if f.parameters is not None else {"type": "object", "properties": {}}
-            _compile(parameters, f"{param}.parameters")
-            tools.append(Tool(f.name, f.description or "", parameters))
-        if len({t.name for t in tools}) != len(tools):
-            raise invalid("Invalid 'tools': function names must be unique.", param="tools")
-        return tuple(tools)
+        defs = [(t.function.name, t.function.description, t.function.parameters) for t in self.tools or ()]
+        return checked_tools(defs, "tools[{}].function")
 
     def _tool_choice(self, tools: tuple[Tool, ...]) -> str:
         choice = self.tool_choice
-        if choice is None:
-            return "auto"
-        if not tools:
-            raise invalid(
-                "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
-                param="tool_choice",
-            )
         if isinstance(choice, NamedTool):
-            if choice.function.name not in {t.name for t in tools}:
-                raise invalid(
-                    f"Invalid 'tool_choice': no tool named {choice.function.name[:64]!r}.",
-                    param="tool_choice.function.name",
-                )
-            return NAMED + choice.function.name
-        return choice
+            return checked_choice(choice.function.name, tools, "tool_choice.function.name")
+        return checked_choice(choice, tools)
 
     def _format(self) -> dict | None:
         fmt = self.response_format
-        if fmt is None or fmt.type == "text":
-            return None
-        if fmt.type == "json_object":
-            return {"type": "json_object"}
-        assert fmt.json_schema is not None
-        schema = fmt.json_schema.schema_ if fmt.json_schema.schema_ is not None else {"type": "object"}
-        _compile(schema, "response_format.json_schema.schema")
-        return {"type": "json_schema", "schema": schema}
+        if fmt is None or fmt.json_schema is None:
+            return checked_format(fmt.type if fmt else "text", None, "response_format")
+        return checked_format(fmt.type, fmt.json_schema.schema_, "response_format.json_schema.schema")
 
     def prompt_chars(self) -> tuple[int, str]:
         chars = sum(len(m.text()) for m in self.messages)
@@ -387,8 +376,56 @@ class ChatRequest(Body):
 
     def enforce(self, limits: Limits) -> None:
         if len(self.messages) > limits.max_messages:
-            raise _too_many("messages", limits.max_messages, len(self.messages))
+            raise too_many("messages", limits.max_messages, len(self.messages))
         super().enforce(limits)
+
+
+def checked_tools(defs: list[tuple[str, str | None, dict | None]], where: str) -> tuple[Tool, ...]:
+    """(name, description, parameters) of each function tool, checked and compiled; `where`
+    names a tool's parameter (`where.format(index)`)."""
+    tools = []
+    for i, (name, description, parameters) in enumerate(defs):
+        param = where.format(i)
+        if not TOOL_NAME.fullmatch(name):
+            raise invalid(
+                f"Invalid '{param}.name': {name[:64]!r} must be 1 to 64 letters, digits, "
+                "underscores or dashes.",
+                param=f"{param}.name",
+            )
+        parameters = parameters if parameters is not None else {"type": "object", "properties": {}}
+        _compile(parameters, f"{param}.parameters")
+        tools.append(Tool(name, description or "", parameters))
+    if len({t.name for t in tools}) != len(tools):
+        raise invalid("Invalid 'tools': function names must be unique.", param="tools")
+    return tuple(tools)
+
+
+def checked_choice(choice: str | None, tools: tuple[Tool, ...], named_param: str = "") -> str:
+    """The job's tool choice: "auto" by default, a mode, or (with `named_param`, where the
+    request names it) NAMED + the name of one of `tools`."""
+    if choice is None:
+        return "auto"
+    if not tools:
+        raise invalid(
+            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+            param="tool_choice",
+        )
+    if named_param:
+        if choice not in {t.name for t in tools}:
+            raise invalid(f"Invalid 'tool_choice': no tool named {choice[:64]!r}.", param=named_param)
+        return NAMED + choice
+    return choice
+
+
+def checked_format(kind: str, schema: dict | None, param: str) -> dict | None:
+    """The job's response format: None for text, else JSON (any object, or `schema`'s)."""
+    if kind == "text":
+        return None
+    if kind == "json_object":
+        return {"type": "json_object"}
+    schema = schema if schema is not None else {"type": "object"}
+    _compile(schema, param)
+    return {"type": "json_schema", "schema": schema}
 
 
 def _compile(schema: object, param: str) -> None:
@@ -402,11 +439,11 @@ def _compile(schema: object, param: str) -> None:
         raise invalid(f"Invalid '{param}': the schema is nested too deeply.", param=param) from None
 
 
-def _unsupported(param: str, why: str) -> APIError:
+def unsupported(param: str, why: str) -> APIError:
     return invalid(f"Unsupported parameter: '{param}'. {why}", param=param, error=UNSUPPORTED)
 
 
-class CompletionRequest(Body):
+class CompletionRequest(CompletionBody):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None  # the legacy shape: how many alternatives
 
@@ -464,7 +501,7 @@ def _explain(exc: ValidationError) -> APIError:
         return invalid(f"Invalid '{param}': {msg}.", param=param, error=BAD_REQUEST)
     param = _param(loc) or None
     if err["type"] == "extra_forbidden":
-        return _unsupported(param or "", "This server does not implement it (README lists what it does).")
+        return unsupported(param or "", "This server does not implement it (README lists what it does).")
     if err["type"] == "none_required" and param and param.endswith((".tool_calls", ".tool_call_id")):
         field = param.rsplit(".", 1)[1]
         owner = "assistant" if field == "tool_calls" else "tool"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from api.jobstore import JobState
 from contract.entries import CANCELLED, STOP, CallPart, Delta, Failed, Finished, TokenLogprob
 from contract.errors import failure_body, status_of
 from contract.keys import JobStatus
@@ -39,6 +40,10 @@ class Chunks:
     created: int
     model: str
     include_usage: bool = False
+
+    @classmethod
+    def of(cls, job: JobState) -> Chunks:
+        return cls(job.id, job.created, job.model, job.include_usage)
 
     def _chunk(self, choices: list[dict]) -> dict:
         obj = {
@@ -107,15 +112,16 @@ class Chunks:
             "usage": usage(entry.prompt_tokens, entry.completion_tokens),
         }
 
-    def status(self, queued: bool) -> dict:
-        """What a job that has not ended looks like (202, and a background job's POST)."""
-        return {
+    def pending(self, queued: bool) -> Answer:
+        """What a job that has not ended looks like (a GET, and a background job's POST)."""
+        status = {
             "id": self.id,
             "object": self.object,
             "created": self.created,
             "model": self.model,
             "status": "queued" if queued else "in_progress",
         }
+        return Answer(202, status)
 
     def cancelled(self, status: str) -> dict:
         """The answer to a cancel: the job's status after it (an ended job is not changed;

@@ -92,8 +92,9 @@ class Endpoints:
         settings = services.settings
         raw = await read_body(request, settings.max_body_bytes, settings.request_read_s)
         body = parse(self.surface.body, raw)
-        body.enforce(settings.limits)
         owner = request_owner(request)
+        await self.prepare(services, body, owner)
+        body.enforce(settings.limits)
         idempotency = _idempotency(request, self.surface, owner, raw)
         ticket = services.admission.stream(owner) if body.streaming else None
         try:
@@ -104,17 +105,23 @@ class Endpoints:
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
             chunks = self.surface.chunks_of(job)
-            if job.detached:
-                return JSONResponse(chunks.status(queued=job.status == JobStatus.QUEUED), status_code=202)
             if ticket is None:
+                if job.detached:
+                    return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))
                 return await collect(request, services, chunks)
             timing = StreamTiming(services.metrics, job.model, arrived)
             events = self.surface.events(chunks, None)  # a retry gets the whole stream from the start
-            return SSEStream(services, events, job.id, ticket, timing, cancel_on_disconnect=True).response()
+            stream = SSEStream(
+                services, events, job.id, ticket, timing, cancel_on_disconnect=not job.detached
+            )
+            return stream.response()
         except BaseException:
             if ticket is not None:
                 ticket.release()
             raise
+
+    async def prepare(self, services: Services, body: Body, owner: str) -> None:
+        """What a surface must look up before its body becomes a job (nothing, here)."""
 
     async def _job_for(
         self,
@@ -166,6 +173,7 @@ class Endpoints:
             include_usage=body.include_usage,
             detached=bool(body.background) or "respond-async" in request.headers.get("prefer", ""),
             idempotency=idempotency,
+            fields=body.job_fields(cid),
             quota=Quota(
                 unfinished_jobs=settings.max_jobs_per_key,
                 requests_per_minute=settings.key_requests_per_minute,
@@ -205,7 +213,7 @@ class Endpoints:
         answer = chunks.answer(await services.jobs.read(job.id, "0", count=100_000))
         if answer is not None:
             return respond(answer)
-        return JSONResponse(chunks.status(queued=job.status == JobStatus.QUEUED), status_code=202)
+        return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))
 
     async def cancel(self, request: Request) -> Response:
         """Stop a job: a queued one ends at once, a running one at its worker's next token.
@@ -228,15 +236,18 @@ class Endpoints:
         """The job named in the path, if it exists, belongs to this surface and to the
         caller's key; otherwise 404 (never 403: ids cannot be probed)."""
         services: Services = request.state.services
-        cid = request.path_params["completion_id"]
+        job = await self.job_named(services, request.path_params["completion_id"], request_owner(request))
+        return services, job
+
+    async def job_named(self, services: Services, cid: str, owner: str, param: str = "") -> JobState:
+        """The job `cid`, if it exists, belongs to this surface and to `owner`; otherwise a 404
+        (never 403: ids cannot be probed) naming `param`."""
+        noun = self.surface.noun
+        param = param or f"{noun}_id"
         if not self.surface.owns(cid):  # never echoed nor logged: it is the client's own text
-            raise APIError(errors.NOT_FOUND, "No completion found with that id.", param="completion_id")
+            raise APIError(errors.NOT_FOUND, f"No {noun} found with that id.", param=param)
         logs.set_completion(cid)
         job = await services.jobs.state(cid)
-        if (
-            job is None
-            or job.surface != self.surface.name
-            or not hmac.compare_digest(job.owner, request_owner(request))
-        ):
-            raise APIError(errors.NOT_FOUND, f"No completion found with id '{cid}'.", param="completion_id")
-        return services, job
+        if job is None or job.surface != self.surface.name or not hmac.compare_digest(job.owner, owner):
+            raise APIError(errors.NOT_FOUND, f"No {noun} found with id '{cid}'.", param=param)
+        return job

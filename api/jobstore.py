@@ -60,6 +60,7 @@ class JobState:
     start_by_ms: int | None = None
     include_usage: bool = False
     detached: bool = False
+    echo: str = ""  # JobField.ECHO (the Responses surface's)
 
     @property
     def ended(self) -> bool:
@@ -131,6 +132,7 @@ _STATE_FIELDS = [
     JobField.START_BY,
     JobField.USAGE,
     JobField.DETACHED,
+    JobField.ECHO,
 ]
 
 
@@ -165,13 +167,14 @@ class JobStore:
         detached: bool = False,
         idempotency: Idempotency | None = None,
         quota: Quota = Quota(),
-        keep_spec: bool = False,
+        fields: dict[str, str] | None = None,
     ) -> Submitted:
         """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
         same request), return the job the first one made. Raises OwnerLimit or OwnerRate when
         the owner is over its `quota` (no limit without an owner), IdempotencyConflict for a
         key reused for another request. Checking the limits and recording the job is one
-        atomic step. With `keep_spec` the request stays with the job after its end."""
+        atomic step. `fields` go into the job's hash too (JobField.KEEP_SPEC keeps the request
+        after the job's end; JobField.ECHO, JobField.INPUT)."""
         state = JobState(
             id=spec.id,
             surface=surface,
@@ -182,9 +185,10 @@ class JobStore:
             start_by_ms=now_ms() + int(self.queue_wait_s * 1000),
             include_usage=include_usage,
             detached=detached,
+            echo=(fields or {}).get(JobField.ECHO, ""),
         )
         for _ in range(2):  # a second time if the key named a job that has since expired
-            verdict = await self._record(spec, state, idempotency, quota if owner else Quota(), keep_spec)
+            verdict = await self._record(spec, state, idempotency, quota if owner else Quota(), fields or {})
             if verdict[0] == b"new":
                 await self._enqueue(spec, keep_on_failure=idempotency is not None)
                 return Submitted(state, new=True)
@@ -216,7 +220,12 @@ class JobStore:
         return job
 
     async def _record(
-        self, spec: JobSpec, state: JobState, idempotency: Idempotency | None, quota: Quota, keep_spec: bool
+        self,
+        spec: JobSpec,
+        state: JobState,
+        idempotency: Idempotency | None,
+        quota: Quota,
+        extra: dict[str, str],
     ) -> list:
         raw = spec.to_dict()
         fields = {
@@ -235,8 +244,7 @@ class JobStore:
         }
         if self.deadline_s > 0:
             fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
-        if keep_spec:
-            fields[JobField.KEEP_SPEC] = 1
+        fields.update(extra)
         job_key = keys.job(spec.id)
         minute = int(time.time() // 60)
         owned = bool(state.owner)
@@ -282,7 +290,7 @@ class JobStore:
 
     async def state(self, completion_id: str) -> JobState | None:
         values = await self._r.hmget(keys.job(completion_id), _STATE_FIELDS)
-        surface, model, created, owner, status, attempts, start_by, usage, detached = values
+        surface, model, created, owner, status, attempts, start_by, usage, detached, echo = values
         if status is None:
             return None
         return JobState(
@@ -296,7 +304,13 @@ class JobStore:
             start_by_ms=int(start_by) if start_by else None,
             include_usage=usage == b"1",
             detached=detached == b"1",
+            echo=as_text(echo or b""),
         )
+
+    async def stored(self, completion_id: str, name: str) -> str | None:
+        """One field of the job's hash that its surface recorded (`submit`'s `fields`)."""
+        value = await self._r.hget(keys.job(completion_id), name)
+        return None if value is None else as_text(value)
 
     async def keep(self, completion_id: str) -> None:
         """A client is attached again: withdraw a pending disconnect cancel."""

@@ -10,14 +10,29 @@ import secrets
 import string
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from api.bodies import Body, ChatRequest, CompletionRequest
-from api.chunks import ChatChunks, Chunks, TextChunks
+from api.chunks import Answer, ChatChunks, TextChunks
 from api.events import Events, chunk_events
 from api.jobstore import JobState
+from api.response_body import ResponsesRequest
+from api.response_events import response_events
+from api.response_objects import ID_PREFIX, ResponseObjects
 
 _ALPHABET = string.ascii_letters + string.digits
 _ID_REST = re.compile(r"[A-Za-z0-9_-]{1,64}")  # also the ids of earlier releases
+
+
+class Objects(Protocol):
+    """A surface's objects for one job (api/chunks.py, api/response_objects.py)."""
+
+    object: str
+    id: str
+
+    def answer(self, rows: Any) -> Answer | None: ...
+    def pending(self, queued: bool) -> Answer: ...
+    def deleted(self) -> dict: ...
 
 
 @dataclass(frozen=True)
@@ -25,9 +40,10 @@ class Surface:
     name: str  # recorded in the job hash: a job id is only found through its own surface
     path: str  # POST here creates; {path}/{id} retrieves or resumes, deletes; .../cancel cancels
     id_prefix: str
+    noun: str  # what its errors call one ("completion", "response")
     body: type[Body]
-    chunks: type[Chunks]  # the surface's objects, built from a job's entries
-    events: Callable[[Chunks, str | None], Events]  # its SSE stream from a raw resume cursor
+    chunks: Any  # the class of its objects (`Objects`, with `of(job)`), built from a job's entries
+    events: Callable[[Any, str | None], Events]  # its SSE stream from a raw resume cursor
 
     @property
     def object(self) -> str:
@@ -44,10 +60,15 @@ class Surface:
         rest = completion_id[len(self.id_prefix) :]
         return completion_id.startswith(self.id_prefix) and _ID_REST.fullmatch(rest) is not None
 
-    def chunks_of(self, job: JobState) -> Chunks:
-        return self.chunks(job.id, job.created, job.model, job.include_usage)
+    def chunks_of(self, job: JobState) -> Objects:
+        return self.chunks.of(job)
 
 
-CHAT = Surface("chat", "/v1/chat/completions", "chatcmpl-", ChatRequest, ChatChunks, chunk_events)
-TEXT = Surface("text", "/v1/completions", "cmpl-", CompletionRequest, TextChunks, chunk_events)
-SURFACES = (CHAT, TEXT)
+CHAT = Surface(
+    "chat", "/v1/chat/completions", "chatcmpl-", "completion", ChatRequest, ChatChunks, chunk_events
+)
+TEXT = Surface("text", "/v1/completions", "cmpl-", "completion", CompletionRequest, TextChunks, chunk_events)
+RESPONSES = Surface(
+    "responses", "/v1/responses", ID_PREFIX, "response", ResponsesRequest, ResponseObjects, response_events
+)
+SURFACES = (CHAT, TEXT, RESPONSES)

@@ -214,7 +214,7 @@ class JobField:
     """Field names of the job HASH."""
 
     MODEL = "model"
-    SURFACE = "surface"  # the API surface that created it ("chat", "text"): api.surfaces
+    SURFACE = "surface"  # the API surface that created it ("chat", "text", "responses"): api.surfaces
     CREATED = "created"  # unix seconds, stamped by the API into every chunk
     STATUS = "status"  # see JobStatus
     EPOCH = "epoch"  # fencing token; only the attempt holding the current epoch may write
@@ -236,6 +236,9 @@ class JobField:
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)
+    # Written by the API for its own later use; workers never read them.
+    ECHO = "echo"  # JSON: what a response repeats of its request (api/response_body.py)
+    INPUT = "input"  # JSON: a response's input items, with their ids (GET .../input_items)
 
 
 class JobStatus:

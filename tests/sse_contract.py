@@ -123,3 +123,78 @@ def read_opening(lines) -> tuple[list[str], dict]:
         if line.startswith("data: "):
             return got, json.loads(line[len("data: ") :])
     raise AssertionError("the stream ended before its first event")
+
+
+@dataclass
+class ResponseStream:
+    events: list[dict] = field(default_factory=list)  # every event, in order
+    text: str = ""  # the output text, from its deltas
+    terminal: dict | None = None  # the last event if it ends the response (None: cancelled, cut)
+    keepalives: int = 0
+
+
+TERMINAL = ("response.completed", "response.incomplete", "response.failed")
+
+
+def check_responses_stream(raw: bytes, starting_after: int = -1, complete: bool = True) -> ResponseStream:
+    """A Responses API stream, byte for byte: `event:`, `id:` (the sequence number) and one
+    `data:` line per event, keep-alives only as a lone comment line (never a blank-line
+    terminated block: openai-python would parse it as JSON), no [DONE]; sequence numbers from
+    `starting_after + 1`, up by one; response.created first (from the start), exactly one
+    terminal event, last (with `complete`); every delta inside its item and content part, and
+    the done events repeat what the deltas built."""
+    text = raw.decode("utf-8")
+    out = ResponseStream()
+    out.keepalives = text.count(": keepalive\n")
+    text = text.replace(": keepalive\n", "")
+    assert text.endswith("\n\n") or not text, "the stream must end with a blank line"
+    for block in text[:-2].split("\n\n") if text else []:
+        lines = block.split("\n")
+        assert [line.split(":", 1)[0] for line in lines] == ["event", "id", "data"], block
+        event = json.loads(lines[2][len("data: ") :])
+        assert lines[0] == f"event: {event['type']}" and lines[1] == f"id: {event['sequence_number']}"
+        out.events.append(event)
+    numbers = [e["sequence_number"] for e in out.events]
+    assert numbers == list(range(starting_after + 1, starting_after + 1 + len(numbers))), numbers
+    kinds = [e["type"] for e in out.events]
+    assert "[DONE]" not in text
+    if starting_after < 0:
+        assert kinds[:1] == ["response.created"] and kinds[1] in ("response.in_progress", "response.queued")
+    ends = [k for k in kinds if k in TERMINAL]
+    assert len(ends) <= 1 and (not ends or kinds[-1] == ends[0]), kinds
+    if complete:
+        assert ends, f"no terminal event: {kinds[-3:]}"
+    if ends:
+        out.terminal = out.events[-1]
+        assert out.terminal["response"]["status"] == ends[0].removeprefix("response.")
+    _check_items(out, from_start=starting_after < 0)
+    return out
+
+
+def _check_items(out: ResponseStream, from_start: bool) -> None:
+    """Deltas land in items announced before them; the done events and the final Response
+    carry the text the deltas built."""
+    texts: dict[int, str] = {}
+    items: dict[int, dict] = {}
+    for e in out.events:
+        kind = e["type"]
+        if kind == "response.output_item.added":
+            items[e["output_index"]] = e["item"]
+            assert e["item"]["status"] == "in_progress"
+        elif kind == "response.output_text.delta":
+            assert not from_start or e["output_index"] in items, "a delta before its item"
+            assert e["item_id"] == f"msg_{e['item_id'][4:]}" and e["logprobs"] == []
+            texts[e["output_index"]] = texts.get(e["output_index"], "") + e["delta"]
+            out.text += e["delta"]
+        elif kind == "response.output_text.done" and from_start:
+            assert e["text"] == texts.get(e["output_index"], "")
+        elif kind == "response.output_item.done":
+            assert e["item"]["status"] in ("completed", "incomplete")
+            if from_start:
+                assert e["item"]["id"] == items[e["output_index"]]["id"]
+    if out.terminal is not None and from_start:
+        output = out.terminal["response"]["output"]
+        assert [i["id"] for i in output] == [items[n]["id"] for n in sorted(items)]
+        for n, item in enumerate(output):
+            if item["type"] == "message":
+                assert item["content"][0]["text"] == texts.get(n, "")

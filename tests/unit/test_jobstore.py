@@ -65,7 +65,9 @@ def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
     async def go(keep: bool) -> dict:
         server = fakeredis.FakeServer()
         s = store(server)
-        await s.submit(spec(1, "é" * 1000), "chat", 0, owner="alice", keep_spec=keep)
+        await s.submit(
+            spec(1, "é" * 1000), "chat", 0, owner="alice", fields={JobField.KEEP_SPEC: "1"} if keep else {}
+        )
         r = fakeredis.FakeRedis(server=server)
         size = len(r.hget(keys.job("chatcmpl-1"), JobField.SPEC))
         assert size < 2 * 1000 + 500  # UTF-8, not \\u escapes (6 bytes a character)
