@@ -7,8 +7,12 @@ key isolation, and a worker SIGKILLed mid-response whose stream goes on without 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import signal
+import subprocess
 import time
+from pathlib import Path
 
 import httpx
 import openai
@@ -23,6 +27,7 @@ from tests.integration.test_recovery import LONG, running_pool
 from tests.sse_contract import check_responses_stream
 
 pytestmark = pytest.mark.integration
+JS = Path(__file__).resolve().parent.parent / "js"
 
 STORY = LONG["content"]
 WEATHER = {
@@ -352,3 +357,43 @@ def test_a_worker_killed_mid_response_is_resumed_without_a_gap(pool, sdk):
     assert sum(1 for e in pool.events(rid) if type(e).__name__ == "Started") == 2  # it ran twice
     tokens = sum(len(e.token_ids) for e in pool.events(rid) if isinstance(e, Delta))
     assert final.response.usage.output_tokens == tokens
+
+
+def _node(pool, case: str) -> dict:
+    """Run one case of tests/js/responses.mjs (openai-node, the AI SDK) against the pool."""
+    if not (JS / "node_modules" / "@ai-sdk" / "openai").exists() or not shutil.which("node"):
+        if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
+            pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
+        pytest.skip("node or the JavaScript clients are not installed")
+    done = subprocess.run(
+        ["node", "responses.mjs", pool.base, MODEL, case], cwd=JS, capture_output=True, text=True, timeout=180
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_openai_node_stream_helper(pool):
+    got = _node(pool, "helper")
+    assert got["status"] == "completed" and got["text"] and got["text"] == got["output_text"]
+    assert got["seqs"] == list(range(len(got["seqs"])))
+
+
+def test_openai_node_resumes_with_starting_after(pool):
+    got = _node(pool, "resume")
+    last, seqs = got["last"], got["seqs"]
+    assert seqs == list(range(last + 1, last + 1 + len(seqs))) and got["helpedSeqs"] == seqs
+    assert got["status"] in ("completed", "incomplete") and got["snapshot_status"] == got["status"]
+    stored = httpx.get(f"{pool.base}/v1/responses/{got['id']}", timeout=10).json()
+    assert got["text"] == stored["output"][0]["content"][0]["text"]  # nothing lost or repeated
+
+
+def test_ai_sdk_stream_text(pool):
+    got = _node(pool, "ai-text")
+    assert got["errors"] == [] and got["text"] and got["finishReason"] in ("stop", "length")
+    assert got["usage"]["outputTokens"] > 0
+
+
+def test_ai_sdk_tool_call(pool):
+    got = _node(pool, "ai-tool")
+    assert got["errors"] == [] and got["finishReason"] == "tool-calls"
+    assert [c["name"] for c in got["calls"]][:1] == ["get_weather"] and got["calls"][0]["input"]["city"]

@@ -239,7 +239,7 @@ def test_openai_sdk_parses_ids_with_keepalives_in_between(replicas):
     assert "".join(c.choices[0].delta.content or "" for c in chunks)
 
 
-NODE_DIR = Path(__file__).resolve().parent.parent / "eventsource"
+NODE_DIR = Path(__file__).resolve().parent.parent / "js"
 
 
 @pytest.fixture
@@ -267,7 +267,7 @@ def keyless_api(tmp_path):
 def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_end(keyless_api):
     if not (NODE_DIR / "node_modules" / "eventsource").exists() or not shutil.which("node"):
         if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
-            pytest.fail("node and tests/eventsource/node_modules are required (scripts/setup installs them)")
+            pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
         pytest.skip("node or the eventsource package is not installed")
     base, restart = keyless_api
     body = {"model": MODEL, "messages": LONG, "max_tokens": 100, "temperature": 0, "background": True}
