@@ -182,6 +182,7 @@ class Endpoints:
             ),
         )
         if submitted.new:
+            services.metrics.created.labels(self.surface.name).inc()
             log.info("enqueued %s for %s", cid, body.model)
         return submitted
 

@@ -57,6 +57,12 @@ class Metrics:
             buckets=_ITL_BUCKETS,
             **latency,
         )
+        self.created = Counter(
+            "tokenspool_jobs_created",
+            "Jobs created, by API surface (chat, text, responses).",
+            ["surface"],
+            registry=r,
+        )
         self.resumed = Counter(
             "tokenspool_streams_resumed", "Streams reopened with GET ...?stream=true.", registry=r
         )

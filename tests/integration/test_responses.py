@@ -114,7 +114,7 @@ def test_the_stream_helper_gets_the_final_response(sdk):
     assert final.status == "completed" and final.output_text == text and text
 
 
-def test_create_retrieve_input_items_and_delete(sdk):
+def test_create_retrieve_input_items_and_delete(pool, sdk):
     r = sdk.responses.create(
         model=MODEL,
         input=[{"role": "user", "content": [{"type": "input_text", "text": "Say hi."}]}],
@@ -133,6 +133,8 @@ def test_create_retrieve_input_items_and_delete(sdk):
     sdk.responses.delete(r.id)
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve(r.id)
+    metrics = httpx.get(pool.base + "/metrics", timeout=10).text
+    assert 'tokenspool_jobs_created_total{surface="responses"}' in metrics
 
 
 def test_input_items_page_in_both_orders(sdk):
