@@ -117,6 +117,18 @@ def document() -> dict[str, Any]:
         paths[surface.path] = _create(surface)
         paths[surface.path + "/{completion_id}"] = _job(surface)
         paths[surface.path + "/{completion_id}/cancel"] = _cancel(surface)
+    paths["/v1/responses/{completion_id}/input_items"] = {
+        "get": {
+            "summary": "List a response's input items",
+            "parameters": [
+                _ID,
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "minimum": 1, "maximum": 100}},
+                {"name": "order", "in": "query", "schema": {"type": "string", "enum": ["asc", "desc"]}},
+                {"name": "after", "in": "query", "schema": {"type": "string"}},
+            ],
+            "responses": {"200": _json("a page of input items"), **_errors(400, 401, 404)},
+        }
+    }
     get = {"get": {"responses": {"200": _json("ok"), **_errors(401, 404)}}}
     return {
         "openapi": "3.1.0",
