@@ -17,9 +17,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from api.errors import APIError, invalid
 from api.settings import Limits
+from api.structured import checked_choice, checked_format, checked_tools
 from contract.errors import ARRAY_TOO_LONG, BAD_REQUEST, MISSING_PARAMETER, STRING_TOO_LONG, UNSUPPORTED
-from contract.jobspec import MAX_TOP_LOGPROBS, NAMED, TOOL_NAME, JobSpec, Message, Tool, ToolCall
-from contract.schema import SchemaError, check_size, schema_grammar
+from contract.jobspec import MAX_TOP_LOGPROBS, JobSpec, Message, Tool, ToolCall
 
 _CONFIG = ConfigDict(strict=True, extra="forbid")
 MAX_TOOLS = 128  # OpenAI's limit
@@ -378,65 +378,6 @@ class ChatRequest(CompletionBody):
         if len(self.messages) > limits.max_messages:
             raise too_many("messages", limits.max_messages, len(self.messages))
         super().enforce(limits)
-
-
-def checked_tools(defs: list[tuple[str, str | None, dict | None]], where: str) -> tuple[Tool, ...]:
-    """(name, description, parameters) of each function tool, checked and compiled; `where`
-    names a tool's parameter (`where.format(index)`)."""
-    tools = []
-    for i, (name, description, parameters) in enumerate(defs):
-        param = where.format(i)
-        if not TOOL_NAME.fullmatch(name):
-            raise invalid(
-                f"Invalid '{param}.name': {name[:64]!r} must be 1 to 64 letters, digits, "
-                "underscores or dashes.",
-                param=f"{param}.name",
-            )
-        parameters = parameters if parameters is not None else {"type": "object", "properties": {}}
-        _compile(parameters, f"{param}.parameters")
-        tools.append(Tool(name, description or "", parameters))
-    if len({t.name for t in tools}) != len(tools):
-        raise invalid("Invalid 'tools': function names must be unique.", param="tools")
-    return tuple(tools)
-
-
-def checked_choice(choice: str | None, tools: tuple[Tool, ...], named_param: str = "") -> str:
-    """The job's tool choice: "auto" by default, a mode, or (with `named_param`, where the
-    request names it) NAMED + the name of one of `tools`."""
-    if choice is None:
-        return "auto"
-    if not tools:
-        raise invalid(
-            "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
-            param="tool_choice",
-        )
-    if named_param:
-        if choice not in {t.name for t in tools}:
-            raise invalid(f"Invalid 'tool_choice': no tool named {choice[:64]!r}.", param=named_param)
-        return NAMED + choice
-    return choice
-
-
-def checked_format(kind: str, schema: dict | None, param: str) -> dict | None:
-    """The job's response format: None for text, else JSON (any object, or `schema`'s)."""
-    if kind == "text":
-        return None
-    if kind == "json_object":
-        return {"type": "json_object"}
-    schema = schema if schema is not None else {"type": "object"}
-    _compile(schema, param)
-    return {"type": "json_schema", "schema": schema}
-
-
-def _compile(schema: object, param: str) -> None:
-    """A 400 naming where in the schema, and which keyword, the grammar cannot enforce."""
-    try:
-        check_size(schema)
-        schema_grammar(schema)
-    except SchemaError as exc:
-        raise invalid(f"Invalid '{param}': {exc}.", param=param) from None
-    except RecursionError:
-        raise invalid(f"Invalid '{param}': the schema is nested too deeply.", param=param) from None
 
 
 def unsupported(param: str, why: str) -> APIError:

@@ -22,14 +22,12 @@ from api.bodies import (
     PositiveInt,
     Temperature,
     TopP,
-    checked_choice,
-    checked_format,
-    checked_tools,
     too_many,
 )
 from api.errors import APIError, invalid
 from api.response_items import call_item, input_id, item_text, message_item, output_item, to_messages
 from api.settings import Limits
+from api.structured import checked_choice, checked_format, checked_tools
 from contract import errors
 from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
