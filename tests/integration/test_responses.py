@@ -185,6 +185,22 @@ def test_a_background_stream_cut_then_resumed_with_starting_after(pool, sdk):
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
 
 
+def test_a_background_response_outlives_the_api_process_that_streamed_it(pool, sdk, tmp_path):
+    other, other_base = start_api(tmp_path, pool.redis_url)
+    body = {"model": MODEL, "input": STORY, "background": True, "max_output_tokens": 60, "stream": True}
+    with httpx.stream("POST", other_base + "/v1/responses", json=body, timeout=120) as first:
+        rid, last = _read_events(first.iter_lines(), 8)
+        other.signal(signal.SIGKILL)  # the API process dies under its client
+    other.popen.wait()
+    raw = httpx.get(f"{pool.base}/v1/responses/{rid}?stream=true&starting_after={last}", timeout=120).content
+    rest = check_responses_stream(raw, starting_after=last)  # another replica, the same numbers
+    assert rest.terminal["response"]["status"] in ("completed", "incomplete")
+    whole = check_responses_stream(
+        httpx.get(f"{pool.base}/v1/responses/{rid}?stream=true", timeout=60).content
+    )
+    assert whole.events[last + 1 :] == rest.events
+
+
 def test_cancel_a_running_background_response(pool, sdk):
     r = sdk.responses.create(model=MODEL, input=STORY, background=True, max_output_tokens=400)
     _wait(sdk, r.id, ("in_progress",))

@@ -149,13 +149,23 @@ def test_resume_after_the_job_finished_and_with_starting_after(replicas):
 
 
 def test_bad_cursor_is_400(replicas):
-    r = httpx.post(replicas.bases[0] + "/v1/chat/completions", json={**BODY, "background": True}, headers=A)
+    r = httpx.post(
+        replicas.bases[0] + "/v1/chat/completions",
+        json={**BODY, "stream": False, "background": True},
+        headers=A,
+    )
+    assert r.status_code == 202
     cid = r.json()["id"]
     bad = httpx.get(
         f"{replicas.bases[0]}/v1/chat/completions/{cid}?stream=true",
         headers={**A, "Last-Event-ID": "nonsense"},
     )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_a_background_job_with_stream_true_streams_at_once(replicas):
+    r = httpx.post(replicas.bases[0] + "/v1/chat/completions", json={**BODY, "background": True}, headers=A)
+    assert r.status_code == 200 and check_stream(r.content, "chat", include_usage=True).finish_reason
 
 
 def test_background_job_then_fetch_and_stream(replicas):
