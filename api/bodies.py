@@ -160,6 +160,8 @@ class Body(BaseModel):
     model: Annotated[str, Field(min_length=1)]
     stream: bool | None = None
     background: bool | None = None
+    # The queue tier (contract.keys.PRIORITIES): workers take `priority` jobs first, `flex` last.
+    service_tier: Literal["auto", "default", "flex", "priority"] | None = None
     # Accepted, and change nothing here (see the module docstring).
     user: str | None = None
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
@@ -172,6 +174,10 @@ class Body(BaseModel):
     @property
     def include_usage(self) -> bool:
         return False
+
+    @property
+    def priority(self) -> str:
+        return "default" if self.service_tier in (None, "auto") else self.service_tier
 
     def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
         """The job, with every default applied (a completion is never unbounded: without a
@@ -325,6 +331,7 @@ class ChatRequest(CompletionBody):
             tools=tools,
             tool_choice=choice,
             parallel_tool_calls=True if self.parallel_tool_calls is None else self.parallel_tool_calls,
+            priority=self.priority,
         )
 
     @staticmethod
@@ -401,6 +408,7 @@ class CompletionRequest(CompletionBody):
             **self._sampling(),
             logprobs=self.logprobs is not None,
             top_logprobs=self.logprobs or 0,
+            priority=self.priority,
         )
 
     def prompt_chars(self) -> tuple[int, str]:

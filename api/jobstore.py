@@ -241,6 +241,7 @@ class JobStore:
             JobField.OWNER: state.owner,
             JobField.USAGE: int(state.include_usage),
             JobField.DETACHED: int(state.detached),
+            JobField.PRIORITY: spec.priority,
         }
         if self.deadline_s > 0:
             fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
@@ -396,13 +397,19 @@ class JobStore:
         for raw in await self._r.hkeys(box):
             job_id = as_text(raw)
             cid = keys.completion_of(job_id)
-            model, status, suspect, epoch = await self._r.hmget(
-                keys.job(cid), [JobField.MODEL, JobField.STATUS, JobField.SUSPECT, JobField.EPOCH]
+            model, status, suspect, epoch, priority = await self._r.hmget(
+                keys.job(cid),
+                [JobField.MODEL, JobField.STATUS, JobField.SUSPECT, JobField.EPOCH, JobField.PRIORITY],
             )
             current = model is not None and keys.rq_job_id(cid, int(epoch or 0)) == job_id
             async with self._r.pipeline(transaction=True) as pipe:
                 if current and status == JobStatus.QUEUED.encode():
-                    name = (keys.suspect_queue_name if suspect == b"1" else keys.queue_name)(as_text(model))
+                    name = keys.attempt_queue_name(
+                        as_text(model),
+                        as_text(priority or b"default"),
+                        continuation=int(epoch or 0) > 0,
+                        suspect=suspect == b"1",
+                    )
                     pipe.lpush(keys.rq_queue_key(name), job_id)  # first: it was taken first
                     pipe.lpush(keys.wake(as_text(model)), 1)
                     back += 1

@@ -221,6 +221,7 @@ class ResponsesRequest(Body):
             tools=tools,
             tool_choice=tool_choice,
             parallel_tool_calls=self.parallel_tool_calls is not False,
+            priority=self.priority,
         )
 
     def _tools(self):
@@ -255,6 +256,7 @@ class ResponsesRequest(Body):
             ],
             "user": self.user,
             "metadata": self.metadata or {},
+            "service_tier": self.priority,
         }
 
     def job_fields(self, completion_id: str) -> dict[str, str]:

@@ -94,7 +94,7 @@ class ResponseObjects:
             "parallel_tool_calls": echo.get("parallel_tool_calls", True),
             "previous_response_id": echo.get("previous_response_id"),
             "reasoning": {"effort": None, "summary": None},
-            "service_tier": "default",
+            "service_tier": echo.get("service_tier", "default"),
             "store": self.stored,
             "temperature": echo.get("temperature", 1.0),
             "text": {"format": echo.get("format", {"type": "text"}), "verbosity": "medium"},

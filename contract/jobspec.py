@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from contract.keys import PRIORITIES
 from contract.schema import SchemaError, schema_grammar
 
 ROLES = ("system", "user", "assistant", "tool")
@@ -111,6 +112,7 @@ class JobSpec:
     tools: tuple[Tool, ...] = ()
     tool_choice: str = "auto"  # TOOL_CHOICES, or NAMED + the name of one of `tools`
     parallel_tool_calls: bool = True
+    priority: str = "default"  # the queue tier it waits in (contract.keys.PRIORITIES)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -167,6 +169,7 @@ class JobSpec:
                 tools=tools,
                 tool_choice=data.get("tool_choice", "auto"),
                 parallel_tool_calls=data.get("parallel_tool_calls", True),
+                priority=data.get("priority", "default"),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -190,6 +193,8 @@ class JobSpec:
             raise InvalidSpec("id and model must not be empty")
         if self.kind not in KINDS:
             raise InvalidSpec(f"kind must be one of {KINDS}")
+        if self.priority not in PRIORITIES:
+            raise InvalidSpec(f"priority must be one of {PRIORITIES}")
         if self.kind == "chat" and not self.messages:
             raise InvalidSpec("a chat job needs messages")
         if self.max_tokens is not None and (

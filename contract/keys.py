@@ -174,9 +174,23 @@ MODELS = f"{PREFIX}:models"
 `workers(model)`'s business)."""
 
 
-def queue_name(model: str) -> str:
-    """The RQ queue a model's new jobs wait in: the model's own name."""
-    return model
+PRIORITIES = ("priority", "default", "flex")
+"""The service tiers a job may ask for (OpenAI's `service_tier`), in the order a worker takes
+them: each has its own queue per model, `default` the model's own name."""
+
+
+def queue_name(model: str, priority: str = "default") -> str:
+    """The RQ queue a model's new jobs of one tier wait in."""
+    return model if priority == "default" else f"{model}#{priority}"
+
+
+def attempt_queue_name(model: str, priority: str, *, continuation: bool, suspect: bool) -> str:
+    """The queue an attempt waits in: a suspect's, the suspect queue; a continuation's (its
+    client is mid-stream, its resume has a deadline), the first tier's, whatever its own;
+    a new job's, its tier's."""
+    if suspect:
+        return suspect_queue_name(model)
+    return queue_name(model, PRIORITIES[0] if continuation else priority)
 
 
 def suspect_queue_name(model: str) -> str:
@@ -187,7 +201,7 @@ def suspect_queue_name(model: str) -> str:
 
 def queue_names(model: str) -> tuple[str, ...]:
     """Every queue of a model, in the order workers take from them."""
-    return (suspect_queue_name(model), queue_name(model))
+    return (suspect_queue_name(model), *(queue_name(model, p) for p in PRIORITIES))
 
 
 def rq_queue_key(name: str) -> str:
@@ -236,6 +250,7 @@ class JobField:
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)
+    PRIORITY = "priority"  # its tier (PRIORITIES): which queue its attempts wait in
     # Written by the API for its own later use; workers never read them.
     ECHO = "echo"  # JSON: what a response repeats of its request (api/response_body.py)
     INPUT = "input"  # JSON: a response's input items, with their ids (GET .../input_items)

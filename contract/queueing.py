@@ -25,12 +25,13 @@ from contract.settings import Recovery
 
 
 def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, suspect: bool = False) -> None:
-    """Put the attempt after `epoch` of the job `spec` describes on its model's queue (the
-    suspect queue for a suspect), wake an idle worker, and end its pending state. A
+    """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it
+    (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
     continuation (epoch > 0) goes to the front: its client is mid-stream and its resume has a
     deadline (RESUME_WAIT_SECONDS), while new jobs behind it have not started."""
     model, completion_id = spec["model"], spec["id"]
-    name = keys.suspect_queue_name(model) if suspect else keys.queue_name(model)
+    priority = spec.get("priority", "default")
+    name = keys.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
     Queue(name, connection=client, serializer=JSONSerializer).enqueue_call(
         func=keys.JOB_FUNCTION,
         args=(spec,),

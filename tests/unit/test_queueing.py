@@ -4,7 +4,7 @@ import json
 
 import fakeredis
 
-from contract import keys, queueing
+from contract import keys, queueing, scripts
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
 from worker.claims import Claims
@@ -14,8 +14,8 @@ RECOVERY = Recovery(retention_s=60)
 MODEL = "m"
 
 
-def record(r: fakeredis.FakeRedis, cid: str) -> None:
-    spec = {"id": cid, "model": MODEL, "kind": "chat"}
+def record(r: fakeredis.FakeRedis, cid: str, priority: str = "default") -> None:
+    spec = {"id": cid, "model": MODEL, "kind": "chat", "priority": priority}
     r.hset(
         keys.job(cid),
         mapping={
@@ -45,6 +45,25 @@ def test_a_continuation_goes_to_the_front_of_its_queue():
     for cid in ("x", "y", "z"):
         record(r, cid)
     assert queueing.abandon(r, "running", attempt.epoch, RECOVERY, "crash", charge=True) == 1
-    head = r.lindex(keys.queue_key(MODEL), 0).decode()
-    assert head == keys.rq_job_id("running", attempt.epoch + 1)
-    assert r.llen(keys.queue_key(MODEL)) == 4
+    assert taken(r) == [
+        keys.rq_job_id(c, e) for c, e in [("running", attempt.epoch + 1), *zip("xyz", [0] * 3, strict=True)]
+    ]
+
+
+def taken(r: fakeredis.FakeRedis) -> list[str]:
+    """Job ids in the order a worker takes them (contract.scripts.TAKE)."""
+    take = r.register_script(scripts.TAKE)
+    out = []
+    while got := take(keys=scripts.take_keys(keys.queue_names(MODEL), "w")):
+        out.append(got[1].decode())
+    return out
+
+
+def test_workers_take_the_tiers_in_order_and_a_continuation_first():
+    r = fakeredis.FakeRedis()
+    for cid, tier in (("f", "flex"), ("d", "default"), ("p", "priority"), ("f2", "flex"), ("d2", "default")):
+        record(r, cid, tier)
+    assert taken(r) == [keys.rq_job_id(c, 0) for c in ("p", "d", "d2", "f", "f2")]
+    queueing.enqueue(r, {"id": "f", "model": MODEL, "priority": "flex"}, 3, RECOVERY)  # a flex continuation
+    record(r, "p2", "priority")
+    assert taken(r) == [keys.rq_job_id("f", 3), keys.rq_job_id("p2", 0)]

@@ -90,9 +90,8 @@ def test_a_death_with_a_suspect_is_the_suspect_s_alone(server):
     assert field(r, "chatcmpl-s", JobField.CHARGED) == b"1"
     for bystander in ("chatcmpl-x", "chatcmpl-y"):
         assert field(r, bystander, JobField.CHARGED) is None and field(r, bystander, JobField.SUSPECT) is None
-    assert r.lrange(keys.queue_key("m"), 0, -1) and r.lrange(
-        keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1
-    )
+    continuations = keys.rq_queue_key(keys.queue_name("m", keys.PRIORITIES[0]))
+    assert r.lrange(continuations, 0, -1) and r.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
 
 
 def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server):

@@ -124,3 +124,10 @@ def test_what_cannot_run_is_a_400_naming_it(kw, param, words):
     assert error.status == 400 and words in error.message
     if param:
         assert error.param == param
+
+
+def test_a_service_tier_is_the_job_s_queue_tier():
+    assert body(input="x").to_spec("resp_x", LIMITS).priority == "default"
+    flex = body(input="x", service_tier="flex")
+    assert flex.to_spec("resp_x", LIMITS).priority == "flex" and flex.echo()["service_tier"] == "flex"
+    assert body(input="x", service_tier="auto").echo()["service_tier"] == "default"

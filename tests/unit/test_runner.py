@@ -29,6 +29,8 @@ CID = "chatcmpl-run"
 PROMPT = [100, 101, 102]
 EOS = 0
 
+CONTINUATIONS = keys.rq_queue_key(keys.queue_name("m", keys.PRIORITIES[0]))  # first taken
+
 
 class ScriptedEngine:
     model_name = "m"
@@ -144,7 +146,7 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
     first = runner(r, ScriptedEngine([11, 12, 13, 14], on_token=die))
     run_one(first, spec(max_tokens=5))  # SystemExit ends the attempt's thread after the hand-off
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"  # handed off on the way out
-    assert r.llen("rq:queue:m") == 1  # with a continuation job
+    assert r.llen(CONTINUATIONS) == 1  # with a continuation job
     # attempt 2 continues: prompt + exactly the published ids, only 3 more tokens
     engine = ScriptedEngine([21, 22, 23, 24, 25])
     run_one(runner(r, engine), spec(max_tokens=5))
@@ -196,7 +198,7 @@ def test_shutdown_hands_the_job_off_with_a_continuation(r):
     run.request_shutdown()
     run_one(run, spec())
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
-    assert r.llen("rq:queue:m") == 1
+    assert r.llen(CONTINUATIONS) == 1
 
 
 def test_prompt_rejected_is_a_failed_entry(r):
@@ -309,7 +311,7 @@ def test_shutdown_hands_off_every_running_job(r):
     engine.gate.set()
     run.drain(timeout=10)
     assert [r.hget(keys.job(j["id"]), JobField.STATUS) for j in jobs] == [b"queued"] * 3
-    assert r.llen("rq:queue:m") == 3  # a continuation for each
+    assert r.llen(CONTINUATIONS) == 3  # a continuation for each
 
 
 def test_idle_time_counts_from_the_last_attempt_s_end(r):
