@@ -21,9 +21,10 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from api import batches, files, openapi, pool
 from api import internal as internal_routes
-from api import openapi, pool
 from api.auth import APIKeyMiddleware, KeyRing
+from api.batch_driver import BatchDriver
 from api.endpoints import Endpoints
 from api.errors import APIError
 from api.internal import InternalServer
@@ -119,9 +120,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
                 services, settings.internal_port, settings.internal_host, EXCEPTION_HANDLERS
             )
             await internal.start()
+        driver = BatchDriver(services)
+        driver.start()
         try:
             yield {"services": services}
         finally:
+            await driver.stop()
             if internal is not None:
                 await internal.stop()
             await services.close()
@@ -136,6 +140,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         routes += internal_routes.ROUTES
     for endpoints in (Endpoints(CHAT), Endpoints(TEXT), ResponsesEndpoints(RESPONSES)):
         routes += endpoints.routes()
+    routes += files.ROUTES + batches.ROUTES
     return Starlette(
         routes=routes,
         middleware=_middleware(settings),

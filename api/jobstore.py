@@ -168,13 +168,15 @@ class JobStore:
         idempotency: Idempotency | None = None,
         quota: Quota = Quota(),
         fields: dict[str, str] | None = None,
+        start_by_ms: int | None = None,
     ) -> Submitted:
         """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
         same request), return the job the first one made. Raises OwnerLimit or OwnerRate when
         the owner is over its `quota` (no limit without an owner), IdempotencyConflict for a
         key reused for another request. Checking the limits and recording the job is one
         atomic step. `fields` go into the job's hash too (JobField.KEEP_SPEC keeps the request
-        after the job's end; JobField.ECHO, JobField.INPUT)."""
+        after the job's end; JobField.ECHO, JobField.INPUT). A job not started by `start_by_ms`
+        (default: QUEUE_WAIT_SECONDS from now) ends with queue_timeout."""
         state = JobState(
             id=spec.id,
             surface=surface,
@@ -182,7 +184,7 @@ class JobStore:
             created=created,
             owner=owner,
             status=JobStatus.QUEUED,
-            start_by_ms=now_ms() + int(self.queue_wait_s * 1000),
+            start_by_ms=start_by_ms or now_ms() + int(self.queue_wait_s * 1000),
             include_usage=include_usage,
             detached=detached,
             echo=(fields or {}).get(JobField.ECHO, ""),

@@ -31,12 +31,21 @@ async def get_model(request: Request) -> JSONResponse:
 async def scaling(request: Request) -> JSONResponse:
     """One model's demand, for an autoscaler (KEDA's metrics-api scaler reads `demand`):
     jobs waiting plus attempts running, i.e. how many single-job workers would be busy.
-    `slots` is how many jobs the live workers can run at once (their SLOTS, summed)."""
+    `slots` is how many jobs the live workers can run at once (their SLOTS, summed). The
+    Batch API's lines are counted apart too (`batch_queued`, `batch_in_flight`,
+    `interactive_demand`: a pool may scale on interactive demand alone)."""
     services: Services = request.state.services
     name = request.path_params["model"]
     served = await services.admission.models([name])
-    queued = (await services.stats.queue_depths([name]))[name]
-    running = (await services.stats.in_flight()).get(name, 0)
+    stats = services.stats
+    queued, batch_queued = (
+        (await stats.queue_depths([name]))[name],
+        (await stats.queue_depths([name], True))[name],
+    )
+    running, batch_running = (
+        (await stats.in_flight()).get(name, 0),
+        (await stats.in_flight(True)).get(name, 0),
+    )
     slots = (await services.registry.slots([name]))[name]
     if name not in served and not queued and not running:
         raise not_found(name)
@@ -48,5 +57,8 @@ async def scaling(request: Request) -> JSONResponse:
             "workers": served.get(name, 0),
             "slots": slots,
             "demand": queued + running,
+            "batch_queued": batch_queued,
+            "batch_in_flight": batch_running,
+            "interactive_demand": queued + running - batch_queued - batch_running,
         }
     )

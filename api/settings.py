@@ -70,6 +70,29 @@ class Settings:
     )
     max_body_bytes: int = setting(1_000_000, "MAX_BODY_BYTES", "larger request bodies get 413")
     limits: Limits = group(Limits)
+    file_max_bytes: int = setting(20_000_000, "FILE_MAX_BYTES", "largest file `POST /v1/files` takes (413)")
+    files_bytes_per_key: int = setting(
+        200_000_000, "FILES_BYTES_PER_KEY", "bytes of files one API key may hold (413; `0`: no limit)"
+    )
+    file_retention_s: int = setting(
+        7 * 86400,
+        "FILE_RETENTION_SECONDS",
+        "how long files (batch inputs and outputs) and ended batches are kept",
+        minimum=3600,
+    )
+    batch_max_lines: int = setting(10_000, "BATCH_MAX_LINES", "request lines per batch input file (400)")
+    batch_in_flight: int = setting(
+        32,
+        "BATCH_IN_FLIGHT",
+        "lines of one batch queued or running at once (more wait in the batch, not in the queue)",
+        minimum=1,
+    )
+    max_batches_per_key: int = setting(
+        16, "MAX_BATCHES_PER_KEY", "batches one API key may have running (429; `0`: no limit)"
+    )
+    batch_interval_s: float = setting(
+        0.5, "BATCH_INTERVAL_SECONDS", "how often each API process drives the running batches"
+    )
     max_jobs_per_key: int = setting(
         64, "MAX_JOBS_PER_KEY", "unfinished jobs per API key, across replicas (429; `0`: no limit)"
     )

@@ -100,6 +100,49 @@ def idempotency(owner: str, digest: str) -> str:
 
 
 REAPER_LOCK = f"{PREFIX}:reaper"
+
+
+def file(file_id: str) -> str:
+    """HASH: an uploaded file: its metadata and its content (api/files.py)."""
+    return f"{PREFIX}:file:{file_id}"
+
+
+def owner_files(owner: str) -> str:
+    """ZSET: an owner's files (id -> created, ms), for listing and the per-key byte budget."""
+    return f"{PREFIX}:owner:{owner}:files"
+
+
+def batch(batch_id: str) -> str:
+    """HASH: a batch: its status, timestamps, counts and files (api/batches.py)."""
+    return f"{PREFIX}:batch:{batch_id}"
+
+
+def batch_lines(batch_id: str) -> str:
+    """LIST: a batch's request lines (JSON), in input order."""
+    return f"{PREFIX}:batch:{batch_id}:lines"
+
+
+def batch_open(batch_id: str) -> str:
+    """HASH: a batch's lines sent as jobs and not yet answered: line number -> completion id."""
+    return f"{PREFIX}:batch:{batch_id}:open"
+
+
+def batch_results(batch_id: str) -> str:
+    """HASH: a batch's answered lines: line number -> its output line (JSON), written once."""
+    return f"{PREFIX}:batch:{batch_id}:results"
+
+
+BATCH_DRIVER_LOCK = f"{PREFIX}:batches:driver"
+"""STRING: the API process driving the batches (one at a time, like the reaper)."""
+
+
+def owner_batches(owner: str) -> str:
+    """ZSET: an owner's batches (id -> created, ms), for listing."""
+    return f"{PREFIX}:owner:{owner}:batches"
+
+
+ACTIVE_BATCHES = f"{PREFIX}:batches"
+"""ZSET: the batches not yet ended (id -> created, ms), which the API processes drive."""
 """STRING: which API process currently looks for dead attempts (SET NX PX)."""
 
 WORKER_CONNECTION_PREFIX = "tsworker:"
@@ -174,9 +217,12 @@ MODELS = f"{PREFIX}:models"
 `workers(model)`'s business)."""
 
 
-PRIORITIES = ("priority", "default", "flex")
-"""The service tiers a job may ask for (OpenAI's `service_tier`), in the order a worker takes
-them: each has its own queue per model, `default` the model's own name."""
+PRIORITIES = ("priority", "default", "flex", "batch")
+"""Job tiers, in the order a worker takes them: the service tiers a request may ask for
+(OpenAI's `service_tier`: the first three), then the Batch API's lines, which a worker takes
+only into its batch slots (BATCH_SLOTS). Each has its own queue per model, `default` the
+model's own name."""
+BATCH = "batch"
 
 
 def queue_name(model: str, priority: str = "default") -> str:
@@ -186,11 +232,12 @@ def queue_name(model: str, priority: str = "default") -> str:
 
 def attempt_queue_name(model: str, priority: str, *, continuation: bool, suspect: bool) -> str:
     """The queue an attempt waits in: a suspect's, the suspect queue; a continuation's (its
-    client is mid-stream, its resume has a deadline), the first tier's, whatever its own;
-    a new job's, its tier's."""
+    client is mid-stream, its resume has a deadline), the first tier's, whatever its own, but
+    a batch line's stays in the batch queue (no client waits on it, and a worker takes batch
+    lines only into its batch slots); a new job's, its tier's."""
     if suspect:
         return suspect_queue_name(model)
-    return queue_name(model, PRIORITIES[0] if continuation else priority)
+    return queue_name(model, PRIORITIES[0] if continuation and priority != BATCH else priority)
 
 
 def suspect_queue_name(model: str) -> str:

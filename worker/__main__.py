@@ -76,7 +76,7 @@ def main() -> None:
         counters=engine.counters,
         n_ctx=engine.n_ctx,
     )
-    worker = TokenspoolWorker(settings.model_name, settings.name, connect(), runner)
+    worker = TokenspoolWorker(settings.model_name, settings.name, connect(), runner, settings.batch_share)
     presence.start()
     heartbeat.start()
     log.info(

@@ -20,7 +20,8 @@ two reasons:
 
 A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
 stay in the queue where any worker can take them. It takes from its model's suspect queue
-(jobs whose worker died with them in its batch) only while it runs no suspect itself.
+(jobs whose worker died with them in its batch) only while it runs no suspect itself, and
+from its batch queue (the Batch API's lines) only into its BATCH_SLOTS.
 On SIGTERM the loop stops taking jobs; the job runner finishes the running ones within the
 shutdown grace period or hands them off; a second signal hands them off at once.
 """
@@ -88,7 +89,9 @@ def job_spec(data: bytes | None) -> dict:
 
 
 class TokenspoolWorker(SimpleWorker):
-    def __init__(self, model: str, name: str, connection: redis.Redis, runner: JobRunner) -> None:
+    def __init__(
+        self, model: str, name: str, connection: redis.Redis, runner: JobRunner, batch_slots: int
+    ) -> None:
         queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in keys.queue_names(model)]
         # prepare_for_work=False: nothing is sent to Redis here (it may be down at start)
         super().__init__(
@@ -98,6 +101,7 @@ class TokenspoolWorker(SimpleWorker):
         self.hostname, self.pid = socket.gethostname(), os.getpid()
         self._model = model
         self._runner = runner
+        self._batch_slots = batch_slots
         self._take = connection.register_script(scripts.TAKE)
         self._outage = Outage("worker loop")
         self._registered = False
@@ -181,9 +185,14 @@ class TokenspoolWorker(SimpleWorker):
             self._registered, self._beat_at = True, now
 
     def _queues(self) -> list[str]:
+        """The queues to take from now: not the suspect queue while a suspect runs here, not
+        the batch queue while the batch slots are full (the other slots stay for interactive
+        jobs: a batch never makes one wait for a slot)."""
         names = keys.queue_names(self._model)
         if self._runner.running_suspects():
             names = tuple(n for n in names if n != keys.suspect_queue_name(self._model))
+        if self._runner.running_batch_lines() >= self._batch_slots:
+            names = tuple(n for n in names if n != keys.queue_name(self._model, keys.BATCH))
         return list(names)
 
     def _take_one(self) -> str | None:

@@ -109,6 +109,7 @@ class JobRunner:
         self._free = threading.BoundedSemaphore(slots)
         self._threads: set[threading.Thread] = set()
         self._suspects = 0  # running attempts at suspect jobs (a worker runs at most one)
+        self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
         self._lock = threading.Lock()
         self._last_end = time.monotonic()  # when the last attempt ended (or the start)
 
@@ -133,6 +134,10 @@ class JobRunner:
     def running_suspects(self) -> int:
         with self._lock:
             return self._suspects
+
+    def running_batch_lines(self) -> int:
+        with self._lock:
+            return self._batch_lines
 
     def idle_for(self) -> float:
         """Seconds since the last attempt ended; 0 while any runs."""
@@ -171,6 +176,7 @@ class JobRunner:
         with self._lock:
             self._threads.add(thread)
             self._suspects += claimed.attempt.suspect
+            self._batch_lines += claimed.spec.priority == keys.BATCH
         thread.start()
         return Outcome.STARTED
 
@@ -185,6 +191,7 @@ class JobRunner:
             with self._lock:
                 self._threads.discard(threading.current_thread())
                 self._suspects -= claimed.attempt.suspect
+                self._batch_lines -= claimed.spec.priority == keys.BATCH
                 self._last_end = time.monotonic()
             self._free.release()
 

@@ -68,6 +68,13 @@ class WorkerSettings:
         "The KV cache holds `SLOTS` x `N_CTX` tokens and is checked against free memory at start",
         minimum=1,
     )
+    batch_slots: int = setting(
+        0,
+        "BATCH_SLOTS",
+        "of the SLOTS, how many may run Batch API lines at once; the others stay free for "
+        "interactive jobs. `0`: SLOTS - 1 (1 with SLOTS=1)",
+        minimum=0,
+    )
     prefill_chunk: int = setting(
         64,
         "PREFILL_CHUNK",
@@ -159,3 +166,8 @@ class WorkerSettings:
             raise SettingError(f"MODEL_PATH {path} is not a file")
         model_name = s.model_name or (path.stem if s.model_path else DEFAULT_MODEL_NAME)
         return dataclasses.replace(s, name=name, model_path=path, model_name=model_name)
+
+    @property
+    def batch_share(self) -> int:
+        """The slots Batch API lines may take (BATCH_SLOTS, or SLOTS - 1, at least 1)."""
+        return min(self.batch_slots or max(self.slots - 1, 1), self.slots)

@@ -84,11 +84,11 @@ class Pool:
 
 
 @contextlib.contextmanager
-def running_pool(logs: Path) -> Iterator[Pool]:
+def running_pool(logs: Path, api_env: dict[str, str] | None = None) -> Iterator[Pool]:
     """Redis, an API and two workers of the model, SIGKILLed at the end (a test may have
     started more, or killed some)."""
     redis_proc, url = start_redis(logs)
-    api, base = start_api(logs, url, env=API_ENV)
+    api, base = start_api(logs, url, env={**API_ENV, **(api_env or {})})
     p = Pool(logs, url, base, redis.Redis.from_url(url), redis_proc, api)
     try:
         p.ensure(2)

@@ -1,0 +1,194 @@
+"""The Batch API (`/v1/batches`): a batch is an input file's lines, each run as an ordinary job
+of its endpoint's surface at `batch` tier, and answered once in its output or error file.
+
+A batch is one Redis hash plus its lines (a list), its open lines (line -> the job running
+it) and its results (line -> output line, each written once); `api/batch_driver.py` sends
+lines as jobs a few at a time, collects their answers and writes the files. Statuses as
+OpenAI's: validating, in_progress, finalizing, completed, failed, expired, cancelling,
+cancelled.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.auth import request_owner
+from api.batch_lines import parse_lines
+from api.bodies import parse
+from api.endpoints import read_body
+from api.errors import APIError, invalid
+from api.files import files_of, new_id, page
+from api.services import Services
+from contract import errors, keys
+from contract.entries import as_text
+
+WINDOW_S = 86400  # "24h", the one completion window
+ENDED = ("completed", "failed", "expired", "cancelled")
+_TIMES = (
+    "created_at",
+    "in_progress_at",
+    "expires_at",
+    "finalizing_at",
+    "completed_at",
+    "failed_at",
+    "expired_at",
+    "cancelling_at",
+    "cancelled_at",
+)
+
+
+class BatchRequest(BaseModel):
+    model_config = ConfigDict(strict=True, extra="forbid")
+    input_file_id: str
+    endpoint: Literal["/v1/chat/completions", "/v1/completions"]
+    completion_window: Literal["24h"]
+    metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
+
+
+def batch_object(batch_id: str, h: dict[str, str]) -> dict:
+    """OpenAI's Batch object from the batch's hash: every key, `null` where unset."""
+    counts = {k: int(h.get(k, 0)) for k in ("total", "completed", "failed")}
+    tokens_in, tokens_out = int(h.get("input_tokens", 0)), int(h.get("output_tokens", 0))
+    return {
+        "id": batch_id,
+        "object": "batch",
+        "endpoint": h["endpoint"],
+        "errors": None,
+        "input_file_id": h["input_file_id"],
+        "completion_window": "24h",
+        "status": h["status"],
+        "output_file_id": h.get("output_file_id"),
+        "error_file_id": h.get("error_file_id"),
+        **{t: int(h[t]) if t in h else None for t in _TIMES},
+        "request_counts": counts,
+        "metadata": json.loads(h.get("metadata", "{}")),
+        "model": h.get("model"),
+        "usage": {
+            "input_tokens": tokens_in,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens": tokens_out,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": tokens_in + tokens_out,
+        },
+    }
+
+
+async def _hash(services: Services, batch_id: str) -> dict[str, str]:
+    return {as_text(k): as_text(v) for k, v in (await services.redis.hgetall(keys.batch(batch_id))).items()}
+
+
+async def _batch_of(request: Request) -> tuple[Services, str, dict[str, str]]:
+    """The batch named in the path if the caller's key owns it; else 404 (never 403)."""
+    services: Services = request.state.services
+    batch_id = request.path_params["batch_id"]
+    h = await _hash(services, batch_id) if batch_id.startswith("batch_") and len(batch_id) <= 64 else {}
+    if not h or not hmac.compare_digest(h["owner"], request_owner(request)):
+        raise APIError(errors.NOT_FOUND, "No batch found with that id.", param="batch_id")
+    return services, batch_id, h
+
+
+async def create(request: Request) -> Response:
+    services: Services = request.state.services
+    settings = services.settings
+    body = parse(BatchRequest, await read_body(request, settings.max_body_bytes, settings.request_read_s))
+    owner = request_owner(request)
+    files = files_of(services)
+    record = await files.get(body.input_file_id)
+    if record is None or not hmac.compare_digest(record.owner, owner) or record.purpose != "batch":
+        raise APIError(errors.NOT_FOUND, "No batch input file found with that id.", param="input_file_id")
+    lines = parse_lines(await files.content(record.id) or b"", settings.limits, settings.batch_max_lines)
+    for line in lines:
+        if line.url != body.endpoint:
+            raise invalid(f"Line {line.number}: url {line.url} is not the batch's endpoint.", "input_file_id")
+    models = sorted({line.body["model"] for line in lines})
+    served = await services.admission.models(models)
+    if missing := [m for m in models if m not in served]:
+        raise APIError(errors.MODEL_NOT_FOUND, f"The model '{missing[0][:80]}' does not exist.", "model")
+    if settings.max_batches_per_key and len(await _running(services, owner)) >= settings.max_batches_per_key:
+        raise APIError(
+            errors.TOO_MANY_JOBS,
+            f"This key has {settings.max_batches_per_key} batches running; wait for one to end.",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
+    batch_id, now = new_id("batch_"), int(time.time())
+    fields = {
+        "owner": owner,
+        "endpoint": body.endpoint,
+        "input_file_id": record.id,
+        "status": "validating",
+        "created_at": now,
+        "expires_at": now + WINDOW_S,
+        "total": len(lines),
+        "metadata": json.dumps(body.metadata or {}),
+        "next": 0,
+    }
+    if len(models) == 1:
+        fields["model"] = models[0]
+    score = time.time() * 1000
+    async with services.redis.pipeline(transaction=True) as pipe:
+        pipe.hset(keys.batch(batch_id), mapping=fields)
+        pipe.rpush(keys.batch_lines(batch_id), *(json.dumps([ln.custom_id, ln.body]) for ln in lines))
+        pipe.zadd(keys.owner_batches(owner), {batch_id: score})
+        pipe.zadd(keys.ACTIVE_BATCHES, {batch_id: score})
+        await pipe.execute()
+    services.metrics.created.labels("batches").inc()
+    return JSONResponse(batch_object(batch_id, {k: str(v) for k, v in fields.items()}))
+
+
+async def _running(services: Services, owner: str) -> list[str]:
+    ids = [as_text(i) for i in await services.redis.zrange(keys.owner_batches(owner), 0, -1)]
+    async with services.redis.pipeline(transaction=False) as pipe:
+        for batch_id in ids:
+            pipe.hget(keys.batch(batch_id), "status")
+        statuses = await pipe.execute()
+    return [i for i, s in zip(ids, statuses, strict=True) if s is not None and as_text(s) not in ENDED]
+
+
+async def retrieve(request: Request) -> Response:
+    _, batch_id, h = await _batch_of(request)
+    return JSONResponse(batch_object(batch_id, h))
+
+
+async def cancel(request: Request) -> Response:
+    """A running batch becomes `cancelling`: its lines not yet answered are cancelled, then it
+    is `cancelled`, with the answers it had in its output file. Cancelling again changes
+    nothing; an ended batch cannot be cancelled."""
+    services, batch_id, h = await _batch_of(request)
+    if h["status"] in ("validating", "in_progress"):
+        now = int(time.time())
+        await services.redis.hset(
+            keys.batch(batch_id), mapping={"status": "cancelling", "cancelling_at": now}
+        )
+        h = await _hash(services, batch_id)
+    elif h["status"] not in ("cancelling", "cancelled"):
+        raise invalid(f"Cannot cancel a batch with status {h['status']}.", param="batch_id")
+    return JSONResponse(batch_object(batch_id, h))
+
+
+async def list_batches(request: Request) -> Response:
+    services: Services = request.state.services
+    ids = [as_text(i) for i in await services.redis.zrange(keys.owner_batches(request_owner(request)), 0, -1)]
+    objects = []
+    for batch_id in ids:
+        h = await _hash(services, batch_id)
+        if h:
+            objects.append(batch_object(batch_id, h))
+        else:
+            await services.redis.zrem(keys.owner_batches(request_owner(request)), batch_id)
+    return page(request, objects, max_limit=100, default_limit=20, order=False)
+
+
+ROUTES = [
+    Route("/v1/batches", create, methods=["POST"]),
+    Route("/v1/batches", list_batches, methods=["GET"]),
+    Route("/v1/batches/{batch_id}", retrieve, methods=["GET"]),
+    Route("/v1/batches/{batch_id}/cancel", cancel, methods=["POST"]),
+]

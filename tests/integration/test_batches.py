@@ -1,0 +1,197 @@
+"""The Files and Batch APIs with the real model and the official openai SDK (strict
+validation): a batch runs every line once at batch tier and writes its output file, custom
+ids kept; a malformed line is refused at upload; a batch cancelled midway answers every line
+once; a worker SIGKILLed midway loses no line; other keys see nothing; /scaling counts the
+batch apart."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import httpx
+import openai
+import pytest
+
+from contract import keys
+from devstack.processes import start_api
+from tests.integration.conftest import MODEL
+from tests.integration.test_recovery import running_pool
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory):
+    env = {"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": "6"}
+    with running_pool(tmp_path_factory.mktemp("batches"), api_env=env) as p:
+        yield p
+
+
+@pytest.fixture
+def sdk(pool):
+    with openai.OpenAI(
+        base_url=pool.base + "/v1",
+        api_key="unused",
+        max_retries=0,
+        timeout=120,
+        _strict_response_validation=True,
+    ) as c:
+        yield c
+
+
+def jsonl(lines: int, max_tokens: int = 4, **extra) -> bytes:
+    rows = [
+        {
+            "custom_id": f"req-{i}",
+            "method": "POST",
+            "url": "/v1/chat/completions",
+            "body": {
+                "model": MODEL,
+                "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
+                "max_tokens": max_tokens,
+                "temperature": 0,
+                **extra,
+            },
+        }
+        for i in range(lines)
+    ]
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def run(sdk: openai.OpenAI, content: bytes) -> str:
+    f = sdk.files.create(file=("in.jsonl", content), purpose="batch")
+    b = sdk.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    assert b.status == "validating" and b.request_counts.total == content.count(b"\n")
+    return b.id
+
+
+def wait(sdk: openai.OpenAI, batch_id: str, until: tuple[str, ...], timeout: float = 180):
+    deadline = time.monotonic() + timeout
+    while (b := sdk.batches.retrieve(batch_id)).status not in until:
+        assert time.monotonic() < deadline, b.status
+        time.sleep(0.1)
+    return b
+
+
+def rows(sdk: openai.OpenAI, file_id: str | None) -> list[dict]:
+    return [json.loads(line) for line in sdk.files.content(file_id).text.splitlines()] if file_id else []
+
+
+def test_a_batch_answers_every_line_once_at_batch_tier(pool, sdk):
+    content = jsonl(10)
+    f = sdk.files.create(file=("in.jsonl", content), purpose="batch")
+    assert f.purpose == "batch" and f.bytes == len(content) and f.filename == "in.jsonl"
+    b = sdk.batches.create(
+        input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h", metadata={"run": "1"}
+    )
+    seen_tiers = set()
+    while (b := sdk.batches.retrieve(b.id)).status not in ("completed", "failed"):
+        seen_tiers |= {
+            pool.r.hget(keys.job(c.decode()), keys.JobField.PRIORITY)
+            for c in pool.r.zrange(keys.RUNNING, 0, -1)
+        }
+        time.sleep(0.05)
+    assert b.status == "completed" and b.metadata == {"run": "1"} and b.error_file_id is None
+    assert (b.request_counts.total, b.request_counts.completed, b.request_counts.failed) == (10, 10, 0)
+    assert b.completed_at >= b.in_progress_at >= b.created_at and b.usage.output_tokens > 0
+    out = rows(sdk, b.output_file_id)
+    assert sorted(r["custom_id"] for r in out) == sorted(f"req-{i}" for i in range(10))
+    for r in out:
+        body = r["response"]["body"]
+        assert r["response"]["status_code"] == 200 and body["object"] == "chat.completion"
+        assert body["choices"][0]["message"]["content"] and r["error"] is None
+        assert pool.r.hget(keys.job(r["response"]["request_id"]), keys.JobField.PRIORITY) == b"batch"
+    assert seen_tiers <= {b"batch"}
+    assert b.id in [x.id for x in sdk.batches.list()]
+    assert f.id in [x.id for x in sdk.files.list(purpose="batch")]
+    assert sdk.files.retrieve(b.output_file_id).purpose == "batch_output"
+    sdk.files.delete(f.id)
+    with pytest.raises(openai.NotFoundError):
+        sdk.files.retrieve(f.id)
+
+
+@pytest.mark.parametrize(
+    ("content", "words"),
+    [
+        (jsonl(2) + b"{not json\n", "Line 3"),
+        (jsonl(2) + jsonl(1), "Line 3: custom_id 'req-0' is used by an earlier line"),
+        (jsonl(1, stream=True), "Line 1: a batch request is neither streamed"),
+        (jsonl(1, n=2), "Line 1"),
+        (jsonl(1).replace(b"/v1/chat/completions", b"/v1/embeddings"), "Line 1: url must be one of"),
+        (b"", "no request lines"),
+    ],
+)
+def test_a_malformed_line_is_refused_at_upload(pool, sdk, content, words):
+    before = [f.id for f in sdk.files.list()]
+    with pytest.raises(openai.BadRequestError, match=words):
+        sdk.files.create(file=("in.jsonl", content), purpose="batch")
+    assert [f.id for f in sdk.files.list()] == before
+
+
+def test_cancel_mid_batch_answers_every_line_once(pool, sdk):
+    batch_id = run(sdk, jsonl(30, max_tokens=30))
+    wait(sdk, batch_id, ("in_progress",))
+    while sdk.batches.retrieve(batch_id).request_counts.completed < 3:
+        time.sleep(0.05)
+    assert sdk.batches.cancel(batch_id).status == "cancelling"
+    b = wait(sdk, batch_id, ("cancelled",))
+    assert sdk.batches.cancel(batch_id).status == "cancelled"  # again: no change
+    done, failed = rows(sdk, b.output_file_id), rows(sdk, b.error_file_id)
+    assert sorted(r["custom_id"] for r in done + failed) == sorted(f"req-{i}" for i in range(30))
+    assert len(done) >= 3 and failed and all(r["error"]["code"] == "batch_cancelled" for r in failed)
+    assert (b.request_counts.completed, b.request_counts.failed) == (len(done), len(failed))
+    with pytest.raises(openai.BadRequestError, match="Cannot cancel"):
+        sdk.batches.cancel(run_to_end(sdk))
+
+
+def run_to_end(sdk: openai.OpenAI) -> str:
+    batch_id = run(sdk, jsonl(1))
+    wait(sdk, batch_id, ("completed",))
+    return batch_id
+
+
+def test_a_worker_killed_mid_batch_loses_no_line(pool, sdk):
+    pool.ensure(2)
+    batch_id = run(sdk, jsonl(12, max_tokens=40))
+    deadline = time.monotonic() + 60
+    while not (running := pool.r.zrange(keys.RUNNING, 0, -1)):
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+    pool.holder(running[0].decode()).signal(signal.SIGKILL)
+    scaling = httpx.get(f"{pool.base}/scaling/{MODEL}", timeout=10).json()
+    assert scaling["batch_queued"] + scaling["batch_in_flight"] > 0
+    assert (
+        scaling["interactive_demand"]
+        == scaling["demand"] - scaling["batch_queued"] - scaling["batch_in_flight"]
+    )
+    b = wait(sdk, batch_id, ("completed",))
+    out = rows(sdk, b.output_file_id)
+    assert sorted(r["custom_id"] for r in out) == sorted(f"req-{i}" for i in range(12))
+    assert all(r["response"]["status_code"] == 200 for r in out) and b.request_counts.completed == 12
+    pool.ensure(2)
+
+
+def test_another_key_sees_no_file_and_no_batch(pool, tmp_path):
+    api, base = start_api(tmp_path, pool.redis_url, env={"API_KEYS": "alpha,beta"})
+    try:
+        a = openai.OpenAI(base_url=base + "/v1", api_key="alpha", max_retries=0)
+        b = openai.OpenAI(base_url=base + "/v1", api_key="beta", max_retries=0)
+        f = a.files.create(file=("in.jsonl", jsonl(1)), purpose="batch")
+        batch = a.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+        for call in (
+            lambda: b.files.retrieve(f.id),
+            lambda: b.files.content(f.id),
+            lambda: b.files.delete(f.id),
+            lambda: b.batches.retrieve(batch.id),
+            lambda: b.batches.cancel(batch.id),
+            lambda: b.batches.create(
+                input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+            ),
+        ):
+            with pytest.raises(openai.NotFoundError):
+                call()
+        assert f.id not in [x.id for x in b.files.list()] and batch.id not in [x.id for x in b.batches.list()]
+    finally:
+        api.stop()
