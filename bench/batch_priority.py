@@ -1,0 +1,142 @@
+"""Batch API lines beside interactive streams on one worker: does a saturating batch slow the
+interactive path, and how fast does the batch go?
+
+One API, Redis and one worker (SLOTS=4, BATCH_SLOTS left at its default, SLOTS - 1):
+
+- idle: `--probes` interactive streamed requests, one after another: time to first token;
+- the same probes while a batch of `--lines` requests (`--line-tokens` tokens each) keeps the
+  worker busy: their time to first token (goal: p50 and p95 within 1.5x of idle);
+- the batch's throughput (completion tokens over the time from its first line's start to
+  its last line's end) against the interactive path's best aggregate: SLOTS concurrent
+  streams of the same requests (goal: at least 0.9x).
+
+    .venv/bin/python bench/batch_priority.py [--lines 200] [--line-tokens 32] [--probes 20]
+
+Prints the figures. Run by hand; never part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import httpx
+import openai
+
+from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from worker.settings import DEFAULT_MODEL_NAME
+
+SLOTS = 4
+
+
+def request(i: int, max_tokens: int) -> dict:
+    return {
+        "model": DEFAULT_MODEL_NAME,
+        "messages": [
+            {"role": "user", "content": f"Tale {i}: tell me about a lighthouse keeper and a storm."}
+        ],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+    }
+
+
+def ttft(client: httpx.Client, i: int) -> float:
+    start = time.perf_counter()
+    with client.stream("POST", "/v1/chat/completions", json={**request(i, 16), "stream": True}) as resp:
+        for line in resp.iter_lines():
+            if '"content":"' in line and '"content":""' not in line:
+                return time.perf_counter() - start
+    raise RuntimeError("no content")
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100)[int(q) - 1] if len(values) > 1 else values[0]
+
+
+def probes(client: httpx.Client, n: int, start: int, gap_s: float) -> list[float]:
+    out = []
+    for k in range(n):
+        out.append(ttft(client, start + k) * 1000)
+        time.sleep(gap_s)
+    return out
+
+
+def interactive_aggregate(client: httpx.Client, tokens: int, rounds: int) -> float:
+    """Completion tokens per second with SLOTS concurrent non-streamed requests."""
+
+    def one(i: int) -> int:
+        return client.post("/v1/chat/completions", json=request(10_000 + i, tokens)).json()["usage"][
+            "completion_tokens"
+        ]
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(SLOTS) as pool:
+        total = sum(pool.map(one, range(SLOTS * rounds)))
+    return total / (time.perf_counter() - start)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--lines", type=int, default=200)
+    ap.add_argument("--line-tokens", type=int, default=32)
+    ap.add_argument("--probes", type=int, default=20)
+    args = ap.parse_args()
+
+    logs = Path(tempfile.mkdtemp(prefix="bench-batch-"))
+    redis_proc, url = start_redis(logs, tethered=True)
+    api, base = start_api(
+        logs, url, env={"BATCH_IN_FLIGHT": "16", "BATCH_INTERVAL_SECONDS": "0.1"}, tethered=True
+    )
+    worker = start_worker(logs, url, env={"SLOTS": str(SLOTS)}, tethered=True)
+    sdk = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    try:
+        wait_for_model(base, DEFAULT_MODEL_NAME, procs=(api, worker))
+        with httpx.Client(base_url=base, timeout=300) as client:
+            probes(client, 3, 0, 0.1)  # warm
+            idle = probes(client, args.probes, 100, 0.3)
+            best = interactive_aggregate(client, args.line_tokens, rounds=max(args.lines // 40, 3))
+            lines = "".join(
+                json.dumps(
+                    {
+                        "custom_id": f"l{i}",
+                        "method": "POST",
+                        "url": "/v1/chat/completions",
+                        "body": request(i, args.line_tokens),
+                    }
+                )
+                + "\n"
+                for i in range(args.lines)
+            )
+            f = sdk.files.create(file=("b.jsonl", lines.encode()), purpose="batch")
+            batch = sdk.batches.create(
+                input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+            )
+            while sdk.batches.retrieve(batch.id).request_counts.completed < 2:
+                time.sleep(0.05)
+            busy = probes(client, args.probes, 200, 0.3)
+            while (b := sdk.batches.retrieve(batch.id)).status != "completed":
+                time.sleep(0.2)
+        out = [json.loads(x) for x in sdk.files.content(b.output_file_id).text.splitlines()]
+        tokens = sum(r["response"]["body"]["usage"]["completion_tokens"] for r in out)
+        rate = tokens / (b.completed_at - b.in_progress_at)  # whole seconds: the batch's own clock
+        took = b.completed_at - b.in_progress_at
+        p50, p95 = pct(busy, 50) / pct(idle, 50), pct(busy, 95) / pct(idle, 95)
+        print(
+            f"\nidle worker, {len(idle)} probes: TTFT p50 {pct(idle, 50):.0f} ms, p95 {pct(idle, 95):.0f} ms"
+        )
+        print(f"during the batch, {len(busy)} probes: p50 {pct(busy, 50):.0f} ms, p95 {pct(busy, 95):.0f} ms")
+        print(f"ratio p50 {p50:.2f}x, p95 {p95:.2f}x (goal <= 1.5x)")
+        print(f"batch: {len(out)} lines, {tokens} tokens in {took} s = {rate:.1f} tok/s")
+        print(f"interactive best ({SLOTS} streams) {best:.1f} tok/s; ratio {rate / best:.2f} (goal >= 0.9)")
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
+
+
+if __name__ == "__main__":
+    main()
