@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from api.batches import BatchRequest
 from api.surfaces import SURFACES, Surface
 
 _ERROR = {
@@ -106,6 +107,62 @@ def _cancel(surface: Surface) -> dict[str, Any]:
     }
 
 
+def _files_and_batches() -> dict[str, Any]:
+    file_id = {"name": "file_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    batch_id = {"name": "batch_id", "in": "path", "required": True, "schema": {"type": "string"}}
+    upload = {
+        "type": "object",
+        "required": ["purpose", "file"],
+        "properties": {
+            "purpose": {"type": "string", "enum": ["batch"]},
+            "file": {"type": "string", "format": "binary"},
+        },
+    }
+    listed = {"200": _json("a page"), **_errors(400, 401)}
+    return {
+        "/v1/files": {
+            "post": {
+                "summary": "Upload a batch input file (JSONL, checked line by line)",
+                "requestBody": {"required": True, "content": {"multipart/form-data": {"schema": upload}}},
+                "responses": {"200": _json("the file"), **_errors(400, 401, 413)},
+            },
+            "get": {"summary": "List files", "responses": listed},
+        },
+        "/v1/files/{file_id}": {
+            "get": {"parameters": [file_id], "responses": {"200": _json("the file"), **_errors(401, 404)}},
+            "delete": {"parameters": [file_id], "responses": {"200": _json("deleted"), **_errors(401, 404)}},
+        },
+        "/v1/files/{file_id}/content": {
+            "get": {
+                "parameters": [file_id],
+                "responses": {"200": {"description": "the bytes"}, **_errors(401, 404)},
+            }
+        },
+        "/v1/batches": {
+            "post": {
+                "summary": "Create a batch",
+                "requestBody": {
+                    "required": True,
+                    "content": {
+                        "application/json": {"schema": {"$ref": "#/components/schemas/BatchRequest"}}
+                    },
+                },
+                "responses": {"200": _json("the batch"), **_errors(400, 401, 404, 429)},
+            },
+            "get": {"summary": "List batches", "responses": listed},
+        },
+        "/v1/batches/{batch_id}": {
+            "get": {"parameters": [batch_id], "responses": {"200": _json("the batch"), **_errors(401, 404)}}
+        },
+        "/v1/batches/{batch_id}/cancel": {
+            "post": {
+                "parameters": [batch_id],
+                "responses": {"200": _json("the batch"), **_errors(400, 401, 404)},
+            }
+        },
+    }
+
+
 @functools.cache
 def document() -> dict[str, Any]:
     schemas: dict[str, Any] = {"Error": _ERROR}
@@ -129,6 +186,8 @@ def document() -> dict[str, Any]:
             "responses": {"200": _json("a page of input items"), **_errors(400, 401, 404)},
         }
     }
+    schemas["BatchRequest"] = BatchRequest.model_json_schema()
+    paths.update(_files_and_batches())
     get = {"get": {"responses": {"200": _json("ok"), **_errors(401, 404)}}}
     return {
         "openapi": "3.1.0",
