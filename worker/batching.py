@@ -58,6 +58,7 @@ class Sequence:
     pending: int | None = None  # the last sampled token, fed at the next step
     generated: int = 0
     closed: bool = False
+    yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
 
     def __iter__(self) -> Iterator[Pick]:
@@ -295,9 +296,16 @@ def plan(running: list[Sequence], chunk: int) -> list[tuple[Sequence, int, bool]
     llama.cpp's `split_equal(sequential=true)` takes into one pass only sequence ids that
     follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
     is computed in several passes, each reading all the weights (`bench/batch_order.py`).
+
+    Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
+    prompt: that step is as short as on an idle worker, and the interactive job's first
+    token is not held up by the batch (bench/batch_priority.py); the lines lose one step.
     """
     rows: list[tuple[Sequence, int, bool]] = []
+    prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
     for seq in sorted(running, key=lambda s: s.slot):
+        if seq.yields and prefilling:
+            continue  # its token waits: the interactive prompt is read in a step of its own
         if seq.pending is not None:
             rows.append((seq, seq.pending, True))
             seq.pending = None

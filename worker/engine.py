@@ -25,7 +25,7 @@ from llama_cpp._internals import LlamaModel
 from llama_cpp._logger import set_verbose
 
 from contract.jobspec import JobSpec, Message
-from contract.keys import BatchCounters
+from contract.keys import BATCH, BatchCounters
 from worker import batching
 from worker.grammar import GrammarGate
 from worker.picks import Pick
@@ -134,7 +134,9 @@ class LlamaEngine:
                 gate.close()
             raise
         context = [*prompt, *prior]
-        seq = batching.Sequence(context=context, sampler=sampler, room=self.n_ctx - len(context))
+        seq = batching.Sequence(
+            context=context, sampler=sampler, room=self.n_ctx - len(context), yields=spec.priority == BATCH
+        )
         self._scheduler.submit(seq)
         try:
             for pick in seq:

@@ -70,3 +70,18 @@ def test_compaction_moves_the_highest_sequence_into_a_gap():
     assert compaction([2, 3, 4], [0, 1, 5, 6, 7]) == []  # consecutive: one pass already
     assert compaction([5], [0, 1, 2, 3, 4, 6, 7]) == []
     assert compaction([], list(range(8))) == []
+
+
+def test_batch_lines_sit_out_the_steps_that_read_an_interactive_prompt():
+    line = seq(0, [1], fed=1, pending=7)
+    line.yields = True
+    reading = seq(1, [20, 21, 22])  # an interactive job's prompt
+    rows = plan([line, reading], chunk=2)
+    assert slots(rows) == [1, 1] and line.pending == 7  # the line's token waits
+    rows = plan([line, reading], chunk=2)
+    assert slots(rows) == [1] and line.pending == 7  # still reading: the line waits again
+    reading.pending = 30  # the prompt is read: everyone decodes together again
+    assert slots(plan([line, reading], chunk=2)) == [0, 1] and line.pending is None
+    other = seq(2, [40, 41])
+    other.yields = True  # a batch line's own prompt holds nobody up
+    assert slots(plan([seq(0, [1], fed=1, pending=9), other], chunk=64)) == [0, 2, 2]
