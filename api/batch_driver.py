@@ -123,6 +123,7 @@ class BatchDriver:
             detached=True,
             idempotency=Idempotency(keys.idempotency(h["owner"], digest), digest),
             start_by_ms=int(h["expires_at"]) * 1000,
+            counted=False,  # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
         )
         cid = submitted.job.id
         async with self._s.redis.pipeline(transaction=True) as pipe:

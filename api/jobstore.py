@@ -169,6 +169,7 @@ class JobStore:
         quota: Quota = Quota(),
         fields: dict[str, str] | None = None,
         start_by_ms: int | None = None,
+        counted: bool = True,
     ) -> Submitted:
         """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
         same request), return the job the first one made. Raises OwnerLimit or OwnerRate when
@@ -176,7 +177,8 @@ class JobStore:
         key reused for another request. Checking the limits and recording the job is one
         atomic step. `fields` go into the job's hash too (JobField.KEEP_SPEC keeps the request
         after the job's end; JobField.ECHO, JobField.INPUT). A job not started by `start_by_ms`
-        (default: QUEUE_WAIT_SECONDS from now) ends with queue_timeout."""
+        (default: QUEUE_WAIT_SECONDS from now) ends with queue_timeout. A job not `counted`
+        (a batch line: bounded by its batch) is not among its owner's unfinished jobs."""
         state = JobState(
             id=spec.id,
             surface=surface,
@@ -190,7 +192,9 @@ class JobStore:
             echo=(fields or {}).get(JobField.ECHO, ""),
         )
         for _ in range(2):  # a second time if the key named a job that has since expired
-            verdict = await self._record(spec, state, idempotency, quota if owner else Quota(), fields or {})
+            verdict = await self._record(
+                spec, state, idempotency, quota if owner else Quota(), fields or {}, counted
+            )
             if verdict[0] == b"new":
                 await self._enqueue(spec, keep_on_failure=idempotency is not None)
                 return Submitted(state, new=True)
@@ -228,6 +232,7 @@ class JobStore:
         idempotency: Idempotency | None,
         quota: Quota,
         extra: dict[str, str],
+        counted: bool,
     ) -> list:
         raw = spec.to_dict()
         fields = {
@@ -255,7 +260,7 @@ class JobStore:
             keys=[
                 job_key,
                 keys.PENDING,
-                keys.owner_jobs(state.owner) if owned else job_key,
+                keys.owner_jobs(state.owner) if owned and counted else job_key,
                 idempotency.key if idempotency else job_key,
                 keys.requests_per_minute(state.owner, minute) if owned else job_key,
                 keys.bytes_per_minute(state.owner, minute) if owned else job_key,

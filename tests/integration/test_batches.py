@@ -195,3 +195,24 @@ def test_another_key_sees_no_file_and_no_batch(pool, tmp_path):
         assert f.id not in [x.id for x in b.files.list()] and batch.id not in [x.id for x in b.batches.list()]
     finally:
         api.stop()
+
+
+def test_batch_lines_do_not_count_against_the_keys_job_limit(pool, tmp_path):
+    """A running batch must not lock its key out of interactive requests: its lines are
+    bounded by BATCH_IN_FLIGHT and MAX_BATCHES_PER_KEY, not by MAX_JOBS_PER_KEY."""
+    env = {"API_KEYS": "gamma", "MAX_JOBS_PER_KEY": "2", "BATCH_IN_FLIGHT": "6"}
+    api, base = start_api(tmp_path, pool.redis_url, env=env)
+    try:
+        sdk = openai.OpenAI(base_url=base + "/v1", api_key="gamma", max_retries=0)
+        batch_id = run(sdk, jsonl(8, max_tokens=40))
+        deadline = time.monotonic() + 60
+        while not pool.r.hlen(keys.batch_open(batch_id)) >= 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        answer = sdk.chat.completions.create(
+            model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, service_tier="priority"
+        )
+        assert answer.choices[0].message.content is not None
+        wait(sdk, batch_id, ("completed",))
+    finally:
+        api.stop()

@@ -143,7 +143,17 @@ def test_known_model_waits_in_the_queue_then_a_full_queue_is_refused(pool):
         assert [r.status_code for r in accepted] == [202, 202]
         assert pool.r.llen(f"rq:queue:{COLD}") == 2
         scaling = c.get(f"/scaling/{COLD}").json()
-        assert scaling == {"model": COLD, "queued": 2, "in_flight": 0, "workers": 0, "slots": 0, "demand": 2}
+        assert scaling == {
+            "model": COLD,
+            "queued": 2,
+            "in_flight": 0,
+            "workers": 0,
+            "slots": 0,
+            "demand": 2,
+            "batch_queued": 0,
+            "batch_in_flight": 0,
+            "interactive_demand": 2,
+        }
 
         refused = c.post("/v1/chat/completions", json=chat(COLD, stream=True))
         assert refused.status_code == 429
