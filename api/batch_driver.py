@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from api.background import Background
 from api.batch_lines import SURFACES, Line
-from api.batches import ENDED, _hash
+from api.batches import ENDED, batch_hash
 from api.files import FileRecord, files_of
 from api.jobstore import Idempotency, JobState
 from api.services import Services
@@ -84,7 +84,7 @@ class BatchDriver:
 
     async def drive(self, batch_id: str) -> None:
         r = self._s.redis
-        h = await _hash(self._s, batch_id)
+        h = await batch_hash(self._s, batch_id)
         if not h or h["status"] in ENDED:
             await r.zrem(keys.ACTIVE_BATCHES, batch_id)
             return

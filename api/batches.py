@@ -25,7 +25,8 @@ from api.batch_lines import parse_lines
 from api.bodies import parse
 from api.endpoints import read_body
 from api.errors import APIError, invalid
-from api.files import files_of, new_id, page
+from api.files import files_of, new_id
+from api.paging import page
 from api.services import Services
 from contract import errors, keys
 from contract.entries import as_text
@@ -81,7 +82,7 @@ def batch_object(batch_id: str, h: dict[str, str]) -> dict:
     }
 
 
-async def _hash(services: Services, batch_id: str) -> dict[str, str]:
+async def batch_hash(services: Services, batch_id: str) -> dict[str, str]:
     return {as_text(k): as_text(v) for k, v in (await services.redis.hgetall(keys.batch(batch_id))).items()}
 
 
@@ -89,7 +90,7 @@ async def _batch_of(request: Request) -> tuple[Services, str, dict[str, str]]:
     """The batch named in the path if the caller's key owns it; else 404 (never 403)."""
     services: Services = request.state.services
     batch_id = request.path_params["batch_id"]
-    h = await _hash(services, batch_id) if batch_id.startswith("batch_") and len(batch_id) <= 64 else {}
+    h = await batch_hash(services, batch_id) if batch_id.startswith("batch_") and len(batch_id) <= 64 else {}
     if not h or not hmac.compare_digest(h["owner"], request_owner(request)):
         raise APIError(errors.NOT_FOUND, "No batch found with that id.", param="batch_id")
     return services, batch_id, h
@@ -167,7 +168,7 @@ async def cancel(request: Request) -> Response:
         await services.redis.hset(
             keys.batch(batch_id), mapping={"status": "cancelling", "cancelling_at": now}
         )
-        h = await _hash(services, batch_id)
+        h = await batch_hash(services, batch_id)
     elif h["status"] not in ("cancelling", "cancelled"):
         raise invalid(f"Cannot cancel a batch with status {h['status']}.", param="batch_id")
     return JSONResponse(batch_object(batch_id, h))
@@ -178,7 +179,7 @@ async def list_batches(request: Request) -> Response:
     ids = [as_text(i) for i in await services.redis.zrange(keys.owner_batches(request_owner(request)), 0, -1)]
     objects = []
     for batch_id in ids:
-        h = await _hash(services, batch_id)
+        h = await batch_hash(services, batch_id)
         if h:
             objects.append(batch_object(batch_id, h))
         else:

@@ -27,6 +27,7 @@ from api.auth import request_owner
 from api.batch_lines import parse_lines
 from api.endpoints import read_body
 from api.errors import APIError, invalid
+from api.paging import page
 from api.services import Services
 from contract import errors, keys
 from contract.entries import as_text
@@ -233,36 +234,6 @@ async def list_files(request: Request) -> Response:
     if purpose := request.query_params.get("purpose"):
         records = [r for r in records if r.purpose == purpose]
     return page(request, [r.object() for r in records], max_limit=10_000, default_limit=10_000)
-
-
-def page(
-    request: Request, objects: list[dict], *, max_limit: int, default_limit: int, order: bool = True
-) -> Response:
-    """One page of a list, oldest first as given: `order` (desc by default, when the list
-    has one), `limit`, `after` (an id), as OpenAI's cursor pages."""
-    query = request.query_params
-    raw_limit = query.get("limit", str(default_limit))
-    if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= max_limit:
-        raise invalid(f"Invalid 'limit': an integer from 1 to {max_limit}.", param="limit")
-    direction = query.get("order", "desc") if order else "desc"
-    if direction not in ("asc", "desc"):
-        raise invalid("Invalid 'order': 'asc' or 'desc'.", param="order")
-    if direction == "desc":
-        objects = objects[::-1]
-    start = 0
-    if after := query.get("after"):
-        ids = [o["id"] for o in objects]
-        start = ids.index(after) + 1 if after in ids else len(ids)
-    chunk = objects[start : start + int(raw_limit)]
-    return JSONResponse(
-        {
-            "object": "list",
-            "data": chunk,
-            "first_id": chunk[0]["id"] if chunk else None,
-            "last_id": chunk[-1]["id"] if chunk else None,
-            "has_more": start + len(chunk) < len(objects),
-        }
-    )
 
 
 ROUTES = [

@@ -18,6 +18,7 @@ from api.bodies import Body
 from api.endpoints import Endpoints
 from api.errors import APIError, invalid
 from api.jobstore import JobState
+from api.paging import page
 from api.response_body import ResponsesRequest
 from api.response_items import parse_reference, to_messages
 from api.response_objects import ResponseObjects
@@ -112,28 +113,4 @@ class ResponsesEndpoints(Endpoints):
         20) at a time after the item `after`."""
         services, job = await self._job_of(request)
         items = json.loads(await services.jobs.stored(job.id, JobField.INPUT) or "[]")
-        query = request.query_params
-        limit = query.get("limit", "20")
-        if not limit.isdigit() or not 1 <= int(limit) <= 100:
-            raise invalid("Invalid 'limit': an integer from 1 to 100.", param="limit")
-        order = query.get("order", "desc")
-        if order not in ("asc", "desc"):
-            raise invalid("Invalid 'order': 'asc' or 'desc'.", param="order")
-        if order == "desc":
-            items.reverse()
-        start = 0
-        if after := query.get("after"):
-            ids = [item["id"] for item in items]
-            if after not in ids:
-                raise invalid("Invalid 'after': no input item of this response has that id.", param="after")
-            start = ids.index(after) + 1
-        page = items[start : start + int(limit)]
-        return JSONResponse(
-            {
-                "object": "list",
-                "data": page,
-                "first_id": page[0]["id"] if page else None,
-                "last_id": page[-1]["id"] if page else None,
-                "has_more": start + len(page) < len(items),
-            }
-        )
+        return page(request, items, max_limit=100, default_limit=20)
