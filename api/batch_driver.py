@@ -88,6 +88,9 @@ class BatchDriver:
         if not h or h["status"] in ENDED:
             await r.zrem(keys.ACTIVE_BATCHES, batch_id)
             return
+        if h["status"] == "finalizing":  # a driver died writing the files: write them again
+            await self._finalize(batch_id, h, h["ending"])
+            return
         now = int(time.time())
         if h["status"] == "validating":
             await r.hset(keys.batch(batch_id), mapping={"status": "in_progress", "in_progress_at": now})
@@ -186,7 +189,9 @@ class BatchDriver:
         for a cancelled or expired batch, the lines never sent), then end the batch."""
         r = self._s.redis
         now = int(time.time())
-        await r.hset(keys.batch(batch_id), mapping={"status": "finalizing", "finalizing_at": now})
+        await r.hset(
+            keys.batch(batch_id), mapping={"status": "finalizing", "finalizing_at": now, "ending": status}
+        )
         results = {int(k): json.loads(v) for k, v in (await r.hgetall(keys.batch_results(batch_id))).items()}
         total = int(h["total"])
         never = [n for n in range(total) if n not in results]

@@ -216,3 +216,40 @@ def test_batch_lines_do_not_count_against_the_keys_job_limit(pool, tmp_path):
         wait(sdk, batch_id, ("completed",))
     finally:
         api.stop()
+
+
+def test_a_batch_whose_driver_died_while_finalizing_is_finished_as_it_was_ending(pool, sdk):
+    """A cancelled batch caught in `finalizing` (its driver died writing the files) must end
+    cancelled, sending no more lines: the next driver writes the files again."""
+    batch_id, now = "batch_" + "c" * 24, int(time.time())
+    answered = {"id": "batch_req_x", "custom_id": "req-0", "response": None, "error": None}
+    answered["response"] = {
+        "status_code": 200,
+        "request_id": "chatcmpl-x",
+        "body": {"object": "chat.completion"},
+    }
+    lines = [json.dumps([f"req-{n}", json.loads(jsonl(1))["body"]]) for n in range(3)]
+    pool.r.hset(
+        keys.batch(batch_id),
+        mapping={
+            "owner": "",
+            "endpoint": "/v1/chat/completions",
+            "input_file_id": "file-x",
+            "status": "finalizing",
+            "ending": "cancelled",
+            "created_at": now,
+            "expires_at": now + 3600,
+            "total": 3,
+            "next": 1,
+            "metadata": "{}",
+        },
+    )
+    pool.r.rpush(keys.batch_lines(batch_id), *lines)
+    pool.r.hset(keys.batch_results(batch_id), "0", json.dumps(answered))
+    pool.r.zadd(keys.ACTIVE_BATCHES, {batch_id: now})
+    b = wait(sdk, batch_id, ("cancelled", "completed"))
+    assert b.status == "cancelled" and int(pool.r.hget(keys.batch(batch_id), "next")) == 1  # nothing sent
+    assert [r["custom_id"] for r in rows(sdk, b.output_file_id)] == ["req-0"]
+    failed = rows(sdk, b.error_file_id)
+    assert [r["custom_id"] for r in failed] == ["req-1", "req-2"]
+    assert {r["error"]["code"] for r in failed} == {"batch_cancelled"}
