@@ -1,12 +1,26 @@
-"""A task this API process runs beside its requests (the stream reader, the reaper), started
-and stopped by the app's lifespan."""
+"""A task this API process runs beside its requests (the stream reader, the reaper, the batch
+driver), started and stopped by the app's lifespan; and what the periodic ones share: a tick
+repeated through errors, and a Redis lock that lets one API process act at a time."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Coroutine
+import logging
+import uuid
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
+
+import redis.asyncio as aredis
+from redis.exceptions import RedisError
+
+log = logging.getLogger(__name__)
+
+# KEYS[1]=the lock; ARGV[1]=the holder; ARGV[2]=ms. Takes the lock, or extends it for its holder.
+_TAKE_OR_EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+"""
 
 
 class Background:
@@ -23,3 +37,31 @@ class Background:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._task
+
+
+class Leader:
+    """One API process at a time holds `key`: its holder keeps it by asking again within `ms`;
+    if it dies, another takes over once the lock expires."""
+
+    def __init__(self, client: aredis.Redis, key: str) -> None:
+        self._key = key
+        self._me = uuid.uuid4().hex
+        self._script = client.register_script(_TAKE_OR_EXTEND)
+
+    async def held(self, ms: int) -> bool:
+        return bool(await self._script(keys=[self._key], args=[self._me, ms]))
+
+
+async def every(
+    interval_s: Callable[[], float] | float, tick: Callable[[], Awaitable[object]], what: str
+) -> None:
+    """Run `tick` forever, `interval_s` apart; a lost Redis or a bug ends one tick, never the
+    loop (which lives as long as the process)."""
+    while True:
+        try:
+            await tick()
+        except (RedisError, OSError) as exc:
+            log.debug("%s tick failed: %s", what, exc)
+        except Exception:
+            log.exception("%s tick failed", what)
+        await asyncio.sleep(interval_s)

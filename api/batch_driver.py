@@ -13,17 +13,13 @@ dies between sending a line and recording it sends it again to the same job.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import hashlib
 import json
 import logging
 import time
-import uuid
 
-from redis.exceptions import RedisError
-
-from api.background import Background
+from api.background import Background, Leader, every
 from api.batch_lines import SURFACES, Line
 from api.batches import ENDED, batch_hash
 from api.files import FileRecord, files_of
@@ -35,10 +31,6 @@ from contract.entries import as_text
 
 log = logging.getLogger(__name__)
 
-_LOCK = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
-"""
 # KEYS: results, open, batch; ARGV: line, output line, counter, input tokens, output tokens.
 _ANSWER = """
 if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
@@ -54,10 +46,10 @@ _SURFACE = {"chat": CHAT, "text": TEXT}
 class BatchDriver:
     def __init__(self, services: Services) -> None:
         self._s = services
-        self._me = uuid.uuid4().hex
-        self._lock = services.redis.register_script(_LOCK)
+        self._leader = Leader(services.redis, keys.BATCH_DRIVER_LOCK)
         self._answer = services.redis.register_script(_ANSWER)
-        self._task = Background("batches", self._run)
+        interval = services.settings.batch_interval_s
+        self._task = Background("batches", lambda: every(interval, self.tick, "batch driver"))
 
     def start(self) -> None:
         self._task.start()
@@ -65,19 +57,9 @@ class BatchDriver:
     async def stop(self) -> None:
         await self._task.stop()
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.tick()
-            except (RedisError, OSError) as exc:
-                log.debug("batch tick failed: %s", exc)
-            except Exception:
-                log.exception("batch tick failed")
-            await asyncio.sleep(self._s.settings.batch_interval_s)
-
     async def tick(self) -> None:
         lock_ms = int(max(self._s.settings.batch_interval_s * 10, 5.0) * 1000)
-        if not await self._lock(keys=[keys.BATCH_DRIVER_LOCK], args=[self._me, lock_ms]):
+        if not await self._leader.held(lock_ms):
             return
         for raw in await self._s.redis.zrange(keys.ACTIVE_BATCHES, 0, -1):
             await self.drive(as_text(raw))

@@ -26,16 +26,13 @@ workers that stopped announcing themselves. Nothing is judged for `settle_s` aft
 
 from __future__ import annotations
 
-import asyncio
 import collections
 import logging
 import time
-import uuid
 
 import redis.asyncio as aredis
-from redis.exceptions import RedisError
 
-from api.background import Background
+from api.background import Background, Leader, every
 from api.jobstore import JobStore, RunningAttempt
 from api.registry import WorkerRegistry
 from contract import keys
@@ -44,11 +41,6 @@ log = logging.getLogger(__name__)
 
 FORGET_EVERY_S = 10.0
 PENDING_GRACE_S = 3.0  # an enqueue takes milliseconds; one pending this long lost its enqueuer
-
-_EXTEND = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
-"""
 
 
 class Reaper:
@@ -65,9 +57,8 @@ class Reaper:
         self._registry = registry
         self._interval = interval_s
         self._settle = settle_s  # after a Redis restart, let workers reconnect and beat first
-        self._me = uuid.uuid4().hex
-        self._lock = client.register_script(_EXTEND)
-        self._task = Background("reaper", self._run)
+        self._leader = Leader(client, keys.REAPER_LOCK)
+        self._task = Background("reaper", lambda: every(self._interval, self.tick, "reaper"))
         self._forget_at = 0.0  # monotonic
 
     async def start(self) -> None:
@@ -76,20 +67,10 @@ class Reaper:
     async def stop(self) -> None:
         await self._task.stop()
 
-    async def _run(self) -> None:
-        while True:
-            try:
-                await self.tick()
-            except (RedisError, OSError) as exc:
-                log.debug("reaper tick failed: %s", exc)
-            except Exception:  # a bug must not end the reaper for the life of the process
-                log.exception("reaper tick failed")
-            await asyncio.sleep(self._interval)
-
     async def tick(self) -> int:
         """One look around; returns how many attempts were taken from dead workers."""
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
-        if not await self._lock(keys=[keys.REAPER_LOCK], args=[self._me, lock_ms]):
+        if not await self._leader.held(lock_ms):
             return 0
         info = await self._r.info("server")
         if int(info.get("uptime_in_seconds", 0)) < self._settle:
