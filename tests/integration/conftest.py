@@ -13,6 +13,7 @@ import shutil
 from dataclasses import dataclass
 
 import httpx
+import openai
 import pytest
 import redis
 
@@ -51,6 +52,14 @@ class Stack:
 
     def job_keys(self) -> int:
         return sum(1 for _ in self.redis.scan_iter("ts:{*}:job", count=1000))
+
+
+def strict_sdk(base: str) -> openai.OpenAI:
+    """The official SDK validating every object and event against its own types (it only
+    constructs them, unchecked, by default)."""
+    return openai.OpenAI(
+        base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120, _strict_response_validation=True
+    )
 
 
 @pytest.fixture(scope="session", params=_server_kinds())

@@ -16,7 +16,7 @@ import pytest
 
 from contract import keys
 from devstack.processes import start_api
-from tests.integration.conftest import MODEL
+from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import running_pool
 
 pytestmark = pytest.mark.integration
@@ -31,13 +31,7 @@ def pool(tmp_path_factory):
 
 @pytest.fixture
 def sdk(pool):
-    with openai.OpenAI(
-        base_url=pool.base + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with strict_sdk(pool.base) as c:
         yield c
 
 

@@ -22,7 +22,7 @@ from pydantic import BaseModel, Field
 from contract import keys
 from contract.entries import Delta
 from devstack.processes import start_api
-from tests.integration.conftest import MODEL
+from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
 from tests.sse_contract import check_responses_stream
 
@@ -50,13 +50,7 @@ def pool(tmp_path_factory):
 
 @pytest.fixture
 def sdk(pool):
-    with openai.OpenAI(
-        base_url=pool.base + "/v1",
-        api_key="unused",
-        max_retries=0,
-        timeout=120,
-        _strict_response_validation=True,
-    ) as c:
+    with strict_sdk(pool.base) as c:
         yield c
 
 
