@@ -16,19 +16,18 @@ class ClusterStats:
     def __init__(self, client: aredis.Redis) -> None:
         self._r = client
 
-    async def queue_depths(self, models: Sequence[str], batch: bool | None = None) -> dict[str, int]:
-        """Model -> jobs waiting in its RQ queues (not yet taken by a worker): all of them, or
-        only the Batch API's lines (`batch`), or only the rest."""
-        names = {
-            m: [n for n in keys.queue_names(m) if _wanted(n == keys.queue_name(m, keys.BATCH), batch)]
-            for m in models
-        }
+    async def queue_depths(self, models: Sequence[str]) -> dict[str, dict[str, int]]:
+        """Model -> tier -> jobs waiting in its RQ queues (not yet taken by a worker): one
+        count per tier (contract.keys.PRIORITIES), and `suspect` for the jobs whose worker
+        died with them in its batch."""
+        tiers = (SUSPECT, *keys.PRIORITIES)
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:
-                for name in names[model]:
+                # keys.queue_names lists the suspect queue, then one per tier, in this order
+                for name in keys.queue_names(model):
                     pipe.llen(keys.rq_queue_key(name))
             counts = iter(await pipe.execute())
-        return {model: sum(int(next(counts)) for _ in names[model]) for model in models}
+        return {model: {tier: int(next(counts)) for tier in tiers} for model in models}
 
     async def in_flight(self, batch: bool | None = None) -> dict[str, int]:
         """Model -> attempts running now: all of them, or only Batch API lines, or the rest."""
@@ -48,6 +47,9 @@ class ClusterStats:
     async def counters(self) -> dict[str, int]:
         """The cluster-wide counters (contract.keys.STATS)."""
         return {as_text(k): int(v) for k, v in (await self._r.hgetall(keys.STATS)).items()}
+
+
+SUSPECT = "suspect"
 
 
 def _wanted(is_batch: bool, batch: bool | None) -> bool:

@@ -106,6 +106,7 @@ async def cluster(request: Request) -> list[Metric]:
     in_flight = await services.stats.in_flight()
     names = sorted(set(served) | set(in_flight))
     depths = await services.stats.queue_depths(names)
+    batch_running = await services.stats.in_flight(batch=True)
     slots = await services.registry.slots(names)
     stats = await services.stats.counters()
 
@@ -127,10 +128,28 @@ async def cluster(request: Request) -> list[Metric]:
         )
         for counter in (f.name for f in fields(BatchCounters))
     ]
+    by_tier = GaugeMetricFamily(
+        "tokenspool_queue_depth_by_tier",
+        "Jobs waiting, by tier (priority, default, flex, batch; suspect: their worker died with them).",
+        labels=["model", "tier"],
+    )
+    for m in names:
+        for tier, n in depths[m].items():
+            by_tier.add_metric([m, tier], n)
     return [
-        per_model(GaugeMetricFamily("tokenspool_queue_depth", "Jobs waiting.", labels=["model"]), depths),
+        per_model(
+            GaugeMetricFamily("tokenspool_queue_depth", "Jobs waiting.", labels=["model"]),
+            {m: sum(d.values()) for m, d in depths.items()},
+        ),
+        by_tier,
         per_model(
             GaugeMetricFamily("tokenspool_jobs_in_flight", "Attempts running.", labels=["model"]), in_flight
+        ),
+        per_model(
+            GaugeMetricFamily(
+                "tokenspool_batch_lines_in_flight", "Batch API lines running.", labels=["model"]
+            ),
+            batch_running,
         ),
         per_model(GaugeMetricFamily("tokenspool_workers", "Live workers.", labels=["model"]), served),
         per_model(

@@ -7,6 +7,7 @@ from starlette.responses import JSONResponse
 
 from api.admission import not_found
 from api.services import Services
+from contract import keys
 
 
 def _model(name: str, workers: int) -> dict:
@@ -33,15 +34,14 @@ async def scaling(request: Request) -> JSONResponse:
     jobs waiting plus attempts running, i.e. how many single-job workers would be busy.
     `slots` is how many jobs the live workers can run at once (their SLOTS, summed). The
     Batch API's lines are counted apart too (`batch_queued`, `batch_in_flight`,
-    `interactive_demand`: a pool may scale on interactive demand alone)."""
+    `interactive_demand`: a pool may scale on interactive demand alone), and the jobs
+    waiting in each tier's queue (`queued_by_tier`)."""
     services: Services = request.state.services
     name = request.path_params["model"]
     served = await services.admission.models([name])
     stats = services.stats
-    queued, batch_queued = (
-        (await stats.queue_depths([name]))[name],
-        (await stats.queue_depths([name], True))[name],
-    )
+    depths = (await stats.queue_depths([name]))[name]
+    queued, batch_queued = sum(depths.values()), depths[keys.BATCH]
     running, batch_running = (
         (await stats.in_flight()).get(name, 0),
         (await stats.in_flight(True)).get(name, 0),
@@ -60,5 +60,6 @@ async def scaling(request: Request) -> JSONResponse:
             "batch_queued": batch_queued,
             "batch_in_flight": batch_running,
             "interactive_demand": queued + running - batch_queued - batch_running,
+            "queued_by_tier": depths,
         }
     )

@@ -1,7 +1,8 @@
 """Batch API lines beside interactive streams on one worker: does a saturating batch slow the
 interactive path, and how fast does the batch go?
 
-One API, Redis and one worker (SLOTS=4, BATCH_SLOTS left at its default, SLOTS - 1):
+One API, Redis and one worker (`--slots`, default 4; BATCH_SLOTS and BATCH_PREFILL_CHUNK from
+the environment, default SLOTS - 1 and 8):
 
 - idle: `--probes` interactive streamed requests, one after another: time to first token;
 - the same probes while a batch of `--lines` requests (`--line-tokens` tokens each) keeps the
@@ -30,8 +31,6 @@ import openai
 
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 from worker.settings import DEFAULT_MODEL_NAME
-
-SLOTS = 4
 
 
 def request(i: int, max_tokens: int) -> dict:
@@ -70,8 +69,8 @@ def probes(client: httpx.Client, n: int, start: int, gap_s: float) -> list[float
     return out
 
 
-def interactive_aggregate(client: httpx.Client, tokens: int, rounds: int) -> float:
-    """Completion tokens per second with SLOTS concurrent non-streamed requests."""
+def interactive_aggregate(client: httpx.Client, slots: int, tokens: int, rounds: int) -> float:
+    """Completion tokens per second with `slots` concurrent non-streamed requests."""
 
     def one(i: int) -> int:
         return client.post("/v1/chat/completions", json=request(10_000 + i, tokens)).json()["usage"][
@@ -79,8 +78,8 @@ def interactive_aggregate(client: httpx.Client, tokens: int, rounds: int) -> flo
         ]
 
     start = time.perf_counter()
-    with ThreadPoolExecutor(SLOTS) as pool:
-        total = sum(pool.map(one, range(SLOTS * rounds)))
+    with ThreadPoolExecutor(slots) as pool:
+        total = sum(pool.map(one, range(slots * rounds)))
     return total / (time.perf_counter() - start)
 
 
@@ -89,6 +88,7 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=200)
     ap.add_argument("--line-tokens", type=int, default=32)
     ap.add_argument("--probes", type=int, default=20)
+    ap.add_argument("--slots", type=int, default=4, help="the worker's SLOTS")
     args = ap.parse_args()
 
     logs = Path(tempfile.mkdtemp(prefix="bench-batch-"))
@@ -96,14 +96,16 @@ def main() -> None:
     api, base = start_api(
         logs, url, env={"BATCH_IN_FLIGHT": "16", "BATCH_INTERVAL_SECONDS": "0.1"}, tethered=True
     )
-    worker = start_worker(logs, url, env={"SLOTS": str(SLOTS)}, tethered=True)
+    worker = start_worker(logs, url, env={"SLOTS": str(args.slots)}, tethered=True)
     sdk = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
     try:
         wait_for_model(base, DEFAULT_MODEL_NAME, procs=(api, worker))
         with httpx.Client(base_url=base, timeout=300) as client:
             probes(client, 3, 0, 0.1)  # warm
             idle = probes(client, args.probes, 100, 0.3)
-            best = interactive_aggregate(client, args.line_tokens, rounds=max(args.lines // 40, 3))
+            best = interactive_aggregate(
+                client, args.slots, args.line_tokens, rounds=max(args.lines // 40, 3)
+            )
             lines = "".join(
                 json.dumps(
                     {
@@ -136,7 +138,9 @@ def main() -> None:
         print(f"during the batch, {len(busy)} probes: p50 {pct(busy, 50):.0f} ms, p95 {pct(busy, 95):.0f} ms")
         print(f"ratio p50 {p50:.2f}x, p95 {p95:.2f}x (goal <= 1.5x)")
         print(f"batch: {len(out)} lines, {tokens} tokens in {took} s = {rate:.1f} tok/s")
-        print(f"interactive best ({SLOTS} streams) {best:.1f} tok/s; ratio {rate / best:.2f} (goal >= 0.9)")
+        print(
+            f"interactive best ({args.slots} streams) {best:.1f} tok/s; ratio {rate / best:.2f} (goal >= 0.9)"
+        )
     finally:
         for p in (worker, api, redis_proc):
             p.stop()

@@ -10,9 +10,11 @@ llama.cpp's logits differ in the last bits between batch shapes, so greedy picks
 after the cut (docs/benchmarks.md). Two ways to take over:
 
 - `--takeover warm` (default): two workers, one of them idle and long started, always.
-- `--takeover fresh`: one worker runs the stream; a new worker process is started
-  `--lead` seconds before the signal and is the only one left to take the job over (what
-  an autoscaler's replacement or a restarted pod meets).
+- `--takeover fresh`: one worker runs the stream (400 tokens, to outlast `--lead`); a new
+  worker process is started with the stream, `--lead` seconds before the signal, and is the
+  only one left to take the job over (what an autoscaler's replacement or a restarted pod
+  meets). The job's hash says which worker claimed it after the signal: only takeovers by
+  the new worker are counted, and the count is printed.
 
     .venv/bin/python bench/crash_recovery.py [--kills 20] [--stops 5] [--seed 1] \\
         [--takeover warm|fresh] [--lead 3]
@@ -39,25 +41,27 @@ from devstack.processes import Proc, start_api, start_redis, start_worker, wait_
 from worker.settings import DEFAULT_MODEL_NAME
 
 MAX_TOKENS = 96
+FRESH_MAX_TOKENS = 400  # fresh: the stream must outlast the takeover worker's `lead`
 
 
-def body(run: int) -> dict:
+def body(run: int, max_tokens: int) -> dict:
     prompt = f"Story {run}: write a long story about a lighthouse keeper and a storm."
     return {
         "model": DEFAULT_MODEL_NAME,
         "messages": [{"role": "user", "content": prompt}],
-        "max_tokens": MAX_TOKENS,
+        "max_tokens": max_tokens,
         "temperature": 0,
         "stream": True,
     }
 
 
 def stream(
-    base: str, run: int, on_token: Callable[[str, int], None] | None = None
+    base: str, run: int, max_tokens: int, on_token: Callable[[str, int], None] | None = None
 ) -> tuple[str, list[float], bool]:
     """Returns (text, arrival time of each content chunk, ended properly)."""
     text, times, finishes, roles, done = [], [], 0, 0, False
-    with httpx.stream("POST", base + "/v1/chat/completions", json=body(run), timeout=120) as resp:
+    payload = body(run, max_tokens)
+    with httpx.stream("POST", base + "/v1/chat/completions", json=payload, timeout=120) as resp:
         for line in resp.iter_lines():
             if not line.startswith("data: "):
                 continue
@@ -93,19 +97,20 @@ def replay(base: str, cid: str) -> str:
 
 
 def trace(r: redis.Redis, cid: str, state: dict) -> None:
-    """After the signal: when the job went back to its queue and when a worker claimed it
-    (polling its hash every 2 ms; the phases of the signal->next token gap)."""
+    """After the signal: when the job went back to its queue, when a worker claimed it and
+    which (polling its hash every 2 ms; the phases of the signal->next token gap)."""
     job = keys.job(cid)
     epoch = int(r.hget(job, keys.JobField.EPOCH) or 0)
     deadline = time.perf_counter() + 30
     while time.perf_counter() < deadline:
-        status, now = r.hmget(job, [keys.JobField.STATUS, keys.JobField.EPOCH])
+        status, now, worker = r.hmget(job, [keys.JobField.STATUS, keys.JobField.EPOCH, keys.JobField.WORKER])
         t = time.perf_counter()
         if int(now or 0) > epoch and "queued" not in state:
             state["queued"] = t
         if status == b"running" and int(now or 0) > epoch + 1:
             state.setdefault("queued", t)
             state["running"] = t
+            state["claimer"] = (worker or b"").decode()
             return
         time.sleep(0.002)
 
@@ -119,6 +124,7 @@ class Pool:
         self.n = 0
 
     def start(self) -> Proc:
+        """A new worker process, named w<n>."""
         self.n += 1
         name = f"w{self.n}"
         self.workers[name] = start_worker(self.logs, self.url, name=name, tethered=True)
@@ -172,19 +178,20 @@ def main() -> None:
         pool.keep(1 if fresh else 2)
         wait_for_model(base, DEFAULT_MODEL_NAME, procs=(api,))
         for sig, runs in ((signal.SIGKILL, args.kills), (signal.SIGSTOP, args.stops)):
-            gaps, kept, proper = [], 0, 0
+            gaps, kept, proper, fresh_takeovers = [], 0, 0, 0
             phases: list[tuple[float, float, float]] = []
             for _ in range(runs):
                 pool.keep(1 if fresh else 2)
                 run += 1
-                # fresh: the signal comes `lead` s after the takeover worker's start, and after
-                # at least `cut` tokens (so that there is a text to resume).
+                # fresh: the takeover worker starts with the stream, which the old worker
+                # takes at once (the new one loads and warms up for a second or more); the
+                # signal comes `lead` s later, and after at least `cut` tokens (so that there
+                # is a text to resume). Only a takeover by that new worker is counted.
                 cut = rng.randint(1, 40 if fresh else 80)
                 state: dict = {}
-                if fresh:  # a stream lasts a second or two: start the takeover worker first
-                    pool.start()
+                if fresh:
+                    state["fresh"] = pool.start().name
                     state["takeover"] = time.perf_counter()
-                    time.sleep(max(0.0, args.lead - 1.0))
 
                 def on_token(cid: str, count: int, cut=cut, state=state, sig=sig) -> None:
                     if "t" in state or count < cut:
@@ -199,10 +206,12 @@ def main() -> None:
                     tracer = threading.Thread(target=trace, args=(r, cid, state), daemon=True)
                     tracer.start()
 
-                text, times, ok = stream(base, run, on_token)
+                text, times, ok = stream(base, run, FRESH_MAX_TOKENS if fresh else MAX_TOKENS, on_token)
                 if "t" in state:
                     after = [t for t in times if t > state["t"]]
-                    if after:
+                    counted = not fresh or state.get("claimer") == state["fresh"]
+                    fresh_takeovers += fresh and counted
+                    if after and counted:
                         gaps.append(after[0] - state["t"])
                         if "running" in state:
                             phases.append(
@@ -215,6 +224,8 @@ def main() -> None:
                     pool.reap(state["victim"])
                 proper += ok
                 kept += "cid" in state and text == replay(base, state["cid"])
+            if fresh:
+                print(f"{sig.name}: {fresh_takeovers} of {runs} taken over by the freshly started worker")
             results[sig.name] = (gaps, kept, proper, runs, phases)
     finally:
         pool.stop()
@@ -224,7 +235,8 @@ def main() -> None:
     takeover = (
         f"a worker started {args.lead:g} s before the signal" if fresh else "a long-running idle worker"
     )
-    print(f"takeover by {takeover}; {MAX_TOKENS}-token greedy streams, a new prompt each run")
+    tokens = FRESH_MAX_TOKENS if fresh else MAX_TOKENS
+    print(f"takeover by {takeover}; {tokens}-token greedy streams, a new prompt each run")
     print("signal   runs  ended-properly  same-as-record  signal->next token: median   worst   (all, s)")
     for name, (gaps, kept, proper, runs, _) in results.items():
         print(

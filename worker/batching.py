@@ -79,11 +79,13 @@ class Scheduler:
         prefill_chunk: int,
         is_end: Callable[[int], bool],
         prefix_cache: bool = True,
+        batch_prefill_chunk: int | None = None,
     ) -> None:
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
         self.slots = slots
         self._chunk = prefill_chunk
+        self._batch_chunk = min(batch_prefill_chunk or prefill_chunk, prefill_chunk)
         self._is_end = is_end
         self._prefix_cache = prefix_cache
         self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
@@ -231,7 +233,7 @@ class Scheduler:
         outputs: list[tuple[Sequence, int]] = []
         stepping = [s for s in self._running if not s.closed]
         decoding = sum(s.pending is not None for s in stepping)
-        rows = plan(stepping, self._chunk)
+        rows = plan(stepping, self._chunk, self._batch_chunk)
         for n, (seq, token, logits) in enumerate(rows):
             b.token[n] = token
             b.pos[n] = len(self._kv[seq.slot])
@@ -284,7 +286,9 @@ class Scheduler:
                 self._forget(slot)
 
 
-def plan(running: list[Sequence], chunk: int) -> list[tuple[Sequence, int, bool]]:
+def plan(
+    running: list[Sequence], chunk: int, batch_chunk: int | None = None
+) -> list[tuple[Sequence, int, bool]]:
     """The rows of one step's batch: (sequence, token, wants logits).
 
     Each decoding sequence feeds its last sampled token; each sequence still reading its
@@ -300,6 +304,8 @@ def plan(running: list[Sequence], chunk: int) -> list[tuple[Sequence, int, bool]
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
     token is not held up by the batch (bench/batch_priority.py); the lines lose one step.
+    They read their own prompts `batch_chunk` tokens a step (BATCH_PREFILL_CHUNK): an
+    interactive job that arrives meanwhile waits for a short step, not a long one.
     """
     rows: list[tuple[Sequence, int, bool]] = []
     prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
@@ -310,7 +316,8 @@ def plan(running: list[Sequence], chunk: int) -> list[tuple[Sequence, int, bool]
             rows.append((seq, seq.pending, True))
             seq.pending = None
         elif seq.fed < len(seq.context):
-            end = min(seq.fed + chunk, len(seq.context))
+            step = (batch_chunk or chunk) if seq.yields else chunk
+            end = min(seq.fed + step, len(seq.context))
             rows.extend((seq, seq.context[i], i == len(seq.context) - 1) for i in range(seq.fed, end))
             seq.fed = end
     return rows

@@ -105,6 +105,7 @@ class LlamaEngine:
             settings.prefill_chunk,
             self.prompts.is_end,
             prefix_cache=settings.prefix_cache,
+            batch_prefill_chunk=settings.batch_prefill_chunk,
         )
 
     def prompt_ids(self, spec: JobSpec) -> list[int]:

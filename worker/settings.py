@@ -82,6 +82,13 @@ class WorkerSettings:
         "smoother while long prompts are read, larger reads them faster",
         minimum=1,
     )
+    batch_prefill_chunk: int = setting(
+        8,
+        "BATCH_PREFILL_CHUNK",
+        "prompt tokens a Batch API line reads per batch step (at most PREFILL_CHUNK): an "
+        "interactive job arriving meanwhile waits for a short step",
+        minimum=1,
+    )
     prefix_cache: bool = setting(
         True,
         "PREFIX_CACHE",

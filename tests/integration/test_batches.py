@@ -160,6 +160,10 @@ def test_a_worker_killed_mid_batch_loses_no_line(pool, sdk):
         scaling["interactive_demand"]
         == scaling["demand"] - scaling["batch_queued"] - scaling["batch_in_flight"]
     )
+    assert scaling["queued_by_tier"]["batch"] == scaling["batch_queued"]
+    metrics = httpx.get(f"{pool.base}/metrics", timeout=10).text
+    assert f'tokenspool_queue_depth_by_tier{{model="{MODEL}",tier="batch"}}' in metrics
+    assert f'tokenspool_batch_lines_in_flight{{model="{MODEL}"}}' in metrics
     b = wait(sdk, batch_id, ("completed",))
     out = rows(sdk, b.output_file_id)
     assert sorted(r["custom_id"] for r in out) == sorted(f"req-{i}" for i in range(12))

@@ -153,6 +153,7 @@ def test_known_model_waits_in_the_queue_then_a_full_queue_is_refused(pool):
             "batch_queued": 0,
             "batch_in_flight": 0,
             "interactive_demand": 2,
+            "queued_by_tier": {"suspect": 0, "priority": 0, "default": 2, "flex": 0, "batch": 0},
         }
 
         refused = c.post("/v1/chat/completions", json=chat(COLD, stream=True))

@@ -85,3 +85,15 @@ def test_batch_lines_sit_out_the_steps_that_read_an_interactive_prompt():
     other = seq(2, [40, 41])
     other.yields = True  # a batch line's own prompt holds nobody up
     assert slots(plan([seq(0, [1], fed=1, pending=9), other], chunk=64)) == [0, 2, 2]
+
+
+def test_batch_lines_read_their_prompts_in_short_steps():
+    line = seq(0, list(range(20)))
+    line.yields = True
+    interactive = seq(1, [1], fed=1, pending=9)  # decoding
+    rows = plan([line, interactive], chunk=16, batch_chunk=4)
+    assert slots(rows) == [0] * 4 + [1]  # the line reads 4 tokens: the step stays short
+    assert line.fed == 4
+    reading = seq(2, list(range(100, 120)))  # an interactive prompt reads a whole chunk
+    rows = plan([reading], chunk=16, batch_chunk=4)
+    assert slots(rows) == [2] * 16
