@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import time
 
 import pytest
 
@@ -275,15 +276,31 @@ def test_warm_up_leaves_no_cache_no_counts_and_no_changed_answer(alone):
 
 
 def test_a_worker_is_listed_only_once_warm(tmp_path):
-    from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+    import httpx
+
+    from devstack.processes import start_api, start_redis, start_worker
 
     redis_proc, url = start_redis(tmp_path)
     api, base = start_api(tmp_path, url)
-    worker = start_worker(tmp_path, url)
+    worker = None
     try:
-        wait_for_model(base, DEFAULT_MODEL_NAME, procs=(worker, api))
-        log = worker.log()
-        assert "warm in" in log and log.index("warm in") < log.index("serving")
+        with httpx.Client(base_url=base, timeout=5) as client:
+            worker = start_worker(tmp_path, url)
+            deadline = time.monotonic() + 120
+            # From the worker's start on: the first answer that counts it, as an autoscaler
+            # or a client would see it; its log must say it was warm by then.
+            while True:
+                assert time.monotonic() < deadline and worker.alive(), worker.log()
+                scaling = client.get(f"/scaling/{DEFAULT_MODEL_NAME}")
+                if scaling.status_code == 200 and scaling.json()["workers"]:
+                    log = worker.log()
+                    break
+                time.sleep(0.01)
+            assert scaling.json()["slots"] >= 1
+            assert "warm in" in log, log
+            models = client.get("/v1/models").json()["data"]
+            assert [m["workers"] for m in models if m["id"] == DEFAULT_MODEL_NAME] == [1]
     finally:
         for p in (worker, api, redis_proc):
-            p.stop()
+            if p is not None:
+                p.stop()
