@@ -21,9 +21,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from api import batches, files, openapi, pool
+from api import batches, files, openapi, pool, ui
 from api import internal as internal_routes
-from api.auth import APIKeyMiddleware, KeyRing
+from api.auth import PUBLIC_PATHS, APIKeyMiddleware, KeyRing
 from api.batch_driver import BatchDriver
 from api.endpoints import Endpoints
 from api.errors import APIError
@@ -88,7 +88,9 @@ def _middleware(settings: Settings) -> list[Middleware]:
                 max_age=600,
             )
         )
-    out.append(Middleware(APIKeyMiddleware, keys=KeyRing(settings.api_keys, settings.api_keys_file)))
+    public = PUBLIC_PATHS | (ui.PATHS if settings.ui else frozenset())
+    keys = KeyRing(settings.api_keys, settings.api_keys_file)
+    out.append(Middleware(APIKeyMiddleware, keys=keys, public=public))
     return out
 
 
@@ -141,6 +143,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
     for endpoints in (Endpoints(CHAT), Endpoints(TEXT), ResponsesEndpoints(RESPONSES)):
         routes += endpoints.routes()
     routes += files.ROUTES + batches.ROUTES
+    if settings.ui:
+        routes += ui.routes()
     return Starlette(
         routes=routes,
         middleware=_middleware(settings),

@@ -108,15 +108,17 @@ PUBLIC_PATHS = frozenset({"/health", "/healthz", "/readyz"})
 
 
 class APIKeyMiddleware:
-    """Every route needs a key, but for `PUBLIC_PATHS`. The path is judged as the router
-    matches it (without the root path a proxy or mount strips), so no prefix gets around it."""
+    """Every route needs a key, but for `public` (`PUBLIC_PATHS`, and the browser pages'
+    static files when they are served). The path is judged as the router matches it
+    (without the root path a proxy or mount strips), so no prefix gets around it."""
 
-    def __init__(self, app: ASGIApp, keys: KeyRing) -> None:
+    def __init__(self, app: ASGIApp, keys: KeyRing, public: frozenset[str] = PUBLIC_PATHS) -> None:
         self.app = app
         self.keys = keys
+        self.public = public
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys.enabled or get_route_path(scope) in PUBLIC_PATHS:
+        if scope["type"] != "http" or not self.keys.enabled or get_route_path(scope) in self.public:
             await self.app(scope, receive, send)
             return
         header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")

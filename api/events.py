@@ -14,7 +14,7 @@ from typing import Protocol
 from api import sse
 from api.chunks import Chunks
 from api.cursor import OPENING, USAGE_SUFFIX, Cursor
-from contract.entries import Delta, Entry, Failed, Finished
+from contract.entries import Delta, Entry, Failed, Finished, Started
 from contract.errors import ErrorCode, failure_body
 
 Rows = list[tuple[str, Entry]]
@@ -77,6 +77,8 @@ class ChunkEvents:
                     out.append(sse.event(self._chunks.usage(entry), eid + USAGE_SUFFIX))
             elif isinstance(entry, Failed) and not sent:
                 out.append(sse.event(failure_body(entry), eid or None))
+            elif isinstance(entry, Started) and entry.epoch > 1:
+                out.append(sse.RECOVERED)  # a takeover: a note for readers that look
         return Encoded(b"".join(out), contents)
 
     def keepalive(self) -> bytes:

@@ -68,6 +68,12 @@ class Settings:
         "comma-separated browser origins allowed to call the API",
         shown="(none: CORS off)",
     )
+    ui: bool = setting(
+        False,
+        "UI",
+        "`1`: serve the playground at `/` and the pool view at `/pool` (static pages; their calls "
+        "need a key like any client's; the local run sets it)",
+    )
     max_body_bytes: int = setting(1_000_000, "MAX_BODY_BYTES", "larger request bodies get 413")
     limits: Limits = group(Limits)
     file_max_bytes: int = setting(20_000_000, "FILE_MAX_BYTES", "largest file `POST /v1/files` takes (413)")

@@ -12,6 +12,10 @@ import json
 from collections.abc import Callable
 
 DONE = b"data: [DONE]\n\n"
+RECOVERED = b": continued on another worker\n"
+"""A lone comment line, part of the next event, where a later attempt of the job takes over
+(its worker died, hung or shut down): every SSE reader skips comment lines, and an event
+that has data is dispatched as usual; the playground shows it as a "recovered" note."""
 
 HEADERS = {
     "Cache-Control": "no-cache",

@@ -93,7 +93,8 @@ def main() -> None:
             print(f"embedded valkey at {redis_url}", flush=True)
         worker = start_worker(log_dir, redis_url, tethered=True)
         procs.append(worker)
-        api, base = start_api(log_dir, redis_url, port=args.port, tethered=True)
+        ui = {"UI": os.environ.get("UI", "1")}  # the playground at / and the pool view at /pool
+        api, base = start_api(log_dir, redis_url, port=args.port, env=ui, tethered=True)
         procs.append(api)
         model = os.environ.get("MODEL_NAME") or (
             DEFAULT_MODEL_NAME if not os.environ.get("MODEL_PATH") else Path(os.environ["MODEL_PATH"]).stem
@@ -103,6 +104,8 @@ def main() -> None:
         stream_demo(base, model, args.prompt, args.max_tokens)
         if not args.once:
             print(f"\nServing {model} at {base}/v1 - Ctrl-C to stop.", flush=True)
+            if ui["UI"] == "1":
+                print(f"Playground at {base}/ and the pool view at {base}/pool", flush=True)
             while all(p.alive() for p in procs):
                 time.sleep(0.5)
             dead = [p for p in procs if not p.alive()]

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+RECOVERED = ": continued on another worker"
+
 
 @dataclass
 class Parsed:
@@ -26,7 +28,8 @@ def split_events(raw: bytes) -> list[str]:
     assert text.endswith("\n\n"), "the stream must end with a blank line"
     events = text[:-2].split("\n\n")
     for ev in events:
-        lines = ev.split("\n")
+        # a takeover's note (api/sse.py RECOVERED): a comment line opening an event with data
+        lines = [line for line in ev.split("\n") if line != RECOVERED]
         data_lines = [line for line in lines if line.startswith("data: ")]
         assert len(data_lines) == 1, f"every event carries exactly one data line: {ev!r}"
         assert all(line.startswith(("data: ", "id: ")) for line in lines), f"unexpected line in {ev!r}"

@@ -180,3 +180,29 @@ def test_tool_calls_stream_openai_style_and_assemble_into_the_message():
         "top_logprobs": [{"hi": -0.5, "\ufffd": -2.0}],
         "text_offset": [0],
     }
+
+
+def test_a_takeover_is_a_comment_line_every_sse_reader_skips():
+    import httpx
+    import openai
+
+    from api.events import chunk_events
+    from contract.entries import Started
+
+    c = ChatChunks("chatcmpl-1", 123, "m")
+    events = chunk_events(c, None)
+    rows = [
+        ("1-0", Started(epoch=1, worker="w1", prompt_tokens=3)),
+        ("1-1", Delta(epoch=1, text="Hello", token_ids=(1,))),
+        ("2-0", Started(epoch=2, worker="w2", prompt_tokens=3)),
+        ("2-1", Delta(epoch=2, text=" sea", token_ids=(2,))),
+        ("2-2", finished("stop")),
+    ]
+    raw = events.opening() + events.encode(rows).data + events.done()
+    assert raw.count(sse.RECOVERED) == 1  # the first attempt's start is no takeover
+    assert sse.RECOVERED + b"id: 2-1\ndata: " in raw  # it opens the next event
+    response = httpx.Response(200, content=raw, headers={"content-type": "text/event-stream"})
+    client = openai.OpenAI(api_key="x", base_url="http://127.0.0.1:9/v1")
+    chunks = list(openai.Stream(cast_to=object, response=response, client=client))
+    text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks)
+    assert text == "Hello sea" and chunks[-1]["choices"][0]["finish_reason"] == "stop"

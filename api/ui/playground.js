@@ -1,0 +1,284 @@
+// The playground: a streamed chat that survives a reload. The answer in progress (its
+// completion id, the last event id and the text so far) is kept in sessionStorage; a page
+// loaded with one resumes it through GET /v1/chat/completions/{id}?stream=true with
+// Last-Event-ID, so no text is lost or repeated. A takeover after a worker died shows a note.
+"use strict";
+
+const CHAT_ITEM = "tokenspool.chat";
+const PENDING_ITEM = "tokenspool.pending";
+const RECOVERED = "continued on another worker";
+
+const $ = (id) => document.getElementById(id);
+let controller = null; // aborts the stream being read
+let current = null; // the answer in progress (also in sessionStorage)
+
+function load(item, fallback) {
+  try {
+    return JSON.parse(sessionStorage.getItem(item)) || fallback;
+  } catch (_) {
+    return fallback;
+  }
+}
+
+function save(item, value) {
+  if (value === null) sessionStorage.removeItem(item);
+  else sessionStorage.setItem(item, JSON.stringify(value));
+}
+
+function status(text) {
+  $("status").textContent = text;
+}
+
+function messageItem(role) {
+  const li = document.createElement("li");
+  li.className = "msg " + role;
+  const who = document.createElement("span");
+  who.className = "who";
+  who.textContent = role;
+  const content = document.createElement("div");
+  content.className = "content";
+  const calls = document.createElement("pre");
+  calls.className = "calls";
+  const note = document.createElement("p");
+  note.className = "note";
+  li.append(who, content, calls, note);
+  $("transcript").append(li);
+  return li;
+}
+
+function show(li, msg) {
+  li.querySelector(".content").textContent = msg.content || "";
+  const calls = msg.tool_calls && msg.tool_calls.length ? JSON.stringify(msg.tool_calls, null, 2) : "";
+  li.querySelector(".calls").textContent = calls;
+  li.querySelector(".note").textContent = msg.note || "";
+  li.scrollIntoView({ block: "end" });
+}
+
+function render() {
+  $("transcript").replaceChildren();
+  for (const msg of load(CHAT_ITEM, [])) show(messageItem(msg.role), msg);
+}
+
+async function loadModels() {
+  const select = $("model");
+  try {
+    const resp = await fetch("/v1/models", { headers: headers() });
+    if (!resp.ok) {
+      status("Models: " + (await errorMessage(resp)));
+      return;
+    }
+    const chosen = select.value;
+    select.replaceChildren();
+    for (const m of (await resp.json()).data) {
+      const opt = document.createElement("option");
+      opt.value = m.id;
+      opt.textContent = m.id + " (" + m.workers + (m.workers === 1 ? " worker)" : " workers)");
+      select.append(opt);
+    }
+    if (chosen) select.value = chosen;
+    if (!select.value && select.options.length) select.selectedIndex = 0;
+    if (!select.options.length) status("No model is served: start a worker.");
+  } catch (err) {
+    status("Models: " + err.message);
+  }
+}
+
+function requestBody(history) {
+  const messages = [];
+  const system = $("system").value.trim();
+  if (system) messages.push({ role: "system", content: system });
+  for (const m of history) {
+    const msg = { role: m.role, content: m.content || "" };
+    if (m.tool_calls && m.tool_calls.length) msg.tool_calls = m.tool_calls;
+    messages.push(msg);
+  }
+  const body = {
+    model: $("model").value,
+    messages,
+    stream: true,
+    stream_options: { include_usage: true },
+    temperature: Number($("temperature").value),
+    max_tokens: Number($("max-tokens").value),
+  };
+  if ($("json-mode").checked) body.response_format = { type: "json_object" };
+  const tools = $("tools").value.trim();
+  if (tools) body.tools = JSON.parse(tools);
+  return body;
+}
+
+function busy(on) {
+  $("send").disabled = on;
+  $("stop").disabled = !on;
+}
+
+// One event of the answer's stream; returns true at [DONE].
+function onEvent(ev, li) {
+  if (ev.comments.includes(RECOVERED)) {
+    current.recovered = true;
+    current.note = "recovered: another worker took over and went on";
+  }
+  if (ev.data === "[DONE]") return true;
+  const chunk = JSON.parse(ev.data);
+  if (chunk.error) {
+    current.note = "error: " + chunk.error.message;
+  } else {
+    current.id = chunk.id;
+    if (ev.id) current.lastEventId = ev.id;
+    if (chunk.usage) current.usage = chunk.usage;
+    for (const choice of chunk.choices || []) {
+      const delta = choice.delta || {};
+      if (delta.content) {
+        if (current.firstAt === null && !current.resumed) current.firstAt = Date.now();
+        current.content += delta.content;
+      }
+      for (const call of delta.tool_calls || []) {
+        const slot = (current.tool_calls[call.index] ||= { id: "", type: "function", function: { name: "", arguments: "" } });
+        if (call.id) slot.id = call.id;
+        if (call.function && call.function.name) slot.function.name += call.function.name;
+        if (call.function && call.function.arguments) slot.function.arguments += call.function.arguments;
+      }
+      if (choice.finish_reason) current.finish = choice.finish_reason;
+    }
+  }
+  save(PENDING_ITEM, current);
+  show(li, current);
+  return false;
+}
+
+function finish(li) {
+  const stats = [];
+  if (current.firstAt !== null && !current.resumed) stats.push("TTFT " + (current.firstAt - current.startedAt) + " ms");
+  if (current.usage && current.firstAt !== null) {
+    const seconds = (Date.now() - current.firstAt) / 1000;
+    if (seconds > 0) stats.push((current.usage.completion_tokens / seconds).toFixed(1) + " tokens/s");
+  }
+  if (current.finish) stats.push("finish: " + current.finish);
+  if (current.resumed) stats.push("resumed after a reload");
+  const note = [current.note, stats.join(" · ")].filter(Boolean).join(" — ");
+  const history = load(CHAT_ITEM, []);
+  history.push({ role: "assistant", content: current.content, tool_calls: current.tool_calls.filter(Boolean), note });
+  save(CHAT_ITEM, history);
+  save(PENDING_ITEM, null);
+  current = null;
+  show(li, history[history.length - 1]);
+  li.dataset.done = "true";
+  status("");
+}
+
+async function follow(resp, li) {
+  controller = controller || new AbortController();
+  let done = false;
+  await readEvents(resp, (ev) => {
+    done = onEvent(ev, li) || done;
+  }, controller.signal);
+  if (done) finish(li);
+  else if (current) status("The stream was cut: reload the page to resume it.");
+}
+
+async function send(ev) {
+  ev.preventDefault();
+  const text = $("prompt").value.trim();
+  if (!text || current) return;
+  let body;
+  const history = load(CHAT_ITEM, []);
+  history.push({ role: "user", content: text });
+  try {
+    body = requestBody(history);
+  } catch (err) {
+    status("Tools: not valid JSON (" + err.message + ")");
+    return;
+  }
+  save(CHAT_ITEM, history);
+  show(messageItem("user"), history[history.length - 1]);
+  $("prompt").value = "";
+  const li = messageItem("assistant");
+  current = { id: null, lastEventId: null, content: "", tool_calls: [], note: "", startedAt: Date.now(), firstAt: null, resumed: false };
+  save(PENDING_ITEM, current);
+  busy(true);
+  controller = new AbortController();
+  try {
+    const resp = await fetch("/v1/chat/completions", {
+      method: "POST", headers: headers(), body: JSON.stringify(body), signal: controller.signal,
+    });
+    if (!resp.ok) {
+      current.note = "error: " + (await errorMessage(resp));
+      show(li, current);
+      save(PENDING_ITEM, null);
+      current = null;
+      return;
+    }
+    await follow(resp, li);
+  } catch (err) {
+    if (current) status("The stream was cut (" + err.message + "): reload the page to resume it.");
+  } finally {
+    busy(false);
+  }
+}
+
+async function resume() {
+  current = load(PENDING_ITEM, null);
+  if (!current) return;
+  const li = messageItem("assistant");
+  if (!current.id) {
+    save(PENDING_ITEM, null);
+    current.note = "the answer was cut before it began: send the message again";
+    show(li, current);
+    current = null;
+    return;
+  }
+  current.resumed = true;
+  show(li, current);
+  status("Resuming the answer…");
+  busy(true);
+  controller = new AbortController();
+  try {
+    const extra = current.lastEventId ? { "Last-Event-ID": current.lastEventId } : {};
+    if (!current.lastEventId) current.content = "";
+    const url = "/v1/chat/completions/" + encodeURIComponent(current.id) + "?stream=true";
+    const resp = await fetch(url, { headers: headers(extra), signal: controller.signal });
+    if (!resp.ok) {
+      current.note = "could not resume: " + (await errorMessage(resp));
+      show(li, current);
+      save(PENDING_ITEM, null);
+      current = null;
+      return;
+    }
+    status("");
+    await follow(resp, li);
+  } catch (err) {
+    if (current) status("The stream was cut (" + err.message + "): reload the page to resume it.");
+  } finally {
+    busy(false);
+  }
+}
+
+async function stop() {
+  if (!current || !current.id) {
+    if (controller) controller.abort();
+    return;
+  }
+  const url = "/v1/chat/completions/" + encodeURIComponent(current.id) + "/cancel";
+  const resp = await fetch(url, { method: "POST", headers: headers() });
+  if (!resp.ok && controller) controller.abort(); // the stream ends by itself after a cancel
+}
+
+function clearChat() {
+  if (current) return;
+  save(CHAT_ITEM, []);
+  render();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  setUpKeyForm(loadModels);
+  $("ask").addEventListener("submit", send);
+  $("stop").addEventListener("click", stop);
+  $("clear").addEventListener("click", clearChat);
+  $("prompt").addEventListener("keydown", (ev) => {
+    if (ev.key === "Enter" && !ev.shiftKey) {
+      ev.preventDefault();
+      $("ask").requestSubmit();
+    }
+  });
+  render();
+  loadModels().then(resume);
+});

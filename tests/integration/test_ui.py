@@ -1,0 +1,243 @@
+"""The playground and the pool view in a real headless Chromium (Debian's `chromium` and
+`chromium-driver`, driven by selenium): a streamed answer, a reload mid-answer that resumes
+where it was, a worker killed mid-answer, the pool view seeing a new worker, a key asked for
+and kept, phone-width layout, and no console errors. Skipped where no browser is installed;
+CI sets TOKENSPOOL_REQUIRE_BROWSER=1 so that a missing one fails instead.
+
+With TOKENSPOOL_SCREENSHOTS=<dir>, the screenshots (both pages, desktop and phone widths)
+are written there too (docs/ui/ holds the README's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from devstack.processes import start_api
+from tests.integration.conftest import MODEL
+from tests.integration.test_recovery import Pool, running_pool
+
+pytestmark = pytest.mark.integration
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+DRIVER = shutil.which("chromedriver")
+if not (CHROMIUM and DRIVER):
+    if os.environ.get("TOKENSPOOL_REQUIRE_BROWSER") == "1":
+        raise RuntimeError("TOKENSPOOL_REQUIRE_BROWSER=1 but chromium / chromedriver are not installed")
+    pytest.skip(
+        "no browser: `apt-get install chromium chromium-driver` to run the browser tests",
+        allow_module_level=True,
+    )
+
+from selenium import webdriver  # noqa: E402
+from selenium.webdriver.chrome.service import Service  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+
+DESKTOP, PHONE = (1280, 900), (390, 844)
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> Iterator[Pool]:
+    with running_pool(tmp_path_factory.mktemp("ui"), api_env={"UI": "1"}) as p:
+        yield p
+
+
+@pytest.fixture
+def browser() -> Iterator[webdriver.Chrome]:
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu"):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=options, service=Service(DRIVER))
+    driver.set_window_size(*DESKTOP)
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+def until(check: Callable[[], object], timeout: float = 60, what: str = "") -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        got = check()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise TimeoutError(f"not seen within {timeout} s: {what}")
+
+
+def console_errors(driver: webdriver.Chrome) -> list[dict]:
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def open_playground(driver: webdriver.Chrome, base: str) -> None:
+    driver.get(base + "/")
+    until(lambda: driver.find_elements(By.CSS_SELECTOR, "#model option"), what="the model list")
+
+
+def ask(driver: webdriver.Chrome, prompt: str, max_tokens: int) -> None:
+    field = driver.find_element(By.ID, "max-tokens")
+    field.clear()
+    field.send_keys(str(max_tokens))
+    temperature = driver.find_element(By.ID, "temperature")
+    temperature.clear()
+    temperature.send_keys("0")
+    box = driver.find_element(By.ID, "prompt")
+    box.send_keys(prompt)
+    box.send_keys(Keys.ENTER)  # the keyboard sends
+
+
+def answer(driver: webdriver.Chrome) -> str:
+    items = driver.find_elements(By.CSS_SELECTOR, "li.assistant .content")
+    return items[-1].text if items else ""
+
+
+def finished(driver: webdriver.Chrome) -> bool:
+    return bool(driver.find_elements(By.CSS_SELECTOR, "li.assistant[data-done='true']"))
+
+
+def pending_id(driver: webdriver.Chrome) -> str:
+    raw = driver.execute_script("return sessionStorage.getItem('tokenspool.pending')")
+    return json.loads(raw)["id"] if raw else ""
+
+
+def replay(base: str, cid: str) -> str:
+    """The job's text as the server recorded it: GET ...?stream=true from the start."""
+    text = []
+    with httpx.stream("GET", f"{base}/v1/chat/completions/{cid}", params={"stream": "true"}, timeout=60) as r:
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                for choice in json.loads(line[6:])["choices"]:
+                    text.append(choice["delta"].get("content") or "")
+    return "".join(text)
+
+
+def test_a_prompt_gets_a_streamed_answer_with_its_timings(pool, browser):
+    open_playground(browser, pool.base)
+    assert browser.find_element(By.ID, "model").get_attribute("value") == MODEL
+    ask(browser, "Say hello to the sea.", 24)
+    seen = []  # the answer grows while it streams
+    until(lambda: seen.append(answer(browser)) or finished(browser), what="the end of the answer")
+    assert answer(browser) and len({s for s in seen if s}) > 1, seen
+    note = browser.find_element(By.CSS_SELECTOR, "li.assistant .note").text
+    assert "TTFT" in note and "tokens/s" in note and "finish:" in note, note
+    assert browser.find_element(By.ID, "send").is_enabled()
+    assert console_errors(browser) == []
+
+
+def test_a_reload_mid_answer_resumes_it_without_a_gap_or_a_repeat(pool, browser):
+    open_playground(browser, pool.base)
+    ask(browser, "Write a long story about a lighthouse keeper, a storm and a ship.", 160)
+    until(lambda: len(answer(browser)) >= 40, what="some text")
+    cid = pending_id(browser)
+    assert cid.startswith("chatcmpl-")
+    assert not finished(browser)
+    browser.refresh()
+    until(lambda: finished(browser), what="the resumed answer's end")
+    final = answer(browser)
+    assert final == replay(pool.base, cid)
+    assert "resumed after a reload" in browser.find_element(By.CSS_SELECTOR, "li.assistant .note").text
+    assert browser.execute_script("return sessionStorage.getItem('tokenspool.pending')") is None
+    assert console_errors(browser) == []
+
+
+def test_a_worker_killed_mid_answer_is_recovered_and_the_text_goes_on(pool, browser):
+    pool.ensure(2)
+    open_playground(browser, pool.base)
+    ask(browser, "Write a long story about a lighthouse keeper, a storm and a ship.", 160)
+    until(lambda: len(answer(browser)) >= 20, what="some text")
+    cid = pending_id(browser)
+    pool.holder(cid).signal(signal.SIGKILL)
+    until(lambda: finished(browser), timeout=90, what="the answer's end after the kill")
+    note = browser.find_element(By.CSS_SELECTOR, "li.assistant .note").text
+    assert "recovered" in note, note
+    assert "finish:" in note, note
+    assert answer(browser) == replay(pool.base, cid)
+    assert console_errors(browser) == []
+    pool.ensure(2)
+
+
+def test_stop_cancels_the_answer(pool, browser):
+    open_playground(browser, pool.base)
+    ask(browser, "Write a long story about a lighthouse keeper, a storm and a ship.", 400)
+    until(lambda: len(answer(browser)) >= 10, what="some text")
+    cid = pending_id(browser)
+    browser.find_element(By.ID, "stop").click()
+    until(lambda: finished(browser), what="the cancelled answer's end")
+    got = httpx.get(f"{pool.base}/v1/chat/completions/{cid}", timeout=10).json()
+    assert got["usage"]["completion_tokens"] < 400
+    assert console_errors(browser) == []
+
+
+def test_the_pool_view_shows_a_new_worker_within_seconds(pool, browser):
+    pool.ensure(2)
+    browser.get(pool.base + "/pool")
+
+    def workers() -> str:
+        sections = browser.find_elements(By.CSS_SELECTOR, f"section.model[data-model='{MODEL}'] dd")
+        return sections[0].text if sections else ""
+
+    until(lambda: workers() == "2", what="two workers")
+    started = time.monotonic()
+    pool.spawn()
+    until(lambda: workers() == "3", timeout=30, what="the third worker")
+    assert time.monotonic() - started < 15
+    text = browser.find_element(By.TAG_NAME, "main").text
+    for label in ("slots in use", "queued", "tokens/s", "recovered: crash", "jobs lost"):
+        assert label in text, text
+    assert console_errors(browser) == []
+
+
+def test_the_page_asks_for_a_key_and_keeps_it_for_the_tab(pool, browser, tmp_path):
+    api, base = start_api(tmp_path, pool.redis_url, env={"UI": "1", "API_KEYS": "sesame"})
+    try:
+        page = httpx.get(base + "/", timeout=10)  # the page itself needs no key
+        assert page.status_code == 200 and "script-src 'self'" in page.headers["content-security-policy"]
+        assert httpx.get(base + "/v1/models", timeout=10).status_code == 401
+        browser.get(base + "/")
+        until(lambda: "API key" in browser.find_element(By.ID, "status").text, what="the key request")
+        key = browser.find_element(By.ID, "key")
+        key.send_keys("sesame")
+        key.send_keys(Keys.ENTER)
+        until(lambda: browser.find_elements(By.CSS_SELECTOR, "#model option"), what="models with the key")
+        browser.refresh()  # kept in sessionStorage
+        until(lambda: browser.find_elements(By.CSS_SELECTOR, "#model option"), what="models after a reload")
+        # 401s before the key is given are the expected console entries; nothing else
+        assert [e for e in console_errors(browser) if "401" not in e["message"]] == []
+    finally:
+        api.stop()
+
+
+def test_both_pages_fit_a_phone_and_are_kept_as_screenshots(pool, browser, tmp_path):
+    out = Path(os.environ.get("TOKENSPOOL_SCREENSHOTS") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    for size, width in ((PHONE, "phone"), (DESKTOP, "desktop")):
+        browser.set_window_size(*size)
+        open_playground(browser, pool.base)
+        browser.find_element(By.ID, "clear").click()
+        ask(browser, "Say hello to the sea.", 24)
+        until(lambda: finished(browser), what="an answer")
+        overflow = "return document.documentElement.scrollWidth <= window.innerWidth"
+        assert browser.execute_script(overflow), f"the playground scrolls sideways at {size}"
+        browser.save_screenshot(str(out / f"playground-{width}.png"))
+        browser.get(pool.base + "/pool")
+        until(lambda: browser.find_elements(By.CSS_SELECTOR, "section.model dd"), what="the pool")
+        time.sleep(2.5)  # a second read: tokens/s
+        assert browser.execute_script(overflow), f"the pool view scrolls sideways at {size}"
+        browser.save_screenshot(str(out / f"pool-{width}.png"))
+    assert all(
+        (out / f"{p}-{w}.png").stat().st_size > 5000
+        for p in ("playground", "pool")
+        for w in ("phone", "desktop")
+    )
+    assert console_errors(browser) == []
