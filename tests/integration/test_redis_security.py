@@ -14,6 +14,7 @@ import os
 import secrets
 import shutil
 import signal
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -205,6 +206,49 @@ def test_a_killed_worker_is_reaped_and_resumed_under_acls(secured):
     assert killed is not None
     assert parsed.text == "".join(f" w{i}" for i in range(WORDS)) and parsed.finish_reason == "stop"
     assert "requeued" in secured.procs[0].log()
+
+
+def test_files_batches_and_responses_work_under_acls(secured):
+    """The surfaces added after the users were listed: every command they and the batch
+    driver send must be on the API user's list."""
+    line = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
+    jsonl = "".join(
+        json.dumps({"custom_id": f"c{i}", "method": "POST", "url": "/v1/chat/completions", "body": line})
+        + "\n"
+        for i in range(3)
+    )
+    with httpx.Client(base_url=secured.base, timeout=60) as c:
+        up = c.post("/v1/files", files={"file": ("in.jsonl", jsonl.encode())}, data={"purpose": "batch"})
+        assert up.status_code == 200, up.text
+        fid = up.json()["id"]
+        assert c.get(f"/v1/files/{fid}/content").content == jsonl.encode()
+        assert c.get("/v1/files").status_code == 200
+        made = c.post(
+            "/v1/batches",
+            json={"input_file_id": fid, "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+        )
+        assert made.status_code == 200, made.text
+        deadline = time.monotonic() + 60
+        while (batch := c.get(f"/v1/batches/{made.json()['id']}").json())["status"] != "completed":
+            assert time.monotonic() < deadline and batch["status"] in (
+                "validating",
+                "in_progress",
+                "finalizing",
+            ), batch
+            time.sleep(0.2)
+        out = c.get(f"/v1/files/{batch['output_file_id']}/content").text.splitlines()
+        assert sorted(json.loads(r)["custom_id"] for r in out) == ["c0", "c1", "c2"]
+        first = c.post("/v1/responses", json={"model": MODEL, "input": "hi"})
+        assert first.status_code == 200, first.text
+        second = c.post(
+            "/v1/responses",
+            json={"model": MODEL, "input": "and?", "previous_response_id": first.json()["id"]},
+        )
+        assert second.status_code == 200, second.text
+        assert c.get(f"/v1/responses/{second.json()['id']}/input_items").status_code == 200
+        assert c.delete(f"/v1/files/{fid}").status_code == 200
+    for p in secured.procs:
+        assert "NOPERM" not in p.log(), p.name
 
 
 REFUSED_TO_BOTH = [
