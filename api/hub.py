@@ -138,13 +138,17 @@ class StreamHub:
                 streams[self._control] = control_seen
                 result = await reader.xread(streams, count=64, block=self._block_ms)
                 backoff = 0.1
+                control_seen = self._dispatch(result, control_seen)
             except asyncio.CancelledError:
                 if reader is not None:
                     await reader.aclose()
                 raise
             except ResponseError as exc:  # one stream's arguments, most likely: not an outage
                 log.error("the stream reader's XREAD was refused (%s): finding the stream at fault", exc)
-                await self._isolate(reader)
+                if not await self._isolate(reader):  # none at fault: wait as for an outage
+                    self._wake_all()
+                    await asyncio.sleep(backoff)
+                    backoff = min(backoff * 2, 2.0)
                 continue
             except (RedisError, OSError) as exc:
                 log.warning("stream reader lost Redis (%s); retrying in %.1fs", exc, backoff)
@@ -162,26 +166,39 @@ class StreamHub:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            for raw_key, rows in result or []:
-                key = raw_key.decode()
-                newest = rows[-1][0].decode()
-                if key == self._control:
-                    control_seen = newest
-                    continue
-                state = self._watched.get(key)
-                if state is not None:
-                    read_from, state.seen = state.seen, newest
-                    decoded = [
-                        (eid.decode(), entries.decode(fields, token_ids=False)) for eid, fields in rows
-                    ]
-                    for fut, cursor in state.waiters.items():
-                        if not fut.done():
-                            fut.set_result(decoded if cursor == read_from else None)
-                    state.waiters.clear()
 
-    async def _isolate(self, reader: aredis.Redis | None) -> None:
+    def _dispatch(self, result: list, control_seen: str) -> str:
+        """Hand what one XREAD returned to each stream's waiting clients; returns the newest
+        control entry seen. Rows that cannot be decoded (nothing the scripts write) wake
+        that stream's clients to read it themselves, where the error is theirs alone."""
+        for raw_key, rows in result or []:
+            key = raw_key.decode()
+            newest = rows[-1][0].decode()
+            if key == self._control:
+                control_seen = newest
+                continue
+            state = self._watched.get(key)
+            if state is None:
+                continue
+            read_from, state.seen = state.seen, newest
+            try:
+                decoded: Rows | None = [
+                    (eid.decode(), entries.decode(fields, token_ids=False)) for eid, fields in rows
+                ]
+            except Exception:
+                log.exception("stream %s has entries that cannot be decoded", key)
+                decoded = None
+            for fut, cursor in state.waiters.items():
+                if not fut.done():
+                    fut.set_result(decoded if decoded is not None and cursor == read_from else None)
+            state.waiters.clear()
+        return control_seen
+
+    async def _isolate(self, reader: aredis.Redis | None) -> int:
         """Read each watched stream alone once: the ones Redis refuses are taken out of the
-        shared read, and their watchers get the error; the others go on as before."""
+        shared read, and their watchers get the error; the others go on as before. Returns
+        how many were taken out."""
+        isolated = 0
         for key, state in list(self._watched.items()):
             try:
                 if reader is not None and state.error is None:
@@ -189,10 +206,12 @@ class StreamHub:
             except ResponseError as exc:
                 log.error("stream %s cannot be read from %r: %s", key, state.seen[:64], exc)
                 state.error = exc
+                isolated += 1
                 for fut in state.waiters:
                     if not fut.done():
                         fut.set_result(None)
                 state.waiters.clear()
+        return isolated
 
     def _wake_all(self) -> None:
         for state in self._watched.values():

@@ -157,6 +157,47 @@ def test_one_stream_redis_refuses_to_read_fails_alone(redis_url):
     assert error  # the bad one got Redis's refusal, alone
 
 
+def test_an_entry_the_reader_cannot_decode_stalls_no_other_stream(redis_url, caplog):
+    """An unexpected error in the shared reader (here an entry nobody could have written
+    through the scripts) must not end it: the other streams keep being handed their rows."""
+
+    async def scenario() -> list:
+        client = shared_client(redis_url, 10, 5.0)
+        sync = redis.Redis.from_url(redis_url)
+        store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery())
+        hub = StreamHub(redis_url, client, block_ms=200)
+        await hub.start()
+        for cid in ("chatcmpl-good", "chatcmpl-odd"):
+            await client.hset(keys.job(cid), mapping={"status": "running", "epoch": 1})
+        async with hub.watch(keys.events("chatcmpl-odd"), "0") as odd:
+            waiting = asyncio.create_task(odd.wait("0", timeout=30))
+            await asyncio.sleep(0.3)
+            sync.xadd(keys.events("chatcmpl-odd"), {"k": "no-such-kind"})
+            await asyncio.wait_for(waiting, timeout=5)  # told to read for itself
+            got = []
+
+            async def consume() -> None:
+                async for item in follow(store, hub, "chatcmpl-good", after="0", keepalive_s=30):
+                    if item is not KEEPALIVE:
+                        got.extend(e for _, e in item)
+                        if len(got) >= 3:
+                            return
+
+            good = asyncio.create_task(consume())
+            await asyncio.sleep(0.3)
+            for n in range(3):
+                sync.xadd(keys.events("chatcmpl-good"), {"k": "d", "e": "1", "t": f"t{n}", "i": str(n)})
+                await asyncio.sleep(0.1)
+            await asyncio.wait_for(good, timeout=10)
+        await hub.stop()
+        await client.aclose()
+        return got
+
+    got = asyncio.run(scenario())
+    assert [e.text for e in got] == ["t0", "t1", "t2"]
+    assert "cannot be decoded" in caplog.text
+
+
 def test_pathologically_nested_json_is_a_400(tmp_path, redis_url):
     _, base = start_api(tmp_path, redis_url)
     r = httpx.post(base + "/v1/chat/completions", content=b"[" * 200_000 + b"]" * 200_000)
