@@ -20,13 +20,13 @@ import logging
 import time
 
 from api.background import Background, Leader, every
-from api.batch_lines import SURFACES, Line
+from api.batch_lines import Line
 from api.batches import ENDED, batch_hash
 from api.files import FileRecord, files_of
 from api.jobstore import Idempotency, JobState
 from api.services import Services
-from api.surfaces import CHAT, TEXT
-from contract import keys
+from api.surfaces import BATCHABLE, BY_NAME
+from contract import errors, keys
 from contract.entries import as_text
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,6 @@ if redis.call('HSETNX', KEYS[1], ARGV[1], ARGV[2]) == 1 then
 end
 return redis.call('HDEL', KEYS[2], ARGV[1])
 """
-_SURFACE = {"chat": CHAT, "text": TEXT}
 
 
 class BatchDriver:
@@ -96,7 +95,7 @@ class BatchDriver:
         """Send line `number` as a job (the same job again, if a driver sent it and died)."""
         custom_id, body = json.loads(await self._s.redis.lindex(keys.batch_lines(batch_id), number))
         line = Line(number + 1, custom_id, h["endpoint"], body)
-        surface = _SURFACE[SURFACES[h["endpoint"]]]
+        surface = BATCHABLE[h["endpoint"]]
         cid = surface.new_id()
         spec = dataclasses.replace(line.request().to_spec(cid, self._s.settings.limits), priority=keys.BATCH)
         digest = hashlib.sha256(f"{batch_id} {number}".encode()).hexdigest()
@@ -148,18 +147,13 @@ class BatchDriver:
             "error": None,
         }
         if job is None:
-            out["error"] = {"code": "not_found", "message": "The line's job expired before it was collected."}
+            out["error"] = errors.NOT_FOUND.brief("The line's job expired before it was collected.")
             return out, True, (0, 0)
         if job.status == keys.JobStatus.CANCELLED:
             expired = h["status"] != "cancelling" and time.time() >= int(h["expires_at"])
-            out["error"] = {
-                "code": "batch_expired" if expired else "batch_cancelled",
-                "message": "The batch expired before this request finished."
-                if expired
-                else "The request was cancelled before it finished.",
-            }
+            out["error"] = (errors.BATCH_EXPIRED if expired else errors.BATCH_CANCELLED).brief()
             return out, True, (0, 0)
-        surface = _SURFACE[job.surface]
+        surface = BY_NAME[job.surface]
         answer = surface.chunks_of(job).answer(await self._s.jobs.read(cid, "0", count=100_000))
         assert answer is not None  # the job has ended
         out["response"] = {"status_code": answer.status, "request_id": cid, "body": answer.body}
@@ -179,12 +173,12 @@ class BatchDriver:
         never = [n for n in range(total) if n not in results]
         for n in never:  # cancelled or expired before they were sent
             custom_id = json.loads(await r.lindex(keys.batch_lines(batch_id), n))[0]
-            code = "batch_cancelled" if status == "cancelled" else "batch_expired"
+            error = errors.BATCH_CANCELLED if status == "cancelled" else errors.BATCH_EXPIRED
             results[n] = {
                 "id": f"batch_req_{batch_id[6:]}{n}",
                 "custom_id": custom_id,
                 "response": None,
-                "error": {"code": code, "message": f"The batch was {status} before this request was sent."},
+                "error": error.brief(f"The batch was {status} before this request was sent."),
             }
         good = [results[n] for n in sorted(results) if results[n]["error"] is None and _ok(results[n])]
         bad = [results[n] for n in sorted(results) if not (results[n]["error"] is None and _ok(results[n]))]

@@ -10,13 +10,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from api.bodies import Body, ChatRequest, CompletionRequest, parse
+from api.bodies import Body, parse
 from api.errors import APIError, invalid
 from api.settings import Limits
+from api.surfaces import BATCHABLE
 from contract import errors
-
-ENDPOINTS: dict[str, type[Body]] = {"/v1/chat/completions": ChatRequest, "/v1/completions": CompletionRequest}
-SURFACES = {"/v1/chat/completions": "chat", "/v1/completions": "text"}
 
 
 class _Line(BaseModel):
@@ -36,7 +34,7 @@ class Line:
 
     def request(self) -> Body:
         """The line's body as its endpoint's request (checked on upload: it parses)."""
-        return parse(ENDPOINTS[self.url], json.dumps(self.body).encode())
+        return parse(BATCHABLE[self.url].body, json.dumps(self.body).encode())
 
 
 def parse_lines(content: bytes, limits: Limits, max_lines: int) -> list[Line]:
@@ -68,8 +66,8 @@ def _parse(number: int, raw: str, limits: Limits) -> Line:
         raise _bad(number, f"{where}: {first['msg']}") from None
     if line.method != "POST":
         raise _bad(number, "method must be POST")
-    if line.url not in ENDPOINTS:
-        raise _bad(number, f"url must be one of {', '.join(ENDPOINTS)}")
+    if line.url not in BATCHABLE:
+        raise _bad(number, f"url must be one of {', '.join(BATCHABLE)}")
     if line.body.get("stream") or line.body.get("background"):
         raise _bad(number, "a batch request is neither streamed nor in the background")
     out = Line(number, line.custom_id, line.url, line.body)

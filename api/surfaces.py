@@ -72,3 +72,6 @@ RESPONSES = Surface(
     "responses", "/v1/responses", ID_PREFIX, "response", ResponsesRequest, ResponseObjects, response_events
 )
 SURFACES = (CHAT, TEXT, RESPONSES)
+BATCHABLE = {s.path: s for s in (CHAT, TEXT)}
+"""The endpoints a Batch API line may name, by path."""
+BY_NAME = {s.name: s for s in SURFACES}

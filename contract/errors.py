@@ -36,6 +36,10 @@ class ErrorCode:
             epoch=epoch, message=message or self.message, type=self.type, code=self.code or "", param=param
         )
 
+    def brief(self, message: str | None = None) -> dict:
+        """`{"code", "message"}`: a Batch API line's error in its output (no status is sent)."""
+        return {"code": self.code, "message": message or self.message}
+
 
 def error_body(message: str, type_: str, code: str | None, param: str | None) -> dict:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
@@ -109,6 +113,14 @@ REQUEST_TIMEOUT = _error(
 )
 DEADLINE = _error(
     "deadline_exceeded", SERVER_ERROR, 504, "The completion did not finish within the server's time limit."
+)
+
+# A Batch API line's own ends, in its batch's error file (`brief`; never an HTTP answer).
+BATCH_CANCELLED = _error(
+    "batch_cancelled", INVALID_REQUEST_ERROR, 400, "The request was cancelled before it finished."
+)
+BATCH_EXPIRED = _error(
+    "batch_expired", INVALID_REQUEST_ERROR, 400, "The batch expired before this request finished."
 )
 
 
