@@ -275,6 +275,19 @@ def test_warm_up_leaves_no_cache_no_counts_and_no_changed_answer(alone):
         warmed.close()
 
 
+def test_a_warm_up_cut_short_by_its_budget_still_leaves_a_clean_engine(alone, caplog):
+    warmed = make_engine(4)
+    try:
+        with caplog.at_level("INFO", logger="worker.engine"):
+            took = warmed.warm_up(budget_s=0.001)
+        assert "cut short" in caplog.text
+        assert took < 5  # it stops at the next token, and skips what is left
+        assert warmed.counters() == BatchCounters()
+        assert [generate(warmed, job(warmed, q, i)) for i, q in enumerate(QUESTIONS)] == alone
+    finally:
+        warmed.close()
+
+
 def test_a_worker_is_listed_only_once_warm(tmp_path):
     import httpx
 
