@@ -166,7 +166,10 @@ class Settings:
         0.5, "REAPER_INTERVAL_SECONDS", "how often dead attempts are looked for"
     )
     reaper_settle_s: float = setting(
-        5.0, "REAPER_SETTLE_SECONDS", "no reaping this soon after Redis (re)started"
+        5.0,
+        "REAPER_SETTLE_SECONDS",
+        "no reaping this soon after Redis (re)started; keep it above the workers' reconnect "
+        "backoff (2 s), or a live worker still reconnecting is judged dead",
     )
     known_models: tuple[str, ...] = setting(
         (),

@@ -92,7 +92,10 @@ class Config:
         return {
             "KEEPALIVE_SECONDS": "1",
             "CANCEL_GRACE_SECONDS": "30",
-            "REAPER_SETTLE_SECONDS": "1",
+            # above the workers' reconnect backoff (worker/outage.py, 2 s at most): with 1 s,
+            # a live worker still reconnecting after a Redis restart was judged dead and its
+            # job charged (a stream of the 10-minute run ended worker_lost that way)
+            "REAPER_SETTLE_SECONDS": "3",
             "MAX_STREAMS_PER_KEY": "0",  # the campaign tests recovery, not per-key limits
             "MAX_JOBS_PER_KEY": "0",
         }

@@ -175,6 +175,28 @@ async function follow(resp, li) {
   else if (current) status("The stream was cut: reload the page to resume it.");
 }
 
+// Sends the request for the answer in progress (`current`) and follows its stream.
+async function stream(li, url, init, failure) {
+  busy(true);
+  controller = new AbortController();
+  try {
+    const resp = await fetch(url, Object.assign({ headers: headers(init.extra), signal: controller.signal }, init.request));
+    if (!resp.ok) {
+      current.note = failure + (await errorMessage(resp));
+      show(li, current);
+      save(PENDING_ITEM, null);
+      current = null;
+      return;
+    }
+    status("");
+    await follow(resp, li);
+  } catch (err) {
+    if (current) status("The stream was cut (" + err.message + "): reload the page to resume it.");
+  } finally {
+    busy(false);
+  }
+}
+
 async function send(ev) {
   ev.preventDefault();
   const text = $("prompt").value.trim();
@@ -194,25 +216,7 @@ async function send(ev) {
   const li = messageItem("assistant");
   current = { id: null, lastEventId: null, content: "", tool_calls: [], note: "", startedAt: Date.now(), firstAt: null, resumed: false };
   save(PENDING_ITEM, current);
-  busy(true);
-  controller = new AbortController();
-  try {
-    const resp = await fetch("/v1/chat/completions", {
-      method: "POST", headers: headers(), body: JSON.stringify(body), signal: controller.signal,
-    });
-    if (!resp.ok) {
-      current.note = "error: " + (await errorMessage(resp));
-      show(li, current);
-      save(PENDING_ITEM, null);
-      current = null;
-      return;
-    }
-    await follow(resp, li);
-  } catch (err) {
-    if (current) status("The stream was cut (" + err.message + "): reload the page to resume it.");
-  } finally {
-    busy(false);
-  }
+  await stream(li, "/v1/chat/completions", { request: { method: "POST", body: JSON.stringify(body) } }, "error: ");
 }
 
 async function resume() {
@@ -229,27 +233,10 @@ async function resume() {
   current.resumed = true;
   show(li, current);
   status("Resuming the answer…");
-  busy(true);
-  controller = new AbortController();
-  try {
-    const extra = current.lastEventId ? { "Last-Event-ID": current.lastEventId } : {};
-    if (!current.lastEventId) current.content = "";
-    const url = "/v1/chat/completions/" + encodeURIComponent(current.id) + "?stream=true";
-    const resp = await fetch(url, { headers: headers(extra), signal: controller.signal });
-    if (!resp.ok) {
-      current.note = "could not resume: " + (await errorMessage(resp));
-      show(li, current);
-      save(PENDING_ITEM, null);
-      current = null;
-      return;
-    }
-    status("");
-    await follow(resp, li);
-  } catch (err) {
-    if (current) status("The stream was cut (" + err.message + "): reload the page to resume it.");
-  } finally {
-    busy(false);
-  }
+  const extra = current.lastEventId ? { "Last-Event-ID": current.lastEventId } : {};
+  if (!current.lastEventId) current.content = "";
+  const url = "/v1/chat/completions/" + encodeURIComponent(current.id) + "?stream=true";
+  await stream(li, url, { extra }, "could not resume: ");
 }
 
 async function stop() {
