@@ -16,6 +16,7 @@ import hmac
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from starlette._utils import get_route_path  # the router's own path matching
@@ -39,12 +40,15 @@ def request_owner(request: Request) -> str:
     return getattr(request.state, "owner", "")
 
 
-def parse_keys(entries: tuple[str, ...] | list[str], where: str = "API_KEYS") -> frozenset[str]:
+def parse_keys(entries: Sequence[str | None], where: str = "API_KEYS") -> frozenset[str]:
     """Configured keys -> their SHA-256 digests (`sha256:<hex>` entries are digests already).
     A malformed entry is skipped with a warning (its position, never its text): the others
     stay valid, and a key being revoked by rewriting the file is not kept alive by a typo."""
     out = set()
     for n, raw in enumerate(entries, 1):
+        if raw is None:
+            log.warning("%s: entry %d is not UTF-8 text; skipped", where, n)
+            continue
         entry = raw.strip()
         if not entry or entry.startswith("#"):
             continue
@@ -57,6 +61,18 @@ def parse_keys(entries: tuple[str, ...] | list[str], where: str = "API_KEYS") ->
         else:
             out.add(digest(entry))
     return frozenset(out)
+
+
+def _lines(raw: bytes) -> list[str | None]:
+    """A key file's lines; None for one that is not UTF-8 (skipped with a warning by
+    `parse_keys`), so the rest of the file still counts."""
+    out: list[str | None] = []
+    for line in raw.splitlines():
+        try:
+            out.append(line.decode())
+        except UnicodeDecodeError:
+            out.append(None)
+    return out
 
 
 class KeyRing:
@@ -83,7 +99,7 @@ class KeyRing:
             stamp = (st.st_mtime_ns, st.st_size)
             if stamp == self._stamp:
                 return
-            keys = parse_keys(self._path.read_text().splitlines(), "API_KEYS_FILE")
+            keys = parse_keys(_lines(self._path.read_bytes()), "API_KEYS_FILE")
         except (OSError, ValueError) as exc:  # unreadable: keep the last set, never lock everyone out
             log.error("could not read API_KEYS_FILE (%s); keeping %d keys", exc, len(self._file))
             return

@@ -42,8 +42,9 @@ class Settings:
     api_keys: tuple[str, ...] = setting(
         (),
         "API_KEYS",
-        "comma-separated accepted keys (clear or `sha256:<hex>`) for `Authorization: Bearer` on `/v1/*`",
-        shown="(none: open)",
+        "comma-separated accepted keys (clear or `sha256:<hex>`) for `Authorization: Bearer` on "
+        "every route but the probes (and the browser pages' static files with `UI=1`)",
+        shown="(none: the API refuses to start without keys unless ALLOW_NO_AUTH=1)",
     )
     api_keys_file: str | None = setting(
         None, "API_KEYS_FILE", "more keys, one per line, re-read when the file changes"

@@ -53,6 +53,16 @@ def test_a_rewritten_key_file_with_a_bad_line_revokes_what_it_dropped(tmp_path):
     assert ring.owner("k1") is None and ring.owner("k2")
 
 
+def test_a_line_that_is_not_utf8_is_skipped_like_any_bad_line(tmp_path, caplog):
+    path = tmp_path / "keys"
+    path.write_text("k1\nk2\n")
+    ring = KeyRing(path=str(path), recheck_s=0)
+    path.write_bytes(b"\xff\xfe-not-text\nk2\n")  # k1 revoked, a line of bytes beside it
+    os.utime(path, ns=(3, 3))
+    assert ring.owner("k1") is None and ring.owner("k2")
+    assert "entry 1" in caplog.text and "\xff" not in caplog.text
+
+
 def test_an_unreadable_key_file_keeps_the_last_good_keys(tmp_path):
     path = tmp_path / "keys"
     path.write_text("k1\n")
