@@ -80,14 +80,19 @@ class Admission:
         known = [m for m in self._settings.known_models if names is None or m in names]
         return {**dict.fromkeys(known, 0), **live}
 
+    def storage(self) -> None:
+        """503 (with Retry-After) once Redis is nearly full: new work of any kind (a job, a
+        file, a batch) waits, and what is running keeps room to finish."""
+        if self._memory.full:
+            raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._settings.retry_after_s)})
+
     async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> None:
         """Admit a new job for `model`: 404 if nobody serves it, 503 when Redis is nearly full,
         400 for a prompt too long for the context of its workers, 429 (with Retry-After) when
         its queues are full; else a place is held for `request_id` in the queues (in the same
         step as the depth check: replicas cannot overshoot), taken by its enqueue or given
         back by `release`. One round trip."""
-        if self._memory.full:
-            raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._settings.retry_after_s)})
+        self.storage()
         hold_ms = int(RESERVATION_S * 1000)
         async with self._r.pipeline(transaction=False) as pipe:
             self._registry.count_live(pipe, model)
@@ -123,7 +128,7 @@ class Admission:
         it is stored (the worker still counts its tokens exactly)."""
         chars, param = prompt
         if not contexts:
-            return  # no live worker (scale from zero): MAX_PROMPT_CHARS alone applies
+            return  # no worker ever announced one: MAX_PROMPT_CHARS alone applies
         limit = self._settings.prompt_chars_per_token * min(contexts)
         if chars > limit:
             raise invalid(

@@ -99,6 +99,7 @@ async def _batch_of(request: Request) -> tuple[Services, str, dict[str, str]]:
 async def create(request: Request) -> Response:
     services: Services = request.state.services
     settings = services.settings
+    services.admission.storage()
     body = parse(BatchRequest, await read_body(request, settings.max_body_bytes, settings.request_read_s))
     owner = request_owner(request)
     files = files_of(services)

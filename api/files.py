@@ -159,6 +159,7 @@ async def _form(request: Request, limit: int, timeout_s: float):
 async def upload(request: Request) -> Response:
     services: Services = request.state.services
     settings = services.settings
+    services.admission.storage()
     form = await _form(request, settings.file_max_bytes + 65536, settings.request_read_s)
     purpose, upload_ = form.get("purpose"), form.get("file")
     if purpose is None:

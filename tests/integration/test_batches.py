@@ -13,6 +13,7 @@ import time
 import httpx
 import openai
 import pytest
+import redis
 
 from contract import keys
 from devstack.processes import start_api
@@ -251,3 +252,34 @@ def test_a_batch_whose_driver_died_while_finalizing_is_finished_as_it_was_ending
     failed = rows(sdk, b.error_file_id)
     assert [r["custom_id"] for r in failed] == ["req-1", "req-2"]
     assert {r["error"]["code"] for r in failed} == {"batch_cancelled"}
+
+
+def test_files_and_batches_are_refused_when_redis_is_nearly_full(pool, tmp_path):
+    """Like any new work: a 503 with Retry-After before Redis runs out, nothing stored."""
+    f = strict_sdk(pool.base).files.create(file=("in.jsonl", jsonl(1)), purpose="batch")
+
+    def stored() -> tuple[int, int]:
+        got = [
+            httpx.get(f"{pool.base}/v1/{what}?limit=100", timeout=10).json()["data"]
+            for what in ("files", "batches")
+        ]
+        return len(got[0]), len(got[1])
+
+    kept = stored()
+    r = redis.Redis.from_url(pool.redis_url)
+    before = r.config_get("maxmemory")["maxmemory"]
+    r.config_set("maxmemory", "1gb")
+    api, base = start_api(tmp_path, pool.redis_url, env={"REDIS_MEMORY_HIGH": "0.000001"})
+    try:
+        time.sleep(1.5)  # the API reads Redis's memory once a second
+        files = {"file": ("in.jsonl", jsonl(1))}
+        up = httpx.post(base + "/v1/files", files=files, data={"purpose": "batch"}, timeout=10)
+        assert up.status_code == 503 and up.json()["error"]["code"] == "storage_full", up.text
+        assert up.headers["retry-after"]
+        body = {"input_file_id": f.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        made = httpx.post(base + "/v1/batches", json=body, timeout=10)
+        assert made.status_code == 503 and made.json()["error"]["code"] == "storage_full", made.text
+        assert stored() == kept
+    finally:
+        api.stop()
+        r.config_set("maxmemory", before)
