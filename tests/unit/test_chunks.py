@@ -206,3 +206,36 @@ def test_a_takeover_is_a_comment_line_every_sse_reader_skips():
     chunks = list(openai.Stream(cast_to=object, response=response, client=client))
     text = "".join(ch["choices"][0]["delta"].get("content") or "" for ch in chunks)
     assert text == "Hello sea" and chunks[-1]["choices"][0]["finish_reason"] == "stop"
+
+
+def _events(raw: bytes) -> list[tuple[str | None, bytes]]:
+    """(event id, the event's bytes) of an encoded stream."""
+    out = []
+    for ev in raw.split(b"\n\n")[:-1]:
+        ids = [line[4:].decode() for line in ev.split(b"\n") if line.startswith(b"id: ")]
+        out.append((ids[0] if ids else None, ev + b"\n\n"))
+    return out
+
+
+def test_a_resume_from_every_event_gives_exactly_the_rest():
+    from api.events import chunk_events
+    from api.hub import stream_id
+
+    rows = [
+        ("1-1", Delta(epoch=1, text="Hel", token_ids=(1,))),
+        ("1-2", Delta(epoch=1, text="lo", token_ids=(2,))),
+        ("1-3", Delta(epoch=1, text="", token_ids=(3,))),  # held back: no event
+        ("1-4", Delta(epoch=1, text=" sea", token_ids=(4,))),
+        ("1-5", finished("stop")),
+    ]
+    for usage in (False, True):
+        c = ChatChunks("chatcmpl-1", 123, "m", usage)
+        whole = chunk_events(c, None)
+        full = _events(whole.opening() + whole.encode(rows).data)
+        for n, (event_id, _) in enumerate(full):
+            assert event_id is not None  # every event can be resumed after
+            events = chunk_events(c, event_id)
+            after, inclusive = events.read_from()
+            read = [r for r in rows if stream_id(r[0]) > stream_id(after) or (inclusive and r[0] == after)]
+            rest = _events(events.opening() + events.encode(read).data)
+            assert rest == full[n + 1 :], (usage, event_id)
