@@ -34,7 +34,8 @@ class WorkerRegistry:
 
     def contexts(self, pipe: aredis.client.Pipeline, model: str) -> None:
         """Add "the context per job of each worker of `model`" to a caller's pipeline (silent
-        workers are dropped with their announcements, so these are recent)."""
+        workers are dropped with their announcements, so these are recent), with the last one
+        announced (`keys.LAST_CONTEXT`), which stays when the model has no worker."""
         pipe.hvals(keys.context(model))
 
     async def slots(self, models: Sequence[str]) -> dict[str, int]:

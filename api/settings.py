@@ -120,7 +120,8 @@ class Settings:
         16,
         "PROMPT_CHARS_PER_TOKEN",
         "a prompt longer than this many characters per token of its model's context (the smallest "
-        "its live workers announce) is refused before it is stored (400)",
+        "its live workers announce, or the last one announced when none is live) is refused "
+        "before it is stored (400)",
         minimum=1,
     )
     redis_memory_high: float = setting(

@@ -89,8 +89,13 @@ def bytes_per_minute(owner: str, minute: int) -> str:
 
 
 def context(model: str) -> str:
-    """HASH: worker name -> its context per job (N_CTX), set with each announcement."""
+    """HASH: worker name -> its context per job (N_CTX), set with each announcement; and
+    LAST_CONTEXT -> the last one announced, kept when every worker has gone (scaled to zero,
+    the API still bounds the model's prompts by it)."""
     return f"{PREFIX}:ctx:{model}"
+
+
+LAST_CONTEXT = "*last"  # a field of `context`: no worker name starts with '*'
 
 
 def idempotency(owner: str, digest: str) -> str:

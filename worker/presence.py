@@ -48,7 +48,10 @@ class Presence:
             pipe.zadd(keys.workers(self._model), {self._worker: int(time.time() * 1000)})
             pipe.hset(keys.worker_slots(self._model), self._worker, self._slots)
             if self._n_ctx:
-                pipe.hset(keys.context(self._model), self._worker, self._n_ctx)
+                pipe.hset(
+                    keys.context(self._model),
+                    mapping={self._worker: self._n_ctx, keys.LAST_CONTEXT: self._n_ctx},
+                )
             for name, value in asdict(now).items():
                 if added := value - getattr(self._flushed, name):
                     pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)

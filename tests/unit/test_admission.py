@@ -118,3 +118,27 @@ def test_new_work_is_refused_before_redis_is_full():
 
     error = asyncio.run(check())
     assert error.status == 503 and error.code == "storage_full" and error.headers["Retry-After"]
+
+
+def test_the_prompt_bound_outlives_the_workers_that_announced_it():
+    """Scaled to zero, a model's prompts are still bounded by the context its workers last
+    announced (not by MAX_PROMPT_CHARS alone)."""
+    import fakeredis as fr
+
+    from worker.presence import Presence
+
+    server = fr.FakeServer()
+    p = Presence(fr.FakeRedis(server=server), "m", "w1", 60, n_ctx=100)
+    p.start()  # announces at once
+    p.stop()  # a worker leaving (scale to zero) takes its own entry with it
+
+    async def check() -> APIError:
+        gate = admission(Settings(known_models=("m",)), client=fr.FakeAsyncRedis(server=server))
+        await gate.model("m", "ok", (1000, "messages"))  # 16 characters per token: fits
+        await gate.release("m", "ok")
+        with pytest.raises(APIError) as exc:
+            await gate.model("m", "long", (2000, "messages"))
+        return exc.value
+
+    error = asyncio.run(check())
+    assert error.status == 400 and "100 tokens" in str(error.message), error.message
