@@ -114,18 +114,25 @@ def test_a_cursor_past_2_64_is_a_400_not_a_stall(tmp_path, redis_url):
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_cursor"
 
 
+async def running_hub(redis_url: str, *running: str) -> tuple:
+    """A started stream hub and a job store on `redis_url`, with jobs `running` marked as
+    running: (async client, sync client, store, hub)."""
+    client = shared_client(redis_url, 10, 5.0)
+    sync = redis.Redis.from_url(redis_url)
+    store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery())
+    hub = StreamHub(redis_url, client, block_ms=200)
+    await hub.start()
+    for cid in running:
+        await client.hset(keys.job(cid), mapping={"status": "running", "epoch": 1})
+    return client, sync, store, hub
+
+
 def test_one_stream_redis_refuses_to_read_fails_alone(redis_url):
     """Defence in depth behind the cursor check: a stream whose read Redis refuses is taken
     out of the shared XREAD and fails alone; the others keep flowing."""
 
     async def scenario() -> tuple[list, str]:
-        client = shared_client(redis_url, 10, 5.0)
-        sync = redis.Redis.from_url(redis_url)
-        store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery())
-        hub = StreamHub(redis_url, client, block_ms=200)
-        await hub.start()
-        for cid in ("chatcmpl-good", "chatcmpl-bad"):
-            await client.hset(keys.job(cid), mapping={"status": "running", "epoch": 1})
+        client, sync, store, hub = await running_hub(redis_url, "chatcmpl-good", "chatcmpl-bad")
 
         async def consume(cid: str, after: str) -> list:
             got = []
@@ -162,13 +169,7 @@ def test_an_entry_the_reader_cannot_decode_stalls_no_other_stream(redis_url, cap
     through the scripts) must not end it: the other streams keep being handed their rows."""
 
     async def scenario() -> list:
-        client = shared_client(redis_url, 10, 5.0)
-        sync = redis.Redis.from_url(redis_url)
-        store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery())
-        hub = StreamHub(redis_url, client, block_ms=200)
-        await hub.start()
-        for cid in ("chatcmpl-good", "chatcmpl-odd"):
-            await client.hset(keys.job(cid), mapping={"status": "running", "epoch": 1})
+        client, sync, store, hub = await running_hub(redis_url, "chatcmpl-good", "chatcmpl-odd")
         async with hub.watch(keys.events("chatcmpl-odd"), "0") as odd:
             waiting = asyncio.create_task(odd.wait("0", timeout=30))
             await asyncio.sleep(0.3)
