@@ -32,6 +32,22 @@ def redis_url(tmp_path):
     proc.stop()
 
 
+@pytest.fixture
+def api(tmp_path, redis_url):
+    """Starts an API on the test's Redis (`api(env)` -> (process, base URL)); each is
+    stopped at the end of the test (they are not tethered to the test process)."""
+    started = []
+
+    def start(env: dict[str, str] | None = None):
+        proc, base = start_api(tmp_path, redis_url, env=env)
+        started.append(proc)
+        return proc, base
+
+    yield start
+    for proc in started:
+        proc.stop()
+
+
 def test_the_api_refuses_to_start_without_keys_unless_told_it_is_private(tmp_path, redis_url):
     env = {"REDIS_URL": redis_url, "PATH": "/usr/bin:/bin", "ALLOW_NO_AUTH": "0"}
     argv = [sys.executable, "-m", "uvicorn", "--factory", "api.app:create_app", "--port", str(free_port())]
@@ -39,8 +55,8 @@ def test_the_api_refuses_to_start_without_keys_unless_told_it_is_private(tmp_pat
     assert done.returncode != 0 and "No API keys" in done.stdout + done.stderr
 
 
-def test_a_slow_body_is_refused_in_time(tmp_path, redis_url):
-    _, base = start_api(tmp_path, redis_url, env={"REQUEST_READ_SECONDS": "1"})
+def test_a_slow_body_is_refused_in_time(api):
+    _, base = api({"REQUEST_READ_SECONDS": "1"})
     port = int(base.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n")
@@ -70,8 +86,8 @@ def _length(data: bytes) -> int:
     return 0
 
 
-def test_a_forged_log_line_stays_on_its_own_line(tmp_path, redis_url):
-    api, base = start_api(tmp_path, redis_url, env={"LOG_FORMAT": "text", "KNOWN_MODELS": "m"})
+def test_a_forged_log_line_stays_on_its_own_line(api):
+    proc, base = api({"LOG_FORMAT": "text", "KNOWN_MODELS": "m"})
     r = httpx.get(base + "/v1/chat/completions/chatcmpl-x%0ACRITICAL%20forged", timeout=10)
     assert r.status_code == 404 and "CRITICAL forged" not in r.text
     httpx.post(
@@ -79,16 +95,12 @@ def test_a_forged_log_line_stays_on_its_own_line(tmp_path, redis_url):
     )
     body = {"model": "m\nCRITICAL forged", "messages": [{"role": "user", "content": "x"}], "background": True}
     httpx.post(base + "/v1/chat/completions", json=body, timeout=10)
-    assert not any(line.startswith("CRITICAL forged") for line in api.log().splitlines())
+    assert not any(line.startswith("CRITICAL forged") for line in proc.log().splitlines())
 
 
-def test_metrics_and_scaling_on_the_internal_port_only(tmp_path, redis_url):
+def test_metrics_and_scaling_on_the_internal_port_only(api):
     internal = free_port()
-    _, base = start_api(
-        tmp_path,
-        redis_url,
-        env={"API_KEYS": "k", "INTERNAL_PORT": str(internal), "INTERNAL_HOST": "127.0.0.1"},
-    )
+    _, base = api({"API_KEYS": "k", "INTERNAL_PORT": str(internal), "INTERNAL_HOST": "127.0.0.1"})
     inside = f"http://127.0.0.1:{internal}"
     assert httpx.get(inside + "/metrics").status_code == 200  # no key: inside the cluster
     assert httpx.get(inside + "/readyz").status_code == 200
@@ -100,8 +112,8 @@ def test_metrics_and_scaling_on_the_internal_port_only(tmp_path, redis_url):
     assert httpx.get(base + "/healthz").status_code == 200
 
 
-def test_a_cursor_past_2_64_is_a_400_not_a_stall(tmp_path, redis_url):
-    _, base = start_api(tmp_path, redis_url, env={"KNOWN_MODELS": "m"})
+def test_a_cursor_past_2_64_is_a_400_not_a_stall(api):
+    _, base = api({"KNOWN_MODELS": "m"})
     cid = httpx.post(
         base + "/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "x"}], "background": True},
@@ -199,7 +211,7 @@ def test_an_entry_the_reader_cannot_decode_stalls_no_other_stream(redis_url, cap
     assert "cannot be decoded" in caplog.text
 
 
-def test_pathologically_nested_json_is_a_400(tmp_path, redis_url):
-    _, base = start_api(tmp_path, redis_url)
+def test_pathologically_nested_json_is_a_400(api):
+    _, base = api()
     r = httpx.post(base + "/v1/chat/completions", content=b"[" * 200_000 + b"]" * 200_000)
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
