@@ -21,7 +21,7 @@ import time
 
 from api.background import Background, Leader, every
 from api.batch_lines import Line
-from api.batches import ENDED, batch_hash
+from api.batches import ENDED, BatchStatus, batch_hash
 from api.files import FileRecord, files_of
 from api.jobstore import Idempotency, JobState
 from api.services import Services
@@ -69,27 +69,30 @@ class BatchDriver:
         if not h or h["status"] in ENDED:
             await r.zrem(keys.ACTIVE_BATCHES, batch_id)
             return
-        if h["status"] == "finalizing":  # a driver died writing the files: write them again
+        if h["status"] == BatchStatus.FINALIZING:  # a driver died writing the files: write them again
             await self._finalize(batch_id, h, h["ending"])
             return
         now = int(time.time())
-        if h["status"] == "validating":
-            await r.hset(keys.batch(batch_id), mapping={"status": "in_progress", "in_progress_at": now})
-            h["status"] = "in_progress"
+        if h["status"] == BatchStatus.VALIDATING:
+            fields = {"status": BatchStatus.IN_PROGRESS, "in_progress_at": now}
+            await r.hset(keys.batch(batch_id), mapping=fields)
+            h["status"] = BatchStatus.IN_PROGRESS
         open_lines = await self._collect(batch_id, h)
-        stopping = h["status"] == "cancelling" or now >= int(h["expires_at"])
+        cancelling = h["status"] == BatchStatus.CANCELLING
+        stopping = cancelling or now >= int(h["expires_at"])
         if stopping:
             for cid in open_lines.values():
                 await self._s.jobs.cancel(cid)
             if not open_lines:
-                await self._finalize(batch_id, h, "cancelled" if h["status"] == "cancelling" else "expired")
+                ending = BatchStatus.CANCELLED if cancelling else BatchStatus.EXPIRED
+                await self._finalize(batch_id, h, ending)
             return
         sent, total = int(h["next"]), int(h["total"])
         while len(open_lines) < self._s.settings.batch_in_flight and sent < total:
             open_lines[sent] = await self._send(batch_id, h, sent)
             sent += 1
         if sent == total and not open_lines:
-            await self._finalize(batch_id, h, "completed")
+            await self._finalize(batch_id, h, BatchStatus.COMPLETED)
 
     async def _send(self, batch_id: str, h: dict[str, str], number: int) -> str:
         """Send line `number` as a job (the same job again, if a driver sent it and died)."""
@@ -150,7 +153,7 @@ class BatchDriver:
             out["error"] = errors.NOT_FOUND.brief("The line's job expired before it was collected.")
             return out, True, (0, 0)
         if job.status == keys.JobStatus.CANCELLED:
-            expired = h["status"] != "cancelling" and time.time() >= int(h["expires_at"])
+            expired = h["status"] != BatchStatus.CANCELLING and time.time() >= int(h["expires_at"])
             out["error"] = (errors.BATCH_EXPIRED if expired else errors.BATCH_CANCELLED).brief()
             return out, True, (0, 0)
         surface = BY_NAME[job.surface]
@@ -166,14 +169,15 @@ class BatchDriver:
         r = self._s.redis
         now = int(time.time())
         await r.hset(
-            keys.batch(batch_id), mapping={"status": "finalizing", "finalizing_at": now, "ending": status}
+            keys.batch(batch_id),
+            mapping={"status": BatchStatus.FINALIZING, "finalizing_at": now, "ending": status},
         )
         results = {int(k): json.loads(v) for k, v in (await r.hgetall(keys.batch_results(batch_id))).items()}
         total = int(h["total"])
         never = [n for n in range(total) if n not in results]
         for n in never:  # cancelled or expired before they were sent
             custom_id = json.loads(await r.lindex(keys.batch_lines(batch_id), n))[0]
-            error = errors.BATCH_CANCELLED if status == "cancelled" else errors.BATCH_EXPIRED
+            error = errors.BATCH_CANCELLED if status == BatchStatus.CANCELLED else errors.BATCH_EXPIRED
             results[n] = {
                 "id": f"batch_req_{batch_id[6:]}{n}",
                 "custom_id": custom_id,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hmac
 import json
 import time
+from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -32,7 +33,22 @@ from contract import errors, keys
 from contract.entries import as_text
 
 WINDOW_S = 86400  # "24h", the one completion window
-ENDED = ("completed", "failed", "expired", "cancelled")
+
+
+class BatchStatus(StrEnum):
+    """A batch's status, as OpenAI names them (its hash holds these strings)."""
+
+    VALIDATING = "validating"  # created; the driver has not taken it up yet
+    IN_PROGRESS = "in_progress"
+    FINALIZING = "finalizing"  # its files are being written (`ending` says how it ends)
+    COMPLETED = "completed"
+    FAILED = "failed"
+    EXPIRED = "expired"
+    CANCELLING = "cancelling"
+    CANCELLED = "cancelled"
+
+
+ENDED = (BatchStatus.COMPLETED, BatchStatus.FAILED, BatchStatus.EXPIRED, BatchStatus.CANCELLED)
 _TIMES = (
     "created_at",
     "in_progress_at",
@@ -125,7 +141,7 @@ async def create(request: Request) -> Response:
         "owner": owner,
         "endpoint": body.endpoint,
         "input_file_id": record.id,
-        "status": "validating",
+        "status": BatchStatus.VALIDATING,
         "created_at": now,
         "expires_at": now + WINDOW_S,
         "total": len(lines),
@@ -164,13 +180,13 @@ async def cancel(request: Request) -> Response:
     is `cancelled`, with the answers it had in its output file. Cancelling again changes
     nothing; an ended batch cannot be cancelled."""
     services, batch_id, h = await _batch_of(request)
-    if h["status"] in ("validating", "in_progress"):
+    if h["status"] in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS):
         now = int(time.time())
         await services.redis.hset(
-            keys.batch(batch_id), mapping={"status": "cancelling", "cancelling_at": now}
+            keys.batch(batch_id), mapping={"status": BatchStatus.CANCELLING, "cancelling_at": now}
         )
         h = await batch_hash(services, batch_id)
-    elif h["status"] not in ("cancelling", "cancelled"):
+    elif h["status"] not in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
         raise invalid(f"Cannot cancel a batch with status {h['status']}.", param="batch_id")
     return JSONResponse(batch_object(batch_id, h))
 
