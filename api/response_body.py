@@ -19,6 +19,7 @@ from api.bodies import (
     _CONFIG,
     MAX_TOOLS,
     Body,
+    FunctionDef,
     PositiveInt,
     Temperature,
     TopP,
@@ -104,13 +105,10 @@ InputItem = Annotated[
 ]
 
 
-class FunctionTool(BaseModel):
-    model_config = _CONFIG
+class FunctionTool(FunctionDef):
+    """The Responses API's function tool: chat's function definition, flattened."""
+
     type: Literal["function"]
-    name: str
-    description: str | None = None
-    parameters: dict | None = None
-    strict: bool | None = None  # the schema is always enforced
 
 
 class ToolChoiceFunction(BaseModel):
