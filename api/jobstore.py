@@ -330,6 +330,8 @@ class JobStore:
             keys=scripts.job_keys(completion_id),
             args=scripts.end_args(completion_id, entry, self.recovery.retention_s, only_if_status),
         )
+        if done and only_if_status == JobStatus.QUEUED:
+            await self._drop_rq_records(completion_id)
         return bool(done)
 
     async def end_if_late(self, completion_id: str) -> bool:
@@ -338,7 +340,16 @@ class JobStore:
             keys=scripts.job_keys(completion_id),
             args=scripts.end_if_late_args(completion_id, self.recovery.retention_s),
         )
+        if done:
+            await self._drop_rq_records(completion_id)
         return bool(done)
+
+    async def _drop_rq_records(self, completion_id: str) -> None:
+        """A job ended while queued: RQ's copy of its request goes now (contract.queueing)."""
+        model, epoch = await self._r.hmget(keys.job(completion_id), [JobField.MODEL, JobField.EPOCH])
+        async with self._r.pipeline(transaction=False) as pipe:
+            queueing.drop_rq_records(pipe, completion_id, as_text(model) if model else None, int(epoch or 0))
+            await pipe.execute()
 
     async def cancel(self, completion_id: str, delay_s: float = 0.0) -> None:
         """Stop the job: at once if it is still queued, else at the running attempt's next

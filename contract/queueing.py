@@ -16,12 +16,16 @@ from __future__ import annotations
 import json
 
 import redis
+from redis.asyncio.client import Pipeline as AsyncPipeline
+from redis.client import Pipeline as SyncPipeline
 from rq import Queue
 from rq.serializers import JSONSerializer
 
 from contract import keys, scripts
 from contract.entries import as_text
 from contract.settings import Recovery
+
+Pipeline = SyncPipeline | AsyncPipeline
 
 
 def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, suspect: bool = False) -> None:
@@ -105,16 +109,25 @@ def rescue(client: redis.Redis, completion_id: str, recovery: Recovery) -> bool:
 
 def purge(client: redis.Redis, completion_id: str) -> None:
     """Delete every trace of a job: its keys, and RQ's records and queue entries of each of
-    its attempts (by key: a queue entry is never parsed here). A running attempt is fenced
-    out by the missing job hash at its next write or beat."""
+    its attempts. A running attempt is fenced out by the missing job hash at its next write
+    or beat."""
     model, epoch = client.hmget(keys.job(completion_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
-    ids = [keys.rq_job_id(completion_id, n) for n in range(int(epoch or 0) + 2)]
     with client.pipeline(transaction=True) as pipe:
         pipe.delete(keys.job(completion_id), keys.events(completion_id), keys.alive(completion_id))
         pipe.zrem(keys.RUNNING, completion_id)
         pipe.zrem(keys.PENDING, completion_id)
-        pipe.delete(*(keys.rq_job(job_id) for job_id in ids))
-        for queue in keys.queue_keys(as_text(model)) if model else []:
-            for job_id in ids:
-                pipe.lrem(queue, 0, job_id)
+        drop_rq_records(pipe, completion_id, as_text(model) if model else None, int(epoch or 0))
         pipe.execute()
+
+
+def drop_rq_records(pipe: Pipeline, completion_id: str, model: str | None, epoch: int) -> None:
+    """Add to `pipe` (sync or asyncio) the deletion of RQ's records of the job's attempts up to
+    the one after `epoch`, and of their queue entries (by key: a queue entry is never parsed
+    here). A record holds the whole request: a job that ended while still queued (cancelled,
+    or past its deadline) drops it at once rather than keeping it for JOB_TTL_SECONDS; a
+    worker that takes the id afterwards finds nothing and skips it."""
+    ids = [keys.rq_job_id(completion_id, n) for n in range(epoch + 2)]
+    pipe.delete(*(keys.rq_job(job_id) for job_id in ids))
+    for queue in keys.queue_keys(model) if model else []:
+        for job_id in ids:
+            pipe.lrem(queue, 0, job_id)

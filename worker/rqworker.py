@@ -226,7 +226,13 @@ class TokenspoolWorker(SimpleWorker):
         try:
             if not JOB_ID.fullmatch(job_id):
                 raise ForbiddenJob("not an RQ job id")
-            spec = job_spec(self.connection.hget(keys.rq_job(job_id), "data"))
+            data = self.connection.hget(keys.rq_job(job_id), "data")
+            if data is None:  # the job ended while queued (or was deleted): nothing to run
+                self._runner.unreserve()
+                log.info("job %s is gone (it ended while queued)", job_id)
+                self._settle(job_id)
+                return
+            spec = job_spec(data)
         except ForbiddenJob as exc:
             self._runner.unreserve()
             log.warning("refused job %r: %s", job_id, exc)

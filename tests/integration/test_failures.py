@@ -99,7 +99,14 @@ def test_queued_job_gets_keepalives_the_sdk_parses_then_queue_timeout(lonely_api
     assert seen[0].choices[0].delta.role == "assistant"
     keepalives = [c for c in seen[1:] if c.choices[0].delta.content is None]
     assert len(keepalives) >= 5, "keep-alives every 0.3 s while queued"
-    assert r.llen(f"rq:queue:{GHOST}") == 1  # still queued; a worker taking it now would skip it
+    cid = seen[0].id
+    assert_no_rq_record(r, cid)
+
+
+def assert_no_rq_record(r: redis.Redis, cid: str) -> None:
+    """A job that ended while queued leaves no request behind in RQ's record or queue."""
+    assert not r.exists(keys.rq_job(cid)), "RQ's record (the whole request) outlived the job"
+    assert cid.encode() not in r.lrange(f"rq:queue:{GHOST}", 0, -1)
 
 
 def test_queued_job_raw_stream_ends_with_error_and_done(lonely_api):
@@ -217,7 +224,7 @@ def test_planted_job_with_malformed_arguments_fails_cleanly(stack, client):
 
 
 def test_cancelling_a_queued_job_ends_its_stream_at_once(lonely_api):
-    base, _, _ = lonely_api
+    base, r, _ = lonely_api
     body = {"model": GHOST, "messages": [{"role": "user", "content": "hi"}], "stream": True}
     with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=30) as resp:
         lines = resp.iter_lines()
@@ -230,6 +237,7 @@ def test_cancelling_a_queued_job_ends_its_stream_at_once(lonely_api):
     assert time.monotonic() - started < 2
     parsed = check_stream(raw, "chat")
     assert parsed.finish_reason == "stop" and parsed.text == ""
+    assert_no_rq_record(r, cid)
 
 
 def test_job_is_enqueued_as_json_for_the_models_queue(lonely_api):

@@ -159,6 +159,7 @@ def test_a_worker_acts_on_nothing_planted(planted_stack):
     )
     plant(r, "c12", data=data(JOB_FUNCTION, [spec]), stopped_callback_name="evil.on_stopped")
     r.rpush(QUEUE, "bad.id", "c03:rerun", "")  # ids RQ refuses, or parses into another job
+    r.rpush(QUEUE, "c13")  # an id whose record is gone (its job ended while queued)
     # RQ's maintenance and pub/sub: registries and channels anyone with rq:* access can write
     r.zadd(f"rq:wip:{MODEL}", {"wip-job": 1})
     r.hset(
@@ -192,4 +193,5 @@ def test_a_worker_acts_on_nothing_planted(planted_stack):
         assert not r.exists(keys.rq_job(job_id)), job_id  # refused, and its record dropped
     log = worker.log()
     assert log.count("refused job") >= 12 and "Traceback" not in log
+    assert "job c13 is gone" in log  # skipped, and its slot freed for the request above
     assert Path(worker.log_path).exists()
