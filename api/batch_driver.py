@@ -67,7 +67,11 @@ class BatchDriver:
         r = self._s.redis
         h = await batch_hash(self._s, batch_id)
         if not h or h["status"] in ENDED:
-            await r.zrem(keys.ACTIVE_BATCHES, batch_id)
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
+                if h:
+                    pipe.zrem(keys.owner_running_batches(h["owner"]), batch_id)
+                await pipe.execute()
             return
         if h["status"] == BatchStatus.FINALIZING:  # a driver died writing the files: write them again
             await self._finalize(batch_id, h, h["ending"])
@@ -202,7 +206,7 @@ class BatchDriver:
                     now,
                     now + retention,
                 )
-                await files_of(self._s).put(record, content, 0)
+                await files_of(self._s).put(record, content)
                 fields[f"{kind}_file_id"] = file_id
         async with r.pipeline(transaction=True) as pipe:
             pipe.hset(keys.batch(batch_id), mapping=fields)
@@ -210,6 +214,7 @@ class BatchDriver:
                 pipe.expire(key, retention)
             pipe.delete(keys.batch_open(batch_id))
             pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
+            pipe.zrem(keys.owner_running_batches(h["owner"]), batch_id)
             await pipe.execute()
         log.info("batch %s %s: %d answered, %d failed", batch_id, status, len(good), len(bad))
 

@@ -29,10 +29,11 @@ from api.errors import APIError, invalid
 from api.files import files_of, new_id
 from api.paging import page
 from api.services import Services
-from contract import errors, keys
+from contract import errors, keys, scripts
 from contract.entries import as_text
 
 WINDOW_S = 86400  # "24h", the one completion window
+STALE_RUNNING_MS = 2 * WINDOW_S * 1000  # a batch counted as running this long has long ended
 
 
 class BatchStatus(StrEnum):
@@ -130,12 +131,6 @@ async def create(request: Request) -> Response:
     served = await services.admission.models(models)
     if missing := [m for m in models if m not in served]:
         raise APIError(errors.MODEL_NOT_FOUND, f"The model '{missing[0][:80]}' does not exist.", "model")
-    if settings.max_batches_per_key and len(await _running(services, owner)) >= settings.max_batches_per_key:
-        raise APIError(
-            errors.TOO_MANY_JOBS,
-            f"This key has {settings.max_batches_per_key} batches running; wait for one to end.",
-            headers={"Retry-After": str(settings.retry_after_s)},
-        )
     batch_id, now = new_id("batch_"), int(time.time())
     fields = {
         "owner": owner,
@@ -150,24 +145,34 @@ async def create(request: Request) -> Response:
     }
     if len(models) == 1:
         fields["model"] = models[0]
-    score = time.time() * 1000
-    async with services.redis.pipeline(transaction=True) as pipe:
-        pipe.hset(keys.batch(batch_id), mapping=fields)
-        pipe.rpush(keys.batch_lines(batch_id), *(json.dumps([ln.custom_id, ln.body]) for ln in lines))
-        pipe.zadd(keys.owner_batches(owner), {batch_id: score})
-        pipe.zadd(keys.ACTIVE_BATCHES, {batch_id: score})
-        await pipe.execute()
+    rows = [json.dumps([ln.custom_id, ln.body]) for ln in lines]
+    created = await services.redis.register_script(scripts.CREATE_BATCH)(
+        keys=[
+            keys.batch(batch_id),
+            keys.batch_lines(batch_id),
+            keys.owner_batches(owner),
+            keys.ACTIVE_BATCHES,
+            keys.owner_running_batches(owner),
+        ],
+        args=[
+            batch_id,
+            int(time.time() * 1000),
+            settings.max_batches_per_key,
+            STALE_RUNNING_MS,
+            len(rows),
+            *rows,
+            *(str(x) for pair in fields.items() for x in pair),
+        ],
+    )
+    if not created[0]:
+        raise APIError(
+            errors.TOO_MANY_JOBS,
+            f"This key has {created[1]} batches running (the limit is {settings.max_batches_per_key}); "
+            "wait for one to end.",
+            headers={"Retry-After": str(settings.retry_after_s)},
+        )
     services.metrics.created.labels("batches").inc()
     return JSONResponse(batch_object(batch_id, {k: str(v) for k, v in fields.items()}))
-
-
-async def _running(services: Services, owner: str) -> list[str]:
-    ids = [as_text(i) for i in await services.redis.zrange(keys.owner_batches(owner), 0, -1)]
-    async with services.redis.pipeline(transaction=False) as pipe:
-        for batch_id in ids:
-            pipe.hget(keys.batch(batch_id), "status")
-        statuses = await pipe.execute()
-    return [i for i, s in zip(ids, statuses, strict=True) if s is not None and as_text(s) not in ENDED]
 
 
 async def retrieve(request: Request) -> Response:

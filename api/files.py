@@ -27,9 +27,10 @@ from api.auth import request_owner
 from api.batch_lines import parse_lines
 from api.endpoints import read_body
 from api.errors import APIError, invalid
+from api.jobstore import OwnerRate
 from api.paging import page
 from api.services import Services
-from contract import errors, keys
+from contract import errors, keys, scripts
 from contract.entries import as_text
 
 _ALPHABET = string.ascii_letters + string.digits
@@ -69,8 +70,18 @@ class FileQuota(Exception):
     """The owner's files would exceed FILES_BYTES_PER_KEY."""
 
 
+@dataclass(frozen=True)
+class UploadQuota:
+    """What an upload is checked against, with its write in one step (0: no limit): the
+    owner's bytes of files, and the per-minute request rate and byte budget its jobs share."""
+
+    file_bytes: int = 0
+    requests_per_minute: int = 0
+    bytes_per_minute: int = 0
+
+
 class FileStore(Protocol):
-    async def put(self, record: FileRecord, content: bytes, owner_budget: int) -> None: ...
+    async def put(self, record: FileRecord, content: bytes, quota: UploadQuota = UploadQuota()) -> None: ...
     async def get(self, file_id: str) -> FileRecord | None: ...
     async def content(self, file_id: str) -> bytes | None: ...
     async def delete(self, file_id: str) -> None: ...
@@ -83,22 +94,40 @@ _FIELDS = ["owner", "filename", "purpose", "bytes", "created_at", "expires_at"]
 class RedisFiles:
     def __init__(self, client: aredis.Redis) -> None:
         self._r = client
+        self._store = client.register_script(scripts.STORE_FILE)
 
-    async def put(self, record: FileRecord, content: bytes, owner_budget: int) -> None:
-        """Store the file; FileQuota if its owner's files would exceed `owner_budget` bytes
-        (0: no budget). (Two uploads at once may both pass: the budget bounds, it is not exact.)"""
-        if (
-            owner_budget
-            and sum(f.bytes for f in await self.owned(record.owner)) + record.bytes > owner_budget
-        ):
-            raise FileQuota(record.owner)
+    async def put(self, record: FileRecord, content: bytes, quota: UploadQuota = UploadQuota()) -> None:
+        """Store the file; FileQuota if its owner's files would exceed `quota.file_bytes`,
+        OwnerRate if the upload is over its owner's request rate or byte budget this minute
+        (an upload is a request of its size, like a job's). Checked and written in one step
+        (contract.scripts.STORE_FILE): concurrent uploads cannot overshoot."""
+        owner, minute = record.owner, int(time.time() // 60)
         key = keys.file(record.id)
-        async with self._r.pipeline(transaction=True) as pipe:
-            meta = {k: str(v) for k, v in asdict(record).items() if k != "id"}
-            pipe.hset(key, mapping={**meta, "content": content})
-            pipe.expireat(key, record.expires_at)
-            pipe.zadd(keys.owner_files(record.owner), {record.id: record.created_at})
-            await pipe.execute()
+        meta = {k: str(v) for k, v in asdict(record).items() if k != "id"}
+        rated = bool(owner) and (quota.requests_per_minute or quota.bytes_per_minute)
+        verdict = await self._store(
+            keys=[
+                key,
+                keys.owner_files(owner),
+                keys.owner_file_sizes(owner),
+                keys.requests_per_minute(owner, minute) if rated else key,
+                keys.bytes_per_minute(owner, minute) if rated else key,
+            ],
+            args=[
+                record.id,
+                record.bytes,
+                record.expires_at,
+                record.created_at,
+                quota.file_bytes,
+                quota.requests_per_minute if rated else 0,
+                quota.bytes_per_minute if rated else 0,
+                *(x for pair in {**meta, "content": content}.items() for x in pair),
+            ],
+        )
+        if verdict[0] == b"quota":
+            raise FileQuota(owner)
+        if verdict[0] == b"rate":
+            raise OwnerRate(as_text(verdict[1]))
 
     async def get(self, file_id: str) -> FileRecord | None:
         values = await self._r.hmget(keys.file(file_id), _FIELDS)
@@ -116,6 +145,7 @@ class RedisFiles:
             pipe.delete(keys.file(file_id))
             if owner is not None:
                 pipe.zrem(keys.owner_files(as_text(owner)), file_id)
+                pipe.hdel(keys.owner_file_sizes(as_text(owner)), file_id)
             await pipe.execute()
 
     async def owned(self, owner: str) -> list[FileRecord]:
@@ -126,6 +156,7 @@ class RedisFiles:
             record = await self.get(file_id)
             if record is None:
                 await self._r.zrem(keys.owner_files(owner), file_id)
+                await self._r.hdel(keys.owner_file_sizes(owner), file_id)
             else:
                 out.append(record)
         return out
@@ -184,14 +215,19 @@ async def upload(request: Request) -> Response:
         now,
         now + _lifetime(form, settings.file_retention_s),
     )
+    quota = UploadQuota(
+        settings.files_bytes_per_key, settings.key_requests_per_minute, settings.key_bytes_per_minute
+    )
     try:
-        await files_of(services).put(record, content, settings.files_bytes_per_key)
+        await files_of(services).put(record, content, quota)
     except FileQuota:
         raise APIError(
             errors.TOO_LARGE,
             f"This key's files would exceed {settings.files_bytes_per_key} bytes: delete some first.",
             param="file",
         ) from None
+    except OwnerRate as exc:
+        raise services.admission.rate(exc.what) from None
     return JSONResponse(record.object())
 
 

@@ -105,6 +105,7 @@ def idempotency(owner: str, digest: str) -> str:
 
 
 REAPER_LOCK = f"{PREFIX}:reaper"
+"""STRING: which API process currently looks for dead attempts (SET NX PX)."""
 
 
 def file(file_id: str) -> str:
@@ -113,8 +114,13 @@ def file(file_id: str) -> str:
 
 
 def owner_files(owner: str) -> str:
-    """ZSET: an owner's files (id -> created, ms), for listing and the per-key byte budget."""
+    """ZSET: an owner's files (id -> created, s), for listing."""
     return f"{PREFIX}:owner:{owner}:files"
+
+
+def owner_file_sizes(owner: str) -> str:
+    """HASH: an owner's files (id -> "<bytes> <expires at, s>"), for the per-key byte budget."""
+    return f"{PREFIX}:owner:{owner}:filesizes"
 
 
 def batch(batch_id: str) -> str:
@@ -146,9 +152,13 @@ def owner_batches(owner: str) -> str:
     return f"{PREFIX}:owner:{owner}:batches"
 
 
+def owner_running_batches(owner: str) -> str:
+    """ZSET: an owner's batches not yet ended (id -> created, ms), for MAX_BATCHES_PER_KEY."""
+    return f"{PREFIX}:owner:{owner}:running"
+
+
 ACTIVE_BATCHES = f"{PREFIX}:batches"
 """ZSET: the batches not yet ended (id -> created, ms), which the API processes drive."""
-"""STRING: which API process currently looks for dead attempts (SET NX PX)."""
 
 WORKER_CONNECTION_PREFIX = "tsworker:"
 """Every connection a worker opens is named this + its worker name (CLIENT SETNAME), so

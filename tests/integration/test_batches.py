@@ -6,6 +6,7 @@ batch apart."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import time
@@ -15,6 +16,7 @@ import openai
 import pytest
 import redis
 
+from api.auth import digest
 from contract import keys
 from devstack.processes import start_api
 from tests.integration.conftest import MODEL, strict_sdk
@@ -283,3 +285,91 @@ def test_files_and_batches_are_refused_when_redis_is_nearly_full(pool, tmp_path)
     finally:
         api.stop()
         r.config_set("maxmemory", before)
+
+
+async def _at_once(base: str, key: str, requests: list[dict]) -> list[httpx.Response]:
+    """Send the requests concurrently (the limit checks of one API process interleave)."""
+    headers = {"Authorization": f"Bearer {key}"}
+    async with httpx.AsyncClient(base_url=base, headers=headers, timeout=60) as c:
+        return await asyncio.gather(*(c.request(**r) for r in requests))
+
+
+def upload(content: bytes) -> dict:
+    return {
+        "method": "POST",
+        "url": "/v1/files",
+        "files": {"file": ("in.jsonl", content)},
+        "data": {"purpose": "batch"},
+    }
+
+
+def test_concurrent_uploads_cannot_overshoot_the_keys_file_budget(pool, tmp_path):
+    content = jsonl(20)
+    env = {"API_KEYS": "delta", "FILES_BYTES_PER_KEY": str(3 * len(content) + 10)}
+    api, base = start_api(tmp_path, pool.redis_url, env=env)
+    try:
+        answers = asyncio.run(_at_once(base, "delta", [upload(content) for _ in range(10)]))
+        assert sorted(a.status_code for a in answers) == [200] * 3 + [413] * 7
+        refused = next(a for a in answers if a.status_code == 413).json()["error"]
+        assert refused["param"] == "file" and str(3 * len(content) + 10) in refused["message"]
+        held = httpx.get(base + "/v1/files", headers={"Authorization": "Bearer delta"}).json()["data"]
+        assert len(held) == 3
+        httpx.delete(f"{base}/v1/files/{held[0]['id']}", headers={"Authorization": "Bearer delta"})
+        again = asyncio.run(_at_once(base, "delta", [upload(content) for _ in range(3)]))
+        assert sorted(a.status_code for a in again) == [200, 413, 413]  # a deleted file frees its bytes
+    finally:
+        api.stop()
+
+
+def test_uploads_count_against_the_keys_request_rate_and_byte_budget(pool, tmp_path):
+    content = jsonl(20)
+    env = {"API_KEYS": "epsilon,zeta", "KEY_BYTES_PER_MINUTE": str(2 * len(content) + 10)}
+    api, base = start_api(tmp_path, pool.redis_url, env=env)
+    try:
+        answers = asyncio.run(_at_once(base, "epsilon", [upload(content) for _ in range(4)]))
+        assert sorted(a.status_code for a in answers) == [200, 200, 429, 429]
+        refused = next(a for a in answers if a.status_code == 429)
+        assert refused.json()["error"]["code"] == "rate_limit_exceeded" and "Retry-After" in refused.headers
+        chat = {"model": MODEL, "messages": [{"role": "user", "content": "x" * 50}], "max_tokens": 1}
+        over = httpx.post(
+            base + "/v1/chat/completions", json=chat, headers={"Authorization": "Bearer epsilon"}
+        )
+        assert over.status_code == 429  # the uploads spent this minute's bytes
+        other = asyncio.run(_at_once(base, "zeta", [upload(content)]))
+        assert other[0].status_code == 200  # per key
+    finally:
+        api.stop()
+    env = {"API_KEYS": "eta", "KEY_REQUESTS_PER_MINUTE": "2"}
+    api, base = start_api(tmp_path, pool.redis_url, env=env)
+    try:
+        answers = asyncio.run(_at_once(base, "eta", [upload(jsonl(1)) for _ in range(3)]))
+        assert sorted(a.status_code for a in answers) == [200, 200, 429]  # an upload is a request
+    finally:
+        api.stop()
+
+
+def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp_path):
+    env = {"API_KEYS": "theta", "MAX_BATCHES_PER_KEY": "2"}
+    api, base = start_api(tmp_path, pool.redis_url, env=env)
+    try:
+        sdk = openai.OpenAI(base_url=base + "/v1", api_key="theta", max_retries=0)
+        f = sdk.files.create(file=("in.jsonl", jsonl(4, max_tokens=40)), purpose="batch")
+        create = {
+            "method": "POST",
+            "url": "/v1/batches",
+            "json": {"input_file_id": f.id, "endpoint": "/v1/chat/completions", "completion_window": "24h"},
+        }
+        answers = asyncio.run(_at_once(base, "theta", [create for _ in range(8)]))
+        assert sorted(a.status_code for a in answers) == [200, 200] + [429] * 6
+        created = [a.json()["id"] for a in answers if a.status_code == 200]
+        for batch_id in created:
+            sdk.batches.cancel(batch_id)
+        for batch_id in created:
+            wait(sdk, batch_id, ("cancelled",))
+        assert pool.r.zcard(keys.owner_running_batches(digest("theta")[:32])) == 0
+        again = sdk.batches.create(
+            input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
+        )
+        sdk.batches.cancel(again.id)  # the ended batches no longer count
+    finally:
+        api.stop()
