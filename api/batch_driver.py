@@ -70,7 +70,7 @@ class BatchDriver:
             async with r.pipeline(transaction=True) as pipe:
                 pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
                 if h:
-                    pipe.zrem(keys.owner_running_batches(h["owner"]), batch_id)
+                    pipe.zrem(keys.owned(h["owner"], keys.Owned.RUNNING_BATCHES), batch_id)
                 await pipe.execute()
             return
         if h["status"] == BatchStatus.FINALIZING:  # a driver died writing the files: write them again
@@ -100,7 +100,9 @@ class BatchDriver:
 
     async def _send(self, batch_id: str, h: dict[str, str], number: int) -> str:
         """Send line `number` as a job (the same job again, if a driver sent it and died)."""
-        custom_id, body = json.loads(await self._s.redis.lindex(keys.batch_lines(batch_id), number))
+        custom_id, body = json.loads(
+            await self._s.redis.lindex(keys.batch(batch_id, keys.BatchPart.LINES), number)
+        )
         line = Line(number + 1, custom_id, h["endpoint"], body)
         surface = BATCHABLE[h["endpoint"]]
         cid = surface.new_id()
@@ -118,7 +120,7 @@ class BatchDriver:
         )
         cid = submitted.job.id
         async with self._s.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.batch_open(batch_id), str(number), cid)
+            pipe.hset(keys.batch(batch_id, keys.BatchPart.OPEN), str(number), cid)
             pipe.hset(keys.batch(batch_id), "next", number + 1)
             await pipe.execute()
         return cid
@@ -126,7 +128,8 @@ class BatchDriver:
     async def _collect(self, batch_id: str, h: dict[str, str]) -> dict[int, str]:
         """Answer the open lines whose job has ended; returns those still open."""
         opened = {
-            int(k): as_text(v) for k, v in (await self._s.redis.hgetall(keys.batch_open(batch_id))).items()
+            int(k): as_text(v)
+            for k, v in (await self._s.redis.hgetall(keys.batch(batch_id, keys.BatchPart.OPEN))).items()
         }
         still = {}
         for number, cid in opened.items():
@@ -136,7 +139,11 @@ class BatchDriver:
                 continue
             out, failed, usage = await self._output(batch_id, h, number, cid, job)
             await self._answer(
-                keys=[keys.batch_results(batch_id), keys.batch_open(batch_id), keys.batch(batch_id)],
+                keys=[
+                    keys.batch(batch_id, keys.BatchPart.RESULTS),
+                    keys.batch(batch_id, keys.BatchPart.OPEN),
+                    keys.batch(batch_id),
+                ],
                 args=[number, json.dumps(out), "failed" if failed else "completed", *usage],
             )
         return still
@@ -145,7 +152,7 @@ class BatchDriver:
         self, batch_id: str, h: dict[str, str], number: int, cid: str, job: JobState | None
     ) -> tuple[dict, bool, tuple[int, int]]:
         """A line's output line (OpenAI's BatchRequestOutput), whether it failed, its tokens."""
-        raw = await self._s.redis.lindex(keys.batch_lines(batch_id), number)
+        raw = await self._s.redis.lindex(keys.batch(batch_id, keys.BatchPart.LINES), number)
         custom_id = json.loads(raw)[0]
         out = {
             "id": f"batch_req_{cid.split('-', 1)[1]}",
@@ -176,11 +183,14 @@ class BatchDriver:
             keys.batch(batch_id),
             mapping={"status": BatchStatus.FINALIZING, "finalizing_at": now, "ending": status},
         )
-        results = {int(k): json.loads(v) for k, v in (await r.hgetall(keys.batch_results(batch_id))).items()}
+        results = {
+            int(k): json.loads(v)
+            for k, v in (await r.hgetall(keys.batch(batch_id, keys.BatchPart.RESULTS))).items()
+        }
         total = int(h["total"])
         never = [n for n in range(total) if n not in results]
         for n in never:  # cancelled or expired before they were sent
-            custom_id = json.loads(await r.lindex(keys.batch_lines(batch_id), n))[0]
+            custom_id = json.loads(await r.lindex(keys.batch(batch_id, keys.BatchPart.LINES), n))[0]
             error = errors.BATCH_CANCELLED if status == BatchStatus.CANCELLED else errors.BATCH_EXPIRED
             results[n] = {
                 "id": f"batch_req_{batch_id[6:]}{n}",
@@ -210,11 +220,15 @@ class BatchDriver:
                 fields[f"{kind}_file_id"] = file_id
         async with r.pipeline(transaction=True) as pipe:
             pipe.hset(keys.batch(batch_id), mapping=fields)
-            for key in (keys.batch(batch_id), keys.batch_lines(batch_id), keys.batch_results(batch_id)):
+            for key in (
+                keys.batch(batch_id),
+                keys.batch(batch_id, keys.BatchPart.LINES),
+                keys.batch(batch_id, keys.BatchPart.RESULTS),
+            ):
                 pipe.expire(key, retention)
-            pipe.delete(keys.batch_open(batch_id))
+            pipe.delete(keys.batch(batch_id, keys.BatchPart.OPEN))
             pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
-            pipe.zrem(keys.owner_running_batches(h["owner"]), batch_id)
+            pipe.zrem(keys.owned(h["owner"], keys.Owned.RUNNING_BATCHES), batch_id)
             await pipe.execute()
         log.info("batch %s %s: %d answered, %d failed", batch_id, status, len(good), len(bad))
 

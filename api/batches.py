@@ -149,10 +149,10 @@ async def create(request: Request) -> Response:
     created = await services.redis.register_script(scripts.CREATE_BATCH)(
         keys=[
             keys.batch(batch_id),
-            keys.batch_lines(batch_id),
-            keys.owner_batches(owner),
+            keys.batch(batch_id, keys.BatchPart.LINES),
+            keys.owned(owner, keys.Owned.BATCHES),
             keys.ACTIVE_BATCHES,
-            keys.owner_running_batches(owner),
+            keys.owned(owner, keys.Owned.RUNNING_BATCHES),
         ],
         args=[
             batch_id,
@@ -198,14 +198,17 @@ async def cancel(request: Request) -> Response:
 
 async def list_batches(request: Request) -> Response:
     services: Services = request.state.services
-    ids = [as_text(i) for i in await services.redis.zrange(keys.owner_batches(request_owner(request)), 0, -1)]
+    ids = [
+        as_text(i)
+        for i in await services.redis.zrange(keys.owned(request_owner(request), keys.Owned.BATCHES), 0, -1)
+    ]
     objects = []
     for batch_id in ids:
         h = await batch_hash(services, batch_id)
         if h:
             objects.append(batch_object(batch_id, h))
         else:
-            await services.redis.zrem(keys.owner_batches(request_owner(request)), batch_id)
+            await services.redis.zrem(keys.owned(request_owner(request), keys.Owned.BATCHES), batch_id)
     return page(request, objects, max_limit=100, default_limit=20, order=False)
 
 

@@ -108,8 +108,8 @@ class RedisFiles:
         verdict = await self._store(
             keys=[
                 key,
-                keys.owner_files(owner),
-                keys.owner_file_sizes(owner),
+                keys.owned(owner, keys.Owned.FILES),
+                keys.owned(owner, keys.Owned.FILE_SIZES),
                 keys.requests_per_minute(owner, minute) if rated else key,
                 keys.bytes_per_minute(owner, minute) if rated else key,
             ],
@@ -144,19 +144,19 @@ class RedisFiles:
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.delete(keys.file(file_id))
             if owner is not None:
-                pipe.zrem(keys.owner_files(as_text(owner)), file_id)
-                pipe.hdel(keys.owner_file_sizes(as_text(owner)), file_id)
+                pipe.zrem(keys.owned(as_text(owner), keys.Owned.FILES), file_id)
+                pipe.hdel(keys.owned(as_text(owner), keys.Owned.FILE_SIZES), file_id)
             await pipe.execute()
 
     async def owned(self, owner: str) -> list[FileRecord]:
         """The owner's files, oldest first (expired ones leave the index here)."""
-        ids = [as_text(i) for i in await self._r.zrange(keys.owner_files(owner), 0, -1)]
+        ids = [as_text(i) for i in await self._r.zrange(keys.owned(owner, keys.Owned.FILES), 0, -1)]
         out = []
         for file_id in ids:
             record = await self.get(file_id)
             if record is None:
-                await self._r.zrem(keys.owner_files(owner), file_id)
-                await self._r.hdel(keys.owner_file_sizes(owner), file_id)
+                await self._r.zrem(keys.owned(owner, keys.Owned.FILES), file_id)
+                await self._r.hdel(keys.owned(owner, keys.Owned.FILE_SIZES), file_id)
             else:
                 out.append(record)
         return out

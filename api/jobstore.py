@@ -260,7 +260,7 @@ class JobStore:
             keys=[
                 job_key,
                 keys.PENDING,
-                keys.owner_jobs(state.owner) if owned and counted else job_key,
+                keys.owned(state.owner, keys.Owned.JOBS) if owned and counted else job_key,
                 idempotency.key if idempotency else job_key,
                 keys.requests_per_minute(state.owner, minute) if owned else job_key,
                 keys.bytes_per_minute(state.owner, minute) if owned else job_key,

@@ -9,6 +9,7 @@ decides the queue name, which is the model name.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 
 from rq import Queue
 
@@ -113,48 +114,46 @@ def file(file_id: str) -> str:
     return f"{PREFIX}:file:{file_id}"
 
 
-def owner_files(owner: str) -> str:
-    """ZSET: an owner's files (id -> created, s), for listing."""
-    return f"{PREFIX}:owner:{owner}:files"
+class Owned(StrEnum):
+    """The indexes of what one API key's owner holds: `owned(owner, Owned.X)` names each."""
+
+    JOBS = "jobs"
+    """ZSET: the jobs the key created that have not ended (completion id -> created ms), for
+    MAX_JOBS_PER_KEY: SUBMIT adds, the scripts that end a job remove (their Lua builds this
+    same name), expired ones are pruned by age."""
+    FILES = "files"
+    """ZSET: the owner's files (id -> created, s), for listing."""
+    FILE_SIZES = "filesizes"
+    """HASH: the owner's files (id -> "<bytes> <expires at, s>"), for FILES_BYTES_PER_KEY."""
+    BATCHES = "batches"
+    """ZSET: the owner's batches (id -> created, ms), for listing."""
+    RUNNING_BATCHES = "running"
+    """ZSET: the owner's batches not yet ended (id -> created, ms), for MAX_BATCHES_PER_KEY."""
 
 
-def owner_file_sizes(owner: str) -> str:
-    """HASH: an owner's files (id -> "<bytes> <expires at, s>"), for the per-key byte budget."""
-    return f"{PREFIX}:owner:{owner}:filesizes"
+def owned(owner: str, index: Owned) -> str:
+    return f"{PREFIX}:owner:{owner}:{index}"
 
 
-def batch(batch_id: str) -> str:
-    """HASH: a batch: its status, timestamps, counts and files (api/batches.py)."""
-    return f"{PREFIX}:batch:{batch_id}"
+class BatchPart(StrEnum):
+    """The keys of one batch (api/batches.py, api/batch_driver.py): `batch(id, BatchPart.X)`."""
+
+    STATE = ""
+    """HASH: its status, timestamps, counts and files (`ts:batch:<id>`)."""
+    LINES = "lines"
+    """LIST: its request lines (JSON), in input order."""
+    OPEN = "open"
+    """HASH: its lines sent as jobs and not yet answered: line number -> completion id."""
+    RESULTS = "results"
+    """HASH: its answered lines: line number -> its output line (JSON), written once."""
 
 
-def batch_lines(batch_id: str) -> str:
-    """LIST: a batch's request lines (JSON), in input order."""
-    return f"{PREFIX}:batch:{batch_id}:lines"
-
-
-def batch_open(batch_id: str) -> str:
-    """HASH: a batch's lines sent as jobs and not yet answered: line number -> completion id."""
-    return f"{PREFIX}:batch:{batch_id}:open"
-
-
-def batch_results(batch_id: str) -> str:
-    """HASH: a batch's answered lines: line number -> its output line (JSON), written once."""
-    return f"{PREFIX}:batch:{batch_id}:results"
+def batch(batch_id: str, part: BatchPart = BatchPart.STATE) -> str:
+    return f"{PREFIX}:batch:{batch_id}" + (f":{part}" if part else "")
 
 
 BATCH_DRIVER_LOCK = f"{PREFIX}:batches:driver"
 """STRING: the API process driving the batches (one at a time, like the reaper)."""
-
-
-def owner_batches(owner: str) -> str:
-    """ZSET: an owner's batches (id -> created, ms), for listing."""
-    return f"{PREFIX}:owner:{owner}:batches"
-
-
-def owner_running_batches(owner: str) -> str:
-    """ZSET: an owner's batches not yet ended (id -> created, ms), for MAX_BATCHES_PER_KEY."""
-    return f"{PREFIX}:owner:{owner}:running"
 
 
 ACTIVE_BATCHES = f"{PREFIX}:batches"
@@ -179,13 +178,6 @@ def worker_slots(model: str) -> str:
 def hub_control(process: str) -> str:
     """STREAM: wakes one API process's stream reader when its set of watched streams grows."""
     return f"{PREFIX}:hub:{process}"
-
-
-def owner_jobs(owner: str) -> str:
-    """ZSET: the jobs one API key created that have not ended (completion id -> created ms),
-    for the per-key job limit: SUBMIT adds, the scripts that end a job remove (their Lua
-    builds this same name), expired ones are pruned by age."""
-    return f"{PREFIX}:owner:{owner}:jobs"
 
 
 STATS = f"{PREFIX}:stats"

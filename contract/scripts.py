@@ -86,7 +86,9 @@ end
 -- The job no longer counts against its owner's limit of unfinished jobs.
 local function release_owner(job, id)
   local owner = redis.call('HGET', job, '{JobField.OWNER}')
-  if owner and owner ~= '' then redis.call('ZREM', '{keys.PREFIX}:owner:' .. owner .. ':jobs', id) end
+  if owner and owner ~= '' then
+    redis.call('ZREM', '{keys.PREFIX}:owner:' .. owner .. ':{keys.Owned.JOBS}', id)
+  end
 end
 -- An ended job keeps, for its retention, only what resume and fetch need: not its request
 -- (unless its surface must show it later).

@@ -207,7 +207,7 @@ def test_batch_lines_do_not_count_against_the_keys_job_limit(pool, tmp_path):
         sdk = openai.OpenAI(base_url=base + "/v1", api_key="gamma", max_retries=0)
         batch_id = run(sdk, jsonl(8, max_tokens=40))
         deadline = time.monotonic() + 60
-        while not pool.r.hlen(keys.batch_open(batch_id)) >= 2:
+        while not pool.r.hlen(keys.batch(batch_id, keys.BatchPart.OPEN)) >= 2:
             assert time.monotonic() < deadline
             time.sleep(0.02)
         answer = sdk.chat.completions.create(
@@ -245,8 +245,8 @@ def test_a_batch_whose_driver_died_while_finalizing_is_finished_as_it_was_ending
             "metadata": "{}",
         },
     )
-    pool.r.rpush(keys.batch_lines(batch_id), *lines)
-    pool.r.hset(keys.batch_results(batch_id), "0", json.dumps(answered))
+    pool.r.rpush(keys.batch(batch_id, keys.BatchPart.LINES), *lines)
+    pool.r.hset(keys.batch(batch_id, keys.BatchPart.RESULTS), "0", json.dumps(answered))
     pool.r.zadd(keys.ACTIVE_BATCHES, {batch_id: now})
     b = wait(sdk, batch_id, ("cancelled", "completed"))
     assert b.status == "cancelled" and int(pool.r.hget(keys.batch(batch_id), "next")) == 1  # nothing sent
@@ -366,7 +366,7 @@ def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp
             sdk.batches.cancel(batch_id)
         for batch_id in created:
             wait(sdk, batch_id, ("cancelled",))
-        assert pool.r.zcard(keys.owner_running_batches(digest("theta")[:32])) == 0
+        assert pool.r.zcard(keys.owned(digest("theta")[:32], keys.Owned.RUNNING_BATCHES)) == 0
         again = sdk.batches.create(
             input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
         )

@@ -71,9 +71,9 @@ def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
         r = fakeredis.FakeRedis(server=server)
         size = len(r.hget(keys.job("chatcmpl-1"), JobField.SPEC))
         assert size < 2 * 1000 + 500  # UTF-8, not \\u escapes (6 bytes a character)
-        assert r.zscore(keys.owner_jobs("alice"), "chatcmpl-1") is not None
+        assert r.zscore(keys.owned("alice", keys.Owned.JOBS), "chatcmpl-1") is not None
         await s.end("chatcmpl-1", Finished(finish_reason="stop", prompt_tokens=1, completion_tokens=0))
-        assert r.zscore(keys.owner_jobs("alice"), "chatcmpl-1") is None  # it no longer counts
+        assert r.zscore(keys.owned("alice", keys.Owned.JOBS), "chatcmpl-1") is None  # it no longer counts
         assert 0 < r.ttl(keys.job("chatcmpl-1")) <= RECOVERY.retention_s
         return {k.decode(): v for k, v in r.hgetall(keys.job("chatcmpl-1")).items()}
 
