@@ -21,11 +21,44 @@ from api.structured import checked_choice, checked_format, checked_tools
 from contract.errors import ARRAY_TOO_LONG, BAD_REQUEST, MISSING_PARAMETER, STRING_TOO_LONG, UNSUPPORTED
 from contract.jobspec import MAX_TOP_LOGPROBS, JobSpec, Message, Tool, ToolCall
 
-_CONFIG = ConfigDict(strict=True, extra="forbid")
 MAX_TOOLS = 128  # OpenAI's limit
 MAX_LOGIT_BIAS = 300
 B = TypeVar("B", bound="Body")
 
+
+class Strict(BaseModel):
+    """Every request model: JSON types exactly (no "1" for 1), and no field it does not declare
+    (a field this server does not implement is a 400 naming it, never silently dropped)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    def rules(self) -> dict[str, bool]:
+        """The rules across fields a valid body keeps: "<field>: <why>" -> whether it holds."""
+        return {}
+
+    @model_validator(mode="after")
+    def _keeps_its_rules(self):
+        for message, holds in self.rules().items():
+            if not holds:
+                raise ValueError(message)
+        return self
+
+
+class Function(Strict):
+    """What names a function in a request: `{"type": "function", ...}`."""
+
+    type: Literal["function"]
+
+
+class SchemaFormat(Strict):
+    """What a json_schema output format says besides its name (chat and Responses)."""
+
+    description: str | None = None
+    schema_: Annotated[dict | None, Field(alias="schema")] = None
+    strict: bool | None = None  # the schema is always enforced
+
+
+SchemaName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
 Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
 TopP = Annotated[float, Field(ge=0.0, le=1.0)]
 Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
@@ -33,30 +66,25 @@ PositiveInt = Annotated[int, Field(ge=1)]
 StopString = Annotated[str, Field(min_length=1)]
 
 
-class TextPart(BaseModel):
-    model_config = _CONFIG
+class TextPart(Strict):
     type: Literal["text"]
     text: str
 
 
-class FunctionCall(BaseModel):
-    model_config = _CONFIG
+class FunctionCall(Strict):
     name: str
     arguments: str
 
 
-class ToolCallIn(BaseModel):
-    model_config = _CONFIG
+class ToolCallIn(Function):
     id: Annotated[str, Field(min_length=1)]
-    type: Literal["function"]
     function: FunctionCall
 
 
-class _Message(BaseModel):
+class _Message(Strict):
     """What every message has. `name` (a participant's name) is accepted and not rendered:
     chat templates have no place for it (as in llama-server)."""
 
-    model_config = _CONFIG
     content: str | list[TextPart] | None = None
     name: str | None = None
 
@@ -101,62 +129,50 @@ ChatMessage = Annotated[
 ]
 
 
-class FunctionDef(BaseModel):
-    model_config = _CONFIG
+class FunctionDef(Strict):
     name: str
     description: str | None = None
     parameters: dict | None = None
     strict: bool | None = None  # the schema is always enforced
 
 
-class ToolDef(BaseModel):
-    model_config = _CONFIG
-    type: Literal["function"]
+class ToolDef(Function):
     function: FunctionDef
 
 
-class NamedFunction(BaseModel):
-    model_config = _CONFIG
+class NamedFunction(Strict):
     name: str
 
 
-class NamedTool(BaseModel):
-    model_config = _CONFIG
-    type: Literal["function"]
+class NamedTool(Function):
     function: NamedFunction
 
 
-class JsonSchemaFormat(BaseModel):
-    model_config = _CONFIG
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
-    description: str | None = None
-    schema_: Annotated[dict | None, Field(alias="schema")] = None
-    strict: bool | None = None  # the schema is always enforced
+class JsonSchemaFormat(SchemaFormat):
+    name: SchemaName
 
 
-class ResponseFormat(BaseModel):
-    model_config = _CONFIG
+class ResponseFormat(Strict):
     type: Literal["text", "json_object", "json_schema"]
     json_schema: JsonSchemaFormat | None = None
 
-    @model_validator(mode="after")
-    def _check(self):
-        if (self.type == "json_schema") != (self.json_schema is not None):
-            raise ValueError("response_format: json_schema goes with type json_schema, and only with it")
-        return self
+    def rules(self) -> dict[str, bool]:
+        return {
+            "response_format: json_schema goes with type json_schema, and only with it": (
+                (self.type == "json_schema") == (self.json_schema is not None)
+            )
+        }
 
 
-class StreamOptions(BaseModel):
-    model_config = _CONFIG
+class StreamOptions(Strict):
     include_usage: bool | None = None
 
 
-class Body(BaseModel):
+class Body(Strict):
     """What every body that creates a job has; each surface's body says how it becomes a job
     (`to_spec`), what else its job records (`job_fields`) and what of it the request limits
     measure."""
 
-    model_config = _CONFIG
     model: Annotated[str, Field(min_length=1)]
     stream: bool | None = None
     background: bool | None = None
@@ -247,13 +263,13 @@ class CompletionBody(Body):
         | None
     ) = None
 
-    @model_validator(mode="after")
-    def _check(self):
-        if self.n not in (None, 1):
-            raise ValueError("n: only n=1 is supported")
-        if self.stream_options is not None and not (self.stream or self.background):
-            raise ValueError("stream_options: only allowed when stream or background is true")
-        return self
+    def rules(self) -> dict[str, bool]:
+        return {
+            "n: only n=1 is supported": self.n in (None, 1),
+            "stream_options: only allowed when stream or background is true": (
+                self.stream_options is None or bool(self.stream or self.background)
+            ),
+        }
 
     @property
     def include_usage(self) -> bool:

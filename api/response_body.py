@@ -13,14 +13,17 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, Discriminator, Field, PrivateAttr, Tag, model_validator
+from pydantic import Discriminator, Field, PrivateAttr, Tag
 
 from api.bodies import (
-    _CONFIG,
     MAX_TOOLS,
     Body,
+    Function,
     FunctionDef,
     PositiveInt,
+    SchemaFormat,
+    SchemaName,
+    Strict,
     Temperature,
     TopP,
     too_many,
@@ -34,58 +37,58 @@ from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
 
 
-class InputText(BaseModel):
-    model_config = _CONFIG
+class InputText(Strict):
     type: Literal["input_text"]
     text: str
 
 
-class OutputText(BaseModel):
+class OutputText(Strict):
     """An earlier answer's text, sent back as part of an assistant message."""
 
-    model_config = _CONFIG
     type: Literal["output_text"]
     text: str
     annotations: Annotated[list, Field(max_length=0)] | None = None
     logprobs: list | None = None
 
 
-class MessageItem(BaseModel):
-    model_config = _CONFIG
-    type: Literal["message"] = "message"
-    role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[Annotated[InputText | OutputText, Field(discriminator="type")]]
+class _Item(Strict):
+    """What an input item sent back from an earlier Response may carry: its id is kept as the
+    item's id in input_items; its status is accepted and ignored."""
+
     id: str | None = None
     status: str | None = None
 
+
+def _joined(content: str | list[InputText] | list[InputText | OutputText]) -> str:
+    return content if isinstance(content, str) else "".join(p.text for p in content)
+
+
+class MessageItem(_Item):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[Annotated[InputText | OutputText, Field(discriminator="type")]]
+
     def text(self) -> str:
-        return self.content if isinstance(self.content, str) else "".join(p.text for p in self.content)
+        return _joined(self.content)
 
 
-class FunctionCallItem(BaseModel):
-    model_config = _CONFIG
+class FunctionCallItem(_Item):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
     arguments: str
-    id: str | None = None
-    status: str | None = None
 
 
-class FunctionCallOutputItem(BaseModel):
-    model_config = _CONFIG
+class FunctionCallOutputItem(_Item):
     type: Literal["function_call_output"]
     call_id: Annotated[str, Field(min_length=1)]
     output: str | list[InputText]
-    id: str | None = None
-    status: str | None = None
 
     def text(self) -> str:
-        return self.output if isinstance(self.output, str) else "".join(p.text for p in self.output)
+        return _joined(self.output)
 
 
-class ItemReference(BaseModel):
-    model_config = _CONFIG
+class ItemReference(Strict):
     type: Literal["item_reference"]
     id: str
 
@@ -111,36 +114,29 @@ class FunctionTool(FunctionDef):
     type: Literal["function"]
 
 
-class ToolChoiceFunction(BaseModel):
-    model_config = _CONFIG
-    type: Literal["function"]
+class ToolChoiceFunction(Function):
     name: str
 
 
-class TextFormat(BaseModel):
-    model_config = _CONFIG
+class TextFormat(SchemaFormat):
     type: Literal["text", "json_object", "json_schema"]
-    name: Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")] | None = None
-    description: str | None = None
-    schema_: Annotated[dict | None, Field(alias="schema")] = None
-    strict: bool | None = None  # the schema is always enforced
+    name: SchemaName | None = None
 
-    @model_validator(mode="after")
-    def _check(self):
-        if self.type == "json_schema" and self.name is None:
-            raise ValueError("text.format.name: a json_schema format needs a name")
-        if self.type != "json_schema" and (self.name or self.schema_ is not None):
-            raise ValueError("text.format: name and schema go with type json_schema only")
-        return self
+    def rules(self) -> dict[str, bool]:
+        schema = self.type == "json_schema"
+        return {
+            "text.format.name: a json_schema format needs a name": not schema or self.name is not None,
+            "text.format: name and schema go with type json_schema only": (
+                schema or (not self.name and self.schema_ is None)
+            ),
+        }
 
 
-class TextConfig(BaseModel):
-    model_config = _CONFIG
+class TextConfig(Strict):
     format: TextFormat | None = None
 
 
-class ResponsesStreamOptions(BaseModel):
-    model_config = _CONFIG
+class ResponsesStreamOptions(Strict):
     include_obfuscation: bool | None = None  # this server never pads its events
 
 
@@ -161,11 +157,12 @@ class ResponsesRequest(Body):
     _history: list[Message] = PrivateAttr(default_factory=list)
     _referenced: dict[str, dict] = PrivateAttr(default_factory=dict)
 
-    @model_validator(mode="after")
-    def _check(self):
-        if self.background and self.store is False:
-            raise ValueError("store: a background response must be stored (store=true)")
-        return self
+    def rules(self) -> dict[str, bool]:
+        return {
+            "store: a background response must be stored (store=true)": not (
+                self.background and self.store is False
+            )
+        }
 
     def references(self) -> list[str]:
         """The ids of the earlier items this input refers to (`item_reference`)."""

@@ -34,10 +34,15 @@ def test_without_ui_there_are_no_pages():
 
 
 def test_every_asset_the_pages_name_exists():
-    for name in ui.PAGES.values():
-        html = (ui.DIR / name).read_text()
-        for asset in ui.ASSETS:
-            if f"/ui/{asset}" in html:
-                assert (ui.DIR / asset).is_file()
-    named = {a for name in ui.PAGES.values() for a in ui.ASSETS if f"/ui/{a}" in (ui.DIR / name).read_text()}
-    assert named == set(ui.ASSETS)
+    named = {a for page in ui.PAGES for a in ui.ASSETS if f"/ui/{a}" in ui.render(page)}
+    assert named == set(ui.ASSETS) and all((ui.DIR / a).is_file() for a in ui.ASSETS)
+
+
+def test_each_page_is_the_layout_with_its_own_main_title_and_menu_mark():
+    for page in ui.PAGES:
+        html = ui.render(page)
+        assert html.startswith("<!doctype html>") and "$" not in html
+        assert f"<title>tokenspool {page.name.lower()}</title>" in html
+        assert (ui.DIR / page.main).read_text() in html and f'src="/ui/{page.script}"' in html
+        assert html.count('aria-current="page"') == 1
+        assert f'<a href="{page.path}" aria-current="page">{page.name}</a>' in html
