@@ -12,6 +12,7 @@ import hmac
 import json
 import logging
 import time
+from dataclasses import dataclass
 
 import anyio
 from starlette.requests import Request
@@ -73,6 +74,18 @@ def _streaming(request: Request) -> bool:
     return request.query_params.get("stream", "").lower() in ("true", "1")
 
 
+@dataclass(frozen=True)
+class Ask:
+    """One request to create a job, read and checked: what making its job needs."""
+
+    request: Request
+    services: Services
+    body: Body
+    owner: str
+    idempotency: Idempotency | None
+    size: int  # the body's bytes, counted against the key's byte budget
+
+
 class Endpoints:
     def __init__(self, surface: Surface) -> None:
         self.surface = surface
@@ -98,7 +111,7 @@ class Endpoints:
         idempotency = _idempotency(request, self.surface, owner, raw)
         ticket = services.admission.stream(owner) if body.streaming else None
         try:
-            job, retried = await self._job_for(request, services, body, owner, idempotency, len(raw))
+            job, retried = await self._job_for(Ask(request, services, body, owner, idempotency, len(raw)))
             logs.set_completion(job.id)
             if retried:
                 log.info("a retry (Idempotency-Key) of %s", job.id)
@@ -123,25 +136,18 @@ class Endpoints:
     async def prepare(self, services: Services, body: Body, owner: str) -> None:
         """What a surface must look up before its body becomes a job (nothing, here)."""
 
-    async def _job_for(
-        self,
-        request: Request,
-        services: Services,
-        body: Body,
-        owner: str,
-        idempotency: Idempotency | None,
-        size: int,
-    ) -> tuple[JobState, bool]:
+    async def _job_for(self, ask: Ask) -> tuple[JobState, bool]:
         """The job this request makes, or the one its earlier attempt made (a retry with the
         same Idempotency-Key): (the job, whether it is a retry's)."""
+        services, body = ask.services, ask.body
         try:
-            if idempotency is not None and (earlier := await services.jobs.idempotent(idempotency)):
+            if ask.idempotency is not None and (earlier := await services.jobs.idempotent(ask.idempotency)):
                 return earlier, True
             cid = self.surface.new_id()
             logs.set_completion(cid)
             await services.admission.model(body.model, cid, body.prompt_chars())
             try:
-                submitted = await self._submit(request, services, body, owner, idempotency, cid, size)
+                submitted = await self._submit(ask, cid)
             finally:  # the enqueue takes the place; anything else gives it back
                 await services.admission.release(body.model, cid)
         except OwnerLimit as exc:
@@ -152,33 +158,25 @@ class Endpoints:
             raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
         return submitted.job, not submitted.new
 
-    async def _submit(
-        self,
-        request: Request,
-        services: Services,
-        body: Body,
-        owner: str,
-        idempotency: Idempotency | None,
-        cid: str,
-        size: int,
-    ) -> Submitted:
+    async def _submit(self, ask: Ask, cid: str) -> Submitted:
         """Record and enqueue a new job; a request racing with its own retry gets the job
         the first of them made."""
+        services, body = ask.services, ask.body
         settings = services.settings
         submitted = await services.jobs.submit(
             body.to_spec(cid, settings.limits),
             self.surface.name,
             int(time.time()),
-            owner=owner,
+            owner=ask.owner,
             include_usage=body.include_usage,
-            detached=bool(body.background) or "respond-async" in request.headers.get("prefer", ""),
-            idempotency=idempotency,
+            detached=bool(body.background) or "respond-async" in ask.request.headers.get("prefer", ""),
+            idempotency=ask.idempotency,
             fields=body.job_fields(cid),
             quota=Quota(
                 unfinished_jobs=settings.max_jobs_per_key,
                 requests_per_minute=settings.key_requests_per_minute,
                 bytes_per_minute=settings.key_bytes_per_minute,
-                request_bytes=size,
+                request_bytes=ask.size,
             ),
         )
         if submitted.new:
