@@ -7,9 +7,11 @@ batch apart."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
 import time
+from collections.abc import Iterator
 
 import httpx
 import openai
@@ -303,11 +305,20 @@ def upload(content: bytes) -> dict:
     }
 
 
+@contextlib.contextmanager
+def another_api(pool, tmp_path, env: dict[str, str]) -> Iterator[str]:
+    """An API process of its own settings on the pool's Redis; yields its base URL."""
+    api, base = start_api(tmp_path, pool.redis_url, env=env)
+    try:
+        yield base
+    finally:
+        api.stop()
+
+
 def test_concurrent_uploads_cannot_overshoot_the_keys_file_budget(pool, tmp_path):
     content = jsonl(20)
     env = {"API_KEYS": "delta", "FILES_BYTES_PER_KEY": str(3 * len(content) + 10)}
-    api, base = start_api(tmp_path, pool.redis_url, env=env)
-    try:
+    with another_api(pool, tmp_path, env) as base:
         answers = asyncio.run(_at_once(base, "delta", [upload(content) for _ in range(10)]))
         assert sorted(a.status_code for a in answers) == [200] * 3 + [413] * 7
         refused = next(a for a in answers if a.status_code == 413).json()["error"]
@@ -317,15 +328,12 @@ def test_concurrent_uploads_cannot_overshoot_the_keys_file_budget(pool, tmp_path
         httpx.delete(f"{base}/v1/files/{held[0]['id']}", headers={"Authorization": "Bearer delta"})
         again = asyncio.run(_at_once(base, "delta", [upload(content) for _ in range(3)]))
         assert sorted(a.status_code for a in again) == [200, 413, 413]  # a deleted file frees its bytes
-    finally:
-        api.stop()
 
 
 def test_uploads_count_against_the_keys_request_rate_and_byte_budget(pool, tmp_path):
     content = jsonl(20)
     env = {"API_KEYS": "epsilon,zeta", "KEY_BYTES_PER_MINUTE": str(2 * len(content) + 10)}
-    api, base = start_api(tmp_path, pool.redis_url, env=env)
-    try:
+    with another_api(pool, tmp_path, env) as base:
         answers = asyncio.run(_at_once(base, "epsilon", [upload(content) for _ in range(4)]))
         assert sorted(a.status_code for a in answers) == [200, 200, 429, 429]
         refused = next(a for a in answers if a.status_code == 429)
@@ -337,21 +345,15 @@ def test_uploads_count_against_the_keys_request_rate_and_byte_budget(pool, tmp_p
         assert over.status_code == 429  # the uploads spent this minute's bytes
         other = asyncio.run(_at_once(base, "zeta", [upload(content)]))
         assert other[0].status_code == 200  # per key
-    finally:
-        api.stop()
     env = {"API_KEYS": "eta", "KEY_REQUESTS_PER_MINUTE": "2"}
-    api, base = start_api(tmp_path, pool.redis_url, env=env)
-    try:
+    with another_api(pool, tmp_path, env) as base:
         answers = asyncio.run(_at_once(base, "eta", [upload(jsonl(1)) for _ in range(3)]))
         assert sorted(a.status_code for a in answers) == [200, 200, 429]  # an upload is a request
-    finally:
-        api.stop()
 
 
 def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp_path):
     env = {"API_KEYS": "theta", "MAX_BATCHES_PER_KEY": "2"}
-    api, base = start_api(tmp_path, pool.redis_url, env=env)
-    try:
+    with another_api(pool, tmp_path, env) as base:
         sdk = openai.OpenAI(base_url=base + "/v1", api_key="theta", max_retries=0)
         f = sdk.files.create(file=("in.jsonl", jsonl(4, max_tokens=40)), purpose="batch")
         create = {
@@ -371,5 +373,3 @@ def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp
             input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
         sdk.batches.cancel(again.id)  # the ended batches no longer count
-    finally:
-        api.stop()
