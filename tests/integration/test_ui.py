@@ -111,6 +111,15 @@ def pending_id(driver: webdriver.Chrome) -> str:
     return json.loads(raw)["id"] if raw else ""
 
 
+def long_answer_under_way(driver: webdriver.Chrome, base: str, max_tokens: int, seen_chars: int) -> str:
+    """Ask the playground for a long story and wait until `seen_chars` of it are shown;
+    returns the completion id the page keeps for it."""
+    open_playground(driver, base)
+    ask(driver, "Write a long story about a lighthouse keeper, a storm and a ship.", max_tokens)
+    until(lambda: len(answer(driver)) >= seen_chars, what="some text")
+    return pending_id(driver)
+
+
 def replay(base: str, cid: str) -> str:
     """The job's text as the server recorded it: GET ...?stream=true from the start."""
     text = []
@@ -136,10 +145,7 @@ def test_a_prompt_gets_a_streamed_answer_with_its_timings(pool, browser):
 
 
 def test_a_reload_mid_answer_resumes_it_without_a_gap_or_a_repeat(pool, browser):
-    open_playground(browser, pool.base)
-    ask(browser, "Write a long story about a lighthouse keeper, a storm and a ship.", 160)
-    until(lambda: len(answer(browser)) >= 40, what="some text")
-    cid = pending_id(browser)
+    cid = long_answer_under_way(browser, pool.base, max_tokens=160, seen_chars=40)
     assert cid.startswith("chatcmpl-")
     assert not finished(browser)
     browser.refresh()
@@ -153,10 +159,7 @@ def test_a_reload_mid_answer_resumes_it_without_a_gap_or_a_repeat(pool, browser)
 
 def test_a_worker_killed_mid_answer_is_recovered_and_the_text_goes_on(pool, browser):
     pool.ensure(2)
-    open_playground(browser, pool.base)
-    ask(browser, "Write a long story about a lighthouse keeper, a storm and a ship.", 160)
-    until(lambda: len(answer(browser)) >= 20, what="some text")
-    cid = pending_id(browser)
+    cid = long_answer_under_way(browser, pool.base, max_tokens=160, seen_chars=20)
     pool.holder(cid).signal(signal.SIGKILL)
     until(lambda: finished(browser), timeout=90, what="the answer's end after the kill")
     note = browser.find_element(By.CSS_SELECTOR, "li.assistant .note").text
@@ -181,10 +184,7 @@ def test_json_mode_answers_with_a_json_object(pool, browser):
 
 
 def test_stop_cancels_the_answer(pool, browser):
-    open_playground(browser, pool.base)
-    ask(browser, "Write a long story about a lighthouse keeper, a storm and a ship.", 400)
-    until(lambda: len(answer(browser)) >= 10, what="some text")
-    cid = pending_id(browser)
+    cid = long_answer_under_way(browser, pool.base, max_tokens=400, seen_chars=10)
     browser.find_element(By.ID, "stop").click()
     until(lambda: finished(browser), what="the cancelled answer's end")
     got = httpx.get(f"{pool.base}/v1/chat/completions/{cid}", timeout=10).json()
