@@ -28,6 +28,7 @@ from api.services import Services
 from api.surfaces import BATCHABLE, BY_NAME
 from contract import errors, keys
 from contract.entries import as_text
+from contract.keys import JobField
 
 log = logging.getLogger(__name__)
 
@@ -117,6 +118,7 @@ class BatchDriver:
             idempotency=Idempotency(keys.idempotency(h["owner"], digest), digest),
             start_by_ms=int(h["expires_at"]) * 1000,
             counted=False,  # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
+            fields={JobField.WAIT_UNTIL: str(int(h["expires_at"]) * 1000)},  # requeued, it may wait as long
         )
         cid = submitted.job.id
         async with self._s.redis.pipeline(transaction=True) as pipe:

@@ -118,7 +118,7 @@ async def cluster(request: Request) -> list[Metric]:
     requeued = CounterMetricFamily(
         "tokenspool_attempts_requeued", "Attempts taken over by another worker.", labels=["reason"]
     )
-    for reason in ("crash", "handoff"):
+    for reason in ("crash", "handoff", "preempt"):
         requeued.add_metric([reason], stats.get(StatField.requeued(reason), 0))
     tokens = {m: stats.get(StatField.tokens(m), 0) for m in names}
     batching = [

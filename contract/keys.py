@@ -74,6 +74,12 @@ def dead_worker(worker: str) -> str:
     return f"{PREFIX}:dead:{worker}"
 
 
+def callback(rq_job_id: str) -> str:
+    """STRING: which worker preempts a batch line to make room for this waiting interactive
+    job (SET NX PX: one per job across the pool; worker/lending.py)."""
+    return f"{PREFIX}:callback:{rq_job_id}"
+
+
 def reserved(model: str) -> str:
     """ZSET: places held in a model's queues by requests about to enqueue (RESERVE)."""
     return f"{PREFIX}:reserved:{model}"
@@ -194,8 +200,9 @@ class StatField:
 
     @staticmethod
     def requeued(reason: str) -> str:
-        """Attempts taken over by another worker: reason "crash" (found dead by the reaper)
-        or "handoff" (a worker shutting down gave its job back)."""
+        """Attempts taken over by another worker: reason "crash" (found dead by the reaper),
+        "handoff" (a worker shutting down gave its job back) or "preempt" (a worker gave a
+        batch line back to make room for an interactive job)."""
         return f"requeued:{reason}"
 
     LOST = "lost"  # jobs ended with worker_lost once their attempts were used up
@@ -291,6 +298,7 @@ class JobField:
     WORKER = "worker"  # name of the worker running the current attempt
     CANCEL_AT = "cancel_at"  # ms since the epoch after which the job must stop
     START_BY = "start_by"  # ms since the epoch: a job still queued then is never (re)started
+    WAIT_UNTIL = "wait_until"  # ms: a requeue may wait for a slot this long (a batch line: its window)
     SPEC = "spec"  # the JobSpec as JSON, as enqueued
     DIGEST = "digest"  # the spec's digest (contract.jobspec.digest): CLAIM runs no other spec
     KEEP_SPEC = "keep_spec"  # "1": the spec stays after the end (a surface shows it later)
@@ -299,7 +307,7 @@ class JobField:
     CLAIM = "claim"  # the token of the claim that started the current attempt (retries repeat it)
     SEQ = "seq"  # entries the current attempt has written (APPEND skips what it already wrote)
     CHARGED = "charged"  # worker deaths charged to the job (it was alone, or the suspect)
-    REQUEUES = "requeues"  # times the job was taken from a worker (deaths and hand-offs)
+    REQUEUES = "requeues"  # times the job was taken from a worker (deaths and hand-offs, not preemptions)
     SUSPECT = "suspect"  # "1": it was in a batch whose worker died; it runs as its worker's only suspect
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them

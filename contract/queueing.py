@@ -26,6 +26,7 @@ from contract.entries import as_text
 from contract.settings import Recovery
 
 Pipeline = SyncPipeline | AsyncPipeline
+PREEMPT = "preempt"  # abandon's reason for a batch line given back to make room
 
 
 def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, suspect: bool = False) -> None:
@@ -65,11 +66,11 @@ def abandon(
     charge: bool,
     suspect: bool = False,
 ) -> int:
-    """Take the job from attempt `epoch` (dead, hung, or leaving): requeue it as a
+    """Take the job from attempt `epoch` (dead, hung, leaving, or preempted): requeue it as a
     continuation (charging the death to it or not, marking it a suspect or not), or end it
-    with worker_lost once its charged deaths or requeues are used up; counted in STATS under
-    `reason` ("crash" or "handoff"). Returns 1 requeued, 2 ended, 0 nothing to do (that
-    attempt is not current)."""
+    with worker_lost once its charged deaths or requeues are used up (a preemption is not
+    counted); counted in STATS under `reason` ("crash", "handoff" or "preempt"). Returns 1
+    requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
     outcome, is_suspect = client.register_script(scripts.ABANDON)(
         keys=scripts.job_keys(completion_id),
         args=scripts.abandon_args(
@@ -81,6 +82,7 @@ def abandon(
             max_requeues=recovery.max_requeues,
             resume_wait_ms=int(recovery.resume_wait_s * 1000),
             retention_s=recovery.retention_s,
+            counted=reason != PREEMPT,
         ),
     )
     if outcome == 1:

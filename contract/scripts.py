@@ -370,7 +370,8 @@ ABANDON = (
 -- ARGV[1]=the epoch being abandoned, ARGV[2]=completion id, ARGV[3]=1 to charge the death
 -- to the job, ARGV[4]=1 to mark it a suspect, ARGV[5]=charged deaths that end it
 -- (MAX_ATTEMPTS), ARGV[6]=requeues that end it (MAX_REQUEUES), ARGV[7]=ms a new attempt has
--- to start, ARGV[8]=retention seconds.
+-- to start (or until the job's WAIT_UNTIL, if later), ARGV[8]=retention seconds, ARGV[9]=1 if
+-- this requeue counts toward MAX_REQUEUES (a preemption does not: nothing went wrong).
 -- Returns {{1, suspect}} = requeued (the caller enqueues the continuation on the suspect
 -- queue if suspect is 1), {{2, 0}} = ended with worker_lost, {{0, 0}} = nothing to do (the job
 -- ended, or that attempt is no longer current).
@@ -379,7 +380,8 @@ if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
   redis.call('ZREM', KEYS[3], ARGV[2])
   return {{0, 0}}
 end
-local requeues = redis.call('HINCRBY', KEYS[1], '{JobField.REQUEUES}', 1)
+local requeues = tonumber(redis.call('HGET', KEYS[1], '{JobField.REQUEUES}') or '0')
+if ARGV[9] == '1' then requeues = redis.call('HINCRBY', KEYS[1], '{JobField.REQUEUES}', 1) end
 local charged = tonumber(redis.call('HGET', KEYS[1], '{JobField.CHARGED}') or '0')
 if ARGV[3] == '1' then charged = redis.call('HINCRBY', KEYS[1], '{JobField.CHARGED}', 1) end
 if charged >= tonumber(ARGV[5]) or requeues > tonumber(ARGV[6]) then
@@ -388,8 +390,10 @@ if charged >= tonumber(ARGV[5]) or requeues > tonumber(ARGV[6]) then
 end
 if ARGV[4] == '1' then redis.call('HSET', KEYS[1], '{JobField.SUSPECT}', '1') end
 redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
-redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.QUEUED}',
-           '{JobField.START_BY}', now_ms() + tonumber(ARGV[7]))
+local start_by = now_ms() + tonumber(ARGV[7])
+local wait_until = tonumber(redis.call('HGET', KEYS[1], '{JobField.WAIT_UNTIL}') or '0')
+if wait_until > start_by then start_by = wait_until end
+redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.QUEUED}', '{JobField.START_BY}', start_by)
 redis.call('HDEL', KEYS[1], '{JobField.WORKER}', '{JobField.CLAIM}')
 redis.call('ZREM', KEYS[3], ARGV[2])
 redis.call('DEL', KEYS[4])
@@ -474,6 +478,7 @@ def abandon_args(
     max_requeues: int,
     resume_wait_ms: int,
     retention_s: int,
+    counted: bool = True,
 ) -> list[str]:
     return [
         str(epoch),
@@ -484,6 +489,7 @@ def abandon_args(
         str(max_requeues),
         str(resume_wait_ms),
         str(retention_s),
+        "1" if counted else "0",
     ]
 
 

@@ -9,6 +9,7 @@ import redis
 
 from contract import keys, logs
 from worker.heartbeat import Heartbeat
+from worker.lending import Lending
 from worker.link import Link
 from worker.presence import Presence
 from worker.rqworker import TokenspoolWorker
@@ -76,7 +77,16 @@ def main() -> None:
         counters=engine.counters,
         n_ctx=engine.n_ctx,
     )
-    worker = TokenspoolWorker(settings.model_name, settings.name, connect(), runner, settings.batch_share)
+    connection = connect()
+    lending = Lending(
+        connection,
+        settings.model_name,
+        slots=settings.slots,
+        batch_slots=settings.batch_share,
+        lend_after_s=settings.batch_lend_after_s,
+        poll_s=settings.preempt_poll_s,
+    )
+    worker = TokenspoolWorker(settings.model_name, settings.name, connection, runner, lending)
     presence.start()
     heartbeat.start()
     log.info(

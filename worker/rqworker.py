@@ -21,7 +21,9 @@ two reasons:
 A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
 stay in the queue where any worker can take them. It takes from its model's suspect queue
 (jobs whose worker died with them in its batch) only while it runs no suspect itself, and
-from its batch queue (the Batch API's lines) only into its BATCH_SLOTS.
+from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into every slot
+while interactive jobs are quiet (worker/lending.py: a lent slot is called back by preempting
+a batch line when an interactive job waits).
 On SIGTERM the loop stops taking jobs; the job runner finishes the running ones within the
 shutdown grace period or hands them off; a second signal hands them off at once.
 """
@@ -47,6 +49,7 @@ from rq.worker import SimpleWorker
 from contract import keys, scripts
 from contract.entries import as_text
 from contract.keys import JOB_FUNCTION
+from worker.lending import Lending
 from worker.outage import Outage
 from worker.retrying import TRANSIENT
 from worker.runner import JobRunner
@@ -90,7 +93,7 @@ def job_spec(data: bytes | None) -> dict:
 
 class TokenspoolWorker(SimpleWorker):
     def __init__(
-        self, model: str, name: str, connection: redis.Redis, runner: JobRunner, batch_slots: int
+        self, model: str, name: str, connection: redis.Redis, runner: JobRunner, lending: Lending
     ) -> None:
         queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in keys.queue_names(model)]
         # prepare_for_work=False: nothing is sent to Redis here (it may be down at start)
@@ -101,7 +104,7 @@ class TokenspoolWorker(SimpleWorker):
         self.hostname, self.pid = socket.gethostname(), os.getpid()
         self._model = model
         self._runner = runner
-        self._batch_slots = batch_slots
+        self._lending = lending
         self._take = connection.register_script(scripts.TAKE)
         self._outage = Outage("worker loop")
         self._registered = False
@@ -155,7 +158,10 @@ class TokenspoolWorker(SimpleWorker):
         if self._check_inbox:
             self._adopt_inbox()
         runner = self._runner
-        if not runner.reserve(timeout=BLOCK_S):
+        lent = self._lending.lent(runner.running_batch_lines())
+        if not runner.reserve(timeout=self._lending.poll_s if lent else BLOCK_S):
+            if lent and (waiting := self._lending.call_back()):  # every slot busy, one of them lent
+                log.info("preempting a batch line for %s: %s", waiting, runner.preempt_batch_line())
             return False  # every slot busy: the jobs stay in the queue, where any worker can take them
         try:
             taken = self._take_one()
@@ -187,11 +193,11 @@ class TokenspoolWorker(SimpleWorker):
     def _queues(self) -> list[str]:
         """The queues to take from now: not the suspect queue while a suspect runs here, not
         the batch queue while the batch slots are full (the other slots stay for interactive
-        jobs: a batch never makes one wait for a slot)."""
+        jobs, or are lent and called back: worker/lending.py)."""
         names = keys.queue_names(self._model)
         if self._runner.running_suspects():
             names = tuple(n for n in names if n != keys.suspect_queue_name(self._model))
-        if self._runner.running_batch_lines() >= self._batch_slots:
+        if self._runner.running_batch_lines() >= self._lending.batch_limit():
             names = tuple(n for n in names if n != keys.queue_name(self._model, keys.BATCH))
         return list(names)
 
@@ -207,6 +213,8 @@ class TokenspoolWorker(SimpleWorker):
                 return None
         job_id = as_text(got[1])
         self._handled.add(job_id)
+        if as_text(got[0]) != keys.rq_queue_key(keys.queue_name(self._model, keys.BATCH)):
+            self._lending.interactive_started()
         return job_id
 
     def _adopt_inbox(self) -> None:

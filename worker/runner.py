@@ -107,7 +107,7 @@ class JobRunner:
         self._shutdown_at: float | None = None
         self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
         self._free = threading.BoundedSemaphore(slots)
-        self._threads: set[threading.Thread] = set()
+        self._threads: dict[threading.Thread, Claimed] = {}
         self._suspects = 0  # running attempts at suspect jobs (a worker runs at most one)
         self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
         self._lock = threading.Lock()
@@ -138,6 +138,22 @@ class JobRunner:
     def running_batch_lines(self) -> int:
         with self._lock:
             return self._batch_lines
+
+    def preempt_batch_line(self) -> str | None:
+        """Make one running Batch API line give its job back at its next token (the one
+        with the fewest tokens of its own, preferring one already generating: its prompt is
+        read, it stops soonest and the least is read again); returns its completion id."""
+        with self._lock:
+            lines = [
+                c.attempt
+                for c in self._threads.values()
+                if c.spec.priority == keys.BATCH and not c.attempt.preempted
+            ]
+            if not lines:
+                return None
+            victim = min(lines, key=lambda a: (a.published == 0, a.published))
+            victim.preempted = True
+            return victim.completion_id
 
     def idle_for(self) -> float:
         """Seconds since the last attempt ended; 0 while any runs."""
@@ -174,7 +190,7 @@ class JobRunner:
             target=self._in_thread, args=(claimed,), name=f"job-{claimed.spec.id}", daemon=True
         )
         with self._lock:
-            self._threads.add(thread)
+            self._threads[thread] = claimed
             self._suspects += claimed.attempt.suspect
             self._batch_lines += claimed.spec.priority == keys.BATCH
         thread.start()
@@ -189,7 +205,7 @@ class JobRunner:
             pass  # logged and reported to the client by _attempt
         finally:
             with self._lock:
-                self._threads.discard(threading.current_thread())
+                self._threads.pop(threading.current_thread(), None)
                 self._suspects -= claimed.attempt.suspect
                 self._batch_lines -= claimed.spec.priority == keys.BATCH
                 self._last_end = time.monotonic()
@@ -297,6 +313,9 @@ class JobRunner:
                 if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:
                     self._hand_off(attempt)
                     raise HandedOff()
+                if attempt.preempted:
+                    self._hand_off(attempt, queueing.PREEMPT)
+                    raise HandedOff()
                 if engine.is_end(token):
                     reason = STOP
                     break
@@ -327,17 +346,24 @@ class JobRunner:
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
         return Outcome(reason)
 
-    def _hand_off(self, attempt: Attempt) -> None:
-        """Give the job back; a continuation is enqueued for another worker. What this
-        attempt generated is written first, so the continuation need not redo it."""
+    def _hand_off(self, attempt: Attempt, reason: str = "handoff") -> None:
+        """Give the job back (shutting down, or preempted); a continuation is enqueued for
+        another worker. What this attempt generated is written first, so the continuation
+        need not redo it."""
         with contextlib.suppress(Fenced, redis.RedisError):
             self.publisher.flush(attempt)
         try:
             link = self.link
             outcome = queueing.abandon(
-                link.client, attempt.completion_id, attempt.epoch, link.recovery, "handoff", charge=False
+                link.client, attempt.completion_id, attempt.epoch, link.recovery, reason, charge=False
             )
-            log.warning("handed off %s (outcome %d)", attempt.completion_id, outcome)
+            log.log(
+                logging.INFO if reason == queueing.PREEMPT else logging.WARNING,
+                "handed off %s (%s, outcome %d)",
+                attempt.completion_id,
+                reason,
+                outcome,
+            )
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
             log.warning("could not hand off %s: %s", attempt.completion_id, exc)
 

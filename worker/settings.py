@@ -75,6 +75,21 @@ class WorkerSettings:
         "interactive jobs. `0`: SLOTS - 1 (1 with SLOTS=1)",
         minimum=0,
     )
+    batch_lend_after_s: float = setting(
+        2.0,
+        "BATCH_LEND_AFTER_SECONDS",
+        "once no interactive job has started for this long, batch lines may take the slots kept "
+        "for interactive jobs too; one is preempted (given back, kept, requeued) when an "
+        "interactive job waits. `0`: never lend",
+        minimum=0.0,
+    )
+    preempt_poll_s: float = setting(
+        0.02,
+        "PREEMPT_POLL_SECONDS",
+        "while a lent slot is in use and every slot is busy, how often the worker looks for a "
+        "waiting interactive job (one Redis round trip)",
+        minimum=0.001,
+    )
     prefill_chunk: int = setting(
         64,
         "PREFILL_CHUNK",

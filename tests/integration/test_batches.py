@@ -20,9 +20,9 @@ import redis
 
 from api.auth import digest
 from contract import keys
-from devstack.processes import start_api
+from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk
-from tests.integration.test_recovery import running_pool
+from tests.integration.test_recovery import LONG, running_pool
 
 pytestmark = pytest.mark.integration
 
@@ -373,3 +373,58 @@ def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp
             input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
         )
         sdk.batches.cancel(again.id)  # the ended batches no longer count
+
+
+def _batch_lines_running(r: redis.Redis) -> int:
+    running = [i.decode() for i in r.zrange(keys.RUNNING, 0, -1)]
+    return sum(r.hget(keys.job(c), keys.JobField.PRIORITY) == keys.BATCH.encode() for c in running)
+
+
+def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
+    """SLOTS=2, BATCH_SLOTS=1: with interactive jobs quiet, a batch takes both slots; an
+    interactive request then preempts one line (its first token comes long before any line
+    could end), and every line is still answered once, whole."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env={"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": "4"})
+    worker = start_worker(
+        tmp_path,
+        url,
+        env={
+            "SLOTS": "2",
+            "BATCH_SLOTS": "1",
+            "BATCH_LEND_AFTER_SECONDS": "0.3",
+            "PREEMPT_POLL_SECONDS": "0.02",
+        },
+    )
+    r = redis.Redis.from_url(url)
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker))
+        with strict_sdk(base) as sdk:
+            batch_id = run(sdk, jsonl(4, max_tokens=400, messages=[LONG]))
+            deadline = time.monotonic() + 60
+            while _batch_lines_running(r) < 2:  # the slot kept for interactive jobs is lent
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            time.sleep(0.5)  # both lines are generating
+            chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 8}
+            started = time.monotonic()
+            with httpx.stream(
+                "POST", base + "/v1/chat/completions", json={**chat, "stream": True}, timeout=60
+            ) as resp:
+                lines = resp.iter_lines()
+                first = next(line for line in lines if '"content":"' in line and '"content":""' not in line)
+                ttft = time.monotonic() - started
+                raw = first + "".join(lines)
+            assert ttft < 1.5, ttft  # without a callback it waits for a line's end: 3 s or more
+            assert "[DONE]" in raw
+            done = wait(sdk, batch_id, ("completed",), timeout=300)
+            out = rows(sdk, done.output_file_id)
+        assert sorted(row["custom_id"] for row in out) == [f"req-{i}" for i in range(4)]
+        assert all(row["response"]["status_code"] == 200 for row in out)
+        usage = [row["response"]["body"]["usage"]["completion_tokens"] for row in out]
+        assert usage == [400] * 4  # whole: the preempted line went on where it was
+        assert int(r.hget(keys.STATS, keys.StatField.requeued("preempt")) or 0) >= 1
+        assert "preempting a batch line" in worker.log()
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()

@@ -214,7 +214,7 @@ def test_beat_refreshes_only_the_current_attempt(r):
     assert r.get(keys.alive(CID)) == str(a2.epoch).encode()  # the stale beat changed nothing
 
 
-def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=20):
+def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=20, counted=True):
     script = r.register_script(scripts.ABANDON)
     args = scripts.abandon_args(
         CID,
@@ -225,6 +225,7 @@ def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=
         max_requeues=max_requeues,
         resume_wait_ms=30_000,
         retention_s=60,
+        counted=counted,
     )
     outcome, _ = script(keys=scripts.job_keys(CID), args=args)
     return outcome
@@ -395,6 +396,32 @@ def test_requeues_are_bounded_even_uncharged(r):
         a = claims.claim(CID, DIGEST)
         outcomes.append(_abandon(r, a.epoch, charge=False, max_requeues=3))
     assert outcomes == [1, 1, 1, 2]
+
+
+def test_preemptions_do_not_use_up_the_requeues(r):
+    """A batch line given back to make room is requeued however often that happens: only
+    deaths and hand-offs count toward MAX_REQUEUES."""
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    for _ in range(6):
+        a = claims.claim(CID, DIGEST)
+        assert _abandon(r, a.epoch, charge=False, max_requeues=3, counted=False) == 1
+    assert r.hget(keys.job(CID), JobField.REQUEUES) in (None, b"0")
+    a = claims.claim(CID, DIGEST)
+    assert _abandon(r, a.epoch, charge=False, max_requeues=3) == 1  # counted: the first of three
+
+
+def test_a_requeue_may_wait_until_the_jobs_wait_until(r):
+    """A requeued batch line keeps its batch's window to find a slot, not RESUME_WAIT alone."""
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    window_end = int(r.time()[0]) * 1000 + 3_600_000
+    r.hset(keys.job(CID), JobField.WAIT_UNTIL, window_end)
+    _abandon(r, a.epoch, charge=False)
+    assert int(r.hget(keys.job(CID), JobField.START_BY)) == window_end
+    r.hset(keys.job(CID), JobField.WAIT_UNTIL, 1)  # long past: the resume wait applies
+    b = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    _abandon(r, b.epoch, charge=False)
+    start_by = int(r.hget(keys.job(CID), JobField.START_BY))
+    assert 0 < start_by - int(r.time()[0]) * 1000 <= 31_000
 
 
 def test_a_requeued_job_is_pending_until_enqueued(r):

@@ -1,0 +1,74 @@
+"""Lending the slots kept for interactive jobs to Batch API lines, and calling them back.
+
+Of a worker's SLOTS, BATCH_SLOTS may run batch lines; the others stay free, so an
+interactive job never waits behind a batch. When no interactive job has started here for
+BATCH_LEND_AFTER_SECONDS, those slots are lent to batch lines too: a batch alone uses every
+slot. While a lent slot is in use and every slot is taken, the worker looks at its model's
+interactive queues every PREEMPT_POLL_SECONDS; when a job waits there, one batch line is
+preempted (it gives its job back at its next token: what it generated is kept, the job
+goes to the front of the batch queue, and this does not count as a failure) and the
+interactive job takes the slot it frees. The worker then lends nothing for
+BATCH_LEND_AFTER_SECONDS.
+
+Workers of a pool see the same waiting job: only the one that wins a short claim on its id
+(SET NX) preempts, so one job costs one batch line its place, not one per worker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from contract import keys
+from contract.entries import as_text
+
+CLAIM_MS = 2000  # a waiting job's callback claim: long enough for the slot it frees to take it
+
+
+class Lending:
+    def __init__(
+        self,
+        connection: redis.Redis,
+        model: str,
+        *,
+        slots: int,
+        batch_slots: int,
+        lend_after_s: float,
+        poll_s: float,
+    ) -> None:
+        self._r = connection
+        self._slots, self._batch_slots = slots, batch_slots
+        self._lend_after = lend_after_s
+        self.poll_s = poll_s
+        batch = keys.rq_queue_key(keys.queue_name(model, keys.BATCH))
+        self._interactive = [q for q in keys.queue_keys(model) if q != batch]
+        self._last_interactive = time.monotonic()  # a new worker lends only after a quiet while
+
+    def interactive_started(self) -> None:
+        """An interactive job started here: keep its slots free for a while."""
+        self._last_interactive = time.monotonic()
+
+    def batch_limit(self) -> int:
+        """How many batch lines may run here now: every slot once interactive jobs have been
+        quiet for BATCH_LEND_AFTER_SECONDS (0: never), else BATCH_SLOTS."""
+        quiet = time.monotonic() - self._last_interactive
+        return self._slots if self._lend_after > 0 and quiet >= self._lend_after else self._batch_slots
+
+    def lent(self, running_batch_lines: int) -> bool:
+        """Whether batch lines hold a slot kept for interactive jobs."""
+        return running_batch_lines > self._batch_slots
+
+    def call_back(self) -> str | None:
+        """The RQ id of an interactive job waiting in this model's queues that this worker
+        has claimed to make room for (None: none waits, or another worker claimed it). One
+        round trip to look, one more to claim."""
+        with self._r.pipeline(transaction=False) as pipe:
+            for queue in self._interactive:
+                pipe.lindex(queue, 0)
+            heads = pipe.execute()
+        waiting = next((as_text(h) for h in heads if h is not None), None)
+        if waiting is None or not self._r.set(keys.callback(waiting), 1, nx=True, px=CLAIM_MS):
+            return None
+        self.interactive_started()
+        return waiting
