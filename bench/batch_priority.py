@@ -1,8 +1,8 @@
 """Batch API lines beside interactive streams on one worker: does a saturating batch slow the
 interactive path, and how fast does the batch go?
 
-One API, Redis and one worker (`--slots`, default 4; BATCH_SLOTS and BATCH_PREFILL_CHUNK from
-the environment, default SLOTS - 1 and 8):
+One API, Redis and one worker (`--slots`, default 4; BATCH_SLOTS, BATCH_PREFILL_CHUNK and
+BATCH_LEND_AFTER_SECONDS from the environment, default SLOTS - 1, 8 and 2):
 
 - idle: `--probes` interactive streamed requests, one after another: time to first token;
 - the same probes while a batch of `--lines` requests (`--line-tokens` tokens each) keeps the
@@ -11,7 +11,7 @@ the environment, default SLOTS - 1 and 8):
   its last line's end) against the interactive path's best aggregate: SLOTS concurrent
   streams of the same requests (goal: at least 0.9x).
 
-    .venv/bin/python bench/batch_priority.py [--lines 200] [--line-tokens 32] [--probes 20]
+    .venv/bin/python bench/batch_priority.py [--lines 200] [--line-tokens 32] [--probes 20] [--probe-gap 0.3]
 
 Prints the figures. Run by hand; never part of the test suite.
 """
@@ -89,6 +89,13 @@ def main() -> None:
     ap.add_argument("--line-tokens", type=int, default=32)
     ap.add_argument("--probes", type=int, default=20)
     ap.add_argument("--slots", type=int, default=4, help="the worker's SLOTS")
+    ap.add_argument(
+        "--probe-gap",
+        type=float,
+        default=0.3,
+        help="seconds between probes during the batch; above BATCH_LEND_AFTER_SECONDS every probe "
+        "finds its slot lent to the batch and calls it back",
+    )
     args = ap.parse_args()
 
     logs = Path(tempfile.mkdtemp(prefix="bench-batch-"))
@@ -124,7 +131,7 @@ def main() -> None:
             )
             while sdk.batches.retrieve(batch.id).request_counts.completed < 2:
                 time.sleep(0.05)
-            busy = probes(client, args.probes, 200, 0.3)
+            busy = probes(client, args.probes, 200, args.probe_gap)
             while (b := sdk.batches.retrieve(batch.id)).status != "completed":
                 time.sleep(0.2)
         out = [json.loads(x) for x in sdk.files.content(b.output_file_id).text.splitlines()]
@@ -135,7 +142,10 @@ def main() -> None:
         print(
             f"\nidle worker, {len(idle)} probes: TTFT p50 {pct(idle, 50):.0f} ms, p95 {pct(idle, 95):.0f} ms"
         )
-        print(f"during the batch, {len(busy)} probes: p50 {pct(busy, 50):.0f} ms, p95 {pct(busy, 95):.0f} ms")
+        print(
+            f"during the batch, {len(busy)} probes {args.probe_gap} s apart: "
+            f"p50 {pct(busy, 50):.0f} ms, p95 {pct(busy, 95):.0f} ms"
+        )
         print(f"ratio p50 {p50:.2f}x, p95 {p95:.2f}x (goal <= 1.5x)")
         print(f"batch: {len(out)} lines, {tokens} tokens in {took} s = {rate:.1f} tok/s")
         print(

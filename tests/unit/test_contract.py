@@ -1,3 +1,6 @@
+import inspect
+from pathlib import Path
+
 import pytest
 
 from contract import entries, keys
@@ -13,6 +16,40 @@ def test_per_job_keys_share_one_cluster_hash_tag():
     cid = "chatcmpl-abc_DEF-1"
     assert _slot_tag(keys.job(cid)) == _slot_tag(keys.events(cid)) == cid
     assert keys.job(cid) != keys.events(cid)
+
+
+def _every_tokenspool_key() -> list[str]:
+    """Every key contract.keys names, with `<param>` for each of its parameters."""
+    out = []
+    for name, obj in vars(keys).items():
+        if isinstance(obj, str) and obj.startswith(keys.PREFIX + ":"):
+            out.append(obj)
+        elif inspect.isfunction(obj) and obj.__module__ == keys.__name__:
+            params = [
+                p.name
+                for p in inspect.signature(obj).parameters.values()
+                if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty
+            ]
+            if name == "owned":
+                out += [keys.owned("<owner>", index) for index in keys.Owned]
+            elif name == "batch":
+                out += [keys.batch("<batch_id>", part) for part in keys.BatchPart]
+            elif "epoch" not in params and not _keyword_only(obj):
+                key = obj(*(f"<{p}>" for p in params))
+                if isinstance(key, str) and key.startswith(keys.PREFIX + ":"):
+                    out.append(key)
+    return out
+
+
+def _keyword_only(f) -> bool:
+    return any(p.kind == p.KEYWORD_ONLY for p in inspect.signature(f).parameters.values())
+
+
+def test_the_protocol_doc_names_every_key():
+    table = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    keyed = _every_tokenspool_key()
+    assert len(keyed) > 30
+    assert [k for k in keyed if f"`{k}`" not in table] == []
 
 
 def test_queue_is_named_after_the_model():
