@@ -2,7 +2,7 @@
 interactive path, and how fast does the batch go?
 
 One API, Redis and one worker (`--slots`, default 4; BATCH_SLOTS, BATCH_PREFILL_CHUNK and
-BATCH_LEND_AFTER_SECONDS from the environment, default SLOTS - 1, 8 and 2):
+BATCH_LEND_AFTER_SECONDS from the environment, default SLOTS - 1, 8 and 0: no lending):
 
 - idle: `--probes` interactive streamed requests, one after another: time to first token;
 - the same probes while a batch of `--lines` requests (`--line-tokens` tokens each) keeps the

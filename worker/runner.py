@@ -140,9 +140,10 @@ class JobRunner:
             return self._batch_lines
 
     def preempt_batch_line(self) -> str | None:
-        """Make one running Batch API line give its job back at its next token (the one
-        with the fewest tokens of its own, preferring one already generating: its prompt is
-        read, it stops soonest and the least is read again); returns its completion id."""
+        """Make one running Batch API line give its job back at its next token: one already
+        generating (a line still reading its prompt would stop only once it is read), and of
+        those the one with the fewest tokens (the least to read again when it resumes).
+        Returns its completion id."""
         with self._lock:
             lines = [
                 c.attempt
@@ -151,7 +152,7 @@ class JobRunner:
             ]
             if not lines:
                 return None
-            victim = min(lines, key=lambda a: (a.published == 0, a.published))
+            victim = min(lines, key=lambda a: (a.generated == 0, a.generated))
             victim.preempted = True
             return victim.completion_id
 
@@ -304,6 +305,7 @@ class JobRunner:
             for pick, piece in engine.tokens(spec, prompt, prior):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
+                attempt.generated += 1
                 if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
                     out.send(assembler.flush())
                     out.end()

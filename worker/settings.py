@@ -76,11 +76,12 @@ class WorkerSettings:
         minimum=0,
     )
     batch_lend_after_s: float = setting(
-        2.0,
+        0.0,
         "BATCH_LEND_AFTER_SECONDS",
         "once no interactive job has started for this long, batch lines may take the slots kept "
         "for interactive jobs too; one is preempted (given back, kept, requeued) when an "
-        "interactive job waits. `0`: never lend",
+        "interactive job waits: more batch throughput, a slower first token after a quiet "
+        "spell (docs/benchmarks.md). `0`: never lend",
         minimum=0.0,
     )
     preempt_poll_s: float = setting(

@@ -43,7 +43,10 @@ function draw(samples) {
     else if (s.name === "tokenspool_batch_lines_in_flight") model(m).batch = s.value;
     else if (s.name === "tokenspool_queue_depth_by_tier") model(m).tiers[s.labels.tier] = s.value;
     else if (s.name === "tokenspool_tokens_generated_total") model(m).tokens = s.value;
-    else if (s.name === "tokenspool_attempts_requeued_total") totals["recovered: " + s.labels.reason] = s.value;
+    else if (s.name === "tokenspool_attempts_requeued_total") {
+      const label = s.labels.reason === "preempt" ? "batch lines preempted" : "recovered: " + s.labels.reason;
+      totals[label] = s.value;
+    }
     else if (s.name === "tokenspool_jobs_lost_total") totals["jobs lost"] = s.value;
   }
   const now = performance.now();
