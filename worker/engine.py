@@ -27,7 +27,7 @@ from llama_cpp._logger import set_verbose
 from contract.jobspec import JobSpec, Message
 from contract.keys import BATCH, BatchCounters
 from worker import batching
-from worker.grammar import GrammarGate
+from worker.grammar import GrammarGate, TriggeredGate
 from worker.picks import Pick
 from worker.prompts import ChatPrompts
 from worker.replies import Reply
@@ -126,8 +126,17 @@ class LlamaEngine:
         running batch, until the slot's window is full (the caller stops earlier). Closing
         the iterator frees the slot at the next step. A job with a grammar replays `prior`
         through it first: raises GrammarDeadEnd if that text does not fit it."""
-        grammar = self.prompts.tools.grammar(spec)
-        gate = GrammarGate(self._model.vocab, grammar, self.prompts.controls) if grammar else None
+        tools = self.prompts.tools
+        grammar, trigger = tools.grammar(spec), tools.trigger(spec)
+        gate: GrammarGate | TriggeredGate | None = None
+        if grammar and trigger:
+            gate = TriggeredGate(
+                lambda: GrammarGate(self._model.vocab, grammar, self.prompts.controls),
+                trigger.encode(),
+                self.piece,
+            )
+        elif grammar:
+            gate = GrammarGate(self._model.vocab, grammar, self.prompts.controls)
         try:
             sampler = Sampler(spec, self._n_vocab, self.n_ctx, prior, gate, self.prompts.is_end)
         except BaseException:

@@ -19,12 +19,15 @@ marker text (`<|im_start|>`), while the published text renders control tokens as
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Iterable
+import logging
+from collections.abc import Callable, Iterable
 
 import llama_cpp
 import numpy as np
 
 from worker.errors import GrammarDeadEnd
+
+log = logging.getLogger(__name__)
 
 _CANDIDATE = np.dtype([("id", np.intc), ("logit", np.single), ("p", np.single)], align=True)
 
@@ -101,6 +104,67 @@ class GrammarGate:
         if self._g:
             llama_cpp.llama_sampler_free(self._g)
             self._g = None
+
+
+class TriggeredGate:
+    """A grammar that applies from the first `trigger` in the generated text on (a Hermes
+    call after free text, as llama.cpp's lazy grammars do). llama.cpp's own lazy mode feeds
+    the triggering text to the grammar unchecked, and text the grammar refuses aborts the
+    process; here the tokens from the one holding the trigger's first byte on are replayed
+    through `GrammarGate.accept`, which checks each first (the grammar must allow what that
+    token holds before the trigger). Text that does not fit, or a grammar llama.cpp cannot
+    parse, leaves the job unconstrained, as it was before the trigger (logged)."""
+
+    def __init__(
+        self, make: Callable[[], GrammarGate], trigger: bytes, piece: Callable[[int], bytes]
+    ) -> None:
+        self._make, self._trigger, self._piece = make, trigger, piece
+        self._tail: list[tuple[int, bytes]] = []  # the last tokens, enough to hold a trigger
+        self._gate: GrammarGate | None = None
+        self._given_up = False
+
+    def allows(self, token: int) -> bool:
+        return self._gate is None or self._gate.allows(token)
+
+    def accept(self, token: int) -> None:
+        if self._gate is not None:
+            self._gate.accept(token)
+            return
+        if self._given_up:
+            return
+        self._tail.append((token, self._piece(token)))
+        text = b"".join(p for _, p in self._tail)
+        at = text.find(self._trigger)
+        if at < 0:
+            while self._tail and len(text) - len(self._tail[0][1]) >= len(self._trigger):
+                text = text[len(self._tail.pop(0)[1]) :]
+            return
+        start = 0
+        while start + len(self._tail[0][1]) <= at:  # drop the tokens wholly before the trigger
+            start += len(self._tail.pop(0)[1])
+        gate = None
+        try:
+            gate = self._make()
+            for t, _ in self._tail:
+                gate.accept(t)
+        except (GrammarDeadEnd, BadGrammar) as exc:
+            log.warning("the text at the trigger does not fit its grammar (%s): left unconstrained", exc)
+            if gate is not None:
+                gate.close()
+            self._given_up = True
+            return
+        finally:
+            self._tail = []
+        self._gate = gate
+
+    def mask(self, cands: Candidates) -> None:
+        if self._gate is not None:
+            self._gate.mask(cands)
+
+    def close(self) -> None:
+        if self._gate is not None:
+            self._gate.close()
+            self._gate = None
 
 
 def banned_controls(vocab, n_vocab: int) -> list[int]:

@@ -28,7 +28,7 @@ import llama_cpp
 import numpy as np
 
 from contract.jobspec import JobSpec
-from worker.grammar import Candidates, GrammarGate
+from worker.grammar import Candidates, GrammarGate, TriggeredGate
 from worker.picks import Pick
 
 REPEAT_LAST_N = 64
@@ -47,7 +47,7 @@ class Sampler:
         n_vocab: int,
         n_ctx: int,
         generated: Iterable[int] = (),
-        gate: GrammarGate | None = None,
+        gate: GrammarGate | TriggeredGate | None = None,
         is_end: Callable[[int], bool] = lambda token: False,
     ) -> None:
         self._n_vocab = n_vocab

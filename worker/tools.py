@@ -14,8 +14,10 @@ Each protocol gives the messages and template arguments to render, the grammar a
 sampler enforces, and the `Reply` that reads the answer (worker/replies.py). With
 `tool_choice` required or naming a tool the grammar admits only calls (of that tool), so the
 call is well formed whatever the model; with "auto" the JSON envelope's grammar admits a call
-or a `{"response": ...}`, and Hermes text is free until a call, which is parsed (a malformed
-one stays content). A `response_format` shapes the response in both.
+or a `{"response": ...}`, and Hermes text is free until a call, which is then constrained
+from its `<tool_call>` on (offered tools, their schemas, one call unless parallel:
+worker/grammar.py's TriggeredGate) and parsed. A `response_format` shapes the response in
+both.
 """
 
 from __future__ import annotations
@@ -52,6 +54,10 @@ class ToolProtocol(Protocol):
         ...
 
     def grammar(self, spec: JobSpec) -> str | None: ...
+
+    def trigger(self, spec: JobSpec) -> str | None:
+        """The text from whose first occurrence on `grammar` applies (None: from the start)."""
+        ...
 
     def reply(self, spec: JobSpec) -> Reply: ...
 
@@ -95,6 +101,9 @@ def _call_rule(spec: JobSpec, g: Grammar) -> str:
 
 def _only_calls(spec: JobSpec) -> bool:
     return spec.tool_choice == "required" or spec.named_tool is not None
+
+
+CALL_TAG = "<tool_call>"
 
 
 class JsonTools:
@@ -175,6 +184,9 @@ class JsonTools:
 
         return composed(build)
 
+    def trigger(self, spec: JobSpec) -> str | None:
+        return None  # the envelope is constrained from its first token
+
     def reply(self, spec: JobSpec) -> Reply:
         return GenericReply(spec.id) if spec.uses_tools else PlainReply()
 
@@ -220,20 +232,27 @@ class HermesTools:
     def grammar(self, spec: JobSpec) -> str | None:
         if not spec.uses_tools:
             return response_grammar(spec)
-        if not _only_calls(spec) and spec.response_format is None:
-            return None  # free text until a call: parsed, not constrained
 
         def build(g: Grammar) -> str:
             call = _call_rule(spec, g)
             block = g.define(
-                g.name("block"), f'{literal("<tool_call>")} "\\n"? {call} "\\n"? {literal("</tool_call>")}'
+                g.name("block"), f'{literal(CALL_TAG)} "\\n"? {call} "\\n"? {literal("</tool_call>")}'
             )
             blocks = f'{block} ("\\n" {block})*' if spec.parallel_tool_calls else block
+            if self.trigger(spec):  # from the token holding the tag on (what it holds before it too)
+                return f"[^<]* {blocks}"
             if _only_calls(spec):
                 return blocks
             return f"{g.define(g.name('blocks'), blocks)} | {_response_rule(spec, g)}"
 
         return composed(build)
+
+    def trigger(self, spec: JobSpec) -> str | None:
+        """With "auto" and no response format the answer is free text until a call: the
+        calls' grammar applies from the first `<tool_call>` on (only offered tools, their
+        schemas, one call unless parallel_tool_calls, nothing after the calls)."""
+        auto_text = spec.uses_tools and not _only_calls(spec) and spec.response_format is None
+        return CALL_TAG if auto_text else None
 
     def reply(self, spec: JobSpec) -> Reply:
         return HermesReply(spec.id) if spec.uses_tools else PlainReply()

@@ -411,3 +411,20 @@ def test_a_hermes_template_renders_the_tools_and_its_calls_are_parsed(pool, sdk,
         max_tokens=30,
     )
     assert follow.choices[0].finish_reason in ("stop", "length", "tool_calls")
+
+
+def test_an_auto_hermes_answer_is_text_or_a_call_to_an_offered_tool(pool, sdk, hermes):
+    """tool_choice auto on the Hermes protocol runs with its call grammar armed for the first
+    `<tool_call>` (worker/grammar.py): whatever the model writes, a call it makes is valid."""
+    for question in ASK_WEATHER, [{"role": "user", "content": "Call get_time for Europe/Paris."}]:
+        done = sdk.chat.completions.create(
+            model=hermes, messages=question, tools=[WEATHER, TIME], temperature=0, max_tokens=60
+        )
+        choice = done.choices[0]
+        for call in choice.message.tool_calls or []:
+            tool = {"get_weather": WEATHER, "get_time": TIME}[call.function.name]
+            jsonschema.validate(json.loads(call.function.arguments), tool["function"]["parameters"])
+        if choice.message.tool_calls:
+            assert choice.finish_reason == "tool_calls"
+        else:
+            assert choice.finish_reason in ("stop", "length") and choice.message.content
