@@ -204,6 +204,11 @@ async def upload(request: Request) -> Response:
     content = await upload_.read()
     if len(content) > settings.file_max_bytes:
         raise APIError(errors.TOO_LARGE, f"The file exceeds the limit of {settings.file_max_bytes} bytes.")
+    if settings.key_bytes_per_minute and len(content) > settings.key_bytes_per_minute:
+        raise APIError(  # a 429 would ask for a retry that can never succeed
+            errors.TOO_LARGE,
+            f"The file exceeds this key's budget of {settings.key_bytes_per_minute} bytes per minute.",
+        )
     parse_lines(content, settings.limits, settings.batch_max_lines)
     now = int(time.time())
     record = FileRecord(

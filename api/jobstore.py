@@ -345,11 +345,21 @@ class JobStore:
         return bool(done)
 
     async def _drop_rq_records(self, completion_id: str) -> None:
-        """A job ended while queued: RQ's copy of its request goes now (contract.queueing)."""
-        model, epoch = await self._r.hmget(keys.job(completion_id), [JobField.MODEL, JobField.EPOCH])
-        async with self._r.pipeline(transaction=False) as pipe:
-            queueing.drop_rq_records(pipe, completion_id, as_text(model) if model else None, int(epoch or 0))
-            await pipe.execute()
+        """A job ended while queued: RQ's copy of its request goes now (contract.queueing).
+        Its queued attempt is the one just before the epoch its end set (earlier attempts'
+        records went when workers took them). The job has ended either way: a failure here leaves a record a
+        worker will skip, and is not the caller's error."""
+        with contextlib.suppress(RedisError):
+            model, epoch = await self._r.hmget(keys.job(completion_id), [JobField.MODEL, JobField.EPOCH])
+            ended = int(epoch or 0)  # ending fenced the queued attempt out: it is this one's predecessor
+            async with self._r.pipeline(transaction=False) as pipe:
+                queueing.drop_rq_records(
+                    pipe,
+                    completion_id,
+                    as_text(model) if model else None,
+                    range(max(ended - 1, 0), ended + 2),
+                )
+                await pipe.execute()
 
     async def cancel(self, completion_id: str, delay_s: float = 0.0) -> None:
         """Stop the job: at once if it is still queued, else at the running attempt's next

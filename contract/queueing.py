@@ -14,6 +14,7 @@ enqueues it (`rescue`), so no job waits for its deadline with nobody to run it.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 
 import redis
 from redis.asyncio.client import Pipeline as AsyncPipeline
@@ -118,17 +119,17 @@ def purge(client: redis.Redis, completion_id: str) -> None:
         pipe.delete(keys.job(completion_id), keys.events(completion_id), keys.alive(completion_id))
         pipe.zrem(keys.RUNNING, completion_id)
         pipe.zrem(keys.PENDING, completion_id)
-        drop_rq_records(pipe, completion_id, as_text(model) if model else None, int(epoch or 0))
+        drop_rq_records(pipe, completion_id, as_text(model) if model else None, range(int(epoch or 0) + 2))
         pipe.execute()
 
 
-def drop_rq_records(pipe: Pipeline, completion_id: str, model: str | None, epoch: int) -> None:
-    """Add to `pipe` (sync or asyncio) the deletion of RQ's records of the job's attempts up to
-    the one after `epoch`, and of their queue entries (by key: a queue entry is never parsed
-    here). A record holds the whole request: a job that ended while still queued (cancelled,
-    or past its deadline) drops it at once rather than keeping it for JOB_TTL_SECONDS; a
-    worker that takes the id afterwards finds nothing and skips it."""
-    ids = [keys.rq_job_id(completion_id, n) for n in range(epoch + 2)]
+def drop_rq_records(pipe: Pipeline, completion_id: str, model: str | None, epochs: Iterable[int]) -> None:
+    """Add to `pipe` (sync or asyncio) the deletion of RQ's records of the job's attempts at
+    `epochs`, and of their queue entries (by key: a queue entry is never parsed here). A
+    record holds the whole request: a job that ended while still queued (cancelled, or past
+    its deadline) drops its queued attempt's at once rather than keeping it for
+    JOB_TTL_SECONDS; a worker that takes the id afterwards finds nothing and skips it."""
+    ids = [keys.rq_job_id(completion_id, n) for n in epochs]
     pipe.delete(*(keys.rq_job(job_id) for job_id in ids))
     for queue in keys.queue_keys(model) if model else []:
         for job_id in ids:

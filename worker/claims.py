@@ -39,6 +39,7 @@ class Attempt:
     published: int = 0  # tokens this attempt wrote
     written: int = 0  # entries this attempt wrote (APPEND numbers them: a retry skips these)
     suspect: bool = False  # the job came from its model's suspect queue
+    prior: int = 0  # tokens earlier attempts generated (this one read them again)
     generated: int = 0  # tokens this attempt has generated (published or not yet)
     preempted: bool = False  # give the job back at the next token (a batch line making room)
     error: Exception | None = None  # a write failed for good: raised by the next call

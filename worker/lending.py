@@ -41,9 +41,12 @@ class Lending:
         self._slots, self._batch_slots = slots, batch_slots
         self._lend_after = lend_after_s
         self.poll_s = poll_s
-        batch = keys.rq_queue_key(keys.queue_name(model, keys.BATCH))
-        self._interactive = [q for q in keys.queue_keys(model) if q != batch]
+        not_interactive = {keys.queue_name(model, keys.BATCH), keys.suspect_queue_name(model)}
+        self.interactive_queues = [
+            keys.rq_queue_key(n) for n in keys.queue_names(model) if n not in not_interactive
+        ]  # the suspect queue holds batch lines too: it is not counted as interactive demand
         self._last_interactive = time.monotonic()  # a new worker lends only after a quiet while
+        self._seen: str | None = None  # the waiting job the last look found
 
     def interactive_started(self) -> None:
         """An interactive job started here: keep its slots free for a while."""
@@ -60,15 +63,16 @@ class Lending:
         return running_batch_lines > self._batch_slots
 
     def call_back(self) -> str | None:
-        """The RQ id of an interactive job waiting in this model's queues that this worker
-        has claimed to make room for (None: none waits, or another worker claimed it). One
-        round trip to look, one more to claim."""
+        """The RQ id of an interactive job that waits in this model's queues (seen at the
+        head on two looks in a row: a job an idle worker is about to take is not) and that
+        this worker has claimed to make room for; None if none waits, or another worker
+        claimed it. One round trip to look, one more to claim."""
         with self._r.pipeline(transaction=False) as pipe:
-            for queue in self._interactive:
+            for queue in self.interactive_queues:
                 pipe.lindex(queue, 0)
             heads = pipe.execute()
         waiting = next((as_text(h) for h in heads if h is not None), None)
-        if waiting is None or not self._r.set(keys.callback(waiting), 1, nx=True, px=CLAIM_MS):
+        seen, self._seen = self._seen, waiting
+        if waiting is None or waiting != seen:
             return None
-        self.interactive_started()
-        return waiting
+        return waiting if self._r.set(keys.callback(waiting), 1, nx=True, px=CLAIM_MS) else None

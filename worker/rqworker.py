@@ -160,8 +160,10 @@ class TokenspoolWorker(SimpleWorker):
         runner = self._runner
         lent = self._lending.lent(runner.running_batch_lines())
         if not runner.reserve(timeout=self._lending.poll_s if lent else BLOCK_S):
-            if lent and (waiting := self._lending.call_back()):  # every slot busy, one of them lent
-                log.info("preempting a batch line for %s: %s", waiting, runner.preempt_batch_line())
+            # every slot busy, one of them lent: make room for an interactive job that waits
+            if lent and (waiting := self._lending.call_back()) and (victim := runner.preempt_batch_line()):
+                self._lending.interactive_started()  # lend nothing until interactive jobs are quiet
+                log.info("preempting batch line %s for %s", victim, waiting)
             return False  # every slot busy: the jobs stay in the queue, where any worker can take them
         try:
             taken = self._take_one()
@@ -213,7 +215,7 @@ class TokenspoolWorker(SimpleWorker):
                 return None
         job_id = as_text(got[1])
         self._handled.add(job_id)
-        if as_text(got[0]) != keys.rq_queue_key(keys.queue_name(self._model, keys.BATCH)):
+        if as_text(got[0]) in self._lending.interactive_queues:
             self._lending.interactive_started()
         return job_id
 

@@ -142,17 +142,18 @@ class JobRunner:
     def preempt_batch_line(self) -> str | None:
         """Make one running Batch API line give its job back at its next token: one already
         generating (a line still reading its prompt would stop only once it is read), and of
-        those the one with the fewest tokens (the least to read again when it resumes).
+        those the one with the fewest tokens generated (the least to read again when it
+        resumes); never a suspect (it would come back first, from the suspect queue).
         Returns its completion id."""
         with self._lock:
             lines = [
                 c.attempt
                 for c in self._threads.values()
-                if c.spec.priority == keys.BATCH and not c.attempt.preempted
+                if c.spec.priority == keys.BATCH and not c.attempt.preempted and not c.attempt.suspect
             ]
             if not lines:
                 return None
-            victim = min(lines, key=lambda a: (a.generated == 0, a.generated))
+            victim = min(lines, key=lambda a: (a.generated == 0, a.prior + a.generated))
             victim.preempted = True
             return victim.completion_id
 
@@ -284,7 +285,7 @@ class JobRunner:
             return Outcome.REJECTED
         prompt_tokens = progress.prompt_tokens or len(prompt)
         pub.started(attempt, prompt_tokens)
-        generated = len(prior)
+        generated = attempt.prior = len(prior)
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
         context = prompt + prior
@@ -315,9 +316,6 @@ class JobRunner:
                 if self._shutdown_at is not None and time.monotonic() >= self._shutdown_at:
                     self._hand_off(attempt)
                     raise HandedOff()
-                if attempt.preempted:
-                    self._hand_off(attempt, queueing.PREEMPT)
-                    raise HandedOff()
                 if engine.is_end(token):
                     reason = STOP
                     break
@@ -333,6 +331,9 @@ class JobRunner:
                 if spec.max_tokens is not None and generated >= spec.max_tokens:
                     reason = LENGTH
                     break
+                if attempt.preempted:  # after the checks above: a line that just ended is not given back
+                    self._hand_off(attempt, queueing.PREEMPT)
+                    raise HandedOff()
         except GrammarDeadEnd as exc:  # the job's own grammar cannot go on: say so, end it
             out.send(assembler.flush())
             out.end()
