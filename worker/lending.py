@@ -1,14 +1,16 @@
 """Lending the slots kept for interactive jobs to Batch API lines, and calling them back.
 
 Of a worker's SLOTS, BATCH_SLOTS may run batch lines; the others stay free, so an
-interactive job never waits behind a batch. When no interactive job has started here for
-BATCH_LEND_AFTER_SECONDS, those slots are lent to batch lines too: a batch alone uses every
-slot. While a lent slot is in use and every slot is taken, the worker looks at its model's
-interactive queues every PREEMPT_POLL_SECONDS; when a job waits there, one batch line is
-preempted (it gives its job back at its next token: what it generated is kept, the job
-goes to the front of the batch queue, and this does not count as a failure) and the
-interactive job takes the slot it frees. The worker then lends nothing for
-BATCH_LEND_AFTER_SECONDS.
+interactive job never waits behind a batch. With BATCH_LEND_AFTER_SECONDS set (off by
+default: docs/benchmarks.md weighs it), once no interactive job has started here for that
+long, those slots are lent to batch lines too: a batch alone uses every slot. While a lent
+slot is in use and every slot is taken, the worker looks at its model's interactive queues
+every PREEMPT_POLL_SECONDS; when a job waits there, one batch line is preempted (it gives
+its job back at its next token: what it generated is kept, the job goes to the front of the
+batch queue, and this does not count as a failure) and the interactive job takes the slot
+it frees. The worker then lends nothing for BATCH_LEND_AFTER_SECONDS. A job counts as
+waiting once it is seen at the head of its queue on two looks in a row: one an idle worker
+is about to take costs no batch line.
 
 Workers of a pool see the same waiting job: only the one that wins a short claim on its id
 (SET NX) preempts, so one job costs one batch line its place, not one per worker.
