@@ -5,7 +5,6 @@ repeated through errors, and a Redis lock that lets one API process act at a tim
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable, Coroutine
@@ -23,6 +22,9 @@ return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
 """
 
 
+STOP_S = 5.0  # how long a stop waits for its task
+
+
 class Background:
     def __init__(self, name: str, run: Callable[[], Coroutine[Any, Any, None]]) -> None:
         self._name = name
@@ -32,11 +34,22 @@ class Background:
     def start(self) -> None:
         self._task = asyncio.create_task(self._run(), name=self._name)
 
-    async def stop(self) -> None:
-        if self._task:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+    async def stop(self, timeout_s: float = STOP_S) -> None:
+        """Cancel the task and wait for it, cancelling again until it ends: a cancel that
+        lands inside a Redis client's reconnect can come out as a connection error, which
+        the task's loop then retries, and a shutdown must not wait on a Redis that is gone.
+        Gives up after `timeout_s` (logged): the process is ending anyway."""
+        task = self._task
+        if task is None:
+            return
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not task.done() and asyncio.get_running_loop().time() < deadline:
+            task.cancel()
+            await asyncio.wait({task}, timeout=0.2)
+        if not task.done():
+            log.warning("%s did not stop within %.0f s; leaving it", self._name, timeout_s)
+        elif not task.cancelled() and (exc := task.exception()) is not None:
+            log.warning("%s had failed: %r", self._name, exc)
 
 
 class Leader:

@@ -85,8 +85,8 @@ class StreamHub:
 
     async def stop(self) -> None:
         await self._task.stop()
-        with contextlib.suppress(RedisError):
-            await self._client.delete(self._control)
+        with contextlib.suppress(RedisError, TimeoutError):  # Redis may be gone: never wait on it
+            await asyncio.wait_for(self._client.delete(self._control), 2.0)
 
     @property
     def watched(self) -> int:
