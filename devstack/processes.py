@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
@@ -39,8 +40,13 @@ class Proc:
         return self.popen.poll() is None
 
     def signal(self, sig: int) -> None:
+        """Send `sig`; after SIGKILL, wait until the process is gone (it cannot delay that), so
+        that whoever looks next does not count a dying process as a live one."""
         if self.alive():
             os.kill(self.pid, sig)
+            if sig == signal.SIGKILL:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    self.popen.wait(5)
 
     def stop(self, timeout: float = 10.0) -> None:
         if not self.alive():
