@@ -153,7 +153,7 @@ class Admission:
         return self._streams.take(owner)
 
     def rate(self, what: str) -> APIError:
-        """The refusal of a job over the key's request rate or byte budget (SUBMIT)."""
+        """The refusal of a job over the key's request rate or byte budget (contract.scripts.ADMIT)."""
         limit = (
             f"{self._settings.key_requests_per_minute} requests"
             if what == "requests"
@@ -167,7 +167,7 @@ class Admission:
 
     def jobs(self, unfinished: int) -> APIError:
         """The refusal of a job over MAX_JOBS_PER_KEY (checked with the job's record, in one
-        atomic step across replicas: contract.scripts.SUBMIT)."""
+        atomic step across replicas: contract.scripts.ADMIT)."""
         return self._too_many(
             errors.TOO_MANY_JOBS,
             f"Too many unfinished requests for this API key ({unfinished}; the limit is "

@@ -7,14 +7,17 @@ from collections.abc import Sequence
 
 import redis.asyncio as aredis
 
+from api.jobstore import running_ids
 from contract import keys
 from contract.entries import as_text
 from contract.keys import JobField
+from contract.servers import Servers
 
 
 class ClusterStats:
-    def __init__(self, client: aredis.Redis) -> None:
-        self._r = client
+    def __init__(self, servers: Servers[aredis.Redis]) -> None:
+        self._r = servers.queues
+        self._streams = servers.streams
 
     async def queue_depths(self, models: Sequence[str]) -> dict[str, dict[str, int]]:
         """Model -> tier -> jobs waiting in its RQ queues (not yet taken by a worker): one
@@ -31,12 +34,12 @@ class ClusterStats:
 
     async def in_flight(self, batch: bool | None = None) -> dict[str, int]:
         """Model -> attempts running now: all of them, or only Batch API lines, or the rest."""
-        ids = await self._r.zrange(keys.RUNNING, 0, -1)
+        ids = await running_ids(self._streams)
         if not ids:
             return {}
-        async with self._r.pipeline(transaction=False) as pipe:
+        async with self._streams.pipeline(transaction=False) as pipe:
             for cid in ids:
-                pipe.hmget(keys.job(as_text(cid)), [JobField.MODEL, JobField.PRIORITY])
+                pipe.hmget(keys.job(cid), [JobField.MODEL, JobField.PRIORITY])
             rows = await pipe.execute()
         out: dict[str, int] = {}
         for model, priority in rows:

@@ -15,10 +15,11 @@ async def health(request: Request) -> JSONResponse:
 
 
 async def ready(request: Request) -> JSONResponse:
-    """Redis answers: this replica can accept requests."""
+    """Redis answers (both servers, with STREAMS_REDIS_URL): this replica can accept requests."""
     services: Services = request.state.services
     try:
-        await services.redis.ping()
+        for client in services.servers.each():
+            await client.ping()
     except (RedisError, OSError) as exc:
         return JSONResponse({"status": "unavailable", "reason": type(exc).__name__}, status_code=503)
     return JSONResponse({"status": "ready"})

@@ -73,7 +73,7 @@ class StreamHub:
         self._url = url
         self._client = client  # the shared pool, for control writes
         self._block_ms = block_ms
-        self._control = keys.hub_control(uuid.uuid4().hex)
+        self._control = keys.hub_control(uuid.uuid4().hex, 0)
         self._watched: dict[str, _Watched] = {}
         self._task = Background("stream-hub", self._run)
         # A poke is on its way and the reader has not begun a new XREAD since: a stream

@@ -22,6 +22,7 @@ from contract import entries, keys, queueing, scripts
 from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
 from contract.jobspec import JobSpec, digest
 from contract.keys import JobField, JobStatus
+from contract.servers import Servers
 from contract.settings import Recovery
 
 Rows = list[tuple[str, Entry]]
@@ -44,6 +45,15 @@ return 0
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+async def running_ids(streams: aredis.Redis) -> list[str]:
+    """The ids in every shard's running index."""
+    async with streams.pipeline(transaction=False) as pipe:
+        for shard in range(keys.SHARDS):
+            pipe.zrange(keys.running(shard), 0, -1)
+        rows = await pipe.execute()
+    return [as_text(i) for ids in rows for i in ids]
 
 
 @dataclass(frozen=True)
@@ -136,25 +146,32 @@ _STATE_FIELDS = [
 ]
 
 
+OWNER_RECORD_GRACE_MS = 10_000
+"""An owner's job admitted this long ago and still not recorded will never be: its API died
+in between (admitting and recording are two steps, on two servers)."""
+
+
 class JobStore:
     def __init__(
         self,
-        client: aredis.Redis,
-        rq_client: redis.Redis,
+        servers: Servers[aredis.Redis],
+        rq_servers: Servers[redis.Redis],
         *,
         queue_wait_s: float,
         recovery: Recovery,
         deadline_s: float = 0.0,
     ) -> None:
-        self._r = client
-        self._rq = rq_client  # RQ is synchronous: enqueueing runs in a worker thread
+        self._q = servers.queues
+        self._r = servers.streams  # the job's own keys
+        self._rq = rq_servers  # RQ is synchronous: enqueueing runs in a worker thread
         self.queue_wait_s = queue_wait_s
         self.deadline_s = deadline_s
         self.recovery = recovery
-        self._end = client.register_script(scripts.END)
-        self._end_if_late = client.register_script(scripts.END_IF_LATE)
-        self._submit = client.register_script(scripts.SUBMIT)
-        self._dead_batch = client.register_script(_DEAD_BATCH)
+        self._end = self._r.register_script(scripts.END)
+        self._end_if_late = self._r.register_script(scripts.END_IF_LATE)
+        self._record_script = self._r.register_script(scripts.RECORD)
+        self._admit = self._q.register_script(scripts.ADMIT)
+        self._dead_batch = self._q.register_script(_DEAD_BATCH)
 
     async def submit(
         self,
@@ -191,11 +208,13 @@ class JobStore:
             detached=detached,
             echo=(fields or {}).get(JobField.ECHO, ""),
         )
+        quota = quota if owner else Quota()
         for _ in range(2):  # a second time if the key named a job that has since expired
-            verdict = await self._record(
-                spec, state, idempotency, quota if owner else Quota(), fields or {}, counted
-            )
+            verdict = await self._admit_job(spec.id, owner, idempotency, quota, counted)
+            if verdict[0] == b"limit" and await self._forget_ended(owner):
+                verdict = await self._admit_job(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"new":
+                await self._record(spec, state, idempotency, fields or {})
                 await self._enqueue(spec, keep_on_failure=idempotency is not None)
                 return Submitted(state, new=True)
             if verdict[0] == b"limit":
@@ -211,29 +230,72 @@ class JobStore:
     async def idempotent(self, idempotency: Idempotency) -> JobState | None:
         """The job an earlier request with this Idempotency-Key made, if it still exists
         (IdempotencyConflict if that request was another one)."""
-        held = await self._r.get(idempotency.key)
+        held = await self._q.get(idempotency.key)
         return await self._held(idempotency, as_text(held)) if held is not None else None
 
     async def _held(self, idempotency: Idempotency, held: str) -> JobState | None:
-        """The job an idempotency key holds, or None (a key whose job has expired is freed:
-        a key lives as long as its job)."""
+        """The job an idempotency key holds, or None (a key whose job has expired, or was
+        never recorded because its API died, is freed: a key lives as long as its job). A
+        job admitted moments ago may be on its way to its record: it is waited for."""
         held_id, _, held_digest = held.partition(" ")
         if held_digest != idempotency.digest:
             raise IdempotencyConflict(held_id)
-        job = await self.state(held_id)
+        age_ms = self.recovery.job_ttl_s * 1000 - await self._q.pttl(idempotency.key)
+        while (job := await self.state(held_id)) is None and age_ms < OWNER_RECORD_GRACE_MS:
+            await anyio.sleep(0.05)
+            age_ms += 50
         if job is None:
-            await self._r.eval(_DELETE_IF, 1, idempotency.key, held)
+            await self._q.eval(_DELETE_IF, 1, idempotency.key, held)
         return job
 
-    async def _record(
-        self,
-        spec: JobSpec,
-        state: JobState,
-        idempotency: Idempotency | None,
-        quota: Quota,
-        extra: dict[str, str],
-        counted: bool,
+    async def _admit_job(
+        self, completion_id: str, owner: str, idempotency: Idempotency | None, quota: Quota, counted: bool
     ) -> list:
+        """Count the job against its owner (contract.scripts.ADMIT)."""
+        minute = int(time.time() // 60)
+        unfinished = keys.owned(owner, keys.Owned.JOBS)
+        return await self._admit(
+            keys=[
+                unfinished,
+                idempotency.key if idempotency else unfinished,
+                keys.requests_per_minute(owner, minute) if owner else unfinished,
+                keys.bytes_per_minute(owner, minute) if owner else unfinished,
+            ],
+            args=[
+                completion_id,
+                f"{completion_id} {idempotency.digest}" if idempotency else "",
+                self.recovery.job_ttl_s,
+                quota.unfinished_jobs,
+                quota.requests_per_minute,
+                quota.bytes_per_minute,
+                quota.request_bytes,
+                "1" if owner and counted and quota.unfinished_jobs else "0",
+            ],
+        )
+
+    async def _forget_ended(self, owner: str) -> int:
+        """Drop from the owner's unfinished jobs those that have ended, expired, or were
+        admitted but never recorded; returns how many went."""
+        index = keys.owned(owner, keys.Owned.JOBS)
+        held = await self._q.zrange(index, 0, -1, withscores=True)
+        if not held:
+            return 0
+        async with self._r.pipeline(transaction=False) as pipe:
+            for cid, _ in held:
+                pipe.hget(keys.job(as_text(cid)), JobField.ENDED)
+                pipe.exists(keys.job(as_text(cid)))
+            rows = await pipe.execute()
+        recent = now_ms() - OWNER_RECORD_GRACE_MS
+        gone = [
+            cid
+            for i, (cid, admitted) in enumerate(held)
+            if rows[2 * i] == b"1" or (not rows[2 * i + 1] and admitted < recent)
+        ]
+        return int(await self._q.zrem(index, *gone)) if gone else 0
+
+    async def _record(
+        self, spec: JobSpec, state: JobState, idempotency: Idempotency | None, extra: dict[str, str]
+    ) -> None:
         raw = spec.to_dict()
         fields = {
             JobField.MODEL: spec.model,
@@ -250,31 +312,14 @@ class JobStore:
             JobField.DETACHED: int(state.detached),
             JobField.PRIORITY: spec.priority,
         }
+        if idempotency:
+            fields[JobField.IDEMPOTENCY] = idempotency.key
         if self.deadline_s > 0:
             fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
         fields.update(extra)
-        job_key = keys.job(spec.id)
-        minute = int(time.time() // 60)
-        owned = bool(state.owner)
-        return await self._submit(
-            keys=[
-                job_key,
-                keys.PENDING,
-                keys.owned(state.owner, keys.Owned.JOBS) if owned and counted else job_key,
-                idempotency.key if idempotency else job_key,
-                keys.requests_per_minute(state.owner, minute) if owned else job_key,
-                keys.bytes_per_minute(state.owner, minute) if owned else job_key,
-            ],
-            args=[
-                spec.id,
-                f"{spec.id} {idempotency.digest}" if idempotency else "",
-                self.recovery.job_ttl_s,
-                quota.unfinished_jobs,
-                quota.requests_per_minute,
-                quota.bytes_per_minute,
-                quota.request_bytes,
-                *(str(x) for pair in fields.items() for x in pair),
-            ],
+        await self._record_script(
+            keys=[keys.job(spec.id), keys.pending(keys.shard(spec.id))],
+            args=[spec.id, self.recovery.job_ttl_s, *(str(x) for pair in fields.items() for x in pair)],
         )
 
     async def _enqueue(self, spec: JobSpec, keep_on_failure: bool) -> None:
@@ -352,7 +397,7 @@ class JobStore:
         with contextlib.suppress(RedisError):
             model, epoch = await self._r.hmget(keys.job(completion_id), [JobField.MODEL, JobField.EPOCH])
             ended = int(epoch or 0)  # ending fenced the queued attempt out: it is this one's predecessor
-            async with self._r.pipeline(transaction=False) as pipe:
+            async with self._q.pipeline(transaction=False) as pipe:
                 queueing.drop_rq_records(
                     pipe,
                     completion_id,
@@ -377,8 +422,8 @@ class JobStore:
         await anyio.to_thread.run_sync(queueing.purge, self._rq, completion_id)
 
     async def running(self) -> list[RunningAttempt]:
-        """The running attempts (stale index entries of ended jobs are dropped)."""
-        ids = [as_text(i) for i in await self._r.zrange(keys.RUNNING, 0, -1)]
+        """The running attempts, of every shard (stale index entries of ended jobs are dropped)."""
+        ids = await running_ids(self._r)
         if not ids:
             return []
         async with self._r.pipeline(transaction=False) as pipe:
@@ -390,7 +435,7 @@ class JobStore:
         for i, cid in enumerate(ids):
             (epoch, worker, ended, suspect), alive = rows[2 * i], rows[2 * i + 1]
             if epoch is None or ended == b"1":
-                await self._r.zrem(keys.RUNNING, cid)
+                await self._r.zrem(keys.running(keys.shard(cid)), cid)
                 continue
             out.append(RunningAttempt(cid, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1"))
         return out
@@ -409,9 +454,13 @@ class JobStore:
         return int(await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding]))
 
     async def pending(self, older_than_ms: int, count: int = 64) -> list[str]:
-        """Jobs pending for longer than `older_than_ms` (their enqueuer may have died)."""
-        ids = await self._r.zrangebyscore(keys.PENDING, "-inf", now_ms() - older_than_ms, start=0, num=count)
-        return [as_text(i) for i in ids]
+        """Jobs pending for longer than `older_than_ms` (their enqueuer may have died), up to
+        `count` of each shard."""
+        async with self._r.pipeline(transaction=False) as pipe:
+            for shard in range(keys.SHARDS):
+                pipe.zrangebyscore(keys.pending(shard), "-inf", now_ms() - older_than_ms, start=0, num=count)
+            rows = await pipe.execute()
+        return [as_text(i) for ids in rows for i in ids]
 
     async def rescue(self, completion_id: str) -> bool:
         """Enqueue a job left pending (see contract.queueing.rescue)."""
@@ -422,7 +471,7 @@ class JobStore:
         many went back (those started or ended meanwhile are only dropped)."""
         box = keys.inbox(worker)
         back = 0
-        for raw in await self._r.hkeys(box):
+        for raw in await self._q.hkeys(box):
             job_id = as_text(raw)
             cid = keys.completion_of(job_id)
             model, status, suspect, epoch, priority = await self._r.hmget(
@@ -430,7 +479,7 @@ class JobStore:
                 [JobField.MODEL, JobField.STATUS, JobField.SUSPECT, JobField.EPOCH, JobField.PRIORITY],
             )
             current = model is not None and keys.rq_job_id(cid, int(epoch or 0)) == job_id
-            async with self._r.pipeline(transaction=True) as pipe:
+            async with self._q.pipeline(transaction=True) as pipe:
                 if current and status == JobStatus.QUEUED.encode():
                     name = keys.attempt_queue_name(
                         as_text(model),

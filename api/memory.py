@@ -4,7 +4,8 @@ Redis runs out of memory rather than half-written when it does.
 With `maxmemory` set and `maxmemory-policy noeviction` (infra/redis.conf), Redis refuses
 writes once full, and every stream in flight would fail. The API refuses new jobs (503
 `storage_full`, with Retry-After) once used memory passes REDIS_MEMORY_HIGH of maxmemory,
-leaving the rest for the jobs already running to finish; retention frees it again.
+leaving the rest for the jobs already running to finish; retention frees it again. With two
+servers (STREAMS_REDIS_URL) the fuller of the two decides.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from api.background import Background
+from contract.servers import Servers
 
 log = logging.getLogger(__name__)
 
 
 class MemoryWatch:
-    def __init__(self, client: aredis.Redis, high: float, every_s: float = 1.0) -> None:
-        self._r = client
+    def __init__(self, servers: Servers[aredis.Redis], high: float, every_s: float = 1.0) -> None:
+        self._servers = servers
         self._high = high
         self._every = every_s
         self.used = 0
@@ -41,9 +43,13 @@ class MemoryWatch:
         await self._task.stop()
 
     async def read(self) -> None:
-        info = await self._r.info("memory")
-        self.used, self.maxmemory = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
-        if not self.maxmemory and not self._warned:
+        """The fullest server's figures (a server without maxmemory counts as never full)."""
+        readings = []
+        for client in self._servers.each():
+            info = await client.info("memory")
+            readings.append((int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))))
+        self.used, self.maxmemory = max(readings, key=lambda r: r[0] / r[1] if r[1] else -1.0)
+        if not all(limit for _, limit in readings) and not self._warned:
             self._warned = True
             log.warning("Redis has no maxmemory: it can run out of memory (see infra/redis.conf)")
 

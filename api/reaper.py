@@ -2,7 +2,7 @@
 attached; and makes sure no job is left where nobody will run it.
 
 Every API process runs one; a Redis lock lets only one act at a time. Each tick it looks at
-the running attempts (`ts:running`) and declares one dead when its heartbeat key has expired
+the running attempts (each shard's `running` index) and declares one dead when its heartbeat key has expired
 (a hung or frozen worker) or when none of its worker's named connections is left (a killed
 process: the kernel closes its sockets at once). A dead attempt's job is requeued as a
 continuation, or ends with worker_lost. This does not wait for RQ's own maintenance (every
@@ -21,7 +21,7 @@ It also puts back the jobs a dead worker took from its queues but never claimed 
 and enqueues the jobs left pending by an API process or worker that died between recording
 a job and enqueueing it (after `PENDING_GRACE_S`). Every `FORGET_EVERY_S` it drops the
 workers that stopped announcing themselves. Nothing is judged for `settle_s` after a Redis
-(re)start: workers reconnect and beat again first.
+(re)start, of either server: workers reconnect and beat again first.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from api.background import Background, Leader, every
 from api.jobstore import JobStore, RunningAttempt
 from api.registry import WorkerRegistry
 from contract import keys
+from contract.servers import Servers
 
 log = logging.getLogger(__name__)
 
@@ -46,13 +47,14 @@ PENDING_GRACE_S = 3.0  # an enqueue takes milliseconds; one pending this long lo
 class Reaper:
     def __init__(
         self,
-        client: aredis.Redis,
+        servers: Servers[aredis.Redis],
         store: JobStore,
         registry: WorkerRegistry,
         interval_s: float,
         settle_s: float,
     ) -> None:
-        self._r = client
+        self._servers = servers
+        self._r = client = servers.queues  # where the workers' named connections are seen
         self._store = store
         self._registry = registry
         self._interval = interval_s
@@ -72,9 +74,10 @@ class Reaper:
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
         if not await self._leader.held(lock_ms):
             return 0
-        info = await self._r.info("server")
-        if int(info.get("uptime_in_seconds", 0)) < self._settle:
-            return 0
+        for server in self._servers.each():
+            info = await server.info("server")
+            if int(info.get("uptime_in_seconds", 0)) < self._settle:
+                return 0
         connected = {
             c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
             for c in await self._r.client_list()

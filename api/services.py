@@ -19,6 +19,7 @@ from api.metrics import Metrics
 from api.reaper import Reaper
 from api.registry import WorkerRegistry
 from api.settings import Settings
+from contract.servers import Servers
 
 
 def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
@@ -37,8 +38,9 @@ def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
 @dataclass
 class Services:
     settings: Settings
-    redis: aredis.Redis
-    rq_redis: redis.Redis
+    redis: aredis.Redis  # the queues server (REDIS_URL): owners, files, batches, registry, stats
+    servers: Servers[aredis.Redis]  # both servers: job state and tokens are on `streams`
+    rq_servers: Servers[redis.Redis]  # both, synchronous: RQ's calls, in worker threads
     jobs: JobStore
     registry: WorkerRegistry
     stats: ClusterStats
@@ -58,32 +60,43 @@ class Services:
             socket_connect_timeout=min(settings.redis_timeout_s, 2.0),
             health_check_interval=30,
         )
-        client = shared_client(url, settings.redis_pool, settings.redis_pool_wait_s, **common)
-        rq_client = redis.Redis.from_url(
-            url, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common
+        streams_url = settings.shared.streams_url
+
+        def pooled(at: str) -> aredis.Redis:
+            return shared_client(at, settings.redis_pool, settings.redis_pool_wait_s, **common)
+
+        def synchronous(at: str) -> redis.Redis:
+            return redis.Redis.from_url(at, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common)
+
+        client = pooled(url)
+        servers = Servers(queues=client, streams=client if streams_url == url else pooled(streams_url))
+        rq_client = synchronous(url)
+        rq_servers = Servers(
+            queues=rq_client, streams=rq_client if streams_url == url else synchronous(streams_url)
         )
         jobs = JobStore(
-            client,
-            rq_client,
+            servers,
+            rq_servers,
             queue_wait_s=settings.queue_wait_s,
             deadline_s=settings.job_deadline_s,
             recovery=settings.recovery,
         )
         registry = WorkerRegistry(client, settings.worker_stale_s)
         streams = OpenStreams()
-        memory = MemoryWatch(client, settings.redis_memory_high)
+        memory = MemoryWatch(servers, settings.redis_memory_high)
         await memory.start()
-        hub = StreamHub(url, client)
+        hub = StreamHub(streams_url, servers.streams)
         await hub.start()
-        reaper = Reaper(client, jobs, registry, settings.reaper_interval_s, settings.reaper_settle_s)
+        reaper = Reaper(servers, jobs, registry, settings.reaper_interval_s, settings.reaper_settle_s)
         await reaper.start()
         return cls(
             settings=settings,
             redis=client,
-            rq_redis=rq_client,
+            servers=servers,
+            rq_servers=rq_servers,
             jobs=jobs,
             registry=registry,
-            stats=ClusterStats(client),
+            stats=ClusterStats(servers),
             admission=Admission(client, registry, streams, memory, settings),
             hub=hub,
             reaper=reaper,
@@ -96,5 +109,7 @@ class Services:
         await self.memory.stop()
         await self.reaper.stop()
         await self.hub.stop()
-        await self.redis.aclose()
-        self.rq_redis.close()
+        for client in self.servers.each():
+            await client.aclose()
+        for sync in self.rq_servers.each():
+            sync.close()

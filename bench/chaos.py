@@ -57,6 +57,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.sse_contract, when run as a script
 
 from contract import keys  # noqa: E402
+from devstack.peek import job_ids, running_ids  # noqa: E402
 from devstack.processes import Proc, free_port, start_api, start_redis, start_worker, wait_for_model  # noqa: E402
 from tests.sse_contract import Parsed, check_stream  # noqa: E402
 from worker.settings import DEFAULT_MODEL_NAME  # noqa: E402
@@ -166,7 +167,7 @@ class Cluster:
     def busy_workers(self) -> list[Proc]:
         """The live workers holding a running job (the job hash's `worker` field)."""
         try:
-            running = [cid.decode() for cid in self.r.zrange(keys.RUNNING, 0, -1)]
+            running = running_ids(self.r)
             names = {self.r.hget(keys.job(cid), keys.JobField.WORKER) for cid in running}
         except redis.RedisError:
             return []
@@ -552,7 +553,7 @@ def job_facts(r: redis.Redis, completion_id: str) -> str:
             for key in r.scan_iter(count=1000, _type="list")
             if any(item.startswith(mine) for item in r.lrange(key, 0, -1))
         ]
-        running = r.zscore(keys.RUNNING, completion_id) is not None
+        running = r.zscore(keys.running(keys.shard(completion_id)), completion_id) is not None
     except redis.RedisError as exc:
         return f"job state unreadable: {exc!r}"
     if not state:
@@ -560,7 +561,7 @@ def job_facts(r: redis.Redis, completion_id: str) -> str:
     fields = (keys.JobField.STATUS, keys.JobField.ATTEMPTS, keys.JobField.EPOCH, keys.JobField.WORKER)
     facts = [f"{f}={state.get(f.encode(), b'-').decode()}" for f in fields]
     facts += [f"in {key}" for key in lists]
-    facts += ["in ts:running"] if running else []
+    facts += ["in its shard's running index"] if running else []
     return ", ".join(facts)
 
 
@@ -568,7 +569,7 @@ def orphan_jobs(r: redis.Redis, seen: set[str]) -> int:
     """Jobs in Redis that no client's stream ever named: a POST that died before its first
     event and whose retry was not attached to it (no Idempotency-Key support)."""
     try:
-        ids = {k.decode()[len("ts:{") : -len("}:job")] for k in r.scan_iter("ts:{*}:job", count=1000)}
+        ids = job_ids(r)
     except redis.RedisError:
         return -1
     return len(ids - seen)

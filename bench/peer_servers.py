@@ -15,6 +15,8 @@ from pathlib import Path
 
 import httpx
 
+from contract import keys
+from devstack.peek import running_ids
 from devstack.processes import (
     Proc,
     _spawn,
@@ -99,8 +101,7 @@ class Tokenspool(Server):
         import redis as sync_redis
 
         r = sync_redis.Redis.from_url(self.url)
-        running = [m.decode() for m in r.zrange("ts:running", 0, -1)]
-        busy = {r.hget(f"ts:{{{cid}}}:job", "worker").decode() for cid in running}
+        busy = {r.hget(keys.job(cid), keys.JobField.WORKER).decode() for cid in running_ids(r)}
         for p in self.procs[2:]:
             if p.name in busy:
                 p.signal(signal.SIGKILL)

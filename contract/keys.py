@@ -1,37 +1,76 @@
-"""Every Redis key tokenspool uses, in one place.
+"""Every Redis key tokenspool uses, in one place, and which server holds it.
 
-Per-job keys carry the completion id in a hash tag (`{...}`) so that the job hash and its
-stream always land in one Redis Cluster slot, as the Lua scripts touching both require.
-RQ's own keys (`rq:queue:<model>`, `rq:job:<id>`, ...) are RQ's business; tokenspool only
-decides the queue name, which is the model name.
+Two servers, which may be one (docs/operations.md, "Two Redis servers"):
+
+- the **streams** server (STREAMS_REDIS_URL, by default REDIS_URL) holds each job's keys
+  (`job`, `events`, `alive`), the indexes the per-job scripts keep with them (`running`,
+  `pending`) and the API processes' `hub_control` streams: every token goes there;
+- the **queues** server (REDIS_URL) holds everything else: RQ's queues and records, the
+  worker registry, the stats, what each API key's owner holds and spends, files and batches.
+
+Every key of the streams server carries a hash tag (`{...}`) naming one of `SHARDS` shards,
+and every script there touches one shard's keys only, so that the streams server may be a
+Redis Cluster: a job's keys and its shard's indexes share a slot. RQ's own keys
+(`rq:queue:<model>`, `rq:job:<id>`, ...) are RQ's business; tokenspool only decides the
+queue name, which is the model name.
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass
 from enum import StrEnum
 
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from rq import Queue
 
 PREFIX = "ts"
+
+SHARDS = 32
+"""How many shards the streams server's keys fall into. A job's shard is fixed by its id;
+the reaper reads each shard's indexes, and on a cluster an API process reads each shard's
+streams over a connection of its own. Changing it orphans the unfinished jobs."""
+
+
+def _tag(shard: int) -> str:
+    """The hash tag of a shard: the first of `0-0`, `0-1`, ... whose slot lies in the shard's
+    even share of the slots, so that shards spread over a cluster's nodes as its slots do."""
+    share = REDIS_CLUSTER_HASH_SLOTS // SHARDS
+    n = 0
+    while key_slot(f"{shard}-{n}".encode()) // share != shard:
+        n += 1
+    return f"{shard}-{n}"
+
+
+TAGS = tuple(_tag(i) for i in range(SHARDS))
+
+
+def shard(completion_id: str) -> int:
+    """The shard a job's keys are in."""
+    return zlib.crc32(completion_id.encode()) % SHARDS
+
 
 # The only function a tokenspool worker will execute; the API enqueues it by this path.
 JOB_FUNCTION = "worker.runner.generate"
 
 
+def _in_shard(completion_id: str, what: str) -> str:
+    return f"{PREFIX}:{{{TAGS[shard(completion_id)]}}}:{what}:{completion_id}"
+
+
 def job(completion_id: str) -> str:
-    """HASH: the job's state (see `JobField`)."""
-    return f"{PREFIX}:{{{completion_id}}}:job"
+    """HASH (streams): the job's state (see `JobField`)."""
+    return _in_shard(completion_id, "job")
 
 
 def events(completion_id: str) -> str:
-    """STREAM: the job's events, in order (see `contract.entries`)."""
-    return f"{PREFIX}:{{{completion_id}}}:events"
+    """STREAM (streams): the job's events, in order (see `contract.entries`)."""
+    return _in_shard(completion_id, "events")
 
 
 def alive(completion_id: str) -> str:
-    """STRING: the current attempt's epoch, kept alive by its worker's heartbeat (PX)."""
-    return f"{PREFIX}:{{{completion_id}}}:alive"
+    """STRING (streams): the current attempt's epoch, kept alive by its worker's heartbeat (PX)."""
+    return _in_shard(completion_id, "alive")
 
 
 _CONTINUATION = "__a"  # never in a completion id: their random part is letters and digits
@@ -48,13 +87,18 @@ def completion_of(rq_job_id: str) -> str:
     return rq_job_id.split(_CONTINUATION, 1)[0]
 
 
-RUNNING = f"{PREFIX}:running"
-"""ZSET: completion id -> ms when its current attempt started; what the reaper watches."""
+def running(shard: int) -> str:
+    """ZSET (streams): completion id -> ms when its current attempt started, for one shard's
+    jobs; what the reaper watches."""
+    return f"{PREFIX}:{{{TAGS[shard]}}}:running"
 
-PENDING = f"{PREFIX}:pending"
-"""ZSET: completion id -> ms since its job is queued but not yet known to be on an RQ queue
-(between the job's record and its enqueue, or a requeue and the continuation's enqueue);
-the reaper enqueues what stays here too long (its enqueuer died in between)."""
+
+def pending(shard: int) -> str:
+    """ZSET (streams): completion id -> ms since its job is queued but not yet known to be on
+    an RQ queue (between the job's record and its enqueue, or a requeue and the
+    continuation's enqueue), for one shard's jobs; the reaper enqueues what stays here too
+    long (its enqueuer died in between)."""
+    return f"{PREFIX}:{{{TAGS[shard]}}}:pending"
 
 
 def inbox(worker: str) -> str:
@@ -106,7 +150,7 @@ LAST_CONTEXT = "*last"  # a field of `context`: no worker name starts with '*'
 
 
 def idempotency(owner: str, digest: str) -> str:
-    """STRING: "<completion id> <request digest>" for a request made with an
+    """STRING (queues): "<completion id> <request digest>" for a request made with an
     Idempotency-Key (its SHA-256 is `digest`) by one API key's owner."""
     return f"{PREFIX}:idem:{owner}:{digest}"
 
@@ -124,9 +168,9 @@ class Owned(StrEnum):
     """The indexes of what one API key's owner holds: `owned(owner, Owned.X)` names each."""
 
     JOBS = "jobs"
-    """ZSET: the jobs the key created that have not ended (completion id -> created ms), for
-    MAX_JOBS_PER_KEY: SUBMIT adds, the scripts that end a job remove (their Lua builds this
-    same name), expired ones are pruned by age."""
+    """ZSET: the jobs the key created that may not have ended (completion id -> created ms),
+    for MAX_JOBS_PER_KEY: ADMIT adds; ended, expired and never-recorded ones are dropped when
+    an ADMIT finds the owner at the limit (api/jobstore.py), and by age."""
     FILES = "files"
     """ZSET: the owner's files (id -> created, s), for listing."""
     FILE_SIZES = "filesizes"
@@ -181,9 +225,10 @@ def worker_slots(model: str) -> str:
     return f"{PREFIX}:slots:{model}"
 
 
-def hub_control(process: str) -> str:
-    """STREAM: wakes one API process's stream reader when its set of watched streams grows."""
-    return f"{PREFIX}:hub:{process}"
+def hub_control(process: str, shard: int) -> str:
+    """STREAM (streams): wakes one API process's reader of one shard's streams when its set of
+    watched streams grows (on a single server one reader reads every shard: shard 0's)."""
+    return f"{PREFIX}:{{{TAGS[shard]}}}:hub:{process}"
 
 
 STATS = f"{PREFIX}:stats"

@@ -6,7 +6,7 @@ handing off at shutdown both call `abandon`, which fences the attempt out and en
 continuation; `purge` deletes a job on request. Always RQ's JSON serializer (never
 pickle), always the one job function, and the job's own spec as the only argument.
 
-A job is pending (`keys.PENDING`) from its record (or requeue) until `enqueue` has put it on
+A job is pending (its shard's `keys.pending`) from its record (or requeue) until `enqueue` has put it on
 a queue; if whoever was to enqueue it dies in between, the reaper finds it there and
 enqueues it (`rescue`), so no job waits for its deadline with nobody to run it.
 """
@@ -24,13 +24,16 @@ from rq.serializers import JSONSerializer
 
 from contract import keys, scripts
 from contract.entries import as_text
+from contract.servers import Servers
 from contract.settings import Recovery
 
 Pipeline = SyncPipeline | AsyncPipeline
 PREEMPT = "preempt"  # abandon's reason for a batch line given back to make room
 
 
-def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, suspect: bool = False) -> None:
+def enqueue(
+    servers: Servers[redis.Redis], spec: dict, epoch: int, recovery: Recovery, suspect: bool = False
+) -> None:
     """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it
     (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
     continuation (epoch > 0) goes to the front: its client is mid-stream and its resume has a
@@ -38,6 +41,7 @@ def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, sus
     model, completion_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = keys.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
+    client = servers.queues
     Queue(name, connection=client, serializer=JSONSerializer).enqueue_call(
         func=keys.JOB_FUNCTION,
         args=(spec,),
@@ -53,12 +57,12 @@ def enqueue(client: redis.Redis, spec: dict, epoch: int, recovery: Recovery, sus
         pipe.lpush(keys.wake(model), 1)
         pipe.ltrim(keys.wake(model), 0, 63)  # tokens only wake idle workers: a few suffice
         pipe.zrem(keys.reserved(model), completion_id)  # its place is taken now
-        pipe.zrem(keys.PENDING, completion_id)
         pipe.execute()
+    servers.streams.zrem(keys.pending(keys.shard(completion_id)), completion_id)
 
 
 def abandon(
-    client: redis.Redis,
+    servers: Servers[redis.Redis],
     completion_id: str,
     epoch: int,
     recovery: Recovery,
@@ -72,7 +76,7 @@ def abandon(
     with worker_lost once its charged deaths or requeues are used up (a preemption is not
     counted); counted in STATS under `reason` ("crash", "handoff" or "preempt"). Returns 1
     requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
-    outcome, is_suspect = client.register_script(scripts.ABANDON)(
+    outcome, is_suspect = servers.streams.register_script(scripts.ABANDON)(
         keys=scripts.job_keys(completion_id),
         args=scripts.abandon_args(
             completion_id,
@@ -87,38 +91,42 @@ def abandon(
         ),
     )
     if outcome == 1:
-        raw = client.hget(keys.job(completion_id), keys.JobField.SPEC)
+        raw = servers.streams.hget(keys.job(completion_id), keys.JobField.SPEC)
         if raw is not None:
-            enqueue(client, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect))
-        client.hincrby(keys.STATS, keys.StatField.requeued(reason), 1)
+            enqueue(servers, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect))
+        servers.queues.hincrby(keys.STATS, keys.StatField.requeued(reason), 1)
     elif outcome == 2:
-        client.hincrby(keys.STATS, keys.StatField.LOST, 1)
+        servers.queues.hincrby(keys.STATS, keys.StatField.LOST, 1)
     return int(outcome)
 
 
-def rescue(client: redis.Redis, completion_id: str, recovery: Recovery) -> bool:
+def rescue(servers: Servers[redis.Redis], completion_id: str, recovery: Recovery) -> bool:
     """Enqueue a job left pending by an enqueuer that died; returns True if it was queued
     (a job that has since started or ended only leaves the pending index)."""
-    status, epoch, suspect, raw = client.hmget(
+    status, epoch, suspect, raw = servers.streams.hmget(
         keys.job(completion_id),
         [keys.JobField.STATUS, keys.JobField.EPOCH, keys.JobField.SUSPECT, keys.JobField.SPEC],
     )
     if status is None or as_text(status) != keys.JobStatus.QUEUED or raw is None:
-        client.zrem(keys.PENDING, completion_id)
+        servers.streams.zrem(keys.pending(keys.shard(completion_id)), completion_id)
         return False
-    enqueue(client, json.loads(raw), int(epoch or 0), recovery, suspect=suspect == b"1")
+    enqueue(servers, json.loads(raw), int(epoch or 0), recovery, suspect=suspect == b"1")
     return True
 
 
-def purge(client: redis.Redis, completion_id: str) -> None:
+def purge(servers: Servers[redis.Redis], completion_id: str) -> None:
     """Delete every trace of a job: its keys, and RQ's records and queue entries of each of
     its attempts. A running attempt is fenced out by the missing job hash at its next write
     or beat."""
-    model, epoch = client.hmget(keys.job(completion_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
-    with client.pipeline(transaction=True) as pipe:
+    streams = servers.streams
+    model, epoch = streams.hmget(keys.job(completion_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
+    shard = keys.shard(completion_id)
+    with streams.pipeline(transaction=True) as pipe:  # one shard: one slot
         pipe.delete(keys.job(completion_id), keys.events(completion_id), keys.alive(completion_id))
-        pipe.zrem(keys.RUNNING, completion_id)
-        pipe.zrem(keys.PENDING, completion_id)
+        pipe.zrem(keys.running(shard), completion_id)
+        pipe.zrem(keys.pending(shard), completion_id)
+        pipe.execute()
+    with servers.queues.pipeline(transaction=True) as pipe:
         drop_rq_records(pipe, completion_id, as_text(model) if model else None, range(int(epoch or 0) + 2))
         pipe.execute()
 

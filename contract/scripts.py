@@ -3,13 +3,17 @@
 Each script runs atomically in Redis, so "is this attempt still the current one, has the job
 ended, should it stop" is checked in the same step as the write:
 
-- `SUBMIT` records a new job (the API): refused when its key's owner already has the most
-  unfinished jobs allowed or is over its request rate or byte budget, or when its
-  Idempotency-Key names another job (then that job's id is returned). The job is pending
-  until its enqueuer says it is on an RQ queue. Checking a limit and counting the job
-  against it are one step, so concurrent requests on any replicas cannot overshoot it.
+- `ADMIT` counts a new job against its key's owner (queues server): refused when the owner
+  already has the most unfinished jobs allowed or is over its request rate or byte budget,
+  or when its Idempotency-Key names another job (then that job's id is returned). Checking a
+  limit and counting the job against it are one step, so concurrent requests on any
+  replicas cannot overshoot it. An ended job leaves its owner's count when a later ADMIT
+  finds the owner at the limit (api/jobstore.py): the scripts that end a job run on the
+  streams server and cannot reach the queues server's count.
+- `RECORD` records an admitted job (streams server). The job is pending until its enqueuer
+  says it is on an RQ queue.
 - `STORE_FILE` stores an uploaded file unless its owner's files would exceed their byte
-  budget or the upload is over the owner's request rate or byte budget (the ones SUBMIT
+  budget or the upload is over the owner's request rate or byte budget (the ones ADMIT
   counts): check and write in one step.
 - `CREATE_BATCH` records a batch and its lines unless its owner already has the most
   batches running allowed: check and record in one step.
@@ -38,9 +42,10 @@ ended, should it stop" is checked in the same step as the write:
 - `END_IF_LATE` ends a queued job that no worker (re)started by its deadline: `queue_timeout`,
   or `worker_lost` if an attempt ran before (the relay calls it for a job it watches).
 
-The scripts use only commands Redis 7.0 has. Per-job keys share the completion id's hash
-tag; `RUNNING`, `PENDING` and the owners' sets are global indexes (RQ does not run on Redis
-Cluster either).
+The scripts use only commands Redis 7.0 has. Every script of the streams server touches the
+keys of one shard only (a job's keys and its shard's `running` and `pending` indexes share a
+hash tag: contract/keys.py), so that server may be a Redis Cluster; the queues server's
+scripts (ADMIT, STORE_FILE, CREATE_BATCH, RESERVE, TAKE) need one server, as RQ does.
 """
 
 from __future__ import annotations
@@ -83,13 +88,6 @@ local function cancel_due(job)
   if now_ms() >= tonumber(at) then return 1 end
   return 0
 end
--- The job no longer counts against its owner's limit of unfinished jobs.
-local function release_owner(job, id)
-  local owner = redis.call('HGET', job, '{JobField.OWNER}')
-  if owner and owner ~= '' then
-    redis.call('ZREM', '{keys.PREFIX}:owner:' .. owner .. ':{keys.Owned.JOBS}', id)
-  end
-end
 -- An ended job keeps, for its retention, only what resume and fetch need: not its request
 -- (unless its surface must show it later).
 local function retain(retention)
@@ -110,7 +108,6 @@ local function close(id, status, retention, fields, first)
   redis.call('ZREM', KEYS[3], id)
   redis.call('DEL', KEYS[4])
   redis.call('ZREM', KEYS[5], id)
-  release_owner(KEYS[1], id)
 end
 local QUEUE_TIMEOUT = {_lua_fields(errors.QUEUE_TIMEOUT.entry())}
 local WORKER_LOST = {_lua_fields(errors.WORKER_LOST.entry())}
@@ -150,43 +147,48 @@ if tonumber({max_bytes}) > 0 then
 end"""
 
 
-SUBMIT = f"""
--- KEYS[1]=job hash, KEYS[2]=pending index, KEYS[3]=the owner's unfinished jobs,
--- KEYS[4]=the idempotency key, KEYS[5]=the owner's requests this minute, KEYS[6]=their
--- bytes (KEYS[3..6] are KEYS[1] again where they do not apply)
+ADMIT = f"""
+-- KEYS[1]=the owner's unfinished jobs, KEYS[2]=the idempotency key, KEYS[3]=the owner's
+-- requests this minute, KEYS[4]=their bytes (each KEYS[1] again where it does not apply)
 -- ARGV[1]=completion id, ARGV[2]="<completion id> <request digest>" ('' without a key),
 -- ARGV[3]=ttl seconds of an unfinished job, ARGV[4]=max unfinished jobs of the owner,
 -- ARGV[5]=max requests per minute, ARGV[6]=max bytes per minute (each 0: no limit),
--- ARGV[7]=this request's bytes, ARGV[8..]=the job hash's fields and values.
+-- ARGV[7]=this request's bytes, ARGV[8]='1' if the job counts among the owner's unfinished.
 -- Returns {{'new'}}, {{'held', "<id> <digest>"}} (the key names a job: the caller decides),
 -- {{'limit', unfinished}} or {{'rate', 'requests' or 'bytes'}}.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[2] ~= '' then
-  local held = redis.call('GET', KEYS[4])
+  local held = redis.call('GET', KEYS[2])
   if held then return {{'held', held}} end
 end
-if tonumber(ARGV[4]) > 0 then
+if tonumber(ARGV[4]) > 0 and ARGV[8] == '1' then
   -- a job older than its ttl has expired, ended or not: it no longer counts
-  redis.call('ZREMRANGEBYSCORE', KEYS[3], '-inf', now - tonumber(ARGV[3]) * 1000)
-  local unfinished = redis.call('ZCARD', KEYS[3])
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]) * 1000)
+  local unfinished = redis.call('ZCARD', KEYS[1])
   if unfinished >= tonumber(ARGV[4]) then return {{'limit', unfinished}} end
 end
-{_spend("KEYS[5]", "KEYS[6]", "ARGV[5]", "ARGV[6]", "ARGV[7]")}
-local fields = {{'HSET', KEYS[1]}}
-for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call(unpack(fields))
-redis.call('EXPIRE', KEYS[1], ARGV[3])
-redis.call('ZADD', KEYS[2], now, ARGV[1])
-if KEYS[3] ~= KEYS[1] then
-  redis.call('ZADD', KEYS[3], now, ARGV[1])
-  redis.call('EXPIRE', KEYS[3], ARGV[3])
+{_spend("KEYS[3]", "KEYS[4]", "ARGV[5]", "ARGV[6]", "ARGV[7]")}
+if ARGV[8] == '1' then
+  redis.call('ZADD', KEYS[1], now, ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
-if ARGV[2] ~= '' then
-  redis.call('SET', KEYS[4], ARGV[2], 'EX', ARGV[3])
-  redis.call('HSET', KEYS[1], '{JobField.IDEMPOTENCY}', KEYS[4])
-end
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
 return {{'new'}}
+"""
+
+RECORD = """
+-- KEYS[1]=job hash, KEYS[2]=its shard's pending index
+-- ARGV[1]=completion id, ARGV[2]=ttl seconds of an unfinished job, ARGV[3..]=the job
+-- hash's fields and values. Returns 1 (0 if the job exists already: nothing is changed).
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+local t = redis.call('TIME')
+local fields = {'HSET', KEYS[1]}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call(unpack(fields))
+redis.call('EXPIRE', KEYS[1], ARGV[2])
+redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
+return 1
 """
 
 STORE_FILE = f"""
@@ -343,7 +345,6 @@ if ARGV[2] ~= '' then
   retain(ARGV[3])
   redis.call('ZREM', KEYS[3], ARGV[4])
   redis.call('DEL', KEYS[4])
-  release_owner(KEYS[1], ARGV[4])
 elseif created then
   -- the stream was just created: it lives as long as the job hash
   local ttl = redis.call('PTTL', KEYS[1])
@@ -504,14 +505,15 @@ def end_if_late_args(completion_id: str, retention_s: int) -> list[str]:
 
 
 def job_keys(completion_id: str) -> list[str]:
-    """KEYS for every per-job script but BEAT: job hash, events, running index, alive key,
-    pending index."""
+    """KEYS for every per-job script but BEAT: job hash, events, its shard's running index,
+    alive key, its shard's pending index (one hash tag: one cluster slot)."""
+    shard = keys.shard(completion_id)
     return [
         keys.job(completion_id),
         keys.events(completion_id),
-        keys.RUNNING,
+        keys.running(shard),
         keys.alive(completion_id),
-        keys.PENDING,
+        keys.pending(shard),
     ]
 
 

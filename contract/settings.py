@@ -154,10 +154,23 @@ class Shared:
     redis_url: str = setting(
         "redis://127.0.0.1:6379/0",
         "REDIS_URL",
-        "`redis://` or `rediss://` (TLS): the one Redis both sides use",
+        "`redis://` or `rediss://` (TLS): the Redis both sides use; with STREAMS_REDIS_URL, the "
+        "queues server only (RQ's queues, the worker registry, stats, owners' limits, files, batches)",
+    )
+    streams_redis_url: str = setting(
+        "",
+        "STREAMS_REDIS_URL",
+        "the Redis of the job hashes, token streams and heartbeats (the streams server), when it "
+        'is not REDIS_URL\'s (docs/operations.md, "Two Redis servers")',
+        shown="REDIS_URL",
     )
     log_format: str = setting("json", "LOG_FORMAT", "`json` (one object per line) or `text`")
     log_level: str = setting("INFO", "LOG_LEVEL", "the lowest level logged")
+
+    @property
+    def streams_url(self) -> str:
+        """The streams server's URL (contract/keys.py says what it holds)."""
+        return self.streams_redis_url or self.redis_url
 
 
 @dataclass(frozen=True)

@@ -42,24 +42,32 @@ def main() -> None:
     if settings.warm_up_s:
         engine.warm_up(settings.warm_up_s)  # before it announces itself: its first job is as fast as any
 
-    def connect() -> redis.Redis:
+    def connect(url: str = settings.shared.redis_url) -> redis.Redis:
         # Named connections: when this process dies the API sees them vanish at once.
         return redis.Redis.from_url(
-            settings.shared.redis_url,
-            client_name=keys.WORKER_CONNECTION_PREFIX + settings.name,
-            health_check_interval=10,
+            url, client_name=keys.WORKER_CONNECTION_PREFIX + settings.name, health_check_interval=10
         )
 
+    split = settings.shared.streams_url != settings.shared.redis_url
     client = connect()
     window_ms = int(settings.heartbeat_window_s * 1000)
     heartbeat = Heartbeat(
-        connect(), window_ms, interval_s=settings.heartbeat_window_s / 3, stall_s=settings.stall_s
+        connect(settings.shared.streams_url),
+        window_ms,
+        interval_s=settings.heartbeat_window_s / 3,
+        stall_s=settings.stall_s,
     )
     if settings.log_content:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
     runner = JobRunner(
         engine,
-        Link(client, settings.name, settings.recovery, redis_wait_s=settings.redis_wait_s),
+        Link(
+            client,
+            settings.name,
+            settings.recovery,
+            redis_wait_s=settings.redis_wait_s,
+            streams_client=connect(settings.shared.streams_url) if split else None,
+        ),
         heartbeat,
         window_ms,
         # With several slots, one round trip per batch step rather than one per token.

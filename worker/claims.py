@@ -64,10 +64,10 @@ class Progress:
 class Claims:
     def __init__(self, link: Link, window_ms: int) -> None:
         self._link = link
-        self._client = link.client
+        self._client = link.streams
         self._window_ms = window_ms  # the heartbeat window a claim starts with
-        self._claim = link.client.register_script(scripts.CLAIM)
-        self._end = link.client.register_script(scripts.END)
+        self._claim = link.streams.register_script(scripts.CLAIM)
+        self._end = link.streams.register_script(scripts.END)
 
     def claim(self, completion_id: str, spec_digest: str) -> Attempt:
         """Start a new attempt at a job (fencing out every earlier one), for the spec whose

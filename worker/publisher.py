@@ -50,9 +50,9 @@ class _Queued:
 class Publisher:
     def __init__(self, link: Link, linger_s: float = 0.0) -> None:
         self._link = link
-        self._client = link.client
+        self._client = link.streams
         self._linger = linger_s
-        self._append = link.client.register_script(scripts.APPEND)
+        self._append = link.streams.register_script(scripts.APPEND)
         self._queue: collections.deque[_Queued] = collections.deque()
         self._cv = threading.Condition()
         self._writer = threading.Thread(target=self._write_loop, name="publisher", daemon=True)
@@ -96,7 +96,7 @@ class Publisher:
         """Add the attempt's tokens to the cluster-wide counter (best effort: metrics only)."""
         if attempt.published:
             try:
-                self._client.hincrby(keys.STATS, keys.StatField.tokens(model), attempt.published)
+                self._link.client.hincrby(keys.STATS, keys.StatField.tokens(model), attempt.published)
             except redis.RedisError as exc:
                 log.warning("could not count tokens: %s", exc)
 

@@ -358,7 +358,7 @@ class JobRunner:
         try:
             link = self.link
             outcome = queueing.abandon(
-                link.client, attempt.completion_id, attempt.epoch, link.recovery, reason, charge=False
+                link.servers, attempt.completion_id, attempt.epoch, link.recovery, reason, charge=False
             )
             log.log(
                 logging.INFO if reason == queueing.PREEMPT else logging.WARNING,

@@ -17,6 +17,7 @@ import openai
 import pytest
 import redis
 
+from devstack.peek import job_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from worker.settings import DEFAULT_MODEL_NAME
 
@@ -51,7 +52,7 @@ class Stack:
         return self.redis.llen(f"rq:queue:{MODEL}")
 
     def job_keys(self) -> int:
-        return sum(1 for _ in self.redis.scan_iter("ts:{*}:job", count=1000))
+        return len(job_ids(self.redis))
 
 
 def strict_sdk(base: str) -> openai.OpenAI:

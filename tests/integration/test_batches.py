@@ -20,6 +20,7 @@ import redis
 
 from api.auth import digest
 from contract import keys
+from devstack.peek import running_ids
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
@@ -87,10 +88,7 @@ def test_a_batch_answers_every_line_once_at_batch_tier(pool, sdk):
     )
     seen_tiers = set()
     while (b := sdk.batches.retrieve(b.id)).status not in ("completed", "failed"):
-        seen_tiers |= {
-            pool.r.hget(keys.job(c.decode()), keys.JobField.PRIORITY)
-            for c in pool.r.zrange(keys.RUNNING, 0, -1)
-        }
+        seen_tiers |= {pool.r.hget(keys.job(c), keys.JobField.PRIORITY) for c in running_ids(pool.r)}
         time.sleep(0.05)
     assert b.status == "completed" and b.metadata == {"run": "1"} and b.error_file_id is None
     assert (b.request_counts.total, b.request_counts.completed, b.request_counts.failed) == (10, 10, 0)
@@ -155,7 +153,7 @@ def test_a_worker_killed_mid_batch_loses_no_line(pool, sdk):
     pool.ensure(2)
     batch_id = run(sdk, jsonl(12, max_tokens=40))
     deadline = time.monotonic() + 60
-    while not (running := pool.r.zrange(keys.RUNNING, 0, -1)):
+    while not (running := running_ids(pool.r)):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     pool.holder(running[0].decode()).signal(signal.SIGKILL)
@@ -378,7 +376,7 @@ def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp
 
 
 def _batch_lines_running(r: redis.Redis) -> int:
-    running = [i.decode() for i in r.zrange(keys.RUNNING, 0, -1)]
+    running = running_ids(r)
     return sum(r.hget(keys.job(c), keys.JobField.PRIORITY) == keys.BATCH.encode() for c in running)
 
 

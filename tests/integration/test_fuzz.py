@@ -12,6 +12,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
+from devstack.peek import job_ids
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 
 pytestmark = pytest.mark.integration
@@ -44,7 +45,7 @@ def served(case):
 
 
 def stored(r: redis.Redis) -> tuple[int, int]:
-    jobs = sum(1 for _ in r.scan_iter("ts:{*}:job", count=1000))
+    jobs = len(job_ids(r))
     return jobs, r.llen(f"rq:queue:{MODEL}")
 
 

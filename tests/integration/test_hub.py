@@ -13,6 +13,7 @@ from api.relay import KEEPALIVE, follow
 from api.services import shared_client
 from contract import keys
 from contract.entries import Delta, Finished, Started
+from contract.servers import Servers
 from contract.settings import Recovery
 from devstack.processes import start_redis
 from worker.claims import Claims
@@ -41,7 +42,12 @@ def test_hundreds_of_streams_over_one_reader_connection(redis_url):
     async def scenario():
         client = shared_client(redis_url, 40, 5.0)
         sync = sync_redis.Redis.from_url(redis_url)
-        store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery(job_ttl_s=600, retention_s=60))
+        store = JobStore(
+            Servers(client, client),
+            Servers(sync, sync),
+            queue_wait_s=60,
+            recovery=Recovery(job_ttl_s=600, retention_s=60),
+        )
         hub = StreamHub(redis_url, client, block_ms=500)
         await hub.start()
         ids = [f"chatcmpl-hub{i}" for i in range(N_STREAMS)]

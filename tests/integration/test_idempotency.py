@@ -11,6 +11,7 @@ import uuid
 import httpx
 import pytest
 
+from contract import keys
 from devstack.processes import start_api
 from tests.integration.conftest import MODEL
 from tests.sse_contract import check_stream
@@ -118,8 +119,8 @@ def test_the_key_is_recorded_with_the_job(stack, client):
     cid = client.post(
         "/v1/chat/completions", json=body(background=True), headers={"Idempotency-Key": key}
     ).json()["id"]
-    idem_key = stack.redis.hget(f"ts:{{{cid}}}:job", "idem").decode()
+    idem_key = stack.redis.hget(keys.job(cid), "idem").decode()
     held, _, digest = stack.redis.get(idem_key).decode().partition(" ")
     assert held == cid and len(digest) == 64
     assert 0 < stack.redis.ttl(idem_key) <= 86_400
-    assert json.loads(stack.redis.hget(f"ts:{{{cid}}}:job", "spec"))["id"] == cid
+    assert json.loads(stack.redis.hget(keys.job(cid), "spec"))["id"] == cid

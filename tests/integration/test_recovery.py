@@ -19,6 +19,7 @@ import redis
 
 from contract import entries, keys
 from contract.entries import Delta, Finished, Started
+from devstack.peek import running_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL
 from tests.sse_contract import check_stream, read_opening
@@ -311,7 +312,7 @@ def test_killing_the_only_worker_ends_with_worker_lost(tmp_path):
                 httpx.post, base + "/v1/chat/completions", json={**body, "stream": False}, timeout=60
             )
             deadline = time.monotonic() + 30
-            while not r.zcard(keys.RUNNING) and time.monotonic() < deadline:
+            while not running_ids(r) and time.monotonic() < deadline:
                 time.sleep(0.01)
             time.sleep(0.3)
             worker.signal(signal.SIGKILL)
@@ -353,9 +354,9 @@ def test_sigkill_of_a_batching_worker_with_4_jobs_in_flight(pool):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             running = [
-                cid.decode()
-                for cid in pool.r.zrange(keys.RUNNING, 0, -1)
-                if pool.r.hget(keys.job(cid.decode()), keys.JobField.WORKER) == victim.name.encode()
+                cid
+                for cid in running_ids(pool.r)
+                if pool.r.hget(keys.job(cid), keys.JobField.WORKER) == victim.name.encode()
             ]
             if len(running) == 4 and all(
                 sum(isinstance(e, Delta) for e in pool.events(cid)) >= 5 for cid in running

@@ -19,6 +19,7 @@ from api.jobstore import JobStore
 from api.relay import KEEPALIVE, follow
 from api.services import shared_client
 from contract import keys
+from contract.servers import Servers
 from contract.settings import Recovery
 from devstack.processes import ROOT, free_port, start_api, start_redis
 
@@ -131,7 +132,7 @@ async def running_hub(redis_url: str, *running: str) -> tuple:
     running: (async client, sync client, store, hub)."""
     client = shared_client(redis_url, 10, 5.0)
     sync = redis.Redis.from_url(redis_url)
-    store = JobStore(client, sync, queue_wait_s=60, recovery=Recovery())
+    store = JobStore(Servers(client, client), Servers(sync, sync), queue_wait_s=60, recovery=Recovery())
     hub = StreamHub(redis_url, client, block_ms=200)
     await hub.start()
     for cid in running:

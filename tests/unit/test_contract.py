@@ -1,4 +1,5 @@
 import inspect
+import re
 from pathlib import Path
 
 import pytest
@@ -12,10 +13,25 @@ def _slot_tag(key: str) -> str:
     return key[key.index("{") + 1 : key.index("}")]
 
 
-def test_per_job_keys_share_one_cluster_hash_tag():
+def test_a_job_and_its_shards_indexes_share_one_cluster_hash_tag():
+    from redis.crc import key_slot
+
     cid = "chatcmpl-abc_DEF-1"
-    assert _slot_tag(keys.job(cid)) == _slot_tag(keys.events(cid)) == cid
-    assert keys.job(cid) != keys.events(cid)
+    shard = keys.shard(cid)
+    tagged = [keys.job(cid), keys.events(cid), keys.alive(cid), keys.running(shard), keys.pending(shard)]
+    assert {_slot_tag(k) for k in tagged} == {keys.TAGS[shard]}
+    assert len({key_slot(k.encode()) for k in tagged}) == 1
+    assert len(set(tagged)) == len(tagged)
+
+
+def test_shards_spread_evenly_over_the_cluster_slots():
+    from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
+
+    share = REDIS_CLUSTER_HASH_SLOTS // keys.SHARDS
+    assert [key_slot(t.encode()) // share for t in keys.TAGS] == list(range(keys.SHARDS))
+    ids = [f"chatcmpl-{n:05d}" for n in range(3200)]
+    per_shard = [sum(1 for i in ids if keys.shard(i) == s) for s in range(keys.SHARDS)]
+    assert min(per_shard) > 50 and max(per_shard) < 150  # 100 each on average
 
 
 def _every_tokenspool_key() -> list[str]:
@@ -24,7 +40,7 @@ def _every_tokenspool_key() -> list[str]:
     for name, obj in vars(keys).items():
         if isinstance(obj, str) and obj.startswith(keys.PREFIX + ":"):
             out.append(obj)
-        elif inspect.isfunction(obj) and obj.__module__ == keys.__name__:
+        elif inspect.isfunction(obj) and obj.__module__ == keys.__name__ and not name.startswith("_"):
             params = [
                 p.name
                 for p in inspect.signature(obj).parameters.values()
@@ -35,9 +51,9 @@ def _every_tokenspool_key() -> list[str]:
             elif name == "batch":
                 out += [keys.batch("<batch_id>", part) for part in keys.BatchPart]
             elif "epoch" not in params and not _keyword_only(obj):
-                key = obj(*(f"<{p}>" for p in params))
+                key = obj(*(0 if p == "shard" else f"<{p}>" for p in params))
                 if isinstance(key, str) and key.startswith(keys.PREFIX + ":"):
-                    out.append(key)
+                    out.append(re.sub(r"\{[^}]*\}", "{<shard>}", key))  # a shard's hash tag
     return out
 
 

@@ -1,30 +1,26 @@
-"""api.jobstore.JobStore on fakeredis: what a job's record keeps, and the per-key limits that
-SUBMIT checks and counts in one step (a burst on several replicas cannot overshoot them)."""
+"""api.jobstore.JobStore on fakeredis (two servers: queues and streams): what a job's record
+keeps, and the per-key limits that ADMIT checks and counts in one step (a burst on several
+replicas cannot overshoot them)."""
 
 from __future__ import annotations
 
 import asyncio
 
-import fakeredis
 import pytest
 
-from api.jobstore import JobStore, OwnerLimit, OwnerRate, Quota
+from api.jobstore import OWNER_RECORD_GRACE_MS, JobStore, OwnerLimit, OwnerRate, Quota, now_ms
 from contract import keys
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
 from contract.settings import Recovery
+from tests.fake_servers import FakePair
 
 RECOVERY = Recovery(job_ttl_s=600, retention_s=60)
 
 
-def store(server) -> JobStore:
-    return JobStore(
-        fakeredis.FakeAsyncRedis(server=server),
-        fakeredis.FakeRedis(server=server),
-        queue_wait_s=60,
-        recovery=RECOVERY,
-    )
+def store(pair: FakePair) -> JobStore:
+    return JobStore(pair.aio(), pair.sync(), queue_wait_s=60, recovery=RECOVERY)
 
 
 def spec(n: int, content: str = "hi") -> JobSpec:
@@ -33,7 +29,7 @@ def spec(n: int, content: str = "hi") -> JobSpec:
 
 def submit_all(quota: Quota, n: int, owner: str = "alice") -> list:
     async def go() -> list:
-        s = store(fakeredis.FakeServer())
+        s = store(FakePair())
         return await asyncio.gather(
             *(s.submit(spec(i), "chat", 0, owner=owner, quota=quota) for i in range(n)),
             return_exceptions=True,
@@ -63,17 +59,15 @@ def test_without_an_owner_there_is_no_per_key_limit():
 
 def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
     async def go(keep: bool) -> dict:
-        server = fakeredis.FakeServer()
-        s = store(server)
+        pair = FakePair()
+        s = store(pair)
         await s.submit(
             spec(1, "é" * 1000), "chat", 0, owner="alice", fields={JobField.KEEP_SPEC: "1"} if keep else {}
         )
-        r = fakeredis.FakeRedis(server=server)
+        r = pair.sync().streams
         size = len(r.hget(keys.job("chatcmpl-1"), JobField.SPEC))
         assert size < 2 * 1000 + 500  # UTF-8, not \\u escapes (6 bytes a character)
-        assert r.zscore(keys.owned("alice", keys.Owned.JOBS), "chatcmpl-1") is not None
         await s.end("chatcmpl-1", Finished(finish_reason="stop", prompt_tokens=1, completion_tokens=0))
-        assert r.zscore(keys.owned("alice", keys.Owned.JOBS), "chatcmpl-1") is None  # it no longer counts
         assert 0 < r.ttl(keys.job("chatcmpl-1")) <= RECOVERY.retention_s
         return {k.decode(): v for k, v in r.hgetall(keys.job("chatcmpl-1")).items()}
 
@@ -89,10 +83,51 @@ def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
 @pytest.mark.parametrize("owner", ["", "alice"])
 def test_a_job_is_pending_until_enqueued(owner):
     async def go() -> None:
-        server = fakeredis.FakeServer()
-        await store(server).submit(spec(7), "chat", 0, owner=owner)
-        r = fakeredis.FakeRedis(server=server)
-        assert r.zscore(keys.PENDING, "chatcmpl-7") is None  # enqueued: no longer pending
-        assert r.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-7"] and r.llen(keys.wake("m")) == 1
+        pair = FakePair()
+        await store(pair).submit(spec(7), "chat", 0, owner=owner)
+        servers = pair.sync()
+        assert servers.streams.exists(keys.job("chatcmpl-7"))
+        assert (
+            servers.streams.zscore(keys.pending(keys.shard("chatcmpl-7")), "chatcmpl-7") is None
+        )  # enqueued
+        q = servers.queues
+        assert q.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-7"] and q.llen(keys.wake("m")) == 1
+
+    asyncio.run(go())
+
+
+def test_an_ended_job_no_longer_counts_against_its_owner():
+    async def go() -> None:
+        pair = FakePair()
+        s = store(pair)
+        quota = Quota(unfinished_jobs=2)
+        await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
+        await s.submit(spec(2), "chat", 0, owner="alice", quota=quota)
+        with pytest.raises(OwnerLimit):
+            await s.submit(spec(3), "chat", 0, owner="alice", quota=quota)
+        await s.end("chatcmpl-1", Finished(finish_reason="stop", prompt_tokens=1, completion_tokens=0))
+        await s.submit(spec(3), "chat", 0, owner="alice", quota=quota)  # 1 ended: it went at the limit
+        held = pair.sync().queues.zrange(keys.owned("alice", keys.Owned.JOBS), 0, -1)
+        assert sorted(held) == [b"chatcmpl-2", b"chatcmpl-3"]
+        with pytest.raises(OwnerLimit):
+            await s.submit(spec(4), "chat", 0, owner="alice", quota=quota)
+
+    asyncio.run(go())
+
+
+def test_a_job_admitted_but_never_recorded_stops_counting_after_the_grace():
+    """Its API died between ADMIT (queues server) and RECORD (streams server)."""
+
+    async def go() -> None:
+        pair = FakePair()
+        s = store(pair)
+        quota = Quota(unfinished_jobs=1)
+        index = keys.owned("alice", keys.Owned.JOBS)
+        pair.sync().queues.zadd(index, {"chatcmpl-fresh": now_ms()})
+        with pytest.raises(OwnerLimit):  # it may be on its way to its record
+            await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
+        pair.sync().queues.zadd(index, {"chatcmpl-fresh": now_ms() - OWNER_RECORD_GRACE_MS - 1})
+        await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
+        assert pair.sync().queues.zrange(index, 0, -1) == [b"chatcmpl-1"]
 
     asyncio.run(go())

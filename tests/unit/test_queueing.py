@@ -1,4 +1,5 @@
-"""contract.queueing: where a job's attempts land on its model's queues (fakeredis, real Lua)."""
+"""contract.queueing: where a job's attempts land on its model's queues (fakeredis, real Lua;
+two servers, queues and streams, as with STREAMS_REDIS_URL)."""
 
 import json
 
@@ -6,7 +7,9 @@ import fakeredis
 
 from contract import keys, queueing, scripts
 from contract.keys import JobField, JobStatus
+from contract.servers import Servers
 from contract.settings import Recovery
+from tests.fake_servers import FakePair
 from worker.claims import Claims
 from worker.link import Link
 
@@ -14,9 +17,9 @@ RECOVERY = Recovery(retention_s=60)
 MODEL = "m"
 
 
-def record(r: fakeredis.FakeRedis, cid: str, priority: str = "default") -> None:
+def record(servers: Servers[fakeredis.FakeRedis], cid: str, priority: str = "default") -> None:
     spec = {"id": cid, "model": MODEL, "kind": "chat", "priority": priority}
-    r.hset(
+    servers.streams.hset(
         keys.job(cid),
         mapping={
             JobField.STATUS: JobStatus.QUEUED,
@@ -25,27 +28,31 @@ def record(r: fakeredis.FakeRedis, cid: str, priority: str = "default") -> None:
             JobField.SPEC: json.dumps(spec),
         },
     )
-    queueing.enqueue(r, spec, 0, RECOVERY)
+    queueing.enqueue(servers, spec, 0, RECOVERY)
 
 
 def test_a_new_job_waits_behind_the_queue():
-    r = fakeredis.FakeRedis()
+    servers = FakePair().sync()
     for cid in ("a", "b", "c"):
-        record(r, cid)
-    assert r.lrange(keys.queue_key(MODEL), 0, -1) == [keys.rq_job_id(c, 0).encode() for c in "abc"]
+        record(servers, cid)
+    assert servers.queues.lrange(keys.queue_key(MODEL), 0, -1) == [
+        keys.rq_job_id(c, 0).encode() for c in "abc"
+    ]
 
 
 def test_a_continuation_goes_to_the_front_of_its_queue():
     # Found by bench/chaos.py: a continuation queued behind a deep backlog outwaited
     # RESUME_WAIT_SECONDS and its client, mid-stream, got worker_lost with no worker dead twice.
-    r = fakeredis.FakeRedis()
-    record(r, "running")
-    r.lpop(keys.queue_key(MODEL))  # a worker took it
-    attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim("running", "d")
+    servers = FakePair().sync()
+    record(servers, "running")
+    servers.queues.lpop(keys.queue_key(MODEL))  # a worker took it
+    link = Link(servers.queues, "w1", RECOVERY, streams_client=servers.streams)
+    attempt = Claims(link, 3000).claim("running", "d")
     for cid in ("x", "y", "z"):
-        record(r, cid)
-    assert queueing.abandon(r, "running", attempt.epoch, RECOVERY, "crash", charge=True) == 1
-    assert taken(r) == [
+        record(servers, cid)
+    assert queueing.abandon(servers, "running", attempt.epoch, RECOVERY, "crash", charge=True) == 1
+    assert servers.queues.hget(keys.STATS, keys.StatField.requeued("crash")) == b"1"
+    assert taken(servers.queues) == [
         keys.rq_job_id(c, e) for c, e in [("running", attempt.epoch + 1), *zip("xyz", [0] * 3, strict=True)]
     ]
 
@@ -60,10 +67,12 @@ def taken(r: fakeredis.FakeRedis) -> list[str]:
 
 
 def test_workers_take_the_tiers_in_order_and_a_continuation_first():
-    r = fakeredis.FakeRedis()
+    servers = FakePair().sync()
     for cid, tier in (("f", "flex"), ("d", "default"), ("p", "priority"), ("f2", "flex"), ("d2", "default")):
-        record(r, cid, tier)
-    assert taken(r) == [keys.rq_job_id(c, 0) for c in ("p", "d", "d2", "f", "f2")]
-    queueing.enqueue(r, {"id": "f", "model": MODEL, "priority": "flex"}, 3, RECOVERY)  # a flex continuation
-    record(r, "p2", "priority")
-    assert taken(r) == [keys.rq_job_id("f", 3), keys.rq_job_id("p2", 0)]
+        record(servers, cid, tier)
+    assert taken(servers.queues) == [keys.rq_job_id(c, 0) for c in ("p", "d", "d2", "f", "f2")]
+    queueing.enqueue(
+        servers, {"id": "f", "model": MODEL, "priority": "flex"}, 3, RECOVERY
+    )  # a flex continuation
+    record(servers, "p2", "priority")
+    assert taken(servers.queues) == [keys.rq_job_id("f", 3), keys.rq_job_id("p2", 0)]

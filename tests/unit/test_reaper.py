@@ -1,5 +1,6 @@
-"""The reaper's judgements on fakeredis: whom a worker's death is charged to, and the jobs it
-puts back (a dead worker's inbox, jobs whose enqueuer died)."""
+"""The reaper's judgements on fakeredis (two servers, queues and streams, as with
+STREAMS_REDIS_URL): whom a worker's death is charged to, and the jobs it puts back (a dead
+worker's inbox, jobs whose enqueuer died)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from contract import keys
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
+from tests.fake_servers import FakePair
 from worker.claims import Claims
 from worker.link import Link
 
@@ -24,7 +26,7 @@ RECOVERY = Recovery(max_attempts=2, retention_s=60)
 
 @pytest.fixture
 def server():
-    return fakeredis.FakeServer()
+    return FakePair()
 
 
 def spec(cid: str) -> dict:
@@ -46,8 +48,14 @@ def queued(r, cid: str, **fields) -> None:
     r.hset(keys.job(cid), mapping=mapping)
 
 
-def running_on(r, worker: str, cids: list[str]) -> None:
-    claims = Claims(Link(r, worker, RECOVERY), 3000)
+def link(server: FakePair, worker: str) -> Link:
+    servers = server.sync()
+    return Link(servers.queues, worker, RECOVERY, streams_client=servers.streams)
+
+
+def running_on(server: FakePair, worker: str, cids: list[str]) -> None:
+    r = server.sync().streams
+    claims = Claims(link(server, worker), 3000)
     for cid in cids:
         queued(r, cid)
         claims.claim(cid, digest(spec(cid)))
@@ -55,9 +63,9 @@ def running_on(r, worker: str, cids: list[str]) -> None:
 
 def reap(server, connected: set[str]) -> int:
     async def go() -> int:
-        client = fakeredis.FakeAsyncRedis(server=server)
-        store = JobStore(client, fakeredis.FakeRedis(server=server), queue_wait_s=60, recovery=RECOVERY)
-        reaper = Reaper(client, store, WorkerRegistry(client, 15), interval_s=0.5, settle_s=0)
+        servers = server.aio()
+        store = JobStore(servers, server.sync(), queue_wait_s=60, recovery=RECOVERY)
+        reaper = Reaper(servers, store, WorkerRegistry(servers.queues, 15), interval_s=0.5, settle_s=0)
         taken = await reaper._judge(connected)
         await reaper._return_inboxes(connected)
         await reaper._enqueue_pending()
@@ -71,45 +79,45 @@ def field(r, cid: str, name: str) -> bytes | None:
 
 
 def test_a_batch_that_dies_charges_nobody_and_makes_every_job_a_suspect(server):
-    r = fakeredis.FakeRedis(server=server)
-    running_on(r, "w1", ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"])
+    r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
+    running_on(server, "w1", ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"])
     assert reap(server, connected=set()) == 3
     for cid in ("chatcmpl-a", "chatcmpl-b", "chatcmpl-c"):
         assert field(r, cid, JobField.STATUS) == b"queued" and field(r, cid, JobField.CHARGED) is None
         assert field(r, cid, JobField.SUSPECT) == b"1"
-    suspects = r.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
+    suspects = q.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
     assert sorted(suspects) == [b"chatcmpl-a__a2", b"chatcmpl-b__a2", b"chatcmpl-c__a2"]
 
 
 def test_a_death_with_a_suspect_is_the_suspect_s_alone(server):
-    r = fakeredis.FakeRedis(server=server)
+    r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
     queued(r, "chatcmpl-s", **{JobField.SUSPECT: "1"})
-    Claims(Link(r, "w1", RECOVERY), 3000).claim("chatcmpl-s", digest(spec("chatcmpl-s")))
-    running_on(r, "w1", ["chatcmpl-x", "chatcmpl-y"])
+    Claims(link(server, "w1"), 3000).claim("chatcmpl-s", digest(spec("chatcmpl-s")))
+    running_on(server, "w1", ["chatcmpl-x", "chatcmpl-y"])
     reap(server, connected=set())
     assert field(r, "chatcmpl-s", JobField.CHARGED) == b"1"
     for bystander in ("chatcmpl-x", "chatcmpl-y"):
         assert field(r, bystander, JobField.CHARGED) is None and field(r, bystander, JobField.SUSPECT) is None
     continuations = keys.rq_queue_key(keys.queue_name("m", keys.PRIORITIES[0]))
-    assert r.lrange(continuations, 0, -1) and r.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
+    assert q.lrange(continuations, 0, -1) and q.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
 
 
 def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server):
-    r = fakeredis.FakeRedis(server=server)
-    running_on(r, "w1", ["chatcmpl-p"])
+    r = fakeredis.FakeRedis(server=server.streams)
+    running_on(server, "w1", ["chatcmpl-p"])
     reap(server, connected=set())
     assert (
         field(r, "chatcmpl-p", JobField.CHARGED) == b"1"
         and field(r, "chatcmpl-p", JobField.STATUS) == b"queued"
     )
-    Claims(Link(r, "w2", RECOVERY), 3000).claim("chatcmpl-p", digest(spec("chatcmpl-p")))
+    Claims(link(server, "w2"), 3000).claim("chatcmpl-p", digest(spec("chatcmpl-p")))
     reap(server, connected={"w1"})  # w2 is gone too
     assert field(r, "chatcmpl-p", JobField.STATUS) == b"failed"  # MAX_ATTEMPTS=2 charged deaths
 
 
 def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
     """A job that kills every worker it lands on, batched with others each time."""
-    r = fakeredis.FakeRedis(server=server)
+    r = fakeredis.FakeRedis(server=server.streams)
     poison, mates = "chatcmpl-poison", [f"chatcmpl-m{i}" for i in range(6)]
     for cid in (poison, *mates):
         queued(r, cid)
@@ -119,14 +127,14 @@ def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
         # the poison's next worker also runs two jobs that are not suspects (a worker runs one
         # suspect at most): the others wait their turn
         worker = f"w{next(workers)}"
-        claims = Claims(Link(r, worker, RECOVERY), 3000)
+        claims = Claims(link(server, worker), 3000)
         waiting = [m for m in mates if field(r, m, JobField.STATUS) == b"queued"]
         if field(r, poison, JobField.SUSPECT) == b"1":  # one suspect per worker: the poison
             waiting = [m for m in waiting if field(r, m, JobField.SUSPECT) != b"1"]
         batch = [poison, *waiting[:2]]
         for cid in batch:
             epoch = int(field(r, cid, JobField.EPOCH))
-            r.zrem(keys.PENDING, cid)
+            r.zrem(keys.pending(keys.shard(cid)), cid)
             claims.claim(cid, digest(spec(cid)))
             assert int(field(r, cid, JobField.EPOCH)) == epoch + 1
         reap(server, connected=set())
@@ -139,23 +147,25 @@ def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
 
 
 def test_a_dead_worker_s_inbox_goes_back_to_the_queue(server):
-    r = fakeredis.FakeRedis(server=server)
-    r.sadd(keys.MODELS, "m")
-    r.zadd(keys.workers("m"), {"w-dead": 1})
+    r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
+    q.sadd(keys.MODELS, "m")
+    q.zadd(keys.workers("m"), {"w-dead": 1})
     queued(r, "chatcmpl-q")
-    running_on(r, "w-other", ["chatcmpl-r"])
-    r.hset(keys.inbox("w-dead"), mapping={"chatcmpl-q": 1, "chatcmpl-r": 1, "chatcmpl-old__a3": 1})
+    running_on(server, "w-other", ["chatcmpl-r"])
+    q.hset(keys.inbox("w-dead"), mapping={"chatcmpl-q": 1, "chatcmpl-r": 1, "chatcmpl-old__a3": 1})
     reap(server, connected={"w-other"})
-    assert r.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-q"]  # the queued one, only
-    assert not r.exists(keys.inbox("w-dead"))
+    assert q.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-q"]  # the queued one, only
+    assert not q.exists(keys.inbox("w-dead"))
 
 
 def test_a_job_left_pending_by_a_dead_enqueuer_is_enqueued(server):
-    r = fakeredis.FakeRedis(server=server)
+    r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
     queued(r, "chatcmpl-orphan")
-    r.zadd(keys.PENDING, {"chatcmpl-orphan": 1, "chatcmpl-fresh": 10**13})
     queued(r, "chatcmpl-fresh")
+    r.zadd(keys.pending(keys.shard("chatcmpl-orphan")), {"chatcmpl-orphan": 1})
+    r.zadd(keys.pending(keys.shard("chatcmpl-fresh")), {"chatcmpl-fresh": 10**13})
     reap(server, connected=set())
-    assert r.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-orphan"]
-    assert r.zscore(keys.PENDING, "chatcmpl-orphan") is None and r.zscore(keys.PENDING, "chatcmpl-fresh")
-    assert r.llen(keys.wake("m")) == 1
+    assert q.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-orphan"]
+    assert r.zscore(keys.pending(keys.shard("chatcmpl-orphan")), "chatcmpl-orphan") is None
+    assert r.zscore(keys.pending(keys.shard("chatcmpl-fresh")), "chatcmpl-fresh")
+    assert q.llen(keys.wake("m")) == 1

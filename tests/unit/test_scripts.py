@@ -95,7 +95,7 @@ def test_end_fences_out_the_running_attempt(r):
     lost = Failed(epoch=0, message="gone", type="server_error", code="worker_lost")
     assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 1
     assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 0
-    assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
+    assert r.zscore(keys.running(keys.shard(CID)), CID) is None and not r.exists(keys.alive(CID))
     with pytest.raises(Fenced):
         pub.delta(a, "x", (1,))
         pub.flush(a)
@@ -189,7 +189,7 @@ def test_finished_entry_records_usage(r):
 
 def test_claim_marks_the_attempt_running_and_alive(r):
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
-    assert r.zscore(keys.RUNNING, CID) is not None
+    assert r.zscore(keys.running(keys.shard(CID)), CID) is not None
     assert r.get(keys.alive(CID)) == str(a.epoch).encode() and 0 < r.pttl(keys.alive(CID)) <= 3000
     assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
     assert r.hget(keys.job(CID), JobField.WORKER) == b"w1"
@@ -200,7 +200,7 @@ def test_terminal_entry_clears_the_running_index(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a = claims.claim(CID, DIGEST)
     pub.finished(a, "stop", 1, 0)
-    assert r.zscore(keys.RUNNING, CID) is None and not r.exists(keys.alive(CID))
+    assert r.zscore(keys.running(keys.shard(CID)), CID) is None and not r.exists(keys.alive(CID))
 
 
 def test_beat_refreshes_only_the_current_attempt(r):
@@ -239,7 +239,7 @@ def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
     pub.flush(a)
     assert _abandon(r, a.epoch) == 1
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
-    assert r.zscore(keys.RUNNING, CID) is None
+    assert r.zscore(keys.running(keys.shard(CID)), CID) is None
     with pytest.raises(Fenced):
         pub.delta(a, "y", (2,))
         pub.flush(a)
@@ -426,9 +426,9 @@ def test_a_requeue_may_wait_until_the_jobs_wait_until(r):
 
 def test_a_requeued_job_is_pending_until_enqueued(r):
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
-    assert r.zscore(keys.PENDING, CID) is None  # a claim ends pending
+    assert r.zscore(keys.pending(keys.shard(CID)), CID) is None  # a claim ends pending
     _abandon(r, a.epoch, charge=False)
-    assert r.zscore(keys.PENDING, CID) is not None
+    assert r.zscore(keys.pending(keys.shard(CID)), CID) is not None
 
 
 def test_take_moves_one_id_into_the_inbox_in_queue_order():
