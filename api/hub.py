@@ -11,6 +11,12 @@ client's backlog stays in Redis, and a client's cursor is all it needs to resume
 
 The reader also watches a control stream of its own; adding a stream to the watch set
 writes to it, so the blocked XREAD returns at once and no wake-up is lost to a race.
+
+On a Redis Cluster (a `redis+cluster://` STREAMS_REDIS_URL) one XREAD may only name keys of
+one slot, so there is one reader per shard (contract/keys.py), started with the shard's
+first watched stream, each blocking on a plain connection of its own to the shard's node (the
+slot map comes from the shared cluster client, and is read again after a reader loses its
+node: a failover, a slot moved); on one server a single reader reads every shard.
 """
 
 from __future__ import annotations
@@ -18,19 +24,24 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
 import redis.asyncio as aredis
-from redis.exceptions import RedisError, ResponseError
+from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError, ResponseError, TryAgainError
 
 from api.background import Background
 from contract import entries, keys
 from contract.entries import Entry
+from contract.servers import cluster_url, node_url
 
 log = logging.getLogger(__name__)
+
+# What a cluster node answers when it no longer holds (or cannot yet serve) a slot.
+REDIRECTED = (MovedError, AskError, ClusterDownError, TryAgainError)
 
 
 def stream_id(value: str) -> tuple[int, int]:
@@ -69,18 +80,101 @@ class _Watched:
 
 
 class StreamHub:
+    """Routes each watched stream to the reader of its shard (one reader on one server)."""
+
     def __init__(self, url: str, client: aredis.Redis, block_ms: int = 1000) -> None:
         self._url = url
-        self._client = client  # the shared pool, for control writes
+        self._client = client  # the shared pool (on a cluster: the cluster client), for control writes
         self._block_ms = block_ms
-        self._control = keys.hub_control(uuid.uuid4().hex, 0)
-        self._watched: dict[str, _Watched] = {}
+        self._process = uuid.uuid4().hex
+        self._sharded = cluster_url(url) is not None
+        self._readers: dict[int, _Reader] = {}
+        self._started = False
+        self._topology = asyncio.Lock()
+        self._mapped_at = 0.0  # monotonic: when the slot map was last read again
+
+    async def start(self) -> None:
+        self._started = True
+        if not self._sharded:
+            self._reader(0)
+
+    async def stop(self) -> None:
+        self._started = False
+        readers, self._readers = list(self._readers.values()), {}
+        for reader in readers:
+            await reader.stop()
+
+    @property
+    def watched(self) -> int:
+        return sum(len(r.watched) for r in self._readers.values())
+
+    def _reader(self, group: int) -> _Reader:
+        reader = self._readers.get(group)
+        if reader is None:
+            control = keys.hub_control(self._process, group)
+            reader = self._readers[group] = _Reader(
+                self._client, control, self._block_ms, self._connect, self._lost
+            )
+            if self._started:
+                reader.start()
+        return reader
+
+    async def _connect(self, control: str) -> aredis.Redis:
+        """A connection of its own for a reader: to the server, or to the node holding the
+        reader's shard."""
+        url = self._url
+        if self._sharded:
+            await self._client.initialize()  # type: ignore[attr-defined]  # once: the slot map
+            node = self._client.get_node_from_key(control)  # type: ignore[attr-defined]
+            url = node_url(url, node.host, node.port)
+        return aredis.Redis.from_url(
+            url, single_connection_client=True, socket_timeout=self._block_ms / 1000 + 5
+        )
+
+    async def _lost(self) -> None:
+        """A reader lost its connection: on a cluster its shard may have moved (a failover),
+        so the slot map is read again (once for every reader that lost it at the same time)."""
+        if not self._sharded:
+            return
+        async with self._topology:
+            if time.monotonic() - self._mapped_at < 0.5:
+                return
+            with contextlib.suppress(RedisError, OSError):
+                await self._client.nodes_manager.initialize()  # type: ignore[attr-defined]
+            self._mapped_at = time.monotonic()
+
+    @contextlib.asynccontextmanager
+    async def watch(self, key: str, cursor: str) -> AsyncIterator[Watch]:
+        """Watch `key` for entries after `cursor` while the context is open."""
+        reader = self._reader(keys.shard_of_key(key) if self._sharded else 0)
+        async with reader.watch(key, cursor) as watch:
+            yield watch
+
+
+class _Reader:
+    """One blocking XREAD over a set of streams (every shard's, or one shard's) and a control
+    stream in the same slot, on a connection of its own."""
+
+    def __init__(
+        self,
+        client: aredis.Redis,
+        control: str,
+        block_ms: int,
+        connect: Callable[[str], Awaitable[aredis.Redis]],
+        lost: Callable[[], Awaitable[None]],
+    ) -> None:
+        self._client = client  # the shared pool, for control writes
+        self._control = control
+        self._block_ms = block_ms
+        self._connect = connect
+        self._lost = lost
+        self.watched: dict[str, _Watched] = {}
         self._task = Background("stream-hub", self._run)
         # A poke is on its way and the reader has not begun a new XREAD since: a stream
         # added now is picked up by that XREAD, so a burst of new streams costs one poke.
         self._poked = False
 
-    async def start(self) -> None:
+    def start(self) -> None:
         self._task.start()
 
     async def stop(self) -> None:
@@ -88,16 +182,11 @@ class StreamHub:
         with contextlib.suppress(RedisError, TimeoutError):  # Redis may be gone: never wait on it
             await asyncio.wait_for(self._client.delete(self._control), 2.0)
 
-    @property
-    def watched(self) -> int:
-        return len(self._watched)
-
     @contextlib.asynccontextmanager
     async def watch(self, key: str, cursor: str) -> AsyncIterator[Watch]:
-        """Watch `key` for entries after `cursor` while the context is open."""
-        state = self._watched.get(key)
+        state = self.watched.get(key)
         if state is None:
-            state = self._watched[key] = _Watched(seen=cursor)
+            state = self.watched[key] = _Watched(seen=cursor)
             await self._poke()
         state.watchers += 1
         try:
@@ -105,7 +194,7 @@ class StreamHub:
         finally:
             state.watchers -= 1
             if state.watchers == 0:
-                self._watched.pop(key, None)
+                self.watched.pop(key, None)
 
     async def _poke(self) -> None:
         if self._poked:
@@ -126,15 +215,11 @@ class StreamHub:
         while True:
             try:
                 if reader is None:
-                    reader = aredis.Redis.from_url(
-                        self._url,
-                        single_connection_client=True,
-                        socket_timeout=self._block_ms / 1000 + 5,
-                    )
+                    reader = await self._connect(self._control)
                     last = await reader.xrevrange(self._control, count=1)
                     control_seen = last[0][0].decode() if last else "0"
                 self._poked = False
-                streams = {k: w.seen for k, w in self._watched.items() if w.error is None}
+                streams = {k: w.seen for k, w in self.watched.items() if w.error is None}
                 streams[self._control] = control_seen
                 result = await reader.xread(streams, count=64, block=self._block_ms)
                 backoff = 0.1
@@ -143,6 +228,16 @@ class StreamHub:
                 if reader is not None:
                     await reader.aclose()
                 raise
+            except REDIRECTED as exc:  # on a cluster: the shard's slot is served elsewhere now
+                log.warning("stream reader's node no longer serves its shard (%s); finding it again", exc)
+                with contextlib.suppress(Exception):
+                    await reader.aclose()  # type: ignore[union-attr]
+                reader = None
+                await self._lost()
+                self._wake_all()
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 2.0)
+                continue
             except ResponseError as exc:  # one stream's arguments, most likely: not an outage
                 log.error("the stream reader's XREAD was refused (%s): finding the stream at fault", exc)
                 if not await self._isolate(reader):  # none at fault: wait as for an outage
@@ -156,6 +251,7 @@ class StreamHub:
                     with contextlib.suppress(Exception):
                         await reader.aclose()
                 reader = None
+                await self._lost()
                 self._wake_all()  # clients fall back to reading and surface the outage
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
@@ -177,7 +273,7 @@ class StreamHub:
             if key == self._control:
                 control_seen = newest
                 continue
-            state = self._watched.get(key)
+            state = self.watched.get(key)
             if state is None:
                 continue
             read_from, state.seen = state.seen, newest
@@ -199,7 +295,7 @@ class StreamHub:
         shared read, and their watchers get the error; the others go on as before. Returns
         how many were taken out."""
         isolated = 0
-        for key, state in list(self._watched.items()):
+        for key, state in list(self.watched.items()):
             try:
                 if reader is not None and state.error is None:
                     await reader.xread({key: state.seen}, count=1)
@@ -214,7 +310,7 @@ class StreamHub:
         return isolated
 
     def _wake_all(self) -> None:
-        for state in self._watched.values():
+        for state in self.watched.values():
             for fut in state.waiters:
                 if not fut.done():
                     fut.set_result(None)

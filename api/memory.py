@@ -5,7 +5,7 @@ With `maxmemory` set and `maxmemory-policy noeviction` (infra/redis.conf), Redis
 writes once full, and every stream in flight would fail. The API refuses new jobs (503
 `storage_full`, with Retry-After) once used memory passes REDIS_MEMORY_HIGH of maxmemory,
 leaving the rest for the jobs already running to finish; retention frees it again. With two
-servers (STREAMS_REDIS_URL) the fuller of the two decides.
+servers (STREAMS_REDIS_URL) the fullest of them decides (each node of a streams cluster).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from api.background import Background
-from contract.servers import Servers
+from contract.servers import Servers, node_infos
 
 log = logging.getLogger(__name__)
 
@@ -46,8 +46,8 @@ class MemoryWatch:
         """The fullest server's figures (a server without maxmemory counts as never full)."""
         readings = []
         for client in self._servers.each():
-            info = await client.info("memory")
-            readings.append((int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))))
+            for info in await node_infos(client, "memory"):
+                readings.append((int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))))
         self.used, self.maxmemory = max(readings, key=lambda r: r[0] / r[1] if r[1] else -1.0)
         if not all(limit for _, limit in readings) and not self._warned:
             self._warned = True

@@ -36,7 +36,7 @@ from api.background import Background, Leader, every
 from api.jobstore import JobStore, RunningAttempt
 from api.registry import WorkerRegistry
 from contract import keys
-from contract.servers import Servers
+from contract.servers import Servers, node_infos
 
 log = logging.getLogger(__name__)
 
@@ -75,9 +75,9 @@ class Reaper:
         if not await self._leader.held(lock_ms):
             return 0
         for server in self._servers.each():
-            info = await server.info("server")
-            if int(info.get("uptime_in_seconds", 0)) < self._settle:
-                return 0
+            for info in await node_infos(server, "server"):
+                if int(info.get("uptime_in_seconds", 0)) < self._settle:
+                    return 0
         connected = {
             c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
             for c in await self._r.client_list()

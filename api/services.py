@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import redis
@@ -19,7 +20,9 @@ from api.metrics import Metrics
 from api.reaper import Reaper
 from api.registry import WorkerRegistry
 from api.settings import Settings
-from contract.servers import Servers
+from contract.servers import Servers, async_cluster_client, cluster_url, is_cluster, sync_client
+
+log = logging.getLogger(__name__)
 
 
 def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
@@ -63,13 +66,22 @@ class Services:
         streams_url = settings.shared.streams_url
 
         def pooled(at: str) -> aredis.Redis:
+            if cluster_url(at):  # a cluster client keeps a pool per node
+                return async_cluster_client(
+                    at, wait_s=settings.redis_pool_wait_s, max_connections=settings.redis_pool, **common
+                )
             return shared_client(at, settings.redis_pool, settings.redis_pool_wait_s, **common)
 
         def synchronous(at: str) -> redis.Redis:
-            return redis.Redis.from_url(at, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common)
+            return sync_client(at, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common)
 
         client = pooled(url)
         servers = Servers(queues=client, streams=client if streams_url == url else pooled(streams_url))
+        if is_cluster(servers.streams):
+            try:  # the slot map, read once before any handler runs (contract.servers)
+                await servers.streams.initialize()
+            except (redis.RedisError, OSError) as exc:
+                log.warning("the streams cluster does not answer yet (%s)", exc)
         rq_client = synchronous(url)
         rq_servers = Servers(
             queues=rq_client, streams=rq_client if streams_url == url else synchronous(streams_url)

@@ -1,6 +1,6 @@
 """Scale-out benchmark (issue 5): one API process relaying many streams, synthetic workers.
 
-    .venv/bin/python bench/scale_out.py [--streams 500,1000,2000] [--workers 4]
+    .venv/bin/python bench/scale_out.py [--streams 500,1000,2000] [--workers 4] [--cluster N]
 
 Runs, in one session against one embedded valkey, each figure for tokenspool's relay (one
 reader connection for all streams, api/hub.py) next to the same figure for a
@@ -18,6 +18,10 @@ events from memory (bench/bare_sse.py), all driven by the same load generator (b
    its receipt by the client, p50 and p99. The workers run at nice 10 here: in production
    they are on other machines, and on two shared cores their run-queue delay would be
    measured instead of the relay's. CPU steal (the hypervisor's share) is printed with each.
+
+With `--cluster N` the streams live on a valkey cluster of N primaries on loopback
+(STREAMS_REDIS_URL=redis+cluster://..., one reader per shard: api/hub.py) and the queues on
+their own server; only tokenspool's relay runs then (the per-stream baseline reads one server).
 """
 
 from __future__ import annotations
@@ -36,7 +40,8 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadgen import Stream, run_streams
-from devstack.processes import Proc, _spawn, _wait, free_port, start_redis
+from contract.servers import sync_client
+from devstack.processes import Proc, _spawn, _wait, free_port, start_cluster, start_redis
 from tests.sse_contract import check_stream
 
 MODEL = "synthetic-bench"
@@ -64,8 +69,8 @@ def cpu_s(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def redis_connections(pid: int, redis_port: int) -> int:
-    """TCP connections from process `pid` to the Redis port (its sockets in /proc/net/tcp)."""
+def redis_connections(pid: int, redis_ports: set[int]) -> int:
+    """TCP connections from process `pid` to the Redis ports (its sockets in /proc/net/tcp)."""
     inodes = set()
     for fd in Path(f"/proc/{pid}/fd").iterdir():
         try:
@@ -78,7 +83,7 @@ def redis_connections(pid: int, redis_port: int) -> int:
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         cols = line.split()
         remote_port = int(cols[2].split(":")[1], 16)
-        if remote_port == redis_port and cols[9] in inodes and cols[3] == "01":  # ESTABLISHED
+        if remote_port in redis_ports and cols[9] in inodes and cols[3] == "01":  # ESTABLISHED
             count += 1
     return count
 
@@ -116,17 +121,30 @@ def content_events(s: Stream) -> int:
     return bytes(s.body).count(b'"content":" w')
 
 
+def _port(url: str) -> int:
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
 class Bench:
-    def __init__(self, logs: Path, workers: int) -> None:
+    def __init__(self, logs: Path, workers: int, cluster: int = 0) -> None:
         self.logs = logs
         self.n_workers = workers
         self.redis_proc, self.url = start_redis(logs)
         self.r = redis.Redis.from_url(self.url)
-        self.redis_port = int(self.url.rsplit(":", 1)[1].split("/")[0])
+        self.env = {"REDIS_URL": self.url}
+        self.stream_procs: list[Proc] = []
+        self.redis_ports = {_port(self.url)}
+        if cluster:
+            self.stream_procs, streams_url = start_cluster(logs, masters=cluster)
+            self.env["STREAMS_REDIS_URL"] = streams_url
+            nodes = sync_client(streams_url).get_primaries()
+            self.redis_ports |= {n.port for n in nodes}
+        self.relays = ("hub",) if cluster else ("hub", "per-stream")
         self.apis: dict[str, tuple[Proc, int]] = {}
         self.workers: list[Proc] = []
         for name, factory in (("hub", "api.app"), ("per-stream", "bench.per_stream_relay")):
-            self.apis[name] = _uvicorn(f"api-{name}", factory, logs, {"REDIS_URL": self.url, **API_ENV})
+            if name in self.relays:
+                self.apis[name] = _uvicorn(f"api-{name}", factory, logs, {**self.env, **API_ENV})
         self.bare = _uvicorn("bare", "bench.bare_sse", logs, {"LOG_LEVEL": "WARNING"})
         for proc, port in [*self.apis.values(), self.bare]:
             _wait(lambda p=port: _up(p), 30, proc)
@@ -141,7 +159,7 @@ class Bench:
                 "SYNTHETIC_RATE": str(rate),
                 "LOG_LEVEL": "WARNING",
             }
-            env |= {"REDIS_URL": self.url, "WORKER_NAME": f"syn{i}"}
+            env |= {**self.env, "WORKER_NAME": f"syn{i}"}
             argv = ["nice", "-n", str(nice), sys.executable, "-m", "worker"]
             self.workers.append(_spawn(f"syn{i}", argv, self.logs, env))
         deadline = time.monotonic() + 30
@@ -160,7 +178,8 @@ class Bench:
         self.stop_workers()
         for proc, _ in [*self.apis.values(), self.bare]:
             proc.stop()
-        self.redis_proc.stop()
+        for p in (self.redis_proc, *self.stream_procs):
+            p.stop()
 
     async def hold(self, relay: str, n: int) -> dict:
         """N streams opened with no worker running, then served."""
@@ -177,7 +196,7 @@ class Bench:
             await asyncio.sleep(0.2)
         await asyncio.sleep(1.0)  # every stream has sent its role chunk and is waiting
         held_rss = rss_kb(proc.pid)
-        clients = redis_connections(proc.pid, self.redis_port)
+        clients = redis_connections(proc.pid, self.redis_ports)
         self.start_workers(HOLD_TOKENS, 0)
         streams, _ = await task
         ok = sum(correct(s, HOLD_TOKENS) for s in streams)
@@ -192,9 +211,10 @@ class Bench:
         }
 
     def cpu(self, target: str) -> dict[str, float]:
-        procs = {"client": os.getpid(), "redis": self.redis_proc.pid}
+        procs = {"client": os.getpid()}
         procs["server"] = self.bare[0].pid if target == "bare" else self.apis[target][0].pid
         out = {k: cpu_s(p) for k, p in procs.items()}
+        out["redis"] = sum(cpu_s(p.pid) for p in (self.redis_proc, *self.stream_procs))
         out["workers"] = sum(cpu_s(w.pid) for w in self.workers) if target != "bare" else 0.0
         return out
 
@@ -257,12 +277,17 @@ async def main() -> None:
     ap.add_argument(
         "--worker-nice", type=int, default=10, help="nice value of the workers in the latency test"
     )
+    ap.add_argument(
+        "--cluster", type=int, default=0, help="streams on a cluster of N primaries (0: one server)"
+    )
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="scale-out-"))
-    bench = Bench(logs, args.workers)
-    relays = ("hub", "per-stream")
+    bench = Bench(logs, args.workers, args.cluster)
+    relays = bench.relays
     try:
         print(f"logs: {logs}")
+        where = f"a cluster of {args.cluster} primaries" if args.cluster else "the same server as the queues"
+        print(f"streams on {where}")
         print("\n## held open (no worker while they open, then served)")
         for relay in relays:  # warm-up: allocator pools, code paths, connection pools
             await bench.hold(relay, 200)

@@ -50,6 +50,14 @@ def shard(completion_id: str) -> int:
     return zlib.crc32(completion_id.encode()) % SHARDS
 
 
+_SHARD_OF_TAG = {tag: i for i, tag in enumerate(TAGS)}
+
+
+def shard_of_key(key: str) -> int:
+    """The shard of a streams-server key (any key carrying a shard's hash tag)."""
+    return _SHARD_OF_TAG[key[key.index("{") + 1 : key.index("}")]]
+
+
 # The only function a tokenspool worker will execute; the API enqueues it by this path.
 JOB_FUNCTION = "worker.runner.generate"
 

@@ -4,14 +4,113 @@
 variable is unset, so a deployment with one Redis behaves as it always did. Both sides hold
 one `Servers` of sync clients (the API's RQ calls, the workers) or of asyncio clients (the
 API's handlers).
+
+The streams server may be a Redis Cluster (or valkey cluster): a `redis+cluster://host:port`
+URL (`rediss+cluster://` with TLS), naming any of its nodes, makes both sides use redis-py's
+cluster clients for it. The queues server is always one server, as RQ needs.
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+import redis.asyncio as aredis
+from redis.asyncio.cluster import ClusterPipeline
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.cluster import RedisCluster
 
 C = TypeVar("C")
+
+_CLUSTER_SCHEMES = {"redis+cluster://": "redis://", "rediss+cluster://": "rediss://"}
+
+
+def cluster_url(url: str) -> str | None:
+    """The plain URL a cluster client is given for a `redis+cluster://` URL; None for any other."""
+    for scheme, plain in _CLUSTER_SCHEMES.items():
+        if url.startswith(scheme):
+            return plain + url[len(scheme) :]
+    return None
+
+
+def sync_client(url: str, **kwargs: Any) -> redis.Redis:
+    """A client of `url`: a cluster client for a cluster URL (same commands, routed by slot)."""
+    plain = cluster_url(url)
+    if plain is None:
+        return redis.Redis.from_url(url, **kwargs)
+    return RedisCluster.from_url(plain, **kwargs)  # type: ignore[return-value]
+
+
+class GatedCluster(AsyncRedisCluster):
+    """redis-py's asyncio cluster client fails a command with MaxConnectionsError once a node's
+    pool is busy; this one makes it wait (up to `wait_s`) for one of `max_connections` places,
+    as the API's pooled client does (api/services.py). Half the places go to single commands,
+    half to pipelines (one connection per node each), so no node's pool is ever exhausted."""
+
+    def __init__(self, *args: Any, wait_s: float = 5.0, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        places = max(kwargs.get("max_connections", 100) // 2, 1)
+        self._commands = asyncio.Semaphore(places)
+        self._pipelines = asyncio.Semaphore(places)
+        self._wait_s = wait_s
+
+    async def execute_command(self, *args: Any, **kwargs: Any) -> Any:
+        async with _place(self._commands, self._wait_s):
+            return await super().execute_command(*args, **kwargs)
+
+    def pipeline(self, transaction: Any = None, shard_hint: Any = None) -> ClusterPipeline:
+        if shard_hint:
+            raise ValueError("shard_hint is not supported in cluster mode")
+        return _GatedPipeline(self, transaction)
+
+
+class _GatedPipeline(ClusterPipeline):
+    async def execute(self, *args: Any, **kwargs: Any) -> Any:
+        client: GatedCluster = self.cluster_client  # type: ignore[assignment]
+        async with _place(client._pipelines, client._wait_s):
+            return await super().execute(*args, **kwargs)
+
+
+class _place:
+    """Hold a place of `gate`, waiting up to `wait_s` (then TimeoutError, a RedisError)."""
+
+    def __init__(self, gate: asyncio.Semaphore, wait_s: float) -> None:
+        self._gate, self._wait_s = gate, wait_s
+
+    async def __aenter__(self) -> None:
+        try:
+            await asyncio.wait_for(self._gate.acquire(), self._wait_s)
+        except TimeoutError:
+            raise redis.TimeoutError("no free connection to the streams cluster") from None
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._gate.release()
+
+
+def async_cluster_client(url: str, wait_s: float = 5.0, **kwargs: Any) -> aredis.Redis:
+    """An asyncio cluster client for a cluster URL (`cluster_url`): a pool per node, and a
+    command waits for a free connection rather than failing (`GatedCluster`). Initialize it
+    (`await client.initialize()`) before using it from many tasks at once: concurrent first
+    commands each start the initialization, and break each other's connections."""
+    plain = cluster_url(url)
+    if plain is None:
+        raise ValueError(f"not a cluster URL: {url}")
+    return GatedCluster.from_url(plain, wait_s=wait_s, **kwargs)  # type: ignore[return-value]
+
+
+def node_url(url: str, host: str, port: int) -> str:
+    """`url` (a cluster URL or its plain one) made to name one node: its user, password, TLS
+    and options kept, so that a plain client may connect to that node alone."""
+    parts = urlsplit(cluster_url(url) or url)
+    auth = parts.netloc.rpartition("@")[0]
+    return urlunsplit(parts._replace(netloc=f"{auth}@{host}:{port}" if auth else f"{host}:{port}"))
+
+
+def is_cluster(client: object) -> bool:
+    return isinstance(client, RedisCluster | AsyncRedisCluster)
 
 
 @dataclass(frozen=True)
@@ -27,3 +126,11 @@ class Servers(Generic[C]):
     def each(self) -> list[C]:
         """Each distinct client once."""
         return [self.queues, self.streams] if self.split else [self.queues]
+
+
+async def node_infos(client: aredis.Redis, section: str) -> list[dict]:
+    """INFO `section` of each server behind an asyncio client: one, or each cluster primary."""
+    if isinstance(client, AsyncRedisCluster):
+        await client.initialize()  # the slot map (once): which nodes are primaries
+        return [await client.info(section, target_nodes=node) for node in client.get_primaries()]
+    return [await client.info(section)]

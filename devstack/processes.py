@@ -109,6 +109,7 @@ def start_redis(
     port: int | None = None,
     appendonly: bool = False,
     tethered: bool = False,
+    extra: tuple[str, ...] = (),
 ) -> tuple[Proc, str]:
     port = port or free_port()
     data = log_dir / f"redis-{port}"
@@ -129,11 +130,61 @@ def start_redis(
         "always",  # with AOF on, a test's restart must lose nothing
         "--protected-mode",
         "yes",
+        *extra,
     ]
     proc = _spawn(f"{kind}-{port}", argv, log_dir, tethered=tethered)
     url = f"redis://127.0.0.1:{port}/0"
     _wait(lambda: _redis_ping(port), 15, proc)
     return proc, url
+
+
+def _cluster_port() -> int:
+    """A free port whose cluster bus port (+10000) is free too."""
+    while True:
+        port = free_port()
+        if port + 10000 < 65536:
+            with contextlib.suppress(OSError), socket.socket() as s:
+                s.bind(("127.0.0.1", port + 10000))
+                return port
+
+
+def start_cluster(
+    log_dir: Path, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 1000, tethered: bool = False
+) -> tuple[list[Proc], str]:
+    """A valkey cluster on loopback: `masters` primaries sharing the 16384 slots evenly, each
+    with `replicas` replicas (a primary that dies fails over after `node_timeout_ms`).
+    Returns the processes (primaries first) and a `redis+cluster://` URL naming the first."""
+    import redis
+
+    ports = [_cluster_port() for _ in range(masters * (1 + replicas))]
+    procs = []
+    for port in ports:
+        extra = (
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            f"nodes-{port}.conf",
+            "--cluster-node-timeout",
+            str(node_timeout_ms),
+        )
+        procs.append(start_redis(log_dir, port=port, tethered=tethered, extra=extra)[0])
+    nodes = [redis.Redis(port=port, socket_timeout=5, decode_responses=True) for port in ports]
+    per = 16384 // masters
+    for i in range(masters):
+        nodes[i].execute_command(
+            "CLUSTER ADDSLOTSRANGE", i * per, 16383 if i == masters - 1 else (i + 1) * per - 1
+        )
+    for node in nodes[1:]:
+        node.execute_command("CLUSTER MEET", "127.0.0.1", ports[0])
+    _wait(lambda: all(int(n.cluster("info")["cluster_known_nodes"]) == len(nodes) for n in nodes), 30, *procs)
+    for r, replica in enumerate(nodes[masters:]):
+        replica.execute_command("CLUSTER REPLICATE", nodes[r % masters].execute_command("CLUSTER MYID"))
+    _wait(lambda: all(n.cluster("info")["cluster_state"] == "ok" for n in nodes), 30, *procs)
+    if replicas:
+        _wait(lambda: all(n.info("replication")["master_link_status"] == "up" for n in nodes[masters:]), 30)
+    for n in nodes:
+        n.close()
+    return procs, f"redis+cluster://127.0.0.1:{ports[0]}/0"
 
 
 def _redis_ping(port: int) -> bool:

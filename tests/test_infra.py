@@ -34,6 +34,7 @@ from yamllint.config import YamlLintConfig
 from api.auth import digest, parse_keys
 from api.settings import Settings
 from contract import keys
+from contract.servers import cluster_url
 from contract.settings import rows
 from devstack.processes import ROOT, _spawn, _wait, free_port, redis_binary
 from worker.settings import WorkerSettings
@@ -41,6 +42,8 @@ from worker.settings import WorkerSettings
 K8S = ROOT / "infra" / "kubernetes"
 K8S_VERSION = "1.30"  # the oldest Kubernetes these manifests are meant for
 YAML_FILES = sorted(K8S.glob("*.yaml"))
+# The second topology (docs/operations.md, "Two Redis servers"), applied on top of the first.
+CLUSTER_FILES = sorted((K8S / "streams-cluster").glob("*.yaml"))
 LINT = YamlLintConfig("extends: default\nrules:\n  line-length: {max: 120}\n  document-start: disable\n")
 NAMESPACE = "tokenspool"
 USERS_ACL = ROOT / "infra" / "users.acl"
@@ -155,20 +158,21 @@ def docs(path: Path) -> list[dict]:
     return [d for d in yaml.safe_load_all(path.read_text()) if d]
 
 
-def objects() -> dict[tuple[str, str], dict]:
-    return {(d["kind"], d["metadata"]["name"]): d for f in YAML_FILES for d in docs(f)}
+def objects(files: list[Path] = YAML_FILES) -> dict[tuple[str, str], dict]:
+    return {(d["kind"], d["metadata"]["name"]): d for f in files for d in docs(f)}
 
 
 def env_of(container: dict) -> dict[str, str]:
     return {e["name"]: e.get("value", "") for e in container.get("env", [])}
 
 
-def secret_env(container: dict) -> dict[str, tuple[str, str]]:
-    """Env var -> (Secret, key) for the variables read from a Secret."""
+def secret_env(container: dict, optional: bool = False) -> dict[str, tuple[str, str]]:
+    """Env var -> (Secret, key) for the variables read from a Secret that must exist (or, with
+    `optional`, from one that may be absent: the streams cluster's)."""
     out = {}
     for e in container.get("env", []):
         ref = e.get("valueFrom", {}).get("secretKeyRef")
-        if ref:
+        if ref and bool(ref.get("optional")) == optional:
             out[e["name"]] = (ref["name"], ref["key"])
     return out
 
@@ -280,13 +284,13 @@ def admitted(objs: dict, labels: dict[str, str], port: int) -> str | list[dict]:
     return peers
 
 
-@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", YAML_FILES + CLUSTER_FILES, ids=lambda p: p.parent.name + "/" + p.name)
 def test_yaml_lint(path):
     problems = list(linter.run(path.read_text(), LINT, str(path)))
     assert not problems, "\n".join(str(p) for p in problems)
 
 
-@pytest.mark.parametrize("path", YAML_FILES, ids=lambda p: p.name)
+@pytest.mark.parametrize("path", YAML_FILES + CLUSTER_FILES, ids=lambda p: p.parent.name + "/" + p.name)
 def test_manifests_validate(path):
     for doc in docs(path):
         if doc["apiVersion"].startswith("keda.sh/"):
@@ -393,6 +397,58 @@ def test_every_secret_referenced_is_defined_and_used():
         assert key is None or key in available, f"Secret {name} has no {key}"
     assert set(defined) <= {name for name, _ in refs}, "a Secret nobody reads"
     assert TLS_SECRET not in defined  # cert-manager (or your PKI) makes it, with its key
+
+
+def test_the_streams_cluster_is_closed_and_its_secrets_agree_with_the_main_ones():
+    main, cluster = objects(), objects(CLUSTER_FILES)
+    defined = {name: set(o["stringData"]) for (kind, name), o in cluster.items() if kind == "Secret"}
+    refs: list[tuple[str, str | None]] = []
+    for o in cluster.values():
+        if o["kind"] in ("StatefulSet", "Job"):
+            spec = o["spec"]["template"]["spec"]
+            for c in spec["containers"]:
+                refs += secret_env(c).values()
+            for v in spec.get("volumes", []):
+                if "secret" in v:
+                    items = v["secret"].get("items")
+                    refs += (
+                        [(v["secret"]["secretName"], i["key"]) for i in items]
+                        if items
+                        else [(v["secret"]["secretName"], None)]
+                    )
+    # the API and the workers read their STREAMS_REDIS_URL from it, if it is there
+    for kind, name in (("Deployment", "tokenspool-api"), ("Deployment", "tokenspool-worker-smollm2")):
+        optional = secret_env(pod(main, kind, name)["spec"]["containers"][0], optional=True)
+        assert set(optional) == {"STREAMS_REDIS_URL"}
+        refs += optional.values()
+        secret, key = optional["STREAMS_REDIS_URL"]
+        url = urlsplit(secret_data(cluster, secret)[key])
+        (main_secret, main_key) = secret_env(pod(main, kind, name)["spec"]["containers"][0])["REDIS_URL"]
+        main_url = urlsplit(secret_data(main, main_secret)[main_key])
+        assert url.scheme == "rediss+cluster" and cluster_url(url.geturl())  # TLS, a cluster client
+        assert (url.username, url.password, url.query) == (
+            main_url.username,
+            main_url.password,
+            main_url.query,
+        )
+    for name, key in refs:
+        available = TLS_KEYS if name == "tokenspool-streams-tls" else defined.get(name)
+        assert available is not None and (key is None or key in available), (name, key)
+    assert set(defined) <= {name for name, _ in refs}, "a Secret nobody reads"
+    # the same API and worker users as the queues server, and an admin user for the bus
+    acl = secret_data(cluster, "tokenspool-streams-users")["users.acl"].splitlines()
+    users = acl_users()
+    assert acl[:3] == [users["default"], users["tokenspool-api"], users["tokenspool-worker"]]
+    assert acl[3].startswith("user tokenspool-admin on ><ADMIN_PASSWORD> ")
+    conf = cluster[("ConfigMap", "tokenspool-streams-config")]["data"]["redis.conf"].splitlines()
+    for line in (
+        "port 0",
+        "tls-cluster yes",
+        "tls-replication yes",
+        "cluster-enabled yes",
+        "maxmemory-policy noeviction",
+    ):
+        assert line in conf
 
 
 def test_redis_is_tls_only_with_acl_users_and_bounded_memory():

@@ -8,6 +8,7 @@ import time
 import redis
 
 from contract import keys, logs
+from contract.servers import sync_client
 from worker.heartbeat import Heartbeat
 from worker.lending import Lending
 from worker.link import Link
@@ -44,7 +45,7 @@ def main() -> None:
 
     def connect(url: str = settings.shared.redis_url) -> redis.Redis:
         # Named connections: when this process dies the API sees them vanish at once.
-        return redis.Redis.from_url(
+        return sync_client(
             url, client_name=keys.WORKER_CONNECTION_PREFIX + settings.name, health_check_interval=10
         )
 

@@ -170,7 +170,10 @@ class Publisher:
         with self._client.pipeline(transaction=False) as pipe:
             for attempt, sent in todo:
                 cid = attempt.completion_id
-                pipe.evalsha(
+                # execute_command: a cluster pipeline refuses `evalsha` (a script could touch
+                # keys of several slots), but routes EVALSHA by its keys; APPEND's share one slot.
+                pipe.execute_command(
+                    "EVALSHA",
                     self._append.sha,
                     len(scripts.job_keys(cid)),
                     *scripts.job_keys(cid),

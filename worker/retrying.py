@@ -8,12 +8,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 import redis
+from redis.exceptions import ClusterDownError, TryAgainError
 
 from worker.outage import Outage
 
 T = TypeVar("T")
 
-TRANSIENT = (redis.ConnectionError, redis.TimeoutError)
+# A cluster node failing over answers CLUSTERDOWN or TRYAGAIN for a moment (a streams cluster).
+TRANSIENT = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, TryAgainError)
 
 
 def retry(call: Callable[[], T], wait_s: float, outage: Outage) -> T:

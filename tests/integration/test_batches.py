@@ -156,7 +156,7 @@ def test_a_worker_killed_mid_batch_loses_no_line(pool, sdk):
     while not (running := running_ids(pool.r)):
         assert time.monotonic() < deadline
         time.sleep(0.02)
-    pool.holder(running[0].decode()).signal(signal.SIGKILL)
+    pool.holder(running[0]).signal(signal.SIGKILL)
     scaling = httpx.get(f"{pool.base}/scaling/{MODEL}", timeout=10).json()
     assert scaling["batch_queued"] + scaling["batch_in_flight"] > 0
     assert (

@@ -1,6 +1,8 @@
-"""Queues and streams on two Redis servers (STREAMS_REDIS_URL): every key lands on its own
-server, streams, resumes and worker crashes work as on one, and losing either server ends or
-continues the streams in flight properly, never hangs them."""
+"""Queues and streams on two Redis servers (STREAMS_REDIS_URL), the streams server a plain
+server or a 3-primary valkey cluster (each primary with a replica): every key lands on its
+own server, streams, resumes and worker crashes work as on one server, and losing the queues
+server, the streams server or a cluster primary ends or continues the streams in flight
+properly, never hangs them."""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import pytest
 import redis
 
 from contract import keys
+from contract.servers import sync_client
 from devstack.peek import job_ids, running_ids
-from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.processes import Proc, start_api, start_cluster, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_outage import STORY, Reader
 from tests.sse_contract import check_stream, split_events
@@ -32,7 +35,7 @@ class Split:
     logs: Path
     queues: Proc
     queues_url: str
-    streams: Proc
+    streams: list[Proc]  # one server, or the cluster's nodes (primaries first)
     streams_url: str
     api: Proc
     base: str
@@ -51,23 +54,28 @@ class Split:
         return redis.Redis.from_url(self.queues_url, socket_timeout=5)
 
     def s(self) -> redis.Redis:
-        return redis.Redis.from_url(self.streams_url, socket_timeout=5)
+        return sync_client(self.streams_url, socket_timeout=5)
 
-    def restart(self, which: str) -> None:
-        """Kill one server (SIGKILL, no persistence) and start it again on its port."""
-        proc = getattr(self, which)
-        proc.signal(signal.SIGKILL)
-        url = getattr(self, f"{which}_url")
-        port = int(url.rsplit(":", 1)[1].split("/")[0])
+    @property
+    def cluster(self) -> bool:
+        return len(self.streams) > 1
+
+    def restart_queues(self) -> None:
+        """Kill the queues server (SIGKILL, no persistence) and start it again on its port."""
+        self.queues.signal(signal.SIGKILL)
+        port = int(self.queues_url.rsplit(":", 1)[1].split("/")[0])
         time.sleep(2)
-        fresh, _ = start_redis(self.logs, port=port)
-        setattr(self, which, fresh)
+        self.queues, _ = start_redis(self.logs, port=port)
 
 
-@pytest.fixture
-def split(tmp_path):
+@pytest.fixture(params=["server", "cluster"])
+def split(request, tmp_path):
     queues, queues_url = start_redis(tmp_path)
-    streams, streams_url = start_redis(tmp_path)
+    if request.param == "cluster":
+        streams, streams_url = start_cluster(tmp_path, masters=3, replicas=1)
+    else:
+        server, streams_url = start_redis(tmp_path)
+        streams = [server]
     env = {**API_ENV, "STREAMS_REDIS_URL": streams_url}
     api, base = start_api(tmp_path, queues_url, env=env)
     s = Split(tmp_path, queues, queues_url, streams, streams_url, api, base, [])
@@ -76,7 +84,7 @@ def split(tmp_path):
         wait_for_model(base, MODEL, procs=(api, *s.workers))
         yield s
     finally:
-        for p in (*s.workers, s.api, s.queues, s.streams):
+        for p in (*s.workers, s.api, s.queues, *s.streams):
             p.stop()
 
 
@@ -160,24 +168,34 @@ def test_losing_the_queues_server_leaves_streams_in_flight_running(split):
     reader.join(timeout=120)
     parsed = check_stream(reader.raw, "chat")
     assert parsed.error is None and parsed.finish_reason in ("stop", "length"), reader.raw[-500:]
-    split.restart("queues")
+    split.restart_queues()
     wait_for_model(split.base, MODEL, timeout=60, procs=(split.api, *split.workers))
     answer = _post_until_served(split.base)
     assert answer["choices"][0]["finish_reason"] in ("stop", "length")
 
 
-def test_losing_the_streams_server_ends_streams_in_flight_with_an_error(split):
-    """The streams server restarts without persistence: the job it held is gone, and its
-    stream ends with an error and [DONE] (no hang); the same worker serves the next request."""
+def test_losing_the_streams_server_or_a_primary_ends_streams_in_flight_properly(split):
+    """One server restarts without persistence: the job it held is gone, and its stream ends
+    with an error and [DONE]. A cluster primary dies: its replica takes over, and the stream
+    goes on or ends with an error and [DONE]. Neither hangs; the same worker serves on."""
     reader = Reader(split.base, story(150))
     reader.start()
     assert reader.chunks.acquire(timeout=60), reader.raw
     pid = split.workers[0].pid
-    split.restart("streams")
+    if split.cluster:
+        owner = split.s().get_node_from_key(keys.job(reader.cid)).port
+        primary = next(p for p in split.streams if p.name.endswith(f"-{owner}"))
+        primary.signal(signal.SIGKILL)
+    else:
+        server = split.streams[0]
+        server.signal(signal.SIGKILL)
+        time.sleep(2)
+        port = int(split.streams_url.rsplit(":", 1)[1].split("/")[0])
+        split.streams = [start_redis(split.logs, port=port)[0]]
     reader.join(timeout=120)
     assert not reader.is_alive()
     parsed = check_stream(reader.raw, "chat")
-    if parsed.error is None:  # the restart was quick and the job had finished first
+    if parsed.error is None:  # it went on (a failover, or a restart after its end)
         assert parsed.finish_reason in ("stop", "length")
     else:
         assert parsed.error["code"] in ("not_found", "service_unavailable", "worker_lost"), parsed.error

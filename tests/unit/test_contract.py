@@ -40,7 +40,12 @@ def _every_tokenspool_key() -> list[str]:
     for name, obj in vars(keys).items():
         if isinstance(obj, str) and obj.startswith(keys.PREFIX + ":"):
             out.append(obj)
-        elif inspect.isfunction(obj) and obj.__module__ == keys.__name__ and not name.startswith("_"):
+        elif (
+            inspect.isfunction(obj)
+            and obj.__module__ == keys.__name__
+            and not name.startswith("_")
+            and inspect.signature(obj).return_annotation == "str"  # names a key (not `shard`)
+        ):
             params = [
                 p.name
                 for p in inspect.signature(obj).parameters.values()
