@@ -152,7 +152,11 @@ class Settings:
     )
     redis_timeout_s: float = setting(5.0, "REDIS_TIMEOUT_SECONDS", "per Redis command")
     redis_pool: int = setting(
-        50, "REDIS_POOL_SIZE", "connections shared by all requests (streams add one reader)", minimum=1
+        50,
+        "REDIS_POOL_SIZE",
+        "connections shared by all requests (streams add one reader; on a streams cluster, per node, and a "
+        "reader per shard)",
+        minimum=1,
     )
     redis_pool_wait_s: float = setting(
         30.0,

@@ -53,6 +53,7 @@ API_ENV = {
     "QUEUE_WAIT_SECONDS": "600",
     "REDIS_POOL_SIZE": "50",
     "LOG_LEVEL": "WARNING",
+    "ALLOW_NO_AUTH": "1",  # a private API on loopback
 }
 
 
@@ -142,12 +143,17 @@ class Bench:
         self.relays = ("hub",) if cluster else ("hub", "per-stream")
         self.apis: dict[str, tuple[Proc, int]] = {}
         self.workers: list[Proc] = []
-        for name, factory in (("hub", "api.app"), ("per-stream", "bench.per_stream_relay")):
-            if name in self.relays:
-                self.apis[name] = _uvicorn(f"api-{name}", factory, logs, {**self.env, **API_ENV})
-        self.bare = _uvicorn("bare", "bench.bare_sse", logs, {"LOG_LEVEL": "WARNING"})
-        for proc, port in [*self.apis.values(), self.bare]:
-            _wait(lambda p=port: _up(p), 30, proc)
+        self.bare: tuple[Proc, int] | None = None
+        try:
+            for name, factory in (("hub", "api.app"), ("per-stream", "bench.per_stream_relay")):
+                if name in self.relays:
+                    self.apis[name] = _uvicorn(f"api-{name}", factory, logs, {**self.env, **API_ENV})
+            self.bare = _uvicorn("bare", "bench.bare_sse", logs, {"LOG_LEVEL": "WARNING"})
+            for proc, port in [*self.apis.values(), self.bare]:
+                _wait(lambda p=port: _up(p), 30, proc)
+        except BaseException:
+            self.close()
+            raise
 
     def start_workers(self, tokens: int, rate: float, nice: int = 0) -> None:
         self.stop_workers()
@@ -176,7 +182,7 @@ class Bench:
 
     def close(self) -> None:
         self.stop_workers()
-        for proc, _ in [*self.apis.values(), self.bare]:
+        for proc, _ in [*self.apis.values(), *([self.bare] if self.bare else [])]:
             proc.stop()
         for p in (self.redis_proc, *self.stream_procs):
             p.stop()
