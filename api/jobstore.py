@@ -214,7 +214,11 @@ class JobStore:
             if verdict[0] == b"limit" and await self._forget_ended(owner):
                 verdict = await self._admit_job(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"new":
-                await self._record(spec, state, idempotency, fields or {})
+                try:
+                    await self._record(spec, state, idempotency, fields or {})
+                except BaseException:
+                    await self._unadmit(spec.id, owner, idempotency)
+                    raise
                 await self._enqueue(spec, keep_on_failure=idempotency is not None)
                 return Submitted(state, new=True)
             if verdict[0] == b"limit":
@@ -272,6 +276,14 @@ class JobStore:
                 "1" if owner and counted and quota.unfinished_jobs else "0",
             ],
         )
+
+    async def _unadmit(self, completion_id: str, owner: str, idempotency: Idempotency | None) -> None:
+        """Take back an ADMIT whose job could not be recorded (best effort: what stays is
+        dropped later, `_forget_ended` and `_held`)."""
+        with anyio.CancelScope(shield=True), contextlib.suppress(RedisError, OSError):
+            await self._q.zrem(keys.owned(owner, keys.Owned.JOBS), completion_id)
+            if idempotency:
+                await self._q.eval(_DELETE_IF, 1, idempotency.key, f"{completion_id} {idempotency.digest}")
 
     async def _forget_ended(self, owner: str) -> int:
         """Drop from the owner's unfinished jobs those that have ended, expired, or were

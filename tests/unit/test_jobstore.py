@@ -131,3 +131,26 @@ def test_a_job_admitted_but_never_recorded_stops_counting_after_the_grace():
         assert pair.sync().queues.zrange(index, 0, -1) == [b"chatcmpl-1"]
 
     asyncio.run(go())
+
+
+def test_a_job_the_streams_server_could_not_record_is_taken_back_from_its_owner():
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    from api.jobstore import Idempotency
+
+    async def go() -> None:
+        pair = FakePair()
+        s = store(pair)
+        pair.streams.connected = False  # the streams server is gone; the queues server answers
+        idem = Idempotency(keys.idempotency("alice", "k"), "digest")
+        with pytest.raises(RedisConnectionError):
+            await s.submit(
+                spec(1), "chat", 0, owner="alice", quota=Quota(unfinished_jobs=1), idempotency=idem
+            )
+        q = pair.sync().queues
+        assert q.zcard(keys.owned("alice", keys.Owned.JOBS)) == 0 and not q.exists(idem.key)
+        assert not q.llen(keys.queue_key("m"))  # nothing enqueued
+        pair.streams.connected = True
+        await s.submit(spec(2), "chat", 0, owner="alice", quota=Quota(unfinished_jobs=1), idempotency=idem)
+
+    asyncio.run(go())
