@@ -147,6 +147,13 @@ def rows(cls: type) -> list[Row]:
     return out
 
 
+def _one_server(raw: str) -> str:
+    """REDIS_URL: RQ's queues need one server, never a cluster."""
+    if "+cluster://" in raw.split("@", 1)[0]:
+        raise ValueError("RQ's queues need one server: give a cluster as STREAMS_REDIS_URL")
+    return raw
+
+
 @dataclass(frozen=True)
 class Shared:
     """What the API and the workers both read, and must agree on."""
@@ -156,6 +163,7 @@ class Shared:
         "REDIS_URL",
         "`redis://` or `rediss://` (TLS): the Redis both sides use; with STREAMS_REDIS_URL, the "
         "queues server only (RQ's queues, the worker registry, stats, owners' limits, files, batches)",
+        parse=_one_server,
     )
     streams_redis_url: str = setting(
         "",

@@ -83,3 +83,13 @@ def test_a_bad_value_names_its_variable():
     assert WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", "PREFIX_CACHE": "0"})
     with pytest.raises(SettingError, match="PREFIX_CACHE"):
         WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", "PREFIX_CACHE": "maybe"})
+
+
+def test_the_queues_are_never_on_a_cluster_the_streams_may_be():
+    with pytest.raises(SettingError, match="REDIS_URL"):
+        Settings.from_env({"REDIS_URL": "redis+cluster://h:7000/0"})
+    both = Settings.from_env(
+        {"REDIS_URL": "redis://q:6379/0", "STREAMS_REDIS_URL": "rediss+cluster://u:p@s:7000/0"}
+    )
+    assert both.shared.streams_url == "rediss+cluster://u:p@s:7000/0"
+    assert Settings.from_env({"REDIS_URL": "redis://q:6379/0"}).shared.streams_url == "redis://q:6379/0"
