@@ -23,7 +23,8 @@ from api.background import Background, Leader, every
 from api.batch_lines import Line
 from api.batches import ENDED, BatchStatus, batch_hash
 from api.files import FileRecord, files_of
-from api.jobstore import Idempotency, JobState
+from api.jobstore import JobState
+from api.owners import Idempotency
 from api.services import Services
 from api.surfaces import BATCHABLE, BY_NAME
 from contract import errors, keys

@@ -23,8 +23,9 @@ from api.auth import request_owner
 from api.bodies import Body, parse
 from api.cursor import BadCursor
 from api.errors import APIError, invalid
-from api.jobstore import Idempotency, IdempotencyConflict, JobState, OwnerLimit, OwnerRate, Quota, Submitted
+from api.jobstore import JobState, Submitted
 from api.metrics import StreamTiming
+from api.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota
 from api.services import Services
 from api.streams import SSEStream, collect, respond
 from api.surfaces import Surface

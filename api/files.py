@@ -27,7 +27,7 @@ from api.auth import request_owner
 from api.batch_lines import parse_lines
 from api.endpoints import read_body
 from api.errors import APIError, invalid
-from api.jobstore import OwnerRate
+from api.owners import OwnerRate
 from api.paging import page
 from api.services import Services
 from contract import errors, keys, scripts

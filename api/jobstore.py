@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from dataclasses import dataclass
 
 import anyio
@@ -18,6 +17,16 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
+from api.owners import (
+    RECORD_GRACE_MS,
+    Idempotency,
+    IdempotencyConflict,
+    OwnerLimit,
+    OwnerRate,
+    Owners,
+    Quota,
+    now_ms,
+)
 from contract import entries, keys, queueing, scripts
 from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
 from contract.jobspec import JobSpec, digest
@@ -36,15 +45,6 @@ if tonumber(ARGV[1]) > seen then
 end
 return seen
 """
-# KEYS[1]=a key; ARGV[1]=a value. Deletes the key if it still holds that value.
-_DELETE_IF = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
-
-
-def now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 async def running_ids(streams: aredis.Redis) -> list[str]:
@@ -89,44 +89,6 @@ class RunningAttempt:
 
 
 @dataclass(frozen=True)
-class Idempotency:
-    """A request's Idempotency-Key, as one owner's key of one request."""
-
-    key: str  # contract.keys.idempotency(owner, sha256 of the header)
-    digest: str  # the request's own digest: a retry must carry the same request
-
-
-class IdempotencyConflict(Exception):
-    """The Idempotency-Key was used before for a different request."""
-
-
-class OwnerLimit(Exception):
-    """The owner already has the most unfinished jobs allowed."""
-
-    def __init__(self, unfinished: int) -> None:
-        super().__init__(unfinished)
-        self.unfinished = unfinished
-
-
-class OwnerRate(Exception):
-    """The owner is over its request rate or byte budget this minute."""
-
-    def __init__(self, what: str) -> None:
-        super().__init__(what)
-        self.what = what  # "requests" or "bytes"
-
-
-@dataclass(frozen=True)
-class Quota:
-    """An owner's limits, checked with the job's record in one step (0: no limit)."""
-
-    unfinished_jobs: int = 0
-    requests_per_minute: int = 0
-    bytes_per_minute: int = 0
-    request_bytes: int = 0  # what this request counts against the byte budget
-
-
-@dataclass(frozen=True)
 class Submitted:
     job: JobState
     new: bool  # False: an earlier request with the same Idempotency-Key made the job
@@ -144,11 +106,6 @@ _STATE_FIELDS = [
     JobField.DETACHED,
     JobField.ECHO,
 ]
-
-
-OWNER_RECORD_GRACE_MS = 10_000
-"""An owner's job admitted this long ago and still not recorded will never be: its API died
-in between (admitting and recording are two steps, on two servers)."""
 
 
 class JobStore:
@@ -170,7 +127,7 @@ class JobStore:
         self._end = self._r.register_script(scripts.END)
         self._end_if_late = self._r.register_script(scripts.END_IF_LATE)
         self._record_script = self._r.register_script(scripts.RECORD)
-        self._admit = self._q.register_script(scripts.ADMIT)
+        self.owners = Owners(self._q, self._r, recovery.job_ttl_s)
         self._dead_batch = self._q.register_script(_DEAD_BATCH)
 
     async def submit(
@@ -183,7 +140,7 @@ class JobStore:
         include_usage: bool = False,
         detached: bool = False,
         idempotency: Idempotency | None = None,
-        quota: Quota = Quota(),
+        quota: Quota | None = None,
         fields: dict[str, str] | None = None,
         start_by_ms: int | None = None,
         counted: bool = True,
@@ -208,16 +165,16 @@ class JobStore:
             detached=detached,
             echo=(fields or {}).get(JobField.ECHO, ""),
         )
-        quota = quota if owner else Quota()
+        quota = quota if owner and quota else Quota()
         for _ in range(2):  # a second time if the key named a job that has since expired
-            verdict = await self._admit_job(spec.id, owner, idempotency, quota, counted)
-            if verdict[0] == b"limit" and await self._forget_ended(owner):
-                verdict = await self._admit_job(spec.id, owner, idempotency, quota, counted)
+            verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
+            if verdict[0] == b"limit" and await self.owners.forget_ended(owner):
+                verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"new":
                 try:
                     await self._record(spec, state, idempotency, fields or {})
                 except BaseException:
-                    await self._unadmit(spec.id, owner, idempotency)
+                    await self.owners.take_back(spec.id, owner, idempotency)
                     raise
                 await self._enqueue(spec, keep_on_failure=idempotency is not None)
                 return Submitted(state, new=True)
@@ -226,7 +183,7 @@ class JobStore:
             if verdict[0] == b"rate":
                 raise OwnerRate(as_text(verdict[1]))
             assert idempotency is not None
-            held = await self._held(idempotency, as_text(verdict[1]))
+            held = await self.idempotent(idempotency)  # the key names a job (or did, a moment ago)
             if held is not None:
                 return Submitted(held, new=False)
         raise IdempotencyConflict(spec.id)  # the key was taken twice in a row: let the client retry
@@ -234,76 +191,23 @@ class JobStore:
     async def idempotent(self, idempotency: Idempotency) -> JobState | None:
         """The job an earlier request with this Idempotency-Key made, if it still exists
         (IdempotencyConflict if that request was another one)."""
-        held = await self._q.get(idempotency.key)
-        return await self._held(idempotency, as_text(held)) if held is not None else None
+        holding = await self.owners.holding(idempotency)
+        return await self._held(idempotency, holding) if holding is not None else None
 
-    async def _held(self, idempotency: Idempotency, held: str) -> JobState | None:
+    async def _held(self, idempotency: Idempotency, holding: tuple[str, int]) -> JobState | None:
         """The job an idempotency key holds, or None (a key whose job has expired, or was
         never recorded because its API died, is freed: a key lives as long as its job). A
         job admitted moments ago may be on its way to its record: it is waited for."""
+        held, age_ms = holding
         held_id, _, held_digest = held.partition(" ")
         if held_digest != idempotency.digest:
             raise IdempotencyConflict(held_id)
-        age_ms = self.recovery.job_ttl_s * 1000 - await self._q.pttl(idempotency.key)
-        while (job := await self.state(held_id)) is None and age_ms < OWNER_RECORD_GRACE_MS:
+        while (job := await self.state(held_id)) is None and age_ms < RECORD_GRACE_MS:
             await anyio.sleep(0.05)
             age_ms += 50
         if job is None:
-            await self._q.eval(_DELETE_IF, 1, idempotency.key, held)
+            await self.owners.free(idempotency, held)
         return job
-
-    async def _admit_job(
-        self, completion_id: str, owner: str, idempotency: Idempotency | None, quota: Quota, counted: bool
-    ) -> list:
-        """Count the job against its owner (contract.scripts.ADMIT)."""
-        minute = int(time.time() // 60)
-        unfinished = keys.owned(owner, keys.Owned.JOBS)
-        return await self._admit(
-            keys=[
-                unfinished,
-                idempotency.key if idempotency else unfinished,
-                keys.requests_per_minute(owner, minute) if owner else unfinished,
-                keys.bytes_per_minute(owner, minute) if owner else unfinished,
-            ],
-            args=[
-                completion_id,
-                f"{completion_id} {idempotency.digest}" if idempotency else "",
-                self.recovery.job_ttl_s,
-                quota.unfinished_jobs,
-                quota.requests_per_minute,
-                quota.bytes_per_minute,
-                quota.request_bytes,
-                "1" if owner and counted and quota.unfinished_jobs else "0",
-            ],
-        )
-
-    async def _unadmit(self, completion_id: str, owner: str, idempotency: Idempotency | None) -> None:
-        """Take back an ADMIT whose job could not be recorded (best effort: what stays is
-        dropped later, `_forget_ended` and `_held`)."""
-        with anyio.CancelScope(shield=True), contextlib.suppress(RedisError, OSError):
-            await self._q.zrem(keys.owned(owner, keys.Owned.JOBS), completion_id)
-            if idempotency:
-                await self._q.eval(_DELETE_IF, 1, idempotency.key, f"{completion_id} {idempotency.digest}")
-
-    async def _forget_ended(self, owner: str) -> int:
-        """Drop from the owner's unfinished jobs those that have ended, expired, or were
-        admitted but never recorded; returns how many went."""
-        index = keys.owned(owner, keys.Owned.JOBS)
-        held = await self._q.zrange(index, 0, -1, withscores=True)
-        if not held:
-            return 0
-        async with self._r.pipeline(transaction=False) as pipe:
-            for cid, _ in held:
-                pipe.hget(keys.job(as_text(cid)), JobField.ENDED)
-                pipe.exists(keys.job(as_text(cid)))
-            rows = await pipe.execute()
-        recent = now_ms() - OWNER_RECORD_GRACE_MS
-        gone = [
-            cid
-            for i, (cid, admitted) in enumerate(held)
-            if rows[2 * i] == b"1" or (not rows[2 * i + 1] and admitted < recent)
-        ]
-        return int(await self._q.zrem(index, *gone)) if gone else 0
 
     async def _record(
         self, spec: JobSpec, state: JobState, idempotency: Idempotency | None, extra: dict[str, str]

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aredis
 
-from api.jobstore import now_ms
+from api.owners import now_ms
 from contract import keys
 from contract.entries import as_text
 

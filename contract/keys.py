@@ -178,7 +178,7 @@ class Owned(StrEnum):
     JOBS = "jobs"
     """ZSET: the jobs the key created that may not have ended (completion id -> created ms),
     for MAX_JOBS_PER_KEY: ADMIT adds; ended, expired and never-recorded ones are dropped when
-    an ADMIT finds the owner at the limit (api/jobstore.py), and by age."""
+    an ADMIT finds the owner at the limit (api/owners.py), and by age."""
     FILES = "files"
     """ZSET: the owner's files (id -> created, s), for listing."""
     FILE_SIZES = "filesizes"

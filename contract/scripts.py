@@ -8,7 +8,7 @@ ended, should it stop" is checked in the same step as the write:
   or when its Idempotency-Key names another job (then that job's id is returned). Checking a
   limit and counting the job against it are one step, so concurrent requests on any
   replicas cannot overshoot it. An ended job leaves its owner's count when a later ADMIT
-  finds the owner at the limit (api/jobstore.py): the scripts that end a job run on the
+  finds the owner at the limit (api/owners.py): the scripts that end a job run on the
   streams server and cannot reach the queues server's count.
 - `RECORD` records an admitted job (streams server). The job is pending until its enqueuer
   says it is on an RQ queue.

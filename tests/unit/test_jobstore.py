@@ -8,7 +8,8 @@ import asyncio
 
 import pytest
 
-from api.jobstore import OWNER_RECORD_GRACE_MS, JobStore, OwnerLimit, OwnerRate, Quota, now_ms
+from api.jobstore import JobStore
+from api.owners import RECORD_GRACE_MS, OwnerLimit, OwnerRate, Quota, now_ms
 from contract import keys
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
@@ -126,7 +127,7 @@ def test_a_job_admitted_but_never_recorded_stops_counting_after_the_grace():
         pair.sync().queues.zadd(index, {"chatcmpl-fresh": now_ms()})
         with pytest.raises(OwnerLimit):  # it may be on its way to its record
             await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
-        pair.sync().queues.zadd(index, {"chatcmpl-fresh": now_ms() - OWNER_RECORD_GRACE_MS - 1})
+        pair.sync().queues.zadd(index, {"chatcmpl-fresh": now_ms() - RECORD_GRACE_MS - 1})
         await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
         assert pair.sync().queues.zrange(index, 0, -1) == [b"chatcmpl-1"]
 
@@ -136,7 +137,7 @@ def test_a_job_admitted_but_never_recorded_stops_counting_after_the_grace():
 def test_a_job_the_streams_server_could_not_record_is_taken_back_from_its_owner():
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from api.jobstore import Idempotency
+    from api.owners import Idempotency
 
     async def go() -> None:
         pair = FakePair()
