@@ -53,12 +53,16 @@ def enqueue(
         description=f"completion {completion_id}",
         at_front=epoch > 0,
     )
+    pending = keys.pending(keys.shard(completion_id))
     with client.pipeline(transaction=False) as pipe:
         pipe.lpush(keys.wake(model), 1)
         pipe.ltrim(keys.wake(model), 0, 63)  # tokens only wake idle workers: a few suffice
         pipe.zrem(keys.reserved(model), completion_id)  # its place is taken now
+        if not servers.split:  # one server: the same round trip (a new job's first token waits on it)
+            pipe.zrem(pending, completion_id)
         pipe.execute()
-    servers.streams.zrem(keys.pending(keys.shard(completion_id)), completion_id)
+    if servers.split:
+        servers.streams.zrem(pending, completion_id)
 
 
 def abandon(

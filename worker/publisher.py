@@ -170,13 +170,14 @@ class Publisher:
         with self._client.pipeline(transaction=False) as pipe:
             for attempt, sent in todo:
                 cid = attempt.completion_id
+                job_keys = scripts.job_keys(cid)
                 # execute_command: a cluster pipeline refuses `evalsha` (a script could touch
                 # keys of several slots), but routes EVALSHA by its keys; APPEND's share one slot.
                 pipe.execute_command(
                     "EVALSHA",
                     self._append.sha,
-                    len(scripts.job_keys(cid)),
-                    *scripts.job_keys(cid),
+                    len(job_keys),
+                    *job_keys,
                     *scripts.append_args(cid, attempt.written, sent, self._link.recovery.retention_s),
                 )
             return pipe.execute(raise_on_error=False)

@@ -155,3 +155,40 @@ def test_a_job_the_streams_server_could_not_record_is_taken_back_from_its_owner(
         await s.submit(spec(2), "chat", 0, owner="alice", quota=Quota(unfinished_jobs=1), idempotency=idem)
 
     asyncio.run(go())
+
+
+def test_on_one_server_a_job_leaves_pending_with_its_enqueue():
+    import fakeredis
+
+    from contract.servers import Servers
+
+    async def go() -> None:
+        server = fakeredis.FakeServer()
+        one = fakeredis.FakeAsyncRedis(server=server)
+        sync = fakeredis.FakeRedis(server=server)
+        s = JobStore(Servers(one, one), Servers(sync, sync), queue_wait_s=60, recovery=RECOVERY)
+        await s.submit(spec(8), "chat", 0)
+        assert sync.zcard(keys.pending(keys.shard("chatcmpl-8"))) == 0
+        assert sync.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-8"]
+
+    asyncio.run(go())
+
+
+def test_a_request_without_limits_or_key_is_admitted_without_a_round_trip():
+    async def go() -> None:
+        pair = FakePair()
+        s = store(pair)
+        calls = []
+
+        async def admit(**kw):
+            calls.append(kw)
+            return [b"new"]
+
+        s.owners._admit = admit
+        await s.submit(spec(9), "chat", 0)  # no owner (no keys), no Idempotency-Key
+        await s.submit(spec(10), "chat", 0, owner="alice", quota=Quota())  # an owner without limits
+        assert calls == []
+        await s.submit(spec(11), "chat", 0, owner="alice", quota=Quota(requests_per_minute=5))
+        assert len(calls) == 1
+
+    asyncio.run(go())
