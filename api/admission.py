@@ -13,7 +13,7 @@ from redis.exceptions import RedisError
 from api.errors import APIError, invalid
 from api.memory import MemoryWatch
 from api.registry import WorkerRegistry
-from api.settings import Settings
+from api.settings import Intake, Quotas
 from contract import errors, keys, scripts
 
 RESERVATION_S = 10.0  # a place held for a request lasts this long unless its enqueue takes it
@@ -63,13 +63,14 @@ class Admission:
         registry: WorkerRegistry,
         streams: OpenStreams,
         memory: MemoryWatch,
-        settings: Settings,
+        intake: Intake,
+        quotas: Quotas,
     ) -> None:
         self._r = client
         self._registry = registry
         self._streams = streams
         self._memory = memory
-        self._settings = settings
+        self._intake, self._quotas = intake, quotas
         self._reserve = client.register_script(scripts.RESERVE)
 
     async def models(self, names: list[str] | None = None) -> dict[str, int]:
@@ -77,14 +78,14 @@ class Admission:
         announced itself recently, and the configured KNOWN_MODELS (0 workers: they scale from
         zero, their jobs wait in the queue)."""
         live = await self._registry.live_models(names)
-        known = [m for m in self._settings.known_models if names is None or m in names]
+        known = [m for m in self._intake.known_models if names is None or m in names]
         return {**dict.fromkeys(known, 0), **live}
 
     def storage(self) -> None:
         """503 (with Retry-After) once Redis is nearly full: new work of any kind (a job, a
         file, a batch) waits, and what is running keeps room to finish."""
         if self._memory.full:
-            raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._settings.retry_after_s)})
+            raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._intake.retry_after_s)})
 
     async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> None:
         """Admit a new job for `model`: 404 if nobody serves it, 503 when Redis is nearly full,
@@ -99,12 +100,12 @@ class Admission:
             self._registry.contexts(pipe, model)
             await self._reserve(
                 keys=[*keys.queue_keys(model), keys.reserved(model)],
-                args=[self._settings.queue_limit(model), request_id, hold_ms],
+                args=[self._intake.queue_limit(model), request_id, hold_ms],
                 client=pipe,
             )
             workers, contexts, (held, depth) = await pipe.execute()
         try:
-            if not workers and model not in self._settings.known_models:
+            if not workers and model not in self._intake.known_models:
                 raise not_found(model)
             self._check_prompt(prompt, [int(c) for c in contexts])
         except APIError:
@@ -115,7 +116,7 @@ class Admission:
             raise self._too_many(
                 errors.QUEUE_FULL,
                 f"The queue for '{model}' is full ({depth} requests waiting); retry after "
-                f"{self._settings.retry_after_s} seconds.",
+                f"{self._intake.retry_after_s} seconds.",
             )
 
     async def release(self, model: str, request_id: str) -> None:
@@ -129,7 +130,7 @@ class Admission:
         chars, param = prompt
         if not contexts:
             return  # no worker ever announced one: MAX_PROMPT_CHARS alone applies
-        limit = self._settings.prompt_chars_per_token * min(contexts)
+        limit = self._intake.prompt_chars_per_token * min(contexts)
         if chars > limit:
             raise invalid(
                 f"Invalid '{param}': the prompt is {chars} characters long; this model's context "
@@ -143,7 +144,7 @@ class Admission:
         MAX_STREAMS_PER_KEY open streams on this API process (counted per process: N replicas
         allow up to N times as many). Without API keys there is no per-key limit. Nothing is
         awaited between the check and the taking."""
-        limit = self._settings.max_streams_per_key
+        limit = self._quotas.max_streams_per_key
         open_streams = self._streams.count(owner)
         if owner and limit > 0 and open_streams >= limit:
             raise self._too_many(
@@ -155,14 +156,14 @@ class Admission:
     def rate(self, what: str) -> APIError:
         """The refusal of a job over the key's request rate or byte budget (contract.scripts.ADMIT)."""
         limit = (
-            f"{self._settings.key_requests_per_minute} requests"
+            f"{self._quotas.key_requests_per_minute} requests"
             if what == "requests"
-            else f"{self._settings.key_bytes_per_minute} bytes"
+            else f"{self._quotas.key_bytes_per_minute} bytes"
         )
         return self._too_many(
             errors.RATE_LIMITED,
             f"This API key sent more than {limit} per minute; retry after "
-            f"{self._settings.retry_after_s} seconds.",
+            f"{self._intake.retry_after_s} seconds.",
         )
 
     def jobs(self, unfinished: int) -> APIError:
@@ -171,11 +172,11 @@ class Admission:
         return self._too_many(
             errors.TOO_MANY_JOBS,
             f"Too many unfinished requests for this API key ({unfinished}; the limit is "
-            f"{self._settings.max_jobs_per_key}).",
+            f"{self._quotas.max_jobs_per_key}).",
         )
 
     def _too_many(self, error: errors.ErrorCode, message: str) -> APIError:
-        return APIError(error, message, headers={"Retry-After": str(self._settings.retry_after_s)})
+        return APIError(error, message, headers={"Retry-After": str(self._intake.retry_after_s)})
 
 
 def not_found(model: str) -> APIError:

@@ -78,18 +78,18 @@ def _middleware(settings: Settings) -> list[Middleware]:
     """CORS (only for the configured origins; off by default) wraps the key check, so a
     browser's preflight is answered without a key."""
     out = []
-    if settings.cors_origins:
+    if settings.access.cors_origins:
         out.append(
             Middleware(
                 CORSMiddleware,
-                allow_origins=list(settings.cors_origins),
+                allow_origins=list(settings.access.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
                 allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "Prefer", "Idempotency-Key"],
                 max_age=600,
             )
         )
-    public = PUBLIC_PATHS | (ui.PATHS if settings.ui else frozenset())
-    keys = KeyRing(settings.api_keys, settings.api_keys_file)
+    public = PUBLIC_PATHS | (ui.PATHS if settings.access.ui else frozenset())
+    keys = KeyRing(settings.access.api_keys, settings.access.api_keys_file)
     out.append(Middleware(APIKeyMiddleware, keys=keys, public=public))
     return out
 
@@ -106,7 +106,7 @@ EXCEPTION_HANDLERS = {
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or Settings.from_env()
     logs.configure("api", settings.shared)
-    if not (settings.api_keys or settings.api_keys_file or settings.allow_no_auth):
+    if not (settings.access.api_keys or settings.access.api_keys_file or settings.access.allow_no_auth):
         raise SettingError(
             "No API keys: set API_KEYS or API_KEYS_FILE, or ALLOW_NO_AUTH=1 for a private server "
             "(the local run sets it)"
@@ -117,9 +117,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
         await anyio.sleep(0)  # anyio imports its asyncio backend at first use: now, not in a request
         services = await Services.start(settings)
         internal = None
-        if settings.internal_port:
+        if settings.access.internal_port:
             internal = InternalServer(
-                services, settings.internal_port, settings.internal_host, EXCEPTION_HANDLERS
+                services, settings.access.internal_port, settings.access.internal_host, EXCEPTION_HANDLERS
             )
             await internal.start()
         driver = BatchDriver(services)
@@ -138,12 +138,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/v1/models", pool.list_models),
         Route("/v1/models/{model:path}", pool.get_model),
     ]
-    if not settings.internal_port:  # else they are on the internal port only
+    if not settings.access.internal_port:  # else they are on the internal port only
         routes += internal_routes.ROUTES
     for endpoints in (Endpoints(CHAT), Endpoints(TEXT), ResponsesEndpoints(RESPONSES)):
         routes += endpoints.routes()
     routes += files.ROUTES + batches.ROUTES
-    if settings.ui:
+    if settings.access.ui:
         routes += ui.routes()
     return Starlette(
         routes=routes,

@@ -49,7 +49,7 @@ class BatchDriver:
         self._s = services
         self._leader = Leader(services.redis, keys.BATCH_DRIVER_LOCK)
         self._answer = services.redis.register_script(_ANSWER)
-        interval = services.settings.batch_interval_s
+        interval = services.settings.batches.batch_interval_s
         self._task = Background("batches", lambda: every(interval, self.tick, "batch driver"))
 
     def start(self) -> None:
@@ -59,7 +59,7 @@ class BatchDriver:
         await self._task.stop()
 
     async def tick(self) -> None:
-        lock_ms = int(max(self._s.settings.batch_interval_s * 10, 5.0) * 1000)
+        lock_ms = int(max(self._s.settings.batches.batch_interval_s * 10, 5.0) * 1000)
         if not await self._leader.held(lock_ms):
             return
         for raw in await self._s.redis.zrange(keys.ACTIVE_BATCHES, 0, -1):
@@ -94,7 +94,7 @@ class BatchDriver:
                 await self._finalize(batch_id, h, ending)
             return
         sent, total = int(h["next"]), int(h["total"])
-        while len(open_lines) < self._s.settings.batch_in_flight and sent < total:
+        while len(open_lines) < self._s.settings.batches.batch_in_flight and sent < total:
             open_lines[sent] = await self._send(batch_id, h, sent)
             sent += 1
         if sent == total and not open_lines:
@@ -205,7 +205,7 @@ class BatchDriver:
         bad = [results[n] for n in sorted(results) if not (results[n]["error"] is None and _ok(results[n]))]
         fields: dict[str, object] = {"status": status, f"{status}_at": now, "failed": len(bad)}
         fields["completed"] = len(good)
-        retention = self._s.settings.file_retention_s
+        retention = self._s.settings.batches.file_retention_s
         for kind, rows in (("output", good), ("error", bad)):
             if rows:
                 file_id = f"file-{batch_id[6:]}{kind[0]}"

@@ -117,13 +117,17 @@ async def create(request: Request) -> Response:
     services: Services = request.state.services
     settings = services.settings
     services.admission.storage()
-    body = parse(BatchRequest, await read_body(request, settings.max_body_bytes, settings.request_read_s))
+    body = parse(
+        BatchRequest, await read_body(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
+    )
     owner = request_owner(request)
     files = files_of(services)
     record = await files.get(body.input_file_id)
     if record is None or not hmac.compare_digest(record.owner, owner) or record.purpose != "batch":
         raise APIError(errors.NOT_FOUND, "No batch input file found with that id.", param="input_file_id")
-    lines = parse_lines(await files.content(record.id) or b"", settings.limits, settings.batch_max_lines)
+    lines = parse_lines(
+        await files.content(record.id) or b"", settings.limits, settings.batches.batch_max_lines
+    )
     for line in lines:
         if line.url != body.endpoint:
             raise invalid(f"Line {line.number}: url {line.url} is not the batch's endpoint.", "input_file_id")
@@ -157,7 +161,7 @@ async def create(request: Request) -> Response:
         args=[
             batch_id,
             int(time.time() * 1000),
-            settings.max_batches_per_key,
+            settings.quotas.max_batches_per_key,
             STALE_RUNNING_MS,
             len(rows),
             *rows,
@@ -167,9 +171,9 @@ async def create(request: Request) -> Response:
     if not created[0]:
         raise APIError(
             errors.TOO_MANY_JOBS,
-            f"This key has {created[1]} batches running (the limit is {settings.max_batches_per_key}); "
-            "wait for one to end.",
-            headers={"Retry-After": str(settings.retry_after_s)},
+            f"This key has {created[1]} batches running (the limit is "
+            f"{settings.quotas.max_batches_per_key}); wait for one to end.",
+            headers={"Retry-After": str(settings.intake.retry_after_s)},
         )
     services.metrics.created.labels("batches").inc()
     return JSONResponse(batch_object(batch_id, {k: str(v) for k, v in fields.items()}))

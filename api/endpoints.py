@@ -104,7 +104,7 @@ class Endpoints:
         arrived = time.monotonic()
         services: Services = request.state.services
         settings = services.settings
-        raw = await read_body(request, settings.max_body_bytes, settings.request_read_s)
+        raw = await read_body(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
         body = parse(self.surface.body, raw)
         owner = request_owner(request)
         await self.prepare(services, body, owner)
@@ -174,9 +174,9 @@ class Endpoints:
             idempotency=ask.idempotency,
             fields=body.job_fields(cid),
             quota=Quota(
-                unfinished_jobs=settings.max_jobs_per_key,
-                requests_per_minute=settings.key_requests_per_minute,
-                bytes_per_minute=settings.key_bytes_per_minute,
+                unfinished_jobs=settings.quotas.max_jobs_per_key,
+                requests_per_minute=settings.quotas.key_requests_per_minute,
+                bytes_per_minute=settings.quotas.key_bytes_per_minute,
                 request_bytes=ask.size,
             ),
         )

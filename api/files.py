@@ -191,7 +191,7 @@ async def upload(request: Request) -> Response:
     services: Services = request.state.services
     settings = services.settings
     services.admission.storage()
-    form = await _form(request, settings.file_max_bytes + 65536, settings.request_read_s)
+    form = await _form(request, settings.batches.file_max_bytes + 65536, settings.limits.request_read_s)
     purpose, upload_ = form.get("purpose"), form.get("file")
     if purpose is None:
         raise invalid(
@@ -202,14 +202,16 @@ async def upload(request: Request) -> Response:
     if not isinstance(upload_, UploadFile):
         raise invalid("Missing required parameter: 'file'.", param="file", error=errors.MISSING_PARAMETER)
     content = await upload_.read()
-    if len(content) > settings.file_max_bytes:
-        raise APIError(errors.TOO_LARGE, f"The file exceeds the limit of {settings.file_max_bytes} bytes.")
-    if settings.key_bytes_per_minute and len(content) > settings.key_bytes_per_minute:
+    if len(content) > settings.batches.file_max_bytes:
+        raise APIError(
+            errors.TOO_LARGE, f"The file exceeds the limit of {settings.batches.file_max_bytes} bytes."
+        )
+    if settings.quotas.key_bytes_per_minute and len(content) > settings.quotas.key_bytes_per_minute:
         raise APIError(  # a 429 would ask for a retry that can never succeed
             errors.TOO_LARGE,
-            f"The file exceeds this key's budget of {settings.key_bytes_per_minute} bytes per minute.",
+            f"The file exceeds this key's budget of {settings.quotas.key_bytes_per_minute} bytes per minute.",
         )
-    parse_lines(content, settings.limits, settings.batch_max_lines)
+    parse_lines(content, settings.limits, settings.batches.batch_max_lines)
     now = int(time.time())
     record = FileRecord(
         new_id("file-"),
@@ -218,17 +220,19 @@ async def upload(request: Request) -> Response:
         purpose,
         len(content),
         now,
-        now + _lifetime(form, settings.file_retention_s),
+        now + _lifetime(form, settings.batches.file_retention_s),
     )
     quota = UploadQuota(
-        settings.files_bytes_per_key, settings.key_requests_per_minute, settings.key_bytes_per_minute
+        settings.quotas.files_bytes_per_key,
+        settings.quotas.key_requests_per_minute,
+        settings.quotas.key_bytes_per_minute,
     )
     try:
         await files_of(services).put(record, content, quota)
     except FileQuota:
         raise APIError(
             errors.TOO_LARGE,
-            f"This key's files would exceed {settings.files_bytes_per_key} bytes: delete some first.",
+            f"This key's files would exceed {settings.quotas.files_bytes_per_key} bytes: delete some first.",
             param="file",
         ) from None
     except OwnerRate as exc:

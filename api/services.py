@@ -59,8 +59,8 @@ class Services:
         url = settings.shared.redis_url
         # Few, fast retries: a lost Redis must turn into a 503 in seconds, not a hang.
         common = dict(
-            socket_timeout=settings.redis_timeout_s,
-            socket_connect_timeout=min(settings.redis_timeout_s, 2.0),
+            socket_timeout=settings.connection.redis_timeout_s,
+            socket_connect_timeout=min(settings.connection.redis_timeout_s, 2.0),
             health_check_interval=30,
         )
         streams_url = settings.shared.streams_url
@@ -68,9 +68,14 @@ class Services:
         def pooled(at: str) -> aredis.Redis:
             if cluster_url(at):  # a cluster client keeps a pool per node
                 return async_cluster_client(
-                    at, wait_s=settings.redis_pool_wait_s, max_connections=settings.redis_pool, **common
+                    at,
+                    wait_s=settings.connection.redis_pool_wait_s,
+                    max_connections=settings.connection.redis_pool,
+                    **common,
                 )
-            return shared_client(at, settings.redis_pool, settings.redis_pool_wait_s, **common)
+            return shared_client(
+                at, settings.connection.redis_pool, settings.connection.redis_pool_wait_s, **common
+            )
 
         def synchronous(at: str) -> redis.Redis:
             return sync_client(at, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common)
@@ -89,17 +94,19 @@ class Services:
         jobs = JobStore(
             servers,
             rq_servers,
-            queue_wait_s=settings.queue_wait_s,
-            deadline_s=settings.job_deadline_s,
+            queue_wait_s=settings.lifetimes.queue_wait_s,
+            deadline_s=settings.lifetimes.job_deadline_s,
             recovery=settings.recovery,
         )
-        registry = WorkerRegistry(client, settings.worker_stale_s)
+        registry = WorkerRegistry(client, settings.lifetimes.worker_stale_s)
         streams = OpenStreams()
-        memory = MemoryWatch(servers, settings.redis_memory_high)
+        memory = MemoryWatch(servers, settings.intake.redis_memory_high)
         await memory.start()
         hub = StreamHub(streams_url, servers.streams)
         await hub.start()
-        reaper = Reaper(servers, jobs, registry, settings.reaper_interval_s, settings.reaper_settle_s)
+        reaper = Reaper(
+            servers, jobs, registry, settings.lifetimes.reaper_interval_s, settings.lifetimes.reaper_settle_s
+        )
         await reaper.start()
         return cls(
             settings=settings,
@@ -109,7 +116,7 @@ class Services:
             jobs=jobs,
             registry=registry,
             stats=ClusterStats(servers),
-            admission=Admission(client, registry, streams, memory, settings),
+            admission=Admission(client, registry, streams, memory, settings.intake, settings.quotas),
             hub=hub,
             reaper=reaper,
             memory=memory,

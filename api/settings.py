@@ -1,5 +1,6 @@
 """API settings, each declared once with its variable, default and meaning (docs/configuration.md
-is generated from these declarations)."""
+is generated from these declarations). They come in groups, one per concern, so a handler or a
+store reads the group it works with (`settings.quotas`, `settings.batches`, ...)."""
 
 from __future__ import annotations
 
@@ -22,23 +23,9 @@ def _per_model(raw: str) -> dict[str, int]:
 
 
 @dataclass(frozen=True)
-class Limits:
-    """Per-request ceilings. The prompt's length in tokens is checked by the worker, against
-    the model's context (`context_length_exceeded`)."""
+class Access:
+    """Who may call the API, and on which port."""
 
-    max_messages: int = setting(512, "MAX_MESSAGES", "messages per chat request (400)")
-    max_prompt_chars: int = setting(500_000, "MAX_PROMPT_CHARS", "characters of prompt per request (400)")
-    max_tokens: int = setting(
-        8192, "MAX_TOKENS_LIMIT", "ceiling for `max_tokens` / `max_completion_tokens` (400)"
-    )
-    max_stop: int = setting(4, "MAX_STOP", "stop sequences per request (400)")
-    max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")
-
-
-@dataclass(frozen=True)
-class Settings:
-    shared: Shared = group(Shared)
-    recovery: Recovery = group(Recovery)
     api_keys: tuple[str, ...] = setting(
         (),
         "API_KEYS",
@@ -75,46 +62,63 @@ class Settings:
         "`1`: serve the playground at `/` and the pool view at `/pool` (static pages; their calls "
         "need a key like any client's; the local run sets it)",
     )
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-request ceilings. The prompt's length in tokens is checked by the worker, against
+    the model's context (`context_length_exceeded`)."""
+
     max_body_bytes: int = setting(1_000_000, "MAX_BODY_BYTES", "larger request bodies get 413")
-    limits: Limits = group(Limits)
-    file_max_bytes: int = setting(20_000_000, "FILE_MAX_BYTES", "largest file `POST /v1/files` takes (413)")
-    files_bytes_per_key: int = setting(
-        200_000_000, "FILES_BYTES_PER_KEY", "bytes of files one API key may hold (413; `0`: no limit)"
+    request_read_s: float = setting(
+        30.0, "REQUEST_READ_SECONDS", "a request body not received within this is refused (408)"
     )
-    file_retention_s: int = setting(
-        7 * 86400,
-        "FILE_RETENTION_SECONDS",
-        "how long files (batch inputs and outputs) and ended batches are kept",
-        minimum=3600,
+    max_messages: int = setting(512, "MAX_MESSAGES", "messages per chat request (400)")
+    max_prompt_chars: int = setting(500_000, "MAX_PROMPT_CHARS", "characters of prompt per request (400)")
+    max_tokens: int = setting(
+        8192, "MAX_TOKENS_LIMIT", "ceiling for `max_tokens` / `max_completion_tokens` (400)"
     )
-    batch_max_lines: int = setting(10_000, "BATCH_MAX_LINES", "request lines per batch input file (400)")
-    batch_in_flight: int = setting(
-        32,
-        "BATCH_IN_FLIGHT",
-        "lines of one batch queued or running at once (more wait in the batch, not in the queue)",
-        minimum=1,
-    )
-    max_batches_per_key: int = setting(
-        16, "MAX_BATCHES_PER_KEY", "batches one API key may have running (429; `0`: no limit)"
-    )
-    batch_interval_s: float = setting(
-        0.5, "BATCH_INTERVAL_SECONDS", "how often each API process drives the running batches"
-    )
-    max_jobs_per_key: int = setting(
-        64, "MAX_JOBS_PER_KEY", "unfinished jobs per API key, across replicas (429; `0`: no limit)"
-    )
+    max_stop: int = setting(4, "MAX_STOP", "stop sequences per request (400)")
+    max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")
+
+
+@dataclass(frozen=True)
+class Quotas:
+    """What one API key may hold and spend, across replicas unless said otherwise (`0`: no
+    limit)."""
+
+    max_jobs_per_key: int = setting(64, "MAX_JOBS_PER_KEY", "unfinished jobs per API key (429)")
     max_streams_per_key: int = setting(
-        64, "MAX_STREAMS_PER_KEY", "open streams per API key, per API process (429; `0`: no limit)"
+        64, "MAX_STREAMS_PER_KEY", "open streams per API key, per API process (429)"
     )
     key_requests_per_minute: int = setting(
-        600,
-        "KEY_REQUESTS_PER_MINUTE",
-        "jobs one API key may create per minute, across replicas (429; `0`: no limit)",
+        600, "KEY_REQUESTS_PER_MINUTE", "jobs and uploads one API key may make per minute (429)"
     )
     key_bytes_per_minute: int = setting(
-        50_000_000,
-        "KEY_BYTES_PER_MINUTE",
-        "request bytes one API key may send per minute, across replicas (429; `0`: no limit)",
+        50_000_000, "KEY_BYTES_PER_MINUTE", "request bytes one API key may send per minute (429)"
+    )
+    files_bytes_per_key: int = setting(
+        200_000_000, "FILES_BYTES_PER_KEY", "bytes of files one key may hold (413)"
+    )
+    max_batches_per_key: int = setting(
+        16, "MAX_BATCHES_PER_KEY", "batches one API key may have running (429)"
+    )
+
+
+@dataclass(frozen=True)
+class Intake:
+    """When a model's queue takes a new job, and when it pushes back."""
+
+    known_models: tuple[str, ...] = setting(
+        (),
+        "KNOWN_MODELS",
+        "comma-separated models accepted with no live worker (they scale from zero)",
+    )
+    max_queue_depth: int = setting(
+        1000, "MAX_QUEUE_DEPTH", "waiting jobs per model before 429 `queue_full` (`0`: no limit)"
+    )
+    queue_limits: dict[str, int] = setting(
+        {}, "QUEUE_LIMITS", "per-model overrides of `MAX_QUEUE_DEPTH`, `model=N,other=M`", parse=_per_model
     )
     prompt_chars_per_token: int = setting(
         16,
@@ -129,8 +133,42 @@ class Settings:
         "REDIS_MEMORY_HIGH",
         "new jobs are refused (503 `storage_full`) once Redis uses this share of its `maxmemory`",
     )
-    request_read_s: float = setting(
-        30.0, "REQUEST_READ_SECONDS", "a request body not received within this is refused (408)"
+    retry_after_s: int = setting(5, "RETRY_AFTER_SECONDS", "`Retry-After` sent with 429")
+
+    def queue_limit(self, model: str) -> int:
+        return self.queue_limits.get(model, self.max_queue_depth)
+
+
+@dataclass(frozen=True)
+class Batches:
+    """Files and the Batch API."""
+
+    file_max_bytes: int = setting(20_000_000, "FILE_MAX_BYTES", "largest file `POST /v1/files` takes (413)")
+    file_retention_s: int = setting(
+        7 * 86400,
+        "FILE_RETENTION_SECONDS",
+        "how long files (batch inputs and outputs) and ended batches are kept",
+        minimum=3600,
+    )
+    batch_max_lines: int = setting(10_000, "BATCH_MAX_LINES", "request lines per batch input file (400)")
+    batch_in_flight: int = setting(
+        32,
+        "BATCH_IN_FLIGHT",
+        "lines of one batch queued or running at once (more wait in the batch, not in the queue)",
+        minimum=1,
+    )
+    batch_interval_s: float = setting(
+        0.5, "BATCH_INTERVAL_SECONDS", "how often each API process drives the running batches"
+    )
+
+
+@dataclass(frozen=True)
+class Lifetimes:
+    """How long a job may wait and run, how its stream is kept open, and how dead attempts are
+    found."""
+
+    queue_wait_s: float = setting(
+        600.0, "QUEUE_WAIT_SECONDS", "a job no worker has started by then ends with `queue_timeout`"
     )
     job_deadline_s: float = setting(
         0.0,
@@ -141,15 +179,32 @@ class Settings:
     keepalive_s: float = setting(
         15.0, "KEEPALIVE_SECONDS", "keep-alive chunk interval while nothing else is sent"
     )
-    queue_wait_s: float = setting(
-        600.0, "QUEUE_WAIT_SECONDS", "a job no worker has started by then ends with `queue_timeout`"
-    )
     cancel_grace_s: float = setting(
         5.0, "CANCEL_GRACE_SECONDS", "a job whose streaming client went away is cancelled after this"
+    )
+    outage_s: float = setting(
+        10.0,
+        "STREAM_OUTAGE_SECONDS",
+        "a stream whose Redis stays unreachable this long ends with an error",
     )
     worker_stale_s: float = setting(
         15.0, "WORKER_STALE_SECONDS", "a worker silent this long no longer counts for `/v1/models`"
     )
+    reaper_interval_s: float = setting(
+        0.5, "REAPER_INTERVAL_SECONDS", "how often dead attempts are looked for"
+    )
+    reaper_settle_s: float = setting(
+        5.0,
+        "REAPER_SETTLE_SECONDS",
+        "no reaping this soon after Redis (re)started; keep it above the workers' reconnect "
+        "backoff (2 s), or a live worker still reconnecting is judged dead",
+    )
+
+
+@dataclass(frozen=True)
+class Connection:
+    """The API's Redis clients."""
+
     redis_timeout_s: float = setting(5.0, "REDIS_TIMEOUT_SECONDS", "per Redis command")
     redis_pool: int = setting(
         50,
@@ -163,35 +218,19 @@ class Settings:
         "REDIS_POOL_WAIT_SECONDS",
         "how long a request waits for a pooled connection in a burst before 503",
     )
-    outage_s: float = setting(
-        10.0,
-        "STREAM_OUTAGE_SECONDS",
-        "a stream whose Redis stays unreachable this long ends with an error",
-    )
-    reaper_interval_s: float = setting(
-        0.5, "REAPER_INTERVAL_SECONDS", "how often dead attempts are looked for"
-    )
-    reaper_settle_s: float = setting(
-        5.0,
-        "REAPER_SETTLE_SECONDS",
-        "no reaping this soon after Redis (re)started; keep it above the workers' reconnect "
-        "backoff (2 s), or a live worker still reconnecting is judged dead",
-    )
-    known_models: tuple[str, ...] = setting(
-        (),
-        "KNOWN_MODELS",
-        "comma-separated models accepted with no live worker (they scale from zero)",
-    )
-    max_queue_depth: int = setting(
-        1000, "MAX_QUEUE_DEPTH", "waiting jobs per model before 429 `queue_full` (`0`: no limit)"
-    )
-    queue_limits: dict[str, int] = setting(
-        {}, "QUEUE_LIMITS", "per-model overrides of `MAX_QUEUE_DEPTH`, `model=N,other=M`", parse=_per_model
-    )
-    retry_after_s: int = setting(5, "RETRY_AFTER_SECONDS", "`Retry-After` sent with 429")
 
-    def queue_limit(self, model: str) -> int:
-        return self.queue_limits.get(model, self.max_queue_depth)
+
+@dataclass(frozen=True)
+class Settings:
+    shared: Shared = group(Shared)
+    recovery: Recovery = group(Recovery)
+    access: Access = group(Access)
+    limits: Limits = group(Limits)
+    quotas: Quotas = group(Quotas)
+    intake: Intake = group(Intake)
+    batches: Batches = group(Batches)
+    lifetimes: Lifetimes = group(Lifetimes)
+    connection: Connection = group(Connection)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:

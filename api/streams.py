@@ -61,8 +61,8 @@ class SSEStream:
                     self.completion_id,
                     after=after,
                     inclusive=inclusive,
-                    keepalive_s=services.settings.keepalive_s,
-                    outage_s=services.settings.outage_s,
+                    keepalive_s=services.settings.lifetimes.keepalive_s,
+                    outage_s=services.settings.lifetimes.outage_s,
                 ):
                     if item is KEEPALIVE:
                         yield events.keepalive()
@@ -95,7 +95,11 @@ async def collect(request: Request, services: Services, chunks: Chunks) -> Respo
     rows: Rows = []
     try:
         async for item in follow(
-            services.jobs, services.hub, chunks.id, keepalive_s=1.0, outage_s=services.settings.outage_s
+            services.jobs,
+            services.hub,
+            chunks.id,
+            keepalive_s=1.0,
+            outage_s=services.settings.lifetimes.outage_s,
         ):
             if item is KEEPALIVE:
                 if await request.is_disconnected():
@@ -116,6 +120,6 @@ def respond(answer: Answer) -> JSONResponse:
 
 async def cancel_quietly(services: Services, completion_id: str) -> None:
     try:
-        await services.jobs.cancel(completion_id, services.settings.cancel_grace_s)
+        await services.jobs.cancel(completion_id, services.settings.lifetimes.cancel_grace_s)
     except RedisError as exc:
         log.warning("could not cancel %s: %s", completion_id, exc)

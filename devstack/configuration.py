@@ -3,6 +3,10 @@ generated from the settings declarations of both processes (a test checks it is 
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
+import typing
+
 from api.settings import Settings
 from contract.settings import Recovery, Shared, rows
 from worker.settings import WorkerSettings
@@ -11,6 +15,18 @@ from worker.settings import WorkerSettings
 def _table(cls: type, skip: frozenset[str] = frozenset(), header: bool = True) -> list[str]:
     lines = ["| variable | default | meaning |", "|---|---|---|"] if header else []
     return lines + [f"| `{r.env}` | {r.default} | {r.doc} |" for r in rows(cls) if r.env not in skip]
+
+
+def _groups(cls: type, skip: frozenset[str]) -> list[str]:
+    """One table per settings group of `cls` that has a variable not in `skip`, headed by the
+    first line of the group's docstring."""
+    out: list[str] = []
+    hints = typing.get_type_hints(cls)
+    for f in dataclasses.fields(cls):
+        group = hints[f.name]
+        if any(r.env not in skip for r in rows(group)):
+            out += [f"### {f.name.title()}", "", inspect.getdoc(group) or "", "", *_table(group, skip), ""]
+    return out
 
 
 def markdown() -> str:
@@ -31,8 +47,7 @@ def markdown() -> str:
         "",
         "## API (`uvicorn --factory api.app:create_app`)",
         "",
-        *_table(Settings, shared),
-        "",
+        *_groups(Settings, shared),
         "## Worker (`python -m worker`)",
         "",
         *_table(WorkerSettings, shared),

@@ -368,7 +368,7 @@ def test_settings_env_names_are_found():
     assert {"REDIS_URL", "KNOWN_MODELS", "MODEL_NAME", "SHUTDOWN_GRACE_SECONDS", "ENGINE"} <= names
     assert {"API_KEYS", "API_KEYS_FILE", "ALLOW_NO_AUTH", "INTERNAL_PORT", "REDIS_MEMORY_HIGH"} <= names
     # the parse sees what the code reads: a setting changed through its env var changes
-    assert Settings.from_env({"KNOWN_MODELS": "m"}).known_models == ("m",)
+    assert Settings.from_env({"KNOWN_MODELS": "m"}).intake.known_models == ("m",)
     assert (
         WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-z"}).model_name
         == "synthetic-z"
@@ -487,7 +487,7 @@ def test_redis_is_tls_only_with_acl_users_and_bounded_memory():
     limit = k8s_bytes(container["resources"]["limits"]["memory"])
     assert 0 < redis_bytes(cfg["maxmemory"]) <= 0.75 * limit
     assert cfg["maxmemory-policy"] == "noeviction"
-    assert 0 < Settings.from_env({}).redis_memory_high < 1
+    assert 0 < Settings.from_env({}).intake.redis_memory_high < 1
     # Persisted on the claimed volume, every second.
     assert (cfg["appendonly"], cfg["appendfsync"]) == ("yes", "everysec")
     claims = [
@@ -585,8 +585,8 @@ def test_the_api_needs_keys():
     assert mounted(spec, container, env["API_KEYS_FILE"]) == ("secret", "tokenspool-api-keys", "keys")
     plain = {k: v for k, v in env.items() if k not in secret_env(container)}
     settings = Settings.from_env(plain)
-    assert settings.api_keys_file and not settings.allow_no_auth
-    assert settings.internal_port == port_named(container, "internal")
+    assert settings.access.api_keys_file and not settings.access.allow_no_auth
+    assert settings.access.internal_port == port_named(container, "internal")
     # As shipped the keys file accepts no key; rendered, exactly the client's key.
     text = secret_data(objs, "tokenspool-api-keys")["keys"]
     assert parse_keys(text.splitlines()) == frozenset()

@@ -14,16 +14,21 @@ from api.admission import Admission, OpenStreams
 from api.errors import APIError
 from api.memory import MemoryWatch
 from api.registry import WorkerRegistry
-from api.settings import Settings
+from api.settings import Intake, Quotas
 from contract import keys
 
 TICKETS: list = []  # streams held open for the length of the test run
 
 
-def admission(settings: Settings, streams: OpenStreams | None = None, client=None) -> Admission:
+def admission(
+    settings: Intake | Quotas | None = None, streams: OpenStreams | None = None, client=None
+) -> Admission:
+    """An Admission with default settings but for the one group given."""
+    intake = settings if isinstance(settings, Intake) else Intake()
+    quotas = settings if isinstance(settings, Quotas) else Quotas()
     client = client or fakeredis.FakeAsyncRedis()
-    memory = MemoryWatch(client, settings.redis_memory_high)
-    return Admission(client, WorkerRegistry(client, 15.0), streams or OpenStreams(), memory, settings)
+    memory = MemoryWatch(client, intake.redis_memory_high)
+    return Admission(client, WorkerRegistry(client, 15.0), streams or OpenStreams(), memory, intake, quotas)
 
 
 def holding(owner: str, n: int) -> OpenStreams:
@@ -33,27 +38,27 @@ def holding(owner: str, n: int) -> OpenStreams:
 
 
 def test_stream_limit_is_per_key():
-    settings = Settings(max_streams_per_key=2)
+    settings = Quotas(max_streams_per_key=2)
     admission(settings, holding("owner-a", 1)).stream("owner-a")
     admission(settings, holding("owner-b", 2)).stream("owner-a")
     with pytest.raises(APIError) as exc:
         admission(settings, holding("owner-a", 2)).stream("owner-a")
     assert exc.value.status == 429 and exc.value.code == "too_many_streams"
-    assert exc.value.headers == {"Retry-After": str(settings.retry_after_s)}
+    assert exc.value.headers == {"Retry-After": str(Intake().retry_after_s)}
 
 
 def test_no_keys_no_stream_limit():
-    admission(Settings(max_streams_per_key=2), holding("", 10_000)).stream("")
+    admission(Quotas(max_streams_per_key=2), holding("", 10_000)).stream("")
 
 
 def test_zero_means_no_limit():
-    admission(Settings(max_streams_per_key=0), holding("owner-a", 10_000)).stream("owner-a")
+    admission(Quotas(max_streams_per_key=0), holding("owner-a", 10_000)).stream("owner-a")
 
 
 def test_a_burst_of_streams_cannot_overshoot_the_limit():
     """The review's race: each check used to pass before any of them counted (several awaits
     later). A place is now taken at the check."""
-    gate = admission(Settings(max_streams_per_key=3))
+    gate = admission(Quotas(max_streams_per_key=3))
     admitted, refused = [], 0
     for _ in range(10):
         try:
@@ -79,7 +84,7 @@ def test_queue_depth_is_checked_and_reserved_in_one_step():
     async def burst() -> tuple[int, int]:
         client = fakeredis.FakeAsyncRedis()
         await client.zadd(keys.workers("m"), {"w": 10**13})  # a live worker
-        gate = admission(Settings(max_queue_depth=4), client=client)
+        gate = admission(Intake(max_queue_depth=4), client=client)
         outcomes = await asyncio.gather(
             *(gate.model("m", f"req-{i}", (1, "messages")) for i in range(10)), return_exceptions=True
         )
@@ -97,7 +102,7 @@ def test_a_prompt_too_long_for_the_model_s_context_is_refused_before_it_is_store
         client = fakeredis.FakeAsyncRedis()
         await client.zadd(keys.workers("m"), {"w": 10**13})
         await client.hset(keys.context("m"), "w", 100)
-        gate = admission(Settings(prompt_chars_per_token=4), client=client)
+        gate = admission(Intake(prompt_chars_per_token=4), client=client)
         await gate.model("m", "ok", (400, "messages"))
         with pytest.raises(APIError) as exc:
             await gate.model("m", "long", (401, "messages"))
@@ -110,7 +115,7 @@ def test_a_prompt_too_long_for_the_model_s_context_is_refused_before_it_is_store
 
 def test_new_work_is_refused_before_redis_is_full():
     async def check() -> APIError:
-        gate = admission(Settings(redis_memory_high=0.9))
+        gate = admission(Intake(redis_memory_high=0.9))
         gate._memory.used, gate._memory.maxmemory = 95, 100
         with pytest.raises(APIError) as exc:
             await gate.model("m", "r", (1, "prompt"))
@@ -133,7 +138,7 @@ def test_the_prompt_bound_outlives_the_workers_that_announced_it():
     p.stop()  # a worker leaving (scale to zero) takes its own entry with it
 
     async def check() -> APIError:
-        gate = admission(Settings(known_models=("m",)), client=fr.FakeAsyncRedis(server=server))
+        gate = admission(Intake(known_models=("m",)), client=fr.FakeAsyncRedis(server=server))
         await gate.model("m", "ok", (1000, "messages"))  # 16 characters per token: fits
         await gate.release("m", "ok")
         with pytest.raises(APIError) as exc:

@@ -11,10 +11,10 @@ from worker.settings import WorkerSettings
 
 def test_queue_limits_per_model_override_the_default():
     s = Settings.from_env({"MAX_QUEUE_DEPTH": "10", "QUEUE_LIMITS": "a=2, org/b-1.5=0"})
-    assert s.queue_limit("a") == 2
-    assert s.queue_limit("org/b-1.5") == 0
-    assert s.queue_limit("other") == 10
-    assert Settings.from_env({}).queue_limit("x") == 1000
+    assert s.intake.queue_limit("a") == 2
+    assert s.intake.queue_limit("org/b-1.5") == 0
+    assert s.intake.queue_limit("other") == 10
+    assert Settings.from_env({}).intake.queue_limit("x") == 1000
 
 
 @pytest.mark.parametrize("raw", ["a", "a=x", "=3", "a=-1"])
@@ -24,7 +24,7 @@ def test_bad_queue_limits_are_refused(raw):
 
 
 def test_known_models():
-    assert Settings.from_env({"KNOWN_MODELS": "a, b"}).known_models == ("a", "b")
+    assert Settings.from_env({"KNOWN_MODELS": "a, b"}).intake.known_models == ("a", "b")
 
 
 def test_synthetic_engine_needs_an_explicit_synthetic_model_name():
@@ -79,7 +79,7 @@ def test_the_configuration_doc_is_generated_from_the_declarations():
 def test_a_bad_value_names_its_variable():
     with pytest.raises(SettingError, match="KEEPALIVE_SECONDS"):
         Settings.from_env({"KEEPALIVE_SECONDS": "soon"})
-    assert Settings.from_env({"KEEPALIVE_SECONDS": "2.5"}).keepalive_s == 2.5
+    assert Settings.from_env({"KEEPALIVE_SECONDS": "2.5"}).lifetimes.keepalive_s == 2.5
     assert WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", "PREFIX_CACHE": "0"})
     with pytest.raises(SettingError, match="PREFIX_CACHE"):
         WorkerSettings.from_env({"ENGINE": "synthetic", "MODEL_NAME": "synthetic-x", "PREFIX_CACHE": "maybe"})

@@ -7,11 +7,13 @@ from starlette.testclient import TestClient
 
 from api import ui
 from api.app import create_app
-from api.settings import Settings
+from api.settings import Access, Settings
 
 
 def app(**kw) -> TestClient:
-    return TestClient(create_app(Settings(api_keys=("sesame",), **kw)))  # no lifespan: no Redis
+    return TestClient(
+        create_app(Settings(access=Access(api_keys=("sesame",), **kw)))
+    )  # no lifespan: no Redis
 
 
 def test_the_pages_and_their_files_are_served_without_a_key_when_enabled():
