@@ -25,7 +25,11 @@ def load_engine(settings: WorkerSettings) -> Engine:
         from worker.synthetic import SyntheticEngine
 
         return SyntheticEngine(
-            settings.model_name, settings.n_ctx, settings.synthetic_tokens, settings.synthetic_rate
+            settings.model_name,
+            settings.n_ctx,
+            settings.synthetic_tokens,
+            settings.synthetic_rate,
+            settings.slots,
         )
     from worker.engine import LlamaEngine  # llama_cpp is imported only by workers that need it
 
@@ -72,17 +76,17 @@ def main() -> None:
         heartbeat,
         window_ms,
         # With several slots, one round trip per batch step rather than one per token.
-        linger_s=0.002 if settings.slots > 1 else 0.0,
+        linger_s=0.002 if engine.slots > 1 else 0.0,
         shutdown_grace_s=settings.shutdown_grace_s,
         log_content=settings.log_content,
-        slots=settings.slots,
+        slots=engine.slots,
     )
     presence = Presence(
         connect(),
         settings.model_name,
         settings.name,
         settings.announce_s,
-        slots=settings.slots,
+        slots=engine.slots,
         counters=engine.counters,
         n_ctx=engine.n_ctx,
     )
@@ -90,8 +94,8 @@ def main() -> None:
     lending = Lending(
         connection,
         settings.model_name,
-        slots=settings.slots,
-        batch_slots=settings.batch_share,
+        slots=engine.slots,
+        batch_slots=settings.batch_share(engine.slots),
         lend_after_s=settings.batch_lend_after_s,
         poll_s=settings.preempt_poll_s,
     )
@@ -102,7 +106,7 @@ def main() -> None:
         "worker %s serving %s (%d slots of %d tokens)",
         settings.name,
         settings.model_name,
-        settings.slots,
+        engine.slots,
         engine.n_ctx,
     )
     try:

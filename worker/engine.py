@@ -14,7 +14,6 @@ refused before anything is allocated.
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -26,7 +25,7 @@ from llama_cpp._logger import set_verbose
 
 from contract.jobspec import JobSpec, Message
 from contract.keys import BATCH, BatchCounters
-from worker import batching
+from worker import batching, sizing
 from worker.grammar import GrammarGate, TriggeredGate
 from worker.picks import Pick
 from worker.prompts import ChatPrompts
@@ -52,48 +51,57 @@ class LlamaEngine:
     def __init__(self, settings: WorkerSettings) -> None:
         assert settings.model_path is not None
         self.model_name = settings.model_name
-        self.slots = settings.slots
         self.n_ctx = settings.n_ctx  # per slot: what one job may use
         self._offloaded = bool(settings.n_gpu_layers) and llama_cpp.llama_supports_gpu_offload()
         self._prefill_chunk = settings.prefill_chunk
         set_verbose(False)
         llama_cpp.llama_backend_init()
-        if not 1 <= self.slots <= llama_cpp.llama_max_parallel_sequences():
+        most = llama_cpp.llama_max_parallel_sequences()
+        if settings.slots is not None and not 1 <= settings.slots <= most:
             raise EngineConfigError(
-                f"SLOTS={self.slots}: llama.cpp supports 1 to "
-                f"{llama_cpp.llama_max_parallel_sequences()} sequences per process"
+                f"SLOTS={settings.slots}: llama.cpp supports 1 to {most} sequences per process"
             )
         mparams = llama_cpp.llama_model_default_params()
         mparams.n_gpu_layers = settings.n_gpu_layers
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
-        check_memory(
-            kv_cache_bytes(self._model, self.slots * self.n_ctx),
-            settings.model_path,
-            settings.n_gpu_layers,
-            f"SLOTS={self.slots} x N_CTX={self.n_ctx}",
-        )
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
         log.info("tool calls: %s protocol (worker/tools.py)", self.prompts.tools.name)
         self._n_vocab = self._model.n_vocab()
-        cparams = llama_cpp.llama_context_default_params()
-        cparams.n_ctx = self.slots * self.n_ctx
-        cparams.n_seq_max = self.slots
-        cparams.kv_unified = False  # each slot attends over its own part of the cache only
-        # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
-        # its compute buffer grows with it.
-        cparams.n_batch = batching.batch_capacity(self.slots, settings.prefill_chunk)
-        cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
-        # llama-cpp-python's defaults: half the cores for one sequence, all for batches.
-        cores = os.cpu_count() or 1
-        cparams.n_threads = settings.n_threads or max(cores // 2, 1)
-        cparams.n_threads_batch = settings.n_threads_batch or cores
-        self._ctx = llama_cpp.llama_init_from_model(self._model.model, cparams)
-        if not self._ctx:
+        cores = sizing.usable_cores()
+        self.threads = sizing.threads(settings.n_threads, settings.n_threads_batch, cores)
+        per_slot = kv_cache_bytes(self._model, self.n_ctx)
+        if settings.slots is not None:
+            tries, why = [settings.slots], "SLOTS"
+        elif self._offloaded:  # llama.cpp says whether the cache fits the GPU
+            tries, why = sizing.halvings(min(sizing.GPU_SLOTS, most)), "the GPU's memory"
+        else:
+            budget = int(settings.kv_memory_share * max(available_memory() - _COMPUTE_MARGIN, 0))
+            tries = [min(sizing.slots_for(per_slot, budget, sizing.CPU_SLOTS), most)]
+            why = (
+                f"a {budget / 2**20:.0f} MiB KV budget at {per_slot / 2**20:.0f} MiB a slot, "
+                f"at most {sizing.CPU_SLOTS}"
+            )
+        for slots in tries:
+            self._ctx = self._context(settings, slots)
+            if self._ctx:
+                break
+            log.info("no context for %d slots of %d tokens: trying fewer", slots, self.n_ctx)
+        else:
             raise EngineConfigError(
-                f"llama.cpp could not create a context for SLOTS={self.slots} x N_CTX={self.n_ctx} "
+                f"llama.cpp could not create a context for SLOTS={tries[-1]} x N_CTX={self.n_ctx} "
                 "(out of memory?): lower SLOTS or N_CTX"
             )
+        self.slots = slots
+        log.info(
+            "%d slots of %d tokens (from %s); %d/%d threads (one-token/batched steps) of %d usable cores",
+            slots,
+            self.n_ctx,
+            why,
+            self.threads.n_threads,
+            self.threads.n_threads_batch,
+            cores,
+        )
         if llama_cpp.llama_n_ctx_seq(self._ctx) < self.n_ctx:
             raise EngineConfigError(
                 f"llama.cpp gives each slot {llama_cpp.llama_n_ctx_seq(self._ctx)} tokens, "
@@ -107,6 +115,28 @@ class LlamaEngine:
             prefix_cache=settings.prefix_cache,
             batch_prefill_chunk=settings.batch_prefill_chunk,
         )
+
+    def _context(self, settings: WorkerSettings, slots: int):
+        """A llama.cpp context of `slots` sequences of N_CTX tokens each (None: it does not
+        fit); on the CPU a cache that cannot fit is refused before it is allocated."""
+        assert settings.model_path is not None
+        check_memory(
+            kv_cache_bytes(self._model, slots * self.n_ctx),
+            settings.model_path,
+            settings.n_gpu_layers,
+            f"SLOTS={slots} x N_CTX={self.n_ctx}",
+        )
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = slots * self.n_ctx
+        cparams.n_seq_max = slots
+        cparams.kv_unified = False  # each slot attends over its own part of the cache only
+        # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
+        # its compute buffer grows with it.
+        cparams.n_batch = batching.batch_capacity(slots, settings.prefill_chunk)
+        cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
+        cparams.n_threads = self.threads.n_threads
+        cparams.n_threads_batch = self.threads.n_threads_batch
+        return llama_cpp.llama_init_from_model(self._model.model, cparams) or None
 
     def prompt_ids(self, spec: JobSpec) -> list[int]:
         """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""

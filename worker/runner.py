@@ -44,6 +44,7 @@ log = logging.getLogger(__name__)
 class Engine(Protocol):
     model_name: str
     n_ctx: int
+    slots: int  # sequences decoded together (SLOTS, or sized at start: worker/sizing.py)
 
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...

@@ -61,12 +61,21 @@ class WorkerSettings:
         shown="`SmolLM2-135M-Instruct`, else the file's stem",
     )
     n_ctx: int = setting(4096, "N_CTX", "context size per job (prompt + completion)", minimum=1)
-    slots: int = setting(
-        4,
+    slots: int | None = setting(
+        None,
         "SLOTS",
         "jobs one process decodes together in one batch (continuous batching); `1`: one at a time. "
         "The KV cache holds `SLOTS` x `N_CTX` tokens and is checked against free memory at start",
+        shown="as many as `KV_MEMORY_SHARE` of the memory holds, at most 32 (64 on a GPU); "
+        "the worker logs its choice (worker/sizing.py)",
         minimum=1,
+    )
+    kv_memory_share: float = setting(
+        0.5,
+        "KV_MEMORY_SHARE",
+        "with SLOTS unset: the share of the memory available at start (after the weights) the "
+        "KV cache may take",
+        minimum=0.01,
     )
     batch_slots: int = setting(
         0,
@@ -112,13 +121,16 @@ class WorkerSettings:
         "prefix with its prompt; `0`: prefill everything",
     )
     n_threads: int | None = setting(
-        None, "N_THREADS", "CPU threads for a step that decodes one token", shown="half the cores"
+        None,
+        "N_THREADS",
+        "CPU threads for a step that decodes one token",
+        shown="half the usable cores (affinity and CPU quota)",
     )
     n_threads_batch: int | None = setting(
         None,
         "N_THREADS_BATCH",
         "CPU threads for prefill and for steps that decode several jobs' tokens",
-        shown="all the cores",
+        shown="the usable cores",
     )
     n_gpu_layers: int = setting(0, "N_GPU_LAYERS", "layers offloaded to the GPU (`-1`: all)")
     name: str = setting(
@@ -190,7 +202,7 @@ class WorkerSettings:
         model_name = s.model_name or (path.stem if s.model_path else DEFAULT_MODEL_NAME)
         return dataclasses.replace(s, name=name, model_path=path, model_name=model_name)
 
-    @property
-    def batch_share(self) -> int:
-        """The slots Batch API lines may take (BATCH_SLOTS, or SLOTS - 1, at least 1)."""
-        return min(self.batch_slots or max(self.slots - 1, 1), self.slots)
+    def batch_share(self, slots: int) -> int:
+        """Of a worker's `slots`, those Batch API lines may take (BATCH_SLOTS, or all but one,
+        at least 1)."""
+        return min(self.batch_slots or max(slots - 1, 1), slots)

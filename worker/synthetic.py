@@ -31,8 +31,13 @@ _FIRST_WORD_ID = 1_000
 _MIN_SLEEP_S = 0.001  # a sleep per token would cost more than the token at thousands/s
 
 
+DEFAULT_SLOTS = 8  # no memory to size it by (worker/sizing.py): load tests set SLOTS
+
+
 class SyntheticEngine:
-    def __init__(self, model_name: str, n_ctx: int, tokens_per_job: int, rate: float) -> None:
+    def __init__(
+        self, model_name: str, n_ctx: int, tokens_per_job: int, rate: float, slots: int | None = None
+    ) -> None:
         if not model_name.startswith(NAME_PREFIX):
             raise SystemExit(
                 f"ENGINE=synthetic serves only model names starting with {NAME_PREFIX!r} "
@@ -40,6 +45,7 @@ class SyntheticEngine:
             )
         self.model_name = model_name
         self.n_ctx = n_ctx
+        self.slots = slots or DEFAULT_SLOTS
         self.tokens_per_job = tokens_per_job
         self.rate = rate  # tokens per second per job; 0 = as fast as the publish path allows
         log.warning(

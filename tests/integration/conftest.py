@@ -27,6 +27,11 @@ MODEL = DEFAULT_MODEL_NAME
 
 pytestmark = pytest.mark.integration
 
+# The workers these tests start keep the size the suite was written for (its waits and slot
+# counts assume 4), whatever a worker with no SLOTS would size itself to on the machine running
+# it; a test that needs another size sets it. test_sizing.py starts workers without it.
+os.environ.setdefault("SLOTS", "4")
+
 
 def _server_kinds() -> list:
     kinds = [pytest.param("valkey", id="valkey")]

@@ -43,7 +43,9 @@ def test_slots_and_prefill_chunk():
     s = WorkerSettings.from_env({**env, "SLOTS": "8", "PREFILL_CHUNK": "64", "PREFIX_CACHE": "0"})
     assert (s.slots, s.prefill_chunk, s.prefix_cache) == (8, 64, False)
     d = WorkerSettings.from_env(env)
-    assert (d.slots, d.prefill_chunk, d.prefix_cache) == (4, 64, True)
+    assert (d.slots, d.prefill_chunk, d.prefix_cache) == (None, 64, True)  # sized at start
+    assert (d.batch_share(8), d.batch_share(1), s.batch_share(32)) == (7, 1, 31)
+    assert WorkerSettings.from_env({**env, "BATCH_SLOTS": "3"}).batch_share(2) == 2
 
 
 @pytest.mark.parametrize("var,raw", [("SLOTS", "0"), ("SLOTS", "two"), ("PREFILL_CHUNK", "-5")])

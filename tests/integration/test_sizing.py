@@ -1,0 +1,56 @@
+"""A worker started with no SLOTS sizes itself (worker/sizing.py) with the real model: as many
+slots as its KV budget holds, up to the cap, each with the whole N_CTX, and says so in its log."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+from worker import engine as engine_module
+from worker import sizing
+from worker.settings import WorkerSettings
+
+pytestmark = pytest.mark.integration
+
+MIB = 1 << 20
+
+
+def sized(monkeypatch, available: int, **env: str):
+    monkeypatch.setattr(engine_module, "available_memory", lambda: available)
+    base = {"REDIS_URL": "unused", "N_CTX": "512"}
+    return engine_module.LlamaEngine(WorkerSettings.from_env({**base, **env}))
+
+
+def test_slots_come_from_the_kv_budget(monkeypatch, caplog):
+    caplog.set_level(logging.INFO, logger="worker.engine")
+    engine = sized(monkeypatch, engine_module._COMPUTE_MARGIN + 200 * MIB)
+    try:
+        per_slot = engine_module.kv_cache_bytes(engine._model, 512)
+        assert engine.slots == (100 * MIB) // per_slot  # half of what is left after the buffers
+        assert 1 < engine.slots < sizing.CPU_SLOTS
+        assert f"{engine.slots} slots of 512 tokens (from a 100 MiB KV budget" in caplog.text
+    finally:
+        engine.close()
+
+
+def test_a_large_budget_stops_at_the_cap_and_a_set_slots_wins(monkeypatch):
+    engine = sized(monkeypatch, 64 << 30)
+    try:
+        assert engine.slots == sizing.CPU_SLOTS
+    finally:
+        engine.close()
+    engine = sized(monkeypatch, 64 << 30, SLOTS="3", KV_MEMORY_SHARE="0.01")
+    try:
+        assert engine.slots == 3
+    finally:
+        engine.close()
+
+
+def test_threads_come_from_the_usable_cores(monkeypatch):
+    monkeypatch.setattr(sizing, "usable_cores", lambda: 6)
+    engine = sized(monkeypatch, 64 << 30, SLOTS="1")
+    try:
+        assert engine.threads == sizing.Threads(3, 6)
+    finally:
+        engine.close()

@@ -1,0 +1,66 @@
+"""How big a worker is when SLOTS and the thread counts are not set.
+
+Slots. A batched step reads the model's weights once for every sequence in it, so the
+tokens/s of a worker grows with the streams it decodes together, and a slot left idle costs
+nothing but its part of the KV cache: a step holds only the running sequences. So by default
+a worker takes as many slots as its memory budget holds (`KV_MEMORY_SHARE` of the memory
+available at start, after the weights are loaded), up to `CPU_SLOTS` on a CPU and
+`GPU_SLOTS` with the model offloaded (where llama.cpp itself says whether the cache fits: the
+engine halves the count until the context is created). llama-server's own default is 4 slots
+sharing one cache; bench/RESULTS.md ("Default size") has the figures behind these numbers.
+
+Threads. llama.cpp's threads spin on their cores; more threads than the cores this process
+may run on (its CPU affinity, or a container's CPU quota, which `os.cpu_count()` does not
+see) make every step wait for a thread that is not running. The counts are taken from the
+usable cores: half of them for a step of one token (a single stream: memory-bound, and the
+job threads need a core of their own), all of them for prefill and batched steps.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+CPU_SLOTS = 32
+GPU_SLOTS = 64
+
+
+@dataclass(frozen=True)
+class Threads:
+    n_threads: int  # a step that decodes one token
+    n_threads_batch: int  # prefill, and steps that decode several sequences' tokens
+
+
+def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
+    """The cores this process may run on: its affinity, within its cgroup's CPU quota."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    try:
+        quota, period = (cgroup / "cpu.max").read_text().split()[:2]
+        if quota != "max":
+            cores = min(cores, max(1, math.ceil(int(quota) / int(period))))
+    except (OSError, ValueError):
+        pass
+    return max(cores, 1)
+
+
+def threads(n_threads: int | None, n_threads_batch: int | None, cores: int) -> Threads:
+    """The declared counts, each filled from the usable cores where it is not set."""
+    return Threads(n_threads or max(cores // 2, 1), n_threads_batch or cores)
+
+
+def slots_for(kv_per_slot: int, budget: int, cap: int) -> int:
+    """As many slots as `budget` bytes of KV cache hold, at least 1 and at most `cap`."""
+    return max(1, min(cap, budget // max(kv_per_slot, 1)))
+
+
+def halvings(start: int) -> list[int]:
+    """`start`, then half of it, down to 1: the slot counts tried on a GPU."""
+    out = [start]
+    while out[-1] > 1:
+        out.append(out[-1] // 2)
+    return out
