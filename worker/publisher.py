@@ -11,7 +11,8 @@ model never waits for Redis and a burst of tokens costs one round trip, not one 
 With several slots, the job threads of one batch step publish within a millisecond of each
 other: `linger_s` holds the round trip that long so it carries them all (each round trip
 also wakes Redis and the API, which on a CPU worker's machine take cores from the model;
-docs/benchmarks.md).
+docs/benchmarks.md). It holds only while `crowded()` says other attempts run: a lone
+attempt has nobody to wait for, and the linger would only delay its first token.
 What the writer learns comes back through the attempt: `fenced`, `cancelled`, or a write
 error, raised by the attempt's next call. `started`, `finished`, `failed` and `flush` wait
 until everything the attempt queued before them is written.
@@ -23,6 +24,7 @@ import collections
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import redis
@@ -48,10 +50,11 @@ class _Queued:
 
 
 class Publisher:
-    def __init__(self, link: Link, linger_s: float = 0.0) -> None:
+    def __init__(self, link: Link, linger_s: float = 0.0, crowded: Callable[[], bool] = lambda: True) -> None:
         self._link = link
         self._client = link.streams
         self._linger = linger_s
+        self._crowded = crowded
         self._append = link.streams.register_script(scripts.APPEND)
         self._queue: collections.deque[_Queued] = collections.deque()
         self._cv = threading.Condition()
@@ -117,7 +120,7 @@ class Publisher:
             with self._cv:
                 while not self._queue:
                     self._cv.wait()
-            if self._linger:
+            if self._linger and self._crowded():
                 time.sleep(self._linger)  # let the rest of this step's tokens arrive
             with self._cv:
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]

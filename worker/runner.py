@@ -102,7 +102,7 @@ class JobRunner:
         self.engine = engine
         self.link = link
         self.claims = Claims(link, window_ms)
-        self.publisher = Publisher(link, linger_s)
+        self.publisher = Publisher(link, linger_s, crowded=lambda: self.running() > 1)
         self.heartbeat = heartbeat
         self._shutdown_grace = shutdown_grace_s
         self._shutdown_at: float | None = None
