@@ -17,6 +17,7 @@ from contract.settings import Recovery, SettingError, Shared, group, load, setti
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("llama", "synthetic")
+BATCH_SHARE_CAP = 8  # BATCH_SLOTS unset: batch lines take at most this many slots
 
 
 def default_model_path() -> Path | None:
@@ -81,7 +82,9 @@ class WorkerSettings:
         0,
         "BATCH_SLOTS",
         "of the SLOTS, how many may run Batch API lines at once; the others stay free for "
-        "interactive jobs. `0`: SLOTS - 1 (1 with SLOTS=1)",
+        "interactive jobs. `0`: SLOTS - 1, at most 8 (1 with SLOTS=1): every batch line is a row "
+        "of the steps interactive streams share, and on a CPU 8 rows already reach the most "
+        "tokens/s (docs/benchmarks.md); on a GPU set it higher",
         minimum=0,
     )
     batch_lend_after_s: float = setting(
@@ -203,6 +206,6 @@ class WorkerSettings:
         return dataclasses.replace(s, name=name, model_path=path, model_name=model_name)
 
     def batch_share(self, slots: int) -> int:
-        """Of a worker's `slots`, those Batch API lines may take (BATCH_SLOTS, or all but one,
-        at least 1)."""
-        return min(self.batch_slots or max(slots - 1, 1), slots)
+        """Of a worker's `slots`, those Batch API lines may take (BATCH_SLOTS, or all but one
+        up to BATCH_SHARE_CAP, at least 1)."""
+        return min(self.batch_slots or min(max(slots - 1, 1), BATCH_SHARE_CAP), slots)

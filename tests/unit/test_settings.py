@@ -44,7 +44,8 @@ def test_slots_and_prefill_chunk():
     assert (s.slots, s.prefill_chunk, s.prefix_cache) == (8, 64, False)
     d = WorkerSettings.from_env(env)
     assert (d.slots, d.prefill_chunk, d.prefix_cache) == (None, 64, True)  # sized at start
-    assert (d.batch_share(8), d.batch_share(1), s.batch_share(32)) == (7, 1, 31)
+    assert (d.batch_share(8), d.batch_share(4), d.batch_share(1), d.batch_share(32)) == (7, 3, 1, 8)
+    assert WorkerSettings.from_env({**env, "BATCH_SLOTS": "20"}).batch_share(32) == 20
     assert WorkerSettings.from_env({**env, "BATCH_SLOTS": "3"}).batch_share(2) == 2
 
 
