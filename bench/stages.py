@@ -1,0 +1,202 @@
+"""Where a first token's time goes: one stream at a time through the whole server, stage by
+stage, read off Redis's MONITOR (every command the API, the worker and their Lua scripts
+send, stamped by the server in microseconds) and the client's own clock (the same clock:
+everything runs on this machine).
+
+    .venv/bin/python bench/stages.py [--runs 30] [--max-tokens 16] [--out bench/RESULTS.md]
+
+The stage boundaries, in order:
+
+- `sent`: the client starts the POST (a kept-alive connection).
+- `admitting`: the API's first command for the request (the admission's look at the model's
+  workers): the body has been read, parsed and checked.
+- `recorded`: RECORD writes the job's hash.
+- `enqueued`: RQ's RPUSH of the job id onto the model's queue.
+- `taken`: the worker's TAKE moves the id into its inbox (it was woken from its BLPOP).
+- `claimed`: CLAIM marks the job running under the attempt's epoch.
+- `started`: the attempt's `Started` entry: the prompt rendered and tokenized.
+- `first delta`: the first `Delta` entry: prefill, the first sample, the publisher's APPEND.
+- `received`: the client has parsed the first content chunk: the API's stream reader woke,
+  framed the chunk and wrote it.
+
+MONITOR costs Redis a little per command, so the TTFT here is a little above an unwatched
+one's. Each request has a prompt of its own and the worker runs with PREFIX_CACHE=0, so every
+prefill is whole. Run by hand; never part of the test suite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+import redis
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.peers_report import machine, write_section
+from contract import keys
+from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from worker.settings import DEFAULT_MODEL_NAME
+
+STAGES = (
+    "sent",
+    "admitting",
+    "recorded",
+    "enqueued",
+    "taken",
+    "claimed",
+    "started",
+    "first delta",
+    "received",
+)
+WHAT = {
+    "admitting": "API: read the body, parse and check it",
+    "recorded": "API: admission (workers, context, queue room), RECORD",
+    "enqueued": "API: RQ's enqueue",
+    "taken": "worker: woken, TAKE",
+    "claimed": "worker: read the spec, CLAIM",
+    "started": "worker: render and tokenize the prompt, APPEND `Started`",
+    "first delta": "worker: prefill, first sample, APPEND the first delta",
+    "received": "API: stream reader wakes, SSE write; client parses",
+}
+_n = itertools.count()
+
+
+class Monitor:
+    """Every command Redis runs, with its time and its client, collected on a thread."""
+
+    def __init__(self, r: redis.Redis) -> None:
+        self.seen: list[dict] = []
+        self._r = r
+        threading.Thread(target=self._listen, daemon=True).start()
+
+    def _listen(self) -> None:
+        try:
+            with self._r.monitor() as m:
+                for command in m.listen():
+                    self.seen.append(command)
+        except redis.ConnectionError:
+            pass  # the server stopped at the end of the run
+
+
+def _marks(seen: list[dict], cid: str, workers: set[str], since: float) -> dict[str, float]:
+    """The stage boundaries found in the commands after `since`."""
+    rules = {
+        "admitting": lambda c, w: (
+            not w and c["client_type"] == "tcp" and f"ts:workers:{DEFAULT_MODEL_NAME}" in c["command"]
+        ),
+        "recorded": lambda c, w: (
+            c["command"].startswith("HSET") and f"job:{cid}" in c["command"] and "queued" in c["command"]
+        ),
+        "enqueued": lambda c, w: c["command"].startswith("RPUSH rq:queue:") and cid in c["command"],
+        "taken": lambda c, w: c["command"].startswith("HSET ts:inbox:") and cid in c["command"],
+        "claimed": lambda c, w: (
+            c["command"].startswith("HSET") and f"job:{cid}" in c["command"] and " running " in c["command"]
+        ),
+        "started": lambda c, w: c["command"].startswith(f"XADD {keys.events(cid)} * k s "),
+        "first delta": lambda c, w: c["command"].startswith(f"XADD {keys.events(cid)} * k d "),
+    }
+    found: dict[str, float] = {}
+    for c in seen:
+        if c["time"] < since:
+            continue
+        from_worker = c["client_port"] in workers
+        for stage, rule in rules.items():
+            if stage not in found and rule(c, from_worker):
+                found[stage] = c["time"]
+    return found
+
+
+def one(client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int) -> dict[str, float]:
+    body = {
+        "model": DEFAULT_MODEL_NAME,
+        "stream": True,
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "messages": [{"role": "user", "content": f"Note {next(_n)}: tell me about lighthouses."}],
+    }
+    times = {"sent": time.time()}
+    cid = ""
+    with client.stream("POST", "/chat/completions", json=body) as resp:
+        for line in resp.iter_lines():
+            if not line.startswith("data: {"):
+                continue
+            chunk = json.loads(line[6:])
+            cid = chunk["id"]
+            if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
+                times.setdefault("received", time.time())
+    time.sleep(0.1)  # the monitor thread has read every command by then
+    workers = {
+        c["addr"].rsplit(":", 1)[1]
+        for c in r.client_list()
+        if c["name"].startswith(keys.WORKER_CONNECTION_PREFIX)
+    }
+    times.update(_marks(monitor.seen, cid, workers, times["sent"]))
+    missing = set(STAGES) - set(times)
+    if missing:
+        raise RuntimeError(f"{cid}: no command marked {sorted(missing)}")
+    return times
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--out", default="bench/RESULTS.md")
+    args = ap.parse_args()
+    logs = Path(tempfile.mkdtemp(prefix="stages-"))
+    redis_proc, url = start_redis(logs)
+    api, base = start_api(logs, url, env={"LOG_LEVEL": "WARNING"})
+    worker = start_worker(logs, url, env={"PREFIX_CACHE": "0", "LOG_LEVEL": "WARNING"})
+    rows: list[dict[str, float]] = []
+    try:
+        wait_for_model(base, DEFAULT_MODEL_NAME, procs=(redis_proc, api, worker))
+        r = redis.Redis.from_url(url)
+        monitor = Monitor(r)
+        with httpx.Client(base_url=base + "/v1", timeout=60) as client:
+            for _ in range(3):
+                one(client, monitor, r, 4)  # warm-up: the first requests page code and weights in
+            for i in range(args.runs):
+                rows.append(one(client, monitor, r, args.max_tokens))
+                time.sleep(0.2)  # the worker idle again, as for a lone stream
+                print(
+                    f"run {i + 1}: TTFT {1000 * (rows[-1]['received'] - rows[-1]['sent']):.1f} ms", flush=True
+                )
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
+    lines = [
+        "## Where a first token's time goes (bench/stages.py)",
+        "",
+        f"Command: `.venv/bin/python bench/stages.py --runs {args.runs} --max-tokens {args.max_tokens}`, "
+        f"{time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
+        "One stream at a time through API, Redis and one worker (its default size, PREFIX_CACHE=0), "
+        "each stage from Redis's MONITOR and the client's clock; medians and 90th percentiles of "
+        "the runs, in ms.",
+        "",
+        "| stage | what happens | p50 ms | p90 ms |",
+        "|---|---|---|---|",
+    ]
+    for before, after in itertools.pairwise(STAGES):
+        spans = sorted(1000 * (row[after] - row[before]) for row in rows)
+        p90 = spans[int(0.9 * (len(spans) - 1))]
+        lines.append(f"| {before} -> {after} | {WHAT[after]} | {statistics.median(spans):.1f} | {p90:.1f} |")
+    ttft = sorted(1000 * (row["received"] - row["sent"]) for row in rows)
+    lines.append(
+        f"| sent -> received | time to first token | {statistics.median(ttft):.1f} | "
+        f"{ttft[int(0.9 * (len(ttft) - 1))]:.1f} |"
+    )
+    print("\n".join(lines))
+    write_section(Path(args.out), "stages", lines)
+
+
+if __name__ == "__main__":
+    main()
