@@ -80,6 +80,7 @@ class Scheduler:
         is_end: Callable[[int], bool],
         prefix_cache: bool = True,
         batch_prefill_chunk: int | None = None,
+        prefill_stretch: float = 0.0,
     ) -> None:
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
@@ -88,6 +89,7 @@ class Scheduler:
         self._batch_chunk = min(batch_prefill_chunk or prefill_chunk, prefill_chunk)
         self._is_end = is_end
         self._prefix_cache = prefix_cache
+        self.cost = StepCost(prefill_stretch)
         self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
         self._free = list(range(slots))
@@ -233,7 +235,8 @@ class Scheduler:
         outputs: list[tuple[Sequence, int]] = []
         stepping = [s for s in self._running if not s.closed]
         decoding = sum(s.pending is not None for s in stepping)
-        rows = plan(stepping, self._chunk, self._batch_chunk)
+        budget = self.cost.budget(decoding)
+        rows = plan(stepping, self._chunk, self._batch_chunk, budget)
         for n, (seq, token, logits) in enumerate(rows):
             b.token[n] = token
             b.pos[n] = len(self._kv[seq.slot])
@@ -247,7 +250,10 @@ class Scheduler:
             return
         b.n_tokens = len(rows)
         self._count(rows, decoding)
+        started = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, b)
+        long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget
+        self.cost.add(len(rows), time.perf_counter() - started, decoding, long_read)
         if rc != 0:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
             return
@@ -287,7 +293,7 @@ class Scheduler:
 
 
 def plan(
-    running: list[Sequence], chunk: int, batch_chunk: int | None = None
+    running: list[Sequence], chunk: int, batch_chunk: int | None = None, budget: int | None = None
 ) -> list[tuple[Sequence, int, bool]]:
     """The rows of one step's batch: (sequence, token, wants logits).
 
@@ -301,26 +307,84 @@ def plan(
     follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
     is computed in several passes, each reading all the weights (`bench/batch_order.py`).
 
+    `budget`, while streams decode (see `StepCost`): the prompt tokens this step may read
+    in all, given to the prompts with the least left to read first. A prompt longer than a
+    chunk is read a little every step (at least a token), so the running streams' steps
+    stay short while it is read; one that fits in a chunk is read whole, as without a
+    budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
+    the long prompt) is not spread over many steps. None: every prompt reads its chunk.
+
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
     token is not held up by the batch (bench/batch_priority.py); the lines lose one step.
     They read their own prompts `batch_chunk` tokens a step (BATCH_PREFILL_CHUNK): an
     interactive job that arrives meanwhile waits for a short step, not a long one.
     """
-    rows: list[tuple[Sequence, int, bool]] = []
     prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
-    for seq in sorted(running, key=lambda s: s.slot):
-        if seq.yields and prefilling:
-            continue  # its token waits: the interactive prompt is read in a step of its own
+    stepping = [s for s in running if not (s.yields and prefilling)]  # a yielding token waits
+    reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
+    left = budget
+    readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
+    for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
+        rest = len(seq.context) - seq.fed
+        step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
+        if left is not None:
+            if seq.yields or rest > chunk:  # a long prompt (or a batch line's) is spread out
+                step = max(min(step, left), 0 if seq.yields else 1)
+            left -= step  # a short interactive prompt is read whole: one longer step, once
+        if step > 0:
+            reads[id(seq)] = step
+    rows: list[tuple[Sequence, int, bool]] = []
+    for seq in sorted(stepping, key=lambda s: s.slot):
         if seq.pending is not None:
             rows.append((seq, seq.pending, True))
             seq.pending = None
-        elif seq.fed < len(seq.context):
-            step = (batch_chunk or chunk) if seq.yields else chunk
-            end = min(seq.fed + step, len(seq.context))
+        elif id(seq) in reads:
+            end = seq.fed + reads[id(seq)]
             rows.extend((seq, seq.context[i], i == len(seq.context) - 1) for i in range(seq.fed, end))
             seq.fed = end
     return rows
+
+
+class StepCost:
+    """How many prompt tokens a step may add to the streams that decode, so that it takes
+    at most `stretch` times their step alone: measured, not assumed. The worker times every
+    step; the time of a decode-only step of `n` streams is a running mean per `n`, and the
+    allowance is steered after each step that also read a long prompt by how far that step
+    was from its target (more rows when it was quicker, fewer when it was slower). On a CPU
+    each prompt row costs about as much as a decode and rows cost more as the prompt grows
+    (a 3,000-token prompt read 64 tokens a step made 8 streams' steps 12 times longer:
+    bench/RESULTS.md); on a GPU a row costs little against the pass over the weights, and the
+    allowance grows to whole chunks."""
+
+    def __init__(self, stretch: float, start: int = 64) -> None:
+        self.stretch = stretch
+        self._alone: dict[int, float] = {}  # streams decoding -> mean seconds of their step alone
+        self._allow = float(start)
+
+    def add(self, rows: int, seconds: float, decoding: int = 0, budgeted: bool = False) -> None:
+        """A step of `rows`, `decoding` of them streams' tokens; `budgeted`: it read a long
+        prompt under `budget`."""
+        if decoding and rows == decoding:
+            mean = self._alone.get(decoding)
+            self._alone[decoding] = seconds if mean is None else 0.9 * mean + 0.1 * seconds
+        elif budgeted and (alone := self._alone_for(decoding)) is not None:
+            target = self.stretch * alone
+            self._allow = min(max(self._allow * min(max(target / seconds, 0.5), 1.5), 1.0), 1e6)
+
+    def _alone_for(self, decoding: int) -> float | None:
+        """The step time of `decoding` streams alone, or of the nearest count timed (a stream
+        that ends while a long prompt is read leaves a count never timed alone)."""
+        if not self._alone:
+            return None
+        return self._alone[min(self._alone, key=lambda n: (abs(n - decoding), n))]
+
+    def budget(self, decoding: int) -> int | None:
+        """Prompt tokens a step beside `decoding` streams may read (at least 1); None: no
+        limit (no stream decodes, no stretch set, or no step of streams alone timed yet)."""
+        if not decoding or not self.stretch or not self._alone:
+            return None
+        return max(int(self._allow), 1)
 
 
 def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:

@@ -114,6 +114,7 @@ class LlamaEngine:
             self.prompts.is_end,
             prefix_cache=settings.prefix_cache,
             batch_prefill_chunk=settings.batch_prefill_chunk,
+            prefill_stretch=settings.prefill_stretch,
         )
 
     def _context(self, settings: WorkerSettings, slots: int):

@@ -117,6 +117,16 @@ class WorkerSettings:
         "interactive job arriving meanwhile waits for a short step",
         minimum=1,
     )
+    prefill_stretch: float = setting(
+        1.5,
+        "PREFILL_STRETCH",
+        "while streams decode, a step that also reads prompts is kept to about this many times "
+        "the time of the streams' step alone (the step times are measured as the worker runs): "
+        "a long prompt is read a little each step, shortest prompts first, and the streams' "
+        "inter-token gap stays within about this factor (docs/benchmarks.md). `0`: every "
+        "prompt reads PREFILL_CHUNK tokens a step (a long prompt's first token sooner)",
+        minimum=0.0,
+    )
     prefix_cache: bool = setting(
         True,
         "PREFIX_CACHE",

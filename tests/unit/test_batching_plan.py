@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from worker.batching import Sequence, compaction, plan
+from worker.batching import Sequence, StepCost, compaction, plan
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:
@@ -97,3 +97,68 @@ def test_batch_lines_read_their_prompts_in_short_steps():
     reading = seq(2, list(range(100, 120)))  # an interactive prompt reads a whole chunk
     rows = plan([reading], chunk=16, batch_chunk=4)
     assert slots(rows) == [2] * 16
+
+
+def test_a_budget_reads_the_shortest_prompts_first_and_keeps_the_slot_order():
+    decoding = [seq(s, [1], fed=1, pending=s) for s in (0, 2)]
+    long = seq(1, list(range(3000)))
+    short = seq(3, list(range(5)))  # arrived while the long prompt is read
+    rows = plan([*decoding, long, short], chunk=64, budget=8)
+    assert slots(rows) == [0, 1, 1, 1, 2, 3, 3, 3, 3, 3]  # 5 for the short one, 3 left for the long
+    assert (short.fed, long.fed) == (5, 3)
+    for s in decoding:
+        s.pending = 1
+    rows = plan([*decoding, long], chunk=64, budget=8)
+    assert slots(rows) == [0] + [1] * 8 + [2] and long.fed == 11
+    rows = plan([long], chunk=64, budget=None)  # nobody decodes: a whole chunk
+    assert long.fed == 75
+
+
+def test_a_batch_lines_prompt_draws_on_the_budget_after_interactive_ones():
+    line = seq(0, list(range(20)))
+    line.yields = True
+    interactive = seq(1, [1], fed=1, pending=9)
+    rows = plan([line, interactive], chunk=16, batch_chunk=4, budget=3)
+    assert slots(rows) == [0, 0, 0, 1] and line.fed == 3
+    reading = seq(2, list(range(100, 110)))  # a short interactive prompt takes the budget
+    interactive.pending = 9  # it sampled again
+    rows = plan([line, interactive, reading], chunk=16, batch_chunk=4, budget=3)
+    assert slots(rows) == [1] + [2] * 10 and line.fed == 3  # the line sits out: a prompt is read
+
+
+def test_a_short_prompt_is_read_whole_beside_a_budget_and_a_long_one_still_moves():
+    decoding = seq(0, [1], fed=1, pending=5)
+    burst = [seq(s, list(range(40))) for s in (1, 2, 3)]  # stragglers of a burst: one chunk each
+    long = seq(4, list(range(3000)))
+    rows = plan([decoding, *burst, long], chunk=64, budget=8)
+    assert all(s.fed == 40 for s in burst)  # read whole: 120 tokens, over the budget
+    assert long.fed == 1  # the budget is spent, but the long prompt moves on
+    assert slots(rows) == [0] + [1] * 40 + [2] * 40 + [3] * 40 + [4]
+
+
+def test_step_cost_steers_the_budget_to_the_stretch():
+    """A CPU: a step costs 6 ms plus 5 ms a row, and rows of a long prompt more as it grows."""
+    cost = StepCost(stretch=2.0, start=64)
+    assert cost.budget(8) is None  # the streams' step alone not timed yet: no limit
+    cost.add(8, 0.046, decoding=8)  # 8 streams alone: 46 ms
+    assert cost.budget(0) is None  # no stream decodes: nothing to keep short
+    assert StepCost(stretch=0.0).budget(8) is None  # PREFILL_STRETCH=0: no limit
+    for _ in range(40):  # read a long prompt under the budget, the step timed as it goes
+        allow = cost.budget(8)
+        cost.add(8 + allow, 0.006 + 0.005 * (8 + allow), decoding=8, budgeted=True)
+    # twice 46 ms is 92 ms: 17 rows, 9 of them the prompt's
+    assert 8 <= cost.budget(8) <= 10
+    for _ in range(40):  # later rows cost twice as much (a longer context): fewer of them
+        allow = cost.budget(8)
+        cost.add(8 + allow, 0.006 + 0.005 * 8 + 0.010 * allow, decoding=8, budgeted=True)
+    assert 3 <= cost.budget(8) <= 5
+    assert cost.budget(7) == cost.budget(8)  # a count never timed alone: the nearest one's
+
+
+def test_step_cost_grows_to_whole_chunks_where_rows_are_cheap():
+    gpu = StepCost(stretch=2.0, start=64)  # a GPU: 15 ms a pass, 20 us a row
+    gpu.add(8, 0.015 + 0.00002 * 8, decoding=8)
+    for _ in range(20):
+        allow = gpu.budget(8)
+        gpu.add(8 + min(allow, 512), 0.015 + 0.00002 * (8 + min(allow, 512)), decoding=8, budgeted=True)
+    assert gpu.budget(8) >= 512
