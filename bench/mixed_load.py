@@ -1,11 +1,11 @@
 """A long prompt arriving while streams decode: do the running streams stall while it is read?
 
-    .venv/bin/python bench/mixed_load.py [--rounds 3] [--streams 8] [--notes 110]
+    .venv/bin/python bench/mixed_load.py [--rounds 3] [--streams 8] [--notes 75]
                                          [--servers defaults,same16] [--out bench/RESULTS.md]
 
 Each round, on each server in turn: `--streams` streams start (greedy, 512 tokens each); 3 s
 later, when every one decodes, one request with a ~3,000-token prompt (`--notes`
-notes of ~27 tokens) and `max_tokens=1` arrives. The figures: the running streams'
+notes of ~39 tokens) and `max_tokens=1` arrives. The figures: the running streams'
 inter-token gaps before it arrived (their median), their gaps while it was read (from its
 request to its first token: p50, p99, max), the p99 over that median (the goal: at most 2),
 and the long prompt's time to first token. Servers are named as in bench/paired.py; the
@@ -80,7 +80,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--streams", type=int, default=8)
-    ap.add_argument("--notes", type=int, default=110)
+    ap.add_argument("--notes", type=int, default=75)
     ap.add_argument("--servers", default="defaults,same16")
     ap.add_argument("--out", default="bench/RESULTS.md")
     args = ap.parse_args()
