@@ -57,7 +57,7 @@ def main() -> None:
     left.set_xticks(range(len(points)), labels)
     left.set_xlabel("concurrent streams")
     left.set_ylabel("aggregate tokens/s (median of pairs)")
-    left.legend(fontsize=8)
+    left.legend(fontsize=8, loc="lower center")
     right.errorbar(
         labels,
         [p[1] for p in points],
