@@ -1,15 +1,16 @@
 """Batch API lines beside interactive streams on one worker: does a saturating batch slow the
 interactive path, and how fast does the batch go?
 
-One API, Redis and one worker (`--slots`, default 4; BATCH_SLOTS, BATCH_PREFILL_CHUNK and
-BATCH_LEND_AFTER_SECONDS from the environment, default SLOTS - 1, 8 and 0: no lending):
+One API, Redis and one worker (`--slots`, default 4, `0`: unset, the worker sizes itself;
+BATCH_SLOTS, BATCH_PREFILL_CHUNK and BATCH_LEND_AFTER_SECONDS from the environment, default
+SLOTS - 1 up to 8, 8 and 0: no lending):
 
 - idle: `--probes` interactive streamed requests, one after another: time to first token;
 - the same probes while a batch of `--lines` requests (`--line-tokens` tokens each) keeps the
   worker busy: their time to first token (goal: p50 and p95 within 1.5x of idle);
 - the batch's throughput (completion tokens over the time from its first line's start to
   its last line's end) against the interactive path's best aggregate: SLOTS concurrent
-  streams of the same requests (goal: at least 0.9x).
+  streams of the same requests (`--best-streams` with `--slots 0`) (goal: at least 0.9x).
 
     .venv/bin/python bench/batch_priority.py [--lines 200] [--line-tokens 32] [--probes 20] [--probe-gap 0.3]
 
@@ -88,7 +89,10 @@ def main() -> None:
     ap.add_argument("--lines", type=int, default=200)
     ap.add_argument("--line-tokens", type=int, default=32)
     ap.add_argument("--probes", type=int, default=20)
-    ap.add_argument("--slots", type=int, default=4, help="the worker's SLOTS")
+    ap.add_argument("--slots", type=int, default=4, help="the worker's SLOTS (0: unset, sized by the worker)")
+    ap.add_argument(
+        "--best-streams", type=int, default=16, help="with --slots 0: streams for the best aggregate"
+    )
     ap.add_argument(
         "--probe-gap",
         type=float,
@@ -103,16 +107,15 @@ def main() -> None:
     api, base = start_api(
         logs, url, env={"BATCH_IN_FLIGHT": "16", "BATCH_INTERVAL_SECONDS": "0.1"}, tethered=True
     )
-    worker = start_worker(logs, url, env={"SLOTS": str(args.slots)}, tethered=True)
+    worker = start_worker(logs, url, env={"SLOTS": str(args.slots)} if args.slots else {}, tethered=True)
+    streams = args.slots or args.best_streams
     sdk = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
     try:
         wait_for_model(base, DEFAULT_MODEL_NAME, procs=(api, worker))
         with httpx.Client(base_url=base, timeout=300) as client:
             probes(client, 3, 0, 0.1)  # warm
             idle = probes(client, args.probes, 100, 0.3)
-            best = interactive_aggregate(
-                client, args.slots, args.line_tokens, rounds=max(args.lines // 40, 3)
-            )
+            best = interactive_aggregate(client, streams, args.line_tokens, rounds=max(args.lines // 40, 3))
             lines = "".join(
                 json.dumps(
                     {
@@ -148,9 +151,7 @@ def main() -> None:
         )
         print(f"ratio p50 {p50:.2f}x, p95 {p95:.2f}x (goal <= 1.5x)")
         print(f"batch: {len(out)} lines, {tokens} tokens in {took} s = {rate:.1f} tok/s")
-        print(
-            f"interactive best ({args.slots} streams) {best:.1f} tok/s; ratio {rate / best:.2f} (goal >= 0.9)"
-        )
+        print(f"interactive best ({streams} streams) {best:.1f} tok/s; ratio {rate / best:.2f} (goal >= 0.9)")
     finally:
         for p in (worker, api, redis_proc):
             p.stop()
