@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from worker.batching import Sequence, StepCost, compaction, plan
+from worker.batching import Sequence, compaction, plan
+from worker.step_cost import StepCost
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:
