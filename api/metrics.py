@@ -4,7 +4,7 @@ Two kinds of figures. Cluster-wide ones are read from Redis at each scrape and a
 on every API replica (take `max`, not `sum`, across replicas): queue depth, in-flight
 attempts, live workers and their slots per model, tokens generated, attempts requeued after
 a crash or a hand-off, jobs lost, and what the workers' batching schedulers did (decode
-steps, sequences in them, prompt tokens computed, slot moves; added by each worker's
+steps, sequences in them, prompt tokens computed, slot moves, steps interrupted; added by each worker's
 announcement, so up to a few seconds late). Per-process ones are kept in this process's own
 registry (sum them across replicas): open streams, time to first token, inter-token
 latency, resumed streams, rejected requests by reason.
@@ -33,6 +33,7 @@ _BATCH_HELP = {
     "sequences": "Sequences in those steps, summed: divided by the steps, the mean batch occupancy.",
     "prefill_tokens": "Prompt tokens computed (not those a slot's cached prefix already held).",
     "moves": "Sequences moved into a lower free slot to keep the running slots consecutive.",
+    "interrupted": "Steps of Batch API lines stopped part way for an interactive job's prompt.",
 }
 
 

@@ -120,6 +120,13 @@ def wake(model: str) -> str:
     return f"{PREFIX}:wake:{model}"
 
 
+def wake_worker(worker: str) -> str:
+    """LIST: a token when one of the worker's Batch API lines ends (its batch slot is free:
+    it takes the next line from the batch queue at once); the worker blocks on it beside
+    `wake`. Expires a minute after the last token."""
+    return f"{PREFIX}:wake-worker:{worker}"
+
+
 def dead_worker(worker: str) -> str:
     """STRING: how many jobs a worker held when the reaper found it dead (for a minute), so
     that its attempts found dead in later ticks are judged with the same batch."""
@@ -277,6 +284,7 @@ class BatchCounters:
     prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
     # not counting those its slot's cache already held
     moves: int = 0  # sequences moved to close a gap between slots (worker.batching.compaction)
+    interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (worker/interrupt.py)
 
 
 MODELS = f"{PREFIX}:models"

@@ -33,6 +33,7 @@ import llama_cpp
 
 from contract.keys import BatchCounters
 from worker.errors import GrammarDeadEnd
+from worker.interrupt import StepInterrupt
 from worker.picks import Pick
 from worker.sampling import Sampler
 from worker.step_cost import StepCost
@@ -91,6 +92,7 @@ class Scheduler:
         self._is_end = is_end
         self._prefix_cache = prefix_cache
         self.cost = StepCost(prefill_stretch)
+        self._interrupt = StepInterrupt(ctx)
         self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
         self._free = list(range(slots))
@@ -114,6 +116,8 @@ class Scheduler:
                 raise EngineFailed("the engine is stopped")
             self._waiting.append(seq)
             self._cv.notify()
+        if not seq.yields:
+            self._interrupt.fire()  # a step of Batch API lines in flight stops: see `_step`
         return seq
 
     def close(self, seq: Sequence) -> None:
@@ -236,7 +240,10 @@ class Scheduler:
         outputs: list[tuple[Sequence, int]] = []
         stepping = [s for s in self._running if not s.closed]
         decoding = sum(s.pending is not None for s in stepping)
-        budget = self.cost.budget(decoding)
+        # The budget keeps interactive streams' gaps short; Batch API lines alone have none
+        interactive = any(s.pending is not None and not s.yields for s in stepping)
+        budget = self.cost.budget(decoding) if interactive else None
+        before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in stepping]
         rows = plan(stepping, self._chunk, self._batch_chunk, budget)
         for n, (seq, token, logits) in enumerate(rows):
             b.token[n] = token
@@ -250,9 +257,15 @@ class Scheduler:
         if not rows:
             return
         b.n_tokens = len(rows)
-        self._count(rows, decoding)
+        # A step with Batch API lines in it stops when an interactive job is submitted: the
+        # job's prompt is then read at once, the lines sitting out (see `plan`).
+        self._interrupt.arm(any(seq.yields for seq, _, _ in rows))
         started = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, b)
+        if self._interrupt.take() and rc == 2:
+            self._undo(before)
+            return
+        self._count(rows, decoding)
         long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget
         self.cost.add(len(rows), time.perf_counter() - started, decoding, long_read)
         if rc != 0:
@@ -274,6 +287,16 @@ class Scheduler:
             else:
                 seq.pending = pick.token
         self._outbox.put(out)
+
+    def _undo(self, before: list[tuple[Sequence, int, int | None, int]]) -> None:
+        """A step stopped part way: every sequence as it was before it was planned. llama.cpp
+        has removed the cells of the micro-batch it stopped in; those of any earlier one
+        go too."""
+        for seq, fed, pending, cached in before:
+            llama_cpp.llama_memory_seq_rm(self._mem, seq.slot, cached, -1)
+            del self._kv[seq.slot][cached:]
+            seq.fed, seq.pending = fed, pending
+        self.counters.interrupted += 1
 
     def _count(self, rows: list[tuple[Sequence, int, bool]], decoding: int) -> None:
         c = self.counters

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import llama_cpp
 from llama_cpp._internals import LlamaModel
-from llama_cpp._logger import set_verbose
 
 from contract.jobspec import JobSpec, Message
 from contract.keys import BATCH, BatchCounters
-from worker import batching, sizing
+from worker import batching, llama_log, sizing
 from worker.grammar import GrammarGate, TriggeredGate
 from worker.picks import Pick
 from worker.prompts import ChatPrompts
@@ -54,7 +53,7 @@ class LlamaEngine:
         self.n_ctx = settings.n_ctx  # per slot: what one job may use
         self._offloaded = bool(settings.n_gpu_layers) and llama_cpp.llama_supports_gpu_offload()
         self._prefill_chunk = settings.prefill_chunk
-        set_verbose(False)
+        llama_log.install()
         llama_cpp.llama_backend_init()
         most = llama_cpp.llama_max_parallel_sequences()
         if settings.slots is not None and not 1 <= settings.slots <= most:

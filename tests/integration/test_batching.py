@@ -206,6 +206,36 @@ def test_a_resumed_job_continues_from_its_prompt_and_published_tokens(engine, al
     assert rest[:3] == alone[1][k : k + 3]
 
 
+def test_steps_of_batch_lines_stopped_part_way_change_no_answer(engine, alone):
+    """Batch API lines whose steps an interactive job keeps stopping (worker/interrupt.py)
+    give what they give alone: every stopped step is taken out of the cache and planned
+    again. An interactive job submitted beside them is answered as alone too."""
+    scheduler = engine._scheduler
+    before = scheduler.counters.interrupted
+    done = threading.Event()
+
+    def interrupter():
+        while not done.wait(0.05):
+            scheduler._interrupt.fire()  # as a submitted interactive job does
+
+    def line(i: int):
+        return generate(engine, job(engine, QUESTIONS[i], i, priority="batch"))
+
+    def interactive():
+        time.sleep(0.3)
+        return generate(engine, job(engine, QUESTIONS[3], 3))
+
+    thread = threading.Thread(target=interrupter)
+    thread.start()
+    try:
+        answers = concurrently(*[lambda i=i: line(i) for i in range(3)], interactive)
+    finally:
+        done.set()
+        thread.join()
+    assert answers == alone
+    assert scheduler.counters.interrupted > before
+
+
 def test_a_configuration_that_does_not_fit_is_refused_at_start():
     from worker.engine import EngineConfigError
 
