@@ -111,6 +111,7 @@ class TokenspoolWorker(SimpleWorker):
         self._beat_at = 0.0
         self._handled: set[str] = set()  # job ids taken by this process (an inbox left over is not)
         self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
+        runner.line_ended = self._line_ended
 
     # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
     def subscribe(self) -> None:
@@ -206,11 +207,10 @@ class TokenspoolWorker(SimpleWorker):
     def _take_one(self) -> str | None:
         """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
         for one to be enqueued."""
-        take_keys = scripts.take_keys(self._queues(), self.name)
-        got = self._take(keys=take_keys)
+        got = self._take(keys=scripts.take_keys(self._queues(), self.name))
         if not got:
-            self.connection.blpop([keys.wake(self._model)], timeout=BLOCK_S)
-            got = self._take(keys=take_keys)
+            self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
+            got = self._take(keys=scripts.take_keys(self._queues(), self.name))
             if not got:
                 return None
         job_id = as_text(got[1])
@@ -218,6 +218,16 @@ class TokenspoolWorker(SimpleWorker):
         if as_text(got[0]) in self._lending.interactive_queues:
             self._lending.interactive_started()
         return job_id
+
+    def _line_ended(self) -> None:
+        """A Batch API line ended (on its job thread): wake this loop, which may be blocked
+        waiting for interactive jobs with the batch queue left out, to take the next line
+        into the free batch slot now rather than at the next job enqueued."""
+        with contextlib.suppress(redis.RedisError), self.connection.pipeline(transaction=False) as pipe:
+            pipe.lpush(keys.wake_worker(self.name), 1)
+            pipe.ltrim(keys.wake_worker(self.name), 0, 0)  # one token wakes it; more would spin
+            pipe.expire(keys.wake_worker(self.name), 60)
+            pipe.execute()
 
     def _adopt_inbox(self) -> None:
         """Run the ids in this worker's inbox that it never saw (a TAKE whose reply was lost

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -113,6 +113,7 @@ class JobRunner:
         self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
         self._lock = threading.Lock()
         self._last_end = time.monotonic()  # when the last attempt ended (or the start)
+        self.line_ended: Callable[[], None] = lambda: None  # the worker loop's: a batch slot is free
 
     def request_shutdown(self, grace_s: float | None = None) -> None:
         """SIGTERM: finish the running jobs if they end within the grace period, else hand
@@ -213,6 +214,8 @@ class JobRunner:
                 self._batch_lines -= claimed.spec.priority == keys.BATCH
                 self._last_end = time.monotonic()
             self._free.release()
+            if claimed.spec.priority == keys.BATCH:
+                self.line_ended()
 
     def _claim(self, raw_spec: dict, rq_job_id: str) -> Claimed | Outcome:
         """Check the job and claim it; or why it does not run here. Only a spec the API

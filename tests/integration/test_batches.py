@@ -428,3 +428,28 @@ def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
     finally:
         for p in (worker, api, redis_proc):
             p.stop()
+
+
+def test_a_line_ending_starts_the_next_at_once(tmp_path):
+    """SLOTS=2, BATCH_SLOTS=1, every line queued at once: when a line ends, the worker (blocked
+    waiting for interactive jobs, the batch queue left out) is woken for the next line, not
+    at its next 1 s look around. Six one-token lines then take well under the 5 s or more they
+    took one look apart."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env={"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": "6"})
+    worker = start_worker(tmp_path, url, env={"SLOTS": "2", "BATCH_SLOTS": "1"})
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker))
+        with strict_sdk(base) as sdk:
+            batch_id = run(sdk, jsonl(6, max_tokens=1))
+            wait(sdk, batch_id, ("in_progress", "finalizing", "completed"), timeout=30)
+            started = time.monotonic()
+            done = wait(sdk, batch_id, ("completed",), timeout=60)
+            took = time.monotonic() - started
+            assert sorted(row["custom_id"] for row in rows(sdk, done.output_file_id)) == [
+                f"req-{i}" for i in range(6)
+            ]
+        assert took < 3.0, took
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
