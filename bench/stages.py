@@ -3,7 +3,7 @@ stage, read off Redis's MONITOR (every command the API, the worker and their Lua
 send, stamped by the server in microseconds) and the client's own clock (the same clock:
 everything runs on this machine).
 
-    .venv/bin/python bench/stages.py [--runs 30] [--max-tokens 16] [--out bench/RESULTS.md]
+    .venv/bin/python bench/stages.py [--runs 30] [--max-tokens 16] [--batch-lines 0] [--out bench/RESULTS.md]
 
 The stage boundaries, in order:
 
@@ -21,7 +21,10 @@ The stage boundaries, in order:
 
 MONITOR costs Redis a little per command, so the TTFT here is a little above an unwatched
 one's. Each request has a prompt of its own and the worker runs with PREFIX_CACHE=0, so every
-prefill is whole. Run by hand; never part of the test suite.
+prefill is whole. With `--batch-lines N` the same requests run while a Batch API batch of N
+32-token lines keeps the worker busy (as in bench/batch_priority.py; the worker then keeps
+its prefix cache): where an interactive first token waits for the batch. Run by hand; never
+part of the test suite.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ import time
 from pathlib import Path
 
 import httpx
+import openai
 import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -146,16 +150,45 @@ def one(client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int)
     return times
 
 
+def start_batch(base: str, lines: int) -> None:
+    """A batch of `lines` 32-token chat requests; returns once its first two are answered."""
+    sdk = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
+    rows = "".join(
+        json.dumps(
+            {
+                "custom_id": f"l{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": {
+                    "model": DEFAULT_MODEL_NAME,
+                    "messages": [{"role": "user", "content": f"Tale {i}: tell me about a lighthouse."}],
+                    "max_tokens": 32,
+                    "temperature": 0,
+                },
+            }
+        )
+        + "\n"
+        for i in range(lines)
+    )
+    f = sdk.files.create(file=("b.jsonl", rows.encode()), purpose="batch")
+    batch = sdk.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    while sdk.batches.retrieve(batch.id).request_counts.completed < 2:
+        time.sleep(0.05)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--batch-lines", type=int, default=0, help="a batch of this many lines runs meanwhile")
     ap.add_argument("--out", default="bench/RESULTS.md")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="stages-"))
     redis_proc, url = start_redis(logs)
-    api, base = start_api(logs, url, env={"LOG_LEVEL": "WARNING"})
-    worker = start_worker(logs, url, env={"PREFIX_CACHE": "0", "LOG_LEVEL": "WARNING"})
+    batch_env = {"BATCH_IN_FLIGHT": "16", "BATCH_INTERVAL_SECONDS": "0.1"}
+    api, base = start_api(logs, url, env={"LOG_LEVEL": "WARNING", **(batch_env if args.batch_lines else {})})
+    worker_env = {"LOG_LEVEL": "WARNING", **({} if args.batch_lines else {"PREFIX_CACHE": "0"})}
+    worker = start_worker(logs, url, env=worker_env)
     rows: list[dict[str, float]] = []
     try:
         wait_for_model(base, DEFAULT_MODEL_NAME, procs=(redis_proc, api, worker))
@@ -164,6 +197,8 @@ def main() -> None:
         with httpx.Client(base_url=base + "/v1", timeout=60) as client:
             for _ in range(3):
                 one(client, monitor, r, 4)  # warm-up: the first requests page code and weights in
+            if args.batch_lines:
+                start_batch(base, args.batch_lines)
             for i in range(args.runs):
                 rows.append(one(client, monitor, r, args.max_tokens))
                 time.sleep(0.2)  # the worker idle again, as for a lone stream
@@ -173,12 +208,15 @@ def main() -> None:
     finally:
         for p in (worker, api, redis_proc):
             p.stop()
+    beside = f", a batch of {args.batch_lines} lines running" if args.batch_lines else ""
     lines = [
-        "## Where a first token's time goes (bench/stages.py)",
+        f"## Where a first token's time goes{beside} (bench/stages.py)",
         "",
-        f"Command: `.venv/bin/python bench/stages.py --runs {args.runs} --max-tokens {args.max_tokens}`, "
+        f"Command: `.venv/bin/python bench/stages.py --runs {args.runs} --max-tokens {args.max_tokens}"
+        f"{f' --batch-lines {args.batch_lines}' if args.batch_lines else ''}`, "
         f"{time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
-        "One stream at a time through API, Redis and one worker (its default size, PREFIX_CACHE=0), "
+        "One stream at a time through API, Redis and one worker (its default size"
+        f"{', beside the batch' if args.batch_lines else ', PREFIX_CACHE=0'}), "
         "each stage from Redis's MONITOR and the client's clock; medians and 90th percentiles of "
         "the runs, in ms.",
         "",
@@ -195,7 +233,7 @@ def main() -> None:
         f"{ttft[int(0.9 * (len(ttft) - 1))]:.1f} |"
     )
     print("\n".join(lines))
-    write_section(Path(args.out), "stages", lines)
+    write_section(Path(args.out), "stages-batch" if args.batch_lines else "stages", lines)
 
 
 if __name__ == "__main__":

@@ -113,8 +113,9 @@ class WorkerSettings:
     batch_prefill_chunk: int = setting(
         8,
         "BATCH_PREFILL_CHUNK",
-        "prompt tokens a Batch API line reads per batch step (at most PREFILL_CHUNK): an "
-        "interactive job arriving meanwhile waits for a short step",
+        "prompt tokens a Batch API line reads per batch step (at most PREFILL_CHUNK): on a GPU, "
+        "where a step cannot be stopped part way for an interactive job, that job waits for a "
+        "short step",
         minimum=1,
     )
     prefill_stretch: float = setting(
