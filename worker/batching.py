@@ -116,8 +116,8 @@ class Scheduler:
                 raise EngineFailed("the engine is stopped")
             self._waiting.append(seq)
             self._cv.notify()
-        if not seq.yields:
-            self._interrupt.fire()  # a step of Batch API lines in flight stops: see `_step`
+        if not seq.yields:  # a step with Batch API lines in it stops: its prompt goes first
+            self._interrupt.fire()
         return seq
 
     def close(self, seq: Sequence) -> None:
@@ -257,9 +257,7 @@ class Scheduler:
         if not rows:
             return
         b.n_tokens = len(rows)
-        # A step with Batch API lines in it stops when an interactive job is submitted: the
-        # job's prompt is then read at once, the lines sitting out (see `plan`).
-        self._interrupt.arm(any(seq.yields for seq, _, _ in rows))
+        self._interrupt.arm(any(seq.yields for seq, _, _ in rows))  # stopped by `submit`
         started = time.perf_counter()
         rc = llama_cpp.llama_decode(self._ctx, b)
         if self._interrupt.take() and rc == 2:
@@ -289,9 +287,8 @@ class Scheduler:
         self._outbox.put(out)
 
     def _undo(self, before: list[tuple[Sequence, int, int | None, int]]) -> None:
-        """A step stopped part way: every sequence as it was before it was planned. llama.cpp
-        has removed the cells of the micro-batch it stopped in; those of any earlier one
-        go too."""
+        """A step stopped part way (worker/interrupt.py): every sequence as before its plan,
+        the cells of every micro-batch of the step removed (llama.cpp removed the last's)."""
         for seq, fed, pending, cached in before:
             llama_cpp.llama_memory_seq_rm(self._mem, seq.slot, cached, -1)
             del self._kv[seq.slot][cached:]
@@ -398,8 +395,5 @@ def batch_capacity(slots: int, chunk: int) -> int:
 
 
 def _common(a: list[int], b: list[int]) -> int:
-    n = min(len(a), len(b))
-    for i in range(n):
-        if a[i] != b[i]:
-            return i
-    return n
+    """The length of the prefix `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
