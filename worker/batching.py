@@ -339,7 +339,9 @@ def plan(
     prompt: that step is as short as on an idle worker, and the interactive job's first
     token is not held up by the batch (bench/batch_priority.py); the lines lose one step.
     They read their own prompts `batch_chunk` tokens a step (BATCH_PREFILL_CHUNK): an
-    interactive job that arrives meanwhile waits for a short step, not a long one.
+    interactive job that arrives meanwhile waits for a short step, not a long one. With the
+    budget spent they still read a token a step, the row each adds when decoding: lines
+    that end while a stream decodes are replaced, not left empty until it ends.
     """
     prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
     stepping = [s for s in running if not (s.yields and prefilling)]  # a yielding token waits
@@ -351,10 +353,9 @@ def plan(
         step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
         if left is not None:
             if seq.yields or rest > chunk:  # a long prompt (or a batch line's) is spread out
-                step = max(min(step, left), 0 if seq.yields else 1)
+                step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
-        if step > 0:
-            reads[id(seq)] = step
+        reads[id(seq)] = step
     rows: list[tuple[Sequence, int, bool]] = []
     for seq in sorted(stepping, key=lambda s: s.slot):
         if seq.pending is not None:

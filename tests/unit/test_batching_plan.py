@@ -127,6 +127,19 @@ def test_a_batch_lines_prompt_draws_on_the_budget_after_interactive_ones():
     assert slots(rows) == [1] + [2] * 10 and line.fed == 3  # the line sits out: a prompt is read
 
 
+def test_batch_lines_read_a_token_a_step_when_the_budget_is_spent():
+    # A line reading its prompt adds a row a step, as a decoding line does: the budget's
+    # interactive stream sees the steps of a decoding batch. At none, lines that ended
+    # while a stream decoded waited for it to end, and the batch shrank to the lines
+    # still decoding (bench/batch_priority.py).
+    interactive = seq(0, [1], fed=1, pending=9)
+    lines = [seq(s, list(range(20))) for s in (1, 2)]
+    for line in lines:
+        line.yields = True
+    rows = plan([interactive, *lines], chunk=16, batch_chunk=8, budget=0)
+    assert slots(rows) == [0, 1, 2] and [line.fed for line in lines] == [1, 1]
+
+
 def test_a_short_prompt_is_read_whole_beside_a_budget_and_a_long_one_still_moves():
     decoding = seq(0, [1], fed=1, pending=5)
     burst = [seq(s, list(range(40))) for s in (1, 2, 3)]  # stragglers of a burst: one chunk each
