@@ -12,11 +12,16 @@ SLOTS - 1 up to 8, 8 and 0: no lending):
   its last line's end) against the interactive path's best aggregate: SLOTS concurrent
   streams of the same requests (`--best-streams` with `--slots 0`) (goal: at least 0.9x).
 
+Then `--pairs` pairs of back-to-back runs, in ABBA order: a batch of `--pair-lines` lines
+with nothing beside it, and the interactive best over as many requests; the ratio is taken
+within each pair.
+
 The idle probes and the interactive best are measured before the batch and again after it,
 and each figure is taken over both: this machine's speed drifts by 10 % within minutes, and
 a single idle measurement moved the ratios as much as any setting did.
 
     .venv/bin/python bench/batch_priority.py [--lines 200] [--line-tokens 32] [--probes 20] [--probe-gap 0.3]
+        [--pairs 4] [--pair-lines 96]
 
 Prints the figures. Run by hand; never part of the test suite.
 """
@@ -88,6 +93,52 @@ def interactive_aggregate(client: httpx.Client, slots: int, tokens: int, rounds:
     return total / (time.perf_counter() - start)
 
 
+def batch_file(n: int, start: int, tokens: int) -> bytes:
+    return "".join(
+        json.dumps(
+            {
+                "custom_id": f"l{i}",
+                "method": "POST",
+                "url": "/v1/chat/completions",
+                "body": request(i, tokens),
+            }
+        )
+        + "\n"
+        for i in range(start, start + n)
+    ).encode()
+
+
+def batch_alone(sdk: openai.OpenAI, n: int, start: int, tokens: int) -> float:
+    """Completion tokens per second of a batch of `n` lines with nothing beside it, from its
+    creation to its completed status on the client's clock (the batch's own clock counts
+    whole seconds)."""
+    f = sdk.files.create(file=("b.jsonl", batch_file(n, start, tokens)), purpose="batch")
+    began = time.perf_counter()
+    b = sdk.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
+    while (b := sdk.batches.retrieve(b.id)).status != "completed":
+        time.sleep(0.05)
+    took = time.perf_counter() - began
+    assert b.output_file_id is not None
+    out = [json.loads(x) for x in sdk.files.content(b.output_file_id).text.splitlines()]
+    return sum(r["response"]["body"]["usage"]["completion_tokens"] for r in out) / took
+
+
+def paired(sdk: openai.OpenAI, client: httpx.Client, pairs: int, lines: int, streams: int, tokens: int):
+    """(batch rate, interactive best rate) for each pair of back-to-back runs of the same
+    requests, in ABBA order: the ratio within a pair does not see the machine's drift."""
+    out = []
+    for k in range(pairs):
+        rates = {}
+        for what in ("batch", "best") if k % 2 == 0 else ("best", "batch"):
+            if what == "batch":
+                rates[what] = batch_alone(sdk, lines, 20_000 + 1000 * k, tokens)  # 5 digits, as the best
+            else:
+                rates[what] = interactive_aggregate(client, streams, tokens, max(lines // streams, 1))
+        out.append((rates["batch"], rates["best"]))
+        print(f"pair {k + 1}: batch {rates['batch']:.1f}, best {rates['best']:.1f} tok/s", flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--lines", type=int, default=200)
@@ -104,6 +155,10 @@ def main() -> None:
         help="seconds between probes during the batch; above BATCH_LEND_AFTER_SECONDS every probe "
         "finds its slot lent to the batch and calls it back",
     )
+    ap.add_argument(
+        "--pairs", type=int, default=4, help="pairs of a batch alone and the interactive best, after"
+    )
+    ap.add_argument("--pair-lines", type=int, default=96, help="lines in each pair's batch")
     args = ap.parse_args()
 
     logs = Path(tempfile.mkdtemp(prefix="bench-batch-"))
@@ -121,19 +176,9 @@ def main() -> None:
             rounds = max(args.lines // 40, 3)
             idle = probes(client, args.probes, 100, 0.3)
             best_before = interactive_aggregate(client, streams, args.line_tokens, rounds)
-            lines = "".join(
-                json.dumps(
-                    {
-                        "custom_id": f"l{i}",
-                        "method": "POST",
-                        "url": "/v1/chat/completions",
-                        "body": request(i, args.line_tokens),
-                    }
-                )
-                + "\n"
-                for i in range(args.lines)
+            f = sdk.files.create(
+                file=("b.jsonl", batch_file(args.lines, 0, args.line_tokens)), purpose="batch"
             )
-            f = sdk.files.create(file=("b.jsonl", lines.encode()), purpose="batch")
             batch = sdk.batches.create(
                 input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
             )
@@ -144,6 +189,7 @@ def main() -> None:
                 time.sleep(0.2)
             idle += probes(client, args.probes, 300, 0.3)
             best_after = interactive_aggregate(client, streams, args.line_tokens, rounds)
+            pairs = paired(sdk, client, args.pairs, args.pair_lines, streams, args.line_tokens)
         best = (best_before + best_after) / 2
         out = [json.loads(x) for x in sdk.files.content(b.output_file_id).text.splitlines()]
         tokens = sum(r["response"]["body"]["usage"]["completion_tokens"] for r in out)
@@ -164,6 +210,14 @@ def main() -> None:
             f"interactive best ({streams} streams) {best:.1f} tok/s (before {best_before:.1f}, "
             f"after {best_after:.1f}); ratio {rate / best:.2f} (goal >= 0.9)"
         )
+        if pairs:
+            ratios = sorted(b / i for b, i in pairs)
+            print(
+                f"a batch of {args.pair_lines} lines alone against the interactive best, {len(pairs)} pairs: "
+                f"ratio median {statistics.median(ratios):.2f} (from {ratios[0]:.2f} to {ratios[-1]:.2f}); "
+                f"batch median {statistics.median(b for b, _ in pairs):.1f}, "
+                f"best median {statistics.median(i for _, i in pairs):.1f} tok/s"
+            )
     finally:
         for p in (worker, api, redis_proc):
             p.stop()
