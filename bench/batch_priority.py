@@ -18,7 +18,9 @@ within each pair.
 
 The idle probes and the interactive best are measured before the batch and again after it,
 and each figure is taken over both: this machine's speed drifts by 10 % within minutes, and
-a single idle measurement moved the ratios as much as any setting did.
+a single idle measurement moved the ratios as much as any setting did. Every request and
+line has its own number of the same five digits: prompts of one length, and none found
+whole in a slot's cache from an earlier run.
 
     .venv/bin/python bench/batch_priority.py [--lines 200] [--line-tokens 32] [--probes 20] [--probe-gap 0.3]
         [--pairs 4] [--pair-lines 96]
@@ -79,11 +81,13 @@ def probes(client: httpx.Client, n: int, start: int, gap_s: float) -> list[float
     return out
 
 
-def interactive_aggregate(client: httpx.Client, slots: int, tokens: int, rounds: int) -> float:
-    """Completion tokens per second with `slots` concurrent non-streamed requests."""
+def interactive_aggregate(client: httpx.Client, slots: int, tokens: int, rounds: int, first: int) -> float:
+    """Completion tokens per second with `slots` concurrent non-streamed requests, numbered
+    from `first`: give every call its own numbers, as every batch has its own lines, or a
+    repeated prompt finds itself in a slot's cache (PREFIX_CACHE) and skips its reading."""
 
     def one(i: int) -> int:
-        return client.post("/v1/chat/completions", json=request(10_000 + i, tokens)).json()["usage"][
+        return client.post("/v1/chat/completions", json=request(first + i, tokens)).json()["usage"][
             "completion_tokens"
         ]
 
@@ -123,17 +127,20 @@ def batch_alone(sdk: openai.OpenAI, n: int, start: int, tokens: int) -> float:
     return sum(r["response"]["body"]["usage"]["completion_tokens"] for r in out) / took
 
 
-def paired(sdk: openai.OpenAI, client: httpx.Client, pairs: int, lines: int, streams: int, tokens: int):
+def paired(
+    sdk: openai.OpenAI, client: httpx.Client, pairs: int, lines: int, streams: int, tokens: int
+) -> list[tuple[float, float]]:
     """(batch rate, interactive best rate) for each pair of back-to-back runs of the same
     requests, in ABBA order: the ratio within a pair does not see the machine's drift."""
     out = []
     for k in range(pairs):
-        rates = {}
+        rates: dict[str, float] = {}
         for what in ("batch", "best") if k % 2 == 0 else ("best", "batch"):
             if what == "batch":
-                rates[what] = batch_alone(sdk, lines, 20_000 + 1000 * k, tokens)  # 5 digits, as the best
+                rates[what] = batch_alone(sdk, lines, 20_000 + 2000 * k, tokens)
             else:
-                rates[what] = interactive_aggregate(client, streams, tokens, max(lines // streams, 1))
+                rounds = max(lines // streams, 1)
+                rates[what] = interactive_aggregate(client, streams, tokens, rounds, 21_000 + 2000 * k)
         out.append((rates["batch"], rates["best"]))
         print(f"pair {k + 1}: batch {rates['batch']:.1f}, best {rates['best']:.1f} tok/s", flush=True)
     return out
@@ -175,9 +182,9 @@ def main() -> None:
             probes(client, 3, 0, 0.1)  # warm
             rounds = max(args.lines // 40, 3)
             idle = probes(client, args.probes, 100, 0.3)
-            best_before = interactive_aggregate(client, streams, args.line_tokens, rounds)
+            best_before = interactive_aggregate(client, streams, args.line_tokens, rounds, 10_000)
             f = sdk.files.create(
-                file=("b.jsonl", batch_file(args.lines, 0, args.line_tokens)), purpose="batch"
+                file=("b.jsonl", batch_file(args.lines, 30_000, args.line_tokens)), purpose="batch"
             )
             batch = sdk.batches.create(
                 input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
@@ -188,7 +195,7 @@ def main() -> None:
             while (b := sdk.batches.retrieve(batch.id)).status != "completed":
                 time.sleep(0.2)
             idle += probes(client, args.probes, 300, 0.3)
-            best_after = interactive_aggregate(client, streams, args.line_tokens, rounds)
+            best_after = interactive_aggregate(client, streams, args.line_tokens, rounds, 15_000)
             pairs = paired(sdk, client, args.pairs, args.pair_lines, streams, args.line_tokens)
         best = (best_before + best_after) / 2
         out = [json.loads(x) for x in sdk.files.content(b.output_file_id).text.splitlines()]
