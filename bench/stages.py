@@ -45,6 +45,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.batch_priority import batch_file
 from bench.peers_report import machine, write_section
 from contract import keys
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
@@ -151,26 +152,10 @@ def one(client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int)
 
 
 def start_batch(base: str, lines: int) -> None:
-    """A batch of `lines` 32-token chat requests; returns once its first two are answered."""
+    """A batch of `lines` 32-token chat requests (bench/batch_priority.py's); returns once its
+    first two are answered."""
     sdk = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0)
-    rows = "".join(
-        json.dumps(
-            {
-                "custom_id": f"l{i}",
-                "method": "POST",
-                "url": "/v1/chat/completions",
-                "body": {
-                    "model": DEFAULT_MODEL_NAME,
-                    "messages": [{"role": "user", "content": f"Tale {i}: tell me about a lighthouse."}],
-                    "max_tokens": 32,
-                    "temperature": 0,
-                },
-            }
-        )
-        + "\n"
-        for i in range(lines)
-    )
-    f = sdk.files.create(file=("b.jsonl", rows.encode()), purpose="batch")
+    f = sdk.files.create(file=("b.jsonl", batch_file(lines, 30_000, 32)), purpose="batch")
     batch = sdk.batches.create(input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h")
     while sdk.batches.retrieve(batch.id).request_counts.completed < 2:
         time.sleep(0.05)

@@ -210,6 +210,7 @@ class TokenspoolWorker(SimpleWorker):
         got = self._take(keys=scripts.take_keys(self._queues(), self.name))
         if not got:
             self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
+            # the queues again: a line that ended meanwhile lets the batch queue back in
             got = self._take(keys=scripts.take_keys(self._queues(), self.name))
             if not got:
                 return None
@@ -223,10 +224,11 @@ class TokenspoolWorker(SimpleWorker):
         """A Batch API line ended (on its job thread): wake this loop, which may be blocked
         waiting for interactive jobs with the batch queue left out, to take the next line
         into the free batch slot now rather than at the next job enqueued."""
+        wake = keys.wake_worker(self.name)
         with contextlib.suppress(redis.RedisError), self.connection.pipeline(transaction=False) as pipe:
-            pipe.lpush(keys.wake_worker(self.name), 1)
-            pipe.ltrim(keys.wake_worker(self.name), 0, 0)  # one token wakes it; more would spin
-            pipe.expire(keys.wake_worker(self.name), 60)
+            pipe.lpush(wake, 1)
+            pipe.ltrim(wake, 0, 0)  # one token wakes it; more would spin
+            pipe.expire(wake, 60)
             pipe.execute()
 
     def _adopt_inbox(self) -> None:
