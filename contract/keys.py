@@ -283,7 +283,7 @@ class BatchCounters:
     sequences: int = 0  # sequences in those calls, summed: mean occupancy = sequences / steps
     prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
     # not counting those its slot's cache already held
-    moves: int = 0  # sequences moved to close a gap between slots (worker.batching.compaction)
+    moves: int = 0  # sequences moved to close a gap between slots (worker.step_plan.compaction)
     interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (worker/interrupt.py)
 
 

@@ -94,8 +94,8 @@ def main() -> None:
     lending = Lending(
         connection,
         settings.model_name,
-        slots=engine.slots,
         batch_slots=settings.batch_share(engine.slots),
+        lend_slots=settings.batch_lend_share(engine.slots),
         lend_after_s=settings.batch_lend_after_s,
         poll_s=settings.preempt_poll_s,
     )

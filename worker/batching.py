@@ -4,8 +4,10 @@ Each job in a worker is a sequence in its own slot (a llama.cpp sequence id with
 part of the KV cache). Every step builds one batch: the last sampled token of each decoding
 sequence and up to `prefill_chunk` prompt tokens of each sequence still prefilling, so a
 long prompt is spread over many steps and never freezes the running streams.
-The batch lists its tokens by slot (see `plan`): llama.cpp computes a batch for a cache
-split by sequence in one pass only over consecutive sequence ids in increasing order.
+The batch lists its tokens by slot (worker/step_plan.py plans it): llama.cpp computes a
+batch for a cache split by sequence in one pass only over consecutive sequence ids in
+increasing order. While an interactive sequence runs, Batch API lines beyond BATCH_SLOTS sit
+out (`stepping`).
 After the decode each sequence that produced logits samples with its own sampler chain, and
 a courier thread hands the step's tokens to the job threads through their sequences' queues
 while the next step computes: each job thread woken from the scheduler thread preempts it,
@@ -37,6 +39,7 @@ from worker.interrupt import StepInterrupt
 from worker.picks import Pick
 from worker.sampling import Sampler
 from worker.step_cost import StepCost
+from worker.step_plan import batch_capacity, common_prefix, compaction, plan, stepping
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +86,7 @@ class Scheduler:
         prefix_cache: bool = True,
         batch_prefill_chunk: int | None = None,
         prefill_stretch: float = 0.0,
+        lines_beside: int | None = None,
     ) -> None:
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
@@ -92,6 +96,7 @@ class Scheduler:
         self._is_end = is_end
         self._prefix_cache = prefix_cache
         self.cost = StepCost(prefill_stretch)
+        self._lines_beside = lines_beside  # Batch API lines stepping beside interactive ones
         self._interrupt = StepInterrupt(ctx)
         self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
@@ -206,7 +211,7 @@ class Scheduler:
             seq = self._waiting.pop(0)
             # Ties (no cache, or the same shared prefix) go to the lowest slot: running
             # sequences then sit in consecutive slots, which llama.cpp decodes in one pass.
-            shared = {s: _common(self._kv[s], seq.context) for s in self._free}
+            shared = {s: common_prefix(self._kv[s], seq.context) for s in self._free}
             slot = max(self._free, key=lambda s: (shared[s], -s))
             self._free.remove(slot)
             # Keep the shared prefix, but always compute the last context token again:
@@ -238,13 +243,13 @@ class Scheduler:
         """One llama_decode of the planned tokens, then each sequence with logits samples."""
         b = self._batch
         outputs: list[tuple[Sequence, int]] = []
-        stepping = [s for s in self._running if not s.closed]
-        decoding = sum(s.pending is not None for s in stepping)
+        steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
+        decoding = sum(s.pending is not None for s in steps)
         # The budget keeps interactive streams' gaps short; Batch API lines alone have none
-        interactive = any(s.pending is not None and not s.yields for s in stepping)
+        interactive = any(s.pending is not None and not s.yields for s in steps)
         budget = self.cost.budget(decoding) if interactive else None
-        before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in stepping]
-        rows = plan(stepping, self._chunk, self._batch_chunk, budget)
+        before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in steps]
+        rows = plan(steps, self._chunk, self._batch_chunk, budget)
         for n, (seq, token, logits) in enumerate(rows):
             b.token[n] = token
             b.pos[n] = len(self._kv[seq.slot])
@@ -311,90 +316,3 @@ class Scheduler:
                 self._release(seq)
             for slot in range(self.slots):
                 self._forget(slot)
-
-
-def plan(
-    running: list[Sequence], chunk: int, batch_chunk: int | None = None, budget: int | None = None
-) -> list[tuple[Sequence, int, bool]]:
-    """The rows of one step's batch: (sequence, token, wants logits).
-
-    Each decoding sequence feeds its last sampled token; each sequence still reading its
-    context feeds up to `chunk` more of it. A burst of jobs is thus read in one step, not
-    one job after another (every step is at least one pass over all the weights), and a
-    short prompt admitted behind a long one is not held up by it; the running streams wait
-    one step of at most `chunk` tokens per prefilling sequence. The rows are ordered by
-    slot, each sequence's tokens together: with a cache split by sequence (non-unified),
-    llama.cpp's `split_equal(sequential=true)` takes into one pass only sequence ids that
-    follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
-    is computed in several passes, each reading all the weights (`bench/batch_order.py`).
-
-    `budget`, while streams decode (see `StepCost`): the prompt tokens this step may read
-    in all, given to the prompts with the least left to read first. A prompt longer than a
-    chunk is read a little every step (at least a token), so the running streams' steps
-    stay short while it is read; one that fits in a chunk is read whole, as without a
-    budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
-    the long prompt) is not spread over many steps. None: every prompt reads its chunk.
-
-    Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
-    prompt: that step is as short as on an idle worker, and the interactive job's first
-    token is not held up by the batch (bench/batch_priority.py); the lines lose one step.
-    They read their own prompts `batch_chunk` tokens a step (BATCH_PREFILL_CHUNK): an
-    interactive job that arrives meanwhile waits for a short step, not a long one. With the
-    budget spent they still read a token a step, the row each adds when decoding: lines
-    that end while a stream decodes are replaced, not left empty until it ends.
-    """
-    prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
-    stepping = [s for s in running if not (s.yields and prefilling)]  # a yielding token waits
-    reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
-    left = budget
-    readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
-    for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
-        rest = len(seq.context) - seq.fed
-        step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
-        if left is not None:
-            if seq.yields or rest > chunk:  # a long prompt (or a batch line's) is spread out
-                step = max(min(step, left), 1)
-            left -= step  # a short interactive prompt is read whole: one longer step, once
-        reads[id(seq)] = step
-    rows: list[tuple[Sequence, int, bool]] = []
-    for seq in sorted(stepping, key=lambda s: s.slot):
-        if seq.pending is not None:
-            rows.append((seq, seq.pending, True))
-            seq.pending = None
-        elif id(seq) in reads:
-            end = seq.fed + reads[id(seq)]
-            rows.extend((seq, seq.context[i], i == len(seq.context) - 1) for i in range(seq.fed, end))
-            seq.fed = end
-    return rows
-
-
-def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
-    """Moves (from slot, to slot) that leave the running slots consecutive.
-
-    llama.cpp computes a step in one pass only over consecutive slots (see `plan`), so a
-    job ending in the middle (slots 0-2 and 4-7 running) costs a second pass on every step
-    until a new job takes its slot (docs/benchmarks.md). When no job does, the highest
-    running sequence moves into the lowest gap: llama.cpp copies its slot's KV once.
-    """
-    running, free = sorted(running), sorted(free)
-    moves: list[tuple[int, int]] = []
-    while running:
-        gaps = [s for s in free if running[0] < s < running[-1]]
-        if not gaps:
-            return moves
-        src, dst = running.pop(), gaps[0]
-        moves.append((src, dst))
-        free.remove(dst)
-        running = sorted([*running, dst])
-        free.append(src)
-    return moves
-
-
-def batch_capacity(slots: int, chunk: int) -> int:
-    """The most rows a step can have (see `plan`): the context's batch size."""
-    return slots * chunk
-
-
-def _common(a: list[int], b: list[int]) -> int:
-    """The length of the prefix `a` and `b` share."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

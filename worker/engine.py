@@ -24,7 +24,7 @@ from llama_cpp._internals import LlamaModel
 
 from contract.jobspec import JobSpec, Message
 from contract.keys import BATCH, BatchCounters
-from worker import batching, llama_log, sizing
+from worker import batching, llama_log, sizing, step_plan
 from worker.grammar import GrammarGate, TriggeredGate
 from worker.picks import Pick
 from worker.prompts import ChatPrompts
@@ -114,6 +114,7 @@ class LlamaEngine:
             prefix_cache=settings.prefix_cache,
             batch_prefill_chunk=settings.batch_prefill_chunk,
             prefill_stretch=settings.prefill_stretch,
+            lines_beside=settings.batch_share(self.slots),
         )
 
     def _context(self, settings: WorkerSettings, slots: int):
@@ -132,7 +133,7 @@ class LlamaEngine:
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
         # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
         # its compute buffer grows with it.
-        cparams.n_batch = batching.batch_capacity(slots, settings.prefill_chunk)
+        cparams.n_batch = step_plan.batch_capacity(slots, settings.prefill_chunk)
         cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
         cparams.n_threads = self.threads.n_threads
         cparams.n_threads_batch = self.threads.n_threads_batch

@@ -1,16 +1,23 @@
 """Lending the slots kept for interactive jobs to Batch API lines, and calling them back.
 
-Of a worker's SLOTS, BATCH_SLOTS may run batch lines; the others stay free, so an
-interactive job never waits behind a batch. With BATCH_LEND_AFTER_SECONDS set (off by
-default: docs/benchmarks.md weighs it), once no interactive job has started here for that
-long, those slots are lent to batch lines too: a batch alone uses every slot. While a lent
-slot is in use and every slot is taken, the worker looks at its model's interactive queues
-every PREEMPT_POLL_SECONDS; when a job waits there, one batch line is preempted (it gives
-its job back at its next token: what it generated is kept, the job goes to the front of the
-batch queue, and this does not count as a failure) and the interactive job takes the slot
-it frees. The worker then lends nothing for BATCH_LEND_AFTER_SECONDS. A job counts as
-waiting once it is seen at the head of its queue on two looks in a row: one an idle worker
-is about to take costs no batch line.
+Of a worker's SLOTS, BATCH_SLOTS may run batch lines beside interactive jobs; the others stay
+free, so an interactive job never waits behind a batch. Once no interactive job runs here and
+none has started for BATCH_LEND_AFTER_SECONDS, lines may take BATCH_LEND_SLOTS (default half
+the slots): a batch alone then steps 16 rows at a time on a 32-slot worker, not 8, and on a
+CPU a row costs less in a larger step. When an interactive job starts, the worker takes no
+more lines past BATCH_SLOTS, and the lines beyond BATCH_SLOTS sit out its steps
+(worker/step_plan.py `stepping`): its stream shares each step with BATCH_SLOTS lines, as if
+nothing were lent. The slots beyond BATCH_LEND_SLOTS stay free, so the job finds a slot at
+once; the quiet spell keeps a worker serving a steady trickle of interactive jobs from
+taking lines in each gap only to stop them at the next job.
+
+While a lent slot is in use and every slot is taken (BATCH_LEND_SLOTS=SLOTS lends every
+slot), the worker looks at its model's interactive queues every PREEMPT_POLL_SECONDS; when a
+job waits there, one batch line is preempted (it gives its job back at its next token: what
+it generated is kept, the job goes to the front of the batch queue, and this does not count
+as a failure) and the interactive job takes the slot it frees. The worker then lends nothing
+for BATCH_LEND_AFTER_SECONDS. A job counts as waiting once it is seen at the head of its
+queue on two looks in a row: one an idle worker is about to take costs no batch line.
 
 Workers of a pool see the same waiting job: only the one that wins a short claim on its id
 (SET NX) preempts, so one job costs one batch line its place, not one per worker.
@@ -34,13 +41,13 @@ class Lending:
         connection: redis.Redis,
         model: str,
         *,
-        slots: int,
         batch_slots: int,
+        lend_slots: int,
         lend_after_s: float,
         poll_s: float,
     ) -> None:
         self._r = connection
-        self._slots, self._batch_slots = slots, batch_slots
+        self._batch_slots, self._lend_slots = batch_slots, lend_slots
         self._lend_after = lend_after_s
         self.poll_s = poll_s
         not_interactive = {keys.queue_name(model, keys.BATCH), keys.suspect_queue_name(model)}
@@ -54,11 +61,12 @@ class Lending:
         """An interactive job started here: keep its slots free for a while."""
         self._last_interactive = time.monotonic()
 
-    def batch_limit(self) -> int:
-        """How many batch lines may run here now: every slot once interactive jobs have been
-        quiet for BATCH_LEND_AFTER_SECONDS (0: never), else BATCH_SLOTS."""
-        quiet = time.monotonic() - self._last_interactive
-        return self._slots if self._lend_after > 0 and quiet >= self._lend_after else self._batch_slots
+    def batch_limit(self, interactive_running: bool) -> int:
+        """How many batch lines may run here now: BATCH_LEND_SLOTS once no interactive job
+        runs and none has started for BATCH_LEND_AFTER_SECONDS (0: never), else BATCH_SLOTS."""
+        quiet = time.monotonic() - self._last_interactive >= self._lend_after
+        lend = self._lend_after > 0 and quiet and not interactive_running
+        return self._lend_slots if lend else self._batch_slots
 
     def lent(self, running_batch_lines: int) -> bool:
         """Whether batch lines hold a slot kept for interactive jobs."""

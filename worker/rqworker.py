@@ -21,7 +21,7 @@ two reasons:
 A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
 stay in the queue where any worker can take them. It takes from its model's suspect queue
 (jobs whose worker died with them in its batch) only while it runs no suspect itself, and
-from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into every slot
+from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
 while interactive jobs are quiet (worker/lending.py: a lent slot is called back by preempting
 a batch line when an interactive job waits).
 On SIGTERM the loop stops taking jobs; the job runner finishes the running ones within the
@@ -200,7 +200,8 @@ class TokenspoolWorker(SimpleWorker):
         names = keys.queue_names(self._model)
         if self._runner.running_suspects():
             names = tuple(n for n in names if n != keys.suspect_queue_name(self._model))
-        if self._runner.running_batch_lines() >= self._lending.batch_limit():
+        lines = self._runner.running_batch_lines()
+        if lines >= self._lending.batch_limit(interactive_running=self._runner.running() > lines):
             names = tuple(n for n in names if n != keys.queue_name(self._model, keys.BATCH))
         return list(names)
 

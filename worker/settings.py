@@ -88,13 +88,21 @@ class WorkerSettings:
         minimum=0,
     )
     batch_lend_after_s: float = setting(
-        0.0,
+        2.0,
         "BATCH_LEND_AFTER_SECONDS",
-        "once no interactive job has started for this long, batch lines may take the slots kept "
-        "for interactive jobs too; one is preempted (given back, kept, requeued) when an "
-        "interactive job waits: more batch throughput, a slower first token after a quiet "
-        "spell (docs/benchmarks.md). `0`: never lend",
+        "once no interactive job runs here and none has started for this long, Batch API lines "
+        "may take BATCH_LEND_SLOTS slots, not only BATCH_SLOTS (worker/lending.py). `0`: never lend",
         minimum=0.0,
+    )
+    batch_lend_slots: int = setting(
+        0,
+        "BATCH_LEND_SLOTS",
+        "the slots Batch API lines may take while lent (at least BATCH_SLOTS). When an interactive "
+        "job starts, the lines beyond BATCH_SLOTS sit out its steps (slot, cache and tokens kept) "
+        "and one is preempted (given back, kept, requeued) if the job finds every slot taken. "
+        "`0`: half the SLOTS, at least BATCH_SLOTS (on a CPU a step of 16 rows costs less a row "
+        "than one of 8: docs/benchmarks.md); SLOTS: every slot",
+        minimum=0,
     )
     preempt_poll_s: float = setting(
         0.02,
@@ -220,3 +228,8 @@ class WorkerSettings:
         """Of a worker's `slots`, those Batch API lines may take (BATCH_SLOTS, or all but one
         up to BATCH_SHARE_CAP, at least 1)."""
         return min(self.batch_slots or min(max(slots - 1, 1), BATCH_SHARE_CAP), slots)
+
+    def batch_lend_share(self, slots: int) -> int:
+        """Of a worker's `slots`, those Batch API lines may take while lent (BATCH_LEND_SLOTS,
+        or half the slots; never fewer than `batch_share`)."""
+        return min(max(self.batch_lend_slots or slots // 2, self.batch_share(slots)), slots)

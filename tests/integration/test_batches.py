@@ -393,6 +393,7 @@ def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
             "SLOTS": "2",
             "BATCH_SLOTS": "1",
             "BATCH_LEND_AFTER_SECONDS": "0.3",
+            "BATCH_LEND_SLOTS": "2",
             "PREEMPT_POLL_SECONDS": "0.02",
         },
     )
@@ -425,6 +426,57 @@ def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
         assert usage == [400] * 4  # whole: the preempted line went on where it was
         assert int(r.hget(keys.STATS, keys.StatField.requeued("preempt")) or 0) >= 1
         assert "preempting batch line" in worker.log()
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
+
+
+def _line_lengths(r: redis.Redis) -> dict[str, int]:
+    """Each running batch line's stream length (its entries so far)."""
+    return {
+        c: r.xlen(keys.events(c))
+        for c in running_ids(r)
+        if r.hget(keys.job(c), keys.JobField.PRIORITY) == keys.BATCH.encode()
+    }
+
+
+def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempted(tmp_path):
+    """SLOTS=4, BATCH_SLOTS=1, BATCH_LEND_SLOTS=3: with interactive jobs quiet, a batch takes
+    3 slots. An interactive stream then finds the fourth free (nothing is preempted), and while
+    it runs only one line steps beside it: the other two keep their slots and tokens and go
+    on once it ends. Every line is answered once, whole."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env={"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": "3"})
+    env = {"SLOTS": "4", "BATCH_SLOTS": "1", "BATCH_LEND_SLOTS": "3", "BATCH_LEND_AFTER_SECONDS": "0.3"}
+    worker = start_worker(tmp_path, url, env=env)
+    r = redis.Redis.from_url(url)
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker))
+        with strict_sdk(base) as sdk:
+            batch_id = run(sdk, jsonl(3, max_tokens=300, messages=[LONG]))
+            deadline = time.monotonic() + 60
+            while len(_line_lengths(r)) < 3:  # two of them in lent slots
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            chat = {"model": MODEL, "messages": [LONG], "max_tokens": 200, "stream": True}
+            started = time.monotonic()
+            with httpx.stream("POST", base + "/v1/chat/completions", json=chat, timeout=60) as resp:
+                lines = resp.iter_lines()
+                first = next(line for line in lines if '"content":"' in line and '"content":""' not in line)
+                ttft = time.monotonic() - started
+                before = _line_lengths(r)
+                time.sleep(1.0)  # the stream decodes on
+                after = _line_lengths(r)
+                raw = first + "".join(lines)
+            assert ttft < 1.5, ttft
+            assert "[DONE]" in raw and '"finish_reason":"length"' in raw  # still running meanwhile
+            moved = sorted(after[c] - before[c] for c in before if c in after)
+            assert len(moved) == 3 and moved[:2] == [0, 0] and moved[2] > 5, moved
+            done = wait(sdk, batch_id, ("completed",), timeout=300)
+            out = rows(sdk, done.output_file_id)
+        assert sorted(row["custom_id"] for row in out) == [f"req-{i}" for i in range(3)]
+        assert [row["response"]["body"]["usage"]["completion_tokens"] for row in out] == [300] * 3
+        assert int(r.hget(keys.STATS, keys.StatField.requeued("preempt")) or 0) == 0
     finally:
         for p in (worker, api, redis_proc):
             p.stop()

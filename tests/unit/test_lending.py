@@ -14,7 +14,7 @@ MODEL = "m"
 
 
 def lending(r, lend_after_s: float = 0.05) -> Lending:
-    return Lending(r, MODEL, slots=4, batch_slots=3, lend_after_s=lend_after_s, poll_s=0.01)
+    return Lending(r, MODEL, batch_slots=3, lend_slots=4, lend_after_s=lend_after_s, poll_s=0.01)
 
 
 def queue(tier: str) -> str:
@@ -25,12 +25,23 @@ def queue(tier: str) -> str:
 def test_the_kept_slots_are_lent_only_after_a_quiet_spell_and_never_when_off():
     r = fakeredis.FakeRedis()
     on, off = lending(r), lending(r, lend_after_s=0)
-    assert on.batch_limit() == off.batch_limit() == 3  # a new worker waits too
+    assert on.batch_limit(False) == off.batch_limit(False) == 3  # a new worker waits too
     time.sleep(0.06)
-    assert (on.batch_limit(), off.batch_limit()) == (4, 3)
+    assert (on.batch_limit(False), off.batch_limit(False)) == (4, 3)
     on.interactive_started()
-    assert on.batch_limit() == 3
+    assert on.batch_limit(False) == 3
     assert on.lent(4) and not on.lent(3)
+
+
+def test_lent_slots_go_to_lines_only_while_no_interactive_job_runs():
+    r = fakeredis.FakeRedis()
+    half = Lending(r, MODEL, batch_slots=8, lend_slots=16, lend_after_s=0.05, poll_s=0.01)
+    time.sleep(0.06)
+    assert half.batch_limit(interactive_running=False) == 16
+    assert half.batch_limit(interactive_running=True) == 8  # lines end; none is taken past 8
+    assert half.lent(9) and not half.lent(8)  # a full worker calls a lent line back
+    half.interactive_started()
+    assert half.batch_limit(interactive_running=False) == 8  # it ended, but only just
 
 
 def test_a_job_is_called_back_for_once_it_waited_two_looks_and_by_one_worker_only():

@@ -47,6 +47,10 @@ def test_slots_and_prefill_chunk():
     assert (d.batch_share(8), d.batch_share(4), d.batch_share(1), d.batch_share(32)) == (7, 3, 1, 8)
     assert WorkerSettings.from_env({**env, "BATCH_SLOTS": "20"}).batch_share(32) == 20
     assert WorkerSettings.from_env({**env, "BATCH_SLOTS": "3"}).batch_share(2) == 2
+    quiet = (d.batch_lend_share(32), d.batch_lend_share(8), d.batch_lend_share(4), d.batch_lend_share(1))
+    assert quiet == (16, 7, 3, 1)  # half the slots, never fewer than the share
+    assert WorkerSettings.from_env({**env, "BATCH_LEND_SLOTS": "40"}).batch_lend_share(32) == 32
+    assert WorkerSettings.from_env({**env, "BATCH_LEND_SLOTS": "4"}).batch_lend_share(32) == 8
 
 
 @pytest.mark.parametrize("var,raw", [("SLOTS", "0"), ("SLOTS", "two"), ("PREFILL_CHUNK", "-5")])

@@ -1,9 +1,11 @@
-"""What one batch step feeds llama.cpp: rows by slot, up to a chunk of each prompt."""
+"""worker/step_plan.py: which sequences step, and what one batch step feeds llama.cpp: rows by
+slot, up to a chunk of each prompt."""
 
 from __future__ import annotations
 
-from worker.batching import Sequence, compaction, plan
+from worker.batching import Sequence
 from worker.step_cost import StepCost
+from worker.step_plan import compaction, plan, stepping
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:
@@ -176,3 +178,30 @@ def test_step_cost_grows_to_whole_chunks_where_rows_are_cheap():
         allow = gpu.budget(8)
         gpu.add(8 + min(allow, 512), 0.015 + 0.00002 * (8 + min(allow, 512)), decoding=8, budgeted=True)
     assert gpu.budget(8) >= 512
+
+
+def lines_in(slots_: list[int]) -> list[Sequence]:
+    out = [seq(s, [1], fed=1, pending=s) for s in slots_]
+    for line in out:
+        line.yields = True
+    return out
+
+
+def test_lines_beyond_the_share_sit_out_beside_an_interactive_stream():
+    lines = lines_in(list(range(16)))  # 16 lines in slots lent while interactive jobs were quiet
+    assert stepping(lines, 8) == lines  # alone, every line steps
+    stream = seq(16, [1], fed=1, pending=5)
+    running = [*lines, stream]
+    steps = stepping(running, 8)
+    assert [s.slot for s in steps] == list(range(8, 17))  # one pass: the slots next to the stream
+    assert slots(plan(steps, chunk=8)) == list(range(8, 17))
+    assert all(line.pending is not None for line in lines[:8])  # the others keep their token
+    assert stepping(running, None) == running
+
+
+def test_the_lines_that_step_are_those_nearest_the_interactive_slots():
+    lines = lines_in([0, 1, 2, 3, 4, 6, 7, 8, 9, 10])
+    stream = seq(5, [1], fed=1, pending=5)  # took the slot a line ended in
+    steps = stepping([*lines, stream], 4)
+    assert sorted(s.slot for s in steps) == [3, 4, 5, 6, 7]
+    assert stepping([*lines[:3], stream], 4) == [*lines[:3], stream]  # within the share: all step
