@@ -2,8 +2,8 @@
 interactive path, and how fast does the batch go?
 
 One API, Redis and one worker (`--slots`, default 4, `0`: unset, the worker sizes itself;
-BATCH_SLOTS, BATCH_PREFILL_CHUNK and BATCH_LEND_AFTER_SECONDS from the environment, default
-SLOTS - 1 up to 8, 8 and 0: no lending):
+BATCH_SLOTS, BATCH_PREFILL_CHUNK, BATCH_LEND_AFTER_SECONDS and BATCH_LEND_SLOTS from the
+environment, default SLOTS - 1 up to 8, 8, 2 s and half the slots):
 
 - idle: `--probes` interactive streamed requests, one after another: time to first token;
 - the same probes while a batch of `--lines` requests (`--line-tokens` tokens each) keeps the
@@ -165,7 +165,7 @@ def main() -> None:
         type=float,
         default=0.3,
         help="seconds between probes during the batch; above BATCH_LEND_AFTER_SECONDS every probe "
-        "finds its slot lent to the batch and calls it back",
+        "finds the batch in its lent slots (and calls one back if BATCH_LEND_SLOTS is every slot)",
     )
     ap.add_argument(
         "--pairs", type=int, default=4, help="pairs of a batch alone and the interactive best, after"
