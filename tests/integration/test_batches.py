@@ -21,7 +21,7 @@ import redis
 from api.auth import digest
 from contract import keys
 from devstack.peek import running_ids
-from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
 
@@ -375,35 +375,48 @@ def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp
         sdk.batches.cancel(again.id)  # the ended batches no longer count
 
 
-def _batch_lines_running(r: redis.Redis) -> int:
-    running = running_ids(r)
-    return sum(r.hget(keys.job(c), keys.JobField.PRIORITY) == keys.BATCH.encode() for c in running)
+def _line_lengths(r: redis.Redis) -> dict[str, int]:
+    """Each running batch line's stream length (its entries so far)."""
+    return {
+        c: r.xlen(keys.events(c))
+        for c in running_ids(r)
+        if r.hget(keys.job(c), keys.JobField.PRIORITY) == keys.BATCH.encode()
+    }
+
+
+@contextlib.contextmanager
+def one_worker(tmp_path, in_flight: int, env: dict[str, str]) -> Iterator[tuple[str, Proc, redis.Redis]]:
+    """Redis, an API driving batches every 0.1 s with `in_flight` lines each, and one worker
+    of `env`, stopped at the end; yields the API's base URL, the worker and a Redis client."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(
+        tmp_path, url, env={"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": str(in_flight)}
+    )
+    worker = start_worker(tmp_path, url, env=env)
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker))
+        yield base, worker, redis.Redis.from_url(url)
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
 
 
 def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
     """SLOTS=2, BATCH_SLOTS=1: with interactive jobs quiet, a batch takes both slots; an
     interactive request then preempts one line (its first token comes long before any line
     could end), and every line is still answered once, whole."""
-    redis_proc, url = start_redis(tmp_path)
-    api, base = start_api(tmp_path, url, env={"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": "4"})
-    worker = start_worker(
-        tmp_path,
-        url,
-        env={
-            "SLOTS": "2",
-            "BATCH_SLOTS": "1",
-            "BATCH_LEND_AFTER_SECONDS": "0.3",
-            "BATCH_LEND_SLOTS": "2",
-            "PREEMPT_POLL_SECONDS": "0.02",
-        },
-    )
-    r = redis.Redis.from_url(url)
-    try:
-        wait_for_model(base, MODEL, procs=(api, worker))
+    env = {
+        "SLOTS": "2",
+        "BATCH_SLOTS": "1",
+        "BATCH_LEND_AFTER_SECONDS": "0.3",
+        "BATCH_LEND_SLOTS": "2",
+        "PREEMPT_POLL_SECONDS": "0.02",
+    }
+    with one_worker(tmp_path, 4, env) as (base, worker, r):
         with strict_sdk(base) as sdk:
             batch_id = run(sdk, jsonl(4, max_tokens=400, messages=[LONG]))
             deadline = time.monotonic() + 60
-            while _batch_lines_running(r) < 2:  # the slot kept for interactive jobs is lent
+            while len(_line_lengths(r)) < 2:  # the slot kept for interactive jobs is lent
                 assert time.monotonic() < deadline
                 time.sleep(0.02)
             time.sleep(0.5)  # both lines are generating
@@ -426,18 +439,6 @@ def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
         assert usage == [400] * 4  # whole: the preempted line went on where it was
         assert int(r.hget(keys.STATS, keys.StatField.requeued("preempt")) or 0) >= 1
         assert "preempting batch line" in worker.log()
-    finally:
-        for p in (worker, api, redis_proc):
-            p.stop()
-
-
-def _line_lengths(r: redis.Redis) -> dict[str, int]:
-    """Each running batch line's stream length (its entries so far)."""
-    return {
-        c: r.xlen(keys.events(c))
-        for c in running_ids(r)
-        if r.hget(keys.job(c), keys.JobField.PRIORITY) == keys.BATCH.encode()
-    }
 
 
 def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempted(tmp_path):
@@ -445,13 +446,8 @@ def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempte
     3 slots. An interactive stream then finds the fourth free (nothing is preempted), and while
     it runs only one line steps beside it: the other two keep their slots and tokens and go
     on once it ends. Every line is answered once, whole."""
-    redis_proc, url = start_redis(tmp_path)
-    api, base = start_api(tmp_path, url, env={"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": "3"})
     env = {"SLOTS": "4", "BATCH_SLOTS": "1", "BATCH_LEND_SLOTS": "3", "BATCH_LEND_AFTER_SECONDS": "0.3"}
-    worker = start_worker(tmp_path, url, env=env)
-    r = redis.Redis.from_url(url)
-    try:
-        wait_for_model(base, MODEL, procs=(api, worker))
+    with one_worker(tmp_path, 3, env) as (base, _, r):
         with strict_sdk(base) as sdk:
             batch_id = run(sdk, jsonl(3, max_tokens=300, messages=[LONG]))
             deadline = time.monotonic() + 60
@@ -478,9 +474,6 @@ def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempte
         assert sorted(row["custom_id"] for row in out) == [f"req-{i}" for i in range(3)]
         assert [row["response"]["body"]["usage"]["completion_tokens"] for row in out] == [300] * 3
         assert int(r.hget(keys.STATS, keys.StatField.requeued("preempt")) or 0) == 0
-    finally:
-        for p in (worker, api, redis_proc):
-            p.stop()
 
 
 def test_a_line_ending_starts_the_next_at_once(tmp_path):
@@ -488,11 +481,7 @@ def test_a_line_ending_starts_the_next_at_once(tmp_path):
     waiting for interactive jobs, the batch queue left out) is woken for the next line, not
     at its next 1 s look around. Six one-token lines then take well under the 5 s or more they
     took one look apart."""
-    redis_proc, url = start_redis(tmp_path)
-    api, base = start_api(tmp_path, url, env={"BATCH_INTERVAL_SECONDS": "0.1", "BATCH_IN_FLIGHT": "6"})
-    worker = start_worker(tmp_path, url, env={"SLOTS": "2", "BATCH_SLOTS": "1"})
-    try:
-        wait_for_model(base, MODEL, procs=(api, worker))
+    with one_worker(tmp_path, 6, {"SLOTS": "2", "BATCH_SLOTS": "1"}) as (base, _, _):
         with strict_sdk(base) as sdk:
             batch_id = run(sdk, jsonl(6, max_tokens=1))
             wait(sdk, batch_id, ("in_progress", "finalizing", "completed"), timeout=30)
@@ -503,6 +492,3 @@ def test_a_line_ending_starts_the_next_at_once(tmp_path):
                 f"req-{i}" for i in range(6)
             ]
         assert took < 3.0, took
-    finally:
-        for p in (worker, api, redis_proc):
-            p.stop()
