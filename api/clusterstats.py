@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aredis
 
-from api.jobstore import running_ids
+from api.jobstore import ShardIndexes
 from contract import keys
 from contract.entries import as_text
 from contract.keys import JobField
@@ -18,6 +18,7 @@ class ClusterStats:
     def __init__(self, servers: Servers[aredis.Redis]) -> None:
         self._r = servers.queues
         self._streams = servers.streams
+        self._indexes = ShardIndexes(servers.streams)
 
     async def queue_depths(self, models: Sequence[str]) -> dict[str, dict[str, int]]:
         """Model -> tier -> jobs waiting in its RQ queues (not yet taken by a worker): one
@@ -34,7 +35,7 @@ class ClusterStats:
 
     async def in_flight(self, batch: bool | None = None) -> dict[str, int]:
         """Model -> attempts running now: all of them, or only Batch API lines, or the rest."""
-        ids = await running_ids(self._streams)
+        ids, _ = await self._indexes.read()
         if not ids:
             return {}
         async with self._streams.pipeline(transaction=False) as pipe:

@@ -7,6 +7,7 @@ contract's keys and Lua scripts.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from dataclasses import dataclass
@@ -31,7 +32,7 @@ from contract import entries, keys, queueing, scripts
 from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
 from contract.jobspec import JobSpec, digest
 from contract.keys import JobField, JobStatus
-from contract.servers import Servers
+from contract.servers import Servers, is_cluster
 from contract.settings import Recovery
 
 Rows = list[tuple[str, Entry]]
@@ -47,13 +48,26 @@ return seen
 """
 
 
-async def running_ids(streams: aredis.Redis) -> list[str]:
-    """The ids in every shard's running index."""
-    async with streams.pipeline(transaction=False) as pipe:
-        for shard in range(keys.SHARDS):
-            pipe.zrange(keys.running(shard), 0, -1)
-        rows = await pipe.execute()
-    return [as_text(i) for ids in rows for i in ids]
+class ShardIndexes:
+    """Every shard's `running` and `pending` index, read with the INDEXES script: one round
+    trip on one server, one call per shard (all at once) on a cluster. The reaper reads them
+    twice a second whether or not anything runs: a command per shard each time was most of
+    an idle API's CPU."""
+
+    def __init__(self, streams: aredis.Redis) -> None:
+        self._script = streams.register_script(scripts.INDEXES)
+        self._groups = scripts.index_keys(is_cluster(streams))
+
+    async def read(
+        self, pending_before_ms: int | None = None, count: int = 64
+    ) -> tuple[list[str], list[str]]:
+        """The running ids, and (with `pending_before_ms`) up to `count` ids of each shard
+        pending since before that time."""
+        args = ["" if pending_before_ms is None else pending_before_ms, count]
+        replies = await asyncio.gather(*(self._script(keys=group, args=args) for group in self._groups))
+        running = [as_text(i) for reply in replies for i in reply[0]]
+        pending = [as_text(i) for reply in replies for i in reply[1]]
+        return running, pending
 
 
 @dataclass(frozen=True)
@@ -86,6 +100,14 @@ class RunningAttempt:
     worker: str
     beating: bool  # its heartbeat key is alive
     suspect: bool  # the job was in a batch whose worker died (contract.scripts.ABANDON)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What the reaper looks at each tick, read in one go."""
+
+    running: list[RunningAttempt]
+    pending: list[str]  # jobs pending past the grace period (their enqueuer may have died)
 
 
 @dataclass(frozen=True)
@@ -129,6 +151,7 @@ class JobStore:
         self._record_script = self._r.register_script(scripts.RECORD)
         self.owners = Owners(self._q, self._r, recovery.job_ttl_s)
         self._dead_batch = self._q.register_script(_DEAD_BATCH)
+        self._indexes = ShardIndexes(self._r)
 
     async def submit(
         self,
@@ -337,24 +360,26 @@ class JobStore:
         """Delete the job's data now, whatever its state (see contract.queueing.purge)."""
         await anyio.to_thread.run_sync(queueing.purge, self._rq, completion_id)
 
-    async def running(self) -> list[RunningAttempt]:
-        """The running attempts, of every shard (stale index entries of ended jobs are dropped)."""
-        ids = await running_ids(self._r)
+    async def survey(self, pending_older_than_ms: int) -> Survey:
+        """The running attempts, of every shard (stale index entries of ended jobs are
+        dropped), and the jobs pending for longer than `pending_older_than_ms`."""
+        ids, pending = await self._indexes.read(now_ms() - pending_older_than_ms)
         if not ids:
-            return []
+            return Survey([], pending)
         async with self._r.pipeline(transaction=False) as pipe:
             for cid in ids:
                 pipe.hmget(keys.job(cid), [JobField.EPOCH, JobField.WORKER, JobField.ENDED, JobField.SUSPECT])
                 pipe.exists(keys.alive(cid))
             rows = await pipe.execute()
-        out = []
+        running = []
         for i, cid in enumerate(ids):
             (epoch, worker, ended, suspect), alive = rows[2 * i], rows[2 * i + 1]
             if epoch is None or ended == b"1":
                 await self._r.zrem(keys.running(keys.shard(cid)), cid)
                 continue
-            out.append(RunningAttempt(cid, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1"))
-        return out
+            attempt = RunningAttempt(cid, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1")
+            running.append(attempt)
+        return Survey(running, pending)
 
     async def abandon(self, completion_id: str, epoch: int, *, charge: bool, suspect: bool) -> int:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
@@ -368,15 +393,6 @@ class JobStore:
         """How many jobs a worker found dead held: the most seen in any tick of the last
         minute (its attempts need not all be found dead in the same tick)."""
         return int(await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding]))
-
-    async def pending(self, older_than_ms: int, count: int = 64) -> list[str]:
-        """Jobs pending for longer than `older_than_ms` (their enqueuer may have died), up to
-        `count` of each shard."""
-        async with self._r.pipeline(transaction=False) as pipe:
-            for shard in range(keys.SHARDS):
-                pipe.zrangebyscore(keys.pending(shard), "-inf", now_ms() - older_than_ms, start=0, num=count)
-            rows = await pipe.execute()
-        return [as_text(i) for ids in rows for i in ids]
 
     async def rescue(self, completion_id: str) -> bool:
         """Enqueue a job left pending (see contract.queueing.rescue)."""

@@ -83,16 +83,16 @@ class Reaper:
             for c in await self._r.client_list()
             if c.get("name", "").startswith(keys.WORKER_CONNECTION_PREFIX)
         }
-        taken = await self._judge(connected)
+        survey = await self._store.survey(int(PENDING_GRACE_S * 1000))
+        taken = await self._judge(survey.running, connected)
         await self._return_inboxes(connected)
-        await self._enqueue_pending()
+        await self._enqueue_pending(survey.pending)
         if time.monotonic() >= self._forget_at:
             self._forget_at = time.monotonic() + FORGET_EVERY_S
             await self._registry.forget_silent()
         return taken
 
-    async def _judge(self, connected: set[str]) -> int:
-        running = await self._store.running()
+    async def _judge(self, running: list[RunningAttempt], connected: set[str]) -> int:
         holding = collections.Counter(a.worker for a in running)
         dead: dict[str, list[RunningAttempt]] = collections.defaultdict(list)
         for a in running:
@@ -129,7 +129,7 @@ class Reaper:
                     "%d jobs taken by %s, which died before claiming them, are queued again", back, worker
                 )
 
-    async def _enqueue_pending(self) -> None:
-        for cid in await self._store.pending(int(PENDING_GRACE_S * 1000)):
+    async def _enqueue_pending(self, pending: list[str]) -> None:
+        for cid in pending:
             if await self._store.rescue(cid):
                 log.warning("%s was recorded but never enqueued (its enqueuer died): enqueued now", cid)

@@ -41,6 +41,9 @@ ended, should it stop" is checked in the same step as the write:
   attempt, if any.
 - `END_IF_LATE` ends a queued job that no worker (re)started by its deadline: `queue_timeout`,
   or `worker_lost` if an attempt ran before (the relay calls it for a job it watches).
+- `INDEXES` only reads: the ids in shards' `running` indexes, and those in their `pending`
+  indexes since before a time; every shard's in one call on one server (the reaper's look
+  around is one round trip, not one command per shard), one call per shard on a cluster.
 
 The scripts use only commands Redis 7.0 has. Every script of the streams server touches the
 keys of one shard only (a job's keys and its shard's `running` and `pending` indexes share a
@@ -429,6 +432,21 @@ return end_if_late(ARGV[1], ARGV[2])
 """
 )
 
+INDEXES = """
+-- KEYS: shards' running and pending indexes, in pairs (`index_keys`). ARGV[1]=the newest
+-- pending score wanted ('' for no pending ids), ARGV[2]=the most pending ids per shard.
+-- Returns {running ids, pending ids}, the shards' one after the other.
+local running, pending = {}, {}
+for i = 1, #KEYS, 2 do
+  for _, id in ipairs(redis.call('ZRANGE', KEYS[i], 0, -1)) do running[#running + 1] = id end
+  if ARGV[1] ~= '' then
+    local old = redis.call('ZRANGEBYSCORE', KEYS[i + 1], '-inf', ARGV[1], 'LIMIT', 0, ARGV[2])
+    for _, id in ipairs(old) do pending[#pending + 1] = id end
+  end
+end
+return {running, pending}
+"""
+
 FENCED = "FENCED"
 
 
@@ -515,6 +533,13 @@ def job_keys(completion_id: str) -> list[str]:
         keys.alive(completion_id),
         keys.pending(shard),
     ]
+
+
+def index_keys(cluster: bool) -> list[list[str]]:
+    """KEYS for each INDEXES call: every shard's running and pending index in one call on one
+    server; on a cluster, where a script may touch one slot only, one call per shard."""
+    pairs = [[keys.running(shard), keys.pending(shard)] for shard in range(keys.SHARDS)]
+    return pairs if cluster else [[key for pair in pairs for key in pair]]
 
 
 def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:

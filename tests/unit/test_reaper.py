@@ -66,9 +66,10 @@ def reap(server, connected: set[str]) -> int:
         servers = server.aio()
         store = JobStore(servers, server.sync(), queue_wait_s=60, recovery=RECOVERY)
         reaper = Reaper(servers, store, WorkerRegistry(servers.queues, 15), interval_s=0.5, settle_s=0)
-        taken = await reaper._judge(connected)
+        survey = await store.survey(3000)
+        taken = await reaper._judge(survey.running, connected)
         await reaper._return_inboxes(connected)
-        await reaper._enqueue_pending()
+        await reaper._enqueue_pending(survey.pending)
         return taken
 
     return asyncio.run(go())

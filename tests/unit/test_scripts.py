@@ -441,3 +441,25 @@ def test_take_moves_one_id_into_the_inbox_in_queue_order():
     assert take(keys=scripts.take_keys([keys.queue_name("m")], "w1"))[1] == b"new-1"
     assert not take(keys=both)
     assert set(r.hkeys(keys.inbox("w1"))) == {b"suspect-1", b"new-1"}
+
+
+@pytest.mark.parametrize("cluster", [False, True])
+def test_indexes_reads_every_shard_s_running_and_old_pending_ids(cluster):
+    r = fakeredis.FakeRedis()
+    running = [f"chatcmpl-run{i}" for i in range(40)]  # more jobs than shards: every shard
+    for cid in running:
+        r.zadd(keys.running(keys.shard(cid)), {cid: 5})
+    old, fresh = [f"chatcmpl-old{i}" for i in range(5)], "chatcmpl-fresh"
+    for cid in old:
+        r.zadd(keys.pending(keys.shard(cid)), {cid: 100})
+    r.zadd(keys.pending(keys.shard(fresh)), {fresh: 300})
+    indexes = r.register_script(scripts.INDEXES)
+    groups = scripts.index_keys(cluster)
+    assert len(groups) == (keys.SHARDS if cluster else 1)
+    replies = [indexes(keys=group, args=[200, 64]) for group in groups]
+    assert sorted(i.decode() for reply in replies for i in reply[0]) == sorted(running)
+    assert sorted(i.decode() for reply in replies for i in reply[1]) == sorted(old)
+    replies = [indexes(keys=group, args=["", 64]) for group in groups]
+    assert all(reply[1] == [] for reply in replies)  # no pending asked for
+    one_each = [indexes(keys=group, args=[200, 1]) for group in groups]
+    assert len([i for reply in one_each for i in reply[1]]) == len({keys.shard(c) for c in old})
