@@ -33,6 +33,7 @@ from redis.exceptions import NoScriptError
 from contract import keys, scripts
 from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob
 from contract.errors import ErrorCode
+from contract.servers import is_cluster
 from worker.claims import Attempt
 from worker.link import Link
 
@@ -56,6 +57,11 @@ class Publisher:
         self._linger = linger_s
         self._crowded = crowded
         self._append = link.streams.register_script(scripts.APPEND)
+        # One server: a round trip's APPENDs in one MULTI/EXEC, so Redis wakes a blocked
+        # reader (the API's XREAD over every stream) once, with every stream's entries, and
+        # not once for the first APPEND and again for the rest. A cluster cannot run one
+        # transaction across slots.
+        self._together = not is_cluster(link.streams)
         self._queue: collections.deque[_Queued] = collections.deque()
         self._cv = threading.Condition()
         self._writer = threading.Thread(target=self._write_loop, name="publisher", daemon=True)
@@ -168,9 +174,10 @@ class Publisher:
                 attempt.error = attempt.error or exc
 
     def _append_all(self, todo: list[tuple[Attempt, list[Entry]]]) -> list:
-        """One pipeline of APPENDs. Each numbers its entries from the attempt's `written`, so
-        resending the pipeline after a lost reply writes nothing twice."""
-        with self._client.pipeline(transaction=False) as pipe:
+        """One pipeline of APPENDs (one transaction on one server). Each numbers its entries
+        from the attempt's `written`, so resending the pipeline after a lost reply writes
+        nothing twice."""
+        with self._client.pipeline(transaction=self._together) as pipe:
             for attempt, sent in todo:
                 cid = attempt.completion_id
                 job_keys = scripts.job_keys(cid)
