@@ -1,6 +1,8 @@
 """The chart of tokenspool against llama-server at 8, 16 and 32 streams, drawn from the paired
 sections bench/paired.py wrote into bench/RESULTS.md (`--a defaults --b same<N>`): the median
-ratio of aggregate tokens/s with its 95 % interval, per stream count.
+ratio of aggregate tokens/s with its 95 % interval, per stream count; beside it the ceiling,
+llama.cpp in-process against the same llama-server (bench/ceiling.py's sections), where
+there is one.
 
     .venv/bin/python bench/lead_chart.py [--results bench/RESULTS.md] [--out bench/RESULTS-lead.png]
 
@@ -14,6 +16,8 @@ import re
 from pathlib import Path
 
 SECTION = re.compile(r"<!-- paired-defaults-same(\d+)-(\d+) -->(.*?)<!-- /paired", re.S)
+CEILING = re.compile(r"<!-- ceiling-same(\d+)-(\d+) -->(.*?)<!-- /ceiling", re.S)
+CEILING_ROW = re.compile(r"\| in-process / server \| ([\d.]+) \| ([\d.]+) - ([\d.]+) \|")
 ROW = re.compile(r"\| aggregate tok/s \| ([\d.]+) \| ([\d.]+) - ([\d.]+) \| ([\d.]+) \| ([\d.]+) \|")
 
 
@@ -25,6 +29,15 @@ def read(results: Path) -> list[tuple[int, float, float, float, float, float]]:
         if m:
             found.append((int(streams), *(float(g) for g in m.groups())))
     return sorted(found)
+
+
+def ceilings(results: Path) -> dict[int, tuple[float, float, float]]:
+    """Streams -> (median ratio, low, high) of the in-process run over llama-server."""
+    found = {}
+    for _, streams, body in CEILING.findall(results.read_text()):
+        if m := CEILING_ROW.search(body):
+            found[int(streams)] = (float(m[1]), float(m[2]), float(m[3]))
+    return found
 
 
 def main() -> None:
@@ -64,11 +77,23 @@ def main() -> None:
         yerr=[[p[1] - p[2] for p in points], [p[3] - p[1] for p in points]],
         fmt="o",
         capsize=4,
+        label="tokenspool",
     )
+    top = ceilings(Path(args.results))
+    if shown := [(str(p[0]), top[p[0]]) for p in points if p[0] in top]:
+        right.errorbar(
+            [label for label, _ in shown],
+            [c[0] for _, c in shown],
+            yerr=[[c[0] - c[1] for _, c in shown], [c[2] - c[0] for _, c in shown]],
+            fmt="s",
+            capsize=4,
+            color="grey",
+            label="ceiling: llama.cpp in-process",
+        )
     right.axhline(1.0, color="grey", lw=0.8)
     right.axhline(1.05, color="green", lw=0.8, ls="--", label="goal 1.05x")
     right.set_xlabel("concurrent streams")
-    right.set_ylabel("tokenspool / llama-server (95 % interval)")
+    right.set_ylabel("over llama-server (95 % interval)")
     right.legend(fontsize=8)
     fig.suptitle("Aggregate tokens/s, paired runs, 2 vCPUs, SmolLM2-135M Q4_1, 128 tokens a stream")
     fig.tight_layout()
