@@ -47,8 +47,9 @@ ended, should it stop" is checked in the same step as the write:
 
 The scripts use only commands Redis 7.0 has. Every script of the streams server touches the
 keys of one shard only (a job's keys and its shard's `running` and `pending` indexes share a
-hash tag: contract/keys.py), so that server may be a Redis Cluster; the queues server's
-scripts (ADMIT, STORE_FILE, CREATE_BATCH, RESERVE, TAKE) need one server, as RQ does.
+hash tag: contract/keys.py), or, INDEXES, of one shard a call on a cluster, so that server
+may be a Redis Cluster; the queues server's scripts (ADMIT, STORE_FILE, CREATE_BATCH,
+RESERVE, TAKE) need one server, as RQ does.
 """
 
 from __future__ import annotations
