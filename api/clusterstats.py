@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import redis.asyncio as aredis
 
-from api.jobstore import ShardIndexes
+from api.indexes import ShardIndexes
 from contract import keys
 from contract.entries import as_text
 from contract.keys import JobField

@@ -7,7 +7,6 @@ contract's keys and Lua scripts.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 from dataclasses import dataclass
@@ -18,6 +17,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
+from api.indexes import ShardIndexes
 from api.owners import (
     RECORD_GRACE_MS,
     Idempotency,
@@ -32,7 +32,7 @@ from contract import entries, keys, queueing, scripts
 from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
 from contract.jobspec import JobSpec, digest
 from contract.keys import JobField, JobStatus
-from contract.servers import Servers, is_cluster
+from contract.servers import Servers
 from contract.settings import Recovery
 
 Rows = list[tuple[str, Entry]]
@@ -46,28 +46,6 @@ if tonumber(ARGV[1]) > seen then
 end
 return seen
 """
-
-
-class ShardIndexes:
-    """Every shard's `running` and `pending` index, read with the INDEXES script: one round
-    trip on one server, one call per shard (all at once) on a cluster. The reaper reads them
-    twice a second whether or not anything runs; it used to send two pipelines of a command
-    per shard (64 commands packed in Python every tick)."""
-
-    def __init__(self, streams: aredis.Redis) -> None:
-        self._script = streams.register_script(scripts.INDEXES)
-        self._groups = scripts.index_keys(is_cluster(streams))
-
-    async def read(
-        self, pending_before_ms: int | None = None, count: int = 64
-    ) -> tuple[list[str], list[str]]:
-        """The running ids, and (with `pending_before_ms`) up to `count` ids of each shard
-        pending since before that time."""
-        args = ["" if pending_before_ms is None else pending_before_ms, count]
-        replies = await asyncio.gather(*(self._script(keys=group, args=args) for group in self._groups))
-        running = [as_text(i) for reply in replies for i in reply[0]]
-        pending = [as_text(i) for reply in replies for i in reply[1]]
-        return running, pending
 
 
 @dataclass(frozen=True)

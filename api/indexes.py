@@ -1,0 +1,34 @@
+"""Every shard's `running` and `pending` index (contract/keys.py), read in one go: what the
+reaper looks at each tick and what /metrics counts as in flight."""
+
+from __future__ import annotations
+
+import asyncio
+
+import redis.asyncio as aredis
+
+from contract import scripts
+from contract.entries import as_text
+from contract.servers import is_cluster
+
+
+class ShardIndexes:
+    """Every shard's `running` and `pending` index, read with the INDEXES script: one round
+    trip on one server, one call per shard (all at once) on a cluster. The reaper reads them
+    twice a second whether or not anything runs; it used to send two pipelines of a command
+    per shard (64 commands packed in Python every tick)."""
+
+    def __init__(self, streams: aredis.Redis) -> None:
+        self._script = streams.register_script(scripts.INDEXES)
+        self._groups = scripts.index_keys(is_cluster(streams))
+
+    async def read(
+        self, pending_before_ms: int | None = None, count: int = 64
+    ) -> tuple[list[str], list[str]]:
+        """The running ids, and (with `pending_before_ms`) up to `count` ids of each shard
+        pending since before that time."""
+        args = ["" if pending_before_ms is None else pending_before_ms, count]
+        replies = await asyncio.gather(*(self._script(keys=group, args=args) for group in self._groups))
+        running = [as_text(i) for reply in replies for i in reply[0]]
+        pending = [as_text(i) for reply in replies for i in reply[1]]
+        return running, pending
