@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import statistics
 import sys
@@ -26,8 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.paired import make
 from bench.peers import SHORT, workload
-
-TICKS = os.sysconf("SC_CLK_TCK")
+from bench.scale_out import cpu_s
 
 
 def threads_cpu(pids: list[int]) -> dict[tuple[int, int], float]:
@@ -35,12 +35,8 @@ def threads_cpu(pids: list[int]) -> dict[tuple[int, int], float]:
     out = {}
     for pid in pids:
         for task in Path(f"/proc/{pid}/task").iterdir():
-            try:
-                stat = (task / "stat").read_text()
-            except OSError:
-                continue
-            fields = stat[stat.rindex(")") + 2 :].split()
-            out[(pid, int(task.name))] = (int(fields[11]) + int(fields[12])) / TICKS
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
+                out[(pid, int(task.name))] = cpu_s(pid, int(task.name))
     return out
 
 
