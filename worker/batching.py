@@ -87,6 +87,7 @@ class Scheduler:
         batch_prefill_chunk: int | None = None,
         prefill_stretch: float = 0.0,
         lines_beside: int | None = None,
+        step_delay_s: float = 0.0,
     ) -> None:
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
@@ -97,6 +98,7 @@ class Scheduler:
         self._prefix_cache = prefix_cache
         self.cost = StepCost(prefill_stretch)
         self._lines_beside = lines_beside  # Batch API lines stepping beside interactive ones
+        self._step_delay_s = step_delay_s  # STEP_DELAY_SECONDS: a slower machine, for the tests
         self._interrupt = StepInterrupt(ctx)
         self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
@@ -261,6 +263,8 @@ class Scheduler:
                 outputs.append((seq, n))
         if not rows:
             return
+        if self._step_delay_s:
+            time.sleep(self._step_delay_s)
         b.n_tokens = len(rows)
         self._interrupt.arm(any(seq.yields for seq, _, _ in rows))  # stopped by `submit`
         started = time.perf_counter()

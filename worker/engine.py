@@ -115,6 +115,7 @@ class LlamaEngine:
             batch_prefill_chunk=settings.batch_prefill_chunk,
             prefill_stretch=settings.prefill_stretch,
             lines_beside=settings.batch_share(self.slots),
+            step_delay_s=settings.step_delay_s,
         )
 
     def _context(self, settings: WorkerSettings, slots: int):

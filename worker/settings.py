@@ -142,6 +142,14 @@ class WorkerSettings:
         "a slot keeps its last job's KV cache, and a new job takes the slot sharing the longest "
         "prefix with its prompt; `0`: prefill everything",
     )
+    step_delay_s: float = setting(
+        0.0,
+        "STEP_DELAY_SECONDS",
+        "testing only: sleep this long before each batch step, so that the test suite runs as on "
+        "a slower machine and a test that assumes how fast the model decodes shows itself "
+        "(README, Tests)",
+        minimum=0.0,
+    )
     n_threads: int | None = setting(
         None,
         "N_THREADS",

@@ -17,8 +17,10 @@ import openai
 import pytest
 
 from devstack.processes import Proc, free_port, start_api, start_redis, start_worker, wait_for_model
+from tests.hold import holding
 from tests.integration.conftest import MODEL
 from tests.sse_contract import check_stream
+from tests.system import missing
 
 pytestmark = pytest.mark.integration
 
@@ -231,20 +233,20 @@ def test_resume_after_retention_is_404(replicas):
 
 
 def test_openai_sdk_parses_ids_with_keepalives_in_between(replicas):
-    # occupy the only worker so that the next request waits in the queue (keep-alives)
-    httpx.post(
-        replicas.bases[0] + "/v1/chat/completions",
-        json={"model": MODEL, "messages": LONG, "max_tokens": 60, "background": True},
-        headers=A,
-    )
+    # The only worker's only slot is held, so the next request waits in the queue (keep-alives)
+    # until the test has counted two and lets the slot go.
     sdk = openai.OpenAI(base_url=replicas.bases[1] + "/v1", api_key=KEY_A, max_retries=0)
-    chunks = list(sdk.chat.completions.create(model=MODEL, messages=LONG, max_tokens=10, stream=True))
-    keepalives = [
-        c
-        for c in chunks[1:]
-        if c.choices and c.choices[0].delta.content is None and c.choices[0].finish_reason is None
-    ]
-    assert len(keepalives) >= 2
+    with holding(replicas.bases[0], MODEL, A) as held:
+        stream = sdk.chat.completions.create(model=MODEL, messages=LONG, max_tokens=10, stream=True)
+        chunks = [next(stream)]
+        keepalives = 0
+        while keepalives < 2:
+            chunks.append(next(stream))
+            c = chunks[-1]
+            assert c.choices and c.choices[0].delta.content is None and c.choices[0].finish_reason is None
+            keepalives += 1
+        httpx.post(f"{replicas.bases[0]}/v1/chat/completions/{held}/cancel", headers=A)
+        chunks += list(stream)
     assert chunks[-1].choices[0].finish_reason in ("stop", "length")
     assert "".join(c.choices[0].delta.content or "" for c in chunks)
 
@@ -278,7 +280,7 @@ def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_en
     if not (NODE_DIR / "node_modules" / "eventsource").exists() or not shutil.which("node"):
         if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
             pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
-        pytest.skip("node or the eventsource package is not installed")
+        pytest.skip(missing("node or the eventsource package (scripts/setup installs it with npm)"))
     base, restart = keyless_api
     body = {"model": MODEL, "messages": LONG, "max_tokens": 100, "temperature": 0, "background": True}
     cid = httpx.post(base + "/v1/chat/completions", json=body).json()["id"]
