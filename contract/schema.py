@@ -150,17 +150,26 @@ class Grammar:
 
     rules: dict[str, str] = field(default_factory=dict)
     _names: set[str] = field(default_factory=set)
+    _size: int = 0  # characters of the rules defined so far
+    _next: dict[str, int] = field(default_factory=dict)  # a name's next free number
 
     def name(self, hint: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-").lower() or "r"
-        name, n = base, 1
+        n = self._next.get(base, 1)  # where to look from: many rules of one place stay linear
+        name = base if n == 1 else f"{base}-{n}"
         while name in self._names or name in _RESERVED:
             n += 1
             name = f"{base}-{n}"
+        self._next[base] = n + 1
         self._names.add(name)
         return name
 
     def define(self, name: str, body: str) -> str:
+        """Add a rule; the grammar's size is checked as it grows, so that no schema makes the
+        compiler build (or hold) more than MAX_GRAMMAR_CHARS before it is refused."""
+        self._size += len(name) + len(body) + 6
+        if self._size > MAX_GRAMMAR_CHARS:
+            raise SchemaError("", f"the schema makes a grammar over {MAX_GRAMMAR_CHARS} characters")
         self.rules[name] = body
         return name
 
@@ -317,8 +326,25 @@ class Compiler:
         if must:
             body = ' "," ws '.join(must) + "".join(f' ("," ws {p})?' for p in may)
         else:
-            body = f"({_chain(may)})?" if may else ""
+            body = f"{self._chain(may, where)}?" if may else ""
         return self._named(where, f'"{{" ws {body} "}}" ws'.replace("ws  ", "ws "))
+
+    def _chain(self, options: list[str], where: str) -> str:
+        """Optional properties, in order, none of them required: any non-empty ordered subset.
+        Two rules a property, so the grammar grows with the properties, not their square:
+        `some_i` is one of the subsets of options i.. (its first, then `rest` of the later
+        ones, or a subset of options i+1..), `rest_i` is any subset of options i.., each after
+        a comma."""
+        some = rest = ""
+        for i in range(len(options) - 1, -1, -1):
+            option = options[i]
+            if not rest:
+                some = self._named(f"{where}-some", option)
+                rest = self._named(f"{where}-rest", f'("," ws {option})?')
+                continue
+            some = self._named(f"{where}-some", f"{option} {rest} | {some}")
+            rest = self._named(f"{where}-rest", f'("," ws {option})? {rest}')
+        return some
 
     def _array(self, node: dict, where: str, depth: int) -> str:
         lo, hi = _bound(node, "minItems", where, 0), _bound(node, "maxItems", where, None)
@@ -456,14 +482,6 @@ def _repeat(item: str, lo: int, hi: int | None) -> str:
     rest = f'("," ws {item}){{{rest_lo},{"" if rest_hi is None else rest_hi}}}'
     one_or_more = f"{item} {rest}"
     return one_or_more if lo >= 1 else f"({one_or_more})?"
-
-
-def _chain(options: list[str]) -> str:
-    """Optional properties, in order, none of them required: any non-empty ordered subset."""
-    alts = []
-    for i, first in enumerate(options):
-        alts.append(first + "".join(f' ("," ws {p})?' for p in options[i + 1 :]))
-    return " | ".join(alts)
 
 
 def check_size(schema: object, where: str = "") -> None:

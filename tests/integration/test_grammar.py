@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from contract.jobspec import JobSpec, Message, Tool
+from contract.schema import schema_grammar
 from tests.integration.test_batching import make_engine
 from worker.grammar import GrammarGate, TriggeredGate
 from worker.tools import HermesTools
@@ -71,3 +72,31 @@ def test_a_trigger_the_grammar_cannot_follow_leaves_the_text_free(engine):
     feed(g, tokens(engine, " is a tag, and then more text."))  # free: no call grammar holds it
     assert g.allows(engine._model.token_eos())
     g.close()
+
+
+def _accepts(engine, gbnf: str, text: str) -> bool:
+    """Whether llama.cpp's grammar takes `text` whole and then lets the model stop."""
+    g = GrammarGate(engine._model.vocab, gbnf, engine.prompts.controls)
+    try:
+        for t in tokens(engine, text):
+            if not g.allows(t):
+                return False
+            g.accept(t)
+        return g.allows(engine._model.token_eos())
+    finally:
+        g.close()
+
+
+def test_optional_properties_are_any_ordered_subset_in_llama_cpp(engine):
+    """The linear chain of optional properties (contract/schema.py) means what the quadratic
+    one did: any of them, each at most once, in declaration order."""
+    props = {name: {"type": "integer"} for name in ("a", "b", "c")}
+    gbnf = schema_grammar({"type": "object", "properties": props})
+    for text in ("{}", '{"b": 1}', '{"a": 1, "c": 2}', '{"a": 1, "b": 2, "c": 3}', '{"c": 3}'):
+        assert _accepts(engine, gbnf, text), text
+    for text in ('{"c": 3, "a": 1}', '{"a": 1, "a": 2}', '{"b": 1,}', '{"d": 1}'):
+        assert not _accepts(engine, gbnf, text), text
+    many = schema_grammar(
+        {"type": "object", "properties": {f"p{i}": {"type": "integer"} for i in range(1500)}}
+    )
+    assert _accepts(engine, many, '{"p1499": 7}') and _accepts(engine, many, '{"p3": 1, "p1200": 2}')

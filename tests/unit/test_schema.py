@@ -4,8 +4,10 @@ tests/integration/test_tools.py's part.)"""
 
 from __future__ import annotations
 
+import json
 import math
 import re
+import tracemalloc
 
 import pytest
 
@@ -154,3 +156,25 @@ def test_json_object_is_any_object_and_strings_hold_no_raw_control_character():
     assert g.startswith("root ::= object")
     char = next(line for line in g.splitlines() if line.startswith("char ::="))
     assert r"\x00-\x1F" in char
+
+
+def _optional(n: int) -> dict:
+    return {"type": "object", "properties": {str(i): {} for i in range(n)}}
+
+
+def test_optional_properties_grow_the_grammar_linearly_and_it_is_bounded_while_built():
+    small, large = len(schema_grammar(_optional(100))), len(schema_grammar(_optional(1000)))
+    assert large < 12 * small  # ten times the properties: about ten times the grammar, not 100
+    # As many optional properties as MAX_SCHEMA_BYTES holds (issue 38: quadratic, GBs, seconds):
+    # refused for its grammar's size after a bounded amount of work, measured while it is built.
+    most = _optional(5000)
+    while len(json.dumps(most)) > MAX_SCHEMA_BYTES:
+        most = _optional(len(most["properties"]) - 100)
+    tracemalloc.start()
+    try:
+        with pytest.raises(SchemaError, match="grammar over"):
+            schema_grammar(most)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 20 * 2**20, f"{peak / 2**20:.0f} MiB to refuse a {MAX_SCHEMA_BYTES}-byte schema"
