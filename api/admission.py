@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import time
 
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
@@ -14,7 +15,8 @@ from api.errors import APIError, invalid
 from api.memory import MemoryWatch
 from api.registry import WorkerRegistry
 from api.settings import Intake, Quotas
-from contract import errors, keys, scripts
+from contract import errors, holdings, keys, scripts
+from contract.entries import as_text
 
 RESERVATION_S = 10.0  # a place held for a request lasts this long unless its enqueue takes it
 
@@ -72,6 +74,7 @@ class Admission:
         self._memory = memory
         self._intake, self._quotas = intake, quotas
         self._reserve = client.register_script(scripts.RESERVE)
+        self._spend = client.register_script(holdings.SPEND)
 
     async def models(self, names: list[str] | None = None) -> dict[str, int]:
         """Model -> live workers, for the models a client may ask for: those with a worker that
@@ -99,7 +102,7 @@ class Admission:
             self._registry.count_live(pipe, model)
             self._registry.contexts(pipe, model)
             await self._reserve(
-                keys=[*keys.queue_keys(model), keys.reserved(model)],
+                keys=[*keys.interactive_queue_keys(model), keys.reserved(model)],
                 args=[self._intake.queue_limit(model), request_id, hold_ms],
                 client=pipe,
             )
@@ -152,6 +155,21 @@ class Admission:
                 f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
             )
         return self._streams.take(owner)
+
+    async def spend(self, owner: str, size: int) -> None:
+        """Count one request of `size` bytes against its owner's per-minute budgets (those
+        its jobs count against: contract.scripts.ADMIT), before the request's heavy work
+        (an upload, a batch); 429 if it is over them. Without keys there are no budgets."""
+        rpm, bpm = self._quotas.key_requests_per_minute, self._quotas.key_bytes_per_minute
+        if not owner or not (rpm or bpm):
+            return
+        minute = int(time.time() // 60)
+        verdict = await self._spend(
+            keys=[keys.requests_per_minute(owner, minute), keys.bytes_per_minute(owner, minute)],
+            args=[rpm, bpm, size],
+        )
+        if verdict[0] == b"rate":
+            raise self.rate(as_text(verdict[1]))
 
     def rate(self, what: str) -> APIError:
         """The refusal of a job over the key's request rate or byte budget (contract.scripts.ADMIT)."""

@@ -28,6 +28,7 @@ from api.batch_driver import BatchDriver
 from api.endpoints import Endpoints
 from api.errors import APIError
 from api.internal import InternalServer
+from api.origins import KeylessGuard
 from api.response_endpoints import ResponsesEndpoints
 from api.services import Services
 from api.settings import Settings
@@ -76,7 +77,8 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
 
 def _middleware(settings: Settings) -> list[Middleware]:
     """CORS (only for the configured origins; off by default) wraps the key check, so a
-    browser's preflight is answered without a key."""
+    browser's preflight is answered without a key; a server without keys checks first who
+    may call it (api/origins.py)."""
     out = []
     if settings.access.cors_origins:
         out.append(
@@ -90,6 +92,9 @@ def _middleware(settings: Settings) -> list[Middleware]:
         )
     public = PUBLIC_PATHS | (ui.PATHS if settings.access.ui else frozenset())
     keys = KeyRing(settings.access.api_keys, settings.access.api_keys_file)
+    if not keys.enabled:  # no key stands between a web page and the API: who may call it
+        access = settings.access
+        out.insert(0, Middleware(KeylessGuard, hosts=access.allowed_hosts, origins=access.cors_origins))
     out.append(Middleware(APIKeyMiddleware, keys=keys, public=public))
     return out
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hmac
 import json
+import re
 import time
 from enum import StrEnum
 from typing import Annotated, Literal
@@ -24,16 +25,17 @@ from starlette.routing import Route
 from api.auth import request_owner
 from api.batch_lines import parse_lines
 from api.bodies import parse
-from api.endpoints import read_body
+from api.endpoints import read_json
 from api.errors import APIError, invalid
-from api.files import files_of, new_id
+from api.files import FILE_ID, files_of, new_id, over_quota
 from api.paging import page
 from api.services import Services
-from contract import errors, keys, scripts
+from contract import errors, holdings, keys
 from contract.entries import as_text
 
 WINDOW_S = 86400  # "24h", the one completion window
 STALE_RUNNING_MS = 2 * WINDOW_S * 1000  # a batch counted as running this long has long ended
+CHARGE_MARGIN_S = 86400  # a running batch's charges outlive its window by this, should its driver stall
 
 
 class BatchStatus(StrEnum):
@@ -79,7 +81,7 @@ def batch_object(batch_id: str, h: dict[str, str]) -> dict:
         "id": batch_id,
         "object": "batch",
         "endpoint": h["endpoint"],
-        "errors": None,
+        "errors": _errors(h),
         "input_file_id": h["input_file_id"],
         "completion_window": "24h",
         "status": h["status"],
@@ -99,15 +101,27 @@ def batch_object(batch_id: str, h: dict[str, str]) -> dict:
     }
 
 
+def _errors(h: dict[str, str]) -> dict | None:
+    """Why a batch failed as a whole (its driver could not run it, or its key held too much)."""
+    if not h.get("failure"):
+        return None
+    error = {"code": errors.BATCH_FAILED.code, "message": h["failure"], "param": None, "line": None}
+    return {"object": "list", "data": [error]}
+
+
 async def batch_hash(services: Services, batch_id: str) -> dict[str, str]:
     return {as_text(k): as_text(v) for k, v in (await services.redis.hgetall(keys.batch(batch_id))).items()}
+
+
+BATCH_ID = re.compile(r"batch_[A-Za-z0-9]{1,60}")
+"""What a batch id may be (checked before it names a key: a path is the client's own text)."""
 
 
 async def _batch_of(request: Request) -> tuple[Services, str, dict[str, str]]:
     """The batch named in the path if the caller's key owns it; else 404 (never 403)."""
     services: Services = request.state.services
     batch_id = request.path_params["batch_id"]
-    h = await batch_hash(services, batch_id) if batch_id.startswith("batch_") and len(batch_id) <= 64 else {}
+    h = await batch_hash(services, batch_id) if BATCH_ID.fullmatch(batch_id) else {}
     if not h or not hmac.compare_digest(h["owner"], request_owner(request)):
         raise APIError(errors.NOT_FOUND, "No batch found with that id.", param="batch_id")
     return services, batch_id, h
@@ -118,16 +132,17 @@ async def create(request: Request) -> Response:
     settings = services.settings
     services.admission.storage()
     body = parse(
-        BatchRequest, await read_body(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
+        BatchRequest, await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
     )
     owner = request_owner(request)
     files = files_of(services)
-    record = await files.get(body.input_file_id)
+    record = await files.get(body.input_file_id) if FILE_ID.fullmatch(body.input_file_id) else None
     if record is None or not hmac.compare_digest(record.owner, owner) or record.purpose != "batch":
         raise APIError(errors.NOT_FOUND, "No batch input file found with that id.", param="input_file_id")
-    lines = parse_lines(
-        await files.content(record.id) or b"", settings.limits, settings.batches.batch_max_lines
-    )
+    # The file is read and checked again: a request of its size against the key's budgets.
+    await services.admission.spend(owner, record.bytes)
+    content = await files.content(record.id) or b""
+    lines = await services.heavy.run(parse_lines, content, settings.limits, settings.batches.batch_max_lines)
     for line in lines:
         if line.url != body.endpoint:
             raise invalid(f"Line {line.number}: url {line.url} is not the batch's endpoint.", "input_file_id")
@@ -149,29 +164,36 @@ async def create(request: Request) -> Response:
     }
     if len(models) == 1:
         fields["model"] = models[0]
-    rows = [json.dumps([ln.custom_id, ln.body]) for ln in lines]
-    created = await services.redis.register_script(scripts.CREATE_BATCH)(
+    rows = [json.dumps([ln.custom_id, ln.body], ensure_ascii=False, separators=(",", ":")) for ln in lines]
+    created = await services.redis.register_script(holdings.CREATE_BATCH)(
         keys=[
             keys.batch(batch_id),
             keys.batch(batch_id, keys.BatchPart.LINES),
             keys.owned(owner, keys.Owned.BATCHES),
             keys.ACTIVE_BATCHES,
             keys.owned(owner, keys.Owned.RUNNING_BATCHES),
+            *holdings.charge_keys(owner),
         ],
         args=[
             batch_id,
             int(time.time() * 1000),
             settings.quotas.max_batches_per_key,
             STALE_RUNNING_MS,
+            settings.quotas.files_bytes_per_key,
+            holdings.lines_charge(batch_id),
+            sum(len(row.encode()) for row in rows),  # the copy it keeps while it runs
+            now + WINDOW_S + CHARGE_MARGIN_S,
             len(rows),
             *rows,
             *(str(x) for pair in fields.items() for x in pair),
         ],
     )
-    if not created[0]:
+    if created[0] == b"quota":
+        raise over_quota(settings.quotas, "bytes")
+    if created[0] != b"new":
         raise APIError(
             errors.TOO_MANY_JOBS,
-            f"This key has {created[1]} batches running (the limit is "
+            f"This key has {int(created[1])} batches running (the limit is "
             f"{settings.quotas.max_batches_per_key}); wait for one to end.",
             headers={"Retry-After": str(settings.intake.retry_after_s)},
         )
@@ -189,15 +211,26 @@ async def cancel(request: Request) -> Response:
     is `cancelled`, with the answers it had in its output file. Cancelling again changes
     nothing; an ended batch cannot be cancelled."""
     services, batch_id, h = await _batch_of(request)
-    if h["status"] in (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS):
-        now = int(time.time())
-        await services.redis.hset(
-            keys.batch(batch_id), mapping={"status": BatchStatus.CANCELLING, "cancelling_at": now}
-        )
-        h = await batch_hash(services, batch_id)
-    elif h["status"] not in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+    changed = await set_status(
+        services,
+        batch_id,
+        (BatchStatus.VALIDATING, BatchStatus.IN_PROGRESS),
+        {"status": BatchStatus.CANCELLING, "cancelling_at": int(time.time())},
+    )
+    h = await batch_hash(services, batch_id)
+    if not changed and h["status"] not in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
         raise invalid(f"Cannot cancel a batch with status {h['status']}.", param="batch_id")
     return JSONResponse(batch_object(batch_id, h))
+
+
+async def set_status(services: Services, batch_id: str, since: tuple[str, ...], fields: dict) -> bool:
+    """Change the batch's status (and `fields`) only if it is one of `since` now: a cancel and
+    the driver, on any replicas, never undo each other's change (contract/holdings.py)."""
+    flat = [str(x) for pair in fields.items() for x in pair]
+    done = await services.redis.register_script(holdings.SET_STATUS)(
+        keys=[keys.batch(batch_id)], args=[" ".join(since), *flat]
+    )
+    return done == 1
 
 
 async def list_batches(request: Request) -> Response:

@@ -435,7 +435,7 @@ def parse(body_type: type[B], body: bytes) -> B:
     """Raw body -> request model, or an APIError saying precisely what is wrong."""
     try:
         data = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer of over 4,300 digits
         raise invalid(f"We could not parse the JSON body of your request: {exc}", error=BAD_REQUEST) from None
     except RecursionError:  # nested deeper than the parser's recursion: no request is
         raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None

@@ -52,6 +52,15 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     return bytes(body)
 
 
+async def read_json(request: Request, limit: int, timeout_s: float) -> bytes:
+    """A JSON body (`read_body`), sent as `application/json` (415 otherwise: a web page can
+    send another site a `text/plain` or form body without asking, never a JSON one)."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/json":
+        raise APIError(errors.NOT_JSON)
+    return await read_body(request, limit, timeout_s)
+
+
 def _too_large(limit: int) -> APIError:
     return APIError(errors.TOO_LARGE, f"The request body exceeds the limit of {limit} bytes.")
 
@@ -104,12 +113,12 @@ class Endpoints:
         arrived = time.monotonic()
         services: Services = request.state.services
         settings = services.settings
-        raw = await read_body(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
-        body = parse(self.surface.body, raw)
+        raw = await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
+        body = await services.heavy.run_for(len(raw), parse, self.surface.body, raw)
         owner = request_owner(request)
         await self.prepare(services, body, owner)
         body.enforce(settings.limits)
-        idempotency = _idempotency(request, self.surface, owner, raw)
+        idempotency = await services.heavy.run_for(len(raw), _idempotency, request, self.surface, owner, raw)
         ticket = services.admission.stream(owner) if body.streaming else None
         try:
             job, retried = await self._job_for(Ask(request, services, body, owner, idempotency, len(raw)))
@@ -164,8 +173,9 @@ class Endpoints:
         the first of them made."""
         services, body = ask.services, ask.body
         settings = services.settings
+        spec = await services.heavy.run_for(ask.size, body.to_spec, cid, settings.limits)
         submitted = await services.jobs.submit(
-            body.to_spec(cid, settings.limits),
+            spec,
             self.surface.name,
             int(time.time()),
             owner=ask.owner,

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import anyio
 import anyio.to_thread
@@ -166,14 +166,18 @@ class JobStore:
             detached=detached,
             echo=(fields or {}).get(JobField.ECHO, ""),
         )
-        quota = quota if owner and quota else Quota()
+        spec_json = json.dumps(spec.to_dict(), ensure_ascii=False)  # UTF-8: a third of the escapes' size
+        # Charged for what it makes Redis keep, not for what was sent: the spec in the job's
+        # hash and in RQ's record, and what its surface records (a response's history, say).
+        stored = 2 * len(spec_json.encode()) + sum(len(v.encode()) for v in (fields or {}).values())
+        quota = replace(quota, request_bytes=max(quota.request_bytes, stored)) if owner and quota else Quota()
         for _ in range(2):  # a second time if the key named a job that has since expired
             verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"limit" and await self.owners.forget_ended(owner):
                 verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"new":
                 try:
-                    await self._record(spec, state, idempotency, fields or {})
+                    await self._record(spec, spec_json, state, idempotency, fields or {})
                 except BaseException:
                     await self.owners.take_back(spec.id, owner, idempotency)
                     raise
@@ -211,9 +215,13 @@ class JobStore:
         return job
 
     async def _record(
-        self, spec: JobSpec, state: JobState, idempotency: Idempotency | None, extra: dict[str, str]
+        self,
+        spec: JobSpec,
+        spec_json: str,
+        state: JobState,
+        idempotency: Idempotency | None,
+        extra: dict[str, str],
     ) -> None:
-        raw = spec.to_dict()
         fields = {
             JobField.MODEL: spec.model,
             JobField.SURFACE: state.surface,
@@ -222,8 +230,8 @@ class JobStore:
             JobField.EPOCH: 0,
             JobField.ATTEMPTS: 0,
             JobField.START_BY: state.start_by_ms,
-            JobField.SPEC: json.dumps(raw, ensure_ascii=False),  # UTF-8: a third of the escapes' size
-            JobField.DIGEST: digest(raw),
+            JobField.SPEC: spec_json,
+            JobField.DIGEST: digest(spec.to_dict()),
             JobField.OWNER: state.owner,
             JobField.USAGE: int(state.include_usage),
             JobField.DETACHED: int(state.detached),

@@ -29,7 +29,7 @@ from api.bodies import (
     too_many,
 )
 from api.errors import APIError, invalid
-from api.response_items import call_item, input_id, item_text, message_item, output_item, to_messages
+from api.response_items import call_item, input_id, item_chars, message_item, output_item, to_messages
 from api.settings import Limits
 from api.structured import checked_choice, checked_format, checked_tools
 from contract import errors
@@ -271,9 +271,9 @@ class ResponsesRequest(Body):
         else:
             for item in self.input:
                 if isinstance(item, ItemReference):
-                    chars += len(item_text(self._referenced.get(item.id, {})))
+                    chars += item_chars(self._referenced.get(item.id, {}))
                 elif isinstance(item, FunctionCallItem):
-                    chars += len(item.arguments)
+                    chars += len(item.name) + len(item.arguments)
                 else:
                     chars += len(item.text())
         chars += sum(len(json.dumps(t.model_dump())) for t in self.tools or ())

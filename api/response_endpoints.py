@@ -20,7 +20,7 @@ from api.errors import APIError, invalid
 from api.jobstore import JobState
 from api.paging import page
 from api.response_body import ResponsesRequest
-from api.response_items import parse_reference, to_messages
+from api.response_items import item_chars, parse_reference, to_messages
 from api.response_objects import ResponseObjects
 from api.services import Services
 from contract import errors
@@ -57,12 +57,31 @@ class ResponsesEndpoints(Endpoints):
         return job
 
     async def prepare(self, services: Services, body: Body, owner: str) -> None:
+        """The conversation of `previous_response_id` and the items `item_reference`s name,
+        each earlier response read once, and refused (400) as soon as what they add to the
+        prompt passes MAX_PROMPT_CHARS: a small request cannot expand into a huge one."""
         assert isinstance(body, ResponsesRequest)
+        limit = services.settings.limits.max_prompt_chars
+        read: dict[str, Earlier] = {}
         history: list[Message] = []
+        chars = 0
         if body.previous_response_id is not None:
-            earlier = await self._earlier(services, body.previous_response_id, owner, "previous_response_id")
-            history = earlier.conversation()
-        referenced = {ref: await self._item(services, ref, owner) for ref in body.references()}
+            rid = body.previous_response_id
+            read[rid] = await self._earlier(services, rid, owner, "previous_response_id")
+            history = read[rid].conversation()
+            chars = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in history)
+        referenced: dict[str, dict] = {}
+        for ref in body.references():
+            if ref not in referenced:
+                referenced[ref] = await self._item(services, ref, owner, read)
+            chars += item_chars(referenced[ref])
+            if chars > limit:
+                raise invalid(
+                    f"Invalid 'input': with its earlier responses and referenced items, the prompt is "
+                    f"over {limit} characters long, the limit.",
+                    param="input",
+                    error=errors.STRING_TOO_LONG,
+                )
         body.bind(history, referenced)
 
     async def _earlier(self, services: Services, rid: str, owner: str, param: str) -> Earlier:
@@ -81,11 +100,14 @@ class ResponsesEndpoints(Endpoints):
             messages = messages[1:]  # instructions do not carry over (as OpenAI has it)
         return Earlier(messages, json.loads(items) if items else [], output)
 
-    async def _item(self, services: Services, item_id: str, owner: str) -> dict:
-        """The item an `item_reference` names: an input or output item of a stored response."""
+    async def _item(self, services: Services, item_id: str, owner: str, read: dict[str, Earlier]) -> dict:
+        """The item an `item_reference` names: an input or output item of a stored response
+        (`read`: the responses this request has read already)."""
         ref = parse_reference(item_id)
         if ref is not None and self.surface.owns(ref.response_id):
-            earlier = await self._earlier(services, ref.response_id, owner, "input")
+            if ref.response_id not in read:
+                read[ref.response_id] = await self._earlier(services, ref.response_id, owner, "input")
+            earlier = read[ref.response_id]
             for item in earlier.input if ref.input else earlier.output:
                 if item.get("id") == item_id:
                     return item

@@ -72,6 +72,17 @@ def item_text(item: dict) -> str:
     return "".join(part.get("text", "") for part in item.get("content", ()))
 
 
+def item_chars(item: dict) -> int:
+    """The characters of prompt a stored item adds to a conversation: a message's text, a
+    call's name and arguments, a call output's text."""
+    kind = item.get("type")
+    if kind == "function_call":
+        return len(item.get("name", "")) + len(item.get("arguments", ""))
+    if kind == "function_call_output":
+        return len(item.get("output", ""))
+    return len(item_text(item))
+
+
 def to_messages(items: list[dict]) -> list[Message]:
     """Stored items as chat messages: an assistant's text and the calls that follow it are
     one assistant message, a call's output a tool message."""

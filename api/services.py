@@ -17,6 +17,7 @@ from api.hub import StreamHub
 from api.jobstore import JobStore
 from api.memory import MemoryWatch
 from api.metrics import Metrics
+from api.offload import Lane
 from api.reaper import Reaper
 from api.registry import WorkerRegistry
 from api.settings import Settings
@@ -53,6 +54,7 @@ class Services:
     memory: MemoryWatch
     metrics: Metrics
     streams: OpenStreams
+    heavy: Lane  # CPU-heavy request work, off the event loop (api/offload.py)
 
     @classmethod
     async def start(cls, settings: Settings) -> Services:
@@ -122,6 +124,7 @@ class Services:
             memory=memory,
             metrics=Metrics(),
             streams=streams,
+            heavy=Lane(),
         )
 
     async def close(self) -> None:

@@ -42,6 +42,14 @@ class Access:
         "`1`: serve without API keys (a private server; the local run sets it). Without keys and "
         "without this, the API refuses to start",
     )
+    allowed_hosts: tuple[str, ...] = setting(
+        ("localhost", "127.0.0.1", "::1"),
+        "ALLOWED_HOSTS",
+        "with no API keys (ALLOW_NO_AUTH=1): the Host names the API answers, comma-separated "
+        "(`*`: any), against DNS rebinding; and a browser's request that changes anything must "
+        "come from the API's own pages or CORS_ORIGINS (api/origins.py)",
+        shown="`localhost,127.0.0.1,::1`",
+    )
     internal_port: int | None = setting(
         None,
         "INTERNAL_PORT",
@@ -98,8 +106,13 @@ class Quotas:
         50_000_000, "KEY_BYTES_PER_MINUTE", "request bytes one API key may send per minute (429)"
     )
     files_bytes_per_key: int = setting(
-        200_000_000, "FILES_BYTES_PER_KEY", "bytes of files one key may hold (413)"
+        100_000_000,
+        "FILES_BYTES_PER_KEY",
+        "bytes one key may hold in files and running batches (413): its uploads, its batches' "
+        "lines and answers while they run, and their output and error files "
+        '(docs/security.md, "Amplification")',
     )
+    max_files_per_key: int = setting(1000, "MAX_FILES_PER_KEY", "files one key may hold (413)")
     max_batches_per_key: int = setting(
         16, "MAX_BATCHES_PER_KEY", "batches one API key may have running (429)"
     )

@@ -69,7 +69,7 @@ STRING_TOO_LONG = _error("string_above_max_length", INVALID_REQUEST_ERROR, 400)
 INVALID_CURSOR = _error("invalid_cursor", INVALID_REQUEST_ERROR, 400)
 INVALID_REQUEST = _error("invalid_request", INVALID_REQUEST_ERROR, 400)  # a job the worker cannot run
 CONTEXT_LENGTH = _error("context_length_exceeded", INVALID_REQUEST_ERROR, 400)
-# 401, 404, 405, 413, 422
+# 401, 403, 404, 405, 413, 415, 422
 MISSING_API_KEY = _error(
     "missing_api_key",
     INVALID_REQUEST_ERROR,
@@ -77,10 +77,29 @@ MISSING_API_KEY = _error(
     "You didn't provide an API key. Provide it in the Authorization header as 'Bearer YOUR_KEY'.",
 )
 INVALID_API_KEY = _error("invalid_api_key", INVALID_REQUEST_ERROR, 401, "Incorrect API key provided.")
+CROSS_SITE = _error(
+    "cross_site_request",
+    INVALID_REQUEST_ERROR,
+    403,
+    "This server needs no API key, so it answers only its own pages and clients that are not "
+    "browsers: a request from another site is refused.",
+)
+UNKNOWN_HOST = _error(
+    "unknown_host",
+    INVALID_REQUEST_ERROR,
+    400,
+    "This server needs no API key, so it answers only the host names in ALLOWED_HOSTS.",
+)
 MODEL_NOT_FOUND = _error("model_not_found", INVALID_REQUEST_ERROR, 404)
 NOT_FOUND = _error("not_found", INVALID_REQUEST_ERROR, 404, "This completion no longer exists.")
 METHOD_NOT_ALLOWED = _error("method_not_allowed", INVALID_REQUEST_ERROR, 405)
 TOO_LARGE = _error("request_too_large", INVALID_REQUEST_ERROR, 413)
+NOT_JSON = _error(
+    "unsupported_media_type",
+    INVALID_REQUEST_ERROR,
+    415,
+    "The request body must be JSON, sent with 'Content-Type: application/json'.",
+)
 IDEMPOTENCY_CONFLICT = _error(
     "idempotency_key_reused",
     INVALID_REQUEST_ERROR,
@@ -122,6 +141,7 @@ BATCH_CANCELLED = _error(
 BATCH_EXPIRED = _error(
     "batch_expired", INVALID_REQUEST_ERROR, 400, "The batch expired before this request finished."
 )
+BATCH_FAILED = _error("batch_failed", SERVER_ERROR, 500, "The batch failed before this request finished.")
 
 
 def lookup(code: str | None) -> ErrorCode | None:

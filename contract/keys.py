@@ -175,8 +175,14 @@ REAPER_LOCK = f"{PREFIX}:reaper"
 
 
 def file(file_id: str) -> str:
-    """HASH: an uploaded file: its metadata and its content (api/files.py)."""
+    """HASH: a file's metadata (api/files.py); files stored before `file_content` existed
+    also hold their content here, in the field `content`."""
     return f"{PREFIX}:file:{file_id}"
+
+
+def file_content(file_id: str) -> str:
+    """STRING: a file's content (an output file's is appended in pieces as it is written)."""
+    return f"{PREFIX}:file:{file_id}:content"
 
 
 class Owned(StrEnum):
@@ -189,7 +195,13 @@ class Owned(StrEnum):
     FILES = "files"
     """ZSET: the owner's files (id -> created, s), for listing."""
     FILE_SIZES = "filesizes"
-    """HASH: the owner's files (id -> "<bytes> <expires at, s>"), for FILES_BYTES_PER_KEY."""
+    """HASH: what the owner is charged for keeping (contract/holdings.py): its files and its
+    running batches' lines and answers (id -> "<bytes> <expires at, s>"), for
+    FILES_BYTES_PER_KEY."""
+    FILE_EXPIRY = "fileexpiry"
+    """ZSET: the same charges by when they expire (id -> s)."""
+    FILE_HELD = "fileheld"
+    """STRING: the sum of the owner's charges, in bytes."""
     BATCHES = "batches"
     """ZSET: the owner's batches (id -> created, ms), for listing."""
     RUNNING_BATCHES = "running"
@@ -339,6 +351,13 @@ def queue_key(model: str) -> str:
 def queue_keys(model: str) -> list[str]:
     """The lists of every queue of a model (`queue_names`, in order)."""
     return [rq_queue_key(name) for name in queue_names(model)]
+
+
+def interactive_queue_keys(model: str) -> list[str]:
+    """The lists of a model's queues but the Batch API's: MAX_QUEUE_DEPTH bounds what waits in
+    these (batch lines are bounded by their batches, BATCH_IN_FLIGHT each, and never keep an
+    interactive request out)."""
+    return [rq_queue_key(name) for name in queue_names(model) if name != queue_name(model, BATCH)]
 
 
 def rq_job(job_id: str) -> str:

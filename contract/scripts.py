@@ -12,11 +12,6 @@ ended, should it stop" is checked in the same step as the write:
   streams server and cannot reach the queues server's count.
 - `RECORD` records an admitted job (streams server). The job is pending until its enqueuer
   says it is on an RQ queue.
-- `STORE_FILE` stores an uploaded file unless its owner's files would exceed their byte
-  budget or the upload is over the owner's request rate or byte budget (the ones ADMIT
-  counts): check and write in one step.
-- `CREATE_BATCH` records a batch and its lines unless its owner already has the most
-  batches running allowed: check and record in one step.
 - `RESERVE` holds a place in a model's queues for a new request, unless they are full.
 - `TAKE` moves one job id from a model's queues (in priority order) into the taking
   worker's inbox, so that a worker that dies before claiming it loses nothing.
@@ -48,8 +43,8 @@ ended, should it stop" is checked in the same step as the write:
 The scripts use only commands Redis 7.0 has. Every script of the streams server touches the
 keys of one shard only (a job's keys and its shard's `running` and `pending` indexes share a
 hash tag: contract/keys.py), or, INDEXES, of one shard a call on a cluster, so that server
-may be a Redis Cluster; the queues server's scripts (ADMIT, STORE_FILE, CREATE_BATCH,
-RESERVE, TAKE) need one server, as RQ does.
+may be a Redis Cluster; the queues server's scripts (ADMIT, RESERVE, TAKE, and
+contract/holdings.py's for files and batches) need one server, as RQ does.
 """
 
 from __future__ import annotations
@@ -193,63 +188,6 @@ redis.call(unpack(fields))
 redis.call('EXPIRE', KEYS[1], ARGV[2])
 redis.call('ZADD', KEYS[2], tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000), ARGV[1])
 return 1
-"""
-
-STORE_FILE = f"""
--- KEYS[1]=file hash, KEYS[2]=the owner's files (id -> created), KEYS[3]=their sizes
--- (id -> "<bytes> <expires at>"), KEYS[4]=the owner's requests this minute, KEYS[5]=their
--- bytes (KEYS[4..5] are KEYS[1] again where no rate applies)
--- ARGV[1]=file id, ARGV[2]=bytes, ARGV[3]=expires at (s), ARGV[4]=created (s),
--- ARGV[5]=the owner's byte budget, ARGV[6]=max requests per minute, ARGV[7]=max bytes per
--- minute (each 0: no limit), ARGV[8..]=the file hash's fields and values.
--- Returns {{'new'}}, {{'quota', bytes held}} or {{'rate', 'requests' or 'bytes'}}: the budget
--- check and the write are one step, so concurrent uploads cannot overshoot it.
-local now = tonumber(redis.call('TIME')[1])
-local held = 0
-local sizes = redis.call('HGETALL', KEYS[3])
-for i = 1, #sizes, 2 do
-  local size, expires = string.match(sizes[i + 1], '(%d+) (%d+)')
-  if tonumber(expires) <= now then
-    redis.call('HDEL', KEYS[3], sizes[i])
-    redis.call('ZREM', KEYS[2], sizes[i])
-  else
-    held = held + tonumber(size)
-  end
-end
-if tonumber(ARGV[5]) > 0 and held + tonumber(ARGV[2]) > tonumber(ARGV[5]) then return {{'quota', held}} end
-{_spend("KEYS[4]", "KEYS[5]", "ARGV[6]", "ARGV[7]", "ARGV[2]")}
-local fields = {{'HSET', KEYS[1]}}
-for i = 8, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call(unpack(fields))
-redis.call('EXPIREAT', KEYS[1], ARGV[3])
-redis.call('ZADD', KEYS[2], ARGV[4], ARGV[1])
-redis.call('HSET', KEYS[3], ARGV[1], ARGV[2] .. ' ' .. ARGV[3])
-return {{'new'}}
-"""
-
-CREATE_BATCH = """
--- KEYS[1]=batch hash, KEYS[2]=its lines, KEYS[3]=the owner's batches (id -> created ms),
--- KEYS[4]=the batches being driven, KEYS[5]=the owner's running batches (id -> created ms)
--- ARGV[1]=batch id, ARGV[2]=created (ms), ARGV[3]=max running batches of the owner (0: no
--- limit), ARGV[4]=ms after which a running entry is stale (its batch long ended),
--- ARGV[5]=number of lines n, ARGV[6..5+n]=the lines, then the hash's fields and values.
--- Returns {1} or {0, running}: the limit check and the batch's record are one step.
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
-redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now - tonumber(ARGV[4]))
-local running = redis.call('ZCARD', KEYS[5])
-if tonumber(ARGV[3]) > 0 and running >= tonumber(ARGV[3]) then return {0, running} end
-local n = tonumber(ARGV[5])
-for i = 6, 5 + n, 1000 do
-  redis.call('RPUSH', KEYS[2], unpack(ARGV, i, math.min(i + 999, 5 + n)))
-end
-local fields = {'HSET', KEYS[1]}
-for i = 6 + n, #ARGV do fields[#fields + 1] = ARGV[i] end
-redis.call(unpack(fields))
-redis.call('ZADD', KEYS[3], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[4], ARGV[2], ARGV[1])
-redis.call('ZADD', KEYS[5], ARGV[2], ARGV[1])
-return {1}
 """
 
 RESERVE = """

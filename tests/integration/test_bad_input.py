@@ -56,7 +56,8 @@ def test_body_over_the_limit_is_413(stack, client):
     r = client.post("/v1/chat/completions", content=huge, headers={"Content-Type": "application/json"})
     assert r.status_code == 413 and r.json()["error"]["code"] == "request_too_large"
     # also without a Content-Length header (chunked upload)
-    r = client.post("/v1/chat/completions", content=iter([huge[:600_000], huge[600_000:]]))
+    chunked = iter([huge[:600_000], huge[600_000:]])
+    r = client.post("/v1/chat/completions", content=chunked, headers={"Content-Type": "application/json"})
     assert r.status_code == 413
     assert stack.job_keys() == before
 

@@ -5,6 +5,7 @@ own port, and an API that will not start without keys unless told it is private.
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import subprocess
 import sys
@@ -214,5 +215,37 @@ def test_an_entry_the_reader_cannot_decode_stalls_no_other_stream(redis_url, cap
 
 def test_pathologically_nested_json_is_a_400(api):
     _, base = api()
-    r = httpx.post(base + "/v1/chat/completions", content=b"[" * 200_000 + b"]" * 200_000)
+    nested = b"[" * 200_000 + b"]" * 200_000
+    r = httpx.post(
+        base + "/v1/chat/completions", content=nested, headers={"Content-Type": "application/json"}
+    )
     assert r.status_code == 400 and r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_a_server_without_keys_answers_only_its_own_hosts_and_pages(api):
+    """No key stands between a web page and a keyless server (ALLOW_NO_AUTH=1): a cross-site
+    form or `text/plain` post, or a rebound DNS name, must not reach it (issue 38)."""
+    _, base = api({"UI": "1"})
+    port = base.rsplit(":", 1)[1]
+    chat = json.dumps({"model": "m", "messages": [{"role": "user", "content": "hi"}]})
+    with httpx.Client(base_url=base, timeout=10) as c:
+        plain = c.post("/v1/chat/completions", content=chat, headers={"Content-Type": "text/plain"})
+        assert plain.status_code == 415 and plain.json()["error"]["code"] == "unsupported_media_type"
+        form = c.post(
+            "/v1/files",
+            files={"file": ("a.jsonl", b"{}")},
+            data={"purpose": "batch"},
+            headers={"Origin": "https://evil.example"},
+        )
+        assert form.status_code == 403 and form.json()["error"]["code"] == "cross_site_request"
+        fetched = c.post("/v1/chat/completions/chatcmpl-x/cancel", headers={"Sec-Fetch-Site": "cross-site"})
+        assert fetched.status_code == 403
+        rebound = c.get("/v1/files", headers={"Host": f"attacker.example:{port}"})
+        assert rebound.status_code == 400 and rebound.json()["error"]["code"] == "unknown_host"
+        own = c.post(
+            "/v1/chat/completions",
+            content=chat,
+            headers={"Content-Type": "application/json", "Origin": base, "Host": f"127.0.0.1:{port}"},
+        )
+        assert own.status_code == 404  # its own page: through, to a model nobody serves
+        assert c.get("/v1/files", headers={"Host": f"localhost:{port}"}).status_code == 200

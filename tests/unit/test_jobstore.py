@@ -5,6 +5,7 @@ replicas cannot overshoot them)."""
 from __future__ import annotations
 
 import asyncio
+import json
 
 import pytest
 
@@ -48,9 +49,32 @@ def test_a_burst_cannot_overshoot_the_unfinished_jobs_limit():
 def test_the_request_rate_and_byte_budget_per_minute():
     outcomes = submit_all(Quota(requests_per_minute=4), 6)
     assert [type(o).__name__ for o in outcomes].count("OwnerRate") == 2
-    outcomes = submit_all(Quota(bytes_per_minute=1000, request_bytes=300), 5)
+    sent = 2 * stored(spec(0)) + 1  # each body is larger than what its job stores
+    outcomes = submit_all(Quota(bytes_per_minute=3 * sent + 1, request_bytes=sent), 5)
     refused = [o for o in outcomes if isinstance(o, OwnerRate)]
     assert len(refused) == 2 and all(o.what == "bytes" for o in refused)
+
+
+def stored(job: JobSpec) -> int:
+    """What a job's spec makes Redis keep: in its hash and in RQ's record."""
+    return 2 * len(json.dumps(job.to_dict(), ensure_ascii=False).encode())
+
+
+def test_a_small_request_is_charged_for_what_its_job_stores():
+    """A 100-byte request whose job records far more (a response's history, issue 38) counts
+    the record against the byte budget, not its body."""
+    big = spec(0, "x" * 10_000)
+
+    async def go() -> list:
+        s = store(FakePair())
+        quota = Quota(bytes_per_minute=3 * stored(big), request_bytes=100)
+        return await asyncio.gather(
+            *(s.submit(spec(i, "x" * 10_000), "chat", 0, owner="o", quota=quota) for i in range(5)),
+            return_exceptions=True,
+        )
+
+    refused = [o for o in asyncio.run(go()) if isinstance(o, OwnerRate)]
+    assert len(refused) == 2
 
 
 def test_without_an_owner_there_is_no_per_key_limit():

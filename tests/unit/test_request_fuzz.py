@@ -101,3 +101,79 @@ def test_an_id_a_surface_owns_is_safe_to_log_and_key(raw):
     cid = CHAT.id_prefix + raw
     if CHAT.owns(cid):
         assert cid.isascii() and cid.isprintable() and "{" not in cid and "}" not in cid and len(cid) <= 80
+
+
+RESPONSE_FIELDS = [
+    "model",
+    "input",
+    "instructions",
+    "max_output_tokens",
+    "temperature",
+    "top_p",
+    "text",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "stream",
+    "background",
+    "store",
+    "truncation",
+]
+item = st.fixed_dictionaries(
+    {"type": st.sampled_from(["message", "function_call", "function_call_output", "item_reference", "x"])},
+    optional={
+        "role": st.sampled_from(["user", "assistant", "system", "developer", "tool"]),
+        "content": values,
+        "call_id": st.text(max_size=6),
+        "name": st.text(max_size=6),
+        "arguments": st.text(max_size=10),
+        "output": values,
+        "id": st.text(max_size=10),
+    },
+)
+response_bodies = st.dictionaries(
+    st.sampled_from(RESPONSE_FIELDS), values | st.lists(item, max_size=4) | st.text(max_size=30), max_size=8
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(response_bodies)
+def test_responses_bodies(body):
+    """The Responses body: whatever items it holds, a valid job or an OpenAI-style 400 (its
+    references resolve to nothing here: the endpoint finds them, tests/integration)."""
+    from api.response_body import ResponsesRequest
+
+    try:
+        req = parse(ResponsesRequest, json.dumps(body).encode())
+        req.bind([], {ref: {"type": "message", "role": "user", "content": []} for ref in req.references()})
+        req.enforce(LIMITS)
+        req.to_spec("resp_fuzz", LIMITS)
+    except APIError as exc:
+        assert exc.status == 400 and exc.body()["error"]["message"]
+
+
+batch_line = st.fixed_dictionaries(
+    {},
+    optional={
+        "custom_id": st.text(max_size=6) | st.integers(),
+        "method": st.sampled_from(["POST", "GET", "x"]),
+        "url": st.sampled_from(["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]),
+        "body": bodies | values,
+    },
+)
+
+
+@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(batch_line | values, min_size=0, max_size=5), st.sampled_from(["\n", "\r\n"]))
+def test_batch_files(rows, newline):
+    """A batch input file: every line checked as its endpoint would, or a 400 naming the
+    line; never another exception."""
+    from api.batch_lines import parse_lines
+
+    content = newline.join(json.dumps(r) for r in rows).encode()
+    try:
+        lines = parse_lines(content, LIMITS, max_lines=4)
+    except APIError as exc:
+        assert exc.status == 400 and exc.body()["error"]["param"] == "file"
+        return
+    assert 1 <= len(lines) <= 4 and len({ln.custom_id for ln in lines}) == len(lines)
