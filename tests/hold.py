@@ -18,6 +18,10 @@ END_TOKENS = (0, 2, 4)
 """The default model's end-of-generation tokens (llama_vocab_is_eog over SmolLM2's vocabulary:
 <|endoftext|>, <|im_end|> and <repo_name>); tests/unit/test_hold.py checks the list."""
 
+NO_END = {str(t): -100 for t in END_TOKENS}
+"""`logit_bias` that bans every end token: the job generates until it is cancelled, or its
+max_tokens or its context runs out."""
+
 HOLD_TOKENS = 8192
 """MAX_TOKENS_LIMIT: the job runs until its slot's context is full (N_CTX, 4096 tokens), if it
 is not cancelled first: two minutes on these 2-core machines, seconds on a fast GPU."""
@@ -30,7 +34,7 @@ def holding_body(model: str, **extra: object) -> dict:
         "model": model,
         "messages": PROMPT,
         "max_tokens": HOLD_TOKENS,
-        "logit_bias": {str(t): -100 for t in END_TOKENS},
+        "logit_bias": NO_END,
         **extra,
     }
 

@@ -21,6 +21,7 @@ import redis
 from contract.servers import sync_client
 from devstack.peek import job_ids
 from devstack.processes import Proc, start_api, start_cluster, start_redis, start_worker, wait_for_model
+from tests.system import missing
 from worker.settings import DEFAULT_MODEL_NAME
 
 MODEL = DEFAULT_MODEL_NAME
@@ -38,7 +39,7 @@ def _server_kinds() -> list:
     if shutil.which("redis-server") or os.environ.get("TOKENSPOOL_REQUIRE_REDIS_SERVER") == "1":
         kinds.append(pytest.param("redis", id="redis7"))
     else:
-        kinds.append(pytest.param("redis", id="redis7", marks=pytest.mark.skip("redis-server not installed")))
+        kinds.append(pytest.param("redis", id="redis7", marks=pytest.mark.skip(missing("redis-server"))))
     return kinds
 
 

@@ -403,6 +403,12 @@ def one_worker(tmp_path, in_flight: int, env: dict[str, str]) -> Iterator[tuple[
             p.stop()
 
 
+LINES_LAST = {"STEP_DELAY_SECONDS": "0.02"}
+"""A step takes at least 20 ms on any machine: a line of 300 or 400 tokens is still generating
+seconds after it started, when the tests below send their interactive job (a fast machine
+finished them first: issue 44)."""
+
+
 def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
     """SLOTS=2, BATCH_SLOTS=1: with interactive jobs quiet, a batch takes both slots; an
     interactive request then preempts one line (its first token comes long before any line
@@ -413,6 +419,7 @@ def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
         "BATCH_LEND_AFTER_SECONDS": "0.3",
         "BATCH_LEND_SLOTS": "2",
         "PREEMPT_POLL_SECONDS": "0.02",
+        **LINES_LAST,
     }
     with one_worker(tmp_path, 4, env) as (base, worker, r):
         with strict_sdk(base) as sdk:
@@ -448,7 +455,13 @@ def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempte
     3 slots. An interactive stream then finds the fourth free (nothing is preempted), and while
     it runs only one line steps beside it: the other two keep their slots and tokens and go
     on once it ends. Every line is answered once, whole."""
-    env = {"SLOTS": "4", "BATCH_SLOTS": "1", "BATCH_LEND_SLOTS": "3", "BATCH_LEND_AFTER_SECONDS": "0.3"}
+    env = {
+        "SLOTS": "4",
+        "BATCH_SLOTS": "1",
+        "BATCH_LEND_SLOTS": "3",
+        "BATCH_LEND_AFTER_SECONDS": "0.3",
+        **LINES_LAST,
+    }
     with one_worker(tmp_path, 3, env) as (base, _, r):
         with strict_sdk(base) as sdk:
             batch_id = run(sdk, jsonl(3, max_tokens=300, messages=[LONG]))

@@ -12,6 +12,7 @@ import redis
 from contract import entries, keys
 from contract.entries import Started
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from tests.hold import holding
 from tests.integration.conftest import MODEL
 from tests.integration.test_recovery import LONG
 
@@ -39,11 +40,11 @@ def test_waiting_jobs_start_in_tier_order(tmp_path):
             assert answer.status_code == 202, answer.text
             return answer.json()["id"]
 
-        busy = background(max_tokens=40)
-        while r.hget(keys.job(busy), keys.JobField.STATUS) != b"running":
-            time.sleep(0.01)
         tiers = ["flex", "default", None, "priority", "auto", "flex"]
-        waiting = [background(**({"service_tier": t} if t else {})) for t in tiers]
+        with holding(base, MODEL) as busy:  # the only slot, until every waiting job is queued
+            while r.hget(keys.job(busy), keys.JobField.STATUS) != b"running":
+                time.sleep(0.01)
+            waiting = [background(**({"service_tier": t} if t else {})) for t in tiers]
         deadline = time.monotonic() + 120
         while not all(r.hget(keys.job(c), keys.JobField.ENDED) == b"1" for c in waiting):
             assert time.monotonic() < deadline

@@ -37,6 +37,7 @@ from devstack.processes import (
     wait_for_model,
 )
 from tests.sse_contract import check_stream
+from tests.system import missing
 
 pytestmark = pytest.mark.integration
 
@@ -124,7 +125,7 @@ def _start(tmp: Path, kind: str, tls: bool) -> Secured:
 
 def _kinds() -> list:
     have_redis = shutil.which("redis-server") or os.environ.get("TOKENSPOOL_REQUIRE_REDIS_SERVER") == "1"
-    skip = pytest.mark.skip("redis-server not installed")
+    skip = pytest.mark.skip(missing("redis-server"))
     return [
         pytest.param(("valkey", False), id="valkey-acl"),
         pytest.param(("redis", False), id="redis7-acl", marks=() if have_redis else skip),

@@ -25,6 +25,7 @@ from devstack.processes import start_api
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
 from tests.sse_contract import check_responses_stream
+from tests.system import missing
 
 pytestmark = pytest.mark.integration
 JS = Path(__file__).resolve().parent.parent / "js"
@@ -376,7 +377,7 @@ def _node(pool, case: str) -> dict:
     if not (JS / "node_modules" / "@ai-sdk" / "openai").exists() or not shutil.which("node"):
         if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
             pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
-        pytest.skip("node or the JavaScript clients are not installed")
+        pytest.skip(missing("node or the JavaScript clients (scripts/setup installs them with npm)"))
     done = subprocess.run(
         ["node", "responses.mjs", pool.base, MODEL, case], cwd=JS, capture_output=True, text=True, timeout=180
     )

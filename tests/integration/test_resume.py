@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from devstack.processes import Proc, free_port, start_api, start_redis, start_worker, wait_for_model
-from tests.hold import holding
+from tests.hold import holding, holding_body
 from tests.integration.conftest import MODEL
 from tests.sse_contract import check_stream
 from tests.system import missing
@@ -282,7 +282,8 @@ def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_en
             pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
         pytest.skip(missing("node or the eventsource package (scripts/setup installs it with npm)"))
     base, restart = keyless_api
-    body = {"model": MODEL, "messages": LONG, "max_tokens": 100, "temperature": 0, "background": True}
+    # Generating until cancelled: still running when the connection drops, however fast the model.
+    body = holding_body(MODEL, temperature=0, background=True)
     cid = httpx.post(base + "/v1/chat/completions", json=body).json()["id"]
     node = subprocess.Popen(
         ["node", "follow.mjs", f"{base}/v1/chat/completions/{cid}?stream=true", "90000"],
@@ -290,11 +291,16 @@ def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_en
         stdout=subprocess.PIPE,
         text=True,
     )
-    lines = []
+    lines, dropped, cancelled = [], 0, False
     for line in node.stdout:
         lines.append(json.loads(line))
-        if len([m for m in lines if "data" in m]) == 8:
+        seen = len([m for m in lines if "data" in m])
+        if seen == 8:
             restart()  # the connection drops; the API comes back on the same address
+            dropped = seen
+        if dropped and not cancelled and any("error" in m for m in lines) and seen >= dropped + 8:
+            httpx.post(f"{base}/v1/chat/completions/{cid}/cancel")  # reconnected and following: end it
+            cancelled = True
     assert node.wait(timeout=30) == 0, lines
     assert any("error" in m for m in lines), "the client saw the drop and reconnected"
     messages = [m for m in lines if "data" in m]

@@ -7,10 +7,13 @@ const [url, timeoutMs = "60000"] = process.argv.slice(2);
 const es = new EventSource(url);
 const out = (obj) => process.stdout.write(JSON.stringify(obj) + "\n");
 
+// Never process.exit(): a pipe's writes are asynchronous in Node, and exiting drops those
+// still pending (a fast stream's last hundreds of lines). Closing everything lets Node end
+// once stdout has drained, with the exit code set here.
 const timer = setTimeout(() => {
   out({ timeout: true });
   es.close();
-  process.exit(1);
+  process.exitCode = 1;
 }, Number(timeoutMs));
 
 es.onmessage = (e) => {
@@ -18,7 +21,7 @@ es.onmessage = (e) => {
   if (e.data === "[DONE]") {
     es.close();
     clearTimeout(timer);
-    process.exit(0);
+    process.exitCode = 0;
   }
 };
 es.onerror = (e) => out({ error: e.message ?? "connection error", readyState: es.readyState });
