@@ -61,7 +61,9 @@ def test_a_slow_body_is_refused_in_time(api):
     _, base = api({"REQUEST_READ_SECONDS": "1"})
     port = int(base.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n")
+        s.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        )
         s.sendall(b"Content-Length: 1000\r\n\r\n{")
         started = time.monotonic()
         answer = _read_response(s)  # no more body: the server gives up on it
