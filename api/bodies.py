@@ -262,6 +262,7 @@ class CompletionBody(Body):
         Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS)]
         | None
     ) = None
+    ignore_eos: bool | None = None  # llama-server's extension: generate exactly max_tokens
 
     def rules(self) -> dict[str, bool]:
         return {
@@ -293,6 +294,7 @@ class CompletionBody(Body):
             "min_p": float(self.min_p or 0.0),
             "repeat_penalty": 1.0 if self.repeat_penalty is None else float(self.repeat_penalty),
             "logit_bias": _logit_bias(self.logit_bias),
+            "ignore_eos": bool(self.ignore_eos),
         }
 
 
@@ -334,6 +336,12 @@ class ChatRequest(CompletionBody):
         choice = self._tool_choice(tools)
         if self.logprobs and tools and choice != "none":
             raise unsupported("logprobs", "logprobs cannot be combined with tools on this server.")
+        if self.ignore_eos and (fmt or (tools and choice != "none")):
+            raise invalid(
+                "Invalid 'ignore_eos': a response format or tools end where their grammar does, so "
+                "it cannot go with them.",
+                param="ignore_eos",
+            )
         return JobSpec(
             id=completion_id,
             kind="chat",

@@ -34,6 +34,12 @@ _BATCH_HELP = {
     "prefill_tokens": "Prompt tokens computed (not those a slot's cached prefix already held).",
     "moves": "Sequences moved into a lower free slot to keep the running slots consecutive.",
     "interrupted": "Steps of Batch API lines stopped part way for an interactive job's prompt.",
+    "decode_us": "Microseconds inside llama_decode.",
+    "sample_us": "Microseconds sampling the sequences of each step.",
+    "token_us": "Microseconds of the job threads' own work per token (stops, tool calls, logprobs).",
+    "tokens": "Tokens the job threads handled.",
+    "publish_us": "Microseconds of the publisher's round trips to Redis.",
+    "publishes": "The publisher's round trips to Redis.",
 }
 
 
@@ -109,6 +115,7 @@ async def cluster(request: Request) -> list[Metric]:
     depths = await services.stats.queue_depths(names)
     batch_running = await services.stats.in_flight(batch=True)
     slots = await services.registry.slots(names)
+    placed = await services.registry.placements(names)
     stats = await services.stats.counters()
 
     def per_model(family: GaugeMetricFamily | CounterMetricFamily, values: dict[str, int]) -> Metric:
@@ -156,6 +163,20 @@ async def cluster(request: Request) -> list[Metric]:
         per_model(
             GaugeMetricFamily("tokenspool_slots", "Jobs the live workers can run at once.", labels=["model"]),
             slots,
+        ),
+        per_model(
+            GaugeMetricFamily(
+                "tokenspool_gpu_layers",
+                "Layers offloaded to the GPU, by the live worker that offloads the fewest.",
+                labels=["model"],
+            ),
+            {m: min(layers for layers, _ in p) for m, p in placed.items() if p},
+        ),
+        per_model(
+            GaugeMetricFamily(
+                "tokenspool_kv_cache_bytes", "KV cache of the live workers, summed.", labels=["model"]
+            ),
+            {m: sum(kv for _, kv in p) for m, p in placed.items()},
         ),
         per_model(
             CounterMetricFamily("tokenspool_tokens_generated", "Tokens generated.", labels=["model"]), tokens

@@ -53,6 +53,25 @@ class WorkerRegistry:
         total = {m: sum(int(c) for c in cs if c) for (m, _), cs in zip(served, counts, strict=True)}
         return {m: total.get(m, 0) for m in models}
 
+    async def placements(self, models: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+        """Model -> (layers offloaded to the GPU, KV cache bytes) of each live worker that
+        announced them (worker/devices.py)."""
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), since, "+inf")
+            live = await pipe.execute()
+        served = [(m, names) for m, names in zip(models, live, strict=True) if names]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in served:
+                pipe.hmget(keys.worker_placement(model), names)
+            rows = await pipe.execute() if served else []
+        out: dict[str, list[tuple[int, int]]] = {}
+        for (model, _), values in zip(served, rows, strict=True):
+            pairs = [as_text(v).split() for v in values if v]
+            out[model] = [(int(layers), int(kv)) for layers, kv in pairs]
+        return out
+
     async def names(self) -> list[str]:
         """Every registered worker of every model, live or silent (until forgotten)."""
         models = [as_text(m) for m in await self._r.smembers(keys.MODELS)]
@@ -79,4 +98,5 @@ class WorkerRegistry:
                     pipe.zremrangebyscore(keys.workers(model), "-inf", f"({before}")
                     pipe.hdel(keys.worker_slots(model), *names)
                     pipe.hdel(keys.context(model), *names)
+                    pipe.hdel(keys.worker_placement(model), *names)
             await pipe.execute()

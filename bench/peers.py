@@ -70,7 +70,9 @@ class Result:
     ended: float = 0.0
 
 
-async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, max_tokens: int) -> Result:
+async def one_stream(
+    client: httpx.AsyncClient, server: Server, prompt: str, max_tokens: int, extra: dict | None = None
+) -> Result:
     # A unique tag before the question: no server may answer a whole prompt from its cache
     # (all three keep the KV cache of a shared prefix: with the tag, only the chat
     # template's system prompt is shared).
@@ -80,6 +82,7 @@ async def one_stream(client: httpx.AsyncClient, server: Server, prompt: str, max
         "stream": True,
         "max_tokens": max_tokens,
         "temperature": 0,
+        **(extra or {}),  # `ignore_eos`: every server generates exactly max_tokens
     }
     res = Result(started=time.perf_counter())
     last = None
@@ -146,13 +149,16 @@ class PeakRSS:
             self.peak_kb = max(self.peak_kb, total)
 
 
-async def workload(server: Server, streams: int, prompt: str, max_tokens: int, crash: bool = False) -> dict:
+async def workload(
+    server: Server, streams: int, prompt: str, max_tokens: int, crash: bool = False, extra: dict | None = None
+) -> dict:
     limits = httpx.Limits(max_connections=streams + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=10), limits=limits) as client:
         with PeakRSS(server.pids()) as rss:
             t0 = time.perf_counter()
             tasks = [
-                asyncio.create_task(one_stream(client, server, prompt, max_tokens)) for _ in range(streams)
+                asyncio.create_task(one_stream(client, server, prompt, max_tokens, extra))
+                for _ in range(streams)
             ]
             if crash:
                 await asyncio.sleep(1.5)  # mid-stream: the first tokens are out
@@ -169,6 +175,7 @@ async def workload(server: Server, streams: int, prompt: str, max_tokens: int, c
         "streams": streams,
         "errors": sorted({r.error for r in results if r.error}),
         "ttft_p50": _pct(ttfts, 50),
+        "ttft_p95": _pct(ttfts, 95),
         "ttft_p99": _pct(ttfts, 99),
         "itl_p50": _pct(gaps, 50),
         "itl_p99": _pct(gaps, 99),

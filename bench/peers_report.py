@@ -1,5 +1,5 @@
-"""bench/peers.py's report: the Markdown tables (with the command and the machine) and the
-PNG of latency against concurrency, from the figures the runs collected."""
+"""bench/peers.py's report: the Markdown tables (with the command and the machine), and the
+same figures as JSON with their chart (bench/charts.py)."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import os
 import platform
 import time
 from pathlib import Path
+
+from bench import charts
 
 
 def cells(r: dict) -> list[str]:
@@ -84,9 +86,23 @@ def write_results(
             "which wait for each other at every barrier of a step."
         ]
     write_section(path, section, lines)
+    results = [
+        {"server": name, **table[label][name], "of": table[label][name]["streams"], "streams": n}
+        for label, n in _levels(which)
+        if label in table
+        for name in names
+    ]
+    entry = {
+        "title": TITLE[which],
+        "command": f"bench/peers.py --set {which} --runs {runs}{flags}",
+        "machine": machine(),
+        "date": time.strftime("%Y-%m-%d"),
+        "results": results,
+    }
+    charts.record(path.with_suffix(".json"), section, entry)
     png = path.with_name(f"{path.stem}-{section}.png")
-    plot(png, which, table, names)
-    print(f"wrote {path} and {png}")
+    charts.draw({section: entry}, png)
+    print(f"wrote {path}, {path.with_suffix('.json')} and {png}")
 
 
 def write_section(path: Path, section: str, lines: list[str]) -> None:
@@ -99,43 +115,6 @@ def write_section(path: Path, section: str, lines: list[str]) -> None:
     else:
         text = text.rstrip("\n") + "\n\n" + block
     path.write_text(text)
-
-
-def plot(path: Path, which: str, table: dict[str, dict[str, dict]], names: list[str]) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    levels = [(label, n) for label, n in _levels(which) if label in table]
-    if not levels:
-        return
-    xs = [n for _, n in levels]
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
-    # left: what the comparison is about (aggregate throughput, or time to first token)
-    key, scale, title1 = (
-        ("tok_s_total", 1, "aggregate output tokens/s")
-        if which == "batching"
-        else ("ttft_p50", 1000, "time to first token p50 (ms)")
-    )
-    for name in names:
-        ax1.plot(xs, [table[label][name][key] * scale for label, _ in levels], marker="o", label=name)
-        itl50 = [table[label][name]["itl_p50"] * 1000 for label, _ in levels]
-        itl99 = [table[label][name]["itl_p99"] * 1000 for label, _ in levels]
-        (line,) = ax2.plot(xs, itl50, marker="o", label=f"{name} p50")
-        ax2.plot(xs, itl99, marker="x", linestyle="--", color=line.get_color(), label=f"{name} p99")
-    for ax, title in ((ax1, title1), (ax2, "inter-token latency (ms)")):
-        ax.set_xscale("log", base=2)
-        ax.set_xticks(xs, [str(x) for x in xs])
-        ax.set_xlabel("concurrent streams")
-        if ax is ax2 or which != "batching":
-            ax.set_yscale("log")
-        ax.set_title(title)
-        ax.grid(True, which="both", alpha=0.3)
-    ax1.legend(fontsize=7)
-    ax2.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def _levels(which: str) -> list[tuple[str, int]]:

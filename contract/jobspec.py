@@ -113,6 +113,7 @@ class JobSpec:
     tool_choice: str = "auto"  # TOOL_CHOICES, or NAMED + the name of one of `tools`
     parallel_tool_calls: bool = True
     priority: str = "default"  # the queue tier it waits in (contract.keys.PRIORITIES)
+    ignore_eos: bool = False  # llama-server's extension: the end tokens are never sampled
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -120,6 +121,8 @@ class JobSpec:
         data["stop"] = list(self.stop)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [asdict(t) for t in self.tools]
+        if not self.ignore_eos:  # absent unless asked for: a worker of an earlier release takes the job
+            del data["ignore_eos"]
         return data
 
     @property
@@ -170,6 +173,7 @@ class JobSpec:
                 tool_choice=data.get("tool_choice", "auto"),
                 parallel_tool_calls=data.get("parallel_tool_calls", True),
                 priority=data.get("priority", "default"),
+                ignore_eos=data.get("ignore_eos", False),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -219,8 +223,10 @@ class JobSpec:
                 raise InvalidSpec("logit_bias keys must be token ids")
             if isinstance(bias, bool) or not isinstance(bias, int | float) or not -100 <= bias <= 100:
                 raise InvalidSpec("logit_bias values must be between -100 and 100")
-        if not isinstance(self.logprobs, bool):
-            raise InvalidSpec("logprobs must be a boolean")
+        if not isinstance(self.logprobs, bool) or not isinstance(self.ignore_eos, bool):
+            raise InvalidSpec("logprobs and ignore_eos must be booleans")
+        if self.ignore_eos and (self.response_format or self.uses_tools):
+            raise InvalidSpec("ignore_eos cannot go with a response format or tools")
         if (
             isinstance(self.top_logprobs, bool)
             or not isinstance(self.top_logprobs, int)

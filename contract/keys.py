@@ -252,6 +252,12 @@ def worker_slots(model: str) -> str:
     return f"{PREFIX}:slots:{model}"
 
 
+def worker_placement(model: str) -> str:
+    """HASH: worker name -> "<layers offloaded to the GPU> <KV cache bytes>", set with each
+    announcement (worker/devices.py), dropped with its `workers` entry."""
+    return f"{PREFIX}:placement:{model}"
+
+
 def hub_control(process: str, shard: int) -> str:
     """STREAM (streams): wakes one API process's reader of one shard's streams when its set of
     watched streams grows (on a single server one reader reads every shard: shard 0's)."""
@@ -297,6 +303,17 @@ class BatchCounters:
     # not counting those its slot's cache already held
     moves: int = 0  # sequences moved to close a gap between slots (worker.step_plan.compaction)
     interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (worker/interrupt.py)
+    # Where a worker's time goes (a step's profile: bench/gpu_run divides them):
+    decode_us: int = 0  # inside llama_decode
+    sample_us: int = 0  # sampling every sequence of a step (the scheduler thread)
+    token_us: int = 0  # the job threads' own Python per token (stops, tool calls, logprobs, queueing)
+    tokens: int = 0  # tokens the job threads handled
+    publish_us: int = 0  # the publisher's round trips to Redis (APPENDs)
+    publishes: int = 0  # those round trips
+
+    def plus(self, other: BatchCounters) -> BatchCounters:
+        """Field by field: the scheduler's counters and the job threads' make the worker's."""
+        return BatchCounters(**{f: getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__})
 
 
 MODELS = f"{PREFIX}:models"

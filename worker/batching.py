@@ -272,9 +272,11 @@ class Scheduler:
         if self._interrupt.take() and rc == 2:
             self._undo(before)
             return
+        decoded = time.perf_counter()
         self._count(rows, decoding)
+        self.counters.decode_us += int((decoded - started) * 1e6)
         long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget
-        self.cost.add(len(rows), time.perf_counter() - started, decoding, long_read)
+        self.cost.add(len(rows), decoded - started, decoding, long_read)
         if rc != 0:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
             return
@@ -293,6 +295,7 @@ class Scheduler:
                 seq.closed = True  # nothing more to compute; the job thread closes it too
             else:
                 seq.pending = pick.token
+        self.counters.sample_us += int((time.perf_counter() - decoded) * 1e6)
         self._outbox.put(out)
 
     def _undo(self, before: list[tuple[Sequence, int, int | None, int]]) -> None:

@@ -13,6 +13,7 @@ refused before anything is allocated.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -24,7 +25,7 @@ from llama_cpp._internals import LlamaModel
 
 from contract.jobspec import JobSpec, Message
 from contract.keys import BATCH, BatchCounters
-from worker import batching, llama_log, sizing, step_plan
+from worker import batching, devices, llama_log, sizing, step_plan
 from worker.grammar import GrammarGate, TriggeredGate
 from worker.picks import Pick
 from worker.prompts import ChatPrompts
@@ -101,6 +102,9 @@ class LlamaEngine:
             self.threads.n_threads_batch,
             cores,
         )
+        kv = kv_cache_bytes(self._model, slots * self.n_ctx)
+        self.placement = devices.placement(self._model.model, settings.n_gpu_layers, kv, slots, self.n_ctx)
+        log.info("%s", self.placement.describe())
         if llama_cpp.llama_n_ctx_seq(self._ctx) < self.n_ctx:
             raise EngineConfigError(
                 f"llama.cpp gives each slot {llama_cpp.llama_n_ctx_seq(self._ctx)} tokens, "
@@ -169,6 +173,11 @@ class LlamaEngine:
             )
         elif grammar:
             gate = GrammarGate(self._model.vocab, grammar, self.prompts.controls)
+        if spec.ignore_eos:  # as llama-server does it: the end tokens biased out of every pick
+            banned = {t: -100.0 for t in self.prompts.ends}
+            spec = dataclasses.replace(
+                spec, logit_bias=tuple(sorted({**dict(spec.logit_bias), **banned}.items()))
+            )
         try:
             sampler = Sampler(spec, self._n_vocab, self.n_ctx, prior, gate, self.prompts.is_end)
         except BaseException:

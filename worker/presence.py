@@ -1,4 +1,5 @@
-"""Announces, every few seconds, that this worker serves its model, with how many slots.
+"""Announces, every few seconds, that this worker serves its model, with how many slots (and
+where its model and KV cache are).
 
 The API lists and accepts only models with a recent announcement, and sums the slots of the
 live workers for /metrics. Each announcement also adds to the cluster's counters what the
@@ -18,6 +19,7 @@ import redis
 
 from contract import keys
 from contract.keys import BatchCounters
+from worker.devices import Placement
 from worker.periodic import Periodic
 
 
@@ -31,12 +33,14 @@ class Presence:
         slots: int = 1,
         counters: Callable[[], BatchCounters] = BatchCounters,
         n_ctx: int = 0,
+        placement: Placement | None = None,
     ) -> None:
         self._r = client
         self._model = model
         self._worker = worker
         self._slots = slots
         self._n_ctx = n_ctx  # each job's context: the API bounds prompts by it
+        self._placement = placement  # what the model put where, for /metrics
         self._counters = counters  # read from the scheduler thread's live counters
         self._flushed = BatchCounters()
         self._thread = Periodic("presence", every_s, self.announce)
@@ -52,6 +56,9 @@ class Presence:
                     keys.context(self._model),
                     mapping={self._worker: self._n_ctx, keys.LAST_CONTEXT: self._n_ctx},
                 )
+            if self._placement is not None:
+                placed = f"{self._placement.gpu_layers} {self._placement.kv_bytes}"
+                pipe.hset(keys.worker_placement(self._model), self._worker, placed)
             for name, value in asdict(now).items():
                 if added := value - getattr(self._flushed, name):
                     pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)
@@ -69,3 +76,4 @@ class Presence:
             self._r.zrem(keys.workers(self._model), self._worker)
             self._r.hdel(keys.worker_slots(self._model), self._worker)
             self._r.hdel(keys.context(self._model), self._worker)
+            self._r.hdel(keys.worker_placement(self._model), self._worker)

@@ -44,6 +44,7 @@ class ChatPrompts:
             else JsonTools()
         )
         n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
+        self.ends = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(model.vocab, t)]
         self.controls = [
             t
             for t in range(n_vocab)

@@ -33,6 +33,7 @@ from redis.exceptions import NoScriptError
 from contract import keys, scripts
 from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob
 from contract.errors import ErrorCode
+from contract.keys import BatchCounters
 from contract.servers import is_cluster
 from worker.claims import Attempt
 from worker.link import Link
@@ -51,8 +52,15 @@ class _Queued:
 
 
 class Publisher:
-    def __init__(self, link: Link, linger_s: float = 0.0, crowded: Callable[[], bool] = lambda: True) -> None:
+    def __init__(
+        self,
+        link: Link,
+        linger_s: float = 0.0,
+        crowded: Callable[[], bool] = lambda: True,
+        counters: BatchCounters | None = None,
+    ) -> None:
         self._link = link
+        self._counters = counters if counters is not None else BatchCounters()  # publish_us, publishes
         self._client = link.streams
         self._linger = linger_s
         self._crowded = crowded
@@ -131,6 +139,7 @@ class Publisher:
             with self._cv:
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
                 self._cv.notify_all()
+            started = time.perf_counter()
             try:
                 self._write(batch)
             except Exception as exc:  # never let the writer die: the attempts get the error
@@ -138,6 +147,8 @@ class Publisher:
                 for item in batch:
                     item.attempt.error = item.attempt.error or exc
             finally:
+                self._counters.publish_us += int((time.perf_counter() - started) * 1e6)
+                self._counters.publishes += 1
                 for item in batch:
                     if item.written is not None:
                         item.written.set()

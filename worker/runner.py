@@ -102,7 +102,8 @@ class JobRunner:
         self.engine = engine
         self.link = link
         self.claims = Claims(link, window_ms)
-        self.publisher = Publisher(link, linger_s, crowded=lambda: self.running() > 1)
+        self.counters = BatchCounters()  # the job threads' and the publisher's (worker/presence.py adds them)
+        self.publisher = Publisher(link, linger_s, crowded=lambda: self.running() > 1, counters=self.counters)
         self.heartbeat = heartbeat
         self._shutdown_grace = shutdown_grace_s
         self._shutdown_at: float | None = None
@@ -307,7 +308,7 @@ class JobRunner:
         out = _Output(engine, pub, attempt, reply, spec.logprobs)
         reason = LENGTH  # the context window filled up
         try:
-            for pick, piece in engine.tokens(spec, prompt, prior):
+            for pick, piece in self._timed(engine.tokens(spec, prompt, prior)):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
                 attempt.generated += 1
@@ -352,6 +353,16 @@ class JobRunner:
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
         return Outcome(reason)
+
+    def _timed(self, picks: Iterator[tuple[Pick, bytes]]) -> Iterator[tuple[Pick, bytes]]:
+        """The picks, with this thread's own work on each (from its arrival to the ask for the
+        next) added to the profile's counters (a lost increment between threads is a rounding
+        error there)."""
+        for item in picks:
+            got = time.perf_counter()
+            yield item
+            self.counters.token_us += int((time.perf_counter() - got) * 1e6)
+            self.counters.tokens += 1
 
     def _hand_off(self, attempt: Attempt, reason: str = "handoff") -> None:
         """Give the job back (shutting down, or preempted); a continuation is enqueued for

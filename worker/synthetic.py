@@ -48,6 +48,7 @@ class SyntheticEngine:
         self.slots = slots or DEFAULT_SLOTS
         self.tokens_per_job = tokens_per_job
         self.rate = rate  # tokens per second per job; 0 = as fast as the publish path allows
+        self.placement = None  # no model: nothing placed anywhere
         log.warning(
             "SYNTHETIC ENGINE: model %r answers with %d generated words per job at %s tok/s, "
             "no model is loaded. For load tests only.",
@@ -89,10 +90,12 @@ class SyntheticEngine:
         self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]
     ) -> Iterator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated (a resumed job goes on where it
-        stopped), paced from the first one on an absolute schedule, then EOS."""
+        stopped), paced from the first one on an absolute schedule, then EOS (with
+        `ignore_eos`, words until the caller stops at max_tokens)."""
         log.warning("SYNTHETIC ENGINE answering %s", spec.id)
         position = len(prior)
-        last = min(self.tokens_per_job, self.n_ctx - len(prompt))  # the window's end
+        wanted = self.n_ctx if spec.ignore_eos else self.tokens_per_job  # no end: until max_tokens
+        last = min(wanted, self.n_ctx - len(prompt))  # the window's end
         start = time.monotonic()
         for n, pos in enumerate(range(position, last)):
             if self.rate > 0:
@@ -100,7 +103,7 @@ class SyntheticEngine:
                 if delay > _MIN_SLEEP_S:  # at high rates, tokens come in bursts of ~1 ms
                     time.sleep(delay)
             yield Pick(_FIRST_WORD_ID + pos), f" w{pos}".encode()
-        if last == self.tokens_per_job:
+        if last == wanted and not spec.ignore_eos:
             yield Pick(EOS), b""
 
 

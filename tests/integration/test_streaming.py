@@ -67,6 +67,23 @@ def test_max_tokens_ends_with_length(client):
     assert parsed.finish_reason == "length" and parsed.usage["completion_tokens"] == 5
 
 
+def test_ignore_eos_generates_exactly_max_tokens(client):
+    """A question the model answers in a word or two: it would stop at its end token, but with
+    `ignore_eos` (llama-server's extension) it generates max_tokens, as benchmarks need."""
+    body = {
+        "messages": [{"role": "user", "content": "Reply with the single word: yes"}],
+        "max_tokens": 48,
+        "temperature": 0,
+        "stream_options": {"include_usage": True},
+    }
+    raw, _ = stream(client, "/v1/chat/completions", body)
+    short = check_stream(raw, "chat", include_usage=True)
+    assert short.finish_reason == "stop" and short.usage["completion_tokens"] < 48
+    raw, _ = stream(client, "/v1/chat/completions", {**body, "ignore_eos": True})
+    full = check_stream(raw, "chat", include_usage=True)
+    assert full.finish_reason == "length" and full.usage["completion_tokens"] == 48
+
+
 def test_stop_string_is_cut_and_ends_with_stop(client):
     raw, _ = stream(
         client,
@@ -199,6 +216,9 @@ def test_metrics_show_the_slots_and_what_the_batching_worker_did(client):
 
     before = figures()
     assert before["tokenspool_slots"] == 4  # the stack's worker runs the default SLOTS
+    assert before["tokenspool_gpu_layers"] == 0  # on the CPU
+    kv_per_token = 30 * 2 * 192 * 2  # SmolLM2: 30 layers, keys and values of 3 heads x 64, f16
+    assert before["tokenspool_kv_cache_bytes"] == 4 * 4096 * kv_per_token  # SLOTS x N_CTX tokens
     body = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8}
     usage = client.post("/v1/chat/completions", json=body).json()["usage"]
     # The job was in one step per token (its prompt's, then each token fed back); the worker

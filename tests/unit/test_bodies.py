@@ -5,6 +5,7 @@ import pytest
 from api.bodies import ChatRequest, CompletionRequest, parse
 from api.errors import APIError
 from api.settings import Limits
+from contract.jobspec import JobSpec
 
 LIMITS = Limits()
 
@@ -380,3 +381,20 @@ def test_pathologically_nested_json_is_a_400_not_a_500():
         + "}"
     )
     err(ChatRequest, nested.encode())
+
+
+def test_ignore_eos_reaches_the_job_and_only_a_job_that_asks_carries_it():
+    spec = parse(ChatRequest, chat(ignore_eos=True, max_tokens=7)).to_spec("c", LIMITS)
+    assert spec.ignore_eos and spec.to_dict()["ignore_eos"] is True
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    plain = parse(CompletionRequest, json.dumps({"model": "m", "prompt": "p"}).encode()).to_spec("c", LIMITS)
+    assert "ignore_eos" not in plain.to_dict()  # a worker of an earlier release takes it
+    text = parse(CompletionRequest, json.dumps({"model": "m", "prompt": "p", "ignore_eos": True}).encode())
+    assert text.to_spec("c", LIMITS).ignore_eos
+
+
+def test_ignore_eos_cannot_go_with_a_grammar():
+    body = chat(ignore_eos=True, response_format={"type": "json_object"})
+    with pytest.raises(APIError) as info:
+        parse(ChatRequest, body).to_spec("c", LIMITS)
+    assert info.value.param == "ignore_eos"

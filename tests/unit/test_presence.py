@@ -49,3 +49,20 @@ def test_stopping_says_goodbye_with_the_last_counts():
     assert r.zscore(keys.workers(MODEL), "w1") is None
     assert r.hget(keys.worker_slots(MODEL), "w1") is None
     assert r.hget(keys.STATS, StatField.batch("steps", MODEL)) == b"3"
+
+
+def test_an_announcement_says_where_the_model_and_its_cache_are():
+    from worker.devices import Placement
+
+    r = fakeredis.FakeRedis()
+    gpu = Placement("CUDA", "NVIDIA H100 80GB HBM3", (70 << 30, 80 << 30), 32, 32, 8 << 30, 32, 4096)
+    p = Presence(r, MODEL, "w1", 60, placement=gpu)
+    p.announce()
+    assert r.hget(keys.worker_placement(MODEL), "w1") == f"32 {8 << 30}".encode()
+    said = gpu.describe()
+    assert "backend CUDA on NVIDIA H100 80GB HBM3 (80.0 GiB, 70.0 GiB free)" in said
+    assert "32 of 32 layers offloaded" in said and "8.00 GiB on the GPU, 0.00 GiB in host memory" in said
+    assert said.endswith("32 slots x 4096 tokens")
+    p.start()
+    p.stop()  # a worker that stops takes its announcement with it
+    assert not r.hexists(keys.worker_placement(MODEL), "w1")

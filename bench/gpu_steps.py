@@ -1,0 +1,460 @@
+"""The GPU benchmark's steps: tokenspool against llama-server built from the same llama.cpp,
+same model, slots and context, both generating exactly `max_tokens` (`ignore_eos`), in
+paired, alternated runs with a bootstrap interval (bench/paired.py's method).
+
+    python -m bench.gpu_steps --out DIR --llama DIR --tokenizer GGUF [--rehearse] [--budget-s S]
+
+bench/gpu_run runs this inside the venv it makes from the bundle; `--llama` holds the
+bundle's llama.cpp (its libraries, which the worker loads through LLAMA_CPP_LIB_PATH, and
+llama-server). The steps, in order of priority, each written to DIR/gpu.json the moment it
+ends (a run cut short still leaves its figures), then DIR/gpu.md and DIR/gpu.png:
+
+1. 8B shape (bench/random_model.py), every layer offloaded, at 32 and 64 streams;
+2. a GPU worker SIGKILLed mid-stream while a second is up: every stream ends whole, its text
+   exactly what the job published, its tokens exactly max_tokens;
+3. 8B shape at 1 and 8 streams;
+4. issue 27's comparison on cores of their own: SmolLM2's shape on the CPU, the worker and
+   llama-server pinned to the same 4 cores, the API, Redis and the client on the others, at
+   8, 16 and 32 streams;
+5. the 1B shape at 32 and 64 streams.
+
+Each tokenspool run carries the worker's profile (its counters' change over the run,
+/metrics): decode and sampling per step, the job threads' Python per token, the
+publisher's round trips. `--rehearse` runs the same sequence on a CPU-only machine with the
+tiny shape, 1 and 8 streams and short answers, in a few minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import json
+import os
+import re
+import signal
+import statistics
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import httpx
+
+from bench import charts, random_model
+from bench.paired import interval
+from bench.peers import SHORT, workload
+from contract import keys
+from devstack.peek import running_ids
+from devstack.processes import Proc, _spawn, _wait, free_port, start_api, start_redis, start_worker
+
+FIGURES = ("tok_s_total", "ttft_p50", "itl_p50")
+PROFILE = ("steps", "sequences", "decode_us", "sample_us", "token_us", "tokens", "publish_us", "publishes")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the run does: the GPU's, or the rehearsal's (smaller) on a CPU."""
+
+    big: str  # the model shape of steps 1 to 3
+    small: str  # step 5's
+    kind: str  # its weights' type
+    many: tuple[int, ...]  # step 1's and 5's streams
+    few: tuple[int, ...]  # step 3's
+    cpu_streams: tuple[int, ...]  # step 4's
+    pairs: int
+    max_tokens: int
+    gpu_layers: int
+    slots: int
+    n_ctx: int
+    engine_cpus: str  # step 4: the worker's and llama-server's cores
+    service_cpus: str  # step 4: the API's, Redis's and the client's
+    threads: int  # step 4: llama.cpp threads of both
+
+
+def plan(rehearse: bool) -> Plan:
+    cores = os.cpu_count() or 2
+    if rehearse:
+        return Plan(
+            "tiny", "tiny", "q8_0", (1, 8), (1, 8), (1, 8), 2, 32, 0, 8, 512, "0", "1-" + str(cores - 1), 1
+        )
+    return Plan(
+        "8b", "1b", "q4_0", (32, 64), (1, 8), (8, 16, 32), 3, 256, -1, 64, 1024, "0-3", f"4-{cores - 1}", 4
+    )
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A model as both servers are given it."""
+
+    path: Path
+    name: str
+    slots: int
+    n_ctx: int
+    gpu_layers: int
+    threads: int | None = None
+    cpus: str | None = None  # the engine's cores (None: any)
+    service_cpus: str | None = None  # tokenspool's API and Redis (None: any)
+
+
+class Tokenspool:
+    def __init__(self, logs: Path, launch: Launch, workers: int = 1) -> None:
+        self.logs, self.launch, self.workers = logs, launch, workers
+        self.model = launch.name
+        self.name = f"tokenspool ({workers} worker{'s' * (workers > 1)}, SLOTS={launch.slots})"
+        self.procs: list[Proc] = []
+        self.base = ""
+
+    def start(self) -> None:
+        service = self.launch.service_cpus
+        redis_proc, self.url = start_redis(self.logs, cpus=service)
+        api, self.base = start_api(self.logs, self.url, env={"LOG_LEVEL": "WARNING"}, cpus=service)
+        self.procs = [redis_proc, api]
+        for i in range(self.workers):
+            self.procs.append(self._worker(f"w{i}-{uuid.uuid4().hex[:4]}"))
+        _wait(self._served, 900, *self.procs)
+
+    def _worker(self, name: str) -> Proc:
+        l = self.launch  # noqa: E741
+        env = {
+            "MODEL_PATH": str(l.path),
+            "MODEL_NAME": l.name,
+            "SLOTS": str(l.slots),
+            "N_CTX": str(l.n_ctx),
+            "N_GPU_LAYERS": str(l.gpu_layers),
+            "WARM_UP_SECONDS": "10",
+            "LOG_LEVEL": "INFO",
+        }
+        if l.threads:
+            env |= {"N_THREADS": str(l.threads), "N_THREADS_BATCH": str(l.threads)}
+        return start_worker(self.logs, self.url, name=name, env=env, cpus=l.cpus)
+
+    def _served(self) -> bool:
+        try:
+            data = httpx.get(self.base + "/v1/models", timeout=2).json()["data"]
+        except (httpx.HTTPError, ValueError, KeyError):
+            return False
+        return any(m["id"] == self.model and m["workers"] >= self.workers for m in data)
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.alive()]
+
+    def stop(self) -> None:
+        for p in reversed(self.procs):
+            p.stop()
+        self.procs = []
+
+    def counters(self) -> dict[str, float]:
+        """The workers' profile counters (tokenspool_batch_*_total) for the model."""
+        out = dict.fromkeys(PROFILE, 0.0)
+        for line in httpx.get(self.base + "/metrics", timeout=10).text.splitlines():
+            m = re.match(r'tokenspool_batch_(\w+)_total\{model="([^"]*)"\} (\S+)', line)
+            if m and m[2] == self.model and m[1] in out:
+                out[m[1]] = float(m[3])
+        return out
+
+    def kill_holder(self) -> str:
+        """SIGKILL the worker holding the most running jobs; its name."""
+        import redis as sync_redis
+
+        r = sync_redis.Redis.from_url(self.url)
+        held: dict[str, int] = {}
+        for cid in running_ids(r):
+            worker = r.hget(keys.job(cid), keys.JobField.WORKER)
+            if worker:
+                held[worker.decode()] = held.get(worker.decode(), 0) + 1
+        victim = max(held, key=lambda w: held[w])
+        next(p for p in self.procs if p.name == victim).signal(signal.SIGKILL)
+        return victim
+
+
+class LlamaServer:
+    def __init__(self, logs: Path, launch: Launch, binary: Path) -> None:
+        self.logs, self.launch, self.binary = logs, launch, binary
+        self.model = launch.name
+        self.name = f"llama-server (-np {launch.slots}, the same llama.cpp)"
+        self.procs: list[Proc] = []
+        self.base = ""
+
+    def start(self) -> None:
+        l = self.launch  # noqa: E741
+        port = free_port()
+        argv = [str(self.binary), "-m", str(l.path), "--alias", l.name, "-np", str(l.slots)]
+        argv += ["-c", str(l.slots * l.n_ctx), "-ngl", str(l.gpu_layers if l.gpu_layers >= 0 else 999)]
+        argv += ["--host", "127.0.0.1", "--port", str(port), "--no-webui"]
+        if l.threads:
+            argv += ["-t", str(l.threads), "-tb", str(l.threads)]
+        env = {"LD_LIBRARY_PATH": str(self.binary.parent)}
+        self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env, cpus=l.cpus)]
+        self.base = f"http://127.0.0.1:{port}"
+        _wait(self._up, 900, *self.procs)
+
+    def _up(self) -> bool:
+        try:
+            return httpx.get(self.base + "/health", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.alive()]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.stop()
+        self.procs = []
+
+
+@dataclass
+class Run:
+    out: Path
+    llama: Path
+    tokenizer: Path
+    plan: Plan
+    deadline: float
+    logs: Path
+    models: Path
+    data: dict = field(default_factory=dict)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def save(self, section: str, entry: dict) -> None:
+        """The step's figures, at once (bench/charts.py's format, and the details)."""
+        charts.record(self.out / "gpu.json", section, entry)
+        print(f"[{time.strftime('%H:%M:%S')}] {section}: saved", flush=True)
+
+    def model(self, shape: str, kind: str) -> Path:
+        path = self.models / f"{shape}-{kind}.gguf"
+        if not path.exists():
+            started = time.monotonic()
+            random_model.write(shape, path, kind, tokenizer=self.tokenizer)
+            took = time.monotonic() - started
+            print(f"wrote {path.name} ({path.stat().st_size / 2**30:.1f} GiB) in {took:.0f} s", flush=True)
+        return path
+
+
+async def paired(a: Tokenspool, b: LlamaServer, streams: int, pairs: int, max_tokens: int) -> dict:
+    """`pairs` back-to-back runs of both (ABBA), the ratios a / b with their intervals, the
+    medians, and tokenspool's profile over its runs."""
+    extra = {"ignore_eos": True}
+    await workload(a, streams, SHORT, 8, extra=extra)  # warm: each concurrency's first steps
+    await workload(b, streams, SHORT, 8, extra=extra)
+    got: list[tuple[dict, dict]] = []
+    before = a.counters()
+    for i in range(pairs):
+        run = {}
+        for s in (a, b) if i % 2 == 0 else (b, a):
+            run[s] = await workload(s, streams, SHORT, max_tokens, extra=extra)
+        got.append((run[a], run[b]))
+    after = a.counters()
+    ratios = {}
+    for key in FIGURES:
+        r = [ra[key] / rb[key] for ra, rb in got if rb[key] and ra[key] == ra[key]]
+        if r:
+            lo, hi = interval(r)
+            ratios[key] = {"median": statistics.median(r), "low": lo, "high": hi}
+    return {
+        "streams": streams,
+        "pairs": [{"tokenspool": ra, "llama-server": rb} for ra, rb in got],
+        "ratios": ratios,
+        "medians": [_median(s.name, streams, [g[i] for g in got]) for i, s in enumerate((a, b))],
+        "profile": profile({k: after[k] - before[k] for k in PROFILE}),
+    }
+
+
+def _median(server: str, streams: int, runs: list[dict]) -> dict:
+    keys_ = [k for k, v in runs[0].items() if isinstance(v, float)]
+    out = {k: statistics.median(r[k] for r in runs) for k in keys_}
+    return {
+        "server": server,
+        "streams": streams,
+        **out,
+        "ok": sum(r["ok"] for r in runs),
+        "of": streams * len(runs),
+    }
+
+
+def profile(d: dict[str, float]) -> dict[str, float]:
+    """Where a tokenspool step's time went, from its counters' change over the runs."""
+    steps, tokens, rounds = max(d["steps"], 1), max(d["tokens"], 1), max(d["publishes"], 1)
+    return {
+        "decode_ms_per_step": d["decode_us"] / steps / 1000,
+        "sample_ms_per_step": d["sample_us"] / steps / 1000,
+        "python_us_per_token": d["token_us"] / tokens,
+        "publish_ms_per_round_trip": d["publish_us"] / rounds / 1000,
+        "rows_per_step": d["sequences"] / steps,
+        "tokens_per_round_trip": d["tokens"] / rounds,
+    }
+
+
+async def compare(run: Run, section: str, title: str, launch: Launch, levels: tuple[int, ...]) -> None:
+    """Tokenspool and llama-server up together, each concurrency paired; saved as one section."""
+    a, b = Tokenspool(run.logs, launch), LlamaServer(run.logs, launch, run.llama / "llama-server")
+    entry = {"title": title, "launch": _described(launch), "results": [], "levels": []}
+    try:
+        a.start()
+        b.start()
+        for streams in levels:
+            if run.left() < 60:
+                entry["skipped"] = f"out of time before {streams} streams"
+                break
+            level = await paired(a, b, streams, run.plan.pairs, run.plan.max_tokens)
+            entry["levels"].append(level)
+            entry["results"] += level["medians"]
+            run.save(section, entry)
+    finally:
+        for s in (a, b):
+            s.stop()
+    run.save(section, entry)
+
+
+def _described(launch: Launch) -> dict:
+    return {
+        "model": launch.path.name,
+        "bytes": launch.path.stat().st_size,
+        "slots": launch.slots,
+        "n_ctx": launch.n_ctx,
+        "gpu_layers": launch.gpu_layers,
+        "threads": launch.threads,
+        "engine_cpus": launch.cpus,
+        "service_cpus": launch.service_cpus,
+    }
+
+
+async def crash(run: Run, launch: Launch) -> None:
+    """Two workers; the one holding the most streams is SIGKILLed mid-stream; every stream
+    must end whole: finish and [DONE], max_tokens tokens, and its text the job's own."""
+    streams = 16 if run.plan.gpu_layers else 4
+    pool = Tokenspool(run.logs, dataclasses.replace(launch, slots=streams), workers=2)
+    entry: dict = {
+        "title": "a GPU worker SIGKILLed mid-stream, a second one up",
+        "launch": _described(launch),
+    }
+    try:
+        pool.start()
+        async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10)) as client:
+            tasks = [asyncio.create_task(_whole(client, pool, run.plan.max_tokens)) for _ in range(streams)]
+            await asyncio.sleep(2.0)
+            entry["killed"] = pool.kill_holder()
+            got = await asyncio.gather(*tasks)
+            for g in got:
+                g["replayed"] = await _replay(client, pool, g["id"])
+        entry["streams"] = streams
+        entry["whole"] = sum(
+            g["ok"] and g["tokens"] == run.plan.max_tokens and g["text"] == g["replayed"] for g in got
+        )
+        entry["details"] = [{k: v for k, v in g.items() if k not in ("text", "replayed")} for g in got]
+    finally:
+        pool.stop()
+    run.save("crash", entry)
+
+
+async def _whole(client: httpx.AsyncClient, server: Tokenspool, max_tokens: int) -> dict:
+    body = {
+        "model": server.model,
+        "messages": [{"role": "user", "content": f"[{uuid.uuid4().hex[:8]}] {SHORT}"}],
+        "max_tokens": max_tokens,
+        "temperature": 0,
+        "ignore_eos": True,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+    }
+    out = {"id": "", "text": "", "tokens": 0, "ok": False, "error": None}
+    done = False
+    async with client.stream("POST", server.base + "/v1/chat/completions", json=body) as resp:
+        async for line in resp.aiter_lines():
+            if line == "data: [DONE]":
+                done = True
+            elif line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                out["error"] = out["error"] or chunk.get("error")
+                out["id"] = out["id"] or chunk.get("id", "")
+                for c in chunk.get("choices") or []:
+                    out["text"] += (c.get("delta") or {}).get("content") or ""
+                if chunk.get("usage"):
+                    out["tokens"] = chunk["usage"]["completion_tokens"]
+    out["ok"] = done and not out["error"]
+    return out
+
+
+async def _replay(client: httpx.AsyncClient, server: Tokenspool, cid: str) -> str:
+    """The job's text as the server recorded it (GET ...?stream=true from the start)."""
+    text = ""
+    async with client.stream("GET", f"{server.base}/v1/chat/completions/{cid}?stream=true") as resp:
+        async for line in resp.aiter_lines():
+            if line.startswith("data: {"):
+                for c in json.loads(line[6:]).get("choices") or []:
+                    text += (c.get("delta") or {}).get("content") or ""
+    return text
+
+
+async def steps(run: Run) -> None:
+    p = run.plan
+    gpu = {"slots": p.slots, "n_ctx": p.n_ctx, "gpu_layers": p.gpu_layers}
+    big = Launch(run.model(p.big, p.kind), f"random-{p.big}", **gpu)
+    await compare(run, f"{p.big}-many", f"{p.big} shape, every layer offloaded", big, p.many)
+    if run.left() > 60:
+        await crash(run, big)
+    if run.left() > 60:
+        await compare(run, f"{p.big}-few", f"{p.big} shape, few streams", big, p.few)
+    if run.left() > 90:
+        os.sched_setaffinity(0, _cores(p.service_cpus))  # the client on the services' cores
+        cpu = Launch(
+            run.model("smollm2", "q4_1"),
+            "random-smollm2",
+            slots=max(p.cpu_streams),
+            n_ctx=p.n_ctx,
+            gpu_layers=0,
+            threads=p.threads,
+            cpus=p.engine_cpus,
+            service_cpus=p.service_cpus,
+        )
+        title = f"SmolLM2's shape on {p.threads} cores of their own"
+        await compare(run, "cpu-cores", title, cpu, p.cpu_streams)
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))
+    if run.left() > 90:
+        small = Launch(run.model(p.small, p.kind), f"random-{p.small}", **gpu)
+        await compare(run, f"{p.small}-many", f"{p.small} shape, every layer offloaded", small, p.many)
+
+
+def _cores(spec: str) -> set[int]:
+    out: set[int] = set()
+    for part in spec.split(","):
+        lo, _, hi = part.partition("-")
+        out |= set(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument(
+        "--llama", type=Path, required=True, help="the bundle's llama.cpp: libraries and llama-server"
+    )
+    ap.add_argument("--tokenizer", type=Path, required=True)
+    ap.add_argument("--models", type=Path, default=Path("/tmp/tokenspool-gpu-models"))
+    ap.add_argument("--rehearse", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting steps after this")
+    args = ap.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    args.models.mkdir(parents=True, exist_ok=True)
+    logs = Path(os.environ.get("GPU_RUN_LOGS") or tempfile.mkdtemp(prefix="gpu-logs-"))
+    run = Run(
+        args.out,
+        args.llama,
+        args.tokenizer,
+        plan(args.rehearse),
+        time.monotonic() + args.budget_s,
+        logs,
+        args.models,
+    )
+    try:
+        asyncio.run(steps(run))
+    finally:
+        data = json.loads((args.out / "gpu.json").read_text()) if (args.out / "gpu.json").exists() else {}
+        (args.out / "gpu.md").write_text("\n".join(charts.markdown(data)) + "\n")
+
+
+if __name__ == "__main__":
+    main()
