@@ -73,13 +73,18 @@ def _finite(value: object) -> bool:
 
 
 def markdown(data: dict) -> list[str]:
-    """Each section's table: a row per server and concurrency."""
+    """Each section's notes (lines the script wrote: a ratio, a verdict) and its table, a row
+    per server and concurrency."""
     lines: list[str] = []
     for name, entry in data.items():
         lines += [f"### {entry.get('title', name)}", ""]
         if entry.get("command"):
             lines.append(f"Command: `{entry['command']}`. Machine: {entry.get('machine', '?')}.")
             lines.append("")
+        for note in entry.get("notes", []):
+            lines += [note, ""]
+        if not entry.get("results"):
+            continue
         lines += [
             "| server | streams | completed | tok/s total | TTFT p50 / p95 ms | ITL p50 / p99 ms |",
             "|---|---|---|---|---|---|",

@@ -36,18 +36,26 @@ PLATFORMS = (
 PLATFORMS += ("manylinux1_x86_64", "manylinux_2_5_x86_64", "linux_x86_64", "any")
 ROOT = Path(__file__).resolve().parent.parent
 PROJECT = ("api", "worker", "contract", "devstack", "bench", "pyproject.toml", "README.md")
-EXTRA = ("httpx>=0.27", "gguf>=0.17")  # the benchmark's client and its model writer
+EXTRA = (
+    "httpx>=0.27",
+    "gguf>=0.17",
+    "tqdm>=4",
+)  # the benchmark's client, its model writer; the worker's progress lines
+
+
+LEFT_OUT = ("llama-cpp-python", "huggingface_hub")  # its native part comes built; no Hub offline
 
 
 def requirements(numpy: bool) -> list[str]:
     """The project's dependencies (pyproject.toml) and the benchmark's, less what the bundle
-    brings otherwise (llama-cpp-python's native part) or the host has (numpy, for CUDA)."""
+    brings otherwise (llama-cpp-python's native part), what an offline host cannot use (the
+    Hub: the benchmark's models are written there), and what the host has (numpy, for CUDA)."""
     import tomllib
 
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     extras = meta["optional-dependencies"]
     reqs = [*meta["dependencies"], *extras["worker"], *extras["local"], *EXTRA]
-    return [r for r in reqs if not r.startswith("llama-cpp-python") and (numpy or not r.startswith("numpy"))]
+    return [r for r in reqs if not r.startswith(LEFT_OUT) and (numpy or not r.startswith("numpy"))]
 
 
 def _run(argv: list[str], **kw) -> None:
@@ -79,13 +87,14 @@ def wheels(out: Path, numpy: bool) -> None:
 
 
 def natives(out: Path, backend: str, arch: str) -> None:
-    """The build's libraries and llama-server, stripped, as llama.tar.xz (links kept)."""
+    """The build's libraries (llama-server's own among them) and llama-server, stripped, as
+    llama.tar.xz (links kept)."""
     built = llama_build.build(backend, arch) / "bin"
     with tempfile.TemporaryDirectory() as tmp:
         stage = Path(tmp) / "llama"
         stage.mkdir()
         for path in sorted(built.iterdir()):
-            if path.name == "llama-server" or path.name.startswith(("libllama.so", "libggml")):
+            if path.name == "llama-server" or (path.name.startswith("lib") and ".so" in path.name):
                 shutil.copy(path, stage / path.name, follow_symlinks=False)
         for path in stage.iterdir():
             if not path.is_symlink():
@@ -95,9 +104,10 @@ def natives(out: Path, backend: str, arch: str) -> None:
 
 
 def project(out: Path) -> None:
-    files = subprocess.run(
-        ["git", "ls-files", "-z", *PROJECT], cwd=ROOT, check=True, capture_output=True, text=True
-    ).stdout.split("\0")
+    """The project as the working tree has it (what git tracks, and new files it does not
+    ignore), less the pictures and the Markdown."""
+    listed = ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", *PROJECT]
+    files = subprocess.run(listed, cwd=ROOT, check=True, capture_output=True, text=True).stdout.split("\0")
     with tarfile.open(out / "project.tar.gz", "w:gz") as tar:
         for name in filter(None, files):
             if not name.endswith((".png", ".md")) or name == "README.md":

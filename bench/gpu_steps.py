@@ -71,17 +71,22 @@ class Plan:
     engine_cpus: str  # step 4: the worker's and llama-server's cores
     service_cpus: str  # step 4: the API's, Redis's and the client's
     threads: int  # step 4: llama.cpp threads of both
+    step_delay_s: float  # step 2: a pause per decode step, so the kill lands mid-stream on a CPU
 
 
 def plan(rehearse: bool) -> Plan:
     cores = os.cpu_count() or 2
     if rehearse:
         return Plan(
-            "tiny", "tiny", "q8_0", (1, 8), (1, 8), (1, 8), 2, 32, 0, 8, 512, "0", "1-" + str(cores - 1), 1
-        )
+            big="tiny", small="tiny", kind="q8_0", many=(1, 8), few=(1, 8), cpu_streams=(1, 8),
+            pairs=2, max_tokens=32, gpu_layers=0, slots=8, n_ctx=512,
+            engine_cpus="0", service_cpus=f"1-{cores - 1}", threads=1, step_delay_s=0.01,
+        )  # fmt: skip
     return Plan(
-        "8b", "1b", "q4_0", (32, 64), (1, 8), (8, 16, 32), 3, 256, -1, 64, 1024, "0-3", f"4-{cores - 1}", 4
-    )
+        big="8b", small="1b", kind="q4_0", many=(32, 64), few=(1, 8), cpu_streams=(8, 16, 32),
+        pairs=3, max_tokens=256, gpu_layers=-1, slots=64, n_ctx=1024,
+        engine_cpus="0-3", service_cpus=f"4-{cores - 1}", threads=4, step_delay_s=0.0,
+    )  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,7 @@ class Launch:
     threads: int | None = None
     cpus: str | None = None  # the engine's cores (None: any)
     service_cpus: str | None = None  # tokenspool's API and Redis (None: any)
+    step_delay_s: float = 0.0  # the worker's STEP_DELAY_SECONDS (step 2's rehearsal)
 
 
 class Tokenspool:
@@ -126,6 +132,8 @@ class Tokenspool:
             "WARM_UP_SECONDS": "10",
             "LOG_LEVEL": "INFO",
         }
+        if l.step_delay_s:
+            env["STEP_DELAY_SECONDS"] = str(l.step_delay_s)
         if l.threads:
             env |= {"N_THREADS": str(l.threads), "N_THREADS_BATCH": str(l.threads)}
         return start_worker(self.logs, self.url, name=name, env=env, cpus=l.cpus)
@@ -154,16 +162,23 @@ class Tokenspool:
                 out[m[1]] = float(m[3])
         return out
 
-    def kill_holder(self) -> str:
-        """SIGKILL the worker holding the most running jobs; its name."""
+    def kill_holder(self, streams: int, within_s: float = 120.0) -> str:
+        """A second after all `streams` jobs run, SIGKILL the worker holding the most; its name."""
         import redis as sync_redis
 
         r = sync_redis.Redis.from_url(self.url)
         held: dict[str, int] = {}
-        for cid in running_ids(r):
-            worker = r.hget(keys.job(cid), keys.JobField.WORKER)
-            if worker:
-                held[worker.decode()] = held.get(worker.decode(), 0) + 1
+        deadline = time.monotonic() + within_s
+        while sum(held.values()) < streams and time.monotonic() < deadline:
+            time.sleep(0.05)
+            held = {}
+            for cid in running_ids(r):
+                worker = r.hget(keys.job(cid), keys.JobField.WORKER)
+                if worker:
+                    held[worker.decode()] = held.get(worker.decode(), 0) + 1
+        if not held:
+            raise RuntimeError(f"no job ran within {within_s:.0f} s")
+        time.sleep(1.0)  # every stream some tokens in
         victim = max(held, key=lambda w: held[w])
         next(p for p in self.procs if p.name == victim).signal(signal.SIGKILL)
         return victim
@@ -301,12 +316,29 @@ async def compare(run: Run, section: str, title: str, launch: Launch, levels: tu
                 break
             level = await paired(a, b, streams, run.plan.pairs, run.plan.max_tokens)
             entry["levels"].append(level)
+            entry.setdefault("notes", []).append(_ratios(level))
             entry["results"] += level["medians"]
             run.save(section, entry)
     finally:
         for s in (a, b):
             s.stop()
     run.save(section, entry)
+
+
+def _ratios(level: dict) -> str:
+    """One concurrency's paired ratios and tokenspool's profile, as a line of the report."""
+    names = {"tok_s_total": "tok/s", "ttft_p50": "TTFT p50", "itl_p50": "ITL p50"}
+    parts = [
+        f"{names[k]} {r['median']:.3f} ({r['low']:.3f}-{r['high']:.3f})" for k, r in level["ratios"].items()
+    ]
+    f = level["profile"]
+    return (
+        f"{level['streams']} streams, tokenspool / llama-server (95 % interval): {', '.join(parts)}. "
+        f"tokenspool's step: decode {f['decode_ms_per_step']:.2f} ms, "
+        f"sampling {f['sample_ms_per_step']:.2f} ms, {f['rows_per_step']:.1f} rows; "
+        f"job threads {f['python_us_per_token']:.0f} µs a token; publisher "
+        f"{f['publish_ms_per_round_trip']:.2f} ms a round trip of {f['tokens_per_round_trip']:.1f} tokens."
+    )
 
 
 def _described(launch: Launch) -> dict:
@@ -326,25 +358,30 @@ async def crash(run: Run, launch: Launch) -> None:
     """Two workers; the one holding the most streams is SIGKILLed mid-stream; every stream
     must end whole: finish and [DONE], max_tokens tokens, and its text the job's own."""
     streams = 16 if run.plan.gpu_layers else 4
-    pool = Tokenspool(run.logs, dataclasses.replace(launch, slots=streams), workers=2)
+    tokens = launch.n_ctx - 128  # long enough that every stream is mid-answer at the kill
+    delay = run.plan.step_delay_s
+    pool = Tokenspool(run.logs, dataclasses.replace(launch, slots=streams, step_delay_s=delay), workers=2)
     entry: dict = {
         "title": "a GPU worker SIGKILLed mid-stream, a second one up",
         "launch": _described(launch),
+        "tokens": tokens,
+        "step_delay_s": delay,
     }
     try:
         pool.start()
         async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10)) as client:
-            tasks = [asyncio.create_task(_whole(client, pool, run.plan.max_tokens)) for _ in range(streams)]
-            await asyncio.sleep(2.0)
-            entry["killed"] = pool.kill_holder()
+            tasks = [asyncio.create_task(_whole(client, pool, tokens)) for _ in range(streams)]
+            entry["killed"] = await asyncio.to_thread(pool.kill_holder, streams)
             got = await asyncio.gather(*tasks)
             for g in got:
                 g["replayed"] = await _replay(client, pool, g["id"])
         entry["streams"] = streams
-        entry["whole"] = sum(
-            g["ok"] and g["tokens"] == run.plan.max_tokens and g["text"] == g["replayed"] for g in got
-        )
+        entry["whole"] = sum(g["ok"] and g["tokens"] == tokens and g["text"] == g["replayed"] for g in got)
         entry["details"] = [{k: v for k, v in g.items() if k not in ("text", "replayed")} for g in got]
+        entry["notes"] = [
+            f"{entry['whole']} of {streams} streams of {tokens} tokens ended whole (finish, [DONE], "
+            f"every token, the text the job published) after {entry['killed']} was SIGKILLed."
+        ]
     finally:
         pool.stop()
     run.save("crash", entry)

@@ -52,6 +52,16 @@ def test_the_table_has_a_row_per_server_and_concurrency():
     assert "/ - |" in rows[2]  # a figure not measured is a dash, not nan
 
 
+def test_a_section_s_notes_come_before_its_table_and_one_without_results_has_no_table():
+    crash = {"title": "a worker killed", "notes": ["16 of 16 streams ended whole"]}
+    lines = charts.markdown({"s": {**entry(), "notes": ["32 streams: tok/s 1.02"]}, "crash": crash})
+    assert lines.index("32 streams: tok/s 1.02") < next(
+        i for i, ln in enumerate(lines) if ln.startswith("| server")
+    )
+    tail = lines[lines.index("### a worker killed") :]
+    assert "16 of 16 streams ended whole" in tail and not any(ln.startswith("|") for ln in tail)
+
+
 def test_the_chart_is_drawn_from_any_sections(tmp_path):
     pytest.importorskip("matplotlib")
     png = tmp_path / "r.png"
