@@ -64,6 +64,7 @@ class Sequence:
     generated: int = 0
     closed: bool = False
     yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
+    progress: Callable[[], None] | None = None  # after each step that computed any of its rows
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
 
     def __iter__(self) -> Iterator[Pick]:
@@ -280,6 +281,9 @@ class Scheduler:
         if rc != 0:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
             return
+        for seq in {id(seq): seq for seq, _, _ in rows}.values():
+            if seq.progress is not None:
+                seq.progress()  # a prompt read a chunk a step is progress before its first token
         out: list[tuple[Sequence, object]] = []
         for seq, index in outputs:
             try:

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import llama_cpp
@@ -156,12 +156,18 @@ class LlamaEngine:
         return self.prompts.tools.reply(spec)
 
     def tokens(
-        self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]
+        self,
+        spec: JobSpec,
+        prompt: Sequence[int],
+        prior: Sequence[int],
+        progress: Callable[[], None] | None = None,
     ) -> Iterator[tuple[Pick, bytes]]:
         """Sample after the prompt and what earlier attempts generated (`prior`), in the
         running batch, until the slot's window is full (the caller stops earlier). Closing
         the iterator frees the slot at the next step. A job with a grammar replays `prior`
-        through it first: raises GrammarDeadEnd if that text does not fit it."""
+        through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
+        called (from the scheduler's thread) after every step that computed any of its rows,
+        prompt rows included."""
         tools = self.prompts.tools
         grammar, trigger = tools.grammar(spec), tools.trigger(spec)
         gate: GrammarGate | TriggeredGate | None = None
@@ -186,7 +192,11 @@ class LlamaEngine:
             raise
         context = [*prompt, *prior]
         seq = batching.Sequence(
-            context=context, sampler=sampler, room=self.n_ctx - len(context), yields=spec.priority == BATCH
+            context=context,
+            sampler=sampler,
+            room=self.n_ctx - len(context),
+            yields=spec.priority == BATCH,
+            progress=progress,
         )
         self._scheduler.submit(seq)
         try:

@@ -8,8 +8,9 @@ it writes nothing (a long prefill). The thread holds any number of attempts: one
 may run several jobs at once.
 
 The thread beats on its own, so a process stuck inside a native call (a hung driver) would
-look alive for ever: an attempt whose generation loop has made no progress for `stall_s`
-(longer than any honest prefill) is no longer beaten for, and is declared dead.
+look alive for ever: an attempt with no step computing any of its rows (a prompt chunk or a
+token) for `stall_s` is no longer beaten for, and is declared dead. A long prompt read a
+chunk a step beside other streams may take minutes to its first token; each chunk counts.
 """
 
 from __future__ import annotations

@@ -50,7 +50,13 @@ class Engine(Protocol):
     def is_end(self, token: int) -> bool: ...
     def piece(self, token: int) -> bytes: ...
     def reply(self, spec: JobSpec) -> Reply: ...
-    def tokens(self, spec: JobSpec, prompt: list[int], prior: list[int]) -> Iterator[tuple[Pick, bytes]]: ...
+    def tokens(
+        self,
+        spec: JobSpec,
+        prompt: list[int],
+        prior: list[int],
+        progress: Callable[[], None] | None = None,
+    ) -> Iterator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
 
@@ -307,8 +313,12 @@ class JobRunner:
             reply.feed(b"".join(engine.piece(t) for t in prior).decode("utf-8", "replace"))
         out = _Output(engine, pub, attempt, reply, spec.logprobs)
         reason = LENGTH  # the context window filled up
+
+        def progressed() -> None:  # a step read part of the prompt: not a hung native call
+            attempt.progress_at = time.monotonic()
+
         try:
-            for pick, piece in self._timed(engine.tokens(spec, prompt, prior)):
+            for pick, piece in self._timed(engine.tokens(spec, prompt, prior, progressed)):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
                 attempt.generated += 1

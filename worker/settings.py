@@ -187,8 +187,8 @@ class WorkerSettings:
     stall_s: float = setting(
         120.0,
         "STALL_SECONDS",
-        "an attempt with no new token this long stops beating (a native call that hangs); keep it "
-        "above your longest prefill",
+        "an attempt with no batch step computing any of its rows (a prompt chunk or a token) this "
+        "long stops beating (a native call that hangs)",
     )
     redis_wait_s: float = setting(
         60.0,

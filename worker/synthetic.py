@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 
 from contract.jobspec import JobSpec
 from contract.keys import BatchCounters
@@ -87,7 +87,11 @@ class SyntheticEngine:
         return f" w{token - _FIRST_WORD_ID}".encode() if token >= _FIRST_WORD_ID else b""
 
     def tokens(
-        self, spec: JobSpec, prompt: Sequence[int], prior: Sequence[int]
+        self,
+        spec: JobSpec,
+        prompt: Sequence[int],
+        prior: Sequence[int],
+        progress: Callable[[], None] | None = None,
     ) -> Iterator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated (a resumed job goes on where it
         stopped), paced from the first one on an absolute schedule, then EOS (with

@@ -197,6 +197,26 @@ def test_a_long_prompt_is_prefilled_in_chunks_while_others_decode(engine):
     assert during[0] >= prompt_len // 128 - 1
 
 
+def test_each_step_that_reads_a_long_prompt_is_progress_for_its_job(engine):
+    """A prompt read a chunk at a time beside other streams (PREFILL_STRETCH) may take longer
+    than STALL_SECONDS to its first token: every step that reads part of it must count as
+    progress, or the heartbeat declares an honest prefill hung and the job runs twice."""
+    question = "Count these: " + " ".join(f"box {i} is green." for i in range(150))  # not cached
+    spec = job(engine, question, 7)
+    prompt = engine.prompt_ids(spec)
+    steps_before_first: list[int] = []
+    progressed = [0]
+
+    def progress() -> None:
+        progressed[0] += 1
+
+    for _ in engine.tokens(spec, prompt, [], progress=progress):
+        steps_before_first.append(progressed[0])
+        break
+    chunk = WorkerSettings.from_env({"REDIS_URL": "unused"}).prefill_chunk  # the fixture's
+    assert steps_before_first[0] >= len(prompt) // chunk > 10
+
+
 def test_a_resumed_job_continues_from_its_prompt_and_published_tokens(engine, alone):
     """The continuation after k tokens is a coherent greedy continuation of them."""
     k = 5

@@ -55,7 +55,7 @@ class ScriptedEngine:
     def reply(self, spec):
         return PlainReply()
 
-    def tokens(self, spec, prompt, prior):
+    def tokens(self, spec, prompt, prior, progress=None):
         self.contexts.append([*prompt, *prior])
         for i, tok in enumerate(self.script):
             if self.on_token:
@@ -128,6 +128,31 @@ def test_fresh_job_publishes_started_deltas_and_usage(r):
     assert isinstance(s[0], Started) and s[0].prompt_tokens == 3
     assert [e.text for e in s if isinstance(e, Delta)] == ["<7>", "<8>"]
     assert s[-1] == Finished(epoch=s[-1].epoch, finish_reason="stop", prompt_tokens=3, completion_tokens=2)
+
+
+class SlowPrefillEngine(ScriptedEngine):
+    """Reads its prompt over steps that take longer, together, than the heartbeat's stall
+    window, saying so after each; the heartbeat beats just before the first token."""
+
+    def __init__(self, script, heartbeat: Heartbeat) -> None:
+        super().__init__(script)
+        self.heartbeat = heartbeat
+
+    def tokens(self, spec, prompt, prior, progress=None):
+        for _ in range(4):
+            threading.Event().wait(0.1)
+            if progress is not None:
+                progress()
+        self.heartbeat.beat()
+        yield from super().tokens(spec, prompt, prior)
+
+
+def test_a_prompt_read_over_many_steps_is_progress_not_a_stall(r, caplog):
+    heartbeat = Heartbeat(r, 3000, 1.0, stall_s=0.25)
+    run = JobRunner(SlowPrefillEngine([7, EOS], heartbeat), Link(r, "w1", Recovery()), heartbeat, 3000)
+    assert run_one(run, spec()) == Outcome.STARTED
+    assert not [rec for rec in caplog.records if "made no progress" in rec.getMessage()]
+    assert last_entry(r).finish_reason == "stop"
 
 
 def test_max_tokens_ends_with_length(r):
@@ -265,7 +290,7 @@ class GatedEngine(ScriptedEngine):
         self.gate = threading.Event()
         self.inside = threading.Semaphore(0)
 
-    def tokens(self, spec, prompt, prior):
+    def tokens(self, spec, prompt, prior, progress=None):
         self.inside.release()
         self.gate.wait(10)
         yield from super().tokens(spec, prompt, prior)
