@@ -28,6 +28,7 @@ from api.owners import (
     Quota,
     now_ms,
 )
+from api.routing import Route, Router
 from contract import entries, keys, queueing, scripts
 from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
 from contract.jobspec import JobSpec, digest
@@ -117,6 +118,7 @@ class JobStore:
         queue_wait_s: float,
         recovery: Recovery,
         deadline_s: float = 0.0,
+        router: Router | None = None,
     ) -> None:
         self._q = servers.queues
         self._r = servers.streams  # the job's own keys
@@ -130,6 +132,7 @@ class JobStore:
         self.owners = Owners(self._q, self._r, recovery.job_ttl_s)
         self._dead_batch = self._q.register_script(_DEAD_BATCH)
         self._indexes = ShardIndexes(self._r)
+        self._router = router  # cache-aware routing of new interactive jobs (api/routing.py)
 
     async def submit(
         self,
@@ -181,7 +184,8 @@ class JobStore:
                 except BaseException:
                     await self.owners.take_back(spec.id, owner, idempotency)
                     raise
-                await self._enqueue(spec, keep_on_failure=idempotency is not None)
+                route = await self._router.route(spec) if self._router and counted else None
+                await self._enqueue(spec, keep_on_failure=idempotency is not None, route=route)
                 return Submitted(state, new=True)
             if verdict[0] == b"limit":
                 raise OwnerLimit(int(verdict[1]))
@@ -247,12 +251,15 @@ class JobStore:
             args=[spec.id, self.recovery.job_ttl_s, *(str(x) for pair in fields.items() for x in pair)],
         )
 
-    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool) -> None:
-        """Put the new job on its queue. If that fails the job is deleted, unless a retry
-        with its Idempotency-Key may come back for it: then it stays pending, and the
-        reaper enqueues it once Redis answers again."""
+    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, route: Route | None = None) -> None:
+        """Put the new job on its queue (its worker's routed one, if routed). If that fails
+        the job is deleted, unless a retry with its Idempotency-Key may come back for it:
+        then it stays pending, and the reaper enqueues it once Redis answers again."""
+        worker = route.worker if route else None
         try:
-            await anyio.to_thread.run_sync(queueing.enqueue, self._rq, spec.to_dict(), 0, self.recovery)
+            await anyio.to_thread.run_sync(
+                lambda: queueing.enqueue(self._rq, spec.to_dict(), 0, self.recovery, worker=worker)
+            )
         except BaseException:
             if not keep_on_failure:
                 with anyio.CancelScope(shield=True), contextlib.suppress(RedisError):

@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector
 from starlette.requests import Request
 from starlette.responses import Response
 
+from api.registry import WorkerLoad
 from contract.keys import BatchCounters, StatField
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -40,6 +41,9 @@ _BATCH_HELP = {
     "tokens": "Tokens the job threads handled.",
     "publish_us": "Microseconds of the publisher's round trips to Redis.",
     "publishes": "The publisher's round trips to Redis.",
+    "prompt_tokens": "Prompt tokens of the jobs admitted into slots.",
+    "cached_tokens": "Of them, those a slot's cache already held: prompt tokens saved.",
+    "routed_taken": "Routed jobs taken by the worker they were routed to (the router's hits).",
 }
 
 
@@ -116,6 +120,7 @@ async def cluster(request: Request) -> list[Metric]:
     batch_running = await services.stats.in_flight(batch=True)
     slots = await services.registry.slots(names)
     placed = await services.registry.placements(names)
+    loads = await services.registry.loads(names)
     stats = await services.stats.counters()
 
     def per_model(family: GaugeMetricFamily | CounterMetricFamily, values: dict[str, int]) -> Metric:
@@ -181,12 +186,59 @@ async def cluster(request: Request) -> list[Metric]:
         per_model(
             CounterMetricFamily("tokenspool_tokens_generated", "Tokens generated.", labels=["model"]), tokens
         ),
+        per_model(
+            CounterMetricFamily(
+                "tokenspool_routed_jobs",
+                "New jobs routed to the worker holding their prefix.",
+                labels=["model"],
+            ),
+            {m: stats.get(StatField.routed(m), 0) for m in names},
+        ),
+        per_model(
+            CounterMetricFamily(
+                "tokenspool_route_fallbacks",
+                "Routed jobs back in the shared queue: not taken in time, or their worker died.",
+                labels=["model"],
+            ),
+            {m: stats.get(StatField.route_fallbacks(m), 0) for m in names},
+        ),
         requeued,
         CounterMetricFamily(
             "tokenspool_jobs_lost", "Jobs ended with worker_lost.", value=stats.get(StatField.LOST, 0)
         ),
         *batching,
+        *_per_worker(loads),
     ]
+
+
+def _per_worker(loads: dict[str, list[WorkerLoad]]) -> list[Metric]:
+    """Each live worker as it last announced itself: the pool view's rows."""
+    families = {
+        "slots": GaugeMetricFamily(
+            "tokenspool_worker_slots", "The worker's SLOTS.", labels=["model", "worker"]
+        ),
+        "in_use": GaugeMetricFamily(
+            "tokenspool_worker_slots_in_use", "Its slots running a job.", labels=["model", "worker"]
+        ),
+        "step": GaugeMetricFamily(
+            "tokenspool_worker_step_seconds", "Its last batch step's time.", labels=["model", "worker"]
+        ),
+        "prompt": CounterMetricFamily(
+            "tokenspool_worker_prompt_tokens", "Prompt tokens its slots took.", labels=["model", "worker"]
+        ),
+        "cached": CounterMetricFamily(
+            "tokenspool_worker_cached_tokens", "Of them, held by a slot's cache.", labels=["model", "worker"]
+        ),
+    }
+    for model, workers in loads.items():
+        for w in workers:
+            labels = [model, w.name]
+            families["slots"].add_metric(labels, w.slots)
+            families["in_use"].add_metric(labels, w.in_use)
+            families["step"].add_metric(labels, w.step_ms / 1000)
+            families["prompt"].add_metric(labels, w.prompt_tokens)
+            families["cached"].add_metric(labels, w.cached_tokens)
+    return list(families.values())
 
 
 async def metrics(request: Request) -> Response:

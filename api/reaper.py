@@ -18,6 +18,7 @@ job. A poison job thus ends as worker_lost after at most 1 + MAX_ATTEMPTS deaths
 jobs batched with it finish; MAX_REQUEUES bounds everything else.
 
 It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
+moves routed jobs their worker did not take in time (or died with) back to the shared queues,
 and enqueues the jobs left pending by an API process or worker that died between recording
 a job and enqueueing it (after `PENDING_GRACE_S`). Every `FORGET_EVERY_S` it drops the
 workers that stopped announcing themselves. Nothing is judged for `settle_s` after a Redis
@@ -35,6 +36,7 @@ import redis.asyncio as aredis
 from api.background import Background, Leader, every
 from api.jobstore import JobStore, RunningAttempt
 from api.registry import WorkerRegistry
+from api.routing import Router
 from contract import keys
 from contract.servers import Servers, node_infos
 
@@ -50,6 +52,7 @@ class Reaper:
         servers: Servers[aredis.Redis],
         store: JobStore,
         registry: WorkerRegistry,
+        router: Router,
         interval_s: float,
         settle_s: float,
     ) -> None:
@@ -57,6 +60,7 @@ class Reaper:
         self._r = client = servers.queues  # where the workers' named connections are seen
         self._store = store
         self._registry = registry
+        self._router = router
         self._interval = interval_s
         self._settle = settle_s  # after a Redis restart, let workers reconnect and beat first
         self._leader = Leader(client, keys.REAPER_LOCK)
@@ -86,6 +90,7 @@ class Reaper:
         survey = await self._store.survey(int(PENDING_GRACE_S * 1000))
         taken = await self._judge(survey.running, connected)
         await self._return_inboxes(connected)
+        await self._route_back(connected)
         await self._enqueue_pending(survey.pending)
         if time.monotonic() >= self._forget_at:
             self._forget_at = time.monotonic() + FORGET_EVERY_S
@@ -128,6 +133,20 @@ class Reaper:
                 log.warning(
                     "%d jobs taken by %s, which died before claiming them, are queued again", back, worker
                 )
+
+    async def _route_back(self, connected: set[str]) -> None:
+        """Routed jobs past their deadline back to the shared queues, and every one routed to
+        a worker found dead, whose held prefixes go with it (api/routing.py)."""
+        for model, names in (await self._registry.by_model()).items():
+            if back := await self._router.fall_back(model):
+                log.info("%d routed jobs of %s were not taken in time: back in the shared queue", back, model)
+            for worker in names:
+                if worker not in connected:
+                    await self._r.delete(keys.held_prefixes(worker))
+                    if back := await self._router.fall_back(model, worker):
+                        log.warning(
+                            "%d jobs routed to %s, which died, are back in the shared queue", back, worker
+                        )
 
     async def _enqueue_pending(self, pending: list[str]) -> None:
         for cid in pending:

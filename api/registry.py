@@ -4,12 +4,32 @@ how many jobs they can run at once (`worker.presence` writes it)."""
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import redis.asyncio as aredis
 
 from api.owners import now_ms
 from contract import keys
 from contract.entries import as_text
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """One live worker as it last announced itself."""
+
+    name: str
+    slots: int
+    in_use: int = 0
+    step_ms: float = 0.0
+    prompt_tokens: int = 0  # since it started
+    cached_tokens: int = 0  # of them, held by a slot's cache already
+
+    @classmethod
+    def parse(cls, name: str, slots: int, load: str) -> WorkerLoad:
+        parts = load.split()
+        if len(parts) != 4:
+            return cls(name, slots)
+        return cls(name, slots, int(parts[0]), float(parts[1]), int(parts[2]), int(parts[3]))
 
 
 class WorkerRegistry:
@@ -53,6 +73,33 @@ class WorkerRegistry:
         total = {m: sum(int(c) for c in cs if c) for (m, _), cs in zip(served, counts, strict=True)}
         return {m: total.get(m, 0) for m in models}
 
+    async def live_workers(self, model: str) -> list[str]:
+        """The workers of `model` that announced themselves recently."""
+        names = await self._r.zrangebyscore(keys.workers(model), now_ms() - self._stale_ms, "+inf")
+        return [as_text(n) for n in names]
+
+    async def loads(self, models: Sequence[str]) -> dict[str, list[WorkerLoad]]:
+        """Model -> how busy each live worker is (its last announcement: worker/presence.py)."""
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), since, "+inf")
+            live = await pipe.execute()
+        served = [(m, [as_text(n) for n in names]) for m, names in zip(models, live, strict=True) if names]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in served:
+                pipe.hmget(keys.worker_slots(model), names)
+                pipe.hmget(keys.worker_load(model), names)
+            rows = await pipe.execute() if served else []
+        out: dict[str, list[WorkerLoad]] = {}
+        for i, (model, names) in enumerate(served):
+            slots, loads = rows[2 * i], rows[2 * i + 1]
+            out[model] = [
+                WorkerLoad.parse(name, int(s or 0), as_text(load) if load else "")
+                for name, s, load in zip(names, slots, loads, strict=True)
+            ]
+        return out
+
     async def placements(self, models: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
         """Model -> (layers offloaded to the GPU, KV cache bytes) of each live worker that
         announced them (worker/devices.py)."""
@@ -74,12 +121,16 @@ class WorkerRegistry:
 
     async def names(self) -> list[str]:
         """Every registered worker of every model, live or silent (until forgotten)."""
+        return [name for names in (await self.by_model()).values() for name in names]
+
+    async def by_model(self) -> dict[str, list[str]]:
+        """Model -> its registered workers, live or silent (until forgotten)."""
         models = [as_text(m) for m in await self._r.smembers(keys.MODELS)]
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:
                 pipe.zrange(keys.workers(model), 0, -1)
             rows = await pipe.execute() if models else []
-        return [as_text(name) for names in rows for name in names]
+        return {m: [as_text(n) for n in names] for m, names in zip(models, rows, strict=True)}
 
     async def forget_silent(self) -> None:
         """Drop the workers that stopped announcing (a killed one never says goodbye), so
@@ -99,4 +150,5 @@ class WorkerRegistry:
                     pipe.hdel(keys.worker_slots(model), *names)
                     pipe.hdel(keys.context(model), *names)
                     pipe.hdel(keys.worker_placement(model), *names)
+                    pipe.hdel(keys.worker_load(model), *names)
             await pipe.execute()

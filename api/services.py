@@ -20,6 +20,7 @@ from api.metrics import Metrics
 from api.offload import Lane
 from api.reaper import Reaper
 from api.registry import WorkerRegistry
+from api.routing import Router
 from api.settings import Settings
 from contract.servers import Servers, async_cluster_client, cluster_url, is_cluster, sync_client
 
@@ -93,21 +94,28 @@ class Services:
         rq_servers = Servers(
             queues=rq_client, streams=rq_client if streams_url == url else synchronous(streams_url)
         )
+        registry = WorkerRegistry(client, settings.lifetimes.worker_stale_s)
+        router = Router(client, registry, settings.routing)
         jobs = JobStore(
             servers,
             rq_servers,
             queue_wait_s=settings.lifetimes.queue_wait_s,
             deadline_s=settings.lifetimes.job_deadline_s,
             recovery=settings.recovery,
+            router=router,
         )
-        registry = WorkerRegistry(client, settings.lifetimes.worker_stale_s)
         streams = OpenStreams()
         memory = MemoryWatch(servers, settings.intake.redis_memory_high)
         await memory.start()
         hub = StreamHub(streams_url, servers.streams)
         await hub.start()
         reaper = Reaper(
-            servers, jobs, registry, settings.lifetimes.reaper_interval_s, settings.lifetimes.reaper_settle_s
+            servers,
+            jobs,
+            registry,
+            router,
+            settings.lifetimes.reaper_interval_s,
+            settings.lifetimes.reaper_settle_s,
         )
         await reaper.start()
         return cls(

@@ -176,6 +176,40 @@ class Batches:
 
 
 @dataclass(frozen=True)
+class Routing:
+    """Cache-aware routing (api/routing.py): a new job to the worker whose slots hold the
+    longest prefix of its prompt, weighed against the pool's load."""
+
+    enabled: bool = setting(
+        True,
+        "PREFIX_ROUTING",
+        "`0`: every new job waits in its model's shared queue, whichever worker holds its prompt's "
+        "prefix (for comparison)",
+    )
+    wait_s: float = setting(
+        1.0,
+        "ROUTE_WAIT_SECONDS",
+        "a routed job not taken by its worker within this (more for each job routed there before "
+        "it, at most four times as much) goes back to the shared queue",
+        minimum=0.05,
+    )
+    min_chars: int = setting(
+        500,
+        "ROUTE_MIN_CHARS",
+        "a job is routed only for a match of at least this many characters of prompt",
+        minimum=1,
+    )
+    balance_abs: int = setting(
+        4,
+        "ROUTE_BALANCE_ABS",
+        "no routing while the busiest live worker's load (slots in use and jobs routed to it) "
+        "exceeds the idlest's by more than this and by ROUTE_BALANCE_REL times",
+        minimum=0,
+    )
+    balance_rel: float = setting(1.5, "ROUTE_BALANCE_REL", "see ROUTE_BALANCE_ABS", minimum=1.0)
+
+
+@dataclass(frozen=True)
 class Lifetimes:
     """How long a job may wait and run, how its stream is kept open, and how dead attempts are
     found."""
@@ -242,6 +276,7 @@ class Settings:
     quotas: Quotas = group(Quotas)
     intake: Intake = group(Intake)
     batches: Batches = group(Batches)
+    routing: Routing = group(Routing)
     lifetimes: Lifetimes = group(Lifetimes)
     connection: Connection = group(Connection)
 

@@ -252,6 +252,26 @@ def worker_slots(model: str) -> str:
     return f"{PREFIX}:slots:{model}"
 
 
+def held_prefixes(worker: str) -> str:
+    """SET: the prompt prefixes (contract/prefixes.py digests) the worker's slots hold in
+    their KV cache, rewritten as they change and kept alive by its announcements (it expires
+    one presence window after the last); deleted when the worker stops or is found dead."""
+    return f"{PREFIX}:held:{worker}"
+
+
+def worker_load(model: str) -> str:
+    """HASH: worker name -> "<slots in use> <mean step ms> <prompt tokens> <of them cached>"
+    (the last two since the worker started), set with each announcement, dropped with its
+    `workers` entry: for routing and the pool view."""
+    return f"{PREFIX}:load:{model}"
+
+
+def routed(model: str) -> str:
+    """ZSET: "<rq job id> <worker> <tier>" -> ms by which the worker must have taken it from
+    its routed queue; past it, the job goes back to the tier's shared queue (api/routing.py)."""
+    return f"{PREFIX}:routed:{model}"
+
+
 def worker_placement(model: str) -> str:
     """HASH: worker name -> "<layers offloaded to the GPU> <KV cache bytes>", set with each
     announcement (worker/devices.py), dropped with its `workers` entry."""
@@ -286,6 +306,17 @@ class StatField:
     LOST = "lost"  # jobs ended with worker_lost once their attempts were used up
 
     @staticmethod
+    def routed(model: str) -> str:
+        """New jobs routed to the worker holding their prompt's prefix (api/routing.py)."""
+        return f"routed:{model}"
+
+    @staticmethod
+    def route_fallbacks(model: str) -> str:
+        """Routed jobs their worker did not take by their deadline (or died with): moved back
+        to the shared queue."""
+        return f"route-fallbacks:{model}"
+
+    @staticmethod
     def batch(counter: str, model: str) -> str:
         """One of `BatchCounters`, summed over `model`'s workers."""
         return f"batch:{counter}:{model}"
@@ -303,6 +334,9 @@ class BatchCounters:
     # not counting those its slot's cache already held
     moves: int = 0  # sequences moved to close a gap between slots (worker.step_plan.compaction)
     interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (worker/interrupt.py)
+    prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)
+    cached_tokens: int = 0  # of them, those a slot's cache already held (prefill saved)
+    routed_taken: int = 0  # jobs taken from this worker's own routed queues (the router's hits)
     # Where a worker's time goes (a step's profile: bench/gpu_run divides them):
     decode_us: int = 0  # inside llama_decode
     sample_us: int = 0  # sampling every sequence of a step (the scheduler thread)
@@ -342,6 +376,25 @@ def attempt_queue_name(model: str, priority: str, *, continuation: bool, suspect
     if suspect:
         return suspect_queue_name(model)
     return queue_name(model, PRIORITIES[0] if continuation and priority != BATCH else priority)
+
+
+ROUTED_TIERS = PRIORITIES[:3]
+"""The tiers a new job may be routed in (api/routing.py): interactive ones. Batch lines,
+suspects and continuations wait in the model's shared queues, as they always did."""
+
+
+def routed_queue_name(model: str, priority: str, worker: str) -> str:
+    """The RQ queue of a model's jobs of one tier routed to one worker, which holds their
+    prompt's prefix in its cache: it takes from it before the shared queue of the same tier;
+    a job it does not take by its deadline goes back to that shared queue (`routed`)."""
+    return f"{queue_name(model, priority)}@{worker}"
+
+
+def worker_queue_names(model: str, worker: str) -> tuple[str, ...]:
+    """The queues one worker takes from, in order: the suspect queue, then each tier's own
+    routed queue before that tier's shared one, then the batch queue."""
+    routed = [(routed_queue_name(model, p, worker), queue_name(model, p)) for p in ROUTED_TIERS]
+    return (suspect_queue_name(model), *(n for pair in routed for n in pair), queue_name(model, BATCH))
 
 
 def suspect_queue_name(model: str) -> str:

@@ -21,6 +21,7 @@ from redis.asyncio.client import Pipeline as AsyncPipeline
 from redis.client import Pipeline as SyncPipeline
 from rq import Queue
 from rq.serializers import JSONSerializer
+from rq.utils import now
 
 from contract import keys, scripts
 from contract.entries import as_text
@@ -32,17 +33,26 @@ PREEMPT = "preempt"  # abandon's reason for a batch line given back to make room
 
 
 def enqueue(
-    servers: Servers[redis.Redis], spec: dict, epoch: int, recovery: Recovery, suspect: bool = False
+    servers: Servers[redis.Redis],
+    spec: dict,
+    epoch: int,
+    recovery: Recovery,
+    suspect: bool = False,
+    worker: str | None = None,
 ) -> None:
     """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it
     (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
     continuation (epoch > 0) goes to the front: its client is mid-stream and its resume has a
-    deadline (RESUME_WAIT_SECONDS), while new jobs behind it have not started."""
+    deadline (RESUME_WAIT_SECONDS), while new jobs behind it have not started. A new job
+    routed to `worker` (api/routing.py) goes on that worker's routed queue of its tier and
+    wakes that worker; its RQ record names the shared queue, where it goes back if not taken
+    in time (RQ's own list of queues never holds a worker's)."""
     model, completion_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = keys.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
     client = servers.queues
-    Queue(name, connection=client, serializer=JSONSerializer).enqueue_call(
+    queue = Queue(name, connection=client, serializer=JSONSerializer)
+    job = dict(
         func=keys.JOB_FUNCTION,
         args=(spec,),
         job_id=keys.rq_job_id(completion_id, epoch),
@@ -51,12 +61,22 @@ def enqueue(
         result_ttl=0,  # the completion lives in the job's stream; RQ need not keep a copy
         failure_ttl=recovery.retention_s,
         description=f"completion {completion_id}",
-        at_front=epoch > 0,
     )
+    if worker is None:
+        queue.enqueue_call(**job, at_front=epoch > 0)
+        wake = keys.wake(model)
+    else:
+        record = queue.create_job(**job)
+        record.origin = queue.name
+        record.enqueued_at = now()
+        record.save()
+        client.rpush(keys.rq_queue_key(keys.routed_queue_name(model, priority, worker)), record.id)
+        wake = keys.wake_worker(worker)
     pending = keys.pending(keys.shard(completion_id))
     with client.pipeline(transaction=False) as pipe:
-        pipe.lpush(keys.wake(model), 1)
-        pipe.ltrim(keys.wake(model), 0, 63)  # tokens only wake idle workers: a few suffice
+        pipe.lpush(wake, 1)
+        pipe.ltrim(wake, 0, 63)  # tokens only wake idle workers: a few suffice
+        pipe.expire(wake, 60)
         pipe.zrem(keys.reserved(model), completion_id)  # its place is taken now
         if not servers.split:  # one server: the same round trip (a new job's first token waits on it)
             pipe.zrem(pending, completion_id)

@@ -98,11 +98,16 @@ def main() -> None:
         counters=lambda: engine.counters().plus(runner.counters),
         n_ctx=engine.n_ctx,
         placement=engine.placement,
+        held=engine.held,
+        load=lambda: (runner.running(), engine.step_ms()),
     )
+    if engine.held is not None:
+        engine.held.changed = presence.poke
     connection = connect()
     lending = Lending(
         connection,
         settings.model_name,
+        settings.name,
         batch_slots=settings.batch_share(engine.slots),
         lend_slots=settings.batch_lend_share(engine.slots),
         lend_after_s=settings.batch_lend_after_s,

@@ -89,6 +89,7 @@ class Scheduler:
         prefill_stretch: float = 0.0,
         lines_beside: int | None = None,
         step_delay_s: float = 0.0,
+        on_admit: Callable[[int], None] = lambda slot: None,
     ) -> None:
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
@@ -100,6 +101,7 @@ class Scheduler:
         self.cost = StepCost(prefill_stretch)
         self._lines_beside = lines_beside  # Batch API lines stepping beside interactive ones
         self._step_delay_s = step_delay_s  # STEP_DELAY_SECONDS: a slower machine, for the tests
+        self._on_admit = on_admit  # a slot taken: what it held is being written over (worker/held.py)
         self._interrupt = StepInterrupt(ctx)
         self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
@@ -109,6 +111,7 @@ class Scheduler:
         self._cv = threading.Condition()
         self._stopped = False
         self.counters = BatchCounters()  # written by the scheduler thread (and reset(), when idle)
+        self.last_step_s = 0.0  # the last llama_decode's time (the pool view shows it)
         # what each step hands to the job threads, in order; None stops the courier
         self._outbox: queue.SimpleQueue[list[tuple[Sequence, object]] | None] = queue.SimpleQueue()
         self._courier = threading.Thread(target=self._deliver, name="batching-courier", daemon=True)
@@ -224,6 +227,9 @@ class Scheduler:
             del self._kv[slot][keep:]
             seq.slot, seq.fed = slot, keep
             self._running.append(seq)
+            self.counters.prompt_tokens += len(seq.context)
+            self.counters.cached_tokens += keep
+            self._on_admit(slot)
 
     def _compact(self) -> None:
         """Move sequences into the gaps `compaction` finds (see there for why)."""
@@ -274,6 +280,7 @@ class Scheduler:
             self._undo(before)
             return
         decoded = time.perf_counter()
+        self.last_step_s = decoded - started
         self._count(rows, decoding)
         self.counters.decode_us += int((decoded - started) * 1e6)
         long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget

@@ -25,8 +25,10 @@ from llama_cpp._internals import LlamaModel
 
 from contract.jobspec import JobSpec, Message
 from contract.keys import BATCH, BatchCounters
+from contract.prefixes import prefixes
 from worker import batching, devices, llama_log, sizing, step_plan
 from worker.grammar import GrammarGate, TriggeredGate
+from worker.held import HeldPrefixes
 from worker.picks import Pick
 from worker.prompts import ChatPrompts
 from worker.replies import Reply
@@ -102,6 +104,8 @@ class LlamaEngine:
             self.threads.n_threads_batch,
             cores,
         )
+        self.held = HeldPrefixes(slots)  # what each slot's cache holds, for cache-aware routing
+        self._prefix_cache = settings.prefix_cache
         kv = kv_cache_bytes(self._model, slots * self.n_ctx)
         self.placement = devices.placement(self._model.model, settings.n_gpu_layers, kv, slots, self.n_ctx)
         log.info("%s", self.placement.describe())
@@ -120,6 +124,7 @@ class LlamaEngine:
             prefill_stretch=settings.prefill_stretch,
             lines_beside=settings.batch_share(self.slots),
             step_delay_s=settings.step_delay_s,
+            on_admit=self.held.taken,
         )
 
     def _context(self, settings: WorkerSettings, slots: int):
@@ -199,11 +204,19 @@ class LlamaEngine:
             progress=progress,
         )
         self._scheduler.submit(seq)
+        answer: list[bytes] = []
         try:
             for pick in seq:
-                yield pick, self.prompts.piece(pick.token)
+                piece = self.prompts.piece(pick.token)
+                answer.append(piece)
+                yield pick, piece
         finally:
             self._scheduler.close(seq)
+            if self._prefix_cache and seq.slot >= 0:
+                # an answer of text alone is what the next turn's assistant message will be
+                plain = not spec.stop and not spec.uses_tools and not prior
+                text = b"".join(answer).decode("utf-8", "replace") if plain else None
+                self.held.held(seq.slot, [d for d, _ in prefixes(spec, text)])
 
     def piece(self, token: int) -> bytes:
         return self.prompts.piece(token)
@@ -269,6 +282,10 @@ class LlamaEngine:
             width,
         )
         return took
+
+    def step_ms(self) -> float:
+        """The last batch step's time, in ms."""
+        return self._scheduler.last_step_s * 1000
 
     def counters(self) -> BatchCounters:
         """The scheduler's live counters (the presence thread adds them to /metrics)."""

@@ -40,6 +40,7 @@ class Lending:
         self,
         connection: redis.Redis,
         model: str,
+        worker: str,
         *,
         batch_slots: int,
         lend_slots: int,
@@ -52,7 +53,7 @@ class Lending:
         self.poll_s = poll_s
         not_interactive = {keys.queue_name(model, keys.BATCH), keys.suspect_queue_name(model)}
         self.interactive_queues = [
-            keys.rq_queue_key(n) for n in keys.queue_names(model) if n not in not_interactive
+            keys.rq_queue_key(n) for n in keys.worker_queue_names(model, worker) if n not in not_interactive
         ]  # the suspect queue holds batch lines too: it is not counted as interactive demand
         self._last_interactive = time.monotonic()  # a new worker lends only after a quiet while
         self._seen: str | None = None  # the waiting job the last look found

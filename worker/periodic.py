@@ -23,6 +23,7 @@ class Periodic:
         self._action = action
         self._outage = Outage(name)
         self._stop = threading.Event()
+        self._poke = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=name, daemon=True)
 
     def start(self) -> None:
@@ -30,11 +31,20 @@ class Periodic:
 
     def stop(self) -> None:
         self._stop.set()
+        self._poke.set()
         self._thread.join(timeout=5)
+
+    def poke(self) -> None:
+        """Do the thing now rather than at the end of the period (something changed)."""
+        self._poke.set()
 
     def _loop(self) -> None:
         wait = 0.0  # the first time at once
-        while not self._stop.wait(wait):
+        while True:
+            self._poke.wait(wait)
+            self._poke.clear()
+            if self._stop.is_set():
+                return
             try:
                 self._action()
             except redis.RedisError as exc:  # a restart, a failover, a refused command

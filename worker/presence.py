@@ -1,5 +1,7 @@
-"""Announces, every few seconds, that this worker serves its model, with how many slots (and
-where its model and KV cache are).
+"""Announces, every few seconds, that this worker serves its model, with how many slots,
+where its model and KV cache are, how busy it is, and which prompt prefixes its slots hold
+(cache-aware routing: the set is rewritten at once when a job ends, and expires with the
+worker's last announcement).
 
 The API lists and accepts only models with a recent announcement, and sums the slots of the
 live workers for /metrics. Each announcement also adds to the cluster's counters what the
@@ -20,7 +22,10 @@ import redis
 from contract import keys
 from contract.keys import BatchCounters
 from worker.devices import Placement
+from worker.held import HeldPrefixes
 from worker.periodic import Periodic
+
+HELD_TTL_S = 15.0  # the API's WORKER_STALE_SECONDS: a silent worker's prefixes go with it
 
 
 class Presence:
@@ -34,6 +39,9 @@ class Presence:
         counters: Callable[[], BatchCounters] = BatchCounters,
         n_ctx: int = 0,
         placement: Placement | None = None,
+        held: HeldPrefixes | None = None,
+        load: Callable[[], tuple[int, float]] = lambda: (0, 0.0),
+        held_ttl_s: float = HELD_TTL_S,
     ) -> None:
         self._r = client
         self._model = model
@@ -41,13 +49,18 @@ class Presence:
         self._slots = slots
         self._n_ctx = n_ctx  # each job's context: the API bounds prompts by it
         self._placement = placement  # what the model put where, for /metrics
+        self._held = held  # the prefixes its slots hold (worker/held.py), for routing
+        self._held_version = -1  # the version last written
+        self._held_ttl_ms = int(held_ttl_s * 1000)
+        self._load = load  # (slots in use, the last step's ms), for routing and the pool view
         self._counters = counters  # read from the scheduler thread's live counters
         self._flushed = BatchCounters()
         self._thread = Periodic("presence", every_s, self.announce)
 
     def announce(self) -> None:
         now = BatchCounters(**asdict(self._counters()))
-        with self._r.pipeline(transaction=False) as pipe:
+        in_use, step_ms = self._load()
+        with self._r.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.MODELS, self._model)
             pipe.zadd(keys.workers(self._model), {self._worker: int(time.time() * 1000)})
             pipe.hset(keys.worker_slots(self._model), self._worker, self._slots)
@@ -59,11 +72,32 @@ class Presence:
             if self._placement is not None:
                 placed = f"{self._placement.gpu_layers} {self._placement.kv_bytes}"
                 pipe.hset(keys.worker_placement(self._model), self._worker, placed)
+            load = f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens}"
+            pipe.hset(keys.worker_load(self._model), self._worker, load)
+            version = self._announce_held(pipe)
             for name, value in asdict(now).items():
                 if added := value - getattr(self._flushed, name):
                     pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)
             pipe.execute()
         self._flushed = now
+        self._held_version = version
+
+    def _announce_held(self, pipe: redis.client.Pipeline) -> int:
+        """The held prefixes: the whole set again when it changed, else only kept alive."""
+        if self._held is None:
+            return self._held_version
+        key = keys.held_prefixes(self._worker)
+        version, digests = self._held.digests()
+        if version != self._held_version:
+            pipe.delete(key)
+            if digests:
+                pipe.sadd(key, *digests)
+        pipe.pexpire(key, self._held_ttl_ms)
+        return version
+
+    def poke(self) -> None:
+        """Announce now (the held prefixes changed)."""
+        self._thread.poke()
 
     def start(self) -> None:
         """Announce now, and every period from then on (through Redis outages)."""
@@ -77,3 +111,5 @@ class Presence:
             self._r.hdel(keys.worker_slots(self._model), self._worker)
             self._r.hdel(keys.context(self._model), self._worker)
             self._r.hdel(keys.worker_placement(self._model), self._worker)
+            self._r.hdel(keys.worker_load(self._model), self._worker)
+            self._r.delete(keys.held_prefixes(self._worker))

@@ -19,7 +19,9 @@ two reasons:
   registers with RQ again and goes on, with the same process and the model still loaded.
 
 A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
-stay in the queue where any worker can take them. It takes from its model's suspect queue
+stay in the queue where any worker can take them. Within each tier it takes first the jobs
+the API routed to it (their prompt's prefix is in its cache: api/routing.py), then the
+tier's shared queue. It takes from its model's suspect queue
 (jobs whose worker died with them in its batch) only while it runs no suspect itself, and
 from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
 while interactive jobs are quiet (worker/lending.py: a lent slot is called back by preempting
@@ -95,7 +97,8 @@ class TokenspoolWorker(SimpleWorker):
     def __init__(
         self, model: str, name: str, connection: redis.Redis, runner: JobRunner, lending: Lending
     ) -> None:
-        queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in keys.queue_names(model)]
+        names = keys.worker_queue_names(model, name)
+        queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in names]
         # prepare_for_work=False: nothing is sent to Redis here (it may be down at start)
         super().__init__(
             queues, name=name, connection=connection, serializer=JSONSerializer, prepare_for_work=False
@@ -111,6 +114,7 @@ class TokenspoolWorker(SimpleWorker):
         self._beat_at = 0.0
         self._handled: set[str] = set()  # job ids taken by this process (an inbox left over is not)
         self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
+        self._routed = {keys.rq_queue_key(keys.routed_queue_name(model, p, name)) for p in keys.ROUTED_TIERS}
         runner.line_ended = self._line_ended
 
     # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
@@ -197,7 +201,7 @@ class TokenspoolWorker(SimpleWorker):
         """The queues to take from now: not the suspect queue while a suspect runs here, not
         the batch queue while the batch slots are full (the other slots stay for interactive
         jobs, or are lent and called back: worker/lending.py)."""
-        names = keys.queue_names(self._model)
+        names = keys.worker_queue_names(self._model, self.name)
         if self._runner.running_suspects():
             names = tuple(n for n in names if n != keys.suspect_queue_name(self._model))
         lines = self._runner.running_batch_lines()
@@ -215,10 +219,12 @@ class TokenspoolWorker(SimpleWorker):
             got = self._take(keys=scripts.take_keys(self._queues(), self.name))
             if not got:
                 return None
-        job_id = as_text(got[1])
+        job_id, queue = as_text(got[1]), as_text(got[0])
         self._handled.add(job_id)
-        if as_text(got[0]) in self._lending.interactive_queues:
+        if queue in self._lending.interactive_queues:
             self._lending.interactive_started()
+        if queue in self._routed:
+            self._runner.counters.routed_taken += 1  # the router sent it here, and it is taken here
         return job_id
 
     def _line_ended(self) -> None:

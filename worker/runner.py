@@ -29,8 +29,10 @@ from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS, TokenLogprob
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import BatchCounters, JobStatus
 from worker.claims import Attempt, Claims, Fenced, JobGone, NotRecorded
+from worker.devices import Placement
 from worker.errors import GrammarDeadEnd, PromptRejected
 from worker.heartbeat import Heartbeat
+from worker.held import HeldPrefixes
 from worker.link import Link
 from worker.picks import Pick
 from worker.publisher import Publisher
@@ -59,6 +61,10 @@ class Engine(Protocol):
     ) -> Iterator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
+    def step_ms(self) -> float: ...
+
+    placement: Placement | None  # where the model and its cache are (None: no model)
+    held: HeldPrefixes | None  # the prefixes its slots hold (None: no cache)
 
 
 class Outcome(StrEnum):

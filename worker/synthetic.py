@@ -49,6 +49,7 @@ class SyntheticEngine:
         self.tokens_per_job = tokens_per_job
         self.rate = rate  # tokens per second per job; 0 = as fast as the publish path allows
         self.placement = None  # no model: nothing placed anywhere
+        self.held = None  # no KV cache: no prefix held
         log.warning(
             "SYNTHETIC ENGINE: model %r answers with %d generated words per job at %s tok/s, "
             "no model is loaded. For load tests only.",
@@ -74,6 +75,10 @@ class SyntheticEngine:
 
     def warm_up(self, budget_s: float = 30.0) -> float:
         """Nothing to warm: no model."""
+        return 0.0
+
+    def step_ms(self) -> float:
+        """No batch steps."""
         return 0.0
 
     def counters(self) -> BatchCounters:

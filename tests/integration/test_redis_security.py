@@ -209,6 +209,24 @@ def test_a_killed_worker_is_reaped_and_resumed_under_acls(secured):
     assert "requeued" in secured.procs[0].log()
 
 
+def test_a_job_is_routed_among_live_workers_under_acls(secured):
+    """With two live workers the API reads what each holds (SMISMEMBER) for every new job,
+    and the reaper moves routed jobs back: both under the API's own user."""
+    if len([p for p in secured.procs if p.name.startswith("sw") and p.alive()]) < 2:
+        secured.worker(f"sw{len(secured.procs)}")
+    deadline = time.monotonic() + 30
+    with httpx.Client(base_url=secured.base, timeout=60) as c:
+        while next(m["workers"] for m in c.get("/v1/models").json()["data"] if m["id"] == MODEL) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        system = {"role": "system", "content": "You answer in one word. " * 40}
+        body = {**chat(False), "messages": [system, {"role": "user", "content": "hi"}]}
+        assert c.post("/v1/chat/completions", json=body).status_code == 200
+    time.sleep(0.5)  # a few reaper ticks
+    for p in secured.procs:
+        assert "NOPERM" not in p.log(), p.name
+
+
 def test_files_batches_and_responses_work_under_acls(secured):
     """The surfaces added after the users were listed: every command they and the batch
     driver send must be on the API user's list."""

@@ -232,6 +232,43 @@ def test_the_pool_view_shows_a_new_worker_within_seconds(pool, browser):
     assert console_errors(browser) == []
 
 
+def test_the_pool_view_has_a_row_per_worker_and_charts_it_draws_itself(pool, browser):
+    pool.ensure(2)
+    browser.get(pool.base + "/pool")
+    section = f"section.model[data-model='{MODEL}']"
+
+    def rows() -> list[list[str]]:
+        return browser.execute_script(
+            f"return [...document.querySelectorAll({section + ' table.workers tbody tr'!r})]"
+            ".map(r => [...r.cells].map(c => c.textContent))"
+        )
+
+    live = [name for name, proc in pool.workers.items() if proc.alive()]  # an earlier test may add one
+    until(lambda: sorted(r[0] for r in rows()) == sorted(live), what="a row per worker")
+    for name, slots, hits, step in rows():
+        assert name in pool.workers and " / " in slots and step.endswith(" ms")
+        assert hits == "\u2013" or hits.endswith(" %")  # an en dash: nothing read yet
+    chat = {"model": MODEL, "messages": [{"role": "user", "content": "Name a colour."}], "max_tokens": 8}
+    httpx.post(pool.base + "/v1/chat/completions", json=chat, timeout=60)
+    charts = f"{section} .charts canvas"
+
+    def drawn() -> list[str]:  # each chart's accessible summary: its series' last reading
+        return browser.execute_script(
+            f"return [...document.querySelectorAll({charts!r})].map(c => c.getAttribute('aria-label'))"
+        )
+
+    until(lambda: len(drawn()) == 3 and "no reading yet" not in drawn()[0], what="the charts' readings")
+    labels = drawn()
+    assert labels[0].startswith("tokens/s: ") and labels[1].startswith("queued: ")
+    assert labels[2].startswith("prefix hit rate")
+    pixels = browser.execute_script(  # the tokens/s line is drawn: some pixel is not blank
+        f"const c = document.querySelector({charts!r}); const d = c.getContext('2d')"
+        ".getImageData(0, 0, c.width, c.height).data; return d.some(v => v !== 0)"
+    )
+    assert pixels
+    assert console_errors(browser) == []
+
+
 def test_the_page_asks_for_a_key_and_keeps_it_for_the_tab(pool, browser, tmp_path):
     api, base = start_api(tmp_path, pool.redis_url, env={"UI": "1", "API_KEYS": "sesame"})
     try:

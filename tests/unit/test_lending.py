@@ -14,7 +14,7 @@ MODEL = "m"
 
 
 def lending(r, lend_after_s: float = 0.05) -> Lending:
-    return Lending(r, MODEL, batch_slots=3, lend_slots=4, lend_after_s=lend_after_s, poll_s=0.01)
+    return Lending(r, MODEL, "w1", batch_slots=3, lend_slots=4, lend_after_s=lend_after_s, poll_s=0.01)
 
 
 def queue(tier: str) -> str:
@@ -35,7 +35,7 @@ def test_the_kept_slots_are_lent_only_after_a_quiet_spell_and_never_when_off():
 
 def test_lent_slots_go_to_lines_only_while_no_interactive_job_runs():
     r = fakeredis.FakeRedis()
-    half = Lending(r, MODEL, batch_slots=8, lend_slots=16, lend_after_s=0.05, poll_s=0.01)
+    half = Lending(r, MODEL, "w1", batch_slots=8, lend_slots=16, lend_after_s=0.05, poll_s=0.01)
     time.sleep(0.06)
     assert half.batch_limit(interactive_running=False) == 16
     assert half.batch_limit(interactive_running=True) == 8  # lines end; none is taken past 8

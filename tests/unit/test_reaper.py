@@ -13,6 +13,8 @@ import pytest
 from api.jobstore import JobStore
 from api.reaper import Reaper
 from api.registry import WorkerRegistry
+from api.routing import Router
+from api.settings import Routing
 from contract import keys
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
@@ -65,7 +67,9 @@ def reap(server, connected: set[str]) -> int:
     async def go() -> int:
         servers = server.aio()
         store = JobStore(servers, server.sync(), queue_wait_s=60, recovery=RECOVERY)
-        reaper = Reaper(servers, store, WorkerRegistry(servers.queues, 15), interval_s=0.5, settle_s=0)
+        registry = WorkerRegistry(servers.queues, 15)
+        router = Router(servers.queues, registry, Routing())
+        reaper = Reaper(servers, store, registry, router, interval_s=0.5, settle_s=0)
         survey = await store.survey(3000)
         taken = await reaper._judge(survey.running, connected)
         await reaper._return_inboxes(connected)

@@ -1,0 +1,53 @@
+"""Digests of a prompt's prefixes, the same on both sides: what a worker's KV cache holds, and
+what a new job's prompt starts with (cache-aware routing: api/routing.py, worker/held.py).
+
+The API has no tokenizer, so the prefixes are not token blocks but the prompt's own parts:
+for a chat job, each message boundary (the first k messages, k = 1..n), chained so that a
+digest stands for everything before it; for a legacy completion, each 256-character block
+of the prompt. A worker whose slot ran a job holds that job's prefixes, and, for a chat job
+answered with text alone, one more: the conversation with that answer as the assistant's
+next message, which is what the next turn starts with. A digest is 16 hex digits of
+BLAKE2b over the model, the job's tools (they are rendered into the prompt) and the parts.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+from contract.jobspec import JobSpec, Message
+
+TEXT_BLOCK = 256  # characters of a legacy prompt per digest
+MAX_DIGESTS = 32  # a prompt's deepest boundaries looked at (and a slot's held), and its first
+
+
+def _digest(parent: str, part: object) -> str:
+    canonical = json.dumps(part, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+    return hashlib.blake2b(f"{parent}\n{canonical}".encode(), digest_size=8).hexdigest()
+
+
+def _root(spec: JobSpec) -> str:
+    tools = [[t.name, t.description, t.parameters] for t in spec.tools]
+    return _digest("", [spec.model, spec.kind, tools])
+
+
+def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
+    """(digest, characters of prompt it covers) of each prefix, shortest first; with
+    `answer`, one more: the conversation followed by it, as the assistant's message. At most
+    MAX_DIGESTS: the first (a shared system prompt) and the deepest."""
+    out: list[tuple[str, int]] = []
+    digest, chars = _root(spec), 0
+    if spec.kind == "chat":
+        messages = list(spec.messages)
+        if answer is not None:
+            messages.append(Message("assistant", answer))
+        for m in messages:
+            digest = _digest(digest, m.to_dict())
+            chars += len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
+            out.append((digest, chars))
+    else:
+        text = spec.prompt + (answer or "")
+        for start in range(0, len(text) - TEXT_BLOCK + 1, TEXT_BLOCK):
+            digest = _digest(digest, text[start : start + TEXT_BLOCK])
+            out.append((digest, start + TEXT_BLOCK))
+    return out if len(out) <= MAX_DIGESTS else [out[0], *out[-(MAX_DIGESTS - 1) :]]

@@ -1,0 +1,150 @@
+"""Cache-aware routing through real processes: two workers, a conversation's next turn goes
+to the worker whose slot holds its history; a holder that does not take it in time, or dies,
+loses it to the other worker; nothing runs twice and no text is lost."""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import pytest
+import redis
+
+from contract import entries, keys
+from contract.entries import Started
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from tests.integration.conftest import MODEL
+from tests.sse_contract import check_stream
+
+pytestmark = pytest.mark.integration
+
+SYSTEM = {"role": "system", "content": "You are a careful assistant who answers briefly. " * 30}
+API_ENV = {
+    "ROUTE_WAIT_SECONDS": "1",
+    "REAPER_INTERVAL_SECONDS": "0.2",
+    "REAPER_SETTLE_SECONDS": "1",
+    "CANCEL_GRACE_SECONDS": "0",
+}
+WORKER_ENV = {"SLOTS": "2", "HEARTBEAT_WINDOW_SECONDS": "2", "WARM_UP_SECONDS": "0"}
+
+
+@dataclass
+class Pool:
+    base: str
+    r: redis.Redis
+    workers: dict[str, Proc]
+
+    def ask(self, messages: list[dict], **extra) -> dict:
+        body = {"model": MODEL, "messages": messages, "max_tokens": 12, "temperature": 0, **extra}
+        return httpx.post(self.base + "/v1/chat/completions", json=body, timeout=120).json()
+
+    def worker_of(self, cid: str) -> str:
+        return self.r.hget(keys.job(cid), keys.JobField.WORKER).decode()
+
+    def stats(self, field: str) -> int:
+        return int(self.r.hget(keys.STATS, field) or 0)
+
+    def turn(self, messages: list[dict], answer: dict, question: str) -> list[dict]:
+        reply = answer["choices"][0]["message"]["content"]
+        return [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": question}]
+
+
+@pytest.fixture
+def pool(tmp_path) -> Iterator[Pool]:
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env=API_ENV)
+    workers = {name: start_worker(tmp_path, url, name=name, env=WORKER_ENV) for name in ("wa", "wb")}
+    try:
+        wait_for_model(base, MODEL, procs=(api, *workers.values()))
+        deadline = time.monotonic() + 30
+        while httpx.get(base + "/v1/models").json()["data"][0]["workers"] < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        yield Pool(base, redis.Redis.from_url(url), workers)
+    finally:
+        for p in (*workers.values(), api, redis_proc):
+            p.stop()
+
+
+def conversation(i: int) -> list[dict]:
+    return [SYSTEM, {"role": "user", "content": f"Conversation {i}: name a colour and a fruit."}]
+
+
+def test_each_next_turn_goes_to_the_worker_holding_its_conversation(pool):
+    opened = {}
+    for i in range(4):
+        messages = conversation(i)
+        first = pool.ask(messages)
+        opened[i] = (messages, first, pool.worker_of(first["id"]))
+    for i, (messages, first, holder) in opened.items():
+        follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
+        assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
+        cached = follow["usage"]["prompt_tokens"]
+        assert cached > 300  # the conversation so far: what the holder's slot kept
+    assert pool.stats(keys.StatField.routed(MODEL)) >= 4
+    assert pool.stats(keys.StatField.batch("routed_taken", MODEL)) >= 4
+    assert pool.stats(keys.StatField.batch("cached_tokens", MODEL)) > 4 * 300
+    for name in pool.workers:
+        assert pool.r.scard(keys.held_prefixes(name)) <= 2 * 32  # bounded: SLOTS x MAX_DIGESTS
+
+
+def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worker(pool):
+    messages = conversation(0)
+    first = pool.ask(messages)
+    holder = pool.worker_of(first["id"])
+    pool.workers[holder].signal(signal.SIGSTOP)  # alive (its connections stay) but taking nothing
+    try:
+        started = time.monotonic()
+        follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
+        took = time.monotonic() - started
+    finally:
+        pool.workers[holder].signal(signal.SIGCONT)
+    assert pool.worker_of(follow["id"]) != holder
+    assert took < 15  # its deadline (1 s) and the reaper's tick, then the other worker's answer
+    assert pool.stats(keys.StatField.route_fallbacks(MODEL)) == 1
+
+
+def test_a_dead_holder_s_prefixes_go_with_it_and_its_conversation_goes_on_elsewhere(pool):
+    messages = conversation(1)
+    first = pool.ask(messages)
+    holder = pool.worker_of(first["id"])
+    assert pool.r.scard(keys.held_prefixes(holder)) > 0
+    pool.workers[holder].signal(signal.SIGKILL)
+    deadline = time.monotonic() + 10
+    while pool.r.exists(keys.held_prefixes(holder)):  # its connection is gone: at once
+        assert time.monotonic() < deadline
+        time.sleep(0.1)
+    follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
+    assert pool.worker_of(follow["id"]) != holder and follow["choices"][0]["finish_reason"]
+
+
+def test_a_holder_that_dies_with_the_routed_job_leaves_it_whole_and_run_once(pool):
+    messages = conversation(2)
+    first = pool.ask(messages)
+    holder = pool.worker_of(first["id"])
+    body = {
+        "model": MODEL,
+        "messages": pool.turn(messages, first, "Now tell a long story about them."),
+        "max_tokens": 200,
+        "temperature": 0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": True,
+    }
+    raw = b""
+    with httpx.stream("POST", pool.base + "/v1/chat/completions", json=body, timeout=120) as resp:
+        for chunk in resp.iter_raw():
+            raw += chunk
+            if raw.count(b'"content":"') == 10 and pool.workers[holder].alive():
+                pool.workers[holder].signal(signal.SIGKILL)  # mid-stream, on the routed job
+    parsed = check_stream(raw, "chat", include_usage=True)
+    cid = parsed.chunks[0]["id"]
+    events = [entries.decode(f) for _, f in pool.r.xrange(keys.events(cid))]
+    starts = [e for e in events if isinstance(e, Started)]
+    assert starts[0].worker == holder and starts[-1].worker != holder  # routed, then resumed
+    assert parsed.error is None and parsed.usage["completion_tokens"] == 200
+    replay = httpx.get(f"{pool.base}/v1/chat/completions/{cid}?stream=true", timeout=60).content
+    assert check_stream(replay, "chat", include_usage=True).text == parsed.text  # nothing lost or doubled

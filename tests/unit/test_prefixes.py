@@ -1,0 +1,34 @@
+"""The prompt prefix digests both sides compute alike: what a worker's slot holds and what a
+new job's prompt starts with (contract/prefixes.py)."""
+
+from __future__ import annotations
+
+from contract.jobspec import JobSpec, Message, Tool
+from contract.prefixes import MAX_DIGESTS, prefixes
+
+MODEL = "m"
+SYSTEM = Message("system", "You are a helpful assistant. " * 40)
+
+
+def chat(*messages: Message, **kw) -> JobSpec:
+    return JobSpec(id="chatcmpl-x", kind="chat", model=MODEL, messages=messages, **kw)
+
+
+def test_the_next_turn_starts_with_the_prefix_the_answer_left():
+    first = chat(SYSTEM, Message("user", "Tell me about lighthouses."))
+    held = prefixes(first, answer="They guide ships.")
+    follow = chat(*first.messages, Message("assistant", "They guide ships."), Message("user", "And storms?"))
+    asked = prefixes(follow)
+    assert asked[len(held) - 1] == held[-1]  # the whole earlier conversation, answer included
+    other = prefixes(chat(SYSTEM, Message("user", "Something else.")))
+    assert other[0] == held[0] and other[1] != held[1]  # a shared system prompt, nothing more
+    assert prefixes(chat(SYSTEM))[0] != prefixes(chat(SYSTEM, tools=(Tool("f"),)))[0]  # rendered too
+    long = chat(*(Message("user", f"m{i}") for i in range(100)))
+    assert (
+        len(prefixes(long)) == MAX_DIGESTS and prefixes(long)[0] == prefixes(chat(Message("user", "m0")))[0]
+    )
+
+
+def test_a_legacy_prompt_is_cut_in_blocks():
+    text = JobSpec(id="cmpl-x", kind="text", model=MODEL, prompt="x" * 1000)
+    assert [chars for _, chars in prefixes(text)] == [256, 512, 768]

@@ -1,0 +1,119 @@
+"""Cache-aware routing's policy and deadlines (api/routing.py), and the move back to the shared
+queue, on fakeredis with real Lua."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import fakeredis
+
+from api.registry import WorkerRegistry
+from api.routing import Candidate, Router, choose, wait_ms
+from api.settings import Routing
+from contract import keys
+from contract.jobspec import JobSpec, Message
+from contract.prefixes import prefixes
+
+MODEL = "m"
+SYSTEM = Message("system", "You are a helpful assistant. " * 40)
+
+
+def chat(*messages: Message, **kw) -> JobSpec:
+    return JobSpec(id="chatcmpl-x", kind="chat", model=MODEL, messages=messages, **kw)
+
+
+SETTINGS = Routing(wait_s=1.0, min_chars=100, balance_abs=4, balance_rel=1.5)
+
+
+def test_the_longest_match_wins_unless_the_pool_is_imbalanced_or_it_is_full():
+    a = Candidate("a", matched=2000, slots=4, in_use=1, routed=0)
+    b = Candidate("b", matched=300, slots=4, in_use=0, routed=0)
+    assert choose([a, b], SETTINGS) == a
+    assert choose([a], SETTINGS) is None  # one worker: its queue is the shared one
+    assert choose([Candidate("a", 50, 4, 0, 0), b], SETTINGS) == b  # a's match is too short
+    assert choose([Candidate("a", 90, 4, 0, 0), Candidate("b", 80, 4, 0, 0)], SETTINGS) is None
+    hot = Candidate("a", 2000, 16, 14, 0)  # a popular prefix, piled on one worker
+    assert choose([hot, Candidate("b", 0, 16, 2, 0)], SETTINGS) is None
+    full = Candidate("a", 2000, 4, 3, 1)
+    assert choose([full, Candidate("b", 0, 4, 1, 0)], SETTINGS) is None  # b has a free slot
+    assert choose([full, Candidate("b", 0, 4, 4, 0)], SETTINGS) == full  # nobody has one: wait for it
+    tie = [Candidate("a", 2000, 4, 2, 0), Candidate("b", 2000, 4, 1, 0)]
+    assert choose(tie, SETTINGS).name == "b"
+
+
+def test_the_deadline_grows_with_what_waits_ahead_of_the_job():
+    assert wait_ms(Candidate("a", 1, 4, 0, 0), SETTINGS) == 1000
+    assert wait_ms(Candidate("a", 1, 4, 1, 2), SETTINGS) == 3000
+    assert wait_ms(Candidate("a", 1, 4, 4, 9), SETTINGS) == 4000
+
+
+def pool(r: fakeredis.FakeAsyncRedis, held: dict[str, list[str]], in_use: dict[str, int]) -> None:
+    async def go() -> None:
+        now = int(time.time() * 1000)
+        for name, digests in held.items():
+            await r.zadd(keys.workers(MODEL), {name: now})
+            await r.hset(keys.worker_slots(MODEL), name, 4)
+            await r.hset(keys.worker_load(MODEL), name, f"{in_use.get(name, 0)} 10.0 0 0")
+            if digests:
+                await r.sadd(keys.held_prefixes(name), *digests)
+
+    asyncio.run(go())
+
+
+def test_a_job_is_routed_to_the_holder_and_goes_back_once_past_its_deadline():
+    r = fakeredis.FakeAsyncRedis()
+    first = chat(SYSTEM, Message("user", "Tell me about lighthouses."))
+    digests = [d for d, _ in prefixes(first, answer="They guide ships.")]
+    pool(r, {"w1": [], "w2": digests}, {})
+    router = Router(r, WorkerRegistry(r, 15), SETTINGS)
+    follow = chat(*first.messages, Message("assistant", "They guide ships."), Message("user", "And storms?"))
+
+    async def go() -> tuple:
+        route = await router.route(follow)
+        routed_queue = keys.rq_queue_key(keys.routed_queue_name(MODEL, "default", "w2"))
+        await r.rpush(routed_queue, keys.rq_job_id(follow.id, 0))  # as queueing.enqueue puts it
+        early = await router.fall_back(MODEL)
+        member = (await r.zrange(keys.routed(MODEL), 0, -1))[0]
+        await r.zadd(keys.routed(MODEL), {member: 0})  # its deadline has passed
+        back = await router.fall_back(MODEL)
+        again = await router.fall_back(MODEL)
+        shared = await r.lrange(keys.rq_queue_key(keys.queue_name(MODEL)), 0, -1)
+        return route, early, back, again, shared, await r.llen(routed_queue), await r.hgetall(keys.STATS)
+
+    route, early, back, again, shared, left, stats = asyncio.run(go())
+    assert route.worker == "w2" and route.matched_chars > 1000
+    assert (early, back, again, left) == (0, 1, 0, 0)  # moved once, never twice
+    assert shared == [keys.rq_job_id(follow.id, 0).encode()]
+    assert stats[keys.StatField.routed(MODEL).encode()] == b"1"
+    assert stats[keys.StatField.route_fallbacks(MODEL).encode()] == b"1"
+
+
+def test_a_job_its_worker_took_is_not_moved_and_a_dead_worker_s_are_moved_at_once():
+    r = fakeredis.FakeAsyncRedis()
+    spec = chat(SYSTEM, Message("user", "Hi"))
+    pool(r, {"w1": [d for d, _ in prefixes(spec)], "w2": []}, {})
+    router = Router(r, WorkerRegistry(r, 15), SETTINGS)
+
+    async def go() -> tuple:
+        taken = await router.route(spec)  # its worker takes it: the list entry is gone
+        await r.zadd(keys.routed(MODEL), {(await r.zrange(keys.routed(MODEL), 0, -1))[0]: 0})
+        kept = await router.fall_back(MODEL)
+        other = JobSpec(id="chatcmpl-y", kind="chat", model=MODEL, messages=spec.messages)
+        await router.route(other)
+        await r.rpush(keys.rq_queue_key(keys.routed_queue_name(MODEL, "default", "w1")), "chatcmpl-y")
+        dead = await router.fall_back(MODEL, "w1")  # before its deadline: its worker died
+        return taken, kept, dead
+
+    taken, kept, dead = asyncio.run(go())
+    assert taken.worker == "w1" and kept == 0 and dead == 1
+
+
+def test_routing_off_and_the_tiers_it_leaves_alone():
+    r = fakeredis.FakeAsyncRedis()
+    spec = chat(SYSTEM, Message("user", "Hi"))
+    pool(r, {"w1": [d for d, _ in prefixes(spec)], "w2": []}, {})
+    off = Router(r, WorkerRegistry(r, 15), Routing(enabled=False))
+    on = Router(r, WorkerRegistry(r, 15), SETTINGS)
+    batch = JobSpec(id="chatcmpl-b", kind="chat", model=MODEL, messages=spec.messages, priority="batch")
+    assert asyncio.run(off.route(spec)) is None and asyncio.run(on.route(batch)) is None
