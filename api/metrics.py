@@ -34,6 +34,7 @@ _BATCH_HELP = {
     "sequences": "Sequences in those steps, summed: divided by the steps, the mean batch occupancy.",
     "prefill_tokens": "Prompt tokens computed (not those a slot's cached prefix already held).",
     "moves": "Sequences moved into a lower free slot to keep the running slots consecutive.",
+    "kept": "Ended conversations' caches copied to a spare slot out of such a move's way.",
     "interrupted": "Steps of Batch API lines stopped part way for an interactive job's prompt.",
     "decode_us": "Microseconds inside llama_decode.",
     "sample_us": "Microseconds sampling the sequences of each step.",

@@ -333,6 +333,7 @@ class BatchCounters:
     prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
     # not counting those its slot's cache already held
     moves: int = 0  # sequences moved to close a gap between slots (worker.step_plan.compaction)
+    kept: int = 0  # ended conversations' caches copied out of a move's way (worker.step_plan.spare_slot)
     interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (worker/interrupt.py)
     prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)
     cached_tokens: int = 0  # of them, those a slot's cache already held (prefill saved)

@@ -17,9 +17,12 @@ A sequence its job closes (done, cancelled, fenced, shut down) leaves at the nex
 slot takes the next job at once, without waiting for the others. A slot keeps the KV of its
 last sequence, and a new job takes the free slot that shares the longest prefix with its
 prompt (the chat template's system prompt, a conversation's earlier turns), so only the rest
-is prefilled. With the CPU build, a job's greedy tokens do not depend on what else is in
-the batch or on the cached prefix (tests/integration/test_batching.py checks it); a GPU
-backend may round a batch differently.
+is prefilled; a job whose prompt extends no slot's cache takes an empty slot, else the
+least recently used (`choose_slot`), so a conversation's cache lasts until its next turn. A
+move that closes a gap between running slots first copies the cache the ended job left
+there to a spare slot (`spare_slot`). With the CPU build, a job's greedy tokens do not
+depend on what else is in the batch or on the cached prefix
+(tests/integration/test_batching.py checks it); a GPU backend may round a batch differently.
 """
 
 from __future__ import annotations
@@ -35,11 +38,20 @@ import llama_cpp
 
 from contract.keys import BatchCounters
 from worker.errors import GrammarDeadEnd
+from worker.held import HeldPrefixes
 from worker.interrupt import StepInterrupt
 from worker.picks import Pick
 from worker.sampling import Sampler
 from worker.step_cost import StepCost
-from worker.step_plan import batch_capacity, common_prefix, compaction, plan, stepping
+from worker.step_plan import (
+    batch_capacity,
+    choose_slot,
+    common_prefix,
+    compaction,
+    plan,
+    spare_slot,
+    stepping,
+)
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +101,7 @@ class Scheduler:
         prefill_stretch: float = 0.0,
         lines_beside: int | None = None,
         step_delay_s: float = 0.0,
-        on_admit: Callable[[int], None] = lambda slot: None,
+        held: HeldPrefixes | None = None,
     ) -> None:
         self._ctx = ctx
         self._mem = llama_cpp.llama_get_memory(ctx)
@@ -101,10 +113,12 @@ class Scheduler:
         self.cost = StepCost(prefill_stretch)
         self._lines_beside = lines_beside  # Batch API lines stepping beside interactive ones
         self._step_delay_s = step_delay_s  # STEP_DELAY_SECONDS: a slower machine, for the tests
-        self._on_admit = on_admit  # a slot taken: what it held is being written over (worker/held.py)
+        self._held = held  # what each slot's cache holds, for cache-aware routing (worker/held.py)
         self._interrupt = StepInterrupt(ctx)
         self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
+        self._ended = [0] * slots  # when each slot's last job ended (a tick; 0: never, or a stale copy)
+        self._tick = 0
         self._free = list(range(slots))
         self._running: list[Sequence] = []
         self._waiting: list[Sequence] = []
@@ -205,6 +219,8 @@ class Scheduler:
         seq.sampler.close()
         if not self._prefix_cache:
             self._forget(seq.slot)
+        self._tick += 1
+        self._ended[seq.slot] = self._tick
         self._free.append(seq.slot)
 
     def _forget(self, slot: int) -> None:
@@ -212,33 +228,39 @@ class Scheduler:
         self._kv[slot] = []
 
     def _admit(self) -> None:
-        """Give free slots to waiting sequences, each the slot whose cache shares most."""
+        """Give free slots to waiting sequences (`choose_slot`: its conversation's own slot,
+        else an empty one or the least recently used)."""
         while self._waiting and self._free:
             seq = self._waiting.pop(0)
-            # Ties (no cache, or the same shared prefix) go to the lowest slot: running
-            # sequences then sit in consecutive slots, which llama.cpp decodes in one pass.
-            shared = {s: common_prefix(self._kv[s], seq.context) for s in self._free}
-            slot = max(self._free, key=lambda s: (shared[s], -s))
+            slot = choose_slot(self._free, self._kv, seq.context, self._ended)
             self._free.remove(slot)
             # Keep the shared prefix, but always compute the last context token again:
             # its logits are what the first token is sampled from.
-            keep = min(shared[slot], len(seq.context) - 1)
+            keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1)
             llama_cpp.llama_memory_seq_rm(self._mem, slot, keep, -1)
             del self._kv[slot][keep:]
             seq.slot, seq.fed = slot, keep
             self._running.append(seq)
             self.counters.prompt_tokens += len(seq.context)
             self.counters.cached_tokens += keep
-            self._on_admit(slot)
+            if self._held is not None:
+                self._held.taken(slot, seq)
 
     def _compact(self) -> None:
         """Move sequences into the gaps `compaction` finds (see there for why)."""
         by_slot = {seq.slot: seq for seq in self._running}
-        for src, dst in compaction(list(by_slot), self._free):
-            # llama.cpp copies the whole slot's KV at the next decode; the source keeps
-            # its cells, a cached prefix for the sequence's conversation.
+        moves = compaction(list(by_slot), self._free)
+        targets = {dst for _, dst in moves}
+        for src, dst in moves:
+            if self._prefix_cache and self._kv[dst]:
+                self._keep(dst, targets)
+            # llama.cpp copies the whole slot's KV at the next decode (copies run in the
+            # order asked); the source keeps a stale copy, the first cache to be evicted.
             llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
             self._kv[dst] = list(self._kv[src])
+            if self._held is not None:
+                self._held.moved(src, dst)
+            self._ended[src] = 0
             if not self._prefix_cache:
                 self._forget(src)
             seq = by_slot.pop(src)
@@ -247,6 +269,20 @@ class Scheduler:
             self._free.remove(dst)
             self._free.append(src)
             self.counters.moves += 1
+
+    def _keep(self, gap: int, targets: set[int]) -> None:
+        """The cache in `gap` (the conversation whose job just ended there, whose next turn
+        may be on its way) is about to be written over by a move: copy it to a spare free
+        slot first, one holding nothing or an older conversation (`spare_slot`)."""
+        spare = spare_slot(self._free, self._kv, self._ended, targets, self._ended[gap])
+        if spare is None:
+            return
+        llama_cpp.llama_memory_seq_cp(self._mem, gap, spare, -1, -1)
+        self._kv[spare] = list(self._kv[gap])
+        self._ended[spare] = self._ended[gap]
+        if self._held is not None:
+            self._held.moved(gap, spare)
+        self.counters.kept += 1
 
     def _step(self) -> None:
         """One llama_decode of the planned tokens, then each sequence with logits samples."""

@@ -124,7 +124,7 @@ class LlamaEngine:
             prefill_stretch=settings.prefill_stretch,
             lines_beside=settings.batch_share(self.slots),
             step_delay_s=settings.step_delay_s,
-            on_admit=self.held.taken,
+            held=self.held,
         )
 
     def _context(self, settings: WorkerSettings, slots: int):
@@ -216,7 +216,7 @@ class LlamaEngine:
                 # an answer of text alone is what the next turn's assistant message will be
                 plain = not spec.stop and not spec.uses_tools and not prior
                 text = b"".join(answer).decode("utf-8", "replace") if plain else None
-                self.held.held(seq.slot, [d for d, _ in prefixes(spec, text)])
+                self.held.held(seq, [d for d, _ in prefixes(spec, text)])
 
     def piece(self, token: int) -> bytes:
         return self.prompts.piece(token)

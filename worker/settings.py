@@ -151,8 +151,8 @@ class WorkerSettings:
     prefix_cache: bool = setting(
         True,
         "PREFIX_CACHE",
-        "a slot keeps its last job's KV cache, and a new job takes the slot sharing the longest "
-        "prefix with its prompt; `0`: prefill everything",
+        "a slot keeps its last job's KV cache; a new job takes the slot whose cache its prompt "
+        "extends, else an empty one or the least recently used; `0`: prefill everything",
     )
     step_delay_s: float = setting(
         0.0,

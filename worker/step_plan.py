@@ -109,6 +109,41 @@ def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
     return moves
 
 
+TAIL = 4  # tokens at a cache's end that a next turn may render otherwise (its answer re-tokenized)
+NEAR = 64  # tokens of shared prefix not worth evicting a more recent conversation for
+
+
+def choose_slot(free: list[int], kv: list[list[int]], context: list[int], ended: list[int]) -> int:
+    """The free slot a new sequence takes (`kv`: each slot's cached tokens; `ended`: when
+    each slot's last job ended, a tick, 0 for never).
+
+    A slot keeps its last job's cache for the next job that shares a prefix with it: a
+    conversation's next turn, or prompts with one system prompt. So the slot whose whole
+    cache the new context extends is taken first (its conversation's next turn: nothing
+    else is lost). Otherwise a slot is evicted: among those sharing nearly the longest
+    prefix (within NEAR tokens), an empty one, else the one whose job ended longest ago, so
+    a new conversation does not overwrite a recent one (which cache-aware routing,
+    api/routing.py, may be sending its next turn to) for the chat template's few shared
+    tokens. Ties go to the lowest slot; `compaction` closes the gaps this may leave."""
+    shared = {s: common_prefix(kv[s], context) for s in free}
+    extended = [s for s in free if kv[s] and shared[s] >= len(kv[s]) - TAIL]
+    if extended:
+        return max(extended, key=lambda s: (shared[s], -s))
+    best = max(shared.values())
+    near = [s for s in free if shared[s] >= best - NEAR]
+    return min(near, key=lambda s: (bool(kv[s]), ended[s], s))
+
+
+def spare_slot(
+    free: list[int], kv: list[list[int]], ended: list[int], avoid: set[int], than: int
+) -> int | None:
+    """A free slot to keep a cache that a compaction move would overwrite (a conversation
+    that ended at tick `than`): an empty one, else the least recently used that ended
+    before it; never one in `avoid` (the moves' targets). None: the cache is the oldest."""
+    spares = [t for t in free if t not in avoid and (not kv[t] or ended[t] < than)]
+    return min(spares, key=lambda t: (bool(kv[t]), ended[t], t)) if spares else None
+
+
 def batch_capacity(slots: int, chunk: int) -> int:
     """The most rows a step can have (see `plan`): the context's batch size."""
     return slots * chunk

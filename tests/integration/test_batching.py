@@ -159,6 +159,36 @@ def test_a_job_ending_between_two_others_closes_the_gap_and_changes_no_answer(al
         eng.close()
 
 
+def test_a_conversation_ending_in_a_gap_keeps_its_cache_in_a_spare_slot(alone):
+    """As above with a fourth, empty slot: before the job in slot 2 moves into slot 1, the
+    cache the ended job left there (its conversation, whose next turn may be coming) is
+    copied to slot 3, and that next turn reads only what is new."""
+    eng = make_engine(4)
+    try:
+        started = [threading.Event(), threading.Event()]
+
+        def nth(i: int, after: threading.Event | None, limit: int = 40):
+            def run():
+                if after is not None:
+                    assert after.wait(60)
+                on_token = (lambda n: started[i].set()) if i < 2 else None
+                return generate(eng, job(eng, QUESTIONS[i], i), limit=limit, on_token=on_token)
+
+            return run
+
+        a, b, c = concurrently(nth(0, None), nth(1, started[0], limit=3), nth(2, started[1]))
+        assert (a, b, c) == (alone[0], alone[1][:3], alone[2])
+        counters = eng._scheduler.counters
+        assert counters.moves == 1 and counters.kept == 1
+        spec = job(eng, QUESTIONS[1], 1)
+        prompt = eng.prompt_ids(spec)
+        before = counters.cached_tokens
+        assert generate(eng, spec, limit=5, prior=b) == alone[1][3:8]  # the next turn, as it were
+        assert counters.cached_tokens - before >= len(prompt) + 2  # its prompt and answer: cached
+    finally:
+        eng.close()
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_while_others_decode(engine):
     """A ~1,500-token prompt takes many steps; a running stream keeps getting tokens meanwhile."""
     long_question = "Summarize: " + " ".join(f"item {i} is blue." for i in range(150))

@@ -1,5 +1,5 @@
 """What a worker's slots hold, for cache-aware routing (worker/held.py): bounded whatever the
-traffic, dropped when a slot takes another job."""
+traffic, dropped when a slot takes another job, carried along when a cache is moved."""
 
 from __future__ import annotations
 
@@ -11,9 +11,35 @@ def test_a_slot_holds_its_last_job_s_prefixes_until_it_takes_another():
     held = HeldPrefixes(2)
     pokes = []
     held.changed = lambda: pokes.append(1)
-    held.held(0, ["a", "b"])
-    held.held(1, [str(i) for i in range(100)])
+    a, b, c = object(), object(), object()
+    held.taken(0, a)
+    held.taken(1, b)
+    held.held(a, ["a", "b"])
+    held.held(b, [str(i) for i in range(100)])
     version, digests = held.digests()
     assert {"a", "b"} <= digests and len(digests) == 2 + MAX_DIGESTS and pokes == [1, 1]
-    held.taken(0)
+    held.taken(0, c)
     assert held.digests()[1] == {str(i) for i in range(MAX_DIGESTS)} and held.version == version + 1
+
+
+def test_a_job_ending_after_its_slot_was_taken_again_claims_nothing():
+    held = HeldPrefixes(1)
+    a, b = object(), object()
+    held.taken(0, a)
+    held.taken(0, b)  # the scheduler gave the slot to the next job first
+    held.held(a, ["late"])
+    assert held.digests()[1] == set()
+
+
+def test_a_moved_cache_takes_its_prefixes_and_its_job_along():
+    held = HeldPrefixes(3)
+    ended, running = object(), object()
+    held.taken(1, ended)
+    held.held(ended, ["e"])
+    held.taken(2, running)
+    held.moved(1, 0)  # the ended conversation kept in a spare slot
+    held.moved(2, 1)  # the running job moved into the gap
+    late = object()
+    held.held(running, ["r"])  # it ends: its slot is where it moved
+    held.taken(0, late)  # the spare is taken: "e" goes, "r" stays
+    assert held.digests()[1] == {"r"}

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from worker.batching import Sequence
 from worker.step_cost import StepCost
-from worker.step_plan import compaction, plan, stepping
+from worker.step_plan import choose_slot, compaction, plan, spare_slot, stepping
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:
@@ -73,6 +73,39 @@ def test_compaction_moves_the_highest_sequence_into_a_gap():
     assert compaction([2, 3, 4], [0, 1, 5, 6, 7]) == []  # consecutive: one pass already
     assert compaction([5], [0, 1, 2, 3, 4, 6, 7]) == []
     assert compaction([], list(range(8))) == []
+
+
+TEMPLATE = list(range(1000, 1030))  # the chat template's start: every prompt shares it
+
+
+def test_a_conversation_s_next_turn_takes_the_slot_its_last_turn_left():
+    held = [*TEMPLATE, *range(1, 500)]
+    kv = [list(held), [*TEMPLATE, *range(600, 900)], []]
+    assert choose_slot([0, 1, 2], kv, [*held, 7, 8, 9], ended=[1, 2, 0]) == 0  # even if not the oldest
+
+
+def test_a_new_conversation_takes_an_empty_slot_before_evicting_one_for_the_template():
+    kv = [[*TEMPLATE, *range(1, 500)], [], [*TEMPLATE, *range(600, 900)], []]
+    assert choose_slot([0, 1, 2, 3], kv, [*TEMPLATE, 5, 6], ended=[2, 0, 1, 0]) == 1
+
+
+def test_with_no_empty_slot_the_least_recently_used_is_evicted():
+    kv = [[*TEMPLATE, *range(1, 500)], [*TEMPLATE, *range(600, 900)], [*TEMPLATE, *range(5000, 5100)]]
+    assert choose_slot([0, 1, 2], kv, [*TEMPLATE, 5, 6], ended=[3, 1, 2]) == 1
+
+
+def test_a_long_shared_prefix_beats_recency_and_equal_ones_go_by_recency():
+    system = [*TEMPLATE, *range(2000, 4000)]  # a long shared system prompt
+    kv = [[*TEMPLATE, *range(1, 100)], [*system, *range(11, 60)], [*system, *range(61, 110)], []]
+    assert choose_slot([0, 1, 2, 3], kv, [*system, 31], ended=[1, 3, 2, 0]) == 2  # not 0 nor empty 3
+    assert choose_slot([0, 1, 2, 3], kv, [*system, 31], ended=[1, 2, 3, 0]) == 1
+
+
+def test_a_spare_for_a_conversation_in_the_way_is_empty_or_older_and_never_a_move_s_target():
+    kv = [[1], [], [2], [3]]
+    assert spare_slot([1, 2, 3], kv, ended=[5, 0, 1, 2], avoid={1}, than=5) == 2  # 1 is a move's gap
+    assert spare_slot([1, 3], kv, ended=[5, 0, 1, 2], avoid=set(), than=5) == 1  # empty first
+    assert spare_slot([3], kv, ended=[5, 0, 1, 7], avoid=set(), than=5) is None  # newer: keep it
 
 
 def test_batch_lines_sit_out_the_steps_that_read_an_interactive_prompt():
