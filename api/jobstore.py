@@ -28,7 +28,7 @@ from api.owners import (
     Quota,
     now_ms,
 )
-from api.routing import Route, Router
+from api.routing import Router
 from contract import entries, keys, queueing, scripts
 from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
 from contract.jobspec import JobSpec, digest
@@ -184,8 +184,7 @@ class JobStore:
                 except BaseException:
                     await self.owners.take_back(spec.id, owner, idempotency)
                     raise
-                route = await self._router.route(spec) if self._router and counted else None
-                await self._enqueue(spec, keep_on_failure=idempotency is not None, route=route)
+                await self._enqueue(spec, keep_on_failure=idempotency is not None, routed=counted)
                 return Submitted(state, new=True)
             if verdict[0] == b"limit":
                 raise OwnerLimit(int(verdict[1]))
@@ -251,14 +250,18 @@ class JobStore:
             args=[spec.id, self.recovery.job_ttl_s, *(str(x) for pair in fields.items() for x in pair)],
         )
 
-    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, route: Route | None = None) -> None:
-        """Put the new job on its queue (its worker's routed one, if routed). If that fails
-        the job is deleted, unless a retry with its Idempotency-Key may come back for it:
-        then it stays pending, and the reaper enqueues it once Redis answers again."""
-        worker = route.worker if route else None
+    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool) -> None:
+        """Put the new job on its queue: with `routed`, the routed queue of the worker
+        holding its prompt's prefix, if one does (api/routing.py). If that fails the job is
+        deleted, unless a retry with its Idempotency-Key may come back for it: then it stays
+        pending, and the reaper enqueues it once Redis answers again."""
         try:
+            route = await self._router.route(spec) if self._router and routed else None
+            worker, deadline_ms = (route.worker, route.deadline_ms) if route else (None, 0)
             await anyio.to_thread.run_sync(
-                lambda: queueing.enqueue(self._rq, spec.to_dict(), 0, self.recovery, worker=worker)
+                lambda: queueing.enqueue(
+                    self._rq, spec.to_dict(), 0, self.recovery, worker=worker, deadline_ms=deadline_ms
+                )
             )
         except BaseException:
             if not keep_on_failure:

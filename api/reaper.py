@@ -141,8 +141,9 @@ class Reaper:
             if back := await self._router.fall_back(model):
                 log.info("%d routed jobs of %s were not taken in time: back in the shared queue", back, model)
             for worker in names:
-                if worker not in connected:
-                    await self._r.delete(keys.held_prefixes(worker))
+                if worker not in connected:  # its claims, and RQ's registry of its own queues
+                    routed = [keys.routed_queue_name(model, p, worker) for p in keys.ROUTED_TIERS]
+                    await self._r.delete(keys.held_prefixes(worker), *map(keys.rq_queue_workers_key, routed))
                     if back := await self._router.fall_back(model, worker):
                         log.warning(
                             "%d jobs routed to %s, which died, are back in the shared queue", back, worker

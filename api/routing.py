@@ -32,6 +32,7 @@ import time
 from dataclasses import dataclass
 
 import redis.asyncio as aredis
+from redis.exceptions import ResponseError
 
 from api.registry import WorkerLoad, WorkerRegistry
 from api.settings import Routing
@@ -107,11 +108,18 @@ class Router:
         self._fall_back = client.register_script(FALL_BACK)
 
     async def route(self, spec: JobSpec) -> Route | None:
-        """Where a new job should wait (None: the shared queue), recorded with its deadline
-        before it is enqueued (an API that dies in between leaves a pending job, which the
-        reaper enqueues on the shared queue)."""
+        """Where a new job should wait (None: the shared queue) and until when; enqueueing
+        writes both (contract/queueing.py). A server that refuses the commands (an ACL from
+        before routing) sends every job to the shared queue, with a warning."""
         if not self.settings.enabled or spec.priority not in keys.ROUTED_TIERS:
             return None
+        try:
+            return await self._route(spec)
+        except ResponseError as exc:
+            log.warning("cache-aware routing is off for this job: %s", exc)
+            return None
+
+    async def _route(self, spec: JobSpec) -> Route | None:
         found = prefixes(spec)
         if not found:
             return None
@@ -135,13 +143,7 @@ class Router:
         holder = choose(candidates, self.settings)
         if holder is None:
             return None
-        route = Route(holder.name, holder.matched, int(time.time() * 1000) + wait_ms(holder, self.settings))
-        member = f"{keys.rq_job_id(spec.id, 0)} {holder.name} {spec.priority}"
-        async with self._r.pipeline(transaction=False) as pipe:
-            pipe.zadd(keys.routed(spec.model), {member: route.deadline_ms})
-            pipe.hincrby(keys.STATS, keys.StatField.routed(spec.model), 1)
-            await pipe.execute()
-        return route
+        return Route(holder.name, holder.matched, int(time.time() * 1000) + wait_ms(holder, self.settings))
 
     async def fall_back(self, model: str, worker: str | None = None) -> int:
         """Move the routed jobs past their deadline (or every one of `worker`, found dead)
@@ -150,10 +152,14 @@ class Router:
         if worker is None:
             members = await self._r.zrangebyscore(index, "-inf", int(time.time() * 1000), start=0, num=256)
         else:
-            members = [m for m in await self._r.zrange(index, 0, -1) if as_text(m).split()[1] == worker]
+            members = [
+                m
+                for m in await self._r.zrange(index, 0, -1)
+                if keys.parse_routed_member(as_text(m))[1] == worker
+            ]
         back = 0
         for raw in members:
-            job_id, owner, tier = as_text(raw).split()
+            job_id, owner, tier = keys.parse_routed_member(as_text(raw))
             back += await self._fall_back(
                 keys=[
                     keys.rq_queue_key(keys.routed_queue_name(model, tier, owner)),

@@ -23,6 +23,7 @@ from enum import StrEnum
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from rq import Queue
+from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
 PREFIX = "ts"
 
@@ -267,9 +268,22 @@ def worker_load(model: str) -> str:
 
 
 def routed(model: str) -> str:
-    """ZSET: "<rq job id> <worker> <tier>" -> ms by which the worker must have taken it from
-    its routed queue; past it, the job goes back to the tier's shared queue (api/routing.py)."""
+    """ZSET: `routed_member`s -> ms by which the worker must have taken the job from its
+    routed queue; past it, the job goes back to the tier's shared queue (api/routing.py).
+    Written with the job's push onto the routed queue, in one transaction."""
     return f"{PREFIX}:routed:{model}"
+
+
+def routed_member(rq_job_id: str, worker: str, priority: str) -> str:
+    """A `routed` entry: the RQ job, the worker it waits for, its tier (worker names, like
+    Redis connection names, hold no spaces)."""
+    return f"{rq_job_id} {worker} {priority}"
+
+
+def parse_routed_member(member: str) -> tuple[str, str, str]:
+    """(RQ job id, worker, tier) of a `routed` entry."""
+    job_id, worker, priority = member.split(" ")
+    return job_id, worker, priority
 
 
 def worker_placement(model: str) -> str:
@@ -412,6 +426,12 @@ def queue_names(model: str) -> tuple[str, ...]:
 def rq_queue_key(name: str) -> str:
     """LIST: RQ's own key for the queue named `name`."""
     return Queue.redis_queue_namespace_prefix + name
+
+
+def rq_queue_workers_key(name: str) -> str:
+    """SET: RQ's registry of the workers that read the queue named `name` (one a worker's
+    routed queues: the reaper deletes it with the worker found dead)."""
+    return WORKERS_BY_QUEUE_KEY % name
 
 
 def queue_key(model: str) -> str:

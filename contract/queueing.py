@@ -39,14 +39,17 @@ def enqueue(
     recovery: Recovery,
     suspect: bool = False,
     worker: str | None = None,
+    deadline_ms: int = 0,
 ) -> None:
     """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it
     (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
     continuation (epoch > 0) goes to the front: its client is mid-stream and its resume has a
     deadline (RESUME_WAIT_SECONDS), while new jobs behind it have not started. A new job
-    routed to `worker` (api/routing.py) goes on that worker's routed queue of its tier and
-    wakes that worker; its RQ record names the shared queue, where it goes back if not taken
-    in time (RQ's own list of queues never holds a worker's)."""
+    routed to `worker` (api/routing.py) goes on that worker's routed queue of its tier, with
+    its entry in `keys.routed` (due at `deadline_ms`) in the same transaction, so the reaper
+    can always move it back; it wakes that worker. Its RQ record names the shared queue,
+    where it goes back if not taken in time (RQ's own list of queues never holds a
+    worker's)."""
     model, completion_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = keys.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
@@ -69,8 +72,13 @@ def enqueue(
         record = queue.create_job(**job)
         record.origin = queue.name
         record.enqueued_at = now()
-        record.save()
-        client.rpush(keys.rq_queue_key(keys.routed_queue_name(model, priority, worker)), record.id)
+        with client.pipeline() as pipe:  # MULTI: the record, the push, the deadline, or none
+            record.save(pipeline=pipe)
+            record.cleanup(ttl=record.ttl, pipeline=pipe)  # the record's expiry, as RQ's enqueue sets it
+            pipe.rpush(keys.rq_queue_key(keys.routed_queue_name(model, priority, worker)), record.id)
+            pipe.zadd(keys.routed(model), {keys.routed_member(record.id, worker, priority): deadline_ms})
+            pipe.hincrby(keys.STATS, keys.StatField.routed(model), 1)
+            pipe.execute()
         wake = keys.wake_worker(worker)
     pending = keys.pending(keys.shard(completion_id))
     with client.pipeline(transaction=False) as pipe:

@@ -129,10 +129,12 @@ def main() -> None:
         idle = int(settings.idle_exit_s) if settings.idle_exit_s else None
         try:
             worker.work(max_idle_time=idle)
+            presence.withdraw()  # takes no more jobs: routing sends none here
             if runner.running():
                 log.info("waiting for %d running jobs (or their hand-off)", runner.running())
             runner.drain()
         except (SystemExit, KeyboardInterrupt):  # cold shutdown: hand the running jobs off
+            presence.withdraw()
             runner.request_shutdown(0.0)
             runner.drain(timeout=10.0)
             raise

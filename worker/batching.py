@@ -165,7 +165,9 @@ class Scheduler:
             if self._running or self._waiting:
                 raise RuntimeError("reset while sequences run")
             llama_cpp.llama_memory_clear(self._mem, True)
-            self._kv = [[] for _ in range(self.slots)]
+            for slot in range(self.slots):
+                self._forget(slot)
+            self._tick = 0
             self.counters = BatchCounters()
 
     def stop(self) -> None:
@@ -226,6 +228,9 @@ class Scheduler:
     def _forget(self, slot: int) -> None:
         llama_cpp.llama_memory_seq_rm(self._mem, slot, -1, -1)
         self._kv[slot] = []
+        self._ended[slot] = 0
+        if self._held is not None:
+            self._held.forget(slot)
 
     def _admit(self) -> None:
         """Give free slots to waiting sequences (`choose_slot`: its conversation's own slot,
@@ -252,7 +257,7 @@ class Scheduler:
         moves = compaction(list(by_slot), self._free)
         targets = {dst for _, dst in moves}
         for src, dst in moves:
-            if self._prefix_cache and self._kv[dst]:
+            if self._prefix_cache and self._ended[dst]:  # a conversation, not a stale copy
                 self._keep(dst, targets)
             # llama.cpp copies the whole slot's KV at the next decode (copies run in the
             # order asked); the source keeps a stale copy, the first cache to be evicted.

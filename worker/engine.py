@@ -212,7 +212,7 @@ class LlamaEngine:
                 yield pick, piece
         finally:
             self._scheduler.close(seq)
-            if self._prefix_cache and seq.slot >= 0:
+            if self._prefix_cache and answer:  # its prompt was read whole: the cache holds it
                 # an answer of text alone is what the next turn's assistant message will be
                 plain = not spec.stop and not spec.uses_tools and not prior
                 text = b"".join(answer).decode("utf-8", "replace") if plain else None

@@ -23,6 +23,7 @@ class HeldPrefixes:
         self._slots: list[tuple[str, ...]] = [() for _ in range(slots)]
         self._owner: list[object | None] = [None] * slots  # the sequence the slot was last given
         self._lock = threading.Lock()
+        self._closed = False  # the worker takes no more jobs: it claims nothing
         self.version = 0  # bumped at every change: the presence thread rewrites the set then
         self.changed: Callable[[], None] = lambda: None  # the presence thread's poke
 
@@ -43,11 +44,26 @@ class HeldPrefixes:
             self._slots[dst], self._owner[dst] = self._slots[src], self._owner[src]
             self._slots[src], self._owner[src] = (), None
 
+    def forget(self, slot: int) -> None:
+        """The slot's cache was emptied (a failed step, the warm-up's end)."""
+        with self._lock:
+            self._owner[slot] = None
+            if self._slots[slot]:
+                self._slots[slot] = ()
+                self.version += 1
+
+    def close(self) -> None:
+        """The worker is leaving: it holds nothing any job could be routed to it for."""
+        with self._lock:
+            self._closed = True
+            self._slots = [() for _ in self._slots]
+            self.version += 1
+
     def held(self, owner: object, digests: list[str]) -> None:
         """The job of `owner` ended: its slot, if still its own, holds these prefixes now."""
         with self._lock:
             slot = next((i for i, o in enumerate(self._owner) if o is owner), None)
-            if slot is None:
+            if slot is None or self._closed:
                 return
             self._slots[slot] = tuple(digests[:MAX_DIGESTS])
             self.version += 1

@@ -10,6 +10,7 @@ away, so that it is done again as soon as Redis is back.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import redis
@@ -18,8 +19,9 @@ from worker.outage import Outage
 
 
 class Periodic:
-    def __init__(self, name: str, every_s: float, action: Callable[[], None]) -> None:
+    def __init__(self, name: str, every_s: float, action: Callable[[], None], min_gap_s: float = 0.0) -> None:
         self._every = every_s
+        self._min_gap = min_gap_s  # a poke waits this long after the last time, at least
         self._action = action
         self._outage = Outage(name)
         self._stop = threading.Event()
@@ -35,16 +37,20 @@ class Periodic:
         self._thread.join(timeout=5)
 
     def poke(self) -> None:
-        """Do the thing now rather than at the end of the period (something changed)."""
+        """Do the thing soon rather than at the end of the period (something changed): now,
+        or `min_gap_s` after the last time, so a burst of pokes does it once."""
         self._poke.set()
 
     def _loop(self) -> None:
-        wait = 0.0  # the first time at once
+        wait, last = 0.0, -self._min_gap  # the first time at once
         while True:
             self._poke.wait(wait)
+            if (early := self._min_gap - (time.monotonic() - last)) > 0:
+                self._stop.wait(early)
             self._poke.clear()
             if self._stop.is_set():
                 return
+            last = time.monotonic()
             try:
                 self._action()
             except redis.RedisError as exc:  # a restart, a failover, a refused command

@@ -55,7 +55,8 @@ class Presence:
         self._load = load  # (slots in use, the last step's ms), for routing and the pool view
         self._counters = counters  # read from the scheduler thread's live counters
         self._flushed = BatchCounters()
-        self._thread = Periodic("presence", every_s, self.announce)
+        # a poke (a job ended: its prefixes are held) announces within 0.2 s, once for a burst
+        self._thread = Periodic("presence", every_s, self.announce, min_gap_s=0.2)
 
     def announce(self) -> None:
         now = BatchCounters(**asdict(self._counters()))
@@ -74,18 +75,22 @@ class Presence:
                 pipe.hset(keys.worker_placement(self._model), self._worker, placed)
             load = f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens}"
             pipe.hset(keys.worker_load(self._model), self._worker, load)
-            version = self._announce_held(pipe)
+            version, kept_alive = self._announce_held(pipe)
             for name, value in asdict(now).items():
                 if added := value - getattr(self._flushed, name):
                     pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)
-            pipe.execute()
+            done = pipe.execute()
         self._flushed = now
-        self._held_version = version
+        # a set that was gone (expired through an outage, deleted by the reaper) is written
+        # whole next time
+        self._held_version = version if kept_alive is None or done[kept_alive] else -1
 
-    def _announce_held(self, pipe: redis.client.Pipeline) -> int:
-        """The held prefixes: the whole set again when it changed, else only kept alive."""
+    def _announce_held(self, pipe: redis.client.Pipeline) -> tuple[int, int | None]:
+        """The held prefixes: the whole set again when it changed, else only kept alive.
+        Returns the version written and where in the pipeline the keep-alive of a set that
+        should exist is (None: the set is empty)."""
         if self._held is None:
-            return self._held_version
+            return self._held_version, None
         key = keys.held_prefixes(self._worker)
         version, digests = self._held.digests()
         if version != self._held_version:
@@ -93,7 +98,13 @@ class Presence:
             if digests:
                 pipe.sadd(key, *digests)
         pipe.pexpire(key, self._held_ttl_ms)
-        return version
+        return version, len(pipe.command_stack) - 1 if digests else None
+
+    def withdraw(self) -> None:
+        """The worker takes no more jobs: its held prefixes go now, so none is routed here."""
+        if self._held is not None:
+            self._held.close()
+            self.poke()
 
     def poke(self) -> None:
         """Announce now (the held prefixes changed)."""

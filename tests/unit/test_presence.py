@@ -66,3 +66,26 @@ def test_an_announcement_says_where_the_model_and_its_cache_are():
     p.start()
     p.stop()  # a worker that stops takes its announcement with it
     assert not r.hexists(keys.worker_placement(MODEL), "w1")
+
+
+def test_held_prefixes_are_written_when_they_change_rewritten_when_gone_and_withdrawn_at_leaving():
+    from worker.held import HeldPrefixes
+
+    r = fakeredis.FakeRedis()
+    held = HeldPrefixes(2)
+    p = Presence(r, MODEL, "w1", 60, held=held, held_ttl_s=15)
+    job = object()
+    held.taken(0, job)
+    held.held(job, ["a", "b"])
+    p.announce()
+    key = keys.held_prefixes("w1")
+    assert r.smembers(key) == {b"a", b"b"} and 0 < r.pttl(key) <= 15_000
+    r.delete(key)  # the reaper thought the worker dead, or the set expired through an outage
+    p.announce()  # nothing changed here: kept alive only, and found gone
+    p.announce()
+    assert r.smembers(key) == {b"a", b"b"}
+    p.withdraw()
+    p.announce()
+    held.held(job, ["c"])  # a job ending while the worker leaves claims nothing
+    p.announce()
+    assert r.smembers(key) == set()

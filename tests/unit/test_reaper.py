@@ -73,6 +73,7 @@ def reap(server, connected: set[str]) -> int:
         survey = await store.survey(3000)
         taken = await reaper._judge(survey.running, connected)
         await reaper._return_inboxes(connected)
+        await reaper._route_back(connected)
         await reaper._enqueue_pending(survey.pending)
         return taken
 
@@ -174,3 +175,17 @@ def test_a_job_left_pending_by_a_dead_enqueuer_is_enqueued(server):
     assert r.zscore(keys.pending(keys.shard("chatcmpl-orphan")), "chatcmpl-orphan") is None
     assert r.zscore(keys.pending(keys.shard("chatcmpl-fresh")), "chatcmpl-fresh")
     assert q.llen(keys.wake("m")) == 1
+
+
+def test_a_dead_worker_s_routed_jobs_go_back_and_its_claims_and_rq_registry_go(server):
+    q = fakeredis.FakeRedis(server=server.queues)
+    q.sadd(keys.MODELS, "m")
+    q.zadd(keys.workers("m"), {"w-dead": 1})
+    routed = keys.routed_queue_name("m", "default", "w-dead")
+    q.rpush(keys.rq_queue_key(routed), "chatcmpl-z")
+    q.zadd(keys.routed("m"), {keys.routed_member("chatcmpl-z", "w-dead", "default"): 10**13})  # not due
+    q.sadd(keys.held_prefixes("w-dead"), "d1")
+    q.sadd(keys.rq_queue_workers_key(routed), "rq:worker:w-dead")
+    reap(server, connected=set())
+    assert q.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-z"]  # at once, before its deadline
+    assert not q.exists(keys.held_prefixes("w-dead"), keys.rq_queue_workers_key(routed), keys.routed("m"))

@@ -9,11 +9,13 @@ import time
 import fakeredis
 
 from api.registry import WorkerRegistry
-from api.routing import Candidate, Router, choose, wait_ms
+from api.routing import Candidate, Route, Router, choose, wait_ms
 from api.settings import Routing
-from contract import keys
+from contract import keys, queueing
 from contract.jobspec import JobSpec, Message
 from contract.prefixes import prefixes
+from contract.servers import Servers
+from contract.settings import Recovery
 
 MODEL = "m"
 SYSTEM = Message("system", "You are a helpful assistant. " * 40)
@@ -61,8 +63,17 @@ def pool(r: fakeredis.FakeAsyncRedis, held: dict[str, list[str]], in_use: dict[s
     asyncio.run(go())
 
 
+def enqueue(server: fakeredis.FakeServer, spec: JobSpec, route: Route) -> None:
+    """As the job store enqueues a routed job: its record, the push and the deadline at once."""
+    sync = fakeredis.FakeRedis(server=server)
+    queueing.enqueue(
+        Servers(sync, sync), spec.to_dict(), 0, Recovery(), worker=route.worker, deadline_ms=route.deadline_ms
+    )
+
+
 def test_a_job_is_routed_to_the_holder_and_goes_back_once_past_its_deadline():
-    r = fakeredis.FakeAsyncRedis()
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeAsyncRedis(server=server)
     first = chat(SYSTEM, Message("user", "Tell me about lighthouses."))
     digests = [d for d, _ in prefixes(first, answer="They guide ships.")]
     pool(r, {"w1": [], "w2": digests}, {})
@@ -72,17 +83,19 @@ def test_a_job_is_routed_to_the_holder_and_goes_back_once_past_its_deadline():
     async def go() -> tuple:
         route = await router.route(follow)
         routed_queue = keys.rq_queue_key(keys.routed_queue_name(MODEL, "default", "w2"))
-        await r.rpush(routed_queue, keys.rq_job_id(follow.id, 0))  # as queueing.enqueue puts it
+        enqueue(server, follow, route)
         early = await router.fall_back(MODEL)
         member = (await r.zrange(keys.routed(MODEL), 0, -1))[0]
         await r.zadd(keys.routed(MODEL), {member: 0})  # its deadline has passed
         back = await router.fall_back(MODEL)
         again = await router.fall_back(MODEL)
         shared = await r.lrange(keys.rq_queue_key(keys.queue_name(MODEL)), 0, -1)
-        return route, early, back, again, shared, await r.llen(routed_queue), await r.hgetall(keys.STATS)
+        ttl = await r.ttl(f"rq:job:{keys.rq_job_id(follow.id, 0)}")
+        return route, early, back, again, shared, await r.llen(routed_queue), await r.hgetall(keys.STATS), ttl
 
-    route, early, back, again, shared, left, stats = asyncio.run(go())
+    route, early, back, again, shared, left, stats, ttl = asyncio.run(go())
     assert route.worker == "w2" and route.matched_chars > 1000
+    assert 0 < ttl <= Recovery().job_ttl_s  # RQ's record expires as an enqueued one does
     assert (early, back, again, left) == (0, 1, 0, 0)  # moved once, never twice
     assert shared == [keys.rq_job_id(follow.id, 0).encode()]
     assert stats[keys.StatField.routed(MODEL).encode()] == b"1"
@@ -90,18 +103,20 @@ def test_a_job_is_routed_to_the_holder_and_goes_back_once_past_its_deadline():
 
 
 def test_a_job_its_worker_took_is_not_moved_and_a_dead_worker_s_are_moved_at_once():
-    r = fakeredis.FakeAsyncRedis()
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeAsyncRedis(server=server)
     spec = chat(SYSTEM, Message("user", "Hi"))
     pool(r, {"w1": [d for d, _ in prefixes(spec)], "w2": []}, {})
     router = Router(r, WorkerRegistry(r, 15), SETTINGS)
 
     async def go() -> tuple:
-        taken = await router.route(spec)  # its worker takes it: the list entry is gone
+        taken = await router.route(spec)
+        enqueue(server, spec, taken)
+        await r.lpop(keys.rq_queue_key(keys.routed_queue_name(MODEL, "default", "w1")))  # its worker takes it
         await r.zadd(keys.routed(MODEL), {(await r.zrange(keys.routed(MODEL), 0, -1))[0]: 0})
         kept = await router.fall_back(MODEL)
         other = JobSpec(id="chatcmpl-y", kind="chat", model=MODEL, messages=spec.messages)
-        await router.route(other)
-        await r.rpush(keys.rq_queue_key(keys.routed_queue_name(MODEL, "default", "w1")), "chatcmpl-y")
+        enqueue(server, other, await router.route(other))
         dead = await router.fall_back(MODEL, "w1")  # before its deadline: its worker died
         return taken, kept, dead
 
