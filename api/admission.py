@@ -102,7 +102,7 @@ class Admission:
             self._registry.count_live(pipe, model)
             self._registry.contexts(pipe, model)
             await self._reserve(
-                keys=[*keys.interactive_queue_keys(model), keys.reserved(model)],
+                keys=[*keys.interactive_queue_keys(model), keys.routed(model), keys.reserved(model)],
                 args=[self._intake.queue_limit(model), request_id, hold_ms],
                 client=pipe,
             )

@@ -22,16 +22,23 @@ class ClusterStats:
 
     async def queue_depths(self, models: Sequence[str]) -> dict[str, dict[str, int]]:
         """Model -> tier -> jobs waiting in its RQ queues (not yet taken by a worker): one
-        count per tier (contract.keys.PRIORITIES), and `suspect` for the jobs whose worker
-        died with them in its batch."""
+        count per tier (contract.keys.PRIORITIES), those routed to a worker's own queue
+        included (`keys.routed`), and `suspect` for the jobs whose worker died with them in
+        its batch."""
         tiers = (SUSPECT, *keys.PRIORITIES)
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:
                 # keys.queue_names lists the suspect queue, then one per tier, in this order
                 for name in keys.queue_names(model):
                     pipe.llen(keys.rq_queue_key(name))
+                pipe.zrange(keys.routed(model), 0, -1)
             counts = iter(await pipe.execute())
-        return {model: {tier: int(next(counts)) for tier in tiers} for model in models}
+        out: dict[str, dict[str, int]] = {}
+        for model in models:
+            depths = out[model] = {tier: int(next(counts)) for tier in tiers}
+            for member in next(counts):
+                depths[keys.parse_routed_member(as_text(member))[2]] += 1
+        return out
 
     async def in_flight(self, batch: bool | None = None) -> dict[str, int]:
         """Model -> attempts running now: all of them, or only Batch API lines, or the rest."""

@@ -93,6 +93,13 @@ def enqueue(
         servers.streams.zrem(pending, completion_id)
 
 
+def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, priority: str) -> None:
+    """`worker` took a job routed to it from its routed queue: it no longer waits, and queue
+    depths stop counting it (its `keys.routed` entry goes). If this is lost, the reaper drops
+    the entry at its deadline, finding the job taken."""
+    client.zrem(keys.routed(model), keys.routed_member(rq_job_id, worker, priority))
+
+
 def abandon(
     servers: Servers[redis.Redis],
     completion_id: str,

@@ -191,7 +191,8 @@ return 1
 """
 
 RESERVE = """
--- KEYS[1..n-1]=a model's queue lists, KEYS[n]=its reservations (request id -> ms)
+-- KEYS[1..n-2]=a model's queue lists, KEYS[n-1]=its routed jobs' index (each waits in a
+-- worker's routed queue), KEYS[n]=its reservations (request id -> ms)
 -- ARGV[1]=max jobs waiting (0: no limit), ARGV[2]=the request's id, ARGV[3]=ms a
 -- reservation lasts (its enqueue takes far less; an API that died leaves it to expire)
 -- Returns {1, depth} with a place reserved, or {0, depth} when the queues are full: the
@@ -200,8 +201,8 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local held = KEYS[#KEYS]
 redis.call('ZREMRANGEBYSCORE', held, '-inf', now - tonumber(ARGV[3]))
-local depth = redis.call('ZCARD', held)
-for i = 1, #KEYS - 1 do depth = depth + redis.call('LLEN', KEYS[i]) end
+local depth = redis.call('ZCARD', held) + redis.call('ZCARD', KEYS[#KEYS - 1])
+for i = 1, #KEYS - 2 do depth = depth + redis.call('LLEN', KEYS[i]) end
 if tonumber(ARGV[1]) > 0 and depth >= tonumber(ARGV[1]) then return {0, depth} end
 redis.call('ZADD', held, now, ARGV[2])
 redis.call('PEXPIRE', held, ARGV[3])

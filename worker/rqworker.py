@@ -48,7 +48,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import SimpleWorker
 
-from contract import keys, scripts
+from contract import keys, queueing, scripts
 from contract.entries import as_text
 from contract.keys import JOB_FUNCTION
 from worker.lending import Lending
@@ -114,7 +114,8 @@ class TokenspoolWorker(SimpleWorker):
         self._beat_at = 0.0
         self._handled: set[str] = set()  # job ids taken by this process (an inbox left over is not)
         self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
-        self._routed = {keys.rq_queue_key(keys.routed_queue_name(model, p, name)) for p in keys.ROUTED_TIERS}
+        routed = {p: keys.rq_queue_key(keys.routed_queue_name(model, p, name)) for p in keys.ROUTED_TIERS}
+        self._routed = {queue: tier for tier, queue in routed.items()}  # its routed queues' tiers
         runner.line_ended = self._line_ended
 
     # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
@@ -223,8 +224,10 @@ class TokenspoolWorker(SimpleWorker):
         self._handled.add(job_id)
         if queue in self._lending.interactive_queues:
             self._lending.interactive_started()
-        if queue in self._routed:
+        if tier := self._routed.get(queue):
             self._runner.counters.routed_taken += 1  # the router sent it here, and it is taken here
+            with contextlib.suppress(redis.RedisError):  # else the reaper drops it at its deadline
+                queueing.routed_taken(self.connection, self._model, job_id, self.name, tier)
         return job_id
 
     def _line_ended(self) -> None:

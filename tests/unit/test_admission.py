@@ -97,6 +97,21 @@ def test_queue_depth_is_checked_and_reserved_in_one_step():
     assert asyncio.run(burst()) == (4, 6)
 
 
+def test_jobs_routed_to_a_worker_s_own_queue_count_in_the_depth():
+    async def check() -> APIError:
+        client = fakeredis.FakeAsyncRedis()
+        await client.zadd(keys.workers("m"), {"w": 10**13})
+        for i in range(2):  # waiting in w's routed queue, not the shared ones
+            await client.zadd(keys.routed("m"), {keys.routed_member(f"rq-{i}", "w", "default"): 10**13})
+        gate = admission(Intake(max_queue_depth=3), client=client)
+        await gate.model("m", "third", (1, "messages"))
+        with pytest.raises(APIError) as exc:
+            await gate.model("m", "fourth", (1, "messages"))
+        return exc.value
+
+    assert asyncio.run(check()).code == "queue_full"
+
+
 def test_a_prompt_too_long_for_the_model_s_context_is_refused_before_it_is_stored():
     async def check() -> APIError:
         client = fakeredis.FakeAsyncRedis()

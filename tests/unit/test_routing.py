@@ -8,6 +8,7 @@ import time
 
 import fakeredis
 
+from api.clusterstats import ClusterStats
 from api.registry import WorkerRegistry
 from api.routing import Candidate, Route, Router, choose, wait_ms
 from api.settings import Routing
@@ -132,3 +133,23 @@ def test_routing_off_and_the_tiers_it_leaves_alone():
     on = Router(r, WorkerRegistry(r, 15), SETTINGS)
     batch = JobSpec(id="chatcmpl-b", kind="chat", model=MODEL, messages=spec.messages, priority="batch")
     assert asyncio.run(off.route(spec)) is None and asyncio.run(on.route(batch)) is None
+
+
+def test_a_routed_job_counts_in_its_tier_s_depth_until_its_worker_takes_it():
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeAsyncRedis(server=server)
+    spec = chat(SYSTEM, Message("user", "Hi"), priority="flex")
+    pool(r, {"w1": [d for d, _ in prefixes(spec)], "w2": []}, {})
+    router = Router(r, WorkerRegistry(r, 15), SETTINGS)
+    stats = ClusterStats(Servers(r, r))
+
+    async def go() -> tuple[dict, dict]:
+        enqueue(server, spec, await router.route(spec))
+        waiting = (await stats.queue_depths([MODEL]))[MODEL]
+        job_id = await r.lpop(keys.rq_queue_key(keys.routed_queue_name(MODEL, "flex", "w1")))  # w1 takes it
+        queueing.routed_taken(fakeredis.FakeRedis(server=server), MODEL, job_id.decode(), "w1", "flex")
+        return waiting, (await stats.queue_depths([MODEL]))[MODEL]
+
+    waiting, taken = asyncio.run(go())
+    assert waiting["flex"] == 1 and sum(waiting.values()) == 1
+    assert sum(taken.values()) == 0
