@@ -36,7 +36,7 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError,
 from api.background import Background
 from contract import entries, keys
 from contract.entries import Entry
-from contract.servers import cluster_url, node_url
+from contract.servers import async_client, cluster_url, node_url
 
 log = logging.getLogger(__name__)
 
@@ -127,9 +127,7 @@ class StreamHub:
             await self._client.initialize()  # type: ignore[attr-defined]  # once: the slot map
             node = self._client.get_node_from_key(control)  # type: ignore[attr-defined]
             url = node_url(url, node.host, node.port)
-        return aredis.Redis.from_url(
-            url, single_connection_client=True, socket_timeout=self._block_ms / 1000 + 5
-        )
+        return async_client(url, single_connection_client=True, socket_timeout=self._block_ms / 1000 + 5)
 
     async def _lost(self) -> None:
         """A reader lost its connection: on a cluster its shard may have moved (a failover),

@@ -22,7 +22,7 @@ from api.reaper import Reaper
 from api.registry import WorkerRegistry
 from api.routing import Router
 from api.settings import Settings
-from contract.servers import Servers, async_cluster_client, cluster_url, is_cluster, sync_client
+from contract.servers import Servers, async_client, async_cluster_client, cluster_url, is_cluster, sync_client
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +34,7 @@ def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
     # The retry goes to the pool's connections: with an explicit pool redis-py ignores the
     # client's own. Without it a connection Redis dropped (a restart) fails its next command.
     retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2)
-    pool = aredis.BlockingConnectionPool.from_url(
-        url, max_connections=size, timeout=wait_s, retry=retry, **kwargs
-    )
-    return aredis.Redis(connection_pool=pool)
+    return async_client(url, blocking=True, max_connections=size, timeout=wait_s, retry=retry, **kwargs)
 
 
 @dataclass

@@ -161,15 +161,18 @@ class Shared:
     redis_url: str = setting(
         "redis://127.0.0.1:6379/0",
         "REDIS_URL",
-        "`redis://` or `rediss://` (TLS): the Redis both sides use; with STREAMS_REDIS_URL, the "
-        "queues server only (RQ's queues, the worker registry, stats, owners' limits, files, batches)",
+        "`redis://` or `rediss://` (TLS), or `redis+sentinel://host:26379,host2:26379/<master name>` "
+        "(a primary watched by Redis Sentinel, followed through failovers): the Redis both sides use; "
+        "with STREAMS_REDIS_URL, the queues server only (RQ's queues, the worker registry, stats, "
+        "owners' limits, files, batches)",
         parse=_one_server,
     )
     streams_redis_url: str = setting(
         "",
         "STREAMS_REDIS_URL",
         "the Redis of the job hashes, token streams and heartbeats (the streams server), when it "
-        'is not REDIS_URL\'s (docs/operations.md, "Two Redis servers")',
+        "is not REDIS_URL's: the same forms, or `redis+cluster://` (docs/operations.md, "
+        '"Two Redis servers")',
         shown="REDIS_URL",
     )
     log_format: str = setting("json", "LOG_FORMAT", "`json` (one object per line) or `text`")

@@ -196,6 +196,56 @@ def start_cluster(
     return procs, f"redis+cluster://127.0.0.1:{ports[0]}/0"
 
 
+@dataclass
+class Watched:
+    """A primary, its replica and the sentinels watching them (`start_watched`)."""
+
+    primary: Proc
+    replica: Proc
+    sentinels: list[Proc]
+    url: str  # redis+sentinel://, naming every sentinel
+    ports: dict[str, int]  # "primary", "replica" -> port
+
+    def procs(self) -> list[Proc]:
+        return [*self.sentinels, self.primary, self.replica]
+
+
+def start_watched(
+    log_dir: Path, sentinels: int = 3, down_after_ms: int = 1000, master: str = "tokenspool"
+) -> Watched:
+    """A valkey primary, one replica of it and `sentinels` sentinels (quorum: a majority) on
+    loopback, as a self-run Sentinel deployment has them: a primary unreachable for
+    `down_after_ms` is failed over to the replica. Returns them with the URL clients use."""
+    import redis
+
+    primary, primary_url = start_redis(log_dir)
+    p_port = int(primary_url.rsplit(":", 1)[1].split("/")[0])
+    r_port = free_port()
+    replica, _ = start_redis(log_dir, port=r_port, extra=("--replicaof", "127.0.0.1", str(p_port)))
+    with redis.Redis(port=r_port, socket_timeout=5) as r:
+        _wait(lambda: r.info("replication").get("master_link_status") == "up", 30, primary, replica)
+    procs, ports = [], []
+    for _ in range(sentinels):
+        port = free_port()
+        folder = log_dir / f"sentinel-{port}"
+        folder.mkdir(parents=True, exist_ok=True)
+        conf = folder / "sentinel.conf"  # the sentinel rewrites it with what it learns
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+            f"sentinel monitor {master} 127.0.0.1 {p_port} {sentinels // 2 + 1}\n"
+            f"sentinel down-after-milliseconds {master} {down_after_ms}\n"
+            f"sentinel failover-timeout {master} {max(down_after_ms * 4, 3000)}\n"
+        )
+        procs.append(_spawn(f"sentinel-{port}", [redis_binary(), str(conf), "--sentinel"], log_dir))
+        ports.append(port)
+    for port in ports:
+        _wait(lambda port=port: _redis_ping(port), 15, *procs)
+    nodes = ",".join(f"127.0.0.1:{port}" for port in ports)
+    return Watched(
+        primary, replica, procs, f"redis+sentinel://{nodes}/{master}", {"primary": p_port, "replica": r_port}
+    )
+
+
 def _redis_ping(port: int) -> bool:
     try:
         with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
