@@ -9,28 +9,25 @@ The streams server may be a Redis Cluster (or valkey cluster): a `redis+cluster:
 URL (`rediss+cluster://` with TLS), naming any of its nodes, makes both sides use redis-py's
 cluster clients for it. The queues server is always one server, as RQ needs.
 
-Either server may be a primary watched by Redis Sentinel: a
-`redis+sentinel://[user:password@]host:26379,host2:26379/<master name>[/db][?ssl=true]` URL
-(`sentinel_username`, `sentinel_password` for the sentinels' own auth; `ssl_ca_certs` and
-redis-py's other `ssl_*` options for TLS to both) gives a client that
-asks the sentinels for the primary when it connects, and again after a failover (a lost
-connection, or a demoted primary's READONLY): no process restarts (`Target`).
+Either server may be a primary watched by Redis Sentinel (a `redis+sentinel://` URL), or a
+managed Redis that fails over behind one name: every client here follows the primary
+through a failover (contract/failover.py).
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aredis
-import redis.asyncio.sentinel as async_sentinel
-import redis.sentinel
 from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
+
+from contract import failover
 
 C = TypeVar("C")
 
@@ -45,108 +42,28 @@ def cluster_url(url: str) -> str | None:
     return None
 
 
-_SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
-
-
-@dataclass(frozen=True)
-class Target:
-    """A `redis+sentinel://` URL: where the sentinels are, which primary they watch, and how
-    to speak to both."""
-
-    sentinels: list[tuple[str, int]]
-    master: str
-    db: int = 0
-    ssl: bool = False
-    auth: dict[str, str] = field(default_factory=dict)  # the primary's username, password
-    sentinel_auth: dict[str, str] = field(default_factory=dict)  # the sentinels'
-    tls: dict[str, str | bool] = field(default_factory=dict)  # ssl_ca_certs and the like, for both
-
-    def _tls(self) -> dict[str, Any]:
-        return {"ssl": True, **self.tls} if self.ssl else {}
-
-    def sentinel_kwargs(self, **kwargs: Any) -> dict[str, Any]:
-        """The sentinels' connections: the sockets' timeouts of the data connections, TLS
-        if they use it, and the sentinels' own auth."""
-        out = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
-        return {**out, **self.sentinel_auth, **self._tls()}
-
-    def client_kwargs(self, **kwargs: Any) -> dict[str, Any]:
-        return {"db": self.db, **self.auth, **self._tls(), **kwargs}
-
-
-def sentinel_target(url: str) -> Target | None:
-    """The `Target` of a `redis+sentinel://` URL (`rediss+sentinel://`: TLS); None for any
-    other URL."""
-    if not url.startswith(_SENTINEL_SCHEMES):
-        return None
-    parts = urlsplit(url)
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    sentinels = []
-    for node in hosts.split(","):
-        host, _, port = (
-            node.rpartition(":") if ":" in node and not node.endswith("]") else (node, "", "26379")
-        )
-        sentinels.append((host.strip("[]"), int(port)))
-    path = [p for p in parts.path.split("/") if p]
-    if not sentinels or not path or len(path) > 2:
-        raise ValueError(f"a sentinel URL names its sentinels and the primary: {_redacted(url)}")
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    auth = {k: unquote(v) for k, v in (("username", user), ("password", password)) if v}
-    sentinel_auth = {
-        k[len("sentinel_") :]: query[k] for k in ("sentinel_username", "sentinel_password") if k in query
-    }
-    flags = {"true": True, "false": False}
-    tls = {k: flags.get(v.lower(), v) for k, v in query.items() if k.startswith("ssl_")}
-    return Target(
-        sentinels=sentinels,
-        master=unquote(path[0]),
-        db=int(path[1]) if len(path) > 1 else 0,
-        ssl=url.startswith("rediss+") or query.get("ssl", "").lower() in ("1", "true", "yes"),
-        auth=auth,
-        sentinel_auth=sentinel_auth,
-        tls=tls,
-    )
-
-
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
-
-
 def sync_client(url: str, **kwargs: Any) -> redis.Redis:
     """A client of `url`: a cluster client for a cluster URL (same commands, routed by slot),
     the sentinels' current primary for a sentinel URL."""
-    if target := sentinel_target(url):
-        sentinels = redis.sentinel.Sentinel(
-            target.sentinels, sentinel_kwargs=target.sentinel_kwargs(**kwargs)
-        )
-        return sentinels.master_for(target.master, **target.client_kwargs(**kwargs))
+    if target := failover.sentinel_target(url):
+        return redis.Redis.from_pool(failover.sentinel_pool(target, **kwargs))  # the client owns its pool
     plain = cluster_url(url)
     if plain is None:
-        return redis.Redis.from_url(url, **kwargs)
+        return redis.Redis.from_pool(failover.pool(url, **kwargs))
     return RedisCluster.from_url(plain, **kwargs)  # type: ignore[return-value]
-
-
-class BlockingSentinelPool(async_sentinel.SentinelConnectionPool, aredis.BlockingConnectionPool):
-    """The sentinels' primary, with a pool that makes a command wait for a free connection
-    (as api/services.py's pool does) rather than fail."""
 
 
 def async_client(url: str, blocking: bool = False, **kwargs: Any) -> aredis.Redis:
     """An asyncio client of one server's `url`, or of the sentinels' primary; `blocking`: its
     pool makes a command wait for a free connection (`max_connections`, `timeout`)."""
-    if target := sentinel_target(url):
-        single = kwargs.pop("single_connection_client", False)
-        sentinels = async_sentinel.Sentinel(
-            target.sentinels, sentinel_kwargs=target.sentinel_kwargs(**kwargs)
-        )
-        kind = BlockingSentinelPool if blocking else async_sentinel.SentinelConnectionPool
-        pool = kind(target.master, sentinels, is_master=True, **target.client_kwargs(**kwargs))
-        return aredis.Redis(connection_pool=pool, single_connection_client=single)
-    if blocking:
-        return aredis.Redis(connection_pool=aredis.BlockingConnectionPool.from_url(url, **kwargs))
-    return aredis.Redis.from_url(url, **kwargs)
+    single = kwargs.pop("single_connection_client", False)
+    if target := failover.sentinel_target(url):
+        pool = failover.async_sentinel_pool(target, blocking, **kwargs)
+    else:
+        pool = failover.async_pool(url, blocking, **kwargs)
+    client = aredis.Redis(connection_pool=pool, single_connection_client=single)
+    client.auto_close_connection_pool = True  # closing the client closes its pool (as from_url's)
+    return client
 
 
 class GatedCluster(AsyncRedisCluster):

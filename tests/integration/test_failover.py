@@ -1,8 +1,11 @@
-"""Through Redis Sentinel (`REDIS_URL=redis+sentinel://...`): the primary is SIGKILLed while a
-stream runs and a background job waits, the sentinels promote its replica, and the same API
-and worker processes carry on with the new primary; the old primary comes back as a replica
-and a second failover (nothing held back) moves them again. The replica has caught up when
-the primary dies: a promoted replica that lacks the last writes is not handled yet."""
+"""Failovers, where a replica is promoted. Through Redis Sentinel
+(`REDIS_URL=redis+sentinel://...`): the primary is SIGKILLed while a stream runs and a
+background job waits, the sentinels promote its replica, and the same API and worker
+processes carry on with the new primary; the old primary comes back as a replica and a
+second failover (nothing held back) moves them again. Behind one name (a managed Redis: a
+relay stands for its DNS name), the primary is demoted under open connections, which then
+meet READONLY, and the name is repointed at the promoted replica. The replica has caught up
+each time: a promoted replica that lacks the last writes is not handled yet."""
 
 from __future__ import annotations
 
@@ -25,6 +28,7 @@ from devstack.processes import (
     start_worker,
     wait_for_model,
 )
+from devstack.relay import Relay
 from tests.integration.conftest import MODEL
 from tests.integration.test_outage import STORY, Reader
 from tests.sse_contract import check_stream
@@ -76,6 +80,12 @@ def ask(base: str, **extra) -> httpx.Response:
     return httpx.post(base + "/v1/chat/completions", json=body, timeout=120)
 
 
+def answer(base: str) -> str:
+    r = ask(base)
+    assert r.status_code == 200, r.text
+    return r.json()["choices"][0]["message"]["content"]
+
+
 def background_answer(base: str, cid: str) -> dict:
     deadline = time.monotonic() + 90
     while True:
@@ -107,7 +117,7 @@ def test_api_and_worker_follow_the_new_primary_through_two_failovers(stack):
     replay = httpx.get(f"{s.base}/v1/chat/completions/{busy.cid}", timeout=30).json()
     assert replay["choices"][0]["message"]["content"] == parsed.text  # the new primary has it all
     assert background_answer(s.base, waiting)["choices"][0]["message"]["content"]
-    assert ask(s.base).json()["choices"][0]["message"]["content"]
+    assert answer(s.base)
 
     # The old primary comes back: the sentinels make it a replica. A failover asked of them
     # (an upgrade, a planned move) makes it the primary again.
@@ -121,7 +131,55 @@ def test_api_and_worker_follow_the_new_primary_through_two_failovers(stack):
     s.sentinel().execute_command("SENTINEL", "FAILOVER", "tokenspool")
     s.wait_for_primary(w.ports["primary"])
     for _ in range(3):
-        assert ask(s.base).json()["choices"][0]["message"]["content"]
+        assert answer(s.base)
     assert ask(s.base, background=True).status_code == 202
     assert (s.api.pid, s.worker.pid) == pids and s.api.alive() and s.worker.alive()
     assert s.worker.log().count('"loading ') == 1  # the model loaded once
+
+
+def test_behind_one_name_a_demoted_primary_s_readonly_sends_everyone_to_the_new_one(tmp_path):
+    primary, primary_url = start_redis(tmp_path)
+    p_port = int(primary_url.rsplit(":", 1)[1].split("/")[0])
+    replica, replica_url = start_redis(tmp_path, extra=("--replicaof", "127.0.0.1", str(p_port)))
+    r_port = int(replica_url.rsplit(":", 1)[1].split("/")[0])
+    name = Relay(p_port)  # the endpoint's DNS name
+    url = f"redis://127.0.0.1:{name.port}/0"
+    api, base = start_api(tmp_path, url, env=API_ENV)
+    worker = start_worker(tmp_path, url, name="w", env=WORKER_ENV)
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker))
+        with redis.Redis(port=r_port, socket_timeout=5) as r:
+            deadline = time.monotonic() + 30
+            while r.info("replication").get("master_link_status") != "up":
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+        assert answer(base)  # every process has connected
+        busy = Reader(
+            base, {"model": MODEL, "messages": [STORY], "max_tokens": 120, "temperature": 0, "stream": True}
+        )
+        busy.start()
+        assert busy.chunks.acquire(timeout=60), busy.raw
+        # The managed failover: the replica is promoted, the old primary follows it, and the
+        # name moves; connections opened before stay with the old primary until they fail.
+        with (
+            redis.Redis(port=p_port, socket_timeout=5) as old,
+            redis.Redis(port=r_port, socket_timeout=5) as new,
+        ):
+            assert old.wait(1, 5000) == 1
+            new.replicaof("NO", "ONE")
+            old.replicaof("127.0.0.1", r_port)
+        name.retarget(r_port)
+        busy.join(timeout=120)
+        assert not busy.is_alive()
+        parsed = check_stream(busy.raw, "chat")
+        assert parsed.error is None and parsed.finish_reason in ("stop", "length"), busy.raw[-600:]
+        replay = httpx.get(f"{base}/v1/chat/completions/{busy.cid}", timeout=30).json()
+        assert replay["choices"][0]["message"]["content"] == parsed.text
+        for _ in range(3):
+            assert answer(base)
+        assert ask(base, background=True).status_code == 202
+        assert api.alive() and worker.alive() and worker.log().count('"loading ') == 1
+    finally:
+        name.close()
+        for p in (worker, api, primary, replica):
+            p.stop()

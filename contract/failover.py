@@ -1,0 +1,219 @@
+"""Following a Redis primary through a failover, where a replica is promoted: the one way every
+client of contract/servers.py connects.
+
+- **Sentinel.** `redis+sentinel://[user:password@]host1:26379,host2:26379/<master name>[/db]`
+  (`rediss+sentinel://` or `?ssl=true`: TLS, with redis-py's `ssl_*` options;
+  `sentinel_username`, `sentinel_password`: the sentinels' own auth) names the sentinels; a
+  connection asks them where the primary is each time it opens (redis-py's sentinel pools).
+- **One name** (a managed Redis: ElastiCache, Memorystore, Azure Cache): the name moves to the
+  promoted replica, while connections opened before still reach the old primary, now a replica.
+  It answers writes with `READONLY` and ends blocked reads (BLPOP, XREAD BLOCK) with
+  `UNBLOCKED ... (master -> replica?)`. Both mean "reconnect", not "your command is wrong":
+  `Demotable` connections drop themselves and raise ConnectionError, which the clients' retries
+  and the processes' outage handling already ride out, reconnecting to whatever the name (or
+  the sentinels) say is the primary now.
+
+What a promoted replica that lacked the primary's last writes means for jobs and streams is
+not handled here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+
+import redis
+import redis.asyncio as aredis
+import redis.asyncio.connection as async_connection
+import redis.asyncio.sentinel as async_sentinel
+import redis.connection
+import redis.sentinel
+from redis.exceptions import ReadOnlyError, ResponseError
+
+
+def demoted(exc: ResponseError) -> bool:
+    """The server that answered is a replica now: a write refused, or a blocked read ended."""
+    return isinstance(exc, ReadOnlyError) or "instance state changed (master -> replica" in str(exc)
+
+
+def _reconnect(exc: ResponseError) -> redis.ConnectionError:
+    return redis.ConnectionError(f"the primary was demoted (a failover), reconnecting: {exc}")
+
+
+class Demotable:
+    """A sync connection that treats a demoted primary's answers as a lost connection."""
+
+    def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ResponseError as exc:
+            if not demoted(exc):
+                raise
+            self.disconnect()  # type: ignore[attr-defined]
+            raise _reconnect(exc) from exc
+
+
+class AsyncDemotable:
+    """`Demotable` for asyncio connections."""
+
+    async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+        except ResponseError as exc:
+            if not demoted(exc):
+                raise
+            await self.disconnect()  # type: ignore[attr-defined]
+            raise _reconnect(exc) from exc
+
+
+class Connection(Demotable, redis.connection.Connection):
+    pass
+
+
+class SSLConnection(Demotable, redis.connection.SSLConnection):
+    pass
+
+
+class SentinelConnection(Demotable, redis.sentinel.SentinelManagedConnection):
+    pass
+
+
+class SentinelSSLConnection(Demotable, redis.sentinel.SentinelManagedSSLConnection):
+    pass
+
+
+class AsyncConnection(AsyncDemotable, async_connection.Connection):
+    pass
+
+
+class AsyncSSLConnection(AsyncDemotable, async_connection.SSLConnection):
+    pass
+
+
+class AsyncSentinelConnection(AsyncDemotable, async_sentinel.SentinelManagedConnection):
+    pass
+
+
+class AsyncSentinelSSLConnection(AsyncDemotable, async_sentinel.SentinelManagedSSLConnection):
+    pass
+
+
+_SYNC = {redis.connection.Connection: Connection, redis.connection.SSLConnection: SSLConnection}
+_ASYNC = {async_connection.Connection: AsyncConnection, async_connection.SSLConnection: AsyncSSLConnection}
+
+
+_SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
+
+
+@dataclass(frozen=True)
+class Target:
+    """A `redis+sentinel://` URL: where the sentinels are, which primary they watch, and how
+    to speak to both."""
+
+    sentinels: list[tuple[str, int]]
+    master: str
+    db: int = 0
+    ssl: bool = False
+    auth: dict[str, str] = field(default_factory=dict)  # the primary's username, password
+    sentinel_auth: dict[str, str] = field(default_factory=dict)  # the sentinels'
+    tls: dict[str, str | bool] = field(default_factory=dict)  # ssl_ca_certs and the like, for both
+
+    def _tls(self) -> dict[str, Any]:
+        return {"ssl": True, **self.tls} if self.ssl else {}
+
+    def sentinel_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        """The sentinels' connections: the sockets' timeouts of the data connections, TLS
+        if they use it, and the sentinels' own auth."""
+        out = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
+        return {**out, **self.sentinel_auth, **self._tls()}
+
+    def client_kwargs(self, **kwargs: Any) -> dict[str, Any]:
+        return {"db": self.db, **self.auth, **self._tls(), **kwargs}
+
+
+def sentinel_target(url: str) -> Target | None:
+    """The `Target` of a `redis+sentinel://` URL (`rediss+sentinel://`: TLS); None for any
+    other URL."""
+    if not url.startswith(_SENTINEL_SCHEMES):
+        return None
+    parts = urlsplit(url)
+    userinfo, _, hosts = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    sentinels = []
+    for node in hosts.split(","):
+        host, _, port = (
+            node.rpartition(":") if ":" in node and not node.endswith("]") else (node, "", "26379")
+        )
+        sentinels.append((host.strip("[]"), int(port)))
+    path = [p for p in parts.path.split("/") if p]
+    if not sentinels or not path or len(path) > 2:
+        raise ValueError(f"a sentinel URL names its sentinels and the primary: {_redacted(url)}")
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    auth = {k: unquote(v) for k, v in (("username", user), ("password", password)) if v}
+    sentinel_auth = {
+        k[len("sentinel_") :]: query[k] for k in ("sentinel_username", "sentinel_password") if k in query
+    }
+    flags = {"true": True, "false": False}
+    tls = {k: flags.get(v.lower(), v) for k, v in query.items() if k.startswith("ssl_")}
+    return Target(
+        sentinels=sentinels,
+        master=unquote(path[0]),
+        db=int(path[1]) if len(path) > 1 else 0,
+        ssl=url.startswith("rediss+") or query.get("ssl", "").lower() in ("1", "true", "yes"),
+        auth=auth,
+        sentinel_auth=sentinel_auth,
+        tls=tls,
+    )
+
+
+def _redacted(url: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+
+
+def pool(url: str, **kwargs: Any) -> redis.ConnectionPool:
+    """A sync pool of one server's URL whose connections follow a failover (`Demotable`);
+    a unix socket's are left as they are."""
+    made = redis.ConnectionPool.from_url(url, **kwargs)
+    made.connection_class = _SYNC.get(made.connection_class, made.connection_class)
+    return made
+
+
+def async_pool(url: str, blocking: bool, **kwargs: Any) -> aredis.ConnectionPool:
+    """`pool` for asyncio; `blocking`: a command waits for a free connection
+    (`max_connections`, `timeout`) rather than failing."""
+    kind = aredis.BlockingConnectionPool if blocking else aredis.ConnectionPool
+    made = kind.from_url(url, **kwargs)
+    made.connection_class = _ASYNC.get(made.connection_class, made.connection_class)
+    return made
+
+
+def sentinel_pool(target: Target, **kwargs: Any) -> redis.sentinel.SentinelConnectionPool:
+    """A sync pool of the sentinels' current primary."""
+    sentinels = redis.sentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(**kwargs))
+    kind = SentinelSSLConnection if target.ssl else SentinelConnection
+    return redis.sentinel.SentinelConnectionPool(
+        target.master, sentinels, is_master=True, connection_class=kind, **target.client_kwargs(**kwargs)
+    )
+
+
+class BlockingSentinelPool(async_sentinel.SentinelConnectionPool, aredis.BlockingConnectionPool):
+    """The sentinels' primary, with a pool that makes a command wait for a free connection
+    (as api/services.py's pool does) rather than fail."""
+
+
+def async_sentinel_pool(
+    target: Target, blocking: bool, **kwargs: Any
+) -> async_sentinel.SentinelConnectionPool:
+    """`sentinel_pool` for asyncio; `blocking` as in `async_pool`."""
+    sentinels = async_sentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(**kwargs))
+    kind = BlockingSentinelPool if blocking else async_sentinel.SentinelConnectionPool
+    connection = AsyncSentinelSSLConnection if target.ssl else AsyncSentinelConnection
+    return kind(
+        target.master,
+        sentinels,
+        is_master=True,
+        connection_class=connection,
+        **target.client_kwargs(**kwargs),
+    )
