@@ -11,7 +11,9 @@ client of contract/servers.py connects.
   `UNBLOCKED ... (master -> replica?)`. Both mean "reconnect", not "your command is wrong":
   `Demotable` connections drop themselves and raise ConnectionError, which the clients' retries
   and the processes' outage handling already ride out, reconnecting to whatever the name (or
-  the sentinels) say is the primary now.
+  the sentinels) say is the primary now. Behind one name, a pooled connection that happens to
+  only read keeps reading the demoted node (a replica of the new primary, milliseconds behind)
+  until it writes, errs or is closed; a sentinel pool drops it when it is given back.
 
 What a promoted replica that lacked the primary's last writes means for jobs and streams is
 not handled here.
@@ -21,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import parse_qs, unquote, urlsplit, urlunsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import redis
 import redis.asyncio as aredis
@@ -29,12 +31,18 @@ import redis.asyncio.connection as async_connection
 import redis.asyncio.sentinel as async_sentinel
 import redis.connection
 import redis.sentinel
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import ExecAbortError, ReadOnlyError, ResponseError
 
 
 def demoted(exc: ResponseError) -> bool:
-    """The server that answered is a replica now: a write refused, or a blocked read ended."""
-    return isinstance(exc, ReadOnlyError) or "instance state changed (master -> replica" in str(exc)
+    """The server that answered is a replica now: a write refused (alone, or a transaction's,
+    which EXEC then aborts), or a blocked read ended."""
+    text = str(exc)
+    return (
+        isinstance(exc, ReadOnlyError)
+        or (isinstance(exc, ExecAbortError) and "READONLY" in text)
+        or "instance state changed (master -> replica" in text
+    )
 
 
 def _reconnect(exc: ResponseError) -> redis.ConnectionError:
@@ -63,7 +71,7 @@ class AsyncDemotable:
         except ResponseError as exc:
             if not demoted(exc):
                 raise
-            await self.disconnect()  # type: ignore[attr-defined]
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]  # as redis-py's own error path
             raise _reconnect(exc) from exc
 
 
@@ -115,8 +123,8 @@ class Target:
     master: str
     db: int = 0
     ssl: bool = False
-    auth: dict[str, str] = field(default_factory=dict)  # the primary's username, password
-    sentinel_auth: dict[str, str] = field(default_factory=dict)  # the sentinels'
+    auth: dict[str, str] = field(default_factory=dict, repr=False)  # the primary's username, password
+    sentinel_auth: dict[str, str] = field(default_factory=dict, repr=False)  # the sentinels'
     tls: dict[str, str | bool] = field(default_factory=dict)  # ssl_ca_certs and the like, for both
 
     def _tls(self) -> dict[str, Any]:
@@ -137,39 +145,47 @@ def sentinel_target(url: str) -> Target | None:
     other URL."""
     if not url.startswith(_SENTINEL_SCHEMES):
         return None
-    parts = urlsplit(url)
-    userinfo, _, hosts = parts.netloc.rpartition("@")
-    user, _, password = userinfo.partition(":")
-    sentinels = []
-    for node in hosts.split(","):
-        host, _, port = (
-            node.rpartition(":") if ":" in node and not node.endswith("]") else (node, "", "26379")
-        )
-        sentinels.append((host.strip("[]"), int(port)))
-    path = [p for p in parts.path.split("/") if p]
-    if not sentinels or not path or len(path) > 2:
-        raise ValueError(f"a sentinel URL names its sentinels and the primary: {_redacted(url)}")
-    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    auth = {k: unquote(v) for k, v in (("username", user), ("password", password)) if v}
-    sentinel_auth = {
-        k[len("sentinel_") :]: query[k] for k in ("sentinel_username", "sentinel_password") if k in query
-    }
+    # The message names no part of the URL: a password with a raw "/", "?" or "#" in it
+    # would be cut anywhere, and the query holds the sentinels' password.
+    wrong = ValueError(
+        "a sentinel URL is redis+sentinel://[user:password@]host[:port],.../<master name>[/db]"
+        "[?ssl=true&ssl_*=...&sentinel_username=...&sentinel_password=...] (a password's "
+        "reserved characters %-encoded)"
+    )
+    try:
+        parts = urlsplit(url)
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        sentinels = []
+        for node in hosts.split(","):
+            bare = ":" not in node or node.endswith("]")  # no port, or a bare [v6] address
+            host, _, port = (node, "", "26379") if bare else node.rpartition(":")
+            if not host.strip("[]"):
+                raise wrong
+            sentinels.append((host.strip("[]"), int(port)))
+        path = [p for p in parts.path.split("/") if p]
+        # "+" is a plus, as in the user info (parse_qs would read a space)
+        query = {k: v[-1] for k, v in parse_qs(parts.query.replace("+", "%2B")).items()}
+    except ValueError:
+        raise wrong from None
+    if not path or len(path) > 2 or (not path[-1].isdigit() and len(path) == 2):
+        raise wrong
+    if unknown := set(query) - _QUERY - {k for k in query if k.startswith("ssl_")}:
+        raise ValueError(f"a sentinel URL takes no option {', '.join(sorted(unknown))}")
     flags = {"true": True, "false": False}
-    tls = {k: flags.get(v.lower(), v) for k, v in query.items() if k.startswith("ssl_")}
     return Target(
         sentinels=sentinels,
         master=unquote(path[0]),
         db=int(path[1]) if len(path) > 1 else 0,
         ssl=url.startswith("rediss+") or query.get("ssl", "").lower() in ("1", "true", "yes"),
-        auth=auth,
-        sentinel_auth=sentinel_auth,
-        tls=tls,
+        auth={k: unquote(v) for k, v in (("username", user), ("password", password)) if v},
+        sentinel_auth={k[len("sentinel_") :]: query[k] for k in _SENTINEL_AUTH if k in query},
+        tls={k: flags.get(v.lower(), v) for k, v in query.items() if k.startswith("ssl_")},
     )
 
 
-def _redacted(url: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2]))
+_SENTINEL_AUTH = ("sentinel_username", "sentinel_password")
+_QUERY = {"ssl", *_SENTINEL_AUTH}
 
 
 def pool(url: str, **kwargs: Any) -> redis.ConnectionPool:
@@ -198,7 +214,24 @@ def sentinel_pool(target: Target, **kwargs: Any) -> redis.sentinel.SentinelConne
     )
 
 
-class BlockingSentinelPool(async_sentinel.SentinelConnectionPool, aredis.BlockingConnectionPool):
+class AsyncSentinelPool(async_sentinel.SentinelConnectionPool):
+    """redis-py's asyncio sentinel pool, made to do what its sync one does: a connection given
+    back while it points at an old primary is dropped (it reconnects to the new one when next
+    used), so connections that only read do not stay on a demoted primary. Closing the pool
+    closes its connections to the sentinels too."""
+
+    async def release(self, connection: Any) -> None:
+        if self.master_address is not None and (connection.host, connection.port) != self.master_address:
+            await connection.disconnect()
+        await super().release(connection)
+
+    async def disconnect(self, inuse_connections: bool = True) -> None:
+        await super().disconnect(inuse_connections)
+        if inuse_connections:  # the pool is closed (a new primary's address drops only idle ones)
+            await self.sentinel_manager.aclose()
+
+
+class BlockingSentinelPool(AsyncSentinelPool, aredis.BlockingConnectionPool):
     """The sentinels' primary, with a pool that makes a command wait for a free connection
     (as api/services.py's pool does) rather than fail."""
 
@@ -208,7 +241,7 @@ def async_sentinel_pool(
 ) -> async_sentinel.SentinelConnectionPool:
     """`sentinel_pool` for asyncio; `blocking` as in `async_pool`."""
     sentinels = async_sentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(**kwargs))
-    kind = BlockingSentinelPool if blocking else async_sentinel.SentinelConnectionPool
+    kind = BlockingSentinelPool if blocking else AsyncSentinelPool
     connection = AsyncSentinelSSLConnection if target.ssl else AsyncSentinelConnection
     return kind(
         target.master,

@@ -7,7 +7,7 @@ import pytest
 import redis
 import redis.asyncio.sentinel as async_sentinel
 import redis.sentinel
-from redis.exceptions import ReadOnlyError, ResponseError
+from redis.exceptions import ExecAbortError, ReadOnlyError, ResponseError
 
 from contract import failover
 from contract.failover import BlockingSentinelPool, Target, sentinel_target
@@ -41,9 +41,30 @@ def test_a_sentinel_url_names_the_sentinels_the_primary_and_both_auths():
     )
     for other in ("redis://h:6379/0", "redis+cluster://h:7000/0"):
         assert sentinel_target(other) is None
-    with pytest.raises(ValueError, match="names its sentinels and the primary") as exc:
-        sentinel_target("redis+sentinel://u:secret@s1:26379")
-    assert "secret" not in str(exc.value)  # the password stays out of the log
+    assert sentinel_target("redis+sentinel://s/m?sentinel_password=a+b%2Fc").sentinel_auth == {
+        "password": "a+b/c"
+    }
+    assert "secret" not in repr(sentinel_target("redis+sentinel://:secret@s/m?sentinel_password=secret"))
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis+sentinel://u:secret@s1:26379",  # no primary named
+        "redis+sentinel://u:se/cret@s1:26379/m",  # a raw "/" in the password
+        "redis+sentinel://s1,,s2/m?sentinel_password=secret",  # an empty host
+        "redis+sentinel://s1:26379/m/x?sentinel_password=secret",  # not a db
+    ],
+)
+def test_a_wrong_sentinel_url_is_refused_without_its_secrets(url):
+    with pytest.raises(ValueError, match="a sentinel URL is redis") as exc:
+        sentinel_target(url)
+    assert "secret" not in str(exc.value) and "cret" not in str(exc.value)
+
+
+def test_a_sentinel_url_refuses_options_it_would_ignore():
+    with pytest.raises(ValueError, match="takes no option db, socket_timeout"):
+        sentinel_target("redis+sentinel://s/m?db=3&socket_timeout=1")
 
 
 def test_a_sentinel_url_gives_clients_that_ask_the_sentinels_for_the_primary():
@@ -72,6 +93,12 @@ def test_a_demoted_primary_s_answers_are_told_from_a_wrong_command():
             "UNBLOCKED force unblock from blocking operation, instance state changed (master -> replica?)"
         )
     )
+    assert failover.demoted(
+        ExecAbortError(
+            "Transaction discarded because of: READONLY You can't write against a read only replica."
+        )
+    )
+    assert not failover.demoted(ExecAbortError("Transaction discarded because of previous errors."))
     assert not failover.demoted(
         ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
     )
