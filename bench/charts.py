@@ -37,8 +37,14 @@ def series(entry: dict) -> dict[str, list[dict]]:
     return {s: sorted(rs, key=lambda r: r["streams"]) for s, rs in out.items()}
 
 
-def draw(data: dict, png: Path) -> None:
-    """Each section a row: aggregate tokens/s and TTFT p95 against concurrent streams."""
+def draw(
+    data: dict,
+    png: Path,
+    figures: tuple[tuple[str, str, float], ...] = FIGURES,
+    x_label: str = "concurrent streams",
+) -> None:
+    """Each section a row: aggregate tokens/s and TTFT p95 (or `figures`: (key, label,
+    scale) each) against concurrent streams (or what `streams` counts, `x_label`), from 0."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -47,11 +53,12 @@ def draw(data: dict, png: Path) -> None:
     sections = [(name, entry) for name, entry in data.items() if entry.get("results")]
     if not sections:
         raise SystemExit("no results to draw")
-    fig, axes = plt.subplots(len(sections), 2, figsize=(11, 3.6 * len(sections)), squeeze=False)
+    width = 5.5 * len(figures)
+    fig, axes = plt.subplots(len(sections), len(figures), figsize=(width, 3.6 * len(sections)), squeeze=False)
     for row, (name, entry) in zip(axes, sections, strict=True):
         streams = sorted({r["streams"] for r in entry["results"]})
         for server, rs in series(entry).items():
-            for ax, (key, label, scale) in zip(row, FIGURES, strict=True):
+            for ax, (key, label, scale) in zip(row, figures, strict=True):
                 points = [(r["streams"], r[key] * scale) for r in rs if _finite(r.get(key))]
                 if points:
                     ax.plot(*zip(*points, strict=True), marker="o", label=server)
@@ -60,7 +67,8 @@ def draw(data: dict, png: Path) -> None:
             if len(streams) > 1:
                 ax.set_xscale("log", base=2)
             ax.set_xticks(streams, [str(s) for s in streams])
-            ax.set_xlabel("concurrent streams")
+            ax.set_xlabel(x_label)
+            ax.set_ylim(bottom=0)
             ax.grid(True, which="both", alpha=0.3)
             ax.legend(fontsize=7)
     fig.tight_layout()
