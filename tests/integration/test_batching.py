@@ -136,23 +136,29 @@ def test_closing_a_job_frees_its_slot_for_the_next(alone):
         single.close()
 
 
+def open_a_gap(eng) -> tuple:
+    """Slots 0, 1, 2 taken in turn (each job once the one before has a token); the job in
+    slot 1 stops after 3 tokens. Returns the three answers."""
+    started = [threading.Event(), threading.Event()]
+
+    def nth(i: int, after: threading.Event | None, limit: int = 40):
+        def run():
+            if after is not None:
+                assert after.wait(60)
+            on_token = (lambda n: started[i].set()) if i < 2 else None
+            return generate(eng, job(eng, QUESTIONS[i], i), limit=limit, on_token=on_token)
+
+        return run
+
+    return concurrently(nth(0, None), nth(1, started[0], limit=3), nth(2, started[1]))
+
+
 def test_a_job_ending_between_two_others_closes_the_gap_and_changes_no_answer(alone):
     """Slots 0, 1, 2 taken in turn; the job in slot 1 stops after 3 tokens and no job waits:
     the job in slot 2 moves to slot 1 (one pass per step again) and still gives its answer."""
     eng = make_engine(3)
     try:
-        started = [threading.Event(), threading.Event()]
-
-        def nth(i: int, after: threading.Event | None, limit: int = 40):
-            def run():
-                if after is not None:
-                    assert after.wait(60)
-                on_token = (lambda n: started[i].set()) if i < 2 else None
-                return generate(eng, job(eng, QUESTIONS[i], i), limit=limit, on_token=on_token)
-
-            return run
-
-        a, b, c = concurrently(nth(0, None), nth(1, started[0], limit=3), nth(2, started[1]))
+        a, b, c = open_a_gap(eng)
         assert (a, b, c) == (alone[0], alone[1][:3], alone[2])
         assert eng._scheduler.counters.moves == 1
     finally:
@@ -165,18 +171,7 @@ def test_a_conversation_ending_in_a_gap_keeps_its_cache_in_a_spare_slot(alone):
     copied to slot 3, and that next turn reads only what is new."""
     eng = make_engine(4)
     try:
-        started = [threading.Event(), threading.Event()]
-
-        def nth(i: int, after: threading.Event | None, limit: int = 40):
-            def run():
-                if after is not None:
-                    assert after.wait(60)
-                on_token = (lambda n: started[i].set()) if i < 2 else None
-                return generate(eng, job(eng, QUESTIONS[i], i), limit=limit, on_token=on_token)
-
-            return run
-
-        a, b, c = concurrently(nth(0, None), nth(1, started[0], limit=3), nth(2, started[1]))
+        a, b, c = open_a_gap(eng)
         assert (a, b, c) == (alone[0], alone[1][:3], alone[2])
         counters = eng._scheduler.counters
         assert counters.moves == 1 and counters.kept == 1
