@@ -7,8 +7,11 @@ contract's keys and Lua scripts.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
+import logging
+import time
 from dataclasses import dataclass, replace
 
 import anyio
@@ -17,6 +20,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
+from api.acks import ReplicaAcks
 from api.indexes import ShardIndexes
 from api.owners import (
     RECORD_GRACE_MS,
@@ -39,6 +43,10 @@ from contract.settings import Recovery
 Rows = list[tuple[str, Entry]]
 
 # KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
+log = logging.getLogger(__name__)
+
+CONFIRM_FOR_S = 10.0  # how long a new job is recorded again until a replica has it
+
 _DEAD_BATCH = """
 local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > seen then
@@ -119,6 +127,7 @@ class JobStore:
         recovery: Recovery,
         deadline_s: float = 0.0,
         router: Router | None = None,
+        acks: Servers[ReplicaAcks] | None = None,
     ) -> None:
         self._q = servers.queues
         self._r = servers.streams  # the job's own keys
@@ -133,6 +142,7 @@ class JobStore:
         self._dead_batch = self._q.register_script(_DEAD_BATCH)
         self._indexes = ShardIndexes(self._r)
         self._router = router  # cache-aware routing of new interactive jobs (api/routing.py)
+        self._acks = acks  # each server's: a new job survives a failover before it is answered for
 
     async def submit(
         self,
@@ -185,6 +195,7 @@ class JobStore:
                     await self.owners.take_back(spec.id, owner, idempotency)
                     raise
                 await self._enqueue(spec, keep_on_failure=idempotency is not None, routed=counted)
+                await self._confirm(spec, spec_json, state, idempotency, fields or {}, counted)
                 return Submitted(state, new=True)
             if verdict[0] == b"limit":
                 raise OwnerLimit(int(verdict[1]))
@@ -224,7 +235,8 @@ class JobStore:
         state: JobState,
         idempotency: Idempotency | None,
         extra: dict[str, str],
-    ) -> None:
+    ) -> bool:
+        """RECORD the job; False if it was there already."""
         fields = {
             JobField.MODEL: spec.model,
             JobField.SURFACE: state.surface,
@@ -245,10 +257,41 @@ class JobStore:
         if self.deadline_s > 0:
             fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
         fields.update(extra)
-        await self._record_script(
+        made = await self._record_script(
             keys=[keys.job(spec.id), keys.pending(keys.shard(spec.id))],
             args=[spec.id, self.recovery.job_ttl_s, *(str(x) for pair in fields.items() for x in pair)],
         )
+        return bool(made)
+
+    async def _confirm(
+        self,
+        spec: JobSpec,
+        spec_json: str,
+        state: JobState,
+        idempotency: Idempotency | None,
+        extra: dict[str, str],
+        routed: bool,
+    ) -> None:
+        """Return once a replica holds the new job (api/acks.py). A failover meanwhile may
+        have lost it with the old primary's last writes: the job is recorded and queued again
+        on the primary there is now (RECORD changes nothing if the job is there; a second
+        queue entry of a job that runs or ran is dropped by CLAIM), until a replica has it or
+        `CONFIRM_FOR_S` passes."""
+        if self._acks is None:
+            return
+        checks = [lambda: self._acks.streams.settled(keys.job(spec.id))]  # type: ignore[union-attr]
+        if self._acks.split:
+            checks.append(self._acks.queues.settled)
+        deadline = time.monotonic() + CONFIRM_FOR_S
+        while not all(await asyncio.gather(*(check() for check in checks))):
+            if time.monotonic() >= deadline:
+                log.warning("no replica acknowledged %s in %.0fs: answered anyway", spec.id, CONFIRM_FOR_S)
+                return
+            await asyncio.sleep(0.2)
+            with contextlib.suppress(RedisError):  # Redis still away: wait and try again
+                if await self._record(spec, spec_json, state, idempotency, extra):
+                    log.warning("job %s was lost in a failover: recorded and queued again", spec.id)
+                    await self._enqueue(spec, keep_on_failure=True, routed=routed)
 
     async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool) -> None:
         """Put the new job on its queue: with `routed`, the routed queue of the worker

@@ -22,7 +22,8 @@ moves routed jobs their worker did not take in time (or died with) back to the s
 and enqueues the jobs left pending by an API process or worker that died between recording
 a job and enqueueing it (after `PENDING_GRACE_S`). Every `FORGET_EVERY_S` it drops the
 workers that stopped announcing themselves. Nothing is judged for `settle_s` after a Redis
-(re)start, of either server: workers reconnect and beat again first.
+(re)start or failover, of either server: workers reconnect, beat again and write again what
+the failover lost first (worker/durability.py).
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Reaper:
         self._leader = Leader(client, keys.REAPER_LOCK)
         self._task = Background("reaper", lambda: every(self._interval, self.tick, "reaper"))
         self._forget_at = 0.0  # monotonic
+        self._run_ids: set[str] | None = None  # the servers' (nodes') run ids at the last tick
+        self._quiet_until = 0.0  # monotonic: no reaping before, after a server changed
 
     async def start(self) -> None:
         self._task.start()
@@ -78,10 +81,8 @@ class Reaper:
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
         if not await self._leader.held(lock_ms):
             return 0
-        for server in self._servers.each():
-            for info in await node_infos(server, "server"):
-                if int(info.get("uptime_in_seconds", 0)) < self._settle:
-                    return 0
+        if not await self._settled():
+            return 0
         connected = {
             c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
             for c in await self._r.client_list()
@@ -96,6 +97,21 @@ class Reaper:
             self._forget_at = time.monotonic() + FORGET_EVERY_S
             await self._registry.forget_silent()
         return taken
+
+    async def _settled(self) -> bool:
+        """No server (re)started, and none changed (a failover promotes a replica that has
+        run for long), within `settle_s`: the workers have reconnected and beaten since."""
+        run_ids = set()
+        young = False
+        for server in self._servers.each():
+            for info in await node_infos(server, "server"):
+                run_ids.add(str(info.get("run_id")))
+                young = young or int(info.get("uptime_in_seconds", 0)) < self._settle
+        if self._run_ids is not None and run_ids != self._run_ids:
+            log.warning("a Redis server changed (a failover): no reaping for %.0fs", self._settle)
+            self._quiet_until = time.monotonic() + self._settle
+        self._run_ids = run_ids
+        return not young and time.monotonic() >= self._quiet_until
 
     async def _judge(self, running: list[RunningAttempt], connected: set[str]) -> int:
         holding = collections.Counter(a.worker for a in running)

@@ -11,6 +11,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from api.acks import ReplicaAcks
 from api.admission import Admission, OpenStreams
 from api.clusterstats import ClusterStats
 from api.hub import StreamHub
@@ -100,6 +101,7 @@ class Services:
             deadline_s=settings.lifetimes.job_deadline_s,
             recovery=settings.recovery,
             router=router,
+            acks=_acks(servers, settings.connection.replica_ack_s),
         )
         streams = OpenStreams()
         memory = MemoryWatch(servers, settings.intake.redis_memory_high)
@@ -140,3 +142,10 @@ class Services:
             await client.aclose()
         for sync in self.rq_servers.each():
             sync.close()
+
+
+def _acks(servers: Servers[aredis.Redis], timeout_s: float) -> Servers[ReplicaAcks]:
+    """One `ReplicaAcks` per server (the same one twice on one server)."""
+    queues = ReplicaAcks(servers.queues, timeout_s)
+    streams = ReplicaAcks(servers.streams, timeout_s) if servers.split else queues
+    return Servers(queues=queues, streams=streams)

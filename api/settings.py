@@ -265,6 +265,13 @@ class Connection:
         "REDIS_POOL_WAIT_SECONDS",
         "how long a request waits for a pooled connection in a burst before 503",
     )
+    replica_ack_s: float = setting(
+        1.0,
+        "REPLICA_ACK_SECONDS",
+        "on a server with replicas, how long a new job waits for one to acknowledge it before it is "
+        "answered for (`WAIT`; a failover then cannot lose it); 0: never wait",
+        minimum=0.0,
+    )
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,8 @@ not handled here.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
@@ -205,11 +207,43 @@ def async_pool(url: str, blocking: bool, **kwargs: Any) -> aredis.ConnectionPool
     return made
 
 
+# How often a sentinel pool asks the sentinels which server is the primary. A primary that
+# the sentinels have replaced goes on taking writes until they reach it and demote it (after
+# a SENTINEL FAILOVER, up to ten seconds later), and every write it takes then is lost: so
+# the pool does not wait for an error to move, it looks.
+ASK_EVERY_S = 1.0
+
+
+class SentinelPool(redis.sentinel.SentinelConnectionPool):
+    """redis-py's sync sentinel pool, asking the sentinels for the primary every
+    `ASK_EVERY_S` rather than only when a connection fails: a connection to a replaced
+    primary is closed before it is used (it reconnects to the new one)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._asked_at = time.monotonic()
+
+    def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if time.monotonic() - self._asked_at >= ASK_EVERY_S:
+            self._asked_at = time.monotonic()
+            with contextlib.suppress(redis.RedisError):  # no answer: the connection's error says why
+                self.get_master_address()
+        connection = super().get_connection(*args, **kwargs)
+        if _stale(connection, self.master_address):
+            connection.disconnect()
+        return connection
+
+
+def _stale(connection: Any, master: tuple[str, int] | None) -> bool:
+    """Connected, but to a server that is no longer the primary."""
+    return master is not None and connection.is_connected and (connection.host, connection.port) != master
+
+
 def sentinel_pool(target: Target, **kwargs: Any) -> redis.sentinel.SentinelConnectionPool:
     """A sync pool of the sentinels' current primary."""
     sentinels = redis.sentinel.Sentinel(target.sentinels, sentinel_kwargs=target.sentinel_kwargs(**kwargs))
     kind = SentinelSSLConnection if target.ssl else SentinelConnection
-    return redis.sentinel.SentinelConnectionPool(
+    return SentinelPool(
         target.master, sentinels, is_master=True, connection_class=kind, **target.client_kwargs(**kwargs)
     )
 
@@ -217,8 +251,21 @@ def sentinel_pool(target: Target, **kwargs: Any) -> redis.sentinel.SentinelConne
 class AsyncSentinelPool(async_sentinel.SentinelConnectionPool):
     """redis-py's asyncio sentinel pool, made to do what its sync one does: a connection given
     back while it points at an old primary is dropped (it reconnects to the new one when next
-    used), so connections that only read do not stay on a demoted primary. Closing the pool
-    closes its connections to the sentinels too."""
+    used), so connections that only read do not stay on a demoted primary; and, as
+    `SentinelPool`, it asks the sentinels for the primary every `ASK_EVERY_S`. Closing the
+    pool closes its connections to the sentinels too."""
+
+    _asked_at = 0.0
+
+    async def get_connection(self, *args: Any, **kwargs: Any) -> Any:
+        if time.monotonic() - self._asked_at >= ASK_EVERY_S:
+            self._asked_at = time.monotonic()
+            with contextlib.suppress(redis.RedisError):
+                await self.get_master_address()
+        connection = await super().get_connection(*args, **kwargs)
+        if _stale(connection, self.master_address):
+            await connection.disconnect()
+        return connection
 
     async def release(self, connection: Any) -> None:
         if self.master_address is not None and (connection.host, connection.port) != self.master_address:

@@ -174,6 +174,10 @@ def idempotency(owner: str, digest: str) -> str:
 REAPER_LOCK = f"{PREFIX}:reaper"
 """STRING: which API process currently looks for dead attempts (SET NX PX)."""
 
+ACK_MARK = f"{PREFIX}:acks"
+"""STRING (each server): a counter the API increments only so that `WAIT` has a write of its
+own to wait for: a replica that has it has every write made before it (api/acks.py)."""
+
 
 def file(file_id: str) -> str:
     """HASH: a file's metadata (api/files.py); files stored before `file_content` existed

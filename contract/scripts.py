@@ -25,9 +25,13 @@ ended, should it stop" is checked in the same step as the write:
   current and the job has not ended; a terminal entry marks the job ended and starts its
   retention. Each attempt numbers its entries, and a retried APPEND (its reply lost) skips
   those already written: nothing is published twice. Returns the cancel flag, so a worker
-  learns of a cancel on the write it makes anyway.
+  learns of a cancel on the write it makes anyway, and each entry's stream id. After a
+  failover that lost the attempt's last writes (docs/protocol.md, "Failover"), it answers
+  `BEHIND n` and the worker writes the lost entries again with the ids they had; an attempt
+  whose claim was lost claims again (its epoch is above the job's: epochs only grow).
 - `BEAT` is the attempt's heartbeat: refreshes its liveness key while the epoch is current;
-  returns 0 once it is not, so a fenced worker learns it even between writes.
+  returns 0 once it is not, so a fenced worker learns it even between writes, and 2 when a
+  failover lost the attempt's claim (the worker then writes again what it holds).
 - `ABANDON` takes a job away from an attempt (dead, hung, or handing off at shutdown):
   fences it out and queues the job again, charging the death to it or not (the caller
   judges: see api/reaper.py), or ends it with `worker_lost` once the charged deaths reach
@@ -50,6 +54,7 @@ contract/holdings.py's for files and batches) need one server, as RQ does.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from contract import errors, keys
 from contract.entries import CANCELLED, EPOCH, Entry, Failed, Finished, encode
@@ -232,7 +237,8 @@ CLAIM = (
 -- ARGV[6]=digest of the spec the worker is about to run
 -- Returns {{epoch, cancel, suspect}}: epoch -1 = the job is gone (expired or purged), 0 = it
 -- has ended, or had waited too long in the queue (then this call ended it), -2 = the spec is
--- not the one the API recorded (a planted job: nothing is changed).
+-- not the one the API recorded (a planted job: nothing is changed), -3 = a live attempt runs
+-- it (a queue entry a failover put back: nothing is changed).
 local function claimed()
   local suspect = 0
   if redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then suspect = 1 end
@@ -242,6 +248,12 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.DIGEST}') ~= ARGV[6] then return {{-2, 0, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.CLAIM}') == ARGV[5] then return claimed() end
+-- running, and its attempt alive: this is a second copy of its queue entry (a failover
+-- rolled back the pop that took it), not a job given back
+if redis.call('HGET', KEYS[1], '{JobField.STATUS}') == '{JobStatus.RUNNING}'
+   and redis.call('EXISTS', KEYS[4]) == 1 then
+  return {{-3, 0, 0}}
+end
 if end_if_late(ARGV[2], ARGV[4]) == 1 then return {{0, 0, 0}} end
 local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 redis.call('HINCRBY', KEYS[1], '{JobField.ATTEMPTS}', 1)
@@ -259,30 +271,64 @@ APPEND = (
     + f"""
 -- ARGV[1]=epoch, ARGV[2]=final status ('' unless the last entry is terminal),
 -- ARGV[3]=retention seconds, ARGV[4]=completion id, ARGV[5]=the attempt's number of its
--- first entry here (0 for its first), ARGV[6]=number of entries, then per entry: its number
--- of field/value strings, then those strings.
--- Returns the cancel flag.
-if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1] then
-  return redis.error_reply('FENCED stale attempt')
+-- first entry here (0 for its first), ARGV[6]=number of entries, ARGV[7]=the attempt's claim
+-- token, ARGV[8]=its worker, ARGV[9]=heartbeat window ms, then per entry: its stream id ('*'
+-- for a new entry, the id it had for one written again), its number of field/value strings,
+-- then those strings.
+-- Returns {{cancel flag, the stream id of each entry of this call}}, or the error
+-- 'BEHIND <n>' when the job holds only the attempt's first n entries: a failover lost the
+-- others, and the attempt writes them again, with their ids, from its record.
+if redis.call('EXISTS', KEYS[1]) == 0 then return redis.error_reply('FENCED job gone') end
+local held = tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}') or '0')
+local mine = tonumber(ARGV[1])
+if held > mine then return redis.error_reply('FENCED stale attempt') end
+if held == mine and redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[7] then
+  return redis.error_reply('FENCED claimed again after a failover')
 end
-local skip = tonumber(redis.call('HGET', KEYS[1], '{JobField.SEQ}') or '0') - tonumber(ARGV[5])
-if skip < 0 then return redis.error_reply('ERR entries missing before this APPEND') end
-if skip >= tonumber(ARGV[6]) then return cancel_due(KEYS[1]) end  -- a retry: all written
+if held < mine then
+  -- epochs only grow: a failover lost this attempt's claim (and so all it wrote). Claim
+  -- again, as CLAIM did.
+  if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
+    return redis.error_reply('FENCED job ended')
+  end
+  redis.call('HSET', KEYS[1], '{JobField.EPOCH}', mine, '{JobField.STATUS}', '{JobStatus.RUNNING}',
+             '{JobField.WORKER}', ARGV[8], '{JobField.CLAIM}', ARGV[7], '{JobField.SEQ}', 0)
+  redis.call('HINCRBY', KEYS[1], '{JobField.ATTEMPTS}', 1)
+  redis.call('ZADD', KEYS[3], now_ms(), ARGV[4])
+  redis.call('SET', KEYS[4], mine, 'PX', ARGV[9])
+  redis.call('ZREM', KEYS[5], ARGV[4])
+end
+local count = tonumber(ARGV[6])
+local seq = tonumber(redis.call('HGET', KEYS[1], '{JobField.SEQ}') or '0')
+local skip = seq - tonumber(ARGV[5])
+if skip < 0 then return redis.error_reply('BEHIND ' .. seq) end
+local out = {{0}}
+if skip > 0 and count > 0 then
+  -- a retry (its reply lost): the ids of the entries already written, for the record
+  local back = redis.call('XREVRANGE', KEYS[2], '+', '-', 'COUNT', skip)
+  for n = #back, 1, -1 do
+    if #out <= count then out[#out + 1] = back[n][1] end
+  end
+end
+if skip >= count then
+  out[1] = cancel_due(KEYS[1])
+  return out
+end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
   return redis.error_reply('FENCED job ended')
 end
 local created = redis.call('EXISTS', KEYS[2]) == 0
-local i = 7
-for n = 1, tonumber(ARGV[6]) do
-  local count = tonumber(ARGV[i])
+local i = 10
+for n = 1, count do
+  local size = tonumber(ARGV[i + 1])
   if n > skip then
-    local args = {{'XADD', KEYS[2], '*'}}
-    for j = i + 1, i + count do args[#args + 1] = ARGV[j] end
-    redis.call(unpack(args))
+    local args = {{'XADD', KEYS[2], ARGV[i]}}
+    for j = i + 2, i + 1 + size do args[#args + 1] = ARGV[j] end
+    out[#out + 1] = redis.call(unpack(args))
   end
-  i = i + count + 1
+  i = i + size + 2
 end
-redis.call('HINCRBY', KEYS[1], '{JobField.SEQ}', tonumber(ARGV[6]) - skip)
+redis.call('HINCRBY', KEYS[1], '{JobField.SEQ}', count - skip)
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[1], '{JobField.ENDED}', '1', '{JobField.STATUS}', ARGV[2])
   retain(ARGV[3])
@@ -293,15 +339,19 @@ elseif created then
   local ttl = redis.call('PTTL', KEYS[1])
   if ttl > 0 then redis.call('PEXPIRE', KEYS[2], ttl) end
 end
-return cancel_due(KEYS[1])
+out[1] = cancel_due(KEYS[1])
+return out
 """
 )
 
 BEAT = f"""
--- KEYS[1]=job hash, KEYS[2]=alive key; ARGV[1]=epoch, ARGV[2]=window ms.
--- Returns 1 while the attempt is current (and refreshes its liveness), else 0.
-if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
-   or redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
+-- KEYS[1]=job hash, KEYS[2]=alive key; ARGV[1]=epoch, ARGV[2]=window ms, ARGV[3]=claim token.
+-- Returns 1 while the attempt is current (and refreshes its liveness), 2 when a failover
+-- lost its claim (its epoch is above the job's: its next APPEND claims again), else 0.
+local held = tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}') or '0')
+if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return 0 end
+if held < tonumber(ARGV[1]) and redis.call('EXISTS', KEYS[1]) == 1 then return 2 end
+if held ~= tonumber(ARGV[1]) or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[3] then
   return 0
 end
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
@@ -388,6 +438,18 @@ return {running, pending}
 """
 
 FENCED = "FENCED"
+BEHIND = "BEHIND"
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What APPEND and BEAT check an attempt's writes against, and what APPEND restores when
+    a failover lost the claim: its epoch, its token, its worker and its heartbeat window."""
+
+    epoch: int
+    token: str
+    worker: str
+    window_ms: int
 
 
 def final_status(entry: Entry) -> str:
@@ -399,24 +461,34 @@ def final_status(entry: Entry) -> str:
     return ""
 
 
-def append_args(completion_id: str, first_seq: int, batch: Sequence[Entry], retention_s: int) -> list[str]:
+def append_args(
+    completion_id: str,
+    claim: Claim,
+    first_seq: int,
+    batch: Sequence[tuple[str, Entry]],
+    retention_s: int,
+) -> list[str]:
     """ARGV for APPEND: one attempt's entries, in order, the first being the attempt's
-    `first_seq`-th (the epoch comes from the entries; only the last may be terminal)."""
-    if not batch or batch[0].epoch < 1 or any(e.epoch != batch[0].epoch for e in batch):
-        raise ValueError("APPEND takes one or more entries of one (stamped) attempt")
-    if any(final_status(e) for e in batch[:-1]):
+    `first_seq`-th, each with its stream id ('*' for a new one). Only the last may be
+    terminal; every entry carries the claim's epoch. An empty batch only claims again."""
+    if claim.epoch < 1 or any(e.epoch != claim.epoch for _, e in batch):
+        raise ValueError("APPEND takes entries of one (stamped) attempt")
+    if any(final_status(e) for _, e in batch[:-1]):
         raise ValueError("a terminal entry must be the last one")
     out = [
-        str(batch[0].epoch),
-        final_status(batch[-1]),
+        str(claim.epoch),
+        final_status(batch[-1][1]) if batch else "",
         str(retention_s),
         completion_id,
         str(first_seq),
         str(len(batch)),
+        claim.token,
+        claim.worker,
+        str(claim.window_ms),
     ]
-    for entry in batch:
+    for entry_id, entry in batch:
         fields = _flat(encode(entry))
-        out += [str(len(fields)), *fields]
+        out += [entry_id, str(len(fields)), *fields]
     return out
 
 

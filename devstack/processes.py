@@ -16,6 +16,10 @@ import urllib.error
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from devstack.relay import Relay
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -205,23 +209,34 @@ class Watched:
     sentinels: list[Proc]
     url: str  # redis+sentinel://, naming every sentinel
     ports: dict[str, int]  # "primary", "replica" -> port
+    link: Relay | None = None  # the replica's link to the primary, when it can be held
 
     def procs(self) -> list[Proc]:
         return [*self.sentinels, self.primary, self.replica]
 
 
 def start_watched(
-    log_dir: Path, sentinels: int = 3, down_after_ms: int = 1000, master: str = "tokenspool"
+    log_dir: Path,
+    sentinels: int = 3,
+    down_after_ms: int = 1000,
+    master: str = "tokenspool",
+    held_link: bool = False,
 ) -> Watched:
     """A valkey primary, one replica of it and `sentinels` sentinels (quorum: a majority) on
     loopback, as a self-run Sentinel deployment has them: a primary unreachable for
-    `down_after_ms` is failed over to the replica. Returns them with the URL clients use."""
+    `down_after_ms` is failed over to the replica. Returns them with the URL clients use.
+    With `held_link`, the replica reaches the primary through a relay (`Watched.link`) that
+    a test pauses to make the replica fall behind."""
     import redis
+
+    from devstack.relay import Relay  # it needs free_port, from here
 
     primary, primary_url = start_redis(log_dir)
     p_port = int(primary_url.rsplit(":", 1)[1].split("/")[0])
     r_port = free_port()
-    replica, _ = start_redis(log_dir, port=r_port, extra=("--replicaof", "127.0.0.1", str(p_port)))
+    link = Relay(p_port) if held_link else None
+    upstream = link.port if link is not None else p_port
+    replica, _ = start_redis(log_dir, port=r_port, extra=("--replicaof", "127.0.0.1", str(upstream)))
     with redis.Redis(port=r_port, socket_timeout=5) as r:
         _wait(lambda: r.info("replication").get("master_link_status") == "up", 30, primary, replica)
     procs, ports = [], []
@@ -242,7 +257,12 @@ def start_watched(
         _wait(lambda port=port: _redis_ping(port), 15, *procs)
     nodes = ",".join(f"127.0.0.1:{port}" for port in ports)
     return Watched(
-        primary, replica, procs, f"redis+sentinel://{nodes}/{master}", {"primary": p_port, "replica": r_port}
+        primary,
+        replica,
+        procs,
+        f"redis+sentinel://{nodes}/{master}",
+        {"primary": p_port, "replica": r_port},
+        link,
     )
 
 

@@ -10,6 +10,7 @@ import redis
 
 from contract import keys, logs
 from contract.servers import sync_client
+from worker.durability import Durability
 from worker.heartbeat import Heartbeat
 from worker.hub_model import ModelUnavailable, fetch
 from worker.lending import Lending
@@ -70,6 +71,8 @@ def main() -> None:
         interval_s=settings.heartbeat_window_s / 3,
         stall_s=settings.stall_s,
     )
+    # what a failover could take back, written again if it does (worker/durability.py)
+    durability = Durability(connect(settings.shared.streams_url))
     if settings.log_content:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
     runner = JobRunner(
@@ -83,6 +86,7 @@ def main() -> None:
         ),
         heartbeat,
         window_ms,
+        durability,
         # With several slots, one round trip per batch step rather than one per token.
         linger_s=0.002 if engine.slots > 1 else 0.0,
         shutdown_grace_s=settings.shutdown_grace_s,
@@ -116,6 +120,7 @@ def main() -> None:
     worker = TokenspoolWorker(settings.model_name, settings.name, connection, runner, lending)
     presence.start()
     heartbeat.start()
+    durability.start()
     log.info(
         "worker %s serving %s (%d slots of %d tokens)",
         settings.name,
@@ -133,12 +138,14 @@ def main() -> None:
             if runner.running():
                 log.info("waiting for %d running jobs (or their hand-off)", runner.running())
             runner.drain()
+            durability.settle(5.0)  # the last writes on a replica before nobody holds them
         except (SystemExit, KeyboardInterrupt):  # cold shutdown: hand the running jobs off
             presence.withdraw()
             runner.request_shutdown(0.0)
             runner.drain(timeout=10.0)
             raise
     finally:
+        durability.stop()
         heartbeat.stop()
         presence.stop()
 

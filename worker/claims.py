@@ -8,12 +8,13 @@ about it comes back through its flags: `fenced` (another attempt, or an END, too
 
 from __future__ import annotations
 
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
 
 from contract import entries, keys, scripts
-from contract.entries import Delta, Failed, Finished, Started
+from contract.entries import Delta, Entry, Failed, Finished, Started
 from worker.link import Link
 
 
@@ -29,7 +30,12 @@ class NotRecorded(Exception):
     """The spec to run is not the one the API recorded for the job (a planted job)."""
 
 
-@dataclass
+class RolledBack(Exception):
+    """A failover lost entries of this attempt that it no longer holds: it cannot go on
+    without contradicting what a client may have seen."""
+
+
+@dataclass(eq=False)  # one attempt is one object: hashed by identity
 class Attempt:
     completion_id: str
     epoch: int
@@ -43,6 +49,40 @@ class Attempt:
     generated: int = 0  # tokens this attempt has generated (published or not yet)
     preempted: bool = False  # give the job back at the next token (a batch line making room)
     error: Exception | None = None  # a write failed for good: raised by the next call
+    token: str = ""  # the claim's token, worker and heartbeat window (`scripts.Claim`)
+    worker: str = ""
+    window_ms: int = 0
+    ended: bool = False  # its terminal entry is written
+    # What this attempt wrote that a failover could still take back (not yet on a replica):
+    # (its number in the attempt, its stream id, the entry), oldest first. The publisher adds
+    # to it, worker/durability.py trims it, and a write that finds the job behind writes
+    # these again with the ids they had.
+    record: list[tuple[int, str, Entry]] = field(default_factory=list)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def claim(self) -> scripts.Claim:
+        return scripts.Claim(self.epoch, self.token, self.worker, self.window_ms)
+
+    def wrote(self, rows: list[tuple[int, str, Entry]]) -> None:
+        """Entries written (their numbers, ids), to hold until they are safe."""
+        with self._lock:
+            self.record.extend(rows)
+
+    def held_from(self, seq: int) -> list[tuple[str, Entry]] | None:
+        """The entries from number `seq` on, with their ids; None if some are no longer held
+        (already trimmed as safe: a failover took back what a replica had confirmed)."""
+        with self._lock:
+            if seq >= self.written:
+                return []
+            if not self.record or self.record[0][0] > seq:
+                return None
+            return [(i, e) for n, i, e in self.record if n >= seq]
+
+    def confirm(self, upto: int) -> None:
+        """Entries numbered below `upto` are safe (on a replica, or synced): forget them."""
+        with self._lock:
+            self.record = [row for row in self.record if row[0] >= upto]
 
     def check(self) -> None:
         """Raise what the writer learned: fenced out, or a write that failed."""
@@ -84,9 +124,17 @@ class Claims:
         )
         if epoch == -2:
             raise NotRecorded(completion_id)
-        if epoch <= 0:
+        if epoch <= 0:  # gone, ended, late; or -3: a live attempt runs it
             raise JobGone(completion_id)
-        return Attempt(completion_id, int(epoch), cancelled=bool(cancel), suspect=bool(suspect))
+        return Attempt(
+            completion_id,
+            int(epoch),
+            cancelled=bool(cancel),
+            suspect=bool(suspect),
+            token=token,
+            worker=link.worker,
+            window_ms=self._window_ms,
+        )
 
     def progress(self, completion_id: str) -> Progress:
         """Read back what earlier attempts published (token ids are the contract's truth)."""

@@ -4,8 +4,9 @@ Every `interval_s` each attempt this process holds refreshes its liveness key (t
 script, valid for `window_ms`). A process that hangs stops beating and is declared dead
 when the key expires; a process that dies is seen sooner, by its named connections
 vanishing. BEAT also tells an attempt it has been fenced out, so a worker stops even while
-it writes nothing (a long prefill). The thread holds any number of attempts: one process
-may run several jobs at once.
+it writes nothing (a long prefill), and that a failover lost its claim: `rolled_back` (the
+publisher's `resend`) then writes again what it holds, which claims again. The thread holds
+any number of attempts: one process may run several jobs at once.
 
 The thread beats on its own, so a process stuck inside a native call (a hung driver) would
 look alive for ever: an attempt with no step computing any of its rows (a prompt chunk or a
@@ -18,6 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -38,6 +40,7 @@ class Heartbeat:
         self._attempts: dict[str, Attempt] = {}
         self._lock = threading.Lock()
         self._thread = Periodic("heartbeat", interval_s, self.beat)
+        self.rolled_back: Callable[[Attempt], None] = lambda attempt: None  # the job runner's
 
     def start(self) -> None:
         self._thread.start()
@@ -66,7 +69,10 @@ class Heartbeat:
                 continue
             current = self._beat(
                 keys=[keys.job(a.completion_id), keys.alive(a.completion_id)],
-                args=[a.epoch, self._window_ms],
+                args=[a.epoch, self._window_ms, a.token],
             )
-            if not current:
+            if current == 2:
+                log.warning("%s: a failover lost attempt %d's claim; claiming", a.completion_id, a.epoch)
+                self.rolled_back(a)
+            elif not current:
                 a.fenced = True

@@ -16,6 +16,13 @@ attempt has nobody to wait for, and the linger would only delay its first token.
 What the writer learns comes back through the attempt: `fenced`, `cancelled`, or a write
 error, raised by the attempt's next call. `started`, `finished`, `failed` and `flush` wait
 until everything the attempt queued before them is written.
+
+A failover can take back the last writes (docs/protocol.md, "Failover"). Each attempt
+holds what it wrote until a replica has it (`Attempt.record`, worker/durability.py); a write
+that finds the job behind (`BEHIND n`) writes the lost entries again, with the stream ids
+they had, before its own, so the stream reads as it did; `resend` does the same for an
+attempt with nothing more to write (one that has ended, or a heartbeat that found its claim
+lost).
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLog
 from contract.errors import ErrorCode
 from contract.keys import BatchCounters
 from contract.servers import is_cluster
-from worker.claims import Attempt
+from worker.claims import Attempt, RolledBack
 from worker.link import Link
 
 log = logging.getLogger(__name__)
@@ -49,6 +56,7 @@ class _Queued:
     attempt: Attempt
     entry: Entry | None  # None: a marker that only waits for what was queued before it
     written: threading.Event | None = None  # set once handled, for callers who wait
+    resend: bool = False  # write again what the attempt holds (a failover may have lost it)
 
 
 class Publisher:
@@ -109,6 +117,15 @@ class Publisher:
         """Wait until everything the attempt queued is written (raises what was learned)."""
         self._submit(attempt, None, wait=True)
 
+    def resend(self, attempt: Attempt) -> None:
+        """Write again, with their ids, the entries of `attempt` a failover may have lost (an
+        ended attempt too), and wait until that is done. What is still there is skipped."""
+        item = _Queued(attempt, None, threading.Event(), resend=True)
+        with self._cv:
+            self._queue.append(item)
+            self._cv.notify_all()
+        item.written.wait()  # type: ignore[union-attr]
+
     def count_tokens(self, model: str, attempt: Attempt) -> None:
         """Add the attempt's tokens to the cluster-wide counter (best effort: metrics only)."""
         if attempt.published:
@@ -154,51 +171,107 @@ class Publisher:
                         item.written.set()
 
     def _write(self, batch: list[_Queued]) -> None:
-        """One round trip: each attempt's queued entries in one APPEND."""
-        groups: dict[int, tuple[Attempt, list[Entry]]] = {}
+        """One round trip: each attempt's queued entries in one APPEND, after what a failover
+        lost of it."""
+        groups: dict[int, _Group] = {}
         for item in batch:
             a = item.attempt
-            if item.entry is not None and not a.fenced and a.error is None:
-                groups.setdefault(id(a), (a, []))[1].append(item.entry)
-        todo = list(groups.values())
+            if a.fenced or a.error is not None:
+                continue
+            if item.entry is not None or item.resend:
+                group = groups.setdefault(id(a), _Group(a, a.written))
+                if item.entry is not None:
+                    group.new.append(item.entry)
+                if item.resend:
+                    group.resend_from(a.record[0][0] if a.record else a.written)
+        todo = [g for g in groups.values() if g.new or g.again is not None]
         try:
             while todo:
                 results = self._link.retry(lambda t=todo: self._append_all(t))
-                missing = []
-                for (attempt, sent), result in zip(todo, results, strict=True):
+                again = []
+                for group, result in zip(todo, results, strict=True):
+                    attempt = group.attempt
                     if isinstance(result, NoScriptError):
-                        missing.append((attempt, sent))  # Redis restarted: load and resend
+                        again.append(group)  # Redis restarted: load and resend
                     elif isinstance(result, redis.ResponseError):
-                        if str(result).startswith(scripts.FENCED):
+                        message = str(result)
+                        if message.startswith(scripts.FENCED):
                             attempt.fenced = True
+                        elif message.startswith(scripts.BEHIND):
+                            lost_from = int(message.split()[1])
+                            log.warning(
+                                "%s: a failover lost entries %d-%d of attempt %d; writing them again",
+                                attempt.completion_id,
+                                lost_from,
+                                attempt.written - 1,
+                                attempt.epoch,
+                            )
+                            if group.resend_from(lost_from):
+                                again.append(group)
+                            else:
+                                attempt.error = RolledBack(
+                                    f"{attempt.completion_id}: a failover lost entries from {lost_from}, "
+                                    "which a replica had confirmed"
+                                )
                         else:
                             attempt.error = result
                     else:
-                        attempt.cancelled = attempt.cancelled or bool(result)
-                        attempt.written += len(sent)
-                        attempt.published += sum(len(e.token_ids) for e in sent if isinstance(e, Delta))
-                if missing:
+                        group.done(result)
+                if any(isinstance(r, NoScriptError) for r in results):
                     self._link.retry(lambda: self._client.script_load(scripts.APPEND))
-                todo = missing
+                todo = again
         except redis.RedisError as exc:  # Redis gone for longer than the link's redis_wait_s
-            for attempt, _ in todo:
-                attempt.error = attempt.error or exc
+            for group in todo:
+                group.attempt.error = group.attempt.error or exc
 
-    def _append_all(self, todo: list[tuple[Attempt, list[Entry]]]) -> list:
+    def _append_all(self, todo: list[_Group]) -> list:
         """One pipeline of APPENDs (one transaction on one server). Each numbers its entries
-        from the attempt's `written`, so resending the pipeline after a lost reply writes
-        nothing twice."""
+        from its first, so resending the pipeline after a lost reply writes nothing twice."""
         with self._client.pipeline(transaction=self._together) as pipe:
-            for attempt, sent in todo:
-                cid = attempt.completion_id
+            for group in todo:
+                cid = group.attempt.completion_id
                 job_keys = scripts.job_keys(cid)
                 # execute_command: a cluster pipeline refuses `evalsha` (a script could touch
                 # keys of several slots), but routes EVALSHA by its keys; APPEND's share one slot.
-                pipe.execute_command(
-                    "EVALSHA",
-                    self._append.sha,
-                    len(job_keys),
-                    *job_keys,
-                    *scripts.append_args(cid, attempt.written, sent, self._link.recovery.retention_s),
+                args = scripts.append_args(
+                    cid, group.attempt.claim, group.first, group.rows(), self._link.recovery.retention_s
                 )
+                pipe.execute_command("EVALSHA", self._append.sha, len(job_keys), *job_keys, *args)
             return pipe.execute(raise_on_error=False)
+
+
+class _Group:
+    """One attempt's APPEND in a round trip: entries written again (with their ids) after a
+    failover lost them, then its new ones."""
+
+    def __init__(self, attempt: Attempt, first: int) -> None:
+        self.attempt = attempt
+        self.first = first  # the attempt's number of the first entry sent
+        self.again: list[tuple[str, Entry]] | None = None
+        self.new: list[Entry] = []
+
+    def resend_from(self, seq: int) -> bool:
+        """Send the held entries from number `seq` on before the new ones; False if some of
+        them are no longer held."""
+        held = self.attempt.held_from(seq)
+        if held is None:
+            return False
+        self.first, self.again = min(seq, self.attempt.written), held
+        return True
+
+    def rows(self) -> list[tuple[str, Entry]]:
+        return [*(self.again or []), *(("*", e) for e in self.new)]
+
+    def done(self, result: list) -> None:
+        """APPEND wrote (or had written) every entry: record the new ones with their ids."""
+        attempt = self.attempt
+        attempt.cancelled = attempt.cancelled or bool(result[0])
+        ids = [x.decode() if isinstance(x, bytes) else str(x) for x in result[1:]]
+        again = len(self.again or [])
+        base = self.first + again
+        rows = [(base + n, ids[again + n], e) for n, e in enumerate(self.new)]
+        attempt.wrote(rows)
+        attempt.written = max(attempt.written, self.first + again + len(self.new))
+        attempt.published += sum(len(e.token_ids) for e in self.new if isinstance(e, Delta))
+        attempt.ended = attempt.ended or any(scripts.final_status(e) for e in self.new)
+        self.again, self.new = None, []

@@ -30,6 +30,7 @@ from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import BatchCounters, JobStatus
 from worker.claims import Attempt, Claims, Fenced, JobGone, NotRecorded
 from worker.devices import Placement
+from worker.durability import Durability
 from worker.errors import GrammarDeadEnd, PromptRejected
 from worker.heartbeat import Heartbeat
 from worker.held import HeldPrefixes
@@ -106,6 +107,7 @@ class JobRunner:
         link: Link,
         heartbeat: Heartbeat,
         window_ms: int,
+        durability: Durability | None = None,
         linger_s: float = 0.0,
         shutdown_grace_s: float = 20.0,
         log_content: bool = False,
@@ -117,6 +119,10 @@ class JobRunner:
         self.counters = BatchCounters()  # the job threads' and the publisher's (worker/presence.py adds them)
         self.publisher = Publisher(link, linger_s, crowded=lambda: self.running() > 1, counters=self.counters)
         self.heartbeat = heartbeat
+        heartbeat.rolled_back = self.publisher.resend  # a failover lost an attempt's claim
+        self.durability = durability
+        if durability is not None:
+            durability.resend = self.publisher.resend
         self._shutdown_grace = shutdown_grace_s
         self._shutdown_at: float | None = None
         self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
@@ -270,6 +276,8 @@ class JobRunner:
 
     def _attempt(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         self.heartbeat.track(attempt)
+        if self.durability is not None:
+            self.durability.track(attempt)
         try:
             return self._generate(spec, attempt)
         except Fenced as exc:

@@ -29,7 +29,7 @@ class CountingPublisher(Publisher):
         super().__init__(*args, **kw)
 
     def _append_all(self, todo):
-        self.trips.append([a.completion_id for a, _ in todo])
+        self.trips.append([g.attempt.completion_id for g in todo])
         return super()._append_all(todo)
 
 

@@ -189,3 +189,28 @@ def test_a_dead_worker_s_routed_jobs_go_back_and_its_claims_and_rq_registry_go(s
     reap(server, connected=set())
     assert q.lrange(keys.queue_key("m"), 0, -1) == [b"chatcmpl-z"]  # at once, before its deadline
     assert not q.exists(keys.held_prefixes("w-dead"), keys.rq_queue_workers_key(routed), keys.routed("m"))
+
+
+def test_nothing_is_judged_for_a_while_after_a_server_changes(server, monkeypatch):
+    """A failover promotes a replica that has run for long: its uptime says nothing, its run
+    id does. The workers reconnect and write again what it lost before anyone is judged."""
+    infos = {"run_id": "a", "uptime_in_seconds": 1000}
+
+    async def node_infos(client, section):
+        return [dict(infos)]
+
+    monkeypatch.setattr("api.reaper.node_infos", node_infos)
+
+    async def go() -> list[bool]:
+        servers = server.aio()
+        store = JobStore(servers, server.sync(), queue_wait_s=60, recovery=RECOVERY)
+        registry = WorkerRegistry(servers.queues, 15)
+        reaper = Reaper(servers, store, registry, Router(servers.queues, registry, Routing()), 0.5, 30)
+        seen = [await reaper._settled()]
+        infos["run_id"] = "b"  # promoted
+        seen += [await reaper._settled(), await reaper._settled()]
+        infos["uptime_in_seconds"] = 3  # a restart
+        seen.append(await reaper._settled())
+        return seen
+
+    assert asyncio.run(go()) == [True, False, False, False]

@@ -12,7 +12,7 @@ import redis
 from contract import entries, keys
 from contract.entries import Delta, Failed, Finished, Started
 from contract.jobspec import JobSpec, Message, digest
-from contract.keys import JobField
+from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
 from worker.claims import Claims
 from worker.errors import PromptTooLong
@@ -190,7 +190,9 @@ def test_a_continuation_with_nothing_left_finishes_at_once(r):
     pub.started(a, 3)
     pub.delta(a, "abc", (1, 2, 3))
     pub.flush(a)
-    r.hset(keys.job(CID), JobField.EPOCH, a.epoch + 1)  # as ABANDON does
+    # as ABANDON does
+    r.hset(keys.job(CID), mapping={JobField.EPOCH: a.epoch + 1, JobField.STATUS: JobStatus.QUEUED})
+    r.delete(keys.alive(CID))
     engine = ScriptedEngine([9])
     run_one(runner(r, engine), spec(max_tokens=3))
     assert engine.contexts == [] and stream(r)[-1].finish_reason == "length"

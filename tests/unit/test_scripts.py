@@ -32,6 +32,11 @@ def stream(r):
     return [entries.decode(f) for _, f in r.xrange(keys.events(CID))]
 
 
+def _new(batch):
+    """Entries to APPEND as new ones (Redis gives them their ids)."""
+    return [("*", e) for e in batch]
+
+
 def test_claim_starts_epoch_one_and_appends_are_accepted(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
@@ -62,6 +67,7 @@ def test_a_stale_attempt_cannot_write_one_more_token(r):
     a1 = old_claims.claim(CID, DIGEST)
     old.delta(a1, "a", (1,))
     old.flush(a1)
+    r.delete(keys.alive(CID))  # its heartbeat stopped: the next claim takes over
     a2 = new_claims.claim(CID, DIGEST)
     assert a2.epoch == a1.epoch + 1
     old.delta(a1, "b", (2,))  # written behind: the refusal comes back with the next call
@@ -207,11 +213,14 @@ def test_beat_refreshes_only_the_current_attempt(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a1 = claims.claim(CID, DIGEST)
     beat = r.register_script(scripts.BEAT)
-    assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 1
+    job = [keys.job(CID), keys.alive(CID)]
+    assert beat(keys=job, args=[a1.epoch, 5000, a1.token]) == 1
     assert r.pttl(keys.alive(CID)) > 3000
+    r.delete(keys.alive(CID))
     a2 = claims.claim(CID, DIGEST)
-    assert beat(keys=[keys.job(CID), keys.alive(CID)], args=[a1.epoch, 5000]) == 0
+    assert beat(keys=job, args=[a1.epoch, 5000, a1.token]) == 0
     assert r.get(keys.alive(CID)) == str(a2.epoch).encode()  # the stale beat changed nothing
+    assert beat(keys=job, args=[a2.epoch, 5000, "another claim's token"]) == 0
 
 
 def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=20, counted=True):
@@ -283,7 +292,7 @@ def test_append_writes_several_entries_of_one_attempt_in_order(r):
         Delta(epoch=a.epoch, text="y", token_ids=(2, 3)),
         Finished(epoch=a.epoch, finish_reason="stop", prompt_tokens=1, completion_tokens=3),
     ]
-    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, batch, 60))
+    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(batch), 60))
     assert stream(r) == batch
     assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
 
@@ -291,18 +300,19 @@ def test_append_writes_several_entries_of_one_attempt_in_order(r):
 @pytest.mark.parametrize(
     "batch",
     [
-        [],
         [
             Finished(epoch=1, finish_reason="stop", prompt_tokens=1, completion_tokens=0),
             Delta(epoch=1, text="late", token_ids=(1,)),
         ],  # terminal not last
         [Delta(epoch=1, text="a", token_ids=(1,)), Delta(epoch=2, text="b", token_ids=(2,))],  # two attempts
-        [Delta(epoch=0, text="a", token_ids=(1,))],  # not stamped by an attempt
+        [Delta(epoch=0, text="a", token_ids=(1,))],  # not stamped by the attempt
     ],
 )
 def test_append_args_refuse_malformed_batches(batch):
     with pytest.raises(ValueError):
-        scripts.append_args(CID, 0, batch, 60)
+        scripts.append_args(CID, scripts.Claim(1, "token", "w1", 3000), 0, _new(batch), 60)
+    with pytest.raises(ValueError):  # an attempt is stamped with its epoch, never 0
+        scripts.append_args(CID, scripts.Claim(0, "token", "w1", 3000), 0, [], 60)
 
 
 def test_a_burst_of_deltas_is_written_behind_in_order(r):
@@ -324,13 +334,14 @@ def test_a_retried_append_writes_nothing_twice(r):
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     append = r.register_script(scripts.APPEND)
     first = [Delta(epoch=a.epoch, text="x", token_ids=(1,)), Delta(epoch=a.epoch, text="y", token_ids=(2,))]
-    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, first, 60))
-    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, first, 60))  # the retry
+    ids = append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(first), 60))[1:]
+    again = append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(first), 60))
+    assert again[1:] == ids  # the retry: nothing written, the ids it had
     more = [*first, Delta(epoch=a.epoch, text="z", token_ids=(3,))]  # retried with one more queued
-    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 0, more, 60))
+    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(more), 60))
     assert [e.text for e in stream(r)] == ["x", "y", "z"]
-    with pytest.raises(redis.ResponseError, match="missing"):  # a gap is a bug, never papered over
-        append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, 5, first, 60))
+    with pytest.raises(redis.ResponseError, match="BEHIND 3"):  # a gap is never papered over
+        append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 5, _new(first), 60))
 
 
 def test_the_publisher_resends_after_a_lost_reply_without_duplicates(r, monkeypatch):
@@ -359,7 +370,10 @@ def test_a_retried_claim_returns_the_same_attempt(r):
     again = claim(keys=scripts.job_keys(CID), args=args)  # its reply was lost: sent again
     assert first == again and first[0] == 1
     assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
-    other = claim(keys=scripts.job_keys(CID), args=scripts.claim_args("w2", CID, 3000, 60, "token-2", DIGEST))
+    other_args = scripts.claim_args("w2", CID, 3000, 60, "token-2", DIGEST)
+    assert claim(keys=scripts.job_keys(CID), args=other_args)[0] == -3  # alive: a duplicate entry
+    r.delete(keys.alive(CID))
+    other = claim(keys=scripts.job_keys(CID), args=other_args)
     assert other[0] == 2
 
 

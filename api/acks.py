@@ -1,0 +1,118 @@
+"""Making sure a new job survives a failover before it is answered for (docs/protocol.md,
+"Failover").
+
+A promoted replica may lack the primary's last writes, and a primary the sentinels have
+replaced takes writes until they demote it (after a `SENTINEL FAILOVER`, up to ten seconds
+later), all of them lost. So a new job is confirmed before the API answers for it: `settled`
+runs, on one connection, `EXISTS` of the job's hash, then (on a server with replicas)
+`INCR` of `ACK_MARK` and `WAIT 1`, which returns once a replica has acknowledged that write
+and so every write made before it, by any connection; and, through Sentinel, asks the
+sentinels whether the server that answered is still the primary. Callers waiting at the
+same time share one round (a group commit): a burst of requests costs one round trip, not
+one each.
+
+A server without replicas has none to wait for; one that had a replica in the last
+`REMEMBER_S` is still waited for (a replaced primary has lost its replica to the promotion).
+A new primary (another `run_id`) starts with no such memory. When a round fails, the caller
+writes the job again where the primary is now (api/jobstore.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import RedisError
+
+from contract import keys
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 2.0  # how often the replica count is read again
+REMEMBER_S = 60.0  # a replica seen this recently is waited for, even while none is connected
+
+
+@dataclass
+class _Waiter:
+    future: asyncio.Future[bool]
+    key: str | None  # a key that must be there
+
+
+class ReplicaAcks:
+    def __init__(self, client: aredis.Redis, timeout_s: float) -> None:
+        self._client = client
+        self._timeout_s = timeout_s  # 0: never wait
+        self._sentinel = hasattr(client.connection_pool, "get_master_address")
+        self._replicas = 0
+        self._run_id = ""
+        self._read_at = -REFRESH_S  # monotonic
+        self._seen_at: dict[str, float] = {}  # run id -> when it last had a replica (monotonic)
+        self._waiting: list[_Waiter] = []
+        self._round: asyncio.Task[None] | None = None
+
+    async def settled(self, key: str | None = None) -> bool:
+        """True once the server holds `key` (if given) and a replica holds every write this
+        process made there before the call, on the server the sentinels call the primary;
+        False if not (yet): a failover may have lost it."""
+        if self._timeout_s <= 0 or isinstance(self._client, AsyncRedisCluster):
+            return True  # a cluster's nodes each have their own replicas: not waited for here
+        if not await self._expected() and not self._sentinel:
+            return True
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), key)
+        self._waiting.append(waiter)
+        if self._round is None or self._round.done():
+            self._round = asyncio.create_task(self._rounds())
+        return await asyncio.shield(waiter.future)
+
+    async def _expected(self) -> bool:
+        """Whether the server has (or lately had) a replica to wait for."""
+        now = time.monotonic()
+        if now - self._read_at >= REFRESH_S:
+            self._read_at = now
+            try:
+                info = await self._client.execute_command("INFO", "server", "replication")
+                self._run_id = str(info.get("run_id", ""))
+                self._replicas = int(info.get("connected_slaves", 0)) if info.get("role") == "master" else 0
+            except RedisError as exc:
+                log.warning("could not read the replica count: %s", exc)
+            if self._replicas:
+                self._seen_at[self._run_id] = now
+        return self._replicas > 0 or now - self._seen_at.get(self._run_id, -REMEMBER_S) < REMEMBER_S
+
+    async def _rounds(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                verdicts = await self._one_round(batch)
+            except RedisError as exc:
+                log.warning("could not confirm new jobs: %s", exc)
+                verdicts = [False] * len(batch)
+            if not all(verdicts):
+                self._read_at = -REFRESH_S  # read the replica count again before the next round
+            for waiter, ok in zip(batch, verdicts, strict=True):
+                if not waiter.future.done():
+                    waiter.future.set_result(ok)
+
+    async def _one_round(self, batch: list[_Waiter]) -> list[bool]:
+        expected = await self._expected()
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()
+        address = (connection.host, connection.port)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.connection = connection  # released by the pipeline when it is done
+        wanted = [w.key for w in batch if w.key is not None]
+        for key in wanted:
+            pipe.exists(key)
+        if expected:
+            pipe.incr(keys.ACK_MARK)
+            pipe.execute_command("WAIT", 1, int(self._timeout_s * 1000))
+        results = await pipe.execute()
+        acked = not expected or int(results[-1]) >= 1
+        if self._sentinel:  # the sentinels may have replaced the server that answered
+            acked = acked and await pool.get_master_address() == address  # type: ignore[attr-defined]
+        there = iter(results[: len(wanted)])
+        return [acked and (w.key is None or bool(next(there))) for w in batch]

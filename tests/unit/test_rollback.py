@@ -1,0 +1,220 @@
+"""A failover that loses the last writes (docs/protocol.md, "Failover"), on fakeredis with real
+Lua: the job's keys are put back as a snapshot taken earlier, as a promoted replica that
+missed the primary's last second holds them; the attempt that wrote what was lost writes it
+again with the ids it had."""
+
+import fakeredis
+import pytest
+
+from contract import entries, keys, scripts
+from contract.entries import Delta, Finished, Started
+from contract.keys import JobField, JobStatus
+from contract.settings import Recovery
+from worker.claims import Attempt, Claims, Fenced, RolledBack
+from worker.durability import Durability
+from worker.heartbeat import Heartbeat
+from worker.link import Link
+from worker.publisher import Publisher
+
+RECOVERY = Recovery(retention_s=60)
+DIGEST = "digest-of-the-spec"
+CID = "chatcmpl-rollback"
+JOB_KEYS = scripts.job_keys(CID)
+
+
+@pytest.fixture
+def r():
+    client = fakeredis.FakeRedis()
+    client.hset(
+        keys.job(CID), mapping={JobField.STATUS: JobStatus.QUEUED, JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
+    )
+    client.expire(keys.job(CID), 1000)
+    client.zadd(keys.pending(keys.shard(CID)), {CID: 1})
+    return client
+
+
+def snapshot(r) -> dict[str, bytes | None]:
+    return {k: r.dump(k) for k in JOB_KEYS}
+
+
+def roll_back(r, snap: dict[str, bytes | None]) -> None:
+    """The job's keys as they were at `snap`: what a replica that missed the rest holds."""
+    for k, data in snap.items():
+        r.delete(k)
+        if data is not None:
+            r.restore(k, 0, data)
+
+
+def rows(r) -> list[tuple[bytes, object]]:
+    return [(i, entries.decode(f)) for i, f in r.xrange(keys.events(CID))]
+
+
+def test_entries_a_failover_lost_are_written_again_with_their_ids_before_the_next(r):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    pub.started(a, 5)
+    pub.delta(a, "a", (1,))
+    pub.flush(a)
+    snap = snapshot(r)
+    pub.delta(a, "b", (2,))
+    pub.delta(a, "c", (3,))
+    pub.flush(a)
+    seen = rows(r)  # what a client was sent
+    roll_back(r, snap)
+    assert len(rows(r)) == 2
+    pub.delta(a, "d", (4,))
+    pub.finished(a, "stop", 5, 4)
+    after = rows(r)
+    assert after[: len(seen)] == seen  # the same events, the same ids
+    assert [e.text for _, e in after if isinstance(e, Delta)] == ["a", "b", "c", "d"]
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
+    assert r.hget(keys.job(CID), JobField.SEQ) == b"6"
+
+
+def test_a_lost_claim_is_claimed_again_by_the_heartbeat_and_a_second_copy_is_refused(r):
+    snap = snapshot(r)  # queued, its claim not yet made
+    link = Link(r, "w1", RECOVERY)
+    pub = Publisher(link)
+    heartbeat = Heartbeat(r, 3000, 1.0)
+    heartbeat.rolled_back = pub.resend
+    a = Claims(link, 3000).claim(CID, DIGEST)
+    heartbeat.track(a)
+    pub.started(a, 5)
+    pub.delta(a, "a", (1,))
+    pub.flush(a)
+    seen = rows(r)
+    roll_back(r, snap)  # the claim and both entries lost
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
+    heartbeat.beat()  # BEAT answers 2: the attempt writes again what it holds
+    pub.flush(a)
+    assert rows(r) == seen
+    job = r.hgetall(keys.job(CID))
+    assert job[JobField.STATUS.encode()] == b"running" and int(job[JobField.EPOCH.encode()]) == a.epoch
+    assert r.zscore(keys.running(keys.shard(CID)), CID) is not None
+    assert r.zscore(keys.pending(keys.shard(CID)), CID) is None
+    assert r.get(keys.alive(CID)) == str(a.epoch).encode()
+    # the queue entry the failover put back reaches another worker: its claim is refused
+    with pytest.raises(Exception, match=CID):
+        Claims(Link(r, "w2", RECOVERY), 3000).claim(CID, DIGEST)
+    pub.finished(a, "stop", 5, 1)
+    assert isinstance(rows(r)[-1][1], Finished)
+
+
+def test_another_attempt_that_claimed_the_rolled_back_job_first_fences_this_one_out(r):
+    snap = snapshot(r)
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    pub.started(a, 5)
+    pub.flush(a)
+    roll_back(r, snap)
+    b = Claims(Link(r, "w2", RECOVERY), 3000).claim(CID, DIGEST)  # the same epoch, its own token
+    assert b.epoch == a.epoch
+    pub.delta(a, "a", (1,))
+    with pytest.raises(Fenced):
+        pub.flush(a)
+    assert rows(r) == []  # nothing of the fenced attempt
+
+
+def test_an_ended_attempt_writes_its_end_again_when_the_server_changed(r):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="first")
+    durability = Durability(server)  # type: ignore[arg-type]
+    durability.resend = pub.resend
+    durability.track(a)
+    pub.started(a, 5)
+    pub.delta(a, "a", (1,))
+    pub.flush(a)
+    durability.check()
+    snap = snapshot(r)
+    pub.finished(a, "stop", 5, 1)
+    seen = rows(r)
+    roll_back(r, snap)
+    server.run_id = "promoted"  # a failover: another server answers
+    durability.check()
+    pub.flush(a)
+    assert rows(r) == seen
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
+
+
+def test_entries_a_replica_acknowledged_are_forgotten_and_the_rest_held(r):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="one", offset=100, replica=100)
+    durability = Durability(server)  # type: ignore[arg-type]
+    durability.track(a)
+    pub.started(a, 5)
+    pub.delta(a, "a", (1,))
+    pub.flush(a)
+    durability.check()  # written before offset 100, which the replica has
+    assert a.record == []
+    pub.delta(a, "b", (2,))
+    pub.flush(a)
+    server.offset = 200  # the replica stays at 100: held
+    durability.check()
+    assert [e.text for _, _, e in a.record] == ["b"]  # type: ignore[union-attr]
+    server.replica = 200
+    durability.check()
+    assert a.record == []
+    pub.finished(a, "stop", 5, 2)
+    server.offset = server.replica = 300
+    durability.check()
+    assert durability.tracked == 0  # ended, nothing held
+
+
+def test_without_replicas_entries_are_held_until_synced(r, monkeypatch):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="one", offset=100, replica=None)
+    durability = Durability(server, fsync_s=0.2)  # type: ignore[arg-type]
+    durability.track(a)
+    pub.started(a, 5)
+    pub.flush(a)
+    durability.check()
+    assert len(a.record) == 1
+    import time
+
+    time.sleep(0.25)
+    durability.check()
+    assert a.record == []
+
+
+def test_a_rollback_past_what_a_replica_confirmed_cannot_be_papered_over(r):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    snap = snapshot(r)
+    pub.started(a, 5)
+    pub.flush(a)
+    a.confirm(a.written)  # as if a replica had it: forgotten
+    roll_back(r, snap)
+    pub.delta(a, "a", (1,))
+    with pytest.raises(RolledBack):
+        pub.flush(a)
+
+
+def test_the_record_numbers_an_attempts_entries_from_its_first(r):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    pub.started(a, 5)
+    pub.flush(a)
+    assert isinstance(rows(r)[0][1], Started)
+    assert isinstance(a, Attempt) and a.record[0][0] == 0
+
+
+class _Server:
+    """The streams server as worker/durability.py sees it: fakeredis for the job's keys, and
+    an INFO (which fakeredis lacks) saying who answers and how far its replica got."""
+
+    def __init__(self, r, run_id: str, offset: int = 0, replica: int | None = 0) -> None:
+        self._r = r
+        self.run_id, self.offset, self.replica = run_id, offset, replica
+
+    def execute_command(self, *args):
+        assert args == ("INFO", "server", "replication")
+        info = {"role": "master", "run_id": self.run_id, "master_repl_offset": self.offset}
+        if self.replica is not None:
+            info["slave0"] = {"ip": "127.0.0.1", "port": 1, "state": "online", "offset": self.replica}
+        return info
+
+    def __getattr__(self, name):
+        return getattr(self._r, name)
