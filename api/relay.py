@@ -5,7 +5,11 @@ can send them in one write), and `KEEPALIVE` whenever `keepalive_s` passes with 
 send. It never hangs: a job not (re)started by its deadline is ended here (`queue_timeout`,
 or `worker_lost` after a dead attempt), a job whose keys vanished ends with `not_found`, and
 a Redis outage longer than `outage_s` raises `StreamLost`. Entries of every attempt pass
-through as they are: fencing guarantees they form one continuous completion.
+through as they are: fencing guarantees they form one continuous completion. One case
+breaks it: a failover that took back entries already sent, with the worker that would have
+written them again (docs/protocol.md, "Failover"). The next attempt's `Started` then says it
+goes on from an entry before the last one sent, and the stream ends with
+`stream_rolled_back` rather than contradict what it sent.
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from dataclasses import dataclass
 
 from redis.exceptions import RedisError
 
-from api.hub import Handed, StreamHub, Woken
+from api.hub import Handed, StreamHub, Woken, stream_id
 from api.jobstore import JobStore
 from contract import errors, keys
-from contract.entries import Entry, is_terminal
+from contract.entries import Entry, Started, is_terminal
 from contract.keys import JobStatus
 
 READ_BATCH = 256
@@ -78,6 +82,7 @@ class _Reader:
             if now - self._outage_since > self._outage_s:
                 raise StreamLost(str(exc)) from exc
             return []
+        rows = self._unbroken(rows)
         for n, (_, entry) in enumerate(rows):
             if is_terminal(entry):
                 rows = rows[: n + 1]
@@ -85,6 +90,21 @@ class _Reader:
         if rows:
             self.cursor = rows[-1][0]
             self._inclusive = False
+        return rows
+
+    def _unbroken(self, rows: Rows) -> Rows:
+        """The rows up to an attempt that goes on from before what was already sent (then
+        `stream_rolled_back` instead of it)."""
+        before = "0-0" if self.cursor == "0" else self.cursor
+        for n, (entry_id, entry) in enumerate(rows):
+            if (
+                isinstance(entry, Started)
+                and entry.after
+                and not (self._inclusive and n == 0)  # the cursor's own entry: what came before is unknown
+                and stream_id(before) > stream_id(entry.after)
+            ):
+                return [*rows[:n], ("", errors.ROLLED_BACK.entry())]
+            before = entry_id
         return rows
 
     async def _check(self) -> Rows:

@@ -52,11 +52,15 @@ class TokenLogprob:
 
 @dataclass(frozen=True, kw_only=True)
 class Started:
-    """An attempt began on a worker."""
+    """An attempt began on a worker, going on from the entry `after` (the id of the stream's
+    last entry when it read what earlier attempts wrote; "0-0" for none; "" from a worker
+    that did not say). A reader that sent entries past `after` knows a failover took them
+    back (docs/protocol.md, "Failover")."""
 
     epoch: int = 0
     worker: str
     prompt_tokens: int
+    after: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -116,12 +120,15 @@ def encode(entry: Entry) -> dict[str, str]:
             )
         return fields
     if isinstance(entry, Started):
-        return {
+        fields = {
             KIND: "s",
             EPOCH: str(entry.epoch),
             "w": entry.worker,
             "p": str(entry.prompt_tokens),
         }
+        if entry.after:
+            fields["a"] = entry.after
+        return fields
     if isinstance(entry, Finished):
         if entry.finish_reason not in FINISH_REASONS:
             raise ValueError(f"finish_reason must be one of {FINISH_REASONS}")
@@ -170,7 +177,7 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
         )
         return Delta(epoch=epoch, text=f["t"], token_ids=ids, calls=calls, logprobs=logprobs)
     if kind == "s":
-        return Started(epoch=epoch, worker=f["w"], prompt_tokens=int(f["p"]))
+        return Started(epoch=epoch, worker=f["w"], prompt_tokens=int(f["p"]), after=f.get("a", ""))
     if kind == "f":
         return Finished(
             epoch=epoch,

@@ -120,6 +120,13 @@ WORKER_LOST = _error(
     503,
     "The worker generating this completion was lost and no other worker could resume it.",
 )
+ROLLED_BACK = _error(
+    "stream_rolled_back",
+    SERVER_ERROR,
+    503,
+    "A Redis failover lost part of this completion that was already sent, together with the worker "
+    "that could have restored it; its replay now differs from what this stream sent.",
+)
 QUEUE_TIMEOUT = _error(
     "queue_timeout", SERVER_ERROR, 503, "No worker started this request in time; try again later."
 )

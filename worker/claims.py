@@ -99,6 +99,7 @@ class Progress:
     prompt_tokens: int | None = None
     token_ids: tuple[int, ...] = ()
     deadline_ms: int | None = None  # the job's overall deadline, if it has one
+    last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
 
 
 class Claims:
@@ -140,11 +141,12 @@ class Claims:
         """Read back what earlier attempts published (token ids are the contract's truth)."""
         prompt_tokens = None
         ids: list[int] = []
-        after = "-"
+        after, last_id = "-", "0-0"
         stream = keys.events(completion_id)
         while True:
             rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
-            for _, fields in rows:
+            for entry_id, fields in rows:
+                last_id = entry_id.decode()
                 entry = entries.decode(fields)
                 if isinstance(entry, Started) and prompt_tokens is None:
                     prompt_tokens = entry.prompt_tokens
@@ -154,7 +156,7 @@ class Claims:
                 deadline = self._link.retry(
                     lambda: self._client.hget(keys.job(completion_id), keys.JobField.DEADLINE)
                 )
-                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None)
+                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None, last_id)
             after = "(" + rows[-1][0].decode()
 
     def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:

@@ -83,8 +83,11 @@ class Publisher:
         self._writer = threading.Thread(target=self._write_loop, name="publisher", daemon=True)
         self._writer.start()
 
-    def started(self, attempt: Attempt, prompt_tokens: int) -> None:
-        entry = Started(epoch=attempt.epoch, worker=self._link.worker, prompt_tokens=prompt_tokens)
+    def started(self, attempt: Attempt, prompt_tokens: int, after: str = "") -> None:
+        """The attempt's first entry, going on from entry `after` (what it read)."""
+        entry = Started(
+            epoch=attempt.epoch, worker=self._link.worker, prompt_tokens=prompt_tokens, after=after
+        )
         self._submit(attempt, entry, wait=True)
 
     def delta(

@@ -309,7 +309,7 @@ class JobRunner:
             pub.failed(attempt, exc.error, str(exc), exc.param)
             return Outcome.REJECTED
         prompt_tokens = progress.prompt_tokens or len(prompt)
-        pub.started(attempt, prompt_tokens)
+        pub.started(attempt, prompt_tokens, after=progress.last_id)
         generated = attempt.prior = len(prior)
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)

@@ -1,0 +1,53 @@
+"""The relay's reading of one job's stream (api/relay.py), on fakeredis: after a failover
+that took back entries it had sent, with the worker that would have written them again, the
+next attempt goes on from an earlier entry, and the relay ends the stream rather than send
+text that contradicts what it sent (docs/protocol.md, "Failover")."""
+
+from __future__ import annotations
+
+import asyncio
+
+from api.jobstore import JobStore
+from api.relay import _Reader
+from contract import entries, errors, keys
+from contract.entries import Delta, Failed, Started
+from contract.settings import Recovery
+from tests.fake_servers import FakePair
+
+CID = "chatcmpl-relay"
+
+
+def write(r, entry_id: str, entry) -> None:
+    r.xadd(keys.events(CID), entries.encode(entry), id=entry_id)
+
+
+def read_after(pair: FakePair, cursor: str) -> list:
+    async def go() -> list:
+        store = JobStore(pair.aio(), pair.sync(), queue_wait_s=60, recovery=Recovery())
+        return await _Reader(store, CID, cursor, inclusive=False, outage_s=1.0).read()
+
+    return asyncio.run(go())
+
+
+def test_an_attempt_going_on_from_before_what_was_sent_ends_the_stream():
+    pair = FakePair()
+    r = pair.sync().streams
+    write(r, "1-0", Started(epoch=1, worker="w1", prompt_tokens=3, after="0-0"))
+    write(r, "2-0", Delta(epoch=1, text="a", token_ids=(1,)))
+    # "3-0" ("b") was sent, then lost with its worker; the next attempt goes on from "2-0"
+    write(r, "4-0", Started(epoch=2, worker="w2", prompt_tokens=3, after="2-0"))
+    write(r, "5-0", Delta(epoch=2, text="c", token_ids=(7,)))
+    rows = read_after(pair, "3-0")
+    assert len(rows) == 1 and isinstance(rows[0][1], Failed)
+    assert rows[0][1].code == errors.ROLLED_BACK.code
+
+
+def test_a_reader_that_was_not_sent_the_lost_entries_reads_on():
+    pair = FakePair()
+    r = pair.sync().streams
+    write(r, "1-0", Started(epoch=1, worker="w1", prompt_tokens=3, after="0-0"))
+    write(r, "2-0", Delta(epoch=1, text="a", token_ids=(1,)))
+    write(r, "4-0", Started(epoch=2, worker="w2", prompt_tokens=3, after="2-0"))
+    write(r, "5-0", Delta(epoch=2, text="c", token_ids=(7,)))
+    assert [i for i, _ in read_after(pair, "2-0")] == ["4-0", "5-0"]
+    assert [i for i, _ in read_after(pair, "0")] == ["1-0", "2-0", "4-0", "5-0"]  # a replay
