@@ -46,7 +46,8 @@ class ReplicaAcks:
     def __init__(self, client: aredis.Redis, timeout_s: float) -> None:
         self._client = client
         self._timeout_s = timeout_s  # 0: never wait
-        self._sentinel = hasattr(client.connection_pool, "get_master_address")
+        self._cluster = isinstance(client, AsyncRedisCluster)  # its nodes are not waited for here
+        self._sentinel = not self._cluster and hasattr(client.connection_pool, "get_master_address")
         self._replicas = 0
         self._run_id = ""
         self._read_at = -REFRESH_S  # monotonic
@@ -58,8 +59,8 @@ class ReplicaAcks:
         """True once the server holds `key` (if given) and a replica holds every write this
         process made there before the call, on the server the sentinels call the primary;
         False if not (yet): a failover may have lost it."""
-        if self._timeout_s <= 0 or isinstance(self._client, AsyncRedisCluster):
-            return True  # a cluster's nodes each have their own replicas: not waited for here
+        if self._timeout_s <= 0 or self._cluster:
+            return True
         if not await self._expected() and not self._sentinel:
             return True
         waiter = _Waiter(asyncio.get_running_loop().create_future(), key)

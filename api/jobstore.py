@@ -357,6 +357,13 @@ class JobStore:
             await self._drop_rq_records(completion_id)
         return bool(done)
 
+    async def wait_on(self, completion_id: str) -> float:
+        """A requeued job the pool can still run waits `RESUME_WAIT_SECONDS` more (its start
+        deadline moves; a job claimed meanwhile does not read it); returns the seconds."""
+        wait_s = self.recovery.resume_wait_s
+        await self._r.hset(keys.job(completion_id), JobField.START_BY, now_ms() + int(wait_s * 1000))
+        return wait_s
+
     async def end_if_late(self, completion_id: str) -> bool:
         """End a queued job past its start deadline (see contract.scripts.END_IF_LATE)."""
         done = await self._end_if_late(

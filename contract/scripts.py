@@ -16,8 +16,9 @@ ended, should it stop" is checked in the same step as the write:
 - `TAKE` moves one job id from a model's queues (in priority order) into the taking
   worker's inbox, so that a worker that dies before claiming it loses nothing.
 - `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
-  attempt, marks the job running and alive, unless the job has ended; a job that waited past
-  its start deadline is ended instead (`END_IF_LATE`'s rule). A retried claim (the same
+  attempt, marks the job running and alive, unless the job has ended; a new job that waited
+  past its start deadline is ended instead (`END_IF_LATE`'s rule; a requeued one a worker
+  takes is not late: api/resumes.py). A retried claim (the same
   token, its reply lost) returns the same attempt. Returns the epoch and whether a cancel is
   due.
 - `APPEND` writes one or more entries of an attempt (a worker batches what piled up while
@@ -254,7 +255,11 @@ if redis.call('HGET', KEYS[1], '{JobField.STATUS}') == '{JobStatus.RUNNING}'
    and redis.call('EXISTS', KEYS[4]) == 1 then
   return {{-3, 0, 0}}
 end
-if end_if_late(ARGV[2], ARGV[4]) == 1 then return {{0, 0, 0}} end
+-- a new job past its deadline ends; a requeued one a worker takes now is not late
+if tonumber(redis.call('HGET', KEYS[1], '{JobField.ATTEMPTS}') or '0') == 0
+   and end_if_late(ARGV[2], ARGV[4]) == 1 then
+  return {{0, 0, 0}}
+end
 local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 redis.call('HINCRBY', KEYS[1], '{JobField.ATTEMPTS}', 1)
 redis.call('HSET', KEYS[1], '{JobField.STATUS}', '{JobStatus.RUNNING}', '{JobField.WORKER}', ARGV[1],

@@ -72,7 +72,11 @@ def main() -> None:
         stall_s=settings.stall_s,
     )
     # what a failover could take back, written again if it does (worker/durability.py)
-    durability = Durability(connect(settings.shared.streams_url))
+    durability = (
+        Durability(connect(settings.shared.streams_url), period_s=settings.durability_s)
+        if settings.durability_s
+        else None
+    )
     if settings.log_content:
         log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
     runner = JobRunner(
@@ -120,7 +124,8 @@ def main() -> None:
     worker = TokenspoolWorker(settings.model_name, settings.name, connection, runner, lending)
     presence.start()
     heartbeat.start()
-    durability.start()
+    if durability is not None:
+        durability.start()
     log.info(
         "worker %s serving %s (%d slots of %d tokens)",
         settings.name,
@@ -138,14 +143,16 @@ def main() -> None:
             if runner.running():
                 log.info("waiting for %d running jobs (or their hand-off)", runner.running())
             runner.drain()
-            durability.settle(5.0)  # the last writes on a replica before nobody holds them
+            if durability is not None:
+                durability.settle(5.0)  # the last writes on a replica before nobody holds them
         except (SystemExit, KeyboardInterrupt):  # cold shutdown: hand the running jobs off
             presence.withdraw()
             runner.request_shutdown(0.0)
             runner.drain(timeout=10.0)
             raise
     finally:
-        durability.stop()
+        if durability is not None:
+            durability.stop()
         heartbeat.stop()
         presence.stop()
 

@@ -66,8 +66,10 @@ class Publisher:
         linger_s: float = 0.0,
         crowded: Callable[[], bool] = lambda: True,
         counters: BatchCounters | None = None,
+        holding: bool = True,
     ) -> None:
         self._link = link
+        self._holding = holding  # keep what was written in `Attempt.record` (worker/durability.py)
         self._counters = counters if counters is not None else BatchCounters()  # publish_us, publishes
         self._client = link.streams
         self._linger = linger_s
@@ -219,7 +221,7 @@ class Publisher:
                         else:
                             attempt.error = result
                     else:
-                        group.done(result)
+                        group.done(result, self._holding)
                 if any(isinstance(r, NoScriptError) for r in results):
                     self._link.retry(lambda: self._client.script_load(scripts.APPEND))
                 todo = again
@@ -265,15 +267,16 @@ class _Group:
     def rows(self) -> list[tuple[str, Entry]]:
         return [*(self.again or []), *(("*", e) for e in self.new)]
 
-    def done(self, result: list) -> None:
-        """APPEND wrote (or had written) every entry: record the new ones with their ids."""
+    def done(self, result: list, holding: bool) -> None:
+        """APPEND wrote (or had written) every entry: record the new ones with their ids
+        (`holding`: until worker/durability.py finds them safe)."""
         attempt = self.attempt
         attempt.cancelled = attempt.cancelled or bool(result[0])
         ids = [x.decode() if isinstance(x, bytes) else str(x) for x in result[1:]]
         again = len(self.again or [])
         base = self.first + again
-        rows = [(base + n, ids[again + n], e) for n, e in enumerate(self.new)]
-        attempt.wrote(rows)
+        if holding:
+            attempt.wrote([(base + n, ids[again + n], e) for n, e in enumerate(self.new)])
         attempt.written = max(attempt.written, self.first + again + len(self.new))
         attempt.published += sum(len(e.token_ids) for e in self.new if isinstance(e, Delta))
         attempt.ended = attempt.ended or any(scripts.final_status(e) for e in self.new)

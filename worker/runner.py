@@ -117,7 +117,13 @@ class JobRunner:
         self.link = link
         self.claims = Claims(link, window_ms)
         self.counters = BatchCounters()  # the job threads' and the publisher's (worker/presence.py adds them)
-        self.publisher = Publisher(link, linger_s, crowded=lambda: self.running() > 1, counters=self.counters)
+        self.publisher = Publisher(
+            link,
+            linger_s,
+            crowded=lambda: self.running() > 1,
+            counters=self.counters,
+            holding=durability is not None,
+        )
         self.heartbeat = heartbeat
         heartbeat.rolled_back = self.publisher.resend  # a failover lost an attempt's claim
         self.durability = durability

@@ -184,6 +184,14 @@ class WorkerSettings:
         "HEARTBEAT_WINDOW_SECONDS",
         "an attempt whose heartbeat is silent this long is dead (it beats every third of it)",
     )
+    durability_s: float = setting(
+        1.0,
+        "DURABILITY_CHECK_SECONDS",
+        "how often the worker checks which of its writes a replica has, holding the others to write "
+        "again after a failover (docs/protocol.md, Failover); 0: never (nothing is held: for measuring "
+        "what the guarantee costs)",
+        minimum=0.0,
+    )
     stall_s: float = setting(
         120.0,
         "STALL_SECONDS",

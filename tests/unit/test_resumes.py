@@ -1,0 +1,48 @@
+"""api/resumes.py on fakeredis: a requeued job past its resume deadline waits on while a live
+worker serves its model and the pool has a free slot or keeps stepping."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import fakeredis
+
+from api.registry import WorkerRegistry
+from api.resumes import Resumes
+from contract import keys
+
+MODEL = "m"
+
+
+def announce(r, name: str, slots: int, in_use: int) -> None:
+    r.zadd(keys.workers(MODEL), {name: int(time.time() * 1000)})
+    r.hset(keys.worker_slots(MODEL), name, slots)
+    r.hset(keys.worker_load(MODEL), name, f"{in_use} 20.0 0 0")
+
+
+def steps(r, n: int) -> None:
+    r.hset(keys.STATS, keys.StatField.batch("steps", MODEL), n)
+
+
+def test_the_pool_can_run_it_while_it_has_a_free_slot_or_keeps_stepping():
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeRedis(server=server)
+
+    async def go() -> list[bool]:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        resumes = Resumes(client, WorkerRegistry(client, 15), resume_wait_s=0.2)
+        seen = [await resumes.may_wait(MODEL)]  # no live worker
+        announce(r, "w1", slots=4, in_use=3)
+        seen.append(await resumes.may_wait(MODEL))  # a free slot
+        announce(r, "w1", slots=4, in_use=4)
+        steps(r, 10)
+        seen.append(await resumes.may_wait(MODEL))  # full, first look: give it a period
+        await asyncio.sleep(0.25)
+        steps(r, 20)
+        seen.append(await resumes.may_wait(MODEL))  # full and stepping
+        await asyncio.sleep(0.25)
+        seen.append(await resumes.may_wait(MODEL))  # full and stuck for a period
+        return seen
+
+    assert asyncio.run(go()) == [False, True, True, True, False]
