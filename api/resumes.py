@@ -4,7 +4,8 @@ A worker's death requeues every job it held, up to its 32 slots. In a storm of c
 pool reads them all again far slower than `RESUME_WAIT_SECONDS` allows, and a fixed
 deadline failed jobs (`worker_lost`) while live workers were working through them. So the
 deadline is a checkpoint, not a verdict: a requeued job past it waits on, `RESUME_WAIT_SECONDS`
-at a time, while a live worker serves its model and the pool is either not full (a free
+at a time, while a live worker serves its model (it announces itself, and its named
+connections are open: a killed one's close at once) and the pool is either not full (a free
 slot will take it) or still stepping (the model's `batch:steps` counter, which each worker's
 announcement adds to, moved since the last checkpoint). A pool with no live worker, or one
 whose every worker is full and stuck, fails it as before.
@@ -29,7 +30,12 @@ class Resumes:
 
     async def may_wait(self, model: str) -> bool:
         """True while the pool can still run a requeued job of `model`."""
-        workers = (await self._registry.loads([model])).get(model, [])
+        connected = {
+            c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
+            for c in await self._r.client_list()
+            if c.get("name", "").startswith(keys.WORKER_CONNECTION_PREFIX)
+        }
+        workers = [w for w in (await self._registry.loads([model])).get(model, []) if w.name in connected]
         if not workers:
             return False
         if any(w.in_use < w.slots for w in workers):

@@ -27,7 +27,16 @@ replay, or the job vanished). The exit status is 1 if any stream is hung, broken
 if no stream completed.
 
     .venv/bin/python bench/chaos.py --streams 8 --minutes 5 [--seed 1] [--fault-every 4] \\
-        [--faults kill,stop,api,redis] [--cycle] [--drain 120] [--json out.json]
+        [--faults kill,stop,api,redis|failover] [--defaults] [--cycle] [--drain 120] [--json out.json]
+
+With `failover` among the faults, Redis is a primary, a replica and three sentinels (a
+`redis+sentinel://` URL), and the fault fails the primary over, one of three ways at random:
+SIGKILL it; SIGKILL it while the replica is frozen (SIGSTOP), so that the promoted replica
+lacks the primary's last writes (docs/protocol.md, "Failover"); or `SENTINEL FAILOVER`,
+which leaves the old primary taking writes until the sentinels demote it. A killed primary
+comes back on its port, as a replica. `--defaults` runs the workers and the API at their
+default settings (a worker sizes itself: 32 slots here), as a user would, rather than the
+recorded runs' `SLOTS=4` and shortened recovery timings.
 
 `tests/integration/test_chaos.py` runs a one-minute campaign of the same code in the suite.
 """
@@ -57,14 +66,24 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # tests.sse_contract, when run as a script
 
 from contract import keys  # noqa: E402
+from contract.servers import sync_client  # noqa: E402
 from devstack.peek import job_ids, running_ids  # noqa: E402
-from devstack.processes import Proc, free_port, start_api, start_redis, start_worker, wait_for_model  # noqa: E402
+from devstack.processes import (  # noqa: E402
+    Proc,
+    Watched,
+    free_port,
+    start_api,
+    start_redis,
+    start_watched,
+    start_worker,
+    wait_for_model,
+)
 from tests.sse_contract import Parsed, check_stream  # noqa: E402
 from worker.settings import DEFAULT_MODEL_NAME  # noqa: E402
 
 MODEL = DEFAULT_MODEL_NAME
 CHAT = "/v1/chat/completions"
-FAULT_KINDS = ("kill", "stop", "api", "redis")
+FAULT_KINDS = ("kill", "stop", "api", "redis", "failover")
 HEARTBEAT_WINDOW_S = 3.0  # the workers' HEARTBEAT_WINDOW_SECONDS (left at its default)
 RETRYABLE = frozenset({429, 502, 503, 504})  # statuses a careful client retries
 STALL_S = 1.0  # a silence at least this long between two events counts as a stall
@@ -78,7 +97,7 @@ class Config:
     minutes: float = 1.0
     seed: int = 1
     fault_every: float = 4.0  # mean seconds between faults
-    faults: tuple[str, ...] = FAULT_KINDS
+    faults: tuple[str, ...] = ("kill", "stop", "api", "redis")
     cycle: bool = False  # fire the kinds in turn instead of at random
     drain_s: float = 120.0  # after the campaign, how long unfinished streams may take
     workers: int = 3
@@ -88,8 +107,16 @@ class Config:
     read_timeout_s: float = 10.0  # keep-alives come every second: longer means a dead connection
     logs: Path | None = None  # where the processes' logs go (default: a new temporary directory)
     verbose: bool = True  # print each fault as it fires
+    defaults: bool = False  # the workers' and the API's own settings, not the recorded runs'
+
+    @property
+    def sentinel(self) -> bool:
+        """Redis as a primary, a replica and three sentinels (the `failover` fault)."""
+        return "failover" in self.faults
 
     def api_env(self) -> dict[str, str]:
+        if self.defaults:  # what a client needs of the server, nothing about recovery
+            return {"KEEPALIVE_SECONDS": "1", "MAX_STREAMS_PER_KEY": "0", "MAX_JOBS_PER_KEY": "0"}
         return {
             "KEEPALIVE_SECONDS": "1",
             "CANCEL_GRACE_SECONDS": "30",
@@ -102,6 +129,8 @@ class Config:
         }
 
     def worker_env(self) -> dict[str, str]:
+        if self.defaults:
+            return {}
         n = str(self.threads)
         return {"SLOTS": str(self.slots), "N_THREADS": n, "N_THREADS_BATCH": n}
 
@@ -119,6 +148,8 @@ class Cluster:
         self.redis_port = free_port()
         self.redis_url = f"redis://127.0.0.1:{self.redis_port}/0"
         self.redis_proc: Proc | None = None
+        self.watched: Watched | None = None  # with the failover fault
+        self.nodes: dict[int, Proc] = {}  # the watched primary's and replica's, by port
         self.ports = [free_port() for _ in range(cfg.replicas)]
         self.apis: list[Proc | None] = [None] * cfg.replicas
         self.workers: dict[str, Proc] = {}
@@ -131,7 +162,13 @@ class Cluster:
         return [f"http://127.0.0.1:{port}" for port in self.ports]
 
     def boot(self) -> None:
-        self.redis_proc, _ = start_redis(self.logs, port=self.redis_port, appendonly=True)
+        if self.cfg.sentinel:
+            self.watched = start_watched(self.logs)
+            self.redis_url = self.watched.url
+            self.nodes = {port: getattr(self.watched, role) for role, port in self.watched.ports.items()}
+            self.r = sync_client(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
+        else:
+            self.redis_proc, _ = start_redis(self.logs, port=self.redis_port, appendonly=True)
         for i in range(len(self.ports)):
             self.start_api(i)
         for _ in range(self.cfg.workers):
@@ -209,7 +246,15 @@ class Cluster:
                 if p is not None:
                     self._note_exit(p)
                 self.restart_api(i, 0)
-        if self.redis_proc is None or not self.redis_proc.alive():
+        if self.watched is not None:
+            for port, p in list(self.nodes.items()):
+                if not p.alive():  # the failover fault brings back what it kills: this one died
+                    self._note_exit(p)
+                    self.nodes[port], _ = start_redis(self.logs, port=port)
+            for p in self.watched.sentinels:
+                if not p.alive():
+                    self._note_exit(p)
+        elif self.redis_proc is None or not self.redis_proc.alive():
             if self.redis_proc is not None:
                 self._note_exit(self.redis_proc)
             self.restart_redis(signal.SIGKILL, 0)
@@ -227,6 +272,38 @@ class Cluster:
                 p.stop()
         if self.redis_proc is not None:
             self.redis_proc.stop()
+        if self.watched is not None:
+            for p in (*self.watched.sentinels, *self.nodes.values()):
+                p.signal(signal.SIGCONT)
+                p.stop()
+
+    def primary_port(self) -> int:
+        """Where the sentinels say the primary is."""
+        assert self.watched is not None
+        port = int(self.watched.url.split("//", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
+        with redis.Redis(port=port, socket_timeout=5) as sentinel:
+            return int(sentinel.sentinel_get_master_addr_by_name("tokenspool")[1])
+
+    def sentinel_command(self, *args: str) -> None:
+        assert self.watched is not None
+        port = int(self.watched.url.split("//", 1)[1].split(",", 1)[0].rsplit(":", 1)[1])
+        with redis.Redis(port=port, socket_timeout=5) as sentinel:
+            sentinel.execute_command(*args)
+
+    def wait_for_primary(self, port: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while self.primary_port() != port:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the sentinels did not promote {port}")
+            time.sleep(0.1)
+
+    def wait_replica_synced(self, port: int, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        with redis.Redis(port=port, socket_timeout=5) as r:
+            while r.info("replication").get("master_link_status") != "up":
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"{port} did not become a replica in sync")
+                time.sleep(0.2)
 
 
 # ---------------------------------------------------------------- the faults
@@ -278,11 +355,39 @@ def fault_redis(cluster: Cluster, rng: random.Random) -> str:
     return f"{sig.name} redis, restarted after {down:.1f}s"
 
 
+def fault_failover(cluster: Cluster, rng: random.Random) -> str:
+    """Fail the primary over: killed, killed with its replica held behind, or asked of the
+    sentinels; a killed primary comes back on its port (the sentinels make it a replica)."""
+    old = cluster.primary_port()
+    (new,) = (port for port in cluster.nodes if port != old)
+    how = rng.choice(("kill", "behind", "planned"))
+    if how == "planned":
+        cluster.sentinel_command("SENTINEL", "FAILOVER", "tokenspool")
+        cluster.wait_for_primary(new)
+        detail = f"SENTINEL FAILOVER {old} -> {new}"
+    else:
+        held = 0.0
+        if how == "behind":  # the replica misses what the primary takes meanwhile
+            held = rng.uniform(0.5, 2.0)
+            cluster.nodes[new].signal(signal.SIGSTOP)
+            time.sleep(held)
+        cluster.nodes[old].signal(signal.SIGKILL)
+        cluster.nodes[old].popen.wait(timeout=30)
+        cluster.nodes[new].signal(signal.SIGCONT)
+        cluster.wait_for_primary(new)
+        cluster.nodes[old], _ = start_redis(cluster.logs, port=old)
+        detail = f"SIGKILL primary {old}" + (f" with its replica held {held:.1f}s behind" if held else "")
+        detail += f", {new} promoted, {old} back"
+    cluster.wait_replica_synced(old)  # the next failover has a replica to promote
+    return detail
+
+
 FAULTS: dict[str, Callable[[Cluster, random.Random], str]] = {
     "kill": fault_kill,
     "stop": fault_stop,
     "api": fault_api,
     "redis": fault_redis,
+    "failover": fault_failover,
 }
 
 
@@ -773,7 +878,10 @@ def parse_args(argv: list[str] | None) -> tuple[Config, Path | None]:
     ap.add_argument("--minutes", type=float, default=5.0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--fault-every", type=float, default=4.0, help="mean seconds between faults")
-    ap.add_argument("--faults", default=",".join(FAULT_KINDS), help="comma-separated: kill,stop,api,redis")
+    ap.add_argument(
+        "--faults", default="kill,stop,api,redis", help="comma-separated: kill,stop,api and redis or failover"
+    )
+    ap.add_argument("--defaults", action="store_true", help="workers and API at their default settings")
     ap.add_argument("--cycle", action="store_true", help="fire the kinds in turn, not at random")
     ap.add_argument("--drain", type=float, default=120.0, help="seconds unfinished streams get at the end")
     ap.add_argument("--logs", type=Path, help="directory for the processes' logs")
@@ -782,6 +890,8 @@ def parse_args(argv: list[str] | None) -> tuple[Config, Path | None]:
     faults = tuple(k for k in args.faults.split(",") if k)
     if not faults or set(faults) - set(FAULT_KINDS):
         ap.error(f"--faults takes some of {','.join(FAULT_KINDS)}")
+    if {"redis", "failover"} <= set(faults):
+        ap.error("redis (one server, restarted) and failover (a primary and a replica) exclude each other")
     cfg = Config(
         streams=args.streams,
         minutes=args.minutes,
@@ -791,6 +901,7 @@ def parse_args(argv: list[str] | None) -> tuple[Config, Path | None]:
         cycle=args.cycle,
         drain_s=args.drain,
         logs=args.logs,
+        defaults=args.defaults,
     )
     return cfg, args.json
 

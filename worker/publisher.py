@@ -216,7 +216,7 @@ class Publisher:
                             else:
                                 attempt.error = RolledBack(
                                     f"{attempt.completion_id}: a failover lost entries from {lost_from}, "
-                                    "which a replica had confirmed"
+                                    "which this worker no longer holds (a replica had confirmed them)"
                                 )
                         else:
                             attempt.error = result

@@ -34,6 +34,9 @@ def test_the_pool_can_run_it_while_it_has_a_free_slot_or_keeps_stepping():
         resumes = Resumes(client, WorkerRegistry(client, 15), resume_wait_s=0.2)
         seen = [await resumes.may_wait(MODEL)]  # no live worker
         announce(r, "w1", slots=4, in_use=3)
+        seen.append(await resumes.may_wait(MODEL))  # announced, but its process is gone
+        alive = fakeredis.FakeRedis(server=server, client_name=keys.WORKER_CONNECTION_PREFIX + "w1")
+        alive.ping()  # its named connection is open
         seen.append(await resumes.may_wait(MODEL))  # a free slot
         announce(r, "w1", slots=4, in_use=4)
         steps(r, 10)
@@ -45,4 +48,4 @@ def test_the_pool_can_run_it_while_it_has_a_free_slot_or_keeps_stepping():
         seen.append(await resumes.may_wait(MODEL))  # full and stuck for a period
         return seen
 
-    assert asyncio.run(go()) == [False, True, True, True, False]
+    assert asyncio.run(go()) == [False, False, True, True, True, False]
