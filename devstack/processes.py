@@ -221,22 +221,25 @@ def start_watched(
     down_after_ms: int = 1000,
     master: str = "tokenspool",
     held_link: bool = False,
+    appendonly: bool = False,
 ) -> Watched:
     """A valkey primary, one replica of it and `sentinels` sentinels (quorum: a majority) on
     loopback, as a self-run Sentinel deployment has them: a primary unreachable for
     `down_after_ms` is failed over to the replica. Returns them with the URL clients use.
     With `held_link`, the replica reaches the primary through a relay (`Watched.link`) that
-    a test pauses to make the replica fall behind."""
+    a test pauses to make the replica fall behind; with `appendonly`, both keep an AOF."""
     import redis
 
     from devstack.relay import Relay  # it needs free_port, from here
 
-    primary, primary_url = start_redis(log_dir)
+    primary, primary_url = start_redis(log_dir, appendonly=appendonly)
     p_port = int(primary_url.rsplit(":", 1)[1].split("/")[0])
     r_port = free_port()
     link = Relay(p_port) if held_link else None
     upstream = link.port if link is not None else p_port
-    replica, _ = start_redis(log_dir, port=r_port, extra=("--replicaof", "127.0.0.1", str(upstream)))
+    replica, _ = start_redis(
+        log_dir, port=r_port, appendonly=appendonly, extra=("--replicaof", "127.0.0.1", str(upstream))
+    )
     with redis.Redis(port=r_port, socket_timeout=5) as r:
         _wait(lambda: r.info("replication").get("master_link_status") == "up", 30, primary, replica)
     procs, ports = [], []
