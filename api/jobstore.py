@@ -42,11 +42,11 @@ from contract.settings import Recovery
 
 Rows = list[tuple[str, Entry]]
 
-# KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
 log = logging.getLogger(__name__)
 
 CONFIRM_FOR_S = 10.0  # how long a new job is recorded again until a replica has it
 
+# KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
 _DEAD_BATCH = """
 local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > seen then

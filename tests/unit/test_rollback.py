@@ -3,6 +3,8 @@ Lua: the job's keys are put back as a snapshot taken earlier, as a promoted repl
 missed the primary's last second holds them; the attempt that wrote what was lost writes it
 again with the ids it had."""
 
+import time
+
 import fakeredis
 import pytest
 
@@ -172,8 +174,6 @@ def test_without_replicas_entries_are_held_until_synced(r, monkeypatch):
     pub.flush(a)
     durability.check()
     assert len(a.record) == 1
-    import time
-
     time.sleep(0.25)
     durability.check()
     assert a.record == []
@@ -218,3 +218,22 @@ class _Server:
 
     def __getattr__(self, name):
         return getattr(self._r, name)
+
+
+def test_a_server_that_just_lost_its_replica_is_not_trusted_alone(r):
+    """A primary the sentinels replaced has lost its replica to the promotion, and takes
+    writes until it is demoted: what it takes then is held, not counted as synced."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="one", offset=100, replica=100)
+    durability = Durability(server, fsync_s=0.1)  # type: ignore[arg-type]
+    durability.track(a)
+    durability.check()
+    server.replica = None  # promoted away
+    pub.started(a, 5)
+    pub.flush(a)
+    server.offset = 200
+    durability.check()
+    time.sleep(0.15)
+    durability.check()
+    assert len(a.record) == 1
