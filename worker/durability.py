@@ -47,7 +47,9 @@ class _Node:
     """One server (a cluster node) as this worker last saw it, and what waits for its replicas."""
 
     run_id: str | None = None
-    replica_at: float = -1e9  # monotonic: when this server last had a replica
+    # monotonic: when the server behind this connection last had a replica (online or still
+    # syncing); kept across its restarts and failovers, whose replica may be promoted
+    replica_at: float = -1e9
     # (replication offset, monotonic time, {attempt: entries written by then}), oldest first
     waiting: list[tuple[int, float, dict[Attempt, int]]] = field(default_factory=list)
 
@@ -115,7 +117,6 @@ class Durability:
                 sum(1 for a in attempts if a.record),
             )
             node.waiting.clear()  # what the old server's replicas had says nothing now
-            node.replica_at = -1e9
             for a in attempts:
                 if a.record or not a.ended:
                     self.resend(a)  # returns once written
@@ -125,7 +126,7 @@ class Durability:
         now = time.monotonic()
         node.waiting.append((int(info.get("master_repl_offset", 0)), now, marks))
         acked = _replica_offset(info)
-        if acked is not None:
+        if acked is not None or int(info.get("connected_slaves", 0)):  # one still syncing counts
             node.replica_at = now
         alone = now - node.replica_at >= REMEMBER_S  # no replica lately: none will acknowledge
         safe = [

@@ -28,7 +28,7 @@ from contract import errors, keys, logs, queueing
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS, TokenLogprob
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import BatchCounters, JobStatus
-from worker.claims import Attempt, Claims, Fenced, JobGone, NotRecorded
+from worker.claims import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
 from worker.devices import Placement
 from worker.durability import Durability
 from worker.errors import GrammarDeadEnd, PromptRejected
@@ -289,6 +289,10 @@ class JobRunner:
         except Fenced as exc:
             log.warning("attempt fenced out, abandoning job: %s", exc)
             return Outcome.FENCED
+        except RolledBack as exc:  # the job goes on from what the stream holds (docs/protocol.md)
+            log.error("%s; handing the job off", exc)
+            self._hand_off(attempt)
+            return Outcome.HANDED_OFF
         except HandedOff:
             return Outcome.HANDED_OFF
         except (SystemExit, KeyboardInterrupt):  # cold shutdown: give the job back first
@@ -398,7 +402,7 @@ class JobRunner:
         """Give the job back (shutting down, or preempted); a continuation is enqueued for
         another worker. What this attempt generated is written first, so the continuation
         need not redo it."""
-        with contextlib.suppress(Fenced, redis.RedisError):
+        with contextlib.suppress(Fenced, RolledBack, redis.RedisError):
             self.publisher.flush(attempt)
         try:
             link = self.link

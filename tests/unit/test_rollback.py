@@ -208,12 +208,16 @@ class _Server:
     def __init__(self, r, run_id: str, offset: int = 0, replica: int | None = 0) -> None:
         self._r = r
         self.run_id, self.offset, self.replica = run_id, offset, replica
+        self.syncing = False  # a replica connected but still loading the primary's data
 
     def execute_command(self, *args):
         assert args == ("INFO", "server", "replication")
         info = {"role": "master", "run_id": self.run_id, "master_repl_offset": self.offset}
         if self.replica is not None:
             info["slave0"] = {"ip": "127.0.0.1", "port": 1, "state": "online", "offset": self.replica}
+        elif self.syncing:
+            info["slave0"] = {"ip": "127.0.0.1", "port": 1, "state": "wait_bgsave", "offset": 0}
+        info["connected_slaves"] = int(self.replica is not None or self.syncing)
         return info
 
     def __getattr__(self, name):
@@ -237,3 +241,27 @@ def test_a_server_that_just_lost_its_replica_is_not_trusted_alone(r):
     time.sleep(0.15)
     durability.check()
     assert len(a.record) == 1
+
+
+def test_a_restarted_server_whose_replica_is_still_syncing_is_not_trusted_alone(r):
+    """After a primary restarts its replica loads its data anew; a failover meanwhile promotes
+    that replica, without what the primary took since. Nothing is counted synced by time."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="before", offset=100, replica=None)
+    server.syncing = True
+    durability = Durability(server, fsync_s=0.05)  # type: ignore[arg-type]
+    durability.resend = pub.resend
+    durability.track(a)
+    durability.check()
+    server.run_id = "restarted"
+    durability.check()
+    pub.started(a, 5)
+    pub.flush(a)
+    durability.check()
+    time.sleep(0.1)
+    durability.check()
+    assert len(a.record) == 1  # held until the replica acknowledges it
+    server.syncing, server.replica, server.offset = False, 300, 300
+    durability.check()
+    assert a.record == []
