@@ -11,10 +11,14 @@ sentinels whether the server that answered is still the primary. Callers waiting
 same time share one round (a group commit): a burst of requests costs one round trip, not
 one each.
 
-A server without replicas has none to wait for; one that had a replica in the last
-`REMEMBER_S` is still waited for (a replaced primary has lost its replica to the promotion).
-A new primary (another `run_id`) starts with no such memory. When a round fails, the caller
-writes the job again where the primary is now (api/jobstore.py).
+A server without replicas has none to wait for. But one that had a replica in the last
+`REMEMBER_S` is still waited for, whichever server is the primary now: a replaced primary
+has lost its replica to the promotion, a promoted one has none until the old primary has
+synced from it, a restarted one until its replica has synced again, and a failure in that
+window loses what only the primary held. So while the replica is away new jobs wait for it
+(`CONFIRM_FOR_S` at most: api/jobstore.py), which with one replica is the price of the
+guarantee (a second replica removes it). When a round fails, the caller writes the job again
+where the primary is now.
 """
 
 from __future__ import annotations
@@ -49,9 +53,8 @@ class ReplicaAcks:
         self._cluster = isinstance(client, AsyncRedisCluster)  # its nodes are not waited for here
         self._sentinel = not self._cluster and hasattr(client.connection_pool, "get_master_address")
         self._replicas = 0
-        self._run_id = ""
         self._read_at = -REFRESH_S  # monotonic
-        self._seen_at: dict[str, float] = {}  # run id -> when it last had a replica (monotonic)
+        self._seen_at = -REMEMBER_S  # monotonic: when the primary (any) last had a replica
         self._waiting: list[_Waiter] = []
         self._round: asyncio.Task[None] | None = None
 
@@ -75,14 +78,13 @@ class ReplicaAcks:
         if now - self._read_at >= REFRESH_S:
             self._read_at = now
             try:
-                info = await self._client.execute_command("INFO", "server", "replication")
-                self._run_id = str(info.get("run_id", ""))
+                info = await self._client.info("replication")
                 self._replicas = int(info.get("connected_slaves", 0)) if info.get("role") == "master" else 0
             except RedisError as exc:
                 log.warning("could not read the replica count: %s", exc)
             if self._replicas:
-                self._seen_at[self._run_id] = now
-        return self._replicas > 0 or now - self._seen_at.get(self._run_id, -REMEMBER_S) < REMEMBER_S
+                self._seen_at = now
+        return self._replicas > 0 or now - self._seen_at < REMEMBER_S
 
     async def _rounds(self) -> None:
         while self._waiting:

@@ -31,6 +31,9 @@ from contract.entries import Entry, Started, is_terminal
 from contract.keys import JobStatus
 
 READ_BATCH = 256
+# A job's hash missing this long is gone. Not at once: in a failover a connection may still
+# read the replaced primary for a moment (docs/protocol.md, "Failover").
+GONE_AFTER_S = 3.0
 Rows = list[tuple[str, Entry]]
 
 
@@ -69,6 +72,7 @@ class _Reader:
         self._outage_since: float | None = None
         self._late_at: float | None = None  # monotonic: when the queued job passes its deadline
         self._handed: Rows | None = None  # entries the hub read for us
+        self._missing_since: float | None = None  # monotonic: the job's hash was not found
         self.full = False  # the last read filled a batch: more may be waiting
 
     def hand(self, rows: Rows) -> None:
@@ -122,8 +126,14 @@ class _Reader:
         """Nothing new: is the job gone (then its ending), or queued past its deadline?"""
         state = await self._store.state(self._id)
         self._late_at = None
-        if state is None:  # expired or purged: nothing will ever be written again
-            return [("", errors.NOT_FOUND.entry())]
+        if state is None:  # expired or purged: nothing will ever be written again...
+            now = time.monotonic()
+            self._missing_since = self._missing_since or now
+            if now - self._missing_since >= GONE_AFTER_S:
+                return [("", errors.NOT_FOUND.entry())]
+            self._late_at = now + 0.5  # ...unless a failover is moving us to the server that has it
+            return []
+        self._missing_since = None
         if state.status == JobStatus.QUEUED and state.start_by_ms is not None:
             left = state.start_by_ms / 1000 - time.time()
             if left < 0 and state.attempts and self._resumes and await self._resumes.may_wait(state.model):

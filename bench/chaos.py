@@ -164,7 +164,8 @@ class Cluster:
 
     def boot(self) -> None:
         if self.cfg.sentinel:
-            self.watched = start_watched(self.logs, appendonly=True)
+            # A primary silent for 3 s is failed over: a restart (about a second) is not.
+            self.watched = start_watched(self.logs, down_after_ms=3000, appendonly=True)
             self.redis_url = self.watched.url
             self.nodes = {port: getattr(self.watched, role) for role, port in self.watched.ports.items()}
             self.r = sync_client(self.redis_url, socket_timeout=2, socket_connect_timeout=2)
@@ -236,6 +237,8 @@ class Cluster:
             self.nodes[port].popen.wait(timeout=30)
             time.sleep(down_s)
             self.nodes[port], _ = start_redis(self.logs, port=port, appendonly=True)
+            (other,) = (p for p in self.nodes if p != port)
+            self.wait_replica_synced(other)  # the next fault finds a replica in sync
             return
         if self.redis_proc is not None:
             self.redis_proc.signal(sig)

@@ -51,3 +51,22 @@ def test_a_reader_that_was_not_sent_the_lost_entries_reads_on():
     write(r, "5-0", Delta(epoch=2, text="c", token_ids=(7,)))
     assert [i for i, _ in read_after(pair, "2-0")] == ["4-0", "5-0"]
     assert [i for i, _ in read_after(pair, "0")] == ["1-0", "2-0", "4-0", "5-0"]  # a replay
+
+
+def test_a_job_missing_for_a_moment_is_not_gone_at_once(monkeypatch):
+    """In a failover a read may reach the replaced primary, which lacks a job made since:
+    the relay looks again before it says not_found."""
+    monkeypatch.setattr("api.relay.GONE_AFTER_S", 0.3)
+    pair = FakePair()
+
+    async def go() -> tuple[list, float, list]:
+        store = JobStore(pair.aio(), pair.sync(), queue_wait_s=60, recovery=Recovery())
+        reader = _Reader(store, CID, "0", inclusive=False, outage_s=1.0)
+        first = await reader.read()
+        again_in = reader.look_again_in()
+        await asyncio.sleep(0.35)
+        return first, again_in, await reader.read()
+
+    first, again_in, later = asyncio.run(go())
+    assert first == [] and 0 < again_in <= 0.6
+    assert isinstance(later[0][1], Failed) and later[0][1].code == errors.NOT_FOUND.code
