@@ -37,7 +37,7 @@ from contract import keys
 log = logging.getLogger(__name__)
 
 REFRESH_S = 2.0  # how often the replica count is read again
-REMEMBER_S = 60.0  # a replica seen this recently is waited for, even while none is connected
+REMEMBER_S = 15.0  # a replica seen this recently is waited for, even while none is connected
 
 
 @dataclass

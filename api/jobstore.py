@@ -44,7 +44,7 @@ Rows = list[tuple[str, Entry]]
 
 log = logging.getLogger(__name__)
 
-CONFIRM_FOR_S = 10.0  # how long a new job is recorded again until a replica has it
+CONFIRM_FOR_S = 5.0  # how long a new job is recorded again until a replica has it
 
 # KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
 _DEAD_BATCH = """
