@@ -25,7 +25,7 @@ from api.cursor import BadCursor
 from api.errors import APIError, invalid
 from api.jobstore import JobState, Submitted
 from api.metrics import StreamTiming
-from api.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota
+from api.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota, now_ms
 from api.services import Services
 from api.streams import SSEStream, collect, respond
 from api.surfaces import Surface
@@ -110,7 +110,7 @@ class Endpoints:
         ]
 
     async def create(self, request: Request) -> Response:
-        arrived = time.monotonic()
+        arrived, arrived_ms = time.monotonic(), now_ms()
         services: Services = request.state.services
         settings = services.settings
         raw = await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
@@ -131,11 +131,17 @@ class Endpoints:
             if ticket is None:
                 if job.detached:
                     return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))
-                return await collect(request, services, chunks)
+                return await collect(request, services, chunks, arrived_ms)
             timing = StreamTiming(services.metrics, job.model, arrived)
             events = self.surface.events(chunks, None)  # a retry gets the whole stream from the start
             stream = SSEStream(
-                services, events, job.id, ticket, timing, cancel_on_disconnect=not job.detached
+                services,
+                events,
+                job.id,
+                ticket,
+                timing,
+                cancel_on_disconnect=not job.detached,
+                arrived_ms=arrived_ms,
             )
             return stream.response()
         except BaseException:
@@ -199,6 +205,7 @@ class Endpoints:
         """With ?stream=true, replay the events after Last-Event-ID (or ?starting_after) and
         follow live to the end; without, the response once the job has ended (202 and its
         status before)."""
+        arrived_ms = now_ms()
         services, job = await self._job_of(request)
         chunks = self.surface.chunks_of(job)
         if _streaming(request):
@@ -214,7 +221,13 @@ class Endpoints:
                     await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
                 timing = StreamTiming(services.metrics, job.model, arrived=None)
                 stream = SSEStream(
-                    services, events, job.id, ticket, timing, cancel_on_disconnect=not job.detached
+                    services,
+                    events,
+                    job.id,
+                    ticket,
+                    timing,
+                    cancel_on_disconnect=not job.detached,
+                    arrived_ms=arrived_ms,
                 )
                 return stream.response()
             except BaseException:

@@ -344,8 +344,12 @@ class JobStore:
         return None if value is None else as_text(value)
 
     async def keep(self, completion_id: str) -> None:
-        """A client is attached again: withdraw a pending disconnect cancel."""
-        await self._r.hdel(keys.job(completion_id), JobField.CANCEL_AT)
+        """A client is attached again: withdraw a pending disconnect cancel, and note when,
+        so that a connection that arrived before and is found gone later cancels nothing."""
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hdel(keys.job(completion_id), JobField.CANCEL_AT)
+            pipe.hset(keys.job(completion_id), JobField.KEPT_AT, now_ms())
+            await pipe.execute()
 
     async def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End the job with a terminal entry unless it has ended already."""
@@ -391,9 +395,14 @@ class JobStore:
                 )
                 await pipe.execute()
 
-    async def cancel(self, completion_id: str, delay_s: float = 0.0) -> None:
+    async def cancel(self, completion_id: str, delay_s: float = 0.0, arrived_ms: int | None = None) -> None:
         """Stop the job: at once if it is still queued, else at the running attempt's next
-        token once `delay_s` has passed."""
+        token once `delay_s` has passed. A client gone (`arrived_ms`: when its request came)
+        cancels nothing if another attached after it came (`keep`)."""
+        if arrived_ms is not None:
+            kept = await self._r.hget(keys.job(completion_id), JobField.KEPT_AT)
+            if kept is not None and int(kept) > arrived_ms:
+                return
         if delay_s <= 0:
             stopped = Finished(finish_reason=CANCELLED, prompt_tokens=0, completion_tokens=0)
             if await self.end(completion_id, stopped, only_if_status=JobStatus.QUEUED):

@@ -41,7 +41,8 @@ class SSEStream:
     completion_id: str
     ticket: StreamTicket  # its place among its key's open streams, given back at the end
     timing: StreamTiming
-    cancel_on_disconnect: bool  # a client gone before the end cancels the job
+    cancel_on_disconnect: bool  # a client gone before the end cancels the job...
+    arrived_ms: int  # ...unless another attached after its request came (ms since the epoch)
 
     def response(self) -> StreamingResponse:
         return StreamingResponse(self._body(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -87,10 +88,10 @@ class SSEStream:
             services.metrics.streams_open.dec()
             if not ended and self.cancel_on_disconnect:  # gone: stop the job after the grace
                 with anyio.CancelScope(shield=True):
-                    await cancel_quietly(services, self.completion_id)
+                    await cancel_quietly(services, self.completion_id, self.arrived_ms)
 
 
-async def collect(request: Request, services: Services, chunks: Chunks) -> Response:
+async def collect(request: Request, services: Services, chunks: Chunks, arrived_ms: int) -> Response:
     """Wait for the job to end, then answer with the whole response; a client that goes away
     meanwhile cancels the job."""
     rows: Rows = []
@@ -105,7 +106,7 @@ async def collect(request: Request, services: Services, chunks: Chunks) -> Respo
         ):
             if item is KEEPALIVE:
                 if await request.is_disconnected():
-                    await cancel_quietly(services, chunks.id)
+                    await cancel_quietly(services, chunks.id, arrived_ms)
                     return Response(status_code=499)
                 continue
             rows += item
@@ -120,8 +121,8 @@ def respond(answer: Answer) -> JSONResponse:
     return JSONResponse(answer.body, status_code=answer.status)
 
 
-async def cancel_quietly(services: Services, completion_id: str) -> None:
+async def cancel_quietly(services: Services, completion_id: str, arrived_ms: int) -> None:
     try:
-        await services.jobs.cancel(completion_id, services.settings.lifetimes.cancel_grace_s)
+        await services.jobs.cancel(completion_id, services.settings.lifetimes.cancel_grace_s, arrived_ms)
     except RedisError as exc:
         log.warning("could not cancel %s: %s", completion_id, exc)

@@ -472,6 +472,7 @@ class JobField:
     ENDED = "ended"  # "1" once a terminal entry is in the stream
     WORKER = "worker"  # name of the worker running the current attempt
     CANCEL_AT = "cancel_at"  # ms since the epoch after which the job must stop
+    KEPT_AT = "kept_at"  # ms since the epoch when a client last attached again (a resume, a retry)
     START_BY = "start_by"  # ms since the epoch: a job still queued then is never (re)started
     WAIT_UNTIL = "wait_until"  # ms: a requeue may wait for a slot this long (a batch line: its window)
     SPEC = "spec"  # the JobSpec as JSON, as enqueued

@@ -216,3 +216,23 @@ def test_a_request_without_limits_or_key_is_admitted_without_a_round_trip():
         assert len(calls) == 1
 
     asyncio.run(go())
+
+
+def test_a_connection_found_gone_after_another_client_attached_cancels_nothing():
+    """Found by the chaos campaign: a POST answered late (its client gave up and retried with
+    its Idempotency-Key) was found gone after the retry attached, and its disconnect
+    cancelled the job under the retry's stream."""
+    pair = FakePair()
+
+    async def go() -> tuple[bytes | None, bytes | None]:
+        jobs = store(pair)
+        job = (await jobs.submit(spec(1), "chat", 0)).job
+        first_arrived = now_ms() - 1_000  # the first request came a second ago...
+        await jobs.keep(job.id)  # ...its retry attached since
+        await jobs.cancel(job.id, 30.0, arrived_ms=first_arrived)  # the first one is found gone
+        kept = await pair.aio().streams.hget(keys.job(job.id), JobField.CANCEL_AT)
+        await jobs.cancel(job.id, 30.0, arrived_ms=now_ms() + 1)  # the retry goes too
+        return kept, await pair.aio().streams.hget(keys.job(job.id), JobField.CANCEL_AT)
+
+    first, retry = asyncio.run(go())
+    assert first is None and retry is not None
