@@ -79,9 +79,8 @@ class Reaper:
     async def tick(self) -> int:
         """One look around; returns how many attempts were taken from dead workers."""
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
-        if not await self._leader.held(lock_ms):
-            return 0
-        if not await self._settled():
+        settled = await self._settled()  # every process watches: a new leader knows the history
+        if not await self._leader.held(lock_ms) or not settled:
             return 0
         connected = {
             c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
@@ -107,8 +106,9 @@ class Reaper:
             for info in await node_infos(server, "server"):
                 run_ids.add(str(info.get("run_id")))
                 young = young or int(info.get("uptime_in_seconds", 0)) < self._settle
-        if self._run_ids is not None and run_ids != self._run_ids:
-            log.warning("a Redis server changed (a failover): no reaping for %.0fs", self._settle)
+        if run_ids != self._run_ids:  # a failover; or this process's first look, which cannot tell
+            if self._run_ids is not None:
+                log.warning("a Redis server changed (a failover): no reaping for %.0fs", self._settle)
             self._quiet_until = time.monotonic() + self._settle
         self._run_ids = run_ids
         return not young and time.monotonic() >= self._quiet_until

@@ -206,6 +206,8 @@ def test_nothing_is_judged_for_a_while_after_a_server_changes(server, monkeypatc
         store = JobStore(servers, server.sync(), queue_wait_s=60, recovery=RECOVERY)
         registry = WorkerRegistry(servers.queues, 15)
         reaper = Reaper(servers, store, registry, Router(servers.queues, registry, Routing()), 0.5, 30)
+        assert not await reaper._settled()  # a first look cannot tell whether it just changed
+        reaper._quiet_until = 0.0
         seen = [await reaper._settled()]
         infos["run_id"] = "b"  # promoted
         seen += [await reaper._settled(), await reaper._settled()]
