@@ -122,14 +122,16 @@ class Publisher:
         """Wait until everything the attempt queued is written (raises what was learned)."""
         self._submit(attempt, None, wait=True)
 
-    def resend(self, attempt: Attempt) -> None:
+    def resend(self, attempt: Attempt, wait: bool = True) -> None:
         """Write again, with their ids, the entries of `attempt` a failover may have lost (an
-        ended attempt too), and wait until that is done. What is still there is skipped."""
+        ended attempt too); with `wait`, return once that is done. What is still there is
+        skipped."""
         item = _Queued(attempt, None, threading.Event(), resend=True)
         with self._cv:
             self._queue.append(item)
             self._cv.notify_all()
-        item.written.wait()  # type: ignore[union-attr]
+        if wait:
+            item.written.wait()  # type: ignore[union-attr]
 
     def count_tokens(self, model: str, attempt: Attempt) -> None:
         """Add the attempt's tokens to the cluster-wide counter (best effort: metrics only)."""

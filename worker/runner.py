@@ -125,7 +125,9 @@ class JobRunner:
             holding=durability is not None,
         )
         self.heartbeat = heartbeat
-        heartbeat.rolled_back = self.publisher.resend  # a failover lost an attempt's claim
+        # a failover lost an attempt's claim: its next write claims again (the heartbeat does
+        # not wait for it, beating for the others)
+        heartbeat.rolled_back = lambda attempt: self.publisher.resend(attempt, wait=False)
         self.durability = durability
         if durability is not None:
             durability.resend = self.publisher.resend
