@@ -29,26 +29,27 @@ def read_after(pair: FakePair, cursor: str) -> list:
     return asyncio.run(go())
 
 
-def test_an_attempt_going_on_from_before_what_was_sent_ends_the_stream():
+def rolled_back() -> FakePair:
+    """A job's stream after a failover: "3-0" ("b") was sent, then lost with its worker; the
+    next attempt goes on from "2-0"."""
     pair = FakePair()
     r = pair.sync().streams
     write(r, "1-0", Started(epoch=1, worker="w1", prompt_tokens=3, after="0-0"))
     write(r, "2-0", Delta(epoch=1, text="a", token_ids=(1,)))
-    # "3-0" ("b") was sent, then lost with its worker; the next attempt goes on from "2-0"
     write(r, "4-0", Started(epoch=2, worker="w2", prompt_tokens=3, after="2-0"))
     write(r, "5-0", Delta(epoch=2, text="c", token_ids=(7,)))
+    return pair
+
+
+def test_an_attempt_going_on_from_before_what_was_sent_ends_the_stream():
+    pair = rolled_back()
     rows = read_after(pair, "3-0")
     assert len(rows) == 1 and isinstance(rows[0][1], Failed)
     assert rows[0][1].code == errors.ROLLED_BACK.code
 
 
 def test_a_reader_that_was_not_sent_the_lost_entries_reads_on():
-    pair = FakePair()
-    r = pair.sync().streams
-    write(r, "1-0", Started(epoch=1, worker="w1", prompt_tokens=3, after="0-0"))
-    write(r, "2-0", Delta(epoch=1, text="a", token_ids=(1,)))
-    write(r, "4-0", Started(epoch=2, worker="w2", prompt_tokens=3, after="2-0"))
-    write(r, "5-0", Delta(epoch=2, text="c", token_ids=(7,)))
+    pair = rolled_back()
     assert [i for i, _ in read_after(pair, "2-0")] == ["4-0", "5-0"]
     assert [i for i, _ in read_after(pair, "0")] == ["1-0", "2-0", "4-0", "5-0"]  # a replay
 
