@@ -34,6 +34,7 @@ from devstack.processes import (
 )
 from devstack.relay import Relay
 from tests.integration.conftest import MODEL
+from tests.integration.test_batches import jsonl
 from tests.integration.test_outage import STORY, Reader
 from tests.sse_contract import check_stream
 
@@ -263,7 +264,7 @@ def test_a_promoted_replica_missing_the_last_writes_contradicts_no_client(laggin
         assert r.chunks.acquire(timeout=60), r.raw
     upload = httpx.post(
         s.base + "/v1/files",
-        files={"file": ("in.jsonl", _batch_lines(3))},
+        files={"file": ("in.jsonl", jsonl(3, max_tokens=30))},
         data={"purpose": "batch"},
         timeout=30,
     ).json()
@@ -320,23 +321,6 @@ def test_a_promoted_replica_missing_the_last_writes_contradicts_no_client(laggin
     assert answer(s.base)
     assert (s.api.pid, s.worker.pid) == pids and s.api.alive() and s.worker.alive()
     assert "worker_lost" not in s.api.log()
-
-
-def _batch_lines(n: int) -> bytes:
-    rows = [
-        {
-            "custom_id": f"req-{i}",
-            "method": "POST",
-            "url": "/v1/chat/completions",
-            "body": {
-                "model": MODEL,
-                "messages": [{"role": "user", "content": f"Count to {i + 3}."}],
-                "max_tokens": 30,
-            },
-        }
-        for i in range(n)
-    ]
-    return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
 def _events(text: str) -> list[tuple[str, str]]:
