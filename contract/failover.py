@@ -6,14 +6,15 @@ client of contract/servers.py connects.
   `sentinel_username`, `sentinel_password`: the sentinels' own auth) names the sentinels; a
   connection asks them where the primary is each time it opens (redis-py's sentinel pools).
 - **One name** (a managed Redis: ElastiCache, Memorystore, Azure Cache): the name moves to the
-  promoted replica, while connections opened before still reach the old primary, now a replica.
-  It answers writes with `READONLY` and ends blocked reads (BLPOP, XREAD BLOCK) with
-  `UNBLOCKED ... (master -> replica?)`. Both mean "reconnect", not "your command is wrong":
-  `Demotable` connections drop themselves and raise ConnectionError, which the clients' retries
-  and the processes' outage handling already ride out, reconnecting to whatever the name (or
-  the sentinels) say is the primary now. Behind one name, a pooled connection that happens to
-  only read keeps reading the demoted node (a replica of the new primary, milliseconds behind)
-  until it writes, errs or is closed; a sentinel pool drops it when it is given back.
+  promoted replica, while connections opened before still reach the old primary, now a
+  replica. It answers writes with `READONLY` (a transaction's queued script: inside EXEC's
+  array) and ends blocked reads (BLPOP, XREAD BLOCK) with `UNBLOCKED ... (master ->
+  replica?)`. All mean "reconnect", not "your command is wrong": `Demotable` connections drop
+  themselves and raise ConnectionError, which the clients' retries and the processes' outage
+  handling already ride out, reconnecting to whatever the name (or the sentinels) say is the
+  primary now. Behind one name, a pooled connection that happens to only read keeps reading
+  the demoted node (a replica of the new primary, milliseconds behind) until it writes, errs
+  or is closed; a sentinel pool drops it when it is given back.
 
 What a promoted replica that lacked the primary's last writes means for jobs and streams is
 not handled here.
@@ -51,17 +52,31 @@ def _reconnect(exc: ResponseError) -> redis.ConnectionError:
     return redis.ConnectionError(f"the primary was demoted (a failover), reconnecting: {exc}")
 
 
+def _refused_inside(answer: Any) -> ResponseError | None:
+    """A demoted primary's refusal inside an EXEC's array: a queued script whose write the
+    replica refused when it ran. redis-py returns such a reply rather than raise it."""
+    if isinstance(answer, list):
+        for item in answer:
+            if isinstance(item, ResponseError) and demoted(item):
+                return item
+    return None
+
+
 class Demotable:
     """A sync connection that treats a demoted primary's answers as a lost connection."""
 
     def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return super().read_response(*args, **kwargs)  # type: ignore[misc]
+            answer = super().read_response(*args, **kwargs)  # type: ignore[misc]
         except ResponseError as exc:
             if not demoted(exc):
                 raise
             self.disconnect()  # type: ignore[attr-defined]
             raise _reconnect(exc) from exc
+        if (refused := _refused_inside(answer)) is not None:
+            self.disconnect()  # type: ignore[attr-defined]
+            raise _reconnect(refused) from refused
+        return answer
 
 
 class AsyncDemotable:
@@ -69,12 +84,16 @@ class AsyncDemotable:
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:
-            return await super().read_response(*args, **kwargs)  # type: ignore[misc]
+            answer = await super().read_response(*args, **kwargs)  # type: ignore[misc]
         except ResponseError as exc:
             if not demoted(exc):
                 raise
             await self.disconnect(nowait=True)  # type: ignore[attr-defined]  # as redis-py's own error path
             raise _reconnect(exc) from exc
+        if (refused := _refused_inside(answer)) is not None:
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise _reconnect(refused) from refused
+        return answer
 
 
 class Connection(Demotable, redis.connection.Connection):

@@ -210,9 +210,27 @@ class Watched:
     url: str  # redis+sentinel://, naming every sentinel
     ports: dict[str, int]  # "primary", "replica" -> port
     link: Relay | None = None  # the replica's link to the primary, when it can be held
+    name: Relay | None = None  # a managed endpoint's DNS name (`start_managed`)
 
     def procs(self) -> list[Proc]:
         return [*self.sentinels, self.primary, self.replica]
+
+    def move_name(self) -> None:
+        """A managed failover: the replica is promoted, the old primary becomes its replica
+        (resyncing, it drops whatever the replica lacked), and the name is repointed; the
+        roles in `ports` and `primary`/`replica` swap. Connections opened before stay with
+        the old primary, which now answers writes with READONLY."""
+        import redis
+
+        assert self.name is not None
+        old, new = self.ports["primary"], self.ports["replica"]
+        with redis.Redis(port=new, socket_timeout=5) as promoted:
+            promoted.replicaof("NO", "ONE")
+        with redis.Redis(port=old, socket_timeout=5) as demoted:
+            demoted.replicaof("127.0.0.1", new)
+        self.name.retarget(new)
+        self.ports = {"primary": new, "replica": old}
+        self.primary, self.replica = self.replica, self.primary
 
 
 def start_watched(
@@ -228,6 +246,43 @@ def start_watched(
     `down_after_ms` is failed over to the replica. Returns them with the URL clients use.
     With `held_link`, the replica reaches the primary through a relay (`Watched.link`) that
     a test pauses to make the replica fall behind; with `appendonly`, both keep an AOF."""
+    primary, replica, ports, link = _primary_and_replica(log_dir, held_link, appendonly)
+    procs, sentinel_ports = [], []
+    for _ in range(sentinels):
+        port = free_port()
+        folder = log_dir / f"sentinel-{port}"
+        folder.mkdir(parents=True, exist_ok=True)
+        conf = folder / "sentinel.conf"  # the sentinel rewrites it with what it learns
+        conf.write_text(
+            f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
+            f"sentinel monitor {master} 127.0.0.1 {ports['primary']} {sentinels // 2 + 1}\n"
+            f"sentinel down-after-milliseconds {master} {down_after_ms}\n"
+            f"sentinel failover-timeout {master} {max(down_after_ms * 4, 3000)}\n"
+        )
+        procs.append(_spawn(f"sentinel-{port}", [redis_binary(), str(conf), "--sentinel"], log_dir))
+        sentinel_ports.append(port)
+    for port in sentinel_ports:
+        _wait(lambda port=port: _redis_ping(port), 15, *procs)
+    nodes = ",".join(f"127.0.0.1:{port}" for port in sentinel_ports)
+    return Watched(primary, replica, procs, f"redis+sentinel://{nodes}/{master}", ports, link)
+
+
+def start_managed(log_dir: Path, held_link: bool = False) -> Watched:
+    """A primary and its replica behind one name, as a managed Redis has them: clients use
+    `redis://` on a relay (`Watched.name`) that stands for the endpoint's DNS name, and a
+    failover (`Watched.move_name`) promotes the replica, demotes the primary under its open
+    connections and repoints the name. `held_link` as in `start_watched`."""
+    from devstack.relay import Relay
+
+    primary, replica, ports, link = _primary_and_replica(log_dir, held_link, appendonly=False)
+    name = Relay(ports["primary"])
+    return Watched(primary, replica, [], f"redis://127.0.0.1:{name.port}/0", ports, link, name)
+
+
+def _primary_and_replica(
+    log_dir: Path, held_link: bool, appendonly: bool
+) -> tuple[Proc, Proc, dict[str, int], Relay | None]:
+    """A primary and a replica in sync with it, the replica's link through a relay if held."""
     import redis
 
     from devstack.relay import Relay  # it needs free_port, from here
@@ -242,31 +297,7 @@ def start_watched(
     )
     with redis.Redis(port=r_port, socket_timeout=5) as r:
         _wait(lambda: r.info("replication").get("master_link_status") == "up", 30, primary, replica)
-    procs, ports = [], []
-    for _ in range(sentinels):
-        port = free_port()
-        folder = log_dir / f"sentinel-{port}"
-        folder.mkdir(parents=True, exist_ok=True)
-        conf = folder / "sentinel.conf"  # the sentinel rewrites it with what it learns
-        conf.write_text(
-            f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
-            f"sentinel monitor {master} 127.0.0.1 {p_port} {sentinels // 2 + 1}\n"
-            f"sentinel down-after-milliseconds {master} {down_after_ms}\n"
-            f"sentinel failover-timeout {master} {max(down_after_ms * 4, 3000)}\n"
-        )
-        procs.append(_spawn(f"sentinel-{port}", [redis_binary(), str(conf), "--sentinel"], log_dir))
-        ports.append(port)
-    for port in ports:
-        _wait(lambda port=port: _redis_ping(port), 15, *procs)
-    nodes = ",".join(f"127.0.0.1:{port}" for port in ports)
-    return Watched(
-        primary,
-        replica,
-        procs,
-        f"redis+sentinel://{nodes}/{master}",
-        {"primary": p_port, "replica": r_port},
-        link,
-    )
+    return primary, replica, {"primary": p_port, "replica": r_port}, link
 
 
 def _redis_ping(port: int) -> bool:

@@ -27,12 +27,12 @@ from devstack.processes import (
     Proc,
     Watched,
     start_api,
+    start_managed,
     start_redis,
     start_watched,
     start_worker,
     wait_for_model,
 )
-from devstack.relay import Relay
 from tests.integration.conftest import MODEL
 from tests.integration.test_batches import jsonl
 from tests.integration.test_outage import STORY, Reader
@@ -59,16 +59,33 @@ class Stack:
     def primary_port(self) -> int:
         return int(self.sentinel().sentinel_get_master_addr_by_name("tokenspool")[1])
 
+    def fail_over(self) -> None:
+        """The primary dies (the sentinels promote its replica), or behind one name, the
+        managed service promotes the replica and demotes the primary."""
+        w = self.watched
+        if w.name is not None:
+            w.move_name()
+            return
+        w.primary.signal(signal.SIGKILL)
+        w.primary.popen.wait()
+        self.wait_for_primary(w.ports["replica"])
+
     def fail_back(self) -> None:
         """The killed primary comes back on its port (the sentinels make it a replica); once
-        in sync, a failover asked of them (an upgrade, a planned move) makes it the primary."""
+        in sync, a failover asked of them (an upgrade, a planned move) makes it the primary.
+        Behind one name, the old primary, a replica since the failover, is promoted again."""
         w = self.watched
-        w.primary, _ = start_redis(self.logs, port=w.ports["primary"])
-        with redis.Redis(port=w.ports["primary"], socket_timeout=5) as r:
+        if w.name is None:
+            w.primary, _ = start_redis(self.logs, port=w.ports["primary"])
+        old = w.ports["replica"] if w.name is not None else w.ports["primary"]
+        with redis.Redis(port=old, socket_timeout=5) as r:
             deadline = time.monotonic() + 30
             while r.info("replication").get("master_link_status") != "up":
                 assert time.monotonic() < deadline, "the old primary did not become a replica"
                 time.sleep(0.2)
+        if w.name is not None:
+            w.move_name()
+            return
         self.sentinel().execute_command("SENTINEL", "FAILOVER", "tokenspool")
         self.wait_for_primary(w.ports["primary"])
 
@@ -124,10 +141,8 @@ def test_api_and_worker_follow_the_new_primary_through_two_failovers(stack):
     assert busy.chunks.acquire(timeout=60), busy.raw  # the worker is generating
     waiting = ask(s.base, background=True).json()["id"]
     with redis.Redis(port=w.ports["primary"], socket_timeout=5) as r:
-        assert r.wait(1, 5000) == 1  # the replica has every write so far (a lagging one: issue 41)
-    w.primary.signal(signal.SIGKILL)
-    w.primary.popen.wait()
-    s.wait_for_primary(w.ports["replica"])
+        assert r.wait(1, 5000) == 1  # the replica has every write so far (a lagging one: below)
+    s.fail_over()
     busy.join(timeout=120)
     assert not busy.is_alive()
     parsed = check_stream(busy.raw, "chat")  # ends whole, with [DONE]
@@ -148,37 +163,21 @@ def test_api_and_worker_follow_the_new_primary_through_two_failovers(stack):
 
 
 def test_behind_one_name_a_demoted_primary_s_readonly_sends_everyone_to_the_new_one(tmp_path):
-    primary, primary_url = start_redis(tmp_path)
-    p_port = int(primary_url.rsplit(":", 1)[1].split("/")[0])
-    replica, replica_url = start_redis(tmp_path, extra=("--replicaof", "127.0.0.1", str(p_port)))
-    r_port = int(replica_url.rsplit(":", 1)[1].split("/")[0])
-    name = Relay(p_port)  # the endpoint's DNS name
-    url = f"redis://127.0.0.1:{name.port}/0"
-    api, base = start_api(tmp_path, url, env=API_ENV)
-    worker = start_worker(tmp_path, url, name="w", env=WORKER_ENV)
+    watched = start_managed(tmp_path)
+    api, base = start_api(tmp_path, watched.url, env=API_ENV)
+    worker = start_worker(tmp_path, watched.url, name="w", env=WORKER_ENV)
     try:
         wait_for_model(base, MODEL, procs=(api, worker))
-        with redis.Redis(port=r_port, socket_timeout=5) as r:
-            deadline = time.monotonic() + 30
-            while r.info("replication").get("master_link_status") != "up":
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
         assert answer(base)  # every process has connected
         busy = Reader(
             base, {"model": MODEL, "messages": [STORY], "max_tokens": 120, "temperature": 0, "stream": True}
         )
         busy.start()
         assert busy.chunks.acquire(timeout=60), busy.raw
-        # The managed failover: the replica is promoted, the old primary follows it, and the
-        # name moves; connections opened before stay with the old primary until they fail.
-        with (
-            redis.Redis(port=p_port, socket_timeout=5) as old,
-            redis.Redis(port=r_port, socket_timeout=5) as new,
-        ):
+        with redis.Redis(port=watched.ports["primary"], socket_timeout=5) as old:
             assert old.wait(1, 5000) == 1
-            new.replicaof("NO", "ONE")
-            old.replicaof("127.0.0.1", r_port)
-        name.retarget(r_port)
+        # connections opened before stay with the old primary until they fail
+        watched.move_name()
         busy.join(timeout=120)
         assert not busy.is_alive()
         parsed = check_stream(busy.raw, "chat")
@@ -190,8 +189,9 @@ def test_behind_one_name_a_demoted_primary_s_readonly_sends_everyone_to_the_new_
         assert ask(base, background=True).status_code == 202
         assert api.alive() and worker.alive() and worker.log().count('"loading ') == 1
     finally:
-        name.close()
-        for p in (worker, api, primary, replica):
+        assert watched.name is not None
+        watched.name.close()
+        for p in (worker, api, *watched.procs()):
             p.stop()
 
 
@@ -229,9 +229,13 @@ class Leaver(threading.Thread):
         self.left.set()
 
 
-@pytest.fixture
-def lagging(tmp_path) -> Iterator[Stack]:
-    watched = start_watched(tmp_path, held_link=True)
+@pytest.fixture(params=["sentinel", "one name"])
+def lagging(request, tmp_path) -> Iterator[Stack]:
+    """A replica whose link can be held, promoted through Sentinel or behind one name."""
+    if request.param == "sentinel":
+        watched = start_watched(tmp_path, held_link=True)
+    else:
+        watched = start_managed(tmp_path, held_link=True)
     api, base = start_api(tmp_path, watched.url, env=API_ENV)
     env = {**WORKER_ENV, "SLOTS": "4", "HEARTBEAT_WINDOW_SECONDS": "3"}
     worker = start_worker(tmp_path, watched.url, name="w", env=env)
@@ -240,8 +244,9 @@ def lagging(tmp_path) -> Iterator[Stack]:
         wait_for_model(base, MODEL, procs=(api, worker))
         yield s
     finally:
-        assert watched.link is not None
-        watched.link.close()
+        for relay in (watched.link, watched.name):
+            if relay is not None:
+                relay.close()
         for p in (worker, api, *watched.procs()):
             p.stop()
 
@@ -281,9 +286,7 @@ def test_a_promoted_replica_missing_the_last_writes_contradicts_no_client(laggin
     leaver.leave.set()
     assert leaver.left.wait(30)
     seen_before_leaving, last_id = _texts(leaver.raw)
-    w.primary.signal(signal.SIGKILL)
-    w.primary.popen.wait()
-    s.wait_for_primary(w.ports["replica"])
+    s.fail_over()
 
     for r in readers:
         r.join(timeout=180)

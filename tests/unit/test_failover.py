@@ -127,3 +127,33 @@ def test_every_kind_of_url_gives_connections_that_follow_a_failover():
         failover.AsyncSentinelConnection,
         failover.AsyncSentinelSSLConnection,
     ]
+
+
+class _Answers:
+    """A connection's parent that answers with what a test gives it."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer, self.closed = answer, False
+
+    def read_response(self, *args, **kwargs) -> object:
+        return self.answer
+
+    def disconnect(self, *args, **kwargs) -> None:
+        self.closed = True
+
+
+class _Sync(failover.Demotable, _Answers):
+    pass
+
+
+def test_a_transaction_whose_script_a_demoted_primary_refused_is_a_lost_connection():
+    """EXEC answers a script's READONLY inside its array (the script was queued, its write
+    refused when it ran): a reply redis-py returns rather than raises, so it must not reach
+    the caller as the script's own error."""
+    refused = ReadOnlyError("You can't write against a read only replica. script: on @user_script:101.")
+    conn = _Sync([[b"0", b"1-0"], refused])
+    with pytest.raises(redis.ConnectionError, match="demoted"):
+        conn.read_response()
+    assert conn.closed
+    fine = _Sync([b"OK", ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")])
+    assert fine.read_response() == fine.answer and not fine.closed
