@@ -14,8 +14,11 @@ pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS. So a death is char
 only when it ran alone in its worker, or when it was its worker's suspect. When a batch dies
 without a suspect, none of its jobs is charged and all become suspects; a worker runs at
 most one suspect at a time (worker/rqworker.py), so the next death among them points at one
-job. A poison job thus ends as worker_lost after at most 1 + MAX_ATTEMPTS deaths, and the
-jobs batched with it finish; MAX_REQUEUES bounds everything else.
+job. A suspect is cleared once it has generated SUSPECT_TOKENS past where it died, and its
+worker takes the next: a batch's jobs are read again one after another, not run one after
+another. A poison job that kills where it stands thus ends as worker_lost after at most
+1 + MAX_ATTEMPTS deaths, and the jobs batched with it finish; MAX_REQUEUES bounds
+everything else.
 
 It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
 moves routed jobs their worker did not take in time (or died with) back to the shared queues,

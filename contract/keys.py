@@ -484,7 +484,9 @@ class JobField:
     SEQ = "seq"  # entries the current attempt has written (APPEND skips what it already wrote)
     CHARGED = "charged"  # worker deaths charged to the job (it was alone, or the suspect)
     REQUEUES = "requeues"  # times the job was taken from a worker (deaths and hand-offs, not preemptions)
-    SUSPECT = "suspect"  # "1": it was in a batch whose worker died; it runs as its worker's only suspect
+    # "1": it was in a batch whose worker died; it runs as its worker's only suspect until it
+    # has gone SUSPECT_TOKENS past where it died (then cleared)
+    SUSPECT = "suspect"
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)

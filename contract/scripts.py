@@ -363,6 +363,18 @@ redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
 
+CLEAR_SUSPECT = f"""
+-- KEYS[1]=job hash; ARGV[1]=epoch, ARGV[2]=claim token. A suspect that went on past where
+-- its batch died is nobody's suspect any more: a death is no longer charged to it
+-- (api/reaper.py). Returns 1, or 0 when the attempt is no longer the job's current one.
+if tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}') or '0') ~= tonumber(ARGV[1])
+  or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[2] then
+  return 0
+end
+redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}')
+return 1
+"""
+
 ABANDON = (
     _LIB
     + f"""

@@ -202,6 +202,14 @@ class Recovery:
         "with `worker_lost`",
         minimum=1,
     )
+    suspect_tokens: int = setting(
+        4,
+        "SUSPECT_TOKENS",
+        "a suspect (a job whose worker died with it in its batch) is cleared once it has generated "
+        "this many tokens past where it died, and its worker takes the next suspect: a job that "
+        "kills workers where it stands dies again before that, and is charged",
+        minimum=1,
+    )
     resume_wait_s: float = setting(
         30.0,
         "RESUME_WAIT_SECONDS",

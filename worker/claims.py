@@ -109,6 +109,7 @@ class Claims:
         self._window_ms = window_ms  # the heartbeat window a claim starts with
         self._claim = link.streams.register_script(scripts.CLAIM)
         self._end = link.streams.register_script(scripts.END)
+        self._clear_suspect = link.streams.register_script(scripts.CLEAR_SUSPECT)
 
     def claim(self, completion_id: str, spec_digest: str) -> Attempt:
         """Start a new attempt at a job (fencing out every earlier one), for the spec whose
@@ -135,6 +136,16 @@ class Claims:
             token=token,
             worker=link.worker,
             window_ms=self._window_ms,
+        )
+
+    def clear_suspect(self, attempt: Attempt) -> bool:
+        """The attempt's job is no longer a suspect (it went on past where its batch died);
+        False when the attempt is no longer the job's current one."""
+        cid = attempt.completion_id
+        return bool(
+            self._link.retry(
+                lambda: self._clear_suspect(keys=[keys.job(cid)], args=[attempt.epoch, attempt.token])
+            )
         )
 
     def progress(self, completion_id: str) -> Progress:

@@ -22,7 +22,8 @@ A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so wai
 stay in the queue where any worker can take them. Within each tier it takes first the jobs
 the API routed to it (their prompt's prefix is in its cache: api/routing.py), then the
 tier's shared queue. It takes from its model's suspect queue
-(jobs whose worker died with them in its batch) only while it runs no suspect itself, and
+(jobs whose worker died with them in its batch) only while it runs no suspect itself (one
+is cleared once it goes SUSPECT_TOKENS past where it died: worker/runner.py), and
 from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
 while interactive jobs are quiet (worker/lending.py: a lent slot is called back by preempting
 a batch line when an interactive job waits).
@@ -116,7 +117,7 @@ class TokenspoolWorker(SimpleWorker):
         self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
         routed = {p: keys.rq_queue_key(keys.routed_queue_name(model, p, name)) for p in keys.ROUTED_TIERS}
         self._routed = {queue: tier for tier, queue in routed.items()}  # its routed queues' tiers
-        runner.line_ended = self._line_ended
+        runner.queue_opened = self._queue_opened
 
     # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
     def subscribe(self) -> None:
@@ -230,10 +231,10 @@ class TokenspoolWorker(SimpleWorker):
                 queueing.routed_taken(self.connection, self._model, job_id, self.name, tier)
         return job_id
 
-    def _line_ended(self) -> None:
-        """A Batch API line ended (on its job thread): wake this loop, which may be blocked
-        waiting for interactive jobs with the batch queue left out, to take the next line
-        into the free batch slot now rather than at the next job enqueued."""
+    def _queue_opened(self) -> None:
+        """A Batch API line ended, or a suspect ended or was cleared (on its job thread): wake
+        this loop, which may be blocked waiting with the batch or suspect queue left out, to
+        take the next line or suspect now rather than at the next job enqueued."""
         wake = keys.wake_worker(self.name)
         with contextlib.suppress(redis.RedisError), self.connection.pipeline(transaction=False) as pipe:
             pipe.lpush(wake, 1)

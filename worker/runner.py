@@ -136,11 +136,12 @@ class JobRunner:
         self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
         self._free = threading.BoundedSemaphore(slots)
         self._threads: dict[threading.Thread, Claimed] = {}
-        self._suspects = 0  # running attempts at suspect jobs (a worker runs at most one)
+        self._suspects = 0  # running attempts at suspect jobs not yet cleared (at most one)
         self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
         self._lock = threading.Lock()
         self._last_end = time.monotonic()  # when the last attempt ended (or the start)
-        self.line_ended: Callable[[], None] = lambda: None  # the worker loop's: a batch slot is free
+        # the worker loop's: a queue it leaves out (batch lines, suspects) may be taken from again
+        self.queue_opened: Callable[[], None] = lambda: None
 
     def request_shutdown(self, grace_s: float | None = None) -> None:
         """SIGTERM: finish the running jobs if they end within the grace period, else hand
@@ -241,8 +242,8 @@ class JobRunner:
                 self._batch_lines -= claimed.spec.priority == keys.BATCH
                 self._last_end = time.monotonic()
             self._free.release()
-            if claimed.spec.priority == keys.BATCH:
-                self.line_ended()
+            if claimed.spec.priority == keys.BATCH or claimed.attempt.suspect:
+                self.queue_opened()
 
     def _claim(self, raw_spec: dict, rq_job_id: str) -> Claimed | Outcome:
         """Check the job and claim it; or why it does not run here. Only a spec the API
@@ -361,6 +362,8 @@ class JobRunner:
                     reason = STOP
                     break
                 generated += 1
+                if attempt.suspect and attempt.generated >= self.link.recovery.suspect_tokens:
+                    self._clear_suspect(attempt)
                 out.picked(pick, piece)
                 out.send(assembler.push(token, piece))
                 if assembler.stopped:
@@ -389,6 +392,18 @@ class JobRunner:
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
         return Outcome(reason)
+
+    def _clear_suspect(self, attempt: Attempt) -> None:
+        """A suspect that went on past where its batch died is cleared (a job that kills
+        workers where it stands would have died again): the worker may take the next suspect,
+        so a dead batch's jobs are read again side by side rather than one after another."""
+        if not self.claims.clear_suspect(attempt):
+            return  # no longer the job's attempt: its next write finds it fenced
+        with self._lock:
+            self._suspects -= 1
+            attempt.suspect = False
+        self.queue_opened()
+        log.info("%s is no longer a suspect (%d tokens on)", attempt.completion_id, attempt.generated)
 
     def _timed(self, picks: Iterator[tuple[Pick, bytes]]) -> Iterator[tuple[Pick, bytes]]:
         """The picks, with this thread's own work on each (from its arrival to the ask for the

@@ -1,6 +1,8 @@
 """A poison job (one that kills every worker it lands on) ends as worker_lost after a bounded
 number of deaths, and the jobs batched with it finish: a death is charged to the job that
-ran alone or was its worker's suspect, never to bystanders (api/reaper.py)."""
+ran alone or was its worker's suspect, never to bystanders (api/reaper.py). A dead batch's
+suspects are cleared one by one as they go on past where they died, so a worker reads them
+again side by side."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import pytest
 import redis
 
 from contract import keys
-from contract.keys import JobField
+from contract.keys import JobField, JobStatus
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 
 pytestmark = pytest.mark.integration
@@ -38,7 +40,9 @@ def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
 
     def spawn() -> None:
         name = f"w{len(workers)}"
-        workers[name] = start_worker(tmp_path, url, name=name, env={**WORKER_ENV, "MAX_ATTEMPTS": "3"})
+        # the poison kills at any point of its run (at this test's pace), so none is cleared
+        env = {**WORKER_ENV, "MAX_ATTEMPTS": "3", "SUSPECT_TOKENS": str(TOKENS)}
+        workers[name] = start_worker(tmp_path, url, name=name, env=env)
 
     try:
         for _ in range(2):
@@ -82,3 +86,46 @@ def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
     finally:
         for p in (*workers.values(), api, redis_proc):
             p.stop()
+
+
+def test_a_dead_batch_s_jobs_are_read_again_side_by_side(tmp_path):
+    """Each job of a batch that died is a suspect, and a worker runs one uncleared suspect at
+    a time; clearing each once it goes on past where it died lets the survivor hold the
+    whole batch at once, rather than run the jobs one after another (issue 41)."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env=API_ENV)
+    r = redis.Redis.from_url(url)
+    env = {**WORKER_ENV, "SLOTS": "4"}
+    first = start_worker(tmp_path, url, name="first", env=env)
+    second: Proc | None = None
+    try:
+        wait_for_model(base, MODEL, procs=(api, first))
+        payload = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "background": True}
+        jobs = [
+            httpx.post(base + "/v1/chat/completions", json=payload, timeout=30).json()["id"] for _ in range(4)
+        ]
+        while sum(r.xlen(keys.events(cid)) > 3 for cid in jobs) < 4:  # all four under way
+            time.sleep(0.02)
+        second = start_worker(tmp_path, url, name="second", env=env)
+        wait_for_model(base, MODEL, procs=(api, second))
+        first.signal(signal.SIGKILL)
+        first.popen.wait()
+        side_by_side = 0
+        deadline = time.monotonic() + 60
+        while any(r.hget(keys.job(cid), JobField.STATUS) != JobStatus.DONE.encode() for cid in jobs):
+            assert time.monotonic() < deadline
+            rows = [r.hmget(keys.job(cid), JobField.STATUS, JobField.WORKER) for cid in jobs]
+            side_by_side = max(
+                side_by_side, sum(row == [JobStatus.RUNNING.encode(), b"second"] for row in rows)
+            )
+            time.sleep(0.02)
+        assert side_by_side == 4  # one suspect at a time, each to its end, never holds four
+        for cid in jobs:
+            text = httpx.get(f"{base}/v1/chat/completions/{cid}", timeout=30).json()["choices"][0]["message"]
+            assert text["content"] == "".join(f" w{i}" for i in range(TOKENS))
+            assert r.hget(keys.job(cid), JobField.CHARGED) is None
+        assert second.log().count("is no longer a suspect") == 4
+    finally:
+        for p in (second, first, api, redis_proc):
+            if p is not None:
+                p.stop()

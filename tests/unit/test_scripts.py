@@ -1,5 +1,7 @@
 """The fenced Lua scripts, on fakeredis with real Lua (lupa)."""
 
+import dataclasses
+
 import fakeredis
 import pytest
 import redis
@@ -380,6 +382,24 @@ def test_a_retried_claim_returns_the_same_attempt(r):
     r.delete(keys.alive(CID))
     other = claim(keys=scripts.job_keys(CID), args=other_args)
     assert other[0] == 2
+
+
+def test_a_suspect_is_cleared_only_by_the_job_s_current_attempt(r):
+    """A suspect that went on past where its batch died is cleared, so that a later death
+    is no longer charged to it; an attempt fenced out meanwhile clears nothing."""
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID, DIGEST)
+    assert _abandon(r, a.epoch, charge=False, suspect=True) == 1
+    old = claims.claim(CID, DIGEST)
+    assert old.suspect
+    assert _abandon(r, old.epoch, charge=False, suspect=True) == 1  # its worker froze...
+    new = claims.claim(CID, DIGEST)  # ...and another took the job over
+    assert not claims.clear_suspect(old)
+    assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1"
+    forged = dataclasses.replace(new, token="not-the-claim")
+    assert not claims.clear_suspect(forged)
+    assert claims.clear_suspect(new)
+    assert r.hget(keys.job(CID), JobField.SUSPECT) is None
 
 
 def test_a_claim_runs_only_the_spec_the_api_recorded(r):
