@@ -19,6 +19,11 @@ window loses what only the primary held. So while the replica is away new jobs w
 (`CONFIRM_FOR_S` at most: api/jobstore.py), which with one replica is the price of the
 guarantee (a second replica removes it). When a round fails, the caller writes the job again
 where the primary is now.
+
+A streams cluster (`ClusterAcks`) confirms each job on the primary that holds its slot: one
+`ReplicaAcks` per primary, on a connection of its own, whose mark is a key of that slot; a
+replica seen on any primary is remembered for all (the promoted replica of a primary that
+failed has none until the old primary comes back).
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from typing import Protocol
 
 import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
@@ -40,6 +46,19 @@ REFRESH_S = 2.0  # how often the replica count is read again
 REMEMBER_S = 15.0  # a replica seen this recently is waited for, even while none is connected
 
 
+class Confirms(Protocol):
+    """What the job store asks of a server's confirmations."""
+
+    async def settled(self, key: str | None = None) -> bool: ...
+
+
+@dataclass
+class Seen:
+    """When the primary (any, of any shard) last had a replica (monotonic seconds)."""
+
+    at: float = -REMEMBER_S
+
+
 @dataclass
 class _Waiter:
     future: asyncio.Future[bool]
@@ -47,14 +66,16 @@ class _Waiter:
 
 
 class ReplicaAcks:
-    def __init__(self, client: aredis.Redis, timeout_s: float) -> None:
+    def __init__(
+        self, client: aredis.Redis, timeout_s: float, mark: str = keys.ACK_MARK, seen: Seen | None = None
+    ) -> None:
         self._client = client
         self._timeout_s = timeout_s  # 0: never wait
-        self._cluster = isinstance(client, AsyncRedisCluster)  # its nodes are not waited for here
-        self._sentinel = not self._cluster and hasattr(client.connection_pool, "get_master_address")
+        self._mark = mark  # the key incremented before a WAIT
+        self._sentinel = hasattr(client.connection_pool, "get_master_address")
         self._replicas = 0
         self._read_at = -REFRESH_S  # monotonic
-        self._seen_at = -REMEMBER_S  # monotonic: when the primary (any) last had a replica
+        self._seen = seen or Seen()
         self._waiting: list[_Waiter] = []
         self._round: asyncio.Task[None] | None = None
 
@@ -62,7 +83,7 @@ class ReplicaAcks:
         """True once the server holds `key` (if given) and a replica holds every write this
         process made there before the call, on the server the sentinels call the primary;
         False if not (yet): a failover may have lost it."""
-        if self._timeout_s <= 0 or self._cluster:
+        if self._timeout_s <= 0:
             return True
         if not await self._expected() and not self._sentinel:
             return True
@@ -83,8 +104,8 @@ class ReplicaAcks:
             except RedisError as exc:
                 log.warning("could not read the replica count: %s", exc)
             if self._replicas:
-                self._seen_at = now
-        return self._replicas > 0 or now - self._seen_at < REMEMBER_S
+                self._seen.at = now
+        return self._replicas > 0 or now - self._seen.at < REMEMBER_S
 
     async def _rounds(self) -> None:
         while self._waiting:
@@ -111,7 +132,7 @@ class ReplicaAcks:
         for key in wanted:
             pipe.exists(key)
         if expected:
-            pipe.incr(keys.ACK_MARK)
+            pipe.incr(self._mark)
             pipe.execute_command("WAIT", 1, int(self._timeout_s * 1000))
         results = await pipe.execute()
         acked = not expected or int(results[-1]) >= 1
@@ -119,3 +140,30 @@ class ReplicaAcks:
             acked = acked and await pool.get_master_address() == address  # type: ignore[attr-defined]
         there = iter(results[: len(wanted)])
         return [acked and (w.key is None or bool(next(there))) for w in batch]
+
+
+class ClusterAcks:
+    """`ReplicaAcks` for a streams cluster: a job is confirmed on the primary that holds its
+    slot now (after a failover, the promoted replica)."""
+
+    def __init__(self, client: AsyncRedisCluster, timeout_s: float) -> None:
+        self._client = client
+        self._timeout_s = timeout_s
+        self._primaries: dict[str, ReplicaAcks] = {}
+        self._seen = Seen()
+
+    async def settled(self, key: str | None = None) -> bool:
+        """`ReplicaAcks.settled` on the primary holding `key` (without a key: nothing to wait
+        for; a cluster holds only streams)."""
+        if key is None or self._timeout_s <= 0:
+            return True
+        node = self._client.get_node_from_key(key)
+        acks = self._primaries.get(node.name)
+        if acks is None:
+            pool = aredis.ConnectionPool(
+                connection_class=node.connection_class, max_connections=4, **node.connection_kwargs
+            )
+            client = aredis.Redis(connection_pool=pool)
+            acks = ReplicaAcks(client, self._timeout_s, keys.ack_mark_beside(key), self._seen)
+            self._primaries[node.name] = acks
+        return await acks.settled(key)

@@ -20,7 +20,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from api.acks import ReplicaAcks
+from api.acks import Confirms
 from api.indexes import ShardIndexes
 from api.owners import (
     RECORD_GRACE_MS,
@@ -127,7 +127,7 @@ class JobStore:
         recovery: Recovery,
         deadline_s: float = 0.0,
         router: Router | None = None,
-        acks: Servers[ReplicaAcks] | None = None,
+        acks: Servers[Confirms] | None = None,
     ) -> None:
         self._q = servers.queues
         self._r = servers.streams  # the job's own keys
@@ -276,22 +276,40 @@ class JobStore:
         have lost it with the old primary's last writes: the job is recorded and queued again
         on the primary there is now (RECORD changes nothing if the job is there; a second
         queue entry of a job that runs or ran is dropped by CLAIM), until a replica has it or
-        `CONFIRM_FOR_S` passes."""
-        if self._acks is None:
+        `CONFIRM_FOR_S` passes. With two servers, the queues server may lose the queue entry
+        alone (the streams server kept the job, its pending mark cleared): it is queued again
+        if still queued with no RQ record."""
+        acks = self._acks
+        if acks is None:
             return
-        checks = [lambda: self._acks.streams.settled(keys.job(spec.id))]  # type: ignore[union-attr]
-        if self._acks.split:
-            checks.append(self._acks.queues.settled)
         deadline = time.monotonic() + CONFIRM_FOR_S
-        while not all(await asyncio.gather(*(check() for check in checks))):
+        while True:
+            if acks.split:
+                checks = acks.streams.settled(keys.job(spec.id)), acks.queues.settled()
+                held, queued = await asyncio.gather(*checks)
+            else:
+                held = queued = await acks.streams.settled(keys.job(spec.id))
+            if held and queued:
+                return
             if time.monotonic() >= deadline:
                 log.warning("no replica acknowledged %s in %.0fs: answered anyway", spec.id, CONFIRM_FOR_S)
                 return
             await asyncio.sleep(0.2)
             with contextlib.suppress(RedisError):  # Redis still away: wait and try again
-                if await self._record(spec, spec_json, state, idempotency, extra):
+                if not held and await self._record(spec, spec_json, state, idempotency, extra):
                     log.warning("job %s was lost in a failover: recorded and queued again", spec.id)
                     await self._enqueue(spec, keep_on_failure=True, routed=routed)
+                elif not queued and await self._entry_lost(spec.id):
+                    log.warning("job %s lost its queue entry in a failover: queued again", spec.id)
+                    await self._enqueue(spec, keep_on_failure=True, routed=routed)
+
+    async def _entry_lost(self, completion_id: str) -> bool:
+        """The job waits to start but the queues server has no RQ record of it: a worker
+        deletes that record only after its claim has marked the job running."""
+        if await self._r.hget(keys.job(completion_id), JobField.STATUS) != JobStatus.QUEUED.encode():
+            return False
+        record = keys.rq_job(keys.rq_job_id(completion_id, 0))
+        return not await anyio.to_thread.run_sync(self._rq.queues.exists, record)
 
     async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool) -> None:
         """Put the new job on its queue: with `routed`, the routed queue of the worker

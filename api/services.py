@@ -11,7 +11,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from api.acks import ReplicaAcks
+from api.acks import ClusterAcks, Confirms, ReplicaAcks
 from api.admission import Admission, OpenStreams
 from api.clusterstats import ClusterStats
 from api.hub import StreamHub
@@ -147,8 +147,13 @@ class Services:
             sync.close()
 
 
-def _acks(servers: Servers[aredis.Redis], timeout_s: float) -> Servers[ReplicaAcks]:
-    """One `ReplicaAcks` per server (the same one twice on one server)."""
+def _acks(servers: Servers[aredis.Redis], timeout_s: float) -> Servers[Confirms]:
+    """One `ReplicaAcks` per server (the same one twice on one server); a streams cluster's
+    confirm on each primary."""
     queues = ReplicaAcks(servers.queues, timeout_s)
-    streams = ReplicaAcks(servers.streams, timeout_s) if servers.split else queues
+    streams: Confirms = queues
+    if is_cluster(servers.streams):
+        streams = ClusterAcks(servers.streams, timeout_s)  # type: ignore[arg-type]
+    elif servers.split:
+        streams = ReplicaAcks(servers.streams, timeout_s)
     return Servers(queues=queues, streams=streams)

@@ -179,6 +179,14 @@ ACK_MARK = f"{PREFIX}:acks"
 own to wait for: a replica that has it has every write made before it (api/acks.py)."""
 
 
+def ack_mark_beside(key: str) -> str:
+    """STRING (a streams cluster's primaries): `ACK_MARK` in the cluster slot of `key`, so that
+    it is written on the primary that holds `key` (api/acks.py)."""
+    if "{" not in key or "}" not in key:
+        return ACK_MARK
+    return f"{PREFIX}:{key[key.index('{') : key.index('}') + 1]}:acks"
+
+
 def file(file_id: str) -> str:
     """HASH: a file's metadata (api/files.py); files stored before `file_content` existed
     also hold their content here, in the field `content`."""

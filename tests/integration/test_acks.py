@@ -1,18 +1,23 @@
 """api/acks.py on real servers: a new job is confirmed once a replica holds it, not while the
 replica is held behind (a paused relay on its link), never when its key is missing, and at
-once on a server without replicas."""
+once on a server without replicas; on a streams cluster, by the replica of the primary that
+holds its slot."""
 
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
 import time
 
 import pytest
 import redis
 import redis.asyncio as aredis
 
-from api.acks import ReplicaAcks
-from devstack.processes import start_redis
+from api.acks import ClusterAcks, ReplicaAcks
+from contract import keys
+from contract.servers import async_cluster_client
+from devstack.processes import start_cluster, start_redis
 from devstack.relay import Relay
 
 pytestmark = pytest.mark.integration
@@ -68,3 +73,40 @@ def test_a_server_without_replicas_confirms_at_once(tmp_path):
         assert ok and took < 1
     finally:
         server.stop()
+
+
+def test_a_streams_cluster_confirms_each_job_on_the_primary_holding_its_slot(tmp_path):
+    """A job on a 3-primary cluster (one replica each) is confirmed by its own primary's
+    replica: not while that replica is frozen, again once it runs."""
+    procs, url = start_cluster(tmp_path, masters=3, replicas=1)
+    try:
+
+        async def go() -> tuple[bool, bool, float, bool]:
+            client = async_cluster_client(url)
+            acks = ClusterAcks(client, timeout_s=0.5)
+            job = keys.job("chatcmpl-acks")
+            await client.hset(job, "status", "queued")
+            there = await acks.settled(job)
+            primary = client.get_node_from_key(job)
+            with redis.Redis(host=primary.host, port=int(primary.port)) as p:
+                replica = p.info("replication")["slave0"]
+            with redis.Redis(host=replica["ip"], port=int(replica["port"])) as r:
+                frozen = int(r.info("server")["process_id"])
+            os.kill(frozen, signal.SIGSTOP)
+            try:
+                await client.hset(job, "status", "running")
+                started = time.monotonic()
+                held = await acks.settled(job)
+                took = time.monotonic() - started
+            finally:
+                os.kill(frozen, signal.SIGCONT)
+            again = await acks.settled(job)
+            await client.aclose()
+            return there, held, took, again
+
+        there, held, took, again = asyncio.run(go())
+        assert there and again
+        assert not held and took >= 0.45
+    finally:
+        for p in procs:
+            p.stop()

@@ -335,3 +335,39 @@ def _events(text: str) -> list[tuple[str, str]]:
         if ids:
             out.append((ids[0], "".join(line[6:] for line in lines if line.startswith("data: "))))
     return out
+
+
+def test_split_servers_a_queue_entry_the_queues_failover_lost_is_queued_again(tmp_path):
+    """Queues behind Sentinel, streams on a server of their own: the queues primary takes a
+    new job's queue entry its replica never gets (the link held) and dies before a replica
+    acknowledges it. The streams server keeps the job, its pending mark cleared, so only the
+    API, which has not answered yet, knows the entry may be gone: it queues the job again on
+    the promoted replica, and the worker (frozen meanwhile, so that it cannot take the job
+    first) runs it."""
+    watched = start_watched(tmp_path, held_link=True)
+    assert watched.link is not None
+    streams, streams_url = start_redis(tmp_path)
+    env = {"STREAMS_REDIS_URL": streams_url}
+    api, base = start_api(tmp_path, watched.url, env={**API_ENV, **env})
+    worker = start_worker(tmp_path, watched.url, name="w", env={**WORKER_ENV, **env})
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker))
+        assert answer(base)
+        worker.signal(signal.SIGSTOP)
+        watched.link.pause()
+        answered: list[httpx.Response] = []
+        post = threading.Thread(target=lambda: answered.append(ask(base, background=True)), daemon=True)
+        post.start()
+        time.sleep(0.5)  # recorded and queued; waiting for the replica
+        assert not answered
+        watched.primary.signal(signal.SIGKILL)
+        watched.primary.popen.wait()
+        post.join(timeout=60)
+        assert answered and answered[0].status_code == 202, answered
+        worker.signal(signal.SIGCONT)
+        assert background_answer(base, answered[0].json()["id"])["choices"][0]["message"]["content"]
+        assert "lost its queue entry in a failover" in api.log()
+    finally:
+        watched.link.close()
+        for p in (worker, api, streams, *watched.procs()):
+            p.stop()

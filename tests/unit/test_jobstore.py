@@ -15,6 +15,7 @@ from contract import keys
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
+from contract.servers import Servers
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
 
@@ -184,8 +185,6 @@ def test_a_job_the_streams_server_could_not_record_is_taken_back_from_its_owner(
 def test_on_one_server_a_job_leaves_pending_with_its_enqueue():
     import fakeredis
 
-    from contract.servers import Servers
-
     async def go() -> None:
         server = fakeredis.FakeServer()
         one = fakeredis.FakeAsyncRedis(server=server)
@@ -236,3 +235,44 @@ def test_a_connection_found_gone_after_another_client_attached_cancels_nothing()
 
     first, retry = asyncio.run(go())
     assert first is None and retry is not None
+
+
+class _Confirms:
+    """One server's confirmations, scripted: `lose` runs at the first (a failover that took
+    that server's last writes with it), which then fails; later ones succeed."""
+
+    def __init__(self, lose=None) -> None:
+        self.lose, self.calls = lose, 0
+
+    async def settled(self, key: str | None = None) -> bool:
+        self.calls += 1
+        if self.calls == 1 and self.lose is not None:
+            self.lose()
+            return False
+        return True
+
+
+def _queued(pair: FakePair, job: JobSpec) -> list[bytes]:
+    queue = keys.rq_queue_key(keys.queue_name("m", "default"))
+    return pair.sync().queues.lrange(queue, 0, -1)
+
+
+@pytest.mark.parametrize("lost", [True, False])
+def test_split_servers_a_queue_entry_a_failover_lost_is_queued_again(lost):
+    """Two servers: the queues server fails over without the new job's queue entry (and RQ's
+    record), while the streams server keeps the job, its pending mark already cleared. The
+    entry is put back before the API answers; one a failover did not lose is not doubled."""
+    pair = FakePair()
+    rq = pair.sync()
+    job = spec(1)
+
+    def promoted_without_the_tail() -> None:
+        if lost:
+            rq.queues.flushall()
+
+    acks = Servers(queues=_Confirms(promoted_without_the_tail), streams=_Confirms())
+    s = JobStore(pair.aio(), rq, queue_wait_s=60, recovery=RECOVERY, acks=acks)  # type: ignore[arg-type]
+    asyncio.run(s.submit(job, "chat", 0))
+    assert _queued(pair, job) == [keys.rq_job_id(job.id, 0).encode()]
+    assert rq.queues.exists(keys.rq_job(keys.rq_job_id(job.id, 0)))
+    assert rq.streams.zcard(keys.pending(keys.shard(job.id))) == 0
