@@ -54,6 +54,8 @@ class Relay:
                 client.close()
                 continue
             upstream.settimeout(None)
+            for s in (client, upstream):  # as Redis's own sockets: no Nagle delay on small writes
+                s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             for src, dst in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(src, dst), daemon=True).start()
 
