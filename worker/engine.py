@@ -201,6 +201,7 @@ class LlamaEngine:
             sampler=sampler,
             room=self.n_ctx - len(context),
             yields=spec.priority == BATCH,
+            resumed=bool(prior),
             progress=progress,
         )
         self._scheduler.submit(seq)

@@ -185,6 +185,23 @@ def test_a_short_prompt_is_read_whole_beside_a_budget_and_a_long_one_still_moves
     assert slots(rows) == [0] + [1] * 40 + [2] * 40 + [3] * 40 + [4]
 
 
+def test_a_resumed_job_reads_a_chunk_a_step_whatever_the_budget():
+    """A resumed attempt's client waits mid-stream, and while it is a suspect its worker takes
+    no other: its prompt and earlier text are read a chunk a step, not a token a step behind
+    the new prompts (a chaos run at 25 streams: a 130-token resume still reading after 20 s)."""
+    decoding = [seq(s, [1], fed=1, pending=s) for s in (0, 2)]
+    resumed = seq(1, list(range(130)))
+    resumed.resumed = True
+    new = seq(3, list(range(40)))
+    plan([*decoding, resumed, new], chunk=64, budget=8)
+    assert (resumed.fed, new.fed) == (64, 40)
+    long = seq(4, list(range(3000)))
+    for s in decoding:
+        s.pending = 1
+    plan([*decoding, resumed, long], chunk=64, budget=8)
+    assert (resumed.fed, long.fed) == (128, 1)
+
+
 def test_step_cost_steers_the_budget_to_the_stretch():
     """A CPU: a step costs 6 ms plus 5 ms a row, and rows of a long prompt more as it grows."""
     cost = StepCost(stretch=2.0, start=64)
