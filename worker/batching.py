@@ -76,7 +76,7 @@ class Sequence:
     generated: int = 0
     closed: bool = False
     yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
-    resumed: bool = False  # its context holds earlier attempts' text: read a chunk a step, first
+    suspect: bool = False  # its worker died with it (api/reaper.py): read first, a chunk a step
     progress: Callable[[], None] | None = None  # after each step that computed any of its rows
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
 

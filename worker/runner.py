@@ -59,6 +59,7 @@ class Engine(Protocol):
         prompt: list[int],
         prior: list[int],
         progress: Callable[[], None] | None = None,
+        suspect: bool = False,
     ) -> Iterator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
@@ -345,7 +346,7 @@ class JobRunner:
             attempt.progress_at = time.monotonic()
 
         try:
-            for pick, piece in self._timed(engine.tokens(spec, prompt, prior, progressed)):
+            for pick, piece in self._timed(engine.tokens(spec, prompt, prior, progressed, attempt.suspect)):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
                 attempt.generated += 1

@@ -52,10 +52,11 @@ def plan(
     chunk is read a little every step (at least a token), so the running streams' steps
     stay short while it is read; one that fits in a chunk is read whole, as without a
     budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
-    the long prompt) is not spread over many steps. A resumed attempt's context (its prompt
-    and the text earlier attempts generated) is read first and a whole chunk a step: its
-    client waits mid-stream, and while it is a suspect its worker takes no other. None:
-    every prompt reads its chunk.
+    the long prompt) is not spread over many steps. A suspect's context (its prompt and the
+    text earlier attempts generated) is read first and a whole chunk a step: its client
+    waits mid-stream, its worker takes no other suspect until it is cleared, and a death
+    before that is charged to it. Other resumed jobs read like prompts. None: every prompt
+    reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
@@ -70,11 +71,11 @@ def plan(
     reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
     left = budget
     readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
-    for seq in sorted(readers, key=lambda s: (s.yields, not s.resumed, len(s.context) - s.fed, s.slot)):
+    for seq in sorted(readers, key=lambda s: (s.yields, not s.suspect, len(s.context) - s.fed, s.slot)):
         rest = len(seq.context) - seq.fed
         step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
         if left is not None:
-            if seq.yields or (rest > chunk and not seq.resumed):  # a long prompt is spread out
+            if seq.yields or (rest > chunk and not seq.suspect):  # a long prompt is spread out
                 step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
         reads[id(seq)] = step

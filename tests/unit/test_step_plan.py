@@ -185,13 +185,14 @@ def test_a_short_prompt_is_read_whole_beside_a_budget_and_a_long_one_still_moves
     assert slots(rows) == [0] + [1] * 40 + [2] * 40 + [3] * 40 + [4]
 
 
-def test_a_resumed_job_reads_a_chunk_a_step_whatever_the_budget():
-    """A resumed attempt's client waits mid-stream, and while it is a suspect its worker takes
-    no other: its prompt and earlier text are read a chunk a step, not a token a step behind
-    the new prompts (a chaos run at 25 streams: a 130-token resume still reading after 20 s)."""
+def test_a_suspect_reads_a_chunk_a_step_whatever_the_budget():
+    """A suspect's client waits mid-stream, its worker takes no other suspect until it is
+    cleared, and a death meanwhile is charged to it: its prompt and earlier text are read a
+    chunk a step, not a token a step behind the new prompts (a chaos run at 25 streams: a
+    130-token suspect still reading after 22 s, charged for its worker's freeze)."""
     decoding = [seq(s, [1], fed=1, pending=s) for s in (0, 2)]
     resumed = seq(1, list(range(130)))
-    resumed.resumed = True
+    resumed.suspect = True
     new = seq(3, list(range(40)))
     plan([*decoding, resumed, new], chunk=64, budget=8)
     assert (resumed.fed, new.fed) == (64, 40)
