@@ -203,7 +203,7 @@ class Recovery:
         minimum=1,
     )
     suspect_tokens: int = setting(
-        4,
+        2,
         "SUSPECT_TOKENS",
         "a suspect (a job whose worker died with it in its batch) is cleared once it has generated "
         "this many tokens past where it died, and its worker takes the next suspect: a job that "
