@@ -13,7 +13,10 @@ what it wrote (`Attempt.record`) until it is safe, and this thread, once a `peri
   replaced (its replica promoted) takes writes until it is demoted, and loses them all;
 - sees a failover or a restart as a new `run_id` behind the connection, and then has every
   attempt it still tracks (ended ones too) write again what it holds: the publisher's
-  APPEND skips what survived and writes the rest with the ids they had.
+  APPEND skips what survived and writes the rest with the ids they had. It does so again at
+  each look for `RESEND_FOR_S`: the publisher's own connection may still reach the replaced
+  primary, which takes writes until the sentinels demote it (about ten seconds after a
+  `SENTINEL FAILOVER`), and an ended attempt writes nothing else that would find the loss.
 
 This costs no step anything: no write waits for a replica (a `WAIT` per write would hold
 every token for a round trip to the replica). What a client saw may be lost with the
@@ -40,6 +43,7 @@ from worker.periodic import Periodic
 log = logging.getLogger(__name__)
 
 REMEMBER_S = 60.0  # a server that had a replica this recently is not trusted alone
+RESEND_FOR_S = 15.0  # after a server change, what is held is written again at every look this long
 
 
 @dataclass
@@ -50,6 +54,7 @@ class _Node:
     # monotonic: when the server behind this connection last had a replica (online or still
     # syncing); kept across its restarts and failovers, whose replica may be promoted
     replica_at: float = -1e9
+    changed_at: float = -1e9  # monotonic: when its run_id last changed
     # (replication offset, monotonic time, {attempt: entries written by then}), oldest first
     waiting: list[tuple[int, float, dict[Attempt, int]]] = field(default_factory=list)
 
@@ -117,13 +122,13 @@ class Durability:
                 sum(1 for a in attempts if a.record),
             )
             node.waiting.clear()  # what the old server's replicas had says nothing now
-            for a in attempts:
-                if a.record or not a.ended:
-                    self.resend(a)  # returns once written
-            node.run_id = run_id
+            node.run_id, node.changed_at = run_id, time.monotonic()
+            self._resend(attempts)
             return  # the next look starts counting on this server
         node.run_id = run_id
         now = time.monotonic()
+        if now - node.changed_at < RESEND_FOR_S:
+            self._resend(attempts)  # in case the last time reached the replaced primary
         node.waiting.append((int(info.get("master_repl_offset", 0)), now, marks))
         acked = _replica_offset(info)
         if acked is not None or int(info.get("connected_slaves", 0)):  # one still syncing counts
@@ -138,6 +143,11 @@ class Durability:
             for a, upto in w[2].items():
                 a.confirm(upto)
         node.waiting = [w for w in node.waiting if w not in safe]
+
+    def _resend(self, attempts: list[Attempt]) -> None:
+        for a in attempts:
+            if a.record or not a.ended:
+                self.resend(a)  # returns once written
 
     def _node_of(self, completion_id: str) -> tuple[str, redis.Redis]:
         if not is_cluster(self._client):

@@ -265,3 +265,48 @@ def test_a_restarted_server_whose_replica_is_still_syncing_is_not_trusted_alone(
     server.syncing, server.replica, server.offset = False, 300, 300
     durability.check()
     assert a.record == []
+
+
+class _Name:
+    """A client whose connections reach whichever server `target` is now: through Sentinel,
+    a pooled connection can still reach the replaced primary (which takes writes until it is
+    demoted) after another connection found the promoted one."""
+
+    def __init__(self, target) -> None:
+        self.target = target
+
+    def __getattr__(self, name):
+        return getattr(self.target, name)
+
+
+def test_an_end_written_again_to_the_replaced_primary_is_written_again_to_the_new_one(r):
+    """The durability check meets the promoted server first and writes the ended attempt's
+    end again, but the publisher's connection still reaches the replaced primary, where it
+    is already: a later look, once the publisher reaches the new primary, writes it there
+    (chaos at the defaults: a job run again after its end was lost, with other text)."""
+    promoted = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    publishing = _Name(r)
+    pub = Publisher(Link(publishing, "w1", RECOVERY))  # type: ignore[arg-type]
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="old")
+    durability = Durability(server)  # type: ignore[arg-type]
+    durability.resend = pub.resend
+    durability.track(a)
+    pub.started(a, 5)
+    pub.delta(a, "a", (1,))
+    pub.flush(a)
+    durability.check()
+    for k, data in snapshot(r).items():  # what the replica had when it was promoted
+        if data is not None:
+            promoted.restore(k, 0, data)
+    pub.finished(a, "stop", 5, 1)  # to the replaced primary, which still takes writes
+    seen = rows(r)
+    server._r, server.run_id = promoted, "promoted"  # the check's connection: the new one
+    durability.check()  # writes the end again, to the replaced primary: nothing to do there
+    publishing.target = promoted  # the publisher's connection moves too
+    durability.check()
+    assert [(i, e) for i, e in promoted.xrange(keys.events(CID))] == [
+        (i, f) for i, f in r.xrange(keys.events(CID))
+    ]
+    assert [(i, entries.decode(f)) for i, f in promoted.xrange(keys.events(CID))] == seen
+    assert promoted.hget(keys.job(CID), JobField.STATUS) == b"done"
