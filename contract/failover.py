@@ -80,7 +80,18 @@ class Demotable:
 
 
 class AsyncDemotable:
-    """`Demotable` for asyncio connections."""
+    """`Demotable` for asyncio connections; and a write to a transport the server closed
+    under it (uvloop raises RuntimeError, which redis-py does not make a ConnectionError) is
+    a lost connection too."""
+
+    async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            await super().send_packed_command(*args, **kwargs)  # type: ignore[misc]
+        except RuntimeError as exc:
+            if "closed" not in str(exc):
+                raise
+            await self.disconnect(nowait=True)  # type: ignore[attr-defined]
+            raise redis.ConnectionError(f"the connection closed under a write: {exc}") from exc
 
     async def read_response(self, *args: Any, **kwargs: Any) -> Any:
         try:

@@ -157,3 +157,30 @@ def test_a_transaction_whose_script_a_demoted_primary_refused_is_a_lost_connecti
     assert conn.closed
     fine = _Sync([b"OK", ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")])
     assert fine.read_response() == fine.answer and not fine.closed
+
+
+class _ClosedUnderTheWrite:
+    """An asyncio connection's parent whose transport the server closed: uvloop raises
+    RuntimeError, not an OSError that redis-py would make a ConnectionError."""
+
+    def __init__(self) -> None:
+        self.closed = False
+
+    async def send_packed_command(self, *args, **kwargs) -> None:
+        raise RuntimeError("unable to perform operation on <TCPTransport closed=True>; the handler is closed")
+
+    async def disconnect(self, *args, **kwargs) -> None:
+        self.closed = True
+
+
+class _Async(failover.AsyncDemotable, _ClosedUnderTheWrite):
+    pass
+
+
+def test_a_write_to_a_transport_closed_under_it_is_a_lost_connection():
+    """A relay whose reconnect met a restarting primary's closed socket (uvloop's
+    RuntimeError during HELLO) ended its stream with internal_error (chaos, SLOTS=4)."""
+    conn = _Async()
+    with pytest.raises(redis.ConnectionError, match="closed"):
+        asyncio.run(conn.send_packed_command(b"HELLO"))
+    assert conn.closed
