@@ -398,13 +398,13 @@ class JobRunner:
         """A suspect that went on past where its batch died is cleared (a job that kills
         workers where it stands would have died again): the worker may take the next suspect,
         so a dead batch's jobs are read again side by side rather than one after another."""
-        if not self.claims.clear_suspect(attempt):
-            return  # no longer the job's attempt: its next write finds it fenced
-        with self._lock:
+        cleared = self.claims.clear_suspect(attempt)  # False: no longer the job's attempt
+        with self._lock:  # either way not asked again at every token: its next write is fenced
             self._suspects -= 1
             attempt.suspect = False
         self.queue_opened()
-        log.info("%s is no longer a suspect (%d tokens on)", attempt.completion_id, attempt.generated)
+        if cleared:
+            log.info("%s is no longer a suspect (%d tokens on)", attempt.completion_id, attempt.generated)
 
     def _timed(self, picks: Iterator[tuple[Pick, bytes]]) -> Iterator[tuple[Pick, bytes]]:
         """The picks, with this thread's own work on each (from its arrival to the ask for the

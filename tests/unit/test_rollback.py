@@ -117,17 +117,24 @@ def test_another_attempt_that_claimed_the_rolled_back_job_first_fences_this_one_
     assert rows(r) == []  # nothing of the fenced attempt
 
 
-def test_an_ended_attempt_writes_its_end_again_when_the_server_changed(r):
-    pub = Publisher(Link(r, "w1", RECOVERY))
+def _started(r, publishing, server) -> tuple[Publisher, Attempt, Durability]:
+    """An attempt that wrote its start and a token (through `publishing`), with a durability
+    check that has seen `server` once."""
+    pub = Publisher(Link(publishing, "w1", RECOVERY))
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
-    server = _Server(r, run_id="first")
-    durability = Durability(server)  # type: ignore[arg-type]
+    durability = Durability(server)
     durability.resend = pub.resend
     durability.track(a)
     pub.started(a, 5)
     pub.delta(a, "a", (1,))
     pub.flush(a)
     durability.check()
+    return pub, a, durability
+
+
+def test_an_ended_attempt_writes_its_end_again_when_the_server_changed(r):
+    server = _Server(r, run_id="first")
+    pub, a, durability = _started(r, r, server)
     snap = snapshot(r)
     pub.finished(a, "stop", 5, 1)
     seen = rows(r)
@@ -286,16 +293,8 @@ def test_an_end_written_again_to_the_replaced_primary_is_written_again_to_the_ne
     (chaos at the defaults: a job run again after its end was lost, with other text)."""
     promoted = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     publishing = _Name(r)
-    pub = Publisher(Link(publishing, "w1", RECOVERY))  # type: ignore[arg-type]
-    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     server = _Server(r, run_id="old")
-    durability = Durability(server)  # type: ignore[arg-type]
-    durability.resend = pub.resend
-    durability.track(a)
-    pub.started(a, 5)
-    pub.delta(a, "a", (1,))
-    pub.flush(a)
-    durability.check()
+    pub, a, durability = _started(r, publishing, server)
     for k, data in snapshot(r).items():  # what the replica had when it was promoted
         if data is not None:
             promoted.restore(k, 0, data)
