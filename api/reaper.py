@@ -11,14 +11,16 @@ continuation, or ends with worker_lost. This does not wait for RQ's own maintena
 Whom a death is charged to. A worker that dies kills every job in its batch, and most of
 them are bystanders: charging each would let a job that kills every worker it lands on, or a
 pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS. So a death is charged to a job
-only when it ran alone in its worker, or when it was its worker's suspect. When a batch dies
-without a suspect, none of its jobs is charged and all become suspects; a worker runs at
-most one suspect at a time (worker/rqworker.py), so the next death among them points at one
-job. A suspect is cleared once it has generated SUSPECT_TOKENS past where it died, and its
-worker takes the next: a batch's jobs are read again one after another, not run one after
-another. A poison job that kills where it stands thus ends as worker_lost after at most
-1 + MAX_ATTEMPTS deaths, and the jobs batched with it finish; MAX_REQUEUES bounds
-everything else.
+only when it ran alone in its worker, or when it was its worker's suspect. When a worker dies
+without a suspect, none of its jobs is charged (a lone one is) and all become suspects; a
+worker runs at most one suspect at a time (worker/rqworker.py), so the next death among them
+points at one job. A suspect steps alone (worker/step_plan.py) until it has generated
+SUSPECT_TOKENS past where it died, so an unrelated death is charged to it only within those
+few steps; it is then cleared, its charges with it (MAX_ATTEMPTS counts deaths in a row where
+a job stands), and its worker takes the next: a batch's jobs are read again one after
+another, not run one after another. A poison job that kills where it stands thus ends as
+worker_lost after at most 1 + MAX_ATTEMPTS deaths, and the jobs batched with it finish;
+MAX_REQUEUES bounds everything else.
 
 It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
 moves routed jobs their worker did not take in time (or died with) back to the shared queues,
@@ -128,9 +130,10 @@ class Reaper:
             batch = await self._store.dead_batch(worker, holding[worker])
             suspects = any(a.suspect for a in attempts)
             for a in attempts:
-                # alone: its death; with a suspect: the suspect's; else nobody's, all suspects
+                # alone: its death; with a suspect: the suspect's; else nobody's. Without a
+                # suspect every job becomes one (a lone job too: it is uncharged once proven)
                 charge = batch <= 1 or a.suspect
-                mark = batch > 1 and not suspects
+                mark = not suspects
                 outcome = await self._store.abandon(a.completion_id, a.epoch, charge=charge, suspect=mark)
                 if outcome in (1, 2):
                     taken += 1

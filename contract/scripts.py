@@ -365,13 +365,14 @@ return 1
 
 CLEAR_SUSPECT = f"""
 -- KEYS[1]=job hash; ARGV[1]=epoch, ARGV[2]=claim token. A suspect that went on past where
--- its batch died is nobody's suspect any more: a death is no longer charged to it
+-- it died is nobody's suspect any more: a death is no longer charged to it, and those
+-- charged before no longer count, since MAX_ATTEMPTS counts deaths where the job stands
 -- (api/reaper.py). Returns 1, or 0 when the attempt is no longer the job's current one.
 if tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}') or '0') ~= tonumber(ARGV[1])
   or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[2] then
   return 0
 end
-redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}')
+redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}', '{JobField.CHARGED}')
 return 1
 """
 

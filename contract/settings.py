@@ -191,8 +191,9 @@ class Recovery:
     max_attempts: int = setting(
         3,
         "MAX_ATTEMPTS",
-        "worker deaths charged to a job before it ends with `worker_lost`: a death is charged to a "
-        "job that ran alone, or that was its worker's suspect (docs/operations.md)",
+        "worker deaths in a row charged to a job before it ends with `worker_lost`: a death is "
+        "charged to a job that ran alone, or that was its worker's suspect, and the count starts "
+        "again once it goes SUSPECT_TOKENS past where it died (docs/operations.md)",
         minimum=1,
     )
     max_requeues: int = setting(
@@ -205,9 +206,9 @@ class Recovery:
     suspect_tokens: int = setting(
         2,
         "SUSPECT_TOKENS",
-        "a suspect (a job whose worker died with it in its batch) is cleared once it has generated "
-        "this many tokens past where it died, and its worker takes the next suspect: a job that "
-        "kills workers where it stands dies again before that, and is charged",
+        "a suspect (a job whose worker died with it) steps alone until it has generated this many "
+        "tokens past where it died, then is cleared and its worker takes the next suspect: a job "
+        "that kills workers where it stands dies again before that, and is charged",
         minimum=1,
     )
     resume_wait_s: float = setting(

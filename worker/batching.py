@@ -76,7 +76,7 @@ class Sequence:
     generated: int = 0
     closed: bool = False
     yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
-    suspect: bool = False  # its worker died with it (api/reaper.py): read first, a chunk a step
+    alone_for: int = 0  # a suspect (api/reaper.py) steps alone until it has generated this many
     progress: Callable[[], None] | None = None  # after each step that computed any of its rows
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
 

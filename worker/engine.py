@@ -166,15 +166,15 @@ class LlamaEngine:
         prompt: Sequence[int],
         prior: Sequence[int],
         progress: Callable[[], None] | None = None,
-        suspect: bool = False,
+        alone_for: int = 0,
     ) -> Iterator[tuple[Pick, bytes]]:
         """Sample after the prompt and what earlier attempts generated (`prior`), in the
         running batch, until the slot's window is full (the caller stops earlier). Closing
         the iterator frees the slot at the next step. A job with a grammar replays `prior`
         through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
         called (from the scheduler's thread) after every step that computed any of its rows,
-        prompt rows included. A `suspect`'s context is read first, a chunk a step
-        (worker/step_plan.py)."""
+        prompt rows included. A suspect steps alone until it has generated `alone_for`
+        tokens (worker/step_plan.py)."""
         tools = self.prompts.tools
         grammar, trigger = tools.grammar(spec), tools.trigger(spec)
         gate: GrammarGate | TriggeredGate | None = None
@@ -203,7 +203,7 @@ class LlamaEngine:
             sampler=sampler,
             room=self.n_ctx - len(context),
             yields=spec.priority == BATCH,
-            suspect=suspect,
+            alone_for=alone_for,
             progress=progress,
         )
         self._scheduler.submit(seq)

@@ -59,7 +59,7 @@ class Engine(Protocol):
         prompt: list[int],
         prior: list[int],
         progress: Callable[[], None] | None = None,
-        suspect: bool = False,
+        alone_for: int = 0,
     ) -> Iterator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
@@ -346,7 +346,8 @@ class JobRunner:
             attempt.progress_at = time.monotonic()
 
         try:
-            for pick, piece in self._timed(engine.tokens(spec, prompt, prior, progressed, attempt.suspect)):
+            alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
+            for pick, piece in self._timed(engine.tokens(spec, prompt, prior, progressed, alone_for)):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
                 attempt.generated += 1

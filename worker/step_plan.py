@@ -22,7 +22,13 @@ def stepping(running: list[Sequence], lines_beside: int | None) -> list[Sequence
     The lines that step are those whose slots lie nearest an interactive one's: with a cache
     split by sequence, llama.cpp computes a step in one pass only over consecutive slots
     (see `plan`), so lines in slots 0-15 beside a stream in slot 16 step from slot 8 up, in
-    one pass, not as 0-7 and 16 in two. None: every sequence steps."""
+    one pass, not as 0-7 and 16 in two. None: every sequence steps.
+
+    A suspect (its worker died with it: api/reaper.py) steps alone until it has generated
+    `alone_for` tokens: a death meanwhile is charged to it, so that window is kept to its
+    own few short steps, not the batch's; the others wait them out, keeping their slots."""
+    if proving := [s for s in running if s.generated < s.alone_for]:
+        return proving
     lines = [s for s in running if s.yields]
     if lines_beside is None or len(lines) <= lines_beside or len(lines) == len(running):
         return running
@@ -52,11 +58,9 @@ def plan(
     chunk is read a little every step (at least a token), so the running streams' steps
     stay short while it is read; one that fits in a chunk is read whole, as without a
     budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
-    the long prompt) is not spread over many steps. A suspect's context (its prompt and the
-    text earlier attempts generated) is read first and a whole chunk a step: its client
-    waits mid-stream, its worker takes no other suspect until it is cleared, and a death
-    before that is charged to it. Other resumed jobs read like prompts. None: every prompt
-    reads its chunk.
+    the long prompt) is not spread over many steps. A resumed job's context (its prompt and
+    the text earlier attempts generated) reads like a prompt; a suspect's steps alone
+    (`stepping`), a chunk a step. None: every prompt reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
@@ -71,11 +75,11 @@ def plan(
     reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
     left = budget
     readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
-    for seq in sorted(readers, key=lambda s: (s.yields, not s.suspect, len(s.context) - s.fed, s.slot)):
+    for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
         rest = len(seq.context) - seq.fed
         step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
         if left is not None:
-            if seq.yields or (rest > chunk and not seq.suspect):  # a long prompt is spread out
+            if seq.yields or rest > chunk:  # a long prompt is spread out
                 step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
         reads[id(seq)] = step

@@ -97,7 +97,7 @@ class SyntheticEngine:
         prompt: Sequence[int],
         prior: Sequence[int],
         progress: Callable[[], None] | None = None,
-        suspect: bool = False,
+        alone_for: int = 0,
     ) -> Iterator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated (a resumed job goes on where it
         stopped), paced from the first one on an absolute schedule, then EOS (with

@@ -116,6 +116,7 @@ def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server
         field(r, "chatcmpl-p", JobField.CHARGED) == b"1"
         and field(r, "chatcmpl-p", JobField.STATUS) == b"queued"
     )
+    assert field(r, "chatcmpl-p", JobField.SUSPECT) == b"1"  # it proves itself before it is uncharged
     Claims(link(server, "w2"), 3000).claim("chatcmpl-p", digest(spec("chatcmpl-p")))
     reap(server, connected={"w1"})  # w2 is gone too
     assert field(r, "chatcmpl-p", JobField.STATUS) == b"failed"  # MAX_ATTEMPTS=2 charged deaths

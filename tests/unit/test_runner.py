@@ -55,7 +55,7 @@ class ScriptedEngine:
     def reply(self, spec):
         return PlainReply()
 
-    def tokens(self, spec, prompt, prior, progress=None, suspect=False):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
         self.contexts.append([*prompt, *prior])
         for i, tok in enumerate(self.script):
             if self.on_token:
@@ -138,7 +138,7 @@ class SlowPrefillEngine(ScriptedEngine):
         super().__init__(script)
         self.heartbeat = heartbeat
 
-    def tokens(self, spec, prompt, prior, progress=None, suspect=False):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
         for _ in range(4):
             threading.Event().wait(0.1)
             if progress is not None:
@@ -292,7 +292,7 @@ class GatedEngine(ScriptedEngine):
         self.gate = threading.Event()
         self.inside = threading.Semaphore(0)
 
-    def tokens(self, spec, prompt, prior, progress=None, suspect=False):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
         self.inside.release()
         self.gate.wait(10)
         yield from super().tokens(spec, prompt, prior)

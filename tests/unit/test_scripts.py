@@ -402,6 +402,22 @@ def test_a_suspect_is_cleared_only_by_the_job_s_current_attempt(r):
     assert r.hget(keys.job(CID), JobField.SUSPECT) is None
 
 
+def test_a_cleared_suspect_s_charged_deaths_start_again(r):
+    """MAX_ATTEMPTS counts deaths in a row where the job stands: a job that went on past
+    where it died is no poison, and deaths charged before (a lone job on a preemptible GPU, a
+    suspect whose worker was killed meanwhile) no longer count toward ending it."""
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    for _ in range(3):
+        a = claims.claim(CID, DIGEST)
+        assert _abandon(r, a.epoch, max_attempts=2, charge=True, suspect=True) == 1
+        assert r.hget(keys.job(CID), JobField.CHARGED) == b"1"
+        b = claims.claim(CID, DIGEST)
+        assert b.suspect and claims.clear_suspect(b)
+        assert r.hget(keys.job(CID), JobField.CHARGED) is None
+        assert _abandon(r, b.epoch, max_attempts=2, charge=False) == 1  # a bystander's death
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"  # three charged deaths, none in a row
+
+
 def test_a_claim_runs_only_the_spec_the_api_recorded(r):
     claim = r.register_script(scripts.CLAIM)
     planted = claim(keys=scripts.job_keys(CID), args=scripts.claim_args("w1", CID, 3000, 60, "t", "other"))
