@@ -18,7 +18,12 @@ synced from it, a restarted one until its replica has synced again, and a failur
 window loses what only the primary held. So while the replica is away new jobs wait for it
 (`CONFIRM_FOR_S` at most: api/jobstore.py), which with one replica is the price of the
 guarantee (a second replica removes it). When a round fails, the caller writes the job again
-where the primary is now.
+where the primary is now. The replica count is read every `REFRESH_S` by `ReplicaWatch`, not
+only when a job is made: an API process making a job every 20 s would otherwise see the
+replica last seen before a promotion between two, and answer for the next job on the
+replaced primary without a `WAIT`. A process's first look cannot tell when a replica left:
+a primary with none but an active backlog (it had one within `repl-backlog-ttl`) is taken
+to have just lost it.
 
 A streams cluster (`ClusterAcks`) confirms each job on the primary that holds its slot: one
 `ReplicaAcks` per primary, on a connection of its own, whose mark is a key of that slot; a
@@ -38,6 +43,7 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
 
+from api.background import Background, every
 from contract import keys
 
 log = logging.getLogger(__name__)
@@ -50,6 +56,7 @@ class Confirms(Protocol):
     """What the job store asks of a server's confirmations."""
 
     async def settled(self, key: str | None = None) -> bool: ...
+    async def look(self) -> None: ...
 
 
 @dataclass
@@ -74,7 +81,7 @@ class ReplicaAcks:
         self._mark = mark  # the key incremented before a WAIT
         self._sentinel = hasattr(client.connection_pool, "get_master_address")
         self._replicas = 0
-        self._read_at = -REFRESH_S  # monotonic
+        self._read_at: float | None = None  # monotonic; None: never read
         self._seen = seen or Seen()
         self._waiting: list[_Waiter] = []
         self._round: asyncio.Task[None] | None = None
@@ -93,19 +100,26 @@ class ReplicaAcks:
             self._round = asyncio.create_task(self._rounds())
         return await asyncio.shield(waiter.future)
 
+    async def look(self) -> None:
+        """Read the replica count (`ReplicaWatch` calls this every REFRESH_S)."""
+        now = time.monotonic()
+        first, self._read_at = self._read_at is None, now
+        try:
+            info = await self._client.info("replication")
+        except RedisError as exc:
+            log.warning("could not read the replica count: %s", exc)
+            return
+        primary = info.get("role") == "master"
+        self._replicas = int(info.get("connected_slaves", 0)) if primary else 0
+        had = primary and int(info.get("repl_backlog_active", 0)) == 1  # when it left, unknown
+        if self._replicas or (first and had):
+            self._seen.at = now
+
     async def _expected(self) -> bool:
         """Whether the server has (or lately had) a replica to wait for."""
-        now = time.monotonic()
-        if now - self._read_at >= REFRESH_S:
-            self._read_at = now
-            try:
-                info = await self._client.info("replication")
-                self._replicas = int(info.get("connected_slaves", 0)) if info.get("role") == "master" else 0
-            except RedisError as exc:
-                log.warning("could not read the replica count: %s", exc)
-            if self._replicas:
-                self._seen.at = now
-        return self._replicas > 0 or now - self._seen.at < REMEMBER_S
+        if self._read_at is None or time.monotonic() - self._read_at >= REFRESH_S:
+            await self.look()
+        return self._replicas > 0 or time.monotonic() - self._seen.at < REMEMBER_S
 
     async def _rounds(self) -> None:
         while self._waiting:
@@ -116,7 +130,7 @@ class ReplicaAcks:
                 log.warning("could not confirm new jobs: %s", exc)
                 verdicts = [False] * len(batch)
             if not all(verdicts):
-                self._read_at = -REFRESH_S  # read the replica count again before the next round
+                await self.look()  # read the replica count again before the next round
             for waiter, ok in zip(batch, verdicts, strict=True):
                 if not waiter.future.done():
                     waiter.future.set_result(ok)
@@ -167,3 +181,28 @@ class ClusterAcks:
             acks = ReplicaAcks(client, self._timeout_s, keys.ack_mark_beside(key), self._seen)
             self._primaries[node.name] = acks
         return await acks.settled(key)
+
+    async def look(self) -> None:
+        """Read each primary's replica count (`ReplicaWatch`)."""
+        for acks in list(self._primaries.values()):
+            await acks.look()
+
+
+class ReplicaWatch:
+    """Reads the replica count of each server new jobs are confirmed on every `REFRESH_S`,
+    whether or not jobs are made, so a replica that left between two jobs far apart is still
+    remembered; started and stopped by the API's lifespan."""
+
+    def __init__(self, confirms: list[Confirms]) -> None:
+        self._confirms = confirms
+        self._task = Background("replica-watch", lambda: every(REFRESH_S, self._look, "replica watch"))
+
+    async def start(self) -> None:
+        self._task.start()
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def _look(self) -> None:
+        for confirms in self._confirms:
+            await confirms.look()

@@ -65,9 +65,7 @@ class Leader:
         return bool(await self._script(keys=[self._key], args=[self._me, ms]))
 
 
-async def every(
-    interval_s: Callable[[], float] | float, tick: Callable[[], Awaitable[object]], what: str
-) -> None:
+async def every(interval_s: float, tick: Callable[[], Awaitable[object]], what: str) -> None:
     """Run `tick` forever, `interval_s` apart; a lost Redis or a bug ends one tick, never the
     loop (which lives as long as the process)."""
     while True:

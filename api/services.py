@@ -11,7 +11,7 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from api.acks import ClusterAcks, Confirms, ReplicaAcks
+from api.acks import ClusterAcks, Confirms, ReplicaAcks, ReplicaWatch
 from api.admission import Admission, OpenStreams
 from api.clusterstats import ClusterStats
 from api.hub import StreamHub
@@ -52,6 +52,7 @@ class Services:
     hub: StreamHub
     reaper: Reaper
     memory: MemoryWatch
+    replicas: ReplicaWatch  # the replica counts new jobs are confirmed against
     metrics: Metrics
     streams: OpenStreams
     heavy: Lane  # CPU-heavy request work, off the event loop (api/offload.py)
@@ -96,6 +97,9 @@ class Services:
         )
         registry = WorkerRegistry(client, settings.lifetimes.worker_stale_s)
         router = Router(client, registry, settings.routing)
+        acks = _acks(servers, settings.connection.replica_ack_s)
+        replicas = ReplicaWatch(acks.each())
+        await replicas.start()
         jobs = JobStore(
             servers,
             rq_servers,
@@ -103,7 +107,7 @@ class Services:
             deadline_s=settings.lifetimes.job_deadline_s,
             recovery=settings.recovery,
             router=router,
-            acks=_acks(servers, settings.connection.replica_ack_s),
+            acks=acks,
         )
         streams = OpenStreams()
         memory = MemoryWatch(servers, settings.intake.redis_memory_high)
@@ -131,6 +135,7 @@ class Services:
             hub=hub,
             reaper=reaper,
             memory=memory,
+            replicas=replicas,
             metrics=Metrics(),
             streams=streams,
             heavy=Lane(),
@@ -139,6 +144,7 @@ class Services:
 
     async def close(self) -> None:
         await self.memory.stop()
+        await self.replicas.stop()
         await self.reaper.stop()
         await self.hub.stop()
         for client in self.servers.each():

@@ -10,7 +10,9 @@ what it wrote (`Attempt.record`) until it is safe, and this thread, once a `peri
   entries are on the replica a failover promotes, and are forgotten. A server without
   replicas has them on disk `fsync_s` after they were written (`appendfsync everysec`),
   unless it had a replica in the last `REMEMBER_S`: a primary the sentinels have just
-  replaced (its replica promoted) takes writes until it is demoted, and loses them all;
+  replaced (its replica promoted) takes writes until it is demoted, and loses them all (a
+  worker's first look cannot tell when a replica left: a primary with none but an active
+  backlog is taken to have just lost it);
 - sees a failover or a restart as a new `run_id` behind the connection, and then has every
   attempt it still tracks (ended ones too) write again what it holds: the publisher's
   APPEND skips what survived and writes the rest with the ids they had. It does so again at
@@ -114,7 +116,12 @@ class Durability:
         info = client.execute_command("INFO", "server", "replication")
         if info.get("role") != "master":
             return  # a demoted primary answering still: nothing it says is safe
-        node = self._nodes.setdefault(name, _Node())
+        now = time.monotonic()
+        node = self._nodes.get(name)
+        if node is None:
+            node = self._nodes[name] = _Node()
+            if int(info.get("repl_backlog_active", 0)):  # it has had a replica: when it left, unknown
+                node.replica_at = now
         run_id = str(info.get("run_id"))
         if node.run_id is not None and run_id != node.run_id:
             log.warning(
@@ -126,7 +133,6 @@ class Durability:
             self._resend(attempts)
             return  # the next look starts counting on this server
         node.run_id = run_id
-        now = time.monotonic()
         if now - node.changed_at < RESEND_FOR_S:
             self._resend(attempts)  # in case the last time reached the replaced primary
         node.waiting.append((int(info.get("master_repl_offset", 0)), now, marks))

@@ -216,6 +216,7 @@ class _Server:
         self._r = r
         self.run_id, self.offset, self.replica = run_id, offset, replica
         self.syncing = False  # a replica connected but still loading the primary's data
+        self.backlog = False  # it has had a replica (within repl-backlog-ttl)
 
     def execute_command(self, *args):
         assert args == ("INFO", "server", "replication")
@@ -225,6 +226,7 @@ class _Server:
         elif self.syncing:
             info["slave0"] = {"ip": "127.0.0.1", "port": 1, "state": "wait_bgsave", "offset": 0}
         info["connected_slaves"] = int(self.replica is not None or self.syncing)
+        info["repl_backlog_active"] = int(self.backlog or info["connected_slaves"] > 0)
         return info
 
     def __getattr__(self, name):
@@ -246,6 +248,24 @@ def test_a_server_that_just_lost_its_replica_is_not_trusted_alone(r):
     server.offset = 200
     durability.check()
     time.sleep(0.15)
+    durability.check()
+    assert len(a.record) == 1
+
+
+def test_a_worker_that_starts_beside_a_primary_that_had_replicas_does_not_trust_it_alone(r):
+    """A worker started (after a kill) while the sentinels' replaced primary still takes
+    writes cannot tell when its replica left: a primary with none but an active backlog is
+    taken to have just lost it, and what is written there is held."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="one", offset=100, replica=None)
+    server.backlog = True
+    durability = Durability(server, fsync_s=0.05)  # type: ignore[arg-type]
+    durability.track(a)
+    pub.started(a, 5)
+    pub.flush(a)
+    durability.check()
+    time.sleep(0.1)
     durability.check()
     assert len(a.record) == 1
 
