@@ -110,6 +110,7 @@ class Claims:
         self._claim = link.streams.register_script(scripts.CLAIM)
         self._end = link.streams.register_script(scripts.END)
         self._clear_suspect = link.streams.register_script(scripts.CLEAR_SUSPECT)
+        self._beat = link.streams.register_script(scripts.BEAT)
 
     def claim(self, completion_id: str, spec_digest: str) -> Attempt:
         """Start a new attempt at a job (fencing out every earlier one), for the spec whose
@@ -137,6 +138,22 @@ class Claims:
             worker=link.worker,
             window_ms=self._window_ms,
         )
+
+    def replicated(self, attempt: Attempt, wait_ms: int) -> tuple[int, int]:
+        """BEAT the attempt (a write, on the connection that then waits), then `WAIT 1`: the
+        BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover) and how many
+        replicas hold it, and so the claim and everything written before it."""
+        cid = attempt.completion_id
+
+        def once() -> list:
+            with self._client.pipeline(transaction=False) as pipe:
+                beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
+                self._beat(keys=[keys.job(cid), keys.alive(cid)], args=beat_args, client=pipe)
+                pipe.execute_command("WAIT", 1, wait_ms)
+                return pipe.execute()
+
+        current, acked = self._link.retry(once)
+        return int(current), int(acked)
 
     def clear_suspect(self, attempt: Attempt) -> bool:
         """The attempt's job is no longer a suspect (it went on past where its batch died);

@@ -83,6 +83,15 @@ class Durability:
         with self._lock:
             self._attempts.add(attempt)
 
+    def expects_replica(self, completion_id: str) -> bool:
+        """Whether the server holding the job has (or lately had) a replica, which a failover
+        would promote. Not on a cluster, whose keyless `WAIT` has no node to go to (and whose
+        manual failover waits for the replica to catch up)."""
+        if is_cluster(self._client):
+            return False
+        node = self._nodes.get(self._node_of(completion_id)[0])
+        return node is not None and time.monotonic() - node.replica_at < REMEMBER_S
+
     @property
     def tracked(self) -> int:
         return len(self._attempts)

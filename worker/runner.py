@@ -43,6 +43,9 @@ from worker.textstream import Piece, TextAssembler
 
 log = logging.getLogger(__name__)
 
+CLAIM_CONFIRM_S = 5.0  # how long an attempt waits for a replica to hold its claim (`_settle_claim`)
+CLAIM_WAIT_MS = 250  # each WAIT of that
+
 
 class Engine(Protocol):
     model_name: str
@@ -323,6 +326,7 @@ class JobRunner:
             pub.failed(attempt, exc.error, str(exc), exc.param)
             return Outcome.REJECTED
         prompt_tokens = progress.prompt_tokens or len(prompt)
+        self._settle_claim(attempt)
         pub.started(attempt, prompt_tokens, after=progress.last_id)
         generated = attempt.prior = len(prior)
         if prior:
@@ -394,6 +398,41 @@ class JobRunner:
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
         return Outcome(reason)
+
+    def _settle_claim(self, attempt: Attempt) -> None:
+        """Before the attempt writes anything a client could be sent, wait until a replica
+        holds its claim, where one is expected (worker/durability.py). A primary the
+        sentinels have just replaced takes writes until they say so (about a second): a job
+        claimed there alone would run beside the attempt another worker starts on the new
+        primary, and clients sent the first's text from the old one would then be sent the
+        second's. A claim the new primary lacks is made again there (an empty APPEND): of
+        two attempts, the one that claims first runs; the other is fenced having written
+        nothing. Without an answer in CLAIM_CONFIRM_S (the replica away, its primary still
+        the primary), the attempt runs anyway, as the API answers for a new job anyway."""
+        if self.durability is None or not self.durability.expects_replica(attempt.completion_id):
+            return
+        deadline = time.monotonic() + CLAIM_CONFIRM_S
+        while True:
+            current, acked = self.claims.replicated(attempt, CLAIM_WAIT_MS)
+            if current == 0:
+                attempt.fenced = True
+                attempt.check()
+            if current == 2:
+                log.warning(
+                    "%s: the new primary lacks attempt %d's claim; claiming",
+                    attempt.completion_id,
+                    attempt.epoch,
+                )
+                self.publisher.resend(attempt)
+            elif acked:
+                return
+            if time.monotonic() >= deadline:
+                log.warning(
+                    "no replica acknowledged the claim of %s in %.0fs: running it anyway",
+                    attempt.completion_id,
+                    CLAIM_CONFIRM_S,
+                )
+                return
 
     def _clear_suspect(self, attempt: Attempt) -> None:
         """A suspect that went on past where its batch died is cleared (a job that kills

@@ -371,3 +371,74 @@ def test_split_servers_a_queue_entry_the_queues_failover_lost_is_queued_again(tm
         watched.link.close()
         for p in (worker, api, streams, *watched.procs()):
             p.stop()
+
+
+def test_a_job_claimed_on_a_primary_the_sentinels_just_replaced_runs_once_on_the_new_one(tmp_path):
+    """After `SENTINEL FAILOVER` the replaced primary takes writes until the sentinels say
+    so (about a second) and demote it. A worker that claims a queued job there, its claim
+    never reaching the replica, would run it beside the attempt another worker starts on the
+    new primary, and a client sent the first attempt's text from the old primary would then
+    be sent the second's (a chaos run: `stream_rolled_back`). An attempt writes nothing
+    until a replica holds its claim: here the replica's link is held from before the claim,
+    the claiming worker frozen across the failover, and the job runs once, on the new
+    primary, its stream whole. The failover is made step by step as the sentinels make it (the
+    sentinels' own refuses a replica whose link runs through a relay)."""
+    watched = start_watched(tmp_path, held_link=True)
+    assert watched.link is not None
+    api, base = start_api(tmp_path, watched.url, env=API_ENV)
+    first = start_worker(tmp_path, watched.url, name="w1", env=WORKER_ENV)
+    second = start_worker(tmp_path, watched.url, name="w2", env=WORKER_ENV)
+
+    try:
+        wait_for_model(base, MODEL, procs=(api, first, second))
+        for w in (first, second):
+            w.signal(signal.SIGSTOP)
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "Tell a story."}]}
+        reader = Reader(base, body | {"max_tokens": 60, "temperature": 1.0, "stream": True})
+        reader.start()
+        old = redis.Redis(port=watched.ports["primary"], socket_timeout=5)
+        deadline = time.monotonic() + 30
+        while not (jobs := old.keys("ts:*:job:*")):
+            assert time.monotonic() < deadline, "the job was not made"
+            time.sleep(0.1)
+        assert old.wait(1, 5000) == 1  # the replica has the job, queued
+        watched.link.pause()
+        first.signal(signal.SIGCONT)
+        while old.hget(jobs[0], "epoch") != b"1":  # claimed on the primary alone
+            assert time.monotonic() < deadline + 30, "the first worker did not claim the job"
+            time.sleep(0.05)
+        time.sleep(2)  # long enough to have written tokens (which a client would be sent)
+        first.signal(signal.SIGSTOP)
+        _promote_as_sentinel_failover_does(watched)  # the old primary still takes writes
+        second.signal(signal.SIGCONT)
+        time.sleep(3)
+        first.signal(signal.SIGCONT)
+        time.sleep(2)
+        old.replicaof("127.0.0.1", watched.ports["replica"])  # the sentinels demote it at last
+        reader.join(timeout=180)
+        assert not reader.is_alive()
+        parsed = check_stream(reader.raw, "chat")
+        assert parsed.error is None and parsed.finish_reason in ("stop", "length"), reader.raw[-600:]
+        final = httpx.get(f"{base}/v1/chat/completions/{reader.cid}", timeout=30).json()
+        assert final["choices"][0]["message"]["content"] == parsed.text
+        replay = httpx.get(f"{base}/v1/chat/completions/{reader.cid}?stream=true", timeout=60).text
+        assert _events(replay) == _events(reader.raw.decode())
+        assert "fenced" in first.log()  # it found the job taken on the new primary
+        assert all(p.alive() for p in (api, first, second))
+    finally:
+        watched.link.close()
+        for p in (second, first, api, *watched.procs()):
+            p.stop()
+
+
+def _promote_as_sentinel_failover_does(watched: Watched) -> None:
+    """The replica becomes a primary and the sentinels name it, while the old primary, not
+    yet demoted, still takes writes."""
+    replica = watched.ports["replica"]
+    with redis.Redis(port=replica, socket_timeout=5) as r:
+        r.replicaof("NO", "ONE")
+    for node in watched.url.split("//", 1)[1].split("/", 1)[0].split(","):
+        with redis.Redis(port=int(node.rsplit(":", 1)[1]), socket_timeout=5) as sentinel:
+            sentinel.execute_command("SENTINEL", "REMOVE", "tokenspool")
+            sentinel.execute_command("SENTINEL", "MONITOR", "tokenspool", "127.0.0.1", replica, 2)
+            sentinel.execute_command("SENTINEL", "SET", "tokenspool", "down-after-milliseconds", 1000)

@@ -12,6 +12,7 @@ from contract import entries, keys, scripts
 from contract.entries import Delta, Finished, Started
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
+from worker import durability as durability_module
 from worker.claims import Attempt, Claims, Fenced, RolledBack
 from worker.durability import Durability
 from worker.heartbeat import Heartbeat
@@ -329,3 +330,20 @@ def test_an_end_written_again_to_the_replaced_primary_is_written_again_to_the_ne
     ]
     assert [(i, entries.decode(f)) for i, f in promoted.xrange(keys.events(CID))] == seen
     assert promoted.hget(keys.job(CID), JobField.STATUS) == b"done"
+
+
+def test_a_replica_is_expected_while_the_server_has_or_lately_had_one(r, monkeypatch):
+    """Where one is, an attempt waits for a replica to hold its claim (worker/runner.py)."""
+    server = _Server(r, run_id="one", offset=100, replica=None)
+    durability = Durability(server)  # type: ignore[arg-type]
+    assert not durability.expects_replica(CID)  # not looked yet: nothing known
+    durability.check()
+    assert not durability.expects_replica(CID)  # never had one
+    server.replica = 100
+    durability.check()
+    assert durability.expects_replica(CID)
+    server.replica = None
+    durability.check()
+    assert durability.expects_replica(CID)  # just lost it
+    monkeypatch.setattr(durability_module, "REMEMBER_S", 0.0)
+    assert not durability.expects_replica(CID)
