@@ -277,9 +277,10 @@ APPEND = (
 -- ARGV[1]=epoch, ARGV[2]=final status ('' unless the last entry is terminal),
 -- ARGV[3]=retention seconds, ARGV[4]=completion id, ARGV[5]=the attempt's number of its
 -- first entry here (0 for its first), ARGV[6]=number of entries, ARGV[7]=the attempt's claim
--- token, ARGV[8]=its worker, ARGV[9]=heartbeat window ms, then per entry: its stream id ('*'
--- for a new entry, the id it had for one written again), its number of field/value strings,
--- then those strings.
+-- token, ARGV[8]=its worker, ARGV[9]=heartbeat window ms, then per entry: its stream id (the
+-- one it had for an entry written again; for a new one, the id the worker chose, after every
+-- id it knows, or, should that be taken, a new one), its number of field/value strings, then
+-- those strings.
 -- Returns {{cancel flag, the stream id of each entry of this call}}, or the error
 -- 'BEHIND <n>' when the job holds only the attempt's first n entries: a failover lost the
 -- others, and the attempt writes them again, with their ids, from its record.
@@ -329,7 +330,12 @@ for n = 1, count do
   if n > skip then
     local args = {{'XADD', KEYS[2], ARGV[i]}}
     for j = i + 2, i + 1 + size do args[#args + 1] = ARGV[j] end
-    out[#out + 1] = redis.call(unpack(args))
+    local added = redis.pcall(unpack(args))
+    if type(added) == 'table' and added.err then  -- the id is taken: the stream is past it
+      args[3] = '*'
+      added = redis.call(unpack(args))
+    end
+    out[#out + 1] = added
   end
   i = i + size + 2
 end
@@ -487,8 +493,9 @@ def append_args(
     retention_s: int,
 ) -> list[str]:
     """ARGV for APPEND: one attempt's entries, in order, the first being the attempt's
-    `first_seq`-th, each with its stream id ('*' for a new one). Only the last may be
-    terminal; every entry carries the claim's epoch. An empty batch only claims again."""
+    `first_seq`-th, each with its stream id (for a new one, the id the worker chose:
+    `Attempt.next_ids`). Only the last may be terminal; every entry carries the claim's
+    epoch. An empty batch only claims again."""
     if claim.epoch < 1 or any(e.epoch != claim.epoch for _, e in batch):
         raise ValueError("APPEND takes entries of one (stamped) attempt")
     if any(final_status(e) for _, e in batch[:-1]):

@@ -58,11 +58,31 @@ class Attempt:
     # to it, worker/durability.py trims it, and a write that finds the job behind writes
     # these again with the ids they had.
     record: list[tuple[int, str, Entry]] = field(default_factory=list)
+    newest: tuple[int, int] = (0, 0)  # the newest id of the job's stream this attempt knows
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def claim(self) -> scripts.Claim:
         return scripts.Claim(self.epoch, self.token, self.worker, self.window_ms)
+
+    def saw(self, entry_id: str) -> None:
+        """An id in the job's stream (read or written): the ids this attempt chooses come after."""
+        ms, _, seq = entry_id.partition("-")
+        self.newest = max(self.newest, (int(ms), int(seq or 0)))
+
+    def next_ids(self, n: int) -> list[str]:
+        """Stream ids for `n` new entries, after every id this attempt knows. Chosen here, not
+        by Redis: an APPEND whose reply a failover lost is retried on the promoted replica,
+        which lacks what it wrote, and must write the ids a client may have been sent from
+        the old primary, or that client would be sent the same entries again."""
+        ms, seq = self.newest
+        now = int(time.time() * 1000)
+        ids = []
+        for _ in range(n):
+            ms, seq = (now, 0) if now > ms else (ms, seq + 1)
+            ids.append(f"{ms}-{seq}")
+        self.newest = (ms, seq)
+        return ids
 
     def wrote(self, rows: list[tuple[int, str, Entry]]) -> None:
         """Entries written (their numbers, ids), to hold until they are safe."""

@@ -256,6 +256,7 @@ class _Group:
         self.first = first  # the attempt's number of the first entry sent
         self.again: list[tuple[str, Entry]] | None = None
         self.new: list[Entry] = []
+        self.ids: list[str] | None = None  # the new entries', chosen once: a retry writes the same
 
     def resend_from(self, seq: int) -> bool:
         """Send the held entries from number `seq` on before the new ones; False if some of
@@ -267,7 +268,9 @@ class _Group:
         return True
 
     def rows(self) -> list[tuple[str, Entry]]:
-        return [*(self.again or []), *(("*", e) for e in self.new)]
+        if self.ids is None:
+            self.ids = self.attempt.next_ids(len(self.new))
+        return [*(self.again or []), *zip(self.ids, self.new, strict=True)]
 
     def done(self, result: list, holding: bool) -> None:
         """APPEND wrote (or had written) every entry: record the new ones with their ids
@@ -282,4 +285,6 @@ class _Group:
         attempt.written = max(attempt.written, self.first + again + len(self.new))
         attempt.published += sum(len(e.token_ids) for e in self.new if isinstance(e, Delta))
         attempt.ended = attempt.ended or any(scripts.final_status(e) for e in self.new)
-        self.again, self.new = None, []
+        if ids:
+            attempt.saw(ids[-1])
+        self.again, self.new, self.ids = None, [], None

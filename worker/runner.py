@@ -319,6 +319,7 @@ class JobRunner:
     def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         engine, pub = self.engine, self.publisher
         progress = self.claims.progress(spec.id)
+        attempt.saw(progress.last_id)
         prior = list(progress.token_ids)
         try:
             prompt = engine.prompt_ids(spec)

@@ -7,6 +7,7 @@ import time
 
 import fakeredis
 import pytest
+import redis
 
 from contract import entries, keys, scripts
 from contract.entries import Delta, Finished, Started
@@ -72,6 +73,52 @@ def test_entries_a_failover_lost_are_written_again_with_their_ids_before_the_nex
     assert [e.text for _, e in after if isinstance(e, Delta)] == ["a", "b", "c", "d"]
     assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
     assert r.hget(keys.job(CID), JobField.SEQ) == b"6"
+
+
+def test_an_append_whose_reply_was_lost_is_written_on_the_promoted_replica_with_its_ids(r):
+    """A primary killed after it ran an APPEND but before it replied: the worker retries on
+    the promoted replica, which lacks what was written, while a client may have been sent it
+    from the old primary. Written there with new ids, it would be sent to that client twice
+    (the failover test, once in some runs: a token twice). The worker chooses each entry's
+    id, so the retry writes the ids a client may hold."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    pub.started(a, 5)
+    pub.delta(a, "a", (1,))
+    pub.flush(a)
+    lost = _LostReply(r, snapshot(r))
+    pub = Publisher(Link(lost, "w1", RECOVERY))  # type: ignore[arg-type]
+    pub.delta(a, "b", (2,))
+    pub.flush(a)
+    assert lost.sent and [e.text for _, e in lost.sent if isinstance(e, Delta)] == ["a", "b"]
+    assert rows(r) == lost.sent  # the same entries, the same ids
+
+
+class _LostReply:
+    """A streams client whose next pipeline runs, then loses its reply in a failover to a
+    replica that lacks what it wrote (`snap`)."""
+
+    def __init__(self, r, snap: dict[str, bytes | None]) -> None:
+        self._r, self._snap = r, snap
+        self.sent: list[tuple[bytes, object]] = []  # what a client was sent from the old primary
+
+    def pipeline(self, *args, **kwargs):
+        pipe = self._r.pipeline(*args, **kwargs)
+        if self.sent:
+            return pipe
+        run = pipe.execute
+
+        def execute(*a, **k):
+            run(*a, **k)
+            self.sent = rows(self._r)
+            roll_back(self._r, self._snap)
+            raise redis.ConnectionError("the primary died before it replied")
+
+        pipe.execute = execute
+        return pipe
+
+    def __getattr__(self, name):
+        return getattr(self._r, name)
 
 
 def test_a_lost_claim_is_claimed_again_by_the_heartbeat_and_a_second_copy_is_refused(r):
