@@ -5,8 +5,9 @@ A promoted replica may lack the primary's last writes, and a primary the sentine
 replaced takes writes until they demote it (after a `SENTINEL FAILOVER`, up to ten seconds
 later), all of them lost. So a new job is confirmed before the API answers for it: `settled`
 runs, on one connection, `EXISTS` of the job's hash, then (on a server with replicas)
-`INCR` of `ACK_MARK` and `WAIT 1`, which returns once a replica has acknowledged that write
-and so every write made before it, by any connection; and, through Sentinel, asks the
+`INCR` of `ACK_MARK` and `WAIT n`, which returns once the `n` connected replicas (any of
+which a failover may promote) have acknowledged that write and so every write made before
+it, by any connection; and, through Sentinel, asks the
 sentinels whether the server that answered is still the primary. Callers waiting at the
 same time share one round (a group commit): a burst of requests costs one round trip, not
 one each.
@@ -145,11 +146,12 @@ class ReplicaAcks:
         wanted = [w.key for w in batch if w.key is not None]
         for key in wanted:
             pipe.exists(key)
+        replicas = max(self._replicas, 1)  # a failover may promote any of them
         if expected:
             pipe.incr(self._mark)
-            pipe.execute_command("WAIT", 1, int(self._timeout_s * 1000))
+            pipe.execute_command("WAIT", replicas, int(self._timeout_s * 1000))
         results = await pipe.execute()
-        acked = not expected or int(results[-1]) >= 1
+        acked = not expected or int(results[-1]) >= replicas
         if self._sentinel:  # the sentinels may have replaced the server that answered
             acked = acked and await pool.get_master_address() == address  # type: ignore[attr-defined]
         there = iter(results[: len(wanted)])

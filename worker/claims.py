@@ -159,17 +159,17 @@ class Claims:
             window_ms=self._window_ms,
         )
 
-    def replicated(self, attempt: Attempt, wait_ms: int) -> tuple[int, int]:
-        """BEAT the attempt (a write, on the connection that then waits), then `WAIT 1`: the
-        BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover) and how many
-        replicas hold it, and so the claim and everything written before it."""
+    def replicated(self, attempt: Attempt, replicas: int, wait_ms: int) -> tuple[int, int]:
+        """BEAT the attempt (a write, on the connection that then waits), then `WAIT
+        replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover)
+        and how many replicas hold it, and so the claim and everything written before it."""
         cid = attempt.completion_id
 
         def once() -> list:
             with self._client.pipeline(transaction=False) as pipe:
                 beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
                 self._beat(keys=[keys.job(cid), keys.alive(cid)], args=beat_args, client=pipe)
-                pipe.execute_command("WAIT", 1, wait_ms)
+                pipe.execute_command("WAIT", replicas, wait_ms)
                 return pipe.execute()
 
         current, acked = self._link.retry(once)

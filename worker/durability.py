@@ -6,8 +6,9 @@ restart from an AOF synced every second may lack the last second. So each attemp
 what it wrote (`Attempt.record`) until it is safe, and this thread, once a `period_s`:
 
 - notes how far each attempt has written, then reads the server's replication offset: once
-  a replica has acknowledged that offset (its `REPLCONF ACK`s, about once a second), those
-  entries are on the replica a failover promotes, and are forgotten. A server without
+  every connected replica has acknowledged that offset (their `REPLCONF ACK`s, about once a
+  second), those entries are on whichever replica a failover promotes, and are forgotten. A
+  server without
   replicas has them on disk `fsync_s` after they were written (`appendfsync everysec`),
   unless it had a replica in the last `REMEMBER_S`: a primary the sentinels have just
   replaced (its replica promoted) takes writes until it is demoted, and loses them all (a
@@ -56,6 +57,7 @@ class _Node:
     # monotonic: when the server behind this connection last had a replica (online or still
     # syncing); kept across its restarts and failovers, whose replica may be promoted
     replica_at: float = -1e9
+    replicas: int = 0  # connected at the last look
     changed_at: float = -1e9  # monotonic: when its run_id last changed
     # (replication offset, monotonic time, {attempt: entries written by then}), oldest first
     waiting: list[tuple[int, float, dict[Attempt, int]]] = field(default_factory=list)
@@ -83,14 +85,17 @@ class Durability:
         with self._lock:
             self._attempts.add(attempt)
 
-    def expects_replica(self, completion_id: str) -> bool:
-        """Whether the server holding the job has (or lately had) a replica, which a failover
-        would promote. Not on a cluster, whose keyless `WAIT` has no node to go to (and whose
-        manual failover waits for the replica to catch up)."""
+    def replicas_expected(self, completion_id: str) -> int:
+        """How many replicas of the server holding the job a failover could promote: those
+        connected at the last look, at least one if it had one lately; 0 if none. Not on a
+        cluster, whose keyless `WAIT` has no node to go to (and whose manual failover waits
+        for the replica to catch up)."""
         if is_cluster(self._client):
-            return False
+            return 0
         node = self._nodes.get(self._node_of(completion_id)[0])
-        return node is not None and time.monotonic() - node.replica_at < REMEMBER_S
+        if node is None or time.monotonic() - node.replica_at >= REMEMBER_S:
+            return 0
+        return max(node.replicas, 1)
 
     @property
     def tracked(self) -> int:
@@ -146,6 +151,7 @@ class Durability:
             self._resend(attempts)  # in case the last time reached the replaced primary
         node.waiting.append((int(info.get("master_repl_offset", 0)), now, marks))
         acked = _replica_offset(info)
+        node.replicas = int(info.get("connected_slaves", 0))
         if acked is not None or int(info.get("connected_slaves", 0)):  # one still syncing counts
             node.replica_at = now
         alone = now - node.replica_at >= REMEMBER_S  # no replica lately: none will acknowledge
@@ -172,11 +178,12 @@ class Durability:
 
 
 def _replica_offset(info: dict) -> int | None:
-    """The highest offset a connected replica acknowledged (a failover promotes the most
-    advanced replica); None without replicas."""
+    """The offset every connected replica has acknowledged (a failover may promote any of
+    them: the sentinels pass over one that is down or cut off, however far it got); None
+    without replicas."""
     offsets = [
         int(v.get("offset", 0))
         for k, v in info.items()
         if k.startswith("slave") and k[5:].isdigit() and isinstance(v, dict) and v.get("state") == "online"
     ]
-    return max(offsets) if offsets else None
+    return min(offsets) if offsets else None

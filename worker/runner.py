@@ -401,8 +401,8 @@ class JobRunner:
         return Outcome(reason)
 
     def _settle_claim(self, attempt: Attempt) -> None:
-        """Before the attempt writes anything a client could be sent, wait until a replica
-        holds its claim, where one is expected (worker/durability.py). A primary the
+        """Before the attempt writes anything a client could be sent, wait until the
+        replicas a failover could promote hold its claim (worker/durability.py). A primary the
         sentinels have just replaced takes writes until they say so (about a second): a job
         claimed there alone would run beside the attempt another worker starts on the new
         primary, and clients sent the first's text from the old one would then be sent the
@@ -410,11 +410,13 @@ class JobRunner:
         two attempts, the one that claims first runs; the other is fenced having written
         nothing. Without an answer in CLAIM_CONFIRM_S (the replica away, its primary still
         the primary), the attempt runs anyway, as the API answers for a new job anyway."""
-        if self.durability is None or not self.durability.expects_replica(attempt.completion_id):
+        durability = self.durability
+        if durability is None or not durability.replicas_expected(attempt.completion_id):
             return
         deadline = time.monotonic() + CLAIM_CONFIRM_S
         while True:
-            current, acked = self.claims.replicated(attempt, CLAIM_WAIT_MS)
+            replicas = max(durability.replicas_expected(attempt.completion_id), 1)
+            current, acked = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS)
             if current == 0:
                 attempt.fenced = True
                 attempt.check()
@@ -425,7 +427,7 @@ class JobRunner:
                     attempt.epoch,
                 )
                 self.publisher.resend(attempt)
-            elif acked:
+            elif acked >= replicas:
                 return
             if time.monotonic() >= deadline:
                 log.warning(

@@ -219,6 +219,30 @@ def test_entries_a_replica_acknowledged_are_forgotten_and_the_rest_held(r):
     assert durability.tracked == 0  # ended, nothing held
 
 
+def test_with_two_replicas_entries_are_held_until_both_have_them(r):
+    """A failover may promote either (the sentinels pass over one that is down or cut off,
+    however far it got): an entry is safe once every replica has acknowledged it."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    server = _Server(r, run_id="one", offset=100, replica=100)
+    server.second = 100
+    durability = Durability(server)  # type: ignore[arg-type]
+    durability.track(a)
+    pub.started(a, 5)
+    pub.flush(a)
+    durability.check()  # written before offset 100
+    server.offset, server.replica = 200, 200  # one replica has it all, the other lags
+    pub.delta(a, "b", (2,))
+    pub.flush(a)
+    durability.check()  # written before offset 200
+    server.offset = 300
+    durability.check()
+    assert len(a.record) == 1  # the first entry: both have it; the second: only one
+    server.second = 200
+    durability.check()
+    assert a.record == []
+
+
 def test_without_replicas_entries_are_held_until_synced(r, monkeypatch):
     pub = Publisher(Link(r, "w1", RECOVERY))
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
@@ -265,6 +289,7 @@ class _Server:
         self.run_id, self.offset, self.replica = run_id, offset, replica
         self.syncing = False  # a replica connected but still loading the primary's data
         self.backlog = False  # it has had a replica (within repl-backlog-ttl)
+        self.second: int | None = None  # a second replica's offset
 
     def execute_command(self, *args):
         assert args == ("INFO", "server", "replication")
@@ -273,7 +298,9 @@ class _Server:
             info["slave0"] = {"ip": "127.0.0.1", "port": 1, "state": "online", "offset": self.replica}
         elif self.syncing:
             info["slave0"] = {"ip": "127.0.0.1", "port": 1, "state": "wait_bgsave", "offset": 0}
-        info["connected_slaves"] = int(self.replica is not None or self.syncing)
+        if self.second is not None:
+            info["slave1"] = {"ip": "127.0.0.1", "port": 2, "state": "online", "offset": self.second}
+        info["connected_slaves"] = int(self.replica is not None or self.syncing) + (self.second is not None)
         info["repl_backlog_active"] = int(self.backlog or info["connected_slaves"] > 0)
         return info
 
@@ -383,14 +410,17 @@ def test_a_replica_is_expected_while_the_server_has_or_lately_had_one(r, monkeyp
     """Where one is, an attempt waits for a replica to hold its claim (worker/runner.py)."""
     server = _Server(r, run_id="one", offset=100, replica=None)
     durability = Durability(server)  # type: ignore[arg-type]
-    assert not durability.expects_replica(CID)  # not looked yet: nothing known
+    assert durability.replicas_expected(CID) == 0  # not looked yet: nothing known
     durability.check()
-    assert not durability.expects_replica(CID)  # never had one
+    assert durability.replicas_expected(CID) == 0  # never had one
     server.replica = 100
     durability.check()
-    assert durability.expects_replica(CID)
-    server.replica = None
+    assert durability.replicas_expected(CID) == 1
+    server.second = 100
     durability.check()
-    assert durability.expects_replica(CID)  # just lost it
+    assert durability.replicas_expected(CID) == 2  # either may be promoted: both must have it
+    server.replica = server.second = None
+    durability.check()
+    assert durability.replicas_expected(CID) == 1  # just lost it
     monkeypatch.setattr(durability_module, "REMEMBER_S", 0.0)
-    assert not durability.expects_replica(CID)
+    assert durability.replicas_expected(CID) == 0
