@@ -53,6 +53,25 @@ def test_claim_starts_epoch_one_and_appends_are_accepted(r):
     assert 0 < r.ttl(keys.events(CID)) <= 60 and 0 < r.ttl(keys.job(CID)) <= 60
 
 
+def test_entries_get_the_ids_their_worker_chose_or_new_ones_past_a_stream_ahead_of_it(r):
+    """A worker chooses its entries' ids (worker/claims.py `Attempt.next_ids`); one whose
+    clock is behind the stream's newest id (written by a worker whose clock runs ahead) gets
+    ids after it instead."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
+    pub.started(attempt, 5)
+    pub.flush(attempt)
+    chosen = r.xrange(keys.events(CID))[-1][0].decode()
+    assert attempt.newest == tuple(int(x) for x in chosen.split("-"))  # the id the worker chose
+    ahead = f"{int(chosen.split('-')[0]) + 3_600_000}-0"
+    r.xadd(keys.events(CID), {"x": "1"}, id=ahead)  # as a worker an hour ahead would have
+    pub.delta(attempt, "hi", (7,))
+    pub.flush(attempt)
+    last = r.xrange(keys.events(CID))[-1][0].decode()
+    assert last.startswith(ahead.split("-")[0] + "-") and last != ahead
+    assert isinstance(entries.decode(r.xrange(keys.events(CID))[-1][1]), Delta)
+
+
 def test_stream_created_by_first_append_lives_as_long_as_the_job(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
