@@ -8,9 +8,8 @@ what it wrote (`Attempt.record`) until it is safe, and this thread, once a `peri
 - notes how far each attempt has written, then reads the server's replication offset: once
   every connected replica has acknowledged that offset (their `REPLCONF ACK`s, about once a
   second), those entries are on whichever replica a failover promotes, and are forgotten. A
-  server without
-  replicas has them on disk `fsync_s` after they were written (`appendfsync everysec`),
-  unless it had a replica in the last `REMEMBER_S`: a primary the sentinels have just
+  server without replicas has them on disk `fsync_s` after they were written (`appendfsync
+  everysec`), unless it had a replica in the last `REMEMBER_S`: a primary the sentinels have just
   replaced (its replica promoted) takes writes until it is demoted, and loses them all (a
   worker's first look cannot tell when a replica left: a primary with none but an active
   backlog is taken to have just lost it);

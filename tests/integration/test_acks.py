@@ -30,11 +30,7 @@ def test_a_job_is_confirmed_once_a_replica_has_it(tmp_path):
     link = Relay(port)
     replica, replica_url = start_redis(tmp_path, extra=("--replicaof", "127.0.0.1", str(link.port)))
     try:
-        with redis.Redis.from_url(replica_url) as r:
-            deadline = time.monotonic() + 30
-            while r.info("replication").get("master_link_status") != "up":
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        _synced(replica_url)
 
         async def go() -> tuple[bool, bool, bool, float]:
             client = aredis.Redis.from_url(url)
@@ -72,11 +68,7 @@ def test_a_replica_that_left_between_two_jobs_far_apart_is_still_waited_for(tmp_
     port = int(url.rsplit(":", 1)[1].split("/")[0])
     replica, replica_url = start_redis(tmp_path, extra=("--replicaof", "127.0.0.1", str(port)))
     try:
-        with redis.Redis.from_url(replica_url) as r:
-            deadline = time.monotonic() + 30
-            while r.info("replication").get("master_link_status") != "up":
-                assert time.monotonic() < deadline
-                time.sleep(0.1)
+        _synced(replica_url)
 
         async def go() -> tuple[bool, bool, bool]:
             client = aredis.Redis.from_url(url)
@@ -156,3 +148,12 @@ def test_a_streams_cluster_confirms_each_job_on_the_primary_holding_its_slot(tmp
     finally:
         for p in procs:
             p.stop()
+
+
+def _synced(replica_url: str) -> None:
+    """Wait until the replica has its primary's data."""
+    with redis.Redis.from_url(replica_url) as r:
+        deadline = time.monotonic() + 30
+        while r.info("replication").get("master_link_status") != "up":
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
