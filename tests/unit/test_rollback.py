@@ -180,6 +180,41 @@ def _started(r, publishing, server) -> tuple[Publisher, Attempt, Durability]:
     return pub, a, durability
 
 
+class _Pool:
+    def __init__(self, server: "_Server") -> None:
+        self._server = server
+
+    def disconnect(self) -> None:
+        self._server.reconnect()
+
+
+def test_behind_one_name_a_check_that_meets_the_demoted_primary_reconnects_to_the_new_one(r):
+    """Behind one name, connections opened before a managed failover stay with the old
+    primary, which, a replica now, still answers INFO: the check drops them, and its next
+    look, through the name, meets the new primary and has the ended attempt write its end
+    again (the one-name failover test: a job that ended while the replica was held behind
+    was never written again, and ran again with other text)."""
+    promoted = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    publishing = _Name(r)
+    server = _Server(r, run_id="first")
+    pub, a, durability = _started(r, publishing, server)
+    for k, data in snapshot(r).items():  # what the replica had when it was promoted
+        if data is not None:
+            promoted.restore(k, 0, data)
+    pub.finished(a, "stop", 5, 1)  # the replica held behind: the old primary's alone
+    seen = rows(r)
+    publishing.target = promoted  # the publisher's next write met READONLY and moved
+
+    def through_the_name() -> None:
+        server._r, server.role, server.run_id = promoted, "master", "promoted"
+
+    server.role, server.reconnect = "slave", through_the_name  # demoted, still answering
+    durability.check()
+    durability.check()
+    pub.flush(a)
+    assert [(i, entries.decode(f)) for i, f in promoted.xrange(keys.events(CID))] == seen
+
+
 def test_an_ended_attempt_writes_its_end_again_when_the_server_changed(r):
     server = _Server(r, run_id="first")
     pub, a, durability = _started(r, r, server)
@@ -290,10 +325,16 @@ class _Server:
         self.syncing = False  # a replica connected but still loading the primary's data
         self.backlog = False  # it has had a replica (within repl-backlog-ttl)
         self.second: int | None = None  # a second replica's offset
+        self.role = "master"
+        self.reconnect = lambda: None  # what dropping its connections leads to
+
+    @property
+    def connection_pool(self) -> "_Pool":
+        return _Pool(self)
 
     def execute_command(self, *args):
         assert args == ("INFO", "server", "replication")
-        info = {"role": "master", "run_id": self.run_id, "master_repl_offset": self.offset}
+        info = {"role": self.role, "run_id": self.run_id, "master_repl_offset": self.offset}
         if self.replica is not None:
             info["slave0"] = {"ip": "127.0.0.1", "port": 1, "state": "online", "offset": self.replica}
         elif self.syncing:
