@@ -194,13 +194,10 @@ def test_behind_one_name_a_check_that_meets_the_demoted_primary_reconnects_to_th
     look, through the name, meets the new primary and has the ended attempt write its end
     again (the one-name failover test: a job that ended while the replica was held behind
     was never written again, and ran again with other text)."""
-    promoted = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     publishing = _Name(r)
     server = _Server(r, run_id="first")
     pub, a, durability = _started(r, publishing, server)
-    for k, data in snapshot(r).items():  # what the replica had when it was promoted
-        if data is not None:
-            promoted.restore(k, 0, data)
+    promoted = _replica_of(r)
     pub.finished(a, "stop", 5, 1)  # the replica held behind: the old primary's alone
     seen = rows(r)
     publishing.target = promoted  # the publisher's next write met READONLY and moved
@@ -410,6 +407,15 @@ def test_a_restarted_server_whose_replica_is_still_syncing_is_not_trusted_alone(
     assert a.record == []
 
 
+def _replica_of(r) -> fakeredis.FakeRedis:
+    """A server holding the job's keys as `r` has them now: a replica promoted later."""
+    promoted = fakeredis.FakeRedis(server=fakeredis.FakeServer())
+    for k, data in snapshot(r).items():
+        if data is not None:
+            promoted.restore(k, 0, data)
+    return promoted
+
+
 class _Name:
     """A client whose connections reach whichever server `target` is now: through Sentinel,
     a pooled connection can still reach the replaced primary (which takes writes until it is
@@ -427,13 +433,10 @@ def test_an_end_written_again_to_the_replaced_primary_is_written_again_to_the_ne
     end again, but the publisher's connection still reaches the replaced primary, where it
     is already: a later look, once the publisher reaches the new primary, writes it there
     (chaos at the defaults: a job run again after its end was lost, with other text)."""
-    promoted = fakeredis.FakeRedis(server=fakeredis.FakeServer())
     publishing = _Name(r)
     server = _Server(r, run_id="old")
     pub, a, durability = _started(r, publishing, server)
-    for k, data in snapshot(r).items():  # what the replica had when it was promoted
-        if data is not None:
-            promoted.restore(k, 0, data)
+    promoted = _replica_of(r)
     pub.finished(a, "stop", 5, 1)  # to the replaced primary, which still takes writes
     seen = rows(r)
     server._r, server.run_id = promoted, "promoted"  # the check's connection: the new one
