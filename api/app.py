@@ -21,18 +21,20 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from api import batches, files, openapi, pool, ui
-from api import internal as internal_routes
-from api.auth import PUBLIC_PATHS, APIKeyMiddleware, KeyRing
-from api.batch_driver import BatchDriver
-from api.endpoints import Endpoints
-from api.errors import APIError
-from api.internal import InternalServer
-from api.origins import KeylessGuard
-from api.response_endpoints import ResponsesEndpoints
+from api.batches import files
+from api.batches import routes as batches
+from api.batches.driver import BatchDriver
+from api.http.auth import PUBLIC_PATHS, APIKeyMiddleware, KeyRing
+from api.http.errors import APIError
+from api.http.origins import KeylessGuard
+from api.ops import internal as internal_routes
+from api.ops import models, openapi, ui
+from api.ops.internal import InternalServer
 from api.services import Services
 from api.settings import Settings
-from api.surfaces import CHAT, RESPONSES, TEXT
+from api.surfaces.catalog import CHAT, RESPONSES, TEXT
+from api.surfaces.responses.routes import ResponsesEndpoints
+from api.surfaces.routes import Endpoints
 from contract import errors, logs
 from contract.settings import SettingError
 
@@ -78,7 +80,7 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
 def _middleware(settings: Settings) -> list[Middleware]:
     """CORS (only for the configured origins; off by default) wraps the key check, so a
     browser's preflight is answered without a key; a server without keys checks first who
-    may call it (api/origins.py)."""
+    may call it (api/http/origins.py)."""
     out = []
     if settings.access.cors_origins:
         out.append(
@@ -140,8 +142,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
     routes = [
         *internal_routes.PROBES,
         Route("/openapi.json", openapi.openapi),
-        Route("/v1/models", pool.list_models),
-        Route("/v1/models/{model:path}", pool.get_model),
+        Route("/v1/models", models.list_models),
+        Route("/v1/models/{model:path}", models.get_model),
     ]
     if not settings.access.internal_port:  # else they are on the internal port only
         routes += internal_routes.ROUTES

@@ -11,19 +11,19 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
-from api.acks import ClusterAcks, Confirms, ReplicaAcks, ReplicaWatch
-from api.admission import Admission, OpenStreams
-from api.clusterstats import ClusterStats
-from api.hub import StreamHub
-from api.jobstore import JobStore
-from api.memory import MemoryWatch
-from api.metrics import Metrics
-from api.offload import Lane
-from api.reaper import Reaper
-from api.registry import WorkerRegistry
-from api.resumes import Resumes
-from api.routing import Router
+from api.cluster.reaper import Reaper
+from api.cluster.registry import WorkerRegistry
+from api.cluster.resumes import Resumes
+from api.cluster.stats import ClusterStats
+from api.http.offload import Lane
+from api.jobs.acks import ClusterAcks, Confirms, ReplicaAcks, ReplicaWatch
+from api.jobs.admission import Admission, OpenStreams
+from api.jobs.memory import MemoryWatch
+from api.jobs.routing import Router
+from api.jobs.store import JobStore
+from api.ops.metrics import Metrics
 from api.settings import Settings
+from api.streaming.hub import StreamHub
 from contract.servers import Servers, async_client, async_cluster_client, cluster_url, is_cluster, sync_client
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,7 @@ class Services:
     replicas: ReplicaWatch  # the replica counts new jobs are confirmed against
     metrics: Metrics
     streams: OpenStreams
-    heavy: Lane  # CPU-heavy request work, off the event loop (api/offload.py)
+    heavy: Lane  # CPU-heavy request work, off the event loop (api/http/offload.py)
     resumes: Resumes  # whether a requeued job past its deadline may wait on
 
     @classmethod

@@ -47,7 +47,7 @@ class Access:
         "ALLOWED_HOSTS",
         "with no API keys (ALLOW_NO_AUTH=1): the Host names the API answers, comma-separated "
         "(`*`: any), against DNS rebinding; and a browser's request that changes anything must "
-        "come from the API's own pages or CORS_ORIGINS (api/origins.py)",
+        "come from the API's own pages or CORS_ORIGINS (api/http/origins.py)",
         shown="`localhost,127.0.0.1,::1`",
     )
     internal_port: int | None = setting(
@@ -177,7 +177,7 @@ class Batches:
 
 @dataclass(frozen=True)
 class Routing:
-    """Cache-aware routing (api/routing.py): a new job to the worker whose slots hold the
+    """Cache-aware routing (api/jobs/routing.py): a new job to the worker whose slots hold the
     longest prefix of its prompt, weighed against the pool's load."""
 
     enabled: bool = setting(

@@ -16,8 +16,8 @@ from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.routing import Route
 
-from api import sse
-from api.chunks import ChatChunks, Chunks
+from api.streaming import sse
+from api.surfaces.chat.chunks import ChatChunks, Chunks
 from contract.entries import Finished
 
 

@@ -1,4 +1,4 @@
-"""Why worker/batching.py lists a step's tokens by slot: the time of one 8-token decode step
+"""Why worker/engine/batching.py lists a step's tokens by slot: the time of one 8-token decode step
 on the worker's own llama.cpp context (SLOTS=8, a KV cache split by sequence) when the
 batch lists the sequences in slot order and when it lists them shuffled, alternated round
 by round.
@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import llama_cpp
 
-from worker.engine import LlamaEngine
+from worker.engine.model import LlamaEngine
 from worker.settings import WorkerSettings
 
 SLOTS, PROMPT = 8, 60

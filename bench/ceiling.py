@@ -42,8 +42,8 @@ from bench.peer_servers import CTX, THREADS, THREADS_BATCH
 from bench.peers import SHORT, workload
 from bench.peers_report import machine, write_section
 from contract.jobspec import JobSpec, Message
-from worker import llama_log
-from worker.prompts import ChatPrompts
+from worker.engine import llama_log
+from worker.engine.prompts import ChatPrompts
 from worker.settings import DEFAULT_MODEL_NAME, default_model_path
 
 

@@ -121,7 +121,7 @@ class Config:
         return {
             "KEEPALIVE_SECONDS": "1",
             "CANCEL_GRACE_SECONDS": "30",
-            # above the workers' reconnect backoff (worker/outage.py, 2 s at most): with 1 s,
+            # above the workers' reconnect backoff (worker/redis/outage.py, 2 s at most): with 1 s,
             # a live worker still reconnecting after a Redis restart was judged dead and its
             # job charged (a stream of the 10-minute run ended worker_lost that way)
             "REAPER_SETTLE_SECONDS": "3",

@@ -1,6 +1,6 @@
 """The baseline for bench/scale_out.py: tokenspool's API with a one-connection-per-stream relay.
 
-The real API watches every open stream over one Redis connection (api/hub.py). This module
+The real API watches every open stream over one Redis connection (api/streaming/hub.py). This module
 serves the very same app with one change, for comparison only: each open stream blocks in
 its own `XREAD BLOCK` on its own Redis connection, the design most SSE-over-Redis relays use.
 
@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 
 import api.services
 from api.app import create_app as create_tokenspool_app
-from api.hub import Wake, Woken
+from api.streaming.hub import Wake, Woken
 
 
 class PerStreamHub:

@@ -3,7 +3,7 @@
     .venv/bin/python bench/scale_out.py [--streams 500,1000,2000] [--workers 4] [--cluster N]
 
 Runs, in one session against one embedded valkey, each figure for tokenspool's relay (one
-reader connection for all streams, api/hub.py) next to the same figure for a
+reader connection for all streams, api/streaming/hub.py) next to the same figure for a
 one-connection-per-stream relay (bench/per_stream_relay.py: the same app, each stream
 blocking in its own XREAD) and, for throughput, a bare Starlette endpoint streaming the same
 events from memory (bench/bare_sse.py), all driven by the same load generator (bench/loadgen.py):
@@ -20,7 +20,7 @@ events from memory (bench/bare_sse.py), all driven by the same load generator (b
    measured instead of the relay's. CPU steal (the hypervisor's share) is printed with each.
 
 With `--cluster N` the streams live on a valkey cluster of N primaries on loopback
-(STREAMS_REDIS_URL=redis+cluster://..., one reader per shard: api/hub.py) and the queues on
+(STREAMS_REDIS_URL=redis+cluster://..., one reader per shard: api/streaming/hub.py) and the queues on
 their own server; only tokenspool's relay runs then (the per-stream baseline reads one server).
 """
 

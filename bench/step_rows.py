@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import llama_cpp
 
-from worker import llama_log
+from worker.engine import llama_log
 from worker.settings import default_model_path
 
 SLOTS, N_CTX, PROMPT = 32, 1024, 40

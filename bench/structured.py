@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from contract.jobspec import JobSpec, Message
 from contract.schema import schema_grammar
-from worker.engine import LlamaEngine
-from worker.grammar import GrammarGate
+from worker.engine.grammar import GrammarGate
+from worker.engine.model import LlamaEngine
 from worker.settings import WorkerSettings
 
 SCHEMA = {

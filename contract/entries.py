@@ -16,7 +16,7 @@ delta, so a new attempt continues from `prompt + ids` without re-tokenizing text
 `text` is the content the client sees of them: their UTF-8 decoding, never a partial
 character (only the last delta before the terminal entry may hold less text than its ids:
 what follows a stop string, or a character cut off by max_tokens, is not sent). A job with
-tools reads its tokens' text as content and tool-call fragments (worker/replies.py): `text`
+tools reads its tokens' text as content and tool-call fragments (worker/text/replies.py): `text`
 is then the content only, `calls` the fragments. `logprobs` has one entry per token id,
 when the job asked for them.
 """

@@ -1,7 +1,7 @@
 """Every error a client can get, in one catalogue: its code, OpenAI error type, HTTP status and
 usual message.
 
-Both sides build from it: the API an error response (`api.errors.APIError`), a worker or the
+Both sides build from it: the API an error response (`api.http.errors.APIError`), a worker or the
 API a stream's terminal `Failed` entry (`ErrorCode.entry`), and the API maps a stream's failure
 back to its HTTP status for a client that does not stream (`status_of`). A code is written in
 this module only.

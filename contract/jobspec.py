@@ -7,7 +7,7 @@ in Redis by someone else must not reach the model with arguments the API would r
 
 Structured output and tools travel as what the client asked for (schemas, tool
 definitions, the tool choice), not as a grammar: the worker builds the grammar itself,
-because how a model writes a tool call depends on its chat template (worker/tools.py), and
+because how a model writes a tool call depends on its chat template (worker/tools/protocols.py), and
 both sides compile the schemas with the same code (contract/schema.py).
 """
 

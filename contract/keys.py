@@ -136,7 +136,7 @@ def dead_worker(worker: str) -> str:
 
 def callback(rq_job_id: str) -> str:
     """STRING: which worker preempts a batch line to make room for this waiting interactive
-    job (SET NX PX: one per job across the pool; worker/lending.py)."""
+    job (SET NX PX: one per job across the pool; worker/intake/lending.py)."""
     return f"{PREFIX}:callback:{rq_job_id}"
 
 
@@ -176,19 +176,19 @@ REAPER_LOCK = f"{PREFIX}:reaper"
 
 ACK_MARK = f"{PREFIX}:acks"
 """STRING (each server): a counter the API increments only so that `WAIT` has a write of its
-own to wait for: a replica that has it has every write made before it (api/acks.py)."""
+own to wait for: a replica that has it has every write made before it (api/jobs/acks.py)."""
 
 
 def ack_mark_beside(key: str) -> str:
     """STRING (a streams cluster's primaries): `ACK_MARK` in the cluster slot of `key`, so that
-    it is written on the primary that holds `key` (api/acks.py)."""
+    it is written on the primary that holds `key` (api/jobs/acks.py)."""
     if "{" not in key or "}" not in key:
         return ACK_MARK
     return f"{PREFIX}:{key[key.index('{') : key.index('}') + 1]}:acks"
 
 
 def file(file_id: str) -> str:
-    """HASH: a file's metadata (api/files.py); files stored before `file_content` existed
+    """HASH: a file's metadata (api/batches/files.py); files stored before `file_content` existed
     also hold their content here, in the field `content`."""
     return f"{PREFIX}:file:{file_id}"
 
@@ -204,7 +204,7 @@ class Owned(StrEnum):
     JOBS = "jobs"
     """ZSET: the jobs the key created that may not have ended (completion id -> created ms),
     for MAX_JOBS_PER_KEY: ADMIT adds; ended, expired and never-recorded ones are dropped when
-    an ADMIT finds the owner at the limit (api/owners.py), and by age."""
+    an ADMIT finds the owner at the limit (api/jobs/owners.py), and by age."""
     FILES = "files"
     """ZSET: the owner's files (id -> created, s), for listing."""
     FILE_SIZES = "filesizes"
@@ -226,7 +226,7 @@ def owned(owner: str, index: Owned) -> str:
 
 
 class BatchPart(StrEnum):
-    """The keys of one batch (api/batches.py, api/batch_driver.py): `batch(id, BatchPart.X)`."""
+    """The keys of one batch (api/batches/routes.py, api/batches/driver.py): `batch(id, BatchPart.X)`."""
 
     STATE = ""
     """HASH: its status, timestamps, counts and files (`ts:batch:<id>`)."""
@@ -281,7 +281,7 @@ def worker_load(model: str) -> str:
 
 def routed(model: str) -> str:
     """ZSET: `routed_member`s -> ms by which the worker must have taken the job from its
-    routed queue; past it, the job goes back to the tier's shared queue (api/routing.py).
+    routed queue; past it, the job goes back to the tier's shared queue (api/jobs/routing.py).
     Written with the job's push onto the routed queue, in one transaction."""
     return f"{PREFIX}:routed:{model}"
 
@@ -300,7 +300,7 @@ def parse_routed_member(member: str) -> tuple[str, str, str]:
 
 def worker_placement(model: str) -> str:
     """HASH: worker name -> "<layers offloaded to the GPU> <KV cache bytes>", set with each
-    announcement (worker/devices.py), dropped with its `workers` entry."""
+    announcement (worker/engine/devices.py), dropped with its `workers` entry."""
     return f"{PREFIX}:placement:{model}"
 
 
@@ -333,7 +333,7 @@ class StatField:
 
     @staticmethod
     def routed(model: str) -> str:
-        """New jobs routed to the worker holding their prompt's prefix (api/routing.py)."""
+        """New jobs routed to the worker holding their prompt's prefix (api/jobs/routing.py)."""
         return f"routed:{model}"
 
     @staticmethod
@@ -358,9 +358,13 @@ class BatchCounters:
     sequences: int = 0  # sequences in those calls, summed: mean occupancy = sequences / steps
     prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
     # not counting those its slot's cache already held
-    moves: int = 0  # sequences moved to close a gap between slots (worker.step_plan.compaction)
-    kept: int = 0  # ended conversations' caches copied out of a move's way (worker.step_plan.spare_slot)
-    interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (worker/interrupt.py)
+    moves: int = 0  # sequences moved to close a gap between slots (worker.engine.step_plan.compaction)
+    kept: int = (
+        0  # ended conversations' caches copied out of a move's way (worker.engine.step_plan.spare_slot)
+    )
+    interrupted: int = (
+        0  # steps of Batch API lines stopped for an interactive job (worker/engine/interrupt.py)
+    )
     prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)
     cached_tokens: int = 0  # of them, those a slot's cache already held (prefill saved)
     routed_taken: int = 0  # jobs taken from this worker's own routed queues (the router's hits)
@@ -406,7 +410,7 @@ def attempt_queue_name(model: str, priority: str, *, continuation: bool, suspect
 
 
 ROUTED_TIERS = PRIORITIES[:3]
-"""The tiers a new job may be routed in (api/routing.py): interactive ones. Batch lines,
+"""The tiers a new job may be routed in (api/jobs/routing.py): interactive ones. Batch lines,
 suspects and continuations wait in the model's shared queues, as they always did."""
 
 
@@ -472,7 +476,7 @@ class JobField:
     """Field names of the job HASH."""
 
     MODEL = "model"
-    SURFACE = "surface"  # the API surface that created it ("chat", "text", "responses"): api.surfaces
+    SURFACE = "surface"  # the API surface that created it ("chat", "text", "responses"): api.surfaces.catalog
     CREATED = "created"  # unix seconds, stamped by the API into every chunk
     STATUS = "status"  # see JobStatus
     EPOCH = "epoch"  # fencing token; only the attempt holding the current epoch may write
@@ -500,7 +504,7 @@ class JobField:
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)
     PRIORITY = "priority"  # its tier (PRIORITIES): which queue its attempts wait in
     # Written by the API for its own later use; workers never read them.
-    ECHO = "echo"  # JSON: what a response repeats of its request (api/response_body.py)
+    ECHO = "echo"  # JSON: what a response repeats of its request (api/surfaces/responses/body.py)
     INPUT = "input"  # JSON: a response's input items, with their ids (GET .../input_items)
 
 

@@ -1,5 +1,5 @@
 """Digests of a prompt's prefixes, the same on both sides: what a worker's KV cache holds, and
-what a new job's prompt starts with (cache-aware routing: api/routing.py, worker/held.py).
+what a new job's prompt starts with (cache-aware routing: api/jobs/routing.py, worker/engine/held.py).
 
 The API has no tokenizer, so the prefixes are not token blocks but the prompt's own parts:
 for a chat job, each message boundary (the first k messages, k = 1..n), chained so that a

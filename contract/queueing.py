@@ -45,7 +45,7 @@ def enqueue(
     (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
     continuation (epoch > 0) goes to the front: its client is mid-stream and its resume has a
     deadline (RESUME_WAIT_SECONDS), while new jobs behind it have not started. A new job
-    routed to `worker` (api/routing.py) goes on that worker's routed queue of its tier, with
+    routed to `worker` (api/jobs/routing.py) goes on that worker's routed queue of its tier, with
     its entry in `keys.routed` (due at `deadline_ms`) in the same transaction, so the reaper
     can always move it back; it wakes that worker. Its RQ record names the shared queue,
     where it goes back if not taken in time (RQ's own list of queues never holds a

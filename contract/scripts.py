@@ -8,7 +8,7 @@ ended, should it stop" is checked in the same step as the write:
   or when its Idempotency-Key names another job (then that job's id is returned). Checking a
   limit and counting the job against it are one step, so concurrent requests on any
   replicas cannot overshoot it. An ended job leaves its owner's count when a later ADMIT
-  finds the owner at the limit (api/owners.py): the scripts that end a job run on the
+  finds the owner at the limit (api/jobs/owners.py): the scripts that end a job run on the
   streams server and cannot reach the queues server's count.
 - `RECORD` records an admitted job (streams server). The job is pending until its enqueuer
   says it is on an RQ queue.
@@ -18,7 +18,7 @@ ended, should it stop" is checked in the same step as the write:
 - `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
   attempt, marks the job running and alive, unless the job has ended; a new job that waited
   past its start deadline is ended instead (`END_IF_LATE`'s rule; a requeued one a worker
-  takes is not late: api/resumes.py). A retried claim (the same
+  takes is not late: api/cluster/resumes.py). A retried claim (the same
   token, its reply lost) returns the same attempt. Returns the epoch and whether a cancel is
   due.
 - `APPEND` writes one or more entries of an attempt (a worker batches what piled up while
@@ -35,7 +35,7 @@ ended, should it stop" is checked in the same step as the write:
   failover lost the attempt's claim (the worker then writes again what it holds).
 - `ABANDON` takes a job away from an attempt (dead, hung, or handing off at shutdown):
   fences it out and queues the job again, charging the death to it or not (the caller
-  judges: see api/reaper.py), or ends it with `worker_lost` once the charged deaths reach
+  judges: see api/cluster/reaper.py), or ends it with `worker_lost` once the charged deaths reach
   MAX_ATTEMPTS or the requeues MAX_REQUEUES.
 - `END` lets anyone else (the API) end a job with a terminal entry, fencing out the running
   attempt, if any.
@@ -373,7 +373,7 @@ CLEAR_SUSPECT = f"""
 -- KEYS[1]=job hash; ARGV[1]=epoch, ARGV[2]=claim token. A suspect that went on past where
 -- it died is nobody's suspect any more: a death is no longer charged to it, and those
 -- charged before no longer count, since MAX_ATTEMPTS counts deaths where the job stands
--- (api/reaper.py). Returns 1, or 0 when the attempt is no longer the job's current one.
+-- (api/cluster/reaper.py). Returns 1, or 0 when the attempt is no longer the job's current one.
 if tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}') or '0') ~= tonumber(ARGV[1])
   or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[2] then
   return 0

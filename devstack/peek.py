@@ -1,5 +1,5 @@
 """Looking into a running stack's Redis from outside, as tests and benchmarks do (the API and
-workers have their own, shard by shard, in api/jobstore.py and contract/queueing.py)."""
+workers have their own, shard by shard, in api/jobs/store.py and contract/queueing.py)."""
 
 from __future__ import annotations
 

@@ -28,7 +28,7 @@ def split_events(raw: bytes) -> list[str]:
     assert text.endswith("\n\n"), "the stream must end with a blank line"
     events = text[:-2].split("\n\n")
     for ev in events:
-        # a takeover's note (api/sse.py RECOVERED): a comment line opening an event with data
+        # a takeover's note (api/streaming/sse.py RECOVERED): a comment line opening an event with data
         lines = [line for line in ev.split("\n") if line != RECOVERED]
         data_lines = [line for line in lines if line.startswith("data: ")]
         assert len(data_lines) == 1, f"every event carries exactly one data line: {ev!r}"

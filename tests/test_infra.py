@@ -31,7 +31,7 @@ from uvicorn.main import main as uvicorn_cli
 from yamllint import linter
 from yamllint.config import YamlLintConfig
 
-from api.auth import digest, parse_keys
+from api.http.auth import digest, parse_keys
 from api.settings import Settings
 from contract import keys
 from contract.servers import cluster_url

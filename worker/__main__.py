@@ -10,14 +10,14 @@ import redis
 
 from contract import keys, logs
 from contract.servers import sync_client
-from worker.durability import Durability
-from worker.heartbeat import Heartbeat
+from worker.attempts.durability import Durability
+from worker.attempts.heartbeat import Heartbeat
+from worker.attempts.runner import Engine, JobRunner
 from worker.hub_model import ModelUnavailable, fetch
-from worker.lending import Lending
-from worker.link import Link
-from worker.presence import Presence
-from worker.rqworker import TokenspoolWorker
-from worker.runner import Engine, JobRunner
+from worker.intake.lending import Lending
+from worker.intake.presence import Presence
+from worker.intake.rqworker import TokenspoolWorker
+from worker.redis.link import Link
 from worker.settings import WorkerSettings
 
 log = logging.getLogger("worker")
@@ -25,7 +25,7 @@ log = logging.getLogger("worker")
 
 def load_engine(settings: WorkerSettings) -> Engine:
     if settings.engine == "synthetic":
-        from worker.synthetic import SyntheticEngine
+        from worker.engine.synthetic import SyntheticEngine
 
         return SyntheticEngine(
             settings.model_name,
@@ -34,7 +34,7 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.synthetic_rate,
             settings.slots,
         )
-    from worker.engine import LlamaEngine  # llama_cpp is imported only by workers that need it
+    from worker.engine.model import LlamaEngine  # llama_cpp is imported only by workers that need it
 
     log.info("loading %s from %s", settings.model_name, settings.model_path)
     started = time.monotonic()
@@ -71,7 +71,7 @@ def main() -> None:
         interval_s=settings.heartbeat_window_s / 3,
         stall_s=settings.stall_s,
     )
-    # what a failover could take back, written again if it does (worker/durability.py)
+    # what a failover could take back, written again if it does (worker/attempts/durability.py)
     durability = (
         Durability(connect(settings.shared.streams_url), period_s=settings.durability_s)
         if settings.durability_s

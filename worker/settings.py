@@ -63,7 +63,7 @@ class WorkerSettings:
         None,
         "CHAT_TEMPLATE_FILE",
         "a Jinja chat template used instead of the GGUF's own (its tool support decides how tools "
-        "are rendered: worker/tools.py)",
+        "are rendered: worker/tools/protocols.py)",
         parse=lambda raw: Path(raw) if raw else None,
         shown="(the GGUF's)",
     )
@@ -80,7 +80,7 @@ class WorkerSettings:
         "jobs one process decodes together in one batch (continuous batching); `1`: one at a time. "
         "The KV cache holds `SLOTS` x `N_CTX` tokens and is checked against free memory at start",
         shown="as many as `KV_MEMORY_SHARE` of the memory holds, at most 32 (64 on a GPU); "
-        "the worker logs its choice (worker/sizing.py)",
+        "the worker logs its choice (worker/engine/sizing.py)",
         minimum=1,
     )
     kv_memory_share: float = setting(
@@ -103,7 +103,7 @@ class WorkerSettings:
         2.0,
         "BATCH_LEND_AFTER_SECONDS",
         "once no interactive job runs here and none has started for this long, Batch API lines "
-        "may take BATCH_LEND_SLOTS slots, not only BATCH_SLOTS (worker/lending.py). `0`: never lend",
+        "may take BATCH_LEND_SLOTS slots, not only BATCH_SLOTS (worker/intake/lending.py). `0`: never lend",
         minimum=0.0,
     )
     batch_lend_slots: int = setting(

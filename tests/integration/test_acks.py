@@ -1,4 +1,4 @@
-"""api/acks.py on real servers: a new job is confirmed once a replica holds it, not while the
+"""api/jobs/acks.py on real servers: a new job is confirmed once a replica holds it, not while the
 replica is held behind (a paused relay on its link), never when its key is missing, and at
 once on a server without replicas; on a streams cluster, by the replica of the primary that
 holds its slot."""
@@ -14,8 +14,8 @@ import pytest
 import redis
 import redis.asyncio as aredis
 
-from api import acks as acks_module
-from api.acks import ClusterAcks, ReplicaAcks, ReplicaWatch
+from api.jobs import acks as acks_module
+from api.jobs.acks import ClusterAcks, ReplicaAcks, ReplicaWatch
 from contract import keys
 from contract.servers import async_cluster_client
 from devstack.processes import start_cluster, start_redis

@@ -18,7 +18,7 @@ import openai
 import pytest
 import redis
 
-from api.auth import digest
+from api.http.auth import digest
 from contract import keys
 from devstack.peek import running_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model

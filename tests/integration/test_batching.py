@@ -24,7 +24,7 @@ QUESTIONS = [
 
 
 def make_engine(slots: int, **env: str):
-    from worker.engine import LlamaEngine
+    from worker.engine.model import LlamaEngine
 
     base = {"REDIS_URL": "unused", "SLOTS": str(slots), "N_CTX": "2048", "N_THREADS": "2"}
     return LlamaEngine(WorkerSettings.from_env({**base, **env}))
@@ -252,7 +252,7 @@ def test_a_resumed_job_continues_from_its_prompt_and_published_tokens(engine, al
 
 
 def test_steps_of_batch_lines_stopped_part_way_change_no_answer(engine, alone):
-    """Batch API lines whose steps an interactive job keeps stopping (worker/interrupt.py)
+    """Batch API lines whose steps an interactive job keeps stopping (worker/engine/interrupt.py)
     give what they give alone: every stopped step is taken out of the cache and planned
     again. An interactive job submitted beside them is answered as alone too."""
     scheduler = engine._scheduler
@@ -282,7 +282,7 @@ def test_steps_of_batch_lines_stopped_part_way_change_no_answer(engine, alone):
 
 
 def test_a_configuration_that_does_not_fit_is_refused_at_start():
-    from worker.engine import EngineConfigError
+    from worker.engine.model import EngineConfigError
 
     with pytest.raises(EngineConfigError, match="lower SLOTS or N_CTX"):
         make_engine(64, N_CTX="1000000")
@@ -302,8 +302,8 @@ def test_a_failed_step_ends_its_jobs_with_an_error_and_the_engine_goes_on(
 ):
     import llama_cpp
 
-    from worker import batching
-    from worker.batching import EngineFailed
+    from worker.engine import batching
+    from worker.engine.batching import EngineFailed
 
     real, real_compaction = llama_cpp.llama_decode, batching.compaction
     calls = {"n": 0}
@@ -340,7 +340,7 @@ def test_warm_up_leaves_no_cache_no_counts_and_no_changed_answer(alone):
     try:
         assert warmed.warm_up() > 0
         assert warmed.counters() == BatchCounters()
-        from worker.engine import WARM_UP_MESSAGE
+        from worker.engine.model import WARM_UP_MESSAGE
 
         spec = dataclasses.replace(job(warmed, "x"), messages=(WARM_UP_MESSAGE,))
         generate(warmed, spec, limit=2)
@@ -353,7 +353,7 @@ def test_warm_up_leaves_no_cache_no_counts_and_no_changed_answer(alone):
 def test_a_warm_up_cut_short_by_its_budget_still_leaves_a_clean_engine(alone, caplog):
     warmed = make_engine(4)
     try:
-        with caplog.at_level("INFO", logger="worker.engine"):
+        with caplog.at_level("INFO", logger="worker.engine.model"):
             took = warmed.warm_up(budget_s=0.001)
         assert "cut short" in caplog.text
         assert took < 5  # it stops at the next token, and skips what is left

@@ -1,6 +1,6 @@
 """A poison job (one that kills every worker it lands on) ends as worker_lost after a bounded
 number of deaths, and the jobs batched with it finish: a death is charged to the job that
-ran alone or was its worker's suspect, never to bystanders (api/reaper.py). A dead batch's
+ran alone or was its worker's suspect, never to bystanders (api/cluster/reaper.py). A dead batch's
 suspects are cleared one by one as they go on past where they died, so a worker reads them
 again side by side."""
 

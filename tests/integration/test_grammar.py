@@ -1,4 +1,4 @@
-"""worker/grammar.py with the real model's vocabulary, in-process: a Hermes call after free
+"""worker/engine/grammar.py with the real model's vocabulary, in-process: a Hermes call after free
 text is held to the offered tools from its `<tool_call>` on, and text that cannot fit the
 grammar at the trigger leaves the job unconstrained instead of aborting the process."""
 
@@ -9,8 +9,8 @@ import pytest
 from contract.jobspec import JobSpec, Message, Tool
 from contract.schema import schema_grammar
 from tests.integration.test_batching import make_engine
-from worker.grammar import GrammarGate, TriggeredGate
-from worker.tools import HermesTools
+from worker.engine.grammar import GrammarGate, TriggeredGate
+from worker.tools.protocols import HermesTools
 
 pytestmark = pytest.mark.integration
 

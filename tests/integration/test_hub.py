@@ -10,18 +10,18 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 
-from api.hub import StreamHub
-from api.jobstore import JobStore
-from api.relay import KEEPALIVE, follow
+from api.jobs.store import JobStore
 from api.services import shared_client
+from api.streaming.hub import StreamHub
+from api.streaming.relay import KEEPALIVE, follow
 from contract import keys
 from contract.entries import Delta, Finished, Started
 from contract.servers import Servers, async_cluster_client, sync_client
 from contract.settings import Recovery
 from devstack.processes import start_cluster, start_redis
-from worker.claims import Claims
-from worker.link import Link
-from worker.publisher import Publisher
+from worker.attempts.claims import Claims
+from worker.attempts.publisher import Publisher
+from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
 DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
@@ -79,7 +79,9 @@ def test_hundreds_of_streams_on_a_cluster_over_one_reader_per_shard(tmp_path, ca
 def check(results: list, caplog: pytest.LogCaptureFixture) -> None:
     # a reader that fails leaves each client to read for itself: slower, yet complete
     assert not [
-        r.getMessage() for r in caplog.records if r.name == "api.hub" and r.levelno >= logging.WARNING
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "api.streaming.hub" and r.levelno >= logging.WARNING
     ]
     for got in results:
         assert isinstance(got[0], Started) and isinstance(got[-1], Finished)

@@ -15,7 +15,7 @@ def engine():
     import llama_cpp
     from llama_cpp._internals import LlamaModel
 
-    from worker.prompts import ChatPrompts
+    from worker.engine.prompts import ChatPrompts
 
     path = WorkerSettings.from_env({"REDIS_URL": "unused"}).model_path
     params = llama_cpp.llama_model_default_params()

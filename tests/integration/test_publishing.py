@@ -16,9 +16,9 @@ from contract.keys import JobField
 from contract.settings import Recovery
 from devstack.processes import start_redis
 from tests.integration.conftest import _server_kinds
-from worker.claims import Claims
-from worker.link import Link
-from worker.publisher import Publisher
+from worker.attempts.claims import Claims
+from worker.attempts.publisher import Publisher
+from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
 DIGEST = "digest-of-the-spec"

@@ -15,10 +15,10 @@ import httpx
 import pytest
 import redis
 
-from api.hub import StreamHub
-from api.jobstore import JobStore
-from api.relay import KEEPALIVE, follow
+from api.jobs.store import JobStore
 from api.services import shared_client
+from api.streaming.hub import StreamHub
+from api.streaming.relay import KEEPALIVE, follow
 from contract import keys
 from contract.servers import Servers
 from contract.settings import Recovery

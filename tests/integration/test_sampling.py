@@ -1,4 +1,4 @@
-"""worker.sampling with the real model: the greedy shortcut picks what llama.cpp's own
+"""worker.engine.sampling with the real model: the greedy shortcut picks what llama.cpp's own
 greedy sampler picks, and penalties still go through llama.cpp's chain."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import llama_cpp
 import pytest
 
 from contract.jobspec import JobSpec
-from worker.sampling import Sampler
+from worker.engine.sampling import Sampler
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
@@ -18,7 +18,7 @@ ROWS = 4
 @pytest.fixture(scope="module")
 def decoded():
     """A context whose last batch left logits on ROWS rows (four different prompts)."""
-    from worker.engine import LlamaEngine
+    from worker.engine.model import LlamaEngine
 
     engine = LlamaEngine(WorkerSettings.from_env({"REDIS_URL": "unused", "SLOTS": str(ROWS), "N_CTX": "512"}))
     engine.close()  # only its context is used here: no scheduler thread decoding besides

@@ -1,4 +1,4 @@
-"""A worker started with no SLOTS sizes itself (worker/sizing.py) with the real model: as many
+"""A worker started with no SLOTS sizes itself (worker/engine/sizing.py) with the real model: as many
 slots as its KV budget holds, up to the cap, each with the whole N_CTX, and says so in its log."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from worker import engine as engine_module
-from worker import sizing
+from worker.engine import model as engine_module
+from worker.engine import sizing
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
@@ -23,7 +23,7 @@ def sized(monkeypatch, available: int, **env: str):
 
 
 def test_slots_come_from_the_kv_budget(monkeypatch, caplog):
-    caplog.set_level(logging.INFO, logger="worker.engine")
+    caplog.set_level(logging.INFO, logger="worker.engine.model")
     engine = sized(monkeypatch, engine_module._COMPUTE_MARGIN + 200 * MIB)
     try:
         per_slot = engine_module.kv_cache_bytes(engine._model, 512)

@@ -420,7 +420,7 @@ def test_a_hermes_template_renders_the_tools_and_its_calls_are_parsed(pool, sdk,
 
 def test_an_auto_hermes_answer_is_text_or_a_call_to_an_offered_tool(pool, sdk, hermes):
     """tool_choice auto on the Hermes protocol runs with its call grammar armed for the first
-    `<tool_call>` (worker/grammar.py): whatever the model writes, a call it makes is valid."""
+    `<tool_call>` (worker/engine/grammar.py): whatever the model writes, a call it makes is valid."""
     for question in ASK_WEATHER, [{"role": "user", "content": "Call get_time for Europe/Paris."}]:
         done = sdk.chat.completions.create(
             model=hermes, messages=question, tools=[WEATHER, TIME], temperature=0, max_tokens=60

@@ -10,10 +10,10 @@ import asyncio
 import fakeredis
 import pytest
 
-from api.admission import Admission, OpenStreams
-from api.errors import APIError
-from api.memory import MemoryWatch
-from api.registry import WorkerRegistry
+from api.cluster.registry import WorkerRegistry
+from api.http.errors import APIError
+from api.jobs.admission import Admission, OpenStreams
+from api.jobs.memory import MemoryWatch
 from api.settings import Intake, Quotas
 from contract import keys
 
@@ -145,7 +145,7 @@ def test_the_prompt_bound_outlives_the_workers_that_announced_it():
     announced (not by MAX_PROMPT_CHARS alone)."""
     import fakeredis as fr
 
-    from worker.presence import Presence
+    from worker.intake.presence import Presence
 
     server = fr.FakeServer()
     p = Presence(fr.FakeRedis(server=server), "m", "w1", 60, n_ctx=100)

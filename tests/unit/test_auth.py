@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from api.auth import APIKeyMiddleware, KeyRing, digest, parse_keys
+from api.http.auth import APIKeyMiddleware, KeyRing, digest, parse_keys
 
 
 def sha(key: str) -> str:

@@ -1,4 +1,4 @@
-"""api/background.py: a background task stops when asked, even one whose first cancel a
+"""api/cluster/tasks.py: a background task stops when asked, even one whose first cancel a
 Redis client turned into a connection error that its loop retries."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 
 from redis.exceptions import ConnectionError as RedisConnectionError
 
-from api.background import Background
+from api.cluster.tasks import Background
 
 
 def test_a_task_that_swallows_a_cancel_is_cancelled_again_until_it_ends():

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from api.batch_lines import parse_lines
-from api.errors import APIError
+from api.batches.lines import parse_lines
+from api.http.errors import APIError
 from api.settings import Limits
 
 LIMITS = Limits()

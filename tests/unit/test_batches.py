@@ -1,4 +1,4 @@
-"""api/batches.py's status changes on fakeredis: a cancel and the driver, racing on any
+"""api/batches/routes.py's status changes on fakeredis: a cancel and the driver, racing on any
 replicas, never undo each other's change (issue 38, item 9)."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ from types import SimpleNamespace
 import fakeredis
 from starlette.requests import Request
 
-from api import batches
-from api.errors import APIError
+from api.batches import routes as batches
+from api.http.errors import APIError
 from contract import keys
 
 BATCH = "batch_race"

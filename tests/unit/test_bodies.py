@@ -2,9 +2,9 @@ import json
 
 import pytest
 
-from api.bodies import ChatRequest, CompletionRequest, parse
-from api.errors import APIError
+from api.http.errors import APIError
 from api.settings import Limits
+from api.surfaces.chat.body import ChatRequest, CompletionRequest, parse
 from contract.jobspec import JobSpec
 
 LIMITS = Limits()

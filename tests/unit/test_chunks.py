@@ -3,8 +3,8 @@ import json
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from api import sse
-from api.chunks import ChatChunks, TextChunks
+from api.streaming import sse
+from api.surfaces.chat.chunks import ChatChunks, TextChunks
 from contract.entries import Delta, Failed, Finished
 
 
@@ -186,7 +186,7 @@ def test_a_takeover_is_a_comment_line_every_sse_reader_skips():
     import httpx
     import openai
 
-    from api.events import chunk_events
+    from api.surfaces.chat.events import chunk_events
     from contract.entries import Started
 
     c = ChatChunks("chatcmpl-1", 123, "m")
@@ -218,8 +218,8 @@ def _events(raw: bytes) -> list[tuple[str | None, bytes]]:
 
 
 def test_a_resume_from_every_event_gives_exactly_the_rest():
-    from api.events import chunk_events
-    from api.hub import stream_id
+    from api.streaming.hub import stream_id
+    from api.surfaces.chat.events import chunk_events
 
     rows = [
         ("1-1", Delta(epoch=1, text="Hel", token_ids=(1,))),

@@ -1,6 +1,6 @@
 import pytest
 
-from api.cursor import OPENING, BadCursor, Cursor
+from api.streaming.cursor import OPENING, BadCursor, Cursor
 
 
 def test_entry_ids_and_usage_suffix_parse():

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from api.errors import APIError
+from api.http.errors import APIError
 from contract import errors
 from contract.entries import Failed
 

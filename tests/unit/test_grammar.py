@@ -1,4 +1,4 @@
-"""worker/grammar.py's TriggeredGate without a model: however the text is split into tokens,
+"""worker/engine/grammar.py's TriggeredGate without a model: however the text is split into tokens,
 the grammar is made at the first trigger and gets the tokens from the one holding its first
 byte on; before that nothing is refused."""
 
@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import random
 
+from worker.engine.grammar import TriggeredGate
 from worker.errors import GrammarDeadEnd
-from worker.grammar import TriggeredGate
 
 TRIGGER = b"<tool_call>"
 

@@ -3,9 +3,9 @@ import fakeredis
 from contract import keys
 from contract.keys import JobField
 from contract.settings import Recovery
-from worker.claims import Claims
-from worker.heartbeat import Heartbeat
-from worker.link import Link
+from worker.attempts.claims import Claims
+from worker.attempts.heartbeat import Heartbeat
+from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
 DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)

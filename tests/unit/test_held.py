@@ -1,10 +1,10 @@
-"""What a worker's slots hold, for cache-aware routing (worker/held.py): bounded whatever the
+"""What a worker's slots hold, for cache-aware routing (worker/engine/held.py): bounded whatever the
 traffic, dropped when a slot takes another job, carried along when a cache is moved."""
 
 from __future__ import annotations
 
 from contract.prefixes import MAX_DIGESTS
-from worker.held import HeldPrefixes
+from worker.engine.held import HeldPrefixes
 
 
 def test_a_slot_holds_its_last_job_s_prefixes_until_it_takes_another():

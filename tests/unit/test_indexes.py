@@ -7,7 +7,7 @@ import asyncio
 
 import fakeredis
 
-from api.indexes import ShardIndexes
+from api.jobs.indexes import ShardIndexes
 from contract import keys
 
 

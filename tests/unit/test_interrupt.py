@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import ctypes
 
-from worker.interrupt import ABORT_WHEN_SET
+from worker.engine.interrupt import ABORT_WHEN_SET
 
 
 def test_the_callback_says_go_on_until_the_flag_is_raised_and_again_once_lowered():

@@ -1,4 +1,4 @@
-"""api.jobstore.JobStore on fakeredis (two servers: queues and streams): what a job's record
+"""api.jobs.store.JobStore on fakeredis (two servers: queues and streams): what a job's record
 keeps, and the per-key limits that ADMIT checks and counts in one step (a burst on several
 replicas cannot overshoot them)."""
 
@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from api.jobstore import JobStore
-from api.owners import RECORD_GRACE_MS, OwnerLimit, OwnerRate, Quota, now_ms
+from api.jobs.owners import RECORD_GRACE_MS, OwnerLimit, OwnerRate, Quota, now_ms
+from api.jobs.store import JobStore
 from contract import keys
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
@@ -162,7 +162,7 @@ def test_a_job_admitted_but_never_recorded_stops_counting_after_the_grace():
 def test_a_job_the_streams_server_could_not_record_is_taken_back_from_its_owner():
     from redis.exceptions import ConnectionError as RedisConnectionError
 
-    from api.owners import Idempotency
+    from api.jobs.owners import Idempotency
 
     async def go() -> None:
         pair = FakePair()

@@ -1,4 +1,4 @@
-"""worker/lending.py: when a worker lends the slots kept for interactive jobs, and for which
+"""worker/intake/lending.py: when a worker lends the slots kept for interactive jobs, and for which
 waiting job it calls one back (fakeredis: the look and the claim are plain commands)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import time
 import fakeredis
 
 from contract import keys
-from worker.lending import Lending
+from worker.intake.lending import Lending
 
 MODEL = "m"
 

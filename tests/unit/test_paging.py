@@ -7,8 +7,8 @@ import json
 import pytest
 from starlette.requests import Request
 
-from api.errors import APIError
-from api.paging import page
+from api.http.errors import APIError
+from api.http.paging import page
 
 ITEMS = [{"id": f"i{n}"} for n in range(5)]
 

@@ -1,11 +1,11 @@
-"""worker/periodic.py: a thing done every period, sooner when poked, once for a burst of pokes."""
+"""worker/redis/periodic.py: a thing done every period, sooner when poked, once for a burst of pokes."""
 
 from __future__ import annotations
 
 import threading
 import time
 
-from worker.periodic import Periodic
+from worker.redis.periodic import Periodic
 
 
 def test_a_burst_of_pokes_does_the_thing_once_more_after_the_minimum_gap():

@@ -4,7 +4,7 @@ import redis
 
 from contract import keys
 from contract.keys import BatchCounters, StatField
-from worker.presence import Presence
+from worker.intake.presence import Presence
 
 MODEL = "m"
 
@@ -52,7 +52,7 @@ def test_stopping_says_goodbye_with_the_last_counts():
 
 
 def test_an_announcement_says_where_the_model_and_its_cache_are():
-    from worker.devices import Placement
+    from worker.engine.devices import Placement
 
     r = fakeredis.FakeRedis()
     gpu = Placement("CUDA", "NVIDIA H100 80GB HBM3", (70 << 30, 80 << 30), 32, 32, 8 << 30, 32, 4096)
@@ -69,7 +69,7 @@ def test_an_announcement_says_where_the_model_and_its_cache_are():
 
 
 def test_held_prefixes_are_written_when_they_change_rewritten_when_gone_and_withdrawn_at_leaving():
-    from worker.held import HeldPrefixes
+    from worker.engine.held import HeldPrefixes
 
     r = fakeredis.FakeRedis()
     held = HeldPrefixes(2)

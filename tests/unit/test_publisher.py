@@ -10,9 +10,9 @@ from contract import entries, keys
 from contract.entries import Delta
 from contract.keys import JobField
 from contract.settings import Recovery
-from worker.claims import Claims
-from worker.link import Link
-from worker.publisher import Publisher
+from worker.attempts.claims import Claims
+from worker.attempts.publisher import Publisher
+from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
 DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)

@@ -10,8 +10,8 @@ from contract.keys import JobField, JobStatus
 from contract.servers import Servers
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
-from worker.claims import Claims
-from worker.link import Link
+from worker.attempts.claims import Claims
+from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
 MODEL = "m"

@@ -10,18 +10,18 @@ import json
 import fakeredis
 import pytest
 
-from api.jobstore import JobStore
-from api.reaper import Reaper
-from api.registry import WorkerRegistry
-from api.routing import Router
+from api.cluster.reaper import Reaper
+from api.cluster.registry import WorkerRegistry
+from api.jobs.routing import Router
+from api.jobs.store import JobStore
 from api.settings import Routing
 from contract import keys
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
-from worker.claims import Claims
-from worker.link import Link
+from worker.attempts.claims import Claims
+from worker.redis.link import Link
 
 RECOVERY = Recovery(max_attempts=2, retention_s=60)
 
@@ -200,7 +200,7 @@ def test_nothing_is_judged_for_a_while_after_a_server_changes(server, monkeypatc
     async def node_infos(client, section):
         return [dict(infos)]
 
-    monkeypatch.setattr("api.reaper.node_infos", node_infos)
+    monkeypatch.setattr("api.cluster.reaper.node_infos", node_infos)
 
     async def go() -> list[bool]:
         servers = server.aio()

@@ -1,11 +1,11 @@
-"""api.registry.WorkerRegistry: the workers as the API sees them (against fakeredis)."""
+"""api.cluster.registry.WorkerRegistry: the workers as the API sees them (against fakeredis)."""
 
 import asyncio
 import time
 
 import fakeredis
 
-from api.registry import WorkerRegistry
+from api.cluster.registry import WorkerRegistry
 from contract import keys
 
 MODEL = "m"

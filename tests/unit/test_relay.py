@@ -1,4 +1,4 @@
-"""The relay's reading of one job's stream (api/relay.py), on fakeredis: after a failover
+"""The relay's reading of one job's stream (api/streaming/relay.py), on fakeredis: after a failover
 that took back entries it had sent, with the worker that would have written them again, the
 next attempt goes on from an earlier entry, and the relay ends the stream rather than send
 text that contradicts what it sent (docs/protocol.md, "Failover")."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import asyncio
 
-from api.jobstore import JobStore
-from api.relay import _Reader
+from api.jobs.store import JobStore
+from api.streaming.relay import _Reader
 from contract import entries, errors, keys
 from contract.entries import Delta, Failed, Started
 from contract.settings import Recovery
@@ -57,7 +57,7 @@ def test_a_reader_that_was_not_sent_the_lost_entries_reads_on():
 def test_a_job_missing_for_a_moment_is_not_gone_at_once(monkeypatch):
     """In a failover a read may reach the replaced primary, which lacks a job made since:
     the relay looks again before it says not_found."""
-    monkeypatch.setattr("api.relay.GONE_AFTER_S", 0.3)
+    monkeypatch.setattr("api.streaming.relay.GONE_AFTER_S", 0.3)
     pair = FakePair()
 
     async def go() -> tuple[list, float, list]:

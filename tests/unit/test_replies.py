@@ -1,11 +1,11 @@
-"""worker.replies: content and tool-call fragments from generated text, however it is cut."""
+"""worker.text.replies: content and tool-call fragments from generated text, however it is cut."""
 
 import json
 import random
 
 import pytest
 
-from worker.replies import CallPart, GenericReply, HermesReply, Parts, PlainReply, call_id
+from worker.text.replies import CallPart, GenericReply, HermesReply, Parts, PlainReply, call_id
 
 CID = "chatcmpl-x"
 

@@ -8,9 +8,9 @@ import json
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.bodies import ChatRequest, CompletionRequest, parse
-from api.errors import APIError
+from api.http.errors import APIError
 from api.settings import Limits
+from api.surfaces.chat.body import ChatRequest, CompletionRequest, parse
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 values = st.recursive(
@@ -83,7 +83,7 @@ def test_arbitrary_bytes(raw):
 def test_any_cursor_parses_into_a_valid_stream_id_or_is_refused(raw):
     """What reaches Redis's shared XREAD is always a valid stream id (the review's cursor
     attack: parts past 2^64 - 1 failed the read of every stream of the replica)."""
-    from api.cursor import BadCursor, Cursor
+    from api.streaming.cursor import BadCursor, Cursor
 
     try:
         cursor = Cursor.parse(raw)
@@ -96,7 +96,7 @@ def test_any_cursor_parses_into_a_valid_stream_id_or_is_refused(raw):
 @settings(max_examples=500)
 @given(st.text())
 def test_an_id_a_surface_owns_is_safe_to_log_and_key(raw):
-    from api.surfaces import CHAT
+    from api.surfaces.catalog import CHAT
 
     cid = CHAT.id_prefix + raw
     if CHAT.owns(cid):
@@ -141,7 +141,7 @@ response_bodies = st.dictionaries(
 def test_responses_bodies(body):
     """The Responses body: whatever items it holds, a valid job or an OpenAI-style 400 (its
     references resolve to nothing here: the endpoint finds them, tests/integration)."""
-    from api.response_body import ResponsesRequest
+    from api.surfaces.responses.body import ResponsesRequest
 
     try:
         req = parse(ResponsesRequest, json.dumps(body).encode())
@@ -168,7 +168,7 @@ batch_line = st.fixed_dictionaries(
 def test_batch_files(rows, newline):
     """A batch input file: every line checked as its endpoint would, or a 400 naming the
     line; never another exception."""
-    from api.batch_lines import parse_lines
+    from api.batches.lines import parse_lines
 
     content = newline.join(json.dumps(r) for r in rows).encode()
     try:

@@ -7,10 +7,10 @@ import json
 
 import pytest
 
-from api.bodies import parse
-from api.errors import APIError
-from api.response_body import ResponsesRequest
+from api.http.errors import APIError
 from api.settings import Limits
+from api.surfaces.chat.body import parse
+from api.surfaces.responses.body import ResponsesRequest
 from contract.jobspec import NAMED, Message, ToolCall
 from contract.keys import JobField
 

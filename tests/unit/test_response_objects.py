@@ -9,9 +9,9 @@ import pytest
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 
-from api.cursor import BadCursor
-from api.response_events import KEEPALIVE, response_events
-from api.response_objects import ResponseObjects
+from api.streaming.cursor import BadCursor
+from api.surfaces.responses.events import KEEPALIVE, response_events
+from api.surfaces.responses.objects import ResponseObjects
 from contract import errors
 from contract.entries import CallPart, Delta, Finished, Started
 from tests.sse_contract import check_responses_stream

@@ -1,4 +1,4 @@
-"""api/resumes.py on fakeredis: a requeued job past its resume deadline waits on while a live
+"""api/cluster/resumes.py on fakeredis: a requeued job past its resume deadline waits on while a live
 worker serves its model and the pool has a free slot or keeps stepping."""
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ import time
 
 import fakeredis
 
-from api.registry import WorkerRegistry
-from api.resumes import Resumes
+from api.cluster.registry import WorkerRegistry
+from api.cluster.resumes import Resumes
 from contract import keys
 
 MODEL = "m"

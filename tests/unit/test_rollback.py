@@ -13,12 +13,12 @@ from contract import entries, keys, scripts
 from contract.entries import Delta, Finished, Started
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
-from worker import durability as durability_module
-from worker.claims import Attempt, Claims, Fenced, RolledBack
-from worker.durability import Durability
-from worker.heartbeat import Heartbeat
-from worker.link import Link
-from worker.publisher import Publisher
+from worker.attempts import durability as durability_module
+from worker.attempts.claims import Attempt, Claims, Fenced, RolledBack
+from worker.attempts.durability import Durability
+from worker.attempts.heartbeat import Heartbeat
+from worker.attempts.publisher import Publisher
+from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
 DIGEST = "digest-of-the-spec"
@@ -313,7 +313,7 @@ def test_the_record_numbers_an_attempts_entries_from_its_first(r):
 
 
 class _Server:
-    """The streams server as worker/durability.py sees it: fakeredis for the job's keys, and
+    """The streams server as worker/attempts/durability.py sees it: fakeredis for the job's keys, and
     an INFO (which fakeredis lacks) saying who answers and how far its replica got."""
 
     def __init__(self, r, run_id: str, offset: int = 0, replica: int | None = 0) -> None:
@@ -451,7 +451,7 @@ def test_an_end_written_again_to_the_replaced_primary_is_written_again_to_the_ne
 
 
 def test_a_replica_is_expected_while_the_server_has_or_lately_had_one(r, monkeypatch):
-    """Where one is, an attempt waits for a replica to hold its claim (worker/runner.py)."""
+    """Where one is, an attempt waits for a replica to hold its claim (worker/attempts/runner.py)."""
     server = _Server(r, run_id="one", offset=100, replica=None)
     durability = Durability(server)  # type: ignore[arg-type]
     assert durability.replicas_expected(CID) == 0  # not looked yet: nothing known

@@ -1,4 +1,4 @@
-"""Cache-aware routing's policy and deadlines (api/routing.py), and the move back to the shared
+"""Cache-aware routing's policy and deadlines (api/jobs/routing.py), and the move back to the shared
 queue, on fakeredis with real Lua."""
 
 from __future__ import annotations
@@ -8,9 +8,9 @@ import time
 
 import fakeredis
 
-from api.clusterstats import ClusterStats
-from api.registry import WorkerRegistry
-from api.routing import Candidate, Route, Router, choose, wait_ms
+from api.cluster.registry import WorkerRegistry
+from api.cluster.stats import ClusterStats
+from api.jobs.routing import Candidate, Route, Router, choose, wait_ms
 from api.settings import Routing
 from contract import keys, queueing
 from contract.jobspec import JobSpec, Message

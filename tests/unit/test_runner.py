@@ -14,14 +14,14 @@ from contract.entries import Delta, Failed, Finished, Started
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
-from worker.claims import Claims
+from worker.attempts.claims import Claims
+from worker.attempts.heartbeat import Heartbeat
+from worker.attempts.publisher import Publisher
+from worker.attempts.runner import JobRunner, Outcome
+from worker.engine.picks import Pick
 from worker.errors import PromptTooLong
-from worker.heartbeat import Heartbeat
-from worker.link import Link
-from worker.picks import Pick
-from worker.publisher import Publisher
-from worker.replies import PlainReply
-from worker.runner import JobRunner, Outcome
+from worker.redis.link import Link
+from worker.text.replies import PlainReply
 
 RECOVERY = Recovery(retention_s=60)
 

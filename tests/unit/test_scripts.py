@@ -10,9 +10,9 @@ from contract import entries, keys, scripts
 from contract.entries import Delta, Failed, Finished
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
-from worker.claims import Claims, Fenced, JobGone, NotRecorded
-from worker.link import Link
-from worker.publisher import Publisher
+from worker.attempts.claims import Claims, Fenced, JobGone, NotRecorded
+from worker.attempts.publisher import Publisher
+from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
 DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
@@ -54,7 +54,7 @@ def test_claim_starts_epoch_one_and_appends_are_accepted(r):
 
 
 def test_entries_get_the_ids_their_worker_chose_or_new_ones_past_a_stream_ahead_of_it(r):
-    """A worker chooses its entries' ids (worker/claims.py `Attempt.next_ids`); one whose
+    """A worker chooses its entries' ids (worker/attempts/claims.py `Attempt.next_ids`); one whose
     clock is behind the stream's newest id (written by a worker whose clock runs ahead) gets
     ids after it instead."""
     pub = Publisher(Link(r, "w1", RECOVERY))

@@ -1,4 +1,4 @@
-"""worker/sizing.py: a worker started with no SLOTS or thread counts sizes itself from its
+"""worker/engine/sizing.py: a worker started with no SLOTS or thread counts sizes itself from its
 memory budget and the cores it may really use (a container's quota, not the host's cores)."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from worker import sizing
-from worker.synthetic import DEFAULT_SLOTS, SyntheticEngine
+from worker.engine import sizing
+from worker.engine.synthetic import DEFAULT_SLOTS, SyntheticEngine
 
 
 def test_slots_fill_the_budget_up_to_the_cap():

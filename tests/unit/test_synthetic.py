@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from contract.jobspec import JobSpec
+from worker.engine.synthetic import EOS, SyntheticEngine
 from worker.errors import PromptTooLong
-from worker.synthetic import EOS, SyntheticEngine
 
 
 def spec(**kw) -> JobSpec:

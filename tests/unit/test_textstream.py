@@ -1,4 +1,4 @@
-from worker.textstream import TextAssembler
+from worker.text.textstream import TextAssembler
 
 
 def feed(assembler, tokens):

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from starlette.testclient import TestClient
 
-from api import ui
 from api.app import create_app
+from api.ops import ui
 from api.settings import Access, Settings
 
 
@@ -24,7 +24,7 @@ def test_the_pages_and_their_files_are_served_without_a_key_when_enabled():
         assert "default-src 'none'" in resp.headers["content-security-policy"]
     assert "text/html" in client.get("/").headers["content-type"]
     assert "javascript" in client.get("/ui/playground.js").headers["content-type"]
-    for path in ("/v1/models", "/metrics", "/ui/other.js", "/pool/x", "/ui/../api/ui.py"):
+    for path in ("/v1/models", "/metrics", "/ui/other.js", "/pool/x", "/ui/../ui.py"):
         assert client.get(path).status_code == 401, path
 
 

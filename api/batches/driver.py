@@ -1,0 +1,267 @@
+"""Drives the running batches: sends their lines as jobs, collects the answers, ends them
+(api/batches/output.py writes their files).
+
+Every API process runs one; a Redis lock lets one act at a time (as the reaper). Each tick
+drives every batch not ended, each on its own (`DRIVEN_AT_ONCE` at a time), so one batch's
+failure or slowness holds no other back: a batch whose drive fails `MAX_FAILURES` times in a
+row stops sending lines and ends `failed`, with its unanswered lines in its error file (and,
+should even that fail as often again, without files). For each batch: the lines whose job
+has ended are answered (their output line written once, counted once and charged to the
+batch's key: contract/holdings.py `ANSWER`); then, while it runs and its key holds no more
+than FILES_BYTES_PER_KEY, lines are sent as jobs until BATCH_IN_FLIGHT of its lines are
+open; a cancelled, expired or failing batch has its open jobs cancelled instead; a batch with
+every line answered is finalized. Status changes are compare-and-set: a cancel that lands
+meanwhile is never undone.
+
+A line's job is an ordinary job of its endpoint's surface, at `batch` tier, owned by the
+batch's key, crash-safe like any other; its id is held by an idempotency key of the driver's
+own (no client's Idempotency-Key can name it), so a driver that dies between sending a line
+and recording it sends it again to the same job. A line the endpoint now refuses is answered
+at once with its error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import time
+
+from redis.exceptions import RedisError
+
+from api.batches.lines import Line
+from api.batches.output import abandon, finalize
+from api.batches.routes import CHARGE_MARGIN_S, ENDED, BatchStatus, batch_hash, set_status
+from api.cluster.tasks import Background, Leader, every
+from api.http.errors import APIError
+from api.jobs.owners import Idempotency
+from api.jobs.store import JobState
+from api.services import Services
+from api.surfaces.catalog import BATCHABLE, BY_NAME
+from contract import errors, holdings, keys
+from contract.entries import as_text
+from contract.keys import JobField
+
+log = logging.getLogger(__name__)
+
+DRIVEN_AT_ONCE = 16
+MAX_FAILURES = 5  # drives failed in a row before the batch fails (and as many more: abandoned)
+OVER_QUOTA = (
+    "This key holds more than FILES_BYTES_PER_KEY bytes of files and batch answers: the "
+    "batch's remaining requests were not sent."
+)
+
+
+class BatchDriver:
+    def __init__(self, services: Services) -> None:
+        self._s = services
+        self._leader = Leader(services.redis, keys.BATCH_DRIVER_LOCK)
+        self._answer = services.redis.register_script(holdings.ANSWER)
+        interval = services.settings.batches.batch_interval_s
+        self._task = Background("batches", lambda: every(interval, self.tick, "batch driver"))
+
+    def start(self) -> None:
+        self._task.start()
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def tick(self) -> None:
+        lock_ms = int(max(self._s.settings.batches.batch_interval_s * 10, 5.0) * 1000)
+        if not await self._leader.held(lock_ms):
+            return
+        gate = asyncio.Semaphore(DRIVEN_AT_ONCE)
+
+        async def one(batch_id: str) -> None:
+            async with gate:
+                await self.drive_guarded(batch_id)
+
+        batches = [as_text(raw) for raw in await self._s.redis.zrange(keys.ACTIVE_BATCHES, 0, -1)]
+        await asyncio.gather(*(one(b) for b in batches))
+
+    async def drive_guarded(self, batch_id: str) -> None:
+        """Drive one batch; a failure is counted against it (a lost Redis is nobody's fault:
+        it ends the tick's drives, counted against none)."""
+        r = self._s.redis
+        try:
+            h = await self.drive(batch_id)
+        except (RedisError, OSError) as exc:
+            log.debug("batch %s: Redis unavailable: %s", batch_id, exc)
+            return
+        except Exception as exc:
+            log.exception("batch %s: drive failed", batch_id)
+            why = f"The server could not run this batch ({type(exc).__name__})."
+            try:
+                failures = await r.hincrby(keys.batch(batch_id), "failures", 1)
+                if failures == MAX_FAILURES:
+                    await r.hset(keys.batch(batch_id), "failure", why)
+                elif failures >= 2 * MAX_FAILURES:
+                    owner = as_text(await r.hget(keys.batch(batch_id), "owner") or b"")
+                    await abandon(self._s, batch_id, owner, why)
+            except (RedisError, OSError):
+                return
+            return
+        if h.get("failures"):  # failures are counted in a row
+            await r.hdel(keys.batch(batch_id), "failures")
+
+    async def drive(self, batch_id: str) -> dict[str, str]:
+        """One step of the batch; returns its hash as it was read."""
+        r = self._s.redis
+        h = await batch_hash(self._s, batch_id)
+        if not h or h["status"] in ENDED:
+            async with r.pipeline(transaction=True) as pipe:
+                pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
+                if h:
+                    pipe.zrem(keys.owned(h["owner"], keys.Owned.RUNNING_BATCHES), batch_id)
+                await pipe.execute()
+            return h
+        if h["status"] == BatchStatus.FINALIZING:  # a driver died writing the files: write them again
+            await finalize(self._s, batch_id, h, h["ending"])
+            return h
+        now = int(time.time())
+        if h["status"] == BatchStatus.VALIDATING:
+            fields = {"status": BatchStatus.IN_PROGRESS, "in_progress_at": now}
+            if not await set_status(self._s, batch_id, (BatchStatus.VALIDATING,), fields):
+                return h  # cancelled meanwhile: the next tick sees it
+            h["status"] = BatchStatus.IN_PROGRESS
+        open_lines = await self._collect(batch_id, h)
+        if not h.get("failure") and await self._over_quota(h["owner"]):
+            await r.hset(keys.batch(batch_id), "failure", OVER_QUOTA)
+            h["failure"] = OVER_QUOTA
+        ending = self._ending(h, now)
+        if ending is not None:
+            for cid in open_lines.values():
+                await self._s.jobs.cancel(cid)
+            if not open_lines:
+                await finalize(self._s, batch_id, h, ending)
+            return h
+        sent, total = int(h["next"]), int(h["total"])
+        while len(open_lines) < self._s.settings.batches.batch_in_flight and sent < total:
+            cid = await self._send(batch_id, h, sent)
+            if cid is not None:
+                open_lines[sent] = cid
+            sent += 1
+        if sent == total and not open_lines:
+            await finalize(self._s, batch_id, h, BatchStatus.COMPLETED)
+        return h
+
+    @staticmethod
+    def _ending(h: dict[str, str], now: int) -> str | None:
+        """How a batch that must stop sending lines ends (None: it goes on)."""
+        if h.get("failure"):
+            return BatchStatus.FAILED
+        if h["status"] == BatchStatus.CANCELLING:
+            return BatchStatus.CANCELLED
+        if now >= int(h["expires_at"]):
+            return BatchStatus.EXPIRED
+        return None
+
+    async def _over_quota(self, owner: str) -> bool:
+        """Whether the batch's key holds more than FILES_BYTES_PER_KEY (its batches' answers
+        count: a batch stops growing once its key is full)."""
+        quota = self._s.settings.quotas.files_bytes_per_key
+        held = await self._s.redis.get(keys.owned(owner, keys.Owned.FILE_HELD))
+        return quota > 0 and int(held or 0) > quota
+
+    async def _send(self, batch_id: str, h: dict[str, str], number: int) -> str | None:
+        """Send line `number` as a job (the same job again, if a driver sent it and died);
+        None if its endpoint now refuses it (then it is answered at once, with the error)."""
+        custom_id, body = json.loads(
+            await self._s.redis.lindex(keys.batch(batch_id, keys.BatchPart.LINES), number)
+        )
+        line = Line(number + 1, custom_id, h["endpoint"], body)
+        surface = BATCHABLE[h["endpoint"]]
+        cid = surface.new_id()
+        try:
+            spec = line.request().to_spec(cid, self._s.settings.limits)
+        except APIError as exc:
+            out = {"id": f"batch_req_{cid.split('-', 1)[1]}", "custom_id": custom_id, "response": None}
+            out["error"] = {"code": exc.code, "message": exc.message}
+            await self._record(batch_id, h, number, out, failed=True, usage=(0, 0))
+            await self._s.redis.hset(keys.batch(batch_id), "next", number + 1)
+            return None
+        line_key = f"batch:{batch_id}:{number}"  # no client's key (a SHA-256 in hex) looks like it
+        submitted = await self._s.jobs.submit(
+            dataclasses.replace(spec, priority=keys.BATCH),
+            surface.name,
+            int(time.time()),
+            owner=h["owner"],
+            detached=True,
+            idempotency=Idempotency(keys.idempotency(h["owner"], line_key), line_key),
+            start_by_ms=int(h["expires_at"]) * 1000,
+            counted=False,  # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
+            fields={JobField.WAIT_UNTIL: str(int(h["expires_at"]) * 1000)},  # requeued, it may wait as long
+        )
+        cid = submitted.job.id
+        async with self._s.redis.pipeline(transaction=True) as pipe:
+            pipe.hset(keys.batch(batch_id, keys.BatchPart.OPEN), str(number), cid)
+            pipe.hset(keys.batch(batch_id), "next", number + 1)
+            await pipe.execute()
+        return cid
+
+    async def _collect(self, batch_id: str, h: dict[str, str]) -> dict[int, str]:
+        """Answer the open lines whose job has ended; returns those still open."""
+        opened = {
+            int(k): as_text(v)
+            for k, v in (await self._s.redis.hgetall(keys.batch(batch_id, keys.BatchPart.OPEN))).items()
+        }
+        still = {}
+        for number, cid in opened.items():
+            job = await self._s.jobs.state(cid)
+            if job is not None and not job.ended:
+                still[number] = cid
+                continue
+            out, failed, usage = await self._output(batch_id, h, number, cid, job)
+            await self._record(batch_id, h, number, out, failed, usage)
+        return still
+
+    async def _record(
+        self, batch_id: str, h: dict[str, str], number: int, out: dict, failed: bool, usage: tuple[int, int]
+    ) -> None:
+        """A line's answer, written once, counted once, charged to the batch's key."""
+        await self._answer(
+            keys=[
+                keys.batch(batch_id, keys.BatchPart.RESULTS),
+                keys.batch(batch_id, keys.BatchPart.OPEN),
+                keys.batch(batch_id),
+                *holdings.charge_keys(h["owner"]),
+            ],
+            args=[
+                number,
+                json.dumps(out, ensure_ascii=False),
+                "failed" if failed else "completed",
+                *usage,
+                holdings.results_charge(batch_id),
+                int(h["expires_at"]) + CHARGE_MARGIN_S,
+            ],
+        )
+
+    async def _output(
+        self, batch_id: str, h: dict[str, str], number: int, cid: str, job: JobState | None
+    ) -> tuple[dict, bool, tuple[int, int]]:
+        """A line's output line (OpenAI's BatchRequestOutput), whether it failed, its tokens."""
+        raw = await self._s.redis.lindex(keys.batch(batch_id, keys.BatchPart.LINES), number)
+        custom_id = json.loads(raw)[0]
+        out = {
+            "id": f"batch_req_{cid.split('-', 1)[1]}",
+            "custom_id": custom_id,
+            "response": None,
+            "error": None,
+        }
+        if job is None:
+            out["error"] = errors.NOT_FOUND.brief("The line's job expired before it was collected.")
+            return out, True, (0, 0)
+        if job.status == keys.JobStatus.CANCELLED:
+            ending = self._ending(h, int(time.time())) or BatchStatus.CANCELLED
+            out["error"] = {
+                BatchStatus.FAILED: errors.BATCH_FAILED.brief(h.get("failure") or None),
+                BatchStatus.EXPIRED: errors.BATCH_EXPIRED.brief(),
+            }.get(ending, errors.BATCH_CANCELLED.brief())
+            return out, True, (0, 0)
+        surface = BY_NAME[job.surface]
+        answer = surface.chunks_of(job).answer(await self._s.jobs.read(cid, "0", count=100_000))
+        assert answer is not None  # the job has ended
+        out["response"] = {"status_code": answer.status, "request_id": cid, "body": answer.body}
+        usage = answer.body.get("usage") or {}
+        return out, answer.status != 200, (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))

@@ -1,0 +1,1 @@
+"""The pool as this API process tends it: worker registry, reaper, figures, background tasks."""

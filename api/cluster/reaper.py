@@ -1,0 +1,177 @@
+"""Finds dead attempts and gives their jobs to another worker, whether or not a client is
+attached; and makes sure no job is left where nobody will run it.
+
+Every API process runs one; a Redis lock lets only one act at a time. Each tick it looks at
+the running attempts (each shard's `running` index) and declares one dead when its heartbeat key has expired
+(a hung or frozen worker) or when none of its worker's named connections is left (a killed
+process: the kernel closes its sockets at once). A dead attempt's job is requeued as a
+continuation, or ends with worker_lost. This does not wait for RQ's own maintenance (every
+600 s) or its job_timeout + 60 s rule.
+
+Whom a death is charged to. A worker that dies kills every job in its batch, and most of
+them are bystanders: charging each would let a job that kills every worker it lands on, or a
+pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS. So a death is charged to a job
+only when it ran alone in its worker, or when it was its worker's suspect. When a worker dies
+without a suspect, none of its jobs is charged (a lone one is) and all become suspects; a
+worker runs at most one suspect at a time (worker/intake/rqworker.py), so the next death among them
+points at one job. A suspect steps alone (worker/engine/step_plan.py) until it has generated
+SUSPECT_TOKENS past where it died, so an unrelated death is charged to it only within those
+few steps; it is then cleared, its charges with it (MAX_ATTEMPTS counts deaths in a row where
+a job stands), and its worker takes the next: a batch's jobs are read again one after
+another, not run one after another. A poison job that kills where it stands thus ends as
+worker_lost after at most 1 + MAX_ATTEMPTS deaths, and the jobs batched with it finish;
+MAX_REQUEUES bounds everything else.
+
+It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
+moves routed jobs their worker did not take in time (or died with) back to the shared queues,
+and enqueues the jobs left pending by an API process or worker that died between recording
+a job and enqueueing it (after `PENDING_GRACE_S`). Every `FORGET_EVERY_S` it drops the
+workers that stopped announcing themselves. Nothing is judged for `settle_s` after a Redis
+(re)start or failover, of either server: workers reconnect, beat again and write again what
+the failover lost first (worker/attempts/durability.py).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import time
+
+import redis.asyncio as aredis
+
+from api.cluster.registry import WorkerRegistry
+from api.cluster.tasks import Background, Leader, every
+from api.jobs.routing import Router
+from api.jobs.store import JobStore, RunningAttempt
+from contract import keys
+from contract.servers import Servers, node_infos
+
+log = logging.getLogger(__name__)
+
+FORGET_EVERY_S = 10.0
+PENDING_GRACE_S = 3.0  # an enqueue takes milliseconds; one pending this long lost its enqueuer
+
+
+class Reaper:
+    def __init__(
+        self,
+        servers: Servers[aredis.Redis],
+        store: JobStore,
+        registry: WorkerRegistry,
+        router: Router,
+        interval_s: float,
+        settle_s: float,
+    ) -> None:
+        self._servers = servers
+        self._r = client = servers.queues  # where the workers' named connections are seen
+        self._store = store
+        self._registry = registry
+        self._router = router
+        self._interval = interval_s
+        self._settle = settle_s  # after a Redis restart, let workers reconnect and beat first
+        self._leader = Leader(client, keys.REAPER_LOCK)
+        self._task = Background("reaper", lambda: every(self._interval, self.tick, "reaper"))
+        self._forget_at = 0.0  # monotonic
+        self._run_ids: set[str] | None = None  # the servers' (nodes') run ids at the last tick
+        self._quiet_until = 0.0  # monotonic: no reaping before, after a server changed
+
+    async def start(self) -> None:
+        self._task.start()
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def tick(self) -> int:
+        """One look around; returns how many attempts were taken from dead workers."""
+        lock_ms = int(max(self._interval * 4, 1.0) * 1000)
+        settled = await self._settled()  # every process watches: a new leader knows the history
+        if not await self._leader.held(lock_ms) or not settled:
+            return 0
+        connected = {
+            c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
+            for c in await self._r.client_list()
+            if c.get("name", "").startswith(keys.WORKER_CONNECTION_PREFIX)
+        }
+        survey = await self._store.survey(int(PENDING_GRACE_S * 1000))
+        taken = await self._judge(survey.running, connected)
+        await self._return_inboxes(connected)
+        await self._route_back(connected)
+        await self._enqueue_pending(survey.pending)
+        if time.monotonic() >= self._forget_at:
+            self._forget_at = time.monotonic() + FORGET_EVERY_S
+            await self._registry.forget_silent()
+        return taken
+
+    async def _settled(self) -> bool:
+        """No server (re)started, and none changed (a failover promotes a replica that has
+        run for long), within `settle_s`: the workers have reconnected and beaten since."""
+        run_ids = set()
+        young = False
+        for server in self._servers.each():
+            for info in await node_infos(server, "server"):
+                run_ids.add(str(info.get("run_id")))
+                young = young or int(info.get("uptime_in_seconds", 0)) < self._settle
+        if run_ids != self._run_ids:  # a failover; or this process's first look, which cannot tell
+            if self._run_ids is not None:
+                log.warning("a Redis server changed (a failover): no reaping for %.0fs", self._settle)
+            self._quiet_until = time.monotonic() + self._settle
+        self._run_ids = run_ids
+        return not young and time.monotonic() >= self._quiet_until
+
+    async def _judge(self, running: list[RunningAttempt], connected: set[str]) -> int:
+        holding = collections.Counter(a.worker for a in running)
+        dead: dict[str, list[RunningAttempt]] = collections.defaultdict(list)
+        for a in running:
+            gone = bool(a.worker) and a.worker not in connected
+            if gone or not a.beating:
+                dead[a.worker].append(a)
+        taken = 0
+        for worker, attempts in dead.items():
+            batch = await self._store.dead_batch(worker, holding[worker])
+            suspects = any(a.suspect for a in attempts)
+            for a in attempts:
+                # alone: its death; with a suspect: the suspect's; else nobody's. Without a
+                # suspect every job becomes one (a lone job too: it is uncharged once proven)
+                charge = batch <= 1 or a.suspect
+                mark = not suspects
+                outcome = await self._store.abandon(a.completion_id, a.epoch, charge=charge, suspect=mark)
+                if outcome in (1, 2):
+                    taken += 1
+                    log.warning(
+                        "attempt %d of %s on %s (batch of %d) is dead (%s); %s%s",
+                        a.epoch,
+                        a.completion_id,
+                        a.worker,
+                        batch,
+                        "heartbeat expired" if a.worker in connected else "connection gone",
+                        "requeued" if outcome == 1 else "worker_lost",
+                        ", charged" if charge else ", a suspect now" if mark else "",
+                    )
+        return taken
+
+    async def _return_inboxes(self, connected: set[str]) -> None:
+        for worker in await self._registry.names():
+            if worker not in connected and (back := await self._store.return_inbox(worker)):
+                log.warning(
+                    "%d jobs taken by %s, which died before claiming them, are queued again", back, worker
+                )
+
+    async def _route_back(self, connected: set[str]) -> None:
+        """Routed jobs past their deadline back to the shared queues, and every one routed to
+        a worker found dead, whose held prefixes go with it (api/jobs/routing.py)."""
+        for model, names in (await self._registry.by_model()).items():
+            if back := await self._router.fall_back(model):
+                log.info("%d routed jobs of %s were not taken in time: back in the shared queue", back, model)
+            for worker in names:
+                if worker not in connected:  # its claims, and RQ's registry of its own queues
+                    routed = [keys.routed_queue_name(model, p, worker) for p in keys.ROUTED_TIERS]
+                    await self._r.delete(keys.held_prefixes(worker), *map(keys.rq_queue_workers_key, routed))
+                    if back := await self._router.fall_back(model, worker):
+                        log.warning(
+                            "%d jobs routed to %s, which died, are back in the shared queue", back, worker
+                        )
+
+    async def _enqueue_pending(self, pending: list[str]) -> None:
+        for cid in pending:
+            if await self._store.rescue(cid):
+                log.warning("%s was recorded but never enqueued (its enqueuer died): enqueued now", cid)

@@ -1,0 +1,154 @@
+"""The worker registry as the API reads it: which workers announced which model recently, and
+how many jobs they can run at once (`worker.intake.presence` writes it)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import redis.asyncio as aredis
+
+from api.jobs.owners import now_ms
+from contract import keys
+from contract.entries import as_text
+
+
+@dataclass(frozen=True)
+class WorkerLoad:
+    """One live worker as it last announced itself."""
+
+    name: str
+    slots: int
+    in_use: int = 0
+    step_ms: float = 0.0
+    prompt_tokens: int = 0  # since it started
+    cached_tokens: int = 0  # of them, held by a slot's cache already
+
+    @classmethod
+    def parse(cls, name: str, slots: int, load: str) -> WorkerLoad:
+        parts = load.split()
+        if len(parts) != 4:
+            return cls(name, slots)
+        return cls(name, slots, int(parts[0]), float(parts[1]), int(parts[2]), int(parts[3]))
+
+
+class WorkerRegistry:
+    def __init__(self, client: aredis.Redis, stale_s: float) -> None:
+        self._r = client
+        self._stale_ms = int(stale_s * 1000)
+
+    async def live_models(self, models: Sequence[str] | None = None) -> dict[str, int]:
+        """Model -> number of workers that announced it recently (models with none left out)."""
+        if models is None:
+            models = sorted(as_text(m) for m in await self._r.smembers(keys.MODELS))
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zcount(keys.workers(model), since, "+inf")
+            counts = await pipe.execute()
+        return {m: int(c) for m, c in zip(models, counts, strict=True) if c}
+
+    def count_live(self, pipe: aredis.client.Pipeline, model: str) -> None:
+        """Add "how many live workers serve `model`" to a caller's pipeline."""
+        pipe.zcount(keys.workers(model), now_ms() - self._stale_ms, "+inf")
+
+    def contexts(self, pipe: aredis.client.Pipeline, model: str) -> None:
+        """Add "the context per job of each worker of `model`" to a caller's pipeline (silent
+        workers are dropped with their announcements, so these are recent), with the last one
+        announced (`keys.LAST_CONTEXT`), which stays when the model has no worker."""
+        pipe.hvals(keys.context(model))
+
+    async def slots(self, models: Sequence[str]) -> dict[str, int]:
+        """Model -> jobs its live workers can run at once: their announced SLOTS, summed."""
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), since, "+inf")
+            live = await pipe.execute()
+        served = [(m, names) for m, names in zip(models, live, strict=True) if names]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in served:
+                pipe.hmget(keys.worker_slots(model), names)
+            counts = await pipe.execute() if served else []
+        total = {m: sum(int(c) for c in cs if c) for (m, _), cs in zip(served, counts, strict=True)}
+        return {m: total.get(m, 0) for m in models}
+
+    async def live_workers(self, model: str) -> list[str]:
+        """The workers of `model` that announced themselves recently."""
+        names = await self._r.zrangebyscore(keys.workers(model), now_ms() - self._stale_ms, "+inf")
+        return [as_text(n) for n in names]
+
+    async def loads(self, models: Sequence[str]) -> dict[str, list[WorkerLoad]]:
+        """Model -> how busy each live worker is (its last announcement: worker/intake/presence.py)."""
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), since, "+inf")
+            live = await pipe.execute()
+        served = [(m, [as_text(n) for n in names]) for m, names in zip(models, live, strict=True) if names]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in served:
+                pipe.hmget(keys.worker_slots(model), names)
+                pipe.hmget(keys.worker_load(model), names)
+            rows = await pipe.execute() if served else []
+        out: dict[str, list[WorkerLoad]] = {}
+        for i, (model, names) in enumerate(served):
+            slots, loads = rows[2 * i], rows[2 * i + 1]
+            out[model] = [
+                WorkerLoad.parse(name, int(s or 0), as_text(load) if load else "")
+                for name, s, load in zip(names, slots, loads, strict=True)
+            ]
+        return out
+
+    async def placements(self, models: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
+        """Model -> (layers offloaded to the GPU, KV cache bytes) of each live worker that
+        announced them (worker/engine/devices.py)."""
+        since = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), since, "+inf")
+            live = await pipe.execute()
+        served = [(m, names) for m, names in zip(models, live, strict=True) if names]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in served:
+                pipe.hmget(keys.worker_placement(model), names)
+            rows = await pipe.execute() if served else []
+        out: dict[str, list[tuple[int, int]]] = {}
+        for (model, _), values in zip(served, rows, strict=True):
+            pairs = [as_text(v).split() for v in values if v]
+            out[model] = [(int(layers), int(kv)) for layers, kv in pairs]
+        return out
+
+    async def names(self) -> list[str]:
+        """Every registered worker of every model, live or silent (until forgotten)."""
+        return [name for names in (await self.by_model()).values() for name in names]
+
+    async def by_model(self) -> dict[str, list[str]]:
+        """Model -> its registered workers, live or silent (until forgotten)."""
+        models = [as_text(m) for m in await self._r.smembers(keys.MODELS)]
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrange(keys.workers(model), 0, -1)
+            rows = await pipe.execute() if models else []
+        return {m: [as_text(n) for n in names] for m, names in zip(models, rows, strict=True)}
+
+    async def forget_silent(self) -> None:
+        """Drop the workers that stopped announcing (a killed one never says goodbye), so
+        that their entries do not pile up; one that comes back announces itself again."""
+        models = [as_text(m) for m in await self._r.smembers(keys.MODELS)]
+        before = now_ms() - self._stale_ms
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model in models:
+                pipe.zrangebyscore(keys.workers(model), "-inf", f"({before}")
+            silent = await pipe.execute()
+        async with self._r.pipeline(transaction=False) as pipe:
+            for model, names in zip(models, silent, strict=True):
+                if names:
+                    # by score, not by name: an announcement made meanwhile stays (its
+                    # slots come back with the next one)
+                    pipe.zremrangebyscore(keys.workers(model), "-inf", f"({before}")
+                    pipe.hdel(keys.worker_slots(model), *names)
+                    pipe.hdel(keys.context(model), *names)
+                    pipe.hdel(keys.worker_placement(model), *names)
+                    pipe.hdel(keys.worker_load(model), *names)
+            await pipe.execute()

@@ -1,0 +1,49 @@
+"""Whether a requeued job may go on waiting past its resume deadline.
+
+A worker's death requeues every job it held, up to its 32 slots. In a storm of crashes the
+pool reads them all again far slower than `RESUME_WAIT_SECONDS` allows, and a fixed
+deadline failed jobs (`worker_lost`) while live workers were working through them. So the
+deadline is a checkpoint, not a verdict: a requeued job past it waits on, `RESUME_WAIT_SECONDS`
+at a time, while a live worker serves its model (it announces itself, and its named
+connections are open: a killed one's close at once) and the pool is either not full (a free
+slot will take it) or still stepping (the model's `batch:steps` counter, which each worker's
+announcement adds to, moved since the last checkpoint). A pool with no live worker, or one
+whose every worker is full and stuck, fails it as before.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis.asyncio as aredis
+
+from api.cluster.registry import WorkerRegistry
+from contract import keys
+
+
+class Resumes:
+    def __init__(self, client: aredis.Redis, registry: WorkerRegistry, resume_wait_s: float) -> None:
+        self._r = client  # the queues server: the registry and STATS
+        self._registry = registry
+        self._wait_s = resume_wait_s
+        self._steps: dict[str, tuple[int, float]] = {}  # model -> (steps, when they last moved)
+
+    async def may_wait(self, model: str) -> bool:
+        """True while the pool can still run a requeued job of `model`."""
+        connected = {
+            c.get("name", "")[len(keys.WORKER_CONNECTION_PREFIX) :]
+            for c in await self._r.client_list()
+            if c.get("name", "").startswith(keys.WORKER_CONNECTION_PREFIX)
+        }
+        workers = [w for w in (await self._registry.loads([model])).get(model, []) if w.name in connected]
+        if not workers:
+            return False
+        if any(w.in_use < w.slots for w in workers):
+            return True
+        steps = int(await self._r.hget(keys.STATS, keys.StatField.batch("steps", model)) or 0)
+        now = time.monotonic()
+        seen = self._steps.get(model)
+        if seen is None or seen[0] != steps:
+            self._steps[model] = (steps, now)
+            return True
+        return now - seen[1] < self._wait_s

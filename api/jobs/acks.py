@@ -1,0 +1,210 @@
+"""Making sure a new job survives a failover before it is answered for (docs/protocol.md,
+"Failover").
+
+A promoted replica may lack the primary's last writes, and a primary the sentinels have
+replaced takes writes until they demote it (after a `SENTINEL FAILOVER`, up to ten seconds
+later), all of them lost. So a new job is confirmed before the API answers for it: `settled`
+runs, on one connection, `EXISTS` of the job's hash, then (on a server with replicas)
+`INCR` of `ACK_MARK` and `WAIT n`, which returns once the `n` connected replicas (any of
+which a failover may promote) have acknowledged that write and so every write made before
+it, by any connection; and, through Sentinel, asks the
+sentinels whether the server that answered is still the primary. Callers waiting at the
+same time share one round (a group commit): a burst of requests costs one round trip, not
+one each.
+
+A server without replicas has none to wait for. But one that had a replica in the last
+`REMEMBER_S` is still waited for, whichever server is the primary now: a replaced primary
+has lost its replica to the promotion, a promoted one has none until the old primary has
+synced from it, a restarted one until its replica has synced again, and a failure in that
+window loses what only the primary held. So while the replica is away new jobs wait for it
+(`CONFIRM_FOR_S` at most: api/jobs/store.py), which with one replica is the price of the
+guarantee (a second replica removes it). When a round fails, the caller writes the job again
+where the primary is now. The replica count is read every `REFRESH_S` by `ReplicaWatch`, not
+only when a job is made: an API process making a job every 20 s would otherwise see the
+replica last seen before a promotion between two, and answer for the next job on the
+replaced primary without a `WAIT`. A process's first look cannot tell when a replica left:
+a primary with none but an active backlog (it had one within `repl-backlog-ttl`) is taken
+to have just lost it.
+
+A streams cluster (`ClusterAcks`) confirms each job on the primary that holds its slot: one
+`ReplicaAcks` per primary, on a connection of its own, whose mark is a key of that slot; a
+replica seen on any primary is remembered for all (the promoted replica of a primary that
+failed has none until the old primary comes back).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+import redis.asyncio as aredis
+from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
+from redis.exceptions import RedisError
+
+from api.cluster.tasks import Background, every
+from contract import keys
+
+log = logging.getLogger(__name__)
+
+REFRESH_S = 2.0  # how often the replica count is read again
+REMEMBER_S = 15.0  # a replica seen this recently is waited for, even while none is connected
+
+
+class Confirms(Protocol):
+    """What the job store asks of a server's confirmations."""
+
+    async def settled(self, key: str | None = None) -> bool: ...
+    async def look(self) -> None: ...
+
+
+@dataclass
+class Seen:
+    """When the primary (any, of any shard) last had a replica (monotonic seconds)."""
+
+    at: float = -REMEMBER_S
+
+
+@dataclass
+class _Waiter:
+    future: asyncio.Future[bool]
+    key: str | None  # a key that must be there
+
+
+class ReplicaAcks:
+    def __init__(
+        self, client: aredis.Redis, timeout_s: float, mark: str = keys.ACK_MARK, seen: Seen | None = None
+    ) -> None:
+        self._client = client
+        self._timeout_s = timeout_s  # 0: never wait
+        self._mark = mark  # the key incremented before a WAIT
+        self._sentinel = hasattr(client.connection_pool, "get_master_address")
+        self._replicas = 0
+        self._read_at: float | None = None  # monotonic; None: never read
+        self._seen = seen or Seen()
+        self._waiting: list[_Waiter] = []
+        self._round: asyncio.Task[None] | None = None
+
+    async def settled(self, key: str | None = None) -> bool:
+        """True once the server holds `key` (if given) and a replica holds every write this
+        process made there before the call, on the server the sentinels call the primary;
+        False if not (yet): a failover may have lost it."""
+        if self._timeout_s <= 0:
+            return True
+        if not await self._expected() and not self._sentinel:
+            return True
+        waiter = _Waiter(asyncio.get_running_loop().create_future(), key)
+        self._waiting.append(waiter)
+        if self._round is None or self._round.done():
+            self._round = asyncio.create_task(self._rounds())
+        return await asyncio.shield(waiter.future)
+
+    async def look(self) -> None:
+        """Read the replica count (`ReplicaWatch` calls this every REFRESH_S)."""
+        now = time.monotonic()
+        first, self._read_at = self._read_at is None, now
+        try:
+            info = await self._client.info("replication")
+        except RedisError as exc:
+            log.debug("could not read the replica count: %s", exc)  # a round would fail too, and say so
+            return
+        primary = info.get("role") == "master"
+        self._replicas = int(info.get("connected_slaves", 0)) if primary else 0
+        had = primary and int(info.get("repl_backlog_active", 0)) == 1  # when it left, unknown
+        if self._replicas or (first and had):
+            self._seen.at = now
+
+    async def _expected(self) -> bool:
+        """Whether the server has (or lately had) a replica to wait for."""
+        if self._read_at is None or time.monotonic() - self._read_at >= REFRESH_S:
+            await self.look()
+        return self._replicas > 0 or time.monotonic() - self._seen.at < REMEMBER_S
+
+    async def _rounds(self) -> None:
+        while self._waiting:
+            batch, self._waiting = self._waiting, []
+            try:
+                verdicts = await self._one_round(batch)
+            except RedisError as exc:
+                log.warning("could not confirm new jobs: %s", exc)
+                verdicts = [False] * len(batch)
+            if not all(verdicts):
+                await self.look()  # read the replica count again before the next round
+            for waiter, ok in zip(batch, verdicts, strict=True):
+                if not waiter.future.done():
+                    waiter.future.set_result(ok)
+
+    async def _one_round(self, batch: list[_Waiter]) -> list[bool]:
+        expected = await self._expected()
+        pool = self._client.connection_pool
+        connection = await pool.get_connection()
+        address = (connection.host, connection.port)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.connection = connection  # released by the pipeline when it is done
+        wanted = [w.key for w in batch if w.key is not None]
+        for key in wanted:
+            pipe.exists(key)
+        replicas = max(self._replicas, 1)  # a failover may promote any of them
+        if expected:
+            pipe.incr(self._mark)
+            pipe.execute_command("WAIT", replicas, int(self._timeout_s * 1000))
+        results = await pipe.execute()
+        acked = not expected or int(results[-1]) >= replicas
+        if self._sentinel:  # the sentinels may have replaced the server that answered
+            acked = acked and await pool.get_master_address() == address  # type: ignore[attr-defined]
+        there = iter(results[: len(wanted)])
+        return [acked and (w.key is None or bool(next(there))) for w in batch]
+
+
+class ClusterAcks:
+    """`ReplicaAcks` for a streams cluster: a job is confirmed on the primary that holds its
+    slot now (after a failover, the promoted replica)."""
+
+    def __init__(self, client: AsyncRedisCluster, timeout_s: float) -> None:
+        self._client = client
+        self._timeout_s = timeout_s
+        self._primaries: dict[str, ReplicaAcks] = {}
+        self._seen = Seen()
+
+    async def settled(self, key: str | None = None) -> bool:
+        """`ReplicaAcks.settled` on the primary holding `key` (without a key: nothing to wait
+        for; a cluster holds only streams)."""
+        if key is None or self._timeout_s <= 0:
+            return True
+        node = self._client.get_node_from_key(key)
+        acks = self._primaries.get(node.name)
+        if acks is None:
+            pool = aredis.ConnectionPool(
+                connection_class=node.connection_class, max_connections=4, **node.connection_kwargs
+            )
+            client = aredis.Redis(connection_pool=pool)
+            acks = ReplicaAcks(client, self._timeout_s, keys.ack_mark_beside(key), self._seen)
+            self._primaries[node.name] = acks
+        return await acks.settled(key)
+
+    async def look(self) -> None:
+        """Read each primary's replica count (`ReplicaWatch`)."""
+        for acks in list(self._primaries.values()):
+            await acks.look()
+
+
+class ReplicaWatch:
+    """Reads the replica count of each server new jobs are confirmed on every `REFRESH_S`,
+    whether or not jobs are made, so a replica that left between two jobs far apart is still
+    remembered; started and stopped by the API's lifespan."""
+
+    def __init__(self, confirms: list[Confirms]) -> None:
+        self._confirms = confirms
+        self._task = Background("replica-watch", lambda: every(REFRESH_S, self._look, "replica watch"))
+
+    async def start(self) -> None:
+        self._task.start()
+
+    async def stop(self) -> None:
+        await self._task.stop()
+
+    async def _look(self) -> None:
+        for confirms in self._confirms:
+            await confirms.look()

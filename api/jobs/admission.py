@@ -1,0 +1,203 @@
+"""Whether a new job may enter a model's queue: the model must be served (or allowed to scale
+from zero), its queue must have room, and the caller's key must be under its limits. A
+refusal enqueues nothing."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+
+import redis.asyncio as aredis
+from redis.exceptions import RedisError
+
+from api.cluster.registry import WorkerRegistry
+from api.http.errors import APIError, invalid
+from api.jobs.memory import MemoryWatch
+from api.settings import Intake, Quotas
+from contract import errors, holdings, keys, scripts
+from contract.entries import as_text
+
+RESERVATION_S = 10.0  # a place held for a request lasts this long unless its enqueue takes it
+
+
+class OpenStreams:
+    """The SSE streams this process relays, per API key (for MAX_STREAMS_PER_KEY). A stream's
+    place is taken when it is admitted, before anything is awaited, so a burst of requests
+    cannot overshoot the limit; it is given back when the stream ends (or is never sent)."""
+
+    def __init__(self) -> None:
+        self._by_owner: collections.Counter[str] = collections.Counter()
+
+    def count(self, owner: str) -> int:
+        return self._by_owner[owner]
+
+    def take(self, owner: str) -> StreamTicket:
+        self._by_owner[owner] += 1
+        return StreamTicket(self, owner)
+
+    def _give_back(self, owner: str) -> None:
+        self._by_owner[owner] -= 1
+        if self._by_owner[owner] <= 0:
+            del self._by_owner[owner]
+
+
+class StreamTicket:
+    """One admitted stream's place; `release` is idempotent, and a ticket dropped unreleased
+    (a response never sent) gives its place back when it is collected."""
+
+    def __init__(self, streams: OpenStreams, owner: str) -> None:
+        self._streams, self._owner, self._held = streams, owner, True
+
+    def release(self) -> None:
+        if self._held:
+            self._held = False
+            self._streams._give_back(self._owner)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+class Admission:
+    def __init__(
+        self,
+        client: aredis.Redis,
+        registry: WorkerRegistry,
+        streams: OpenStreams,
+        memory: MemoryWatch,
+        intake: Intake,
+        quotas: Quotas,
+    ) -> None:
+        self._r = client
+        self._registry = registry
+        self._streams = streams
+        self._memory = memory
+        self._intake, self._quotas = intake, quotas
+        self._reserve = client.register_script(scripts.RESERVE)
+        self._spend = client.register_script(holdings.SPEND)
+
+    async def models(self, names: list[str] | None = None) -> dict[str, int]:
+        """Model -> live workers, for the models a client may ask for: those with a worker that
+        announced itself recently, and the configured KNOWN_MODELS (0 workers: they scale from
+        zero, their jobs wait in the queue)."""
+        live = await self._registry.live_models(names)
+        known = [m for m in self._intake.known_models if names is None or m in names]
+        return {**dict.fromkeys(known, 0), **live}
+
+    def storage(self) -> None:
+        """503 (with Retry-After) once Redis is nearly full: new work of any kind (a job, a
+        file, a batch) waits, and what is running keeps room to finish."""
+        if self._memory.full:
+            raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._intake.retry_after_s)})
+
+    async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> None:
+        """Admit a new job for `model`: 404 if nobody serves it, 503 when Redis is nearly full,
+        400 for a prompt too long for the context of its workers, 429 (with Retry-After) when
+        its queues are full; else a place is held for `request_id` in the queues (in the same
+        step as the depth check: replicas cannot overshoot), taken by its enqueue or given
+        back by `release`. One round trip."""
+        self.storage()
+        hold_ms = int(RESERVATION_S * 1000)
+        async with self._r.pipeline(transaction=False) as pipe:
+            self._registry.count_live(pipe, model)
+            self._registry.contexts(pipe, model)
+            await self._reserve(
+                keys=[*keys.interactive_queue_keys(model), keys.routed(model), keys.reserved(model)],
+                args=[self._intake.queue_limit(model), request_id, hold_ms],
+                client=pipe,
+            )
+            workers, contexts, (held, depth) = await pipe.execute()
+        try:
+            if not workers and model not in self._intake.known_models:
+                raise not_found(model)
+            self._check_prompt(prompt, [int(c) for c in contexts])
+        except APIError:
+            if held:
+                await self.release(model, request_id)
+            raise
+        if not held:
+            raise self._too_many(
+                errors.QUEUE_FULL,
+                f"The queue for '{model}' is full ({depth} requests waiting); retry after "
+                f"{self._intake.retry_after_s} seconds.",
+            )
+
+    async def release(self, model: str, request_id: str) -> None:
+        """Give back the place `model` held for a request that will not be enqueued."""
+        with contextlib.suppress(RedisError):
+            await self._r.zrem(keys.reserved(model), request_id)
+
+    def _check_prompt(self, prompt: tuple[int, str], contexts: list[int]) -> None:
+        """A prompt far longer than any worker's context could hold is refused here, before
+        it is stored (the worker still counts its tokens exactly)."""
+        chars, param = prompt
+        if not contexts:
+            return  # no worker ever announced one: MAX_PROMPT_CHARS alone applies
+        limit = self._intake.prompt_chars_per_token * min(contexts)
+        if chars > limit:
+            raise invalid(
+                f"Invalid '{param}': the prompt is {chars} characters long; this model's context "
+                f"holds {min(contexts)} tokens, so at most {limit} characters are accepted.",
+                param=param,
+                error=errors.STRING_TOO_LONG,
+            )
+
+    def stream(self, owner: str) -> StreamTicket:
+        """Take a stream's place, or raise 429 when this API key already holds
+        MAX_STREAMS_PER_KEY open streams on this API process (counted per process: N replicas
+        allow up to N times as many). Without API keys there is no per-key limit. Nothing is
+        awaited between the check and the taking."""
+        limit = self._quotas.max_streams_per_key
+        open_streams = self._streams.count(owner)
+        if owner and limit > 0 and open_streams >= limit:
+            raise self._too_many(
+                errors.TOO_MANY_STREAMS,
+                f"Too many open streams for this API key ({open_streams}; the limit is {limit}).",
+            )
+        return self._streams.take(owner)
+
+    async def spend(self, owner: str, size: int) -> None:
+        """Count one request of `size` bytes against its owner's per-minute budgets (those
+        its jobs count against: contract.scripts.ADMIT), before the request's heavy work
+        (an upload, a batch); 429 if it is over them. Without keys there are no budgets."""
+        rpm, bpm = self._quotas.key_requests_per_minute, self._quotas.key_bytes_per_minute
+        if not owner or not (rpm or bpm):
+            return
+        minute = int(time.time() // 60)
+        verdict = await self._spend(
+            keys=[keys.requests_per_minute(owner, minute), keys.bytes_per_minute(owner, minute)],
+            args=[rpm, bpm, size],
+        )
+        if verdict[0] == b"rate":
+            raise self.rate(as_text(verdict[1]))
+
+    def rate(self, what: str) -> APIError:
+        """The refusal of a job over the key's request rate or byte budget (contract.scripts.ADMIT)."""
+        limit = (
+            f"{self._quotas.key_requests_per_minute} requests"
+            if what == "requests"
+            else f"{self._quotas.key_bytes_per_minute} bytes"
+        )
+        return self._too_many(
+            errors.RATE_LIMITED,
+            f"This API key sent more than {limit} per minute; retry after "
+            f"{self._intake.retry_after_s} seconds.",
+        )
+
+    def jobs(self, unfinished: int) -> APIError:
+        """The refusal of a job over MAX_JOBS_PER_KEY (checked with the job's record, in one
+        atomic step across replicas: contract.scripts.ADMIT)."""
+        return self._too_many(
+            errors.TOO_MANY_JOBS,
+            f"Too many unfinished requests for this API key ({unfinished}; the limit is "
+            f"{self._quotas.max_jobs_per_key}).",
+        )
+
+    def _too_many(self, error: errors.ErrorCode, message: str) -> APIError:
+        return APIError(error, message, headers={"Retry-After": str(self._intake.retry_after_s)})
+
+
+def not_found(model: str) -> APIError:
+    return APIError(
+        errors.MODEL_NOT_FOUND, f"The model '{model}' does not exist or no worker serves it.", param="model"
+    )

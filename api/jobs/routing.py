@@ -1,0 +1,173 @@
+"""Cache-aware routing: a new job goes to the worker whose slots hold the longest prefix of
+its prompt, where that worker will take it soon; otherwise to the model's shared queue.
+
+Workers pull jobs, so routing is choosing a queue: each worker has a routed queue per
+interactive tier, which it takes from before that tier's shared queue (worker/intake/rqworker.py).
+A worker announces the prompt prefixes its slots hold (contract/prefixes.py digests, kept
+alive by its announcements: a dead or silent worker's go with it) and how busy it is. At
+submit the API looks, in one round trip, at every live worker of the model: the deepest of
+the job's prefixes it holds, its slots, those in use and the jobs already routed to it.
+
+The policy weighs the cache against the load, as SGLang's router does:
+- no routing when the pool is imbalanced: the busiest worker's load (slots in use plus jobs
+  routed to it) exceeds the idlest's by more than ROUTE_BALANCE_ABS and by a factor of
+  ROUTE_BALANCE_REL; a popular prefix (a shared system prompt) then spreads over the pool;
+- no routing for a match under ROUTE_MIN_CHARS characters of prompt (the prefill it saves is
+  not worth a wait);
+- no routing to a worker whose slots are all taken (or promised) while another has one free;
+- else the holder of the longest match (the least loaded among equals).
+
+A routed job carries a deadline (`keys.routed`): ROUTE_WAIT_SECONDS if its worker has a free
+slot, that much more for each job already routed to it and for a full worker, at most four
+times as much. The reaper's tick moves every job past its deadline back to the front of its
+tier's shared queue (`FALL_BACK`: a job is either taken by its worker or moved, never both),
+and at once the jobs of a worker found dead. Continuations, suspects and batch lines are
+never routed: they wait in the shared queues, as they always did.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+
+import redis.asyncio as aredis
+from redis.exceptions import ResponseError
+
+from api.cluster.registry import WorkerLoad, WorkerRegistry
+from api.settings import Routing
+from contract import keys
+from contract.entries import as_text
+from contract.jobspec import JobSpec
+from contract.prefixes import prefixes
+
+log = logging.getLogger(__name__)
+
+FALL_BACK = """
+-- KEYS[1]=the worker's routed queue, KEYS[2]=the tier's shared queue, KEYS[3]=the model's
+-- wake list, KEYS[4]=the routed index, KEYS[5]=the stats hash; ARGV[1]=the RQ job id,
+-- ARGV[2]=its index member, ARGV[3]=the stats field. Returns 1 if the job went back to the
+-- shared queue, 0 if its worker had taken it (or it ended).
+redis.call('ZREM', KEYS[4], ARGV[2])
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+redis.call('LPUSH', KEYS[2], ARGV[1])
+redis.call('LPUSH', KEYS[3], 1)
+redis.call('LTRIM', KEYS[3], 0, 63)
+redis.call('HINCRBY', KEYS[5], ARGV[3], 1)
+return 1
+"""
+
+
+@dataclass(frozen=True)
+class Route:
+    worker: str
+    matched_chars: int  # of the prompt, in the prefixes the worker holds
+    deadline_ms: int
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str
+    matched: int  # characters of prompt its deepest held prefix covers
+    slots: int
+    in_use: int
+    routed: int  # jobs routed to it, not yet taken
+
+    @property
+    def load(self) -> int:
+        return self.in_use + self.routed
+
+
+def choose(candidates: list[Candidate], settings: Routing) -> Candidate | None:
+    """The worker to route to, or None for the shared queue (the policy above)."""
+    if len(candidates) < 2:
+        return None  # one worker: the shared queue is its own
+    loads = [c.load for c in candidates]
+    if max(loads) - min(loads) > settings.balance_abs and max(loads) > settings.balance_rel * min(loads):
+        return None
+    best = max(candidates, key=lambda c: (c.matched, -c.load))
+    if best.matched < settings.min_chars:
+        return None
+    if best.load >= best.slots and any(c.load < c.slots for c in candidates):
+        return None  # not behind a full worker while another has a free slot
+    return best
+
+
+def wait_ms(holder: Candidate, settings: Routing) -> int:
+    """How long the holder has to take the job: a free slot takes it at once; each job ahead
+    of it (routed there already, or a slot to free) adds as much, up to four times."""
+    ahead = holder.routed + (1 if holder.in_use + holder.routed >= holder.slots else 0)
+    return int(settings.wait_s * 1000 * min(1 + ahead, 4))
+
+
+class Router:
+    def __init__(self, client: aredis.Redis, registry: WorkerRegistry, settings: Routing) -> None:
+        self._r = client
+        self._registry = registry
+        self.settings = settings
+        self._fall_back = client.register_script(FALL_BACK)
+
+    async def route(self, spec: JobSpec) -> Route | None:
+        """Where a new job should wait (None: the shared queue) and until when; enqueueing
+        writes both (contract/queueing.py). A server that refuses the commands (an ACL from
+        before routing) sends every job to the shared queue, with a warning."""
+        if not self.settings.enabled or spec.priority not in keys.ROUTED_TIERS:
+            return None
+        try:
+            return await self._route(spec)
+        except ResponseError as exc:
+            log.warning("cache-aware routing is off for this job: %s", exc)
+            return None
+
+    async def _route(self, spec: JobSpec) -> Route | None:
+        found = prefixes(spec)
+        if not found:
+            return None
+        names = await self._registry.live_workers(spec.model)
+        if len(names) < 2:
+            return None
+        digests = [d for d, _ in found]
+        async with self._r.pipeline(transaction=False) as pipe:
+            pipe.hmget(keys.worker_slots(spec.model), names)
+            pipe.hmget(keys.worker_load(spec.model), names)
+            for name in names:
+                pipe.smismember(keys.held_prefixes(name), digests)
+                pipe.llen(keys.rq_queue_key(keys.routed_queue_name(spec.model, spec.priority, name)))
+            slots, loads, *rows = await pipe.execute()
+        candidates = []
+        for i, name in enumerate(names):
+            held, routed = rows[2 * i], rows[2 * i + 1]
+            matched = max((chars for (_, chars), h in zip(found, held, strict=True) if h), default=0)
+            load = WorkerLoad.parse(name, int(slots[i] or 1), as_text(loads[i]) if loads[i] else "")
+            candidates.append(Candidate(name, matched, load.slots, load.in_use, int(routed)))
+        holder = choose(candidates, self.settings)
+        if holder is None:
+            return None
+        return Route(holder.name, holder.matched, int(time.time() * 1000) + wait_ms(holder, self.settings))
+
+    async def fall_back(self, model: str, worker: str | None = None) -> int:
+        """Move the routed jobs past their deadline (or every one of `worker`, found dead)
+        back to their tier's shared queue; returns how many went back."""
+        index = keys.routed(model)
+        if worker is None:
+            members = await self._r.zrangebyscore(index, "-inf", int(time.time() * 1000), start=0, num=256)
+        else:
+            members = [
+                m
+                for m in await self._r.zrange(index, 0, -1)
+                if keys.parse_routed_member(as_text(m))[1] == worker
+            ]
+        back = 0
+        for raw in members:
+            job_id, owner, tier = keys.parse_routed_member(as_text(raw))
+            back += await self._fall_back(
+                keys=[
+                    keys.rq_queue_key(keys.routed_queue_name(model, tier, owner)),
+                    keys.rq_queue_key(keys.queue_name(model, tier)),
+                    keys.wake(model),
+                    index,
+                    keys.STATS,
+                ],
+                args=[job_id, as_text(raw), keys.StatField.route_fallbacks(model)],
+            )
+        return back

@@ -1,0 +1,500 @@
+"""The API's handle on jobs in Redis: create and enqueue, read events, end, cancel, purge, and
+what the reaper needs of running attempts.
+
+Like arq's `Job`, this is exactly what the API may do to a job; every write goes through the
+contract's keys and Lua scripts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from dataclasses import dataclass, replace
+
+import anyio
+import anyio.to_thread
+import redis
+import redis.asyncio as aredis
+from redis.exceptions import RedisError
+
+from api.jobs.acks import Confirms
+from api.jobs.indexes import ShardIndexes
+from api.jobs.owners import (
+    RECORD_GRACE_MS,
+    Idempotency,
+    IdempotencyConflict,
+    OwnerLimit,
+    OwnerRate,
+    Owners,
+    Quota,
+    now_ms,
+)
+from api.jobs.routing import Router
+from contract import entries, keys, queueing, scripts
+from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
+from contract.jobspec import JobSpec, digest
+from contract.keys import JobField, JobStatus
+from contract.servers import Servers
+from contract.settings import Recovery
+
+Rows = list[tuple[str, Entry]]
+
+log = logging.getLogger(__name__)
+
+CONFIRM_FOR_S = 5.0  # how long a new job is recorded again until a replica has it
+
+# KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
+_DEAD_BATCH = """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > seen then
+  seen = tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], seen, 'EX', 60)
+end
+return seen
+"""
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the API knows of a job from its hash."""
+
+    id: str
+    surface: str
+    model: str
+    created: int
+    owner: str
+    status: str
+    attempts: int = 0
+    start_by_ms: int | None = None
+    include_usage: bool = False
+    detached: bool = False
+    echo: str = ""  # JobField.ECHO (the Responses surface's)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in JobStatus.ENDED
+
+
+@dataclass(frozen=True)
+class RunningAttempt:
+    """A running attempt as the reaper judges it."""
+
+    completion_id: str
+    epoch: int
+    worker: str
+    beating: bool  # its heartbeat key is alive
+    suspect: bool  # the job was in a batch whose worker died (contract.scripts.ABANDON)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What the reaper looks at each tick, read in one go."""
+
+    running: list[RunningAttempt]
+    pending: list[str]  # jobs pending past the grace period (their enqueuer may have died)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: JobState
+    new: bool  # False: an earlier request with the same Idempotency-Key made the job
+
+
+_STATE_FIELDS = [
+    JobField.SURFACE,
+    JobField.MODEL,
+    JobField.CREATED,
+    JobField.OWNER,
+    JobField.STATUS,
+    JobField.ATTEMPTS,
+    JobField.START_BY,
+    JobField.USAGE,
+    JobField.DETACHED,
+    JobField.ECHO,
+]
+
+
+class JobStore:
+    def __init__(
+        self,
+        servers: Servers[aredis.Redis],
+        rq_servers: Servers[redis.Redis],
+        *,
+        queue_wait_s: float,
+        recovery: Recovery,
+        deadline_s: float = 0.0,
+        router: Router | None = None,
+        acks: Servers[Confirms] | None = None,
+    ) -> None:
+        self._q = servers.queues
+        self._r = servers.streams  # the job's own keys
+        self._rq = rq_servers  # RQ is synchronous: enqueueing runs in a worker thread
+        self.queue_wait_s = queue_wait_s
+        self.deadline_s = deadline_s
+        self.recovery = recovery
+        self._end = self._r.register_script(scripts.END)
+        self._end_if_late = self._r.register_script(scripts.END_IF_LATE)
+        self._record_script = self._r.register_script(scripts.RECORD)
+        self.owners = Owners(self._q, self._r, recovery.job_ttl_s)
+        self._dead_batch = self._q.register_script(_DEAD_BATCH)
+        self._indexes = ShardIndexes(self._r)
+        self._router = router  # cache-aware routing of new interactive jobs (api/jobs/routing.py)
+        self._acks = acks  # each server's: a new job survives a failover before it is answered for
+
+    async def submit(
+        self,
+        spec: JobSpec,
+        surface: str,
+        created: int,
+        *,
+        owner: str = "",
+        include_usage: bool = False,
+        detached: bool = False,
+        idempotency: Idempotency | None = None,
+        quota: Quota | None = None,
+        fields: dict[str, str] | None = None,
+        start_by_ms: int | None = None,
+        counted: bool = True,
+    ) -> Submitted:
+        """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
+        same request), return the job the first one made. Raises OwnerLimit or OwnerRate when
+        the owner is over its `quota` (no limit without an owner), IdempotencyConflict for a
+        key reused for another request. Checking the limits and recording the job is one
+        atomic step. `fields` go into the job's hash too (JobField.KEEP_SPEC keeps the request
+        after the job's end; JobField.ECHO, JobField.INPUT). A job not started by `start_by_ms`
+        (default: QUEUE_WAIT_SECONDS from now) ends with queue_timeout. A job not `counted`
+        (a batch line: bounded by its batch) is not among its owner's unfinished jobs."""
+        state = JobState(
+            id=spec.id,
+            surface=surface,
+            model=spec.model,
+            created=created,
+            owner=owner,
+            status=JobStatus.QUEUED,
+            start_by_ms=start_by_ms or now_ms() + int(self.queue_wait_s * 1000),
+            include_usage=include_usage,
+            detached=detached,
+            echo=(fields or {}).get(JobField.ECHO, ""),
+        )
+        spec_json = json.dumps(spec.to_dict(), ensure_ascii=False)  # UTF-8: a third of the escapes' size
+        # Charged for what it makes Redis keep, not for what was sent: the spec in the job's
+        # hash and in RQ's record, and what its surface records (a response's history, say).
+        stored = 2 * len(spec_json.encode()) + sum(len(v.encode()) for v in (fields or {}).values())
+        quota = replace(quota, request_bytes=max(quota.request_bytes, stored)) if owner and quota else Quota()
+        for _ in range(2):  # a second time if the key named a job that has since expired
+            verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
+            if verdict[0] == b"limit" and await self.owners.forget_ended(owner):
+                verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
+            if verdict[0] == b"new":
+                try:
+                    await self._record(spec, spec_json, state, idempotency, fields or {})
+                except BaseException:
+                    await self.owners.take_back(spec.id, owner, idempotency)
+                    raise
+                await self._enqueue(spec, keep_on_failure=idempotency is not None, routed=counted)
+                await self._confirm(spec, spec_json, state, idempotency, fields or {}, counted)
+                return Submitted(state, new=True)
+            if verdict[0] == b"limit":
+                raise OwnerLimit(int(verdict[1]))
+            if verdict[0] == b"rate":
+                raise OwnerRate(as_text(verdict[1]))
+            assert idempotency is not None
+            held = await self.idempotent(idempotency)  # the key names a job (or did, a moment ago)
+            if held is not None:
+                return Submitted(held, new=False)
+        raise IdempotencyConflict(spec.id)  # the key was taken twice in a row: let the client retry
+
+    async def idempotent(self, idempotency: Idempotency) -> JobState | None:
+        """The job an earlier request with this Idempotency-Key made, if it still exists
+        (IdempotencyConflict if that request was another one)."""
+        holding = await self.owners.holding(idempotency)
+        return await self._held(idempotency, holding) if holding is not None else None
+
+    async def _held(self, idempotency: Idempotency, holding: tuple[str, int]) -> JobState | None:
+        """The job an idempotency key holds, or None (a key whose job has expired, or was
+        never recorded because its API died, is freed: a key lives as long as its job). A
+        job admitted moments ago may be on its way to its record: it is waited for."""
+        held, age_ms = holding
+        held_id, _, held_digest = held.partition(" ")
+        if held_digest != idempotency.digest:
+            raise IdempotencyConflict(held_id)
+        while (job := await self.state(held_id)) is None and age_ms < RECORD_GRACE_MS:
+            await anyio.sleep(0.05)
+            age_ms += 50
+        if job is None:
+            await self.owners.free(idempotency, held)
+        return job
+
+    async def _record(
+        self,
+        spec: JobSpec,
+        spec_json: str,
+        state: JobState,
+        idempotency: Idempotency | None,
+        extra: dict[str, str],
+    ) -> bool:
+        """RECORD the job; False if it was there already."""
+        fields = {
+            JobField.MODEL: spec.model,
+            JobField.SURFACE: state.surface,
+            JobField.CREATED: state.created,
+            JobField.STATUS: JobStatus.QUEUED,
+            JobField.EPOCH: 0,
+            JobField.ATTEMPTS: 0,
+            JobField.START_BY: state.start_by_ms,
+            JobField.SPEC: spec_json,
+            JobField.DIGEST: digest(spec.to_dict()),
+            JobField.OWNER: state.owner,
+            JobField.USAGE: int(state.include_usage),
+            JobField.DETACHED: int(state.detached),
+            JobField.PRIORITY: spec.priority,
+        }
+        if idempotency:
+            fields[JobField.IDEMPOTENCY] = idempotency.key
+        if self.deadline_s > 0:
+            fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
+        fields.update(extra)
+        made = await self._record_script(
+            keys=[keys.job(spec.id), keys.pending(keys.shard(spec.id))],
+            args=[spec.id, self.recovery.job_ttl_s, *(str(x) for pair in fields.items() for x in pair)],
+        )
+        return bool(made)
+
+    async def _confirm(
+        self,
+        spec: JobSpec,
+        spec_json: str,
+        state: JobState,
+        idempotency: Idempotency | None,
+        extra: dict[str, str],
+        routed: bool,
+    ) -> None:
+        """Return once a replica holds the new job (api/jobs/acks.py). A failover meanwhile may
+        have lost it with the old primary's last writes: the job is recorded and queued again
+        on the primary there is now (RECORD changes nothing if the job is there; a second
+        queue entry of a job that runs or ran is dropped by CLAIM), until a replica has it or
+        `CONFIRM_FOR_S` passes. With two servers, the queues server may lose the queue entry
+        alone (the streams server kept the job, its pending mark cleared): it is queued again
+        if still queued with no RQ record."""
+        acks = self._acks
+        if acks is None:
+            return
+        deadline = time.monotonic() + CONFIRM_FOR_S
+        while True:
+            if acks.split:
+                checks = acks.streams.settled(keys.job(spec.id)), acks.queues.settled()
+                held, queued = await asyncio.gather(*checks)
+            else:
+                held = queued = await acks.streams.settled(keys.job(spec.id))
+            if held and queued:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("no replica acknowledged %s in %.0fs: answered anyway", spec.id, CONFIRM_FOR_S)
+                return
+            await asyncio.sleep(0.2)
+            with contextlib.suppress(RedisError):  # Redis still away: wait and try again
+                if not held and await self._record(spec, spec_json, state, idempotency, extra):
+                    log.warning("job %s was lost in a failover: recorded and queued again", spec.id)
+                    await self._enqueue(spec, keep_on_failure=True, routed=routed)
+                elif not queued and await self._entry_lost(spec.id):
+                    log.warning("job %s lost its queue entry in a failover: queued again", spec.id)
+                    await self._enqueue(spec, keep_on_failure=True, routed=routed)
+
+    async def _entry_lost(self, completion_id: str) -> bool:
+        """The job waits to start but the queues server has no RQ record of it: a worker
+        deletes that record only after its claim has marked the job running."""
+        if await self._r.hget(keys.job(completion_id), JobField.STATUS) != JobStatus.QUEUED.encode():
+            return False
+        record = keys.rq_job(keys.rq_job_id(completion_id, 0))
+        return not await anyio.to_thread.run_sync(self._rq.queues.exists, record)
+
+    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool) -> None:
+        """Put the new job on its queue: with `routed`, the routed queue of the worker
+        holding its prompt's prefix, if one does (api/jobs/routing.py). If that fails the job is
+        deleted, unless a retry with its Idempotency-Key may come back for it: then it stays
+        pending, and the reaper enqueues it once Redis answers again."""
+        try:
+            route = await self._router.route(spec) if self._router and routed else None
+            worker, deadline_ms = (route.worker, route.deadline_ms) if route else (None, 0)
+            await anyio.to_thread.run_sync(
+                lambda: queueing.enqueue(
+                    self._rq, spec.to_dict(), 0, self.recovery, worker=worker, deadline_ms=deadline_ms
+                )
+            )
+        except BaseException:
+            if not keep_on_failure:
+                with anyio.CancelScope(shield=True), contextlib.suppress(RedisError):
+                    await anyio.to_thread.run_sync(queueing.purge, self._rq, spec.id)
+            raise
+
+    async def read(self, completion_id: str, after: str, count: int = 512, inclusive: bool = False) -> Rows:
+        """Entries after stream id `after` ("0" for all), or from it with `inclusive`; deltas
+        without their token ids (the API relays text)."""
+        start = "-" if after == "0" else after if inclusive else f"({after}"
+        rows = await self._r.xrange(keys.events(completion_id), min=start, max="+", count=count)
+        return [(as_text(eid), entries.decode(fields, token_ids=False)) for eid, fields in rows]
+
+    async def state(self, completion_id: str) -> JobState | None:
+        values = await self._r.hmget(keys.job(completion_id), _STATE_FIELDS)
+        surface, model, created, owner, status, attempts, start_by, usage, detached, echo = values
+        if status is None:
+            return None
+        return JobState(
+            id=completion_id,
+            surface=as_text(surface or b""),
+            model=as_text(model or b""),
+            created=int(created or 0),
+            owner=as_text(owner or b""),
+            status=as_text(status),
+            attempts=int(attempts or 0),
+            start_by_ms=int(start_by) if start_by else None,
+            include_usage=usage == b"1",
+            detached=detached == b"1",
+            echo=as_text(echo or b""),
+        )
+
+    async def stored(self, completion_id: str, name: str) -> str | None:
+        """One field of the job's hash that its surface recorded (`submit`'s `fields`)."""
+        value = await self._r.hget(keys.job(completion_id), name)
+        return None if value is None else as_text(value)
+
+    async def keep(self, completion_id: str) -> None:
+        """A client is attached again: withdraw a pending disconnect cancel, and note when,
+        so that a connection that arrived before and is found gone later cancels nothing."""
+        async with self._r.pipeline(transaction=True) as pipe:
+            pipe.hdel(keys.job(completion_id), JobField.CANCEL_AT)
+            pipe.hset(keys.job(completion_id), JobField.KEPT_AT, now_ms())
+            await pipe.execute()
+
+    async def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
+        """End the job with a terminal entry unless it has ended already."""
+        done = await self._end(
+            keys=scripts.job_keys(completion_id),
+            args=scripts.end_args(completion_id, entry, self.recovery.retention_s, only_if_status),
+        )
+        if done and only_if_status == JobStatus.QUEUED:
+            await self._drop_rq_records(completion_id)
+        return bool(done)
+
+    async def wait_on(self, completion_id: str) -> float:
+        """A requeued job the pool can still run waits `RESUME_WAIT_SECONDS` more (its start
+        deadline moves; a job claimed meanwhile does not read it); returns the seconds."""
+        wait_s = self.recovery.resume_wait_s
+        await self._r.hset(keys.job(completion_id), JobField.START_BY, now_ms() + int(wait_s * 1000))
+        return wait_s
+
+    async def end_if_late(self, completion_id: str) -> bool:
+        """End a queued job past its start deadline (see contract.scripts.END_IF_LATE)."""
+        done = await self._end_if_late(
+            keys=scripts.job_keys(completion_id),
+            args=scripts.end_if_late_args(completion_id, self.recovery.retention_s),
+        )
+        if done:
+            await self._drop_rq_records(completion_id)
+        return bool(done)
+
+    async def _drop_rq_records(self, completion_id: str) -> None:
+        """A job ended while queued: RQ's copy of its request goes now (contract.queueing).
+        Its queued attempt is the one just before the epoch its end set (earlier attempts'
+        records went when workers took them). The job has ended either way: a failure here leaves a record a
+        worker will skip, and is not the caller's error."""
+        with contextlib.suppress(RedisError):
+            model, epoch = await self._r.hmget(keys.job(completion_id), [JobField.MODEL, JobField.EPOCH])
+            ended = int(epoch or 0)  # ending fenced the queued attempt out: it is this one's predecessor
+            async with self._q.pipeline(transaction=False) as pipe:
+                queueing.drop_rq_records(
+                    pipe,
+                    completion_id,
+                    as_text(model) if model else None,
+                    range(max(ended - 1, 0), ended + 2),
+                )
+                await pipe.execute()
+
+    async def cancel(self, completion_id: str, delay_s: float = 0.0, arrived_ms: int | None = None) -> None:
+        """Stop the job: at once if it is still queued, else at the running attempt's next
+        token once `delay_s` has passed. A client gone (`arrived_ms`: when its request came)
+        cancels nothing if another attached after it came (`keep`)."""
+        if arrived_ms is not None:
+            kept = await self._r.hget(keys.job(completion_id), JobField.KEPT_AT)
+            if kept is not None and int(kept) > arrived_ms:
+                return
+        if delay_s <= 0:
+            stopped = Finished(finish_reason=CANCELLED, prompt_tokens=0, completion_tokens=0)
+            if await self.end(completion_id, stopped, only_if_status=JobStatus.QUEUED):
+                return
+        job_key = keys.job(completion_id)
+        if await self._r.exists(job_key):
+            await self._r.hset(job_key, JobField.CANCEL_AT, now_ms() + int(delay_s * 1000))
+
+    async def purge(self, completion_id: str) -> None:
+        """Delete the job's data now, whatever its state (see contract.queueing.purge)."""
+        await anyio.to_thread.run_sync(queueing.purge, self._rq, completion_id)
+
+    async def survey(self, pending_older_than_ms: int) -> Survey:
+        """The running attempts, of every shard (stale index entries of ended jobs are
+        dropped), and the jobs pending for longer than `pending_older_than_ms`."""
+        ids, pending = await self._indexes.read(now_ms() - pending_older_than_ms)
+        if not ids:
+            return Survey([], pending)
+        async with self._r.pipeline(transaction=False) as pipe:
+            for cid in ids:
+                pipe.hmget(keys.job(cid), [JobField.EPOCH, JobField.WORKER, JobField.ENDED, JobField.SUSPECT])
+                pipe.exists(keys.alive(cid))
+            rows = await pipe.execute()
+        running = []
+        for i, cid in enumerate(ids):
+            (epoch, worker, ended, suspect), alive = rows[2 * i], rows[2 * i + 1]
+            if epoch is None or ended == b"1":
+                await self._r.zrem(keys.running(keys.shard(cid)), cid)
+                continue
+            attempt = RunningAttempt(cid, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1")
+            running.append(attempt)
+        return Survey(running, pending)
+
+    async def abandon(self, completion_id: str, epoch: int, *, charge: bool, suspect: bool) -> int:
+        """Take the job from a dead attempt (see contract.queueing.abandon)."""
+        return await anyio.to_thread.run_sync(
+            lambda: queueing.abandon(
+                self._rq, completion_id, epoch, self.recovery, "crash", charge=charge, suspect=suspect
+            )
+        )
+
+    async def dead_batch(self, worker: str, holding: int) -> int:
+        """How many jobs a worker found dead held: the most seen in any tick of the last
+        minute (its attempts need not all be found dead in the same tick)."""
+        return int(await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding]))
+
+    async def rescue(self, completion_id: str) -> bool:
+        """Enqueue a job left pending (see contract.queueing.rescue)."""
+        return await anyio.to_thread.run_sync(queueing.rescue, self._rq, completion_id, self.recovery)
+
+    async def return_inbox(self, worker: str) -> int:
+        """Put back on their queues the jobs a dead worker took but never claimed; returns how
+        many went back (those started or ended meanwhile are only dropped)."""
+        box = keys.inbox(worker)
+        back = 0
+        for raw in await self._q.hkeys(box):
+            job_id = as_text(raw)
+            cid = keys.completion_of(job_id)
+            model, status, suspect, epoch, priority = await self._r.hmget(
+                keys.job(cid),
+                [JobField.MODEL, JobField.STATUS, JobField.SUSPECT, JobField.EPOCH, JobField.PRIORITY],
+            )
+            current = model is not None and keys.rq_job_id(cid, int(epoch or 0)) == job_id
+            async with self._q.pipeline(transaction=True) as pipe:
+                if current and status == JobStatus.QUEUED.encode():
+                    name = keys.attempt_queue_name(
+                        as_text(model),
+                        as_text(priority or b"default"),
+                        continuation=int(epoch or 0) > 0,
+                        suspect=suspect == b"1",
+                    )
+                    pipe.lpush(keys.rq_queue_key(name), job_id)  # first: it was taken first
+                    pipe.lpush(keys.wake(as_text(model)), 1)
+                    back += 1
+                pipe.hdel(box, job_id)
+                await pipe.execute()
+        return back

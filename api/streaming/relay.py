@@ -1,0 +1,188 @@
+"""Follows one job's stream from a cursor to its terminal entry.
+
+`follow` yields the entries in order, in batches (all that were ready at once, so the caller
+can send them in one write), and `KEEPALIVE` whenever `keepalive_s` passes with nothing to
+send. It never hangs: a job not (re)started by its deadline is ended here (`queue_timeout`,
+or `worker_lost` after a dead attempt, unless the pool can still run it: api/cluster/resumes.py), a
+job whose keys vanished ends with `not_found`, and a Redis outage longer than `outage_s`
+raises `StreamLost`. Entries of every attempt pass
+through as they are: fencing guarantees they form one continuous completion. One case
+breaks it: a failover that took back entries already sent, with the worker that would have
+written them again (docs/protocol.md, "Failover"). The next attempt's `Started` then says it
+goes on from an entry before the last one sent, and the stream ends with
+`stream_rolled_back` rather than contradict what it sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+
+from redis.exceptions import RedisError
+
+from api.cluster.resumes import Resumes
+from api.jobs.store import JobStore
+from api.streaming.hub import Handed, StreamHub, Woken, stream_id
+from contract import errors, keys
+from contract.entries import Entry, Started, is_terminal
+from contract.keys import JobStatus
+
+READ_BATCH = 256
+# A job's hash missing this long is gone. Not at once: in a failover a connection may still
+# read the replaced primary for a moment (docs/protocol.md, "Failover").
+GONE_AFTER_S = 3.0
+Rows = list[tuple[str, Entry]]
+
+
+@dataclass(frozen=True)
+class KeepAlive:
+    """Nothing was sent for `keepalive_s`: the caller sends a keep-alive."""
+
+
+KEEPALIVE = KeepAlive()
+
+
+class StreamLost(Exception):
+    """Redis could not be reached for too long to go on relaying."""
+
+
+class _Reader:
+    """Reads one job's entries after a cursor, and knows when to look again without being
+    woken: while Redis is away (every 0.5 s, up to `outage_s`), and when a queued job passes
+    its start deadline (it is then ended here)."""
+
+    def __init__(
+        self,
+        store: JobStore,
+        completion_id: str,
+        after: str,
+        inclusive: bool,
+        outage_s: float,
+        resumes: Resumes | None = None,
+    ):
+        self._store = store
+        self._resumes = resumes
+        self._id = completion_id
+        self.cursor = after
+        self._inclusive = inclusive  # also read the entry `after` itself (a resume mid-entry)
+        self._outage_s = outage_s
+        self._outage_since: float | None = None
+        self._late_at: float | None = None  # monotonic: when the queued job passes its deadline
+        self._handed: Rows | None = None  # entries the hub read for us
+        self._missing_since: float | None = None  # monotonic: the job's hash was not found
+        self.full = False  # the last read filled a batch: more may be waiting
+
+    def hand(self, rows: Rows) -> None:
+        self._handed = rows
+
+    async def read(self) -> Rows:
+        """The next entries, up to and including a terminal one; [] if none yet."""
+        try:
+            if self._handed is not None:
+                rows, self._handed = self._handed, None
+            else:
+                rows = await self._store.read(
+                    self._id, self.cursor, count=READ_BATCH, inclusive=self._inclusive
+                )
+            self.full = len(rows) == READ_BATCH
+            if not rows:
+                rows = await self._check()
+            self._outage_since = None
+        except RedisError as exc:
+            now = time.monotonic()
+            self._outage_since = self._outage_since or now
+            if now - self._outage_since > self._outage_s:
+                raise StreamLost(str(exc)) from exc
+            return []
+        rows = self._unbroken(rows)
+        for n, (_, entry) in enumerate(rows):
+            if is_terminal(entry):
+                rows = rows[: n + 1]
+                break
+        if rows:
+            self.cursor = rows[-1][0]
+            self._inclusive = False
+        return rows
+
+    def _unbroken(self, rows: Rows) -> Rows:
+        """The rows up to an attempt that goes on from before what was already sent (then
+        `stream_rolled_back` instead of it)."""
+        before = "0-0" if self.cursor == "0" else self.cursor
+        for n, (entry_id, entry) in enumerate(rows):
+            if (
+                isinstance(entry, Started)
+                and entry.after
+                and not (self._inclusive and n == 0)  # the cursor's own entry: what came before is unknown
+                and stream_id(before) > stream_id(entry.after)
+            ):
+                return [*rows[:n], ("", errors.ROLLED_BACK.entry())]
+            before = entry_id
+        return rows
+
+    async def _check(self) -> Rows:
+        """Nothing new: is the job gone (then its ending), or queued past its deadline?"""
+        state = await self._store.state(self._id)
+        self._late_at = None
+        if state is None:  # expired or purged: nothing will ever be written again...
+            now = time.monotonic()
+            self._missing_since = self._missing_since or now
+            if now - self._missing_since >= GONE_AFTER_S:
+                return [("", errors.NOT_FOUND.entry())]
+            self._late_at = now + 0.5  # ...unless a failover is moving us to the server that has it
+            return []
+        self._missing_since = None
+        if state.status == JobStatus.QUEUED and state.start_by_ms is not None:
+            left = state.start_by_ms / 1000 - time.time()
+            if left < 0 and state.attempts and self._resumes and await self._resumes.may_wait(state.model):
+                self._late_at = time.monotonic() + await self._store.wait_on(self._id)
+            elif left < 0:
+                await self._store.end_if_late(self._id)  # its terminal entry is read next
+            else:
+                self._late_at = time.monotonic() + left
+        return []
+
+    def look_again_in(self) -> float:
+        """Seconds until a read is due even if nothing wakes this stream."""
+        if self._outage_since is not None:
+            return 0.5
+        if self._late_at is not None:
+            return max(self._late_at - time.monotonic(), 0.0) + 0.05
+        return math.inf
+
+
+async def follow(
+    store: JobStore,
+    hub: StreamHub,
+    completion_id: str,
+    *,
+    after: str = "0",
+    inclusive: bool = False,
+    keepalive_s: float,
+    outage_s: float = 10.0,
+    resumes: Resumes | None = None,
+) -> AsyncIterator[Rows | KeepAlive]:
+    reader = _Reader(store, completion_id, after, inclusive, outage_s, resumes)
+    async with hub.watch(keys.events(completion_id), after) as watch:
+        quiet_since = time.monotonic()
+        while True:
+            rows = await reader.read()
+            if rows:
+                quiet_since = time.monotonic()
+                yield rows
+                if is_terminal(rows[-1][1]):
+                    return
+                if reader.full:
+                    continue
+            wait = min(keepalive_s - (time.monotonic() - quiet_since), reader.look_again_in())
+            wake = await watch.wait(reader.cursor, wait)
+            if isinstance(wake, Handed):
+                reader.hand(wake.rows)
+            elif wake is Woken.READY:
+                if not rows:  # woken, yet nothing was there: do not spin
+                    await asyncio.sleep(0.05)
+            elif time.monotonic() - quiet_since >= keepalive_s:
+                quiet_since = time.monotonic()
+                yield KEEPALIVE

@@ -1,0 +1,77 @@
+"""The API surfaces that create jobs, each described once: where it lives, what its ids and
+objects are called, what its request body is, and how a job's entries become what its
+clients receive. api/surfaces/routes.py builds every route of a surface from its description.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+import string
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from api.jobs.store import JobState
+from api.surfaces.chat.body import Body, ChatRequest, CompletionRequest
+from api.surfaces.chat.chunks import Answer, ChatChunks, TextChunks
+from api.surfaces.chat.events import Events, chunk_events
+from api.surfaces.responses.body import ResponsesRequest
+from api.surfaces.responses.events import response_events
+from api.surfaces.responses.objects import ID_PREFIX, ResponseObjects
+
+_ALPHABET = string.ascii_letters + string.digits
+_ID_REST = re.compile(r"[A-Za-z0-9_-]{1,64}")  # also the ids of earlier releases
+
+
+class Objects(Protocol):
+    """A surface's objects for one job (api/surfaces/chat/chunks.py, api/surfaces/responses/objects.py)."""
+
+    object: str
+    id: str
+
+    def answer(self, rows: Any) -> Answer | None: ...
+    def pending(self, queued: bool) -> Answer: ...
+    def deleted(self) -> dict: ...
+
+
+@dataclass(frozen=True)
+class Surface:
+    name: str  # recorded in the job hash: a job id is only found through its own surface
+    path: str  # POST here creates; {path}/{id} retrieves or resumes, deletes; .../cancel cancels
+    id_prefix: str
+    noun: str  # what its errors call one ("completion", "response")
+    body: type[Body]
+    chunks: Any  # the class of its objects (`Objects`, with `of(job)`), built from a job's entries
+    events: Callable[[Any, str | None], Events]  # its SSE stream from a raw resume cursor
+
+    @property
+    def object(self) -> str:
+        return self.chunks.object
+
+    def new_id(self) -> str:
+        """Unguessable (148 random bits), letters and digits only (RQ job ids allow them, and
+        contract.keys.rq_job_id relies on it)."""
+        return self.id_prefix + "".join(secrets.choice(_ALPHABET) for _ in range(25))
+
+    def owns(self, completion_id: str) -> bool:
+        """Whether the id could be one of this surface's (checked before it is used or
+        logged: a path is the client's own text)."""
+        rest = completion_id[len(self.id_prefix) :]
+        return completion_id.startswith(self.id_prefix) and _ID_REST.fullmatch(rest) is not None
+
+    def chunks_of(self, job: JobState) -> Objects:
+        return self.chunks.of(job)
+
+
+CHAT = Surface(
+    "chat", "/v1/chat/completions", "chatcmpl-", "completion", ChatRequest, ChatChunks, chunk_events
+)
+TEXT = Surface("text", "/v1/completions", "cmpl-", "completion", CompletionRequest, TextChunks, chunk_events)
+RESPONSES = Surface(
+    "responses", "/v1/responses", ID_PREFIX, "response", ResponsesRequest, ResponseObjects, response_events
+)
+SURFACES = (CHAT, TEXT, RESPONSES)
+BATCHABLE = {s.path: s for s in (CHAT, TEXT)}
+"""The endpoints a Batch API line may name, by path."""
+BY_NAME = {s.name: s for s in SURFACES}

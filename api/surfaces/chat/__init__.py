@@ -1,0 +1,1 @@
+"""Chat and legacy text completions: their request bodies, chunks and SSE events."""

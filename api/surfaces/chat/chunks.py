@@ -1,0 +1,268 @@
+"""The OpenAI objects of the completion surfaces (chat and legacy text), built the same way on
+every path: the streamed chunks, the answer assembled from a job's entries, and the small
+status objects.
+
+`Chunks` holds what every object of one completion carries (id, created, model); `ChatChunks`
+and `TextChunks` differ only in the shape of a choice.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from api.jobs.store import JobState
+from contract.entries import CANCELLED, STOP, CallPart, Delta, Failed, Finished, TokenLogprob
+from contract.errors import failure_body, status_of
+from contract.keys import JobStatus
+
+Rows = list[tuple[str, object]]
+
+
+def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+
+
+def finish_reason(entry: Finished) -> str:
+    """A cancelled job ends like a stop string: the completion surfaces have no other word."""
+    return STOP if entry.finish_reason == CANCELLED else entry.finish_reason
+
+
+@dataclass(frozen=True)
+class Chunks:
+    object = ""  # the response object's name
+    chunk_object = ""  # the streamed chunks' object name
+
+    id: str
+    created: int
+    model: str
+    include_usage: bool = False
+
+    @classmethod
+    def of(cls, job: JobState) -> Chunks:
+        return cls(job.id, job.created, job.model, job.include_usage)
+
+    def _chunk(self, choices: list[dict]) -> dict:
+        obj = {
+            "id": self.id,
+            "object": self.chunk_object,
+            "created": self.created,
+            "model": self.model,
+            "choices": choices,
+        }
+        if self.include_usage:
+            obj["usage"] = None
+        return obj
+
+    def _choice(self, text: str | None, finish_reason: str | None) -> dict:
+        raise NotImplementedError
+
+    def _message(self, text: str, finish_reason: str, out: Output) -> dict:
+        raise NotImplementedError
+
+    def _delta_choice(self, entry: Delta) -> dict:
+        """A delta's choice when it carries more than text (tool calls, logprobs)."""
+        raise NotImplementedError
+
+    def opening(self) -> dict | None:
+        """The chunk sent before any entry, if the surface has one."""
+        return None
+
+    def content(self, text: str) -> dict:
+        return self._chunk([self._choice(text, None)])
+
+    def delta(self, entry: Delta) -> dict:
+        return self._chunk([self._delta_choice(entry)])
+
+    def keepalive(self) -> dict:
+        """An empty chunk that every OpenAI client parses and ignores (see api/streaming/sse.py)."""
+        return self._chunk([self._choice(None, None)])
+
+    def finish(self, entry: Finished) -> dict:
+        return self._chunk([self._choice(None, finish_reason(entry))])
+
+    def usage(self, entry: Finished) -> dict:
+        obj = self._chunk([])
+        obj["usage"] = usage(entry.prompt_tokens, entry.completion_tokens)
+        return obj
+
+    def answer(self, rows: Rows) -> Answer | None:
+        """The whole response from a job's entries (all of them, from the first), once its
+        terminal entry is among them; None before."""
+        out = Output()
+        for _, entry in rows:
+            if isinstance(entry, Delta):
+                out.add(entry)
+            elif isinstance(entry, Failed):
+                return Answer(status_of(entry), failure_body(entry))
+            elif isinstance(entry, Finished):
+                return Answer(200, self._completion(out, entry))
+        return None
+
+    def _completion(self, out: Output, entry: Finished) -> dict:
+        return {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "choices": [self._message(out.text(), finish_reason(entry), out)],
+            "usage": usage(entry.prompt_tokens, entry.completion_tokens),
+        }
+
+    def pending(self, queued: bool) -> Answer:
+        """What a job that has not ended looks like (a GET, and a background job's POST)."""
+        status = {
+            "id": self.id,
+            "object": self.object,
+            "created": self.created,
+            "model": self.model,
+            "status": "queued" if queued else "in_progress",
+        }
+        return Answer(202, status)
+
+    def cancelled(self, status: str) -> dict:
+        """The answer to a cancel: the job's status after it (an ended job is not changed;
+        a running one stops at its next token)."""
+        word = {
+            JobStatus.DONE: "completed",
+            JobStatus.FAILED: "failed",
+            JobStatus.CANCELLED: "cancelled",
+        }.get(status, "cancelling")
+        return {"id": self.id, "object": self.object, "status": word}
+
+    def deleted(self) -> dict:
+        return {"id": self.id, "object": f"{self.object}.deleted", "deleted": True}
+
+
+class ChatChunks(Chunks):
+    object = "chat.completion"
+    chunk_object = "chat.completion.chunk"
+
+    def _choice(self, text: str | None, finish_reason: str | None, role: bool = False) -> dict:
+        delta: dict = {"role": "assistant"} if role else {}
+        if text is not None:
+            delta["content"] = text
+        return {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+
+    def _delta_choice(self, entry: Delta) -> dict:
+        choice = self._choice(entry.text or None, None)
+        if entry.calls:
+            choice["delta"]["tool_calls"] = [_call_delta(c) for c in entry.calls]
+        if entry.logprobs:
+            choice["logprobs"] = {"content": [_chat_logprob(lp) for lp in entry.logprobs], "refusal": None}
+        return choice
+
+    def _message(self, text: str, finish_reason: str, out: Output) -> dict:
+        message: dict = {
+            "role": "assistant",
+            "content": text if text or not out.calls else None,
+            "refusal": None,
+        }
+        if out.calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in out.calls
+            ]
+        logprobs = None
+        if out.logprobs is not None:
+            logprobs = {"content": [_chat_logprob(lp) for lp in out.logprobs], "refusal": None}
+        return {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": finish_reason}
+
+    def opening(self) -> dict | None:
+        """The role, once, before any content."""
+        return self._chunk([self._choice("", None, role=True)])
+
+
+def _call_delta(part: CallPart) -> dict:
+    """OpenAI's streamed tool call: id, type and name with the first fragment."""
+    if part.id:
+        return {
+            "index": part.index,
+            "id": part.id,
+            "type": "function",
+            "function": {"name": part.name, "arguments": part.arguments},
+        }
+    return {"index": part.index, "function": {"arguments": part.arguments}}
+
+
+def _token(piece: bytes) -> str:
+    return piece.decode("utf-8", "replace")
+
+
+def _chat_logprob(lp: TokenLogprob) -> dict:
+    return {
+        "token": _token(lp.piece),
+        "logprob": lp.logprob,
+        "bytes": list(lp.piece),
+        "top_logprobs": [{"token": _token(b), "logprob": v, "bytes": list(b)} for b, v in lp.top],
+    }
+
+
+class TextChunks(Chunks):
+    object = "text_completion"
+    chunk_object = "text_completion"
+
+    def _choice(self, text: str | None, finish_reason: str | None) -> dict:
+        return {"text": text or "", "index": 0, "logprobs": None, "finish_reason": finish_reason}
+
+    def _delta_choice(self, entry: Delta) -> dict:
+        choice = self._choice(entry.text, None)
+        if entry.logprobs:
+            choice["logprobs"] = _text_logprobs(entry.logprobs)
+        return choice
+
+    def _message(self, text: str, finish_reason: str, out: Output) -> dict:
+        choice = self._choice(text, finish_reason)
+        if out.logprobs is not None:
+            choice["logprobs"] = _text_logprobs(out.logprobs)
+        return choice
+
+
+def _text_logprobs(logprobs: list[TokenLogprob] | tuple[TokenLogprob, ...]) -> dict:
+    """The legacy completions' shape; `text_offset` counts from the start of these tokens."""
+    offsets, at = [], 0
+    for lp in logprobs:
+        offsets.append(at)
+        at += len(_token(lp.piece))
+    return {
+        "tokens": [_token(lp.piece) for lp in logprobs],
+        "token_logprobs": [lp.logprob for lp in logprobs],
+        "top_logprobs": [{_token(b): v for b, v in lp.top} for lp in logprobs],
+        "text_offset": offsets,
+    }
+
+
+@dataclass
+class Output:
+    """A job's output so far, from its deltas: text, whole tool calls, logprobs."""
+
+    parts: list[str] = field(default_factory=list)
+    calls: list[CallPart] = field(default_factory=list)  # one per call, arguments joined
+    logprobs: list[TokenLogprob] | None = None
+
+    def add(self, entry: Delta) -> None:
+        self.parts.append(entry.text)
+        for part in entry.calls:
+            if part.id:
+                self.calls.append(part)
+            elif self.calls and self.calls[-1].index == part.index:
+                last = self.calls[-1]
+                self.calls[-1] = CallPart(last.index, last.arguments + part.arguments, last.id, last.name)
+        if entry.logprobs:
+            if self.logprobs is None:
+                self.logprobs = []
+            self.logprobs.extend(entry.logprobs)
+
+    def text(self) -> str:
+        return "".join(self.parts)
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A non-streamed response: its status and body."""
+
+    status: int
+    body: dict

@@ -1,0 +1,1 @@
+"""The Responses API: its body, conversation items, objects, events and routes."""

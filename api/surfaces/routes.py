@@ -1,0 +1,276 @@
+"""The routes of one surface that creates jobs (api/surfaces/catalog.py): create, retrieve or resume,
+cancel, delete. Every surface gets the same four handlers from its description.
+
+Create validates, admits and enqueues one job, then answers: at once with its status (a
+background job), with its SSE stream, or with the whole response once it has ended.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import time
+from dataclasses import dataclass
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.http.auth import request_owner
+from api.http.errors import APIError, invalid
+from api.jobs.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota, now_ms
+from api.jobs.store import JobState, Submitted
+from api.ops.metrics import StreamTiming
+from api.services import Services
+from api.streaming.answering import SSEStream, collect, respond
+from api.streaming.cursor import BadCursor
+from api.surfaces.catalog import Surface
+from api.surfaces.chat.body import Body, parse
+from contract import errors, keys, logs
+from contract.keys import JobStatus
+
+log = logging.getLogger(__name__)
+
+
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
+    """The body, up to `limit` bytes (413 beyond), within `timeout_s` (408 beyond: a client
+    that trickles its body holds a connection and a task for nothing)."""
+    declared = request.headers.get("content-length")
+    if declared and declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit)
+    body = bytearray()
+    with anyio.move_on_after(timeout_s) as scope:
+        async for chunk in request.stream():
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(limit)
+    if scope.cancelled_caught:
+        raise APIError(errors.REQUEST_TIMEOUT)
+    return bytes(body)
+
+
+async def read_json(request: Request, limit: int, timeout_s: float) -> bytes:
+    """A JSON body (`read_body`), sent as `application/json` (415 otherwise: a web page can
+    send another site a `text/plain` or form body without asking, never a JSON one)."""
+    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
+    if kind != "application/json":
+        raise APIError(errors.NOT_JSON)
+    return await read_body(request, limit, timeout_s)
+
+
+def _too_large(limit: int) -> APIError:
+    return APIError(errors.TOO_LARGE, f"The request body exceeds the limit of {limit} bytes.")
+
+
+def _idempotency(request: Request, surface: Surface, owner: str, raw: bytes) -> Idempotency | None:
+    """The request's Idempotency-Key (IETF httpapi draft), scoped to its owner; a retry must
+    carry the same request (the same JSON body, to the same surface)."""
+    key = request.headers.get("idempotency-key")
+    if key is None:
+        return None
+    if not 1 <= len(key) <= 255 or not key.isascii() or not key.isprintable():
+        raise invalid("Idempotency-Key must be 1 to 255 printable ASCII characters.", param="Idempotency-Key")
+    canonical = json.dumps(json.loads(raw), sort_keys=True, separators=(",", ":"))
+    return Idempotency(
+        key=keys.idempotency(owner, hashlib.sha256(key.encode()).hexdigest()),
+        digest=hashlib.sha256(f"{surface.name} {canonical}".encode()).hexdigest(),
+    )
+
+
+def _streaming(request: Request) -> bool:
+    return request.query_params.get("stream", "").lower() in ("true", "1")
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One request to create a job, read and checked: what making its job needs."""
+
+    request: Request
+    services: Services
+    body: Body
+    owner: str
+    idempotency: Idempotency | None
+    size: int  # the body's bytes, counted against the key's byte budget
+
+
+class Endpoints:
+    def __init__(self, surface: Surface) -> None:
+        self.surface = surface
+
+    def routes(self) -> list[Route]:
+        path, one = self.surface.path, self.surface.path + "/{completion_id}"
+        return [
+            Route(path, self.create, methods=["POST"]),
+            Route(one, self.retrieve, methods=["GET"]),
+            Route(one, self.delete, methods=["DELETE"]),
+            Route(one + "/cancel", self.cancel, methods=["POST"]),
+        ]
+
+    async def create(self, request: Request) -> Response:
+        arrived, arrived_ms = time.monotonic(), now_ms()
+        services: Services = request.state.services
+        settings = services.settings
+        raw = await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
+        body = await services.heavy.run_for(len(raw), parse, self.surface.body, raw)
+        owner = request_owner(request)
+        await self.prepare(services, body, owner)
+        body.enforce(settings.limits)
+        idempotency = await services.heavy.run_for(len(raw), _idempotency, request, self.surface, owner, raw)
+        ticket = services.admission.stream(owner) if body.streaming else None
+        try:
+            job, retried = await self._job_for(Ask(request, services, body, owner, idempotency, len(raw)))
+            logs.set_completion(job.id)
+            if retried:
+                log.info("a retry (Idempotency-Key) of %s", job.id)
+                if not job.detached:
+                    await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
+            chunks = self.surface.chunks_of(job)
+            if ticket is None:
+                if job.detached:
+                    return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))
+                return await collect(request, services, chunks, arrived_ms)
+            timing = StreamTiming(services.metrics, job.model, arrived)
+            events = self.surface.events(chunks, None)  # a retry gets the whole stream from the start
+            stream = SSEStream(
+                services,
+                events,
+                job.id,
+                ticket,
+                timing,
+                cancel_on_disconnect=not job.detached,
+                arrived_ms=arrived_ms,
+            )
+            return stream.response()
+        except BaseException:
+            if ticket is not None:
+                ticket.release()
+            raise
+
+    async def prepare(self, services: Services, body: Body, owner: str) -> None:
+        """What a surface must look up before its body becomes a job (nothing, here)."""
+
+    async def _job_for(self, ask: Ask) -> tuple[JobState, bool]:
+        """The job this request makes, or the one its earlier attempt made (a retry with the
+        same Idempotency-Key): (the job, whether it is a retry's)."""
+        services, body = ask.services, ask.body
+        try:
+            if ask.idempotency is not None and (earlier := await services.jobs.idempotent(ask.idempotency)):
+                return earlier, True
+            cid = self.surface.new_id()
+            logs.set_completion(cid)
+            await services.admission.model(body.model, cid, body.prompt_chars())
+            try:
+                submitted = await self._submit(ask, cid)
+            finally:  # the enqueue takes the place; anything else gives it back
+                await services.admission.release(body.model, cid)
+        except OwnerLimit as exc:
+            raise services.admission.jobs(exc.unfinished) from None
+        except OwnerRate as exc:
+            raise services.admission.rate(exc.what) from None
+        except IdempotencyConflict:
+            raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
+        return submitted.job, not submitted.new
+
+    async def _submit(self, ask: Ask, cid: str) -> Submitted:
+        """Record and enqueue a new job; a request racing with its own retry gets the job
+        the first of them made."""
+        services, body = ask.services, ask.body
+        settings = services.settings
+        spec = await services.heavy.run_for(ask.size, body.to_spec, cid, settings.limits)
+        submitted = await services.jobs.submit(
+            spec,
+            self.surface.name,
+            int(time.time()),
+            owner=ask.owner,
+            include_usage=body.include_usage,
+            detached=bool(body.background) or "respond-async" in ask.request.headers.get("prefer", ""),
+            idempotency=ask.idempotency,
+            fields=body.job_fields(cid),
+            quota=Quota(
+                unfinished_jobs=settings.quotas.max_jobs_per_key,
+                requests_per_minute=settings.quotas.key_requests_per_minute,
+                bytes_per_minute=settings.quotas.key_bytes_per_minute,
+                request_bytes=ask.size,
+            ),
+        )
+        if submitted.new:
+            services.metrics.created.labels(self.surface.name).inc()
+            log.info("enqueued %s for %s", cid, body.model)
+        return submitted
+
+    async def retrieve(self, request: Request) -> Response:
+        """With ?stream=true, replay the events after Last-Event-ID (or ?starting_after) and
+        follow live to the end; without, the response once the job has ended (202 and its
+        status before)."""
+        arrived_ms = now_ms()
+        services, job = await self._job_of(request)
+        chunks = self.surface.chunks_of(job)
+        if _streaming(request):
+            raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")
+            try:
+                events = self.surface.events(chunks, raw)
+            except BadCursor as exc:
+                raise APIError(errors.INVALID_CURSOR, str(exc), param="starting_after") from None
+            ticket = services.admission.stream(job.owner)
+            try:
+                services.metrics.resumed.inc()
+                if not job.detached:
+                    await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
+                timing = StreamTiming(services.metrics, job.model, arrived=None)
+                stream = SSEStream(
+                    services,
+                    events,
+                    job.id,
+                    ticket,
+                    timing,
+                    cancel_on_disconnect=not job.detached,
+                    arrived_ms=arrived_ms,
+                )
+                return stream.response()
+            except BaseException:
+                ticket.release()
+                raise
+        answer = chunks.answer(await services.jobs.read(job.id, "0", count=100_000))
+        if answer is not None:
+            return respond(answer)
+        return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))
+
+    async def cancel(self, request: Request) -> Response:
+        """Stop a job: a queued one ends at once, a running one at its worker's next token.
+        Cancelling an ended job changes nothing (the call is idempotent)."""
+        services, job = await self._job_of(request)
+        if not job.ended:
+            await services.jobs.cancel(job.id)
+            job = await services.jobs.state(job.id) or job
+        return JSONResponse(self.surface.chunks_of(job).cancelled(job.status))
+
+    async def delete(self, request: Request) -> Response:
+        """Remove the job's data (request, events, queue entries) now rather than at the end of
+        its retention; a running job stops at its next token. Afterwards the id is unknown."""
+        services, job = await self._job_of(request)
+        await services.jobs.purge(job.id)
+        log.info("purged on request")
+        return JSONResponse(self.surface.chunks_of(job).deleted())
+
+    async def _job_of(self, request: Request) -> tuple[Services, JobState]:
+        """The job named in the path, if it exists, belongs to this surface and to the
+        caller's key; otherwise 404 (never 403: ids cannot be probed)."""
+        services: Services = request.state.services
+        job = await self.job_named(services, request.path_params["completion_id"], request_owner(request))
+        return services, job
+
+    async def job_named(self, services: Services, cid: str, owner: str, param: str = "") -> JobState:
+        """The job `cid`, if it exists, belongs to this surface and to `owner`; otherwise a 404
+        (never 403: ids cannot be probed) naming `param`."""
+        noun = self.surface.noun
+        param = param or f"{noun}_id"
+        if not self.surface.owns(cid):  # never echoed nor logged: it is the client's own text
+            raise APIError(errors.NOT_FOUND, f"No {noun} found with that id.", param=param)
+        logs.set_completion(cid)
+        job = await services.jobs.state(cid)
+        if job is None or job.surface != self.surface.name or not hmac.compare_digest(job.owner, owner):
+            raise APIError(errors.NOT_FOUND, f"No {noun} found with id '{cid}'.", param=param)
+        return job

@@ -1,0 +1,220 @@
+"""Taking a job: claiming an attempt (which fences out every earlier one), reading back what
+earlier attempts published, and ending a job that no attempt of ours holds.
+
+An `Attempt` is one worker's hold on one job. What the publisher and the heartbeat learn
+about it comes back through its flags: `fenced` (another attempt, or an END, took over),
+`cancelled` (a cancel is due), `error` (a write failed for good); its next call raises it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+
+from contract import entries, keys, scripts
+from contract.entries import Delta, Entry, Failed, Finished, Started
+from worker.redis.link import Link
+
+
+class Fenced(Exception):
+    """This attempt may not write to the job any more."""
+
+
+class JobGone(Exception):
+    """The job hash does not exist (expired, purged) or the job cannot start (ended, late)."""
+
+
+class NotRecorded(Exception):
+    """The spec to run is not the one the API recorded for the job (a planted job)."""
+
+
+class RolledBack(Exception):
+    """A failover lost entries of this attempt that it no longer holds: it cannot go on
+    without contradicting what a client may have seen."""
+
+
+@dataclass(eq=False)  # one attempt is one object: hashed by identity
+class Attempt:
+    completion_id: str
+    epoch: int
+    cancelled: bool = False
+    fenced: bool = False
+    progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
+    published: int = 0  # tokens this attempt wrote
+    written: int = 0  # entries this attempt wrote (APPEND numbers them: a retry skips these)
+    suspect: bool = False  # the job came from its model's suspect queue
+    prior: int = 0  # tokens earlier attempts generated (this one read them again)
+    generated: int = 0  # tokens this attempt has generated (published or not yet)
+    preempted: bool = False  # give the job back at the next token (a batch line making room)
+    error: Exception | None = None  # a write failed for good: raised by the next call
+    token: str = ""  # the claim's token, worker and heartbeat window (`scripts.Claim`)
+    worker: str = ""
+    window_ms: int = 0
+    ended: bool = False  # its terminal entry is written
+    # What this attempt wrote that a failover could still take back (not yet on a replica):
+    # (its number in the attempt, its stream id, the entry), oldest first. The publisher adds
+    # to it, worker/attempts/durability.py trims it, and a write that finds the job behind writes
+    # these again with the ids they had.
+    record: list[tuple[int, str, Entry]] = field(default_factory=list)
+    newest: tuple[int, int] = (0, 0)  # the newest id of the job's stream this attempt knows
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def claim(self) -> scripts.Claim:
+        return scripts.Claim(self.epoch, self.token, self.worker, self.window_ms)
+
+    def saw(self, entry_id: str) -> None:
+        """An id in the job's stream (read or written): the ids this attempt chooses come after."""
+        ms, _, seq = entry_id.partition("-")
+        self.newest = max(self.newest, (int(ms), int(seq or 0)))
+
+    def next_ids(self, n: int) -> list[str]:
+        """Stream ids for `n` new entries, after every id this attempt knows. Chosen here, not
+        by Redis: an APPEND whose reply a failover lost is retried on the promoted replica,
+        which lacks what it wrote, and must write the ids a client may have been sent from
+        the old primary, or that client would be sent the same entries again."""
+        ms, seq = self.newest
+        now = int(time.time() * 1000)
+        ids = []
+        for _ in range(n):
+            ms, seq = (now, 0) if now > ms else (ms, seq + 1)
+            ids.append(f"{ms}-{seq}")
+        self.newest = (ms, seq)
+        return ids
+
+    def wrote(self, rows: list[tuple[int, str, Entry]]) -> None:
+        """Entries written (their numbers, ids), to hold until they are safe."""
+        with self._lock:
+            self.record.extend(rows)
+
+    def held_from(self, seq: int) -> list[tuple[str, Entry]] | None:
+        """The entries from number `seq` on, with their ids; None if some are no longer held
+        (already trimmed as safe: a failover took back what a replica had confirmed)."""
+        with self._lock:
+            if seq >= self.written:
+                return []
+            if not self.record or self.record[0][0] > seq:
+                return None
+            return [(i, e) for n, i, e in self.record if n >= seq]
+
+    def confirm(self, upto: int) -> None:
+        """Entries numbered below `upto` are safe (on a replica, or synced): forget them."""
+        with self._lock:
+            self.record = [row for row in self.record if row[0] >= upto]
+
+    def check(self) -> None:
+        """Raise what the writer learned: fenced out, or a write that failed."""
+        if self.fenced:
+            raise Fenced(f"{self.completion_id} epoch {self.epoch}: another attempt took over")
+        if self.error is not None:
+            raise self.error
+
+
+@dataclass(frozen=True)
+class Progress:
+    """What earlier attempts of a job already published."""
+
+    prompt_tokens: int | None = None
+    token_ids: tuple[int, ...] = ()
+    deadline_ms: int | None = None  # the job's overall deadline, if it has one
+    last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
+
+
+class Claims:
+    def __init__(self, link: Link, window_ms: int) -> None:
+        self._link = link
+        self._client = link.streams
+        self._window_ms = window_ms  # the heartbeat window a claim starts with
+        self._claim = link.streams.register_script(scripts.CLAIM)
+        self._end = link.streams.register_script(scripts.END)
+        self._clear_suspect = link.streams.register_script(scripts.CLEAR_SUSPECT)
+        self._beat = link.streams.register_script(scripts.BEAT)
+
+    def claim(self, completion_id: str, spec_digest: str) -> Attempt:
+        """Start a new attempt at a job (fencing out every earlier one), for the spec whose
+        digest is given (NotRecorded if the API recorded another). A job that waited past its
+        start deadline is ended by the claim instead (JobGone). The claim's token makes a
+        retry (its reply lost to a Redis blip) return the same attempt."""
+        link = self._link
+        token = uuid.uuid4().hex
+        args = scripts.claim_args(
+            link.worker, completion_id, self._window_ms, link.recovery.retention_s, token, spec_digest
+        )
+        epoch, cancel, suspect = link.retry(
+            lambda: self._claim(keys=scripts.job_keys(completion_id), args=args)
+        )
+        if epoch == -2:
+            raise NotRecorded(completion_id)
+        if epoch <= 0:  # gone, ended, late; or -3: a live attempt runs it
+            raise JobGone(completion_id)
+        return Attempt(
+            completion_id,
+            int(epoch),
+            cancelled=bool(cancel),
+            suspect=bool(suspect),
+            token=token,
+            worker=link.worker,
+            window_ms=self._window_ms,
+        )
+
+    def replicated(self, attempt: Attempt, replicas: int, wait_ms: int) -> tuple[int, int]:
+        """BEAT the attempt (a write, on the connection that then waits), then `WAIT
+        replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover)
+        and how many replicas hold it, and so the claim and everything written before it."""
+        cid = attempt.completion_id
+
+        def once() -> list:
+            with self._client.pipeline(transaction=False) as pipe:
+                beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
+                self._beat(keys=[keys.job(cid), keys.alive(cid)], args=beat_args, client=pipe)
+                pipe.execute_command("WAIT", replicas, wait_ms)
+                return pipe.execute()
+
+        current, acked = self._link.retry(once)
+        return int(current), int(acked)
+
+    def clear_suspect(self, attempt: Attempt) -> bool:
+        """The attempt's job is no longer a suspect (it went on past where its batch died);
+        False when the attempt is no longer the job's current one."""
+        cid = attempt.completion_id
+        return bool(
+            self._link.retry(
+                lambda: self._clear_suspect(keys=[keys.job(cid)], args=[attempt.epoch, attempt.token])
+            )
+        )
+
+    def progress(self, completion_id: str) -> Progress:
+        """Read back what earlier attempts published (token ids are the contract's truth)."""
+        prompt_tokens = None
+        ids: list[int] = []
+        after, last_id = "-", "0-0"
+        stream = keys.events(completion_id)
+        while True:
+            rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
+            for entry_id, fields in rows:
+                last_id = entry_id.decode()
+                entry = entries.decode(fields)
+                if isinstance(entry, Started) and prompt_tokens is None:
+                    prompt_tokens = entry.prompt_tokens
+                elif isinstance(entry, Delta):
+                    ids.extend(entry.token_ids)
+            if len(rows) < 1000:
+                deadline = self._link.retry(
+                    lambda: self._client.hget(keys.job(completion_id), keys.JobField.DEADLINE)
+                )
+                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None, last_id)
+            after = "(" + rows[-1][0].decode()
+
+    def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
+        """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""
+        retention = self._link.recovery.retention_s
+        return bool(
+            self._link.retry(
+                lambda: self._end(
+                    keys=scripts.job_keys(completion_id),
+                    args=scripts.end_args(completion_id, entry, retention, only_if_status),
+                )
+            )
+        )

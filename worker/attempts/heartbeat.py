@@ -1,0 +1,78 @@
+"""Per-attempt heartbeats, from a thread that keeps beating while llama.cpp computes.
+
+Every `interval_s` each attempt this process holds refreshes its liveness key (the BEAT
+script, valid for `window_ms`). A process that hangs stops beating and is declared dead
+when the key expires; a process that dies is seen sooner, by its named connections
+vanishing. BEAT also tells an attempt it has been fenced out, so a worker stops even while
+it writes nothing (a long prefill), and that a failover lost its claim: `rolled_back` (the
+publisher's `resend`) then writes again what it holds, which claims again. The thread holds
+any number of attempts: one process may run several jobs at once.
+
+The thread beats on its own, so a process stuck inside a native call (a hung driver) would
+look alive for ever: an attempt with no step computing any of its rows (a prompt chunk or a
+token) for `stall_s` is no longer beaten for, and is declared dead. A long prompt read a
+chunk a step beside other streams may take minutes to its first token; each chunk counts.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+
+import redis
+
+from contract import keys, scripts
+from worker.attempts.claims import Attempt
+from worker.redis.periodic import Periodic
+
+log = logging.getLogger(__name__)
+
+
+class Heartbeat:
+    def __init__(
+        self, client: redis.Redis, window_ms: int, interval_s: float, stall_s: float = 120.0
+    ) -> None:
+        self._beat = client.register_script(scripts.BEAT)
+        self._stall = stall_s
+        self._window_ms = window_ms
+        self._attempts: dict[str, Attempt] = {}
+        self._lock = threading.Lock()
+        self._thread = Periodic("heartbeat", interval_s, self.beat)
+        self.rolled_back: Callable[[Attempt], None] = lambda attempt: None  # the job runner's
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._thread.stop()
+
+    def track(self, attempt: Attempt) -> None:
+        with self._lock:
+            self._attempts[attempt.completion_id] = attempt
+
+    def untrack(self, attempt: Attempt) -> None:
+        with self._lock:
+            if self._attempts.get(attempt.completion_id) is attempt:
+                del self._attempts[attempt.completion_id]
+
+    def beat(self) -> None:
+        with self._lock:
+            attempts = list(self._attempts.values())
+        now = time.monotonic()
+        for a in attempts:
+            if now - a.progress_at > self._stall:
+                log.error(
+                    "%s made no progress for %.0fs: no longer alive", a.completion_id, now - a.progress_at
+                )
+                continue
+            current = self._beat(
+                keys=[keys.job(a.completion_id), keys.alive(a.completion_id)],
+                args=[a.epoch, self._window_ms, a.token],
+            )
+            if current == 2:
+                log.warning("%s: a failover lost attempt %d's claim; claiming", a.completion_id, a.epoch)
+                self.rolled_back(a)
+            elif not current:
+                a.fenced = True

@@ -1,0 +1,290 @@
+"""Fenced writes of attempts' entries to their jobs' streams, off the generating thread.
+
+Every write goes through the contract's Lua scripts, so a worker that is no longer the
+current attempt (declared dead, job ended or cancelled elsewhere) is refused at its next
+write and stops: `Fenced` is raised and the caller abandons the job. A write that cannot
+reach Redis is retried with backoff for `redis_wait_s` (Redis restarting), then given up.
+
+Deltas are written behind: `delta` queues the entry and returns, and one writer thread
+sends everything queued in one round trip (one APPEND per attempt, in a pipeline), so the
+model never waits for Redis and a burst of tokens costs one round trip, not one per token.
+With several slots, the job threads of one batch step publish within a millisecond of each
+other: `linger_s` holds the round trip that long so it carries them all (each round trip
+also wakes Redis and the API, which on a CPU worker's machine take cores from the model;
+docs/benchmarks.md). It holds only while `crowded()` says other attempts run: a lone
+attempt has nobody to wait for, and the linger would only delay its first token.
+What the writer learns comes back through the attempt: `fenced`, `cancelled`, or a write
+error, raised by the attempt's next call. `started`, `finished`, `failed` and `flush` wait
+until everything the attempt queued before them is written.
+
+A failover can take back the last writes (docs/protocol.md, "Failover"). Each attempt
+holds what it wrote until a replica has it (`Attempt.record`, worker/attempts/durability.py); a write
+that finds the job behind (`BEHIND n`) writes the lost entries again, with the stream ids
+they had, before its own, so the stream reads as it did; `resend` does the same for an
+attempt with nothing more to write (one that has ended, or a heartbeat that found its claim
+lost).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import redis
+from redis.exceptions import NoScriptError
+
+from contract import keys, scripts
+from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob
+from contract.errors import ErrorCode
+from contract.keys import BatchCounters
+from contract.servers import is_cluster
+from worker.attempts.claims import Attempt, RolledBack
+from worker.redis.link import Link
+
+log = logging.getLogger(__name__)
+
+MAX_BATCH = 512  # entries per round trip
+MAX_QUEUED = 8192  # entries waiting before `delta` blocks
+
+
+@dataclass
+class _Queued:
+    attempt: Attempt
+    entry: Entry | None  # None: a marker that only waits for what was queued before it
+    written: threading.Event | None = None  # set once handled, for callers who wait
+    resend: bool = False  # write again what the attempt holds (a failover may have lost it)
+
+
+class Publisher:
+    def __init__(
+        self,
+        link: Link,
+        linger_s: float = 0.0,
+        crowded: Callable[[], bool] = lambda: True,
+        counters: BatchCounters | None = None,
+        holding: bool = True,
+    ) -> None:
+        self._link = link
+        self._holding = holding  # keep what was written in `Attempt.record` (worker/attempts/durability.py)
+        self._counters = counters if counters is not None else BatchCounters()  # publish_us, publishes
+        self._client = link.streams
+        self._linger = linger_s
+        self._crowded = crowded
+        self._append = link.streams.register_script(scripts.APPEND)
+        # One server: a round trip's APPENDs in one MULTI/EXEC, so Redis wakes a blocked
+        # reader (the API's XREAD over every stream) once, with every stream's entries, and
+        # not once for the first APPEND and again for the rest. A cluster cannot run one
+        # transaction across slots.
+        self._together = not is_cluster(link.streams)
+        self._queue: collections.deque[_Queued] = collections.deque()
+        self._cv = threading.Condition()
+        self._writer = threading.Thread(target=self._write_loop, name="publisher", daemon=True)
+        self._writer.start()
+
+    def started(self, attempt: Attempt, prompt_tokens: int, after: str = "") -> None:
+        """The attempt's first entry, going on from entry `after` (what it read)."""
+        entry = Started(
+            epoch=attempt.epoch, worker=self._link.worker, prompt_tokens=prompt_tokens, after=after
+        )
+        self._submit(attempt, entry, wait=True)
+
+    def delta(
+        self,
+        attempt: Attempt,
+        text: str,
+        token_ids: tuple[int, ...],
+        calls: tuple[CallPart, ...] = (),
+        logprobs: tuple[TokenLogprob, ...] = (),
+    ) -> None:
+        """Queue generated text; returns at once (raises what an earlier write learned)."""
+        entry = Delta(epoch=attempt.epoch, text=text, token_ids=token_ids, calls=calls, logprobs=logprobs)
+        self._submit(attempt, entry, wait=False)
+
+    def finished(self, attempt: Attempt, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+        entry = Finished(
+            epoch=attempt.epoch,
+            finish_reason=reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+        )
+        self._submit(attempt, entry, wait=True)
+
+    def failed(
+        self, attempt: Attempt, error: ErrorCode, message: str | None = None, param: str | None = None
+    ) -> None:
+        self._submit(attempt, error.entry(message, param, epoch=attempt.epoch), wait=True)
+
+    def flush(self, attempt: Attempt) -> None:
+        """Wait until everything the attempt queued is written (raises what was learned)."""
+        self._submit(attempt, None, wait=True)
+
+    def resend(self, attempt: Attempt, wait: bool = True) -> None:
+        """Write again, with their ids, the entries of `attempt` a failover may have lost (an
+        ended attempt too); with `wait`, return once that is done. What is still there is
+        skipped."""
+        item = _Queued(attempt, None, threading.Event(), resend=True)
+        with self._cv:
+            self._queue.append(item)
+            self._cv.notify_all()
+        if wait:
+            item.written.wait()  # type: ignore[union-attr]
+
+    def count_tokens(self, model: str, attempt: Attempt) -> None:
+        """Add the attempt's tokens to the cluster-wide counter (best effort: metrics only)."""
+        if attempt.published:
+            try:
+                self._link.client.hincrby(keys.STATS, keys.StatField.tokens(model), attempt.published)
+            except redis.RedisError as exc:
+                log.warning("could not count tokens: %s", exc)
+
+    def _submit(self, attempt: Attempt, entry: Entry | None, wait: bool) -> None:
+        attempt.check()
+        item = _Queued(attempt, entry, threading.Event() if wait else None)
+        with self._cv:
+            while len(self._queue) >= MAX_QUEUED:  # Redis is slow: hold the model back
+                self._cv.wait()
+            self._queue.append(item)
+            self._cv.notify_all()
+        if item.written is not None:
+            item.written.wait()
+            attempt.check()
+
+    def _write_loop(self) -> None:
+        while True:
+            with self._cv:
+                while not self._queue:
+                    self._cv.wait()
+            if self._linger and self._crowded():
+                time.sleep(self._linger)  # let the rest of this step's tokens arrive
+            with self._cv:
+                batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
+                self._cv.notify_all()
+            started = time.perf_counter()
+            try:
+                self._write(batch)
+            except Exception as exc:  # never let the writer die: the attempts get the error
+                log.exception("publisher write failed")
+                for item in batch:
+                    item.attempt.error = item.attempt.error or exc
+            finally:
+                self._counters.publish_us += int((time.perf_counter() - started) * 1e6)
+                self._counters.publishes += 1
+                for item in batch:
+                    if item.written is not None:
+                        item.written.set()
+
+    def _write(self, batch: list[_Queued]) -> None:
+        """One round trip: each attempt's queued entries in one APPEND, after what a failover
+        lost of it."""
+        groups: dict[int, _Group] = {}
+        for item in batch:
+            a = item.attempt
+            if a.fenced or a.error is not None:
+                continue
+            if item.entry is not None or item.resend:
+                group = groups.setdefault(id(a), _Group(a, a.written))
+                if item.entry is not None:
+                    group.new.append(item.entry)
+                if item.resend:
+                    group.resend_from(a.record[0][0] if a.record else a.written)
+        todo = [g for g in groups.values() if g.new or g.again is not None]
+        try:
+            while todo:
+                results = self._link.retry(lambda t=todo: self._append_all(t))
+                again = []
+                for group, result in zip(todo, results, strict=True):
+                    attempt = group.attempt
+                    if isinstance(result, NoScriptError):
+                        again.append(group)  # Redis restarted: load and resend
+                    elif isinstance(result, redis.ResponseError):
+                        message = str(result)
+                        if message.startswith(scripts.FENCED):
+                            attempt.fenced = True
+                        elif message.startswith(scripts.BEHIND):
+                            lost_from = int(message.split()[1])
+                            log.warning(
+                                "%s: a failover lost entries %d-%d of attempt %d; writing them again",
+                                attempt.completion_id,
+                                lost_from,
+                                attempt.written - 1,
+                                attempt.epoch,
+                            )
+                            if group.resend_from(lost_from):
+                                again.append(group)
+                            else:
+                                attempt.error = RolledBack(
+                                    f"{attempt.completion_id}: a failover lost entries from {lost_from}, "
+                                    "which this worker no longer holds (a replica had confirmed them)"
+                                )
+                        else:
+                            attempt.error = result
+                    else:
+                        group.done(result, self._holding)
+                if any(isinstance(r, NoScriptError) for r in results):
+                    self._link.retry(lambda: self._client.script_load(scripts.APPEND))
+                todo = again
+        except redis.RedisError as exc:  # Redis gone for longer than the link's redis_wait_s
+            for group in todo:
+                group.attempt.error = group.attempt.error or exc
+
+    def _append_all(self, todo: list[_Group]) -> list:
+        """One pipeline of APPENDs (one transaction on one server). Each numbers its entries
+        from its first, so resending the pipeline after a lost reply writes nothing twice."""
+        with self._client.pipeline(transaction=self._together) as pipe:
+            for group in todo:
+                cid = group.attempt.completion_id
+                job_keys = scripts.job_keys(cid)
+                # execute_command: a cluster pipeline refuses `evalsha` (a script could touch
+                # keys of several slots), but routes EVALSHA by its keys; APPEND's share one slot.
+                args = scripts.append_args(
+                    cid, group.attempt.claim, group.first, group.rows(), self._link.recovery.retention_s
+                )
+                pipe.execute_command("EVALSHA", self._append.sha, len(job_keys), *job_keys, *args)
+            return pipe.execute(raise_on_error=False)
+
+
+class _Group:
+    """One attempt's APPEND in a round trip: entries written again (with their ids) after a
+    failover lost them, then its new ones."""
+
+    def __init__(self, attempt: Attempt, first: int) -> None:
+        self.attempt = attempt
+        self.first = first  # the attempt's number of the first entry sent
+        self.again: list[tuple[str, Entry]] | None = None
+        self.new: list[Entry] = []
+        self.ids: list[str] | None = None  # the new entries', chosen once: a retry writes the same
+
+    def resend_from(self, seq: int) -> bool:
+        """Send the held entries from number `seq` on before the new ones; False if some of
+        them are no longer held."""
+        held = self.attempt.held_from(seq)
+        if held is None:
+            return False
+        self.first, self.again = min(seq, self.attempt.written), held
+        return True
+
+    def rows(self) -> list[tuple[str, Entry]]:
+        if self.ids is None:
+            self.ids = self.attempt.next_ids(len(self.new))
+        return [*(self.again or []), *zip(self.ids, self.new, strict=True)]
+
+    def done(self, result: list, holding: bool) -> None:
+        """APPEND wrote (or had written) every entry: record the new ones with their ids
+        (`holding`: until worker/attempts/durability.py finds them safe)."""
+        attempt = self.attempt
+        attempt.cancelled = attempt.cancelled or bool(result[0])
+        ids = [x.decode() if isinstance(x, bytes) else str(x) for x in result[1:]]
+        again = len(self.again or [])
+        base = self.first + again
+        if holding:
+            attempt.wrote([(base + n, ids[again + n], e) for n, e in enumerate(self.new)])
+        attempt.written = max(attempt.written, self.first + again + len(self.new))
+        attempt.published += sum(len(e.token_ids) for e in self.new if isinstance(e, Delta))
+        attempt.ended = attempt.ended or any(scripts.final_status(e) for e in self.new)
+        if ids:
+            attempt.saw(ids[-1])
+        self.again, self.new, self.ids = None, [], None

@@ -1,0 +1,378 @@
+"""Continuous batching: one thread advances every running sequence in each `llama_decode`.
+
+Each job in a worker is a sequence in its own slot (a llama.cpp sequence id with its own
+part of the KV cache). Every step builds one batch: the last sampled token of each decoding
+sequence and up to `prefill_chunk` prompt tokens of each sequence still prefilling, so a
+long prompt is spread over many steps and never freezes the running streams.
+The batch lists its tokens by slot (worker/engine/step_plan.py plans it): llama.cpp computes a
+batch for a cache split by sequence in one pass only over consecutive sequence ids in
+increasing order. While an interactive sequence runs, Batch API lines beyond BATCH_SLOTS sit
+out (`stepping`).
+After the decode each sequence that produced logits samples with its own sampler chain, and
+a courier thread hands the step's tokens to the job threads through their sequences' queues
+while the next step computes: each job thread woken from the scheduler thread preempts it,
+and the model computes nothing meanwhile (docs/benchmarks.md has the figures).
+
+A sequence its job closes (done, cancelled, fenced, shut down) leaves at the next step: its
+slot takes the next job at once, without waiting for the others. A slot keeps the KV of its
+last sequence, and a new job takes the free slot that shares the longest prefix with its
+prompt (the chat template's system prompt, a conversation's earlier turns), so only the rest
+is prefilled; a job whose prompt extends no slot's cache takes an empty slot, else the
+least recently used (`choose_slot`), so a conversation's cache lasts until its next turn. A
+move that closes a gap between running slots first copies the cache the ended job left
+there to a spare slot (`spare_slot`). With the CPU build, a job's greedy tokens do not
+depend on what else is in the batch or on the cached prefix
+(tests/integration/test_batching.py checks it); a GPU backend may round a batch differently.
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+import llama_cpp
+
+from contract.keys import BatchCounters
+from worker.engine.held import HeldPrefixes
+from worker.engine.interrupt import StepInterrupt
+from worker.engine.picks import Pick
+from worker.engine.sampling import Sampler
+from worker.engine.step_cost import StepCost
+from worker.engine.step_plan import (
+    batch_capacity,
+    choose_slot,
+    common_prefix,
+    compaction,
+    plan,
+    spare_slot,
+    stepping,
+)
+from worker.errors import GrammarDeadEnd
+
+log = logging.getLogger(__name__)
+
+
+class EngineFailed(RuntimeError):
+    """llama_decode failed; every sequence of that batch is ended with this error."""
+
+
+_END = object()  # the sequence's window is full: no more tokens
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One job's sequence; the job thread iterates it, the scheduler feeds it (by its courier)."""
+
+    context: list[int]  # the prompt plus what earlier attempts generated
+    sampler: Sampler
+    room: int  # tokens that may be generated before the slot's window is full
+    slot: int = -1
+    fed: int = 0  # context tokens in the KV cache
+    pending: int | None = None  # the last sampled token, fed at the next step
+    generated: int = 0
+    closed: bool = False
+    yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
+    alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps alone until it has generated this many
+    progress: Callable[[], None] | None = None  # after each step that computed any of its rows
+    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+
+    def __iter__(self) -> Iterator[Pick]:
+        while True:
+            item = self.out.get()
+            if item is _END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+
+
+class Scheduler:
+    def __init__(
+        self,
+        ctx,
+        slots: int,
+        prefill_chunk: int,
+        is_end: Callable[[int], bool],
+        prefix_cache: bool = True,
+        batch_prefill_chunk: int | None = None,
+        prefill_stretch: float = 0.0,
+        lines_beside: int | None = None,
+        step_delay_s: float = 0.0,
+        held: HeldPrefixes | None = None,
+    ) -> None:
+        self._ctx = ctx
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self.slots = slots
+        self._chunk = prefill_chunk
+        self._batch_chunk = min(batch_prefill_chunk or prefill_chunk, prefill_chunk)
+        self._is_end = is_end
+        self._prefix_cache = prefix_cache
+        self.cost = StepCost(prefill_stretch)
+        self._lines_beside = lines_beside  # Batch API lines stepping beside interactive ones
+        self._step_delay_s = step_delay_s  # STEP_DELAY_SECONDS: a slower machine, for the tests
+        self._held = held  # what each slot's cache holds, for cache-aware routing (worker/engine/held.py)
+        self._interrupt = StepInterrupt(ctx)
+        self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
+        self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
+        self._ended = [0] * slots  # when each slot's last job ended (a tick; 0: never, or a stale copy)
+        self._tick = 0
+        self._free = list(range(slots))
+        self._running: list[Sequence] = []
+        self._waiting: list[Sequence] = []
+        self._cv = threading.Condition()
+        self._stopped = False
+        self.counters = BatchCounters()  # written by the scheduler thread (and reset(), when idle)
+        self.last_step_s = 0.0  # the last llama_decode's time (the pool view shows it)
+        # what each step hands to the job threads, in order; None stops the courier
+        self._outbox: queue.SimpleQueue[list[tuple[Sequence, object]] | None] = queue.SimpleQueue()
+        self._courier = threading.Thread(target=self._deliver, name="batching-courier", daemon=True)
+        self._courier.start()
+        self._thread = threading.Thread(target=self._loop, name="batching", daemon=True)
+        self._thread.start()
+
+    # Called by job threads.
+
+    def submit(self, seq: Sequence) -> Sequence:
+        with self._cv:
+            if self._stopped:
+                raise EngineFailed("the engine is stopped")
+            self._waiting.append(seq)
+            self._cv.notify()
+        if not seq.yields:  # a step with Batch API lines in it stops: its prompt goes first
+            self._interrupt.fire()
+        return seq
+
+    def close(self, seq: Sequence) -> None:
+        with self._cv:
+            seq.closed = True
+            self._cv.notify()
+
+    def wait_idle(self, timeout_s: float = 30.0) -> None:
+        """Until every closed sequence has left (the loop retires them at its next turn)."""
+        deadline = time.monotonic() + timeout_s
+        with self._cv:
+            while (self._running or self._waiting) and time.monotonic() < deadline:
+                self._cv.wait(timeout=0.01)
+
+    def reset(self) -> None:
+        """As if new: every slot's cache emptied and written over (no job reuses what came
+        before, and every page of the cache is mapped before a job needs it), the counters
+        zeroed. Only while nothing runs (the worker's warm-up)."""
+        with self._cv:
+            if self._running or self._waiting:
+                raise RuntimeError("reset while sequences run")
+            llama_cpp.llama_memory_clear(self._mem, True)
+            for slot in range(self.slots):
+                self._forget(slot)
+            self._tick = 0
+            self.counters = BatchCounters()
+
+    def stop(self) -> None:
+        with self._cv:
+            self._stopped = True
+            self._cv.notify()
+        self._thread.join(timeout=10)
+        self._courier.join(timeout=10)
+
+    # The courier thread.
+
+    def _deliver(self) -> None:
+        while (items := self._outbox.get()) is not None:
+            for seq, item in items:
+                seq.out.put(item)
+
+    # The scheduler thread.
+
+    def _loop(self) -> None:
+        while True:
+            try:
+                with self._cv:
+                    while not self._stopped and not self._has_work():
+                        self._cv.wait()
+                    if self._stopped:
+                        break
+                    self._retire_closed()
+                    self._admit()
+                    self._compact()
+                if self._running:
+                    self._step()
+            except Exception as exc:  # never leave the jobs waiting on a dead thread
+                log.exception("batch step failed")
+                self._fail(EngineFailed(f"batch step failed: {type(exc).__name__}"))
+        self._outbox.put([(seq, EngineFailed("the engine stopped")) for seq in self._running + self._waiting])
+        self._outbox.put(None)
+
+    def _has_work(self) -> bool:
+        """Sequences to step or retire, or one waiting for a free slot."""
+        return bool(self._running) or bool(self._waiting and self._free)
+
+    def _retire_closed(self) -> None:
+        for seq in [s for s in self._running if s.closed]:
+            self._release(seq)
+        for seq in [s for s in self._waiting if s.closed]:
+            self._waiting.remove(seq)
+            seq.sampler.close()
+
+    def _release(self, seq: Sequence) -> None:
+        self._running.remove(seq)
+        seq.sampler.close()
+        if not self._prefix_cache:
+            self._forget(seq.slot)
+        self._tick += 1
+        self._ended[seq.slot] = self._tick
+        self._free.append(seq.slot)
+
+    def _forget(self, slot: int) -> None:
+        llama_cpp.llama_memory_seq_rm(self._mem, slot, -1, -1)
+        self._kv[slot] = []
+        self._ended[slot] = 0
+        if self._held is not None:
+            self._held.forget(slot)
+
+    def _admit(self) -> None:
+        """Give free slots to waiting sequences (`choose_slot`: its conversation's own slot,
+        else an empty one or the least recently used)."""
+        while self._waiting and self._free:
+            seq = self._waiting.pop(0)
+            slot = choose_slot(self._free, self._kv, seq.context, self._ended)
+            self._free.remove(slot)
+            # Keep the shared prefix, but always compute the last context token again:
+            # its logits are what the first token is sampled from.
+            keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1)
+            llama_cpp.llama_memory_seq_rm(self._mem, slot, keep, -1)
+            del self._kv[slot][keep:]
+            seq.slot, seq.fed = slot, keep
+            self._running.append(seq)
+            self.counters.prompt_tokens += len(seq.context)
+            self.counters.cached_tokens += keep
+            if self._held is not None:
+                self._held.taken(slot, seq)
+
+    def _compact(self) -> None:
+        """Move sequences into the gaps `compaction` finds (see there for why)."""
+        by_slot = {seq.slot: seq for seq in self._running}
+        moves = compaction(list(by_slot), self._free)
+        targets = {dst for _, dst in moves}
+        for src, dst in moves:
+            if self._prefix_cache and self._ended[dst]:  # a conversation, not a stale copy
+                self._keep(dst, targets)
+            # llama.cpp copies the whole slot's KV at the next decode (copies run in the
+            # order asked); the source keeps a stale copy, the first cache to be evicted.
+            llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            self._kv[dst] = list(self._kv[src])
+            if self._held is not None:
+                self._held.moved(src, dst)
+            self._ended[src] = 0
+            if not self._prefix_cache:
+                self._forget(src)
+            seq = by_slot.pop(src)
+            seq.slot = dst
+            by_slot[dst] = seq
+            self._free.remove(dst)
+            self._free.append(src)
+            self.counters.moves += 1
+
+    def _keep(self, gap: int, targets: set[int]) -> None:
+        """The cache in `gap` (the conversation whose job just ended there, whose next turn
+        may be on its way) is about to be written over by a move: copy it to a spare free
+        slot first, one holding nothing or an older conversation (`spare_slot`)."""
+        spare = spare_slot(self._free, self._kv, self._ended, targets, self._ended[gap])
+        if spare is None:
+            return
+        llama_cpp.llama_memory_seq_cp(self._mem, gap, spare, -1, -1)
+        self._kv[spare] = list(self._kv[gap])
+        self._ended[spare] = self._ended[gap]
+        if self._held is not None:
+            self._held.moved(gap, spare)
+        self.counters.kept += 1
+
+    def _step(self) -> None:
+        """One llama_decode of the planned tokens, then each sequence with logits samples."""
+        b = self._batch
+        outputs: list[tuple[Sequence, int]] = []
+        steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
+        decoding = sum(s.pending is not None for s in steps)
+        # The budget keeps interactive streams' gaps short; Batch API lines alone have none
+        interactive = any(s.pending is not None and not s.yields for s in steps)
+        budget = self.cost.budget(decoding) if interactive else None
+        before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in steps]
+        rows = plan(steps, self._chunk, self._batch_chunk, budget)
+        for n, (seq, token, logits) in enumerate(rows):
+            b.token[n] = token
+            b.pos[n] = len(self._kv[seq.slot])
+            b.n_seq_id[n] = 1
+            b.seq_id[n][0] = seq.slot
+            b.logits[n] = logits
+            self._kv[seq.slot].append(token)
+            if logits:
+                outputs.append((seq, n))
+        if not rows:
+            return
+        if self._step_delay_s:
+            time.sleep(self._step_delay_s)
+        b.n_tokens = len(rows)
+        self._interrupt.arm(any(seq.yields for seq, _, _ in rows))  # stopped by `submit`
+        started = time.perf_counter()
+        rc = llama_cpp.llama_decode(self._ctx, b)
+        if self._interrupt.take() and rc == 2:
+            self._undo(before)
+            return
+        decoded = time.perf_counter()
+        self.last_step_s = decoded - started
+        self._count(rows, decoding)
+        self.counters.decode_us += int((decoded - started) * 1e6)
+        long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget
+        self.cost.add(len(rows), decoded - started, decoding, long_read)
+        if rc != 0:
+            self._fail(EngineFailed(f"llama_decode returned {rc}"))
+            return
+        for seq in {id(seq): seq for seq, _, _ in rows}.values():
+            if seq.progress is not None:
+                seq.progress()  # a prompt read a chunk a step is progress before its first token
+        out: list[tuple[Sequence, object]] = []
+        for seq, index in outputs:
+            try:
+                pick = seq.sampler.sample(self._ctx, index)
+            except GrammarDeadEnd as exc:  # this job's own grammar: the others go on
+                out.append((seq, exc))
+                seq.closed = True
+                continue
+            seq.generated += 1
+            out.append((seq, pick))
+            if self._is_end(pick.token) or seq.generated >= seq.room:
+                out.append((seq, _END))
+                seq.closed = True  # nothing more to compute; the job thread closes it too
+            else:
+                seq.pending = pick.token
+        self.counters.sample_us += int((time.perf_counter() - decoded) * 1e6)
+        self._outbox.put(out)
+
+    def _undo(self, before: list[tuple[Sequence, int, int | None, int]]) -> None:
+        """A step stopped part way (worker/engine/interrupt.py): every sequence as before its plan,
+        the cells of every micro-batch of the step removed (llama.cpp removed the last's)."""
+        for seq, fed, pending, cached in before:
+            llama_cpp.llama_memory_seq_rm(self._mem, seq.slot, cached, -1)
+            del self._kv[seq.slot][cached:]
+            seq.fed, seq.pending = fed, pending
+        self.counters.interrupted += 1
+
+    def _count(self, rows: list[tuple[Sequence, int, bool]], decoding: int) -> None:
+        c = self.counters
+        c.steps += 1
+        c.sequences += len({id(seq) for seq, _, _ in rows})
+        c.prefill_tokens += len(rows) - decoding
+
+    def _fail(self, error: EngineFailed) -> None:
+        """A failed decode may leave part of the batch in the cache: drop every sequence."""
+        log.error("%s: ending the %d running sequences", error, len(self._running))
+        with self._cv:
+            self._outbox.put([(seq, error) for seq in self._running])
+            for seq in list(self._running):
+                seq.closed = True
+                self._release(seq)
+            for slot in range(self.slots):
+                self._forget(slot)

@@ -1,0 +1,75 @@
+"""The prompt prefixes this worker's slots hold in their KV cache, as contract/prefixes.py
+digests, for cache-aware routing (api/jobs/routing.py): the presence thread announces them.
+
+A slot holds what its last job left: that job's prompt and answer, kept for the next job
+that shares a prefix with them (worker/engine/batching.py). So a slot's digests are set when its
+job ends, dropped when the slot takes another job (the cache beyond what they share is
+written over), and carried along when the scheduler moves a cache to another slot. The
+scheduler's thread gives slots out and moves caches; a job's own thread says what it left
+when it ends, by its sequence (the owner), so a job that ends after its slot was given out
+again claims nothing. Bounded whatever the traffic: at most MAX_DIGESTS a slot.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+from contract.prefixes import MAX_DIGESTS
+
+
+class HeldPrefixes:
+    def __init__(self, slots: int) -> None:
+        self._slots: list[tuple[str, ...]] = [() for _ in range(slots)]
+        self._owner: list[object | None] = [None] * slots  # the sequence the slot was last given
+        self._lock = threading.Lock()
+        self._closed = False  # the worker takes no more jobs: it claims nothing
+        self.version = 0  # bumped at every change: the presence thread rewrites the set then
+        self.changed: Callable[[], None] = lambda: None  # the presence thread's poke
+
+    def taken(self, slot: int, owner: object) -> None:
+        """`owner` (a sequence) took `slot`: what it held is being written over."""
+        with self._lock:
+            self._owner[slot] = owner
+            if self._slots[slot]:
+                self._slots[slot] = ()
+                self.version += 1
+
+    def moved(self, src: int, dst: int) -> None:
+        """The cache of `src` was copied to `dst` (over what `dst` held); `src` keeps only a
+        copy no job owns."""
+        with self._lock:
+            if self._slots[src] or self._slots[dst]:
+                self.version += 1
+            self._slots[dst], self._owner[dst] = self._slots[src], self._owner[src]
+            self._slots[src], self._owner[src] = (), None
+
+    def forget(self, slot: int) -> None:
+        """The slot's cache was emptied (a failed step, the warm-up's end)."""
+        with self._lock:
+            self._owner[slot] = None
+            if self._slots[slot]:
+                self._slots[slot] = ()
+                self.version += 1
+
+    def close(self) -> None:
+        """The worker is leaving: it holds nothing any job could be routed to it for."""
+        with self._lock:
+            self._closed = True
+            self._slots = [() for _ in self._slots]
+            self.version += 1
+
+    def held(self, owner: object, digests: list[str]) -> None:
+        """The job of `owner` ended: its slot, if still its own, holds these prefixes now."""
+        with self._lock:
+            slot = next((i for i, o in enumerate(self._owner) if o is owner), None)
+            if slot is None or self._closed:
+                return
+            self._slots[slot] = tuple(digests[:MAX_DIGESTS])
+            self.version += 1
+        self.changed()  # announced now: a conversation's next turn may come at once
+
+    def digests(self) -> tuple[int, set[str]]:
+        """(version, every digest held) at one moment."""
+        with self._lock:
+            return self.version, {d for slot in self._slots for d in slot}

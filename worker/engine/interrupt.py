@@ -1,0 +1,61 @@
+"""Stop a `llama_decode` in the middle, from another thread, without the GIL.
+
+An interactive job that arrives while a step of Batch API lines computes should not wait for
+that step (tens of milliseconds on a CPU, more the more rows it has): the scheduler gives
+the context an abort callback, a job thread raises the flag, and llama.cpp's CPU backend,
+which calls the callback after every node of the graph, stops the step within one node;
+`llama_decode` returns 2 and has taken the step's tokens out of the KV cache
+(worker.engine.batching rolls back its own record of them and plans the step again).
+
+The callback is called hundreds of times a step from inside the graph computation, so it
+must not be Python: a ctypes callback would take the GIL at every node and wait behind the
+job threads. It is libc's `strlen` on a two-byte buffer: `strlen(data)` is 0 (go on) while
+the buffer holds b"\\0" and 1 (abort) once the first byte is set, and the C ABI returns a
+`bool` in the low byte of the return register, where `strlen`'s 0 or 1 sits. GPU backends
+do not call the callback: there a step runs to its end, as before.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import threading
+
+import llama_cpp
+
+ABORT_WHEN_SET = llama_cpp.ggml_abort_callback(
+    ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value  # the process's C library
+)
+"""The callback: true once the first byte of its data is not zero."""
+
+
+class StepInterrupt:
+    """One context's abort flag: `arm` before a step that may be cut short, `fire` from any
+    thread, `take` after the step says whether it was."""
+
+    def __init__(self, ctx) -> None:
+        self._flag = ctypes.create_string_buffer(2)  # b"\0\0": strlen 0
+        self._armed = False
+        self._lock = threading.Lock()  # a `fire` never lands on a step armed after it looked
+        llama_cpp.llama_set_abort_callback(ctx, ABORT_WHEN_SET, ctypes.cast(self._flag, ctypes.c_void_p))
+
+    def arm(self, armed: bool) -> None:
+        """Before a step: whether `fire` may stop it (the flag is lowered either way)."""
+        with self._lock:
+            self._flag[0] = b"\0"
+            self._armed = armed
+
+    def fire(self) -> bool:
+        """Stop the step in flight if it is armed; True if it is (a step that ends meanwhile
+        is not cut, and `take` says it was not)."""
+        with self._lock:
+            if self._armed:
+                self._flag[0] = b"x"
+            return self._armed
+
+    def take(self) -> bool:
+        """After a step: whether the flag was raised (and lower it)."""
+        with self._lock:
+            raised = self._flag[0] != b"\0"
+            self._flag[0] = b"\0"
+            self._armed = False
+            return raised

@@ -1,0 +1,340 @@
+"""The model: loaded once per worker process, decoding up to SLOTS jobs at once.
+
+The engine turns a job into prompt token ids (worker.engine.prompts) and then into a stream of
+(token id, bytes) pairs, produced by the batching scheduler (worker.engine.batching) together with
+the other jobs' tokens. It knows nothing of Redis or of the stream contract; `worker.attempts.runner`
+decides when to stop and what to publish. SLOTS=1 is the single-sequence worker: the same
+code with one slot.
+
+The KV cache is allocated at start for SLOTS sequences of N_CTX tokens each; a
+configuration whose cache and weights do not fit in the memory this process may use is
+refused before anything is allocated.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+
+import llama_cpp
+from llama_cpp._internals import LlamaModel
+
+from contract.jobspec import JobSpec, Message
+from contract.keys import BATCH, BatchCounters
+from contract.prefixes import prefixes
+from worker.engine import batching, devices, llama_log, sizing, step_plan
+from worker.engine.grammar import GrammarGate, TriggeredGate
+from worker.engine.held import HeldPrefixes
+from worker.engine.picks import Pick
+from worker.engine.prompts import ChatPrompts
+from worker.engine.sampling import Sampler
+from worker.settings import WorkerSettings
+from worker.text.replies import Reply
+
+log = logging.getLogger(__name__)
+
+_KV_BYTES = 2  # f16 keys and values
+_MAX_UBATCH = 512
+_COMPUTE_MARGIN = 256 << 20  # llama.cpp's compute buffers and the process itself
+
+
+WARM_UP_MESSAGE = Message("user", "Write one line about the sea.")
+
+
+class EngineConfigError(SystemExit):
+    """The settings cannot work on this machine; said at start, before any job is taken."""
+
+
+class LlamaEngine:
+    def __init__(self, settings: WorkerSettings) -> None:
+        assert settings.model_path is not None
+        self.model_name = settings.model_name
+        self.n_ctx = settings.n_ctx  # per slot: what one job may use
+        self._offloaded = bool(settings.n_gpu_layers) and llama_cpp.llama_supports_gpu_offload()
+        self._prefill_chunk = settings.prefill_chunk
+        llama_log.install()
+        llama_cpp.llama_backend_init()
+        most = llama_cpp.llama_max_parallel_sequences()
+        if settings.slots is not None and not 1 <= settings.slots <= most:
+            raise EngineConfigError(
+                f"SLOTS={settings.slots}: llama.cpp supports 1 to {most} sequences per process"
+            )
+        mparams = llama_cpp.llama_model_default_params()
+        mparams.n_gpu_layers = settings.n_gpu_layers
+        self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
+        template = settings.chat_template_file.read_text() if settings.chat_template_file else None
+        self.prompts = ChatPrompts(self._model, template)
+        log.info("tool calls: %s protocol (worker/tools/protocols.py)", self.prompts.tools.name)
+        self._n_vocab = self._model.n_vocab()
+        cores = sizing.usable_cores()
+        self.threads = sizing.threads(settings.n_threads, settings.n_threads_batch, cores)
+        per_slot = kv_cache_bytes(self._model, self.n_ctx)
+        if settings.slots is not None:
+            tries, why = [settings.slots], "SLOTS"
+        elif self._offloaded:  # llama.cpp says whether the cache fits the GPU
+            tries, why = sizing.halvings(min(sizing.GPU_SLOTS, most)), "the GPU's memory"
+        else:
+            budget = int(settings.kv_memory_share * max(available_memory() - _COMPUTE_MARGIN, 0))
+            tries = [min(sizing.slots_for(per_slot, budget, sizing.CPU_SLOTS), most)]
+            why = (
+                f"a {budget / 2**20:.0f} MiB KV budget at {per_slot / 2**20:.0f} MiB a slot, "
+                f"at most {sizing.CPU_SLOTS}"
+            )
+        for slots in tries:
+            self._ctx = self._context(settings, slots)
+            if self._ctx:
+                break
+            log.info("no context for %d slots of %d tokens: trying fewer", slots, self.n_ctx)
+        else:
+            raise EngineConfigError(
+                f"llama.cpp could not create a context for SLOTS={tries[-1]} x N_CTX={self.n_ctx} "
+                "(out of memory?): lower SLOTS or N_CTX"
+            )
+        self.slots = slots
+        log.info(
+            "%d slots of %d tokens (from %s); %d/%d threads (one-token/batched steps) of %d usable cores",
+            slots,
+            self.n_ctx,
+            why,
+            self.threads.n_threads,
+            self.threads.n_threads_batch,
+            cores,
+        )
+        self.held = HeldPrefixes(slots)  # what each slot's cache holds, for cache-aware routing
+        self._prefix_cache = settings.prefix_cache
+        kv = kv_cache_bytes(self._model, slots * self.n_ctx)
+        self.placement = devices.placement(self._model.model, settings.n_gpu_layers, kv, slots, self.n_ctx)
+        log.info("%s", self.placement.describe())
+        if llama_cpp.llama_n_ctx_seq(self._ctx) < self.n_ctx:
+            raise EngineConfigError(
+                f"llama.cpp gives each slot {llama_cpp.llama_n_ctx_seq(self._ctx)} tokens, "
+                f"not N_CTX={self.n_ctx}"
+            )
+        self._scheduler = batching.Scheduler(
+            self._ctx,
+            self.slots,
+            settings.prefill_chunk,
+            self.prompts.is_end,
+            prefix_cache=settings.prefix_cache,
+            batch_prefill_chunk=settings.batch_prefill_chunk,
+            prefill_stretch=settings.prefill_stretch,
+            lines_beside=settings.batch_share(self.slots),
+            step_delay_s=settings.step_delay_s,
+            held=self.held,
+        )
+
+    def _context(self, settings: WorkerSettings, slots: int):
+        """A llama.cpp context of `slots` sequences of N_CTX tokens each (None: it does not
+        fit); on the CPU a cache that cannot fit is refused before it is allocated."""
+        assert settings.model_path is not None
+        check_memory(
+            kv_cache_bytes(self._model, slots * self.n_ctx),
+            settings.model_path,
+            settings.n_gpu_layers,
+            f"SLOTS={slots} x N_CTX={self.n_ctx}",
+        )
+        cparams = llama_cpp.llama_context_default_params()
+        cparams.n_ctx = slots * self.n_ctx
+        cparams.n_seq_max = slots
+        cparams.kv_unified = False  # each slot attends over its own part of the cache only
+        # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
+        # its compute buffer grows with it.
+        cparams.n_batch = step_plan.batch_capacity(slots, settings.prefill_chunk)
+        cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
+        cparams.n_threads = self.threads.n_threads
+        cparams.n_threads_batch = self.threads.n_threads_batch
+        return llama_cpp.llama_init_from_model(self._model.model, cparams) or None
+
+    def prompt_ids(self, spec: JobSpec) -> list[int]:
+        """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
+        return self.prompts.prompt_ids(spec, self.n_ctx)
+
+    def is_end(self, token: int) -> bool:
+        return self.prompts.is_end(token)
+
+    def reply(self, spec: JobSpec) -> Reply:
+        """How the job's answer is read: content and tool calls (worker/text/replies.py)."""
+        return self.prompts.tools.reply(spec)
+
+    def tokens(
+        self,
+        spec: JobSpec,
+        prompt: Sequence[int],
+        prior: Sequence[int],
+        progress: Callable[[], None] | None = None,
+        alone_for: int = 0,
+    ) -> Iterator[tuple[Pick, bytes]]:
+        """Sample after the prompt and what earlier attempts generated (`prior`), in the
+        running batch, until the slot's window is full (the caller stops earlier). Closing
+        the iterator frees the slot at the next step. A job with a grammar replays `prior`
+        through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
+        called (from the scheduler's thread) after every step that computed any of its rows,
+        prompt rows included. A suspect steps alone until it has generated `alone_for`
+        tokens (worker/engine/step_plan.py)."""
+        tools = self.prompts.tools
+        grammar, trigger = tools.grammar(spec), tools.trigger(spec)
+        gate: GrammarGate | TriggeredGate | None = None
+        if grammar and trigger:
+            gate = TriggeredGate(
+                lambda: GrammarGate(self._model.vocab, grammar, self.prompts.controls),
+                trigger.encode(),
+                self.piece,
+            )
+        elif grammar:
+            gate = GrammarGate(self._model.vocab, grammar, self.prompts.controls)
+        if spec.ignore_eos:  # as llama-server does it: the end tokens biased out of every pick
+            banned = {t: -100.0 for t in self.prompts.ends}
+            spec = dataclasses.replace(
+                spec, logit_bias=tuple(sorted({**dict(spec.logit_bias), **banned}.items()))
+            )
+        try:
+            sampler = Sampler(spec, self._n_vocab, self.n_ctx, prior, gate, self.prompts.is_end)
+        except BaseException:
+            if gate is not None:
+                gate.close()
+            raise
+        context = [*prompt, *prior]
+        seq = batching.Sequence(
+            context=context,
+            sampler=sampler,
+            room=self.n_ctx - len(context),
+            yields=spec.priority == BATCH,
+            alone_for=alone_for,
+            progress=progress,
+        )
+        self._scheduler.submit(seq)
+        answer: list[bytes] = []
+        try:
+            for pick in seq:
+                piece = self.prompts.piece(pick.token)
+                answer.append(piece)
+                yield pick, piece
+        finally:
+            self._scheduler.close(seq)
+            if self._prefix_cache and answer:  # its prompt was read whole: the cache holds it
+                # an answer of text alone is what the next turn's assistant message will be
+                plain = not spec.stop and not spec.uses_tools and not prior
+                text = b"".join(answer).decode("utf-8", "replace") if plain else None
+                self.held.held(seq, [d for d, _ in prefixes(spec, text)])
+
+    def piece(self, token: int) -> bytes:
+        return self.prompts.piece(token)
+
+    def warm_up(self, budget_s: float = 30.0) -> float:
+        """Before the worker announces itself, run each shape of step a job meets: a step
+        reading prompt tokens in every slot (batched prefill), steps of one token per slot
+        (batched decode), steps of one slot alone (the one-sequence threads), greedy and
+        sampled picks; then empty the whole KV cache (written over: its pages mapped, no
+        job inherits the warm-up's tokens) and zero the counters.
+
+        What it is for is loaded at first use: CUDA kernels and cuBLAS handles, per shape of
+        step, at the first decode on a GPU; the weights of a model file mapped from a cold
+        disk, at the first decode anywhere. Their cost moves from the first job to before
+        the worker is counted. On a GPU each slot reads a whole prefill chunk (the largest
+        step there is); on a CPU, which loads nothing lazily but the pages, two tokens each:
+        there the first job is as fast as any without a warm-up, and the warm-up's time is
+        added to a scale from zero (docs/benchmarks.md has both). Stops between steps once
+        `budget_s` has passed; returns the seconds it took."""
+        started = time.monotonic()
+        deadline = started + budget_s
+        ids = self.prompts.prompt_ids(
+            JobSpec(id="warm-up", kind="chat", model=self.model_name, messages=(WARM_UP_MESSAGE,)), self.n_ctx
+        )
+        width = self._prefill_chunk if self._offloaded else 2
+
+        def run(slot: int, tokens: int) -> None:
+            spec = JobSpec(
+                id=f"warm-up-{slot}",
+                kind="chat",
+                model=self.model_name,
+                messages=(WARM_UP_MESSAGE,),
+                temperature=0.0 if slot % 2 == 0 else 0.8,
+                top_p=1.0 if slot % 2 == 0 else 0.9,
+                seed=slot,
+            )
+            # A prompt of its own per slot, so that no slot shares another's prefix.
+            prompt = [ids[(slot + i) % len(ids)] for i in range(min(width, self.n_ctx - tokens))]
+            stream = self.tokens(spec, prompt, [])
+            try:
+                for n, _ in enumerate(stream, 1):
+                    if n >= tokens or time.monotonic() > deadline:
+                        break
+            finally:
+                stream.close()
+
+        together = [threading.Thread(target=run, args=(slot, 3)) for slot in range(self.slots)]
+        for t in together:
+            t.start()
+        for t in together:
+            t.join()
+        if time.monotonic() < deadline:
+            run(0, 2)  # alone
+        self._scheduler.wait_idle()
+        self._scheduler.reset()
+        took = time.monotonic() - started
+        cut = " (cut short: WARM_UP_SECONDS ran out)" if took > budget_s else ""
+        log.info(
+            "warm in %.2fs%s (%d slots reading %d tokens each, then decoding; the KV cache emptied)",
+            took,
+            cut,
+            self.slots,
+            width,
+        )
+        return took
+
+    def step_ms(self) -> float:
+        """The last batch step's time, in ms."""
+        return self._scheduler.last_step_s * 1000
+
+    def counters(self) -> BatchCounters:
+        """The scheduler's live counters (the presence thread adds them to /metrics)."""
+        return self._scheduler.counters
+
+    def close(self) -> None:
+        self._scheduler.stop()
+
+
+def kv_cache_bytes(model: LlamaModel, tokens: int) -> int:
+    """Keys and values of every layer for `tokens` positions (f16, as llama.cpp allocates)."""
+    m = model.model
+    head_dim = llama_cpp.llama_model_n_embd(m) // llama_cpp.llama_model_n_head(m)
+    per_token = llama_cpp.llama_model_n_layer(m) * 2 * llama_cpp.llama_model_n_head_kv(m) * head_dim
+    return per_token * _KV_BYTES * tokens
+
+
+def available_memory() -> int:
+    """What this process may still allocate: the cgroup's limit (a container's) or the
+    machine's available memory, whichever is smaller."""
+    avail = None
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            avail = int(line.split()[1]) * 1024
+    limits = [avail] if avail is not None else []
+    try:
+        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if raw != "max":
+            limits.append(int(raw) - used)
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else 1 << 62
+
+
+def check_memory(kv: int, model_path: Path, n_gpu_layers: int, what: str) -> None:
+    """Refuse at start a KV cache that cannot fit (on the CPU; a GPU build finds out when
+    llama.cpp allocates the context, also at start)."""
+    if n_gpu_layers and llama_cpp.llama_supports_gpu_offload():
+        return
+    need = kv + _COMPUTE_MARGIN
+    have = available_memory()
+    log.info("KV cache for %s: %.0f MiB (%.0f MiB available)", what, kv / 2**20, have / 2**20)
+    if need > have:
+        raise EngineConfigError(
+            f"{what} needs a {kv / 2**20:.0f} MiB KV cache (+{_COMPUTE_MARGIN >> 20} MiB of "
+            f"buffers) besides the {model_path.stat().st_size / 2**20:.0f} MiB model, but only "
+            f"{have / 2**20:.0f} MiB is available: lower SLOTS or N_CTX"
+        )

@@ -1,0 +1,118 @@
+"""Prompts as token ids, and token ids as bytes, with the GGUF's own vocabulary and template.
+
+A chat job is rendered with the chat template the GGUF carries, and only the template's own
+markers become special tokens (see `ChatPrompts.prompt_ids`). Tools, tool calls and tool
+results are rendered the way the template's tool protocol says (worker/tools/protocols.py). A raw
+prompt is the caller's own text, special tokens included, as llama.cpp does. Nothing here
+touches the KV cache, so the batching engine's job threads may call it while the scheduler
+decodes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+from llama_cpp._internals import LlamaModel
+from llama_cpp.llama_chat_format import Jinja2ChatFormatter
+
+from contract.jobspec import JobSpec
+from worker.errors import PromptRejected, PromptTooLong
+from worker.tools.protocols import JsonTools, ToolProtocol, detect
+
+# Private-use code points: no template or tokenizer gives them a meaning.
+_PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"
+
+
+class ChatPrompts:
+    def __init__(self, model: LlamaModel, template: str | None = None) -> None:
+        self._model = model
+        template = template or model.metadata().get("tokenizer.chat_template")
+        self._formatter = (
+            Jinja2ChatFormatter(
+                template=template,
+                eos_token=self._token_text(model.token_eos()),
+                bos_token=self._token_text(model.token_bos()),
+                add_generation_prompt=True,
+            )
+            if template
+            else None
+        )
+        self.tools: ToolProtocol = (
+            detect(lambda **kw: self._formatter(**kw).prompt, template)
+            if self._formatter and template
+            else JsonTools()
+        )
+        n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
+        self.ends = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(model.vocab, t)]
+        self.controls = [
+            t
+            for t in range(n_vocab)
+            if llama_cpp.llama_vocab_get_attr(model.vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            and not llama_cpp.llama_vocab_is_eog(model.vocab, t)
+        ]  # control tokens that do not end generation: banned where a grammar decides
+        self._control_texts = [t for t in (self._token_text(c) for c in self.controls) if t]
+
+    def _token_text(self, token: int) -> str:
+        return self._model.token_get_text(token) if token >= 0 else ""
+
+    def prompt_ids(self, spec: JobSpec, n_ctx: int) -> list[int]:
+        """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
+        param = "messages" if spec.kind == "chat" else "prompt"
+        if spec.kind == "chat":
+            ids = self._chat_ids(spec)
+        else:
+            ids = self._model.tokenize(
+                spec.prompt.encode(), add_bos=self._model.add_bos_token(), special=True
+            )
+        if len(ids) >= n_ctx:
+            raise PromptTooLong(len(ids), n_ctx, param)
+        return ids
+
+    def _chat_ids(self, spec: JobSpec) -> list[int]:
+        """Each message's content is tokenized as plain text, so a user who types
+        `<|im_end|>` cannot forge a role boundary. The template is rendered with placeholders
+        where the contents go, its text tokenized with special tokens, the contents without.
+        The client's strings a tool protocol renders outside the contents (a tool's schema, a
+        call's arguments) must not hold a control token's text."""
+        if self._formatter is None:
+            raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
+        messages, extra = self.tools.messages(spec)
+        for text in self.tools.outside(spec):
+            if any(c in text for c in self._control_texts):
+                raise PromptRejected("A tool or tool call holds this model's control-token text.", "tools")
+        # An empty content stays empty (a template may render "no content" differently).
+        marks = [_PLACEHOLDER.format(i) if m["content"] else "" for i, m in enumerate(messages)]
+        rendered = [{**m, "content": k} for m, k in zip(messages, marks, strict=True)]
+        rest = self._formatter(messages=rendered, **extra).prompt
+        ids: list[int] = []
+        for mark, message in zip(marks, messages, strict=True):
+            if not mark:
+                continue
+            before, found, rest = rest.partition(mark)
+            if not found:
+                raise PromptRejected(
+                    "This model's chat template alters message contents; it cannot be used safely.",
+                    "messages",
+                )
+            ids += self._tokens(before, special=True)
+            ids += self._tokens(message["content"], special=False)
+        return ids + self._tokens(rest, special=True)
+
+    def _tokens(self, text: str, special: bool) -> list[int]:
+        return self._model.tokenize(text.encode(), add_bos=False, special=special) if text else []
+
+    def is_end(self, token: int) -> bool:
+        """End-of-generation tokens (EOS, end-of-turn, ...): never published."""
+        return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
+
+    def piece(self, token: int) -> bytes:
+        """The token's bytes (control tokens render as nothing). llama-cpp-python's own
+        `token_to_piece` returns its whole 32-byte buffer, NUL padding included."""
+        size = 64
+        while True:
+            buf = ctypes.create_string_buffer(size)
+            n = llama_cpp.llama_token_to_piece(self._model.vocab, token, buf, size, 0, False)
+            if n >= 0:
+                return buf.raw[:n]
+            size = -n

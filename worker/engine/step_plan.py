@@ -1,0 +1,162 @@
+"""What one batch step feeds llama.cpp: which sequences step, and their rows in slot order.
+
+Pure functions of the scheduler's sequences (worker/engine/batching.py runs them on its thread):
+unit-tested without a model (tests/unit/test_step_plan.py).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from worker.engine.batching import Sequence
+
+
+def stepping(running: list[Sequence], lines_beside: int | None) -> list[Sequence]:
+    """The sequences that step now. While an interactive sequence runs, only `lines_beside`
+    Batch API lines (BATCH_SLOTS) step beside it: the interactive streams' steps carry no
+    more batch rows than with BATCH_SLOTS alone. The lines beyond them (in slots lent while
+    interactive jobs were quiet, BATCH_LEND_SLOTS) sit out, keeping their slot, cache and
+    pending token, until no interactive sequence runs or a line that steps ends.
+
+    The lines that step are those whose slots lie nearest an interactive one's: with a cache
+    split by sequence, llama.cpp computes a step in one pass only over consecutive slots
+    (see `plan`), so lines in slots 0-15 beside a stream in slot 16 step from slot 8 up, in
+    one pass, not as 0-7 and 16 in two. None: every sequence steps.
+
+    A suspect (its worker died with it: api/cluster/reaper.py) steps alone until it has generated
+    `alone_for` tokens: a death meanwhile is charged to it, so that window is kept to its
+    own few short steps, not the batch's; the others wait them out, keeping their slots."""
+    if proving := [s for s in running if s.generated < s.alone_for]:
+        return proving
+    lines = [s for s in running if s.yields]
+    if lines_beside is None or len(lines) <= lines_beside or len(lines) == len(running):
+        return running
+    near = [s.slot for s in running if not s.yields]
+    chosen = sorted(lines, key=lambda s: (min(abs(s.slot - i) for i in near), s.slot))[:lines_beside]
+    kept = {id(s) for s in chosen}
+    return [s for s in running if not s.yields or id(s) in kept]
+
+
+def plan(
+    running: list[Sequence], chunk: int, batch_chunk: int | None = None, budget: int | None = None
+) -> list[tuple[Sequence, int, bool]]:
+    """The rows of one step's batch: (sequence, token, wants logits).
+
+    Each decoding sequence feeds its last sampled token; each sequence still reading its
+    context feeds up to `chunk` more of it. A burst of jobs is thus read in one step, not
+    one job after another (every step is at least one pass over all the weights), and a
+    short prompt admitted behind a long one is not held up by it; the running streams wait
+    one step of at most `chunk` tokens per prefilling sequence. The rows are ordered by
+    slot, each sequence's tokens together: with a cache split by sequence (non-unified),
+    llama.cpp's `split_equal(sequential=true)` takes into one pass only sequence ids that
+    follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
+    is computed in several passes, each reading all the weights (`bench/batch_order.py`).
+
+    `budget`, while streams decode (see `StepCost`): the prompt tokens this step may read
+    in all, given to the prompts with the least left to read first. A prompt longer than a
+    chunk is read a little every step (at least a token), so the running streams' steps
+    stay short while it is read; one that fits in a chunk is read whole, as without a
+    budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
+    the long prompt) is not spread over many steps. A resumed job's context (its prompt and
+    the text earlier attempts generated) reads like a prompt; a suspect's steps alone
+    (`stepping`), a chunk a step. None: every prompt reads its chunk.
+
+    Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
+    prompt: that step is as short as on an idle worker, and the interactive job's first
+    token is not held up by the batch (bench/batch_priority.py); the lines lose one step.
+    They read their own prompts `batch_chunk` tokens a step (BATCH_PREFILL_CHUNK): an
+    interactive job that arrives meanwhile waits for a short step, not a long one. With the
+    budget spent they still read a token a step, the row each adds when decoding: lines
+    that end while a stream decodes are replaced, not left empty until it ends.
+    """
+    prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
+    stepping = [s for s in running if not (s.yields and prefilling)]  # a yielding token waits
+    reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
+    left = budget
+    readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
+    for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
+        rest = len(seq.context) - seq.fed
+        step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
+        if left is not None:
+            if seq.yields or rest > chunk:  # a long prompt is spread out
+                step = max(min(step, left), 1)
+            left -= step  # a short interactive prompt is read whole: one longer step, once
+        reads[id(seq)] = step
+    rows: list[tuple[Sequence, int, bool]] = []
+    for seq in sorted(stepping, key=lambda s: s.slot):
+        if seq.pending is not None:
+            rows.append((seq, seq.pending, True))
+            seq.pending = None
+        elif id(seq) in reads:
+            end = seq.fed + reads[id(seq)]
+            rows.extend((seq, seq.context[i], i == len(seq.context) - 1) for i in range(seq.fed, end))
+            seq.fed = end
+    return rows
+
+
+def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
+    """Moves (from slot, to slot) that leave the running slots consecutive.
+
+    llama.cpp computes a step in one pass only over consecutive slots (see `plan`), so a
+    job ending in the middle (slots 0-2 and 4-7 running) costs a second pass on every step
+    until a new job takes its slot (docs/benchmarks.md). When no job does, the highest
+    running sequence moves into the lowest gap: llama.cpp copies its slot's KV once.
+    """
+    running, free = sorted(running), sorted(free)
+    moves: list[tuple[int, int]] = []
+    while running:
+        gaps = [s for s in free if running[0] < s < running[-1]]
+        if not gaps:
+            return moves
+        src, dst = running.pop(), gaps[0]
+        moves.append((src, dst))
+        free.remove(dst)
+        running = sorted([*running, dst])
+        free.append(src)
+    return moves
+
+
+TAIL = 4  # tokens at a cache's end that a next turn may render otherwise (its answer re-tokenized)
+NEAR = 64  # tokens of shared prefix not worth evicting a more recent conversation for
+
+
+def choose_slot(free: list[int], kv: list[list[int]], context: list[int], ended: list[int]) -> int:
+    """The free slot a new sequence takes (`kv`: each slot's cached tokens; `ended`: when
+    each slot's last job ended, a tick, 0 for never).
+
+    A slot keeps its last job's cache for the next job that shares a prefix with it: a
+    conversation's next turn, or prompts with one system prompt. So the slot whose whole
+    cache the new context extends is taken first (its conversation's next turn: nothing
+    else is lost). Otherwise a slot is evicted: among those sharing nearly the longest
+    prefix (within NEAR tokens), an empty one, else the one whose job ended longest ago, so
+    a new conversation does not overwrite a recent one (which cache-aware routing,
+    api/jobs/routing.py, may be sending its next turn to) for the chat template's few shared
+    tokens. Ties go to the lowest slot; `compaction` closes the gaps this may leave."""
+    shared = {s: common_prefix(kv[s], context) for s in free}
+    extended = [s for s in free if kv[s] and shared[s] >= len(kv[s]) - TAIL]
+    if extended:
+        return max(extended, key=lambda s: (shared[s], -s))
+    best = max(shared.values())
+    near = [s for s in free if shared[s] >= best - NEAR]
+    return min(near, key=lambda s: (bool(kv[s]), ended[s], s))
+
+
+def spare_slot(
+    free: list[int], kv: list[list[int]], ended: list[int], avoid: set[int], than: int
+) -> int | None:
+    """A free slot to keep a cache that a compaction move would overwrite (a conversation
+    that ended at tick `than`): an empty one, else the least recently used that ended
+    before it; never one in `avoid` (the moves' targets). None: the cache is the oldest."""
+    spares = [t for t in free if t not in avoid and (not kv[t] or ended[t] < than)]
+    return min(spares, key=lambda t: (bool(kv[t]), ended[t], t)) if spares else None
+
+
+def batch_capacity(slots: int, chunk: int) -> int:
+    """The most rows a step can have (see `plan`): the context's batch size."""
+    return slots * chunk
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the prefix `a` and `b` share."""
+    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))

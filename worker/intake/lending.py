@@ -1,0 +1,89 @@
+"""Lending the slots kept for interactive jobs to Batch API lines, and calling them back.
+
+Of a worker's SLOTS, BATCH_SLOTS may run batch lines beside interactive jobs; the others stay
+free, so an interactive job never waits behind a batch. Once no interactive job runs here and
+none has started for BATCH_LEND_AFTER_SECONDS, lines may take BATCH_LEND_SLOTS (default half
+the slots): a batch alone then steps 16 rows at a time on a 32-slot worker, not 8, and on a
+CPU a row costs less in a larger step. When an interactive job starts, the worker takes no
+more lines past BATCH_SLOTS, and the lines beyond BATCH_SLOTS sit out its steps
+(worker/engine/step_plan.py `stepping`): its stream shares each step with BATCH_SLOTS lines, as if
+nothing were lent. The slots beyond BATCH_LEND_SLOTS stay free, so the job finds a slot at
+once; the quiet spell keeps a worker serving a steady trickle of interactive jobs from
+taking lines in each gap only to stop them at the next job.
+
+While a lent slot is in use and every slot is taken (BATCH_LEND_SLOTS=SLOTS lends every
+slot), the worker looks at its model's interactive queues every PREEMPT_POLL_SECONDS; when a
+job waits there, one batch line is preempted (it gives its job back at its next token: what
+it generated is kept, the job goes to the front of the batch queue, and this does not count
+as a failure) and the interactive job takes the slot it frees. The worker then lends nothing
+for BATCH_LEND_AFTER_SECONDS. A job counts as waiting once it is seen at the head of its
+queue on two looks in a row: one an idle worker is about to take costs no batch line.
+
+Workers of a pool see the same waiting job: only the one that wins a short claim on its id
+(SET NX) preempts, so one job costs one batch line its place, not one per worker.
+"""
+
+from __future__ import annotations
+
+import time
+
+import redis
+
+from contract import keys
+from contract.entries import as_text
+
+CLAIM_MS = 2000  # a waiting job's callback claim: long enough for the slot it frees to take it
+
+
+class Lending:
+    def __init__(
+        self,
+        connection: redis.Redis,
+        model: str,
+        worker: str,
+        *,
+        batch_slots: int,
+        lend_slots: int,
+        lend_after_s: float,
+        poll_s: float,
+    ) -> None:
+        self._r = connection
+        self._batch_slots, self._lend_slots = batch_slots, lend_slots
+        self._lend_after = lend_after_s
+        self.poll_s = poll_s
+        not_interactive = {keys.queue_name(model, keys.BATCH), keys.suspect_queue_name(model)}
+        self.interactive_queues = [
+            keys.rq_queue_key(n) for n in keys.worker_queue_names(model, worker) if n not in not_interactive
+        ]  # the suspect queue holds batch lines too: it is not counted as interactive demand
+        self._last_interactive = time.monotonic()  # a new worker lends only after a quiet while
+        self._seen: str | None = None  # the waiting job the last look found
+
+    def interactive_started(self) -> None:
+        """An interactive job started here: keep its slots free for a while."""
+        self._last_interactive = time.monotonic()
+
+    def batch_limit(self, interactive_running: bool) -> int:
+        """How many batch lines may run here now: BATCH_LEND_SLOTS once no interactive job
+        runs and none has started for BATCH_LEND_AFTER_SECONDS (0: never), else BATCH_SLOTS."""
+        quiet = time.monotonic() - self._last_interactive >= self._lend_after
+        lend = self._lend_after > 0 and quiet and not interactive_running
+        return self._lend_slots if lend else self._batch_slots
+
+    def lent(self, running_batch_lines: int) -> bool:
+        """Whether batch lines hold a slot kept for interactive jobs."""
+        return running_batch_lines > self._batch_slots
+
+    def call_back(self) -> str | None:
+        """The RQ id of an interactive job that waits in this model's queues (seen at the
+        head on two looks in a row: a job an idle worker is about to take is not) and that
+        this worker has claimed to make room for; None if none waits, or another worker
+        claimed it. One round trip to look, one more to claim."""
+        with self._r.pipeline(transaction=False) as pipe:
+            for queue in self.interactive_queues:
+                pipe.lindex(queue, 0)
+            heads = pipe.execute()
+        waiting = next((as_text(h) for h in heads if h is not None), None)
+        seen, self._seen = self._seen, waiting
+        if waiting is None or waiting != seen:
+            return None
+        return waiting if self._r.set(keys.callback(waiting), 1, nx=True, px=CLAIM_MS) else None

@@ -1,0 +1,126 @@
+"""Announces, every few seconds, that this worker serves its model, with how many slots,
+where its model and KV cache are, how busy it is, and which prompt prefixes its slots hold
+(cache-aware routing: the set is rewritten at once when a job ends, and expires with the
+worker's last announcement).
+
+The API lists and accepts only models with a recent announcement, and sums the slots of the
+live workers for /metrics. Each announcement also adds to the cluster's counters what the
+batching scheduler did since the last one (one round trip every few seconds, none per
+step). It runs in its own thread with its own connection, so it keeps going while llama.cpp
+computes (ctypes releases the GIL) and stops the moment the process dies.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+import redis
+
+from contract import keys
+from contract.keys import BatchCounters
+from worker.engine.devices import Placement
+from worker.engine.held import HeldPrefixes
+from worker.redis.periodic import Periodic
+
+HELD_TTL_S = 15.0  # the API's WORKER_STALE_SECONDS: a silent worker's prefixes go with it
+
+
+class Presence:
+    def __init__(
+        self,
+        client: redis.Redis,
+        model: str,
+        worker: str,
+        every_s: float,
+        slots: int = 1,
+        counters: Callable[[], BatchCounters] = BatchCounters,
+        n_ctx: int = 0,
+        placement: Placement | None = None,
+        held: HeldPrefixes | None = None,
+        load: Callable[[], tuple[int, float]] = lambda: (0, 0.0),
+        held_ttl_s: float = HELD_TTL_S,
+    ) -> None:
+        self._r = client
+        self._model = model
+        self._worker = worker
+        self._slots = slots
+        self._n_ctx = n_ctx  # each job's context: the API bounds prompts by it
+        self._placement = placement  # what the model put where, for /metrics
+        self._held = held  # the prefixes its slots hold (worker/engine/held.py), for routing
+        self._held_version = -1  # the version last written
+        self._held_ttl_ms = int(held_ttl_s * 1000)
+        self._load = load  # (slots in use, the last step's ms), for routing and the pool view
+        self._counters = counters  # read from the scheduler thread's live counters
+        self._flushed = BatchCounters()
+        # a poke (a job ended: its prefixes are held) announces within 0.2 s, once for a burst
+        self._thread = Periodic("presence", every_s, self.announce, min_gap_s=0.2)
+
+    def announce(self) -> None:
+        now = BatchCounters(**asdict(self._counters()))
+        in_use, step_ms = self._load()
+        with self._r.pipeline(transaction=True) as pipe:
+            pipe.sadd(keys.MODELS, self._model)
+            pipe.zadd(keys.workers(self._model), {self._worker: int(time.time() * 1000)})
+            pipe.hset(keys.worker_slots(self._model), self._worker, self._slots)
+            if self._n_ctx:
+                pipe.hset(
+                    keys.context(self._model),
+                    mapping={self._worker: self._n_ctx, keys.LAST_CONTEXT: self._n_ctx},
+                )
+            if self._placement is not None:
+                placed = f"{self._placement.gpu_layers} {self._placement.kv_bytes}"
+                pipe.hset(keys.worker_placement(self._model), self._worker, placed)
+            load = f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens}"
+            pipe.hset(keys.worker_load(self._model), self._worker, load)
+            version, kept_alive = self._announce_held(pipe)
+            for name, value in asdict(now).items():
+                if added := value - getattr(self._flushed, name):
+                    pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)
+            done = pipe.execute()
+        self._flushed = now
+        # a set that was gone (expired through an outage, deleted by the reaper) is written
+        # whole next time
+        self._held_version = version if kept_alive is None or done[kept_alive] else -1
+
+    def _announce_held(self, pipe: redis.client.Pipeline) -> tuple[int, int | None]:
+        """The held prefixes: the whole set again when it changed, else only kept alive.
+        Returns the version written and where in the pipeline the keep-alive of a set that
+        should exist is (None: the set is empty)."""
+        if self._held is None:
+            return self._held_version, None
+        key = keys.held_prefixes(self._worker)
+        version, digests = self._held.digests()
+        if version != self._held_version:
+            pipe.delete(key)
+            if digests:
+                pipe.sadd(key, *digests)
+        pipe.pexpire(key, self._held_ttl_ms)
+        return version, len(pipe.command_stack) - 1 if digests else None
+
+    def withdraw(self) -> None:
+        """The worker takes no more jobs: its held prefixes go now, so none is routed here."""
+        if self._held is not None:
+            self._held.close()
+            self.poke()
+
+    def poke(self) -> None:
+        """Announce now (the held prefixes changed)."""
+        self._thread.poke()
+
+    def start(self) -> None:
+        """Announce now, and every period from then on (through Redis outages)."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._thread.stop()
+        with contextlib.suppress(redis.RedisError):
+            self.announce()  # the last counts
+            self._r.zrem(keys.workers(self._model), self._worker)
+            self._r.hdel(keys.worker_slots(self._model), self._worker)
+            self._r.hdel(keys.context(self._model), self._worker)
+            self._r.hdel(keys.worker_placement(self._model), self._worker)
+            self._r.hdel(keys.worker_load(self._model), self._worker)
+            self._r.delete(keys.held_prefixes(self._worker))

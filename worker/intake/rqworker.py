@@ -1,0 +1,304 @@
+"""The worker's loop: take the model's jobs, one free slot at a time, through Redis outages.
+
+RQ's SimpleWorker gives the worker its RQ registration (`rq:workers`, `rq info`), its
+heartbeat and its signal handling, and RQ's queues and job records carry the jobs (JSON
+serializer, never pickle). The loop, the dequeue and the execution are tokenspool's own, for
+two reasons:
+
+- **Nothing in a job hash but its `data` is ever read.** RQ's execution path acts on a
+  dozen fields of the hash (callbacks it imports and calls, webhooks it requests,
+  dependents and retries it enqueues, timeouts, TTLs, rate limits) and dies on a malformed
+  one. Here a job's `data` must decode to exactly `[JOB_FUNCTION, None, [spec], {}]`; the
+  spec then goes to the job runner, which checks it again. Anything else is refused
+  (logged, and its record deleted). RQ's maintenance and pub/sub commands (which act on registries and
+  channels anyone with `rq:*` access can write) are not run.
+- **No job is lost between the queue and its claim, and no Redis outage ends the loop.**
+  `TAKE` moves a job id from the queues into this worker's inbox atomically; the reaper
+  puts back the inbox of a worker that died before claiming. Any connection error, at any
+  step, is waited out (capped, jittered backoff, logged once per outage); the worker then
+  registers with RQ again and goes on, with the same process and the model still loaded.
+
+A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
+stay in the queue where any worker can take them. Within each tier it takes first the jobs
+the API routed to it (their prompt's prefix is in its cache: api/jobs/routing.py), then the
+tier's shared queue. It takes from its model's suspect queue
+(jobs whose worker died with them in its batch) only while it runs no suspect itself (one
+is cleared once it goes SUSPECT_TOKENS past where it died: worker/attempts/runner.py), and
+from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
+while interactive jobs are quiet (worker/intake/lending.py: a lent slot is called back by preempting
+a batch line when an interactive job waits).
+On SIGTERM the loop stops taking jobs; the job runner finishes the running ones within the
+shutdown grace period or hands them off; a second signal hands them off at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import signal
+import socket
+import time
+import zlib
+
+import redis
+from rq import Queue
+from rq.serializers import JSONSerializer
+from rq.utils import now
+from rq.worker import SimpleWorker
+
+from contract import keys, queueing, scripts
+from contract.entries import as_text
+from contract.keys import JOB_FUNCTION
+from worker.attempts.runner import JobRunner
+from worker.intake.lending import Lending
+from worker.redis.outage import Outage
+from worker.redis.retrying import TRANSIENT
+
+log = logging.getLogger(__name__)
+
+MAX_JOB_DATA = 1 << 20  # bytes of (inflated) job data: a spec is far smaller
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # RQ's own rule, with a length cap
+BLOCK_S = 1  # how long an idle loop blocks for new jobs before it looks around again
+SOCKET_TIMEOUT_S = 10.0  # RQ would set dequeue timeout + 10 s (7 minutes) on the connection
+RQ_HEARTBEAT_S = 5.0  # RQ's worker key lives 480 s; this also finds a Redis that forgot us
+
+
+class ForbiddenJob(Exception):
+    """A job this worker will not run: anything but JOB_FUNCTION(spec)."""
+
+
+def job_spec(data: bytes | None) -> dict:
+    """The spec argument of an RQ job's `data`, the only field of its hash a worker reads."""
+    if data is None:
+        raise ForbiddenJob("no job data")
+    if len(data) > MAX_JOB_DATA:
+        raise ForbiddenJob("job data too large")
+    try:
+        inflater = zlib.decompressobj()
+        raw = inflater.decompress(data, MAX_JOB_DATA + 1)
+        if len(raw) > MAX_JOB_DATA or inflater.unconsumed_tail:
+            raise ForbiddenJob("job data too large")
+    except zlib.error:
+        raw = data  # RQ stores small data uncompressed
+    try:
+        func, instance, args, kwargs = json.loads(raw)
+    except (ValueError, TypeError) as exc:
+        raise ForbiddenJob(f"undecodable job data: {exc}") from None
+    if func != JOB_FUNCTION or instance is not None or kwargs not in ({}, None):
+        raise ForbiddenJob(f"refusing to run {func!r}: only {JOB_FUNCTION}(spec) is allowed")
+    if not isinstance(args, list) or len(args) != 1 or not isinstance(args[0], dict):
+        raise ForbiddenJob(f"{JOB_FUNCTION} takes one spec object")
+    return args[0]
+
+
+class TokenspoolWorker(SimpleWorker):
+    def __init__(
+        self, model: str, name: str, connection: redis.Redis, runner: JobRunner, lending: Lending
+    ) -> None:
+        names = keys.worker_queue_names(model, name)
+        queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in names]
+        # prepare_for_work=False: nothing is sent to Redis here (it may be down at start)
+        super().__init__(
+            queues, name=name, connection=connection, serializer=JSONSerializer, prepare_for_work=False
+        )
+        connection.connection_pool.connection_kwargs["socket_timeout"] = SOCKET_TIMEOUT_S
+        self.hostname, self.pid = socket.gethostname(), os.getpid()
+        self._model = model
+        self._runner = runner
+        self._lending = lending
+        self._take = connection.register_script(scripts.TAKE)
+        self._outage = Outage("worker loop")
+        self._registered = False
+        self._beat_at = 0.0
+        self._handled: set[str] = set()  # job ids taken by this process (an inbox left over is not)
+        self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
+        routed = {p: keys.rq_queue_key(keys.routed_queue_name(model, p, name)) for p in keys.ROUTED_TIERS}
+        self._routed = {queue: tier for tier, queue in routed.items()}  # its routed queues' tiers
+        runner.queue_opened = self._queue_opened
+
+    # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
+    def subscribe(self) -> None:
+        self.pubsub = None
+
+    def unsubscribe(self) -> None:
+        pass
+
+    def request_stop(self, signum, frame) -> None:
+        """SIGTERM or Ctrl-C: stop taking jobs (no exception from inside a Redis call or a
+        claim); the runner finishes or hands off the running ones. A second signal: now."""
+        log.info("stopping: no new jobs; running jobs finish or are handed off")
+        self._stop_requested = True
+        self._shutdown_requested_date = self._shutdown_requested_date or now()
+        self._runner.request_shutdown()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, self.request_force_stop)
+
+    def request_force_stop(self, signum, frame) -> None:
+        self._runner.request_shutdown(0.0)
+        super().request_force_stop(signum, frame)
+
+    def work(self, max_idle_time: float | None = None) -> None:  # type: ignore[override]
+        """Take jobs until asked to stop, or idle for `max_idle_time` seconds."""
+        self._install_signal_handlers()
+        try:
+            while not self._stop_requested:
+                try:
+                    if self._serve_once(max_idle_time):
+                        log.info("no job for %d s: exiting (scale to zero)", max_idle_time)
+                        return
+                    self._outage.ok()
+                except TRANSIENT as exc:
+                    self._registered = False
+                    self._check_inbox = True
+                    self._pause(self._outage.failed(exc))
+        finally:
+            if self._registered:
+                with contextlib.suppress(redis.RedisError):
+                    self.register_death()
+
+    def _serve_once(self, max_idle_time: float | None) -> bool:
+        """One step of the loop; True when the worker has been idle long enough to leave."""
+        self._register()
+        if self._check_inbox:
+            self._adopt_inbox()
+        runner = self._runner
+        lent = self._lending.lent(runner.running_batch_lines())
+        if not runner.reserve(timeout=self._lending.poll_s if lent else BLOCK_S):
+            # every slot busy, one of them lent: make room for an interactive job that waits
+            if lent and (waiting := self._lending.call_back()) and (victim := runner.preempt_batch_line()):
+                self._lending.interactive_started()  # lend nothing until interactive jobs are quiet
+                log.info("preempting batch line %s for %s", victim, waiting)
+            return False  # every slot busy: the jobs stay in the queue, where any worker can take them
+        try:
+            taken = self._take_one()
+        except BaseException:
+            runner.unreserve()
+            raise
+        if taken is None:
+            runner.unreserve()
+            return max_idle_time is not None and runner.idle_for() >= max_idle_time
+        self._execute(taken)
+        return False
+
+    def _register(self) -> None:
+        """Register with RQ at start, and again whenever Redis has forgotten us (a restart
+        without persistence) or we lost it for a while (after an outage, a restart with
+        persistence still holds our own old record)."""
+        now = time.monotonic()
+        if self._registered and now - self._beat_at >= RQ_HEARTBEAT_S:
+            self._registered = bool(self.connection.exists(self.key))
+            if self._registered:
+                self.heartbeat()
+            self._beat_at = now
+        if not self._registered:
+            self.connection.delete(self.key)  # ours: worker names are unique per process
+            self.register_birth()
+            self.set_state("idle")
+            self._registered, self._beat_at = True, now
+
+    def _queues(self) -> list[str]:
+        """The queues to take from now: not the suspect queue while a suspect runs here, not
+        the batch queue while the batch slots are full (the other slots stay for interactive
+        jobs, or are lent and called back: worker/intake/lending.py)."""
+        names = keys.worker_queue_names(self._model, self.name)
+        if self._runner.running_suspects():
+            names = tuple(n for n in names if n != keys.suspect_queue_name(self._model))
+        lines = self._runner.running_batch_lines()
+        if lines >= self._lending.batch_limit(interactive_running=self._runner.running() > lines):
+            names = tuple(n for n in names if n != keys.queue_name(self._model, keys.BATCH))
+        return list(names)
+
+    def _take_one(self) -> str | None:
+        """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
+        for one to be enqueued."""
+        got = self._take(keys=scripts.take_keys(self._queues(), self.name))
+        if not got:
+            self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
+            # the queues again: a line that ended meanwhile lets the batch queue back in
+            got = self._take(keys=scripts.take_keys(self._queues(), self.name))
+            if not got:
+                return None
+        job_id, queue = as_text(got[1]), as_text(got[0])
+        self._handled.add(job_id)
+        if queue in self._lending.interactive_queues:
+            self._lending.interactive_started()
+        if tier := self._routed.get(queue):
+            self._runner.counters.routed_taken += 1  # the router sent it here, and it is taken here
+            with contextlib.suppress(redis.RedisError):  # else the reaper drops it at its deadline
+                queueing.routed_taken(self.connection, self._model, job_id, self.name, tier)
+        return job_id
+
+    def _queue_opened(self) -> None:
+        """A Batch API line ended, or a suspect ended or was cleared (on its job thread): wake
+        this loop, which may be blocked waiting with the batch or suspect queue left out, to
+        take the next line or suspect now rather than at the next job enqueued."""
+        wake = keys.wake_worker(self.name)
+        with contextlib.suppress(redis.RedisError), self.connection.pipeline(transaction=False) as pipe:
+            pipe.lpush(wake, 1)
+            pipe.ltrim(wake, 0, 0)  # one token wakes it; more would spin
+            pipe.expire(wake, 60)
+            pipe.execute()
+
+    def _adopt_inbox(self) -> None:
+        """Run the ids in this worker's inbox that it never saw (a TAKE whose reply was lost
+        in an outage): nobody else will, as long as this worker is alive."""
+        for raw in self.connection.hkeys(keys.inbox(self.name)):
+            job_id = as_text(raw)
+            if job_id in self._handled or not self._runner.reserve(timeout=0):
+                continue
+            self._handled.add(job_id)
+            self._execute(job_id)
+        self._check_inbox = False
+
+    def _execute(self, job_id: str) -> None:
+        """Hand the job to the runner (which claims it in the slot reserved for it), or refuse
+        it; then take it out of the inbox and delete RQ's record of it."""
+        try:
+            if not JOB_ID.fullmatch(job_id):
+                raise ForbiddenJob("not an RQ job id")
+            data = self.connection.hget(keys.rq_job(job_id), "data")
+            if data is None:  # the job ended while queued (or was deleted): nothing to run
+                self._runner.unreserve()
+                log.info("job %s is gone (it ended while queued)", job_id)
+                self._settle(job_id)
+                return
+            spec = job_spec(data)
+        except ForbiddenJob as exc:
+            self._runner.unreserve()
+            log.warning("refused job %r: %s", job_id, exc)
+            self._settle(job_id)
+            return
+        except BaseException:
+            self._runner.unreserve()
+            raise
+        try:
+            self._runner.start(spec, job_id)  # gives the slot back itself if it starts nothing
+        except TRANSIENT:
+            raise  # the job stays in the inbox: adopted again once Redis is back
+        except Exception:
+            log.exception("could not start job %r", job_id)
+        self._settle(job_id)
+
+    def _settle(self, job_id: str) -> None:
+        """Forget the job: its inbox entry and RQ's record of it (a refused job's is deleted
+        too, the log says why); waits out an outage, as the job has been handled."""
+        while True:
+            try:
+                with self.connection.pipeline(transaction=True) as pipe:
+                    pipe.hdel(keys.inbox(self.name), job_id)
+                    if JOB_ID.fullmatch(job_id):
+                        pipe.delete(keys.rq_job(job_id))
+                    pipe.execute()
+                return
+            except TRANSIENT as exc:
+                if self._stop_requested and self._runner.running() == 0:
+                    return  # leaving: the reaper puts back what the inbox still holds
+                self._pause(self._outage.failed(exc))
+
+    def _pause(self, seconds: float) -> None:
+        deadline = time.monotonic() + seconds
+        while not self._stop_requested and time.monotonic() < deadline:
+            time.sleep(min(0.1, seconds))

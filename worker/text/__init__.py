@@ -1,0 +1,1 @@
+"""Generated tokens as the client's text: pieces, stop strings, and the reply's content."""
