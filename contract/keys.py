@@ -59,7 +59,9 @@ def shard_of_key(key: str) -> int:
     return _SHARD_OF_TAG[key[key.index("{") + 1 : key.index("}")]]
 
 
-# The only function a tokenspool worker will execute; the API enqueues it by this path.
+# The only function a tokenspool worker will execute; the API enqueues it by this name. A
+# name on the wire, kept across releases: the worker checks it and calls its runner
+# (worker/attempts/runner.py), never importing by it.
 JOB_FUNCTION = "worker.runner.generate"
 
 
