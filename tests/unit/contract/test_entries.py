@@ -67,7 +67,7 @@ def _keyword_only(f) -> bool:
 
 
 def test_the_protocol_doc_names_every_key():
-    table = (Path(__file__).parents[2] / "docs" / "protocol.md").read_text()
+    table = (Path(__file__).parents[3] / "docs" / "protocol.md").read_text()
     keyed = _every_tokenspool_key()
     assert len(keyed) > 30
     assert [k for k in keyed if f"`{k}`" not in table] == []

@@ -8,7 +8,7 @@ from api.http.errors import APIError
 from contract import errors
 from contract.entries import Failed
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "protocol.md"
+DOCS = Path(__file__).resolve().parents[4] / "docs" / "protocol.md"
 
 
 def test_a_stream_failure_and_an_error_response_are_made_from_one_entry():
