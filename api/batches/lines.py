@@ -11,9 +11,10 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.http.errors import APIError, invalid
+from api.http.parsing import parse
 from api.settings import Limits
+from api.surfaces.body import Body
 from api.surfaces.catalog import BATCHABLE
-from api.surfaces.chat.body import Body, parse
 from contract import errors
 
 

@@ -27,8 +27,8 @@ from api.batches.lines import parse_lines
 from api.http.auth import request_owner
 from api.http.errors import APIError, invalid
 from api.http.paging import page
+from api.http.parsing import parse
 from api.services import Services
-from api.surfaces.chat.body import parse
 from api.surfaces.routes import read_json
 from contract import errors, holdings, keys
 from contract.entries import as_text

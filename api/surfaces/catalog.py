@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from api.jobs.store import JobState
-from api.surfaces.chat.body import Body, ChatRequest, CompletionRequest
+from api.surfaces.body import Body
+from api.surfaces.chat.body import ChatRequest, CompletionRequest
 from api.surfaces.chat.chunks import Answer, ChatChunks, TextChunks
 from api.surfaces.chat.events import Events, chunk_events
 from api.surfaces.responses.body import ResponsesRequest

@@ -21,14 +21,15 @@ from starlette.routing import Route
 
 from api.http.auth import request_owner
 from api.http.errors import APIError, invalid
+from api.http.parsing import parse
 from api.jobs.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota, now_ms
 from api.jobs.store import JobState, Submitted
 from api.ops.metrics import StreamTiming
 from api.services import Services
 from api.streaming.answering import SSEStream, collect, respond
 from api.streaming.cursor import BadCursor
+from api.surfaces.body import Body
 from api.surfaces.catalog import Surface
-from api.surfaces.chat.body import Body, parse
 from contract import errors, keys, logs
 from contract.keys import JobStatus
 

@@ -1,69 +1,37 @@
-"""Request bodies of the endpoints that create jobs, validated into a `JobSpec`.
+"""The bodies of chat completions and legacy text completions, validated into a `JobSpec`.
 
-Pydantic models in strict mode (a string where a number belongs is an error, not coerced).
-Every field either takes effect or is refused: a field this server does not implement is a
-400 `unsupported_parameter` naming it, never silently dropped (a client asking for JSON must
-not get prose). The exceptions change nothing here by their nature and are accepted:
-`user`, `metadata`, `store` (README). `null` for an optional field means "the default", as
-the official SDKs may send it.
+Every field either takes effect or is refused (api/http/parsing.py): a client asking for JSON
+must not get prose. `null` for an optional field means "the default", as the official SDKs
+may send it.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Annotated, Literal, TypeVar
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field
 
-from api.http.errors import APIError, invalid
+from api.http.errors import invalid
+from api.http.parsing import Strict, too_many, unsupported
 from api.settings import Limits
+from api.surfaces.body import (
+    MAX_TOOLS,
+    Body,
+    Function,
+    FunctionDef,
+    Penalty,
+    PositiveInt,
+    SchemaFormat,
+    SchemaName,
+    StopString,
+    Temperature,
+    TopP,
+)
 from api.surfaces.structured import checked_choice, checked_format, checked_tools
-from contract.errors import ARRAY_TOO_LONG, BAD_REQUEST, MISSING_PARAMETER, STRING_TOO_LONG, UNSUPPORTED
 from contract.jobspec import MAX_TOP_LOGPROBS, JobSpec, Message, Tool, ToolCall
 
-MAX_TOOLS = 128  # OpenAI's limit
 MAX_LOGIT_BIAS = 300
-B = TypeVar("B", bound="Body")
-
-
-class Strict(BaseModel):
-    """Every request model: JSON types exactly (no "1" for 1), and no field it does not declare
-    (a field this server does not implement is a 400 naming it, never silently dropped)."""
-
-    model_config = ConfigDict(strict=True, extra="forbid")
-
-    def rules(self) -> dict[str, bool]:
-        """The rules across fields a valid body keeps: "<field>: <why>" -> whether it holds."""
-        return {}
-
-    @model_validator(mode="after")
-    def _keeps_its_rules(self):
-        for message, holds in self.rules().items():
-            if not holds:
-                raise ValueError(message)
-        return self
-
-
-class Function(Strict):
-    """What names a function in a request: `{"type": "function", ...}`."""
-
-    type: Literal["function"]
-
-
-class SchemaFormat(Strict):
-    """What a json_schema output format says besides its name (chat and Responses)."""
-
-    description: str | None = None
-    schema_: Annotated[dict | None, Field(alias="schema")] = None
-    strict: bool | None = None  # the schema is always enforced
-
-
-SchemaName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
-Temperature = Annotated[float, Field(ge=0.0, le=2.0)]
-TopP = Annotated[float, Field(ge=0.0, le=1.0)]
-Penalty = Annotated[float, Field(ge=-2.0, le=2.0)]
-PositiveInt = Annotated[int, Field(ge=1)]
-StopString = Annotated[str, Field(min_length=1)]
 
 
 class TextPart(Strict):
@@ -129,13 +97,6 @@ ChatMessage = Annotated[
 ]
 
 
-class FunctionDef(Strict):
-    name: str
-    description: str | None = None
-    parameters: dict | None = None
-    strict: bool | None = None  # the schema is always enforced
-
-
 class ToolDef(Function):
     function: FunctionDef
 
@@ -166,81 +127,6 @@ class ResponseFormat(Strict):
 
 class StreamOptions(Strict):
     include_usage: bool | None = None
-
-
-class Body(Strict):
-    """What every body that creates a job has; each surface's body says how it becomes a job
-    (`to_spec`), what else its job records (`job_fields`) and what of it the request limits
-    measure."""
-
-    model: Annotated[str, Field(min_length=1)]
-    stream: bool | None = None
-    background: bool | None = None
-    # The queue tier (contract.keys.PRIORITIES): workers take `priority` jobs first, `flex` last.
-    service_tier: Literal["auto", "default", "flex", "priority"] | None = None
-    # Accepted, and change nothing here (see the module docstring).
-    user: str | None = None
-    metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
-    store: bool | None = None
-
-    @property
-    def streaming(self) -> bool:
-        return bool(self.stream)
-
-    @property
-    def include_usage(self) -> bool:
-        return False
-
-    @property
-    def priority(self) -> str:
-        return "default" if self.service_tier in (None, "auto") else self.service_tier
-
-    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
-        """The job, with every default applied (a completion is never unbounded: without a
-        max_tokens it stops at MAX_TOKENS_LIMIT, or when the context is full)."""
-        raise NotImplementedError
-
-    def job_fields(self, completion_id: str) -> dict[str, str]:
-        """What the job's hash records beside the spec, for the surface to show later."""
-        return {}
-
-    def prompt_chars(self) -> tuple[int, str]:
-        """(characters of prompt, the parameter that holds them)."""
-        raise NotImplementedError
-
-    def wanted_tokens(self) -> tuple[int | None, str]:
-        """(completion tokens asked for, the parameter that asks)."""
-        raise NotImplementedError
-
-    def stops(self) -> list[str]:
-        return []
-
-    def enforce(self, limits: Limits) -> None:
-        """Raise an OpenAI-style 400 for the first limit the request exceeds."""
-        chars, param = self.prompt_chars()
-        if chars > limits.max_prompt_chars:
-            raise invalid(
-                f"Invalid '{param}': the prompt is {chars} characters long; the limit is "
-                f"{limits.max_prompt_chars}.",
-                param=param,
-                error=STRING_TOO_LONG,
-            )
-        wanted, wanted_param = self.wanted_tokens()
-        if wanted is not None and wanted > limits.max_tokens:
-            raise invalid(
-                f"{wanted_param} is too large: {wanted}. This server allows at most {limits.max_tokens} "
-                "completion tokens.",
-                param=wanted_param,
-            )
-        stop = self.stops()
-        if len(stop) > limits.max_stop:
-            raise too_many("stop", limits.max_stop, len(stop))
-        if any(len(s) > limits.max_stop_chars for s in stop):
-            raise invalid(
-                f"Invalid 'stop': each stop sequence may be at most {limits.max_stop_chars} characters.",
-                param="stop",
-                error=STRING_TOO_LONG,
-            )
 
 
 class CompletionBody(Body):
@@ -306,15 +192,6 @@ def _logit_bias(bias: dict[str, float] | None) -> tuple[tuple[int, float], ...]:
             raise invalid(f"Invalid 'logit_bias': {key[:32]!r} is not a token id.", param="logit_bias")
         pairs.append((int(key), float(value)))
     return tuple(sorted(pairs))
-
-
-def too_many(param: str, limit: int, got: int) -> APIError:
-    return invalid(
-        f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, "
-        f"but got an array with length {got} instead.",
-        param=param,
-        error=ARRAY_TOO_LONG,
-    )
 
 
 class ChatRequest(CompletionBody):
@@ -411,10 +288,6 @@ class ChatRequest(CompletionBody):
         super().enforce(limits)
 
 
-def unsupported(param: str, why: str) -> APIError:
-    return invalid(f"Unsupported parameter: '{param}'. {why}", param=param, error=UNSUPPORTED)
-
-
 class CompletionRequest(CompletionBody):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
     logprobs: Annotated[int, Field(ge=0, le=5)] | None = None  # the legacy shape: how many alternatives
@@ -437,65 +310,3 @@ class CompletionRequest(CompletionBody):
 
     def prompt_chars(self) -> tuple[int, str]:
         return len(self.text()), "prompt"
-
-
-def parse(body_type: type[B], body: bytes) -> B:
-    """Raw body -> request model, or an APIError saying precisely what is wrong."""
-    try:
-        data = json.loads(body)
-    except ValueError as exc:  # not UTF-8, not JSON, or an integer of over 4,300 digits
-        raise invalid(f"We could not parse the JSON body of your request: {exc}", error=BAD_REQUEST) from None
-    except RecursionError:  # nested deeper than the parser's recursion: no request is
-        raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
-    if not isinstance(data, dict):
-        raise invalid("The request body must be a JSON object.", error=BAD_REQUEST)
-    try:
-        return body_type.model_validate(data)
-    except ValidationError as exc:
-        raise _explain(exc) from None
-    except RecursionError:
-        raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
-
-
-def _explain(exc: ValidationError) -> APIError:
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"] if not _is_type_tag(str(p))]
-    if len(loc) > 2 and loc[0] == "messages" and loc[1].isdigit():
-        del loc[2]  # the role that chose the message's model
-    msg = err["msg"].removeprefix("Value error, ")
-    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the role
-        loc.append("role")
-        if err["type"] == "union_tag_not_found":
-            err = {**err, "type": "missing"}
-        else:
-            msg = "role must be one of 'system', 'developer', 'user', 'assistant', 'tool'"
-    if err["type"] == "value_error" and ":" in msg:
-        param, _, msg = msg.partition(": ")
-        return invalid(f"Invalid '{param}': {msg}.", param=param, error=BAD_REQUEST)
-    param = _param(loc) or None
-    if err["type"] == "extra_forbidden":
-        return unsupported(param or "", "This server does not implement it (README lists what it does).")
-    if err["type"] == "none_required" and param and param.endswith((".tool_calls", ".tool_call_id")):
-        field = param.rsplit(".", 1)[1]
-        owner = "assistant" if field == "tool_calls" else "tool"
-        return invalid(f"Invalid '{param}': only {owner} messages have '{field}'.", param=param)
-    if err["type"] == "missing":
-        return invalid(f"Missing required parameter: '{param}'.", param=param, error=MISSING_PARAMETER)
-    return invalid(f"Invalid '{param}': {msg}.", param=param)
-
-
-def _param(loc: list[str]) -> str:
-    """Pydantic's location as OpenAI names a parameter: `messages[0].content`."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
-    return out
-
-
-def _is_type_tag(part: str) -> bool:
-    """Pydantic names union members in error locations ('str', 'list[...]'): not params."""
-    return (
-        part in {"str", "int", "float", "bool", "none"}
-        or "[" in part
-        or part.startswith(("function-", "constrained-"))
-    )

@@ -16,8 +16,9 @@ from typing import Annotated, Literal
 from pydantic import Discriminator, Field, PrivateAttr, Tag
 
 from api.http.errors import APIError, invalid
+from api.http.parsing import Strict, too_many
 from api.settings import Limits
-from api.surfaces.chat.body import (
+from api.surfaces.body import (
     MAX_TOOLS,
     Body,
     Function,
@@ -25,10 +26,8 @@ from api.surfaces.chat.body import (
     PositiveInt,
     SchemaFormat,
     SchemaName,
-    Strict,
     Temperature,
     TopP,
-    too_many,
 )
 from api.surfaces.responses.items import (
     call_item,

@@ -18,7 +18,7 @@ from api.http.errors import APIError, invalid
 from api.http.paging import page
 from api.jobs.store import JobState
 from api.services import Services
-from api.surfaces.chat.body import Body
+from api.surfaces.body import Body
 from api.surfaces.responses.body import ResponsesRequest
 from api.surfaces.responses.items import item_chars, parse_reference, to_messages
 from api.surfaces.responses.objects import ResponseObjects

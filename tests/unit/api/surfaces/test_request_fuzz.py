@@ -9,8 +9,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from api.http.errors import APIError
+from api.http.parsing import parse
 from api.settings import Limits
-from api.surfaces.chat.body import ChatRequest, CompletionRequest, parse
+from api.surfaces.chat.body import ChatRequest, CompletionRequest
 
 scalars = st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20)
 values = st.recursive(

@@ -3,8 +3,9 @@ import json
 import pytest
 
 from api.http.errors import APIError
+from api.http.parsing import parse
 from api.settings import Limits
-from api.surfaces.chat.body import ChatRequest, CompletionRequest, parse
+from api.surfaces.chat.body import ChatRequest, CompletionRequest
 from contract.jobspec import JobSpec
 
 LIMITS = Limits()

@@ -8,8 +8,8 @@ import json
 import pytest
 
 from api.http.errors import APIError
+from api.http.parsing import parse
 from api.settings import Limits
-from api.surfaces.chat.body import parse
 from api.surfaces.responses.body import ResponsesRequest
 from contract.jobspec import NAMED, Message, ToolCall
 from contract.keys import JobField

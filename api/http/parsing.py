@@ -1,0 +1,111 @@
+"""Request bodies as strict models: the base every body is built on, parsing raw bytes into
+one, and pydantic's errors translated into OpenAI's (a 400 naming the parameter).
+
+Strict mode: a string where a number belongs is an error, not coerced, and a field the model
+does not declare is a 400 `unsupported_parameter` naming it, never silently dropped.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import TypeVar
+
+from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+
+from api.http.errors import APIError, invalid
+from contract.errors import ARRAY_TOO_LONG, BAD_REQUEST, MISSING_PARAMETER, UNSUPPORTED
+
+B = TypeVar("B", bound="Strict")
+
+
+class Strict(BaseModel):
+    """Every request model: JSON types exactly (no "1" for 1), and no field it does not declare
+    (a field this server does not implement is a 400 naming it, never silently dropped)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+
+    def rules(self) -> dict[str, bool]:
+        """The rules across fields a valid body keeps: "<field>: <why>" -> whether it holds."""
+        return {}
+
+    @model_validator(mode="after")
+    def _keeps_its_rules(self):
+        for message, holds in self.rules().items():
+            if not holds:
+                raise ValueError(message)
+        return self
+
+
+def unsupported(param: str, why: str) -> APIError:
+    return invalid(f"Unsupported parameter: '{param}'. {why}", param=param, error=UNSUPPORTED)
+
+
+def too_many(param: str, limit: int, got: int) -> APIError:
+    return invalid(
+        f"Invalid '{param}': array too long. Expected an array with maximum length {limit}, "
+        f"but got an array with length {got} instead.",
+        param=param,
+        error=ARRAY_TOO_LONG,
+    )
+
+
+def parse(body_type: type[B], body: bytes) -> B:
+    """Raw body -> request model, or an APIError saying precisely what is wrong."""
+    try:
+        data = json.loads(body)
+    except ValueError as exc:  # not UTF-8, not JSON, or an integer of over 4,300 digits
+        raise invalid(f"We could not parse the JSON body of your request: {exc}", error=BAD_REQUEST) from None
+    except RecursionError:  # nested deeper than the parser's recursion: no request is
+        raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
+    if not isinstance(data, dict):
+        raise invalid("The request body must be a JSON object.", error=BAD_REQUEST)
+    try:
+        return body_type.model_validate(data)
+    except ValidationError as exc:
+        raise _explain(exc) from None
+    except RecursionError:
+        raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
+
+
+def _explain(exc: ValidationError) -> APIError:
+    err = exc.errors()[0]
+    loc = [str(p) for p in err["loc"] if not _is_type_tag(str(p))]
+    if len(loc) > 2 and loc[0] == "messages" and loc[1].isdigit():
+        del loc[2]  # the role that chose the message's model
+    msg = err["msg"].removeprefix("Value error, ")
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the role
+        loc.append("role")
+        if err["type"] == "union_tag_not_found":
+            err = {**err, "type": "missing"}
+        else:
+            msg = "role must be one of 'system', 'developer', 'user', 'assistant', 'tool'"
+    if err["type"] == "value_error" and ":" in msg:
+        param, _, msg = msg.partition(": ")
+        return invalid(f"Invalid '{param}': {msg}.", param=param, error=BAD_REQUEST)
+    param = _param(loc) or None
+    if err["type"] == "extra_forbidden":
+        return unsupported(param or "", "This server does not implement it (README lists what it does).")
+    if err["type"] == "none_required" and param and param.endswith((".tool_calls", ".tool_call_id")):
+        field = param.rsplit(".", 1)[1]
+        owner = "assistant" if field == "tool_calls" else "tool"
+        return invalid(f"Invalid '{param}': only {owner} messages have '{field}'.", param=param)
+    if err["type"] == "missing":
+        return invalid(f"Missing required parameter: '{param}'.", param=param, error=MISSING_PARAMETER)
+    return invalid(f"Invalid '{param}': {msg}.", param=param)
+
+
+def _param(loc: list[str]) -> str:
+    """Pydantic's location as OpenAI names a parameter: `messages[0].content`."""
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
+def _is_type_tag(part: str) -> bool:
+    """Pydantic names union members in error locations ('str', 'list[...]'): not params."""
+    return (
+        part in {"str", "int", "float", "bool", "none"}
+        or "[" in part
+        or part.startswith(("function-", "constrained-"))
+    )
