@@ -24,6 +24,7 @@ when the job asked for them.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 KIND = "k"
@@ -39,6 +40,18 @@ class CallPart:
     arguments: str = ""
     id: str = ""
     name: str = ""
+
+
+def join_calls(calls: list[CallPart], parts: Iterable[CallPart]) -> None:
+    """Join streamed fragments into whole calls, in place: a fragment without an id goes on
+    with the last call when it has that call's index, and any other starts a call. The one
+    rule for the API's answers and the worker's replies."""
+    for part in parts:
+        last = calls[-1] if calls else None
+        if last is not None and last.index == part.index and not part.id:
+            calls[-1] = CallPart(last.index, last.arguments + part.arguments, last.id, last.name)
+        else:
+            calls.append(part)
 
 
 @dataclass(frozen=True)

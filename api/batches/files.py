@@ -32,9 +32,9 @@ from api.batches.lines import parse_lines
 from api.http.auth import request_owner
 from api.http.errors import APIError, invalid
 from api.http.paging import page
+from api.http.reading import read_body
 from api.services import Services
 from api.settings import Quotas
-from api.surfaces.routes import read_body
 from contract import errors, holdings, keys
 from contract.entries import as_text
 

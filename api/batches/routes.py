@@ -28,8 +28,8 @@ from api.http.auth import request_owner
 from api.http.errors import APIError, invalid
 from api.http.paging import page
 from api.http.parsing import parse
+from api.http.reading import read_json
 from api.services import Services
-from api.surfaces.routes import read_json
 from contract import errors, holdings, keys
 from contract.entries import as_text
 

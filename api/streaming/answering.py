@@ -23,7 +23,8 @@ from api.ops.metrics import StreamTiming
 from api.services import Services
 from api.streaming import sse
 from api.streaming.relay import KEEPALIVE, StreamLost, follow
-from api.surfaces.chat.chunks import Answer, Chunks
+from api.surfaces.answer import Answer
+from api.surfaces.chat.chunks import Chunks
 from api.surfaces.chat.events import Events, Rows
 from contract import errors
 from contract.entries import is_terminal

@@ -13,9 +13,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from api.jobs.store import JobState
+from api.surfaces.answer import Answer
 from api.surfaces.body import Body
 from api.surfaces.chat.body import ChatRequest, CompletionRequest
-from api.surfaces.chat.chunks import Answer, ChatChunks, TextChunks
+from api.surfaces.chat.chunks import ChatChunks, TextChunks
 from api.surfaces.chat.events import Events, chunk_events
 from api.surfaces.responses.body import ResponsesRequest
 from api.surfaces.responses.events import response_events

@@ -14,7 +14,6 @@ import logging
 import time
 from dataclasses import dataclass
 
-import anyio
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -22,6 +21,7 @@ from starlette.routing import Route
 from api.http.auth import request_owner
 from api.http.errors import APIError, invalid
 from api.http.parsing import parse
+from api.http.reading import read_json
 from api.jobs.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota, now_ms
 from api.jobs.store import JobState, Submitted
 from api.ops.metrics import StreamTiming
@@ -34,36 +34,6 @@ from contract import errors, keys, logs
 from contract.keys import JobStatus
 
 log = logging.getLogger(__name__)
-
-
-async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, up to `limit` bytes (413 beyond), within `timeout_s` (408 beyond: a client
-    that trickles its body holds a connection and a task for nothing)."""
-    declared = request.headers.get("content-length")
-    if declared and declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit)
-    body = bytearray()
-    with anyio.move_on_after(timeout_s) as scope:
-        async for chunk in request.stream():
-            body += chunk
-            if len(body) > limit:
-                raise _too_large(limit)
-    if scope.cancelled_caught:
-        raise APIError(errors.REQUEST_TIMEOUT)
-    return bytes(body)
-
-
-async def read_json(request: Request, limit: int, timeout_s: float) -> bytes:
-    """A JSON body (`read_body`), sent as `application/json` (415 otherwise: a web page can
-    send another site a `text/plain` or form body without asking, never a JSON one)."""
-    kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
-    if kind != "application/json":
-        raise APIError(errors.NOT_JSON)
-    return await read_body(request, limit, timeout_s)
-
-
-def _too_large(limit: int) -> APIError:
-    return APIError(errors.TOO_LARGE, f"The request body exceeds the limit of {limit} bytes.")
 
 
 def _idempotency(request: Request, surface: Surface, owner: str, raw: bytes) -> Idempotency | None:

@@ -22,7 +22,7 @@ import string
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from contract.entries import CallPart
+from contract.entries import CallPart, join_calls
 
 _B62 = string.ascii_letters + string.digits
 
@@ -37,12 +37,7 @@ class Parts:
 
     def add(self, other: Parts) -> Parts:
         self.content += other.content
-        for part in other.calls:
-            last = self.calls[-1] if self.calls else None
-            if last is not None and last.index == part.index and not part.id:
-                self.calls[-1] = CallPart(last.index, last.arguments + part.arguments, last.id, last.name)
-            else:
-                self.calls.append(part)
+        join_calls(self.calls, other.calls)
         return self
 
 

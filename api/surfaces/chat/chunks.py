@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from api.jobs.store import JobState
-from contract.entries import CANCELLED, STOP, CallPart, Delta, Failed, Finished, TokenLogprob
+from api.surfaces.answer import Answer
+from contract.entries import CANCELLED, STOP, CallPart, Delta, Failed, Finished, TokenLogprob, join_calls
 from contract.errors import failure_body, status_of
 from contract.keys import JobStatus
 
@@ -245,12 +246,7 @@ class Output:
 
     def add(self, entry: Delta) -> None:
         self.parts.append(entry.text)
-        for part in entry.calls:
-            if part.id:
-                self.calls.append(part)
-            elif self.calls and self.calls[-1].index == part.index:
-                last = self.calls[-1]
-                self.calls[-1] = CallPart(last.index, last.arguments + part.arguments, last.id, last.name)
+        join_calls(self.calls, entry.calls)
         if entry.logprobs:
             if self.logprobs is None:
                 self.logprobs = []
@@ -258,11 +254,3 @@ class Output:
 
     def text(self) -> str:
         return "".join(self.parts)
-
-
-@dataclass(frozen=True)
-class Answer:
-    """A non-streamed response: its status and body."""
-
-    status: int
-    body: dict

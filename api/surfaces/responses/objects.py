@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 
 from api.jobs.store import JobState
-from api.surfaces.chat.chunks import Answer
+from api.surfaces.answer import Answer
 from contract.entries import CANCELLED, LENGTH, Delta, Entry, Failed, Finished, Started
 from contract.errors import status_of
 

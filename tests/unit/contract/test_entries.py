@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from contract import entries, keys
-from contract.entries import Delta, Failed, Finished, Started
+from contract.entries import CallPart, Delta, Failed, Finished, Started, join_calls
 from contract.jobspec import InvalidSpec, JobSpec, Message
 
 
@@ -161,3 +161,14 @@ def test_jobspec_rejects_unknown_fields_and_non_objects():
         JobSpec.from_dict(["os.system", "rm -rf /"])
     with pytest.raises(InvalidSpec):
         JobSpec.from_dict({"id": "x"})
+
+
+def test_call_fragments_join_into_whole_calls():
+    calls: list[CallPart] = []
+    join_calls(calls, [CallPart(0, '{"a"', "call_1", "f"), CallPart(0, ": 1}")])
+    join_calls(calls, [CallPart(1, "", "call_2", "g"), CallPart(1, "{}"), CallPart(2, "{")])
+    assert calls == [
+        CallPart(0, '{"a": 1}', "call_1", "f"),
+        CallPart(1, "{}", "call_2", "g"),
+        CallPart(2, "{"),  # another index without an id: a call of its own, never glued on
+    ]
