@@ -110,6 +110,7 @@ class Failed:
 
 
 Entry = Started | Delta | Finished | Failed
+Rows = list[tuple[str, Entry]]  # a stream's entries with their ids, as read
 TERMINAL = (Finished, Failed)
 
 STOP, LENGTH, CANCELLED, TOOL_CALLS = "stop", "length", "cancelled", "tool_calls"

@@ -36,7 +36,7 @@ from api.batches.routes import CHARGE_MARGIN_S, ENDED, BatchStatus, batch_hash, 
 from api.cluster.tasks import Background, Leader, every
 from api.http.errors import APIError
 from api.jobs.owners import Idempotency
-from api.jobs.store import JobState
+from api.jobs.state import JobState
 from api.services import Services
 from api.surfaces.catalog import BATCHABLE, BY_NAME
 from contract import errors, holdings, keys
@@ -260,7 +260,7 @@ class BatchDriver:
             }.get(ending, errors.BATCH_CANCELLED.brief())
             return out, True, (0, 0)
         surface = BY_NAME[job.surface]
-        answer = surface.chunks_of(job).answer(await self._s.jobs.read(cid, "0", count=100_000))
+        answer = surface.chunks_of(job).answer(await self._s.jobs.whole(cid))
         assert answer is not None  # the job has ended
         out["response"] = {"status_code": answer.status, "request_id": cid, "body": answer.body}
         usage = answer.body.get("usage") or {}

@@ -42,7 +42,8 @@ import redis.asyncio as aredis
 from api.cluster.registry import WorkerRegistry
 from api.cluster.tasks import Background, Leader, every
 from api.jobs.routing import Router
-from api.jobs.store import JobStore, RunningAttempt
+from api.jobs.state import RunningAttempt
+from api.jobs.store import JobStore
 from contract import keys
 from contract.servers import Servers, node_infos
 

@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 import time
-from dataclasses import dataclass, replace
+from dataclasses import replace
 
 import anyio
 import anyio.to_thread
@@ -33,14 +33,13 @@ from api.jobs.owners import (
     now_ms,
 )
 from api.jobs.routing import Router
+from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Survey, job_state, record_fields
 from contract import entries, keys, queueing, scripts
-from contract.entries import CANCELLED, Entry, Failed, Finished, as_text
-from contract.jobspec import JobSpec, digest
+from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
+from contract.jobspec import JobSpec
 from contract.keys import JobField, JobStatus
 from contract.servers import Servers
 from contract.settings import Recovery
-
-Rows = list[tuple[str, Entry]]
 
 log = logging.getLogger(__name__)
 
@@ -55,66 +54,6 @@ if tonumber(ARGV[1]) > seen then
 end
 return seen
 """
-
-
-@dataclass(frozen=True)
-class JobState:
-    """What the API knows of a job from its hash."""
-
-    id: str
-    surface: str
-    model: str
-    created: int
-    owner: str
-    status: str
-    attempts: int = 0
-    start_by_ms: int | None = None
-    include_usage: bool = False
-    detached: bool = False
-    echo: str = ""  # JobField.ECHO (the Responses surface's)
-
-    @property
-    def ended(self) -> bool:
-        return self.status in JobStatus.ENDED
-
-
-@dataclass(frozen=True)
-class RunningAttempt:
-    """A running attempt as the reaper judges it."""
-
-    completion_id: str
-    epoch: int
-    worker: str
-    beating: bool  # its heartbeat key is alive
-    suspect: bool  # the job was in a batch whose worker died (contract.scripts.ABANDON)
-
-
-@dataclass(frozen=True)
-class Survey:
-    """What the reaper looks at each tick, read in one go."""
-
-    running: list[RunningAttempt]
-    pending: list[str]  # jobs pending past the grace period (their enqueuer may have died)
-
-
-@dataclass(frozen=True)
-class Submitted:
-    job: JobState
-    new: bool  # False: an earlier request with the same Idempotency-Key made the job
-
-
-_STATE_FIELDS = [
-    JobField.SURFACE,
-    JobField.MODEL,
-    JobField.CREATED,
-    JobField.OWNER,
-    JobField.STATUS,
-    JobField.ATTEMPTS,
-    JobField.START_BY,
-    JobField.USAGE,
-    JobField.DETACHED,
-    JobField.ECHO,
-]
 
 
 class JobStore:
@@ -237,25 +176,8 @@ class JobStore:
         extra: dict[str, str],
     ) -> bool:
         """RECORD the job; False if it was there already."""
-        fields = {
-            JobField.MODEL: spec.model,
-            JobField.SURFACE: state.surface,
-            JobField.CREATED: state.created,
-            JobField.STATUS: JobStatus.QUEUED,
-            JobField.EPOCH: 0,
-            JobField.ATTEMPTS: 0,
-            JobField.START_BY: state.start_by_ms,
-            JobField.SPEC: spec_json,
-            JobField.DIGEST: digest(spec.to_dict()),
-            JobField.OWNER: state.owner,
-            JobField.USAGE: int(state.include_usage),
-            JobField.DETACHED: int(state.detached),
-            JobField.PRIORITY: spec.priority,
-        }
-        if idempotency:
-            fields[JobField.IDEMPOTENCY] = idempotency.key
-        if self.deadline_s > 0:
-            fields[JobField.DEADLINE] = now_ms() + int(self.deadline_s * 1000)
+        deadline_ms = now_ms() + int(self.deadline_s * 1000) if self.deadline_s > 0 else None
+        fields = record_fields(spec, spec_json, state, idempotency.key if idempotency else None, deadline_ms)
         fields.update(extra)
         made = await self._record_script(
             keys=[keys.job(spec.id), keys.pending(keys.shard(spec.id))],
@@ -330,6 +252,10 @@ class JobStore:
                     await anyio.to_thread.run_sync(queueing.purge, self._rq, spec.id)
             raise
 
+    async def whole(self, completion_id: str) -> Rows:
+        """Every entry of the job, from its first: what a whole answer is built from."""
+        return await self.read(completion_id, "0", count=100_000)
+
     async def read(self, completion_id: str, after: str, count: int = 512, inclusive: bool = False) -> Rows:
         """Entries after stream id `after` ("0" for all), or from it with `inclusive`; deltas
         without their token ids (the API relays text)."""
@@ -338,23 +264,7 @@ class JobStore:
         return [(as_text(eid), entries.decode(fields, token_ids=False)) for eid, fields in rows]
 
     async def state(self, completion_id: str) -> JobState | None:
-        values = await self._r.hmget(keys.job(completion_id), _STATE_FIELDS)
-        surface, model, created, owner, status, attempts, start_by, usage, detached, echo = values
-        if status is None:
-            return None
-        return JobState(
-            id=completion_id,
-            surface=as_text(surface or b""),
-            model=as_text(model or b""),
-            created=int(created or 0),
-            owner=as_text(owner or b""),
-            status=as_text(status),
-            attempts=int(attempts or 0),
-            start_by_ms=int(start_by) if start_by else None,
-            include_usage=usage == b"1",
-            detached=detached == b"1",
-            echo=as_text(echo or b""),
-        )
+        return job_state(completion_id, await self._r.hmget(keys.job(completion_id), STATE_FIELDS))
 
     async def stored(self, completion_id: str, name: str) -> str | None:
         """One field of the job's hash that its surface recorded (`submit`'s `fields`)."""

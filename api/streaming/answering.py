@@ -25,9 +25,9 @@ from api.streaming import sse
 from api.streaming.relay import KEEPALIVE, StreamLost, follow
 from api.surfaces.answer import Answer
 from api.surfaces.chat.chunks import Chunks
-from api.surfaces.chat.events import Events, Rows
+from api.surfaces.chat.events import Events
 from contract import errors
-from contract.entries import is_terminal
+from contract.entries import Rows, is_terminal
 
 log = logging.getLogger(__name__)
 

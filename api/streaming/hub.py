@@ -35,7 +35,7 @@ from redis.exceptions import AskError, ClusterDownError, MovedError, RedisError,
 
 from api.cluster.tasks import Background
 from contract import entries, keys
-from contract.entries import Entry
+from contract.entries import Rows
 from contract.servers import async_client, cluster_url, node_url
 
 log = logging.getLogger(__name__)
@@ -47,9 +47,6 @@ REDIRECTED = (MovedError, AskError, ClusterDownError, TryAgainError)
 def stream_id(value: str) -> tuple[int, int]:
     ms, _, seq = value.partition("-")
     return int(ms), int(seq or 0)
-
-
-Rows = list[tuple[str, Entry]]
 
 
 class Woken(Enum):

@@ -27,14 +27,13 @@ from api.cluster.resumes import Resumes
 from api.jobs.store import JobStore
 from api.streaming.hub import Handed, StreamHub, Woken, stream_id
 from contract import errors, keys
-from contract.entries import Entry, Started, is_terminal
+from contract.entries import Rows, Started, is_terminal
 from contract.keys import JobStatus
 
 READ_BATCH = 256
 # A job's hash missing this long is gone. Not at once: in a failover a connection may still
 # read the replaced primary for a moment (docs/protocol.md, "Failover").
 GONE_AFTER_S = 3.0
-Rows = list[tuple[str, Entry]]
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from api.jobs.store import JobState
+from api.jobs.state import JobState
 from api.surfaces.answer import Answer
 from api.surfaces.body import Body
 from api.surfaces.chat.body import ChatRequest, CompletionRequest

@@ -23,7 +23,7 @@ from api.http.errors import APIError, invalid
 from api.http.parsing import parse
 from api.http.reading import read_json
 from api.jobs.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota, now_ms
-from api.jobs.store import JobState, Submitted
+from api.jobs.state import JobState, Submitted
 from api.ops.metrics import StreamTiming
 from api.services import Services
 from api.streaming.answering import SSEStream, collect, respond
@@ -204,7 +204,7 @@ class Endpoints:
             except BaseException:
                 ticket.release()
                 raise
-        answer = chunks.answer(await services.jobs.read(job.id, "0", count=100_000))
+        answer = chunks.answer(await services.jobs.whole(job.id))
         if answer is not None:
             return respond(answer)
         return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))

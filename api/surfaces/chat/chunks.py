@@ -10,13 +10,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from api.jobs.store import JobState
+from api.jobs.state import JobState
 from api.surfaces.answer import Answer
-from contract.entries import CANCELLED, STOP, CallPart, Delta, Failed, Finished, TokenLogprob, join_calls
+from contract.entries import (
+    CANCELLED,
+    STOP,
+    CallPart,
+    Delta,
+    Failed,
+    Finished,
+    Rows,
+    TokenLogprob,
+    join_calls,
+)
 from contract.errors import failure_body, status_of
 from contract.keys import JobStatus
-
-Rows = list[tuple[str, object]]
 
 
 def usage(prompt_tokens: int, completion_tokens: int) -> dict:

@@ -14,10 +14,8 @@ from typing import Protocol
 from api.streaming import sse
 from api.streaming.cursor import OPENING, USAGE_SUFFIX, Cursor
 from api.surfaces.chat.chunks import Chunks
-from contract.entries import Delta, Entry, Failed, Finished, Started
+from contract.entries import Delta, Failed, Finished, Rows, Started
 from contract.errors import ErrorCode, failure_body
-
-Rows = list[tuple[str, Entry]]
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,9 @@ from __future__ import annotations
 import json
 
 from api.streaming.cursor import BadCursor
-from api.surfaces.chat.events import Encoded, Rows
+from api.surfaces.chat.events import Encoded
 from api.surfaces.responses.objects import DELTA_EVENTS, ResponseObjects
+from contract.entries import Rows
 from contract.errors import ErrorCode
 
 KEEPALIVE = b": keepalive\n"

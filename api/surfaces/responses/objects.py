@@ -14,14 +14,13 @@ import copy
 import json
 from dataclasses import dataclass, field
 
-from api.jobs.store import JobState
+from api.jobs.state import JobState
 from api.surfaces.answer import Answer
-from contract.entries import CANCELLED, LENGTH, Delta, Entry, Failed, Finished, Started
+from contract.entries import CANCELLED, LENGTH, Delta, Entry, Failed, Finished, Rows, Started
 from contract.errors import status_of
 
 ID_PREFIX = "resp_"
 DELTA_EVENTS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
-Rows = list[tuple[str, Entry]]
 
 
 def item_id(response_id: str, kind: str, index: int) -> str:

@@ -16,7 +16,7 @@ from starlette.routing import Route
 
 from api.http.errors import APIError, invalid
 from api.http.paging import page
-from api.jobs.store import JobState
+from api.jobs.state import JobState
 from api.services import Services
 from api.surfaces.body import Body
 from api.surfaces.responses.body import ResponsesRequest
@@ -93,7 +93,7 @@ class ResponsesEndpoints(Endpoints):
             await services.jobs.stored(rid, JobField.INPUT),
         )
         objects = ResponseObjects.of(job)
-        rows = await services.jobs.read(rid, "0", count=100_000)
+        rows = await services.jobs.whole(rid)
         output = objects.answer(rows).body["output"]
         messages = [Message.from_dict(m) for m in json.loads(spec)["messages"]] if spec else []
         if objects.echo.get("instructions") is not None:
@@ -125,7 +125,7 @@ class ResponsesEndpoints(Endpoints):
             with anyio.move_on_after(CANCEL_WAIT_S):
                 while (state := await services.jobs.state(job.id)) is not None and not state.ended:
                     await anyio.sleep(0.05)
-        response = objects.answer(await services.jobs.read(job.id, "0", count=100_000)).body
+        response = objects.answer(await services.jobs.whole(job.id)).body
         if response["status"] in ("completed", "failed", "incomplete"):
             raise invalid(f"Cannot cancel a {response['status']} response.")
         return JSONResponse(response)

@@ -1,0 +1,117 @@
+"""What the API reads of a job: its state from the job's hash, and what the reaper and the
+creating request learn of it (the job store, api/jobs/store.py, returns these)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from contract.entries import as_text
+from contract.jobspec import JobSpec, digest
+from contract.keys import JobField, JobStatus
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the API knows of a job from its hash."""
+
+    id: str
+    surface: str
+    model: str
+    created: int
+    owner: str
+    status: str
+    attempts: int = 0
+    start_by_ms: int | None = None
+    include_usage: bool = False
+    detached: bool = False
+    echo: str = ""  # JobField.ECHO (the Responses surface's)
+
+    @property
+    def ended(self) -> bool:
+        return self.status in JobStatus.ENDED
+
+
+@dataclass(frozen=True)
+class RunningAttempt:
+    """A running attempt as the reaper judges it."""
+
+    completion_id: str
+    epoch: int
+    worker: str
+    beating: bool  # its heartbeat key is alive
+    suspect: bool  # the job was in a batch whose worker died (contract.scripts.ABANDON)
+
+
+@dataclass(frozen=True)
+class Survey:
+    """What the reaper looks at each tick, read in one go."""
+
+    running: list[RunningAttempt]
+    pending: list[str]  # jobs pending past the grace period (their enqueuer may have died)
+
+
+@dataclass(frozen=True)
+class Submitted:
+    job: JobState
+    new: bool  # False: an earlier request with the same Idempotency-Key made the job
+
+
+STATE_FIELDS = [
+    JobField.SURFACE,
+    JobField.MODEL,
+    JobField.CREATED,
+    JobField.OWNER,
+    JobField.STATUS,
+    JobField.ATTEMPTS,
+    JobField.START_BY,
+    JobField.USAGE,
+    JobField.DETACHED,
+    JobField.ECHO,
+]
+
+
+def job_state(completion_id: str, values: list) -> JobState | None:
+    """The state from the job hash's STATE_FIELDS, in their order (None: no such job)."""
+    surface, model, created, owner, status, attempts, start_by, usage, detached, echo = values
+    if status is None:
+        return None
+    return JobState(
+        id=completion_id,
+        surface=as_text(surface or b""),
+        model=as_text(model or b""),
+        created=int(created or 0),
+        owner=as_text(owner or b""),
+        status=as_text(status),
+        attempts=int(attempts or 0),
+        start_by_ms=int(start_by) if start_by else None,
+        include_usage=usage == b"1",
+        detached=detached == b"1",
+        echo=as_text(echo or b""),
+    )
+
+
+def record_fields(
+    spec: JobSpec, spec_json: str, state: JobState, idempotency_key: str | None, deadline_ms: int | None
+) -> dict[str, str | int]:
+    """A new job's hash, as contract.scripts.RECORD writes it (its surface adds its own)."""
+    fields: dict[str, str | int] = {
+        JobField.MODEL: spec.model,
+        JobField.SURFACE: state.surface,
+        JobField.CREATED: state.created,
+        JobField.STATUS: JobStatus.QUEUED,
+        JobField.EPOCH: 0,
+        JobField.ATTEMPTS: 0,
+        JobField.SPEC: spec_json,
+        JobField.DIGEST: digest(spec.to_dict()),
+        JobField.OWNER: state.owner,
+        JobField.USAGE: int(state.include_usage),
+        JobField.DETACHED: int(state.detached),
+        JobField.PRIORITY: spec.priority,
+    }
+    if state.start_by_ms is not None:
+        fields[JobField.START_BY] = state.start_by_ms
+    if idempotency_key:
+        fields[JobField.IDEMPOTENCY] = idempotency_key
+    if deadline_ms is not None:
+        fields[JobField.DEADLINE] = deadline_ms
+    return fields
