@@ -2,7 +2,7 @@
 
 Everything one side writes and the other reads is defined here and only here: key names
 (`keys`), the job description the API enqueues (`jobspec`), the stream entry format
-(`entries`), the Lua scripts that make writes atomic and fenced (`scripts`), enqueueing
+(`entries`), every Lua script, which makes writes atomic and fenced (`lua/`), enqueueing
 (`queueing`), the error catalogue (`errors`), the settings both sides share (`settings`) and
 the log format (`logs`). Neither side may build a key, an entry or an error by hand. This
 package imports only the standard library, redis and rq, so the API never pulls in

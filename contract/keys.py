@@ -210,7 +210,7 @@ class Owned(StrEnum):
     FILES = "files"
     """ZSET: the owner's files (id -> created, s), for listing."""
     FILE_SIZES = "filesizes"
-    """HASH: what the owner is charged for keeping (contract/holdings.py): its files and its
+    """HASH: what the owner is charged for keeping (contract/lua/accounting.py): its files and its
     running batches' lines and answers (id -> "<bytes> <expires at, s>"), for
     FILES_BYTES_PER_KEY."""
     FILE_EXPIRY = "fileexpiry"
@@ -432,7 +432,7 @@ def worker_queue_names(model: str, worker: str) -> tuple[str, ...]:
 
 def suspect_queue_name(model: str) -> str:
     """The RQ queue of a model's jobs that were in a worker's batch when it died: a worker
-    runs at most one of them at a time (see contract.scripts.ABANDON)."""
+    runs at most one of them at a time (see contract.lua.jobs.ABANDON)."""
     return f"{model}#suspect"
 
 

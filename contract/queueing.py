@@ -23,8 +23,9 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 from rq.utils import now
 
-from contract import keys, scripts
+from contract import keys
 from contract.entries import as_text
+from contract.lua import jobs, library
 from contract.servers import Servers
 from contract.settings import Recovery
 
@@ -115,9 +116,9 @@ def abandon(
     with worker_lost once its charged deaths or requeues are used up (a preemption is not
     counted); counted in STATS under `reason` ("crash", "handoff" or "preempt"). Returns 1
     requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
-    outcome, is_suspect = servers.streams.register_script(scripts.ABANDON)(
-        keys=scripts.job_keys(completion_id),
-        args=scripts.abandon_args(
+    outcome, is_suspect = servers.streams.register_script(jobs.ABANDON)(
+        keys=library.job_keys(completion_id),
+        args=jobs.abandon_args(
             completion_id,
             epoch,
             charge=charge,

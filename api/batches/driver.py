@@ -7,7 +7,7 @@ failure or slowness holds no other back: a batch whose drive fails `MAX_FAILURES
 row stops sending lines and ends `failed`, with its unanswered lines in its error file (and,
 should even that fail as often again, without files). For each batch: the lines whose job
 has ended are answered (their output line written once, counted once and charged to the
-batch's key: contract/holdings.py `ANSWER`); then, while it runs and its key holds no more
+batch's key: contract/lua/accounting.py `ANSWER`); then, while it runs and its key holds no more
 than FILES_BYTES_PER_KEY, lines are sent as jobs until BATCH_IN_FLIGHT of its lines are
 open; a cancelled, expired or failing batch has its open jobs cancelled instead; a batch with
 every line answered is finalized. Status changes are compare-and-set: a cancel that lands
@@ -39,9 +39,10 @@ from api.jobs.owners import Idempotency
 from api.jobs.state import JobState
 from api.services import Services
 from api.surfaces.catalog import BATCHABLE, BY_NAME
-from contract import errors, holdings, keys
+from contract import errors, keys
 from contract.entries import as_text
 from contract.keys import JobField
+from contract.lua import accounting
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ class BatchDriver:
     def __init__(self, services: Services) -> None:
         self._s = services
         self._leader = Leader(services.redis, keys.BATCH_DRIVER_LOCK)
-        self._answer = services.redis.register_script(holdings.ANSWER)
+        self._answer = services.redis.register_script(accounting.ANSWER)
         interval = services.settings.batches.batch_interval_s
         self._task = Background("batches", lambda: every(interval, self.tick, "batch driver"))
 
@@ -225,14 +226,14 @@ class BatchDriver:
                 keys.batch(batch_id, keys.BatchPart.RESULTS),
                 keys.batch(batch_id, keys.BatchPart.OPEN),
                 keys.batch(batch_id),
-                *holdings.charge_keys(h["owner"]),
+                *accounting.charge_keys(h["owner"]),
             ],
             args=[
                 number,
                 json.dumps(out, ensure_ascii=False),
                 "failed" if failed else "completed",
                 *usage,
-                holdings.results_charge(batch_id),
+                accounting.results_charge(batch_id),
                 int(h["expires_at"]) + CHARGE_MARGIN_S,
             ],
         )

@@ -1,7 +1,7 @@
 """Uploaded files (`/v1/files`): the Batch API's input files and the output files it writes.
 
 A file is a Redis hash (its metadata) and a string (its content), bounded by FILE_MAX_BYTES,
-charged to its key's FILES_BYTES_PER_KEY and MAX_FILES_PER_KEY (contract/holdings.py), and
+charged to its key's FILES_BYTES_PER_KEY and MAX_FILES_PER_KEY (contract/lua/accounting.py), and
 expires FILE_RETENTION_SECONDS after its upload (or at its `expires_after`). `FileStore` is
 what the routes and the batch driver need of the storage: an object store would implement
 the same methods. An upload is counted against its key's per-minute budgets before it is
@@ -35,8 +35,9 @@ from api.http.paging import page
 from api.http.reading import read_body
 from api.services import Services
 from api.settings import Quotas
-from contract import errors, holdings, keys
+from contract import errors, keys
 from contract.entries import as_text
+from contract.lua import accounting
 
 _ALPHABET = string.ascii_letters + string.digits
 PURPOSES = ("batch", "batch_output")  # what is stored; only `batch` may be uploaded
@@ -112,12 +113,12 @@ PIECE = 1 << 20  # a file's content is read back a MiB at a time
 class RedisFiles:
     def __init__(self, client: aredis.Redis) -> None:
         self._r = client
-        self._store = client.register_script(holdings.STORE_FILE)
-        self._delete = client.register_script(holdings.DELETE_FILE)
+        self._store = client.register_script(accounting.STORE_FILE)
+        self._delete = client.register_script(accounting.DELETE_FILE)
 
     async def put(self, record: FileRecord, content: bytes, limits: FileLimits) -> None:
         """Store the file; FileQuota if its owner would then hold more than `limits` allow.
-        Checked and written in one step (contract/holdings.py): concurrent uploads cannot
+        Checked and written in one step (contract/lua/accounting.py): concurrent uploads cannot
         overshoot."""
         await self._write(record, limits, content)
 
@@ -132,7 +133,7 @@ class RedisFiles:
     async def _write(self, record: FileRecord, limits: FileLimits, content: bytes | None) -> None:
         meta = {k: str(v) for k, v in asdict(record).items() if k != "id"}
         verdict = await self._store(
-            keys=[keys.file(record.id), keys.file_content(record.id), *holdings.charge_keys(record.owner)],
+            keys=[keys.file(record.id), keys.file_content(record.id), *accounting.charge_keys(record.owner)],
             args=[
                 record.id,
                 record.bytes,
@@ -167,7 +168,11 @@ class RedisFiles:
         owner = await self._r.hget(keys.file(file_id), "owner")
         if owner is not None:
             await self._delete(
-                keys=[keys.file(file_id), keys.file_content(file_id), *holdings.charge_keys(as_text(owner))],
+                keys=[
+                    keys.file(file_id),
+                    keys.file_content(file_id),
+                    *accounting.charge_keys(as_text(owner)),
+                ],
                 args=[file_id],
             )
 
@@ -179,7 +184,7 @@ class RedisFiles:
             for file_id in ids:
                 pipe.hmget(keys.file(file_id), _FIELDS)
             rows = await pipe.execute()
-        # an expired file leaves the index with the owner's next charge (contract/holdings.py)
+        # an expired file leaves the index with the owner's next charge (contract/lua/accounting.py)
         return [r for i, values in zip(ids, rows, strict=True) if (r := _record(i, values)) is not None]
 
 

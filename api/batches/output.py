@@ -4,7 +4,7 @@ written a few lines at a time, then the batch's own copies given back.
 The files are appended to in pieces of `PIECE_LINES` answers, so the API never holds more
 than a few lines' answers at once, however large the batch (api/batches/files.py `append`, `seal`);
 they are charged to the batch's key like any file, and its lines' and answers' charges are
-given back as the copies go (contract/holdings.py). A driver that dies half way through
+given back as the copies go (contract/lua/accounting.py). A driver that dies half way through
 writes them again from the start: the batch stays `finalizing` until its last step.
 """
 
@@ -17,7 +17,8 @@ import time
 from api.batches.files import FileRecord, files_of
 from api.batches.routes import BatchStatus, set_status
 from api.services import Services
-from contract import errors, holdings, keys
+from contract import errors, keys
+from contract.lua import accounting
 
 log = logging.getLogger(__name__)
 
@@ -136,9 +137,9 @@ async def _end(services: Services, batch_id: str, owner: str, fields: dict, rete
         pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
         pipe.zrem(keys.owned(owner, keys.Owned.RUNNING_BATCHES), batch_id)
         await pipe.execute()
-    await r.register_script(holdings.RELEASE)(
-        keys=holdings.charge_keys(owner),
-        args=[holdings.lines_charge(batch_id), holdings.results_charge(batch_id)],
+    await r.register_script(accounting.RELEASE)(
+        keys=accounting.charge_keys(owner),
+        args=[accounting.lines_charge(batch_id), accounting.results_charge(batch_id)],
     )
 
 

@@ -30,8 +30,9 @@ from api.http.paging import page
 from api.http.parsing import parse
 from api.http.reading import read_json
 from api.services import Services
-from contract import errors, holdings, keys
+from contract import errors, keys
 from contract.entries import as_text
+from contract.lua import accounting
 
 WINDOW_S = 86400  # "24h", the one completion window
 STALE_RUNNING_MS = 2 * WINDOW_S * 1000  # a batch counted as running this long has long ended
@@ -165,14 +166,14 @@ async def create(request: Request) -> Response:
     if len(models) == 1:
         fields["model"] = models[0]
     rows = [json.dumps([ln.custom_id, ln.body], ensure_ascii=False, separators=(",", ":")) for ln in lines]
-    created = await services.redis.register_script(holdings.CREATE_BATCH)(
+    created = await services.redis.register_script(accounting.CREATE_BATCH)(
         keys=[
             keys.batch(batch_id),
             keys.batch(batch_id, keys.BatchPart.LINES),
             keys.owned(owner, keys.Owned.BATCHES),
             keys.ACTIVE_BATCHES,
             keys.owned(owner, keys.Owned.RUNNING_BATCHES),
-            *holdings.charge_keys(owner),
+            *accounting.charge_keys(owner),
         ],
         args=[
             batch_id,
@@ -180,7 +181,7 @@ async def create(request: Request) -> Response:
             settings.quotas.max_batches_per_key,
             STALE_RUNNING_MS,
             settings.quotas.files_bytes_per_key,
-            holdings.lines_charge(batch_id),
+            accounting.lines_charge(batch_id),
             sum(len(row.encode()) for row in rows),  # the copy it keeps while it runs
             now + WINDOW_S + CHARGE_MARGIN_S,
             len(rows),
@@ -225,9 +226,9 @@ async def cancel(request: Request) -> Response:
 
 async def set_status(services: Services, batch_id: str, since: tuple[str, ...], fields: dict) -> bool:
     """Change the batch's status (and `fields`) only if it is one of `since` now: a cancel and
-    the driver, on any replicas, never undo each other's change (contract/holdings.py)."""
+    the driver, on any replicas, never undo each other's change (contract/lua/accounting.py)."""
     flat = [str(x) for pair in fields.items() for x in pair]
-    done = await services.redis.register_script(holdings.SET_STATUS)(
+    done = await services.redis.register_script(accounting.SET_STATUS)(
         keys=[keys.batch(batch_id)], args=[" ".join(since), *flat]
     )
     return done == 1

@@ -13,13 +13,9 @@ from typing import Any
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-log = logging.getLogger(__name__)
+from contract.lua import queues
 
-# KEYS[1]=the lock; ARGV[1]=the holder; ARGV[2]=ms. Takes the lock, or extends it for its holder.
-_TAKE_OR_EXTEND = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
-"""
+log = logging.getLogger(__name__)
 
 
 STOP_S = 5.0  # how long a stop waits for its task
@@ -59,7 +55,7 @@ class Leader:
     def __init__(self, client: aredis.Redis, key: str) -> None:
         self._key = key
         self._me = uuid.uuid4().hex
-        self._script = client.register_script(_TAKE_OR_EXTEND)
+        self._script = client.register_script(queues.TAKE_OR_EXTEND)
 
     async def held(self, ms: int) -> bool:
         return bool(await self._script(keys=[self._key], args=[self._me, ms]))

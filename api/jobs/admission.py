@@ -15,8 +15,9 @@ from api.cluster.registry import WorkerRegistry
 from api.http.errors import APIError, invalid
 from api.jobs.memory import MemoryWatch
 from api.settings import Intake, Quotas
-from contract import errors, holdings, keys, scripts
+from contract import errors, keys
 from contract.entries import as_text
+from contract.lua import accounting, queues
 
 RESERVATION_S = 10.0  # a place held for a request lasts this long unless its enqueue takes it
 
@@ -73,8 +74,8 @@ class Admission:
         self._streams = streams
         self._memory = memory
         self._intake, self._quotas = intake, quotas
-        self._reserve = client.register_script(scripts.RESERVE)
-        self._spend = client.register_script(holdings.SPEND)
+        self._reserve = client.register_script(queues.RESERVE)
+        self._spend = client.register_script(accounting.SPEND)
 
     async def models(self, names: list[str] | None = None) -> dict[str, int]:
         """Model -> live workers, for the models a client may ask for: those with a worker that
@@ -158,7 +159,7 @@ class Admission:
 
     async def spend(self, owner: str, size: int) -> None:
         """Count one request of `size` bytes against its owner's per-minute budgets (those
-        its jobs count against: contract.scripts.ADMIT), before the request's heavy work
+        its jobs count against: contract.lua.accounting.ADMIT), before the request's heavy work
         (an upload, a batch); 429 if it is over them. Without keys there are no budgets."""
         rpm, bpm = self._quotas.key_requests_per_minute, self._quotas.key_bytes_per_minute
         if not owner or not (rpm or bpm):
@@ -172,7 +173,7 @@ class Admission:
             raise self.rate(as_text(verdict[1]))
 
     def rate(self, what: str) -> APIError:
-        """The refusal of a job over the key's request rate or byte budget (contract.scripts.ADMIT)."""
+        """The refusal of a job over the key's request rate or byte budget (contract.lua.accounting.ADMIT)."""
         limit = (
             f"{self._quotas.key_requests_per_minute} requests"
             if what == "requests"
@@ -186,7 +187,7 @@ class Admission:
 
     def jobs(self, unfinished: int) -> APIError:
         """The refusal of a job over MAX_JOBS_PER_KEY (checked with the job's record, in one
-        atomic step across replicas: contract.scripts.ADMIT)."""
+        atomic step across replicas: contract.lua.accounting.ADMIT)."""
         return self._too_many(
             errors.TOO_MANY_JOBS,
             f"Too many unfinished requests for this API key ({unfinished}; the limit is "

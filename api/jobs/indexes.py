@@ -7,8 +7,8 @@ import asyncio
 
 import redis.asyncio as aredis
 
-from contract import scripts
 from contract.entries import as_text
+from contract.lua import jobs
 from contract.servers import is_cluster
 
 
@@ -19,8 +19,8 @@ class ShardIndexes:
     per shard (64 commands packed in Python every tick)."""
 
     def __init__(self, streams: aredis.Redis) -> None:
-        self._script = streams.register_script(scripts.INDEXES)
-        self._groups = scripts.index_keys(is_cluster(streams))
+        self._script = streams.register_script(jobs.INDEXES)
+        self._groups = jobs.index_keys(is_cluster(streams))
 
     async def read(
         self, pending_before_ms: int | None = None, count: int = 64

@@ -1,7 +1,7 @@
 """What one API key's owner holds and spends, kept on the queues server: its unfinished jobs
 (MAX_JOBS_PER_KEY), its request rate and byte budget, its Idempotency-Keys.
 
-A job is counted against its owner (contract.scripts.ADMIT) before the job store records it
+A job is counted against its owner (contract.lua.accounting.ADMIT) before the job store records it
 on the streams server (RECORD): two servers, two steps. What an API process that dies in
 between leaves behind is dropped later: the count when the owner next reaches its limit
 (`forget_ended`), the idempotency key when a retry finds no job behind it after
@@ -18,19 +18,14 @@ import anyio
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from contract import keys, scripts
+from contract import keys
 from contract.entries import as_text
 from contract.keys import JobField
+from contract.lua import accounting, queues
 
 RECORD_GRACE_MS = 10_000
 """An owner's job admitted this long ago and still not recorded will never be: its API died
 in between."""
-
-# KEYS[1]=a key; ARGV[1]=a value. Deletes the key if it still holds that value.
-_DELETE_IF = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
-"""
 
 
 def now_ms() -> int:
@@ -84,12 +79,12 @@ class Owners:
         self._q = queues
         self._streams = streams  # read only: which of an owner's jobs have ended
         self._job_ttl_s = job_ttl_s
-        self._admit = queues.register_script(scripts.ADMIT)
+        self._admit = queues.register_script(accounting.ADMIT)
 
     async def admit(
         self, completion_id: str, owner: str, idempotency: Idempotency | None, quota: Quota, counted: bool
     ) -> list:
-        """Count the job against its owner (contract.scripts.ADMIT: its reply). Without an
+        """Count the job against its owner (contract.lua.accounting.ADMIT: its reply). Without an
         owner's limits or an Idempotency-Key there is nothing to check: no round trip."""
         limited = owner and (quota.unfinished_jobs or quota.requests_per_minute or quota.bytes_per_minute)
         if not limited and idempotency is None:
@@ -154,4 +149,4 @@ class Owners:
 
     async def free(self, idempotency: Idempotency, held: str) -> None:
         """Delete the key if it still holds `held`."""
-        await self._q.eval(_DELETE_IF, 1, idempotency.key, held)
+        await self._q.eval(queues.DELETE_IF, 1, idempotency.key, held)

@@ -20,9 +20,9 @@ The policy weighs the cache against the load, as SGLang's router does:
 A routed job carries a deadline (`keys.routed`): ROUTE_WAIT_SECONDS if its worker has a free
 slot, that much more for each job already routed to it and for a full worker, at most four
 times as much. The reaper's tick moves every job past its deadline back to the front of its
-tier's shared queue (`FALL_BACK`: a job is either taken by its worker or moved, never both),
-and at once the jobs of a worker found dead. Continuations, suspects and batch lines are
-never routed: they wait in the shared queues, as they always did.
+tier's shared queue (`contract.lua.queues.FALL_BACK`: a job is either taken by its worker
+or moved, never both), and at once the jobs of a worker found dead. Continuations, suspects
+and batch lines are never routed: they wait in the shared queues, as they always did.
 """
 
 from __future__ import annotations
@@ -39,23 +39,10 @@ from api.settings import Routing
 from contract import keys
 from contract.entries import as_text
 from contract.jobspec import JobSpec
+from contract.lua import queues
 from contract.prefixes import prefixes
 
 log = logging.getLogger(__name__)
-
-FALL_BACK = """
--- KEYS[1]=the worker's routed queue, KEYS[2]=the tier's shared queue, KEYS[3]=the model's
--- wake list, KEYS[4]=the routed index, KEYS[5]=the stats hash; ARGV[1]=the RQ job id,
--- ARGV[2]=its index member, ARGV[3]=the stats field. Returns 1 if the job went back to the
--- shared queue, 0 if its worker had taken it (or it ended).
-redis.call('ZREM', KEYS[4], ARGV[2])
-if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
-redis.call('LPUSH', KEYS[2], ARGV[1])
-redis.call('LPUSH', KEYS[3], 1)
-redis.call('LTRIM', KEYS[3], 0, 63)
-redis.call('HINCRBY', KEYS[5], ARGV[3], 1)
-return 1
-"""
 
 
 @dataclass(frozen=True)
@@ -105,7 +92,7 @@ class Router:
         self._r = client
         self._registry = registry
         self.settings = settings
-        self._fall_back = client.register_script(FALL_BACK)
+        self._fall_back = client.register_script(queues.FALL_BACK)
 
     async def route(self, spec: JobSpec) -> Route | None:
         """Where a new job should wait (None: the shared queue) and until when; enqueueing

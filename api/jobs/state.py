@@ -39,7 +39,7 @@ class RunningAttempt:
     epoch: int
     worker: str
     beating: bool  # its heartbeat key is alive
-    suspect: bool  # the job was in a batch whose worker died (contract.scripts.ABANDON)
+    suspect: bool  # the job was in a batch whose worker died (contract.lua.jobs.ABANDON)
 
 
 @dataclass(frozen=True)
@@ -93,7 +93,7 @@ def job_state(completion_id: str, values: list) -> JobState | None:
 def record_fields(
     spec: JobSpec, spec_json: str, state: JobState, idempotency_key: str | None, deadline_ms: int | None
 ) -> dict[str, str | int]:
-    """A new job's hash, as contract.scripts.RECORD writes it (its surface adds its own)."""
+    """A new job's hash, as contract.lua.jobs.RECORD writes it (its surface adds its own)."""
     fields: dict[str, str | int] = {
         JobField.MODEL: spec.model,
         JobField.SURFACE: state.surface,

@@ -34,26 +34,17 @@ from api.jobs.owners import (
 )
 from api.jobs.routing import Router
 from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Survey, job_state, record_fields
-from contract import entries, keys, queueing, scripts
+from contract import entries, keys, queueing
 from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
 from contract.jobspec import JobSpec
 from contract.keys import JobField, JobStatus
+from contract.lua import jobs, library, queues
 from contract.servers import Servers
 from contract.settings import Recovery
 
 log = logging.getLogger(__name__)
 
 CONFIRM_FOR_S = 5.0  # how long a new job is recorded again until a replica has it
-
-# KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
-_DEAD_BATCH = """
-local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) > seen then
-  seen = tonumber(ARGV[1])
-  redis.call('SET', KEYS[1], seen, 'EX', 60)
-end
-return seen
-"""
 
 
 class JobStore:
@@ -74,11 +65,11 @@ class JobStore:
         self.queue_wait_s = queue_wait_s
         self.deadline_s = deadline_s
         self.recovery = recovery
-        self._end = self._r.register_script(scripts.END)
-        self._end_if_late = self._r.register_script(scripts.END_IF_LATE)
-        self._record_script = self._r.register_script(scripts.RECORD)
+        self._end = self._r.register_script(jobs.END)
+        self._end_if_late = self._r.register_script(jobs.END_IF_LATE)
+        self._record_script = self._r.register_script(jobs.RECORD)
         self.owners = Owners(self._q, self._r, recovery.job_ttl_s)
-        self._dead_batch = self._q.register_script(_DEAD_BATCH)
+        self._dead_batch = self._q.register_script(queues.DEAD_BATCH)
         self._indexes = ShardIndexes(self._r)
         self._router = router  # cache-aware routing of new interactive jobs (api/jobs/routing.py)
         self._acks = acks  # each server's: a new job survives a failover before it is answered for
@@ -282,8 +273,8 @@ class JobStore:
     async def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End the job with a terminal entry unless it has ended already."""
         done = await self._end(
-            keys=scripts.job_keys(completion_id),
-            args=scripts.end_args(completion_id, entry, self.recovery.retention_s, only_if_status),
+            keys=library.job_keys(completion_id),
+            args=jobs.end_args(completion_id, entry, self.recovery.retention_s, only_if_status),
         )
         if done and only_if_status == JobStatus.QUEUED:
             await self._drop_rq_records(completion_id)
@@ -297,10 +288,10 @@ class JobStore:
         return wait_s
 
     async def end_if_late(self, completion_id: str) -> bool:
-        """End a queued job past its start deadline (see contract.scripts.END_IF_LATE)."""
+        """End a queued job past its start deadline (see contract.lua.jobs.END_IF_LATE)."""
         done = await self._end_if_late(
-            keys=scripts.job_keys(completion_id),
-            args=scripts.end_if_late_args(completion_id, self.recovery.retention_s),
+            keys=library.job_keys(completion_id),
+            args=jobs.end_if_late_args(completion_id, self.recovery.retention_s),
         )
         if done:
             await self._drop_rq_records(completion_id)

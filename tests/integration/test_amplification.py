@@ -55,7 +55,7 @@ class Stack:
         return httpx.Client(base_url=self.base, headers=headers, timeout=60)
 
     def held(self, key: str) -> int:
-        """What the key is charged for keeping (contract/holdings.py)."""
+        """What the key is charged for keeping (contract/lua/accounting.py)."""
         return int(self.r.get(keys.owned(digest(key)[:32], keys.Owned.FILE_HELD)) or 0)
 
 

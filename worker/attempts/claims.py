@@ -13,8 +13,9 @@ import time
 import uuid
 from dataclasses import dataclass, field
 
-from contract import entries, keys, scripts
+from contract import entries, keys
 from contract.entries import Delta, Entry, Failed, Finished, Started
+from contract.lua import attempts, jobs, library
 from worker.redis.link import Link
 
 
@@ -49,7 +50,7 @@ class Attempt:
     generated: int = 0  # tokens this attempt has generated (published or not yet)
     preempted: bool = False  # give the job back at the next token (a batch line making room)
     error: Exception | None = None  # a write failed for good: raised by the next call
-    token: str = ""  # the claim's token, worker and heartbeat window (`scripts.Claim`)
+    token: str = ""  # the claim's token, worker and heartbeat window (`attempts.Claim`)
     worker: str = ""
     window_ms: int = 0
     ended: bool = False  # its terminal entry is written
@@ -62,8 +63,8 @@ class Attempt:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
-    def claim(self) -> scripts.Claim:
-        return scripts.Claim(self.epoch, self.token, self.worker, self.window_ms)
+    def claim(self) -> attempts.Claim:
+        return attempts.Claim(self.epoch, self.token, self.worker, self.window_ms)
 
     def saw(self, entry_id: str) -> None:
         """An id in the job's stream (read or written): the ids this attempt chooses come after."""
@@ -127,10 +128,10 @@ class Claims:
         self._link = link
         self._client = link.streams
         self._window_ms = window_ms  # the heartbeat window a claim starts with
-        self._claim = link.streams.register_script(scripts.CLAIM)
-        self._end = link.streams.register_script(scripts.END)
-        self._clear_suspect = link.streams.register_script(scripts.CLEAR_SUSPECT)
-        self._beat = link.streams.register_script(scripts.BEAT)
+        self._claim = link.streams.register_script(attempts.CLAIM)
+        self._end = link.streams.register_script(jobs.END)
+        self._clear_suspect = link.streams.register_script(attempts.CLEAR_SUSPECT)
+        self._beat = link.streams.register_script(attempts.BEAT)
 
     def claim(self, completion_id: str, spec_digest: str) -> Attempt:
         """Start a new attempt at a job (fencing out every earlier one), for the spec whose
@@ -139,11 +140,11 @@ class Claims:
         retry (its reply lost to a Redis blip) return the same attempt."""
         link = self._link
         token = uuid.uuid4().hex
-        args = scripts.claim_args(
+        args = attempts.claim_args(
             link.worker, completion_id, self._window_ms, link.recovery.retention_s, token, spec_digest
         )
         epoch, cancel, suspect = link.retry(
-            lambda: self._claim(keys=scripts.job_keys(completion_id), args=args)
+            lambda: self._claim(keys=library.job_keys(completion_id), args=args)
         )
         if epoch == -2:
             raise NotRecorded(completion_id)
@@ -213,8 +214,8 @@ class Claims:
         return bool(
             self._link.retry(
                 lambda: self._end(
-                    keys=scripts.job_keys(completion_id),
-                    args=scripts.end_args(completion_id, entry, retention, only_if_status),
+                    keys=library.job_keys(completion_id),
+                    args=jobs.end_args(completion_id, entry, retention, only_if_status),
                 )
             )
         )

@@ -23,7 +23,8 @@ from collections.abc import Callable
 
 import redis
 
-from contract import keys, scripts
+from contract import keys
+from contract.lua import attempts
 from worker.attempts.claims import Attempt
 from worker.redis.periodic import Periodic
 
@@ -34,7 +35,7 @@ class Heartbeat:
     def __init__(
         self, client: redis.Redis, window_ms: int, interval_s: float, stall_s: float = 120.0
     ) -> None:
-        self._beat = client.register_script(scripts.BEAT)
+        self._beat = client.register_script(attempts.BEAT)
         self._stall = stall_s
         self._window_ms = window_ms
         self._attempts: dict[str, Attempt] = {}
@@ -59,9 +60,9 @@ class Heartbeat:
 
     def beat(self) -> None:
         with self._lock:
-            attempts = list(self._attempts.values())
+            running = list(self._attempts.values())
         now = time.monotonic()
-        for a in attempts:
+        for a in running:
             if now - a.progress_at > self._stall:
                 log.error(
                     "%s made no progress for %.0fs: no longer alive", a.completion_id, now - a.progress_at

@@ -37,10 +37,11 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import NoScriptError
 
-from contract import keys, scripts
+from contract import keys
 from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob
 from contract.errors import ErrorCode
 from contract.keys import BatchCounters
+from contract.lua import attempts, jobs, library
 from contract.servers import is_cluster
 from worker.attempts.claims import Attempt, RolledBack
 from worker.redis.link import Link
@@ -74,7 +75,7 @@ class Publisher:
         self._client = link.streams
         self._linger = linger_s
         self._crowded = crowded
-        self._append = link.streams.register_script(scripts.APPEND)
+        self._append = link.streams.register_script(attempts.APPEND)
         # One server: a round trip's APPENDs in one MULTI/EXEC, so Redis wakes a blocked
         # reader (the API's XREAD over every stream) once, with every stream's entries, and
         # not once for the first APPEND and again for the rest. A cluster cannot run one
@@ -202,9 +203,9 @@ class Publisher:
                         again.append(group)  # Redis restarted: load and resend
                     elif isinstance(result, redis.ResponseError):
                         message = str(result)
-                        if message.startswith(scripts.FENCED):
+                        if message.startswith(attempts.FENCED):
                             attempt.fenced = True
-                        elif message.startswith(scripts.BEHIND):
+                        elif message.startswith(attempts.BEHIND):
                             lost_from = int(message.split()[1])
                             log.warning(
                                 "%s: a failover lost entries %d-%d of attempt %d; writing them again",
@@ -225,7 +226,7 @@ class Publisher:
                     else:
                         group.done(result, self._holding)
                 if any(isinstance(r, NoScriptError) for r in results):
-                    self._link.retry(lambda: self._client.script_load(scripts.APPEND))
+                    self._link.retry(lambda: self._client.script_load(attempts.APPEND))
                 todo = again
         except redis.RedisError as exc:  # Redis gone for longer than the link's redis_wait_s
             for group in todo:
@@ -237,10 +238,10 @@ class Publisher:
         with self._client.pipeline(transaction=self._together) as pipe:
             for group in todo:
                 cid = group.attempt.completion_id
-                job_keys = scripts.job_keys(cid)
+                job_keys = library.job_keys(cid)
                 # execute_command: a cluster pipeline refuses `evalsha` (a script could touch
                 # keys of several slots), but routes EVALSHA by its keys; APPEND's share one slot.
-                args = scripts.append_args(
+                args = attempts.append_args(
                     cid, group.attempt.claim, group.first, group.rows(), self._link.recovery.retention_s
                 )
                 pipe.execute_command("EVALSHA", self._append.sha, len(job_keys), *job_keys, *args)
@@ -284,7 +285,7 @@ class _Group:
             attempt.wrote([(base + n, ids[again + n], e) for n, e in enumerate(self.new)])
         attempt.written = max(attempt.written, self.first + again + len(self.new))
         attempt.published += sum(len(e.token_ids) for e in self.new if isinstance(e, Delta))
-        attempt.ended = attempt.ended or any(scripts.final_status(e) for e in self.new)
+        attempt.ended = attempt.ended or any(jobs.final_status(e) for e in self.new)
         if ids:
             attempt.saw(ids[-1])
         self.again, self.new, self.ids = None, [], None

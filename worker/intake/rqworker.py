@@ -49,9 +49,10 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import SimpleWorker
 
-from contract import keys, queueing, scripts
+from contract import keys, queueing
 from contract.entries import as_text
 from contract.keys import JOB_FUNCTION
+from contract.lua import queues
 from worker.attempts.runner import JobRunner
 from worker.intake.lending import Lending
 from worker.redis.outage import Outage
@@ -99,17 +100,17 @@ class TokenspoolWorker(SimpleWorker):
         self, model: str, name: str, connection: redis.Redis, runner: JobRunner, lending: Lending
     ) -> None:
         names = keys.worker_queue_names(model, name)
-        queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in names]
+        rq_queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in names]
         # prepare_for_work=False: nothing is sent to Redis here (it may be down at start)
         super().__init__(
-            queues, name=name, connection=connection, serializer=JSONSerializer, prepare_for_work=False
+            rq_queues, name=name, connection=connection, serializer=JSONSerializer, prepare_for_work=False
         )
         connection.connection_pool.connection_kwargs["socket_timeout"] = SOCKET_TIMEOUT_S
         self.hostname, self.pid = socket.gethostname(), os.getpid()
         self._model = model
         self._runner = runner
         self._lending = lending
-        self._take = connection.register_script(scripts.TAKE)
+        self._take = connection.register_script(queues.TAKE)
         self._outage = Outage("worker loop")
         self._registered = False
         self._beat_at = 0.0
@@ -214,11 +215,11 @@ class TokenspoolWorker(SimpleWorker):
     def _take_one(self) -> str | None:
         """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
         for one to be enqueued."""
-        got = self._take(keys=scripts.take_keys(self._queues(), self.name))
+        got = self._take(keys=queues.take_keys(self._queues(), self.name))
         if not got:
             self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
             # the queues again: a line that ended meanwhile lets the batch queue back in
-            got = self._take(keys=scripts.take_keys(self._queues(), self.name))
+            got = self._take(keys=queues.take_keys(self._queues(), self.name))
             if not got:
                 return None
         job_id, queue = as_text(got[1]), as_text(got[0])

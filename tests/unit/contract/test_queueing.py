@@ -5,8 +5,9 @@ import json
 
 import fakeredis
 
-from contract import keys, queueing, scripts
+from contract import keys, queueing
 from contract.keys import JobField, JobStatus
+from contract.lua import queues
 from contract.servers import Servers
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
@@ -58,10 +59,10 @@ def test_a_continuation_goes_to_the_front_of_its_queue():
 
 
 def taken(r: fakeredis.FakeRedis) -> list[str]:
-    """Job ids in the order a worker takes them (contract.scripts.TAKE)."""
-    take = r.register_script(scripts.TAKE)
+    """Job ids in the order a worker takes them (contract.lua.queues.TAKE)."""
+    take = r.register_script(queues.TAKE)
     out = []
-    while got := take(keys=scripts.take_keys(keys.queue_names(MODEL), "w")):
+    while got := take(keys=queues.take_keys(keys.queue_names(MODEL), "w")):
         out.append(got[1].decode())
     return out
 

@@ -9,9 +9,10 @@ import fakeredis
 import pytest
 import redis
 
-from contract import entries, keys, scripts
+from contract import entries, keys
 from contract.entries import Delta, Finished, Started
 from contract.keys import JobField, JobStatus
+from contract.lua import library
 from contract.settings import Recovery
 from worker.attempts import durability as durability_module
 from worker.attempts.claims import Attempt, Claims, Fenced, RolledBack
@@ -23,7 +24,7 @@ from worker.redis.link import Link
 RECOVERY = Recovery(retention_s=60)
 DIGEST = "digest-of-the-spec"
 CID = "chatcmpl-rollback"
-JOB_KEYS = scripts.job_keys(CID)
+JOB_KEYS = library.job_keys(CID)
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""contract/holdings.py on fakeredis with real Lua: what a key holds is charged with the write
+"""contract/lua/accounting.py on fakeredis with real Lua: what a key holds is charged with the write
 that makes it, in a few commands whatever the key holds, and given back."""
 
 from __future__ import annotations
@@ -8,10 +8,11 @@ import time
 import fakeredis
 import pytest
 
-from contract import holdings, keys
+from contract import keys
+from contract.lua import accounting
 
 OWNER = "o"
-H = holdings.charge_keys(OWNER)
+H = accounting.charge_keys(OWNER)
 
 
 @pytest.fixture
@@ -21,7 +22,7 @@ def r():
 
 def store(r, file_id: str, size: int, budget: int = 0, files: int = 0, expires: int | None = None) -> list:
     expires = expires or int(time.time()) + 3600
-    return r.register_script(holdings.STORE_FILE)(
+    return r.register_script(accounting.STORE_FILE)(
         keys=[keys.file(file_id), keys.file_content(file_id), *H],
         args=[file_id, size, expires, int(time.time()), budget, files, "1", "owner", OWNER, b"x" * size],
     )
@@ -68,7 +69,7 @@ def test_sizes_written_before_the_sum_was_kept_are_summed_once(r):
 
 def test_deleting_a_file_gives_its_bytes_back(r):
     store(r, "file-a", 60)
-    r.register_script(holdings.DELETE_FILE)(
+    r.register_script(accounting.DELETE_FILE)(
         keys=[keys.file("file-a"), keys.file_content("file-a"), *H], args=["file-a"]
     )
     assert held(r) == 0 and not r.exists(keys.file("file-a"), keys.file_content("file-a"))
@@ -77,7 +78,7 @@ def test_deleting_a_file_gives_its_bytes_back(r):
 def test_an_output_file_appended_in_pieces_is_charged_whatever_the_owner_holds(r):
     store(r, "file-a", 90, budget=100)
     r.append(keys.file_content("file-o"), b"y" * 30)
-    verdict = r.register_script(holdings.STORE_FILE)(
+    verdict = r.register_script(accounting.STORE_FILE)(
         keys=[keys.file("file-o"), keys.file_content("file-o"), *H],
         args=["file-o", 30, int(time.time()) + 60, int(time.time()), 0, 0, "0", "owner", OWNER],
     )
@@ -85,7 +86,7 @@ def test_an_output_file_appended_in_pieces_is_charged_whatever_the_owner_holds(r
 
 
 def batch(r, batch_id: str, lines: list[str], budget: int = 0, running: int = 0) -> list:
-    return r.register_script(holdings.CREATE_BATCH)(
+    return r.register_script(accounting.CREATE_BATCH)(
         keys=[
             keys.batch(batch_id),
             keys.batch(batch_id, keys.BatchPart.LINES),
@@ -100,7 +101,7 @@ def batch(r, batch_id: str, lines: list[str], budget: int = 0, running: int = 0)
             running,
             10**9,
             budget,
-            holdings.lines_charge(batch_id),
+            accounting.lines_charge(batch_id),
             sum(len(x) for x in lines),
             int(time.time()) + 3600,
             len(lines),
@@ -121,20 +122,20 @@ def test_a_batch_s_copy_of_its_lines_is_charged_and_refused_beyond_the_budget(r)
 
 def test_answers_are_charged_once_and_released_with_the_lines(r):
     batch(r, "batch_a", ["a" * 40])
-    answer = r.register_script(holdings.ANSWER)
+    answer = r.register_script(accounting.ANSWER)
     parts = [keys.batch("batch_a", p) for p in (keys.BatchPart.RESULTS, keys.BatchPart.OPEN)]
-    args = [0, "z" * 25, "completed", 3, 4, holdings.results_charge("batch_a"), int(time.time()) + 60]
+    args = [0, "z" * 25, "completed", 3, 4, accounting.results_charge("batch_a"), int(time.time()) + 60]
     for _ in range(2):  # a driver that died after the first answers nothing twice
         answer(keys=[*parts, keys.batch("batch_a"), *H], args=args)
     assert held(r) == 65 and r.hget(keys.batch("batch_a"), "completed") == b"1"
-    left = r.register_script(holdings.RELEASE)(
-        keys=H, args=[holdings.lines_charge("batch_a"), holdings.results_charge("batch_a")]
+    left = r.register_script(accounting.RELEASE)(
+        keys=H, args=[accounting.lines_charge("batch_a"), accounting.results_charge("batch_a")]
     )
     assert left == 0 and held(r) == 0
 
 
 def test_a_status_changes_only_from_the_statuses_named(r):
-    set_status = r.register_script(holdings.SET_STATUS)
+    set_status = r.register_script(accounting.SET_STATUS)
     r.hset(keys.batch("batch_a"), mapping={"status": "completed"})
     assert set_status(
         keys=[keys.batch("batch_a")], args=["validating in_progress", "status", "cancelling"]
@@ -148,7 +149,7 @@ def test_a_status_changes_only_from_the_statuses_named(r):
 
 
 def test_spend_counts_requests_and_bytes_per_minute(r):
-    spend = r.register_script(holdings.SPEND)
+    spend = r.register_script(accounting.SPEND)
     k = ["rate", "bytes"]
     assert spend(keys=k, args=[2, 100, 60]) == [b"ok"]
     assert spend(keys=k, args=[2, 100, 50]) == [b"rate", b"bytes"]

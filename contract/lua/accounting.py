@@ -1,4 +1,7 @@
-"""What an API key's owner keeps on the queues server, and the Lua scripts that charge it.
+"""What an API key's owner is charged (queues server): ADMIT's count of a new job against
+its limits, and the charges for what it keeps.
+
+What an API key's owner keeps on the queues server, and the Lua scripts that charge it.
 
 Everything a key makes the server keep for a while is a charge against FILES_BYTES_PER_KEY:
 its uploaded files, its batches' copies of their lines and their answered lines while they
@@ -28,6 +31,61 @@ are dropped a hundred at a time as later ones are made).
 from __future__ import annotations
 
 from contract import keys
+
+
+def _spend(requests: str, bytes_: str, max_requests: str, max_bytes: str, size: str) -> str:
+    """Lua that counts one request of `size` bytes against its owner's per-minute counters
+    (`requests`, `bytes_`: keys; the maxima 0 for no limit), or returns {'rate', what} from
+    the script when that would go over: check and count in the one step."""
+    return f"""
+if tonumber({max_requests}) > 0
+   and tonumber(redis.call('GET', {requests}) or '0') >= tonumber({max_requests}) then
+  return {{'rate', 'requests'}}
+end
+if tonumber({max_bytes}) > 0
+   and tonumber(redis.call('GET', {bytes_}) or '0') + tonumber({size}) > tonumber({max_bytes}) then
+  return {{'rate', 'bytes'}}
+end
+if tonumber({max_requests}) > 0 then
+  redis.call('INCR', {requests})
+  redis.call('EXPIRE', {requests}, 120)
+end
+if tonumber({max_bytes}) > 0 then
+  redis.call('INCRBY', {bytes_}, {size})
+  redis.call('EXPIRE', {bytes_}, 120)
+end"""
+
+
+ADMIT = f"""
+-- KEYS[1]=the owner's unfinished jobs, KEYS[2]=the idempotency key, KEYS[3]=the owner's
+-- requests this minute, KEYS[4]=their bytes (each KEYS[1] again where it does not apply)
+-- ARGV[1]=completion id, ARGV[2]="<completion id> <request digest>" ('' without a key),
+-- ARGV[3]=ttl seconds of an unfinished job, ARGV[4]=max unfinished jobs of the owner,
+-- ARGV[5]=max requests per minute, ARGV[6]=max bytes per minute (each 0: no limit),
+-- ARGV[7]=this request's bytes, ARGV[8]='1' if the job counts among the owner's unfinished.
+-- Returns {{'new'}}, {{'held', "<id> <digest>"}} (the key names a job: the caller decides),
+-- {{'limit', unfinished}} or {{'rate', 'requests' or 'bytes'}}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+if ARGV[2] ~= '' then
+  local held = redis.call('GET', KEYS[2])
+  if held then return {{'held', held}} end
+end
+if tonumber(ARGV[4]) > 0 and ARGV[8] == '1' then
+  -- a job older than its ttl has expired, ended or not: it no longer counts
+  redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]) * 1000)
+  local unfinished = redis.call('ZCARD', KEYS[1])
+  if unfinished >= tonumber(ARGV[4]) then return {{'limit', unfinished}} end
+end
+{_spend("KEYS[3]", "KEYS[4]", "ARGV[5]", "ARGV[6]", "ARGV[7]")}
+if ARGV[8] == '1' then
+  redis.call('ZADD', KEYS[1], now, ARGV[1])
+  redis.call('EXPIRE', KEYS[1], ARGV[3])
+end
+if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
+return {{'new'}}
+"""
+
 
 _LIB = """
 local function now_s() return tonumber(redis.call('TIME')[1]) end
@@ -103,6 +161,7 @@ end
 return {'ok'}
 """
 
+
 STORE_FILE = (
     _LIB
     + """
@@ -133,6 +192,7 @@ return {'new'}
 """
 )
 
+
 DELETE_FILE = (
     _LIB
     + """
@@ -141,6 +201,7 @@ release({KEYS[3], KEYS[4], KEYS[5], KEYS[6]}, ARGV[1])
 return redis.call('DEL', KEYS[1], KEYS[2])
 """
 )
+
 
 CREATE_BATCH = (
     _LIB
@@ -178,6 +239,7 @@ return {'new'}
 """
 )
 
+
 ANSWER = (
     _LIB
     + """
@@ -198,6 +260,7 @@ return redis.call('HDEL', KEYS[2], ARGV[1])
 """
 )
 
+
 RELEASE = (
     _LIB
     + """
@@ -206,6 +269,7 @@ for _, id in ipairs(ARGV) do release(KEYS, id) end
 return settle(KEYS)
 """
 )
+
 
 SET_STATUS = """
 -- KEYS[1]=a batch hash; ARGV[1]=the statuses it may change from, space-separated, then its

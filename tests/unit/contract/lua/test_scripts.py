@@ -6,9 +6,10 @@ import fakeredis
 import pytest
 import redis
 
-from contract import entries, keys, scripts
+from contract import entries, keys
 from contract.entries import Delta, Failed, Finished
 from contract.keys import JobField, JobStatus
+from contract.lua import attempts, jobs, library, queues
 from contract.settings import Recovery
 from worker.attempts.claims import Claims, Fenced, JobGone, NotRecorded
 from worker.attempts.publisher import Publisher
@@ -118,10 +119,10 @@ def test_end_fences_out_the_running_attempt(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a = claims.claim(CID, DIGEST)
-    end = r.register_script(scripts.END)
+    end = r.register_script(jobs.END)
     lost = Failed(epoch=0, message="gone", type="server_error", code="worker_lost")
-    assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 1
-    assert end(keys=scripts.job_keys(CID), args=scripts.end_args(CID, lost, 60)) == 0
+    assert end(keys=library.job_keys(CID), args=jobs.end_args(CID, lost, 60)) == 1
+    assert end(keys=library.job_keys(CID), args=jobs.end_args(CID, lost, 60)) == 0
     assert r.zscore(keys.running(keys.shard(CID)), CID) is None and not r.exists(keys.alive(CID))
     with pytest.raises(Fenced):
         pub.delta(a, "x", (1,))
@@ -133,10 +134,10 @@ def test_end_fences_out_the_running_attempt(r):
 
 def test_end_only_if_status_leaves_a_running_job_alone(r):
     Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
-    end = r.register_script(scripts.END)
+    end = r.register_script(jobs.END)
     timeout = Failed(epoch=0, message="late", type="server_error", code="queue_timeout")
-    args = scripts.end_args(CID, timeout, 60, only_if_status=JobStatus.QUEUED)
-    assert end(keys=scripts.job_keys(CID), args=args) == 0
+    args = jobs.end_args(CID, timeout, 60, only_if_status=JobStatus.QUEUED)
+    assert end(keys=library.job_keys(CID), args=args) == 0
     assert stream(r) == []
 
 
@@ -171,9 +172,9 @@ def test_claim_refuses_a_job_past_its_start_deadline_and_ends_it(r):
 
 def test_a_requeued_job_past_its_deadline_ends_with_worker_lost_unless_a_worker_takes_it(r):
     r.hset(keys.job(CID), mapping={JobField.START_BY: 1, JobField.ATTEMPTS: 1})
-    end_if_late = r.register_script(scripts.END_IF_LATE)
+    end_if_late = r.register_script(jobs.END_IF_LATE)
     snap = r.dump(keys.job(CID))
-    assert end_if_late(keys=scripts.job_keys(CID), args=scripts.end_if_late_args(CID, 60)) == 1
+    assert end_if_late(keys=library.job_keys(CID), args=jobs.end_if_late_args(CID, 60)) == 1
     assert stream(r)[-1].code == "worker_lost"
     r.delete(keys.job(CID), keys.events(CID))
     r.restore(keys.job(CID), 0, snap)
@@ -238,7 +239,7 @@ def test_terminal_entry_clears_the_running_index(r):
 def test_beat_refreshes_only_the_current_attempt(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a1 = claims.claim(CID, DIGEST)
-    beat = r.register_script(scripts.BEAT)
+    beat = r.register_script(attempts.BEAT)
     job = [keys.job(CID), keys.alive(CID)]
     assert beat(keys=job, args=[a1.epoch, 5000, a1.token]) == 1
     assert r.pttl(keys.alive(CID)) > 3000
@@ -250,8 +251,8 @@ def test_beat_refreshes_only_the_current_attempt(r):
 
 
 def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=20, counted=True):
-    script = r.register_script(scripts.ABANDON)
-    args = scripts.abandon_args(
+    script = r.register_script(jobs.ABANDON)
+    args = jobs.abandon_args(
         CID,
         epoch,
         charge=charge,
@@ -262,7 +263,7 @@ def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=
         retention_s=60,
         counted=counted,
     )
-    outcome, _ = script(keys=scripts.job_keys(CID), args=args)
+    outcome, _ = script(keys=library.job_keys(CID), args=args)
     return outcome
 
 
@@ -312,13 +313,13 @@ def test_progress_collects_every_published_token_id(r):
 
 def test_append_writes_several_entries_of_one_attempt_in_order(r):
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
-    append = r.register_script(scripts.APPEND)
+    append = r.register_script(attempts.APPEND)
     batch = [
         Delta(epoch=a.epoch, text="x", token_ids=(1,)),
         Delta(epoch=a.epoch, text="y", token_ids=(2, 3)),
         Finished(epoch=a.epoch, finish_reason="stop", prompt_tokens=1, completion_tokens=3),
     ]
-    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(batch), 60))
+    append(keys=library.job_keys(CID), args=attempts.append_args(CID, a.claim, 0, _new(batch), 60))
     assert stream(r) == batch
     assert r.hget(keys.job(CID), JobField.STATUS) == b"done"
 
@@ -336,9 +337,9 @@ def test_append_writes_several_entries_of_one_attempt_in_order(r):
 )
 def test_append_args_refuse_malformed_batches(batch):
     with pytest.raises(ValueError):
-        scripts.append_args(CID, scripts.Claim(1, "token", "w1", 3000), 0, _new(batch), 60)
+        attempts.append_args(CID, attempts.Claim(1, "token", "w1", 3000), 0, _new(batch), 60)
     with pytest.raises(ValueError):  # an attempt is stamped with its epoch, never 0
-        scripts.append_args(CID, scripts.Claim(0, "token", "w1", 3000), 0, [], 60)
+        attempts.append_args(CID, attempts.Claim(0, "token", "w1", 3000), 0, [], 60)
 
 
 def test_a_burst_of_deltas_is_written_behind_in_order(r):
@@ -358,16 +359,16 @@ def test_a_retried_append_writes_nothing_twice(r):
     """A pipeline whose reply was lost (Redis restarted after executing it) is sent again:
     the attempt's entry numbers make the retry skip what was written."""
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
-    append = r.register_script(scripts.APPEND)
+    append = r.register_script(attempts.APPEND)
     first = [Delta(epoch=a.epoch, text="x", token_ids=(1,)), Delta(epoch=a.epoch, text="y", token_ids=(2,))]
-    ids = append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(first), 60))[1:]
-    again = append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(first), 60))
+    ids = append(keys=library.job_keys(CID), args=attempts.append_args(CID, a.claim, 0, _new(first), 60))[1:]
+    again = append(keys=library.job_keys(CID), args=attempts.append_args(CID, a.claim, 0, _new(first), 60))
     assert again[1:] == ids  # the retry: nothing written, the ids it had
     more = [*first, Delta(epoch=a.epoch, text="z", token_ids=(3,))]  # retried with one more queued
-    append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 0, _new(more), 60))
+    append(keys=library.job_keys(CID), args=attempts.append_args(CID, a.claim, 0, _new(more), 60))
     assert [e.text for e in stream(r)] == ["x", "y", "z"]
     with pytest.raises(redis.ResponseError, match="BEHIND 3"):  # a gap is never papered over
-        append(keys=scripts.job_keys(CID), args=scripts.append_args(CID, a.claim, 5, _new(first), 60))
+        append(keys=library.job_keys(CID), args=attempts.append_args(CID, a.claim, 5, _new(first), 60))
 
 
 def test_the_publisher_resends_after_a_lost_reply_without_duplicates(r, monkeypatch):
@@ -390,16 +391,16 @@ def test_the_publisher_resends_after_a_lost_reply_without_duplicates(r, monkeypa
 
 
 def test_a_retried_claim_returns_the_same_attempt(r):
-    claim = r.register_script(scripts.CLAIM)
-    args = scripts.claim_args("w1", CID, 3000, 60, "token-1", DIGEST)
-    first = claim(keys=scripts.job_keys(CID), args=args)
-    again = claim(keys=scripts.job_keys(CID), args=args)  # its reply was lost: sent again
+    claim = r.register_script(attempts.CLAIM)
+    args = attempts.claim_args("w1", CID, 3000, 60, "token-1", DIGEST)
+    first = claim(keys=library.job_keys(CID), args=args)
+    again = claim(keys=library.job_keys(CID), args=args)  # its reply was lost: sent again
     assert first == again and first[0] == 1
     assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
-    other_args = scripts.claim_args("w2", CID, 3000, 60, "token-2", DIGEST)
-    assert claim(keys=scripts.job_keys(CID), args=other_args)[0] == -3  # alive: a duplicate entry
+    other_args = attempts.claim_args("w2", CID, 3000, 60, "token-2", DIGEST)
+    assert claim(keys=library.job_keys(CID), args=other_args)[0] == -3  # alive: a duplicate entry
     r.delete(keys.alive(CID))
-    other = claim(keys=scripts.job_keys(CID), args=other_args)
+    other = claim(keys=library.job_keys(CID), args=other_args)
     assert other[0] == 2
 
 
@@ -438,8 +439,8 @@ def test_a_cleared_suspect_s_charged_deaths_start_again(r):
 
 
 def test_a_claim_runs_only_the_spec_the_api_recorded(r):
-    claim = r.register_script(scripts.CLAIM)
-    planted = claim(keys=scripts.job_keys(CID), args=scripts.claim_args("w1", CID, 3000, 60, "t", "other"))
+    claim = r.register_script(attempts.CLAIM)
+    planted = claim(keys=library.job_keys(CID), args=attempts.claim_args("w1", CID, 3000, 60, "t", "other"))
     assert planted[0] == -2
     assert r.hget(keys.job(CID), JobField.EPOCH) == b"0"  # nothing changed: no attempt fenced
     with pytest.raises(NotRecorded):
@@ -507,12 +508,12 @@ def test_a_requeued_job_is_pending_until_enqueued(r):
 
 def test_take_moves_one_id_into_the_inbox_in_queue_order():
     r = fakeredis.FakeRedis()
-    take = r.register_script(scripts.TAKE)
+    take = r.register_script(queues.TAKE)
     r.rpush(keys.rq_queue_key("m"), "new-1")
     r.rpush(keys.rq_queue_key(keys.suspect_queue_name("m")), "suspect-1")
-    both = scripts.take_keys(keys.queue_names("m"), "w1")
+    both = queues.take_keys(keys.queue_names("m"), "w1")
     assert take(keys=both)[1] == b"suspect-1"  # suspects first
-    assert take(keys=scripts.take_keys([keys.queue_name("m")], "w1"))[1] == b"new-1"
+    assert take(keys=queues.take_keys([keys.queue_name("m")], "w1"))[1] == b"new-1"
     assert not take(keys=both)
     assert set(r.hkeys(keys.inbox("w1"))) == {b"suspect-1", b"new-1"}
 
@@ -527,8 +528,8 @@ def test_indexes_reads_every_shard_s_running_and_old_pending_ids(cluster):
     for cid in old:
         r.zadd(keys.pending(keys.shard(cid)), {cid: 100})
     r.zadd(keys.pending(keys.shard(fresh)), {fresh: 300})
-    indexes = r.register_script(scripts.INDEXES)
-    groups = scripts.index_keys(cluster)
+    indexes = r.register_script(jobs.INDEXES)
+    groups = jobs.index_keys(cluster)
     assert len(groups) == (keys.SHARDS if cluster else 1)
     replies = [indexes(keys=group, args=[200, 64]) for group in groups]
     assert sorted(i.decode() for reply in replies for i in reply[0]) == sorted(running)

@@ -1,0 +1,90 @@
+"""The queues server's scripts that are no accounting: a model's queues (RESERVE, TAKE), a
+routed job falling back to the shared queue, a dead worker's batch size, a lock, a
+compare-and-delete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from contract import keys
+
+RESERVE = """
+-- KEYS[1..n-2]=a model's queue lists, KEYS[n-1]=its routed jobs' index (each waits in a
+-- worker's routed queue), KEYS[n]=its reservations (request id -> ms)
+-- ARGV[1]=max jobs waiting (0: no limit), ARGV[2]=the request's id, ARGV[3]=ms a
+-- reservation lasts (its enqueue takes far less; an API that died leaves it to expire)
+-- Returns {1, depth} with a place reserved, or {0, depth} when the queues are full: the
+-- check and the reservation are one step, so concurrent requests cannot overshoot.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local held = KEYS[#KEYS]
+redis.call('ZREMRANGEBYSCORE', held, '-inf', now - tonumber(ARGV[3]))
+local depth = redis.call('ZCARD', held) + redis.call('ZCARD', KEYS[#KEYS - 1])
+for i = 1, #KEYS - 2 do depth = depth + redis.call('LLEN', KEYS[i]) end
+if tonumber(ARGV[1]) > 0 and depth >= tonumber(ARGV[1]) then return {0, depth} end
+redis.call('ZADD', held, now, ARGV[2])
+redis.call('PEXPIRE', held, ARGV[3])
+return {1, depth}
+"""
+
+
+TAKE = """
+-- KEYS[1..n-1]=a model's queue lists in the order to take from, KEYS[n]=the worker's inbox
+-- Returns {queue key, RQ job id} or false when every queue is empty.
+local inbox = KEYS[#KEYS]
+local t = redis.call('TIME')
+for i = 1, #KEYS - 1 do
+  local id = redis.call('LPOP', KEYS[i])
+  if id then
+    redis.call('HSET', inbox, id, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
+    return {KEYS[i], id}
+  end
+end
+return false
+"""
+
+
+def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:
+    """KEYS for TAKE: the lists of the queues named, in order, then the worker's inbox."""
+    return [*(keys.rq_queue_key(name) for name in queue_names), keys.inbox(worker)]
+
+
+FALL_BACK = """
+-- KEYS[1]=the worker's routed queue, KEYS[2]=the tier's shared queue, KEYS[3]=the model's
+-- wake list, KEYS[4]=the routed index, KEYS[5]=the stats hash; ARGV[1]=the RQ job id,
+-- ARGV[2]=its index member, ARGV[3]=the stats field. Returns 1 if the job went back to the
+-- shared queue, 0 if its worker had taken it (or it ended).
+redis.call('ZREM', KEYS[4], ARGV[2])
+if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
+redis.call('LPUSH', KEYS[2], ARGV[1])
+redis.call('LPUSH', KEYS[3], 1)
+redis.call('LTRIM', KEYS[3], 0, 63)
+redis.call('HINCRBY', KEYS[5], ARGV[3], 1)
+return 1
+"""
+
+
+# KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
+DEAD_BATCH = """
+local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > seen then
+  seen = tonumber(ARGV[1])
+  redis.call('SET', KEYS[1], seen, 'EX', 60)
+end
+return seen
+"""
+
+
+# KEYS[1]=a key; ARGV[1]=a value. Deletes the key if it still holds that value.
+DELETE_IF = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
+return 0
+"""
+
+
+# KEYS[1]=the lock; ARGV[1]=the holder; ARGV[2]=ms. Takes the lock, or extends it for its holder.
+TAKE_OR_EXTEND = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+"""
