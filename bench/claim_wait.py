@@ -1,4 +1,4 @@
-"""What confirming a claim on the replicas costs (worker/attempts/runner.py `_settle_claim`).
+"""What confirming a claim on the replicas costs (worker/attempts/attempt.py `_settle_claim`).
 
     .venv/bin/python bench/claim_wait.py [--rounds 2000]
 

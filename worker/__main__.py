@@ -10,9 +10,10 @@ import redis
 
 from contract import keys, logs
 from contract.servers import sync_client
+from worker.attempts.attempt import Engine
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
-from worker.attempts.runner import Engine, JobRunner
+from worker.attempts.runner import JobRunner
 from worker.hub_model import ModelUnavailable, fetch
 from worker.intake.lending import Lending
 from worker.intake.presence import Presence

@@ -23,7 +23,7 @@ stay in the queue where any worker can take them. Within each tier it takes firs
 the API routed to it (their prompt's prefix is in its cache: api/jobs/routing.py), then the
 tier's shared queue. It takes from its model's suspect queue
 (jobs whose worker died with them in its batch) only while it runs no suspect itself (one
-is cleared once it goes SUSPECT_TOKENS past where it died: worker/attempts/runner.py), and
+is cleared once it goes SUSPECT_TOKENS past where it died: worker/attempts/attempt.py), and
 from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
 while interactive jobs are quiet (worker/intake/lending.py: a lent slot is called back by preempting
 a batch line when an interactive job waits).

@@ -452,7 +452,7 @@ def test_an_end_written_again_to_the_replaced_primary_is_written_again_to_the_ne
 
 
 def test_a_replica_is_expected_while_the_server_has_or_lately_had_one(r, monkeypatch):
-    """Where one is, an attempt waits for a replica to hold its claim (worker/attempts/runner.py)."""
+    """Where one is, an attempt waits for a replica to hold its claim (worker/attempts/attempt.py)."""
     server = _Server(r, run_id="one", offset=100, replica=None)
     durability = Durability(server)  # type: ignore[arg-type]
     assert durability.replicas_expected(CID) == 0  # not looked yet: nothing known
