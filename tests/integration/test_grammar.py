@@ -10,7 +10,7 @@ from contract.jobspec import JobSpec, Message, Tool
 from contract.schema import schema_grammar
 from tests.integration.test_batching import make_engine
 from worker.engine.grammar import GrammarGate, TriggeredGate
-from worker.tools.protocols import HermesTools
+from worker.tools.hermes import HermesTools
 
 pytestmark = pytest.mark.integration
 

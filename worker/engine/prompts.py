@@ -18,7 +18,8 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from contract.jobspec import JobSpec
 from worker.errors import PromptRejected, PromptTooLong
-from worker.tools.protocols import JsonTools, ToolProtocol, detect
+from worker.tools.json_envelope import JsonTools
+from worker.tools.protocols import ToolProtocol, detect
 
 # Private-use code points: no template or tokenizer gives them a meaning.
 _PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"

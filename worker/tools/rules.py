@@ -1,0 +1,65 @@
+"""What every tool protocol builds its grammar from: the rule of a call of each tool the job
+may call, the response format's rule, and a call's arguments as a template takes them."""
+
+from __future__ import annotations
+
+import json
+
+from contract.jobspec import JobSpec, Tool
+from contract.schema import (
+    Compiler,
+    Grammar,
+    json_literal,
+    json_object_grammar,
+    schema_grammar,
+)
+
+
+def response_grammar(spec: JobSpec) -> str | None:
+    """A job without tools: the response format's grammar, if it has one."""
+    fmt = spec.response_format
+    if fmt is None:
+        return None
+    return json_object_grammar() if fmt["type"] == "json_object" else schema_grammar(fmt["schema"])
+
+
+def response_rule(spec: JobSpec, g: Grammar) -> str:
+    fmt = spec.response_format
+    if fmt is None:
+        return "string"
+    if fmt["type"] == "json_object":
+        return "object"
+    return Compiler(fmt["schema"], g, prefix="response-").rule(fmt["schema"])
+
+
+def chosen(spec: JobSpec) -> list[Tool]:
+    named = spec.named_tool
+    return [t for t in spec.tools if named is None or t.name == named]
+
+
+def call_rule(spec: JobSpec, g: Grammar) -> str:
+    """`{"name": NAME, "arguments": ARGS}` for each tool the job may call."""
+    calls = []
+    for i, tool in enumerate(chosen(spec)):
+        args = Compiler(tool.parameters, g, prefix=f"tool{i}-").rule(tool.parameters)
+        calls.append(
+            g.define(
+                g.name(f"call-{i}"),
+                f'"{{" ws {json_literal("name")} ws ":" ws {json_literal(tool.name)} ws "," ws '
+                f'{json_literal("arguments")} ws ":" ws {args} "}}" ws',
+            )
+        )
+    return g.define(g.name("call"), " | ".join(calls))
+
+
+def only_calls(spec: JobSpec) -> bool:
+    return spec.tool_choice == "required" or spec.named_tool is not None
+
+
+def arguments_value(text: str) -> object:
+    """A call's arguments as the template wants them: an object (a string that is not JSON
+    stays a string)."""
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
