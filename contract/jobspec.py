@@ -19,8 +19,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
-from contract.keys import PRIORITIES
 from contract.schema import SchemaError, schema_grammar
+from contract.tiers import PRIORITIES
 
 ROLES = ("system", "user", "assistant", "tool")
 KINDS = ("chat", "text")

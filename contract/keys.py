@@ -18,12 +18,13 @@ queue name, which is the model name.
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
 from enum import StrEnum
 
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from rq import Queue
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
+
+from contract.tiers import BATCH, queue_name, queue_names
 
 PREFIX = "ts"
 
@@ -313,74 +314,7 @@ def hub_control(process: str, shard: int) -> str:
 
 
 STATS = f"{PREFIX}:stats"
-"""HASH: cluster-wide counters, for /metrics (see `StatField`)."""
-
-
-class StatField:
-    """Field names of the STATS hash."""
-
-    @staticmethod
-    def tokens(model: str) -> str:
-        """Tokens generated for `model`, by every attempt of every job."""
-        return f"tokens:{model}"
-
-    @staticmethod
-    def requeued(reason: str) -> str:
-        """Attempts taken over by another worker: reason "crash" (found dead by the reaper),
-        "handoff" (a worker shutting down gave its job back) or "preempt" (a worker gave a
-        batch line back to make room for an interactive job)."""
-        return f"requeued:{reason}"
-
-    LOST = "lost"  # jobs ended with worker_lost once their attempts were used up
-
-    @staticmethod
-    def routed(model: str) -> str:
-        """New jobs routed to the worker holding their prompt's prefix (api/jobs/routing.py)."""
-        return f"routed:{model}"
-
-    @staticmethod
-    def route_fallbacks(model: str) -> str:
-        """Routed jobs their worker did not take by their deadline (or died with): moved back
-        to the shared queue."""
-        return f"route-fallbacks:{model}"
-
-    @staticmethod
-    def batch(counter: str, model: str) -> str:
-        """One of `BatchCounters`, summed over `model`'s workers."""
-        return f"batch:{counter}:{model}"
-
-
-@dataclass
-class BatchCounters:
-    """What a worker's batching scheduler has done; each announcement adds what changed
-    since the last one to STATS (`StatField.batch`), so a killed worker loses at most one
-    announcement's worth."""
-
-    steps: int = 0  # llama_decode calls
-    sequences: int = 0  # sequences in those calls, summed: mean occupancy = sequences / steps
-    prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
-    # not counting those its slot's cache already held
-    moves: int = 0  # sequences moved to close a gap between slots (worker.engine.step_plan.compaction)
-    kept: int = (
-        0  # ended conversations' caches copied out of a move's way (worker.engine.step_plan.spare_slot)
-    )
-    interrupted: int = (
-        0  # steps of Batch API lines stopped for an interactive job (worker/engine/interrupt.py)
-    )
-    prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)
-    cached_tokens: int = 0  # of them, those a slot's cache already held (prefill saved)
-    routed_taken: int = 0  # jobs taken from this worker's own routed queues (the router's hits)
-    # Where a worker's time goes (a step's profile: bench/gpu_run divides them):
-    decode_us: int = 0  # inside llama_decode
-    sample_us: int = 0  # sampling every sequence of a step (the scheduler thread)
-    token_us: int = 0  # the job threads' own Python per token (stops, tool calls, logprobs, queueing)
-    tokens: int = 0  # tokens the job threads handled
-    publish_us: int = 0  # the publisher's round trips to Redis (APPENDs)
-    publishes: int = 0  # those round trips
-
-    def plus(self, other: BatchCounters) -> BatchCounters:
-        """Field by field: the scheduler's counters and the job threads' make the worker's."""
-        return BatchCounters(**{f: getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__})
+"""HASH: cluster-wide counters, for /metrics (see contract.stats.StatField)."""
 
 
 MODELS = f"{PREFIX}:models"
@@ -388,57 +322,14 @@ MODELS = f"{PREFIX}:models"
 `workers(model)`'s business)."""
 
 
-PRIORITIES = ("priority", "default", "flex", "batch")
 """Job tiers, in the order a worker takes them: the service tiers a request may ask for
 (OpenAI's `service_tier`: the first three), then the Batch API's lines, which a worker takes
 only into its batch slots (BATCH_SLOTS). Each has its own queue per model, `default` the
 model's own name."""
-BATCH = "batch"
 
 
-def queue_name(model: str, priority: str = "default") -> str:
-    """The RQ queue a model's new jobs of one tier wait in."""
-    return model if priority == "default" else f"{model}#{priority}"
-
-
-def attempt_queue_name(model: str, priority: str, *, continuation: bool, suspect: bool) -> str:
-    """The queue an attempt waits in: a suspect's, the suspect queue; a continuation's (its
-    client is mid-stream, its resume has a deadline), the first tier's, whatever its own, but
-    a batch line's stays in the batch queue (no client waits on it, and a worker takes batch
-    lines only into its batch slots); a new job's, its tier's."""
-    if suspect:
-        return suspect_queue_name(model)
-    return queue_name(model, PRIORITIES[0] if continuation and priority != BATCH else priority)
-
-
-ROUTED_TIERS = PRIORITIES[:3]
 """The tiers a new job may be routed in (api/jobs/routing.py): interactive ones. Batch lines,
 suspects and continuations wait in the model's shared queues, as they always did."""
-
-
-def routed_queue_name(model: str, priority: str, worker: str) -> str:
-    """The RQ queue of a model's jobs of one tier routed to one worker, which holds their
-    prompt's prefix in its cache: it takes from it before the shared queue of the same tier;
-    a job it does not take by its deadline goes back to that shared queue (`routed`)."""
-    return f"{queue_name(model, priority)}@{worker}"
-
-
-def worker_queue_names(model: str, worker: str) -> tuple[str, ...]:
-    """The queues one worker takes from, in order: the suspect queue, then each tier's own
-    routed queue before that tier's shared one, then the batch queue."""
-    routed = [(routed_queue_name(model, p, worker), queue_name(model, p)) for p in ROUTED_TIERS]
-    return (suspect_queue_name(model), *(n for pair in routed for n in pair), queue_name(model, BATCH))
-
-
-def suspect_queue_name(model: str) -> str:
-    """The RQ queue of a model's jobs that were in a worker's batch when it died: a worker
-    runs at most one of them at a time (see contract.lua.jobs.ABANDON)."""
-    return f"{model}#suspect"
-
-
-def queue_names(model: str) -> tuple[str, ...]:
-    """Every queue of a model, in the order workers take from them."""
-    return (suspect_queue_name(model), *(queue_name(model, p) for p in PRIORITIES))
 
 
 def rq_queue_key(name: str) -> str:
@@ -504,7 +395,7 @@ class JobField:
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)
-    PRIORITY = "priority"  # its tier (PRIORITIES): which queue its attempts wait in
+    PRIORITY = "priority"  # its tier (contract.tiers.PRIORITIES): which queue its attempts wait in
     # Written by the API for its own later use; workers never read them.
     ECHO = "echo"  # JSON: what a response repeats of its request (api/surfaces/responses/body.py)
     INPUT = "input"  # JSON: a response's input items, with their ids (GET .../input_items)

@@ -23,7 +23,7 @@ from rq import Queue
 from rq.serializers import JSONSerializer
 from rq.utils import now
 
-from contract import keys
+from contract import keys, stats, tiers
 from contract.entries import as_text
 from contract.lua import jobs, library
 from contract.servers import Servers
@@ -53,7 +53,7 @@ def enqueue(
     worker's)."""
     model, completion_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
-    name = keys.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
+    name = tiers.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
     client = servers.queues
     queue = Queue(name, connection=client, serializer=JSONSerializer)
     job = dict(
@@ -76,9 +76,9 @@ def enqueue(
         with client.pipeline() as pipe:  # MULTI: the record, the push, the deadline, or none
             record.save(pipeline=pipe)
             record.cleanup(ttl=record.ttl, pipeline=pipe)  # the record's expiry, as RQ's enqueue sets it
-            pipe.rpush(keys.rq_queue_key(keys.routed_queue_name(model, priority, worker)), record.id)
+            pipe.rpush(keys.rq_queue_key(tiers.routed_queue_name(model, priority, worker)), record.id)
             pipe.zadd(keys.routed(model), {keys.routed_member(record.id, worker, priority): deadline_ms})
-            pipe.hincrby(keys.STATS, keys.StatField.routed(model), 1)
+            pipe.hincrby(keys.STATS, stats.StatField.routed(model), 1)
             pipe.execute()
         wake = keys.wake_worker(worker)
     pending = keys.pending(keys.shard(completion_id))
@@ -134,9 +134,9 @@ def abandon(
         raw = servers.streams.hget(keys.job(completion_id), keys.JobField.SPEC)
         if raw is not None:
             enqueue(servers, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect))
-        servers.queues.hincrby(keys.STATS, keys.StatField.requeued(reason), 1)
+        servers.queues.hincrby(keys.STATS, stats.StatField.requeued(reason), 1)
     elif outcome == 2:
-        servers.queues.hincrby(keys.STATS, keys.StatField.LOST, 1)
+        servers.queues.hincrby(keys.STATS, stats.StatField.LOST, 1)
     return int(outcome)
 
 

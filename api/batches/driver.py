@@ -39,7 +39,7 @@ from api.jobs.owners import Idempotency
 from api.jobs.state import JobState
 from api.services import Services
 from api.surfaces.catalog import BATCHABLE, BY_NAME
-from contract import errors, keys
+from contract import errors, keys, tiers
 from contract.entries import as_text
 from contract.keys import JobField
 from contract.lua import accounting
@@ -184,7 +184,7 @@ class BatchDriver:
             return None
         line_key = f"batch:{batch_id}:{number}"  # no client's key (a SHA-256 in hex) looks like it
         submitted = await self._s.jobs.submit(
-            dataclasses.replace(spec, priority=keys.BATCH),
+            dataclasses.replace(spec, priority=tiers.BATCH),
             surface.name,
             int(time.time()),
             owner=h["owner"],

@@ -44,7 +44,7 @@ from api.cluster.tasks import Background, Leader, every
 from api.jobs.routing import Router
 from api.jobs.state import RunningAttempt
 from api.jobs.store import JobStore
-from contract import keys
+from contract import keys, tiers
 from contract.servers import Servers, node_infos
 
 log = logging.getLogger(__name__)
@@ -165,7 +165,7 @@ class Reaper:
                 log.info("%d routed jobs of %s were not taken in time: back in the shared queue", back, model)
             for worker in names:
                 if worker not in connected:  # its claims, and RQ's registry of its own queues
-                    routed = [keys.routed_queue_name(model, p, worker) for p in keys.ROUTED_TIERS]
+                    routed = [tiers.routed_queue_name(model, p, worker) for p in tiers.ROUTED_TIERS]
                     await self._r.delete(keys.held_prefixes(worker), *map(keys.rq_queue_workers_key, routed))
                     if back := await self._router.fall_back(model, worker):
                         log.warning(

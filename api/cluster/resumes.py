@@ -18,7 +18,7 @@ import time
 import redis.asyncio as aredis
 
 from api.cluster.registry import WorkerRegistry
-from contract import keys
+from contract import keys, stats
 
 
 class Resumes:
@@ -40,7 +40,7 @@ class Resumes:
             return False
         if any(w.in_use < w.slots for w in workers):
             return True
-        steps = int(await self._r.hget(keys.STATS, keys.StatField.batch("steps", model)) or 0)
+        steps = int(await self._r.hget(keys.STATS, stats.StatField.batch("steps", model)) or 0)
         now = time.monotonic()
         seen = self._steps.get(model)
         if seen is None or seen[0] != steps:

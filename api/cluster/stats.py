@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import redis.asyncio as aredis
 
 from api.jobs.indexes import ShardIndexes
-from contract import keys
+from contract import keys, tiers
 from contract.entries import as_text
 from contract.keys import JobField
 from contract.servers import Servers
@@ -22,20 +22,20 @@ class ClusterStats:
 
     async def queue_depths(self, models: Sequence[str]) -> dict[str, dict[str, int]]:
         """Model -> tier -> jobs waiting in its RQ queues (not yet taken by a worker): one
-        count per tier (contract.keys.PRIORITIES), those routed to a worker's own queue
+        count per tier (contract.tiers.PRIORITIES), those routed to a worker's own queue
         included (`keys.routed`), and `suspect` for the jobs whose worker died with them in
         its batch."""
-        tiers = (SUSPECT, *keys.PRIORITIES)
+        columns = (SUSPECT, *tiers.PRIORITIES)
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:
-                # keys.queue_names lists the suspect queue, then one per tier, in this order
-                for name in keys.queue_names(model):
+                # tiers.queue_names lists the suspect queue, then one per tier, in this order
+                for name in tiers.queue_names(model):
                     pipe.llen(keys.rq_queue_key(name))
                 pipe.zrange(keys.routed(model), 0, -1)
             counts = iter(await pipe.execute())
         out: dict[str, dict[str, int]] = {}
         for model in models:
-            depths = out[model] = {tier: int(next(counts)) for tier in tiers}
+            depths = out[model] = {tier: int(next(counts)) for tier in columns}
             for member in next(counts):
                 depths[keys.parse_routed_member(as_text(member))[2]] += 1
         return out
@@ -51,7 +51,7 @@ class ClusterStats:
             rows = await pipe.execute()
         out: dict[str, int] = {}
         for model, priority in rows:
-            if model is not None and _wanted(priority == keys.BATCH.encode(), batch):
+            if model is not None and _wanted(priority == tiers.BATCH.encode(), batch):
                 out[as_text(model)] = out.get(as_text(model), 0) + 1
         return out
 

@@ -36,7 +36,7 @@ from redis.exceptions import ResponseError
 
 from api.cluster.registry import WorkerLoad, WorkerRegistry
 from api.settings import Routing
-from contract import keys
+from contract import keys, stats, tiers
 from contract.entries import as_text
 from contract.jobspec import JobSpec
 from contract.lua import queues
@@ -98,7 +98,7 @@ class Router:
         """Where a new job should wait (None: the shared queue) and until when; enqueueing
         writes both (contract/queueing.py). A server that refuses the commands (an ACL from
         before routing) sends every job to the shared queue, with a warning."""
-        if not self.settings.enabled or spec.priority not in keys.ROUTED_TIERS:
+        if not self.settings.enabled or spec.priority not in tiers.ROUTED_TIERS:
             return None
         try:
             return await self._route(spec)
@@ -119,7 +119,7 @@ class Router:
             pipe.hmget(keys.worker_load(spec.model), names)
             for name in names:
                 pipe.smismember(keys.held_prefixes(name), digests)
-                pipe.llen(keys.rq_queue_key(keys.routed_queue_name(spec.model, spec.priority, name)))
+                pipe.llen(keys.rq_queue_key(tiers.routed_queue_name(spec.model, spec.priority, name)))
             slots, loads, *rows = await pipe.execute()
         candidates = []
         for i, name in enumerate(names):
@@ -149,12 +149,12 @@ class Router:
             job_id, owner, tier = keys.parse_routed_member(as_text(raw))
             back += await self._fall_back(
                 keys=[
-                    keys.rq_queue_key(keys.routed_queue_name(model, tier, owner)),
-                    keys.rq_queue_key(keys.queue_name(model, tier)),
+                    keys.rq_queue_key(tiers.routed_queue_name(model, tier, owner)),
+                    keys.rq_queue_key(tiers.queue_name(model, tier)),
                     keys.wake(model),
                     index,
                     keys.STATS,
                 ],
-                args=[job_id, as_text(raw), keys.StatField.route_fallbacks(model)],
+                args=[job_id, as_text(raw), stats.StatField.route_fallbacks(model)],
             )
         return back

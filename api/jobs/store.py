@@ -34,7 +34,7 @@ from api.jobs.owners import (
 )
 from api.jobs.routing import Router
 from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Survey, job_state, record_fields
-from contract import entries, keys, queueing
+from contract import entries, keys, queueing, tiers
 from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
 from contract.jobspec import JobSpec
 from contract.keys import JobField, JobStatus
@@ -387,7 +387,7 @@ class JobStore:
             current = model is not None and keys.rq_job_id(cid, int(epoch or 0)) == job_id
             async with self._q.pipeline(transaction=True) as pipe:
                 if current and status == JobStatus.QUEUED.encode():
-                    name = keys.attempt_queue_name(
+                    name = tiers.attempt_queue_name(
                         as_text(model),
                         as_text(priority or b"default"),
                         continuation=int(epoch or 0) > 0,

@@ -22,7 +22,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from api.cluster.registry import WorkerLoad
-from contract.keys import BatchCounters, StatField
+from contract.stats import BatchCounters, StatField
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 

@@ -7,7 +7,7 @@ from starlette.responses import JSONResponse
 
 from api.jobs.admission import not_found
 from api.services import Services
-from contract import keys
+from contract import tiers
 
 
 def _model(name: str, workers: int) -> dict:
@@ -41,7 +41,7 @@ async def scaling(request: Request) -> JSONResponse:
     served = await services.admission.models([name])
     stats = services.stats
     depths = (await stats.queue_depths([name]))[name]
-    queued, batch_queued = sum(depths.values()), depths[keys.BATCH]
+    queued, batch_queued = sum(depths.values()), depths[tiers.BATCH]
     running, batch_running = (
         (await stats.in_flight()).get(name, 0),
         (await stats.in_flight(True)).get(name, 0),

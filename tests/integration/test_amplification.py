@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from api.http.auth import digest
-from contract import keys
+from contract import keys, tiers
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.hold import holding_body
 from tests.integration.conftest import MODEL
@@ -290,7 +290,7 @@ def test_batch_lines_never_fill_the_interactive_queue(stack, attacker):
     with attacker.client() as a, stack.client(V) as v:
         batches = [batch_of(a, jsonl(12, max_tokens=50)) for _ in range(2)]
         deadline = time.monotonic() + 30
-        while stack.r.llen(keys.rq_queue_key(keys.queue_name(MODEL, keys.BATCH))) < 10:
+        while stack.r.llen(keys.rq_queue_key(tiers.queue_name(MODEL, tiers.BATCH))) < 10:
             assert time.monotonic() < deadline
             time.sleep(0.05)
         chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}

@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from api.http.auth import digest
-from contract import keys
+from contract import keys, stats, tiers
 from devstack.peek import running_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk
@@ -393,7 +393,7 @@ def _line_lengths(r: redis.Redis) -> dict[str, int]:
     return {
         c: r.xlen(keys.events(c))
         for c in running_ids(r)
-        if r.hget(keys.job(c), keys.JobField.PRIORITY) == keys.BATCH.encode()
+        if r.hget(keys.job(c), keys.JobField.PRIORITY) == tiers.BATCH.encode()
     }
 
 
@@ -457,7 +457,7 @@ def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
         assert all(row["response"]["status_code"] == 200 for row in out)
         usage = [row["response"]["body"]["usage"]["completion_tokens"] for row in out]
         assert usage == [400] * 4  # whole: the preempted line went on where it was
-        assert int(r.hget(keys.STATS, keys.StatField.requeued("preempt")) or 0) >= 1
+        assert int(r.hget(keys.STATS, stats.StatField.requeued("preempt")) or 0) >= 1
         assert "preempting batch line" in worker.log()
 
 
@@ -499,7 +499,7 @@ def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempte
             out = rows(sdk, done.output_file_id)
         assert sorted(row["custom_id"] for row in out) == [f"req-{i}" for i in range(3)]
         assert [row["response"]["body"]["usage"]["completion_tokens"] for row in out] == [300] * 3
-        assert int(r.hget(keys.STATS, keys.StatField.requeued("preempt")) or 0) == 0
+        assert int(r.hget(keys.STATS, stats.StatField.requeued("preempt")) or 0) == 0
 
 
 def test_a_line_ending_starts_the_next_at_once(tmp_path):

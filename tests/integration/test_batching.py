@@ -10,7 +10,7 @@ import time
 import pytest
 
 from contract.jobspec import JobSpec
-from contract.keys import BatchCounters
+from contract.stats import BatchCounters
 from worker.settings import DEFAULT_MODEL_NAME, WorkerSettings
 
 pytestmark = pytest.mark.integration

@@ -13,7 +13,7 @@ import httpx
 import pytest
 import redis
 
-from contract import entries, keys
+from contract import entries, keys, stats
 from contract.entries import Started
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL
@@ -84,9 +84,9 @@ def test_each_next_turn_goes_to_the_worker_holding_its_conversation(pool):
         assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
         cached = follow["usage"]["prompt_tokens"]
         assert cached > 300  # the conversation so far: what the holder's slot kept
-    assert pool.stats(keys.StatField.routed(MODEL)) >= 4
-    assert pool.stats(keys.StatField.batch("routed_taken", MODEL)) >= 4
-    assert pool.stats(keys.StatField.batch("cached_tokens", MODEL)) > 4 * 300
+    assert pool.stats(stats.StatField.routed(MODEL)) >= 4
+    assert pool.stats(stats.StatField.batch("routed_taken", MODEL)) >= 4
+    assert pool.stats(stats.StatField.batch("cached_tokens", MODEL)) > 4 * 300
     for name in pool.workers:
         assert pool.r.scard(keys.held_prefixes(name)) <= 2 * 32  # bounded: SLOTS x MAX_DIGESTS
 
@@ -104,7 +104,7 @@ def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worke
         pool.workers[holder].signal(signal.SIGCONT)
     assert pool.worker_of(follow["id"]) != holder
     assert took < 15  # its deadline (1 s) and the reaper's tick, then the other worker's answer
-    assert pool.stats(keys.StatField.route_fallbacks(MODEL)) == 1
+    assert pool.stats(stats.StatField.route_fallbacks(MODEL)) == 1
 
 
 def test_a_dead_holder_s_prefixes_go_with_it_and_its_conversation_goes_on_elsewhere(pool):

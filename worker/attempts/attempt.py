@@ -23,7 +23,8 @@ import redis
 from contract import errors, keys, queueing
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS, TokenLogprob
 from contract.jobspec import InvalidSpec, JobSpec, digest
-from contract.keys import BatchCounters, JobStatus
+from contract.keys import JobStatus
+from contract.stats import BatchCounters
 from worker.attempts.claims import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat

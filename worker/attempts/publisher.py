@@ -37,12 +37,12 @@ from dataclasses import dataclass
 import redis
 from redis.exceptions import NoScriptError
 
-from contract import keys
+from contract import keys, stats
 from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob
 from contract.errors import ErrorCode
-from contract.keys import BatchCounters
 from contract.lua import attempts, jobs, library
 from contract.servers import is_cluster
+from contract.stats import BatchCounters
 from worker.attempts.claims import Attempt, RolledBack
 from worker.redis.link import Link
 
@@ -138,7 +138,7 @@ class Publisher:
         """Add the attempt's tokens to the cluster-wide counter (best effort: metrics only)."""
         if attempt.published:
             try:
-                self._link.client.hincrby(keys.STATS, keys.StatField.tokens(model), attempt.published)
+                self._link.client.hincrby(keys.STATS, stats.StatField.tokens(model), attempt.published)
             except redis.RedisError as exc:
                 log.warning("could not count tokens: %s", exc)
 

@@ -15,8 +15,8 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 
-from contract import keys, logs
-from contract.keys import BatchCounters
+from contract import keys, logs, tiers
+from contract.stats import BatchCounters
 from worker.attempts.attempt import AttemptRules, Claimed, Engine, Outcome
 from worker.attempts.claims import Attempt, Claims
 from worker.attempts.durability import Durability
@@ -121,7 +121,7 @@ class JobRunner:
             lines = [
                 c.attempt
                 for c in self._threads.values()
-                if c.spec.priority == keys.BATCH and not c.attempt.preempted and not c.attempt.suspect
+                if c.spec.priority == tiers.BATCH and not c.attempt.preempted and not c.attempt.suspect
             ]
             if not lines:
                 return None
@@ -166,7 +166,7 @@ class JobRunner:
         with self._lock:
             self._threads[thread] = claimed
             self._suspects += claimed.attempt.suspect
-            self._batch_lines += claimed.spec.priority == keys.BATCH
+            self._batch_lines += claimed.spec.priority == tiers.BATCH
         thread.start()
         return Outcome.STARTED
 
@@ -181,10 +181,10 @@ class JobRunner:
             with self._lock:
                 self._threads.pop(threading.current_thread(), None)
                 self._suspects -= claimed.attempt.suspect
-                self._batch_lines -= claimed.spec.priority == keys.BATCH
+                self._batch_lines -= claimed.spec.priority == tiers.BATCH
                 self._last_end = time.monotonic()
             self._free.release()
-            if claimed.spec.priority == keys.BATCH or claimed.attempt.suspect:
+            if claimed.spec.priority == tiers.BATCH or claimed.attempt.suspect:
                 self.queue_opened()
 
     def _suspect_cleared(self, attempt: Attempt) -> None:

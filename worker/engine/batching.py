@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 import llama_cpp
 
-from contract.keys import BatchCounters
+from contract.stats import BatchCounters
 from worker.engine.held import HeldPrefixes
 from worker.engine.interrupt import StepInterrupt
 from worker.engine.picks import Pick

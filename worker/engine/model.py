@@ -24,8 +24,9 @@ import llama_cpp
 from llama_cpp._internals import LlamaModel
 
 from contract.jobspec import JobSpec, Message
-from contract.keys import BATCH, BatchCounters
 from contract.prefixes import prefixes
+from contract.stats import BatchCounters
+from contract.tiers import BATCH
 from worker.engine import batching, devices, llama_log, sizing, step_plan
 from worker.engine.grammar import GrammarGate, TriggeredGate
 from worker.engine.held import HeldPrefixes

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Iterator, Sequence
 
 from contract.jobspec import JobSpec
-from contract.keys import BatchCounters
+from contract.stats import BatchCounters
 from worker.engine.picks import Pick
 from worker.errors import PromptTooLong
 from worker.text.replies import PlainReply, Reply

@@ -29,7 +29,7 @@ import time
 
 import redis
 
-from contract import keys
+from contract import keys, tiers
 from contract.entries import as_text
 
 CLAIM_MS = 2000  # a waiting job's callback claim: long enough for the slot it frees to take it
@@ -51,9 +51,9 @@ class Lending:
         self._batch_slots, self._lend_slots = batch_slots, lend_slots
         self._lend_after = lend_after_s
         self.poll_s = poll_s
-        not_interactive = {keys.queue_name(model, keys.BATCH), keys.suspect_queue_name(model)}
+        not_interactive = {tiers.queue_name(model, tiers.BATCH), tiers.suspect_queue_name(model)}
         self.interactive_queues = [
-            keys.rq_queue_key(n) for n in keys.worker_queue_names(model, worker) if n not in not_interactive
+            keys.rq_queue_key(n) for n in tiers.worker_queue_names(model, worker) if n not in not_interactive
         ]  # the suspect queue holds batch lines too: it is not counted as interactive demand
         self._last_interactive = time.monotonic()  # a new worker lends only after a quiet while
         self._seen: str | None = None  # the waiting job the last look found

@@ -19,8 +19,8 @@ from dataclasses import asdict
 
 import redis
 
-from contract import keys
-from contract.keys import BatchCounters
+from contract import keys, stats
+from contract.stats import BatchCounters
 from worker.engine.devices import Placement
 from worker.engine.held import HeldPrefixes
 from worker.redis.periodic import Periodic
@@ -78,7 +78,7 @@ class Presence:
             version, kept_alive = self._announce_held(pipe)
             for name, value in asdict(now).items():
                 if added := value - getattr(self._flushed, name):
-                    pipe.hincrby(keys.STATS, keys.StatField.batch(name, self._model), added)
+                    pipe.hincrby(keys.STATS, stats.StatField.batch(name, self._model), added)
             done = pipe.execute()
         self._flushed = now
         # a set that was gone (expired through an outage, deleted by the reaper) is written

@@ -49,7 +49,7 @@ from rq.serializers import JSONSerializer
 from rq.utils import now
 from rq.worker import SimpleWorker
 
-from contract import keys, queueing
+from contract import keys, queueing, tiers
 from contract.entries import as_text
 from contract.keys import JOB_FUNCTION
 from contract.lua import queues
@@ -99,7 +99,7 @@ class TokenspoolWorker(SimpleWorker):
     def __init__(
         self, model: str, name: str, connection: redis.Redis, runner: JobRunner, lending: Lending
     ) -> None:
-        names = keys.worker_queue_names(model, name)
+        names = tiers.worker_queue_names(model, name)
         rq_queues = [Queue(n, connection=connection, serializer=JSONSerializer) for n in names]
         # prepare_for_work=False: nothing is sent to Redis here (it may be down at start)
         super().__init__(
@@ -116,7 +116,7 @@ class TokenspoolWorker(SimpleWorker):
         self._beat_at = 0.0
         self._handled: set[str] = set()  # job ids taken by this process (an inbox left over is not)
         self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
-        routed = {p: keys.rq_queue_key(keys.routed_queue_name(model, p, name)) for p in keys.ROUTED_TIERS}
+        routed = {p: keys.rq_queue_key(tiers.routed_queue_name(model, p, name)) for p in tiers.ROUTED_TIERS}
         self._routed = {queue: tier for tier, queue in routed.items()}  # its routed queues' tiers
         runner.queue_opened = self._queue_opened
 
@@ -204,12 +204,12 @@ class TokenspoolWorker(SimpleWorker):
         """The queues to take from now: not the suspect queue while a suspect runs here, not
         the batch queue while the batch slots are full (the other slots stay for interactive
         jobs, or are lent and called back: worker/intake/lending.py)."""
-        names = keys.worker_queue_names(self._model, self.name)
+        names = tiers.worker_queue_names(self._model, self.name)
         if self._runner.running_suspects():
-            names = tuple(n for n in names if n != keys.suspect_queue_name(self._model))
+            names = tuple(n for n in names if n != tiers.suspect_queue_name(self._model))
         lines = self._runner.running_batch_lines()
         if lines >= self._lending.batch_limit(interactive_running=self._runner.running() > lines):
-            names = tuple(n for n in names if n != keys.queue_name(self._model, keys.BATCH))
+            names = tuple(n for n in names if n != tiers.queue_name(self._model, tiers.BATCH))
         return list(names)
 
     def _take_one(self) -> str | None:

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from contract import entries, keys
+from contract import entries, keys, tiers
 from contract.entries import CallPart, Delta, Failed, Finished, Started, join_calls
 from contract.jobspec import InvalidSpec, JobSpec, Message
 
@@ -74,7 +74,7 @@ def test_the_protocol_doc_names_every_key():
 
 
 def test_queue_is_named_after_the_model():
-    assert keys.queue_name("SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
+    assert tiers.queue_name("SmolLM2-135M-Instruct") == "SmolLM2-135M-Instruct"
 
 
 @pytest.mark.parametrize(

@@ -5,7 +5,7 @@ import json
 
 import fakeredis
 
-from contract import keys, queueing
+from contract import keys, queueing, stats, tiers
 from contract.keys import JobField, JobStatus
 from contract.lua import queues
 from contract.servers import Servers
@@ -52,7 +52,7 @@ def test_a_continuation_goes_to_the_front_of_its_queue():
     for cid in ("x", "y", "z"):
         record(servers, cid)
     assert queueing.abandon(servers, "running", attempt.epoch, RECOVERY, "crash", charge=True) == 1
-    assert servers.queues.hget(keys.STATS, keys.StatField.requeued("crash")) == b"1"
+    assert servers.queues.hget(keys.STATS, stats.StatField.requeued("crash")) == b"1"
     assert taken(servers.queues) == [
         keys.rq_job_id(c, e) for c, e in [("running", attempt.epoch + 1), *zip("xyz", [0] * 3, strict=True)]
     ]
@@ -62,7 +62,7 @@ def taken(r: fakeredis.FakeRedis) -> list[str]:
     """Job ids in the order a worker takes them (contract.lua.queues.TAKE)."""
     take = r.register_script(queues.TAKE)
     out = []
-    while got := take(keys=queues.take_keys(keys.queue_names(MODEL), "w")):
+    while got := take(keys=queues.take_keys(tiers.queue_names(MODEL), "w")):
         out.append(got[1].decode())
     return out
 

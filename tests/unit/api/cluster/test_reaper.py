@@ -15,7 +15,7 @@ from api.cluster.registry import WorkerRegistry
 from api.jobs.routing import Router
 from api.jobs.store import JobStore
 from api.settings import Routing
-from contract import keys
+from contract import keys, tiers
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
@@ -91,7 +91,7 @@ def test_a_batch_that_dies_charges_nobody_and_makes_every_job_a_suspect(server):
     for cid in ("chatcmpl-a", "chatcmpl-b", "chatcmpl-c"):
         assert field(r, cid, JobField.STATUS) == b"queued" and field(r, cid, JobField.CHARGED) is None
         assert field(r, cid, JobField.SUSPECT) == b"1"
-    suspects = q.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
+    suspects = q.lrange(keys.rq_queue_key(tiers.suspect_queue_name("m")), 0, -1)
     assert sorted(suspects) == [b"chatcmpl-a__a2", b"chatcmpl-b__a2", b"chatcmpl-c__a2"]
 
 
@@ -104,8 +104,10 @@ def test_a_death_with_a_suspect_is_the_suspect_s_alone(server):
     assert field(r, "chatcmpl-s", JobField.CHARGED) == b"1"
     for bystander in ("chatcmpl-x", "chatcmpl-y"):
         assert field(r, bystander, JobField.CHARGED) is None and field(r, bystander, JobField.SUSPECT) is None
-    continuations = keys.rq_queue_key(keys.queue_name("m", keys.PRIORITIES[0]))
-    assert q.lrange(continuations, 0, -1) and q.lrange(keys.rq_queue_key(keys.suspect_queue_name("m")), 0, -1)
+    continuations = keys.rq_queue_key(tiers.queue_name("m", tiers.PRIORITIES[0]))
+    assert q.lrange(continuations, 0, -1) and q.lrange(
+        keys.rq_queue_key(tiers.suspect_queue_name("m")), 0, -1
+    )
 
 
 def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server):
@@ -182,7 +184,7 @@ def test_a_dead_worker_s_routed_jobs_go_back_and_its_claims_and_rq_registry_go(s
     q = fakeredis.FakeRedis(server=server.queues)
     q.sadd(keys.MODELS, "m")
     q.zadd(keys.workers("m"), {"w-dead": 1})
-    routed = keys.routed_queue_name("m", "default", "w-dead")
+    routed = tiers.routed_queue_name("m", "default", "w-dead")
     q.rpush(keys.rq_queue_key(routed), "chatcmpl-z")
     q.zadd(keys.routed("m"), {keys.routed_member("chatcmpl-z", "w-dead", "default"): 10**13})  # not due
     q.sadd(keys.held_prefixes("w-dead"), "d1")

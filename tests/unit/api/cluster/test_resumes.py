@@ -10,7 +10,7 @@ import fakeredis
 
 from api.cluster.registry import WorkerRegistry
 from api.cluster.resumes import Resumes
-from contract import keys
+from contract import keys, stats
 
 MODEL = "m"
 
@@ -22,7 +22,7 @@ def announce(r, name: str, slots: int, in_use: int) -> None:
 
 
 def steps(r, n: int) -> None:
-    r.hset(keys.STATS, keys.StatField.batch("steps", MODEL), n)
+    r.hset(keys.STATS, stats.StatField.batch("steps", MODEL), n)
 
 
 def test_the_pool_can_run_it_while_it_has_a_free_slot_or_keeps_stepping():

@@ -12,7 +12,7 @@ from api.cluster.registry import WorkerRegistry
 from api.cluster.stats import ClusterStats
 from api.jobs.routing import Candidate, Route, Router, choose, wait_ms
 from api.settings import Routing
-from contract import keys, queueing
+from contract import keys, queueing, stats, tiers
 from contract.jobspec import JobSpec, Message
 from contract.prefixes import prefixes
 from contract.servers import Servers
@@ -83,24 +83,24 @@ def test_a_job_is_routed_to_the_holder_and_goes_back_once_past_its_deadline():
 
     async def go() -> tuple:
         route = await router.route(follow)
-        routed_queue = keys.rq_queue_key(keys.routed_queue_name(MODEL, "default", "w2"))
+        routed_queue = keys.rq_queue_key(tiers.routed_queue_name(MODEL, "default", "w2"))
         enqueue(server, follow, route)
         early = await router.fall_back(MODEL)
         member = (await r.zrange(keys.routed(MODEL), 0, -1))[0]
         await r.zadd(keys.routed(MODEL), {member: 0})  # its deadline has passed
         back = await router.fall_back(MODEL)
         again = await router.fall_back(MODEL)
-        shared = await r.lrange(keys.rq_queue_key(keys.queue_name(MODEL)), 0, -1)
+        shared = await r.lrange(keys.rq_queue_key(tiers.queue_name(MODEL)), 0, -1)
         ttl = await r.ttl(f"rq:job:{keys.rq_job_id(follow.id, 0)}")
         return route, early, back, again, shared, await r.llen(routed_queue), await r.hgetall(keys.STATS), ttl
 
-    route, early, back, again, shared, left, stats, ttl = asyncio.run(go())
+    route, early, back, again, shared, left, counted, ttl = asyncio.run(go())
     assert route.worker == "w2" and route.matched_chars > 1000
     assert 0 < ttl <= Recovery().job_ttl_s  # RQ's record expires as an enqueued one does
     assert (early, back, again, left) == (0, 1, 0, 0)  # moved once, never twice
     assert shared == [keys.rq_job_id(follow.id, 0).encode()]
-    assert stats[keys.StatField.routed(MODEL).encode()] == b"1"
-    assert stats[keys.StatField.route_fallbacks(MODEL).encode()] == b"1"
+    assert counted[stats.StatField.routed(MODEL).encode()] == b"1"
+    assert counted[stats.StatField.route_fallbacks(MODEL).encode()] == b"1"
 
 
 def test_a_job_its_worker_took_is_not_moved_and_a_dead_worker_s_are_moved_at_once():
@@ -113,7 +113,9 @@ def test_a_job_its_worker_took_is_not_moved_and_a_dead_worker_s_are_moved_at_onc
     async def go() -> tuple:
         taken = await router.route(spec)
         enqueue(server, spec, taken)
-        await r.lpop(keys.rq_queue_key(keys.routed_queue_name(MODEL, "default", "w1")))  # its worker takes it
+        await r.lpop(
+            keys.rq_queue_key(tiers.routed_queue_name(MODEL, "default", "w1"))
+        )  # its worker takes it
         await r.zadd(keys.routed(MODEL), {(await r.zrange(keys.routed(MODEL), 0, -1))[0]: 0})
         kept = await router.fall_back(MODEL)
         other = JobSpec(id="chatcmpl-y", kind="chat", model=MODEL, messages=spec.messages)
@@ -146,7 +148,7 @@ def test_a_routed_job_counts_in_its_tier_s_depth_until_its_worker_takes_it():
     async def go() -> tuple[dict, dict]:
         enqueue(server, spec, await router.route(spec))
         waiting = (await stats.queue_depths([MODEL]))[MODEL]
-        job_id = await r.lpop(keys.rq_queue_key(keys.routed_queue_name(MODEL, "flex", "w1")))  # w1 takes it
+        job_id = await r.lpop(keys.rq_queue_key(tiers.routed_queue_name(MODEL, "flex", "w1")))  # w1 takes it
         queueing.routed_taken(fakeredis.FakeRedis(server=server), MODEL, job_id.decode(), "w1", "flex")
         return waiting, (await stats.queue_depths([MODEL]))[MODEL]
 

@@ -11,7 +11,7 @@ import pytest
 
 from api.jobs.owners import RECORD_GRACE_MS, OwnerLimit, OwnerRate, Quota, now_ms
 from api.jobs.store import JobStore
-from contract import keys
+from contract import keys, tiers
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
@@ -253,7 +253,7 @@ class _Confirms:
 
 
 def _queued(pair: FakePair, job: JobSpec) -> list[bytes]:
-    queue = keys.rq_queue_key(keys.queue_name("m", "default"))
+    queue = keys.rq_queue_key(tiers.queue_name("m", "default"))
     return pair.sync().queues.lrange(queue, 0, -1)
 
 

@@ -6,7 +6,7 @@ import fakeredis
 import pytest
 import redis
 
-from contract import entries, keys
+from contract import entries, keys, tiers
 from contract.entries import Delta, Failed, Finished
 from contract.keys import JobField, JobStatus
 from contract.lua import attempts, jobs, library, queues
@@ -510,10 +510,10 @@ def test_take_moves_one_id_into_the_inbox_in_queue_order():
     r = fakeredis.FakeRedis()
     take = r.register_script(queues.TAKE)
     r.rpush(keys.rq_queue_key("m"), "new-1")
-    r.rpush(keys.rq_queue_key(keys.suspect_queue_name("m")), "suspect-1")
-    both = queues.take_keys(keys.queue_names("m"), "w1")
+    r.rpush(keys.rq_queue_key(tiers.suspect_queue_name("m")), "suspect-1")
+    both = queues.take_keys(tiers.queue_names("m"), "w1")
     assert take(keys=both)[1] == b"suspect-1"  # suspects first
-    assert take(keys=queues.take_keys([keys.queue_name("m")], "w1"))[1] == b"new-1"
+    assert take(keys=queues.take_keys([tiers.queue_name("m")], "w1"))[1] == b"new-1"
     assert not take(keys=both)
     assert set(r.hkeys(keys.inbox("w1"))) == {b"suspect-1", b"new-1"}
 

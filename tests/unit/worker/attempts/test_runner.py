@@ -9,7 +9,7 @@ import fakeredis
 import pytest
 import redis
 
-from contract import entries, keys
+from contract import entries, keys, tiers
 from contract.entries import Delta, Failed, Finished, Started
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
@@ -30,7 +30,7 @@ CID = "chatcmpl-run"
 PROMPT = [100, 101, 102]
 EOS = 0
 
-CONTINUATIONS = keys.rq_queue_key(keys.queue_name("m", keys.PRIORITIES[0]))  # first taken
+CONTINUATIONS = keys.rq_queue_key(tiers.queue_name("m", tiers.PRIORITIES[0]))  # first taken
 
 
 class ScriptedEngine:

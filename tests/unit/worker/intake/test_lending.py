@@ -7,7 +7,7 @@ import time
 
 import fakeredis
 
-from contract import keys
+from contract import keys, tiers
 from worker.intake.lending import Lending
 
 MODEL = "m"
@@ -18,7 +18,7 @@ def lending(r, lend_after_s: float = 0.05) -> Lending:
 
 
 def queue(tier: str) -> str:
-    name = keys.suspect_queue_name(MODEL) if tier == "suspect" else keys.queue_name(MODEL, tier)
+    name = tiers.suspect_queue_name(MODEL) if tier == "suspect" else tiers.queue_name(MODEL, tier)
     return keys.rq_queue_key(name)
 
 
@@ -62,7 +62,7 @@ def test_a_job_is_called_back_for_once_it_waited_two_looks_and_by_one_worker_onl
 def test_batch_lines_waiting_are_not_interactive_demand():
     r = fakeredis.FakeRedis()
     a = lending(r)
-    r.rpush(queue(keys.BATCH), "line-1")
+    r.rpush(queue(tiers.BATCH), "line-1")
     r.rpush(queue("suspect"), "line-2")  # a batch line whose worker died waits here too
     assert a.call_back() is None and a.call_back() is None
     assert queue("default") in a.interactive_queues and queue("suspect") not in a.interactive_queues

@@ -3,7 +3,7 @@ import pytest
 import redis
 
 from contract import keys
-from contract.keys import BatchCounters, StatField
+from contract.stats import BatchCounters, StatField
 from worker.intake.presence import Presence
 
 MODEL = "m"

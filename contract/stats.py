@@ -1,0 +1,69 @@
+"""Cluster-wide counters: the fields of the STATS hash (contract/keys.py) that /metrics
+reads, and what a worker's scheduler counts and adds to it with each announcement."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class StatField:
+    """Field names of the STATS hash."""
+
+    @staticmethod
+    def tokens(model: str) -> str:
+        """Tokens generated for `model`, by every attempt of every job."""
+        return f"tokens:{model}"
+
+    @staticmethod
+    def requeued(reason: str) -> str:
+        """Attempts taken over by another worker: reason "crash" (found dead by the reaper),
+        "handoff" (a worker shutting down gave its job back) or "preempt" (a worker gave a
+        batch line back to make room for an interactive job)."""
+        return f"requeued:{reason}"
+
+    LOST = "lost"  # jobs ended with worker_lost once their attempts were used up
+
+    @staticmethod
+    def routed(model: str) -> str:
+        """New jobs routed to the worker holding their prompt's prefix (api/jobs/routing.py)."""
+        return f"routed:{model}"
+
+    @staticmethod
+    def route_fallbacks(model: str) -> str:
+        """Routed jobs their worker did not take by their deadline (or died with): moved back
+        to the shared queue."""
+        return f"route-fallbacks:{model}"
+
+    @staticmethod
+    def batch(counter: str, model: str) -> str:
+        """One of `BatchCounters`, summed over `model`'s workers."""
+        return f"batch:{counter}:{model}"
+
+
+@dataclass
+class BatchCounters:
+    """What a worker's batching scheduler has done; each announcement adds what changed
+    since the last one to STATS (`StatField.batch`), so a killed worker loses at most one
+    announcement's worth."""
+
+    steps: int = 0  # llama_decode calls
+    sequences: int = 0  # sequences in those calls, summed: mean occupancy = sequences / steps
+    prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
+    # not counting those its slot's cache already held
+    moves: int = 0  # sequences moved to close a gap between slots (worker/engine/step_plan.py)
+    kept: int = 0  # ended conversations' caches copied out of a move's way (the same)
+    interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (interrupt.py)
+    prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)
+    cached_tokens: int = 0  # of them, those a slot's cache already held (prefill saved)
+    routed_taken: int = 0  # jobs taken from this worker's own routed queues (the router's hits)
+    # Where a worker's time goes (a step's profile: bench/gpu_run divides them):
+    decode_us: int = 0  # inside llama_decode
+    sample_us: int = 0  # sampling every sequence of a step (the scheduler thread)
+    token_us: int = 0  # the job threads' own Python per token (stops, tool calls, logprobs, queueing)
+    tokens: int = 0  # tokens the job threads handled
+    publish_us: int = 0  # the publisher's round trips to Redis (APPENDs)
+    publishes: int = 0  # those round trips
+
+    def plus(self, other: BatchCounters) -> BatchCounters:
+        """Field by field: the scheduler's counters and the job threads' make the worker's."""
+        return BatchCounters(**{f: getattr(self, f) + getattr(other, f) for f in self.__dataclass_fields__})

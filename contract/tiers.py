@@ -1,0 +1,53 @@
+"""Job tiers, and the RQ queues a job waits in, by name: one per tier of a model, one per
+worker for the jobs routed to it, and the suspects'. Their Redis keys are in
+contract/keys.py."""
+
+from __future__ import annotations
+
+PRIORITIES = ("priority", "default", "flex", "batch")
+
+
+BATCH = "batch"
+
+
+def queue_name(model: str, priority: str = "default") -> str:
+    """The RQ queue a model's new jobs of one tier wait in."""
+    return model if priority == "default" else f"{model}#{priority}"
+
+
+def attempt_queue_name(model: str, priority: str, *, continuation: bool, suspect: bool) -> str:
+    """The queue an attempt waits in: a suspect's, the suspect queue; a continuation's (its
+    client is mid-stream, its resume has a deadline), the first tier's, whatever its own, but
+    a batch line's stays in the batch queue (no client waits on it, and a worker takes batch
+    lines only into its batch slots); a new job's, its tier's."""
+    if suspect:
+        return suspect_queue_name(model)
+    return queue_name(model, PRIORITIES[0] if continuation and priority != BATCH else priority)
+
+
+ROUTED_TIERS = PRIORITIES[:3]
+
+
+def routed_queue_name(model: str, priority: str, worker: str) -> str:
+    """The RQ queue of a model's jobs of one tier routed to one worker, which holds their
+    prompt's prefix in its cache: it takes from it before the shared queue of the same tier;
+    a job it does not take by its deadline goes back to that shared queue (`routed`)."""
+    return f"{queue_name(model, priority)}@{worker}"
+
+
+def worker_queue_names(model: str, worker: str) -> tuple[str, ...]:
+    """The queues one worker takes from, in order: the suspect queue, then each tier's own
+    routed queue before that tier's shared one, then the batch queue."""
+    routed = [(routed_queue_name(model, p, worker), queue_name(model, p)) for p in ROUTED_TIERS]
+    return (suspect_queue_name(model), *(n for pair in routed for n in pair), queue_name(model, BATCH))
+
+
+def suspect_queue_name(model: str) -> str:
+    """The RQ queue of a model's jobs that were in a worker's batch when it died: a worker
+    runs at most one of them at a time (see contract.lua.jobs.ABANDON)."""
+    return f"{model}#suspect"
+
+
+def queue_names(model: str) -> tuple[str, ...]:
+    """Every queue of a model, in the order workers take from them."""
+    return (suspect_queue_name(model), *(queue_name(model, p) for p in PRIORITIES))
