@@ -11,8 +11,7 @@ Two servers, which may be one (docs/operations.md, "Two Redis servers"):
 Every key of the streams server carries a hash tag (`{...}`) naming one of `SHARDS` shards,
 and every script there touches one shard's keys only, so that the streams server may be a
 Redis Cluster: a job's keys and its shard's indexes share a slot. RQ's own keys
-(`rq:queue:<model>`, `rq:job:<id>`, ...) are RQ's business; tokenspool only decides the
-queue name, which is the model name.
+(`rq:queue:<name>`, `rq:job:<id>`, ...) are RQ's business; the names are contract/tiers.py's.
 """
 
 from __future__ import annotations
@@ -283,22 +282,10 @@ def worker_load(model: str) -> str:
 
 
 def routed(model: str) -> str:
-    """ZSET: `routed_member`s -> ms by which the worker must have taken the job from its
+    """ZSET: `contract.tiers.routed_member`s -> ms by which the worker must have taken the job from its
     routed queue; past it, the job goes back to the tier's shared queue (api/jobs/routing.py).
     Written with the job's push onto the routed queue, in one transaction."""
     return f"{PREFIX}:routed:{model}"
-
-
-def routed_member(rq_job_id: str, worker: str, priority: str) -> str:
-    """A `routed` entry: the RQ job, the worker it waits for, its tier (worker names, like
-    Redis connection names, hold no spaces)."""
-    return f"{rq_job_id} {worker} {priority}"
-
-
-def parse_routed_member(member: str) -> tuple[str, str, str]:
-    """(RQ job id, worker, tier) of a `routed` entry."""
-    job_id, worker, priority = member.split(" ")
-    return job_id, worker, priority
 
 
 def worker_placement(model: str) -> str:

@@ -77,7 +77,7 @@ def enqueue(
             record.save(pipeline=pipe)
             record.cleanup(ttl=record.ttl, pipeline=pipe)  # the record's expiry, as RQ's enqueue sets it
             pipe.rpush(keys.rq_queue_key(tiers.routed_queue_name(model, priority, worker)), record.id)
-            pipe.zadd(keys.routed(model), {keys.routed_member(record.id, worker, priority): deadline_ms})
+            pipe.zadd(keys.routed(model), {tiers.routed_member(record.id, worker, priority): deadline_ms})
             pipe.hincrby(keys.STATS, stats.StatField.routed(model), 1)
             pipe.execute()
         wake = keys.wake_worker(worker)
@@ -98,7 +98,7 @@ def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, p
     """`worker` took a job routed to it from its routed queue: it no longer waits, and queue
     depths stop counting it (its `keys.routed` entry goes). If this is lost, the reaper drops
     the entry at its deadline, finding the job taken."""
-    client.zrem(keys.routed(model), keys.routed_member(rq_job_id, worker, priority))
+    client.zrem(keys.routed(model), tiers.routed_member(rq_job_id, worker, priority))
 
 
 def abandon(

@@ -51,3 +51,15 @@ def suspect_queue_name(model: str) -> str:
 def queue_names(model: str) -> tuple[str, ...]:
     """Every queue of a model, in the order workers take from them."""
     return (suspect_queue_name(model), *(queue_name(model, p) for p in PRIORITIES))
+
+
+def routed_member(rq_job_id: str, worker: str, priority: str) -> str:
+    """A `routed` entry: the RQ job, the worker it waits for, its tier (worker names, like
+    Redis connection names, hold no spaces)."""
+    return f"{rq_job_id} {worker} {priority}"
+
+
+def parse_routed_member(member: str) -> tuple[str, str, str]:
+    """(RQ job id, worker, tier) of a `routed` entry."""
+    job_id, worker, priority = member.split(" ")
+    return job_id, worker, priority

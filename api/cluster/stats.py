@@ -37,7 +37,7 @@ class ClusterStats:
         for model in models:
             depths = out[model] = {tier: int(next(counts)) for tier in columns}
             for member in next(counts):
-                depths[keys.parse_routed_member(as_text(member))[2]] += 1
+                depths[tiers.parse_routed_member(as_text(member))[2]] += 1
         return out
 
     async def in_flight(self, batch: bool | None = None) -> dict[str, int]:

@@ -142,11 +142,11 @@ class Router:
             members = [
                 m
                 for m in await self._r.zrange(index, 0, -1)
-                if keys.parse_routed_member(as_text(m))[1] == worker
+                if tiers.parse_routed_member(as_text(m))[1] == worker
             ]
         back = 0
         for raw in members:
-            job_id, owner, tier = keys.parse_routed_member(as_text(raw))
+            job_id, owner, tier = tiers.parse_routed_member(as_text(raw))
             back += await self._fall_back(
                 keys=[
                     keys.rq_queue_key(tiers.routed_queue_name(model, tier, owner)),

@@ -186,7 +186,7 @@ def test_a_dead_worker_s_routed_jobs_go_back_and_its_claims_and_rq_registry_go(s
     q.zadd(keys.workers("m"), {"w-dead": 1})
     routed = tiers.routed_queue_name("m", "default", "w-dead")
     q.rpush(keys.rq_queue_key(routed), "chatcmpl-z")
-    q.zadd(keys.routed("m"), {keys.routed_member("chatcmpl-z", "w-dead", "default"): 10**13})  # not due
+    q.zadd(keys.routed("m"), {tiers.routed_member("chatcmpl-z", "w-dead", "default"): 10**13})  # not due
     q.sadd(keys.held_prefixes("w-dead"), "d1")
     q.sadd(keys.rq_queue_workers_key(routed), "rq:worker:w-dead")
     reap(server, connected=set())

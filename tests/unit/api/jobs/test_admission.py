@@ -15,7 +15,7 @@ from api.http.errors import APIError
 from api.jobs.admission import Admission, OpenStreams
 from api.jobs.memory import MemoryWatch
 from api.settings import Intake, Quotas
-from contract import keys
+from contract import keys, tiers
 
 TICKETS: list = []  # streams held open for the length of the test run
 
@@ -102,7 +102,7 @@ def test_jobs_routed_to_a_worker_s_own_queue_count_in_the_depth():
         client = fakeredis.FakeAsyncRedis()
         await client.zadd(keys.workers("m"), {"w": 10**13})
         for i in range(2):  # waiting in w's routed queue, not the shared ones
-            await client.zadd(keys.routed("m"), {keys.routed_member(f"rq-{i}", "w", "default"): 10**13})
+            await client.zadd(keys.routed("m"), {tiers.routed_member(f"rq-{i}", "w", "default"): 10**13})
         gate = admission(Intake(max_queue_depth=3), client=client)
         await gate.model("m", "third", (1, "messages"))
         with pytest.raises(APIError) as exc:
