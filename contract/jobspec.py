@@ -19,7 +19,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
-from contract.schema import SchemaError, schema_grammar
+from contract.gbnf import SchemaError
+from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
 
 ROLES = ("system", "user", "assistant", "tool")

@@ -6,8 +6,9 @@ failure."""
 from __future__ import annotations
 
 from api.http.errors import invalid
+from contract.gbnf import SchemaError
 from contract.jobspec import NAMED, TOOL_NAME, Tool
-from contract.schema import SchemaError, check_size, schema_grammar
+from contract.schema import check_size, schema_grammar
 
 
 def checked_tools(defs: list[tuple[str, str | None, dict | None]], where: str) -> tuple[Tool, ...]:

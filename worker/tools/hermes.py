@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import json
 
+from contract.gbnf import Grammar, composed, literal
 from contract.jobspec import JobSpec
-from contract.schema import (
-    Grammar,
-    composed,
-    literal,
-)
 from worker.text.json_scan import SPACE, JsonScanner, ScanError
 from worker.text.replies import Calls, Parts, PlainReply, Reply
 from worker.tools.rules import arguments_value, call_rule, chosen, only_calls, response_grammar, response_rule

@@ -7,12 +7,8 @@ from __future__ import annotations
 
 import json
 
+from contract.gbnf import Grammar, composed, json_literal
 from contract.jobspec import JobSpec, Message
-from contract.schema import (
-    Grammar,
-    composed,
-    json_literal,
-)
 from worker.text.json_scan import JsonScanner
 from worker.text.replies import Calls, Parts, PlainReply, Reply
 from worker.tools.rules import arguments_value, call_rule, chosen, only_calls, response_grammar, response_rule

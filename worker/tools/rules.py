@@ -5,14 +5,9 @@ from __future__ import annotations
 
 import json
 
+from contract.gbnf import Grammar, json_literal, json_object_grammar
 from contract.jobspec import JobSpec, Tool
-from contract.schema import (
-    Compiler,
-    Grammar,
-    json_literal,
-    json_object_grammar,
-    schema_grammar,
-)
+from contract.schema import Compiler, schema_grammar
 
 
 def response_grammar(spec: JobSpec) -> str | None:

@@ -11,14 +11,8 @@ import tracemalloc
 
 import pytest
 
-from contract.schema import (
-    MAX_BOUND,
-    MAX_SCHEMA_BYTES,
-    SchemaError,
-    json_object_grammar,
-    literal,
-    schema_grammar,
-)
+from contract.gbnf import SchemaError, json_object_grammar, literal
+from contract.schema import MAX_BOUND, MAX_SCHEMA_BYTES, schema_grammar
 
 
 @pytest.mark.parametrize(
