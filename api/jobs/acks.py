@@ -17,7 +17,7 @@ A server without replicas has none to wait for. But one that had a replica in th
 has lost its replica to the promotion, a promoted one has none until the old primary has
 synced from it, a restarted one until its replica has synced again, and a failure in that
 window loses what only the primary held. So while the replica is away new jobs wait for it
-(`CONFIRM_FOR_S` at most: api/jobs/store.py), which with one replica is the price of the
+(`CONFIRM_FOR_S` at most: `confirm_new_job`), which with one replica is the price of the
 guarantee (a second replica removes it). When a round fails, the caller writes the job again
 where the primary is now. The replica count is read every `REFRESH_S` by `ReplicaWatch`, not
 only when a job is made: an API process making a job every 20 s would otherwise see the
@@ -35,8 +35,10 @@ failed has none until the old primary comes back).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -46,9 +48,11 @@ from redis.exceptions import RedisError
 
 from api.cluster.tasks import Background, every
 from contract import keys
+from contract.servers import Servers
 
 log = logging.getLogger(__name__)
 
+CONFIRM_FOR_S = 5.0  # how long a new job is recorded again until a replica has it
 REFRESH_S = 2.0  # how often the replica count is read again
 REMEMBER_S = 15.0  # a replica seen this recently is waited for, even while none is connected
 
@@ -208,3 +212,40 @@ class ReplicaWatch:
     async def _look(self) -> None:
         for confirms in self._confirms:
             await confirms.look()
+
+
+@dataclass(frozen=True)
+class Again:
+    """What confirming a new job may do again on the primary there is now."""
+
+    record: Callable[[], Awaitable[bool]]  # RECORD the job (False: it is there already)
+    entry_lost: Callable[[], Awaitable[bool]]  # queued, but the queues server has no RQ record
+    enqueue: Callable[[], Awaitable[None]]
+
+
+async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: Again) -> None:
+    """Return once a replica holds the new job. A failover meanwhile may have lost it with
+    the old primary's last writes: the job is recorded and queued again on the primary there
+    is now (RECORD changes nothing if the job is there; a second queue entry of a job that
+    runs or ran is dropped by CLAIM), until a replica has it or `CONFIRM_FOR_S` passes. With
+    two servers, the queues server may lose the queue entry alone (the streams server kept
+    the job, its pending mark cleared): it is queued again if still queued with no RQ record."""
+    deadline = time.monotonic() + CONFIRM_FOR_S
+    while True:
+        if acks.split:
+            held, queued = await asyncio.gather(acks.streams.settled(keys.job(job_id)), acks.queues.settled())
+        else:
+            held = queued = await acks.streams.settled(keys.job(job_id))
+        if held and queued:
+            return
+        if time.monotonic() >= deadline:
+            log.warning("no replica acknowledged %s in %.0fs: answered anyway", job_id, CONFIRM_FOR_S)
+            return
+        await asyncio.sleep(0.2)
+        with contextlib.suppress(RedisError):  # Redis still away: wait and try again
+            if not held and await again.record():
+                log.warning("job %s was lost in a failover: recorded and queued again", job_id)
+                await again.enqueue()
+            elif not queued and await again.entry_lost():
+                log.warning("job %s lost its queue entry in a failover: queued again", job_id)
+                await again.enqueue()

@@ -7,11 +7,9 @@ contract's keys and Lua scripts.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import json
 import logging
-import time
 from dataclasses import replace
 
 import anyio
@@ -20,7 +18,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from api.jobs.acks import Confirms
+from api.jobs.acks import Again, Confirms, confirm_new_job
 from api.jobs.indexes import ShardIndexes
 from api.jobs.owners import (
     RECORD_GRACE_MS,
@@ -43,8 +41,6 @@ from contract.servers import Servers
 from contract.settings import Recovery
 
 log = logging.getLogger(__name__)
-
-CONFIRM_FOR_S = 5.0  # how long a new job is recorded again until a replica has it
 
 
 class JobStore:
@@ -185,36 +181,17 @@ class JobStore:
         extra: dict[str, str],
         routed: bool,
     ) -> None:
-        """Return once a replica holds the new job (api/jobs/acks.py). A failover meanwhile may
-        have lost it with the old primary's last writes: the job is recorded and queued again
-        on the primary there is now (RECORD changes nothing if the job is there; a second
-        queue entry of a job that runs or ran is dropped by CLAIM), until a replica has it or
-        `CONFIRM_FOR_S` passes. With two servers, the queues server may lose the queue entry
-        alone (the streams server kept the job, its pending mark cleared): it is queued again
-        if still queued with no RQ record."""
-        acks = self._acks
-        if acks is None:
+        """Return once a replica holds the new job, recording and queueing it again on the
+        primary there is now should a failover have lost it (api/jobs/acks.py
+        `confirm_new_job`)."""
+        if self._acks is None:
             return
-        deadline = time.monotonic() + CONFIRM_FOR_S
-        while True:
-            if acks.split:
-                checks = acks.streams.settled(keys.job(spec.id)), acks.queues.settled()
-                held, queued = await asyncio.gather(*checks)
-            else:
-                held = queued = await acks.streams.settled(keys.job(spec.id))
-            if held and queued:
-                return
-            if time.monotonic() >= deadline:
-                log.warning("no replica acknowledged %s in %.0fs: answered anyway", spec.id, CONFIRM_FOR_S)
-                return
-            await asyncio.sleep(0.2)
-            with contextlib.suppress(RedisError):  # Redis still away: wait and try again
-                if not held and await self._record(spec, spec_json, state, idempotency, extra):
-                    log.warning("job %s was lost in a failover: recorded and queued again", spec.id)
-                    await self._enqueue(spec, keep_on_failure=True, routed=routed)
-                elif not queued and await self._entry_lost(spec.id):
-                    log.warning("job %s lost its queue entry in a failover: queued again", spec.id)
-                    await self._enqueue(spec, keep_on_failure=True, routed=routed)
+        again = Again(
+            record=lambda: self._record(spec, spec_json, state, idempotency, extra),
+            entry_lost=lambda: self._entry_lost(spec.id),
+            enqueue=lambda: self._enqueue(spec, keep_on_failure=True, routed=routed),
+        )
+        await confirm_new_job(self._acks, spec.id, again)
 
     async def _entry_lost(self, completion_id: str) -> bool:
         """The job waits to start but the queues server has no RQ record of it: a worker
