@@ -89,6 +89,10 @@ class Tool:
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+TEMPERATURE = 1.0  # OpenAI's default, where a request names none
+TOP_P = 1.0  # the same
+
+
 @dataclass(frozen=True)
 class JobSpec:
     id: str
@@ -97,8 +101,8 @@ class JobSpec:
     messages: tuple[Message, ...] = ()
     prompt: str = ""
     max_tokens: int | None = None  # None: until the context is full
-    temperature: float = 1.0
-    top_p: float = 1.0
+    temperature: float = TEMPERATURE
+    top_p: float = TOP_P
     stop: tuple[str, ...] = field(default_factory=tuple)
     seed: int | None = None
     presence_penalty: float = 0.0
@@ -157,8 +161,8 @@ class JobSpec:
                 messages=messages,
                 prompt=data.get("prompt", ""),
                 max_tokens=data.get("max_tokens"),
-                temperature=data.get("temperature", 1.0),
-                top_p=data.get("top_p", 1.0),
+                temperature=data.get("temperature", TEMPERATURE),
+                top_p=data.get("top_p", TOP_P),
                 stop=tuple(data.get("stop", ())),
                 seed=data.get("seed"),
                 presence_penalty=data.get("presence_penalty", 0.0),

@@ -8,6 +8,7 @@ A few fields change nothing here by their nature and are accepted: `user`, `meta
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Annotated, Literal
 
 from pydantic import Field
@@ -16,7 +17,7 @@ from api.http.errors import invalid
 from api.http.parsing import Strict, too_many
 from api.settings import Limits
 from contract.errors import STRING_TOO_LONG
-from contract.jobspec import JobSpec
+from contract.jobspec import JobSpec, Message
 
 MAX_TOOLS = 128  # OpenAI's limit
 
@@ -133,3 +134,14 @@ class Body(Strict):
                 param="stop",
                 error=STRING_TOO_LONG,
             )
+
+
+def first_unanswered(messages: Iterable[Message]) -> int | None:
+    """The index of the first tool result that answers no call made before it (OpenAI's rule,
+    for chat's messages and a response's items alike); None when every one answers one."""
+    calls: set[str] = set()
+    for i, m in enumerate(messages):
+        calls.update(c.id for c in m.tool_calls)
+        if m.role == "tool" and m.tool_call_id not in calls:
+            return i
+    return None

@@ -27,9 +27,10 @@ from api.surfaces.body import (
     StopString,
     Temperature,
     TopP,
+    first_unanswered,
 )
 from api.surfaces.structured import checked_choice, checked_format, checked_tools
-from contract.jobspec import MAX_TOP_LOGPROBS, JobSpec, Message, Tool, ToolCall
+from contract.jobspec import MAX_TOP_LOGPROBS, TEMPERATURE, TOP_P, JobSpec, Message, Tool, ToolCall
 
 MAX_LOGIT_BIAS = 300
 
@@ -170,8 +171,8 @@ class CompletionBody(Body):
 
     def _sampling(self) -> dict:
         return {
-            "temperature": 1.0 if self.temperature is None else float(self.temperature),
-            "top_p": 1.0 if self.top_p is None else float(self.top_p),
+            "temperature": TEMPERATURE if self.temperature is None else float(self.temperature),
+            "top_p": TOP_P if self.top_p is None else float(self.top_p),
             "stop": tuple(self.stops()),
             "seed": self.seed,
             "presence_penalty": float(self.presence_penalty or 0.0),
@@ -243,17 +244,13 @@ class ChatRequest(CompletionBody):
         return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=cid)
 
     def _check_conversation(self) -> None:
-        """OpenAI's rules: only assistants call tools, and a tool result answers a call made
-        before it."""
-        calls: set[str] = set()
-        for i, m in enumerate(self.messages):
-            calls.update(c.id for c in m.tool_calls or ())
-            if isinstance(m, ToolMessage) and m.tool_call_id not in calls:
-                raise invalid(
-                    f"Invalid 'messages[{i}]': a message with role 'tool' must answer a tool call "
-                    "of an earlier assistant message ('tool_call_id' names none).",
-                    param=f"messages[{i}].tool_call_id",
-                )
+        i = first_unanswered(self._message(m) for m in self.messages)
+        if i is not None:
+            raise invalid(
+                f"Invalid 'messages[{i}]': a message with role 'tool' must answer a tool call "
+                "of an earlier assistant message ('tool_call_id' names none).",
+                param=f"messages[{i}].tool_call_id",
+            )
 
     def _tools(self) -> tuple[Tool, ...]:
         defs = [(t.function.name, t.function.description, t.function.parameters) for t in self.tools or ()]

@@ -28,6 +28,7 @@ from api.surfaces.body import (
     SchemaName,
     Temperature,
     TopP,
+    first_unanswered,
 )
 from api.surfaces.responses.items import (
     call_item,
@@ -39,7 +40,7 @@ from api.surfaces.responses.items import (
 )
 from api.surfaces.structured import checked_choice, checked_format, checked_tools
 from contract import errors
-from contract.jobspec import JobSpec, Message
+from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message
 from contract.keys import JobField
 
 
@@ -216,8 +217,8 @@ class ResponsesRequest(Body):
             model=self.model,
             messages=tuple(messages),
             max_tokens=self.max_output_tokens or limits.max_tokens,
-            temperature=1.0 if self.temperature is None else float(self.temperature),
-            top_p=1.0 if self.top_p is None else float(self.top_p),
+            temperature=TEMPERATURE if self.temperature is None else float(self.temperature),
+            top_p=TOP_P if self.top_p is None else float(self.top_p),
             response_format=checked_format(fmt.type, fmt.schema_, "text.format.schema") if fmt else None,
             tools=tools,
             tool_choice=tool_choice,
@@ -239,8 +240,8 @@ class ResponsesRequest(Body):
             "max_output_tokens": self.max_output_tokens,
             "parallel_tool_calls": self.parallel_tool_calls is not False,
             "previous_response_id": self.previous_response_id,
-            "temperature": 1.0 if self.temperature is None else self.temperature,
-            "top_p": 1.0 if self.top_p is None else self.top_p,
+            "temperature": TEMPERATURE if self.temperature is None else self.temperature,
+            "top_p": TOP_P if self.top_p is None else self.top_p,
             "format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"},
             "tool_choice": choice.model_dump()
             if isinstance(choice, ToolChoiceFunction)
@@ -296,12 +297,9 @@ class ResponsesRequest(Body):
 
 
 def _check_conversation(messages: list[Message]) -> None:
-    """A function call's output must answer a call made before it (OpenAI's rule)."""
-    calls: set[str] = set()
-    for m in messages:
-        calls.update(c.id for c in m.tool_calls)
-        if m.role == "tool" and m.tool_call_id not in calls:
-            raise _no_call(m.tool_call_id)
+    i = first_unanswered(messages)
+    if i is not None:
+        raise _no_call(messages[i].tool_call_id)
 
 
 def _no_call(call_id: str) -> APIError:

@@ -18,6 +18,7 @@ from api.jobs.state import JobState
 from api.surfaces.answer import Answer
 from contract.entries import CANCELLED, LENGTH, Delta, Entry, Failed, Finished, Rows, Started
 from contract.errors import status_of
+from contract.jobspec import TEMPERATURE, TOP_P
 
 ID_PREFIX = "resp_"
 DELTA_EVENTS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
@@ -95,12 +96,12 @@ class ResponseObjects:
             "reasoning": {"effort": None, "summary": None},
             "service_tier": echo.get("service_tier", "default"),
             "store": self.stored,
-            "temperature": echo.get("temperature", 1.0),
+            "temperature": echo.get("temperature", TEMPERATURE),
             "text": {"format": echo.get("format", {"type": "text"}), "verbosity": "medium"},
             "tool_choice": echo.get("tool_choice", "auto"),
             "tools": echo.get("tools", []),
             "top_logprobs": 0,
-            "top_p": echo.get("top_p", 1.0),
+            "top_p": echo.get("top_p", TOP_P),
             "truncation": "disabled",
             "usage": usage,
             "user": echo.get("user"),
