@@ -399,3 +399,10 @@ def test_ignore_eos_cannot_go_with_a_grammar():
     with pytest.raises(APIError) as info:
         parse(ChatRequest, body).to_spec("c", LIMITS)
     assert info.value.param == "ignore_eos"
+
+
+def test_a_tool_message_must_answer_an_earlier_call():
+    messages = [{"role": "user", "content": "x"}, {"role": "tool", "tool_call_id": "c9", "content": "y"}]
+    with pytest.raises(APIError) as caught:
+        parse(ChatRequest, chat(messages=messages)).to_spec("chatcmpl-1", LIMITS)
+    assert caught.value.status == 400 and caught.value.param == "messages[1].tool_call_id"
