@@ -261,7 +261,7 @@ class BatchDriver:
             }.get(ending, errors.BATCH_CANCELLED.brief())
             return out, True, (0, 0)
         surface = BY_NAME[job.surface]
-        answer = surface.chunks_of(job).answer(await self._s.jobs.whole(cid))
+        answer = surface.objects_of(job).answer(await self._s.jobs.whole(cid))
         assert answer is not None  # the job has ended
         out["response"] = {"status_code": answer.status, "request_id": cid, "body": answer.body}
         usage = answer.body.get("usage") or {}

@@ -37,19 +37,19 @@ class Objects(Protocol):
     def deleted(self) -> dict: ...
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Surface:
     name: str  # recorded in the job hash: a job id is only found through its own surface
     path: str  # POST here creates; {path}/{id} retrieves or resumes, deletes; .../cancel cancels
     id_prefix: str
     noun: str  # what its errors call one ("completion", "response")
     body: type[Body]
-    chunks: Any  # the class of its objects (`Objects`, with `of(job)`), built from a job's entries
+    objects: Any  # the class of its objects (`Objects`, with `of(job)`), built from a job's entries
     events: Callable[[Any, str | None], Events]  # its SSE stream from a raw resume cursor
 
     @property
     def object(self) -> str:
-        return self.chunks.object
+        return self.objects.object
 
     def new_id(self) -> str:
         """Unguessable (148 random bits), letters and digits only (RQ job ids allow them, and
@@ -62,16 +62,36 @@ class Surface:
         rest = completion_id[len(self.id_prefix) :]
         return completion_id.startswith(self.id_prefix) and _ID_REST.fullmatch(rest) is not None
 
-    def chunks_of(self, job: JobState) -> Objects:
-        return self.chunks.of(job)
+    def objects_of(self, job: JobState) -> Objects:
+        return self.objects.of(job)
 
 
 CHAT = Surface(
-    "chat", "/v1/chat/completions", "chatcmpl-", "completion", ChatRequest, ChatChunks, chunk_events
+    name="chat",
+    path="/v1/chat/completions",
+    id_prefix="chatcmpl-",
+    noun="completion",
+    body=ChatRequest,
+    objects=ChatChunks,
+    events=chunk_events,
 )
-TEXT = Surface("text", "/v1/completions", "cmpl-", "completion", CompletionRequest, TextChunks, chunk_events)
+TEXT = Surface(
+    name="text",
+    path="/v1/completions",
+    id_prefix="cmpl-",
+    noun="completion",
+    body=CompletionRequest,
+    objects=TextChunks,
+    events=chunk_events,
+)
 RESPONSES = Surface(
-    "responses", "/v1/responses", ID_PREFIX, "response", ResponsesRequest, ResponseObjects, response_events
+    name="responses",
+    path="/v1/responses",
+    id_prefix=ID_PREFIX,
+    noun="response",
+    body=ResponsesRequest,
+    objects=ResponseObjects,
+    events=response_events,
 )
 SURFACES = (CHAT, TEXT, RESPONSES)
 BATCHABLE = {s.path: s for s in (CHAT, TEXT)}

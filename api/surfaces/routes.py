@@ -98,13 +98,13 @@ class Endpoints:
                 log.info("a retry (Idempotency-Key) of %s", job.id)
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
-            chunks = self.surface.chunks_of(job)
+            objects = self.surface.objects_of(job)
             if ticket is None:
                 if job.detached:
-                    return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))
-                return await collect(request, services, chunks, arrived_ms)
+                    return respond(objects.pending(queued=job.status == JobStatus.QUEUED))
+                return await collect(request, services, objects, arrived_ms)
             timing = StreamTiming(services.metrics, job.model, arrived)
-            events = self.surface.events(chunks, None)  # a retry gets the whole stream from the start
+            events = self.surface.events(objects, None)  # a retry gets the whole stream from the start
             stream = SSEStream(
                 services,
                 events,
@@ -178,11 +178,11 @@ class Endpoints:
         status before)."""
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
-        chunks = self.surface.chunks_of(job)
+        objects = self.surface.objects_of(job)
         if _streaming(request):
             raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")
             try:
-                events = self.surface.events(chunks, raw)
+                events = self.surface.events(objects, raw)
             except BadCursor as exc:
                 raise APIError(errors.INVALID_CURSOR, str(exc), param="starting_after") from None
             ticket = services.admission.stream(job.owner)
@@ -204,10 +204,10 @@ class Endpoints:
             except BaseException:
                 ticket.release()
                 raise
-        answer = chunks.answer(await services.jobs.whole(job.id))
+        answer = objects.answer(await services.jobs.whole(job.id))
         if answer is not None:
             return respond(answer)
-        return respond(chunks.pending(queued=job.status == JobStatus.QUEUED))
+        return respond(objects.pending(queued=job.status == JobStatus.QUEUED))
 
     async def cancel(self, request: Request) -> Response:
         """Stop a job: a queued one ends at once, a running one at its worker's next token.
@@ -216,7 +216,7 @@ class Endpoints:
         if not job.ended:
             await services.jobs.cancel(job.id)
             job = await services.jobs.state(job.id) or job
-        return JSONResponse(self.surface.chunks_of(job).cancelled(job.status))
+        return JSONResponse(self.surface.objects_of(job).cancelled(job.status))
 
     async def delete(self, request: Request) -> Response:
         """Remove the job's data (request, events, queue entries) now rather than at the end of
@@ -224,7 +224,7 @@ class Endpoints:
         services, job = await self._job_of(request)
         await services.jobs.purge(job.id)
         log.info("purged on request")
-        return JSONResponse(self.surface.chunks_of(job).deleted())
+        return JSONResponse(self.surface.objects_of(job).deleted())
 
     async def _job_of(self, request: Request) -> tuple[Services, JobState]:
         """The job named in the path, if it exists, belongs to this surface and to the
