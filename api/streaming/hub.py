@@ -85,7 +85,7 @@ class StreamHub:
         self._block_ms = block_ms
         self._process = uuid.uuid4().hex
         self._sharded = cluster_url(url) is not None
-        self._readers: dict[int, _Reader] = {}
+        self._readers: dict[int, _GroupReader] = {}
         self._started = False
         self._topology = asyncio.Lock()
         self._mapped_at = 0.0  # monotonic: when the slot map was last read again
@@ -105,11 +105,11 @@ class StreamHub:
     def watched(self) -> int:
         return sum(len(r.watched) for r in self._readers.values())
 
-    def _reader(self, group: int) -> _Reader:
+    def _reader(self, group: int) -> _GroupReader:
         reader = self._readers.get(group)
         if reader is None:
             control = keys.hub_control(self._process, group)
-            reader = self._readers[group] = _Reader(
+            reader = self._readers[group] = _GroupReader(
                 self._client, control, self._block_ms, self._connect, self._lost
             )
             if self._started:
@@ -146,7 +146,7 @@ class StreamHub:
             yield watch
 
 
-class _Reader:
+class _GroupReader:
     """One blocking XREAD over a set of streams (every shard's, or one shard's) and a control
     stream in the same slot, on a connection of its own."""
 

@@ -48,7 +48,7 @@ class StreamLost(Exception):
     """Redis could not be reached for too long to go on relaying."""
 
 
-class _Reader:
+class _JobReader:
     """Reads one job's entries after a cursor, and knows when to look again without being
     woken: while Redis is away (every 0.5 s, up to `outage_s`), and when a queued job passes
     its start deadline (it is then ended here)."""
@@ -163,7 +163,7 @@ async def follow(
     outage_s: float = 10.0,
     resumes: Resumes | None = None,
 ) -> AsyncIterator[Rows | KeepAlive]:
-    reader = _Reader(store, completion_id, after, inclusive, outage_s, resumes)
+    reader = _JobReader(store, completion_id, after, inclusive, outage_s, resumes)
     async with hub.watch(keys.events(completion_id), after) as watch:
         quiet_since = time.monotonic()
         while True:

@@ -214,7 +214,7 @@ class AttemptRules:
         reply = engine.reply(spec)
         if prior:  # the text the earlier attempts generated: the reply goes on where it was
             reply.feed(b"".join(engine.piece(t) for t in prior).decode("utf-8", "replace"))
-        out = _Output(engine, pub, attempt, reply, spec.logprobs)
+        out = _Sender(engine, pub, attempt, reply, spec.logprobs)
         reason = LENGTH  # the context window filled up
 
         def progressed() -> None:  # a step read part of the prompt: not a hung native call
@@ -348,7 +348,7 @@ class AttemptRules:
             log.warning("could not hand off %s: %s", attempt.completion_id, exc)
 
 
-class _Output:
+class _Sender:
     """An attempt's text on its way to the stream: each released piece read by the job's
     reply (content and tool-call fragments) and published with its tokens' logprobs."""
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from api.jobs.store import JobStore
-from api.streaming.relay import _Reader
+from api.streaming.relay import _JobReader
 from contract import entries, errors, keys
 from contract.entries import Delta, Failed, Started
 from contract.settings import Recovery
@@ -24,7 +24,7 @@ def write(r, entry_id: str, entry) -> None:
 def read_after(pair: FakePair, cursor: str) -> list:
     async def go() -> list:
         store = JobStore(pair.aio(), pair.sync(), queue_wait_s=60, recovery=Recovery())
-        return await _Reader(store, CID, cursor, inclusive=False, outage_s=1.0).read()
+        return await _JobReader(store, CID, cursor, inclusive=False, outage_s=1.0).read()
 
     return asyncio.run(go())
 
@@ -62,7 +62,7 @@ def test_a_job_missing_for_a_moment_is_not_gone_at_once(monkeypatch):
 
     async def go() -> tuple[list, float, list]:
         store = JobStore(pair.aio(), pair.sync(), queue_wait_s=60, recovery=Recovery())
-        reader = _Reader(store, CID, "0", inclusive=False, outage_s=1.0)
+        reader = _JobReader(store, CID, "0", inclusive=False, outage_s=1.0)
         first = await reader.read()
         again_in = reader.look_again_in()
         await asyncio.sleep(0.35)
