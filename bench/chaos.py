@@ -11,7 +11,7 @@ would, and then checks every stream end to end:
 
 - a client whose connection breaks resumes with `GET /v1/chat/completions/{id}?stream=true`
   and `Last-Event-ID`, alternating between the replicas, with backoff while they or Redis
-  are down; a POST that broke before its first event (no completion id yet) is sent again
+  are down; a POST that broke before its first event (no job id yet) is sent again
   with the same `Idempotency-Key`, which attaches it to the job the first one may have
   created, and the server answers it from the start;
 - each stream's events are stitched across its connections (a resume sends only what follows
@@ -207,7 +207,7 @@ class Cluster:
         """The live workers holding a running job (the job hash's `worker` field)."""
         try:
             running = running_ids(self.r)
-            names = {self.r.hget(keys.job(cid), keys.JobField.WORKER) for cid in running}
+            names = {self.r.hget(keys.job(job_id), keys.JobField.WORKER) for job_id in running}
         except redis.RedisError:
             return []
         procs = (self.workers.get(n.decode()) for n in names if n)
@@ -425,7 +425,7 @@ class Stitched:
 
     raw: bytearray = field(default_factory=bytearray)
     pending: bytearray = field(default_factory=bytearray)  # an event not yet complete
-    completion_id: str | None = None
+    job_id: str | None = None
     last_id: str | None = None
     done: bool = False
     broke_at: float | None = None  # when the current interruption began
@@ -456,14 +456,14 @@ class Stitched:
             self.stalls.append(now - self.last_event_at)
         self.last_event_at = now
         self.last_id = event_id
-        if self.completion_id is None:
-            self.completion_id = json.loads(data)["id"]
+        if self.job_id is None:
+            self.job_id = json.loads(data)["id"]
 
     def cut(self, now: float) -> None:
-        """The connection broke: drop the torn event; before any event (no completion id),
+        """The connection broke: drop the torn event; before any event (no job id),
         drop everything, since the retried POST answers from the start."""
         self.pending.clear()
-        if self.completion_id is None:
+        if self.job_id is None:
             self.raw.clear()
         if self.broke_at is None:
             self.broke_at = now
@@ -548,20 +548,20 @@ class Client:
 
     def _connect(self, base: str) -> None:
         rec = self.rec
-        if rec.sse.completion_id is None:
+        if rec.sse.job_id is None:
             rec.posts += 1
             request = httpx.stream(
                 "POST", base + CHAT, json=rec.body, headers={"Idempotency-Key": rec.key}, timeout=self.timeout
             )
         else:
-            url = f"{base}{CHAT}/{rec.sse.completion_id}?stream=true"
+            url = f"{base}{CHAT}/{rec.sse.job_id}?stream=true"
             headers = {"Last-Event-ID": rec.sse.last_id or ""}
             request = httpx.stream("GET", url, headers=headers, timeout=self.timeout)
         with request as resp:
             if resp.status_code != 200:
                 self._refused(resp)
                 return
-            rec.resumes += rec.sse.completion_id is not None
+            rec.resumes += rec.sse.job_id is not None
             for chunk in resp.iter_bytes():
                 rec.sse.feed(chunk, time.monotonic())
                 if rec.sse.done or time.monotonic() >= self.give_up_at:
@@ -572,7 +572,7 @@ class Client:
         if resp.status_code in RETRYABLE:
             return
         what = f"{resp.request.method} {resp.request.url.path} answered {resp.status_code}: {body}"
-        self.rec.fail("lost" if resp.status_code == 404 and self.rec.sse.completion_id else "broken", what)
+        self.rec.fail("lost" if resp.status_code == 404 and self.rec.sse.job_id else "broken", what)
 
 
 # ---------------------------------------------------------------- checking the streams
@@ -593,18 +593,18 @@ def ids_increasing(raw: bytes) -> bool:
     return all(a < b for a, b in itertools.pairwise(order))
 
 
-def replay(bases: list[str], completion_id: str, attempts: int = 10) -> bytes:
+def replay(bases: list[str], job_id: str, attempts: int = 10) -> bytes:
     """The server's own stream of the job, from the start (no cursor)."""
     for attempt in range(attempts):
         base = bases[attempt % len(bases)]
         try:
-            resp = httpx.get(f"{base}{CHAT}/{completion_id}?stream=true", timeout=60)
+            resp = httpx.get(f"{base}{CHAT}/{job_id}?stream=true", timeout=60)
             if resp.status_code == 200:
                 return resp.content
         except httpx.TransportError:
             pass
         time.sleep(0.5)
-    raise RuntimeError(f"no replay of {completion_id} after {attempts} attempts")
+    raise RuntimeError(f"no replay of {job_id} after {attempts} attempts")
 
 
 def text_difference(got: str, want: str) -> str:
@@ -630,11 +630,11 @@ def verify(rec: StreamRecord, bases: list[str], r: redis.Redis) -> None:
     if problem:
         rec.fail("broken", problem)
         return
-    cid = rec.sse.completion_id or ""
+    job_id = rec.sse.job_id or ""
     try:
-        want = check_stream(replay(bases, cid), "chat", include_usage=True)
+        want = check_stream(replay(bases, job_id), "chat", include_usage=True)
     except (*SAFE_OUTCOME, RuntimeError) as exc:
-        rec.fail("lost", f"replay of {cid}: {exc!r}")
+        rec.fail("lost", f"replay of {job_id}: {exc!r}")
         return
     if got.text != want.text:
         rec.fail("lost", text_difference(got.text, want.text))
@@ -653,7 +653,7 @@ def _stream_problem(rec: StreamRecord, got: Parsed, raw: bytes, r: redis.Redis) 
     if got.usage is None or got.usage["completion_tokens"] > rec.body["max_tokens"]:
         return f"usage {got.usage} for max_tokens {rec.body['max_tokens']}"
     try:
-        status = r.hget(keys.job(rec.sse.completion_id or ""), keys.JobField.STATUS)
+        status = r.hget(keys.job(rec.sse.job_id or ""), keys.JobField.STATUS)
     except redis.RedisError as exc:
         return f"could not read the job's status: {exc!r}"
     if status != b"done":
@@ -661,18 +661,18 @@ def _stream_problem(rec: StreamRecord, got: Parsed, raw: bytes, r: redis.Redis) 
     return ""
 
 
-def job_facts(r: redis.Redis, completion_id: str) -> str:
+def job_facts(r: redis.Redis, job_id: str) -> str:
     """Where a job that failed its check stands in Redis: its hash, and which lists hold it
     (the model's queue; RQ's intermediate list or a worker's inbox: taken, never claimed)."""
-    mine = completion_id.encode()  # a continuation's RQ id starts with the completion id
+    mine = job_id.encode()  # a continuation's RQ id starts with the job id
     try:
-        state = r.hgetall(keys.job(completion_id))
+        state = r.hgetall(keys.job(job_id))
         lists = [
             key.decode()
             for key in r.scan_iter(count=1000, _type="list")
             if any(item.startswith(mine) for item in r.lrange(key, 0, -1))
         ]
-        running = r.zscore(keys.running(keys.shard(completion_id)), completion_id) is not None
+        running = r.zscore(keys.running(keys.shard(job_id)), job_id) is not None
     except redis.RedisError as exc:
         return f"job state unreadable: {exc!r}"
     if not state:
@@ -774,8 +774,8 @@ class Campaign:
             if not rec.sse.done and not rec.verdict:
                 rec.fail("hung", f"its client is still waiting (last event id {rec.sse.last_id})")
             verify(rec, self.cluster.bases, self.cluster.r)
-            if rec.verdict != "ok" and rec.sse.completion_id:
-                rec.reason += f" [job: {job_facts(self.cluster.r, rec.sse.completion_id)}]"
+            if rec.verdict != "ok" and rec.sse.job_id:
+                rec.reason += f" [job: {job_facts(self.cluster.r, rec.sse.job_id)}]"
         return self._report(records)
 
     def _slot(self, i: int) -> None:
@@ -836,7 +836,7 @@ class Campaign:
             lost=count["lost"],
             resumes=sum(r.resumes for r in records),
             post_retries=sum(max(0, r.posts - 1) for r in records),
-            orphan_jobs=orphan_jobs(self.cluster.r, {r.sse.completion_id or "" for r in records}),
+            orphan_jobs=orphan_jobs(self.cluster.r, {r.sse.job_id or "" for r in records}),
             faults={k: sum(f.kind == k for f in fired) for k in self.cfg.faults},
             faults_skipped=len(self.fault_log) - len(fired),
             recovery_gaps=Spread.of([g for r in records for g in r.sse.recovery_gaps]),
@@ -844,7 +844,7 @@ class Campaign:
             fault_log=self.fault_log,
             unexpected_exits=self.cluster.unexpected,
             failures=[
-                {"stream": r.n, "id": r.sse.completion_id, "verdict": r.verdict, "reason": r.reason}
+                {"stream": r.n, "id": r.sse.job_id, "verdict": r.verdict, "reason": r.reason}
                 for r in records
                 if r.verdict != "ok"
             ],

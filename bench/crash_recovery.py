@@ -83,11 +83,11 @@ def stream(
     return "".join(text), times, done and roles == 1 and finishes == 1
 
 
-def replay(base: str, cid: str) -> str:
+def replay(base: str, job_id: str) -> str:
     """The job's text as the server recorded it (a GET from the start, once it has ended)."""
     text = []
     with httpx.stream(
-        "GET", f"{base}/v1/chat/completions/{cid}", params={"stream": "true"}, timeout=60
+        "GET", f"{base}/v1/chat/completions/{job_id}", params={"stream": "true"}, timeout=60
     ) as resp:
         for line in resp.iter_lines():
             if line.startswith("data: {"):
@@ -96,10 +96,10 @@ def replay(base: str, cid: str) -> str:
     return "".join(text)
 
 
-def trace(r: redis.Redis, cid: str, state: dict) -> None:
+def trace(r: redis.Redis, job_id: str, state: dict) -> None:
     """After the signal: when the job went back to its queue, when a worker claimed it and
     which (polling its hash every 2 ms; the phases of the signal->next token gap)."""
-    job = keys.job(cid)
+    job = keys.job(job_id)
     epoch = int(r.hget(job, keys.JobField.EPOCH) or 0)
     deadline = time.perf_counter() + 30
     while time.perf_counter() < deadline:
@@ -193,17 +193,17 @@ def main() -> None:
                     state["fresh"] = pool.start().name
                     state["takeover"] = time.perf_counter()
 
-                def on_token(cid: str, count: int, cut=cut, state=state, sig=sig) -> None:
+                def on_token(job_id: str, count: int, cut=cut, state=state, sig=sig) -> None:
                     if "t" in state or count < cut:
                         return
                     if fresh and time.perf_counter() - state["takeover"] < args.lead:
                         return
-                    name = r.hget(keys.job(cid), keys.JobField.WORKER).decode()
+                    name = r.hget(keys.job(job_id), keys.JobField.WORKER).decode()
                     state["victim"] = pool.workers[name]
                     state["t"] = time.perf_counter()
                     state["victim"].signal(sig)
-                    state["cid"] = cid
-                    tracer = threading.Thread(target=trace, args=(r, cid, state), daemon=True)
+                    state["job_id"] = job_id
+                    tracer = threading.Thread(target=trace, args=(r, job_id, state), daemon=True)
                     tracer.start()
 
                 text, times, ok = stream(base, run, FRESH_MAX_TOKENS if fresh else MAX_TOKENS, on_token)
@@ -223,7 +223,7 @@ def main() -> None:
                             )
                     pool.reap(state["victim"])
                 proper += ok
-                kept += "cid" in state and text == replay(base, state["cid"])
+                kept += "job_id" in state and text == replay(base, state["job_id"])
             if fresh:
                 print(f"{sig.name}: {fresh_takeovers} of {runs} taken over by the freshly started worker")
             results[sig.name] = (gaps, kept, proper, runs, phases)

@@ -172,8 +172,8 @@ class Tokenspool:
         while sum(held.values()) < streams and time.monotonic() < deadline:
             time.sleep(0.05)
             held = {}
-            for cid in running_ids(r):
-                worker = r.hget(keys.job(cid), keys.JobField.WORKER)
+            for job_id in running_ids(r):
+                worker = r.hget(keys.job(job_id), keys.JobField.WORKER)
                 if worker:
                     held[worker.decode()] = held.get(worker.decode(), 0) + 1
         if not held:
@@ -415,10 +415,10 @@ async def _whole(client: httpx.AsyncClient, server: Tokenspool, max_tokens: int)
     return out
 
 
-async def _replay(client: httpx.AsyncClient, server: Tokenspool, cid: str) -> str:
+async def _replay(client: httpx.AsyncClient, server: Tokenspool, job_id: str) -> str:
     """The job's text as the server recorded it (GET ...?stream=true from the start)."""
     text = ""
-    async with client.stream("GET", f"{server.base}/v1/chat/completions/{cid}?stream=true") as resp:
+    async with client.stream("GET", f"{server.base}/v1/chat/completions/{job_id}?stream=true") as resp:
         async for line in resp.aiter_lines():
             if line.startswith("data: {"):
                 for c in json.loads(line[6:]).get("choices") or []:

@@ -128,7 +128,7 @@ class Tokenspool(Server):
     def kill_generating(self) -> None:
 
         r = sync_client(self.url)
-        busy = {r.hget(keys.job(cid), keys.JobField.WORKER).decode() for cid in running_ids(r)}
+        busy = {r.hget(keys.job(job_id), keys.JobField.WORKER).decode() for job_id in running_ids(r)}
         for p in self.procs[self._first_worker :]:
             if p.name in busy:
                 p.signal(signal.SIGKILL)

@@ -92,22 +92,24 @@ class Monitor:
             pass  # the server stopped at the end of the run
 
 
-def _marks(seen: list[dict], cid: str, workers: set[str], since: float) -> dict[str, float]:
+def _marks(seen: list[dict], job_id: str, workers: set[str], since: float) -> dict[str, float]:
     """The stage boundaries found in the commands after `since`."""
     rules = {
         "admitting": lambda c, w: (
             not w and c["client_type"] == "tcp" and f"ts:workers:{DEFAULT_MODEL_NAME}" in c["command"]
         ),
         "recorded": lambda c, w: (
-            c["command"].startswith("HSET") and f"job:{cid}" in c["command"] and "queued" in c["command"]
+            c["command"].startswith("HSET") and f"job:{job_id}" in c["command"] and "queued" in c["command"]
         ),
-        "enqueued": lambda c, w: c["command"].startswith("RPUSH rq:queue:") and cid in c["command"],
-        "taken": lambda c, w: c["command"].startswith("HSET ts:inbox:") and cid in c["command"],
+        "enqueued": lambda c, w: c["command"].startswith("RPUSH rq:queue:") and job_id in c["command"],
+        "taken": lambda c, w: c["command"].startswith("HSET ts:inbox:") and job_id in c["command"],
         "claimed": lambda c, w: (
-            c["command"].startswith("HSET") and f"job:{cid}" in c["command"] and " running " in c["command"]
+            c["command"].startswith("HSET")
+            and f"job:{job_id}" in c["command"]
+            and " running " in c["command"]
         ),
-        "started": lambda c, w: c["command"].startswith(f"XADD {keys.events(cid)} * k s "),
-        "first delta": lambda c, w: c["command"].startswith(f"XADD {keys.events(cid)} * k d "),
+        "started": lambda c, w: c["command"].startswith(f"XADD {keys.events(job_id)} * k s "),
+        "first delta": lambda c, w: c["command"].startswith(f"XADD {keys.events(job_id)} * k d "),
     }
     found: dict[str, float] = {}
     for c in seen:
@@ -129,13 +131,13 @@ def one(client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int)
         "messages": [{"role": "user", "content": f"Note {next(_n)}: tell me about lighthouses."}],
     }
     times = {"sent": time.time()}
-    cid = ""
+    job_id = ""
     with client.stream("POST", "/chat/completions", json=body) as resp:
         for line in resp.iter_lines():
             if not line.startswith("data: {"):
                 continue
             chunk = json.loads(line[6:])
-            cid = chunk["id"]
+            job_id = chunk["id"]
             if chunk["choices"] and chunk["choices"][0]["delta"].get("content"):
                 times.setdefault("received", time.time())
     time.sleep(0.1)  # the monitor thread has read every command by then
@@ -144,10 +146,10 @@ def one(client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int)
         for c in r.client_list()
         if c["name"].startswith(keys.WORKER_CONNECTION_PREFIX)
     }
-    times.update(_marks(monitor.seen, cid, workers, times["sent"]))
+    times.update(_marks(monitor.seen, job_id, workers, times["sent"]))
     missing = set(STAGES) - set(times)
     if missing:
-        raise RuntimeError(f"{cid}: no command marked {sorted(missing)}")
+        raise RuntimeError(f"{job_id}: no command marked {sorted(missing)}")
     return times
 
 

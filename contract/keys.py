@@ -46,9 +46,9 @@ def _tag(shard: int) -> str:
 TAGS = tuple(_tag(i) for i in range(SHARDS))
 
 
-def shard(completion_id: str) -> int:
+def shard(job_id: str) -> int:
     """The shard a job's keys are in."""
-    return zlib.crc32(completion_id.encode()) % SHARDS
+    return zlib.crc32(job_id.encode()) % SHARDS
 
 
 _SHARD_OF_TAG = {tag: i for i, tag in enumerate(TAGS)}
@@ -65,47 +65,47 @@ def shard_of_key(key: str) -> int:
 JOB_FUNCTION = "worker.runner.generate"
 
 
-def _in_shard(completion_id: str, what: str) -> str:
-    return f"{PREFIX}:{{{TAGS[shard(completion_id)]}}}:{what}:{completion_id}"
+def _in_shard(job_id: str, what: str) -> str:
+    return f"{PREFIX}:{{{TAGS[shard(job_id)]}}}:{what}:{job_id}"
 
 
-def job(completion_id: str) -> str:
+def job(job_id: str) -> str:
     """HASH (streams): the job's state (see `JobField`)."""
-    return _in_shard(completion_id, "job")
+    return _in_shard(job_id, "job")
 
 
-def events(completion_id: str) -> str:
+def events(job_id: str) -> str:
     """STREAM (streams): the job's events, in order (see `contract.entries`)."""
-    return _in_shard(completion_id, "events")
+    return _in_shard(job_id, "events")
 
 
-def alive(completion_id: str) -> str:
+def alive(job_id: str) -> str:
     """STRING (streams): the current attempt's epoch, kept alive by its worker's heartbeat (PX)."""
-    return _in_shard(completion_id, "alive")
+    return _in_shard(job_id, "alive")
 
 
-_CONTINUATION = "__a"  # never in a completion id: their random part is letters and digits
+_CONTINUATION = "__a"  # never in a job id: their random part is letters and digits
 
 
-def rq_job_id(completion_id: str, epoch: int) -> str:
-    """The RQ job id of a job queued at `epoch`: its completion id for the first attempt, a
+def rq_job_id(job_id: str, epoch: int) -> str:
+    """The RQ job id of a job queued at `epoch`: its job id for the first attempt, a
     continuation id after a requeue (RQ ids allow letters, digits, '_' and '-')."""
-    return completion_id if epoch == 0 else f"{completion_id}{_CONTINUATION}{epoch}"
+    return job_id if epoch == 0 else f"{job_id}{_CONTINUATION}{epoch}"
 
 
-def completion_of(rq_job_id: str) -> str:
-    """The completion id an RQ job id belongs to (see `rq_job_id`)."""
+def job_of(rq_job_id: str) -> str:
+    """The job id an RQ job id belongs to (see `rq_job_id`)."""
     return rq_job_id.split(_CONTINUATION, 1)[0]
 
 
 def running(shard: int) -> str:
-    """ZSET (streams): completion id -> ms when its current attempt started, for one shard's
+    """ZSET (streams): job id -> ms when its current attempt started, for one shard's
     jobs; what the reaper watches."""
     return f"{PREFIX}:{{{TAGS[shard]}}}:running"
 
 
 def pending(shard: int) -> str:
-    """ZSET (streams): completion id -> ms since its job is queued but not yet known to be on
+    """ZSET (streams): job id -> ms since its job is queued but not yet known to be on
     an RQ queue (between the job's record and its enqueue, or a requeue and the
     continuation's enqueue), for one shard's jobs; the reaper enqueues what stays here too
     long (its enqueuer died in between)."""
@@ -168,7 +168,7 @@ LAST_CONTEXT = "*last"  # a field of `context`: no worker name starts with '*'
 
 
 def idempotency(owner: str, digest: str) -> str:
-    """STRING (queues): "<completion id> <request digest>" for a request made with an
+    """STRING (queues): "<job id> <request digest>" for a request made with an
     Idempotency-Key (its SHA-256 is `digest`) by one API key's owner."""
     return f"{PREFIX}:idem:{owner}:{digest}"
 
@@ -204,7 +204,7 @@ class Owned(StrEnum):
     """The indexes of what one API key's owner holds: `owned(owner, Owned.X)` names each."""
 
     JOBS = "jobs"
-    """ZSET: the jobs the key created that may not have ended (completion id -> created ms),
+    """ZSET: the jobs the key created that may not have ended (job id -> created ms),
     for MAX_JOBS_PER_KEY: ADMIT adds; ended, expired and never-recorded ones are dropped when
     an ADMIT finds the owner at the limit (api/jobs/owners.py), and by age."""
     FILES = "files"
@@ -235,7 +235,7 @@ class BatchPart(StrEnum):
     LINES = "lines"
     """LIST: its request lines (JSON), in input order."""
     OPEN = "open"
-    """HASH: its lines sent as jobs and not yet answered: line number -> completion id."""
+    """HASH: its lines sent as jobs and not yet answered: line number -> job id."""
     RESULTS = "results"
     """HASH: its answered lines: line number -> its output line (JSON), written once."""
 
@@ -347,9 +347,9 @@ def interactive_queue_keys(model: str) -> list[str]:
     return [rq_queue_key(name) for name in queue_names(model) if name != queue_name(model, BATCH)]
 
 
-def rq_job(job_id: str) -> str:
+def rq_job(rq_job_id: str) -> str:
     """HASH: RQ's record of an enqueued job (only its `data` is ever read by a worker)."""
-    return "rq:job:" + job_id
+    return "rq:job:" + rq_job_id
 
 
 class JobField:

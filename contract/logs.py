@@ -1,9 +1,9 @@
-"""The log format both sides share: one JSON object per line, carrying the completion id.
+"""The log format both sides share: one JSON object per line, carrying the job id.
 
-The API sets the completion id when it creates or opens a job, the worker when it starts an
-attempt; every line logged meanwhile carries it as `completion_id`, so one query follows a
-completion from the request to the worker that generated it and back. `LOG_FORMAT=text`
-gives plain lines for a terminal. Prompts and completions are never logged.
+The API sets the job id when it creates or opens a job, the worker when it starts an
+attempt; every line logged meanwhile carries it as `completion_id` (the field's name since
+the first release, which log queries rely on), so one query follows a request to the worker
+that generated it and back. `LOG_FORMAT=text` gives plain lines for a terminal. Prompts and completions are never logged.
 """
 
 from __future__ import annotations
@@ -15,12 +15,12 @@ import time
 
 from contract.settings import Shared
 
-_completion: contextvars.ContextVar[str] = contextvars.ContextVar("completion_id", default="")
+_job: contextvars.ContextVar[str] = contextvars.ContextVar("job_id", default="")
 
 
-def set_completion(completion_id: str) -> None:
-    """Tag what this task or thread logs from now on with `completion_id`."""
-    _completion.set(completion_id)
+def set_job(job_id: str) -> None:
+    """Tag what this task or thread logs from now on with `job_id`."""
+    _job.set(job_id)
 
 
 class JSONFormatter(logging.Formatter):
@@ -32,9 +32,9 @@ class JSONFormatter(logging.Formatter):
             "logger": record.name,
             "msg": record.getMessage(),
         }
-        cid = _completion.get()
-        if cid:
-            out["completion_id"] = cid
+        job_id = _job.get()
+        if job_id:
+            out["completion_id"] = job_id
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
         return json.dumps(out, ensure_ascii=False)
@@ -46,8 +46,8 @@ class _TextFormatter(logging.Formatter):
 
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        cid = _completion.get()
-        line = f"{line} [{cid}]" if cid else line
+        job_id = _job.get()
+        line = f"{line} [{job_id}]" if job_id else line
         return line.translate(_ESCAPES)
 
 

@@ -51,7 +51,7 @@ def enqueue(
     can always move it back; it wakes that worker. Its RQ record names the shared queue,
     where it goes back if not taken in time (RQ's own list of queues never holds a
     worker's)."""
-    model, completion_id = spec["model"], spec["id"]
+    model, job_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = tiers.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
     client = servers.queues
@@ -59,12 +59,12 @@ def enqueue(
     job = dict(
         func=keys.JOB_FUNCTION,
         args=(spec,),
-        job_id=keys.rq_job_id(completion_id, epoch),
+        job_id=keys.rq_job_id(job_id, epoch),
         timeout=recovery.job_timeout_s,
         ttl=recovery.job_ttl_s,
         result_ttl=0,  # the completion lives in the job's stream; RQ need not keep a copy
         failure_ttl=recovery.retention_s,
-        description=f"completion {completion_id}",
+        description=f"completion {job_id}",
     )
     if worker is None:
         queue.enqueue_call(**job, at_front=epoch > 0)
@@ -81,17 +81,17 @@ def enqueue(
             pipe.hincrby(keys.STATS, stats.StatField.routed(model), 1)
             pipe.execute()
         wake = keys.wake_worker(worker)
-    pending = keys.pending(keys.shard(completion_id))
+    pending = keys.pending(keys.shard(job_id))
     with client.pipeline(transaction=False) as pipe:
         pipe.lpush(wake, 1)
         pipe.ltrim(wake, 0, 63)  # tokens only wake idle workers: a few suffice
         pipe.expire(wake, 60)
-        pipe.zrem(keys.reserved(model), completion_id)  # its place is taken now
+        pipe.zrem(keys.reserved(model), job_id)  # its place is taken now
         if not servers.split:  # one server: the same round trip (a new job's first token waits on it)
-            pipe.zrem(pending, completion_id)
+            pipe.zrem(pending, job_id)
         pipe.execute()
     if servers.split:
-        servers.streams.zrem(pending, completion_id)
+        servers.streams.zrem(pending, job_id)
 
 
 def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, priority: str) -> None:
@@ -103,7 +103,7 @@ def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, p
 
 def abandon(
     servers: Servers[redis.Redis],
-    completion_id: str,
+    job_id: str,
     epoch: int,
     recovery: Recovery,
     reason: str,
@@ -117,9 +117,9 @@ def abandon(
     counted); counted in STATS under `reason` ("crash", "handoff" or "preempt"). Returns 1
     requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
     outcome, is_suspect = servers.streams.register_script(jobs.ABANDON)(
-        keys=library.job_keys(completion_id),
+        keys=library.job_keys(job_id),
         args=jobs.abandon_args(
-            completion_id,
+            job_id,
             epoch,
             charge=charge,
             suspect=suspect,
@@ -131,7 +131,7 @@ def abandon(
         ),
     )
     if outcome == 1:
-        raw = servers.streams.hget(keys.job(completion_id), keys.JobField.SPEC)
+        raw = servers.streams.hget(keys.job(job_id), keys.JobField.SPEC)
         if raw is not None:
             enqueue(servers, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect))
         servers.queues.hincrby(keys.STATS, stats.StatField.requeued(reason), 1)
@@ -140,45 +140,45 @@ def abandon(
     return int(outcome)
 
 
-def rescue(servers: Servers[redis.Redis], completion_id: str, recovery: Recovery) -> bool:
+def rescue(servers: Servers[redis.Redis], job_id: str, recovery: Recovery) -> bool:
     """Enqueue a job left pending by an enqueuer that died; returns True if it was queued
     (a job that has since started or ended only leaves the pending index)."""
     status, epoch, suspect, raw = servers.streams.hmget(
-        keys.job(completion_id),
+        keys.job(job_id),
         [keys.JobField.STATUS, keys.JobField.EPOCH, keys.JobField.SUSPECT, keys.JobField.SPEC],
     )
     if status is None or as_text(status) != keys.JobStatus.QUEUED or raw is None:
-        servers.streams.zrem(keys.pending(keys.shard(completion_id)), completion_id)
+        servers.streams.zrem(keys.pending(keys.shard(job_id)), job_id)
         return False
     enqueue(servers, json.loads(raw), int(epoch or 0), recovery, suspect=suspect == b"1")
     return True
 
 
-def purge(servers: Servers[redis.Redis], completion_id: str) -> None:
+def purge(servers: Servers[redis.Redis], job_id: str) -> None:
     """Delete every trace of a job: its keys, and RQ's records and queue entries of each of
     its attempts. A running attempt is fenced out by the missing job hash at its next write
     or beat."""
     streams = servers.streams
-    model, epoch = streams.hmget(keys.job(completion_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
-    shard = keys.shard(completion_id)
+    model, epoch = streams.hmget(keys.job(job_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
+    shard = keys.shard(job_id)
     with streams.pipeline(transaction=True) as pipe:  # one shard: one slot
-        pipe.delete(keys.job(completion_id), keys.events(completion_id), keys.alive(completion_id))
-        pipe.zrem(keys.running(shard), completion_id)
-        pipe.zrem(keys.pending(shard), completion_id)
+        pipe.delete(keys.job(job_id), keys.events(job_id), keys.alive(job_id))
+        pipe.zrem(keys.running(shard), job_id)
+        pipe.zrem(keys.pending(shard), job_id)
         pipe.execute()
     with servers.queues.pipeline(transaction=True) as pipe:
-        drop_rq_records(pipe, completion_id, as_text(model) if model else None, range(int(epoch or 0) + 2))
+        drop_rq_records(pipe, job_id, as_text(model) if model else None, range(int(epoch or 0) + 2))
         pipe.execute()
 
 
-def drop_rq_records(pipe: Pipeline, completion_id: str, model: str | None, epochs: Iterable[int]) -> None:
+def drop_rq_records(pipe: Pipeline, job_id: str, model: str | None, epochs: Iterable[int]) -> None:
     """Add to `pipe` (sync or asyncio) the deletion of RQ's records of the job's attempts at
     `epochs`, and of their queue entries (by key: a queue entry is never parsed here). A
     record holds the whole request: a job that ended while still queued (cancelled, or past
     its deadline) drops its queued attempt's at once rather than keeping it for
     JOB_TTL_SECONDS; a worker that takes the id afterwards finds nothing and skips it."""
-    ids = [keys.rq_job_id(completion_id, n) for n in epochs]
-    pipe.delete(*(keys.rq_job(job_id) for job_id in ids))
+    ids = [keys.rq_job_id(job_id, n) for n in epochs]
+    pipe.delete(*(keys.rq_job(rq_job_id) for rq_job_id in ids))
     for queue in keys.queue_keys(model) if model else []:
-        for job_id in ids:
-            pipe.lrem(queue, 0, job_id)
+        for rq_job_id in ids:
+            pipe.lrem(queue, 0, rq_job_id)

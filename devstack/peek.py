@@ -9,7 +9,7 @@ from contract import keys
 
 
 def running_ids(streams: redis.Redis) -> list[str]:
-    """The completion ids in every shard's running index (contract.keys.running)."""
+    """The job ids in every shard's running index (contract.keys.running)."""
     with streams.pipeline(transaction=False) as pipe:
         for shard in range(keys.SHARDS):
             pipe.zrange(keys.running(shard), 0, -1)
@@ -17,5 +17,5 @@ def running_ids(streams: redis.Redis) -> list[str]:
 
 
 def job_ids(streams: redis.Redis) -> set[str]:
-    """The completion ids of every job hash on the streams server."""
+    """The job ids of every job hash on the streams server."""
     return {k.decode().rsplit(":", 1)[1] for k in streams.scan_iter("ts:{*}:job:*", count=1000)}

@@ -45,9 +45,9 @@ def holding(base: str, model: str, headers: dict[str, str] | None = None, **extr
     with httpx.Client(base_url=base, headers=headers or {}, timeout=60) as client:
         answer = client.post("/v1/chat/completions", json=holding_body(model, background=True, **extra))
         answer.raise_for_status()
-        cid = answer.json()["id"]
+        job_id = answer.json()["id"]
         try:
-            yield cid
+            yield job_id
         finally:
             with contextlib.suppress(httpx.HTTPError):
-                client.post(f"/v1/chat/completions/{cid}/cancel")
+                client.post(f"/v1/chat/completions/{job_id}/cancel")

@@ -132,16 +132,16 @@ class BatchDriver:
             h["failure"] = OVER_QUOTA
         ending = self._ending(h, now)
         if ending is not None:
-            for cid in open_lines.values():
-                await self._s.jobs.cancel(cid)
+            for job_id in open_lines.values():
+                await self._s.jobs.cancel(job_id)
             if not open_lines:
                 await finalize(self._s, batch_id, h, ending)
             return h
         sent, total = int(h["next"]), int(h["total"])
         while len(open_lines) < self._s.settings.batches.batch_in_flight and sent < total:
-            cid = await self._send(batch_id, h, sent)
-            if cid is not None:
-                open_lines[sent] = cid
+            job_id = await self._send(batch_id, h, sent)
+            if job_id is not None:
+                open_lines[sent] = job_id
             sent += 1
         if sent == total and not open_lines:
             await finalize(self._s, batch_id, h, BatchStatus.COMPLETED)
@@ -173,11 +173,11 @@ class BatchDriver:
         )
         line = Line(number + 1, custom_id, h["endpoint"], body)
         surface = BATCHABLE[h["endpoint"]]
-        cid = surface.new_id()
+        job_id = surface.new_id()
         try:
-            spec = line.request().to_spec(cid, self._s.settings.limits)
+            spec = line.request().to_spec(job_id, self._s.settings.limits)
         except APIError as exc:
-            out = {"id": f"batch_req_{cid.split('-', 1)[1]}", "custom_id": custom_id, "response": None}
+            out = {"id": f"batch_req_{job_id.split('-', 1)[1]}", "custom_id": custom_id, "response": None}
             out["error"] = {"code": exc.code, "message": exc.message}
             await self._record(batch_id, h, number, out, failed=True, usage=(0, 0))
             await self._s.redis.hset(keys.batch(batch_id), "next", number + 1)
@@ -194,12 +194,12 @@ class BatchDriver:
             counted=False,  # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
             fields={JobField.WAIT_UNTIL: str(int(h["expires_at"]) * 1000)},  # requeued, it may wait as long
         )
-        cid = submitted.job.id
+        job_id = submitted.job.id
         async with self._s.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(keys.batch(batch_id, keys.BatchPart.OPEN), str(number), cid)
+            pipe.hset(keys.batch(batch_id, keys.BatchPart.OPEN), str(number), job_id)
             pipe.hset(keys.batch(batch_id), "next", number + 1)
             await pipe.execute()
-        return cid
+        return job_id
 
     async def _collect(self, batch_id: str, h: dict[str, str]) -> dict[int, str]:
         """Answer the open lines whose job has ended; returns those still open."""
@@ -208,12 +208,12 @@ class BatchDriver:
             for k, v in (await self._s.redis.hgetall(keys.batch(batch_id, keys.BatchPart.OPEN))).items()
         }
         still = {}
-        for number, cid in opened.items():
-            job = await self._s.jobs.state(cid)
+        for number, job_id in opened.items():
+            job = await self._s.jobs.state(job_id)
             if job is not None and not job.ended:
-                still[number] = cid
+                still[number] = job_id
                 continue
-            out, failed, usage = await self._output(batch_id, h, number, cid, job)
+            out, failed, usage = await self._output(batch_id, h, number, job_id, job)
             await self._record(batch_id, h, number, out, failed, usage)
         return still
 
@@ -239,13 +239,13 @@ class BatchDriver:
         )
 
     async def _output(
-        self, batch_id: str, h: dict[str, str], number: int, cid: str, job: JobState | None
+        self, batch_id: str, h: dict[str, str], number: int, job_id: str, job: JobState | None
     ) -> tuple[dict, bool, tuple[int, int]]:
         """A line's output line (OpenAI's BatchRequestOutput), whether it failed, its tokens."""
         raw = await self._s.redis.lindex(keys.batch(batch_id, keys.BatchPart.LINES), number)
         custom_id = json.loads(raw)[0]
         out = {
-            "id": f"batch_req_{cid.split('-', 1)[1]}",
+            "id": f"batch_req_{job_id.split('-', 1)[1]}",
             "custom_id": custom_id,
             "response": None,
             "error": None,
@@ -261,8 +261,8 @@ class BatchDriver:
             }.get(ending, errors.BATCH_CANCELLED.brief())
             return out, True, (0, 0)
         surface = BY_NAME[job.surface]
-        answer = surface.objects_of(job).answer(await self._s.jobs.whole(cid))
+        answer = surface.objects_of(job).answer(await self._s.jobs.whole(job_id))
         assert answer is not None  # the job has ended
-        out["response"] = {"status_code": answer.status, "request_id": cid, "body": answer.body}
+        out["response"] = {"status_code": answer.status, "request_id": job_id, "body": answer.body}
         usage = answer.body.get("usage") or {}
         return out, answer.status != 200, (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))

@@ -135,13 +135,13 @@ class Reaper:
                 # suspect every job becomes one (a lone job too: it is uncharged once proven)
                 charge = batch <= 1 or a.suspect
                 mark = not suspects
-                outcome = await self._store.abandon(a.completion_id, a.epoch, charge=charge, suspect=mark)
+                outcome = await self._store.abandon(a.job_id, a.epoch, charge=charge, suspect=mark)
                 if outcome in (1, 2):
                     taken += 1
                     log.warning(
                         "attempt %d of %s on %s (batch of %d) is dead (%s); %s%s",
                         a.epoch,
-                        a.completion_id,
+                        a.job_id,
                         a.worker,
                         batch,
                         "heartbeat expired" if a.worker in connected else "connection gone",
@@ -173,6 +173,6 @@ class Reaper:
                         )
 
     async def _enqueue_pending(self, pending: list[str]) -> None:
-        for cid in pending:
-            if await self._store.rescue(cid):
-                log.warning("%s was recorded but never enqueued (its enqueuer died): enqueued now", cid)
+        for job_id in pending:
+            if await self._store.rescue(job_id):
+                log.warning("%s was recorded but never enqueued (its enqueuer died): enqueued now", job_id)

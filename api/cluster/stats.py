@@ -46,8 +46,8 @@ class ClusterStats:
         if not ids:
             return {}
         async with self._streams.pipeline(transaction=False) as pipe:
-            for cid in ids:
-                pipe.hmget(keys.job(cid), [JobField.MODEL, JobField.PRIORITY])
+            for job_id in ids:
+                pipe.hmget(keys.job(job_id), [JobField.MODEL, JobField.PRIORITY])
             rows = await pipe.execute()
         out: dict[str, int] = {}
         for model, priority in rows:

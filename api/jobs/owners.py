@@ -39,9 +39,9 @@ class Idempotency:
     key: str  # contract.keys.idempotency(owner, sha256 of the header)
     digest: str  # the request's own digest: a retry must carry the same request
 
-    def holding(self, completion_id: str) -> str:
-        """What the key holds once it names the job `completion_id`."""
-        return f"{completion_id} {self.digest}"
+    def holding(self, job_id: str) -> str:
+        """What the key holds once it names the job `job_id`."""
+        return f"{job_id} {self.digest}"
 
 
 class IdempotencyConflict(Exception):
@@ -82,7 +82,7 @@ class Owners:
         self._admit = queues.register_script(accounting.ADMIT)
 
     async def admit(
-        self, completion_id: str, owner: str, idempotency: Idempotency | None, quota: Quota, counted: bool
+        self, job_id: str, owner: str, idempotency: Idempotency | None, quota: Quota, counted: bool
     ) -> list:
         """Count the job against its owner (contract.lua.accounting.ADMIT: its reply). Without an
         owner's limits or an Idempotency-Key there is nothing to check: no round trip."""
@@ -99,8 +99,8 @@ class Owners:
                 keys.bytes_per_minute(owner, minute) if owner else unfinished,
             ],
             args=[
-                completion_id,
-                idempotency.holding(completion_id) if idempotency else "",
+                job_id,
+                idempotency.holding(job_id) if idempotency else "",
                 self._job_ttl_s,
                 quota.unfinished_jobs,
                 quota.requests_per_minute,
@@ -110,13 +110,13 @@ class Owners:
             ],
         )
 
-    async def take_back(self, completion_id: str, owner: str, idempotency: Idempotency | None) -> None:
+    async def take_back(self, job_id: str, owner: str, idempotency: Idempotency | None) -> None:
         """Undo an `admit` whose job could not be recorded (best effort: what stays is dropped
         later, as after a crash)."""
         with anyio.CancelScope(shield=True), contextlib.suppress(RedisError, OSError):
-            await self._q.zrem(keys.owned(owner, keys.Owned.JOBS), completion_id)
+            await self._q.zrem(keys.owned(owner, keys.Owned.JOBS), job_id)
             if idempotency:
-                await self.free(idempotency, idempotency.holding(completion_id))
+                await self.free(idempotency, idempotency.holding(job_id))
 
     async def forget_ended(self, owner: str) -> int:
         """Drop from the owner's unfinished jobs those that have ended, expired, or were
@@ -126,20 +126,20 @@ class Owners:
         if not held:
             return 0
         async with self._streams.pipeline(transaction=False) as pipe:
-            for cid, _ in held:
-                pipe.hget(keys.job(as_text(cid)), JobField.ENDED)
-                pipe.exists(keys.job(as_text(cid)))
+            for job_id, _ in held:
+                pipe.hget(keys.job(as_text(job_id)), JobField.ENDED)
+                pipe.exists(keys.job(as_text(job_id)))
             rows = await pipe.execute()
         recent = now_ms() - RECORD_GRACE_MS
         gone = [
-            cid
-            for i, (cid, admitted) in enumerate(held)
+            job_id
+            for i, (job_id, admitted) in enumerate(held)
             if rows[2 * i] == b"1" or (not rows[2 * i + 1] and admitted < recent)
         ]
         return int(await self._q.zrem(index, *gone)) if gone else 0
 
     async def holding(self, idempotency: Idempotency) -> tuple[str, int] | None:
-        """What the key holds ("<completion id> <digest>") and how long ago it was set (ms),
+        """What the key holds ("<job id> <digest>") and how long ago it was set (ms),
         or None."""
         async with self._q.pipeline(transaction=False) as pipe:
             pipe.get(idempotency.key)

@@ -35,7 +35,7 @@ class JobState:
 class RunningAttempt:
     """A running attempt as the reaper judges it."""
 
-    completion_id: str
+    job_id: str
     epoch: int
     worker: str
     beating: bool  # its heartbeat key is alive
@@ -70,13 +70,13 @@ STATE_FIELDS = [
 ]
 
 
-def job_state(completion_id: str, values: list) -> JobState | None:
+def job_state(job_id: str, values: list) -> JobState | None:
     """The state from the job hash's STATE_FIELDS, in their order (None: no such job)."""
     surface, model, created, owner, status, attempts, start_by, usage, detached, echo = values
     if status is None:
         return None
     return JobState(
-        id=completion_id,
+        id=job_id,
         surface=as_text(surface or b""),
         model=as_text(model or b""),
         created=int(created or 0),

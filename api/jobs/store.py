@@ -193,12 +193,12 @@ class JobStore:
         )
         await confirm_new_job(self._acks, spec.id, again)
 
-    async def _entry_lost(self, completion_id: str) -> bool:
+    async def _entry_lost(self, job_id: str) -> bool:
         """The job waits to start but the queues server has no RQ record of it: a worker
         deletes that record only after its claim has marked the job running."""
-        if await self._r.hget(keys.job(completion_id), JobField.STATUS) != JobStatus.QUEUED.encode():
+        if await self._r.hget(keys.job(job_id), JobField.STATUS) != JobStatus.QUEUED.encode():
             return False
-        record = keys.rq_job(keys.rq_job_id(completion_id, 0))
+        record = keys.rq_job(keys.rq_job_id(job_id, 0))
         return not await anyio.to_thread.run_sync(self._rq.queues.exists, record)
 
     async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool) -> None:
@@ -220,96 +220,96 @@ class JobStore:
                     await anyio.to_thread.run_sync(queueing.purge, self._rq, spec.id)
             raise
 
-    async def whole(self, completion_id: str) -> Rows:
+    async def whole(self, job_id: str) -> Rows:
         """Every entry of the job, from its first: what a whole answer is built from."""
-        return await self.read(completion_id, "0", count=100_000)
+        return await self.read(job_id, "0", count=100_000)
 
-    async def read(self, completion_id: str, after: str, count: int = 512, inclusive: bool = False) -> Rows:
+    async def read(self, job_id: str, after: str, count: int = 512, inclusive: bool = False) -> Rows:
         """Entries after stream id `after` ("0" for all), or from it with `inclusive`; deltas
         without their token ids (the API relays text)."""
         start = "-" if after == "0" else after if inclusive else f"({after}"
-        rows = await self._r.xrange(keys.events(completion_id), min=start, max="+", count=count)
+        rows = await self._r.xrange(keys.events(job_id), min=start, max="+", count=count)
         return [(as_text(eid), entries.decode(fields, token_ids=False)) for eid, fields in rows]
 
-    async def state(self, completion_id: str) -> JobState | None:
-        return job_state(completion_id, await self._r.hmget(keys.job(completion_id), STATE_FIELDS))
+    async def state(self, job_id: str) -> JobState | None:
+        return job_state(job_id, await self._r.hmget(keys.job(job_id), STATE_FIELDS))
 
-    async def stored(self, completion_id: str, name: str) -> str | None:
+    async def stored(self, job_id: str, name: str) -> str | None:
         """One field of the job's hash that its surface recorded (`submit`'s `fields`)."""
-        value = await self._r.hget(keys.job(completion_id), name)
+        value = await self._r.hget(keys.job(job_id), name)
         return None if value is None else as_text(value)
 
-    async def keep(self, completion_id: str) -> None:
+    async def keep(self, job_id: str) -> None:
         """A client is attached again: withdraw a pending disconnect cancel, and note when,
         so that a connection that arrived before and is found gone later cancels nothing."""
         async with self._r.pipeline(transaction=True) as pipe:
-            pipe.hdel(keys.job(completion_id), JobField.CANCEL_AT)
-            pipe.hset(keys.job(completion_id), JobField.KEPT_AT, now_ms())
+            pipe.hdel(keys.job(job_id), JobField.CANCEL_AT)
+            pipe.hset(keys.job(job_id), JobField.KEPT_AT, now_ms())
             await pipe.execute()
 
-    async def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
+    async def end(self, job_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End the job with a terminal entry unless it has ended already."""
         done = await self._end(
-            keys=library.job_keys(completion_id),
-            args=jobs.end_args(completion_id, entry, self.recovery.retention_s, only_if_status),
+            keys=library.job_keys(job_id),
+            args=jobs.end_args(job_id, entry, self.recovery.retention_s, only_if_status),
         )
         if done and only_if_status == JobStatus.QUEUED:
-            await self._drop_rq_records(completion_id)
+            await self._drop_rq_records(job_id)
         return bool(done)
 
-    async def wait_on(self, completion_id: str) -> float:
+    async def wait_on(self, job_id: str) -> float:
         """A requeued job the pool can still run waits `RESUME_WAIT_SECONDS` more (its start
         deadline moves; a job claimed meanwhile does not read it); returns the seconds."""
         wait_s = self.recovery.resume_wait_s
-        await self._r.hset(keys.job(completion_id), JobField.START_BY, now_ms() + int(wait_s * 1000))
+        await self._r.hset(keys.job(job_id), JobField.START_BY, now_ms() + int(wait_s * 1000))
         return wait_s
 
-    async def end_if_late(self, completion_id: str) -> bool:
+    async def end_if_late(self, job_id: str) -> bool:
         """End a queued job past its start deadline (see contract.lua.jobs.END_IF_LATE)."""
         done = await self._end_if_late(
-            keys=library.job_keys(completion_id),
-            args=jobs.end_if_late_args(completion_id, self.recovery.retention_s),
+            keys=library.job_keys(job_id),
+            args=jobs.end_if_late_args(job_id, self.recovery.retention_s),
         )
         if done:
-            await self._drop_rq_records(completion_id)
+            await self._drop_rq_records(job_id)
         return bool(done)
 
-    async def _drop_rq_records(self, completion_id: str) -> None:
+    async def _drop_rq_records(self, job_id: str) -> None:
         """A job ended while queued: RQ's copy of its request goes now (contract.queueing).
         Its queued attempt is the one just before the epoch its end set (earlier attempts'
         records went when workers took them). The job has ended either way: a failure here leaves a record a
         worker will skip, and is not the caller's error."""
         with contextlib.suppress(RedisError):
-            model, epoch = await self._r.hmget(keys.job(completion_id), [JobField.MODEL, JobField.EPOCH])
+            model, epoch = await self._r.hmget(keys.job(job_id), [JobField.MODEL, JobField.EPOCH])
             ended = int(epoch or 0)  # ending fenced the queued attempt out: it is this one's predecessor
             async with self._q.pipeline(transaction=False) as pipe:
                 queueing.drop_rq_records(
                     pipe,
-                    completion_id,
+                    job_id,
                     as_text(model) if model else None,
                     range(max(ended - 1, 0), ended + 2),
                 )
                 await pipe.execute()
 
-    async def cancel(self, completion_id: str, delay_s: float = 0.0, arrived_ms: int | None = None) -> None:
+    async def cancel(self, job_id: str, delay_s: float = 0.0, arrived_ms: int | None = None) -> None:
         """Stop the job: at once if it is still queued, else at the running attempt's next
         token once `delay_s` has passed. A client gone (`arrived_ms`: when its request came)
         cancels nothing if another attached after it came (`keep`)."""
         if arrived_ms is not None:
-            kept = await self._r.hget(keys.job(completion_id), JobField.KEPT_AT)
+            kept = await self._r.hget(keys.job(job_id), JobField.KEPT_AT)
             if kept is not None and int(kept) > arrived_ms:
                 return
         if delay_s <= 0:
             stopped = Finished(finish_reason=CANCELLED, prompt_tokens=0, completion_tokens=0)
-            if await self.end(completion_id, stopped, only_if_status=JobStatus.QUEUED):
+            if await self.end(job_id, stopped, only_if_status=JobStatus.QUEUED):
                 return
-        job_key = keys.job(completion_id)
+        job_key = keys.job(job_id)
         if await self._r.exists(job_key):
             await self._r.hset(job_key, JobField.CANCEL_AT, now_ms() + int(delay_s * 1000))
 
-    async def purge(self, completion_id: str) -> None:
+    async def purge(self, job_id: str) -> None:
         """Delete the job's data now, whatever its state (see contract.queueing.purge)."""
-        await anyio.to_thread.run_sync(queueing.purge, self._rq, completion_id)
+        await anyio.to_thread.run_sync(queueing.purge, self._rq, job_id)
 
     async def survey(self, pending_older_than_ms: int) -> Survey:
         """The running attempts, of every shard (stale index entries of ended jobs are
@@ -318,25 +318,27 @@ class JobStore:
         if not ids:
             return Survey([], pending)
         async with self._r.pipeline(transaction=False) as pipe:
-            for cid in ids:
-                pipe.hmget(keys.job(cid), [JobField.EPOCH, JobField.WORKER, JobField.ENDED, JobField.SUSPECT])
-                pipe.exists(keys.alive(cid))
+            for job_id in ids:
+                pipe.hmget(
+                    keys.job(job_id), [JobField.EPOCH, JobField.WORKER, JobField.ENDED, JobField.SUSPECT]
+                )
+                pipe.exists(keys.alive(job_id))
             rows = await pipe.execute()
         running = []
-        for i, cid in enumerate(ids):
+        for i, job_id in enumerate(ids):
             (epoch, worker, ended, suspect), alive = rows[2 * i], rows[2 * i + 1]
             if epoch is None or ended == b"1":
-                await self._r.zrem(keys.running(keys.shard(cid)), cid)
+                await self._r.zrem(keys.running(keys.shard(job_id)), job_id)
                 continue
-            attempt = RunningAttempt(cid, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1")
+            attempt = RunningAttempt(job_id, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1")
             running.append(attempt)
         return Survey(running, pending)
 
-    async def abandon(self, completion_id: str, epoch: int, *, charge: bool, suspect: bool) -> int:
+    async def abandon(self, job_id: str, epoch: int, *, charge: bool, suspect: bool) -> int:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
         return await anyio.to_thread.run_sync(
             lambda: queueing.abandon(
-                self._rq, completion_id, epoch, self.recovery, "crash", charge=charge, suspect=suspect
+                self._rq, job_id, epoch, self.recovery, "crash", charge=charge, suspect=suspect
             )
         )
 
@@ -345,9 +347,9 @@ class JobStore:
         minute (its attempts need not all be found dead in the same tick)."""
         return int(await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding]))
 
-    async def rescue(self, completion_id: str) -> bool:
+    async def rescue(self, job_id: str) -> bool:
         """Enqueue a job left pending (see contract.queueing.rescue)."""
-        return await anyio.to_thread.run_sync(queueing.rescue, self._rq, completion_id, self.recovery)
+        return await anyio.to_thread.run_sync(queueing.rescue, self._rq, job_id, self.recovery)
 
     async def return_inbox(self, worker: str) -> int:
         """Put back on their queues the jobs a dead worker took but never claimed; returns how
@@ -355,13 +357,13 @@ class JobStore:
         box = keys.inbox(worker)
         back = 0
         for raw in await self._q.hkeys(box):
-            job_id = as_text(raw)
-            cid = keys.completion_of(job_id)
+            rq_job_id = as_text(raw)
+            job_id = keys.job_of(rq_job_id)
             model, status, suspect, epoch, priority = await self._r.hmget(
-                keys.job(cid),
+                keys.job(job_id),
                 [JobField.MODEL, JobField.STATUS, JobField.SUSPECT, JobField.EPOCH, JobField.PRIORITY],
             )
-            current = model is not None and keys.rq_job_id(cid, int(epoch or 0)) == job_id
+            current = model is not None and keys.rq_job_id(job_id, int(epoch or 0)) == rq_job_id
             async with self._q.pipeline(transaction=True) as pipe:
                 if current and status == JobStatus.QUEUED.encode():
                     name = tiers.attempt_queue_name(
@@ -370,9 +372,9 @@ class JobStore:
                         continuation=int(epoch or 0) > 0,
                         suspect=suspect == b"1",
                     )
-                    pipe.lpush(keys.rq_queue_key(name), job_id)  # first: it was taken first
+                    pipe.lpush(keys.rq_queue_key(name), rq_job_id)  # first: it was taken first
                     pipe.lpush(keys.wake(as_text(model)), 1)
                     back += 1
-                pipe.hdel(box, job_id)
+                pipe.hdel(box, rq_job_id)
                 await pipe.execute()
         return back

@@ -39,7 +39,7 @@ class SSEStream:
 
     services: Services
     events: Events
-    completion_id: str
+    job_id: str
     ticket: StreamTicket  # its place among its key's open streams, given back at the end
     timing: StreamTiming
     cancel_on_disconnect: bool  # a client gone before the end cancels the job...
@@ -60,7 +60,7 @@ class SSEStream:
                 async for item in follow(
                     services.jobs,
                     services.hub,
-                    self.completion_id,
+                    self.job_id,
                     after=after,
                     inclusive=inclusive,
                     keepalive_s=services.settings.lifetimes.keepalive_s,
@@ -75,12 +75,12 @@ class SSEStream:
                     if out.data:
                         yield out.data
             except StreamLost as exc:
-                log.warning("lost Redis while relaying %s: %s", self.completion_id, exc)
+                log.warning("lost Redis while relaying %s: %s", self.job_id, exc)
                 yield events.error(
                     errors.UNAVAILABLE, "The stream was interrupted: the queue is unreachable."
                 )
             except Exception:  # a bug must not leave the client without an ending
-                log.exception("relay of %s failed", self.completion_id)
+                log.exception("relay of %s failed", self.job_id)
                 yield events.error(errors.INTERNAL)
             ended = True
             yield events.done()
@@ -89,7 +89,7 @@ class SSEStream:
             services.metrics.streams_open.dec()
             if not ended and self.cancel_on_disconnect:  # gone: stop the job after the grace
                 with anyio.CancelScope(shield=True):
-                    await cancel_quietly(services, self.completion_id, self.arrived_ms)
+                    await cancel_quietly(services, self.job_id, self.arrived_ms)
 
 
 async def collect(request: Request, services: Services, chunks: Chunks, arrived_ms: int) -> Response:
@@ -122,8 +122,8 @@ def respond(answer: Answer) -> JSONResponse:
     return JSONResponse(answer.body, status_code=answer.status)
 
 
-async def cancel_quietly(services: Services, completion_id: str, arrived_ms: int) -> None:
+async def cancel_quietly(services: Services, job_id: str, arrived_ms: int) -> None:
     try:
-        await services.jobs.cancel(completion_id, services.settings.lifetimes.cancel_grace_s, arrived_ms)
+        await services.jobs.cancel(job_id, services.settings.lifetimes.cancel_grace_s, arrived_ms)
     except RedisError as exc:
-        log.warning("could not cancel %s: %s", completion_id, exc)
+        log.warning("could not cancel %s: %s", job_id, exc)

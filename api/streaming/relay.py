@@ -56,7 +56,7 @@ class _JobReader:
     def __init__(
         self,
         store: JobStore,
-        completion_id: str,
+        job_id: str,
         after: str,
         inclusive: bool,
         outage_s: float,
@@ -64,7 +64,7 @@ class _JobReader:
     ):
         self._store = store
         self._resumes = resumes
-        self._id = completion_id
+        self._id = job_id
         self.cursor = after
         self._inclusive = inclusive  # also read the entry `after` itself (a resume mid-entry)
         self._outage_s = outage_s
@@ -155,7 +155,7 @@ class _JobReader:
 async def follow(
     store: JobStore,
     hub: StreamHub,
-    completion_id: str,
+    job_id: str,
     *,
     after: str = "0",
     inclusive: bool = False,
@@ -163,8 +163,8 @@ async def follow(
     outage_s: float = 10.0,
     resumes: Resumes | None = None,
 ) -> AsyncIterator[Rows | KeepAlive]:
-    reader = _JobReader(store, completion_id, after, inclusive, outage_s, resumes)
-    async with hub.watch(keys.events(completion_id), after) as watch:
+    reader = _JobReader(store, job_id, after, inclusive, outage_s, resumes)
+    async with hub.watch(keys.events(job_id), after) as watch:
         quiet_since = time.monotonic()
         while True:
             rows = await reader.read()

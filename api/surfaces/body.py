@@ -88,12 +88,12 @@ class Body(Strict):
     def priority(self) -> str:
         return "default" if self.service_tier in (None, "auto") else self.service_tier
 
-    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
+    def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
         """The job, with every default applied (a completion is never unbounded: without a
         max_tokens it stops at MAX_TOKENS_LIMIT, or when the context is full)."""
         raise NotImplementedError
 
-    def job_fields(self, completion_id: str) -> dict[str, str]:
+    def job_fields(self, job_id: str) -> dict[str, str]:
         """What the job's hash records beside the spec, for the surface to show later."""
         return {}
 

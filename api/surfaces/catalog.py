@@ -56,11 +56,11 @@ class Surface:
         contract.keys.rq_job_id relies on it)."""
         return self.id_prefix + "".join(secrets.choice(_ALPHABET) for _ in range(25))
 
-    def owns(self, completion_id: str) -> bool:
+    def owns(self, job_id: str) -> bool:
         """Whether the id could be one of this surface's (checked before it is used or
         logged: a path is the client's own text)."""
-        rest = completion_id[len(self.id_prefix) :]
-        return completion_id.startswith(self.id_prefix) and _ID_REST.fullmatch(rest) is not None
+        rest = job_id[len(self.id_prefix) :]
+        return job_id.startswith(self.id_prefix) and _ID_REST.fullmatch(rest) is not None
 
     def objects_of(self, job: JobState) -> Objects:
         return self.objects.of(job)

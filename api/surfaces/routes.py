@@ -93,7 +93,7 @@ class Endpoints:
         ticket = services.admission.stream(owner) if body.streaming else None
         try:
             job, retried = await self._job_for(Ask(request, services, body, owner, idempotency, len(raw)))
-            logs.set_completion(job.id)
+            logs.set_job(job.id)
             if retried:
                 log.info("a retry (Idempotency-Key) of %s", job.id)
                 if not job.detached:
@@ -130,13 +130,13 @@ class Endpoints:
         try:
             if ask.idempotency is not None and (earlier := await services.jobs.idempotent(ask.idempotency)):
                 return earlier, True
-            cid = self.surface.new_id()
-            logs.set_completion(cid)
-            await services.admission.model(body.model, cid, body.prompt_chars())
+            job_id = self.surface.new_id()
+            logs.set_job(job_id)
+            await services.admission.model(body.model, job_id, body.prompt_chars())
             try:
-                submitted = await self._submit(ask, cid)
+                submitted = await self._submit(ask, job_id)
             finally:  # the enqueue takes the place; anything else gives it back
-                await services.admission.release(body.model, cid)
+                await services.admission.release(body.model, job_id)
         except OwnerLimit as exc:
             raise services.admission.jobs(exc.unfinished) from None
         except OwnerRate as exc:
@@ -145,12 +145,12 @@ class Endpoints:
             raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
         return submitted.job, not submitted.new
 
-    async def _submit(self, ask: Ask, cid: str) -> Submitted:
+    async def _submit(self, ask: Ask, job_id: str) -> Submitted:
         """Record and enqueue a new job; a request racing with its own retry gets the job
         the first of them made."""
         services, body = ask.services, ask.body
         settings = services.settings
-        spec = await services.heavy.run_for(ask.size, body.to_spec, cid, settings.limits)
+        spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, settings.limits)
         submitted = await services.jobs.submit(
             spec,
             self.surface.name,
@@ -159,7 +159,7 @@ class Endpoints:
             include_usage=body.include_usage,
             detached=bool(body.background) or "respond-async" in ask.request.headers.get("prefer", ""),
             idempotency=ask.idempotency,
-            fields=body.job_fields(cid),
+            fields=body.job_fields(job_id),
             quota=Quota(
                 unfinished_jobs=settings.quotas.max_jobs_per_key,
                 requests_per_minute=settings.quotas.key_requests_per_minute,
@@ -169,7 +169,7 @@ class Endpoints:
         )
         if submitted.new:
             services.metrics.created.labels(self.surface.name).inc()
-            log.info("enqueued %s for %s", cid, body.model)
+            log.info("enqueued %s for %s", job_id, body.model)
         return submitted
 
     async def retrieve(self, request: Request) -> Response:
@@ -233,15 +233,15 @@ class Endpoints:
         job = await self.job_named(services, request.path_params["completion_id"], request_owner(request))
         return services, job
 
-    async def job_named(self, services: Services, cid: str, owner: str, param: str = "") -> JobState:
-        """The job `cid`, if it exists, belongs to this surface and to `owner`; otherwise a 404
+    async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:
+        """The job `job_id`, if it exists, belongs to this surface and to `owner`; otherwise a 404
         (never 403: ids cannot be probed) naming `param`."""
         noun = self.surface.noun
         param = param or f"{noun}_id"
-        if not self.surface.owns(cid):  # never echoed nor logged: it is the client's own text
+        if not self.surface.owns(job_id):  # never echoed nor logged: it is the client's own text
             raise APIError(errors.NOT_FOUND, f"No {noun} found with that id.", param=param)
-        logs.set_completion(cid)
-        job = await services.jobs.state(cid)
+        logs.set_job(job_id)
+        job = await services.jobs.state(job_id)
         if job is None or job.surface != self.surface.name or not hmac.compare_digest(job.owner, owner):
-            raise APIError(errors.NOT_FOUND, f"No {noun} found with id '{cid}'.", param=param)
+            raise APIError(errors.NOT_FOUND, f"No {noun} found with id '{job_id}'.", param=param)
         return job

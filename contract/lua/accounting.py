@@ -59,7 +59,7 @@ end"""
 ADMIT = f"""
 -- KEYS[1]=the owner's unfinished jobs, KEYS[2]=the idempotency key, KEYS[3]=the owner's
 -- requests this minute, KEYS[4]=their bytes (each KEYS[1] again where it does not apply)
--- ARGV[1]=completion id, ARGV[2]="<completion id> <request digest>" ('' without a key),
+-- ARGV[1]=job id, ARGV[2]="<job id> <request digest>" ('' without a key),
 -- ARGV[3]=ttl seconds of an unfinished job, ARGV[4]=max unfinished jobs of the owner,
 -- ARGV[5]=max requests per minute, ARGV[6]=max bytes per minute (each 0: no limit),
 -- ARGV[7]=this request's bytes, ARGV[8]='1' if the job counts among the owner's unfinished.

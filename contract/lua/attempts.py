@@ -14,7 +14,7 @@ from contract.lua.library import LIB, _flat, final_status
 CLAIM = (
     LIB
     + f"""
--- ARGV[1]=worker name, ARGV[2]=completion id, ARGV[3]=heartbeat window ms,
+-- ARGV[1]=worker name, ARGV[2]=job id, ARGV[3]=heartbeat window ms,
 -- ARGV[4]=retention seconds (for a job that it ends as late), ARGV[5]=claim token,
 -- ARGV[6]=digest of the spec the worker is about to run
 -- Returns {{epoch, cancel, suspect}}: epoch -1 = the job is gone (expired or purged), 0 = it
@@ -57,7 +57,7 @@ APPEND = (
     LIB
     + f"""
 -- ARGV[1]=epoch, ARGV[2]=final status ('' unless the last entry is terminal),
--- ARGV[3]=retention seconds, ARGV[4]=completion id, ARGV[5]=the attempt's number of its
+-- ARGV[3]=retention seconds, ARGV[4]=job id, ARGV[5]=the attempt's number of its
 -- first entry here (0 for its first), ARGV[6]=number of entries, ARGV[7]=the attempt's claim
 -- token, ARGV[8]=its worker, ARGV[9]=heartbeat window ms, then per entry: its stream id (the
 -- one it had for an entry written again; for a new one, the id the worker chose, after every
@@ -185,7 +185,7 @@ class Claim:
 
 
 def append_args(
-    completion_id: str,
+    job_id: str,
     claim: Claim,
     first_seq: int,
     batch: Sequence[tuple[str, Entry]],
@@ -203,7 +203,7 @@ def append_args(
         str(claim.epoch),
         final_status(batch[-1][1]) if batch else "",
         str(retention_s),
-        completion_id,
+        job_id,
         str(first_seq),
         str(len(batch)),
         claim.token,
@@ -217,6 +217,6 @@ def append_args(
 
 
 def claim_args(
-    worker: str, completion_id: str, window_ms: int, retention_s: int, token: str, digest: str
+    worker: str, job_id: str, window_ms: int, retention_s: int, token: str, digest: str
 ) -> list[str]:
-    return [worker, completion_id, str(window_ms), str(retention_s), token, digest]
+    return [worker, job_id, str(window_ms), str(retention_s), token, digest]

@@ -11,7 +11,7 @@ from contract.lua.library import LIB, _without_epoch, final_status
 
 RECORD = """
 -- KEYS[1]=job hash, KEYS[2]=its shard's pending index
--- ARGV[1]=completion id, ARGV[2]=ttl seconds of an unfinished job, ARGV[3..]=the job
+-- ARGV[1]=job id, ARGV[2]=ttl seconds of an unfinished job, ARGV[3..]=the job
 -- hash's fields and values. Returns 1 (0 if the job exists already: nothing is changed).
 if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
 local t = redis.call('TIME')
@@ -27,7 +27,7 @@ return 1
 ABANDON = (
     LIB
     + f"""
--- ARGV[1]=the epoch being abandoned, ARGV[2]=completion id, ARGV[3]=1 to charge the death
+-- ARGV[1]=the epoch being abandoned, ARGV[2]=job id, ARGV[3]=1 to charge the death
 -- to the job, ARGV[4]=1 to mark it a suspect, ARGV[5]=charged deaths that end it
 -- (MAX_ATTEMPTS), ARGV[6]=requeues that end it (MAX_REQUEUES), ARGV[7]=ms a new attempt has
 -- to start (or until the job's WAIT_UNTIL, if later), ARGV[8]=retention seconds, ARGV[9]=1 if
@@ -69,7 +69,7 @@ END = (
     LIB
     + f"""
 -- ARGV[1]=final status, ARGV[2]=retention seconds, ARGV[3]=only if the job's status is
--- this ('' = any), ARGV[4]=completion id, ARGV[5..]=entry fields without epoch.
+-- this ('' = any), ARGV[4]=job id, ARGV[5..]=entry fields without epoch.
 -- Returns 1 if this call ended the job, 0 if it was gone, had ended, or had another status.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return 0 end
@@ -83,7 +83,7 @@ return 1
 END_IF_LATE = (
     LIB
     + """
--- ARGV[1]=completion id, ARGV[2]=retention seconds.
+-- ARGV[1]=job id, ARGV[2]=retention seconds.
 -- Returns 1 if this call ended the job (queued past its deadline), else 0.
 if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
 return end_if_late(ARGV[1], ARGV[2])
@@ -107,15 +107,13 @@ return {running, pending}
 """
 
 
-def end_args(
-    completion_id: str, entry: Failed | Finished, retention_s: int, only_if_status: str = ""
-) -> list[str]:
+def end_args(job_id: str, entry: Failed | Finished, retention_s: int, only_if_status: str = "") -> list[str]:
     """ARGV for END (the script stamps the epoch itself; the entry's epoch is ignored)."""
-    return [final_status(entry), str(retention_s), only_if_status, completion_id, *_without_epoch(entry)]
+    return [final_status(entry), str(retention_s), only_if_status, job_id, *_without_epoch(entry)]
 
 
 def abandon_args(
-    completion_id: str,
+    job_id: str,
     epoch: int,
     *,
     charge: bool,
@@ -128,7 +126,7 @@ def abandon_args(
 ) -> list[str]:
     return [
         str(epoch),
-        completion_id,
+        job_id,
         "1" if charge else "0",
         "1" if suspect else "0",
         str(max_charged),
@@ -139,8 +137,8 @@ def abandon_args(
     ]
 
 
-def end_if_late_args(completion_id: str, retention_s: int) -> list[str]:
-    return [completion_id, str(retention_s)]
+def end_if_late_args(job_id: str, retention_s: int) -> list[str]:
+    return [job_id, str(retention_s)]
 
 
 def index_keys(cluster: bool) -> list[list[str]]:

@@ -28,7 +28,7 @@ def _without_epoch(entry: Entry) -> list[str]:
     return _flat(fields)
 
 
-# Every per-job script takes KEYS = job_keys(completion id).
+# Every per-job script takes KEYS = job_keys(job id).
 LIB = f"""
 local function now_ms()
   local t = redis.call('TIME')
@@ -76,15 +76,15 @@ end
 """
 
 
-def job_keys(completion_id: str) -> list[str]:
+def job_keys(job_id: str) -> list[str]:
     """KEYS for every per-job script but BEAT: job hash, events, its shard's running index,
     alive key, its shard's pending index (one hash tag: one cluster slot)."""
-    shard = keys.shard(completion_id)
+    shard = keys.shard(job_id)
     return [
-        keys.job(completion_id),
-        keys.events(completion_id),
+        keys.job(job_id),
+        keys.events(job_id),
         keys.running(shard),
-        keys.alive(completion_id),
+        keys.alive(job_id),
         keys.pending(shard),
     ]
 

@@ -97,7 +97,7 @@ class Watch:
 
     base: str
     arrivals: list[float] = field(default_factory=list)
-    cid: str = ""
+    job_id: str = ""
 
     def run(self) -> None:
         body = holding_body(MODEL, stream=True)
@@ -108,8 +108,8 @@ class Watch:
             for line in resp.iter_lines():
                 if line.startswith("data: "):
                     self.arrivals.append(time.monotonic())
-                    if not self.cid and line != "data: [DONE]":
-                        self.cid = json.loads(line[6:])["id"]
+                    if not self.job_id and line != "data: [DONE]":
+                        self.job_id = json.loads(line[6:])["id"]
 
     def longest_gap(self, since: float, until: float) -> float:
         marks = [since, *(t for t in self.arrivals if since < t < until), until]
@@ -133,7 +133,7 @@ def watched(stack: Stack) -> Iterator[Watch]:
     finally:
         until = time.monotonic()
         with stack.client(V) as c:
-            c.post(f"/v1/chat/completions/{watch.cid}/cancel")
+            c.post(f"/v1/chat/completions/{watch.job_id}/cancel")
         thread.join(timeout=30)
     gap = watch.longest_gap(since, until)
     assert gap <= GAP_S, f"another key's stream waited {gap:.2f} s between events"

@@ -54,7 +54,7 @@ def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
             return httpx.post(base + "/v1/chat/completions", json=payload, timeout=30).json()["id"]
 
         mates = [submit(f"job {i}") for i in range(5)]
-        while sum(r.hget(keys.job(cid), JobField.STATUS) == b"running" for cid in mates) < 5:
+        while sum(r.hget(keys.job(job_id), JobField.STATUS) == b"running" for job_id in mates) < 5:
             time.sleep(0.02)
         poison = submit("poison")  # it takes the last free slot, beside two of its mates
         deaths = 0
@@ -74,15 +74,17 @@ def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
         assert lost.status_code == 503 and lost.json()["error"]["code"] == "worker_lost"
         assert deaths == 1 + 3, deaths  # the first batch's death, then MAX_ATTEMPTS charged ones
 
-        for cid in mates:  # every bystander finishes, whole, and none was charged a death
+        for job_id in mates:  # every bystander finishes, whole, and none was charged a death
             deadline = time.monotonic() + 90
-            while (answer := httpx.get(f"{base}/v1/chat/completions/{cid}", timeout=30)).status_code == 202:
-                assert time.monotonic() < deadline, cid
+            while (
+                answer := httpx.get(f"{base}/v1/chat/completions/{job_id}", timeout=30)
+            ).status_code == 202:
+                assert time.monotonic() < deadline, job_id
                 time.sleep(0.2)
             assert answer.status_code == 200, answer.text
             text = answer.json()["choices"][0]["message"]["content"]
             assert text == "".join(f" w{i}" for i in range(TOKENS))
-            assert r.hget(keys.job(cid), JobField.CHARGED) is None
+            assert r.hget(keys.job(job_id), JobField.CHARGED) is None
     finally:
         for p in (*workers.values(), api, redis_proc):
             p.stop()
@@ -104,7 +106,7 @@ def test_a_dead_batch_s_jobs_are_read_again_side_by_side(tmp_path):
         jobs = [
             httpx.post(base + "/v1/chat/completions", json=payload, timeout=30).json()["id"] for _ in range(4)
         ]
-        while sum(r.xlen(keys.events(cid)) > 3 for cid in jobs) < 4:  # all four under way
+        while sum(r.xlen(keys.events(job_id)) > 3 for job_id in jobs) < 4:  # all four under way
             time.sleep(0.02)
         second = start_worker(tmp_path, url, name="second", env=env)
         wait_for_model(base, MODEL, procs=(api, second))
@@ -112,18 +114,20 @@ def test_a_dead_batch_s_jobs_are_read_again_side_by_side(tmp_path):
         first.popen.wait()
         side_by_side = 0
         deadline = time.monotonic() + 60
-        while any(r.hget(keys.job(cid), JobField.STATUS) != JobStatus.DONE.encode() for cid in jobs):
+        while any(r.hget(keys.job(job_id), JobField.STATUS) != JobStatus.DONE.encode() for job_id in jobs):
             assert time.monotonic() < deadline
-            rows = [r.hmget(keys.job(cid), JobField.STATUS, JobField.WORKER) for cid in jobs]
+            rows = [r.hmget(keys.job(job_id), JobField.STATUS, JobField.WORKER) for job_id in jobs]
             side_by_side = max(
                 side_by_side, sum(row == [JobStatus.RUNNING.encode(), b"second"] for row in rows)
             )
             time.sleep(0.02)
         assert side_by_side == 4  # one suspect at a time, each to its end, never holds four
-        for cid in jobs:
-            text = httpx.get(f"{base}/v1/chat/completions/{cid}", timeout=30).json()["choices"][0]["message"]
+        for job_id in jobs:
+            text = httpx.get(f"{base}/v1/chat/completions/{job_id}", timeout=30).json()["choices"][0][
+                "message"
+            ]
             assert text["content"] == "".join(f" w{i}" for i in range(TOKENS))
-            assert r.hget(keys.job(cid), JobField.CHARGED) is None
+            assert r.hget(keys.job(job_id), JobField.CHARGED) is None
         assert second.log().count("is no longer a suspect") == 4
     finally:
         for p in (second, first, api, redis_proc):

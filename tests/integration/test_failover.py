@@ -121,10 +121,10 @@ def answer(base: str) -> str:
     return r.json()["choices"][0]["message"]["content"]
 
 
-def background_answer(base: str, cid: str) -> dict:
+def background_answer(base: str, job_id: str) -> dict:
     deadline = time.monotonic() + 90
     while True:
-        r = httpx.get(f"{base}/v1/chat/completions/{cid}", timeout=30)
+        r = httpx.get(f"{base}/v1/chat/completions/{job_id}", timeout=30)
         if r.status_code == 200 or time.monotonic() > deadline:
             return r.json()
         time.sleep(0.2)
@@ -147,7 +147,7 @@ def test_api_and_worker_follow_the_new_primary_through_two_failovers(stack):
     assert not busy.is_alive()
     parsed = check_stream(busy.raw, "chat")  # ends whole, with [DONE]
     assert parsed.error is None and parsed.finish_reason in ("stop", "length"), busy.raw[-600:]
-    replay = httpx.get(f"{s.base}/v1/chat/completions/{busy.cid}", timeout=30).json()
+    replay = httpx.get(f"{s.base}/v1/chat/completions/{busy.job_id}", timeout=30).json()
     assert replay["choices"][0]["message"]["content"] == parsed.text  # the new primary has it all
     assert background_answer(s.base, waiting)["choices"][0]["message"]["content"]
     assert answer(s.base)
@@ -182,7 +182,7 @@ def test_behind_one_name_a_demoted_primary_s_readonly_sends_everyone_to_the_new_
         assert not busy.is_alive()
         parsed = check_stream(busy.raw, "chat")
         assert parsed.error is None and parsed.finish_reason in ("stop", "length"), busy.raw[-600:]
-        replay = httpx.get(f"{base}/v1/chat/completions/{busy.cid}", timeout=30).json()
+        replay = httpx.get(f"{base}/v1/chat/completions/{busy.job_id}", timeout=30).json()
         assert replay["choices"][0]["message"]["content"] == parsed.text
         for _ in range(3):
             assert answer(base)
@@ -214,7 +214,7 @@ class Leaver(threading.Thread):
     def __init__(self, base: str, body: dict) -> None:
         super().__init__(daemon=True)
         self.base, self.body = base, body
-        self.raw, self.cid = "", ""
+        self.raw, self.job_id = "", ""
         self.leave = threading.Event()
         self.left = threading.Event()
 
@@ -222,8 +222,8 @@ class Leaver(threading.Thread):
         with httpx.stream("POST", self.base + "/v1/chat/completions", json=self.body, timeout=120) as resp:
             for line in resp.iter_lines():
                 self.raw += line + "\n"
-                if line.startswith("data: {") and not self.cid:
-                    self.cid = line.split('"id":"', 1)[1].split('"', 1)[0]
+                if line.startswith("data: {") and not self.job_id:
+                    self.job_id = line.split('"id":"', 1)[1].split('"', 1)[0]
                 if self.leave.is_set() and line == "":
                     break
         self.left.set()
@@ -294,19 +294,19 @@ def test_a_promoted_replica_missing_the_last_writes_contradicts_no_client(laggin
         parsed = check_stream(r.raw, "chat")  # ends whole, with [DONE]
         assert parsed.error is None and parsed.finish_reason in ("stop", "length"), r.raw[-600:]
         # the end a client was sent from the old primary reaches the new one a moment later
-        final = background_answer(s.base, r.cid)
+        final = background_answer(s.base, r.job_id)
         assert final.get("choices", [{}])[0].get("message", {}).get("content") == parsed.text, final
-        replay = httpx.get(f"{s.base}/v1/chat/completions/{r.cid}?stream=true", timeout=60).text
+        replay = httpx.get(f"{s.base}/v1/chat/completions/{r.job_id}?stream=true", timeout=60).text
         assert _events(replay) == _events(r.raw.decode())  # the same events, with the same ids
     with httpx.stream(
         "GET",
-        f"{s.base}/v1/chat/completions/{leaver.cid}?stream=true",
+        f"{s.base}/v1/chat/completions/{leaver.job_id}?stream=true",
         headers={"Last-Event-ID": last_id},
         timeout=120,
     ) as resp:
         rest = "".join(line + "\n" for line in resp.iter_lines())
     assert rest.rstrip().endswith("data: [DONE]"), rest[-300:]
-    final = background_answer(s.base, leaver.cid)
+    final = background_answer(s.base, leaver.job_id)
     assert seen_before_leaving + _texts(rest)[0] == final["choices"][0]["message"]["content"]
     assert background_answer(s.base, waiting)["choices"][0]["message"]["content"]
     deadline = time.monotonic() + 180
@@ -420,9 +420,9 @@ def test_a_job_claimed_on_a_primary_the_sentinels_just_replaced_runs_once_on_the
         assert not reader.is_alive()
         parsed = check_stream(reader.raw, "chat")
         assert parsed.error is None and parsed.finish_reason in ("stop", "length"), reader.raw[-600:]
-        final = background_answer(base, reader.cid)
+        final = background_answer(base, reader.job_id)
         assert final["choices"][0]["message"]["content"] == parsed.text
-        replay = httpx.get(f"{base}/v1/chat/completions/{reader.cid}?stream=true", timeout=60).text
+        replay = httpx.get(f"{base}/v1/chat/completions/{reader.job_id}?stream=true", timeout=60).text
         assert _events(replay) == _events(reader.raw.decode())
         assert "fenced" in first.log()  # it found the job taken on the new primary
         assert all(p.alive() for p in (api, first, second))

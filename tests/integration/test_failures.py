@@ -99,14 +99,14 @@ def test_queued_job_gets_keepalives_the_sdk_parses_then_queue_timeout(lonely_api
     assert seen[0].choices[0].delta.role == "assistant"
     keepalives = [c for c in seen[1:] if c.choices[0].delta.content is None]
     assert len(keepalives) >= 5, "keep-alives every 0.3 s while queued"
-    cid = seen[0].id
-    assert_no_rq_record(r, cid)
+    job_id = seen[0].id
+    assert_no_rq_record(r, job_id)
 
 
-def assert_no_rq_record(r: redis.Redis, cid: str) -> None:
+def assert_no_rq_record(r: redis.Redis, job_id: str) -> None:
     """A job that ended while queued leaves no request behind in RQ's record or queue."""
-    assert not r.exists(keys.rq_job(cid)), "RQ's record (the whole request) outlived the job"
-    assert cid.encode() not in r.lrange(f"rq:queue:{GHOST}", 0, -1)
+    assert not r.exists(keys.rq_job(job_id)), "RQ's record (the whole request) outlived the job"
+    assert job_id.encode() not in r.lrange(f"rq:queue:{GHOST}", 0, -1)
 
 
 def test_queued_job_raw_stream_ends_with_error_and_done(lonely_api):
@@ -169,19 +169,19 @@ def test_disconnect_cancels_the_job_and_frees_the_worker(stack, client):
     with client.stream("POST", "/v1/chat/completions", json=body) as resp:
         lines = resp.iter_lines()
         _, first = read_opening(lines)
-        cid = first["id"]
+        job_id = first["id"]
         for _ in range(10):
             next(lines)
     # the API (CANCEL_GRACE_SECONDS=0 here) flags the job; the worker stops at its next token
     deadline = time.monotonic() + 10
     final = None
     while time.monotonic() < deadline and final is None:
-        rows = stack.streams.xrevrange(keys.events(cid), count=1)
+        rows = stack.streams.xrevrange(keys.events(job_id), count=1)
         last = entries.decode(rows[0][1]) if rows else None
         final = last if isinstance(last, Finished) else None
         time.sleep(0.05)
     assert final is not None and final.finish_reason == "cancelled"
-    assert stack.streams.hget(keys.job(cid), keys.JobField.STATUS) == b"cancelled"
+    assert stack.streams.hget(keys.job(job_id), keys.JobField.STATUS) == b"cancelled"
     assert final.completion_tokens < 500
     r = client.post("/v1/completions", json={"model": MODEL, "prompt": "Hi", "max_tokens": 2})
     assert r.status_code == 200
@@ -190,12 +190,15 @@ def test_disconnect_cancels_the_job_and_frees_the_worker(stack, client):
 # --- a job planted in Redis by someone else ---
 
 
-def _refused(stack, job_id: str, timeout: float = 10) -> bool:
+def _refused(stack, rq_job_id: str, timeout: float = 10) -> bool:
     """The worker took the planted job, ran nothing, and dropped it (its record deleted, the
     refusal logged)."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if not stack.redis.exists(keys.rq_job(job_id)) and f"refused job '{job_id}'" in stack.worker.log():
+        if (
+            not stack.redis.exists(keys.rq_job(rq_job_id))
+            and f"refused job '{rq_job_id}'" in stack.worker.log()
+        ):
             return True
         time.sleep(0.05)
     return False
@@ -229,24 +232,24 @@ def test_cancelling_a_queued_job_ends_its_stream_at_once(lonely_api):
     with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=30) as resp:
         lines = resp.iter_lines()
         first, opening = read_opening(lines)
-        cid = opening["id"]
+        job_id = opening["id"]
         started = time.monotonic()
-        cancelled = httpx.post(f"{base}/v1/chat/completions/{cid}/cancel").json()
+        cancelled = httpx.post(f"{base}/v1/chat/completions/{job_id}/cancel").json()
         raw = "".join(line + "\n" for line in [*first, *lines]).encode()
-    assert cancelled == {"id": cid, "object": "chat.completion", "status": "cancelled"}
+    assert cancelled == {"id": job_id, "object": "chat.completion", "status": "cancelled"}
     assert time.monotonic() - started < 2
     parsed = check_stream(raw, "chat")
     assert parsed.finish_reason == "stop" and parsed.text == ""
-    assert_no_rq_record(r, cid)
+    assert_no_rq_record(r, job_id)
 
 
 def test_job_is_enqueued_as_json_for_the_models_queue(lonely_api):
     base, r, _ = lonely_api
-    cid = httpx.post(
+    job_id = httpx.post(
         base + "/v1/completions", json={"model": GHOST, "prompt": "x", "background": True}
     ).json()["id"]
-    assert r.lrange(f"rq:queue:{GHOST}", 0, -1) == [cid.encode()]
-    job = r.hgetall(f"rq:job:{cid}")
+    assert r.lrange(f"rq:queue:{GHOST}", 0, -1) == [job_id.encode()]
+    job = r.hgetall(f"rq:job:{job_id}")
     func, instance, args, kwargs = json.loads(zlib.decompress(job[b"data"]))
     assert (func, instance, kwargs) == (keys.JOB_FUNCTION, None, {})
-    assert args[0]["id"] == cid and args[0]["model"] == GHOST and args[0]["prompt"] == "x"
+    assert args[0]["id"] == job_id and args[0]["model"] == GHOST and args[0]["prompt"] == "x"

@@ -116,8 +116,8 @@ def test_per_key_job_limit(hard):
         assert refused.status_code == 429 and refused.headers["retry-after"]
         assert refused.json()["error"]["code"] == "too_many_requests"
         assert other.post("/v1/chat/completions", json=chat(background=True)).status_code == 202
-        for cid in ids:
-            c.post(f"/v1/chat/completions/{cid}/cancel")
+        for job_id in ids:
+            c.post(f"/v1/chat/completions/{job_id}/cancel")
         deadline = time.monotonic() + 15
         while c.post("/v1/chat/completions", json=chat(background=True, max_tokens=1)).status_code == 429:
             assert time.monotonic() < deadline, "ended jobs still count against the key"
@@ -128,10 +128,10 @@ def test_per_key_stream_limit(hard):
     # three open resumed streams of a queued job for a model with no worker (own key: the
     # other tests' jobs do not count against it)
     with hard.client("key-s") as c:
-        cid = c.post(
+        job_id = c.post(
             "/v1/chat/completions", json={**chat(background=True), "model": "synthetic-nobody"}
         ).json()["id"]
-        url = f"/v1/chat/completions/{cid}?stream=true"
+        url = f"/v1/chat/completions/{job_id}?stream=true"
         streams = [c.stream("GET", url) for _ in range(3)]
         opened = [s.__enter__() for s in streams]
         try:
@@ -142,7 +142,7 @@ def test_per_key_stream_limit(hard):
         finally:
             for s in streams:
                 s.__exit__(None, None, None)
-        hard.r.delete(keys.job(cid))  # nothing would ever run it
+        hard.r.delete(keys.job(job_id))  # nothing would ever run it
 
 
 def test_key_file_rotation(hard):
@@ -167,20 +167,20 @@ def test_cors_only_for_configured_origins(hard):
 
 
 def test_purge_of_a_running_completion(hard):
-    cid = None
+    job_id = None
     with hard.client() as c, c.stream("POST", "/v1/chat/completions", json=chat(stream=True)) as resp:
         raw = b""
         for chunk in resp.iter_bytes():
             raw += chunk
-            if cid is None and b'"content":" w2"' in raw:
-                cid = re.search(rb'"id":"(chatcmpl-[^"]+)"', raw).group(1).decode()
-                deleted = c.delete(f"/v1/chat/completions/{cid}")
-                assert deleted.json() == {"id": cid, "object": "chat.completion.deleted", "deleted": True}
+            if job_id is None and b'"content":" w2"' in raw:
+                job_id = re.search(rb'"id":"(chatcmpl-[^"]+)"', raw).group(1).decode()
+                deleted = c.delete(f"/v1/chat/completions/{job_id}")
+                assert deleted.json() == {"id": job_id, "object": "chat.completion.deleted", "deleted": True}
     parsed = check_stream(raw, "chat")
     assert parsed.error is not None and parsed.error["code"] == "not_found"
-    assert not hard.r.exists(keys.job(cid), keys.events(cid))
+    assert not hard.r.exists(keys.job(job_id), keys.events(job_id))
     with hard.client() as c:
-        assert c.get(f"/v1/chat/completions/{cid}").status_code == 404
+        assert c.get(f"/v1/chat/completions/{job_id}").status_code == 404
 
 
 def test_prompts_and_completions_are_not_logged(hard):

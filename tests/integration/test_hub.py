@@ -104,24 +104,24 @@ async def relay(url: str, client, sync, connections: Callable[[], Awaitable[list
     hub = StreamHub(url, client, block_ms=500)
     await hub.start()
     ids = [f"chatcmpl-hub{i}" for i in range(N_STREAMS)]
-    for cid in ids:
-        await client.hset(keys.job(cid), mapping={"status": "queued", "epoch": 0, "digest": DIGEST})
+    for job_id in ids:
+        await client.hset(keys.job(job_id), mapping={"status": "queued", "epoch": 0, "digest": DIGEST})
 
-    async def consume(cid):
+    async def consume(job_id):
         got = []
-        async for item in follow(store, hub, cid, keepalive_s=30):
+        async for item in follow(store, hub, job_id, keepalive_s=30):
             assert item is not KEEPALIVE
             got += [entry for _, entry in item]
         return got
 
-    readers = [asyncio.create_task(consume(cid)) for cid in ids]
+    readers = [asyncio.create_task(consume(job_id)) for job_id in ids]
     await asyncio.sleep(0.5)
     assert hub.watched == N_STREAMS
 
     def produce():
         pub = Publisher(Link(sync, "w", RECOVERY))
         claims = Claims(Link(sync, "w", RECOVERY), 3000)
-        attempts = [claims.claim(cid, DIGEST) for cid in ids]
+        attempts = [claims.claim(job_id, DIGEST) for job_id in ids]
         for a in attempts:
             pub.started(a, 1)
         for t in range(N_TOKENS):

@@ -116,11 +116,11 @@ def test_a_key_is_its_owner_s_alone(stack, tmp_path):
 
 def test_the_key_is_recorded_with_the_job(stack, client):
     key = str(uuid.uuid4())
-    cid = client.post(
+    job_id = client.post(
         "/v1/chat/completions", json=body(background=True), headers={"Idempotency-Key": key}
     ).json()["id"]
-    idem_key = stack.streams.hget(keys.job(cid), "idem").decode()
+    idem_key = stack.streams.hget(keys.job(job_id), "idem").decode()
     held, _, digest = stack.redis.get(idem_key).decode().partition(" ")
-    assert held == cid and len(digest) == 64
+    assert held == job_id and len(digest) == 64
     assert 0 < stack.redis.ttl(idem_key) <= 86_400
-    assert json.loads(stack.streams.hget(keys.job(cid), "spec"))["id"] == cid
+    assert json.loads(stack.streams.hget(keys.job(job_id), "spec"))["id"] == job_id

@@ -87,15 +87,15 @@ class Reader(threading.Thread):
         super().__init__(daemon=True)
         self.base, self.body = base, body
         self.raw = b""
-        self.cid = ""
+        self.job_id = ""
         self.chunks = threading.Semaphore(0)
 
     def run(self) -> None:
         with httpx.stream("POST", self.base + "/v1/chat/completions", json=self.body, timeout=120) as resp:
             for line in resp.iter_lines():
                 self.raw += (line + "\n").encode()
-                if line.startswith("data: {") and not self.cid:
-                    self.cid = line.split('"id":"', 1)[1].split('"', 1)[0]
+                if line.startswith("data: {") and not self.job_id:
+                    self.job_id = line.split('"id":"', 1)[1].split('"', 1)[0]
                 if '"content":"' in line and '"content":""' not in line:
                     self.chunks.release()
 
@@ -163,14 +163,14 @@ def _check_the_stream_after(o: Outage, reader: Reader, down_s: int) -> None:
     # a long outage ended the stream with an error and [DONE]; resuming now gets the rest
     assert parsed.error["code"] == "service_unavailable" and down_s > 10
     resumed = httpx.get(
-        f"{o.base}/v1/chat/completions/{reader.cid}",
+        f"{o.base}/v1/chat/completions/{reader.job_id}",
         params={"stream": "true"},
         headers={"Last-Event-ID": reader.last_id()},
         timeout=120,
     )
     events = split_events(resumed.content)
     assert events[-1] == "[DONE]" and '"finish_reason":"' in resumed.text
-    replay = httpx.get(f"{o.base}/v1/chat/completions/{reader.cid}", timeout=60).json()
+    replay = httpx.get(f"{o.base}/v1/chat/completions/{reader.job_id}", timeout=60).json()
     text = "".join(c["choices"][0]["delta"].get("content", "") for c in _chunks(reader.raw + resumed.content))
     assert text == replay["choices"][0]["message"]["content"]
 
@@ -179,10 +179,10 @@ def _chunks(raw: bytes) -> list[dict]:
     return [json.loads(d) for d in split_events(raw) if d.startswith("{") and '"choices":[{' in d]
 
 
-def _check_the_waiting_job(o: Outage, cid: str) -> None:
+def _check_the_waiting_job(o: Outage, job_id: str) -> None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        r = httpx.get(f"{o.base}/v1/chat/completions/{cid}", timeout=30)
+        r = httpx.get(f"{o.base}/v1/chat/completions/{job_id}", timeout=30)
         if r.status_code not in (202, 503):  # 503: the API has not reconnected yet; try again
             break
         time.sleep(0.2)
@@ -231,10 +231,10 @@ def _each_worker_serves(o: Outage) -> None:
         started = [a.json()["id"] for a in answers]
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and any(
-            r.hget(keys.job(cid), keys.JobField.STATUS) not in (b"done",) for cid in started
+            r.hget(keys.job(job_id), keys.JobField.STATUS) not in (b"done",) for job_id in started
         ):
             time.sleep(0.1)
-        assert [r.hget(keys.job(cid), keys.JobField.STATUS) for cid in started] == [b"done"] * 3
-        served = {r.hget(keys.job(cid), keys.JobField.WORKER) for cid in started}
+        assert [r.hget(keys.job(job_id), keys.JobField.STATUS) for job_id in started] == [b"done"] * 3
+        served = {r.hget(keys.job(job_id), keys.JobField.WORKER) for job_id in started}
         assert served == {name.encode() for name in o.workers}
         assert all(r.sismember("rq:workers", f"rq:worker:{name}") for name in o.workers)  # RQ knows them

@@ -19,11 +19,11 @@ from tests.integration.test_recovery import LONG
 pytestmark = pytest.mark.integration
 
 
-def _first_start_ms(r: redis.Redis, cid: str) -> int:
-    for eid, fields in r.xrange(keys.events(cid)):
+def _first_start_ms(r: redis.Redis, job_id: str) -> int:
+    for eid, fields in r.xrange(keys.events(job_id)):
         if isinstance(entries.decode(fields), Started):
             return int(eid.split(b"-")[0])
-    raise AssertionError(f"{cid} never started")
+    raise AssertionError(f"{job_id} never started")
 
 
 def test_waiting_jobs_start_in_tier_order(tmp_path):

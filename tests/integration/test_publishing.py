@@ -30,9 +30,10 @@ def _server(tmp_path, kind: str):
     proc, url = start_redis(tmp_path, kind=kind)
     client = redis.Redis.from_url(url)
     try:
-        for cid in [WARM, *IDS]:
+        for job_id in [WARM, *IDS]:
             client.hset(
-                keys.job(cid), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
+                keys.job(job_id),
+                mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST},
             )
         yield client
     finally:
@@ -59,7 +60,7 @@ def step(r: redis.Redis, linger_s: float = 0.5) -> tuple[Publisher, list]:
     warm = claims.claim(WARM, DIGEST)
     pub.delta(warm, "w", (0,))
     pub.flush(warm)
-    return pub, [claims.claim(cid, DIGEST) for cid in IDS]
+    return pub, [claims.claim(job_id, DIGEST) for job_id in IDS]
 
 
 def test_one_round_trip_wakes_the_reader_once_with_every_stream(valkey):
@@ -68,7 +69,7 @@ def test_one_round_trip_wakes_the_reader_once_with_every_stream(valkey):
     reader = redis.Redis(connection_pool=r.connection_pool)
     got: list = []
     blocked = threading.Thread(
-        target=lambda: got.append(reader.xread({keys.events(cid): "$" for cid in IDS}, block=10_000))
+        target=lambda: got.append(reader.xread({keys.events(job_id): "$" for job_id in IDS}, block=10_000))
     )
     blocked.start()
     deadline = time.monotonic() + 5
@@ -82,7 +83,7 @@ def test_one_round_trip_wakes_the_reader_once_with_every_stream(valkey):
     woken_with = got[0]
     streams = woken_with.keys() if isinstance(woken_with, dict) else [key for key, _ in woken_with]
     # One wake with every stream: not one for the first APPEND and another for the rest
-    assert sorted(k.decode() for k in streams) == sorted(keys.events(cid) for cid in IDS)
+    assert sorted(k.decode() for k in streams) == sorted(keys.events(job_id) for job_id in IDS)
 
 
 def test_a_round_trip_whose_script_was_lost_is_sent_again_once(r):
@@ -93,6 +94,6 @@ def test_a_round_trip_whose_script_was_lost_is_sent_again_once(r):
     for a in attempts:
         pub.flush(a)
         assert not a.fenced and a.error is None
-    for i, cid in enumerate(IDS):
-        written = [entries.decode(f) for _, f in r.xrange(keys.events(cid))]
+    for i, job_id in enumerate(IDS):
+        written = [entries.decode(f) for _, f in r.xrange(keys.events(job_id))]
         assert written == [Delta(epoch=1, text=f"t{i}", token_ids=(i,))]

@@ -72,18 +72,18 @@ class Pool:
             time.sleep(0.1)
         raise TimeoutError("workers did not come up")
 
-    def holder(self, cid: str, timeout: float = 20) -> Proc:
+    def holder(self, job_id: str, timeout: float = 20) -> Proc:
         """The worker process running the job's current attempt."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            name = self.r.hget(keys.job(cid), keys.JobField.WORKER)
-            if name and self.r.hget(keys.job(cid), keys.JobField.STATUS) == b"running":
+            name = self.r.hget(keys.job(job_id), keys.JobField.WORKER)
+            if name and self.r.hget(keys.job(job_id), keys.JobField.STATUS) == b"running":
                 return self.workers[name.decode()]
             time.sleep(0.01)
-        raise TimeoutError(f"{cid} never started")
+        raise TimeoutError(f"{job_id} never started")
 
-    def events(self, cid: str) -> list:
-        return [entries.decode(f) for _, f in self.r.xrange(keys.events(cid))]
+    def events(self, job_id: str) -> list:
+        return [entries.decode(f) for _, f in self.r.xrange(keys.events(job_id))]
 
 
 @contextlib.contextmanager
@@ -130,10 +130,10 @@ def _raw(lines: list[str]) -> bytes:
     return "".join(line + "\n" for line in lines).encode()
 
 
-def _check_resumed(pool: Pool, raw: bytes, cid: str, max_tokens: int):
+def _check_resumed(pool: Pool, raw: bytes, job_id: str, max_tokens: int):
     parsed = check_stream(raw, "chat", include_usage=True)
     assert parsed.error is None, parsed.error
-    events = pool.events(cid)
+    events = pool.events(job_id)
     deltas = [e for e in events if isinstance(e, Delta)]
     final = events[-1]
     assert isinstance(final, Finished)
@@ -149,8 +149,8 @@ def _check_resumed(pool: Pool, raw: bytes, cid: str, max_tokens: int):
 
 def _interrupted(pool: Pool, max_tokens: int, after_chunks: int, act, usage: bool = True, **body):
     """Stream a completion from the pool; once `after_chunks` content chunks have arrived,
-    call act(completion id, the worker holding the job); read to the end. Returns the
-    completion id, that worker, and the raw bytes the client received."""
+    call act(job id, the worker holding the job); read to the end. Returns the
+    job id, that worker, and the raw bytes the client received."""
     body = {
         "model": MODEL,
         "messages": [LONG],
@@ -163,16 +163,16 @@ def _interrupted(pool: Pool, max_tokens: int, after_chunks: int, act, usage: boo
     with _open_stream(pool, body) as resp:
         lines = resp.iter_lines()
         first, opening = read_opening(lines)
-        cid = opening["id"]
-        holder = pool.holder(cid)
+        job_id = opening["id"]
+        holder = pool.holder(job_id)
         got = [*first, *(_read_until(lines, lambda n: n >= after_chunks) if after_chunks else [])]
-        act(cid, holder)
+        act(job_id, holder)
         got += list(lines)
-    return cid, holder, _raw(got)
+    return job_id, holder, _raw(got)
 
 
 def _signal_at(sig: int, t: dict):
-    def act(cid: str, worker: Proc) -> None:
+    def act(job_id: str, worker: Proc) -> None:
         worker.signal(sig)
         t["at"] = time.monotonic()
 
@@ -183,8 +183,10 @@ def _signal_at(sig: int, t: dict):
 def test_sigkill_resumes_on_the_other_worker(pool, cut):
     pool.ensure(2)
     t: dict = {}
-    cid, victim, raw = _interrupted(pool, 60, 20 if cut == "mid-stream" else 0, _signal_at(signal.SIGKILL, t))
-    _, events = _check_resumed(pool, raw, cid, 60)
+    job_id, victim, raw = _interrupted(
+        pool, 60, 20 if cut == "mid-stream" else 0, _signal_at(signal.SIGKILL, t)
+    )
+    _, events = _check_resumed(pool, raw, job_id, 60)
     starts = [e for e in events if isinstance(e, Started)]
     assert starts[-1].epoch > 1, "a later attempt finished the job"  # (the victim may die before its Started)
     assert starts[-1].worker != victim.name
@@ -194,22 +196,22 @@ def test_sigkill_resumes_on_the_other_worker(pool, cut):
 def test_sigkill_right_after_the_last_token(pool):
     pool.ensure(2)
 
-    def kill_after_11_tokens(cid: str, victim: Proc) -> None:
-        while sum(len(e.token_ids) for e in pool.events(cid) if isinstance(e, Delta)) < 11:
+    def kill_after_11_tokens(job_id: str, victim: Proc) -> None:
+        while sum(len(e.token_ids) for e in pool.events(job_id) if isinstance(e, Delta)) < 11:
             time.sleep(0.002)
         victim.signal(signal.SIGKILL)
 
-    cid, _, raw = _interrupted(pool, 12, 0, kill_after_11_tokens)
-    _check_resumed(pool, raw, cid, 12)
+    job_id, _, raw = _interrupted(pool, 12, 0, kill_after_11_tokens)
+    _check_resumed(pool, raw, job_id, 12)
 
 
 def test_sigstop_past_the_heartbeat_window_then_sigcont_is_fenced(pool):
     pool.ensure(2)
     t: dict = {}
-    cid, frozen, raw = _interrupted(pool, 60, 10, _signal_at(signal.SIGSTOP, t))
+    job_id, frozen, raw = _interrupted(pool, 60, 10, _signal_at(signal.SIGSTOP, t))
     resumed_after = time.monotonic() - t["at"]
     try:
-        _, events = _check_resumed(pool, raw, cid, 60)
+        _, events = _check_resumed(pool, raw, job_id, 60)
         starts = [e for e in events if isinstance(e, Started)]
         assert len(starts) == 2 and starts[1].worker != frozen.name
         frozen_epoch = starts[0].epoch
@@ -217,7 +219,7 @@ def test_sigstop_past_the_heartbeat_window_then_sigcont_is_fenced(pool):
         frozen.signal(signal.SIGCONT)
     # the woken worker's next write is refused: nothing more with its epoch, and it moves on
     time.sleep(3)
-    after = pool.events(cid)
+    after = pool.events(job_id)
     assert after == events
     assert all(e.epoch != frozen_epoch for e in after[after.index(starts[1]) :])
     assert "fenced" in frozen.log()
@@ -254,44 +256,44 @@ def test_sigterm_hands_the_job_off_and_the_worker_exits(pool):
     fast the machine: it is handed off, resumed elsewhere, then cancelled."""
     pool.ensure(2)
 
-    def act(cid: str, worker: Proc) -> None:
+    def act(job_id: str, worker: Proc) -> None:
         worker.signal(signal.SIGTERM)
-        threading.Thread(target=_cancel_once_resumed, args=(pool, cid), daemon=True).start()
+        threading.Thread(target=_cancel_once_resumed, args=(pool, job_id), daemon=True).start()
 
-    cid, leaving, raw = _interrupted(pool, HOLD_TOKENS, 5, act, logit_bias=NO_END)
-    _, events = _check_resumed(pool, raw, cid, HOLD_TOKENS)
+    job_id, leaving, raw = _interrupted(pool, HOLD_TOKENS, 5, act, logit_bias=NO_END)
+    _, events = _check_resumed(pool, raw, job_id, HOLD_TOKENS)
     starts = [e for e in events if isinstance(e, Started)]
     assert len(starts) == 2 and starts[1].worker != leaving.name
     leaving.popen.wait(timeout=30)
     assert "handed off" in leaving.log()
 
 
-def _cancel_once_resumed(pool: Pool, cid: str) -> None:
+def _cancel_once_resumed(pool: Pool, job_id: str) -> None:
     """Cancel the job once a second attempt has generated."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        events = pool.events(cid)
+        events = pool.events(job_id)
         starts = [i for i, e in enumerate(events) if isinstance(e, Started)]
         if len(starts) > 1 and any(isinstance(e, Delta) for e in events[starts[1] :]):
             break
         time.sleep(0.05)
-    httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel", timeout=30)
+    httpx.post(f"{pool.base}/v1/chat/completions/{job_id}/cancel", timeout=30)
 
 
 def test_cancel_endpoint_stops_the_job_and_frees_the_worker(pool):
     pool.ensure(2)
 
-    def cancel(cid: str, _: Proc) -> None:
-        r = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel")
-        assert r.status_code == 200 and r.json()["id"] == cid
-        assert httpx.post(f"{pool.base}/v1/completions/{cid}/cancel").status_code == 404
+    def cancel(job_id: str, _: Proc) -> None:
+        r = httpx.post(f"{pool.base}/v1/chat/completions/{job_id}/cancel")
+        assert r.status_code == 200 and r.json()["id"] == job_id
+        assert httpx.post(f"{pool.base}/v1/completions/{job_id}/cancel").status_code == 404
 
-    cid, _, raw = _interrupted(pool, 2000, 5, cancel, usage=False, temperature=1.0)
+    job_id, _, raw = _interrupted(pool, 2000, 5, cancel, usage=False, temperature=1.0)
     parsed = check_stream(raw, "chat")
     assert parsed.finish_reason == "stop" and parsed.error is None
-    final = pool.events(cid)[-1]
+    final = pool.events(job_id)[-1]
     assert isinstance(final, Finished) and final.completion_tokens < 300
-    again = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel").json()
+    again = httpx.post(f"{pool.base}/v1/chat/completions/{job_id}/cancel").json()
     assert again["status"] == "cancelled"  # a cancelled job keeps its own status
     # both workers take jobs again
     for _ in range(2):
@@ -322,8 +324,8 @@ def test_killing_the_only_worker_ends_with_worker_lost(tmp_path):
         parsed = check_stream(_raw(got), "chat")
         assert parsed.error["code"] == "worker_lost" and parsed.error["type"] == "server_error"
         assert time.monotonic() - killed < 15
-        cid = next(json.loads(x[6:]) for x in got if x.startswith("data: "))["id"]
-        assert r.hget(keys.job(cid), keys.JobField.STATUS) == b"failed"
+        job_id = next(json.loads(x[6:]) for x in got if x.startswith("data: "))["id"]
+        assert r.hget(keys.job(job_id), keys.JobField.STATUS) == b"failed"
 
         # not streaming: 503 with the same error object
         worker = start_worker(tmp_path, url, name="only2", env=WORKER_ENV)
@@ -375,12 +377,12 @@ def test_sigkill_of_a_batching_worker_with_4_jobs_in_flight(pool):
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             running = [
-                cid
-                for cid in running_ids(pool.r)
-                if pool.r.hget(keys.job(cid), keys.JobField.WORKER) == victim.name.encode()
+                job_id
+                for job_id in running_ids(pool.r)
+                if pool.r.hget(keys.job(job_id), keys.JobField.WORKER) == victim.name.encode()
             ]
             if len(running) == 4 and all(
-                sum(isinstance(e, Delta) for e in pool.events(cid)) >= 5 for cid in running
+                sum(isinstance(e, Delta) for e in pool.events(job_id)) >= 5 for job_id in running
             ):
                 break
             time.sleep(0.05)
@@ -390,8 +392,8 @@ def test_sigkill_of_a_batching_worker_with_4_jobs_in_flight(pool):
         del pool.workers[victim.name]
         pool.spawn()  # a fresh worker takes the 4 continuations
         results = [f.result(timeout=180) for f in futures]
-    assert sorted(cid for cid, _ in results) == sorted(running)
-    for cid, raw in results:
-        _, events = _check_resumed(pool, raw, cid, 60)
+    assert sorted(job_id for job_id, _ in results) == sorted(running)
+    for job_id, raw in results:
+        _, events = _check_resumed(pool, raw, job_id, 60)
         starts = [e for e in events if isinstance(e, Started)]
         assert starts[0].worker == victim.name and starts[-1].worker != victim.name

@@ -156,13 +156,13 @@ def test_api_and_worker_work_as_their_own_users(secured):
             raw = resp.read()
         parsed = check_stream(raw, "chat")
         assert parsed.text == "".join(f" w{i}" for i in range(WORDS))
-        cid = parsed.chunks[0]["id"]
-        assert c.get(f"/v1/chat/completions/{cid}").status_code == 200
+        job_id = parsed.chunks[0]["id"]
+        assert c.get(f"/v1/chat/completions/{job_id}").status_code == 200
         # resume from an event id, replay from the start, a retried POST, a background job,
         # a non-streaming one, a cancel: every path the API takes, under its own user
         last = [line for line in raw.decode().splitlines() if line.startswith("id: ")][3][4:]
         resumed = c.get(
-            f"/v1/chat/completions/{cid}", params={"stream": "true"}, headers={"Last-Event-ID": last}
+            f"/v1/chat/completions/{job_id}", params={"stream": "true"}, headers={"Last-Event-ID": last}
         )
         assert resumed.status_code == 200 and resumed.text.endswith("data: [DONE]\n\n")
         key = {"Idempotency-Key": secrets.token_hex(8)}
@@ -175,7 +175,7 @@ def test_api_and_worker_work_as_their_own_users(secured):
         )
         queued = c.post("/v1/chat/completions", json={**chat(False), "background": True}).json()["id"]
         assert c.post(f"/v1/chat/completions/{queued}/cancel").status_code == 200
-        deleted = c.delete(f"/v1/chat/completions/{cid}")
+        deleted = c.delete(f"/v1/chat/completions/{job_id}")
         assert deleted.status_code == 200 and deleted.json()["deleted"] is True, deleted.text
         for path in ("/metrics", f"/scaling/{MODEL}", "/v1/models", "/readyz"):
             assert c.get(path).status_code == 200, path
@@ -200,8 +200,8 @@ def test_a_killed_worker_is_reaped_and_resumed_under_acls(secured):
         for chunk in resp.iter_bytes():
             raw += chunk
             if killed is None and raw.count(b'"content":" w') >= 5:
-                cid = json.loads(raw.split(b"data: ", 2)[1].split(b"\n")[0])["id"]
-                killed = secured.admin.hget(keys.job(cid), keys.JobField.WORKER).decode()
+                job_id = json.loads(raw.split(b"data: ", 2)[1].split(b"\n")[0])["id"]
+                killed = secured.admin.hget(keys.job(job_id), keys.JobField.WORKER).decode()
                 workers[killed].signal(signal.SIGKILL)
     parsed = check_stream(raw, "chat")
     assert killed is not None
@@ -335,8 +335,8 @@ def test_a_worker_hands_its_job_off_at_shutdown_under_acls(secured):
         for chunk in resp.iter_bytes():
             raw += chunk
             if stopped is None and raw.count(b'"content":" w') >= 5:
-                cid = json.loads(raw.split(b"data: ", 2)[1].split(b"\n")[0])["id"]
-                stopped = workers[secured.admin.hget(keys.job(cid), keys.JobField.WORKER).decode()]
+                job_id = json.loads(raw.split(b"data: ", 2)[1].split(b"\n")[0])["id"]
+                stopped = workers[secured.admin.hget(keys.job(job_id), keys.JobField.WORKER).decode()]
                 stopped.signal(signal.SIGTERM)
                 stopped.signal(signal.SIGTERM)  # a second signal: hand off at once
     assert check_stream(raw, "chat").text == "".join(f" w{i}" for i in range(WORDS))

@@ -87,12 +87,12 @@ def events(raw: bytes) -> list[tuple[str | None, str]]:
     return out
 
 
-def replay(base: str, cid: str, headers: dict, cursor: str | None = None, query: str = "") -> bytes:
+def replay(base: str, job_id: str, headers: dict, cursor: str | None = None, query: str = "") -> bytes:
     h = dict(headers)
     if cursor:
         h["Last-Event-ID"] = cursor
     with httpx.stream(
-        "GET", f"{base}/v1/chat/completions/{cid}?stream=true{query}", headers=h, timeout=120
+        "GET", f"{base}/v1/chat/completions/{job_id}?stream=true{query}", headers=h, timeout=120
     ) as r:
         assert r.status_code == 200, r.read()
         assert r.headers["content-type"].startswith("text/event-stream")
@@ -123,10 +123,10 @@ def test_kill_the_api_mid_stream_and_resume_on_another_replica(replicas):
                 first_part = first_part.rsplit(b"\n\n", 1)[0] + b"\n\n"
                 replicas.apis[0].signal(signal.SIGKILL)
                 break
-    cid = json.loads(events(first_part)[0][1])["id"]
-    rest = replay(replicas.bases[1], cid, A, cursor=last_id)
+    job_id = json.loads(events(first_part)[0][1])["id"]
+    rest = replay(replicas.bases[1], job_id, A, cursor=last_id)
     combined = events(first_part) + events(rest)
-    full = replay(replicas.bases[1], cid, A)
+    full = replay(replicas.bases[1], job_id, A)
     assert combined == events(full), "the resumed events equal an uninterrupted stream, event for event"
     parsed = check_stream(full, "chat", include_usage=True)
     assert parsed.error is None and parsed.usage["completion_tokens"] <= 80
@@ -141,13 +141,13 @@ def test_resume_after_the_job_finished_and_with_starting_after(replicas):
     ) as r:
         original = r.read()
     evs = events(original)
-    cid = json.loads(evs[0][1])["id"]
+    job_id = json.loads(evs[0][1])["id"]
     for k in (1, len(evs) // 2, len(evs) - 3, len(evs) - 2):  # incl. after the finish, after the usage
         cursor = evs[k - 1][0]
-        tail = events(replay(replicas.bases[1], cid, A, cursor=cursor))
+        tail = events(replay(replicas.bases[1], job_id, A, cursor=cursor))
         assert tail == evs[k:], f"after {cursor}"
-        assert events(replay(replicas.bases[1], cid, A, query=f"&starting_after={cursor}")) == evs[k:]
-    assert events(replay(replicas.bases[0], cid, A)) == evs  # full replay without a cursor
+        assert events(replay(replicas.bases[1], job_id, A, query=f"&starting_after={cursor}")) == evs[k:]
+    assert events(replay(replicas.bases[0], job_id, A)) == evs  # full replay without a cursor
 
 
 def test_bad_cursor_is_400(replicas):
@@ -157,9 +157,9 @@ def test_bad_cursor_is_400(replicas):
         headers=A,
     )
     assert r.status_code == 202
-    cid = r.json()["id"]
+    job_id = r.json()["id"]
     bad = httpx.get(
-        f"{replicas.bases[0]}/v1/chat/completions/{cid}?stream=true",
+        f"{replicas.bases[0]}/v1/chat/completions/{job_id}?stream=true",
         headers={**A, "Last-Event-ID": "nonsense"},
     )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
@@ -204,17 +204,17 @@ def test_only_the_creating_key_can_resume_fetch_or_cancel(replicas):
         json={"model": MODEL, "messages": LONG, "max_tokens": 5, "background": True},
         headers=A,
     )
-    cid = r.json()["id"]
+    job_id = r.json()["id"]
     base = replicas.bases[1]
     for method, path in (
-        ("GET", f"/v1/chat/completions/{cid}?stream=true"),
-        ("GET", f"/v1/chat/completions/{cid}"),
-        ("POST", f"/v1/chat/completions/{cid}/cancel"),
+        ("GET", f"/v1/chat/completions/{job_id}?stream=true"),
+        ("GET", f"/v1/chat/completions/{job_id}"),
+        ("POST", f"/v1/chat/completions/{job_id}/cancel"),
     ):
         other = httpx.request(method, base + path, headers=B)
         assert other.status_code == 404 and other.json()["error"]["code"] == "not_found"
         assert httpx.request(method, base + path).status_code == 401
-    assert httpx.get(f"{base}/v1/completions/{cid}", headers=A).status_code == 404  # wrong kind
+    assert httpx.get(f"{base}/v1/completions/{job_id}", headers=A).status_code == 404  # wrong kind
     assert httpx.get(f"{base}/v1/chat/completions/chatcmpl-doesnotexist", headers=A).status_code == 404
 
 
@@ -224,10 +224,10 @@ def test_resume_after_retention_is_404(replicas):
         json={"model": MODEL, "messages": LONG, "max_tokens": 3},
         headers=A,
     )
-    cid = r.json()["id"]
-    assert httpx.get(f"{replicas.bases[1]}/v1/chat/completions/{cid}", headers=A).status_code == 200
+    job_id = r.json()["id"]
+    assert httpx.get(f"{replicas.bases[1]}/v1/chat/completions/{job_id}", headers=A).status_code == 200
     time.sleep(RETENTION + 1)
-    for path in (f"/v1/chat/completions/{cid}", f"/v1/chat/completions/{cid}?stream=true"):
+    for path in (f"/v1/chat/completions/{job_id}", f"/v1/chat/completions/{job_id}?stream=true"):
         gone = httpx.get(replicas.bases[1] + path, headers=A)
         assert gone.status_code == 404 and gone.json()["error"]["code"] == "not_found"
 
@@ -284,9 +284,9 @@ def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_en
     base, restart = keyless_api
     # Generating until cancelled: still running when the connection drops, however fast the model.
     body = holding_body(MODEL, temperature=0, background=True)
-    cid = httpx.post(base + "/v1/chat/completions", json=body).json()["id"]
+    job_id = httpx.post(base + "/v1/chat/completions", json=body).json()["id"]
     node = subprocess.Popen(
-        ["node", "follow.mjs", f"{base}/v1/chat/completions/{cid}?stream=true", "90000"],
+        ["node", "follow.mjs", f"{base}/v1/chat/completions/{job_id}?stream=true", "90000"],
         cwd=NODE_DIR,
         stdout=subprocess.PIPE,
         text=True,
@@ -299,14 +299,14 @@ def test_eventsource_reconnects_after_a_dropped_connection_and_follows_to_the_en
             restart()  # the connection drops; the API comes back on the same address
             dropped = seen
         if dropped and not cancelled and any("error" in m for m in lines) and seen >= dropped + 8:
-            httpx.post(f"{base}/v1/chat/completions/{cid}/cancel")  # reconnected and following: end it
+            httpx.post(f"{base}/v1/chat/completions/{job_id}/cancel")  # reconnected and following: end it
             cancelled = True
     assert node.wait(timeout=30) == 0, lines
     assert any("error" in m for m in lines), "the client saw the drop and reconnected"
     messages = [m for m in lines if "data" in m]
     keepalive = '"delta":{},"logprobs":null,"finish_reason":null'
     got = [(m["id"], m["data"]) for m in messages if keepalive not in m["data"]]
-    full = events(httpx.get(f"{base}/v1/chat/completions/{cid}?stream=true", timeout=60).read())
+    full = events(httpx.get(f"{base}/v1/chat/completions/{job_id}?stream=true", timeout=60).read())
     assert [d for _, d in got] == [d for _, d in full], "no event lost or repeated across the reconnect"
     assert [i for i, _ in got[:-1]] == [i for i, _ in full[:-1]]
 
@@ -328,7 +328,7 @@ def test_a_client_that_comes_back_within_the_grace_keeps_its_job(keyless_api):
             if raw.count(b"\nid: ") + raw.startswith(b"id: ") >= 5 and raw.endswith(b"\n\n"):
                 break  # disconnect: the job would be cancelled 1.5 s from now
     first = events(raw)
-    cid = json.loads(first[0][1])["id"]
-    rest = replay(base, cid, {}, cursor=first[-1][0])  # back within the grace
+    job_id = json.loads(first[0][1])["id"]
+    rest = replay(base, job_id, {}, cursor=first[-1][0])  # back within the grace
     parsed = check_stream(raw + rest, "chat", include_usage=True)
     assert parsed.finish_reason == "length" and parsed.usage["completion_tokens"] == 150

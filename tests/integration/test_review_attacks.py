@@ -118,12 +118,12 @@ def test_metrics_and_scaling_on_the_internal_port_only(api):
 
 def test_a_cursor_past_2_64_is_a_400_not_a_stall(api):
     _, base = api({"KNOWN_MODELS": "m"})
-    cid = httpx.post(
+    job_id = httpx.post(
         base + "/v1/chat/completions",
         json={"model": "m", "messages": [{"role": "user", "content": "x"}], "background": True},
     ).json()["id"]
     r = httpx.get(
-        f"{base}/v1/chat/completions/{cid}",
+        f"{base}/v1/chat/completions/{job_id}",
         params={"stream": "true"},
         headers={"Last-Event-ID": "99999999999999999999-0"},
     )
@@ -138,8 +138,8 @@ async def running_hub(redis_url: str, *running: str) -> tuple:
     store = JobStore(Servers(client, client), Servers(sync, sync), queue_wait_s=60, recovery=Recovery())
     hub = StreamHub(redis_url, client, block_ms=200)
     await hub.start()
-    for cid in running:
-        await client.hset(keys.job(cid), mapping={"status": "running", "epoch": 1})
+    for job_id in running:
+        await client.hset(keys.job(job_id), mapping={"status": "running", "epoch": 1})
     return client, sync, store, hub
 
 
@@ -150,9 +150,9 @@ def test_one_stream_redis_refuses_to_read_fails_alone(redis_url):
     async def scenario() -> tuple[list, str]:
         client, sync, store, hub = await running_hub(redis_url, "chatcmpl-good", "chatcmpl-bad")
 
-        async def consume(cid: str, after: str) -> list:
+        async def consume(job_id: str, after: str) -> list:
             got = []
-            async for item in follow(store, hub, cid, after=after, keepalive_s=30):
+            async for item in follow(store, hub, job_id, after=after, keepalive_s=30):
                 if item is not KEEPALIVE:
                     got += [e for _, e in item]
                     if len(got) >= 3:

@@ -41,8 +41,8 @@ class Pool:
         body = {"model": MODEL, "messages": messages, "max_tokens": 12, "temperature": 0, **extra}
         return httpx.post(self.base + "/v1/chat/completions", json=body, timeout=120).json()
 
-    def worker_of(self, cid: str) -> str:
-        return self.r.hget(keys.job(cid), keys.JobField.WORKER).decode()
+    def worker_of(self, job_id: str) -> str:
+        return self.r.hget(keys.job(job_id), keys.JobField.WORKER).decode()
 
     def stats(self, field: str) -> int:
         return int(self.r.hget(keys.STATS, field) or 0)
@@ -141,10 +141,10 @@ def test_a_holder_that_dies_with_the_routed_job_leaves_it_whole_and_run_once(poo
             if raw.count(b'"content":"') == 10 and pool.workers[holder].alive():
                 pool.workers[holder].signal(signal.SIGKILL)  # mid-stream, on the routed job
     parsed = check_stream(raw, "chat", include_usage=True)
-    cid = parsed.chunks[0]["id"]
-    events = [entries.decode(f) for _, f in pool.r.xrange(keys.events(cid))]
+    job_id = parsed.chunks[0]["id"]
+    events = [entries.decode(f) for _, f in pool.r.xrange(keys.events(job_id))]
     starts = [e for e in events if isinstance(e, Started)]
     assert starts[0].worker == holder and starts[-1].worker != holder  # routed, then resumed
     assert parsed.error is None and parsed.usage["completion_tokens"] == 200
-    replay = httpx.get(f"{pool.base}/v1/chat/completions/{cid}?stream=true", timeout=60).content
+    replay = httpx.get(f"{pool.base}/v1/chat/completions/{job_id}?stream=true", timeout=60).content
     assert check_stream(replay, "chat", include_usage=True).text == parsed.text  # nothing lost or doubled

@@ -165,9 +165,9 @@ def test_known_model_waits_in_the_queue_then_a_full_queue_is_refused(pool):
 
         pool.worker(model=COLD)  # scale from zero: the waiting jobs run
         for r in accepted:
-            cid = r.json()["id"]
+            job_id = r.json()["id"]
             deadline = time.monotonic() + 30
-            while (got := c.get(f"/v1/chat/completions/{cid}")).status_code == 202:
+            while (got := c.get(f"/v1/chat/completions/{job_id}")).status_code == 202:
                 assert time.monotonic() < deadline
                 time.sleep(0.1)
             assert got.json()["choices"][0]["message"]["content"] == words(WORDS)
@@ -216,11 +216,11 @@ def test_slots_of_the_live_workers_are_summed_and_leave_with_them(pool):
 
 def test_logs_carry_the_completion_id_from_api_to_worker(pool):
     with pool.client() as c:
-        _, cid = stream(c, chat())
+        _, job_id = stream(c, chat())
 
     def tagged(proc: Proc) -> list[dict]:
         lines = [json.loads(line) for line in proc.log().splitlines() if line.startswith("{")]
-        return [entry for entry in lines if entry.get("completion_id") == cid]
+        return [entry for entry in lines if entry.get("completion_id") == job_id]
 
     api = pool.procs[0]
     assert any("enqueued" in e["msg"] for e in tagged(api))

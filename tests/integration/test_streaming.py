@@ -24,8 +24,8 @@ def stream(client, path: str, body: dict) -> tuple[bytes, dict]:
         return resp.read(), dict(resp.headers)
 
 
-def published(stack, completion_id: str) -> list:
-    return [entries.decode(f) for _, f in stack.streams.xrange(keys.events(completion_id))]
+def published(stack, job_id: str) -> list:
+    return [entries.decode(f) for _, f in stack.streams.xrange(keys.events(job_id))]
 
 
 @pytest.mark.parametrize("include_usage", [False, True])

@@ -351,7 +351,7 @@ def test_a_worker_killed_mid_json_leaves_the_client_valid_json(pool, sdk, what):
             "tool_choice": "required",
             "parallel_tool_calls": False,
         }
-    text, args, outputs, cid, finish = [], [], 0, "", None
+    text, args, outputs, job_id, finish = [], [], 0, "", None
     for chunk in sdk.chat.completions.create(**kw):
         if not chunk.choices:
             continue
@@ -359,16 +359,16 @@ def test_a_worker_killed_mid_json_leaves_the_client_valid_json(pool, sdk, what):
         if delta.content or delta.tool_calls:
             outputs += 1
             if outputs == 12:  # mid-answer: the worker dies, the stream goes on
-                cid = chunk.id
-                pool.holder(cid).signal(signal.SIGKILL)
+                job_id = chunk.id
+                pool.holder(job_id).signal(signal.SIGKILL)
         text.append(delta.content or "")
         args += [tc.function.arguments or "" for tc in delta.tool_calls or ()]
         finish = chunk.choices[0].finish_reason or finish
-    assert cid, "the stream ended before the kill"
+    assert job_id, "the stream ended before the kill"
     out = json.loads("".join(text) if what == "json_schema" else "".join(args))
     jsonschema.validate(out, schema)
     assert finish == ("stop" if what == "json_schema" else "tool_calls")
-    starts = [e for e in pool.events(cid) if type(e).__name__ == "Started"]
+    starts = [e for e in pool.events(job_id) if type(e).__name__ == "Started"]
     assert len(starts) == 2  # it did resume on the other worker
 
 

@@ -92,8 +92,8 @@ def story(max_tokens: int) -> dict:
     return {"model": MODEL, "messages": [STORY], "max_tokens": max_tokens, "temperature": 0, "stream": True}
 
 
-def replayed(base: str, cid: str) -> str:
-    return httpx.get(f"{base}/v1/chat/completions/{cid}", timeout=60).json()["choices"][0]["message"][
+def replayed(base: str, job_id: str) -> str:
+    return httpx.get(f"{base}/v1/chat/completions/{job_id}", timeout=60).json()["choices"][0]["message"][
         "content"
     ]
 
@@ -101,15 +101,15 @@ def replayed(base: str, cid: str) -> str:
 def test_each_key_is_on_its_server_and_the_sdk_streams(split):
     sdk = strict_sdk(split.base)
     stream = sdk.chat.completions.create(**story(24))
-    text, cid, finish = "", "", None
+    text, job_id, finish = "", "", None
     for chunk in stream:
-        cid = chunk.id
+        job_id = chunk.id
         if chunk.choices:
             text += chunk.choices[0].delta.content or ""
             finish = chunk.choices[0].finish_reason or finish
-    assert finish in ("stop", "length") and text == replayed(split.base, cid)
+    assert finish in ("stop", "length") and text == replayed(split.base, job_id)
     q, s = split.q(), split.s()
-    assert job_ids(s) == {cid} and not job_ids(q)
+    assert job_ids(s) == {job_id} and not job_ids(q)
     on_streams = {k.decode() for k in s.scan_iter(count=1000)}
     assert on_streams and all(k.startswith("ts:{") for k in on_streams), on_streams
     on_queues = {k.decode() for k in q.scan_iter(count=1000)}
@@ -124,21 +124,21 @@ def test_a_worker_killed_mid_stream_and_a_resume(split):
     reader.start()
     for _ in range(5):
         assert reader.chunks.acquire(timeout=60), reader.raw
-    assert reader.cid in running_ids(split.s())
-    busy = split.s().hget(keys.job(reader.cid), keys.JobField.WORKER).decode()
+    assert reader.job_id in running_ids(split.s())
+    busy = split.s().hget(keys.job(reader.job_id), keys.JobField.WORKER).decode()
     next(p for p in split.workers if p.name == busy).signal(signal.SIGKILL)
     reader.join(timeout=120)
     parsed = check_stream(reader.raw, "chat")
     assert parsed.error is None and parsed.finish_reason in ("stop", "length"), reader.raw[-500:]
-    assert parsed.text == replayed(split.base, reader.cid)
-    assert split.s().hget(keys.job(reader.cid), keys.JobField.ATTEMPTS) == b"2"  # taken over
+    assert parsed.text == replayed(split.base, reader.job_id)
+    assert split.s().hget(keys.job(reader.job_id), keys.JobField.ATTEMPTS) == b"2"  # taken over
     # a client that saw only the first events resumes from the last one it saw
     events = reader.raw.decode().split("\n\n")
     cut = next(i for i, ev in enumerate(events) if '"content":"' in ev and '"content":""' not in ev) + 2
     seen = "\n\n".join(events[:cut]) + "\n\n"
     last_id = [line[4:] for line in seen.splitlines() if line.startswith("id: ")][-1]
     resumed = httpx.get(
-        f"{split.base}/v1/chat/completions/{reader.cid}",
+        f"{split.base}/v1/chat/completions/{reader.job_id}",
         params={"stream": "true"},
         headers={"Last-Event-ID": last_id},
         timeout=120,
@@ -183,7 +183,7 @@ def test_losing_the_streams_server_or_a_primary_ends_streams_in_flight_properly(
     assert reader.chunks.acquire(timeout=60), reader.raw
     pid = split.workers[0].pid
     if split.cluster:
-        owner = split.s().get_node_from_key(keys.job(reader.cid)).port
+        owner = split.s().get_node_from_key(keys.job(reader.job_id)).port
         primary = next(p for p in split.streams if p.name.endswith(f"-{owner}"))
         primary.signal(signal.SIGKILL)
     else:

@@ -112,17 +112,19 @@ def pending_id(driver: webdriver.Chrome) -> str:
 
 def long_answer_under_way(driver: webdriver.Chrome, base: str, max_tokens: int, seen_chars: int) -> str:
     """Ask the playground for a long story and wait until `seen_chars` of it are shown;
-    returns the completion id the page keeps for it."""
+    returns the job id the page keeps for it."""
     open_playground(driver, base)
     ask(driver, "Write a long story about a lighthouse keeper, a storm and a ship.", max_tokens)
     until(lambda: len(answer(driver)) >= seen_chars, what="some text")
     return pending_id(driver)
 
 
-def replay(base: str, cid: str) -> str:
+def replay(base: str, job_id: str) -> str:
     """The job's text as the server recorded it: GET ...?stream=true from the start."""
     text = []
-    with httpx.stream("GET", f"{base}/v1/chat/completions/{cid}", params={"stream": "true"}, timeout=60) as r:
+    with httpx.stream(
+        "GET", f"{base}/v1/chat/completions/{job_id}", params={"stream": "true"}, timeout=60
+    ) as r:
         for line in r.iter_lines():
             if line.startswith("data: {"):
                 for choice in json.loads(line[6:])["choices"]:
@@ -144,13 +146,13 @@ def test_a_prompt_gets_a_streamed_answer_with_its_timings(pool, browser):
 
 
 def test_a_reload_mid_answer_resumes_it_without_a_gap_or_a_repeat(pool, browser):
-    cid = long_answer_under_way(browser, pool.base, max_tokens=160, seen_chars=40)
-    assert cid.startswith("chatcmpl-")
+    job_id = long_answer_under_way(browser, pool.base, max_tokens=160, seen_chars=40)
+    assert job_id.startswith("chatcmpl-")
     assert not finished(browser)
     browser.refresh()
     until(lambda: finished(browser), what="the resumed answer's end")
     final = answer(browser)
-    assert final == replay(pool.base, cid)
+    assert final == replay(pool.base, job_id)
     assert "resumed after a reload" in browser.find_element(By.CSS_SELECTOR, "li.assistant .note").text
     assert browser.execute_script("return sessionStorage.getItem('tokenspool.pending')") is None
     assert console_errors(browser) == []
@@ -158,13 +160,13 @@ def test_a_reload_mid_answer_resumes_it_without_a_gap_or_a_repeat(pool, browser)
 
 def test_a_worker_killed_mid_answer_is_recovered_and_the_text_goes_on(pool, browser):
     pool.ensure(2)
-    cid = long_answer_under_way(browser, pool.base, max_tokens=160, seen_chars=20)
-    pool.holder(cid).signal(signal.SIGKILL)
+    job_id = long_answer_under_way(browser, pool.base, max_tokens=160, seen_chars=20)
+    pool.holder(job_id).signal(signal.SIGKILL)
     until(lambda: finished(browser), timeout=90, what="the answer's end after the kill")
     note = browser.find_element(By.CSS_SELECTOR, "li.assistant .note").text
     assert "recovered" in note, note
     assert "finish:" in note, note
-    assert answer(browser) == replay(pool.base, cid)
+    assert answer(browser) == replay(pool.base, job_id)
     assert console_errors(browser) == []
     pool.ensure(2)
 
@@ -203,10 +205,10 @@ def test_stop_cancels_the_answer(pool, browser):
     never_ending_answers(browser)
     ask(browser, "Write a long story about a lighthouse keeper, a storm and a ship.", HOLD_TOKENS)
     until(lambda: len(answer(browser)) >= 10, what="some text")
-    cid = pending_id(browser)
+    job_id = pending_id(browser)
     browser.find_element(By.ID, "stop").click()
     until(lambda: finished(browser), what="the cancelled answer's end")
-    again = httpx.post(f"{pool.base}/v1/chat/completions/{cid}/cancel", timeout=10).json()
+    again = httpx.post(f"{pool.base}/v1/chat/completions/{job_id}/cancel", timeout=10).json()
     assert again["status"] == "cancelled"  # stopped by the button, not by its length
     assert console_errors(browser) == []
 

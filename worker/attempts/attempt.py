@@ -126,7 +126,7 @@ class AttemptRules:
         except InvalidSpec as exc:
             log.warning("refused job %s: invalid arguments: %s", rq_job_id, exc)
             return Outcome.REFUSED
-        if spec.id != keys.completion_of(rq_job_id):
+        if spec.id != keys.job_of(rq_job_id):
             log.warning("refused job %s: it carries the spec of %s", rq_job_id, spec.id)
             return Outcome.REFUSED
         if spec.model != self.engine.model_name:
@@ -281,11 +281,11 @@ class AttemptRules:
         nothing. Without an answer in CLAIM_CONFIRM_S (the replica away, its primary still
         the primary), the attempt runs anyway, as the API answers for a new job anyway."""
         durability = self.durability
-        if durability is None or not durability.replicas_expected(attempt.completion_id):
+        if durability is None or not durability.replicas_expected(attempt.job_id):
             return
         deadline = time.monotonic() + CLAIM_CONFIRM_S
         while True:
-            replicas = max(durability.replicas_expected(attempt.completion_id), 1)
+            replicas = max(durability.replicas_expected(attempt.job_id), 1)
             current, acked = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS)
             if current == 0:
                 attempt.fenced = True
@@ -293,7 +293,7 @@ class AttemptRules:
             if current == 2:
                 log.warning(
                     "%s: the new primary lacks attempt %d's claim; claiming",
-                    attempt.completion_id,
+                    attempt.job_id,
                     attempt.epoch,
                 )
                 self.publisher.resend(attempt)
@@ -302,7 +302,7 @@ class AttemptRules:
             if time.monotonic() >= deadline:
                 log.warning(
                     "no replica acknowledged the claim of %s in %.0fs: running it anyway",
-                    attempt.completion_id,
+                    attempt.job_id,
                     CLAIM_CONFIRM_S,
                 )
                 return
@@ -314,7 +314,7 @@ class AttemptRules:
         cleared = self.claims.clear_suspect(attempt)  # False: no longer the job's attempt
         self._suspect_cleared(attempt)  # either way not asked again at every token: its next write is fenced
         if cleared:
-            log.info("%s is no longer a suspect (%d tokens on)", attempt.completion_id, attempt.generated)
+            log.info("%s is no longer a suspect (%d tokens on)", attempt.job_id, attempt.generated)
 
     def _timed(self, picks: Iterator[tuple[Pick, bytes]]) -> Iterator[tuple[Pick, bytes]]:
         """The picks, with this thread's own work on each (from its arrival to the ask for the
@@ -335,17 +335,17 @@ class AttemptRules:
         try:
             link = self.link
             outcome = queueing.abandon(
-                link.servers, attempt.completion_id, attempt.epoch, link.recovery, reason, charge=False
+                link.servers, attempt.job_id, attempt.epoch, link.recovery, reason, charge=False
             )
             log.log(
                 logging.INFO if reason == queueing.PREEMPT else logging.WARNING,
                 "handed off %s (%s, outcome %d)",
-                attempt.completion_id,
+                attempt.job_id,
                 reason,
                 outcome,
             )
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
-            log.warning("could not hand off %s: %s", attempt.completion_id, exc)
+            log.warning("could not hand off %s: %s", attempt.job_id, exc)
 
 
 class _Sender:

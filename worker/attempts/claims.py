@@ -38,7 +38,7 @@ class RolledBack(Exception):
 
 @dataclass(eq=False)  # one attempt is one object: hashed by identity
 class Attempt:
-    completion_id: str
+    job_id: str
     epoch: int
     cancelled: bool = False
     fenced: bool = False
@@ -108,7 +108,7 @@ class Attempt:
     def check(self) -> None:
         """Raise what the writer learned: fenced out, or a write that failed."""
         if self.fenced:
-            raise Fenced(f"{self.completion_id} epoch {self.epoch}: another attempt took over")
+            raise Fenced(f"{self.job_id} epoch {self.epoch}: another attempt took over")
         if self.error is not None:
             raise self.error
 
@@ -133,7 +133,7 @@ class Claims:
         self._clear_suspect = link.streams.register_script(attempts.CLEAR_SUSPECT)
         self._beat = link.streams.register_script(attempts.BEAT)
 
-    def claim(self, completion_id: str, spec_digest: str) -> Attempt:
+    def claim(self, job_id: str, spec_digest: str) -> Attempt:
         """Start a new attempt at a job (fencing out every earlier one), for the spec whose
         digest is given (NotRecorded if the API recorded another). A job that waited past its
         start deadline is ended by the claim instead (JobGone). The claim's token makes a
@@ -141,17 +141,15 @@ class Claims:
         link = self._link
         token = uuid.uuid4().hex
         args = attempts.claim_args(
-            link.worker, completion_id, self._window_ms, link.recovery.retention_s, token, spec_digest
+            link.worker, job_id, self._window_ms, link.recovery.retention_s, token, spec_digest
         )
-        epoch, cancel, suspect = link.retry(
-            lambda: self._claim(keys=library.job_keys(completion_id), args=args)
-        )
+        epoch, cancel, suspect = link.retry(lambda: self._claim(keys=library.job_keys(job_id), args=args))
         if epoch == -2:
-            raise NotRecorded(completion_id)
+            raise NotRecorded(job_id)
         if epoch <= 0:  # gone, ended, late; or -3: a live attempt runs it
-            raise JobGone(completion_id)
+            raise JobGone(job_id)
         return Attempt(
-            completion_id,
+            job_id,
             int(epoch),
             cancelled=bool(cancel),
             suspect=bool(suspect),
@@ -164,12 +162,12 @@ class Claims:
         """BEAT the attempt (a write, on the connection that then waits), then `WAIT
         replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover)
         and how many replicas hold it, and so the claim and everything written before it."""
-        cid = attempt.completion_id
+        job_id = attempt.job_id
 
         def once() -> list:
             with self._client.pipeline(transaction=False) as pipe:
                 beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
-                self._beat(keys=[keys.job(cid), keys.alive(cid)], args=beat_args, client=pipe)
+                self._beat(keys=[keys.job(job_id), keys.alive(job_id)], args=beat_args, client=pipe)
                 pipe.execute_command("WAIT", replicas, wait_ms)
                 return pipe.execute()
 
@@ -179,19 +177,19 @@ class Claims:
     def clear_suspect(self, attempt: Attempt) -> bool:
         """The attempt's job is no longer a suspect (it went on past where its batch died);
         False when the attempt is no longer the job's current one."""
-        cid = attempt.completion_id
+        job_id = attempt.job_id
         return bool(
             self._link.retry(
-                lambda: self._clear_suspect(keys=[keys.job(cid)], args=[attempt.epoch, attempt.token])
+                lambda: self._clear_suspect(keys=[keys.job(job_id)], args=[attempt.epoch, attempt.token])
             )
         )
 
-    def progress(self, completion_id: str) -> Progress:
+    def progress(self, job_id: str) -> Progress:
         """Read back what earlier attempts published (token ids are the contract's truth)."""
         prompt_tokens = None
         ids: list[int] = []
         after, last_id = "-", "0-0"
-        stream = keys.events(completion_id)
+        stream = keys.events(job_id)
         while True:
             rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
             for entry_id, fields in rows:
@@ -203,19 +201,19 @@ class Claims:
                     ids.extend(entry.token_ids)
             if len(rows) < 1000:
                 deadline = self._link.retry(
-                    lambda: self._client.hget(keys.job(completion_id), keys.JobField.DEADLINE)
+                    lambda: self._client.hget(keys.job(job_id), keys.JobField.DEADLINE)
                 )
                 return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None, last_id)
             after = "(" + rows[-1][0].decode()
 
-    def end(self, completion_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
+    def end(self, job_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""
         retention = self._link.recovery.retention_s
         return bool(
             self._link.retry(
                 lambda: self._end(
-                    keys=library.job_keys(completion_id),
-                    args=jobs.end_args(completion_id, entry, retention, only_if_status),
+                    keys=library.job_keys(job_id),
+                    args=jobs.end_args(job_id, entry, retention, only_if_status),
                 )
             )
         )

@@ -84,14 +84,14 @@ class Durability:
         with self._lock:
             self._attempts.add(attempt)
 
-    def replicas_expected(self, completion_id: str) -> int:
+    def replicas_expected(self, job_id: str) -> int:
         """How many replicas of the server holding the job a failover could promote: those
         connected at the last look, at least one if it had one lately; 0 if none. Not on a
         cluster, whose keyless `WAIT` has no node to go to (and whose manual failover waits
         for the replica to catch up)."""
         if is_cluster(self._client):
             return 0
-        node = self._nodes.get(self._node_of(completion_id)[0])
+        node = self._nodes.get(self._node_of(job_id)[0])
         if node is None or time.monotonic() - node.replica_at >= REMEMBER_S:
             return 0
         return max(node.replicas, 1)
@@ -106,7 +106,7 @@ class Durability:
             attempts = list(self._attempts)
         by_node: dict[str, tuple[redis.Redis, list[Attempt]]] = {}
         for a in attempts:
-            name, client = self._node_of(a.completion_id)
+            name, client = self._node_of(a.job_id)
             by_node.setdefault(name, (client, []))[1].append(a)
         if not by_node:
             by_node[""] = (self._client, [])  # still watch the server, to know it next time
@@ -173,10 +173,10 @@ class Durability:
             if a.record or not a.ended:
                 self.resend(a)  # returns once written
 
-    def _node_of(self, completion_id: str) -> tuple[str, redis.Redis]:
+    def _node_of(self, job_id: str) -> tuple[str, redis.Redis]:
         if not is_cluster(self._client):
             return "", self._client
-        node = self._client.get_node_from_key(keys.job(completion_id))  # type: ignore[attr-defined]
+        node = self._client.get_node_from_key(keys.job(job_id))  # type: ignore[attr-defined]
         return node.name, node.redis_connection
 
 

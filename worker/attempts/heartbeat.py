@@ -51,12 +51,12 @@ class Heartbeat:
 
     def track(self, attempt: Attempt) -> None:
         with self._lock:
-            self._attempts[attempt.completion_id] = attempt
+            self._attempts[attempt.job_id] = attempt
 
     def untrack(self, attempt: Attempt) -> None:
         with self._lock:
-            if self._attempts.get(attempt.completion_id) is attempt:
-                del self._attempts[attempt.completion_id]
+            if self._attempts.get(attempt.job_id) is attempt:
+                del self._attempts[attempt.job_id]
 
     def beat(self) -> None:
         with self._lock:
@@ -64,16 +64,14 @@ class Heartbeat:
         now = time.monotonic()
         for a in running:
             if now - a.progress_at > self._stall:
-                log.error(
-                    "%s made no progress for %.0fs: no longer alive", a.completion_id, now - a.progress_at
-                )
+                log.error("%s made no progress for %.0fs: no longer alive", a.job_id, now - a.progress_at)
                 continue
             current = self._beat(
-                keys=[keys.job(a.completion_id), keys.alive(a.completion_id)],
+                keys=[keys.job(a.job_id), keys.alive(a.job_id)],
                 args=[a.epoch, self._window_ms, a.token],
             )
             if current == 2:
-                log.warning("%s: a failover lost attempt %d's claim; claiming", a.completion_id, a.epoch)
+                log.warning("%s: a failover lost attempt %d's claim; claiming", a.job_id, a.epoch)
                 self.rolled_back(a)
             elif not current:
                 a.fenced = True

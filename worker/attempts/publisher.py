@@ -209,7 +209,7 @@ class Publisher:
                             lost_from = int(message.split()[1])
                             log.warning(
                                 "%s: a failover lost entries %d-%d of attempt %d; writing them again",
-                                attempt.completion_id,
+                                attempt.job_id,
                                 lost_from,
                                 attempt.written - 1,
                                 attempt.epoch,
@@ -218,7 +218,7 @@ class Publisher:
                                 again.append(group)
                             else:
                                 attempt.error = RolledBack(
-                                    f"{attempt.completion_id}: a failover lost entries from {lost_from}, "
+                                    f"{attempt.job_id}: a failover lost entries from {lost_from}, "
                                     "which this worker no longer holds (a replica had confirmed them)"
                                 )
                         else:
@@ -237,12 +237,12 @@ class Publisher:
         from its first, so resending the pipeline after a lost reply writes nothing twice."""
         with self._client.pipeline(transaction=self._together) as pipe:
             for group in todo:
-                cid = group.attempt.completion_id
-                job_keys = library.job_keys(cid)
+                job_id = group.attempt.job_id
+                job_keys = library.job_keys(job_id)
                 # execute_command: a cluster pipeline refuses `evalsha` (a script could touch
                 # keys of several slots), but routes EVALSHA by its keys; APPEND's share one slot.
                 args = attempts.append_args(
-                    cid, group.attempt.claim, group.first, group.rows(), self._link.recovery.retention_s
+                    job_id, group.attempt.claim, group.first, group.rows(), self._link.recovery.retention_s
                 )
                 pipe.execute_command("EVALSHA", self._append.sha, len(job_keys), *job_keys, *args)
             return pipe.execute(raise_on_error=False)

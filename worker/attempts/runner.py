@@ -116,7 +116,7 @@ class JobRunner:
         generating (a line still reading its prompt would stop only once it is read), and of
         those the one with the fewest tokens generated (the least to read again when it
         resumes); never a suspect (it would come back first, from the suspect queue).
-        Returns its completion id."""
+        Returns its job id."""
         with self._lock:
             lines = [
                 c.attempt
@@ -127,7 +127,7 @@ class JobRunner:
                 return None
             victim = min(lines, key=lambda a: (a.generated == 0, a.prior + a.generated))
             victim.preempted = True
-            return victim.completion_id
+            return victim.job_id
 
     def idle_for(self) -> float:
         """Seconds since the last attempt ended; 0 while any runs."""
@@ -152,7 +152,7 @@ class JobRunner:
         slot the caller reserved; returns at once (RQ's record of the job ends here, the job's
         own record lives on in Redis with its heartbeat)."""
         try:
-            with _logged_as(keys.completion_of(rq_job_id)):
+            with _logged_as(keys.job_of(rq_job_id)):
                 claimed = self.rules.claim(raw_spec, rq_job_id)
         except BaseException:
             self._free.release()
@@ -171,7 +171,7 @@ class JobRunner:
         return Outcome.STARTED
 
     def _in_thread(self, claimed: Claimed) -> None:
-        logs.set_completion(claimed.spec.id)
+        logs.set_job(claimed.spec.id)
         try:
             outcome = self.rules.run(claimed.spec, claimed.attempt)
             log.info("%s: %s", claimed.spec.id, outcome)
@@ -198,13 +198,13 @@ class JobRunner:
 
 
 @contextlib.contextmanager
-def _logged_as(completion_id: str) -> Iterator[None]:
-    """What is logged meanwhile carries the job's completion id."""
-    logs.set_completion(completion_id)
+def _logged_as(job_id: str) -> Iterator[None]:
+    """What is logged meanwhile carries the job's job id."""
+    logs.set_job(job_id)
     try:
         yield
     finally:
-        logs.set_completion("")
+        logs.set_job("")
 
 
 def generate(spec: dict) -> str:

@@ -11,7 +11,7 @@ that concatenate to it.
 
 A reply is deterministic in its text: a continuation on another worker feeds it the text
 the earlier attempts generated (discarding what it returns), and goes on where they left
-off, mid-call included. Call ids are derived from the completion id and the call's index,
+off, mid-call included. Call ids are derived from the job id and the call's index,
 so a continuation names the calls the same.
 """
 
@@ -41,9 +41,9 @@ class Parts:
         return self
 
 
-def call_id(completion_id: str, index: int) -> str:
+def call_id(job_id: str, index: int) -> str:
     """`call_` and 24 letters or digits, the same on every attempt of the job."""
-    n = int.from_bytes(hashlib.sha256(f"{completion_id}:{index}".encode()).digest(), "big")
+    n = int.from_bytes(hashlib.sha256(f"{job_id}:{index}".encode()).digest(), "big")
     out = []
     for _ in range(24):
         n, r = divmod(n, 62)
@@ -74,8 +74,8 @@ class Calls:
     """Collects call parts: a call's name (at `name_at`) opens it, its arguments (raw, at
     `args_at`) stream after."""
 
-    def __init__(self, completion_id: str) -> None:
-        self.completion_id = completion_id
+    def __init__(self, job_id: str) -> None:
+        self.job_id = job_id
         self.out = Parts()
         self.count = 0  # calls whose name is known
         self.complete = 0
@@ -89,7 +89,7 @@ class Calls:
         self.count += 1
         name = "".join(self._name)
         self._name = []
-        self.out.add(Parts(calls=[CallPart(index, "", call_id(self.completion_id, index), name)]))
+        self.out.add(Parts(calls=[CallPart(index, "", call_id(self.job_id, index), name)]))
 
     def arguments(self, raw: str) -> None:
         if raw and self.count:

@@ -89,8 +89,8 @@ class HermesReply:
     that might be the start of the opening tag is held back until it is not. Without a
     grammar (tool_choice auto) a call that is not that JSON is given back as content."""
 
-    def __init__(self, completion_id: str) -> None:
-        self._calls = Calls(completion_id)
+    def __init__(self, job_id: str) -> None:
+        self._calls = Calls(job_id)
         self._state = "content"  # "content", "call" (its JSON), "closing" (after it)
         self._held = ""  # content that may be the start of OPEN; in "closing", what came
         self._scanner = JsonScanner(self)

@@ -105,8 +105,8 @@ class JsonReply:
     `{"name": ..., "arguments": {...}}`. The grammar guarantees the shape; a response that is
     a string streams as content, any other value as its JSON text."""
 
-    def __init__(self, completion_id: str) -> None:
-        self._calls = Calls(completion_id)
+    def __init__(self, job_id: str) -> None:
+        self._calls = Calls(job_id)
         self._scanner = JsonScanner(self)
         self._raw_response = False
 

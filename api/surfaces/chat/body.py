@@ -205,7 +205,7 @@ class ChatRequest(CompletionBody):
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
 
-    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
+    def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
         self._check_conversation()
         tools = self._tools()
         fmt = self._format()
@@ -221,7 +221,7 @@ class ChatRequest(CompletionBody):
                 param="ignore_eos",
             )
         return JobSpec(
-            id=completion_id,
+            id=job_id,
             kind="chat",
             model=self.model,
             messages=tuple(self._message(m) for m in self.messages),
@@ -240,8 +240,8 @@ class ChatRequest(CompletionBody):
     def _message(m: SystemMessage | UserMessage | AssistantMessage | ToolMessage) -> Message:
         calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
         role = "system" if m.role == "developer" else m.role
-        cid = m.tool_call_id if isinstance(m, ToolMessage) else ""
-        return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=cid)
+        job_id = m.tool_call_id if isinstance(m, ToolMessage) else ""
+        return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=job_id)
 
     def _check_conversation(self) -> None:
         i = first_unanswered(self._message(m) for m in self.messages)
@@ -292,9 +292,9 @@ class CompletionRequest(CompletionBody):
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
 
-    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
+    def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
         return JobSpec(
-            id=completion_id,
+            id=job_id,
             kind="text",
             model=self.model,
             prompt=self.text(),

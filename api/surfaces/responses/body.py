@@ -200,9 +200,9 @@ class ResponsesRequest(Body):
                 out.append(output_item(own, item.call_id, item.text()))
         return out
 
-    def to_spec(self, completion_id: str, limits: Limits) -> JobSpec:
+    def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
         messages = [Message("system", self.instructions)] if self.instructions is not None else []
-        messages += self._history + to_messages(self.items(completion_id))
+        messages += self._history + to_messages(self.items(job_id))
         _check_conversation(messages)
         tools = self._tools()
         choice = self.tool_choice
@@ -212,7 +212,7 @@ class ResponsesRequest(Body):
             tool_choice = checked_choice(choice, tools)
         fmt = self.text.format if self.text and self.text.format else None
         return JobSpec(
-            id=completion_id,
+            id=job_id,
             kind="chat",
             model=self.model,
             messages=tuple(messages),
@@ -261,10 +261,10 @@ class ResponsesRequest(Body):
             "service_tier": self.priority,
         }
 
-    def job_fields(self, completion_id: str) -> dict[str, str]:
+    def job_fields(self, job_id: str) -> dict[str, str]:
         fields = {
             JobField.ECHO: json.dumps(self.echo(), ensure_ascii=False),
-            JobField.INPUT: json.dumps(self.items(completion_id), ensure_ascii=False),
+            JobField.INPUT: json.dumps(self.items(job_id), ensure_ascii=False),
         }
         if self.store is not False:
             fields[JobField.KEEP_SPEC] = "1"  # a later turn's previous_response_id reads it

@@ -47,12 +47,12 @@ class ResponsesEndpoints(Endpoints):
         one = self.surface.path + "/{completion_id}"
         return [*super().routes(), Route(one + "/input_items", self.input_items, methods=["GET"])]
 
-    async def job_named(self, services: Services, cid: str, owner: str, param: str = "") -> JobState:
+    async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:
         """As for every surface, and a response created with `store: false` is not found."""
-        job = await super().job_named(services, cid, owner, param)
+        job = await super().job_named(services, job_id, owner, param)
         if not ResponseObjects.of(job).stored:
             raise APIError(
-                errors.NOT_FOUND, f"No response found with id '{cid}'.", param=param or "response_id"
+                errors.NOT_FOUND, f"No response found with id '{job_id}'.", param=param or "response_id"
             )
         return job
 

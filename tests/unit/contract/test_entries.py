@@ -16,9 +16,15 @@ def _slot_tag(key: str) -> str:
 def test_a_job_and_its_shards_indexes_share_one_cluster_hash_tag():
     from redis.crc import key_slot
 
-    cid = "chatcmpl-abc_DEF-1"
-    shard = keys.shard(cid)
-    tagged = [keys.job(cid), keys.events(cid), keys.alive(cid), keys.running(shard), keys.pending(shard)]
+    job_id = "chatcmpl-abc_DEF-1"
+    shard = keys.shard(job_id)
+    tagged = [
+        keys.job(job_id),
+        keys.events(job_id),
+        keys.alive(job_id),
+        keys.running(shard),
+        keys.pending(shard),
+    ]
     assert {_slot_tag(k) for k in tagged} == {keys.TAGS[shard]}
     assert len({key_slot(k.encode()) for k in tagged}) == 1
     assert len(set(tagged)) == len(tagged)

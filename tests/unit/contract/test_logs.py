@@ -1,4 +1,4 @@
-"""JSON log lines carry the completion id set for the current task or thread."""
+"""JSON log lines carry the job id set for the current task or thread."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_json_line_with_and_without_completion_id():
     fmt = logs.JSONFormatter()
 
     def tagged() -> dict:
-        logs.set_completion("chatcmpl-abc")
+        logs.set_job("chatcmpl-abc")
         return json.loads(fmt.format(record('hello "x"')))
 
     line = contextvars.copy_context().run(tagged)

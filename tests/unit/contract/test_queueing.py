@@ -18,10 +18,10 @@ RECOVERY = Recovery(retention_s=60)
 MODEL = "m"
 
 
-def record(servers: Servers[fakeredis.FakeRedis], cid: str, priority: str = "default") -> None:
-    spec = {"id": cid, "model": MODEL, "kind": "chat", "priority": priority}
+def record(servers: Servers[fakeredis.FakeRedis], job_id: str, priority: str = "default") -> None:
+    spec = {"id": job_id, "model": MODEL, "kind": "chat", "priority": priority}
     servers.streams.hset(
-        keys.job(cid),
+        keys.job(job_id),
         mapping={
             JobField.STATUS: JobStatus.QUEUED,
             JobField.EPOCH: 0,
@@ -34,8 +34,8 @@ def record(servers: Servers[fakeredis.FakeRedis], cid: str, priority: str = "def
 
 def test_a_new_job_waits_behind_the_queue():
     servers = FakePair().sync()
-    for cid in ("a", "b", "c"):
-        record(servers, cid)
+    for job_id in ("a", "b", "c"):
+        record(servers, job_id)
     assert servers.queues.lrange(keys.queue_key(MODEL), 0, -1) == [
         keys.rq_job_id(c, 0).encode() for c in "abc"
     ]
@@ -49,8 +49,8 @@ def test_a_continuation_goes_to_the_front_of_its_queue():
     servers.queues.lpop(keys.queue_key(MODEL))  # a worker took it
     link = Link(servers.queues, "w1", RECOVERY, streams_client=servers.streams)
     attempt = Claims(link, 3000).claim("running", "d")
-    for cid in ("x", "y", "z"):
-        record(servers, cid)
+    for job_id in ("x", "y", "z"):
+        record(servers, job_id)
     assert queueing.abandon(servers, "running", attempt.epoch, RECOVERY, "crash", charge=True) == 1
     assert servers.queues.hget(keys.STATS, stats.StatField.requeued("crash")) == b"1"
     assert taken(servers.queues) == [
@@ -69,8 +69,14 @@ def taken(r: fakeredis.FakeRedis) -> list[str]:
 
 def test_workers_take_the_tiers_in_order_and_a_continuation_first():
     servers = FakePair().sync()
-    for cid, tier in (("f", "flex"), ("d", "default"), ("p", "priority"), ("f2", "flex"), ("d2", "default")):
-        record(servers, cid, tier)
+    for job_id, tier in (
+        ("f", "flex"),
+        ("d", "default"),
+        ("p", "priority"),
+        ("f2", "flex"),
+        ("d2", "default"),
+    ):
+        record(servers, job_id, tier)
     assert taken(servers.queues) == [keys.rq_job_id(c, 0) for c in ("p", "d", "d2", "f", "f2")]
     queueing.enqueue(
         servers, {"id": "f", "model": MODEL, "priority": "flex"}, 3, RECOVERY

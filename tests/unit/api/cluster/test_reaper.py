@@ -31,13 +31,13 @@ def server():
     return FakePair()
 
 
-def spec(cid: str) -> dict:
-    return JobSpec(id=cid, kind="chat", model="m", messages=(Message("user", "hi"),)).to_dict()
+def spec(job_id: str) -> dict:
+    return JobSpec(id=job_id, kind="chat", model="m", messages=(Message("user", "hi"),)).to_dict()
 
 
-def queued(r, cid: str, **fields) -> None:
+def queued(r, job_id: str, **fields) -> None:
     """A job as the API records it."""
-    raw = spec(cid)
+    raw = spec(job_id)
     mapping = {
         JobField.MODEL: "m",
         JobField.STATUS: JobStatus.QUEUED,
@@ -47,7 +47,7 @@ def queued(r, cid: str, **fields) -> None:
         JobField.DIGEST: digest(raw),
         **fields,
     }
-    r.hset(keys.job(cid), mapping=mapping)
+    r.hset(keys.job(job_id), mapping=mapping)
 
 
 def link(server: FakePair, worker: str) -> Link:
@@ -58,9 +58,9 @@ def link(server: FakePair, worker: str) -> Link:
 def running_on(server: FakePair, worker: str, cids: list[str]) -> None:
     r = server.sync().streams
     claims = Claims(link(server, worker), 3000)
-    for cid in cids:
-        queued(r, cid)
-        claims.claim(cid, digest(spec(cid)))
+    for job_id in cids:
+        queued(r, job_id)
+        claims.claim(job_id, digest(spec(job_id)))
 
 
 def reap(server, connected: set[str]) -> int:
@@ -80,17 +80,17 @@ def reap(server, connected: set[str]) -> int:
     return asyncio.run(go())
 
 
-def field(r, cid: str, name: str) -> bytes | None:
-    return r.hget(keys.job(cid), name)
+def field(r, job_id: str, name: str) -> bytes | None:
+    return r.hget(keys.job(job_id), name)
 
 
 def test_a_batch_that_dies_charges_nobody_and_makes_every_job_a_suspect(server):
     r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
     running_on(server, "w1", ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"])
     assert reap(server, connected=set()) == 3
-    for cid in ("chatcmpl-a", "chatcmpl-b", "chatcmpl-c"):
-        assert field(r, cid, JobField.STATUS) == b"queued" and field(r, cid, JobField.CHARGED) is None
-        assert field(r, cid, JobField.SUSPECT) == b"1"
+    for job_id in ("chatcmpl-a", "chatcmpl-b", "chatcmpl-c"):
+        assert field(r, job_id, JobField.STATUS) == b"queued" and field(r, job_id, JobField.CHARGED) is None
+        assert field(r, job_id, JobField.SUSPECT) == b"1"
     suspects = q.lrange(keys.rq_queue_key(tiers.suspect_queue_name("m")), 0, -1)
     assert sorted(suspects) == [b"chatcmpl-a__a2", b"chatcmpl-b__a2", b"chatcmpl-c__a2"]
 
@@ -128,8 +128,8 @@ def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
     """A job that kills every worker it lands on, batched with others each time."""
     r = fakeredis.FakeRedis(server=server.streams)
     poison, mates = "chatcmpl-poison", [f"chatcmpl-m{i}" for i in range(6)]
-    for cid in (poison, *mates):
-        queued(r, cid)
+    for job_id in (poison, *mates):
+        queued(r, job_id)
     workers = iter(range(100))
     deaths = 0
     while field(r, poison, JobField.STATUS) != b"failed" and deaths < 20:
@@ -141,11 +141,11 @@ def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
         if field(r, poison, JobField.SUSPECT) == b"1":  # one suspect per worker: the poison
             waiting = [m for m in waiting if field(r, m, JobField.SUSPECT) != b"1"]
         batch = [poison, *waiting[:2]]
-        for cid in batch:
-            epoch = int(field(r, cid, JobField.EPOCH))
-            r.zrem(keys.pending(keys.shard(cid)), cid)
-            claims.claim(cid, digest(spec(cid)))
-            assert int(field(r, cid, JobField.EPOCH)) == epoch + 1
+        for job_id in batch:
+            epoch = int(field(r, job_id, JobField.EPOCH))
+            r.zrem(keys.pending(keys.shard(job_id)), job_id)
+            claims.claim(job_id, digest(spec(job_id)))
+            assert int(field(r, job_id, JobField.EPOCH)) == epoch + 1
         reap(server, connected=set())
         deaths += 1
     assert field(r, poison, JobField.STATUS) == b"failed"

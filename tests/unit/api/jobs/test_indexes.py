@@ -15,8 +15,8 @@ def test_reads_every_shard_and_only_old_pending_ids_when_asked():
     server = fakeredis.FakeServer()
     r = fakeredis.FakeRedis(server=server)
     running = [f"chatcmpl-run{i}" for i in range(40)]
-    for cid in running:
-        r.zadd(keys.running(keys.shard(cid)), {cid: 1})
+    for job_id in running:
+        r.zadd(keys.running(keys.shard(job_id)), {job_id: 1})
     r.zadd(keys.pending(keys.shard("chatcmpl-old")), {"chatcmpl-old": 100})
     r.zadd(keys.pending(keys.shard("chatcmpl-new")), {"chatcmpl-new": 300})
     indexes = ShardIndexes(fakeredis.FakeAsyncRedis(server=server))

@@ -99,9 +99,15 @@ def test_any_cursor_parses_into_a_valid_stream_id_or_is_refused(raw):
 def test_an_id_a_surface_owns_is_safe_to_log_and_key(raw):
     from api.surfaces.catalog import CHAT
 
-    cid = CHAT.id_prefix + raw
-    if CHAT.owns(cid):
-        assert cid.isascii() and cid.isprintable() and "{" not in cid and "}" not in cid and len(cid) <= 80
+    job_id = CHAT.id_prefix + raw
+    if CHAT.owns(job_id):
+        assert (
+            job_id.isascii()
+            and job_id.isprintable()
+            and "{" not in job_id
+            and "}" not in job_id
+            and len(job_id) <= 80
+        )
 
 
 RESPONSE_FIELDS = [

@@ -522,11 +522,11 @@ def test_take_moves_one_id_into_the_inbox_in_queue_order():
 def test_indexes_reads_every_shard_s_running_and_old_pending_ids(cluster):
     r = fakeredis.FakeRedis()
     running = [f"chatcmpl-run{i}" for i in range(40)]  # more jobs than shards: every shard
-    for cid in running:
-        r.zadd(keys.running(keys.shard(cid)), {cid: 5})
+    for job_id in running:
+        r.zadd(keys.running(keys.shard(job_id)), {job_id: 5})
     old, fresh = [f"chatcmpl-old{i}" for i in range(5)], "chatcmpl-fresh"
-    for cid in old:
-        r.zadd(keys.pending(keys.shard(cid)), {cid: 100})
+    for job_id in old:
+        r.zadd(keys.pending(keys.shard(job_id)), {job_id: 100})
     r.zadd(keys.pending(keys.shard(fresh)), {fresh: 300})
     indexes = r.register_script(jobs.INDEXES)
     groups = jobs.index_keys(cluster)

@@ -29,21 +29,23 @@ class CountingPublisher(Publisher):
         super().__init__(*args, **kw)
 
     def _append_all(self, todo):
-        self.trips.append([g.attempt.completion_id for g in todo])
+        self.trips.append([g.attempt.job_id for g in todo])
         return super()._append_all(todo)
 
 
 def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.FakeRedis]:
     r = fakeredis.FakeRedis()
-    for cid in [WARM, *IDS]:
-        r.hset(keys.job(cid), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST})
+    for job_id in [WARM, *IDS]:
+        r.hset(
+            keys.job(job_id), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
+        )
     pub = CountingPublisher(Link(r, "w1", RECOVERY), linger_s=linger_s)
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     warm = claims.claim(WARM, DIGEST)  # the first write loads the Lua script into Redis: not counted
     pub.delta(warm, "w", (0,))
     pub.flush(warm)
     pub.trips.clear()
-    attempts = [claims.claim(cid, DIGEST) for cid in IDS]
+    attempts = [claims.claim(job_id, DIGEST) for job_id in IDS]
     for i, a in enumerate(attempts):  # one batch step: the job threads publish a few ms apart
         pub.delta(a, f"t{i}", (i,))
         time.sleep(0.02)
@@ -55,14 +57,14 @@ def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.Fake
 def test_with_linger_one_round_trip_carries_every_job_of_a_step():
     pub, r = publish_one_step(linger_s=0.5)
     assert pub.trips == [IDS]
-    for i, cid in enumerate(IDS):
-        deltas = [entries.decode(f) for _, f in r.xrange(keys.events(cid))]
+    for i, job_id in enumerate(IDS):
+        deltas = [entries.decode(f) for _, f in r.xrange(keys.events(job_id))]
         assert deltas == [Delta(epoch=1, text=f"t{i}", token_ids=(i,))]
 
 
 def test_without_linger_each_delta_is_written_at_once():
     pub, _ = publish_one_step(linger_s=0.0)
-    assert pub.trips == [[cid] for cid in IDS]
+    assert pub.trips == [[job_id] for job_id in IDS]
 
 
 def test_a_lone_attempt_is_written_without_the_linger():

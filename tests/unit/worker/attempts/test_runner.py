@@ -210,8 +210,8 @@ def test_fenced_by_the_heartbeat_stops_within_one_token(r):
     holder["runner"] = run = runner(r, engine)
     orig_claim = run.claims.claim
 
-    def claim_then_steal(cid, spec_digest):
-        attempt = orig_claim(cid, spec_digest)
+    def claim_then_steal(job_id, spec_digest):
+        attempt = orig_claim(job_id, spec_digest)
         run.heartbeat.track(attempt)
         r.hincrby(keys.job(CID), JobField.EPOCH, 1)  # another attempt takes over
         return attempt
@@ -270,10 +270,10 @@ def test_content_is_logged_only_when_asked(r, caplog):
     assert "LOG_CONTENT" in caplog.text and "<7><8>" in caplog.text
 
 
-def queued_job(r, cid: str) -> dict:
-    s = spec(id=cid)
+def queued_job(r, job_id: str) -> dict:
+    s = spec(id=job_id)
     r.hset(
-        keys.job(cid),
+        keys.job(job_id),
         mapping={
             JobField.STATUS: "queued",
             JobField.EPOCH: 0,
