@@ -3,7 +3,8 @@
 The API sets the job id when it creates or opens a job, the worker when it starts an
 attempt; every line logged meanwhile carries it as `completion_id` (the field's name since
 the first release, which log queries rely on), so one query follows a request to the worker
-that generated it and back. `LOG_FORMAT=text` gives plain lines for a terminal. Prompts and completions are never logged.
+that generated it and back. `LOG_FORMAT=text` gives plain lines for a terminal. Prompts and
+completions are never logged.
 """
 
 from __future__ import annotations

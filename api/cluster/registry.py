@@ -3,7 +3,7 @@ how many jobs they can run at once (`worker.intake.presence` writes it)."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import redis.asyncio as aredis
@@ -60,17 +60,8 @@ class WorkerRegistry:
 
     async def slots(self, models: Sequence[str]) -> dict[str, int]:
         """Model -> jobs its live workers can run at once: their announced SLOTS, summed."""
-        since = now_ms() - self._stale_ms
-        async with self._r.pipeline(transaction=False) as pipe:
-            for model in models:
-                pipe.zrangebyscore(keys.workers(model), since, "+inf")
-            live = await pipe.execute()
-        served = [(m, names) for m, names in zip(models, live, strict=True) if names]
-        async with self._r.pipeline(transaction=False) as pipe:
-            for model, names in served:
-                pipe.hmget(keys.worker_slots(model), names)
-            counts = await pipe.execute() if served else []
-        total = {m: sum(int(c) for c in cs if c) for (m, _), cs in zip(served, counts, strict=True)}
+        live = await self._announced(models, keys.worker_slots)
+        total = {m: sum(int(c) for c in counts if c) for m, counts in live}
         return {m: total.get(m, 0) for m in models}
 
     async def live_workers(self, model: str) -> list[str]:
@@ -103,6 +94,18 @@ class WorkerRegistry:
     async def placements(self, models: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
         """Model -> (layers offloaded to the GPU, KV cache bytes) of each live worker that
         announced them (worker/engine/devices.py)."""
+        live = await self._announced(models, keys.worker_placement)
+        out: dict[str, list[tuple[int, int]]] = {}
+        for model, values in live:
+            pairs = [as_text(v).split() for v in values if v]
+            out[model] = [(int(layers), int(kv)) for layers, kv in pairs]
+        return out
+
+    async def _announced(
+        self, models: Sequence[str], hash_of: Callable[[str], str]
+    ) -> list[tuple[str, list]]:
+        """(model, what each of its live workers announced in the hash `hash_of(model)`), for
+        each model that has a live worker."""
         since = now_ms() - self._stale_ms
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:
@@ -111,13 +114,9 @@ class WorkerRegistry:
         served = [(m, names) for m, names in zip(models, live, strict=True) if names]
         async with self._r.pipeline(transaction=False) as pipe:
             for model, names in served:
-                pipe.hmget(keys.worker_placement(model), names)
-            rows = await pipe.execute() if served else []
-        out: dict[str, list[tuple[int, int]]] = {}
-        for (model, _), values in zip(served, rows, strict=True):
-            pairs = [as_text(v).split() for v in values if v]
-            out[model] = [(int(layers), int(kv)) for layers, kv in pairs]
-        return out
+                pipe.hmget(hash_of(model), names)
+            values = await pipe.execute() if served else []
+        return [(m, vs) for (m, _), vs in zip(served, values, strict=True)]
 
     async def names(self) -> list[str]:
         """Every registered worker of every model, live or silent (until forgotten)."""

@@ -22,6 +22,7 @@ from api.http.auth import request_owner
 from api.http.errors import APIError, invalid
 from api.http.parsing import parse
 from api.http.reading import read_json
+from api.jobs.admission import StreamTicket
 from api.jobs.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota, now_ms
 from api.jobs.state import JobState, Submitted
 from api.ops.metrics import StreamTiming
@@ -30,6 +31,7 @@ from api.streaming.answering import SSEStream, collect, respond
 from api.streaming.cursor import BadCursor
 from api.surfaces.body import Body
 from api.surfaces.catalog import Surface
+from api.surfaces.chat.events import Events
 from contract import errors, keys, logs
 from contract.keys import JobStatus
 
@@ -49,6 +51,21 @@ def _idempotency(request: Request, surface: Surface, owner: str, raw: bytes) -> 
         key=keys.idempotency(owner, hashlib.sha256(key.encode()).hexdigest()),
         digest=hashlib.sha256(f"{surface.name} {canonical}".encode()).hexdigest(),
     )
+
+
+def _sse(
+    services: Services,
+    events: Events,
+    job: JobState,
+    ticket: StreamTicket,
+    timing: StreamTiming,
+    arrived_ms: int,
+) -> Response:
+    """A job's events as an SSE response; a client gone cancels a job it is attached to."""
+    stream = SSEStream(
+        services, events, job.id, ticket, timing, cancel_on_disconnect=not job.detached, arrived_ms=arrived_ms
+    )
+    return stream.response()
 
 
 def _streaming(request: Request) -> bool:
@@ -105,16 +122,7 @@ class Endpoints:
                 return await collect(request, services, objects, arrived_ms)
             timing = StreamTiming(services.metrics, job.model, arrived)
             events = self.surface.events(objects, None)  # a retry gets the whole stream from the start
-            stream = SSEStream(
-                services,
-                events,
-                job.id,
-                ticket,
-                timing,
-                cancel_on_disconnect=not job.detached,
-                arrived_ms=arrived_ms,
-            )
-            return stream.response()
+            return _sse(services, events, job, ticket, timing, arrived_ms)
         except BaseException:
             if ticket is not None:
                 ticket.release()
@@ -191,16 +199,7 @@ class Endpoints:
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
                 timing = StreamTiming(services.metrics, job.model, arrived=None)
-                stream = SSEStream(
-                    services,
-                    events,
-                    job.id,
-                    ticket,
-                    timing,
-                    cancel_on_disconnect=not job.detached,
-                    arrived_ms=arrived_ms,
-                )
-                return stream.response()
+                return _sse(services, events, job, ticket, timing, arrived_ms)
             except BaseException:
                 ticket.release()
                 raise
