@@ -62,6 +62,19 @@ def test_the_layers_import_only_downwards(package, never):
     assert not wrong
 
 
+@pytest.mark.parametrize("room", ["api.http", "worker.text", "worker.redis"])
+def test_the_lowest_rooms_import_nothing_else_of_their_side(room):
+    side = room.split(".")[0]
+    outside = {
+        (name, imported)
+        for name, path in MODULES.items()
+        if name.startswith(room + ".")
+        for imported in imports(path)
+        if _top(imported) == side and not imported.startswith(room)
+    }
+    assert not outside
+
+
 def test_only_the_engine_imports_llama_cpp():
     importers = {name for name, path in MODULES.items() if "llama_cpp" in {_top(m) for m in imports(path)}}
     assert importers and all(name.startswith("worker.engine.") for name in importers), importers

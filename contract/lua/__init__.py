@@ -50,6 +50,10 @@ ended, should it stop" is checked in the same step as the write:
 The scripts use only commands Redis 7.0 has. Every script of the streams server touches the
 keys of one shard only (a job's keys and its shard's `running` and `pending` indexes share a
 hash tag: contract/keys.py), or, INDEXES, of one shard a call on a cluster, so that server
-may be a Redis Cluster; the queues server's scripts (ADMIT, RESERVE, TAKE, and
-contract/holdings.py's for files and batches) need one server, as RQ does.
+may be a Redis Cluster; the queues server's scripts (queues.py's and accounting.py's) need
+one server, as RQ does. Besides those above, queues.py holds `FALL_BACK` (a routed job its
+worker did not take goes back to the shared queue), `DEAD_BATCH` (how many jobs a dead worker
+held), `DELETE_IF` (compare and delete) and `TAKE_OR_EXTEND` (the lock that lets one API
+process drive the reaper or the batches); accounting.py the charges for what a key keeps
+(its docstring lists them).
 """
