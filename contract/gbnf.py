@@ -22,11 +22,7 @@ class SchemaError(ValueError):
 
 
 _SPACE = 'ws ::= " "?'
-
-
 _CHAR = 'char ::= [^"\\\\\\x7F\\x00-\\x1F] | [\\\\] (["\\\\/bfnrt] | "u" [0-9a-fA-F]{4})'
-
-
 _PRIMITIVES = {
     "string": '"\\"" char* "\\"" ws',
     "number": '"-"? ([0-9] | [1-9] [0-9]{0,15}) ("." [0-9]{1,16})? ([eE] [-+]? [0-9]{1,4})? ws',
@@ -34,31 +30,19 @@ _PRIMITIVES = {
     "boolean": '("true" | "false") ws',
     "null": '"null" ws',
 }
-
-
 _DATE = '[0-9]{4} "-" ("0" [1-9] | "1" [0-2]) "-" ("0" [1-9] | [1-2] [0-9] | "3" [0-1])'
-
-
 _TIME = (
     '([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9] ":" [0-5] [0-9] ("." [0-9]{1,6})? '
     '("Z" | [+-] ([01] [0-9] | "2" [0-3]) ":" [0-5] [0-9])'
 )
-
-
 _HEX = "[0-9a-fA-F]"
-
-
 FORMAT_RULES = {
     "date": _DATE,
     "time": _TIME,
     "date-time": f'{_DATE} "T" {_TIME}',
     "uuid": f'{_HEX}{{8}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{12}}',
 }
-
-
 ANY = "value"  # the rule of any JSON value
-
-
 _ANY_RULES = {
     "value": "object | array | string | number | boolean | null",
     "object": '"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws',
@@ -136,8 +120,6 @@ class Grammar:
 
 
 _RESERVED = frozenset({"root", "ws", "char", *_PRIMITIVES, *_ANY_RULES})
-
-
 MAX_DIGITS = 16  # the integer rule's longest integer
 
 

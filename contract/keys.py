@@ -309,16 +309,6 @@ MODELS = f"{PREFIX}:models"
 `workers(model)`'s business)."""
 
 
-"""Job tiers, in the order a worker takes them: the service tiers a request may ask for
-(OpenAI's `service_tier`: the first three), then the Batch API's lines, which a worker takes
-only into its batch slots (BATCH_SLOTS). Each has its own queue per model, `default` the
-model's own name."""
-
-
-"""The tiers a new job may be routed in (api/jobs/routing.py): interactive ones. Batch lines,
-suspects and continuations wait in the model's shared queues, as they always did."""
-
-
 def rq_queue_key(name: str) -> str:
     """LIST: RQ's own key for the queue named `name`."""
     return Queue.redis_queue_namespace_prefix + name

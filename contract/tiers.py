@@ -5,8 +5,10 @@ contract/keys.py."""
 from __future__ import annotations
 
 PRIORITIES = ("priority", "default", "flex", "batch")
-
-
+"""Job tiers, in the order a worker takes them: the service tiers a request may ask for
+(OpenAI's `service_tier`: the first three), then the Batch API's lines, which a worker takes
+only into its batch slots (BATCH_SLOTS). Each has its own queue per model, `default` the
+model's own name."""
 BATCH = "batch"
 
 
@@ -26,6 +28,8 @@ def attempt_queue_name(model: str, priority: str, *, continuation: bool, suspect
 
 
 ROUTED_TIERS = PRIORITIES[:3]
+"""The tiers a new job may be routed in (api/jobs/routing.py): interactive ones. Batch lines,
+suspects and continuations wait in the model's shared queues, as they always did."""
 
 
 def routed_queue_name(model: str, priority: str, worker: str) -> str:

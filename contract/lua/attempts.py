@@ -168,8 +168,6 @@ return 1
 
 
 FENCED = "FENCED"
-
-
 BEHIND = "BEHIND"
 
 

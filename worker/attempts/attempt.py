@@ -41,8 +41,6 @@ from worker.text.textstream import Piece, TextAssembler
 log = logging.getLogger(__name__)
 
 CLAIM_CONFIRM_S = 5.0  # how long an attempt waits for a replica to hold its claim (`_settle_claim`)
-
-
 CLAIM_WAIT_MS = 250  # each WAIT of that
 
 

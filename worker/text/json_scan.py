@@ -14,8 +14,6 @@ class ScanError(ValueError):
 
 
 _SCALAR = frozenset("-+.0123456789eEtruefalsn")
-
-
 SPACE = frozenset(" \t\r\n")
 
 
