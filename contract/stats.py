@@ -50,7 +50,7 @@ class BatchCounters:
     sequences: int = 0  # sequences in those calls, summed: mean occupancy = sequences / steps
     prefill_tokens: int = 0  # prompt tokens computed (a resumed job's earlier tokens included),
     # not counting those its slot's cache already held
-    moves: int = 0  # sequences moved to close a gap between slots (worker/engine/step_plan.py)
+    moves: int = 0  # sequences moved to close a gap between slots (worker/engine/steps/plan.py)
     kept: int = 0  # ended conversations' caches copied out of a move's way (the same)
     interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (interrupt.py)
     prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)

@@ -14,7 +14,7 @@ pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS. So a death is char
 only when it ran alone in its worker, or when it was its worker's suspect. When a worker dies
 without a suspect, none of its jobs is charged (a lone one is) and all become suspects; a
 worker runs at most one suspect at a time (worker/intake/rqworker.py), so the next death among them
-points at one job. A suspect steps alone (worker/engine/step_plan.py) until it has generated
+points at one job. A suspect steps alone (worker/engine/steps/plan.py) until it has generated
 SUSPECT_TOKENS past where it died, so an unrelated death is charged to it only within those
 few steps; it is then cleared, its charges with it (MAX_ATTEMPTS counts deaths in a row where
 a job stands), and its worker takes the next: a batch's jobs are read again one after

@@ -4,7 +4,7 @@ Each job in a worker is a sequence in its own slot (a llama.cpp sequence id with
 part of the KV cache). Every step builds one batch: the last sampled token of each decoding
 sequence and up to `prefill_chunk` prompt tokens of each sequence still prefilling, so a
 long prompt is spread over many steps and never freezes the running streams.
-The batch lists its tokens by slot (worker/engine/step_plan.py plans it): llama.cpp computes a
+The batch lists its tokens by slot (worker/engine/steps/plan.py plans it): llama.cpp computes a
 batch for a cache split by sequence in one pass only over consecutive sequence ids in
 increasing order. While an interactive sequence runs, Batch API lines beyond BATCH_SLOTS sit
 out (`stepping`).
@@ -41,8 +41,8 @@ from worker.engine.held import HeldPrefixes
 from worker.engine.interrupt import StepInterrupt
 from worker.engine.picks import Pick
 from worker.engine.sampling import Sampler
-from worker.engine.step_cost import StepCost
-from worker.engine.step_plan import (
+from worker.engine.steps.cost import StepCost
+from worker.engine.steps.plan import (
     batch_capacity,
     choose_slot,
     common_prefix,

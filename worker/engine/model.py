@@ -27,12 +27,13 @@ from contract.jobspec import JobSpec, Message
 from contract.prefixes import prefixes
 from contract.stats import BatchCounters
 from contract.tiers import BATCH
-from worker.engine import batching, devices, llama_log, sizing, step_plan
+from worker.engine import batching, devices, llama_log, sizing
 from worker.engine.grammar import GrammarGate, TriggeredGate
 from worker.engine.held import HeldPrefixes
 from worker.engine.picks import Pick
 from worker.engine.prompts import ChatPrompts
 from worker.engine.sampling import Sampler
+from worker.engine.steps import plan
 from worker.settings import WorkerSettings
 from worker.text.replies import Reply
 
@@ -144,7 +145,7 @@ class LlamaEngine:
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
         # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
         # its compute buffer grows with it.
-        cparams.n_batch = step_plan.batch_capacity(slots, settings.prefill_chunk)
+        cparams.n_batch = plan.batch_capacity(slots, settings.prefill_chunk)
         cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
         cparams.n_threads = self.threads.n_threads
         cparams.n_threads_batch = self.threads.n_threads_batch
@@ -175,7 +176,7 @@ class LlamaEngine:
         through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
         called (from the scheduler's thread) after every step that computed any of its rows,
         prompt rows included. A suspect steps alone until it has generated `alone_for`
-        tokens (worker/engine/step_plan.py)."""
+        tokens (worker/engine/steps/plan.py)."""
         tools = self.prompts.tools
         grammar, trigger = tools.grammar(spec), tools.trigger(spec)
         gate: GrammarGate | TriggeredGate | None = None

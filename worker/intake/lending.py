@@ -6,7 +6,7 @@ none has started for BATCH_LEND_AFTER_SECONDS, lines may take BATCH_LEND_SLOTS (
 the slots): a batch alone then steps 16 rows at a time on a 32-slot worker, not 8, and on a
 CPU a row costs less in a larger step. When an interactive job starts, the worker takes no
 more lines past BATCH_SLOTS, and the lines beyond BATCH_SLOTS sit out its steps
-(worker/engine/step_plan.py `stepping`): its stream shares each step with BATCH_SLOTS lines, as if
+(worker/engine/steps/plan.py `stepping`): its stream shares each step with BATCH_SLOTS lines, as if
 nothing were lent. The slots beyond BATCH_LEND_SLOTS stay free, so the job finds a slot at
 once; the quiet spell keeps a worker serving a steady trickle of interactive jobs from
 taking lines in each gap only to stop them at the next job.

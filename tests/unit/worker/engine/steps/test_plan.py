@@ -1,11 +1,11 @@
-"""worker/engine/step_plan.py: which sequences step, and what one batch step feeds llama.cpp: rows by
+"""worker/engine/steps/plan.py: which sequences step, and what one batch step feeds llama.cpp: rows by
 slot, up to a chunk of each prompt."""
 
 from __future__ import annotations
 
 from worker.engine.batching import Sequence
-from worker.engine.step_cost import StepCost
-from worker.engine.step_plan import choose_slot, compaction, plan, spare_slot, stepping
+from worker.engine.steps.cost import StepCost
+from worker.engine.steps.plan import choose_slot, compaction, plan, spare_slot, stepping
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:

@@ -1,7 +1,7 @@
 """What one batch step feeds llama.cpp: which sequences step, and their rows in slot order.
 
 Pure functions of the scheduler's sequences (worker/engine/batching.py runs them on its thread):
-unit-tested without a model (tests/unit/worker/engine/test_step_plan.py).
+unit-tested without a model (tests/unit/worker/engine/steps/test_plan.py).
 """
 
 from __future__ import annotations

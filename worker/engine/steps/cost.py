@@ -1,5 +1,5 @@
 """The time a batch step costs, measured as the worker runs, and the prompt tokens a step
-may add to the streams that decode (PREFILL_STRETCH; worker.engine.step_plan.plan spends them)."""
+may add to the streams that decode (PREFILL_STRETCH; worker.engine.steps.plan.plan spends them)."""
 
 from __future__ import annotations
 
