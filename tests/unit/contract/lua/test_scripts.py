@@ -11,12 +11,12 @@ from contract.entries import Delta, Failed, Finished
 from contract.keys import JobField, JobStatus
 from contract.lua import attempts, jobs, library, queues
 from contract.settings import Recovery
+from tests.unit.recorded import DIGEST, record_queued
 from worker.attempts.claims import Claims, Fenced, JobGone, NotRecorded
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
-DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
 
 CID = "chatcmpl-test"
 
@@ -24,9 +24,7 @@ CID = "chatcmpl-test"
 @pytest.fixture
 def r():
     client = fakeredis.FakeRedis()
-    client.hset(
-        keys.job(CID), mapping={JobField.STATUS: JobStatus.QUEUED, JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
-    )
+    record_queued(client, CID)
     client.expire(keys.job(CID), 1000)
     return client
 

@@ -3,19 +3,19 @@ import fakeredis
 from contract import keys
 from contract.keys import JobField
 from contract.settings import Recovery
+from tests.unit.recorded import DIGEST, record_queued
 from worker.attempts.claims import Claims
 from worker.attempts.heartbeat import Heartbeat
 from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
-DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
 
 CID = "chatcmpl-hb"
 
 
 def setup():
     r = fakeredis.FakeRedis()
-    r.hset(keys.job(CID), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST})
+    record_queued(r, CID)
     attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     return r, attempt
 

@@ -8,14 +8,13 @@ import fakeredis
 
 from contract import entries, keys
 from contract.entries import Delta
-from contract.keys import JobField
 from contract.settings import Recovery
+from tests.unit.recorded import DIGEST, record_queued
 from worker.attempts.claims import Claims
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
-DIGEST = "digest-of-the-spec"  # what the API records (contract.jobspec.digest)
 
 IDS = [f"chatcmpl-pub{i}" for i in range(4)]
 WARM = "chatcmpl-warm"
@@ -36,9 +35,7 @@ class CountingPublisher(Publisher):
 def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.FakeRedis]:
     r = fakeredis.FakeRedis()
     for job_id in [WARM, *IDS]:
-        r.hset(
-            keys.job(job_id), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
-        )
+        record_queued(r, job_id)
     pub = CountingPublisher(Link(r, "w1", RECOVERY), linger_s=linger_s)
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     warm = claims.claim(WARM, DIGEST)  # the first write loads the Lua script into Redis: not counted
@@ -72,7 +69,7 @@ def test_a_lone_attempt_is_written_without_the_linger():
     there are none, and it only delayed the first token (bench/stages.py: 2 ms on `Started`
     and again on the first delta)."""
     r = fakeredis.FakeRedis()
-    r.hset(keys.job(WARM), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST})
+    record_queued(r, WARM)
     pub = CountingPublisher(Link(r, "w1", RECOVERY), linger_s=5.0, crowded=lambda: False)
     attempt = Claims(Link(r, "w1", RECOVERY), 3000).claim(WARM, DIGEST)
     started = time.monotonic()

@@ -11,9 +11,10 @@ import redis
 
 from contract import entries, keys
 from contract.entries import Delta, Finished, Started
-from contract.keys import JobField, JobStatus
+from contract.keys import JobField
 from contract.lua import library
 from contract.settings import Recovery
+from tests.unit.recorded import DIGEST, record_queued
 from worker.attempts import durability as durability_module
 from worker.attempts.claims import Attempt, Claims, Fenced, RolledBack
 from worker.attempts.durability import Durability
@@ -22,7 +23,6 @@ from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)
-DIGEST = "digest-of-the-spec"
 CID = "chatcmpl-rollback"
 JOB_KEYS = library.job_keys(CID)
 
@@ -30,9 +30,7 @@ JOB_KEYS = library.job_keys(CID)
 @pytest.fixture
 def r():
     client = fakeredis.FakeRedis()
-    client.hset(
-        keys.job(CID), mapping={JobField.STATUS: JobStatus.QUEUED, JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
-    )
+    record_queued(client, CID)
     client.expire(keys.job(CID), 1000)
     client.zadd(keys.pending(keys.shard(CID)), {CID: 1})
     return client
