@@ -106,6 +106,9 @@ class JobStore:
             echo=(fields or {}).get(JobField.ECHO, ""),
         )
         spec_json = json.dumps(spec.to_dict(), ensure_ascii=False)  # UTF-8: a third of the escapes' size
+        deadline_ms = now_ms() + int(self.deadline_s * 1000) if self.deadline_s > 0 else None
+        key = idempotency.key if idempotency else None
+        job_hash = {**record_fields(spec, spec_json, state, key, deadline_ms), **(fields or {})}
         # Charged for what it makes Redis keep, not for what was sent: the spec in the job's
         # hash and in RQ's record, and what its surface records (a response's history, say).
         stored = 2 * len(spec_json.encode()) + sum(len(v.encode()) for v in (fields or {}).values())
@@ -116,12 +119,12 @@ class JobStore:
                 verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"new":
                 try:
-                    await self._record(spec, spec_json, state, idempotency, fields or {})
+                    await self._record(spec.id, job_hash)
                 except BaseException:
                     await self.owners.take_back(spec.id, owner, idempotency)
                     raise
                 await self._enqueue(spec, keep_on_failure=idempotency is not None, routed=counted)
-                await self._confirm(spec, spec_json, state, idempotency, fields or {}, counted)
+                await self._confirm(spec, job_hash, routed=counted)
                 return Submitted(state, new=True)
             if verdict[0] == b"limit":
                 raise OwnerLimit(int(verdict[1]))
@@ -154,40 +157,22 @@ class JobStore:
             await self.owners.free(idempotency, held)
         return job
 
-    async def _record(
-        self,
-        spec: JobSpec,
-        spec_json: str,
-        state: JobState,
-        idempotency: Idempotency | None,
-        extra: dict[str, str],
-    ) -> bool:
-        """RECORD the job; False if it was there already."""
-        deadline_ms = now_ms() + int(self.deadline_s * 1000) if self.deadline_s > 0 else None
-        fields = record_fields(spec, spec_json, state, idempotency.key if idempotency else None, deadline_ms)
-        fields.update(extra)
+    async def _record(self, job_id: str, job_hash: dict[str, str | int]) -> bool:
+        """RECORD the job with its hash; False if it was there already."""
         made = await self._record_script(
-            keys=[keys.job(spec.id), keys.pending(keys.shard(spec.id))],
-            args=[spec.id, self.recovery.job_ttl_s, *(str(x) for pair in fields.items() for x in pair)],
+            keys=[keys.job(job_id), keys.pending(keys.shard(job_id))],
+            args=[job_id, self.recovery.job_ttl_s, *(str(x) for pair in job_hash.items() for x in pair)],
         )
         return bool(made)
 
-    async def _confirm(
-        self,
-        spec: JobSpec,
-        spec_json: str,
-        state: JobState,
-        idempotency: Idempotency | None,
-        extra: dict[str, str],
-        routed: bool,
-    ) -> None:
+    async def _confirm(self, spec: JobSpec, job_hash: dict[str, str | int], routed: bool) -> None:
         """Return once a replica holds the new job, recording and queueing it again on the
         primary there is now should a failover have lost it (api/jobs/acks.py
         `confirm_new_job`)."""
         if self._acks is None:
             return
         again = Again(
-            record=lambda: self._record(spec, spec_json, state, idempotency, extra),
+            record=lambda: self._record(spec.id, job_hash),
             entry_lost=lambda: self._entry_lost(spec.id),
             enqueue=lambda: self._enqueue(spec, keep_on_failure=True, routed=routed),
         )
