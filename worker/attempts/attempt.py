@@ -277,18 +277,21 @@ class AttemptRules:
         second's. A claim the new primary lacks is made again there (an empty APPEND): of
         two attempts, the one that claims first runs; the other is fenced having written
         nothing. Without an answer in CLAIM_CONFIRM_S (the replica away, its primary still
-        the primary), the attempt runs anyway, as the API answers for a new job anyway."""
+        the primary: through Sentinel, the sentinels still say so), the attempt runs anyway,
+        as the API answers for a new job anyway."""
         durability = self.durability
         if durability is None or not durability.replicas_expected(attempt.job_id):
             return
         deadline = time.monotonic() + CLAIM_CONFIRM_S
         while True:
             replicas = max(durability.replicas_expected(attempt.job_id), 1)
-            current, acked = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS)
+            current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS)
             if current == 0:
                 attempt.fenced = True
                 attempt.check()
-            if current == 2:
+            if not primary:  # replaced while its connection still reached it: its acks say nothing
+                log.warning("%s: the sentinels have named a new primary; claiming there", attempt.job_id)
+            elif current == 2:
                 log.warning(
                     "%s: the new primary lacks attempt %d's claim; claiming",
                     attempt.job_id,
@@ -297,7 +300,7 @@ class AttemptRules:
                 self.publisher.resend(attempt)
             elif acked >= replicas:
                 return
-            if time.monotonic() >= deadline:
+            elif time.monotonic() >= deadline:
                 log.warning(
                     "no replica acknowledged the claim of %s in %.0fs: running it anyway",
                     attempt.job_id,

@@ -158,21 +158,31 @@ class Claims:
             window_ms=self._window_ms,
         )
 
-    def replicated(self, attempt: Attempt, replicas: int, wait_ms: int) -> tuple[int, int]:
+    def replicated(self, attempt: Attempt, replicas: int, wait_ms: int) -> tuple[int, int, bool]:
         """BEAT the attempt (a write, on the connection that then waits), then `WAIT
-        replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover)
-        and how many replicas hold it, and so the claim and everything written before it."""
+        replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover),
+        how many replicas hold it (and so the claim and everything written before it), and
+        whether the server that answered is still the sentinels' primary (True without
+        sentinels: nobody else to ask)."""
         job_id = attempt.job_id
+        pool = getattr(self._client, "connection_pool", None)  # a cluster has one per node
+        sentinel = hasattr(pool, "get_master_address")
 
-        def once() -> list:
+        def once() -> tuple[list, bool]:
             with self._client.pipeline(transaction=False) as pipe:
+                if sentinel:  # the answering connection, to compare with the sentinels' primary
+                    pipe.connection = pool.get_connection()  # type: ignore[union-attr]  # released by the pipeline
+                    address = (pipe.connection.host, pipe.connection.port)
                 beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
                 self._beat(keys=[keys.job(job_id), keys.alive(job_id)], args=beat_args, client=pipe)
                 pipe.execute_command("WAIT", replicas, wait_ms)
-                return pipe.execute()
+                answers = pipe.execute()
+            # A changed primary also drops the pool's idle connections to the old one.
+            primary = not sentinel or pool.get_master_address() == address  # type: ignore[union-attr]
+            return answers, primary
 
-        current, acked = self._link.retry(once)
-        return int(current), int(acked)
+        (current, acked), primary = self._link.retry(once)
+        return int(current), int(acked), primary
 
     def clear_suspect(self, attempt: Attempt) -> bool:
         """The attempt's job is no longer a suspect (it went on past where its batch died);
