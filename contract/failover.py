@@ -8,13 +8,14 @@ client of contract/servers.py connects.
 - **One name** (a managed Redis: ElastiCache, Memorystore, Azure Cache): the name moves to the
   promoted replica, while connections opened before still reach the old primary, now a
   replica. It answers writes with `READONLY` (a transaction's queued script: inside EXEC's
-  array) and ends blocked reads (BLPOP, XREAD BLOCK) with `UNBLOCKED ... (master ->
-  replica?)`. All mean "reconnect", not "your command is wrong": `Demotable` connections drop
-  themselves and raise ConnectionError, which the clients' retries and the processes' outage
-  handling already ride out, reconnecting to whatever the name (or the sentinels) say is the
-  primary now. Behind one name, a pooled connection that happens to only read keeps reading
-  the demoted node (a replica of the new primary, milliseconds behind) until it writes, errs
-  or is closed; a sentinel pool drops it when it is given back.
+  array), `WAIT` with "cannot be used with replica instances", and ends blocked reads
+  (BLPOP, XREAD BLOCK) with `UNBLOCKED ... (master -> replica?)`. All mean "reconnect", not
+  "your command is wrong": `Demotable` connections drop themselves and raise ConnectionError,
+  which the clients' retries and the processes' outage handling already ride out,
+  reconnecting to whatever the name (or the sentinels) say is the primary now. Behind one
+  name, a pooled connection that happens to only read keeps reading the demoted node (a
+  replica of the new primary, milliseconds behind) until it writes, errs or is closed; a
+  sentinel pool drops it when it is given back.
 
 What a promoted replica that lacked the primary's last writes means for jobs and streams is
 not handled here.
@@ -39,12 +40,14 @@ from redis.exceptions import ExecAbortError, ReadOnlyError, ResponseError
 
 def demoted(exc: ResponseError) -> bool:
     """The server that answered is a replica now: a write refused (alone, or a transaction's,
-    which EXEC then aborts), or a blocked read ended."""
+    which EXEC then aborts), a blocked read ended, or a `WAIT` refused (after a script that
+    happened to write nothing, a replica answers only the WAIT with an error)."""
     text = str(exc)
     return (
         isinstance(exc, ReadOnlyError)
         or (isinstance(exc, ExecAbortError) and "READONLY" in text)
         or "instance state changed (master -> replica" in text
+        or text.startswith("WAIT cannot be used with replica instances")
     )
 
 

@@ -98,6 +98,14 @@ def test_a_demoted_primary_s_answers_are_told_from_a_wrong_command():
             "Transaction discarded because of: READONLY You can't write against a read only replica."
         )
     )
+    # a claim's WAIT reaching the demoted primary behind one name (a failover test, once)
+    assert failover.demoted(
+        ResponseError(
+            "WAIT cannot be used with replica instances. Please also note that if a replica is "
+            "configured to be writable (which is not the default) writes to replicas are just "
+            "local and are not propagated."
+        )
+    )
     assert not failover.demoted(ExecAbortError("Transaction discarded because of previous errors."))
     assert not failover.demoted(
         ResponseError("WRONGTYPE Operation against a key holding the wrong kind of value")
