@@ -29,6 +29,7 @@ is checked with the node that holds its job.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -73,6 +74,10 @@ class Durability:
         self._thread = Periodic("durability", period_s, self.check)
 
     def start(self) -> None:
+        """Look once before the worker takes a job (a claim made before the first look
+        would not know to wait for a replica), then once a period on the thread."""
+        with contextlib.suppress(redis.RedisError):  # Redis away: the thread looks when it is back
+            self.check()
         self._thread.start()
 
     def stop(self) -> None:

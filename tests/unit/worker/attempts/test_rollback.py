@@ -467,3 +467,26 @@ def test_a_replica_is_expected_while_the_server_has_or_lately_had_one(r, monkeyp
     assert durability.replicas_expected(CID) == 1  # just lost it
     monkeypatch.setattr(durability_module, "REMEMBER_S", 0.0)
     assert durability.replicas_expected(CID) == 0
+
+
+def test_a_started_worker_knows_its_replicas_before_it_takes_a_job(r):
+    """The first look is made before `start` returns, not on the thread beside the first
+    claim: a claim made before it would not wait for the replica (a failover test, once)."""
+    server = _Server(r, run_id="one", offset=100, replica=100)
+    info = server.execute_command
+    server.execute_command = lambda *args: time.sleep(0.3) or info(*args)  # a slow answer
+    durability = Durability(server, period_s=60)  # type: ignore[arg-type]
+    durability.start()
+    try:
+        assert durability.replicas_expected(CID) == 1
+    finally:
+        durability.stop()
+
+
+def test_a_worker_started_while_redis_is_away_starts_and_looks_later(r):
+    server = _Server(r, run_id="one", offset=100, replica=100)
+    server.execute_command = lambda *args: (_ for _ in ()).throw(redis.ConnectionError("away"))
+    durability = Durability(server, period_s=60)  # type: ignore[arg-type]
+    durability.start()
+    durability.stop()
+    assert durability.replicas_expected(CID) == 0
