@@ -285,7 +285,8 @@ class AttemptRules:
         deadline = time.monotonic() + CLAIM_CONFIRM_S
         while True:
             replicas = max(durability.replicas_expected(attempt.job_id), 1)
-            current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS)
+            late = time.monotonic() >= deadline  # then ask the sentinels before running anyway
+            current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS, late)
             if current == 0:
                 attempt.fenced = True
                 attempt.check()
@@ -300,7 +301,7 @@ class AttemptRules:
                 self.publisher.resend(attempt)
             elif acked >= replicas:
                 return
-            elif time.monotonic() >= deadline:
+            elif late:
                 log.warning(
                     "no replica acknowledged the claim of %s in %.0fs: running it anyway",
                     attempt.job_id,

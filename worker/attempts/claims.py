@@ -158,15 +158,17 @@ class Claims:
             window_ms=self._window_ms,
         )
 
-    def replicated(self, attempt: Attempt, replicas: int, wait_ms: int) -> tuple[int, int, bool]:
+    def replicated(
+        self, attempt: Attempt, replicas: int, wait_ms: int, ask_sentinels: bool = False
+    ) -> tuple[int, int, bool]:
         """BEAT the attempt (a write, on the connection that then waits), then `WAIT
         replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover),
         how many replicas hold it (and so the claim and everything written before it), and
-        whether the server that answered is still the sentinels' primary (True without
-        sentinels: nobody else to ask)."""
+        (`ask_sentinels`: one more round trip) whether the server that answered is still the
+        sentinels' primary (True without sentinels, or not asked)."""
         job_id = attempt.job_id
         pool = getattr(self._client, "connection_pool", None)  # a cluster has one per node
-        sentinel = hasattr(pool, "get_master_address")
+        sentinel = ask_sentinels and hasattr(pool, "get_master_address")
 
         def once() -> tuple[list, bool]:
             with self._client.pipeline(transaction=False) as pipe:
