@@ -1,9 +1,11 @@
 """The publisher against real servers (valkey, Redis 7.0): what one round trip does to the
-API's reader, blocked in one XREAD over every open stream, and that a round trip whose
-scripts Redis lost (a restart, SCRIPT FLUSH) is loaded and sent again, each entry once."""
+API's reader, blocked in one XREAD over every open stream, that a round trip whose scripts
+Redis lost (a restart, SCRIPT FLUSH) is loaded and sent again, each entry once, and that its
+writes follow a streams cluster's failover."""
 
 from __future__ import annotations
 
+import signal
 import threading
 import time
 
@@ -13,8 +15,9 @@ import redis
 from contract import entries, keys
 from contract.entries import Delta
 from contract.keys import JobField
+from contract.servers import sync_client
 from contract.settings import Recovery
-from devstack.processes import start_redis
+from devstack.processes import start_cluster, start_redis
 from tests.integration.conftest import _server_kinds
 from worker.attempts.claims import Claims
 from worker.attempts.publisher import Publisher
@@ -97,3 +100,37 @@ def test_a_round_trip_whose_script_was_lost_is_sent_again_once(r):
     for i, job_id in enumerate(IDS):
         written = [entries.decode(f) for _, f in r.xrange(keys.events(job_id))]
         assert written == [Delta(epoch=1, text=f"t{i}", token_ids=(i,))]
+
+
+def test_writes_follow_a_cluster_failover_that_took_the_clients_default_node(tmp_path):
+    """redis-py's cluster pipeline asks its default node where an EVALSHA's keys are (COMMAND
+    GETKEYS), and does not replace that node when it is the primary that died: a worker's
+    writes then failed for REDIS_WAIT_SECONDS, while the replica took over within seconds.
+    The publisher names the node of each job's keys itself."""
+    procs, url = start_cluster(tmp_path, masters=3, replicas=1)
+    streams = sync_client(url, socket_timeout=5)
+    try:
+        job_id = IDS[0]
+        streams.hset(
+            keys.job(job_id), mapping={JobField.STATUS: "queued", JobField.EPOCH: 0, JobField.DIGEST: DIGEST}
+        )
+        link = Link(redis.Redis(), "w1", RECOVERY, redis_wait_s=20, streams_client=streams)
+        pub = Publisher(link)
+        attempt = Claims(link, 3000).claim(job_id, DIGEST)
+        pub.delta(attempt, "before", (1,))
+        pub.flush(attempt)
+        owner = streams.get_node_from_key(keys.job(job_id))
+        assert streams.execute_command("WAIT", 1, 5000, target_nodes=owner) == 1  # the replica has it
+        streams.nodes_manager.default_node = owner  # the node the client asks about commands
+        next(p for p in procs if p.name.endswith(f"-{owner.port}")).signal(signal.SIGKILL)
+        pub.delta(attempt, "after", (2,))
+        pub.flush(attempt)  # raises what the write met, had it failed for good
+        rows = streams.xrange(keys.events(job_id))
+        assert [entries.decode(f) for _, f in rows][-2:] == [
+            Delta(epoch=1, text="before", token_ids=(1,)),
+            Delta(epoch=1, text="after", token_ids=(2,)),
+        ]
+    finally:
+        streams.close()
+        for p in procs:
+            p.stop()

@@ -240,11 +240,17 @@ class Publisher:
                 job_id = group.attempt.job_id
                 job_keys = library.job_keys(job_id)
                 # execute_command: a cluster pipeline refuses `evalsha` (a script could touch
-                # keys of several slots), but routes EVALSHA by its keys; APPEND's share one slot.
+                # keys of several slots), but runs EVALSHA on the node it is given; APPEND's
+                # keys share one slot. Named here, since redis-py would ask its default node
+                # for the keys (COMMAND GETKEYS) and never replace it if it is the primary
+                # that died in a failover; the node is looked up again at each retry.
                 args = attempts.append_args(
                     job_id, group.attempt.claim, group.first, group.rows(), self._link.recovery.retention_s
                 )
-                pipe.execute_command("EVALSHA", self._append.sha, len(job_keys), *job_keys, *args)
+                where: dict[str, object] = {}
+                if not self._together:
+                    where["target_nodes"] = self._client.get_node_from_key(job_keys[0])  # type: ignore[attr-defined]
+                pipe.execute_command("EVALSHA", self._append.sha, len(job_keys), *job_keys, *args, **where)
             return pipe.execute(raise_on_error=False)
 
 
