@@ -247,6 +247,10 @@ def start_watched(
     With `held_link`, the replica reaches the primary through a relay (`Watched.link`) that
     a test pauses to make the replica fall behind; with `appendonly`, both keep an AOF."""
     primary, replica, ports, link = _primary_and_replica(log_dir, held_link, appendonly)
+    # A sentinel "fixes" a replica whose link runs elsewhere than the primary's address (a
+    # relay) by pointing it at the primary itself, once failover-timeout has passed since it
+    # saw it: a held link then stops holding anything. Held, that takes three minutes.
+    failover_timeout_ms = 180_000 if held_link else max(down_after_ms * 4, 3000)
     procs, sentinel_ports = [], []
     for _ in range(sentinels):
         port = free_port()
@@ -257,7 +261,7 @@ def start_watched(
             f"port {port}\nbind 127.0.0.1\ndir {folder}\n"
             f"sentinel monitor {master} 127.0.0.1 {ports['primary']} {sentinels // 2 + 1}\n"
             f"sentinel down-after-milliseconds {master} {down_after_ms}\n"
-            f"sentinel failover-timeout {master} {max(down_after_ms * 4, 3000)}\n"
+            f"sentinel failover-timeout {master} {failover_timeout_ms}\n"
         )
         procs.append(_spawn(f"sentinel-{port}", [redis_binary(), str(conf), "--sentinel"], log_dir))
         sentinel_ports.append(port)
