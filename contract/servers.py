@@ -23,6 +23,8 @@ from urllib.parse import urlsplit, urlunsplit
 
 import redis
 import redis.asyncio as aredis
+import redis.asyncio.sentinel as async_sentinel
+import redis.sentinel
 from redis.asyncio.cluster import ClusterPipeline
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
@@ -133,6 +135,13 @@ def node_url(url: str, host: str, port: int) -> str:
 
 def is_cluster(client: object) -> bool:
     return isinstance(client, RedisCluster | AsyncRedisCluster)
+
+
+def is_sentinel(client: object) -> bool:
+    """A client of the sentinels' primary (a `redis+sentinel://` URL): its pool can say which
+    server the sentinels call the primary now (`get_master_address`)."""
+    pool = getattr(client, "connection_pool", None)
+    return isinstance(pool, redis.sentinel.SentinelConnectionPool | async_sentinel.SentinelConnectionPool)
 
 
 @dataclass(frozen=True)

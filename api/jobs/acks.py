@@ -48,7 +48,7 @@ from redis.exceptions import RedisError
 
 from api.cluster.tasks import Background, every
 from contract import keys
-from contract.servers import Servers
+from contract.servers import Servers, is_sentinel
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class ReplicaAcks:
         self._client = client
         self._timeout_s = timeout_s  # 0: never wait
         self._mark = mark  # the key incremented before a WAIT
-        self._sentinel = hasattr(client.connection_pool, "get_master_address")
+        self._sentinel = is_sentinel(client)
         self._replicas = 0
         self._read_at: float | None = None  # monotonic; None: never read
         self._seen = seen or Seen()

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from contract import entries, keys
 from contract.entries import Delta, Entry, Failed, Finished, Started
 from contract.lua import attempts, jobs, library
+from contract.servers import is_sentinel
 from worker.redis.link import Link
 
 
@@ -167,20 +168,20 @@ class Claims:
         (`ask_sentinels`: one more round trip) whether the server that answered is still the
         sentinels' primary (True without sentinels, or not asked)."""
         job_id = attempt.job_id
-        pool = getattr(self._client, "connection_pool", None)  # a cluster has one per node
-        sentinel = ask_sentinels and hasattr(pool, "get_master_address")
+        sentinel = ask_sentinels and is_sentinel(self._client)
 
         def once() -> tuple[list, bool]:
             with self._client.pipeline(transaction=False) as pipe:
                 if sentinel:  # the answering connection, to compare with the sentinels' primary
-                    pipe.connection = pool.get_connection()  # type: ignore[union-attr]  # released by the pipeline
+                    pool = self._client.connection_pool
+                    pipe.connection = pool.get_connection()  # released by the pipeline
                     address = (pipe.connection.host, pipe.connection.port)
                 beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
                 self._beat(keys=[keys.job(job_id), keys.alive(job_id)], args=beat_args, client=pipe)
                 pipe.execute_command("WAIT", replicas, wait_ms)
                 answers = pipe.execute()
             # A changed primary also drops the pool's idle connections to the old one.
-            primary = not sentinel or pool.get_master_address() == address  # type: ignore[union-attr]
+            primary = not sentinel or pool.get_master_address() == address  # type: ignore[attr-defined]
             return answers, primary
 
         (current, acked), primary = self._link.retry(once)

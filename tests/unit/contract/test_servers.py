@@ -1,10 +1,14 @@
-"""contract.servers: which URLs name a cluster, and one client where the two servers are one."""
+"""contract.servers: which URLs name a cluster, one client where the two servers are one, and
+which clients follow the sentinels."""
 
 import fakeredis
 
 from contract.servers import (
     Servers,
+    async_client,
     cluster_url,
+    is_sentinel,
+    sync_client,
 )
 
 
@@ -23,3 +27,12 @@ def test_one_server_is_one_client():
     assert not Servers(one, one).split and Servers(one, one).each() == [one]
     other = fakeredis.FakeRedis()
     assert Servers(one, other).split and Servers(one, other).each() == [one, other]
+
+
+def test_a_client_of_the_sentinels_primary_is_told_from_the_others():
+    """Only it can ask the sentinels which server is the primary now (a claim's and a new
+    job's confirmation do, after a failover)."""
+    assert is_sentinel(sync_client("redis+sentinel://s:26379/m"))
+    assert is_sentinel(async_client("redis+sentinel://s:26379/m", blocking=True))
+    assert not is_sentinel(sync_client("redis://h:6379/0"))
+    assert not is_sentinel(fakeredis.FakeRedis())
