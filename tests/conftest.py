@@ -1,7 +1,11 @@
-"""What the whole suite shares: a summary line counting the tests skipped for want of a
-system package, with the one command that installs them (tests/system.py)."""
+"""What the whole suite shares: the two lanes scripts/test runs it in, and a summary line
+counting the tests skipped for want of a system package, with the one command that installs
+them (tests/system.py)."""
 
 from __future__ import annotations
+
+import pytest
+from xdist.scheduler import LoadFileScheduling
 
 from tests.system import APT
 
@@ -15,3 +19,74 @@ def pytest_terminal_summary(terminalreporter) -> None:
             "(as root), then scripts/test again, runs them.",
             yellow=True,
         )
+
+
+# Files whose tests spend most of their time waiting (for failovers, restarts, a Hub's retry
+# backoff, heartbeat windows) rather than decoding: scripts/test runs them as one lane beside
+# the rest (`-n 2 --dist loadfile`, the `Lanes` scheduler below), which keeps both cores busy.
+# Each measured under half a core over its run (`/usr/bin/time` of each file alone).
+WAITING = frozenset(
+    {
+        "test_acks.py",
+        "test_charging.py",
+        "test_devstack.py",
+        "test_failover.py",
+        "test_hardening.py",
+        "test_hub_models.py",
+        "test_outage.py",
+        "test_planted_jobs.py",
+        "test_publishing.py",
+        "test_redis_security.py",
+        "test_review_attacks.py",
+        "test_scale.py",
+        "test_two_servers.py",
+    }
+)
+# Files using tests/integration/conftest.py's session-scoped stacks: one process runs them
+# all, so the stacks start once (checked against the fixtures at collection).
+STACKED = frozenset(
+    {
+        "test_bad_input.py",
+        "test_failures.py",
+        "test_idempotency.py",
+        "test_openai_sdk.py",
+        "test_streaming.py",
+    }
+)
+
+
+def lane(nodeid: str) -> str:
+    """The unit of work a test is sent in: the waiting lane, the stacks' lane, or its file."""
+    path = nodeid.split("::")[0]
+    folder, _, name = path.rpartition("/")
+    if folder == "tests/integration" and name in WAITING:
+        return "waiting"
+    if folder == "tests/integration" and name in STACKED:
+        return "stacks"
+    return path
+
+
+class Lanes(LoadFileScheduling):
+    """xdist's --dist loadfile, with the lanes above as units of work (xdist's own
+    `xdist_group` marks do not take with pytest 9: the group never reaches the node id)."""
+
+    def _split_scope(self, nodeid: str) -> str:
+        return lane(nodeid)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log) -> Lanes | None:
+    return Lanes(config, log) if config.getvalue("dist") == "loadfile" else None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Puts the waiting lane first, so that it starts at once and the other process works
+    through the rest meanwhile; and refuses a file on the session stacks missing from
+    STACKED (it would start them again in the other process)."""
+    for item in items:
+        defs = getattr(item, "_fixtureinfo", None)
+        stack = defs.name2fixturedefs.get("stack") if defs else None
+        if stack and stack[-1].scope == "session" and lane(item.nodeid) != "stacks":
+            raise pytest.UsageError(
+                f"{item.path.name} uses the session stacks: add it to STACKED in tests/conftest.py"
+            )
+    items.sort(key=lambda item: lane(item.nodeid) != "waiting")
