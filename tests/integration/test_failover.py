@@ -319,7 +319,12 @@ def test_a_promoted_replica_missing_the_last_writes_contradicts_no_client(laggin
     assert b["request_counts"] == {"total": 3, "completed": 3, "failed": 0}, failed
     out = httpx.get(f"{s.base}/v1/files/{b['output_file_id']}/content", timeout=30).text.splitlines()
     assert sorted(json.loads(line)["custom_id"] for line in out) == ["req-0", "req-1", "req-2"]
-    lost = s.worker.log().count("a failover lost entries")
+    # What the promoted replica lacked is written again by whichever notices first: an APPEND
+    # finding its stream behind, or the durability look finding a new server under attempts
+    # that still hold entries no replica acknowledged (under load, often the look).
+    said = s.worker.log()
+    held = sum(int(n) for n in re.findall(r"writing again what (\d+) attempts hold", said))
+    lost = said.count("a failover lost entries") + held
     assert lost >= 1, "the promoted replica lacked nothing: the test did not hold it behind"
 
     # The old primary comes back as a replica; a failover with nothing held back moves
