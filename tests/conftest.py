@@ -1,4 +1,4 @@
-"""What the whole suite shares: the two lanes scripts/test runs it in, and a summary line
+"""What the whole suite shares: the two lanes it can run in, and a summary line
 counting the tests skipped for want of a system package, with the one command that installs
 them (tests/system.py)."""
 
@@ -22,8 +22,8 @@ def pytest_terminal_summary(terminalreporter) -> None:
 
 
 # Files whose tests spend most of their time waiting (for failovers, restarts, a Hub's retry
-# backoff, heartbeat windows) rather than decoding: scripts/test runs them as one lane beside
-# the rest (`-n 2 --dist loadfile`, the `Lanes` scheduler below), which keeps both cores busy.
+# backoff, heartbeat windows) rather than decoding: `-n 2 --dist loadfile --no-loadscope-reorder`
+# runs them as one lane beside the rest (the `Lanes` scheduler below), keeping both cores busy.
 # Each measured under half a core over its run (`/usr/bin/time` of each file alone).
 WAITING = frozenset(
     {

@@ -517,4 +517,4 @@ def test_a_line_ending_starts_the_next_at_once(tmp_path):
             assert sorted(row["custom_id"] for row in rows(sdk, done.output_file_id)) == [
                 f"req-{i}" for i in range(6)
             ]
-        assert took < 3.0, took
+        assert took < 4.0, took  # one look apart: 5 s or more; woken, ~1 s here (3.1 s under load)
