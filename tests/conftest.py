@@ -78,10 +78,10 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log) -> Lanes | None:
     return Lanes(config, log) if config.getvalue("dist") == "loadfile" else None
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Puts the waiting lane first, so that it starts at once and the other process works
-    through the rest meanwhile; and refuses a file on the session stacks missing from
-    STACKED (it would start them again in the other process)."""
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Refuses a file on the session stacks missing from STACKED (it would start them again
+    in the other process); in a lane process, puts the waiting lane first, so that it starts
+    at once and the other process works through the rest meanwhile."""
     for item in items:
         defs = getattr(item, "_fixtureinfo", None)
         stack = defs.name2fixturedefs.get("stack") if defs else None
@@ -89,4 +89,5 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             raise pytest.UsageError(
                 f"{item.path.name} uses the session stacks: add it to STACKED in tests/conftest.py"
             )
-    items.sort(key=lambda item: lane(item.nodeid) != "waiting")
+    if hasattr(config, "workerinput"):  # an xdist worker: one process runs in file order
+        items.sort(key=lambda item: lane(item.nodeid) != "waiting")
