@@ -1,18 +1,22 @@
 """A GGUF with random weights in the layer shapes of a real model, for benchmarks without a download.
 
     python -m bench.random_model --shape 1b|8b|smollm2|tiny --out FILE [--type f16|q8_0|q4_0|q4_1]
-                                 [--seed N] [--split-max-size BYTES] [--tokenizer GGUF]
+                                 [--seed N] [--split-max-size BYTES] [--tokenizer GGUF] [--vocab N]
 
 The shapes are Llama-3.2-1B's and Llama-3.1-8B's (layers, hidden size, FFN, heads, KV heads,
 RoPE base and Llama 3's RoPE scaling, tied or untied output), so a step costs what it costs
 with those models: every matrix of every layer has its real size. `tiny` is a two-layer
 model for tests, many times faster than SmolLM2. The tokenizer and chat template are the
 shipped SmolLM2's (worker.settings.default_model_path), so prompts, templates and stop
-tokens behave as with the default model; its vocabulary (49,152 tokens) is smaller than
-Llama 3's (128,256), so the embedding and output matrices are 38 % of theirs: per token
-the 8B shape computes about 0.45 G fewer multiply-adds (6 % of 7.5 G) and the 1B shape
+tokens behave as with the default model. Its vocabulary (49,152 tokens) is smaller than
+Llama 3's (128,256), so by default the embedding and output matrices are 38 % of theirs: per
+token the 8B shape computes about 0.45 G fewer multiply-adds (6 % of 7.5 G) and the 1B shape
 about 0.16 G fewer (13 % of 1.2 G), and each sampled row of logits is 38 % as long
-(docs/benchmarks.md).
+(docs/benchmarks.md). `--vocab 128256` (`write(vocab=128_256)`) pads the vocabulary to
+Llama 3's size, so those matrices and rows cost what they cost there: the added tokens are
+UNUSED-type "[PAD<id>]", as llama.cpp's converter pads a vocabulary, which no text
+tokenizes to (no merge makes them, and unlike control tokens even `special` parsing skips
+them), so prompts, templates and stop tokens are unchanged; sampled, one renders as no text.
 
 Weights are random: quantized blocks of random codes with a scale that gives each weight a
 standard deviation of about 0.02, f16 values drawn from the same normal. The text is
@@ -28,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType, TokenType
 
 WEIGHT_STD = 0.02
 _POOL = 1 << 22  # random values drawn once and tiled: enough that no row repeats another's pattern
@@ -69,6 +73,8 @@ TYPES = {
     "q4_0": (GGMLQuantizationType.Q4_0, LlamaFileType.MOSTLY_Q4_0),
     "q4_1": (GGMLQuantizationType.Q4_1, LlamaFileType.MOSTLY_Q4_1),  # the shipped SmolLM2's
 }
+VOCAB = 49_152  # SmolLM2's tokenizer
+PAD_SCORE = -1000.0  # a padding token's score, as llama.cpp's converter writes it (SPM tokenizers)
 _BLOCK = 32  # weights per Q8_0 / Q4_0 / Q4_1 block
 _BLOCK_BYTES = {
     GGMLQuantizationType.Q8_0: 2 + 32,
@@ -95,10 +101,9 @@ def rope_factors(shape: Shape) -> np.ndarray:
     return np.array(out, dtype=np.float32)
 
 
-def matrices(shape: Shape) -> list[tuple[str, int, int]]:
+def matrices(shape: Shape, vocab: int = VOCAB) -> list[tuple[str, int, int]]:
     """(name, rows, row length) of every weight matrix, in llama.cpp's names."""
     q, kv = shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
-    vocab = VOCAB
     out = [("token_embd.weight", vocab, shape.hidden)]
     for n in range(shape.layers):
         out += [
@@ -113,9 +118,6 @@ def matrices(shape: Shape) -> list[tuple[str, int, int]]:
     if not shape.tied_output:
         out.append(("output.weight", vocab, shape.hidden))
     return out
-
-
-VOCAB = 49_152  # SmolLM2's tokenizer
 
 
 class RandomBytes:
@@ -158,6 +160,33 @@ class RandomBytes:
         return np.resize(self._pool, self.shape(rows, row_length))
 
 
+def add_tokenizer(w: GGUFWriter, source: GGUFReader, vocab: int | None = None) -> int:
+    """Copy `source`'s tokenizer and chat template; with `vocab`, pad its token list to that
+    many with tokens no text tokenizes to (the module's docstring). Returns the vocabulary's size."""
+    fields = {name: f for name, f in source.fields.items() if name.startswith("tokenizer.")}
+    values = {name: f.contents() for name, f in fields.items()}
+    tokens: list[str] = values["tokenizer.ggml.tokens"]
+    if vocab is not None and vocab < len(tokens):
+        raise ValueError(f"vocab {vocab} is smaller than the tokenizer's {len(tokens)} tokens")
+    if vocab is not None and vocab > len(tokens):
+        taken, pads = set(tokens), []
+        for i in range(len(tokens), vocab):
+            text = f"[PAD{i}]"
+            while text in taken:  # llama.cpp maps text to id: two tokens may not share one
+                text = f"[{text}]"
+            taken.add(text)
+            pads.append(text)
+        values["tokenizer.ggml.tokens"] = tokens + pads
+        extra = {"tokenizer.ggml.token_type": int(TokenType.UNUSED), "tokenizer.ggml.scores": PAD_SCORE}
+        for name, value in extra.items():
+            if name in values:
+                values[name] = values[name] + [value] * len(pads)
+    for name, field in fields.items():
+        sub = field.types[-1] if len(field.types) > 1 else None
+        w.add_key_value(name, values[name], field.types[0], sub_type=sub)
+    return len(values["tokenizer.ggml.tokens"])
+
+
 def write(
     shape_name: str,
     out: Path,
@@ -165,9 +194,11 @@ def write(
     seed: int = 0,
     split_max_size: int = 0,
     tokenizer: Path | None = None,
+    vocab: int | None = None,
 ) -> None:
     """Write the model; its tokenizer and chat template from `tokenizer` (any GGUF holding
-    them: `vocabulary`'s file), by default the shipped SmolLM2's."""
+    them: `vocabulary`'s file), by default the shipped SmolLM2's, padded to `vocab` tokens
+    (Llama 3's 128,256: its embedding and output matrices' cost)."""
     from worker.settings import default_model_path
 
     shape = SHAPES[shape_name]
@@ -187,15 +218,10 @@ def write(
     w.add_rope_freq_base(shape.rope_base)
     w.add_rope_dimension_count(shape.head_dim)
     w.add_layer_norm_rms_eps(1e-5)
-    w.add_vocab_size(VOCAB)
     w.add_file_type(file_type)
     w.add_quantization_version(2)
-    for name, field in source.fields.items():  # the tokenizer and the chat template, as shipped
-        if name.startswith("tokenizer."):
-            value = field.contents()
-            kv_type = field.types[0]
-            sub = field.types[-1] if len(field.types) > 1 else None
-            w.add_key_value(name, value, kv_type, sub_type=sub)
+    n_vocab = add_tokenizer(w, source, vocab)  # the tokenizer and the chat template, as shipped
+    w.add_vocab_size(n_vocab)
 
     rng = np.random.default_rng(seed)
     pool = RandomBytes(qtype, rng)
@@ -204,7 +230,7 @@ def write(
     small.append(("output_norm.weight", ones))
     if shape.rope_factor is not None:
         small.append(("rope_freqs.weight", rope_factors(shape)))
-    big = matrices(shape)
+    big = matrices(shape, n_vocab)
     for name, rows, length in big:
         shape_ = pool.shape(rows, length)
         w.add_tensor_info(name, shape_, pool.dtype, math.prod(shape_) * pool.dtype.itemsize, pool.raw_dtype)
@@ -225,16 +251,8 @@ def vocabulary(out: Path, source: Path | None = None) -> None:
     `write(tokenizer=...)` where the shipped model is not at hand (bench/gpu_run's bundle)."""
     from worker.settings import default_model_path
 
-    reader = GGUFReader(source or default_model_path())
     w = GGUFWriter(out, "llama")
-    for name, field in reader.fields.items():
-        if name.startswith("tokenizer."):
-            w.add_key_value(
-                name,
-                field.contents(),
-                field.types[0],
-                sub_type=field.types[-1] if len(field.types) > 1 else None,
-            )
+    add_tokenizer(w, GGUFReader(source or default_model_path()))
     w.write_header_to_file()
     w.write_kv_data_to_file()
     w.write_ti_data_to_file()
@@ -251,9 +269,11 @@ def main(argv: list[str] | None = None) -> None:
         "--split-max-size", type=int, default=0, help="write a split model of files at most this big"
     )
     ap.add_argument("--tokenizer", type=Path, help="a GGUF to take the tokenizer from (default: SmolLM2's)")
+    ap.add_argument("--vocab", type=int, help="pad the tokenizer to this many tokens (Llama 3's: 128256)")
     args = ap.parse_args(argv)
-    write(args.shape, args.out, args.type, args.seed, args.split_max_size, args.tokenizer)
-    print(f"wrote {args.out} ({args.shape}, {args.type})", file=sys.stderr)
+    write(args.shape, args.out, args.type, args.seed, args.split_max_size, args.tokenizer, args.vocab)
+    vocab = f", vocab {args.vocab}" if args.vocab else ""
+    print(f"wrote {args.out} ({args.shape}, {args.type}{vocab})", file=sys.stderr)
 
 
 if __name__ == "__main__":
