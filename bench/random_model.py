@@ -13,10 +13,11 @@ Llama 3's (128,256), so by default the embedding and output matrices are 38 % of
 token the 8B shape computes about 0.45 G fewer multiply-adds (6 % of 7.5 G) and the 1B shape
 about 0.16 G fewer (13 % of 1.2 G), and each sampled row of logits is 38 % as long
 (docs/benchmarks.md). `--vocab 128256` (`write(vocab=128_256)`) pads the vocabulary to
-Llama 3's size, so those matrices and rows cost what they cost there: the added tokens are
-UNUSED-type "[PAD<id>]", as llama.cpp's converter pads a vocabulary, which no text
-tokenizes to (no merge makes them, and unlike control tokens even `special` parsing skips
-them), so prompts, templates and stop tokens are unchanged; sampled, one renders as no text.
+Llama 3's size, so those matrices and rows cost what they cost there. The added tokens are
+normal ones whose text is " pad<id>": no merge of the tokenizer makes them, so no text
+tokenizes to them and prompts, templates and stop tokens are unchanged, and sampled, each
+streams a word, as a real model's tokens do (a benchmark that counts streamed pieces counts
+them; as UNUSED tokens, llama.cpp's converter's padding, they would render as nothing).
 
 Weights are random: quantized blocks of random codes with a scale that gives each weight a
 standard deviation of about 0.02, f16 values drawn from the same normal. The text is
@@ -171,13 +172,13 @@ def add_tokenizer(w: GGUFWriter, source: GGUFReader, vocab: int | None = None) -
     if vocab is not None and vocab > len(tokens):
         taken, pads = set(tokens), []
         for i in range(len(tokens), vocab):
-            text = f"[PAD{i}]"
+            text = f"\u0120pad{i}"  # byte-level BPE's space: the piece " pad<id>"
             while text in taken:  # llama.cpp maps text to id: two tokens may not share one
                 text = f"[{text}]"
             taken.add(text)
             pads.append(text)
         values["tokenizer.ggml.tokens"] = tokens + pads
-        extra = {"tokenizer.ggml.token_type": int(TokenType.UNUSED), "tokenizer.ggml.scores": PAD_SCORE}
+        extra = {"tokenizer.ggml.token_type": int(TokenType.NORMAL), "tokenizer.ggml.scores": PAD_SCORE}
         for name, value in extra.items():
             if name in values:
                 values[name] = values[name] + [value] * len(pads)

@@ -34,7 +34,7 @@ def load(path: Path):
     return llama_cpp.Llama(model_path=str(path), vocab_only=False, n_ctx=256, verbose=False)
 
 
-def test_the_padded_file_has_llama_3_s_rows_and_unused_tokens_of_their_own(models):
+def test_the_padded_file_has_llama_3_s_rows_and_normal_tokens_of_their_own(models):
     reader = GGUFReader(models["padded"])
     tensors = {t.name: t for t in reader.tensors}
     hidden = random_model.SHAPES["tiny"].hidden
@@ -44,7 +44,7 @@ def test_the_padded_file_has_llama_3_s_rows_and_unused_tokens_of_their_own(model
     types = reader.fields["tokenizer.ggml.token_type"].contents()
     assert len(tokens) == len(types) == LLAMA3 == len(set(tokens))
     assert reader.fields["llama.vocab_size"].contents() == LLAMA3
-    assert set(types[random_model.VOCAB :]) == {TokenType.UNUSED}
+    assert set(types[random_model.VOCAB :]) == {TokenType.NORMAL}
     plain = GGUFReader(models["plain"])
     assert tokens[: random_model.VOCAB] == plain.fields["tokenizer.ggml.tokens"].contents()
     assert types[: random_model.VOCAB] == plain.fields["tokenizer.ggml.token_type"].contents()
@@ -64,15 +64,15 @@ def test_a_padded_model_prompts_and_stops_as_the_unpadded_one_and_decodes_every_
         model="m",
         messages=(
             Message("system", "You are terse."),
-            Message("user", "Hello there! What's 2+2? [PAD50000] <|im_end|> <unused0> ünïcødé 🙂"),
+            Message("user", "Hello there! What's 2+2? pad50000 <|im_end|> <unused0> ünïcødé 🙂"),
         ),
     )
     ids = a.prompt_ids(spec, 256)
     assert b.prompt_ids(spec, 256) == ids and max(ids) < random_model.VOCAB
-    raw = b"<|im_start|>user\n[PAD49152][PAD128255] hi<|im_end|>\n"  # a raw prompt: special parsing
+    raw = b"<|im_start|>user\n pad49152 pad128255 hi<|im_end|>\n"  # a raw prompt: special parsing
     assert padded.tokenize(raw, special=True) == plain.tokenize(raw, special=True)
     assert (b.ends, b.controls) == (a.ends, a.controls)
-    assert b.piece(LLAMA3 - 1) == b""  # a sampled padding token renders as nothing
+    assert b.piece(LLAMA3 - 1) == b" pad128255"  # a sampled padding token streams a word
 
     rows = []
     for model in (plain, padded):  # Llama.scores holds logits only with logits_all: the context's
