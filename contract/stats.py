@@ -58,7 +58,8 @@ class BatchCounters:
     routed_taken: int = 0  # jobs taken from this worker's own routed queues (the router's hits)
     # Where a worker's time goes (a step's profile: bench/gpu_run divides them):
     decode_us: int = 0  # inside llama_decode
-    sample_us: int = 0  # sampling every sequence of a step (the scheduler thread)
+    wait_us: int = 0  # from llama_decode's return to its logits (a GPU still computing)
+    sample_us: int = 0  # picking every sequence's token from a step's logits (the scheduler thread)
     token_us: int = 0  # the job threads' own Python per token (stops, tool calls, logprobs, queueing)
     tokens: int = 0  # tokens the job threads handled
     publish_us: int = 0  # the publisher's round trips to Redis (APPENDs)

@@ -34,13 +34,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
-import llama_cpp
-
 from contract.stats import BatchCounters
+from worker.engine.context import NativeContext, StepBatch
 from worker.engine.held import HeldPrefixes
-from worker.engine.interrupt import StepInterrupt
 from worker.engine.picks import Pick
-from worker.engine.sampling import Sampler
+from worker.engine.sampling import Sampler, pick_rows
 from worker.engine.steps.cost import StepCost
 from worker.engine.steps.plan import (
     batch_capacity,
@@ -93,7 +91,7 @@ class Sequence:
 class Scheduler:
     def __init__(
         self,
-        ctx,
+        context: NativeContext,
         slots: int,
         prefill_chunk: int,
         is_end: Callable[[int], bool],
@@ -104,8 +102,7 @@ class Scheduler:
         step_delay_s: float = 0.0,
         held: HeldPrefixes | None = None,
     ) -> None:
-        self._ctx = ctx
-        self._mem = llama_cpp.llama_get_memory(ctx)
+        self._context = context
         self.slots = slots
         self._chunk = prefill_chunk
         self._batch_chunk = min(batch_prefill_chunk or prefill_chunk, prefill_chunk)
@@ -115,8 +112,8 @@ class Scheduler:
         self._lines_beside = lines_beside  # Batch API lines stepping beside interactive ones
         self._step_delay_s = step_delay_s  # STEP_DELAY_SECONDS: a slower machine, for the tests
         self._held = held  # what each slot's cache holds, for cache-aware routing (worker/engine/held.py)
-        self._interrupt = StepInterrupt(ctx)
-        self._batch = llama_cpp.llama_batch_init(batch_capacity(slots, prefill_chunk), 0, 1)
+        self._interrupt = context.interrupt
+        self._batch = StepBatch(batch_capacity(slots, prefill_chunk))
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
         self._ended = [0] * slots  # when each slot's last job ended (a tick; 0: never, or a stale copy)
         self._tick = 0
@@ -165,7 +162,7 @@ class Scheduler:
         with self._cv:
             if self._running or self._waiting:
                 raise RuntimeError("reset while sequences run")
-            llama_cpp.llama_memory_clear(self._mem, True)
+            self._context.clear()
             for slot in range(self.slots):
                 self._forget(slot)
             self._tick = 0
@@ -227,7 +224,7 @@ class Scheduler:
         self._free.append(seq.slot)
 
     def _forget(self, slot: int) -> None:
-        llama_cpp.llama_memory_seq_rm(self._mem, slot, -1, -1)
+        self._context.remove(slot)
         self._kv[slot] = []
         self._ended[slot] = 0
         if self._held is not None:
@@ -243,7 +240,7 @@ class Scheduler:
             # Keep the shared prefix, but always compute the last context token again:
             # its logits are what the first token is sampled from.
             keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1)
-            llama_cpp.llama_memory_seq_rm(self._mem, slot, keep, -1)
+            self._context.remove(slot, keep)
             del self._kv[slot][keep:]
             seq.slot, seq.fed = slot, keep
             self._running.append(seq)
@@ -262,7 +259,7 @@ class Scheduler:
                 self._keep(dst, targets)
             # llama.cpp copies the whole slot's KV at the next decode (copies run in the
             # order asked); the source keeps a stale copy, the first cache to be evicted.
-            llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+            self._context.copy(src, dst)
             self._kv[dst] = list(self._kv[src])
             if self._held is not None:
                 self._held.moved(src, dst)
@@ -283,7 +280,7 @@ class Scheduler:
         spare = spare_slot(self._free, self._kv, self._ended, targets, self._ended[gap])
         if spare is None:
             return
-        llama_cpp.llama_memory_seq_cp(self._mem, gap, spare, -1, -1)
+        self._context.copy(gap, spare)
         self._kv[spare] = list(self._kv[gap])
         self._ended[spare] = self._ended[gap]
         if self._held is not None:
@@ -291,9 +288,8 @@ class Scheduler:
         self.counters.kept += 1
 
     def _step(self) -> None:
-        """One llama_decode of the planned tokens, then each sequence with logits samples."""
-        b = self._batch
-        outputs: list[tuple[Sequence, int]] = []
+        """One decode of the planned tokens, then every sequence with logits picks its token
+        from the step's logits, read once (`pick_rows`)."""
         steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
         decoding = sum(s.pending is not None for s in steps)
         # The budget keeps interactive streams' gaps short; Batch API lines alone have none
@@ -301,61 +297,66 @@ class Scheduler:
         budget = self.cost.budget(decoding) if interactive else None
         before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in steps]
         rows = plan(steps, self._chunk, self._batch_chunk, budget)
-        for n, (seq, token, logits) in enumerate(rows):
-            b.token[n] = token
-            b.pos[n] = len(self._kv[seq.slot])
-            b.n_seq_id[n] = 1
-            b.seq_id[n][0] = seq.slot
-            b.logits[n] = logits
-            self._kv[seq.slot].append(token)
-            if logits:
-                outputs.append((seq, n))
         if not rows:
             return
+        outputs: list[Sequence] = []  # the rows with logits, in batch order: their logits' order
+        tokens, positions, slots, wants = [], [], [], []
+        for seq, token, logits in rows:
+            kv = self._kv[seq.slot]
+            tokens.append(token)
+            positions.append(len(kv))
+            slots.append(seq.slot)
+            wants.append(logits)
+            kv.append(token)
+            if logits:
+                outputs.append(seq)
+        self._batch.fill(tokens, positions, slots, wants)
         if self._step_delay_s:
             time.sleep(self._step_delay_s)
-        b.n_tokens = len(rows)
         self._interrupt.arm(any(seq.yields for seq, _, _ in rows))  # stopped by `submit`
         started = time.perf_counter()
-        rc = llama_cpp.llama_decode(self._ctx, b)
+        rc = self._context.decode(self._batch)
         if self._interrupt.take() and rc == 2:
             self._undo(before)
             return
         decoded = time.perf_counter()
-        self.last_step_s = decoded - started
-        self._count(rows, decoding)
-        self.counters.decode_us += int((decoded - started) * 1e6)
-        long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget
-        self.cost.add(len(rows), decoded - started, decoding, long_read)
         if rc != 0:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
             return
-        for seq in {id(seq): seq for seq, _, _ in rows}.values():
+        # While a GPU computes the step: what does not need its logits
+        stepped = {id(seq): seq for seq, _, _ in rows}.values()
+        for seq in stepped:
             if seq.progress is not None:
                 seq.progress()  # a prompt read a chunk a step is progress before its first token
+        self._count(rows, decoding)
+        logits = self._context.logits(len(outputs))  # waits for the step to be computed
+        computed = time.perf_counter()
+        self.last_step_s = computed - started
+        self.counters.decode_us += int((decoded - started) * 1e6)
+        self.counters.wait_us += int((computed - decoded) * 1e6)
+        long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget
+        self.cost.add(len(rows), computed - started, decoding, long_read)
+        picks = pick_rows([seq.sampler for seq in outputs], logits)
         out: list[tuple[Sequence, object]] = []
-        for seq, index in outputs:
-            try:
-                pick = seq.sampler.sample(self._ctx, index)
-            except GrammarDeadEnd as exc:  # this job's own grammar: the others go on
-                out.append((seq, exc))
+        for seq, pick in zip(outputs, picks, strict=True):
+            out.append((seq, pick))
+            if isinstance(pick, GrammarDeadEnd):
                 seq.closed = True
                 continue
             seq.generated += 1
-            out.append((seq, pick))
             if self._is_end(pick.token) or seq.generated >= seq.room:
                 out.append((seq, _END))
                 seq.closed = True  # nothing more to compute; the job thread closes it too
             else:
                 seq.pending = pick.token
-        self.counters.sample_us += int((time.perf_counter() - decoded) * 1e6)
         self._outbox.put(out)
+        self.counters.sample_us += int((time.perf_counter() - computed) * 1e6)
 
     def _undo(self, before: list[tuple[Sequence, int, int | None, int]]) -> None:
         """A step stopped part way (worker/engine/interrupt.py): every sequence as before its plan,
         the cells of every micro-batch of the step removed (llama.cpp removed the last's)."""
         for seq, fed, pending, cached in before:
-            llama_cpp.llama_memory_seq_rm(self._mem, seq.slot, cached, -1)
+            self._context.remove(seq.slot, cached)
             del self._kv[seq.slot][cached:]
             seq.fed, seq.pending = fed, pending
         self.counters.interrupted += 1

@@ -41,13 +41,14 @@ class Candidates:
 
     def __init__(self, n_vocab: int) -> None:
         self.a = np.zeros(n_vocab, dtype=_CANDIDATE)
-        self.a["id"] = np.arange(n_vocab, dtype=np.intc)
+        self._ids = np.arange(n_vocab, dtype=np.intc)
+        self.a["id"] = self._ids
         self.arr = llama_cpp.llama_token_data_array(
             data=self.a.ctypes.data_as(llama_cpp.llama_token_data_p), size=n_vocab, selected=-1, sorted=False
         )
 
     def fill(self, row: np.ndarray) -> None:
-        self.a["id"] = np.arange(len(self.a), dtype=np.intc)  # a sampler may have reordered them
+        self.a["id"] = self._ids  # a sampler may have reordered them
         self.a["logit"] = row
         self.a["p"] = 0.0
         self.arr.size = len(self.a)

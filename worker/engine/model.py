@@ -28,6 +28,7 @@ from contract.prefixes import prefixes
 from contract.stats import BatchCounters
 from contract.tiers import BATCH
 from worker.engine import batching, devices, llama_log, sizing
+from worker.engine.context import NativeContext
 from worker.engine.grammar import GrammarGate, TriggeredGate
 from worker.engine.held import HeldPrefixes
 from worker.engine.picks import Pick
@@ -117,7 +118,7 @@ class LlamaEngine:
                 f"not N_CTX={self.n_ctx}"
             )
         self._scheduler = batching.Scheduler(
-            self._ctx,
+            NativeContext(self._ctx, self._n_vocab),
             self.slots,
             settings.prefill_chunk,
             self.prompts.is_end,

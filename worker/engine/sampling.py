@@ -7,10 +7,13 @@ OpenAI's semantics first, then llama.cpp's extensions, nothing hidden: the job's
 and vLLM order them; llama-server applies temperature last), and a draw seeded with the
 job's seed; temperature 0 is greedy. No sampler is added behind the caller's back.
 
-A greedy job without penalties takes the argmax of its logits row directly (plus its
-logit_bias): llama.cpp's chain copies the whole vocabulary into a candidate array on every
-call (ten times the argmax, docs/benchmarks.md), and a batch step samples every sequence
-before the next decode can start.
+A greedy job without penalties, grammar or logprobs is a plain row: a step's plain rows
+take their argmax together (`pick_rows`), one pass over the step's logits, after their
+logit_bias is added in place, one scatter per distinct bias (`ignore_eos` gives every such
+row the same one). Per row in Python, a batch of 64 rows of Llama 3's 128,256 logits cost
+milliseconds on top of that pass while the GPU waited for the next step
+(bench/step_overhead.py). Other rows pick one by one from their own row of the same array:
+llama.cpp's chain over a candidate array filled from it, as `llama_sampler_sample` fills it.
 
 A job with a grammar (structured output, tool calls) checks each pick against it and only
 masks the vocabulary when the pick is refused (worker/engine/grammar.py). `logprobs` are the model's
@@ -22,7 +25,7 @@ from __future__ import annotations
 
 import ctypes
 import secrets
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 
 import llama_cpp
 import numpy as np
@@ -30,6 +33,7 @@ import numpy as np
 from contract.jobspec import JobSpec
 from worker.engine.grammar import Candidates, GrammarGate, TriggeredGate
 from worker.engine.picks import Pick
+from worker.errors import GrammarDeadEnd
 
 REPEAT_LAST_N = 64
 _GREEDY_TRIES = 8  # a refused greedy pick: the next best this many before masking everything
@@ -54,19 +58,21 @@ class Sampler:
         self._gate = gate
         self._is_end = is_end
         self._top = spec.top_logprobs if spec.logprobs else -1
-        self._bias = None
+        self.bias: tuple[np.ndarray, np.ndarray] | None = None  # (token ids, values) added to a row
         if spec.logit_bias:
-            self._bias = np.zeros(n_vocab, dtype=np.float32)
-            for token, bias in spec.logit_bias:
-                if token < n_vocab:
-                    self._bias[token] = bias
+            kept = {token: bias for token, bias in spec.logit_bias if token < n_vocab}  # the last wins
+            ids = np.fromiter(kept, dtype=np.intp, count=len(kept))
+            self.bias = ids, np.fromiter(kept.values(), dtype=np.float32, count=len(kept))
+        self.bias_key = spec.logit_bias  # rows with one bias share its scatter (`pick_rows`)
         penalties = bool(spec.frequency_penalty or spec.presence_penalty or spec.repeat_penalty != 1.0)
         self._chain = None
         self._cands: Candidates | None = None
         if spec.temperature > 0 or penalties:
             self._chain = self._build(spec, n_vocab, n_ctx, penalties)
-        if gate is not None or (self._chain is not None and self._bias is not None):
+        if gate is not None or self._chain is not None:
             self._cands = Candidates(n_vocab)
+        # its pick is its biased row's argmax, taken with the step's other plain rows (`pick_rows`)
+        self.plain = self._chain is None and gate is None and self._top < 0
         for token in generated:
             if self._chain is not None:
                 llama_cpp.llama_sampler_accept(self._chain, token)
@@ -81,13 +87,13 @@ class Sampler:
         def add(sampler) -> None:
             llama_cpp.llama_sampler_chain_add(chain, sampler)
 
-        if self._bias is not None and self._gate is None:
+        if self.bias is not None and self._gate is None:
             biases = (llama_cpp.llama_logit_bias * len(spec.logit_bias))()
             kept = [(t, b) for t, b in spec.logit_bias if t < n_vocab]
             for i, (token, bias) in enumerate(kept):
                 biases[i].token, biases[i].bias = token, bias
             add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(kept), biases))
-            self._bias = None  # in the chain
+            self.bias = None  # in the chain
         if penalties:
             if spec.frequency_penalty or spec.presence_penalty:
                 add(
@@ -115,21 +121,26 @@ class Sampler:
             add(llama_cpp.llama_sampler_init_dist(seed))
         return chain
 
-    def sample(self, ctx, index: int) -> Pick:
-        """Pick from the logits of batch row `index`; the chain and the grammar accept it
+    def sample(self, row: np.ndarray) -> Pick:
+        """Pick from this job's row of a step's logits; the chain and the grammar accept it
         (an end-of-generation token is never fed to the grammar: it ends the job)."""
-        row = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(ctx, index), shape=(self._n_vocab,))
         logprobs = self._logprobs(row) if self._top >= 0 else None
         if self._chain is None:
-            token = self._greedy(row if self._bias is None else row + self._bias)
-        elif self._cands is None:
-            return self._with(llama_cpp.llama_sampler_sample(self._chain, ctx, index), logprobs)
+            token = self._greedy(self._biased(row))
         else:
             token = self._drawn(row)
             llama_cpp.llama_sampler_accept(self._chain, token)
         if self._gate is not None and not self._is_end(token):
             self._gate.accept(token)  # allowed: it was picked among what the grammar allows
         return self._with(token, logprobs)
+
+    def _biased(self, row: np.ndarray) -> np.ndarray:
+        if self.bias is None:
+            return row
+        ids, values = self.bias
+        out = row.copy()
+        out[ids] += values
+        return out
 
     def _greedy(self, row: np.ndarray) -> int:
         token = int(row.argmax())  # the first highest logit, as llama.cpp's greedy sampler picks
@@ -149,7 +160,7 @@ class Sampler:
         """The chain's pick over the whole vocabulary; if the grammar refuses it, again over
         what the grammar allows (llama.cpp's rejection sampling)."""
         assert self._cands is not None and self._chain is not None
-        biased = row if self._bias is None else row + self._bias
+        biased = self._biased(row)
         self._cands.fill(biased)
         llama_cpp.llama_sampler_apply(self._chain, ctypes.byref(self._cands.arr))
         token = self._cands.selected()
@@ -186,3 +197,43 @@ class Sampler:
         if self._gate is not None:
             self._gate.close()
             self._gate = None
+
+
+def pick_rows(samplers: list[Sampler], logits: np.ndarray) -> list[Pick | GrammarDeadEnd]:
+    """Each row's pick (or its job's grammar dead end): row k of `logits` is `samplers[k]`'s.
+    The plain rows' biases are added in place (their rows are read by nothing else), then
+    their argmax is one pass over each run of consecutive plain rows."""
+    picks: list[Pick | GrammarDeadEnd | None] = [None] * len(samplers)
+    plain = [k for k, s in enumerate(samplers) if s.plain]
+    biased: dict[tuple, list[int]] = {}
+    for k in plain:
+        if samplers[k].bias is not None:
+            biased.setdefault(samplers[k].bias_key, []).append(k)
+    for rows in biased.values():
+        ids, values = samplers[rows[0]].bias  # type: ignore[misc]
+        logits[np.ix_(rows, ids)] += values
+    for start, stop in _runs(plain):
+        for k, token in enumerate(logits[start:stop].argmax(axis=1).tolist(), start):
+            picks[k] = Pick(token)
+    for k, sampler in enumerate(samplers):
+        if not sampler.plain:
+            try:
+                picks[k] = sampler.sample(logits[k])
+            except GrammarDeadEnd as exc:  # this job's own grammar: the others go on
+                picks[k] = exc
+    return picks  # type: ignore[return-value]
+
+
+def _runs(rows: list[int]) -> Iterator[tuple[int, int]]:
+    """[start, stop) of each run of consecutive numbers in the sorted `rows`."""
+    start = prev = None
+    for k in rows:
+        if start is None:
+            start = prev = k
+        elif k == prev + 1:
+            prev = k
+        else:
+            yield start, prev + 1
+            start = prev = k
+    if start is not None:
+        yield start, prev + 1

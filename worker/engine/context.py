@@ -1,0 +1,97 @@
+"""llama.cpp's context as the batching scheduler drives it: a step's rows written as arrays,
+one decode, the step's logits read once, and the slots' caches.
+
+Writing a step row by row into llama.cpp's own batch, and reading each row's logits with
+`llama_get_logits_ith`, cost a ctypes call per field and per row. Each call lets go of the
+GIL and takes it back, and a job thread that took it meanwhile keeps the scheduler waiting
+(up to the interpreter's switch interval) while the GPU has nothing to do. Here the batch's
+fields are numpy arrays that llama.cpp reads in place (`StepBatch`), and a step's logits are
+one (rows, vocabulary) array behind one synchronisation (`NativeContext.logits`): the rows
+that asked for logits, in batch order, as `llama_get_logits` documents them.
+
+`bench/step_overhead.py` drives the scheduler through a stand-in with the same methods (a
+decode of a set time, logits of a set vocabulary), to measure the worker's own work per step.
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import llama_cpp
+import numpy as np
+
+from worker.engine.interrupt import StepInterrupt
+
+
+class StepBatch:
+    """A `llama_batch` whose fields are numpy arrays owned here, one sequence id a row.
+    Never given to `llama_batch_free`: its memory is Python's."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self.token = np.zeros(capacity, dtype=np.int32)
+        self.pos = np.zeros(capacity, dtype=np.int32)
+        self.seq = np.zeros(capacity, dtype=np.int32)
+        self.logits = np.zeros(capacity, dtype=np.int8)
+        self._n_seq_id = np.ones(capacity, dtype=np.int32)
+        one = ctypes.POINTER(llama_cpp.llama_seq_id)
+        # row i's sequence ids: one, at seq[i] (llama.cpp reads seq_id[i][0])
+        self._seq_ids = np.arange(capacity + 1, dtype=np.uintp) * self.seq.itemsize + self.seq.ctypes.data
+        self._seq_ids[-1] = 0  # llama_batch_init ends the list with NULL too
+        self.native = llama_cpp.llama_batch(
+            n_tokens=0,
+            token=self.token.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token)),
+            embd=None,
+            pos=self.pos.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_pos)),
+            n_seq_id=self._n_seq_id.ctypes.data_as(ctypes.POINTER(ctypes.c_int32)),
+            seq_id=self._seq_ids.ctypes.data_as(ctypes.POINTER(one)),
+            logits=self.logits.ctypes.data_as(ctypes.POINTER(ctypes.c_int8)),
+        )
+        self.rows = 0
+
+    def fill(self, tokens: list[int], positions: list[int], slots: list[int], logits: list[bool]) -> None:
+        """The step's rows, in batch order."""
+        n = len(tokens)
+        if n > self.capacity:
+            raise ValueError(f"{n} rows in a batch of {self.capacity}")
+        self.token[:n] = tokens
+        self.pos[:n] = positions
+        self.seq[:n] = slots
+        self.logits[:n] = logits
+        self.native.n_tokens = self.rows = n
+
+
+class NativeContext:
+    """One llama.cpp context: what a step and the slots' caches ask of it."""
+
+    def __init__(self, ctx, n_vocab: int) -> None:
+        self.ctx = ctx
+        self.n_vocab = n_vocab
+        self._mem = llama_cpp.llama_get_memory(ctx)
+        self.interrupt = StepInterrupt(ctx)
+
+    def decode(self, batch: StepBatch) -> int:
+        """llama_decode's code: 0, 2 when the interrupt stopped it, else a failure. On a GPU it
+        may return while the step still computes: `logits` waits for it."""
+        return llama_cpp.llama_decode(self.ctx, batch.native)
+
+    def logits(self, rows: int) -> np.ndarray:
+        """The last step's logits, a (rows, vocabulary) view of llama.cpp's buffer, valid until
+        the next decode: the rows that asked for logits, in batch order."""
+        if not rows:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        address = ctypes.addressof(llama_cpp.llama_get_logits(self.ctx).contents)
+        flat = (ctypes.c_float * (rows * self.n_vocab)).from_address(address)
+        return np.frombuffer(flat, dtype=np.float32).reshape(rows, self.n_vocab)
+
+    def remove(self, slot: int, start: int = 0) -> None:
+        """Slot `slot`'s cache from position `start` on."""
+        llama_cpp.llama_memory_seq_rm(self._mem, slot, start, -1)
+
+    def copy(self, src: int, dst: int) -> None:
+        """Slot `src`'s whole cache into `dst` (llama.cpp copies it at the next decode)."""
+        llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+
+    def clear(self) -> None:
+        """Every slot's cache, its buffers written over."""
+        llama_cpp.llama_memory_clear(self._mem, True)
