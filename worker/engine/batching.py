@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from contract.stats import BatchCounters
+from worker.engine.argmax import RowsArgmax, threads_for
 from worker.engine.context import NativeContext, StepBatch
 from worker.engine.held import HeldPrefixes
 from worker.engine.picks import Pick
@@ -101,6 +102,7 @@ class Scheduler:
         lines_beside: int | None = None,
         step_delay_s: float = 0.0,
         held: HeldPrefixes | None = None,
+        argmax_threads: int | None = None,
     ) -> None:
         self._context = context
         self.slots = slots
@@ -114,6 +116,7 @@ class Scheduler:
         self._held = held  # what each slot's cache holds, for cache-aware routing (worker/engine/held.py)
         self._interrupt = context.interrupt
         self._batch = StepBatch(batch_capacity(slots, prefill_chunk))
+        self._argmax = RowsArgmax(argmax_threads or threads_for())  # the greedy rows' pass
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
         self._ended = [0] * slots  # when each slot's last job ended (a tick; 0: never, or a stale copy)
         self._tick = 0
@@ -174,6 +177,7 @@ class Scheduler:
             self._cv.notify()
         self._thread.join(timeout=10)
         self._courier.join(timeout=10)
+        self._argmax.close()
 
     # The courier thread.
 
@@ -336,7 +340,7 @@ class Scheduler:
         self.counters.wait_us += int((computed - decoded) * 1e6)
         long_read = budget is not None and len(rows) > decoding and len(rows) - decoding <= budget
         self.cost.add(len(rows), computed - started, decoding, long_read)
-        picks = pick_rows([seq.sampler for seq in outputs], logits)
+        picks = pick_rows([seq.sampler for seq in outputs], logits, self._argmax)
         out: list[tuple[Sequence, object]] = []
         for seq, pick in zip(outputs, picks, strict=True):
             out.append((seq, pick))

@@ -199,10 +199,15 @@ class Sampler:
             self._gate = None
 
 
-def pick_rows(samplers: list[Sampler], logits: np.ndarray) -> list[Pick | GrammarDeadEnd]:
+def pick_rows(
+    samplers: list[Sampler],
+    logits: np.ndarray,
+    argmax: Callable[[np.ndarray], list[int]] = lambda rows: rows.argmax(axis=1).tolist(),
+) -> list[Pick | GrammarDeadEnd]:
     """Each row's pick (or its job's grammar dead end): row k of `logits` is `samplers[k]`'s.
     The plain rows' biases are added in place (their rows are read by nothing else), then
-    their argmax is one pass over each run of consecutive plain rows."""
+    their argmax is one pass over each run of consecutive plain rows (`argmax`: a
+    worker.engine.argmax.RowsArgmax splits a long run over threads)."""
     picks: list[Pick | GrammarDeadEnd | None] = [None] * len(samplers)
     plain = [k for k, s in enumerate(samplers) if s.plain]
     biased: dict[tuple, list[int]] = {}
@@ -213,7 +218,7 @@ def pick_rows(samplers: list[Sampler], logits: np.ndarray) -> list[Pick | Gramma
         ids, values = samplers[rows[0]].bias  # type: ignore[misc]
         logits[np.ix_(rows, ids)] += values
     for start, stop in _runs(plain):
-        for k, token in enumerate(logits[start:stop].argmax(axis=1).tolist(), start):
+        for k, token in enumerate(argmax(logits[start:stop]), start):
             picks[k] = Pick(token)
     for k, sampler in enumerate(samplers):
         if not sampler.plain:

@@ -107,3 +107,17 @@ def test_only_a_greedy_job_without_logprobs_is_plain():
     penalised = greedy(frequency_penalty=1.0)
     assert not penalised.plain
     penalised.close()
+
+
+def test_a_long_run_split_over_threads_picks_what_one_pass_picks():
+    from worker.engine.argmax import MIN_SHARE, RowsArgmax
+
+    rows = 2 * MIN_SHARE // VOCAB + 7  # two shares and a remainder
+    table = logits(rows, seed=4)
+    argmax = RowsArgmax(3)
+    try:
+        picks = pick_rows([greedy(logit_bias=((5, 3.0),)) for _ in range(rows)], table.copy(), argmax)
+    finally:
+        argmax.close()
+    table[:, 5] += 3.0
+    assert [p.token for p in picks] == table.argmax(axis=1).tolist()
