@@ -6,22 +6,29 @@ paired, alternated runs with a bootstrap interval (bench/paired.py's method).
 
 bench/gpu_run runs this inside the venv it makes from the bundle; `--llama` holds the
 bundle's llama.cpp (its libraries, which the worker loads through LLAMA_CPP_LIB_PATH, and
-llama-server). The steps, in order of priority, each written to DIR/gpu.json the moment it
-ends (a run cut short still leaves its figures), then DIR/gpu.md and DIR/gpu.png:
+llama-server). The steps, in order of priority, each written to DIR/gpu.json the moment a
+level ends (a run cut short still leaves its figures), then DIR/gpu.md and DIR/gpu.png:
 
-1. 8B shape (bench/random_model.py), every layer offloaded, at 32 and 64 streams;
-2. a GPU worker SIGKILLed mid-stream while a second is up: every stream ends whole, its text
+1. 8B shape (bench/random_model.py, SmolLM2's 49,152-token vocabulary), every layer
+   offloaded, SLOTS=64, at 64 then 32 streams: the 2026-11-27 run's comparison;
+2. the 8B shape with Llama 3's vocabulary (128,256 tokens, padded), SLOTS=256 and 512
+   tokens a slot, at 64, 128, 256, then 32, 8 and 1 streams, on one pair of servers;
+3. a GPU worker SIGKILLed mid-stream while a second is up: every stream ends whole, its text
    exactly what the job published, its tokens exactly max_tokens;
-3. 8B shape at 1 and 8 streams;
-4. issue 27's comparison on cores of their own: SmolLM2's shape on the CPU, the worker and
-   llama-server pinned to the same 4 cores, the API, Redis and the client on the others, at
-   8, 16 and 32 streams;
-5. the 1B shape at 32 and 64 streams.
+4. the 1B shape at 64 and 32 streams;
+5. issue 27's comparison on cores of their own, CPU-only (the GPU hidden from both servers:
+   a CUDA build otherwise sends a large step's matrix products to it): SmolLM2's shape,
+   the worker and llama-server pinned to the same 4 cores, the API, Redis and the client on
+   the others, at 8, 16 and 32 streams, shorter (2 pairs of 64 tokens);
+6. the worker's own work per step on this host's CPU (bench/step_overhead.py).
 
-Each tokenspool run carries the worker's profile (its counters' change over the run,
-/metrics): decode and sampling per step, the job threads' Python per token, the
-publisher's round trips. `--rehearse` runs the same sequence on a CPU-only machine with the
-tiny shape, 1 and 8 streams and short answers, in a few minutes.
+What is dropped when time runs out: a level starts only if the time left covers it, judged
+by the step's last level scaled by its streams (at least a minute); the steps after run in
+what is left, so the last steps go first. Each tokenspool run carries the worker's profile
+(its counters' change over the run, /metrics): decode, the wait for the GPU and picking per
+step, the job threads' Python per token, the publisher's round trips. `--rehearse` runs the
+same sequence on a CPU-only machine with the tiny shape, few streams and short answers, in a
+few minutes.
 """
 
 from __future__ import annotations
@@ -34,9 +41,11 @@ import os
 import re
 import signal
 import statistics
+import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -50,7 +59,18 @@ from devstack.peek import running_ids
 from devstack.processes import Proc, _spawn, _wait, free_port, start_api, start_redis, start_worker
 
 FIGURES = ("tok_s_total", "ttft_p50", "itl_p50")
-PROFILE = ("steps", "sequences", "decode_us", "sample_us", "token_us", "tokens", "publish_us", "publishes")
+PROFILE = (
+    "steps",
+    "sequences",
+    "decode_us",
+    "wait_us",
+    "sample_us",
+    "token_us",
+    "tokens",
+    "publish_us",
+    "publishes",
+)
+LLAMA3_VOCAB = 128_256
 
 
 @dataclass(frozen=True)
@@ -58,33 +78,40 @@ class Plan:
     """What the run does: the GPU's, or the rehearsal's (smaller) on a CPU."""
 
     big: str  # the model shape of steps 1 to 3
-    small: str  # step 5's
+    small: str  # step 4's
     kind: str  # its weights' type
-    many: tuple[int, ...]  # step 1's and 5's streams
-    few: tuple[int, ...]  # step 3's
-    cpu_streams: tuple[int, ...]  # step 4's
+    many: tuple[int, ...]  # step 1's and 4's streams
+    wide: tuple[int, ...]  # step 2's, in order of priority
+    cpu_streams: tuple[int, ...]  # step 5's
     pairs: int
+    wide_pairs: int  # step 2's pairs above 64 streams
     max_tokens: int
+    cpu_pairs: int
+    cpu_max_tokens: int
     gpu_layers: int
     slots: int
+    wide_slots: int
     n_ctx: int
-    engine_cpus: str  # step 4: the worker's and llama-server's cores
-    service_cpus: str  # step 4: the API's, Redis's and the client's
-    threads: int  # step 4: llama.cpp threads of both
-    step_delay_s: float  # step 2: a pause per decode step, so the kill lands mid-stream on a CPU
+    wide_n_ctx: int  # step 2's tokens a slot: 256 slots of both servers fit one GPU
+    engine_cpus: str  # step 5: the worker's and llama-server's cores
+    service_cpus: str  # step 5: the API's, Redis's and the client's
+    threads: int  # step 5: llama.cpp threads of both
+    step_delay_s: float  # step 3: a pause per decode step, so the kill lands mid-stream on a CPU
 
 
 def plan(rehearse: bool) -> Plan:
     cores = os.cpu_count() or 2
     if rehearse:
         return Plan(
-            big="tiny", small="tiny", kind="q8_0", many=(1, 8), few=(1, 8), cpu_streams=(1, 8),
-            pairs=2, max_tokens=32, gpu_layers=0, slots=8, n_ctx=512,
-            engine_cpus="0", service_cpus=f"1-{cores - 1}", threads=1, step_delay_s=0.01,
+            big="tiny", small="tiny", kind="q8_0", many=(8, 1), wide=(8, 16, 1), cpu_streams=(1, 8),
+            pairs=2, wide_pairs=1, max_tokens=32, cpu_pairs=1, cpu_max_tokens=16, gpu_layers=0,
+            slots=8, wide_slots=16, n_ctx=512, wide_n_ctx=256, engine_cpus="0",
+            service_cpus=f"1-{cores - 1}", threads=1, step_delay_s=0.01,
         )  # fmt: skip
     return Plan(
-        big="8b", small="1b", kind="q4_0", many=(32, 64), few=(1, 8), cpu_streams=(8, 16, 32),
-        pairs=3, max_tokens=256, gpu_layers=-1, slots=64, n_ctx=1024,
+        big="8b", small="1b", kind="q4_0", many=(64, 32), wide=(64, 128, 256, 32, 8, 1),
+        cpu_streams=(8, 16, 32), pairs=3, wide_pairs=2, max_tokens=256, cpu_pairs=2,
+        cpu_max_tokens=64, gpu_layers=-1, slots=64, wide_slots=256, n_ctx=1024, wide_n_ctx=512,
         engine_cpus="0-3", service_cpus=f"4-{cores - 1}", threads=4, step_delay_s=0.0,
     )  # fmt: skip
 
@@ -101,7 +128,8 @@ class Launch:
     threads: int | None = None
     cpus: str | None = None  # the engine's cores (None: any)
     service_cpus: str | None = None  # tokenspool's API and Redis (None: any)
-    step_delay_s: float = 0.0  # the worker's STEP_DELAY_SECONDS (step 2's rehearsal)
+    step_delay_s: float = 0.0  # the worker's STEP_DELAY_SECONDS (step 3's rehearsal)
+    cpu_only: bool = False  # the GPU hidden from both servers (CUDA_VISIBLE_DEVICES="")
 
 
 class Tokenspool:
@@ -136,6 +164,8 @@ class Tokenspool:
             env["STEP_DELAY_SECONDS"] = str(l.step_delay_s)
         if l.threads:
             env |= {"N_THREADS": str(l.threads), "N_THREADS_BATCH": str(l.threads)}
+        if l.cpu_only:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         return start_worker(self.logs, self.url, name=name, env=env, cpus=l.cpus)
 
     def _served(self) -> bool:
@@ -201,6 +231,8 @@ class LlamaServer:
         if l.threads:
             argv += ["-t", str(l.threads), "-tb", str(l.threads)]
         env = {"LD_LIBRARY_PATH": str(self.binary.parent)}
+        if l.cpu_only:
+            env["CUDA_VISIBLE_DEVICES"] = ""
         self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env, cpus=l.cpus)]
         self.base = f"http://127.0.0.1:{port}"
         _wait(self._up, 900, *self.procs)
@@ -239,11 +271,11 @@ class Run:
         charts.record(self.out / "gpu.json", section, entry)
         print(f"[{time.strftime('%H:%M:%S')}] {section}: saved", flush=True)
 
-    def model(self, shape: str, kind: str) -> Path:
-        path = self.models / f"{shape}-{kind}.gguf"
+    def model(self, shape: str, kind: str, vocab: int | None = None) -> Path:
+        path = self.models / f"{shape}-{kind}{f'-v{vocab}' if vocab else ''}.gguf"
         if not path.exists():
             started = time.monotonic()
-            random_model.write(shape, path, kind, tokenizer=self.tokenizer)
+            random_model.write(shape, path, kind, tokenizer=self.tokenizer, vocab=vocab)
             took = time.monotonic() - started
             print(f"wrote {path.name} ({path.stat().st_size / 2**30:.1f} GiB) in {took:.0f} s", flush=True)
         return path
@@ -295,6 +327,7 @@ def profile(d: dict[str, float]) -> dict[str, float]:
     steps, tokens, rounds = max(d["steps"], 1), max(d["tokens"], 1), max(d["publishes"], 1)
     return {
         "decode_ms_per_step": d["decode_us"] / steps / 1000,
+        "wait_ms_per_step": d.get("wait_us", 0.0) / steps / 1000,
         "sample_ms_per_step": d["sample_us"] / steps / 1000,
         "python_us_per_token": d["token_us"] / tokens,
         "publish_ms_per_round_trip": d["publish_us"] / rounds / 1000,
@@ -303,18 +336,35 @@ def profile(d: dict[str, float]) -> dict[str, float]:
     }
 
 
-async def compare(run: Run, section: str, title: str, launch: Launch, levels: tuple[int, ...]) -> None:
-    """Tokenspool and llama-server up together, each concurrency paired; saved as one section."""
+async def compare(
+    run: Run,
+    section: str,
+    title: str,
+    launch: Launch,
+    levels: tuple[int, ...],
+    pairs: Callable[[int], int],
+    max_tokens: int,
+) -> None:
+    """Tokenspool and llama-server up together, each concurrency paired (`pairs(streams)`
+    pairs); saved as one section, level by level. A level starts only if the time left
+    covers it: the last level's time scaled by its streams, at least a minute."""
     a, b = Tokenspool(run.logs, launch), LlamaServer(run.logs, launch, run.llama / "llama-server")
     entry = {"title": title, "launch": _described(launch), "results": [], "levels": []}
     try:
         a.start()
         b.start()
+        last: tuple[int, float] | None = None
         for streams in levels:
-            if run.left() < 60:
-                entry["skipped"] = f"out of time before {streams} streams"
-                break
-            level = await paired(a, b, streams, run.plan.pairs, run.plan.max_tokens)
+            need = 60.0 if last is None else max(60.0, last[1] * max(streams / last[0], 0.5))
+            if run.left() < need:
+                entry.setdefault("skipped", []).append(
+                    f"{streams} streams: {run.left():.0f} s left of the ~{need:.0f} s it needs"
+                )
+                continue
+            started = time.monotonic()
+            level = await paired(a, b, streams, pairs(streams), max_tokens)
+            last = (streams, time.monotonic() - started)
+            level["seconds"] = round(last[1], 1)
             entry["levels"].append(level)
             entry.setdefault("notes", []).append(_ratios(level))
             entry["results"] += level["medians"]
@@ -335,7 +385,8 @@ def _ratios(level: dict) -> str:
     return (
         f"{level['streams']} streams, tokenspool / llama-server (95 % interval): {', '.join(parts)}. "
         f"tokenspool's step: decode {f['decode_ms_per_step']:.2f} ms, "
-        f"sampling {f['sample_ms_per_step']:.2f} ms, {f['rows_per_step']:.1f} rows; "
+        f"waiting for its logits {f['wait_ms_per_step']:.2f} ms, "
+        f"picking {f['sample_ms_per_step']:.2f} ms, {f['rows_per_step']:.1f} rows; "
         f"job threads {f['python_us_per_token']:.0f} µs a token; publisher "
         f"{f['publish_ms_per_round_trip']:.2f} ms a round trip of {f['tokens_per_round_trip']:.1f} tokens."
     )
@@ -429,12 +480,27 @@ async def _replay(client: httpx.AsyncClient, server: Tokenspool, job_id: str) ->
 async def steps(run: Run) -> None:
     p = run.plan
     gpu = {"slots": p.slots, "n_ctx": p.n_ctx, "gpu_layers": p.gpu_layers}
+    pairs = lambda streams: p.pairs  # noqa: E731
     big = Launch(run.model(p.big, p.kind), f"random-{p.big}", **gpu)
-    await compare(run, f"{p.big}-many", f"{p.big} shape, every layer offloaded", big, p.many)
+    title = f"{p.big} shape, every layer offloaded"
+    await compare(run, f"{p.big}-many", title, big, p.many, pairs, p.max_tokens)
+    if run.left() > 60:
+        wide = Launch(
+            run.model(p.big, p.kind, LLAMA3_VOCAB),
+            f"random-{p.big}-l3",
+            slots=p.wide_slots,
+            n_ctx=p.wide_n_ctx,
+            gpu_layers=p.gpu_layers,
+        )
+        title = f"{p.big} shape with Llama 3's vocabulary ({LLAMA3_VOCAB:,}), every layer offloaded"
+        wide_pairs = lambda streams: p.pairs if streams <= 64 else p.wide_pairs  # noqa: E731
+        await compare(run, f"{p.big}-l3", title, wide, p.wide, wide_pairs, p.max_tokens)
     if run.left() > 60:
         await crash(run, big)
-    if run.left() > 60:
-        await compare(run, f"{p.big}-few", f"{p.big} shape, few streams", big, p.few)
+    if run.left() > 90:
+        small = Launch(run.model(p.small, p.kind), f"random-{p.small}", **gpu)
+        title = f"{p.small} shape, every layer offloaded"
+        await compare(run, f"{p.small}-many", title, small, p.many, pairs, p.max_tokens)
     if run.left() > 90:
         os.sched_setaffinity(0, _cores(p.service_cpus))  # the client on the services' cores
         cpu = Launch(
@@ -446,13 +512,40 @@ async def steps(run: Run) -> None:
             threads=p.threads,
             cpus=p.engine_cpus,
             service_cpus=p.service_cpus,
+            cpu_only=True,
         )
-        title = f"SmolLM2's shape on {p.threads} cores of their own"
-        await compare(run, "cpu-cores", title, cpu, p.cpu_streams)
+        title = f"SmolLM2's shape on {p.threads} cores of their own, the GPU hidden from both"
+        cpu_pairs = lambda streams: p.cpu_pairs  # noqa: E731
+        await compare(run, "cpu-cores", title, cpu, p.cpu_streams, cpu_pairs, p.cpu_max_tokens)
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    if run.left() > 90:
-        small = Launch(run.model(p.small, p.kind), f"random-{p.small}", **gpu)
-        await compare(run, f"{p.small}-many", f"{p.small} shape, every layer offloaded", small, p.many)
+    if run.left() > 30:
+        await overhead(run)
+
+
+async def overhead(run: Run) -> None:
+    """The worker's own work per step on this host's CPU (bench/step_overhead.py: the real
+    scheduler, a stand-in GPU of 6 ms a step, a job thread per sequence), for both vocabularies."""
+    entry: dict = {"title": "the worker's own work per step, a stand-in GPU (bench/step_overhead.py)"}
+    for vocab in (random_model.VOCAB, LLAMA3_VOCAB):
+        argv = ["-m", "bench.step_overhead", "--json", "--jobs", "--vocab", str(vocab), "--steps", "60"]
+        argv += ["--rows", "8,16" if run.plan.gpu_layers == 0 else "64,128,256"]
+        done = await asyncio.create_subprocess_exec(
+            sys.executable, *argv, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT
+        )
+        out, _ = await done.communicate()
+        try:
+            rows = json.loads(out.decode().strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            entry.setdefault("errors", []).append(out.decode()[-2000:])
+            continue
+        entry.setdefault("overhead", []).extend(rows)
+        for r in rows:
+            entry.setdefault("notes", []).append(
+                f"{r['rows']} rows of {r['vocab']:,} logits: scheduler CPU {r['scheduler_cpu_ms']:.2f} ms a "
+                f"step (the logits pass {r['logits_pass_ms']:.2f} ms, the rest {r['rest_ms']:.2f} ms); "
+                f"wall over the stand-in's decode {r['wall_over_decode_ms']:.2f} ms."
+            )
+    run.save("overhead", entry)
 
 
 def _cores(spec: str) -> set[int]:

@@ -26,16 +26,19 @@ def test_the_profile_divides_the_counters_by_what_they_count():
 
 def test_the_gpu_plan_is_the_issue_s_and_the_rehearsal_is_small():
     gpu, rehearsal = gpu_steps.plan(rehearse=False), gpu_steps.plan(rehearse=True)
-    assert (gpu.big, gpu.small, gpu.many, gpu.few, gpu.cpu_streams) == (
-        "8b",
-        "1b",
-        (32, 64),
-        (1, 8),
-        (8, 16, 32),
-    )
+    assert (gpu.big, gpu.small, gpu.many, gpu.cpu_streams) == ("8b", "1b", (64, 32), (8, 16, 32))
+    assert gpu.wide[:3] == (64, 128, 256) and set(gpu.wide) == {1, 8, 32, 64, 128, 256}
+    assert gpu.wide_slots == 256 and gpu.wide_n_ctx >= 40 + gpu.max_tokens  # a prompt and its answer
     assert gpu.gpu_layers == -1 and gpu.engine_cpus == "0-3" and gpu.threads == 4
-    assert rehearsal.big == rehearsal.small == "tiny" and max(rehearsal.many) <= 8
+    assert gpu.cpu_pairs * gpu.cpu_max_tokens < gpu.pairs * gpu.max_tokens  # the CPU step is shorter
+    assert rehearsal.big == rehearsal.small == "tiny" and max(rehearsal.many + rehearsal.wide) <= 16
     assert gpu_steps._cores("0-3,6") == {0, 1, 2, 3, 6}
+
+
+def test_the_profile_splits_the_wait_for_the_gpu_from_the_picking():
+    delta = dict.fromkeys(gpu_steps.PROFILE, 0.0) | {"steps": 10, "wait_us": 50_000, "sample_us": 5_000}
+    p = gpu_steps.profile(delta)
+    assert p["wait_ms_per_step"] == 5.0 and p["sample_ms_per_step"] == 0.5
 
 
 def test_the_bundle_carries_every_dependency_but_the_native_the_hub_and_the_host_s():
