@@ -19,6 +19,9 @@ them temperature 0.8, top-p 0.95, seeded. Per step, in decode-only steps:
   decode`: the step's wall time less the stand-in's decode, i.e. what the GPU would wait for
   each step, GIL contention included. Publishing to Redis is not in it.
 
+`--model GGUF` times one temperature row's pick instead: llama_sampler_sample on a real
+context (before) against Sampler.sample on the step's array (now), same chain and seed.
+
 `--tree DIR` runs the same against another checkout of the project (e.g. a `git worktree`
 of an earlier commit): a scheduler from before worker/engine/context.py is driven through a
 stand-in for the llama_cpp module instead (bench/RESULTS.md has both).
@@ -220,6 +223,49 @@ def measure(args, rows: int) -> dict:
     }
 
 
+def per_sampled_row(model: Path, rows: int = 8, draws: int = 30) -> dict:
+    """One temperature row's pick, before (`llama_sampler_sample` on the context: llama.cpp
+    fills its candidates from the row) and now (`Sampler.sample` on the step's array: numpy
+    fills them), the same chain and seed, on a real model's logits (a padded random model
+    gives Llama 3's vocabulary)."""
+    import llama_cpp
+
+    from contract.jobspec import JobSpec
+    from worker.engine import llama_log
+    from worker.engine.context import NativeContext, StepBatch
+    from worker.engine.sampling import Sampler
+
+    llama_log.install()  # llama.cpp's lines to logging (warnings only), not stderr
+    llama_cpp.llama_backend_init()
+    mparams = llama_cpp.llama_model_default_params()
+    mparams.n_gpu_layers = 0
+    loaded = llama_cpp.llama_model_load_from_file(str(model).encode(), mparams)
+    vocab = llama_cpp.llama_vocab_n_tokens(llama_cpp.llama_model_get_vocab(loaded))
+    cparams = llama_cpp.llama_context_default_params()
+    cparams.n_ctx, cparams.n_batch, cparams.n_seq_max = 512, 512, rows
+    ctx = llama_cpp.llama_init_from_model(loaded, cparams)
+    context, batch = NativeContext(ctx, vocab), StepBatch(rows)
+    batch.fill([1 + i for i in range(rows)], [0] * rows, list(range(rows)), [True] * rows)
+    assert context.decode(batch) == 0
+    logits = context.logits(rows)
+    spec = JobSpec(id="s", kind="completion", model="m", prompt="x", temperature=0.8, top_p=0.95, seed=1)
+    timings: dict[str, list[float]] = {"llama_sampler_sample": [], "Sampler.sample": []}
+    for _ in range(draws):
+        for index in range(rows):
+            for name in timings:
+                sampler = Sampler(spec, vocab, 512)
+                started = time.perf_counter()
+                if name == "Sampler.sample":
+                    sampler.sample(logits[index])
+                else:
+                    llama_cpp.llama_sampler_sample(sampler._chain, ctx, index)
+                timings[name].append(time.perf_counter() - started)
+                sampler.close()
+    llama_cpp.llama_free(ctx)
+    llama_cpp.llama_model_free(loaded)
+    return {"vocab": vocab, **{k: round(statistics.median(v) * 1000, 3) for k, v in timings.items()}}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rows", default="64,128,256")
@@ -230,10 +276,20 @@ def main() -> None:
     ap.add_argument("--jobs", action="store_true", help="a job thread per sequence, as the worker has")
     ap.add_argument("--tree", type=Path, help="another checkout of the project to measure")
     ap.add_argument("--switch-ms", type=float, help="sys.setswitchinterval, in ms (Python's: 5)")
+    ap.add_argument("--model", type=Path, help="only time one temperature row's pick on this GGUF")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args()
     if args.tree is None:
         sys.path.insert(0, str(ROOT))
+    if args.model:
+        r = per_sampled_row(args.model)
+        print(
+            json.dumps(r)
+            if args.json
+            else f"one temperature row of {r['vocab']:,} logits (median ms): "
+            f"llama_sampler_sample {r['llama_sampler_sample']:.3f}, Sampler.sample {r['Sampler.sample']:.3f}"
+        )
+        return
     if args.switch_ms:
         sys.setswitchinterval(args.switch_ms / 1000)
     results = [measure(args, int(r)) for r in args.rows.split(",")]
