@@ -162,18 +162,31 @@ def sequences(batching, rows: int, vocab: int, sampled: bool) -> list:
     return out
 
 
-def consume(seq, stop: threading.Event) -> None:
+def consume(seq, stop: threading.Event, stopped: type[Exception]) -> None:
     """A job thread's own work on each token before the publisher (worker/attempts/attempt.py)."""
     from worker.text.replies import PlainReply
     from worker.text.textstream import TextAssembler
 
     assembler, reply, said = TextAssembler(("</s>",)), PlainReply(), []
-    for pick in seq:
-        piece = assembler.push(pick.token, f" w{pick.token % 1000}".encode())
-        if piece is not None:
-            said.append(reply.feed(piece.text).content)
-        if stop.is_set():
-            return
+    try:
+        for pick in seq:
+            piece = assembler.push(pick.token, f" w{pick.token % 1000}".encode())
+            if piece is not None:
+                said.append(reply.feed(piece.text).content)
+            if stop.is_set():
+                return
+    except stopped:  # the scheduler stopped under it: the run is over
+        return
+
+
+def drain(seq, stop: threading.Event, stopped: type[Exception]) -> None:
+    """A job thread that takes its tokens and does nothing with them."""
+    try:
+        for _ in seq:
+            if stop.is_set():
+                return
+    except stopped:
+        return
 
 
 def measure(args, rows: int) -> dict:
@@ -181,10 +194,9 @@ def measure(args, rows: int) -> dict:
     sched, batching = scheduler(args.tree, stand_in, rows)
     seqs = sequences(batching, rows, args.vocab, args.sampled)
     stop = threading.Event()
-    if args.jobs:
-        threads = [threading.Thread(target=consume, args=(s, stop), daemon=True) for s in seqs]
-    else:
-        threads = [threading.Thread(target=lambda s=s: [None for _ in s], daemon=True) for s in seqs]
+    work = consume if args.jobs else drain
+    failed = batching.EngineFailed
+    threads = [threading.Thread(target=work, args=(s, stop, failed), daemon=True) for s in seqs]
     for t in threads:
         t.start()
     for s in seqs:
