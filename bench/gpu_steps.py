@@ -355,8 +355,7 @@ async def compare(
         b.start()
         last: tuple[int, float] | None = None
         for streams in levels:
-            need = 60.0 if last is None else max(60.0, last[1] * max(streams / last[0], 0.5))
-            if run.left() < need:
+            if run.left() < (need := needed(last, streams)):
                 entry.setdefault("skipped", []).append(
                     f"{streams} streams: {run.left():.0f} s left of the ~{need:.0f} s it needs"
                 )
@@ -373,6 +372,15 @@ async def compare(
         for s in (a, b):
             s.stop()
     run.save(section, entry)
+
+
+def needed(last: tuple[int, float] | None, streams: int) -> float:
+    """The seconds a level of `streams` is expected to take: the step's last level
+    (`(streams, seconds)`) scaled by its streams, no less than half of it, and no less than a
+    minute (a first level: a minute)."""
+    if last is None:
+        return 60.0
+    return max(60.0, last[1] * max(streams / last[0], 0.5))
 
 
 def _ratios(level: dict) -> str:
