@@ -376,11 +376,11 @@ async def compare(
 
 def needed(last: tuple[int, float] | None, streams: int) -> float:
     """The seconds a level of `streams` is expected to take: the step's last level
-    (`(streams, seconds)`) scaled by its streams, no less than half of it, and no less than a
-    minute (a first level: a minute)."""
+    (`(streams, seconds)`) scaled by its streams, and no less than a minute (a first level:
+    a minute)."""
     if last is None:
         return 60.0
-    return max(60.0, last[1] * max(streams / last[0], 0.5))
+    return max(60.0, last[1] * streams / last[0])
 
 
 def _ratios(level: dict) -> str:
