@@ -142,6 +142,33 @@ def choose_slot(free: list[int], kv: list[list[int]], context: list[int], ended:
     return min(near, key=lambda s: (bool(kv[s]), ended[s], s))
 
 
+COPY_RATIO = 128  # cells copied per token of prompt a copy saves reading, at most (see prefix_source)
+
+
+def prefix_source(slot: int, kv: list[list[int]], context: list[int]) -> tuple[int, int] | None:
+    """Where a new sequence taking `slot` copies the cached prefix of its `context` from:
+    (source slot, tokens to keep), None when no other slot's cache (running or free) holds
+    more of it than `slot`'s own. `choose_slot` keeps a conversation's cache from a new
+    job, but the job need not read again what that cache holds: the shared prefix is
+    copied into its own slot. The last context token is read all the same (its logits).
+
+    A copy costs by the cells the source holds (all of them are copied, then cut to the
+    prefix), reading by the tokens: with SmolLM2 on two cores a cell copies in ~5 us and a
+    token reads in ~2 ms. A copy is made when it saves at least one token for every
+    COPY_RATIO cells, and from the shortest cache among those sharing the most."""
+    limit = len(context) - 1
+    own = min(common_prefix(kv[slot], context), limit)
+    found = []  # (tokens kept, -cells copied, -slot): the best is the largest
+    for src, cached in enumerate(kv):
+        keep = min(common_prefix(cached, context), limit)
+        if src != slot and keep > own and (keep - own) * COPY_RATIO >= len(cached):
+            found.append((keep, -len(cached), -src))
+    if not found:
+        return None
+    keep, _, src = max(found)
+    return -src, keep
+
+
 def spare_slot(
     free: list[int], kv: list[list[int]], ended: list[int], avoid: set[int], than: int
 ) -> int | None:
@@ -157,6 +184,14 @@ def batch_capacity(slots: int, chunk: int) -> int:
     return slots * chunk
 
 
-def common_prefix(a: list[int], b: list[int]) -> int:
-    """The length of the prefix `a` and `b` share."""
-    return next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+def common_prefix(a: list[int], b: list[int], block: int = 256) -> int:
+    """The length of the prefix `a` and `b` share. Whole blocks are compared as slices (in
+    C): a new job is compared with every slot's cache, thousands of tokens each."""
+    n = min(len(a), len(b))
+    start = 0
+    while start < n and a[start : start + block] == b[start : start + block]:
+        start += block
+    if start >= n:
+        return n
+    end = min(start + block, n)
+    return next((i for i in range(start, end) if a[i] != b[i]), end)

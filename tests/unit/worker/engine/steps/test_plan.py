@@ -5,7 +5,15 @@ from __future__ import annotations
 
 from worker.engine.batching import Sequence
 from worker.engine.steps.cost import StepCost
-from worker.engine.steps.plan import choose_slot, compaction, plan, spare_slot, stepping
+from worker.engine.steps.plan import (
+    choose_slot,
+    common_prefix,
+    compaction,
+    plan,
+    prefix_source,
+    spare_slot,
+    stepping,
+)
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:
@@ -99,6 +107,40 @@ def test_a_long_shared_prefix_beats_recency_and_equal_ones_go_by_recency():
     kv = [[*TEMPLATE, *range(1, 100)], [*system, *range(11, 60)], [*system, *range(61, 110)], []]
     assert choose_slot([0, 1, 2, 3], kv, [*system, 31], ended=[1, 3, 2, 0]) == 2  # not 0 nor empty 3
     assert choose_slot([0, 1, 2, 3], kv, [*system, 31], ended=[1, 2, 3, 0]) == 1
+
+
+def test_a_repeated_prompt_copies_its_prefix_from_the_slot_that_keeps_it():
+    prompt = [*TEMPLATE, 5, 6, 7]
+    kv = [[*prompt, *range(40, 50)], [], []]  # the prompt's last run and its answer: kept
+    slot = choose_slot([0, 1, 2], kv, prompt, ended=[1, 0, 0])
+    assert slot == 1  # the kept conversation is not evicted...
+    assert prefix_source(slot, kv, prompt) == (0, len(prompt) - 1)  # ...nor the prompt read again
+
+
+def test_a_prefix_is_copied_from_the_longest_match_running_or_free_and_the_shortest_cache():
+    system = [*TEMPLATE, *range(100, 140)]
+    kv = [[*system, 1, 2], [*system, *range(500, 700)], [*system, 3, 4], [*TEMPLATE, 9], []]
+    assert prefix_source(4, kv, [*system, 8, 9]) == (0, len(system))  # 0 and 2 tie: the lowest
+    kv[0] = [*system, *range(500, 600)]
+    assert prefix_source(4, kv, [*system, 8, 9]) == (2, len(system))  # the fewest cells to copy
+    assert prefix_source(3, kv, [*system, 8, 9]) == (2, len(system))  # more than the slot's own
+    assert prefix_source(2, kv, [*system, 8, 9]) is None  # its own holds as much
+    assert prefix_source(4, kv, [*system]) == (2, len(system) - 1)  # the last token is read again
+
+
+def test_no_copy_costs_more_than_the_reading_it_saves():
+    long = [*TEMPLATE, *range(100, 100 + 130 * len(TEMPLATE))]  # a long conversation
+    assert prefix_source(1, [long, []], [*TEMPLATE, 7, 8]) is None  # for the template alone
+    assert prefix_source(1, [long, []], [*long[:200], 7]) == (0, 200)
+
+
+def test_common_prefix_across_blocks():
+    a = list(range(1000))
+    assert common_prefix(a, a) == 1000
+    assert common_prefix(a, a[:700]) == 700
+    assert common_prefix(a, [*a[:513], -1, *a[514:]]) == 513
+    assert common_prefix(a, [-1]) == 0 and common_prefix([], a) == 0
+    assert common_prefix(a[:256], a) == 256 and common_prefix(a, [*a[:256], -1]) == 256
 
 
 def test_a_spare_for_a_conversation_in_the_way_is_empty_or_older_and_never_a_move_s_target():
