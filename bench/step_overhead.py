@@ -74,6 +74,9 @@ class StandIn:
     def copy(self, src: int, dst: int) -> None:
         pass
 
+    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        pass
+
     def clear(self) -> None:
         pass
 

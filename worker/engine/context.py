@@ -64,16 +64,21 @@ class StepBatch:
 class NativeContext:
     """One llama.cpp context: what a step and the slots' caches ask of it."""
 
-    def __init__(self, ctx, n_vocab: int) -> None:
+    def __init__(self, ctx, n_vocab: int, kv_on_device: bool = False) -> None:
         self.ctx = ctx
         self.n_vocab = n_vocab
+        self.kv_on_device = kv_on_device  # the KV cache is in a GPU's memory (see copy_prefix)
         self._mem = llama_cpp.llama_get_memory(ctx)
         self.interrupt = StepInterrupt(ctx)
+        self._queued: set[int] = set()  # slots a whole-slot copy not yet run reads or writes
 
     def decode(self, batch: StepBatch) -> int:
         """llama_decode's code: 0, 2 when the interrupt stopped it, else a failure. On a GPU it
         may return while the step still computes: `logits` waits for it."""
-        return llama_cpp.llama_decode(self.ctx, batch.native)
+        rc = llama_cpp.llama_decode(self.ctx, batch.native)
+        if rc >= 0:  # llama.cpp ran the queued copies first (it refuses a bad batch before)
+            self._queued.clear()
+        return rc
 
     def logits(self, rows: int) -> np.ndarray:
         """The last step's logits, a (rows, vocabulary) view of llama.cpp's buffer, valid until
@@ -91,6 +96,31 @@ class NativeContext:
     def copy(self, src: int, dst: int) -> None:
         """Slot `src`'s whole cache into `dst` (llama.cpp copies it at the next decode)."""
         llama_cpp.llama_memory_seq_cp(self._mem, src, dst, -1, -1)
+        self._queued.update((src, dst))
+
+    def copy_prefix(self, src: int, dst: int, length: int) -> None:
+        """The first `length` positions of slot `src`'s cache into `dst`, in place of what
+        `dst` held; `src` is left whole.
+
+        With a cache split by sequence, llama.cpp copies between slots only whole: its
+        `seq_cp` queues a copy of the entire slot buffer (N_CTX cells of every layer) for
+        the next decode. In a GPU's memory that is fast; on a CPU it is a memcpy of the
+        whole slot (~90 MB for SmolLM2 at N_CTX=4096, tens of ms). There the cells `src`
+        holds are copied now instead, through llama.cpp's sequence state (~5 us a cell),
+        unless a queued whole-slot copy reads or writes either slot: it would run after
+        this one. Either way the copy is then cut to `length`."""
+        if self.kv_on_device or not self._copy_cells(src, dst):
+            self.copy(src, dst)
+        llama_cpp.llama_memory_seq_rm(self._mem, dst, length, -1)
+
+    def _copy_cells(self, src: int, dst: int) -> bool:
+        if src in self._queued or dst in self._queued:
+            return False
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, src)
+        state = (ctypes.c_uint8 * size)()
+        if llama_cpp.llama_state_seq_get_data(self.ctx, state, size, src) != size:
+            return False
+        return llama_cpp.llama_state_seq_set_data(self.ctx, state, size, dst) == size
 
     def clear(self) -> None:
         """Every slot's cache, its buffers written over."""

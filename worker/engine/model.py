@@ -118,7 +118,7 @@ class LlamaEngine:
                 f"not N_CTX={self.n_ctx}"
             )
         self._scheduler = batching.Scheduler(
-            NativeContext(self._ctx, self._n_vocab),
+            NativeContext(self._ctx, self._n_vocab, kv_on_device=self._offloaded),
             self.slots,
             settings.prefill_chunk,
             self.prompts.is_end,
