@@ -52,6 +52,7 @@ class BatchCounters:
     # not counting those its slot's cache already held
     moves: int = 0  # sequences moved to close a gap between slots (worker/engine/steps/plan.py)
     kept: int = 0  # ended conversations' caches copied out of a move's way (the same)
+    copied: int = 0  # new jobs' cached prefixes copied from another slot (the same: prefix_source)
     interrupted: int = 0  # steps of Batch API lines stopped for an interactive job (interrupt.py)
     prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)
     cached_tokens: int = 0  # of them, those a slot's cache already held (prefill saved)

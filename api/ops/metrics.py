@@ -35,6 +35,7 @@ _BATCH_HELP = {
     "prefill_tokens": "Prompt tokens computed (not those a slot's cached prefix already held).",
     "moves": "Sequences moved into a lower free slot to keep the running slots consecutive.",
     "kept": "Ended conversations' caches copied to a spare slot out of such a move's way.",
+    "copied": "New jobs' prompt prefixes copied from another slot's cache, not read again.",
     "interrupted": "Steps of Batch API lines stopped part way for an interactive job's prompt.",
     "decode_us": "Microseconds inside llama_decode.",
     "wait_us": "Microseconds from llama_decode's return to its logits (a GPU still computing).",

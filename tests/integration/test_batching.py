@@ -184,6 +184,43 @@ def test_a_conversation_ending_in_a_gap_keeps_its_cache_in_a_spare_slot(alone):
         eng.close()
 
 
+@pytest.mark.parametrize("on_device", [False, True], ids=["state copy", "whole-slot copy"])
+def test_a_repeated_prompt_reads_only_its_last_token_and_leaves_the_kept_cache_whole(engine, on_device):
+    """A prompt run again while the slot that ran it also holds its answer (a conversation
+    kept for its next turn): the new job takes an empty slot and copies the shared prefix
+    there, so it reads only the prompt's last token, and the kept conversation's next turn
+    still reads only what is new. Both ways a prefix is copied: the CPU's (only the cells
+    the source holds) and the GPU's (llama.cpp's copy of the whole slot, then the tail cut)."""
+    spec = job(engine, QUESTIONS[3], 3, ignore_eos=True)
+    reference = generate(engine, spec, limit=45)  # greedy answers do not depend on the cache
+    eng = make_engine(4)
+    eng._scheduler._context.kv_on_device = on_device
+    try:
+        counters = eng._scheduler.counters
+        prompt = eng.prompt_ids(spec)
+        first = generate(eng, spec, limit=40)
+        assert first == reference[:40]
+        kept = list(eng._scheduler._kv[0])  # slot 0: the prompt and the answer (its last tokens may
+        assert kept == [*prompt, *reference[: len(kept) - len(prompt)]]  # be fed before the close)
+        assert len(kept) >= len(prompt) + len(first) - 1
+
+        read, cached, computed = counters.prompt_tokens, counters.cached_tokens, counters.prefill_tokens
+        again = generate(eng, job(eng, QUESTIONS[3], 4, ignore_eos=True), limit=3)
+        assert again == reference[:3]
+        assert counters.prompt_tokens - read == len(prompt)
+        assert counters.cached_tokens - cached == len(prompt) - 1
+        assert counters.prefill_tokens - computed == 1  # the prompt's last token alone
+        assert counters.copied == 1
+        assert eng._scheduler._kv[0] == kept  # the kept conversation was not evicted
+
+        cached, computed = counters.cached_tokens, counters.prefill_tokens
+        assert generate(eng, spec, limit=5, prior=first) == reference[40:45]  # its next turn
+        assert counters.cached_tokens - cached == len(prompt) + len(first) - 1
+        assert counters.prefill_tokens - computed == 1
+    finally:
+        eng.close()
+
+
 def test_a_long_prompt_is_prefilled_in_chunks_while_others_decode(engine):
     """A ~1,500-token prompt takes many steps; a running stream keeps getting tokens meanwhile."""
     long_question = "Summarize: " + " ".join(f"item {i} is blue." for i in range(150))

@@ -47,6 +47,7 @@ from worker.engine.steps.plan import (
     common_prefix,
     compaction,
     plan,
+    prefix_source,
     spare_slot,
     stepping,
 )
@@ -236,7 +237,10 @@ class Scheduler:
 
     def _admit(self) -> None:
         """Give free slots to waiting sequences (`choose_slot`: its conversation's own slot,
-        else an empty one or the least recently used)."""
+        else an empty one or the least recently used). Where another slot's cache holds more
+        of the prompt than the slot taken (a conversation kept for its next turn, a running
+        job's system prompt), that prefix is copied in (`prefix_source`): no slot is
+        evicted for it, and no prompt is read again while a slot holds it."""
         while self._waiting and self._free:
             seq = self._waiting.pop(0)
             slot = choose_slot(self._free, self._kv, seq.context, self._ended)
@@ -244,8 +248,14 @@ class Scheduler:
             # Keep the shared prefix, but always compute the last context token again:
             # its logits are what the first token is sampled from.
             keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1)
-            self._context.remove(slot, keep)
-            del self._kv[slot][keep:]
+            if self._prefix_cache and (source := prefix_source(slot, self._kv, seq.context)):
+                src, keep = source
+                self._context.copy_prefix(src, slot, keep)  # the source's cache stays whole
+                self._kv[slot] = self._kv[src][:keep]
+                self.counters.copied += 1
+            else:
+                self._context.remove(slot, keep)
+                del self._kv[slot][keep:]
             seq.slot, seq.fed = slot, keep
             self._running.append(seq)
             self.counters.prompt_tokens += len(seq.context)
