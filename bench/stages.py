@@ -23,8 +23,10 @@ MONITOR costs Redis a little per command, so the TTFT here is a little above an 
 one's. Each request has a prompt of its own and the worker runs with PREFIX_CACHE=0, so every
 prefill is whole. With `--batch-lines N` the same requests run while a Batch API batch of N
 32-token lines keeps the worker busy (as in bench/batch_priority.py; the worker then keeps
-its prefix cache): where an interactive first token waits for the batch. Run by hand; never
-part of the test suite.
+its prefix cache): where an interactive first token waits for the batch. With `--repeat TEXT`
+every request (the warm-up's too) sends that same prompt and the worker keeps its prefix
+cache: what a prompt some slot already holds costs (only its last token is read). Run by
+hand; never part of the test suite.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import re
 import statistics
 import sys
 import tempfile
@@ -108,8 +111,13 @@ def _marks(seen: list[dict], job_id: str, workers: set[str], since: float) -> di
             and f"job:{job_id}" in c["command"]
             and " running " in c["command"]
         ),
-        "started": lambda c, w: c["command"].startswith(f"XADD {keys.events(job_id)} * k s "),
-        "first delta": lambda c, w: c["command"].startswith(f"XADD {keys.events(job_id)} * k d "),
+        # APPEND writes each entry with its own id (an attempt's retry writes the same ids)
+        "started": lambda c, w: bool(
+            re.match(f"XADD {re.escape(keys.events(job_id))} \\S+ k s ", c["command"])
+        ),
+        "first delta": lambda c, w: bool(
+            re.match(f"XADD {re.escape(keys.events(job_id))} \\S+ k d ", c["command"])
+        ),
     }
     found: dict[str, float] = {}
     for c in seen:
@@ -122,13 +130,15 @@ def _marks(seen: list[dict], job_id: str, workers: set[str], since: float) -> di
     return found
 
 
-def one(client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int) -> dict[str, float]:
+def one(
+    client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int, repeat: str = ""
+) -> dict[str, float]:
     body = {
         "model": DEFAULT_MODEL_NAME,
         "stream": True,
         "max_tokens": max_tokens,
         "temperature": 0,
-        "messages": [{"role": "user", "content": f"Note {next(_n)}: tell me about lighthouses."}],
+        "messages": [{"role": "user", "content": repeat or f"Note {next(_n)}: tell me about lighthouses."}],
     }
     times = {"sent": time.time()}
     job_id = ""
@@ -149,7 +159,12 @@ def one(client: httpx.Client, monitor: Monitor, r: redis.Redis, max_tokens: int)
     times.update(_marks(monitor.seen, job_id, workers, times["sent"]))
     missing = set(STAGES) - set(times)
     if missing:
-        raise RuntimeError(f"{job_id}: no command marked {sorted(missing)}")
+        seen = [
+            c["command"][:160] for c in monitor.seen if c["time"] >= times["sent"] and job_id in c["command"]
+        ]
+        raise RuntimeError(
+            f"{job_id}: no command marked {sorted(missing)}; its commands:\n" + "\n".join(seen)
+        )
     return times
 
 
@@ -168,13 +183,15 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--batch-lines", type=int, default=0, help="a batch of this many lines runs meanwhile")
+    ap.add_argument("--repeat", default="", help="every request sends this prompt (the prefix cache on)")
     ap.add_argument("--out", default="bench/RESULTS.md")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="stages-"))
     redis_proc, url = start_redis(logs)
     batch_env = {"BATCH_IN_FLIGHT": "16", "BATCH_INTERVAL_SECONDS": "0.1"}
     api, base = start_api(logs, url, env={"LOG_LEVEL": "WARNING", **(batch_env if args.batch_lines else {})})
-    worker_env = {"LOG_LEVEL": "WARNING", **({} if args.batch_lines else {"PREFIX_CACHE": "0"})}
+    cached = args.batch_lines or args.repeat
+    worker_env = {"LOG_LEVEL": "WARNING", **({} if cached else {"PREFIX_CACHE": "0"})}
     worker = start_worker(logs, url, env=worker_env)
     rows: list[dict[str, float]] = []
     try:
@@ -183,11 +200,13 @@ def main() -> None:
         monitor = Monitor(r)
         with httpx.Client(base_url=base + "/v1", timeout=60) as client:
             for _ in range(3):
-                one(client, monitor, r, 4)  # warm-up: the first requests page code and weights in
+                one(
+                    client, monitor, r, 4, args.repeat
+                )  # warm-up: the first requests page code and weights in
             if args.batch_lines:
                 start_batch(base, args.batch_lines)
             for i in range(args.runs):
-                rows.append(one(client, monitor, r, args.max_tokens))
+                rows.append(one(client, monitor, r, args.max_tokens, args.repeat))
                 time.sleep(0.2)  # the worker idle again, as for a lone stream
                 print(
                     f"run {i + 1}: TTFT {1000 * (rows[-1]['received'] - rows[-1]['sent']):.1f} ms", flush=True
@@ -196,14 +215,16 @@ def main() -> None:
         for p in (worker, api, redis_proc):
             p.stop()
     beside = f", a batch of {args.batch_lines} lines running" if args.batch_lines else ""
+    beside += ", one prompt repeated" if args.repeat else ""
+    size = ", beside the batch" if args.batch_lines else "" if args.repeat else ", PREFIX_CACHE=0"
     lines = [
         f"## Where a first token's time goes{beside} (bench/stages.py)",
         "",
         f"Command: `.venv/bin/python bench/stages.py --runs {args.runs} --max-tokens {args.max_tokens}"
-        f"{f' --batch-lines {args.batch_lines}' if args.batch_lines else ''}`, "
+        f"{f' --batch-lines {args.batch_lines}' if args.batch_lines else ''}"
+        f"{f' --repeat {json.dumps(args.repeat)}' if args.repeat else ''}`, "
         f"{time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
-        "One stream at a time through API, Redis and one worker (its default size"
-        f"{', beside the batch' if args.batch_lines else ', PREFIX_CACHE=0'}), "
+        f"One stream at a time through API, Redis and one worker (its default size{size}), "
         "each stage from Redis's MONITOR and the client's clock; medians and 90th percentiles of "
         "the runs, in ms.",
         "",
@@ -220,7 +241,8 @@ def main() -> None:
         f"{ttft[int(0.9 * (len(ttft) - 1))]:.1f} |"
     )
     print("\n".join(lines))
-    write_section(Path(args.out), "stages-batch" if args.batch_lines else "stages", lines)
+    section = "stages-batch" if args.batch_lines else "stages-repeat" if args.repeat else "stages"
+    write_section(Path(args.out), section, lines)
 
 
 if __name__ == "__main__":
