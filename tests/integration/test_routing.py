@@ -1,6 +1,9 @@
 """Cache-aware routing through real processes: two workers, a conversation's next turn goes
 to the worker whose slot holds its history; a holder that does not take it in time, or dies,
-loses it to the other worker; nothing runs twice and no text is lost."""
+loses it to the other worker; nothing runs twice and no text is lost.
+
+A worker says what its slots hold after an answer ends, not with it (worker/intake/presence.py):
+a test that needs the router to know waits for the holder's set to say so, never for a time."""
 
 from __future__ import annotations
 
@@ -15,20 +18,24 @@ import redis
 
 from contract import entries, keys, stats
 from contract.entries import Started
+from contract.jobspec import JobSpec, Message
+from contract.prefixes import prefixes
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL
 from tests.sse_contract import check_stream
 
 pytestmark = pytest.mark.integration
 
-SYSTEM = {"role": "system", "content": "You are a careful assistant who answers briefly. " * 30}
+SYSTEM = "You are a careful assistant who answers briefly. " * 30
+# Each worker can keep every conversation the tests open, wherever the shared queue sends them.
+SLOTS = 4
 API_ENV = {
     "ROUTE_WAIT_SECONDS": "1",
     "REAPER_INTERVAL_SECONDS": "0.2",
     "REAPER_SETTLE_SECONDS": "1",
     "CANCEL_GRACE_SECONDS": "0",
 }
-WORKER_ENV = {"SLOTS": "2", "HEARTBEAT_WINDOW_SECONDS": "2", "WARM_UP_SECONDS": "0"}
+WORKER_ENV = {"SLOTS": str(SLOTS), "HEARTBEAT_WINDOW_SECONDS": "2", "WARM_UP_SECONDS": "0"}
 
 
 @dataclass
@@ -51,6 +58,18 @@ class Pool:
         reply = answer["choices"][0]["message"]["content"]
         return [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": question}]
 
+    def wait_held(self, messages: list[dict], answer: dict) -> str:
+        """Wait until the worker that answered says it holds the conversation with that
+        answer (its announcement follows the answer's end); returns the worker."""
+        worker = self.worker_of(answer["id"])
+        spec = JobSpec(id="", kind="chat", model=MODEL, messages=tuple(map(Message.from_dict, messages)))
+        digest = prefixes(spec, answer["choices"][0]["message"]["content"])[-1][0]
+        deadline = time.monotonic() + 10
+        while not self.r.sismember(keys.held_prefixes(worker), digest):
+            assert time.monotonic() < deadline, f"{worker} never said it holds {answer['id']}'s conversation"
+            time.sleep(0.05)
+        return worker
+
 
 @pytest.fixture
 def pool(tmp_path) -> Iterator[Pool]:
@@ -70,31 +89,38 @@ def pool(tmp_path) -> Iterator[Pool]:
 
 
 def conversation(i: int) -> list[dict]:
-    return [SYSTEM, {"role": "user", "content": f"Conversation {i}: name a colour and a fruit."}]
+    """A conversation of its own from its first words. Conversations sharing a long system
+    prompt compete for one slot's cache: a new one takes the slot of the last rather than an
+    empty one (worker/engine/steps/plan.py, `choose_slot`), so a worker would hold one at a time."""
+    system = {"role": "system", "content": f"Conversation {i}. {SYSTEM}"}
+    return [system, {"role": "user", "content": "Name a colour and a fruit."}]
 
 
 def test_each_next_turn_goes_to_the_worker_holding_its_conversation(pool):
+    # Unrelated openings go to the shared queue, so to either worker; with SLOTS slots each
+    # holds all it gets, and each next turn must go where its opening ran.
     opened = {}
-    for i in range(4):
+    for i in range(SLOTS):
         messages = conversation(i)
         first = pool.ask(messages)
-        opened[i] = (messages, first, pool.worker_of(first["id"]))
+        opened[i] = (messages, first, pool.wait_held(messages, first))
     for i, (messages, first, holder) in opened.items():
-        follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
+        question = pool.turn(messages, first, "And a vegetable?")
+        follow = pool.ask(question)
         assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
-        cached = follow["usage"]["prompt_tokens"]
-        assert cached > 300  # the conversation so far: what the holder's slot kept
-    assert pool.stats(stats.StatField.routed(MODEL)) >= 4
-    assert pool.stats(stats.StatField.batch("routed_taken", MODEL)) >= 4
-    assert pool.stats(stats.StatField.batch("cached_tokens", MODEL)) > 4 * 300
+        pool.wait_held(question, follow)  # its counters go with the same announcement
+    assert pool.stats(stats.StatField.routed(MODEL)) >= SLOTS
+    assert pool.stats(stats.StatField.batch("routed_taken", MODEL)) >= SLOTS
+    # each next turn read its conversation so far (over 300 tokens) from its holder's slot
+    assert pool.stats(stats.StatField.batch("cached_tokens", MODEL)) > SLOTS * 300
     for name in pool.workers:
-        assert pool.r.scard(keys.held_prefixes(name)) <= 2 * 32  # bounded: SLOTS x MAX_DIGESTS
+        assert pool.r.scard(keys.held_prefixes(name)) <= SLOTS * 32  # bounded: SLOTS x MAX_DIGESTS
 
 
 def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worker(pool):
     messages = conversation(0)
     first = pool.ask(messages)
-    holder = pool.worker_of(first["id"])
+    holder = pool.wait_held(messages, first)  # stopped before that, it would never say so
     pool.workers[holder].signal(signal.SIGSTOP)  # alive (its connections stay) but taking nothing
     try:
         started = time.monotonic()
@@ -110,11 +136,7 @@ def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worke
 def test_a_dead_holder_s_prefixes_go_with_it_and_its_conversation_goes_on_elsewhere(pool):
     messages = conversation(1)
     first = pool.ask(messages)
-    holder = pool.worker_of(first["id"])
-    deadline = time.monotonic() + 10  # written by the holder's next announcement, not with the answer
-    while pool.r.scard(keys.held_prefixes(holder)) == 0:
-        assert time.monotonic() < deadline, "the holder never said what it holds"
-        time.sleep(0.05)
+    holder = pool.wait_held(messages, first)
     pool.workers[holder].signal(signal.SIGKILL)
     deadline = time.monotonic() + 10
     while pool.r.exists(keys.held_prefixes(holder)):  # its connection is gone: at once
@@ -127,7 +149,7 @@ def test_a_dead_holder_s_prefixes_go_with_it_and_its_conversation_goes_on_elsewh
 def test_a_holder_that_dies_with_the_routed_job_leaves_it_whole_and_run_once(pool):
     messages = conversation(2)
     first = pool.ask(messages)
-    holder = pool.worker_of(first["id"])
+    holder = pool.wait_held(messages, first)  # so the next turn is routed there
     body = {
         "model": MODEL,
         "messages": pool.turn(messages, first, "Now tell a long story about them."),
