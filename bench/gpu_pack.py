@@ -10,7 +10,8 @@ the working tree).
   for, and the GPU host's Python has it (bench/gpu_run reaches it from the new venv).
 - `project.tar.gz`: tokenspool's code (what the runs import), and `tokenizer.gguf`: the
   default model's tokenizer and chat template for the random models (2 MB, not 98).
-- `device.sh` (bench/gpu_device.sh): the one device call, `bash DIR/device.sh`.
+- `device.sh` (bench/gpu_device.sh): the one device call, `bash DIR/device.sh`, and `gpu_run`,
+  which it runs with the host's Python before any venv exists.
 - `bundle.json`: what is in it, and its sizes.
 """
 
@@ -123,6 +124,7 @@ def pack(out: Path, backend: str = "cuda", arch: str = "90") -> dict:
     wheels(out / "wheels", numpy=backend != "cuda")
     project(out)
     shutil.copy(ROOT / "bench" / "gpu_device.sh", out / "device.sh")  # the device call: `bash DIR/device.sh`
+    shutil.copy(ROOT / "bench" / "gpu_run", out / "gpu_run")  # what device.sh runs, before any venv
     random_model.vocabulary(out / "tokenizer.gguf")
     sizes = {str(p.relative_to(out)): p.stat().st_size for p in sorted(out.rglob("*")) if p.is_file()}
     info = {
