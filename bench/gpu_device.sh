@@ -1,7 +1,8 @@
 #!/bin/bash
 # One device call (bench/gpu_run's bundle carries this as device.sh): the host's facts, the
 # GPU's load sampled each second, then bench/gpu_run from the bundle, all under $OUT/gpu.
-#   bash gpu-bundle/device.sh          # MINUTES (9) bounds gpu_run; the call's limit must exceed it
+#   bash gpu-bundle/device.sh [ARGS]   # MINUTES (9) bounds gpu_run; the call's limit must exceed it;
+#                                      # ARGS go to bench/gpu_steps.py (--steps wide,cpu --wide 256 ...)
 B=$(cd "$(dirname "$0")" && pwd)
 O=${OUT:?OUT: where the figures go}/gpu; mkdir -p "$O"
 { date; nvidia-smi; nvidia-smi -q | grep -iE "product name|driver version|cuda version|power limit|max clocks" -A0;
@@ -17,6 +18,6 @@ done
 echo "venv python: $PY" >> "$O/host.txt"
 set -o pipefail
 M=${MINUTES:-9}
-PYTHONUNBUFFERED=1 timeout $(( M * 60 + 45 )) $PY "$B/gpu_run" --bundle "$B" --out "$O" --minutes "$M" 2>&1 | tee "$O/run.log"
+PYTHONUNBUFFERED=1 timeout $(( ${M%.*} * 60 + 45 )) $PY "$B/gpu_run" --bundle "$B" --out "$O" --minutes "$M" "$@" 2>&1 | tee "$O/run.log"
 echo "exit $?" | tee -a "$O/run.log"
 kill $DMON 2>/dev/null

@@ -485,49 +485,64 @@ async def _replay(client: httpx.AsyncClient, server: Tokenspool, job_id: str) ->
     return text
 
 
-async def steps(run: Run) -> None:
+STEPS = ("many", "wide", "crash", "small", "cpu", "overhead")  # in order of priority
+
+
+async def steps(run: Run, chosen: tuple[str, ...] = STEPS) -> None:
+    """The steps named in `chosen`, in their order (a later call may run what an earlier one
+    had no time for)."""
     p = run.plan
     gpu = {"slots": p.slots, "n_ctx": p.n_ctx, "gpu_layers": p.gpu_layers}
     pairs = lambda streams: p.pairs  # noqa: E731
     big = Launch(run.model(p.big, p.kind), f"random-{p.big}", **gpu)
-    title = f"{p.big} shape, every layer offloaded"
-    await compare(run, f"{p.big}-many", title, big, p.many, pairs, p.max_tokens)
-    if run.left() > 60:
-        wide = Launch(
-            run.model(p.big, p.kind, LLAMA3_VOCAB),
-            f"random-{p.big}-l3",
-            slots=p.wide_slots,
-            n_ctx=p.wide_n_ctx,
-            gpu_layers=p.gpu_layers,
-        )
-        title = f"{p.big} shape with Llama 3's vocabulary ({LLAMA3_VOCAB:,}), every layer offloaded"
-        wide_pairs = lambda streams: p.pairs if streams <= 64 else p.wide_pairs  # noqa: E731
-        await compare(run, f"{p.big}-l3", title, wide, p.wide, wide_pairs, p.max_tokens)
-    if run.left() > 60:
-        await crash(run, big)
-    if run.left() > 90:
-        small = Launch(run.model(p.small, p.kind), f"random-{p.small}", **gpu)
-        title = f"{p.small} shape, every layer offloaded"
-        await compare(run, f"{p.small}-many", title, small, p.many, pairs, p.max_tokens)
-    if run.left() > 90:
-        os.sched_setaffinity(0, _cores(p.service_cpus))  # the client on the services' cores
-        cpu = Launch(
-            run.model("smollm2", "q4_1"),
-            "random-smollm2",
-            slots=max(p.cpu_streams),
-            n_ctx=p.n_ctx,
-            gpu_layers=0,
-            threads=p.threads,
-            cpus=p.engine_cpus,
-            service_cpus=p.service_cpus,
-            cpu_only=True,
-        )
-        title = f"SmolLM2's shape on {p.threads} cores of their own, the GPU hidden from both"
-        cpu_pairs = lambda streams: p.cpu_pairs  # noqa: E731
+    for name in chosen:
+        if name == "many":
+            title = f"{p.big} shape, every layer offloaded"
+            await compare(run, f"{p.big}-many", title, big, p.many, pairs, p.max_tokens)
+        elif name == "wide" and run.left() > 60:
+            wide = Launch(
+                run.model(p.big, p.kind, LLAMA3_VOCAB),
+                f"random-{p.big}-l3",
+                slots=p.wide_slots,
+                n_ctx=p.wide_n_ctx,
+                gpu_layers=p.gpu_layers,
+            )
+            title = f"{p.big} shape with Llama 3's vocabulary ({LLAMA3_VOCAB:,}), every layer offloaded"
+            wide_pairs = lambda streams: p.pairs if streams <= 64 else p.wide_pairs  # noqa: E731
+            await compare(run, f"{p.big}-l3", title, wide, p.wide, wide_pairs, p.max_tokens)
+        elif name == "crash" and run.left() > 60:
+            await crash(run, big)
+        elif name == "small" and run.left() > 90:
+            small = Launch(run.model(p.small, p.kind), f"random-{p.small}", **gpu)
+            title = f"{p.small} shape, every layer offloaded"
+            await compare(run, f"{p.small}-many", title, small, p.many, pairs, p.max_tokens)
+        elif name == "cpu" and run.left() > 90:
+            await cpu_cores(run)
+        elif name == "overhead" and run.left() > 30:
+            await overhead(run)
+
+
+async def cpu_cores(run: Run) -> None:
+    """Issue 27's comparison on cores of their own, the GPU hidden from both servers."""
+    p = run.plan
+    os.sched_setaffinity(0, _cores(p.service_cpus))  # the client on the services' cores
+    cpu = Launch(
+        run.model("smollm2", "q4_1"),
+        "random-smollm2",
+        slots=max(p.cpu_streams),
+        n_ctx=p.n_ctx,
+        gpu_layers=0,
+        threads=p.threads,
+        cpus=p.engine_cpus,
+        service_cpus=p.service_cpus,
+        cpu_only=True,
+    )
+    title = f"SmolLM2's shape on {p.threads} cores of their own, the GPU hidden from both"
+    cpu_pairs = lambda streams: p.cpu_pairs  # noqa: E731
+    try:
         await compare(run, "cpu-cores", title, cpu, p.cpu_streams, cpu_pairs, p.cpu_max_tokens)
+    finally:
         os.sched_setaffinity(0, range(os.cpu_count() or 1))
-    if run.left() > 30:
-        await overhead(run)
 
 
 async def overhead(run: Run) -> None:
@@ -574,21 +589,29 @@ def main() -> None:
     ap.add_argument("--models", type=Path, default=Path("/tmp/tokenspool-gpu-models"))
     ap.add_argument("--rehearse", action="store_true")
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting steps after this")
+    ap.add_argument("--steps", default=",".join(STEPS), help=f"which, in this order (of {','.join(STEPS)})")
+    ap.add_argument("--wide", help="step 2's levels, e.g. 256 (the plan's by default)")
+    ap.add_argument("--wide-pairs", type=int, help="step 2's pairs above 64 streams")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
     args.models.mkdir(parents=True, exist_ok=True)
     logs = Path(os.environ.get("GPU_RUN_LOGS") or tempfile.mkdtemp(prefix="gpu-logs-"))
+    chosen = plan(args.rehearse)
+    if args.wide:
+        chosen = dataclasses.replace(chosen, wide=tuple(int(n) for n in args.wide.split(",")))
+    if args.wide_pairs:
+        chosen = dataclasses.replace(chosen, wide_pairs=args.wide_pairs)
     run = Run(
         args.out,
         args.llama,
         args.tokenizer,
-        plan(args.rehearse),
+        chosen,
         time.monotonic() + args.budget_s,
         logs,
         args.models,
     )
     try:
-        asyncio.run(steps(run))
+        asyncio.run(steps(run, tuple(args.steps.split(","))))
     finally:
         data = json.loads((args.out / "gpu.json").read_text()) if (args.out / "gpu.json").exists() else {}
         (args.out / "gpu.md").write_text("\n".join(charts.markdown(data)) + "\n")
