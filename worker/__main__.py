@@ -111,7 +111,7 @@ def main() -> None:
         load=lambda: (runner.running(), engine.step_ms()),
     )
     if engine.held is not None:
-        engine.held.changed = presence.poke
+        engine.held.changed = presence.held_changed
     connection = connect()
     lending = Lending(
         connection,

@@ -13,7 +13,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -60,7 +60,7 @@ class Engine(Protocol):
         prior: list[int],
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
-    ) -> Iterator[tuple[Pick, bytes]]: ...
+    ) -> Generator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
     def step_ms(self) -> float: ...
@@ -218,9 +218,10 @@ class AttemptRules:
         def progressed() -> None:  # a step read part of the prompt: not a hung native call
             attempt.progress_at = time.monotonic()
 
+        alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
+        picks = engine.tokens(spec, prompt, prior, progressed, alone_for)
         try:
-            alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-            for pick, piece in self._timed(engine.tokens(spec, prompt, prior, progressed, alone_for)):
+            for pick, piece in self._timed(picks):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
                 attempt.generated += 1
@@ -258,6 +259,8 @@ class AttemptRules:
             out.end()
             pub.failed(attempt, errors.INVALID_REQUEST, f"The output cannot continue its grammar: {exc}")
             return Outcome.REJECTED
+        finally:  # the engine's end of the job first: what its slot holds is written for routing
+            picks.close()
         out.send(assembler.flush())
         out.end()
         if reason == STOP and reply.calls:

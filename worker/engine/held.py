@@ -25,7 +25,8 @@ class HeldPrefixes:
         self._lock = threading.Lock()
         self._closed = False  # the worker takes no more jobs: it claims nothing
         self.version = 0  # bumped at every change: the presence thread rewrites the set then
-        self.changed: Callable[[], None] = lambda: None  # the presence thread's poke
+        # writes the set for routing (worker/intake/presence.py), on the ending job's thread
+        self.changed: Callable[[], None] = lambda: None
 
     def taken(self, slot: int, owner: object) -> None:
         """`owner` (a sequence) took `slot`: what it held is being written over."""
@@ -67,7 +68,7 @@ class HeldPrefixes:
                 return
             self._slots[slot] = tuple(digests[:MAX_DIGESTS])
             self.version += 1
-        self.changed()  # announced now: a conversation's next turn may come at once
+        self.changed()  # written now: a conversation's next turn may come at once
 
     def digests(self) -> tuple[int, set[str]]:
         """(version, every digest held) at one moment."""

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from pathlib import Path
 
 import llama_cpp
@@ -170,7 +170,7 @@ class LlamaEngine:
         prior: Sequence[int],
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
-    ) -> Iterator[tuple[Pick, bytes]]:
+    ) -> Generator[tuple[Pick, bytes]]:
         """Sample after the prompt and what earlier attempts generated (`prior`), in the
         running batch, until the slot's window is full (the caller stops earlier). Closing
         the iterator frees the slot at the next step. A job with a grammar replays `prior`

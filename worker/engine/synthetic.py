@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Generator, Sequence
 
 from contract.jobspec import JobSpec
 from contract.stats import BatchCounters
@@ -98,7 +98,7 @@ class SyntheticEngine:
         prior: Sequence[int],
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
-    ) -> Iterator[tuple[Pick, bytes]]:
+    ) -> Generator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated (a resumed job goes on where it
         stopped), paced from the first one on an absolute schedule, then EOS (with
         `ignore_eos`, words until the caller stops at max_tokens)."""

@@ -1,7 +1,7 @@
 """Announces, every few seconds, that this worker serves its model, with how many slots,
 where its model and KV cache are, how busy it is, and which prompt prefixes its slots hold
-(cache-aware routing: the set is rewritten at once when a job ends, and expires with the
-worker's last announcement).
+(cache-aware routing: the set is rewritten by the job's own thread when it ends, before its
+terminal entry is published, and expires with the worker's last announcement).
 
 The API lists and accepts only models with a recent announcement, and sums the slots of the
 live workers for /metrics. Each announcement also adds to the cluster's counters what the
@@ -13,6 +13,7 @@ computes (ctypes releases the GIL) and stops the moment the process dies.
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import asdict
@@ -55,10 +56,17 @@ class Presence:
         self._load = load  # (slots in use, the last step's ms), for routing and the pool view
         self._counters = counters  # read from the scheduler thread's live counters
         self._flushed = BatchCounters()
+        self._lock = threading.Lock()  # a job's thread writes the held set too (held_changed)
+        self._held_failing = False  # the last write of it failed: left to this thread then
         # a poke (a job ended: its prefixes are held) announces within 0.2 s, once for a burst
         self._thread = Periodic("presence", every_s, self.announce, min_gap_s=0.2)
 
     def announce(self) -> None:
+        with self._lock:
+            self._announce()
+        self._held_failing = False
+
+    def _announce(self) -> None:
         now = BatchCounters(**asdict(self._counters()))
         in_use, step_ms = self._load()
         with self._r.pipeline(transaction=True) as pipe:
@@ -99,6 +107,22 @@ class Presence:
                 pipe.sadd(key, *digests)
         pipe.pexpire(key, self._held_ttl_ms)
         return version, len(pipe.command_stack) - 1 if digests else None
+
+    def held_changed(self) -> None:
+        """A job ended holding prefixes (on its own thread, before its terminal entry is
+        published): the set is written now, so the conversation's next turn, sent the moment
+        the answer ends, is routed here. Through an outage it is left to the presence
+        thread, which is poked either way (the job's counters go with its announcement)."""
+        if not self._held_failing:
+            try:
+                with self._lock, self._r.pipeline(transaction=True) as pipe:
+                    version, kept_alive = self._announce_held(pipe)
+                    if version != self._held_version:  # else another thread wrote it
+                        done = pipe.execute()
+                        self._held_version = version if kept_alive is None or done[kept_alive] else -1
+            except redis.RedisError:
+                self._held_failing = True
+        self.poke()
 
     def withdraw(self) -> None:
         """The worker takes no more jobs: its held prefixes go now, so none is routed here."""

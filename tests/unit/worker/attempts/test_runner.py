@@ -148,6 +148,34 @@ class SlowPrefillEngine(ScriptedEngine):
         yield from super().tokens(spec, prompt, prior)
 
 
+class EndingEngine(ScriptedEngine):
+    """Records what the stream held when its side of the job ended (the real engine writes
+    what the slot holds for routing then), while something else still refers to the job."""
+
+    def __init__(self, script, r):
+        super().__init__(script)
+        self.r, self.live, self.ended_with = r, [], None
+
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
+        gen = self._tokens(spec, prompt, prior)
+        self.live.append(gen)  # as a scheduler's list would: breaking out does not end it
+        return gen
+
+    def _tokens(self, spec, prompt, prior):
+        try:
+            yield from super().tokens(spec, prompt, prior)
+        finally:
+            self.ended_with = [type(e).__name__ for e in stream(self.r)]
+
+
+def test_the_engine_s_end_of_the_job_comes_before_the_terminal_entry(r):
+    engine = EndingEngine([5, 6, EOS, 7], r)
+    run_one(runner(r, engine), spec())
+    assert engine.ended_with[0] == "Started"
+    assert "Finished" not in engine.ended_with  # a conversation's next turn may come at once
+    assert isinstance(last_entry(r), Finished)
+
+
 def test_a_prompt_read_over_many_steps_is_progress_not_a_stall(r, caplog):
     heartbeat = Heartbeat(r, 3000, 1.0, stall_s=0.25)
     run = JobRunner(SlowPrefillEngine([7, EOS], heartbeat), Link(r, "w1", Recovery()), heartbeat, 3000)

@@ -89,3 +89,38 @@ def test_held_prefixes_are_written_when_they_change_rewritten_when_gone_and_with
     held.held(job, ["c"])  # a job ending while the worker leaves claims nothing
     p.announce()
     assert r.smembers(key) == set()
+
+
+def test_a_job_s_held_prefixes_are_written_before_its_thread_goes_on():
+    """A conversation's next turn comes the moment its answer ends: the job's thread writes
+    the set before its terminal entry is published, not the presence thread some time after."""
+    from worker.engine.held import HeldPrefixes
+
+    r = fakeredis.FakeRedis()
+    held = HeldPrefixes(2)
+    p = Presence(r, MODEL, "w1", 60, held=held)
+    held.changed = p.held_changed
+    p.announce()
+    job = object()
+    held.taken(1, job)
+    held.held(job, ["a", "b"])  # no announcement in between
+    assert r.smembers(keys.held_prefixes("w1")) == {b"a", b"b"}
+    assert 0 < r.pttl(keys.held_prefixes("w1")) <= 15_000
+
+
+def test_through_an_outage_a_job_s_prefixes_are_left_to_the_presence_thread():
+    from worker.engine.held import HeldPrefixes
+
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeRedis(server=server)
+    held = HeldPrefixes(1)
+    p = Presence(r, MODEL, "w1", 60, held=held)
+    held.changed = p.held_changed
+    job = object()
+    held.taken(0, job)
+    server.connected = False
+    held.held(job, ["a"])  # the job's end is not held up or failed by it
+    server.connected = True
+    assert not r.exists(keys.held_prefixes("w1"))
+    p.announce()
+    assert r.smembers(keys.held_prefixes("w1")) == {b"a"}
