@@ -2,14 +2,15 @@
 to the worker whose slot holds its history; a holder that does not take it in time, or dies,
 loses it to the other worker; nothing runs twice and no text is lost.
 
-A worker says what its slots hold after an answer ends, not with it (worker/intake/presence.py):
-a test that needs the router to know waits for the holder's set to say so, never for a time."""
+A worker says what its slots hold before the answer's end is published (the job's own thread
+writes it, worker/intake/presence.py), and its counters with its next announcement: a test
+that needs those waits for them to say so, never for a time."""
 
 from __future__ import annotations
 
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -48,22 +49,47 @@ class Pool:
         body = {"model": MODEL, "messages": messages, "max_tokens": 12, "temperature": 0, **extra}
         return httpx.post(self.base + "/v1/chat/completions", json=body, timeout=120).json()
 
+    def stream(self, messages: list[dict]) -> tuple[dict, Callable[[str], bool]]:
+        """Stream an answer; returns it (as `ask` would) and whether a worker's held set
+        had the conversation with that answer when the stream's end arrived."""
+        body = {"model": MODEL, "messages": messages, "max_tokens": 12, "temperature": 0, "stream": True}
+        raw = b""
+        with httpx.stream("POST", self.base + "/v1/chat/completions", json=body, timeout=120) as resp:
+            for chunk in resp.iter_raw():
+                raw += chunk
+                if raw.rstrip().endswith(b"data: [DONE]"):
+                    held = {name: self.r.smembers(keys.held_prefixes(name)) for name in self.workers}
+        parsed = check_stream(raw, "chat")
+        answer = {"id": parsed.chunks[0]["id"], "choices": [{"message": {"content": parsed.text}}]}
+        digest = self.digest(messages, answer).encode()
+        return answer, lambda name: digest in held[name]
+
+    def digest(self, messages: list[dict], answer: dict) -> str:
+        """The digest of the conversation with its answer, as the router looks it up."""
+        spec = JobSpec(id="", kind="chat", model=MODEL, messages=tuple(map(Message.from_dict, messages)))
+        return prefixes(spec, answer["choices"][0]["message"]["content"])[-1][0]
+
     def worker_of(self, job_id: str) -> str:
         return self.r.hget(keys.job(job_id), keys.JobField.WORKER).decode()
 
     def stats(self, field: str) -> int:
         return int(self.r.hget(keys.STATS, field) or 0)
 
+    def wait_stat(self, field: str, at_least: int) -> None:
+        deadline = time.monotonic() + 10
+        while self.stats(field) < at_least:
+            assert time.monotonic() < deadline, f"{field} stayed at {self.stats(field)}, under {at_least}"
+            time.sleep(0.05)
+
     def turn(self, messages: list[dict], answer: dict, question: str) -> list[dict]:
         reply = answer["choices"][0]["message"]["content"]
         return [*messages, {"role": "assistant", "content": reply}, {"role": "user", "content": question}]
 
     def wait_held(self, messages: list[dict], answer: dict) -> str:
-        """Wait until the worker that answered says it holds the conversation with that
-        answer (its announcement follows the answer's end); returns the worker."""
+        """The worker that answered, once it says it holds the conversation with that answer
+        (before the answer's end since the job's thread writes it; a wait all the same)."""
         worker = self.worker_of(answer["id"])
-        spec = JobSpec(id="", kind="chat", model=MODEL, messages=tuple(map(Message.from_dict, messages)))
-        digest = prefixes(spec, answer["choices"][0]["message"]["content"])[-1][0]
+        digest = self.digest(messages, answer)
         deadline = time.monotonic() + 10
         while not self.r.sismember(keys.held_prefixes(worker), digest):
             assert time.monotonic() < deadline, f"{worker} never said it holds {answer['id']}'s conversation"
@@ -108,13 +134,26 @@ def test_each_next_turn_goes_to_the_worker_holding_its_conversation(pool):
         question = pool.turn(messages, first, "And a vegetable?")
         follow = pool.ask(question)
         assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
-        pool.wait_held(question, follow)  # its counters go with the same announcement
     assert pool.stats(stats.StatField.routed(MODEL)) >= SLOTS
-    assert pool.stats(stats.StatField.batch("routed_taken", MODEL)) >= SLOTS
+    # the workers' counters come with their next announcements
+    pool.wait_stat(stats.StatField.batch("routed_taken", MODEL), SLOTS)
     # each next turn read its conversation so far (over 300 tokens) from its holder's slot
-    assert pool.stats(stats.StatField.batch("cached_tokens", MODEL)) > SLOTS * 300
+    pool.wait_stat(stats.StatField.batch("cached_tokens", MODEL), SLOTS * 300 + 1)
     for name in pool.workers:
         assert pool.r.scard(keys.held_prefixes(name)) <= SLOTS * 32  # bounded: SLOTS x MAX_DIGESTS
+
+
+def test_an_agent_s_next_turn_sent_the_moment_the_answer_ends_goes_to_its_holder(pool):
+    # An agent reads the stream's end and sends its next turn at once: by then the holder's
+    # set says it holds the conversation (the job's own thread writes it before its terminal
+    # entry), not a few milliseconds later.
+    for i in range(SLOTS):
+        messages = conversation(i)
+        first, holder_knew = pool.stream(messages)
+        holder = pool.worker_of(first["id"])
+        assert holder_knew(holder), f"conversation {i}"
+        follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
+        assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
 
 
 def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worker(pool):
