@@ -1,7 +1,7 @@
 """Multi-turn conversations on a pool of two workers, with cache-aware routing on and off.
 
     .venv/bin/python bench/multiturn.py [--conversations 8] [--pairs 3] [--skewed] [--kill]
-                                        [--out bench/RESULTS.md]
+                                        [--agents] [--out bench/RESULTS.md]
 
 Two workers (SLOTS=4 each, one llama.cpp thread each: the two cores shared out), the
 default model. Each conversation opens with a prompt of its own of 1,000 to 2,000 tokens and
@@ -10,7 +10,9 @@ interleaved order by 4 clients at once (a conversation's next turn after its las
 `--skewed`: every conversation opens with the same long system prompt (one popular prefix)
 and a short question of its own: the load must stay balanced. `--kill`: a worker is
 SIGKILLed (and started again, as a supervisor would) halfway through: every next turn must
-still be answered.
+still be answered. `--agents`: each conversation is an agent of its own, all at once, that
+sends its next turn the moment the last answer ends (no think time): a turn is routed to its
+holder only if the holder said what it holds by then.
 
 Two stacks run side by side, one routing (PREFIX_ROUTING=1) and one not, and every pair of
 runs alternates them (ABBA), each run with conversations of its own (nothing cached from an
@@ -141,8 +143,11 @@ async def turn(client: httpx.AsyncClient, stack: Stack, messages: list[dict]) ->
     return ttft, text, tokens
 
 
-async def run(stack: Stack, conversations: int, skewed: bool, kill: bool, seed: int) -> dict:
-    """Every conversation's turns, 4 clients at once, in a shuffled interleaved order."""
+async def run(
+    stack: Stack, conversations: int, skewed: bool, kill: bool, seed: int, agents: bool = False
+) -> dict:
+    """Every conversation's turns, 4 clients at once, in a shuffled interleaved order; or
+    with `agents`, each conversation's turns back to back, all conversations at once."""
     rng = random.Random(seed)
     tag = uuid.uuid4().hex[:8]  # this run's own conversations: nothing cached before
     chats: list[list[dict]] = []
@@ -172,28 +177,39 @@ async def run(stack: Stack, conversations: int, skewed: bool, kill: bool, seed: 
     started = time.perf_counter()
 
     async def client_task(client: httpx.AsyncClient) -> None:
-        nonlocal tokens, killed
         while not queue.empty():
             c = queue.get_nowait()
             await ready[c].wait()
             ready[c].clear()
-            ttft, answer, n = await turn(client, stack, chats[c])
-            tokens += n
-            if done[c]:
-                follow_ttfts.append(ttft)
-            done[c] += 1
-            if done[c] <= len(FOLLOW_UPS):
-                chats[c] += [
-                    {"role": "assistant", "content": answer},
-                    {"role": "user", "content": FOLLOW_UPS[done[c] - 1]},
-                ]
-            if kill and not killed and sum(done) >= len(order) // 2:
-                killed = True
-                await asyncio.to_thread(stack.kill_one)
+            await next_turn(client, c)
             ready[c].set()
 
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10)) as client:
-        await asyncio.gather(*(client_task(client) for _ in range(CLIENTS)))
+    async def agent(client: httpx.AsyncClient, c: int) -> None:
+        for _ in range(1 + len(FOLLOW_UPS)):  # no think time: the next turn at the answer's end
+            await next_turn(client, c)
+
+    async def next_turn(client: httpx.AsyncClient, c: int) -> None:
+        nonlocal tokens, killed
+        ttft, answer, n = await turn(client, stack, chats[c])
+        tokens += n
+        if done[c]:
+            follow_ttfts.append(ttft)
+        done[c] += 1
+        if done[c] <= len(FOLLOW_UPS):
+            chats[c] += [
+                {"role": "assistant", "content": answer},
+                {"role": "user", "content": FOLLOW_UPS[done[c] - 1]},
+            ]
+        if kill and not killed and sum(done) >= len(order) // 2:
+            killed = True
+            await asyncio.to_thread(stack.kill_one)
+
+    limits = httpx.Limits(max_connections=max(CLIENTS, conversations))
+    async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10), limits=limits) as client:
+        if agents:
+            await asyncio.gather(*(agent(client, c) for c in range(conversations)))
+        else:
+            await asyncio.gather(*(client_task(client) for _ in range(CLIENTS)))
     wall = time.perf_counter() - started
     after = stack.counters()
     delta = {k: after[k] - before[k] for k in after}
@@ -210,6 +226,7 @@ async def run(stack: Stack, conversations: int, skewed: bool, kill: bool, seed: 
         "routed": delta["routed_jobs"],
         "fallbacks": delta["route_fallbacks"],
         "routed_taken": delta["routed_taken"],
+        "follow_ups": len(follow_ttfts),
         "answered": sum(done),
         "of": len(order),
         "ok": sum(done),
@@ -222,6 +239,7 @@ async def main() -> None:
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--skewed", action="store_true")
     ap.add_argument("--kill", action="store_true")
+    ap.add_argument("--agents", action="store_true", help="one client a conversation, no think time")
     ap.add_argument("--out", default="bench/RESULTS.md")
     ap.add_argument("--json", default="bench/RESULTS-multiturn.json", help="the figures, and a chart beside")
     args = ap.parse_args()
@@ -234,7 +252,9 @@ async def main() -> None:
         for i in range(args.pairs):
             got = {}
             for s in (on, off) if i % 2 == 0 else (off, on):
-                got[s.name] = await run(s, args.conversations, args.skewed, args.kill, seed=i)
+                got[s.name] = await run(
+                    s, args.conversations, args.skewed, args.kill, seed=i, agents=args.agents
+                )
                 r = got[s.name]
                 print(
                     f"pair {i + 1} {s.name:>11}: follow-up TTFT p50 {r['ttft_p50'] * 1000:.0f} ms p95 "
@@ -263,18 +283,23 @@ def cached_share(pairs: list[tuple[dict, dict]], side: int) -> float:
 
 
 def report(args: argparse.Namespace, pairs: list[tuple[dict, dict]]) -> None:
-    kind = "skewed" if args.skewed else "own openings"
-    section = f"multiturn-{args.conversations}-{'skewed' if args.skewed else 'own'}" + (
-        "-kill" if args.kill else ""
+    kind = ("skewed" if args.skewed else "own openings") + (", agents" if args.agents else "")
+    section = (
+        f"multiturn-{args.conversations}-{'skewed' if args.skewed else 'own'}"
+        + ("-kill" if args.kill else "")
+        + ("-agents" if args.agents else "")
     )
     cmd = f"bench/multiturn.py --conversations {args.conversations} --pairs {args.pairs}"
     cmd += (" --skewed" if args.skewed else "") + (" --kill" if args.kill else "")
+    cmd += " --agents" if args.agents else ""
     lines = [
         f"## Cache-aware routing: {args.conversations} conversations, {kind}"
         + (", a worker killed" if args.kill else ""),
         "",
         f"Command: `.venv/bin/python {cmd}`, {time.strftime('%Y-%m-%d')}. Machine: {machine()}.",
-        "Two workers (SLOTS=4, one thread each), 4 clients, 4 follow-ups a conversation of 32 tokens; "
+        "Two workers (SLOTS=4, one thread each), "
+        + ("an agent a conversation (no think time)" if args.agents else "4 clients")
+        + ", 4 follow-ups a conversation of 32 tokens; "
         f"{args.pairs} pair{'s' if args.pairs > 1 else ''} of runs (ABBA), ratios on / off within each pair "
         "with 95 % bootstrap intervals.",
         "",
@@ -294,7 +319,8 @@ def report(args: argparse.Namespace, pairs: list[tuple[dict, dict]]) -> None:
     lines += [
         "",
         f"Turns answered: on {answered[0]}/{total}, off {answered[1]}/{total}. Routed jobs (on): "
-        f"{sum(p[0]['routed'] for p in pairs):.0f}, taken by their worker "
+        f"{sum(p[0]['routed'] for p in pairs):.0f} of {sum(p[0]['follow_ups'] for p in pairs)} follow-ups, "
+        f"taken by their worker "
         f"{sum(p[0]['routed_taken'] for p in pairs):.0f}, back to the shared queue "
         f"{sum(p[0]['fallbacks'] for p in pairs):.0f}. Prompt tokens from cache: on "
         f"{cached_share(pairs, 0):.0%}, off {cached_share(pairs, 1):.0%}.",
