@@ -318,6 +318,35 @@ def test_steps_of_batch_lines_stopped_part_way_change_no_answer(engine, alone):
     assert scheduler.counters.interrupted > before
 
 
+def test_batch_lines_go_on_however_often_interactive_jobs_arrive(engine, alone):
+    """Each interactive job cuts a step of Batch API lines short, but a step planned again
+    after a cut runs to its end: with jobs arriving faster than any step computes (a loaded
+    machine's steps, a busy API's submissions), the lines still move, and give what they
+    give alone."""
+    scheduler = engine._scheduler
+    before = scheduler.counters.interrupted
+    done = threading.Event()
+
+    def interrupter():
+        while not done.wait(0.001):
+            scheduler._interrupt.fire()
+
+    thread = threading.Thread(target=interrupter)
+    thread.start()
+    try:
+        lines = concurrently(
+            *[
+                lambda i=i: generate(engine, job(engine, QUESTIONS[i], i, priority="batch"), 10)
+                for i in range(2)
+            ]
+        )
+    finally:
+        done.set()
+        thread.join()
+    assert lines == [a[:10] for a in alone[:2]]
+    assert scheduler.counters.interrupted > before
+
+
 def test_a_configuration_that_does_not_fit_is_refused_at_start():
     from worker.engine.model import EngineConfigError
 

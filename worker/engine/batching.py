@@ -116,6 +116,7 @@ class Scheduler:
         self._step_delay_s = step_delay_s  # STEP_DELAY_SECONDS: a slower machine, for the tests
         self._held = held  # what each slot's cache holds, for cache-aware routing (worker/engine/held.py)
         self._interrupt = context.interrupt
+        self._cut = False  # the last step was cut short: this one runs to its end (progress)
         self._batch = StepBatch(batch_capacity(slots, prefill_chunk))
         self._argmax = RowsArgmax(argmax_threads or threads_for())  # the greedy rows' pass
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
@@ -327,10 +328,14 @@ class Scheduler:
         self._batch.fill(tokens, positions, slots, wants)
         if self._step_delay_s:
             time.sleep(self._step_delay_s)
-        self._interrupt.arm(any(seq.yields for seq, _, _ in rows))  # stopped by `submit`
+        # stopped by `submit` when it holds Batch API lines, unless the last step was: that one
+        # was planned again for the new job's prompt, and cutting every step would stop all
+        # when jobs come faster than a step computes
+        self._interrupt.arm(not self._cut and any(seq.yields for seq, _, _ in rows))
         started = time.perf_counter()
         rc = self._context.decode(self._batch)
-        if self._interrupt.take() and rc == 2:
+        self._cut = self._interrupt.take() and rc == 2
+        if self._cut:
             self._undo(before)
             return
         decoded = time.perf_counter()
