@@ -4,7 +4,9 @@ The API sets the job id when it creates or opens a job, the worker when it start
 attempt; every line logged meanwhile carries it as `completion_id` (the field's name since
 the first release, which log queries rely on), so one query follows a request to the worker
 that generated it and back. `LOG_FORMAT=text` gives plain lines for a terminal. Prompts and
-completions are never logged.
+completions are never logged, nor a URL's password (`redacted`), whoever logs the URL (a
+start-up refusal, a library's connection error): Redis, Sentinel and a Hub mirror's
+HF_ENDPOINT URLs may carry one.
 """
 
 from __future__ import annotations
@@ -12,11 +14,25 @@ from __future__ import annotations
 import contextvars
 import json
 import logging
+import re
 import time
+from typing import TYPE_CHECKING
 
-from contract.settings import Shared
+if TYPE_CHECKING:
+    from contract.settings import Shared
 
 _job: contextvars.ContextVar[str] = contextvars.ContextVar("job_id", default="")
+
+# scheme://user:password@ (the password up to the last "@" before a space: a raw "@" in it
+# is cut there, not shown)
+_USERINFO = re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^:@/\s]*:)[^\s]*@", re.IGNORECASE)
+_SECRET_QUERY = re.compile(r"(?P<head>[?&;][a-z_]*(?:password|token|secret|key)=)[^&#\s'\"]*", re.IGNORECASE)
+
+
+def redacted(text: str) -> str:
+    """`text` with every URL password and secret query value (`sentinel_password=`, a
+    `token=`) shown as ***."""
+    return _SECRET_QUERY.sub(r"\g<head>***", _USERINFO.sub(r"\g<head>***@", text))
 
 
 def set_job(job_id: str) -> None:
@@ -31,13 +47,13 @@ class JSONFormatter(logging.Formatter):
             + f".{int(record.msecs):03d}Z",
             "level": record.levelname.lower(),
             "logger": record.name,
-            "msg": record.getMessage(),
+            "msg": redacted(record.getMessage()),
         }
         job_id = _job.get()
         if job_id:
             out["completion_id"] = job_id
         if record.exc_info:
-            out["exc"] = self.formatException(record.exc_info)
+            out["exc"] = redacted(self.formatException(record.exc_info))
         return json.dumps(out, ensure_ascii=False)
 
 
@@ -46,7 +62,7 @@ class _TextFormatter(logging.Formatter):
     and other control characters are escaped, so a request cannot forge log lines."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
+        line = redacted(super().format(record))
         job_id = _job.get()
         line = f"{line} [{job_id}]" if job_id else line
         return line.translate(_ESCAPES)

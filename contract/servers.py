@@ -30,6 +30,7 @@ from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.cluster import RedisCluster
 
 from contract import failover
+from contract.logs import redacted
 
 C = TypeVar("C")
 
@@ -121,7 +122,7 @@ def async_cluster_client(url: str, wait_s: float = 5.0, **kwargs: Any) -> aredis
     commands each start the initialization, and break each other's connections."""
     plain = cluster_url(url)
     if plain is None:
-        raise ValueError(f"not a cluster URL: {url}")
+        raise ValueError(f"not a cluster URL: {redacted(url)}")
     return GatedCluster.from_url(plain, wait_s=wait_s, **kwargs)  # type: ignore[return-value]
 
 

@@ -17,6 +17,8 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.logs import redacted
+
 
 class SettingError(SystemExit):
     """A variable's value cannot be used; said at start, before anything else happens."""
@@ -108,10 +110,10 @@ def load(cls: type, env: Mapping[str, str]) -> Any:
         try:
             value = parse(env[name])
         except (ValueError, TypeError) as exc:
-            raise SettingError(f"{name}={env[name]!r}: {exc}") from None
+            raise SettingError(redacted(f"{name}={env[name]!r}: {exc}")) from None
         minimum = f.metadata["minimum"]
         if minimum is not None and value is not None and value < minimum:
-            raise SettingError(f"{name} must be at least {minimum:g}, not {env[name]!r}")
+            raise SettingError(redacted(f"{name} must be at least {minimum:g}, not {env[name]!r}"))
         values[f.name] = value
     return cls(**values)
 

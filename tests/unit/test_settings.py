@@ -100,3 +100,12 @@ def test_the_queues_are_never_on_a_cluster_the_streams_may_be():
     )
     assert both.shared.streams_url == "rediss+cluster://u:p@s:7000/0"
     assert Settings.from_env({"REDIS_URL": "redis://q:6379/0"}).shared.streams_url == "redis://q:6379/0"
+
+
+def test_a_refused_url_is_echoed_without_its_password():
+    from contract.settings import Shared, load
+
+    with pytest.raises(SettingError) as refused:
+        load(Shared, {"REDIS_URL": "redis+cluster://user:Sup3rSecretPW@host:6379"})
+    said = str(refused.value)
+    assert "REDIS_URL" in said and "user:***@host" in said and "Sup3rSecretPW" not in said
