@@ -155,7 +155,11 @@ def fetch(model: HubModel) -> Path:
         RepositoryNotFoundError,
         RevisionNotFoundError,
     )
+    from huggingface_hub.utils import logging as hf_logging
 
+    # its own handler (added when that module loads) writes raw lines beside ours, a
+    # mirror's password in HF_ENDPOINT included
+    hf_logging.get_logger().handlers.clear()
     offline = constants.HF_HUB_OFFLINE
     where = "the cache (HF_HUB_OFFLINE=1)" if offline else f"{constants.ENDPOINT} nor the cache"
     missing = ModelUnavailable(

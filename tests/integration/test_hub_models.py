@@ -111,7 +111,7 @@ def test_a_split_model_is_downloaded_whole_and_a_quant_picks_by_name(stack, tmp_
         ({"MODEL_HF": REPO, "MODEL_HF_FILE": "tiny-Q2_K.gguf"}, "has no GGUF file 'tiny-Q2_K.gguf'"),
         ({"MODEL_HF": "acme/gated-GGUF"}, "acme/gated-GGUF is gated"),
         ({"MODEL_HF": REPO, "HF_HUB_OFFLINE": "1"}, "in neither the cache"),
-        ({"MODEL_HF": REPO, "HF_ENDPOINT": "http://127.0.0.1:9"}, "could not be used"),
+        ({"MODEL_HF": REPO, "HF_ENDPOINT": "http://user:Sup3rSecretPW@127.0.0.1:9"}, "could not be used"),
         ({"MODEL_HF": REPO, "MODEL_PATH": "/models/x.gguf"}, "MODEL_HF and MODEL_PATH"),
     ],
 )
@@ -125,6 +125,7 @@ def test_a_model_that_cannot_be_had_stops_the_worker_in_seconds_with_one_line_sa
     assert time.monotonic() - started < (60 if says == "could not be used" else 15)
     said = [line for line in worker.log().splitlines() if says in line]
     assert len(said) == 1, worker.log()[-2000:]
+    assert "Sup3rSecretPW" not in worker.log()  # a mirror's credentials are never logged
 
 
 def test_a_gated_repo_with_a_token_and_an_offline_worker_from_the_cache(stack, tmp_path):
