@@ -1,5 +1,6 @@
 """The prompt prefixes this worker's slots hold in their KV cache, as contract/prefixes.py
-digests, for cache-aware routing (api/jobs/routing.py): the presence thread announces them.
+digests, for cache-aware routing (api/jobs/routing.py): an ending job's thread writes them
+(worker/intake/presence.py), and the presence thread keeps them alive.
 
 A slot holds what its last job left: that job's prompt and answer, kept for the next job
 that shares a prefix with them (worker/engine/batching.py). So a slot's digests are set when its
