@@ -13,6 +13,7 @@ from pathlib import Path
 
 import httpx
 
+from bench.peer_servers import Server
 from contract import keys
 from devstack.peek import running_ids
 from devstack.processes import Proc, _spawn, _wait, free_port, start_api, start_redis, start_worker
@@ -46,13 +47,12 @@ class Launch:
     cpu_only: bool = False  # the GPU hidden from both servers (CUDA_VISIBLE_DEVICES="")
 
 
-class Tokenspool:
+class Tokenspool(Server):
     def __init__(self, logs: Path, launch: Launch, workers: int = 1) -> None:
-        self.logs, self.launch, self.workers = logs, launch, workers
+        super().__init__(logs)
+        self.launch, self.workers = launch, workers
         self.model = launch.name
         self.name = f"tokenspool ({workers} worker{'s' * (workers > 1)}, SLOTS={launch.slots})"
-        self.procs: list[Proc] = []
-        self.base = ""
 
     def start(self) -> None:
         service = self.launch.service_cpus
@@ -89,14 +89,6 @@ class Tokenspool:
             return False
         return any(m["id"] == self.model and m["workers"] >= self.workers for m in data)
 
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p.alive()]
-
-    def stop(self) -> None:
-        for p in reversed(self.procs):
-            p.stop()
-        self.procs = []
-
     def counters(self) -> dict[str, float]:
         """The workers' profile counters (tokenspool_batch_*_total) for the model."""
         out = dict.fromkeys(PROFILE, 0.0)
@@ -128,13 +120,12 @@ class Tokenspool:
         return victim
 
 
-class LlamaServer:
+class LlamaServer(Server):
     def __init__(self, logs: Path, launch: Launch, binary: Path) -> None:
-        self.logs, self.launch, self.binary = logs, launch, binary
+        super().__init__(logs)
+        self.launch, self.binary = launch, binary
         self.model = launch.name
         self.name = f"llama-server (-np {launch.slots}, the same llama.cpp)"
-        self.procs: list[Proc] = []
-        self.base = ""
 
     def start(self) -> None:
         l = self.launch  # noqa: E741
@@ -156,14 +147,6 @@ class LlamaServer:
             return httpx.get(self.base + "/health", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
-
-    def pids(self) -> list[int]:
-        return [p.pid for p in self.procs if p.alive()]
-
-    def stop(self) -> None:
-        for p in self.procs:
-            p.stop()
-        self.procs = []
 
 
 def described(launch: Launch) -> dict:
