@@ -251,6 +251,15 @@ class BatchDriver:
             "error": None,
         }
         if job is None:
+            # expected only past the job's retention: say what is left of it (field names only)
+            left = await self._s.redis.hkeys(keys.job(job_id))
+            log.warning(
+                "batch %s line %d: job %s is gone before it was collected (fields left: %s)",
+                batch_id,
+                number + 1,
+                job_id,
+                sorted(as_text(f) for f in left) or "none",
+            )
             out["error"] = errors.NOT_FOUND.brief("The line's job expired before it was collected.")
             return out, True, (0, 0)
         if job.status == keys.JobStatus.CANCELLED:

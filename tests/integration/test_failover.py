@@ -316,7 +316,8 @@ def test_a_promoted_replica_missing_the_last_writes_contradicts_no_client(laggin
         assert time.monotonic() < deadline and b["status"] in ("validating", "in_progress", "finalizing"), b
         time.sleep(0.5)
     failed = b.get("error_file_id") and httpx.get(f"{s.base}/v1/files/{b['error_file_id']}/content").text
-    assert b["request_counts"] == {"total": 3, "completed": 3, "failed": 0}, failed
+    gone = [line for line in s.api.log().splitlines() if "is gone before it was collected" in line]
+    assert b["request_counts"] == {"total": 3, "completed": 3, "failed": 0}, (failed, gone)
     out = httpx.get(f"{s.base}/v1/files/{b['output_file_id']}/content", timeout=30).text.splitlines()
     assert sorted(json.loads(line)["custom_id"] for line in out) == ["req-0", "req-1", "req-2"]
     # What the promoted replica lacked is written again by whichever notices first: an APPEND
