@@ -95,6 +95,7 @@ class Finished:
     finish_reason: str  # one of FINISH_REASONS
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0  # of the prompt's, those the slot's cache held (the attempt that ended)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -146,13 +147,16 @@ def encode(entry: Entry) -> dict[str, str]:
     if isinstance(entry, Finished):
         if entry.finish_reason not in FINISH_REASONS:
             raise ValueError(f"finish_reason must be one of {FINISH_REASONS}")
-        return {
+        fields = {
             KIND: "f",
             EPOCH: str(entry.epoch),
             "r": entry.finish_reason,
             "p": str(entry.prompt_tokens),
             "c": str(entry.completion_tokens),
         }
+        if entry.cached_tokens:
+            fields["h"] = str(entry.cached_tokens)
+        return fields
     if isinstance(entry, Failed):
         fields = {
             KIND: "x",
@@ -198,6 +202,7 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
             finish_reason=f["r"],
             prompt_tokens=int(f["p"]),
             completion_tokens=int(f["c"]),
+            cached_tokens=int(f.get("h", 0)),
         )
     if kind == "x":
         return Failed(epoch=epoch, message=f["m"], type=f["y"], code=f["c"], param=f.get("a"))

@@ -119,6 +119,9 @@ class JobSpec:
     parallel_tool_calls: bool = True
     priority: str = "default"  # the queue tier it waits in (contract.keys.PRIORITIES)
     ignore_eos: bool = False  # llama-server's extension: the end tokens are never sampled
+    # whose prompt cache the job may read and add to (contract/prefixes.py `cache_scope`): a
+    # slot's cache, and a worker's announced prefixes, serve only jobs of the same scope
+    cache_scope: str = ""
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -126,8 +129,9 @@ class JobSpec:
         data["stop"] = list(self.stop)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [asdict(t) for t in self.tools]
-        if not self.ignore_eos:  # absent unless asked for: a worker of an earlier release takes the job
-            del data["ignore_eos"]
+        for name in ("ignore_eos", "cache_scope"):  # absent unless set: an earlier release's worker takes it
+            if not data[name]:
+                del data[name]
         return data
 
     @property
@@ -179,6 +183,7 @@ class JobSpec:
                 parallel_tool_calls=data.get("parallel_tool_calls", True),
                 priority=data.get("priority", "default"),
                 ignore_eos=data.get("ignore_eos", False),
+                cache_scope=data.get("cache_scope", ""),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -195,7 +200,7 @@ class JobSpec:
             if not math.isfinite(value) or not lo <= value <= hi:
                 raise InvalidSpec(f"{name} must be between {lo} and {hi}")
 
-        for name in ("id", "model", "prompt"):
+        for name in ("id", "model", "prompt", "cache_scope"):
             if not isinstance(getattr(self, name), str):
                 raise InvalidSpec(f"{name} must be a string")
         if not self.id or not self.model:

@@ -7,7 +7,14 @@ digest stands for everything before it; for a legacy completion, each 256-charac
 of the prompt. A worker whose slot ran a job holds that job's prefixes, and, for a chat job
 answered with text alone, one more: the conversation with that answer as the assistant's
 next message, which is what the next turn starts with. A digest is 16 hex digits of
-BLAKE2b over the model, the job's tools (they are rendered into the prompt) and the parts.
+BLAKE2b over the model, the job's tools (they are rendered into the prompt), its cache scope
+and the parts.
+
+A cache is a side channel: a job that reuses one is answered sooner (and told how many
+tokens it reused), so a key that could hit another key's cache could test guesses of its
+prompts. So each job has a cache scope (`cache_scope`): the key that sent it, or a salt that
+keys share on purpose. A worker reuses a slot's cache only for a job of the scope that
+filled it, and routing digests differ by scope (docs/security.md, "Tenancy").
 """
 
 from __future__ import annotations
@@ -26,9 +33,19 @@ def _digest(parent: str, part: object) -> str:
     return hashlib.blake2b(f"{parent}\n{canonical}".encode(), digest_size=8).hexdigest()
 
 
+def cache_scope(owner: str, salt: str | None = None) -> str:
+    """Whose prompt cache a job may read and add to: with a `cache_salt`, every key's that
+    sends the same salt; else its own key's (`owner`, from the key's SHA-256); "" (one cache for
+    all) where the API takes no keys. A salt is stored digested: it is a shared secret."""
+    if salt:
+        return "salt:" + hashlib.blake2b(salt.encode(), digest_size=16).hexdigest()
+    return f"key:{owner}" if owner else ""
+
+
 def _root(spec: JobSpec) -> str:
     tools = [[t.name, t.description, t.parameters] for t in spec.tools]
-    return _digest("", [spec.model, spec.kind, tools])
+    head = [spec.model, spec.kind, tools]
+    return _digest("", [*head, spec.cache_scope] if spec.cache_scope else head)
 
 
 def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:

@@ -175,7 +175,8 @@ class BatchDriver:
         surface = BATCHABLE[h["endpoint"]]
         job_id = surface.new_id()
         try:
-            spec = line.request().to_spec(job_id, self._s.settings.limits)
+            request = line.request()
+            spec = request.to_spec(job_id, self._s.settings.limits)
         except APIError as exc:
             out = {"id": f"batch_req_{job_id.split('-', 1)[1]}", "custom_id": custom_id, "response": None}
             out["error"] = {"code": exc.code, "message": exc.message}
@@ -191,6 +192,7 @@ class BatchDriver:
             detached=True,
             idempotency=Idempotency(keys.idempotency(h["owner"], line_key), line_key),
             start_by_ms=int(h["expires_at"]) * 1000,
+            cache_salt=request.cache_salt,
             counted=False,  # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
             fields={JobField.WAIT_UNTIL: str(int(h["expires_at"]) * 1000)},  # requeued, it may wait as long
         )

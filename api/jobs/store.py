@@ -37,6 +37,7 @@ from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
 from contract.jobspec import JobSpec
 from contract.keys import JobField, JobStatus
 from contract.lua import jobs, library, queues
+from contract.prefixes import cache_scope
 from contract.servers import Servers
 from contract.settings import Recovery
 
@@ -84,6 +85,7 @@ class JobStore:
         fields: dict[str, str] | None = None,
         start_by_ms: int | None = None,
         counted: bool = True,
+        cache_salt: str | None = None,
     ) -> Submitted:
         """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
         same request), return the job the first one made. Raises OwnerLimit or OwnerRate when
@@ -92,7 +94,9 @@ class JobStore:
         atomic step. `fields` go into the job's hash too (JobField.KEEP_SPEC keeps the request
         after the job's end; JobField.ECHO, JobField.INPUT). A job not started by `start_by_ms`
         (default: QUEUE_WAIT_SECONDS from now) ends with queue_timeout. A job not `counted`
-        (a batch line: bounded by its batch) is not among its owner's unfinished jobs."""
+        (a batch line: bounded by its batch) is not among its owner's unfinished jobs. The
+        job reads and fills the prompt cache of its owner, or of its `cache_salt`."""
+        spec = replace(spec, cache_scope=cache_scope(owner, cache_salt))
         state = JobState(
             id=spec.id,
             surface=surface,

@@ -71,6 +71,9 @@ class Body(Strict):
     background: bool | None = None
     # The queue tier (contract.keys.PRIORITIES): workers take `priority` jobs first, `flex` last.
     service_tier: Literal["auto", "default", "flex", "priority"] | None = None
+    # Prompt caches are the key's own; keys that send the same salt share one (vLLM's
+    # extension; contract/prefixes.py `cache_scope`). It should be a long random secret.
+    cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None
     # Accepted, and change nothing here (see the module docstring).
     user: str | None = None
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None

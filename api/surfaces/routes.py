@@ -168,6 +168,7 @@ class Endpoints:
             detached=bool(body.background) or "respond-async" in ask.request.headers.get("prefer", ""),
             idempotency=ask.idempotency,
             fields=body.job_fields(job_id),
+            cache_salt=body.cache_salt,
             quota=Quota(
                 unfinished_jobs=settings.quotas.max_jobs_per_key,
                 requests_per_minute=settings.quotas.key_requests_per_minute,

@@ -60,6 +60,7 @@ class Engine(Protocol):
         prior: list[int],
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
+        cached: Callable[[int], None] | None = None,
     ) -> Generator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
@@ -218,8 +219,14 @@ class AttemptRules:
         def progressed() -> None:  # a step read part of the prompt: not a hung native call
             attempt.progress_at = time.monotonic()
 
+        reused = 0  # prompt tokens the slot's cache held (the usage's cached_tokens)
+
+        def cached(tokens: int) -> None:  # the engine's end of the job: its slot's cache held these
+            nonlocal reused
+            reused = min(tokens, len(prompt))
+
         alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        picks = engine.tokens(spec, prompt, prior, progressed, alone_for)
+        picks = engine.tokens(spec, prompt, prior, progressed, alone_for, cached)
         try:
             for pick, piece in self._timed(picks):
                 token = pick.token
@@ -265,7 +272,7 @@ class AttemptRules:
         out.end()
         if reason == STOP and reply.calls:
             reason = TOOL_CALLS
-        pub.finished(attempt, reason, prompt_tokens, generated)
+        pub.finished(attempt, reason, prompt_tokens, generated, cached_tokens=reused)
         if self._log_content:  # opt-in, for debugging only: the log then holds user data
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())

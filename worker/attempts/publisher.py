@@ -105,12 +105,20 @@ class Publisher:
         entry = Delta(epoch=attempt.epoch, text=text, token_ids=token_ids, calls=calls, logprobs=logprobs)
         self._submit(attempt, entry, wait=False)
 
-    def finished(self, attempt: Attempt, reason: str, prompt_tokens: int, completion_tokens: int) -> None:
+    def finished(
+        self,
+        attempt: Attempt,
+        reason: str,
+        prompt_tokens: int,
+        completion_tokens: int,
+        cached_tokens: int = 0,
+    ) -> None:
         entry = Finished(
             epoch=attempt.epoch,
             finish_reason=reason,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            cached_tokens=cached_tokens,
         )
         self._submit(attempt, entry, wait=True)
 

@@ -13,16 +13,13 @@ a courier thread hands the step's tokens to the job threads through their sequen
 while the next step computes: each job thread woken from the scheduler thread preempts it,
 and the model computes nothing meanwhile (docs/benchmarks.md has the figures).
 
-A sequence its job closes (done, cancelled, fenced, shut down) leaves at the next step: its
-slot takes the next job at once, without waiting for the others. A slot keeps the KV of its
-last sequence, and a new job takes the free slot that shares the longest prefix with its
-prompt (the chat template's system prompt, a conversation's earlier turns), so only the rest
-is prefilled; a job whose prompt extends no slot's cache takes an empty slot, else the
-least recently used (`choose_slot`), so a conversation's cache lasts until its next turn. A
-move that closes a gap between running slots first copies the cache the ended job left
-there to a spare slot (`spare_slot`). With the CPU build, a job's greedy tokens do not
-depend on what else is in the batch or on the cached prefix
-(tests/integration/test_batching.py checks it); a GPU backend may round a batch differently.
+A sequence its job closes leaves at the next step: its slot takes the next job at once. A
+slot keeps the KV of its last sequence for the next job of its cache scope (the same key or
+salt: contract/prefixes.py) that shares a prefix with it, which reads only the rest; a job
+extending no slot's cache takes an empty slot, else the least recently used (`choose_slot`),
+and a move closing a gap between running slots first copies the cache left there to a spare
+slot (`spare_slot`). With the CPU build a job's greedy tokens depend neither on the batch nor
+on the cached prefix (tests/integration/test_batching.py); a GPU may round a batch otherwise.
 """
 
 from __future__ import annotations
@@ -76,8 +73,10 @@ class Sequence:
     generated: int = 0
     closed: bool = False
     yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
+    scope: str = ""  # its cache scope (contract/prefixes.py): it reuses only caches of its scope
     alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps alone until it has generated this many
     progress: Callable[[], None] | None = None  # after each step that computed any of its rows
+    cached: int = 0  # context tokens its slot's cache held when it was given the slot
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
 
     def __iter__(self) -> Iterator[Pick]:
@@ -120,6 +119,7 @@ class Scheduler:
         self._batch = StepBatch(batch_capacity(slots, prefill_chunk))
         self._argmax = RowsArgmax(argmax_threads or threads_for())  # the greedy rows' pass
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
+        self._scopes = [""] * slots  # the cache scope of each slot's tokens
         self._ended = [0] * slots  # when each slot's last job ended (a tick; 0: never, or a stale copy)
         self._tick = 0
         self._free = list(range(slots))
@@ -237,19 +237,18 @@ class Scheduler:
             self._held.forget(slot)
 
     def _admit(self) -> None:
-        """Give free slots to waiting sequences (`choose_slot`: its conversation's own slot,
-        else an empty one or the least recently used). Where another slot's cache holds more
-        of the prompt than the slot taken (a conversation kept for its next turn, a running
-        job's system prompt), that prefix is copied in (`prefix_source`): no slot is
-        evicted for it, and no prompt is read again while a slot holds it."""
+        """Give free slots to waiting sequences (`choose_slot`). Where another slot's cache of
+        the job's scope holds more of the prompt than the slot taken, that prefix is copied in
+        (`prefix_source`): no slot is evicted for it, and no prompt is read again meanwhile."""
         while self._waiting and self._free:
             seq = self._waiting.pop(0)
-            slot = choose_slot(self._free, self._kv, seq.context, self._ended)
+            mine = [scope == seq.scope for scope in self._scopes]
+            slot = choose_slot(self._free, self._kv, seq.context, self._ended, mine)
             self._free.remove(slot)
-            # Keep the shared prefix, but always compute the last context token again:
-            # its logits are what the first token is sampled from.
-            keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1)
-            if self._prefix_cache and (source := prefix_source(slot, self._kv, seq.context)):
+            # the last context token is read again all the same: its logits give the first pick
+            keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1) if mine[slot] else 0
+            self._scopes[slot] = seq.scope
+            if self._prefix_cache and (source := prefix_source(slot, self._kv, seq.context, mine)):
                 src, keep = source
                 self._context.copy_prefix(src, slot, keep)  # the source's cache stays whole
                 self._kv[slot] = self._kv[src][:keep]
@@ -257,7 +256,7 @@ class Scheduler:
             else:
                 self._context.remove(slot, keep)
                 del self._kv[slot][keep:]
-            seq.slot, seq.fed = slot, keep
+            seq.slot, seq.fed, seq.cached = slot, keep, keep
             self._running.append(seq)
             self.counters.prompt_tokens += len(seq.context)
             self.counters.cached_tokens += keep
@@ -276,6 +275,7 @@ class Scheduler:
             # order asked); the source keeps a stale copy, the first cache to be evicted.
             self._context.copy(src, dst)
             self._kv[dst] = list(self._kv[src])
+            self._scopes[dst] = self._scopes[src]
             if self._held is not None:
                 self._held.moved(src, dst)
             self._ended[src] = 0
@@ -297,6 +297,7 @@ class Scheduler:
             return
         self._context.copy(gap, spare)
         self._kv[spare] = list(self._kv[gap])
+        self._scopes[spare] = self._scopes[gap]
         self._ended[spare] = self._ended[gap]
         if self._held is not None:
             self._held.moved(gap, spare)

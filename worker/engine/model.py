@@ -170,6 +170,7 @@ class LlamaEngine:
         prior: Sequence[int],
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
+        cached: Callable[[int], None] | None = None,
     ) -> Generator[tuple[Pick, bytes]]:
         """Sample after the prompt and what earlier attempts generated (`prior`), in the
         running batch, until the slot's window is full (the caller stops earlier). Closing
@@ -177,7 +178,8 @@ class LlamaEngine:
         through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
         called (from the scheduler's thread) after every step that computed any of its rows,
         prompt rows included. A suspect steps alone until it has generated `alone_for`
-        tokens (worker/engine/steps/plan.py)."""
+        tokens (worker/engine/steps/plan.py). Once the iterator is closed, `cached` is told how
+        many context tokens the slot's cache held (not read again)."""
         tools = self.prompts.tools
         grammar, trigger = tools.grammar(spec), tools.trigger(spec)
         gate: GrammarGate | TriggeredGate | None = None
@@ -206,6 +208,7 @@ class LlamaEngine:
             sampler=sampler,
             room=self.n_ctx - len(context),
             yields=spec.priority == BATCH,
+            scope=spec.cache_scope,
             alone_for=alone_for,
             progress=progress,
         )
@@ -218,6 +221,8 @@ class LlamaEngine:
                 yield pick, piece
         finally:
             self._scheduler.close(seq)
+            if cached is not None:
+                cached(seq.cached)
             if self._prefix_cache and answer:  # its prompt was read whole: the cache holds it
                 # an answer of text alone is what the next turn's assistant message will be
                 plain = not spec.stop and not spec.uses_tools and not prior

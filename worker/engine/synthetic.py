@@ -98,6 +98,7 @@ class SyntheticEngine:
         prior: Sequence[int],
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
+        cached: Callable[[int], None] | None = None,
     ) -> Generator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated (a resumed job goes on where it
         stopped), paced from the first one on an absolute schedule, then EOS (with

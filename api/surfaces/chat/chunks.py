@@ -27,11 +27,13 @@ from contract.errors import failure_body, status_of
 from contract.keys import JobStatus
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict:
+def usage(entry: Finished) -> dict:
+    """OpenAI's usage; `cached_tokens`: the prompt tokens the worker's slot already held."""
     return {
-        "prompt_tokens": prompt_tokens,
-        "completion_tokens": completion_tokens,
-        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens": entry.prompt_tokens,
+        "completion_tokens": entry.completion_tokens,
+        "total_tokens": entry.prompt_tokens + entry.completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": entry.cached_tokens},
     }
 
 
@@ -95,7 +97,7 @@ class Chunks:
 
     def usage(self, entry: Finished) -> dict:
         obj = self._chunk([])
-        obj["usage"] = usage(entry.prompt_tokens, entry.completion_tokens)
+        obj["usage"] = usage(entry)
         return obj
 
     def answer(self, rows: Rows) -> Answer | None:
@@ -118,7 +120,7 @@ class Chunks:
             "created": self.created,
             "model": self.model,
             "choices": [self._message(out.text(), finish_reason(entry), out)],
-            "usage": usage(entry.prompt_tokens, entry.completion_tokens),
+            "usage": usage(entry),
         }
 
     def pending(self, queued: bool) -> Answer:

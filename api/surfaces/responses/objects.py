@@ -33,7 +33,7 @@ def item_id(response_id: str, kind: str, index: int) -> str:
 def _usage(entry: Finished) -> dict:
     return {
         "input_tokens": entry.prompt_tokens,
-        "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+        "input_tokens_details": {"cached_tokens": entry.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": entry.completion_tokens,
         "output_tokens_details": {"reasoning_tokens": 0},
         "total_tokens": entry.prompt_tokens + entry.completion_tokens,

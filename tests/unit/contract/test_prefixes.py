@@ -4,7 +4,7 @@ new job's prompt starts with (contract/prefixes.py)."""
 from __future__ import annotations
 
 from contract.jobspec import JobSpec, Message, Tool
-from contract.prefixes import MAX_DIGESTS, prefixes
+from contract.prefixes import MAX_DIGESTS, cache_scope, prefixes
 
 MODEL = "m"
 SYSTEM = Message("system", "You are a helpful assistant. " * 40)
@@ -32,3 +32,18 @@ def test_the_next_turn_starts_with_the_prefix_the_answer_left():
 def test_a_legacy_prompt_is_cut_in_blocks():
     text = JobSpec(id="cmpl-x", kind="text", model=MODEL, prompt="x" * 1000)
     assert [chars for _, chars in prefixes(text)] == [256, 512, 768]
+
+
+def test_each_cache_scope_has_digests_of_its_own():
+    alice, bob = cache_scope("a" * 32), cache_scope("b" * 32)
+    salted = cache_scope("a" * 32, "s3cret"), cache_scope("b" * 32, "s3cret")
+    assert len({alice, bob, salted[0]}) == 3 and salted[0] == salted[1]  # shared by whoever sends it
+    assert "s3cret" not in salted[0] and cache_scope("") == ""  # no keys: one cache for all
+    for kind, parts in (("chat", {"messages": (SYSTEM,)}), ("text", {"prompt": "x" * 600})):
+        specs = {
+            s: JobSpec(id="j", kind=kind, model=MODEL, cache_scope=s, **parts)
+            for s in (alice, bob, salted[0], "")
+        }
+        digests = {scope: {d for d, _ in prefixes(spec)} for scope, spec in specs.items()}
+        assert all(digests.values())
+        assert all(not (digests[x] & digests[y]) for x in digests for y in digests if x != y)

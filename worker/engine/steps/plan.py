@@ -121,9 +121,13 @@ TAIL = 4  # tokens at a cache's end that a next turn may render otherwise (its a
 NEAR = 64  # tokens of shared prefix not worth evicting a more recent conversation for
 
 
-def choose_slot(free: list[int], kv: list[list[int]], context: list[int], ended: list[int]) -> int:
+def choose_slot(
+    free: list[int], kv: list[list[int]], context: list[int], ended: list[int], mine: list[bool] | None = None
+) -> int:
     """The free slot a new sequence takes (`kv`: each slot's cached tokens; `ended`: when
-    each slot's last job ended, a tick, 0 for never).
+    each slot's last job ended, a tick, 0 for never; `mine`: whether each slot's cache is of
+    the new job's cache scope, contract/prefixes.py: another scope's shares nothing with it;
+    None: every one is).
 
     A slot keeps its last job's cache for the next job that shares a prefix with it: a
     conversation's next turn, or prompts with one system prompt. So the slot whose whole
@@ -133,8 +137,9 @@ def choose_slot(free: list[int], kv: list[list[int]], context: list[int], ended:
     a new conversation does not overwrite a recent one (which cache-aware routing,
     api/jobs/routing.py, may be sending its next turn to) for the chat template's few shared
     tokens. Ties go to the lowest slot; `compaction` closes the gaps this may leave."""
-    shared = {s: common_prefix(kv[s], context) for s in free}
-    extended = [s for s in free if kv[s] and shared[s] >= len(kv[s]) - TAIL]
+    mine = mine or [True] * len(kv)
+    shared = {s: common_prefix(kv[s], context) if mine[s] else 0 for s in free}
+    extended = [s for s in free if mine[s] and kv[s] and shared[s] >= len(kv[s]) - TAIL]
     if extended:
         return max(extended, key=lambda s: (shared[s], -s))
     best = max(shared.values())
@@ -145,22 +150,26 @@ def choose_slot(free: list[int], kv: list[list[int]], context: list[int], ended:
 COPY_RATIO = 128  # cells copied per token of prompt a copy saves reading, at most (see prefix_source)
 
 
-def prefix_source(slot: int, kv: list[list[int]], context: list[int]) -> tuple[int, int] | None:
+def prefix_source(
+    slot: int, kv: list[list[int]], context: list[int], mine: list[bool] | None = None
+) -> tuple[int, int] | None:
     """Where a new sequence taking `slot` copies the cached prefix of its `context` from:
-    (source slot, tokens to keep), None when no other slot's cache (running or free) holds
-    more of it than `slot`'s own. `choose_slot` keeps a conversation's cache from a new
-    job, but the job need not read again what that cache holds: the shared prefix is
-    copied into its own slot. The last context token is read all the same (its logits).
+    (source slot, tokens to keep), None when no other slot's cache (running or free) of its
+    cache scope (`mine`, as for `choose_slot`) holds more of it than `slot`'s own.
+    `choose_slot` keeps a conversation's cache from a new job, but the job need not read
+    again what that cache holds: the shared prefix is copied into its own slot. The last
+    context token is read all the same (its logits).
 
     A copy costs by the cells the source holds (all of them are copied, then cut to the
     prefix), reading by the tokens: with SmolLM2 on two cores a cell copies in ~5 us and a
     token reads in ~2 ms. A copy is made when it saves at least one token for every
     COPY_RATIO cells, and from the shortest cache among those sharing the most."""
     limit = len(context) - 1
-    own = min(common_prefix(kv[slot], context), limit)
+    mine = mine or [True] * len(kv)
+    own = min(common_prefix(kv[slot], context), limit) if mine[slot] else 0
     found = []  # (tokens kept, -cells copied, -slot): the best is the largest
     for src, cached in enumerate(kv):
-        keep = min(common_prefix(cached, context), limit)
+        keep = min(common_prefix(cached, context), limit) if mine[src] else 0
         if src != slot and keep > own and (keep - own) * COPY_RATIO >= len(cached):
             found.append((keep, -len(cached), -src))
     if not found:

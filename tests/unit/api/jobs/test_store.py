@@ -5,6 +5,7 @@ replicas cannot overshoot them)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
@@ -15,6 +16,7 @@ from contract import keys, tiers
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
 from contract.keys import JobField
+from contract.prefixes import cache_scope
 from contract.servers import Servers
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
@@ -64,7 +66,7 @@ def stored(job: JobSpec) -> int:
 def test_a_small_request_is_charged_for_what_its_job_stores():
     """A 100-byte request whose job records far more (a response's history, issue 38) counts
     the record against the byte budget, not its body."""
-    big = spec(0, "x" * 10_000)
+    big = dataclasses.replace(spec(0, "x" * 10_000), cache_scope=cache_scope("o"))  # as submitted
 
     async def go() -> list:
         s = store(FakePair())

@@ -37,10 +37,11 @@ class ScriptedEngine:
     model_name = "m"
     n_ctx = 64
 
-    def __init__(self, script: list[int], on_token=None) -> None:
+    def __init__(self, script: list[int], on_token=None, held: int = 0) -> None:
         self.script = script
         self.contexts: list[list[int]] = []
         self.on_token = on_token
+        self.held = held  # context tokens a slot's cache held: told when the job's side ends
 
     def prompt_ids(self, spec):
         if spec.messages[0].content == "too long":
@@ -56,12 +57,16 @@ class ScriptedEngine:
     def reply(self, spec):
         return PlainReply()
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         self.contexts.append([*prompt, *prior])
-        for i, tok in enumerate(self.script):
-            if self.on_token:
-                self.on_token(i)
-            yield Pick(tok), self.piece(tok)
+        try:
+            for i, tok in enumerate(self.script):
+                if self.on_token:
+                    self.on_token(i)
+                yield Pick(tok), self.piece(tok)
+        finally:
+            if cached is not None:
+                cached(self.held)
 
 
 def spec(**kw) -> dict:
@@ -131,6 +136,12 @@ def test_fresh_job_publishes_started_deltas_and_usage(r):
     assert s[-1] == Finished(epoch=s[-1].epoch, finish_reason="stop", prompt_tokens=3, completion_tokens=2)
 
 
+@pytest.mark.parametrize(("held", "cached"), [(2, 2), (9, len(PROMPT))])  # of the prompt: not what followed
+def test_the_usage_says_how_much_of_the_prompt_the_slot_s_cache_held(r, held, cached):
+    run_one(runner(r, ScriptedEngine([7, EOS], held=held)), spec())
+    assert stream(r)[-1].cached_tokens == cached
+
+
 class SlowPrefillEngine(ScriptedEngine):
     """Reads its prompt over steps that take longer, together, than the heartbeat's stall
     window, saying so after each; the heartbeat beats just before the first token."""
@@ -139,7 +150,7 @@ class SlowPrefillEngine(ScriptedEngine):
         super().__init__(script)
         self.heartbeat = heartbeat
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         for _ in range(4):
             threading.Event().wait(0.1)
             if progress is not None:
@@ -156,7 +167,7 @@ class EndingEngine(ScriptedEngine):
         super().__init__(script)
         self.r, self.live, self.ended_with = r, [], None
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         gen = self._tokens(spec, prompt, prior)
         self.live.append(gen)  # as a scheduler's list would: breaking out does not end it
         return gen
@@ -321,7 +332,7 @@ class GatedEngine(ScriptedEngine):
         self.gate = threading.Event()
         self.inside = threading.Semaphore(0)
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         self.inside.release()
         self.gate.wait(10)
         yield from super().tokens(spec, prompt, prior)

@@ -47,6 +47,7 @@ def test_with_include_usage_every_chunk_has_usage_null_and_the_last_has_it():
         "prompt_tokens": 3,
         "completion_tokens": 4,
         "total_tokens": 7,
+        "prompt_tokens_details": {"cached_tokens": 0},
     }
 
 

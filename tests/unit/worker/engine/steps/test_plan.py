@@ -128,6 +128,20 @@ def test_a_prefix_is_copied_from_the_longest_match_running_or_free_and_the_short
     assert prefix_source(4, kv, [*system]) == (2, len(system) - 1)  # the last token is read again
 
 
+def test_another_scope_s_cache_is_neither_extended_nor_copied_and_is_evicted_as_any_other():
+    # slot 0 holds another key's run of the very same prompt (contract/prefixes.py cache_scope)
+    prompt = [*TEMPLATE, *range(2000, 2400)]
+    kv = [[*prompt, *range(40, 50)], [*TEMPLATE, *range(5000, 5100)], []]
+    theirs = [False, True, True]
+    assert choose_slot([0, 1, 2], kv, prompt, ended=[2, 1, 0], mine=theirs) == 2  # an empty slot first
+    assert prefix_source(2, kv, prompt, mine=theirs) == (1, len(TEMPLATE))  # from slot 1 only
+    assert choose_slot([0, 1], kv, prompt, ended=[2, 1, 0], mine=theirs) == 1  # then the least recent
+    assert choose_slot([0, 1], kv, prompt, ended=[1, 2, 0], mine=theirs) == 0  # however much it shares
+    assert prefix_source(0, kv, prompt, mine=theirs) == (1, len(TEMPLATE))  # taken, none of its own
+    assert choose_slot([0, 1, 2], kv, prompt, ended=[2, 1, 0], mine=[True] * 3) == 0  # of one scope: a hit
+    assert prefix_source(2, kv, prompt, mine=[True] * 3) == (0, len(prompt) - 1)
+
+
 def test_no_copy_costs_more_than_the_reading_it_saves():
     long = [*TEMPLATE, *range(100, 100 + 130 * len(TEMPLATE))]  # a long conversation
     assert prefix_source(1, [long, []], [*TEMPLATE, 7, 8]) is None  # for the template alone

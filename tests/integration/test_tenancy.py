@@ -1,0 +1,140 @@
+"""Tenants through real processes: each API key reads and fills only its own prompt cache
+(a worker's slots and the router's digests alike), unless keys share a `cache_salt` on purpose
+(contract/prefixes.py `cache_scope`); the usage says what the cache held.
+
+The cache tests run one worker with two slots: whichever key asks, its job lands on the
+worker whose slot holds the other key's prompt, so a hit across keys cannot hide behind
+placement. Routing needs two workers (with one there is nothing to choose)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import httpx
+import openai
+import pytest
+import redis
+
+from api.http.auth import digest
+from contract import keys, stats
+from contract.jobspec import JobSpec, Message
+from contract.prefixes import cache_scope, prefixes
+from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from tests.integration.conftest import MODEL
+
+pytestmark = pytest.mark.integration
+
+ALICE, BOB, CAROL = "sk-alice-0123456789", "sk-bob-0123456789", "sk-carol-0123456789"
+SALT = "a shared secret salt, long and random: 5f0c9d2e8a7b4c1d"
+SYSTEM = "You are a careful assistant who answers briefly and never repeats the question. " * 25
+MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Name a colour."}]
+PROMPT_TOKENS = 300  # the prompt above is longer: a hit reads back at least this much
+
+
+def owner(key: str) -> str:
+    return digest(key)[:32]  # api/http/auth.py: a job's owner is a prefix of its key's SHA-256
+
+
+@dataclass
+class Stack:
+    base: str
+    r: redis.Redis
+    workers: list[str]
+
+    def ask(self, key: str, **extra) -> dict:
+        body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 8, "temperature": 0, **extra}
+        headers = {"Authorization": f"Bearer {key}"}
+        resp = httpx.post(self.base + "/v1/chat/completions", json=body, headers=headers, timeout=120)
+        assert resp.status_code == 200, resp.text
+        return resp.json()
+
+    def routed(self) -> int:
+        return int(self.r.hget(keys.STATS, stats.StatField.routed(MODEL)) or 0)
+
+    def wait_held(self, answer: dict, scope: str) -> None:
+        """Until the worker that answered says its slot holds this conversation with its
+        answer, in `scope`: what routing a next request of that scope relies on."""
+        worker = self.r.hget(keys.job(answer["id"]), keys.JobField.WORKER).decode()
+        messages = tuple(map(Message.from_dict, MESSAGES))
+        spec = JobSpec(id="", kind="chat", model=MODEL, messages=messages, cache_scope=scope)
+        held = prefixes(spec, answer["choices"][0]["message"]["content"])[-1][0]
+        deadline = time.monotonic() + 10
+        while not self.r.sismember(keys.held_prefixes(worker), held):
+            assert time.monotonic() < deadline, f"{worker} never said it holds {answer['id']}"
+            time.sleep(0.05)
+
+
+def cached(answer: dict) -> int:
+    return answer["usage"]["prompt_tokens_details"]["cached_tokens"]
+
+
+@pytest.fixture
+def stack(tmp_path, request) -> Iterator[Stack]:
+    """An API taking three keys, and `request.param` workers of two slots each."""
+    redis_proc, url = start_redis(tmp_path)
+    env = {"API_KEYS": ",".join((ALICE, BOB, CAROL)), "ROUTE_WAIT_SECONDS": "5"}
+    api, base = start_api(tmp_path, url, env=env)
+    names = [f"w{i}" for i in range(request.param)]
+    procs = [start_worker(tmp_path, url, name=n, env={"SLOTS": "2", "WARM_UP_SECONDS": "0"}) for n in names]
+    try:
+        auth = {"Authorization": f"Bearer {ALICE}"}
+        wait_for_model(base, MODEL, procs=(api, *procs), headers=auth)
+        deadline = time.monotonic() + 30
+        while httpx.get(base + "/v1/models", headers=auth).json()["data"][0]["workers"] < len(names):
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+        yield Stack(base, redis.Redis.from_url(url), names)
+    finally:
+        for p in (*procs, api, redis_proc):
+            p.stop()
+
+
+@pytest.mark.parametrize("stack", [1], indirect=True, ids=["one worker"])
+def test_a_key_hits_its_own_prompt_cache_and_no_other_key_s(stack):
+    first = stack.ask(ALICE)
+    assert cached(first) == 0
+
+    # Bob sends the very same prompt: the worker, holding Alice's prompt in a slot, reads
+    # all of Bob's again
+    bob = stack.ask(BOB)
+    assert cached(bob) == 0 and bob["usage"]["prompt_tokens"] > PROMPT_TOKENS
+
+    # Alice again: her slot's cache is read, not the prompt
+    again = stack.ask(ALICE)
+    assert cached(again) > PROMPT_TOKENS
+    assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
+
+    # through the SDK, and on the Responses surface, the same figure
+    sdk = openai.OpenAI(base_url=stack.base + "/v1", api_key=ALICE, max_retries=0)
+    chat = sdk.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0)
+    assert chat.usage is not None and chat.usage.prompt_tokens_details is not None
+    assert chat.usage.prompt_tokens_details.cached_tokens > PROMPT_TOKENS
+    response = sdk.responses.create(
+        model=MODEL, instructions=SYSTEM, input="Name a colour.", max_output_tokens=8, temperature=0
+    )
+    assert response.usage is not None and response.usage.input_tokens_details.cached_tokens > PROMPT_TOKENS
+
+
+@pytest.mark.parametrize("stack", [1], indirect=True, ids=["one worker"])
+def test_keys_sharing_a_cache_salt_share_one_cache(stack):
+    assert cached(stack.ask(BOB, cache_salt=SALT)) == 0
+    assert cached(stack.ask(ALICE)) == 0  # without the salt: her own cache, empty
+    assert cached(stack.ask(CAROL, cache_salt=SALT)) > PROMPT_TOKENS  # Bob's slot, read back
+
+
+@pytest.mark.parametrize("stack", [2], indirect=True, ids=["two workers"])
+def test_routing_follows_only_a_key_s_own_prompts_or_its_salt_s(stack):
+    first = stack.ask(ALICE)
+    stack.wait_held(first, cache_scope(owner(ALICE)))
+    routed = stack.routed()
+    stack.ask(BOB)
+    assert stack.routed() == routed, "Bob's job was routed by Alice's prompt"
+    stack.ask(ALICE)
+    assert stack.routed() == routed + 1  # her own prompt: to the worker holding it
+
+    salted = stack.ask(BOB, cache_salt=SALT)
+    stack.wait_held(salted, cache_scope(owner(BOB), SALT))
+    carol = stack.ask(CAROL, cache_salt=SALT)
+    assert stack.routed() == routed + 2 and cached(carol) > PROMPT_TOKENS
