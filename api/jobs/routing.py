@@ -19,9 +19,10 @@ The policy weighs the cache against the load, as SGLang's router does:
 
 A routed job carries a deadline (`keys.routed`): ROUTE_WAIT_SECONDS if its worker has a free
 slot, that much more for each job already routed to it and for a full worker, at most four
-times as much. The reaper's tick moves every job past its deadline back to the front of its
-tier's shared queue (`contract.lua.queues.FALL_BACK`: a job is either taken by its worker
-or moved, never both), and at once the jobs of a worker found dead. Continuations, suspects
+times as much. The reaper's tick moves every job past its deadline back to its tier's shared
+queue, where its arrival puts it (`contract.lua.queues.FALL_BACK`: a job is either taken by
+its worker or moved, never both; never ahead of another key's earlier job, so a key cannot
+jump the queue by routing), and at once the jobs of a worker found dead. Continuations, suspects
 and batch lines are never routed: they wait in the shared queues, as they always did.
 """
 
@@ -155,6 +156,6 @@ class Router:
                     index,
                     keys.STATS,
                 ],
-                args=[job_id, as_text(raw), stats.StatField.route_fallbacks(model)],
+                args=[job_id, as_text(raw), stats.StatField.route_fallbacks(model), keys.rq_job("")],
             )
         return back

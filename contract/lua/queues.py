@@ -53,11 +53,26 @@ def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:
 FALL_BACK = """
 -- KEYS[1]=the worker's routed queue, KEYS[2]=the tier's shared queue, KEYS[3]=the model's
 -- wake list, KEYS[4]=the routed index, KEYS[5]=the stats hash; ARGV[1]=the RQ job id,
--- ARGV[2]=its index member, ARGV[3]=the stats field. Returns 1 if the job went back to the
--- shared queue, 0 if its worker had taken it (or it ended).
+-- ARGV[2]=its index member, ARGV[3]=the stats field, ARGV[4]=the prefix of RQ's job records.
+-- Returns 1 if the job went back to the shared queue, 0 if its worker had taken it (or it
+-- ended). It goes back where its arrival puts it: before the first job that came after it
+-- (RQ's `enqueued_at`, UTC to the microsecond, sorts as text), else last; never ahead of
+-- another key's earlier job. The walk is as long as the tier's queue, which MAX_QUEUE_DEPTH
+-- bounds; a fallback is rare.
 redis.call('ZREM', KEYS[4], ARGV[2])
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
-redis.call('LPUSH', KEYS[2], ARGV[1])
+local arrived = redis.call('HGET', ARGV[4] .. ARGV[1], 'enqueued_at')
+local placed = 0
+if arrived then
+  for _, id in ipairs(redis.call('LRANGE', KEYS[2], 0, -1)) do
+    local at = redis.call('HGET', ARGV[4] .. id, 'enqueued_at')
+    if at and at > arrived then
+      placed = redis.call('LINSERT', KEYS[2], 'BEFORE', id, ARGV[1])
+      break
+    end
+  end
+end
+if placed <= 0 then redis.call('RPUSH', KEYS[2], ARGV[1]) end
 redis.call('LPUSH', KEYS[3], 1)
 redis.call('LTRIM', KEYS[3], 0, 63)
 redis.call('HINCRBY', KEYS[5], ARGV[3], 1)

@@ -9,7 +9,7 @@ placement. Routing needs two workers (with one there is nothing to choose)."""
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import httpx
@@ -18,10 +18,12 @@ import pytest
 import redis
 
 from api.http.auth import digest
-from contract import keys, stats
+from contract import entries, keys, stats
+from contract.entries import Started
 from contract.jobspec import JobSpec, Message
 from contract.prefixes import cache_scope, prefixes
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from tests.hold import holding
 from tests.integration.conftest import MODEL
 
 pytestmark = pytest.mark.integration
@@ -50,8 +52,27 @@ class Stack:
         assert resp.status_code == 200, resp.text
         return resp.json()
 
+    def send(self, key: str, messages: list[dict]) -> str:
+        """A background job; its id."""
+        body = {"model": MODEL, "messages": messages, "max_tokens": 4, "temperature": 0, "background": True}
+        headers = {"Authorization": f"Bearer {key}"}
+        resp = httpx.post(self.base + "/v1/chat/completions", json=body, headers=headers, timeout=60)
+        assert resp.status_code == 202, resp.text
+        return resp.json()["id"]
+
+    def status(self, job_id: str) -> str:
+        return (self.r.hget(keys.job(job_id), keys.JobField.STATUS) or b"").decode()
+
+    def started_ms(self, job_id: str) -> int:
+        """When its (first) attempt started: its Started entry's stream id."""
+        rows = self.r.xrange(keys.events(job_id))
+        return next(int(i.split(b"-")[0]) for i, f in rows if isinstance(entries.decode(f), Started))
+
     def routed(self) -> int:
         return int(self.r.hget(keys.STATS, stats.StatField.routed(MODEL)) or 0)
+
+    def fallbacks(self) -> int:
+        return int(self.r.hget(keys.STATS, stats.StatField.route_fallbacks(MODEL)) or 0)
 
     def wait_held(self, answer: dict, scope: str) -> None:
         """Until the worker that answered says its slot holds this conversation with its
@@ -66,18 +87,28 @@ class Stack:
             time.sleep(0.05)
 
 
+def wait_for(ready: Callable[[], bool], what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        time.sleep(0.05)
+
+
 def cached(answer: dict) -> int:
     return answer["usage"]["prompt_tokens_details"]["cached_tokens"]
 
 
 @pytest.fixture
 def stack(tmp_path, request) -> Iterator[Stack]:
-    """An API taking three keys, and `request.param` workers of two slots each."""
+    """An API taking three keys, and `request.param` workers of two slots each, or given
+    (workers, slots, ROUTE_WAIT_SECONDS), of those."""
+    workers, slots, route_wait = request.param if isinstance(request.param, tuple) else (request.param, 2, 5)
     redis_proc, url = start_redis(tmp_path)
-    env = {"API_KEYS": ",".join((ALICE, BOB, CAROL)), "ROUTE_WAIT_SECONDS": "5"}
-    api, base = start_api(tmp_path, url, env=env)
-    names = [f"w{i}" for i in range(request.param)]
-    procs = [start_worker(tmp_path, url, name=n, env={"SLOTS": "2", "WARM_UP_SECONDS": "0"}) for n in names]
+    env = {"API_KEYS": ",".join((ALICE, BOB, CAROL)), "ROUTE_WAIT_SECONDS": str(route_wait)}
+    api, base = start_api(tmp_path, url, env=env | {"REAPER_INTERVAL_SECONDS": "0.2"})
+    names = [f"w{i}" for i in range(workers)]
+    worker_env = {"SLOTS": str(slots), "WARM_UP_SECONDS": "0"}
+    procs = [start_worker(tmp_path, url, name=n, env=worker_env) for n in names]
     try:
         auth = {"Authorization": f"Bearer {ALICE}"}
         wait_for_model(base, MODEL, procs=(api, *procs), headers=auth)
@@ -138,3 +169,22 @@ def test_routing_follows_only_a_key_s_own_prompts_or_its_salt_s(stack):
     stack.wait_held(salted, cache_scope(owner(BOB), SALT))
     carol = stack.ask(CAROL, cache_salt=SALT)
     assert stack.routed() == routed + 2 and cached(carol) > PROMPT_TOKENS
+
+
+@pytest.mark.parametrize("stack", [(2, 1, 1)], indirect=True, ids=["two workers of one slot"])
+def test_a_routed_job_that_falls_back_waits_behind_other_keys_earlier_jobs(stack):
+    # Bob plants his prompt on a worker; both workers are then busy; Alice queues two jobs,
+    # then Bob's same prompt is routed to its holder, misses its deadline and falls back.
+    stack.wait_held(stack.ask(BOB), cache_scope(owner(BOB)))
+    carol = {"Authorization": f"Bearer {CAROL}"}
+    with holding(stack.base, MODEL, carol) as one, holding(stack.base, MODEL, carol) as two:
+        wait_for(lambda: all(stack.status(j) == "running" for j in (one, two)), "the workers to be busy")
+        alice = [stack.send(ALICE, [{"role": "user", "content": f"Say {word}."}]) for word in ("yes", "no")]
+        bob = stack.send(BOB, MESSAGES)
+        assert stack.routed() == 1  # Alice's short prompts are not routed; Bob's is
+        wait_for(lambda: stack.fallbacks() == 1, "Bob's job to fall back")
+    # the workers free up: the shared queue's order is what they take
+    for job_id in (*alice, bob):
+        wait_for(lambda job_id=job_id: stack.status(job_id) == "done", f"{job_id} to end")
+    started = {job_id: stack.started_ms(job_id) for job_id in (*alice, bob)}
+    assert started[bob] >= max(started[a] for a in alice), started

@@ -103,6 +103,36 @@ def test_a_job_is_routed_to_the_holder_and_goes_back_once_past_its_deadline():
     assert counted[stats.StatField.route_fallbacks(MODEL).encode()] == b"1"
 
 
+def test_a_job_that_falls_back_waits_where_its_arrival_puts_it_never_ahead_of_earlier_jobs():
+    # Alice's two jobs wait in the shared queue; Bob's, routed to the worker holding his
+    # prompt, misses its deadline; Carol's comes after it. Bob's goes back between them.
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeAsyncRedis(server=server)
+    sync = fakeredis.FakeRedis(server=server)
+    bob = chat(SYSTEM, Message("user", "Hi"))
+    pool(r, {"w1": [d for d, _ in prefixes(bob)], "w2": []}, {})
+    router = Router(r, WorkerRegistry(r, 15), SETTINGS)
+
+    def shared(job_id: str) -> None:
+        spec = JobSpec(id=job_id, kind="chat", model=MODEL, messages=(Message("user", "a"),))
+        queueing.enqueue(Servers(sync, sync), spec.to_dict(), 0, Recovery())
+        time.sleep(0.002)  # RQ stamps arrivals to the microsecond: keep them apart
+
+    async def go() -> list[bytes]:
+        shared("chatcmpl-alice0")
+        shared("chatcmpl-alice1")
+        enqueue(server, bob, await router.route(bob))
+        time.sleep(0.002)
+        shared("chatcmpl-carol")
+        await r.zadd(keys.routed(MODEL), {(await r.zrange(keys.routed(MODEL), 0, -1))[0]: 0})
+        assert await router.fall_back(MODEL) == 1
+        return await r.lrange(keys.rq_queue_key(tiers.queue_name(MODEL)), 0, -1)
+
+    order = [raw.decode() for raw in asyncio.run(go())]
+    names = ["chatcmpl-alice0", "chatcmpl-alice1", bob.id, "chatcmpl-carol"]
+    assert order == [keys.rq_job_id(n, 0) for n in names]
+
+
 def test_a_job_its_worker_took_is_not_moved_and_a_dead_worker_s_are_moved_at_once():
     server = fakeredis.FakeServer()
     r = fakeredis.FakeAsyncRedis(server=server)
