@@ -68,6 +68,11 @@ class Stack:
         rows = self.r.xrange(keys.events(job_id))
         return next(int(i.split(b"-")[0]) for i, f in rows if isinstance(entries.decode(f), Started))
 
+    def metric(self, name: str, key: str) -> float:
+        """A counter of /metrics, summed over its labels, as `key` reads it."""
+        text = httpx.get(self.base + "/metrics", headers={"Authorization": f"Bearer {key}"}).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
     def routed(self) -> int:
         return int(self.r.hget(keys.STATS, stats.StatField.routed(MODEL)) or 0)
 
@@ -160,8 +165,10 @@ def test_routing_follows_only_a_key_s_own_prompts_or_its_salt_s(stack):
     first = stack.ask(ALICE)
     stack.wait_held(first, cache_scope(owner(ALICE)))
     routed = stack.routed()
-    stack.ask(BOB)
+    seen = stack.metric("tokenspool_routed_jobs_total", BOB)
+    stack.ask(BOB)  # Bob guesses Alice's prompt right: the oracle of issue 52 says nothing
     assert stack.routed() == routed, "Bob's job was routed by Alice's prompt"
+    assert stack.metric("tokenspool_routed_jobs_total", BOB) == seen
     stack.ask(ALICE)
     assert stack.routed() == routed + 1  # her own prompt: to the worker holding it
 
