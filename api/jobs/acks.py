@@ -227,7 +227,8 @@ async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: Again) ->
     """Return once a replica holds the new job. A failover meanwhile may have lost it with
     the old primary's last writes: the job is recorded and queued again on the primary there
     is now (RECORD changes nothing if the job is there; a second queue entry of a job that
-    runs or ran is dropped by CLAIM), until a replica has it or `CONFIRM_FOR_S` passes. With
+    runs or ran is dropped by CLAIM) after every round that did not confirm it, the last
+    included, until a replica has it or `CONFIRM_FOR_S` passes. With
     two servers, the queues server may lose the queue entry alone (the streams server kept
     the job, its pending mark cleared): it is queued again if still queued with no RQ record."""
     deadline = time.monotonic() + CONFIRM_FOR_S
@@ -238,10 +239,8 @@ async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: Again) ->
             held = queued = await acks.streams.settled(keys.job(job_id))
         if held and queued:
             return
-        if time.monotonic() >= deadline:
-            log.warning("no replica acknowledged %s in %.0fs: answered anyway", job_id, CONFIRM_FOR_S)
-            return
-        await asyncio.sleep(0.2)
+        # before the wait may run out: the job is written again where the primary is now, if
+        # it lacks it (a round that outlasted the wait may have found it lost)
         with contextlib.suppress(RedisError):  # Redis still away: wait and try again
             if not held and await again.record():
                 log.warning("job %s was lost in a failover: recorded and queued again", job_id)
@@ -249,3 +248,7 @@ async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: Again) ->
             elif not queued and await again.entry_lost():
                 log.warning("job %s lost its queue entry in a failover: queued again", job_id)
                 await again.enqueue()
+        if time.monotonic() >= deadline:
+            log.warning("no replica acknowledged %s in %.0fs: answered anyway", job_id, CONFIRM_FOR_S)
+            return
+        await asyncio.sleep(0.2)
