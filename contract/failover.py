@@ -214,15 +214,29 @@ def sentinel_target(url: str) -> Target | None:
     if unknown := set(query) - _QUERY - {k for k in query if k.startswith("ssl_")}:
         raise ValueError(f"a sentinel URL takes no option {', '.join(sorted(unknown))}")
     flags = {"true": True, "false": False}
+    ssl = url.startswith("rediss+") or _flag(query.get("ssl", "false"), "ssl")
+    tls = {k: flags.get(v.lower(), v) for k, v in query.items() if k.startswith("ssl_")}
+    if tls and not ssl:  # dropped, the connection would be plain text (redis:// refuses them too)
+        raise ValueError(f"{', '.join(sorted(tls))} need TLS: add ssl=true, or use rediss+sentinel://")
+    if isinstance(tls.get("ssl_check_hostname", False), str):
+        raise ValueError("ssl_check_hostname is true or false")
     return Target(
         sentinels=sentinels,
         master=unquote(path[0]),
         db=int(path[1]) if len(path) > 1 else 0,
-        ssl=url.startswith("rediss+") or query.get("ssl", "").lower() in ("1", "true", "yes"),
+        ssl=ssl,
         auth={k: unquote(v) for k, v in (("username", user), ("password", password)) if v},
         sentinel_auth={k[len("sentinel_") :]: query[k] for k in _SENTINEL_AUTH if k in query},
-        tls={k: flags.get(v.lower(), v) for k, v in query.items() if k.startswith("ssl_")},
+        tls=tls,
     )
+
+
+def _flag(value: str, name: str) -> bool:
+    if value.lower() in ("1", "true", "yes"):
+        return True
+    if value.lower() in ("0", "false", "no"):
+        return False
+    raise ValueError(f"{name} is true or false")
 
 
 _SENTINEL_AUTH = ("sentinel_username", "sentinel_password")

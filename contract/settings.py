@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract import failover
 from contract.logs import redacted
 
 
@@ -153,6 +154,12 @@ def _one_server(raw: str) -> str:
     """REDIS_URL: RQ's queues need one server, never a cluster."""
     if "+cluster://" in raw.split("@", 1)[0]:
         raise ValueError("RQ's queues need one server: give a cluster as STREAMS_REDIS_URL")
+    return _server(raw)
+
+
+def _server(raw: str) -> str:
+    """A Redis URL; a sentinel URL the clients would refuse is refused now, at start."""
+    failover.sentinel_target(raw)
     return raw
 
 
@@ -176,6 +183,7 @@ class Shared:
         "is not REDIS_URL's: the same forms, or `redis+cluster://` (docs/operations.md, "
         '"Two Redis servers")',
         shown="REDIS_URL",
+        parse=_server,
     )
     log_format: str = setting("json", "LOG_FORMAT", "`json` (one object per line) or `text`")
     log_level: str = setting("INFO", "LOG_LEVEL", "the lowest level logged")

@@ -109,3 +109,10 @@ def test_a_refused_url_is_echoed_without_its_password():
         load(Shared, {"REDIS_URL": "redis+cluster://user:Sup3rSecretPW@host:6379"})
     said = str(refused.value)
     assert "REDIS_URL" in said and "user:***@host" in said and "Sup3rSecretPW" not in said
+
+
+def test_a_sentinel_url_the_clients_would_refuse_is_refused_at_start():
+    for name in ("REDIS_URL", "STREAMS_REDIS_URL"):
+        with pytest.raises(SettingError, match=f"{name}.*ssl") as refused:
+            Settings.from_env({name: "redis+sentinel://:Sup3rSecretPW@s/m?ssl_ca_certs=/ca.crt"})
+        assert "Sup3rSecretPW" not in str(refused.value)

@@ -67,6 +67,21 @@ def test_a_sentinel_url_refuses_options_it_would_ignore():
         sentinel_target("redis+sentinel://s/m?db=3&socket_timeout=1")
 
 
+@pytest.mark.parametrize(
+    "query",
+    [
+        "ssl_ca_certs=/ca.crt",
+        "ssl=false&ssl_cert_reqs=required",
+        "ssl=maybe",
+        "ssl=true&ssl_check_hostname=perhaps",
+    ],
+)
+def test_tls_options_that_would_not_apply_are_refused_not_dropped(query):
+    # without ssl=true the connection would be plain text beside options that say otherwise
+    with pytest.raises(ValueError, match="ssl"):
+        sentinel_target(f"redis+sentinel://:secret@s/m?{query}")
+
+
 def test_a_sentinel_url_gives_clients_that_ask_the_sentinels_for_the_primary():
     url = "redis+sentinel://s1:26379,s2:26379/mymaster"
     sync = sync_client(url, socket_timeout=2)
