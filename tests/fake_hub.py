@@ -1,7 +1,8 @@
 """A stand-in for the Hugging Face Hub on loopback, for huggingface_hub's real download code
 (HF_ENDPOINT pointed at it): the repo tree, file metadata (HEAD) and downloads (GET, with
 Range), gated repos that want a token, and the errors the Hub answers with (`X-Error-Code`).
-It counts the downloads of each file, and can serve them slowly, a chunk at a time."""
+It counts the downloads of each file, and can serve them slowly, a chunk at a time; a repo has
+one commit (`main`, or its hash), and can serve files altered from what their etags say."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ TOKEN = "hf_stand_in_token"
 class Repo:
     files: dict[str, bytes]
     gated: bool = False
+    altered: dict[str, bytes] = field(default_factory=dict)  # served instead, under the files' etags
 
     def commit(self, repo_id: str) -> str:
         return hashlib.sha1(repo_id.encode()).hexdigest()
@@ -71,6 +73,8 @@ class FakeHub:
             return _error(h, 404, "RepoNotFound", "Repository not found")
         if repo.gated and h.headers.get("Authorization") != f"Bearer {TOKEN}":
             return _error(h, 401, "GatedRepo", "Access to this model is restricted")
+        if unquote((tree or resolve)[2]) not in ("main", repo.commit(repo_id)):  # one commit, on main
+            return _error(h, 404, "RevisionNotFound", "Invalid rev id")
         if tree:
             listing = [
                 {"type": "file", "path": name, "size": len(data), "oid": hashlib.sha1(data).hexdigest()}
@@ -83,13 +87,14 @@ class FakeHub:
         data = repo.files[name]
         headers = {
             "X-Repo-Commit": repo.commit(repo_id),
-            "ETag": f'"{hashlib.sha256(data).hexdigest()}"',
+            "ETag": f'"{hashlib.sha256(data).hexdigest()}"',  # a Git LFS file's: its sha256
             "Accept-Ranges": "bytes",
             "Content-Type": "application/octet-stream",
         }
         start = 0
         if m := re.fullmatch(r"bytes=(\d+)-", h.headers.get("Range", "")):
             start = int(m[1])
+        data = repo.altered.get(name, data)
         if body:
             self.downloads[(repo_id, name)] += 1
         status = 206 if start else 200

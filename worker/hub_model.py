@@ -1,11 +1,17 @@
-"""A model named on the Hugging Face Hub (MODEL_HF=owner/repo[:quant]): which GGUF of the repo,
-downloaded once into the shared cache, as llama-server's `-hf` picks it.
+"""A model named on the Hugging Face Hub (MODEL_HF=owner/repo[:quant][@revision]): which GGUF of
+the repo, downloaded once into the shared cache, as llama-server's `-hf` picks it.
 
 The quant picks the GGUF whose file name holds it (case-insensitive, as a word of the name
 first: `Q4_K_M` is not `IQ4_K_M`); without one, the Q4_K_M file, then Q8_0, else the repo's
 only GGUF; MODEL_HF_FILE names an exact file. A split model (`-00001-of-0000N.gguf`) is
 downloaded whole and loaded from its first part. Projector and importance-matrix files are
-never chosen.
+never chosen. `@revision` pins a commit (or a branch or tag) instead of `main`, so every worker
+loads the same file whatever is pushed to the repo later.
+
+Every file is checked against the sha256 the Hub gives for it (a GGUF is an LFS file: its
+etag, which names its blob in the cache), once after a download and again whenever the blob
+changed since (its size and mtime, marked in HF_HOME/tokenspool-verified); a file that does
+not match is deleted and the worker stops, so a corrupted or altered download is never loaded.
 
 The download is huggingface_hub's (the library made for this): into its cache at HF_HOME,
 honouring HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE (offline, the file is chosen among those
@@ -19,6 +25,7 @@ says what to do, and exits non-zero.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import re
 import time
@@ -43,14 +50,16 @@ class HubModel:
     repo: str  # owner/name
     quant: str | None = None
     file: str | None = None  # MODEL_HF_FILE
+    revision: str | None = None  # a commit, branch or tag; None: main
 
     @classmethod
     def parse(cls, spec: str, file: str | None = None) -> HubModel:
-        """`owner/repo[:quant]` (ValueError when it is not that)."""
-        repo, _, quant = spec.strip().partition(":")
-        if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo):
-            raise ValueError(f"expected owner/repo[:quant], not {spec!r}")
-        return cls(repo, quant or None, file or None)
+        """`owner/repo[:quant][@revision]` (ValueError when it is not that)."""
+        named, at, revision = spec.strip().partition("@")
+        repo, _, quant = named.partition(":")
+        if not re.fullmatch(r"[\w.-]+/[\w.-]+", repo) or (at and not re.fullmatch(r"[\w./-]+", revision)):
+            raise ValueError(f"expected owner/repo[:quant][@revision], not {spec!r}")
+        return cls(repo, quant or None, file or None, revision or None)
 
     @property
     def name(self) -> str:
@@ -166,16 +175,29 @@ def fetch(model: HubModel) -> Path:
         f"{model.repo}: the model is in neither {where}: download it once with network access (or "
         "unset HF_HUB_OFFLINE), into the HF_HOME this worker uses"
     )
+    rev = model.revision
     try:
-        files = _cached_files(model.repo) if offline else hf.list_repo_files(model.repo)
+        files = (
+            _cached_files(model.repo, rev or "main")
+            if offline
+            else hf.list_repo_files(model.repo, revision=rev)
+        )
         if offline and not files:
             raise missing
         parts = choose(model, files)
         log.info(
-            "model %s: %s from %s", model.repo, parts[0] if len(parts) == 1 else parts, constants.ENDPOINT
+            "model %s%s: %s from %s",
+            model.repo,
+            f"@{rev}" if rev else "",
+            parts[0] if len(parts) == 1 else parts,
+            constants.ENDPOINT,
         )
         paths = [
-            Path(hf.hf_hub_download(model.repo, f, local_files_only=offline, tqdm_class=LoggedProgress))
+            Path(
+                hf.hf_hub_download(
+                    model.repo, f, revision=rev, local_files_only=offline, tqdm_class=LoggedProgress
+                )
+            )
             for f in parts
         ]
     except GatedRepoError:
@@ -188,7 +210,11 @@ def fetch(model: HubModel) -> Path:
             f"{model.repo} does not exist on {constants.ENDPOINT} (or is private: set HF_TOKEN): "
             "check MODEL_HF"
         ) from None
-    except (EntryNotFoundError, RevisionNotFoundError) as exc:
+    except RevisionNotFoundError:
+        raise ModelUnavailable(
+            f"{model.repo} has no revision {rev!r}: check what follows @ in MODEL_HF"
+        ) from None
+    except EntryNotFoundError as exc:
         raise ModelUnavailable(
             f"{model.repo}: {type(exc).__name__}: check MODEL_HF and MODEL_HF_FILE"
         ) from None
@@ -201,16 +227,50 @@ def fetch(model: HubModel) -> Path:
             f"{model.repo}: {constants.ENDPOINT} could not be used ({type(exc).__name__}: {exc}): check "
             "HF_ENDPOINT and the network, or set HF_HUB_OFFLINE=1 to use the cache alone"
         ) from None
+    for path in paths:
+        verify(model.repo, path)
     return paths[0]
 
 
-def _cached_files(repo: str) -> list[str]:
-    """The files of the repo's cached snapshot of `main` (offline, nothing else can be asked)."""
+def verify(repo: str, path: Path) -> None:
+    """Check the file against the sha256 its blob is named for (a Git LFS file's etag, which
+    huggingface_hub names the blob by), unless a mark says it was checked and has not changed
+    since; a file that does not match is deleted (the next start downloads it again) and the
+    worker stops. A file without a sha256 (one git keeps itself: small) is not checked."""
+    from huggingface_hub import constants
+
+    blob = path.resolve()
+    expected = blob.name
+    if not re.fullmatch(r"[0-9a-f]{64}", expected):
+        return
+    stat = blob.stat()
+    mark = Path(constants.HF_HOME) / "tokenspool-verified" / expected
+    seen = f"{stat.st_size} {stat.st_mtime_ns}"
+    if mark.is_file() and mark.read_text() == seen:
+        return
+    digest = hashlib.sha256()
+    with blob.open("rb") as f:
+        while chunk := f.read(1 << 24):
+            digest.update(chunk)
+    if digest.hexdigest() != expected:
+        blob.unlink()
+        raise ModelUnavailable(
+            f"{repo}: {path.name}'s sha256 is {digest.hexdigest()}, not the Hub's {expected}: the "
+            "download was corrupted or altered and was deleted; start the worker again to download it"
+        )
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.write_text(seen)
+
+
+def _cached_files(repo: str, revision: str) -> list[str]:
+    """The files of the repo's cached snapshot of `revision` (a commit, or a branch or tag the
+    cache has a ref of): offline, nothing else can be asked."""
     from huggingface_hub import constants
 
     folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"
-    ref = folder / "refs" / "main"
-    if not ref.is_file():
+    ref = folder / "refs" / revision
+    commit = ref.read_text().strip() if ref.is_file() else revision
+    snapshot = folder / "snapshots" / commit
+    if not snapshot.is_dir():
         return []
-    snapshot = folder / "snapshots" / ref.read_text().strip()
     return sorted(str(p.relative_to(snapshot)) for p in snapshot.rglob("*") if p.is_file() or p.is_symlink())

@@ -51,9 +51,11 @@ class WorkerSettings:
     model_hf: str = setting(
         "",
         "MODEL_HF",
-        "a GGUF model on the Hugging Face Hub, `owner/repo[:quant]` (llama-server's `-hf`): the quant "
-        "picks the file whose name holds it, else Q4_K_M, then Q8_0, else the only GGUF; downloaded "
-        "once into HF_HOME's cache (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE apply; worker/hub_model.py)",
+        "a GGUF model on the Hugging Face Hub, `owner/repo[:quant][@revision]` (llama-server's `-hf`): "
+        "the quant picks the file whose name holds it, else Q4_K_M, then Q8_0, else the only GGUF; "
+        "`@revision` pins a commit (or branch, tag) rather than `main`; downloaded once into HF_HOME's "
+        "cache and checked against the Hub's sha256 (HF_ENDPOINT, HF_TOKEN, HF_HUB_OFFLINE apply; "
+        "worker/hub_model.py)",
         shown="(none)",
     )
     model_hf_file: str = setting(

@@ -4,6 +4,7 @@ GGUFs of random weights in a tiny shape (bench/random_model.py). No test reaches
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -54,6 +55,10 @@ def stack(tmp_path, ggufs) -> Iterator[Stack]:
         {
             REPO: Repo(dict(ggufs)),
             "acme/gated-GGUF": Repo({"g-Q8_0.gguf": ggufs["tiny-Q8_0.gguf"]}, gated=True),
+            "acme/altered-GGUF": Repo(
+                {"a-Q8_0.gguf": ggufs["tiny-Q8_0.gguf"]},
+                altered={"a-Q8_0.gguf": ggufs["tiny-Q8_0.gguf"][:-1] + b"\x00"},  # the size it says
+            ),
         },
         chunk_delay_s=0.3,  # a download of a few seconds: workers started together meet in it
     ).start()
@@ -113,6 +118,8 @@ def test_a_split_model_is_downloaded_whole_and_a_quant_picks_by_name(stack, tmp_
         ({"MODEL_HF": REPO, "HF_HUB_OFFLINE": "1"}, "in neither the cache"),
         ({"MODEL_HF": REPO, "HF_ENDPOINT": "http://user:Sup3rSecretPW@127.0.0.1:9"}, "could not be used"),
         ({"MODEL_HF": REPO, "MODEL_PATH": "/models/x.gguf"}, "MODEL_HF and MODEL_PATH"),
+        ({"MODEL_HF": f"{REPO}:Q8_0@{'0' * 40}"}, f"has no revision '{'0' * 40}'"),
+        ({"MODEL_HF": "acme/altered-GGUF"}, "sha256 is"),  # a mirror's file is not what the Hub says
     ],
 )
 def test_a_model_that_cannot_be_had_stops_the_worker_in_seconds_with_one_line_saying_what_to_do(
@@ -140,6 +147,27 @@ def test_a_gated_repo_with_a_token_and_an_offline_worker_from_the_cache(stack, t
     try:
         wait_for_model(stack.base, "gated-GGUF", procs=(offline,))
         assert answer(stack.base, "gated-GGUF")["usage"]["completion_tokens"] == 4
+    finally:
+        offline.stop()
+
+
+def test_a_pinned_commit_is_served_and_checked_and_found_offline(stack, tmp_path):
+    commit = stack.hub.repos[REPO].commit(REPO)
+    home = tmp_path / "hf"
+    pinned = stack.worker("pinned", home, MODEL_HF=f"{REPO}:Q8_0@{commit}")
+    try:
+        wait_for_model(stack.base, "tiny-GGUF", procs=(pinned,))
+        assert answer(stack.base, "tiny-GGUF")["usage"]["completion_tokens"] == 4
+    finally:
+        pinned.stop()
+    assert f"{REPO}@{commit}" in pinned.log()
+    assert [p.name for p in (home / "tokenspool-verified").iterdir()] == [
+        hashlib.sha256(stack.hub.repos[REPO].files["tiny-Q8_0.gguf"]).hexdigest()
+    ]
+    stack.hub.stop()  # the Hub is gone: the cache's snapshot of that commit is enough
+    offline = stack.worker("offline", home, MODEL_HF=f"{REPO}:Q8_0@{commit}", HF_HUB_OFFLINE="1")
+    try:
+        wait_for_model(stack.base, "tiny-GGUF", procs=(offline,))
     finally:
         offline.stop()
 

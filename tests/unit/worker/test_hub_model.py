@@ -3,11 +3,14 @@ and the one line a worker says when it names none."""
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import os
 
 import pytest
+from huggingface_hub import constants
 
-from worker.hub_model import HubModel, LoggedProgress, ModelUnavailable, choose
+from worker.hub_model import HubModel, LoggedProgress, ModelUnavailable, choose, verify
 
 FILES = [
     "README.md",
@@ -59,11 +62,35 @@ def test_an_exact_file_and_the_refusals_name_the_repo_and_what_to_do():
         pick("a/b", ["README.md"])
 
 
-@pytest.mark.parametrize("bad", ["noslash", "a/b/c", "/b", "a/:q"])
-def test_a_spec_is_owner_slash_repo_and_an_optional_quant(bad):
+@pytest.mark.parametrize("bad", ["noslash", "a/b/c", "/b", "a/:q", "a/b@", "a/b:q@x y", "a/b@x@y"])
+def test_a_spec_is_owner_slash_repo_and_an_optional_quant_and_revision(bad):
     with pytest.raises(ValueError, match="owner/repo"):
         HubModel.parse(bad)
     assert HubModel.parse("bartowski/Llama-3.2-1B-GGUF:Q8_0").name == "Llama-3.2-1B-GGUF"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    assert HubModel.parse(f"a/b:Q8_0@{commit}") == HubModel("a/b", "Q8_0", revision=commit)
+    assert HubModel.parse("a/b@v1.0") == HubModel("a/b", None, revision="v1.0")
+
+
+def test_a_file_is_checked_against_the_sha256_its_blob_is_named_for(tmp_path, monkeypatch):
+    monkeypatch.setattr(constants, "HF_HOME", str(tmp_path / "home"))
+    data = b"GGUF weights"
+    blob = tmp_path / "blobs" / hashlib.sha256(data).hexdigest()
+    blob.parent.mkdir()
+    blob.write_bytes(data)
+    link = tmp_path / "model.gguf"
+    link.symlink_to(blob)
+    verify("a/b", link)  # the Hub's sha256 (its LFS etag, which names the blob): kept
+    verify("a/b", link)  # the second time from the mark it left, not hashed again
+    blob.write_bytes(b"GGUF weightz")  # altered later, the same size
+    stat = blob.stat()
+    os.utime(blob, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000_000))  # later: a newer mtime
+    with pytest.raises(ModelUnavailable, match="sha256") as refused:
+        verify("a/b", link)
+    assert "a/b" in str(refused.value) and not blob.exists()  # deleted: the next start downloads it again
+    small = tmp_path / "blobs" / ("f" * 40)  # a file git keeps itself: no sha256 to check
+    small.write_bytes(b"x")
+    verify("a/b", small)
 
 
 def test_progress_is_a_log_line_every_few_seconds_and_one_at_the_end(caplog, monkeypatch):
