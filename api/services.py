@@ -28,6 +28,10 @@ from contract.servers import Servers, async_client, async_cluster_client, cluste
 
 log = logging.getLogger(__name__)
 
+# A lost connection is tried again (a restart, a failover); a command that timed out is not:
+# a Redis that answers nothing is a 503 after one REDIS_TIMEOUT_SECONDS, not one per try.
+RETRIED = (redis.ConnectionError,)
+
 
 def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
     """The pool every handler shares. A blocking pool: under a burst of streams a command
@@ -35,7 +39,7 @@ def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
     once with "Too many connections"."""
     # The retry goes to the pool's connections: with an explicit pool redis-py ignores the
     # client's own. Without it a connection Redis dropped (a restart) fails its next command.
-    retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2)
+    retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2, supported_errors=RETRIED)
     return async_client(url, blocking=True, max_connections=size, timeout=wait_s, retry=retry, **kwargs)
 
 
@@ -82,7 +86,8 @@ class Services:
             )
 
         def synchronous(at: str) -> redis.Redis:
-            return sync_client(at, retry=Retry(ExponentialBackoff(cap=0.5, base=0.05), 2), **common)
+            retry = Retry(ExponentialBackoff(cap=0.5, base=0.05), 2, supported_errors=RETRIED)
+            return sync_client(at, retry=retry, **common)
 
         client = pooled(url)
         servers = Servers(queues=client, streams=client if streams_url == url else pooled(streams_url))
