@@ -58,7 +58,8 @@ FALL_BACK = """
 -- ended). It goes back where its arrival puts it: before the first job that came after it
 -- (RQ's `enqueued_at`, UTC to the microsecond, sorts as text), else last; never ahead of
 -- another key's earlier job. The walk is as long as the tier's queue, which MAX_QUEUE_DEPTH
--- bounds; a fallback is rare.
+-- bounds; a fallback is rare. The records are read by name: the queues server is one server
+-- (a cluster is refused as REDIS_URL).
 redis.call('ZREM', KEYS[4], ARGV[2])
 if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return 0 end
 local arrived = redis.call('HGET', ARGV[4] .. ARGV[1], 'enqueued_at')
