@@ -8,6 +8,7 @@ placement. Routing needs two workers (with one there is nothing to choose)."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from contract import entries, keys, stats
 from contract.entries import Started
 from contract.jobspec import JobSpec, Message
 from contract.prefixes import cache_scope, prefixes
-from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.hold import holding
 from tests.integration.conftest import MODEL
 
@@ -43,7 +44,7 @@ def owner(key: str) -> str:
 class Stack:
     base: str
     r: redis.Redis
-    workers: list[str]
+    workers: dict[str, Proc]
 
     def ask(self, key: str, **extra) -> dict:
         body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 8, "temperature": 0, **extra}
@@ -72,6 +73,10 @@ class Stack:
         """A counter of /metrics, summed over its labels, as `key` reads it."""
         text = httpx.get(self.base + "/metrics", headers={"Authorization": f"Bearer {key}"}).text
         return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+    def in_use(self, worker: str) -> int:
+        """Its slots in use, as it last announced them (worker/intake/presence.py)."""
+        return int(self.r.hget(keys.worker_load(MODEL), worker).split()[0])
 
     def routed(self) -> int:
         return int(self.r.hget(keys.STATS, stats.StatField.routed(MODEL)) or 0)
@@ -121,7 +126,7 @@ def stack(tmp_path, request) -> Iterator[Stack]:
         while httpx.get(base + "/v1/models", headers=auth).json()["data"][0]["workers"] < len(names):
             assert time.monotonic() < deadline
             time.sleep(0.1)
-        yield Stack(base, redis.Redis.from_url(url), names)
+        yield Stack(base, redis.Redis.from_url(url), dict(zip(names, procs, strict=True)))
     finally:
         for p in (*procs, api, redis_proc):
             p.stop()
@@ -180,16 +185,28 @@ def test_routing_follows_only_a_key_s_own_prompts_or_its_salt_s(stack):
 
 @pytest.mark.parametrize("stack", [(2, 1, 1)], indirect=True, ids=["two workers of one slot"])
 def test_a_routed_job_that_falls_back_waits_behind_other_keys_earlier_jobs(stack):
-    # Bob plants his prompt on a worker; both workers are then busy; Alice queues two jobs,
-    # then Bob's same prompt is routed to its holder, misses its deadline and falls back.
-    stack.wait_held(stack.ask(BOB), cache_scope(owner(BOB)))
+    # Bob plants his prompt on a worker, which then stops (alive, taking nothing: a slot
+    # given to another job would drop his prompt, and routing with it); Carol holds the
+    # other worker; Alice queues two jobs, then Bob's same prompt is routed to its holder,
+    # misses its deadline and falls back.
+    bobs = stack.ask(BOB)
+    stack.wait_held(bobs, cache_scope(owner(BOB)))
+    name = stack.r.hget(keys.job(bobs["id"]), keys.JobField.WORKER).decode()
+    # routing skips a worker that says all its slots are taken: wait until it says so no more
+    wait_for(lambda: stack.in_use(name) == 0, f"{name} to announce its slot free")
+    holder = stack.workers[name]
     carol = {"Authorization": f"Bearer {CAROL}"}
-    with holding(stack.base, MODEL, carol) as one, holding(stack.base, MODEL, carol) as two:
-        wait_for(lambda: all(stack.status(j) == "running" for j in (one, two)), "the workers to be busy")
-        alice = [stack.send(ALICE, [{"role": "user", "content": f"Say {word}."}]) for word in ("yes", "no")]
-        bob = stack.send(BOB, MESSAGES)
-        assert stack.routed() == 1  # Alice's short prompts are not routed; Bob's is
-        wait_for(lambda: stack.fallbacks() == 1, "Bob's job to fall back")
+    holder.signal(signal.SIGSTOP)
+    try:
+        with holding(stack.base, MODEL, carol) as held:
+            wait_for(lambda: stack.status(held) == "running", "the other worker to be busy")
+            alice = [stack.send(ALICE, [{"role": "user", "content": f"Say {w}."}]) for w in ("yes", "no")]
+            bob = stack.send(BOB, MESSAGES)
+            assert stack.routed() == 1  # Alice's short prompts are not routed; Bob's is
+            wait_for(lambda: stack.fallbacks() == 1, "Bob's job to fall back")
+            holder.signal(signal.SIGCONT)
+    finally:
+        holder.signal(signal.SIGCONT)
     # the workers free up: the shared queue's order is what they take
     for job_id in (*alice, bob):
         wait_for(lambda job_id=job_id: stack.status(job_id) == "done", f"{job_id} to end")
