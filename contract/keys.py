@@ -364,10 +364,12 @@ class JobField:
     IDEMPOTENCY = "idem"  # the job's idempotency key (contract.keys.idempotency), if any
     CLAIM = "claim"  # the token of the claim that started the current attempt (retries repeat it)
     SEQ = "seq"  # entries the current attempt has written (APPEND skips what it already wrote)
-    CHARGED = "charged"  # worker deaths charged to the job (it was alone, or the suspect)
-    REQUEUES = "requeues"  # times the job was taken from a worker (deaths and hand-offs, not preemptions)
-    # "1": it was in a batch whose worker died; it runs as its worker's only suspect until it
-    # has gone SUSPECT_TOKENS past where it died (then cleared)
+    CHARGED = "charged"  # deaths in a row charged to the job (it stood still, alone or the suspect)
+    # times the job was taken from a worker standing still (deaths and hand-offs, not preemptions)
+    REQUEUES = "requeues"
+    STALLS = "stalls"  # deaths in a row at which the job stood still (contract.lua.jobs.ABANDON)
+    # "1": it stood still at its worker's death twice in a row (once, alone); it runs as its
+    # worker's only suspect until it has gone SUSPECT_TOKENS past where it died (then cleared)
     SUSPECT = "suspect"
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them

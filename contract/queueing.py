@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 import redis
 from redis.asyncio.client import Pipeline as AsyncPipeline
@@ -101,6 +102,17 @@ def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, p
     client.zrem(keys.routed(model), tiers.routed_member(rq_job_id, worker, priority))
 
 
+@dataclass(frozen=True)
+class Abandoned:
+    """What `abandon` did: `outcome` 1 requeued, 2 ended (worker_lost), 0 nothing to do (that
+    attempt is not current); whether the continuation waits as a suspect, and whether the
+    death was charged to the job."""
+
+    outcome: int
+    suspect: bool = False
+    charged: bool = False
+
+
 def abandon(
     servers: Servers[redis.Redis],
     job_id: str,
@@ -109,24 +121,23 @@ def abandon(
     reason: str,
     *,
     charge: bool,
-    suspect: bool = False,
-) -> int:
+    suspect_after: int = 0,
+) -> Abandoned:
     """Take the job from attempt `epoch` (dead, hung, leaving, or preempted): requeue it as a
-    continuation (charging the death to it or not, marking it a suspect or not), or end it
-    with worker_lost once its charged deaths or requeues are used up (a preemption is not
-    counted); counted in STATS under `reason` ("crash", "handoff" or "preempt"). Returns 1
-    requeued, 2 ended, 0 nothing to do (that attempt is not current)."""
-    outcome, is_suspect = servers.streams.register_script(jobs.ABANDON)(
+    continuation, or end it with worker_lost once its charged deaths or its requeues standing
+    still are used up (a preemption is not counted); counted in STATS under `reason`
+    ("crash", "handoff" or "preempt"). A job whose attempt went SUSPECT_TOKENS on is cleared
+    of its charges and suspicion; one that stood still is charged if `charge`, and becomes a
+    suspect at its `suspect_after`-th such death in a row (0: the death is not counted as its
+    own; contract.lua.jobs.ABANDON)."""
+    outcome, is_suspect, charged = servers.streams.register_script(jobs.ABANDON)(
         keys=library.job_keys(job_id),
         args=jobs.abandon_args(
             job_id,
             epoch,
             charge=charge,
-            suspect=suspect,
-            max_charged=recovery.max_attempts,
-            max_requeues=recovery.max_requeues,
-            resume_wait_ms=int(recovery.resume_wait_s * 1000),
-            retention_s=recovery.retention_s,
+            suspect_after=suspect_after,
+            recovery=recovery,
             counted=reason != PREEMPT,
         ),
     )
@@ -137,7 +148,7 @@ def abandon(
         servers.queues.hincrby(keys.STATS, stats.StatField.requeued(reason), 1)
     elif outcome == 2:
         servers.queues.hincrby(keys.STATS, stats.StatField.LOST, 1)
-    return int(outcome)
+    return Abandoned(int(outcome), bool(is_suspect), bool(charged))
 
 
 def rescue(servers: Servers[redis.Redis], job_id: str, recovery: Recovery) -> bool:

@@ -202,23 +202,26 @@ class Recovery:
         3,
         "MAX_ATTEMPTS",
         "worker deaths in a row charged to a job before it ends with `worker_lost`: a death is "
-        "charged to a job that ran alone, or that was its worker's suspect, and the count starts "
-        "again once it goes SUSPECT_TOKENS past where it died (docs/operations.md)",
+        "charged to a job that stood still (went less than SUSPECT_TOKENS on) and ran alone or "
+        "was its worker's suspect, and the count starts again once it goes SUSPECT_TOKENS past "
+        "where it died (docs/operations.md)",
         minimum=1,
     )
     max_requeues: int = setting(
         20,
         "MAX_REQUEUES",
-        "times a job may be taken from a worker (deaths charged or not, hand-offs) before it ends "
-        "with `worker_lost`",
+        "times a job may be taken from a worker standing still (deaths charged or not, hand-offs; "
+        "an attempt that went SUSPECT_TOKENS on does not count) before it ends with `worker_lost`",
         minimum=1,
     )
     suspect_tokens: int = setting(
         2,
         "SUSPECT_TOKENS",
-        "a suspect (a job whose worker died with it) steps alone until it has generated this many "
-        "tokens past where it died, then is cleared and its worker takes the next suspect: a job "
-        "that kills workers where it stands dies again before that, and is charged",
+        "tokens an attempt must write for its job to have gone on past where it last died (else "
+        "it stood still: a job standing still at two deaths in a row becomes a suspect); a "
+        "suspect steps alone until it has generated this many, then is cleared and its worker "
+        "takes the next suspect: a job that kills workers where it stands dies again before that, "
+        "and is charged",
         minimum=1,
     )
     resume_wait_s: float = setting(

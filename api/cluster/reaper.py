@@ -10,17 +10,23 @@ continuation, or ends with worker_lost. This does not wait for RQ's own maintena
 
 Whom a death is charged to. A worker that dies kills every job in its batch, and most of
 them are bystanders: charging each would let a job that kills every worker it lands on, or a
-pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS. So a death is charged to a job
-only when it ran alone in its worker, or when it was its worker's suspect. When a worker dies
-without a suspect, none of its jobs is charged (a lone one is) and all become suspects; a
-worker runs at most one suspect at a time (worker/intake/rqworker.py), so the next death among them
-points at one job. A suspect steps alone (worker/engine/steps/plan.py) until it has generated
-SUSPECT_TOKENS past where it died, so an unrelated death is charged to it only within those
-few steps; it is then cleared, its charges with it (MAX_ATTEMPTS counts deaths in a row where
-a job stands), and its worker takes the next: a batch's jobs are read again one after
-another, not run one after another. A poison job that kills where it stands thus ends as
-worker_lost after at most 1 + MAX_ATTEMPTS deaths, and the jobs batched with it finish;
-MAX_REQUEUES bounds everything else.
+pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS; isolating each (as a suspect
+that runs alone) would serialise a 32-slot batch behind every death, and a storm of deaths
+then stalls the pool. What tells them apart is progress: a job that kills where it stands
+dies there again, while a bystander goes on between deaths. So each dead attempt is judged by
+what it wrote (contract.lua.jobs.ABANDON): one that went SUSPECT_TOKENS on is cleared of any
+charge or suspicion and simply requeued. One that stood still counts a stall; it is charged
+only when it ran alone or was its worker's suspect, and it becomes a suspect at its second
+stall in a row in a batch (a lone job at its first). A death while a suspect runs is the
+suspect's: the others' stalls are not counted (they waited out its steps). A worker runs at
+most one suspect at a time (worker/intake/rqworker.py), which steps alone
+(worker/engine/steps/plan.py) until it has generated SUSPECT_TOKENS past where it died, so a
+death meanwhile points at it; it is then cleared, and its charges with it (MAX_ATTEMPTS
+counts deaths in a row where a job stands). A job that kills where it stands thus ends as
+worker_lost after at most MAX_ATTEMPTS + 3 deaths (one going on from its start, two stalls in
+batches, then MAX_ATTEMPTS alone), and the jobs batched with it finish; MAX_REQUEUES bounds
+the requeues standing still of every job. A bystander that keeps going on is never failed
+while the pool can run it: its length bounds its requeues.
 
 It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
 moves routed jobs their worker did not take in time (or died with) back to the shared queues,
@@ -129,24 +135,25 @@ class Reaper:
         taken = 0
         for worker, attempts in dead.items():
             batch = await self._store.dead_batch(worker, holding[worker])
-            suspects = any(a.suspect for a in attempts)
+            explained = any(a.suspect for a in attempts)
             for a in attempts:
-                # alone: its death; with a suspect: the suspect's; else nobody's. Without a
-                # suspect every job becomes one (a lone job too: it is uncharged once proven)
+                # alone or the suspect: its death, if it stood still; the others' stalls count
+                # unless a suspect explains the death
                 charge = batch <= 1 or a.suspect
-                mark = not suspects
-                outcome = await self._store.abandon(a.job_id, a.epoch, charge=charge, suspect=mark)
-                if outcome in (1, 2):
+                after = 1 if charge else 0 if explained else 2
+                done = await self._store.abandon(a.job_id, a.epoch, charge=charge, suspect_after=after)
+                if done.outcome in (1, 2):
                     taken += 1
                     log.warning(
-                        "attempt %d of %s on %s (batch of %d) is dead (%s); %s%s",
+                        "attempt %d of %s on %s (batch of %d) is dead (%s); %s%s%s",
                         a.epoch,
                         a.job_id,
                         a.worker,
                         batch,
                         "heartbeat expired" if a.worker in connected else "connection gone",
-                        "requeued" if outcome == 1 else "worker_lost",
-                        ", charged" if charge else ", a suspect now" if mark else "",
+                        "requeued" if done.outcome == 1 else "worker_lost",
+                        ", charged" if done.charged else "",
+                        ", a suspect" if done.suspect else "",
                     )
         return taken
 

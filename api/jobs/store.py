@@ -323,11 +323,13 @@ class JobStore:
             running.append(attempt)
         return Survey(running, pending)
 
-    async def abandon(self, job_id: str, epoch: int, *, charge: bool, suspect: bool) -> int:
+    async def abandon(
+        self, job_id: str, epoch: int, *, charge: bool, suspect_after: int
+    ) -> queueing.Abandoned:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
         return await anyio.to_thread.run_sync(
             lambda: queueing.abandon(
-                self._rq, job_id, epoch, self.recovery, "crash", charge=charge, suspect=suspect
+                self._rq, job_id, epoch, self.recovery, "crash", charge=charge, suspect_after=suspect_after
             )
         )
 

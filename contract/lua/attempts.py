@@ -162,7 +162,7 @@ if tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}') or '0') ~= tonumber(
   or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[2] then
   return 0
 end
-redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}', '{JobField.CHARGED}')
+redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}', '{JobField.CHARGED}', '{JobField.STALLS}')
 return 1
 """
 

@@ -8,6 +8,7 @@ from contract import keys
 from contract.entries import Failed, Finished
 from contract.keys import JobField, JobStatus
 from contract.lua.library import LIB, _without_epoch, final_status
+from contract.settings import Recovery
 
 RECORD = """
 -- KEYS[1]=job hash, KEYS[2]=its shard's pending index
@@ -27,28 +28,47 @@ return 1
 ABANDON = (
     LIB
     + f"""
--- ARGV[1]=the epoch being abandoned, ARGV[2]=job id, ARGV[3]=1 to charge the death
--- to the job, ARGV[4]=1 to mark it a suspect, ARGV[5]=charged deaths that end it
--- (MAX_ATTEMPTS), ARGV[6]=requeues that end it (MAX_REQUEUES), ARGV[7]=ms a new attempt has
--- to start (or until the job's WAIT_UNTIL, if later), ARGV[8]=retention seconds, ARGV[9]=1 if
--- this requeue counts toward MAX_REQUEUES (a preemption does not: nothing went wrong).
--- Returns {{1, suspect}} = requeued (the caller enqueues the continuation on the suspect
--- queue if suspect is 1), {{2, 0}} = ended with worker_lost, {{0, 0}} = nothing to do (the job
--- ended, or that attempt is no longer current).
+-- ARGV[1]=the epoch being abandoned, ARGV[2]=job id, ARGV[3]=1 to charge the death to the
+-- job if it stood still (it ran alone, or was its worker's suspect), ARGV[4]=the deaths in a
+-- row standing still that make it a suspect (0: not a death of its own to count: a hand-off,
+-- a preemption, or a death its worker's suspect explains), ARGV[5]=charged deaths that end it
+-- (MAX_ATTEMPTS), ARGV[6]=requeues standing still that end it (MAX_REQUEUES), ARGV[7]=ms a new
+-- attempt has to start (or until the job's WAIT_UNTIL, if later), ARGV[8]=retention seconds,
+-- ARGV[9]=1 if this requeue counts toward MAX_REQUEUES (a preemption does not: nothing went
+-- wrong), ARGV[10]=entries the attempt must have written to have gone on (its Started entry,
+-- then a Delta a token: 1 + SUSPECT_TOKENS).
+-- A job that went on is nobody's culprit: its charges, stalls and suspicion go. One that
+-- stood still counts the death (api/cluster/reaper.py says whose it is).
+-- Returns {{1, suspect, charged}} = requeued (the caller enqueues the continuation on the
+-- suspect queue if suspect is 1; charged is 1 if this death was charged to it), {{2, 0, 1}} =
+-- ended with worker_lost, {{0, 0, 0}} = nothing to do (the job ended, or that attempt is no
+-- longer current).
 if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
    or redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  return {{0, 0}}
+  return {{0, 0, 0}}
+end
+local wrote = tonumber(redis.call('HGET', KEYS[1], '{JobField.SEQ}') or '0')
+local still = wrote < tonumber(ARGV[10])
+if not still then
+  redis.call('HDEL', KEYS[1], '{JobField.CHARGED}', '{JobField.STALLS}', '{JobField.SUSPECT}')
 end
 local requeues = tonumber(redis.call('HGET', KEYS[1], '{JobField.REQUEUES}') or '0')
-if ARGV[9] == '1' then requeues = redis.call('HINCRBY', KEYS[1], '{JobField.REQUEUES}', 1) end
+if ARGV[9] == '1' and still then requeues = redis.call('HINCRBY', KEYS[1], '{JobField.REQUEUES}', 1) end
 local charged = tonumber(redis.call('HGET', KEYS[1], '{JobField.CHARGED}') or '0')
-if ARGV[3] == '1' then charged = redis.call('HINCRBY', KEYS[1], '{JobField.CHARGED}', 1) end
+local charge = 0
+if ARGV[3] == '1' and still then
+  charged = redis.call('HINCRBY', KEYS[1], '{JobField.CHARGED}', 1)
+  charge = 1
+end
 if charged >= tonumber(ARGV[5]) or requeues > tonumber(ARGV[6]) then
   close(ARGV[2], '{JobStatus.FAILED}', ARGV[8], WORKER_LOST, 1)
-  return {{2, 0}}
+  return {{2, 0, charge}}
 end
-if ARGV[4] == '1' then redis.call('HSET', KEYS[1], '{JobField.SUSPECT}', '1') end
+if ARGV[4] ~= '0' and still
+   and redis.call('HINCRBY', KEYS[1], '{JobField.STALLS}', 1) >= tonumber(ARGV[4]) then
+  redis.call('HSET', KEYS[1], '{JobField.SUSPECT}', '1')
+end
 redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 local start_by = now_ms() + tonumber(ARGV[7])
 local wait_until = tonumber(redis.call('HGET', KEYS[1], '{JobField.WAIT_UNTIL}') or '0')
@@ -60,7 +80,7 @@ redis.call('DEL', KEYS[4])
 redis.call('ZADD', KEYS[5], now_ms(), ARGV[2])
 local suspect = 0
 if redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then suspect = 1 end
-return {{1, suspect}}
+return {{1, suspect, charge}}
 """
 )
 
@@ -117,23 +137,21 @@ def abandon_args(
     epoch: int,
     *,
     charge: bool,
-    suspect: bool,
-    max_charged: int,
-    max_requeues: int,
-    resume_wait_ms: int,
-    retention_s: int,
+    suspect_after: int,
+    recovery: Recovery,
     counted: bool = True,
 ) -> list[str]:
     return [
         str(epoch),
         job_id,
         "1" if charge else "0",
-        "1" if suspect else "0",
-        str(max_charged),
-        str(max_requeues),
-        str(resume_wait_ms),
-        str(retention_s),
+        str(suspect_after),
+        str(recovery.max_attempts),
+        str(recovery.max_requeues),
+        str(int(recovery.resume_wait_s * 1000)),
+        str(recovery.retention_s),
         "1" if counted else "0",
+        str(1 + recovery.suspect_tokens),
     ]
 
 

@@ -1,8 +1,8 @@
 """A poison job (one that kills every worker it lands on) ends as worker_lost after a bounded
-number of deaths, and the jobs batched with it finish: a death is charged to the job that
-ran alone or was its worker's suspect, never to bystanders (api/cluster/reaper.py). A dead batch's
-suspects are cleared one by one as they go on past where they died, so a worker reads them
-again side by side."""
+number of deaths, and the jobs batched with it finish: a death is charged to a job that stood
+still and ran alone or was its worker's suspect, never to bystanders (api/cluster/reaper.py).
+The jobs of a dead batch that went on before it died are nobody's suspects: a worker reads
+them again side by side at once, however often their workers die."""
 
 from __future__ import annotations
 
@@ -30,18 +30,19 @@ WORKER_ENV = {
     "HEARTBEAT_WINDOW_SECONDS": "2",
 }
 API_ENV = {"REAPER_INTERVAL_SECONDS": "0.2", "REAPER_SETTLE_SECONDS": "1", "MAX_ATTEMPTS": "3"}
+# the poison kills at any point of its run (at this test's pace): no attempt goes that far
+STILL = {"SUSPECT_TOKENS": str(TOKENS)}
 
 
 def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
     redis_proc, url = start_redis(tmp_path)
-    api, base = start_api(tmp_path, url, env=API_ENV)
+    api, base = start_api(tmp_path, url, env=API_ENV | STILL)
     r = redis.Redis.from_url(url)
     workers: dict[str, Proc] = {}
 
     def spawn() -> None:
         name = f"w{len(workers)}"
-        # the poison kills at any point of its run (at this test's pace), so none is cleared
-        env = {**WORKER_ENV, "MAX_ATTEMPTS": "3", "SUSPECT_TOKENS": str(TOKENS)}
+        env = {**WORKER_ENV, "MAX_ATTEMPTS": "3", **STILL}
         workers[name] = start_worker(tmp_path, url, name=name, env=env)
 
     try:
@@ -72,7 +73,9 @@ def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
         assert r.hget(keys.job(poison), JobField.STATUS) == b"failed"
         lost = httpx.get(f"{base}/v1/chat/completions/{poison}", timeout=30)
         assert lost.status_code == 503 and lost.json()["error"]["code"] == "worker_lost"
-        assert deaths == 1 + 3, deaths  # the first batch's death, then MAX_ATTEMPTS charged ones
+        # its batch's deaths (two stalls at most: the second makes it a suspect, or it died
+        # alone, charged), then MAX_ATTEMPTS charged deaths in all
+        assert 1 + 3 <= deaths <= 2 + 3, deaths
 
         for job_id in mates:  # every bystander finishes, whole, and none was charged a death
             deadline = time.monotonic() + 90
@@ -84,16 +87,16 @@ def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
             assert answer.status_code == 200, answer.text
             text = answer.json()["choices"][0]["message"]["content"]
             assert text == "".join(f" w{i}" for i in range(TOKENS))
-            assert r.hget(keys.job(job_id), JobField.CHARGED) is None
+            assert r.hget(keys.job(job_id), JobField.CHARGED) is None  # stood still beside it, uncharged
     finally:
         for p in (*workers.values(), api, redis_proc):
             p.stop()
 
 
 def test_a_dead_batch_s_jobs_are_read_again_side_by_side(tmp_path):
-    """Each job of a batch that died is a suspect, and a worker runs one uncleared suspect at
-    a time; clearing each once it goes on past where it died lets the survivor hold the
-    whole batch at once, rather than run the jobs one after another (issue 41)."""
+    """The jobs of a batch that died having gone on are nobody's suspects: the survivor holds
+    the whole batch at once, rather than run them one after another (issue 41) or read them
+    one at a time as suspects (issue 58)."""
     redis_proc, url = start_redis(tmp_path)
     api, base = start_api(tmp_path, url, env=API_ENV)
     r = redis.Redis.from_url(url)
@@ -121,15 +124,73 @@ def test_a_dead_batch_s_jobs_are_read_again_side_by_side(tmp_path):
                 side_by_side, sum(row == [JobStatus.RUNNING.encode(), b"second"] for row in rows)
             )
             time.sleep(0.02)
-        assert side_by_side == 4  # one suspect at a time, each to its end, never holds four
+        assert side_by_side == 4
         for job_id in jobs:
             text = httpx.get(f"{base}/v1/chat/completions/{job_id}", timeout=30).json()["choices"][0][
                 "message"
             ]
             assert text["content"] == "".join(f" w{i}" for i in range(TOKENS))
             assert r.hget(keys.job(job_id), JobField.CHARGED) is None
-        assert second.log().count("is no longer a suspect") == 4
+        assert "suspect" not in second.log() and "suspect" not in api.log()
     finally:
         for p in (second, first, api, redis_proc):
             if p is not None:
                 p.stop()
+
+
+@pytest.mark.parametrize("second_death", ["going on", "reading again"])
+def test_a_full_32_slot_batch_killed_twice_in_a_row_goes_on_at_once_and_whole(tmp_path, second_death):
+    """A crash storm (issue 58): a 32-slot worker SIGKILLed under a full batch, then the
+    worker that took the batch over SIGKILLed too, either once every job went on there or
+    while it was reading them again. Nobody is charged or made a suspect, and the third
+    worker takes the whole batch at once: no job waits behind another's proof."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env=API_ENV)
+    r = redis.Redis.from_url(url)
+    env = {**WORKER_ENV, "SLOTS": "32", "SYNTHETIC_RATE": "10"}
+    procs: list[Proc] = [api, redis_proc]
+    try:
+        first = start_worker(tmp_path, url, name="first", env=env)
+        procs.append(first)
+        wait_for_model(base, MODEL, procs=(api, first))
+        payload = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "background": True}
+        jobs = [httpx.post(base + CHAT, json=payload, timeout=30).json()["id"] for _ in range(32)]
+
+        def on(worker: str, entries: int) -> bool:
+            """Every job runs on `worker` at once, its attempt there past `entries` entries."""
+            rows = [r.hmget(keys.job(j), JobField.WORKER, JobField.SEQ, JobField.STATUS) for j in jobs]
+            return all(w == worker.encode() and int(n or 0) > entries and s == b"running" for w, n, s in rows)
+
+        wait(lambda: on("first", 2), "the batch to go on on the first worker")
+        second = start_worker(tmp_path, url, name="second", env=env)
+        procs.append(second)
+        wait_for_model(base, MODEL, procs=(api, second))
+        first.signal(signal.SIGKILL)
+        # claimed there (and killed before it goes on), or gone on there
+        wait(lambda: on("second", -1 if second_death == "reading again" else 2), "the second to take it all")
+        second.signal(signal.SIGKILL)
+        third = start_worker(tmp_path, url, name="third", env=env)  # the batch waits for it
+        procs.append(third)
+        wait(lambda: on("third", -1), "the third to take the whole batch at once")
+        for job_id in jobs:
+            wait(
+                lambda job_id=job_id: r.hget(keys.job(job_id), JobField.STATUS) == b"done", f"{job_id} to end"
+            )
+            text = httpx.get(f"{base}{CHAT}/{job_id}", timeout=30).json()["choices"][0]["message"]["content"]
+            assert text == "".join(f" w{i}" for i in range(TOKENS))
+            fields = r.hmget(keys.job(job_id), JobField.CHARGED, JobField.SUSPECT, JobField.WORKER)
+            assert fields == [None, None, b"third"], (job_id, fields)
+        assert "suspect" not in api.log()
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+CHAT = "/v1/chat/completions"
+
+
+def wait(ready, what: str, timeout_s: float = 60) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not ready():
+        assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
+        time.sleep(0.05)

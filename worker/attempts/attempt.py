@@ -348,7 +348,7 @@ class AttemptRules:
             link = self.link
             outcome = queueing.abandon(
                 link.servers, attempt.job_id, attempt.epoch, link.recovery, reason, charge=False
-            )
+            ).outcome
             log.log(
                 logging.INFO if reason == queueing.PREEMPT else logging.WARNING,
                 "handed off %s (%s, outcome %d)",

@@ -51,7 +51,7 @@ def test_a_continuation_goes_to_the_front_of_its_queue():
     attempt = Claims(link, 3000).claim("running", "d")
     for job_id in ("x", "y", "z"):
         record(servers, job_id)
-    assert queueing.abandon(servers, "running", attempt.epoch, RECOVERY, "crash", charge=True) == 1
+    assert queueing.abandon(servers, "running", attempt.epoch, RECOVERY, "crash", charge=True).outcome == 1
     assert servers.queues.hget(keys.STATS, stats.StatField.requeued("crash")) == b"1"
     assert taken(servers.queues) == [
         keys.rq_job_id(c, e) for c, e in [("running", attempt.epoch + 1), *zip("xyz", [0] * 3, strict=True)]

@@ -20,7 +20,8 @@ from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
-from worker.attempts.claims import Claims
+from worker.attempts.claims import Attempt, Claims
+from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 
 RECOVERY = Recovery(max_attempts=2, retention_s=60)
@@ -55,12 +56,16 @@ def link(server: FakePair, worker: str) -> Link:
     return Link(servers.queues, worker, RECOVERY, streams_client=servers.streams)
 
 
-def running_on(server: FakePair, worker: str, cids: list[str]) -> None:
+def running_on(server: FakePair, worker: str, cids: list[str], record: bool = True) -> dict[str, Attempt]:
+    """The jobs claimed by `worker` (recorded first, or requeued ones taken again)."""
     r = server.sync().streams
     claims = Claims(link(server, worker), 3000)
+    out = {}
     for job_id in cids:
-        queued(r, job_id)
-        claims.claim(job_id, digest(spec(job_id)))
+        if record:
+            queued(r, job_id)
+        out[job_id] = claims.claim(job_id, digest(spec(job_id)))
+    return out
 
 
 def reap(server, connected: set[str]) -> int:
@@ -84,15 +89,44 @@ def field(r, job_id: str, name: str) -> bytes | None:
     return r.hget(keys.job(job_id), name)
 
 
-def test_a_batch_that_dies_charges_nobody_and_makes_every_job_a_suspect(server):
+def went_on(server: FakePair, attempt: Attempt, tokens: int = RECOVERY.suspect_tokens) -> None:
+    """The attempt wrote its Started entry and `tokens` tokens."""
+    pub = Publisher(link(server, attempt.worker))
+    pub.started(attempt, 3)
+    for t in range(tokens):
+        pub.delta(attempt, "x", (t,))
+    pub.flush(attempt)
+
+
+def test_a_batch_that_dies_standing_still_charges_nobody_and_isolates_nobody_yet(server):
     r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
-    running_on(server, "w1", ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"])
+    batch = ["chatcmpl-a", "chatcmpl-b", "chatcmpl-c"]
+    running_on(server, "w1", batch)
     assert reap(server, connected=set()) == 3
-    for job_id in ("chatcmpl-a", "chatcmpl-b", "chatcmpl-c"):
+    for job_id in batch:
         assert field(r, job_id, JobField.STATUS) == b"queued" and field(r, job_id, JobField.CHARGED) is None
-        assert field(r, job_id, JobField.SUSPECT) == b"1"
+        assert field(r, job_id, JobField.SUSPECT) is None and field(r, job_id, JobField.STALLS) == b"1"
+    assert not q.llen(keys.rq_queue_key(tiers.suspect_queue_name("m")))  # any worker reads them again at once
+    # they stand still at a second death in a row, of another batch: suspects, still uncharged
+    running_on(server, "w2", ["chatcmpl-d"], record=True)
+    running_on(server, "w2", batch, record=False)
+    reap(server, connected=set())
+    for job_id in batch:
+        assert field(r, job_id, JobField.SUSPECT) == b"1" and field(r, job_id, JobField.CHARGED) is None
+    assert field(r, "chatcmpl-d", JobField.SUSPECT) is None  # its first stall
     suspects = q.lrange(keys.rq_queue_key(tiers.suspect_queue_name("m")), 0, -1)
-    assert sorted(suspects) == [b"chatcmpl-a__a2", b"chatcmpl-b__a2", b"chatcmpl-c__a2"]
+    assert sorted(suspects) == [b"chatcmpl-a__a4", b"chatcmpl-b__a4", b"chatcmpl-c__a4"]
+
+
+def test_jobs_that_went_on_before_their_worker_died_are_requeued_clear(server):
+    r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
+    attempts = running_on(server, "w1", ["chatcmpl-a", "chatcmpl-b"])
+    went_on(server, attempts["chatcmpl-a"])
+    went_on(server, attempts["chatcmpl-b"], tokens=RECOVERY.suspect_tokens - 1)
+    reap(server, connected=set())
+    assert r.hmget(keys.job("chatcmpl-a"), JobField.STALLS, JobField.SUSPECT, JobField.REQUEUES) == [None] * 3
+    assert r.hmget(keys.job("chatcmpl-b"), JobField.STALLS, JobField.REQUEUES) == [b"1", b"1"]
+    assert not q.llen(keys.rq_queue_key(tiers.suspect_queue_name("m")))
 
 
 def test_a_death_with_a_suspect_is_the_suspect_s_alone(server):
@@ -124,8 +158,11 @@ def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server
     assert field(r, "chatcmpl-p", JobField.STATUS) == b"failed"  # MAX_ATTEMPTS=2 charged deaths
 
 
-def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
-    """A job that kills every worker it lands on, batched with others each time."""
+@pytest.mark.parametrize("mates_go_on", [True, False], ids=["mates going on", "mates standing still"])
+def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server, mates_go_on):
+    """A job that kills every worker it lands on, batched with others each time: its mates go
+    on a few tokens before each death, or (a poison that kills as its prompt is read beside
+    theirs) stand still with it, and become suspects too, never charged."""
     r = fakeredis.FakeRedis(server=server.streams)
     poison, mates = "chatcmpl-poison", [f"chatcmpl-m{i}" for i in range(6)]
     for job_id in (poison, *mates):
@@ -144,15 +181,19 @@ def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server):
         for job_id in batch:
             epoch = int(field(r, job_id, JobField.EPOCH))
             r.zrem(keys.pending(keys.shard(job_id)), job_id)
-            claims.claim(job_id, digest(spec(job_id)))
+            attempt = claims.claim(job_id, digest(spec(job_id)))
             assert int(field(r, job_id, JobField.EPOCH)) == epoch + 1
+            if mates_go_on and job_id != poison:
+                went_on(server, attempt)
         reap(server, connected=set())
         deaths += 1
     assert field(r, poison, JobField.STATUS) == b"failed"
-    assert deaths <= 1 + RECOVERY.max_attempts
+    assert deaths <= 2 + RECOVERY.max_attempts  # two stalls in batches, then charged alone
     last = r.xrevrange(keys.events(poison), count=1)[0][1]
     assert last[b"c"] == b"worker_lost"
     assert all(field(r, m, JobField.CHARGED) is None for m in mates)  # no bystander was charged
+    if mates_go_on:
+        assert all(field(r, m, JobField.SUSPECT) is None for m in mates)
 
 
 def test_a_dead_worker_s_inbox_goes_back_to_the_queue(server):

@@ -248,20 +248,13 @@ def test_beat_refreshes_only_the_current_attempt(r):
     assert beat(keys=job, args=[a2.epoch, 5000, "another claim's token"]) == 0
 
 
-def _abandon(r, epoch, max_attempts=3, charge=True, suspect=False, max_requeues=20, counted=True):
+def _abandon(r, epoch, max_attempts=3, charge=True, suspect_after=0, max_requeues=20, counted=True):
     script = r.register_script(jobs.ABANDON)
+    recovery = dataclasses.replace(RECOVERY, max_attempts=max_attempts, max_requeues=max_requeues)
     args = jobs.abandon_args(
-        CID,
-        epoch,
-        charge=charge,
-        suspect=suspect,
-        max_charged=max_attempts,
-        max_requeues=max_requeues,
-        resume_wait_ms=30_000,
-        retention_s=60,
-        counted=counted,
+        CID, epoch, charge=charge, suspect_after=suspect_after, recovery=recovery, counted=counted
     )
-    outcome, _ = script(keys=library.job_keys(CID), args=args)
+    outcome, _, _ = script(keys=library.job_keys(CID), args=args)
     return outcome
 
 
@@ -407,10 +400,10 @@ def test_a_suspect_is_cleared_only_by_the_job_s_current_attempt(r):
     is no longer charged to it; an attempt fenced out meanwhile clears nothing."""
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, charge=False, suspect=True) == 1
+    assert _abandon(r, a.epoch, charge=False, suspect_after=1) == 1
     old = claims.claim(CID, DIGEST)
     assert old.suspect
-    assert _abandon(r, old.epoch, charge=False, suspect=True) == 1  # its worker froze...
+    assert _abandon(r, old.epoch, charge=False, suspect_after=1) == 1  # its worker froze...
     new = claims.claim(CID, DIGEST)  # ...and another took the job over
     assert not claims.clear_suspect(old)
     assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1"
@@ -427,7 +420,7 @@ def test_a_cleared_suspect_s_charged_deaths_start_again(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     for _ in range(3):
         a = claims.claim(CID, DIGEST)
-        assert _abandon(r, a.epoch, max_attempts=2, charge=True, suspect=True) == 1
+        assert _abandon(r, a.epoch, max_attempts=2, charge=True, suspect_after=1) == 1
         assert r.hget(keys.job(CID), JobField.CHARGED) == b"1"
         b = claims.claim(CID, DIGEST)
         assert b.suspect and claims.clear_suspect(b)
@@ -451,7 +444,7 @@ def test_a_death_charged_or_not(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     for _ in range(5):
         a = claims.claim(CID, DIGEST)
-        assert _abandon(r, a.epoch, max_attempts=2, charge=False, suspect=True) == 1
+        assert _abandon(r, a.epoch, max_attempts=2, charge=False, suspect_after=1) == 1
     assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1"
     assert r.hget(keys.job(CID), JobField.CHARGED) is None
     a = claims.claim(CID, DIGEST)
@@ -460,6 +453,57 @@ def test_a_death_charged_or_not(r):
     a = claims.claim(CID, DIGEST)
     assert _abandon(r, a.epoch, max_attempts=2, charge=True) == 2  # the second charged death
     assert stream(r)[-1].code == "worker_lost"
+
+
+def test_a_job_that_went_on_is_cleared_of_its_charges_stalls_and_suspicion(r):
+    """An attempt that wrote SUSPECT_TOKENS tokens (after its Started entry) went on past
+    where the job last died: whoever killed its worker, it was not the job, so the death is
+    not charged, its earlier charges and stalls no longer count, and it is no suspect."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID, DIGEST)
+    assert _abandon(r, a.epoch, charge=True, suspect_after=1) == 1  # alone, standing still
+    assert r.hmget(keys.job(CID), JobField.CHARGED, JobField.STALLS, JobField.SUSPECT) == [b"1", b"1", b"1"]
+    b = claims.claim(CID, DIGEST)
+    pub.started(b, 3)
+    for token in range(RECOVERY.suspect_tokens):
+        pub.delta(b, "x", (token,))
+    pub.flush(b)
+    assert _abandon(r, b.epoch, charge=True, suspect_after=1) == 1
+    assert r.hmget(keys.job(CID), JobField.CHARGED, JobField.STALLS, JobField.SUSPECT) == [None] * 3
+    assert r.hget(keys.job(CID), JobField.REQUEUES) == b"1"  # only the standing still one counts
+
+
+def test_a_batch_job_standing_still_becomes_a_suspect_at_its_second_stall(r):
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    a = claims.claim(CID, DIGEST)
+    pub.started(a, 3)
+    pub.delta(a, "x", (1,))  # one token: SUSPECT_TOKENS is two
+    pub.flush(a)
+    assert _abandon(r, a.epoch, charge=False, suspect_after=2) == 1
+    assert r.hget(keys.job(CID), JobField.STALLS) == b"1" and r.hget(keys.job(CID), JobField.SUSPECT) is None
+    b = claims.claim(CID, DIGEST)
+    assert _abandon(r, b.epoch, charge=False, suspect_after=0) == 1  # a death a suspect explains
+    assert r.hget(keys.job(CID), JobField.STALLS) == b"1"
+    c = claims.claim(CID, DIGEST)
+    assert _abandon(r, c.epoch, charge=False, suspect_after=2) == 1
+    assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1" and r.hget(keys.job(CID), JobField.CHARGED) is None
+
+
+def test_requeues_going_on_are_not_counted(r):
+    """MAX_REQUEUES bounds a job standing still; one that goes on between deaths (a bystander
+    in a crash storm) is bounded by its own length."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    for i in range(6):
+        a = claims.claim(CID, DIGEST)
+        pub.started(a, 3)
+        pub.delta(a, "xy", (2 * i,))
+        pub.delta(a, "z", (2 * i + 1,))
+        pub.flush(a)
+        assert _abandon(r, a.epoch, charge=False, max_requeues=3) == 1
+    assert r.hget(keys.job(CID), JobField.REQUEUES) is None
 
 
 def test_requeues_are_bounded_even_uncharged(r):
