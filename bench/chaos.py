@@ -28,6 +28,14 @@ if no stream completed.
 
     .venv/bin/python bench/chaos.py --streams 8 --minutes 5 [--seed 1] [--fault-every 4] \\
         [--faults kill,stop,api,redis|failover] [--defaults] [--cycle] [--drain 120] [--json out.json]
+    .venv/bin/python bench/chaos.py --storm [--seed 2]
+
+`--faults` may name a kind more than once to weigh it: `kill,kill,stop,api,redis` kills twice
+as often as it fires each other kind. `--storm` is the crash storm of issue 58, a campaign no
+one here wrote: 30 streams for 8 minutes at the defaults (a worker sizes itself to 32 slots),
+a fault every ~9 s from that kill-heavy mix, each kill aimed at a worker holding jobs, and
+150 s for the streams left at the end. Every stream must end whole; "stalls" says how long
+a stream waited for its next token at worst (`max`).
 
 With `failover` among the faults, Redis is a primary, a replica and three sentinels (a
 `redis+sentinel://` URL), and the fault fails the primary over, one of three ways at random:
@@ -85,6 +93,7 @@ from worker.settings import DEFAULT_MODEL_NAME  # noqa: E402
 MODEL = DEFAULT_MODEL_NAME
 CHAT = "/v1/chat/completions"
 FAULT_KINDS = ("kill", "stop", "api", "redis", "failover")
+STORM = "kill,kill,stop,api,redis"  # --storm's mix: a kill twice as often as each other fault
 HEARTBEAT_WINDOW_S = 3.0  # the workers' HEARTBEAT_WINDOW_SECONDS (left at its default)
 RETRYABLE = frozenset({429, 502, 503, 504})  # statuses a careful client retries
 STALL_S = 1.0  # a silence at least this long between two events counts as a stall
@@ -702,15 +711,16 @@ class Spread:
     n: int
     p50: float | None
     p95: float | None
+    most: float | None = None
 
     @classmethod
     def of(cls, values: list[float]) -> Spread:
-        return cls(len(values), quantile(values, 0.5), quantile(values, 0.95))
+        return cls(len(values), quantile(values, 0.5), quantile(values, 0.95), max(values, default=None))
 
     def __str__(self) -> str:
         if not self.n:
             return "n=0"
-        return f"n={self.n}  p50 {self.p50:.2f} s  p95 {self.p95:.2f} s"
+        return f"n={self.n}  p50 {self.p50:.2f} s  p95 {self.p95:.2f} s  max {self.most:.2f} s"
 
 
 def quantile(values: list[float], q: float) -> float | None:
@@ -837,7 +847,7 @@ class Campaign:
             resumes=sum(r.resumes for r in records),
             post_retries=sum(max(0, r.posts - 1) for r in records),
             orphan_jobs=orphan_jobs(self.cluster.r, {r.sse.job_id or "" for r in records}),
-            faults={k: sum(f.kind == k for f in fired) for k in self.cfg.faults},
+            faults={k: sum(f.kind == k for f in fired) for k in dict.fromkeys(self.cfg.faults)},
             faults_skipped=len(self.fault_log) - len(fired),
             recovery_gaps=Spread.of([g for r in records for g in r.sse.recovery_gaps]),
             stalls=Spread.of([s for r in records for s in r.sse.stalls]),
@@ -900,7 +910,13 @@ def parse_args(argv: list[str] | None) -> tuple[Config, Path | None]:
     ap.add_argument("--drain", type=float, default=120.0, help="seconds unfinished streams get at the end")
     ap.add_argument("--logs", type=Path, help="directory for the processes' logs")
     ap.add_argument("--json", type=Path, help="write the report here")
+    ap.add_argument(
+        "--storm", action="store_true", help="issue 58's crash storm (see above); overrides the rest"
+    )
     args = ap.parse_args(argv)
+    if args.storm:
+        args.streams, args.minutes, args.fault_every, args.defaults, args.drain = 30, 8.0, 9.0, True, 150.0
+        args.faults = STORM
     faults = tuple(k for k in args.faults.split(",") if k)
     if not faults or set(faults) - set(FAULT_KINDS):
         ap.error(f"--faults takes some of {','.join(FAULT_KINDS)}")
