@@ -90,6 +90,29 @@ class Limits:
     max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")
 
 
+REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
+
+
+def _reasoning_field(raw: str) -> str:
+    if raw not in REASONING_FIELDS:
+        raise ValueError(f"REASONING_FIELD must be one of {REASONING_FIELDS}")
+    return raw
+
+
+@dataclass(frozen=True)
+class Replies:
+    """How a chat completion says what the worker found (worker: REASONING_FORMAT)."""
+
+    reasoning_field: str = setting(
+        "reasoning_content",
+        "REASONING_FIELD",
+        "the chat field a reasoning model's thinking streams in: `reasoning_content` (DeepSeek's, "
+        "read by OpenCode and openai-php), `reasoning` (vLLM's and Ollama's), or `both`; a job "
+        "keeps the one it was created with",
+        parse=_reasoning_field,
+    )
+
+
 @dataclass(frozen=True)
 class Quotas:
     """What one API key may hold and spend, across replicas unless said otherwise (`0`: no
@@ -280,6 +303,7 @@ class Settings:
     recovery: Recovery = group(Recovery)
     access: Access = group(Access)
     limits: Limits = group(Limits)
+    replies: Replies = group(Replies)
     quotas: Quotas = group(Quotas)
     intake: Intake = group(Intake)
     batches: Batches = group(Batches)

@@ -17,8 +17,9 @@ delta, so a new attempt continues from `prompt + ids` without re-tokenizing text
 character (only the last delta before the terminal entry may hold less text than its ids:
 what follows a stop string, or a character cut off by max_tokens, is not sent). A job with
 tools reads its tokens' text as content and tool-call fragments (worker/text/replies.py): `text`
-is then the content only, `calls` the fragments. `logprobs` has one entry per token id,
-when the job asked for them.
+is then the content only, `calls` the fragments. A reasoning model's thinking is apart from
+both, in `reasoning` (worker/text/thinking.py), and its tokens are counted in the terminal
+entry. `logprobs` has one entry per token id, when the job asked for them.
 """
 
 from __future__ import annotations
@@ -85,6 +86,7 @@ class Delta:
     token_ids: tuple[int, ...]
     calls: tuple[CallPart, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()
+    reasoning: str = ""  # thinking, before `text` in the output
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -96,6 +98,7 @@ class Finished:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0  # of the prompt's, those the slot's cache held (the attempt that ended)
+    reasoning_tokens: int = 0  # of the completion's, those of its thinking
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -127,6 +130,8 @@ def encode(entry: Entry) -> dict[str, str]:
             "t": entry.text,
             "i": ",".join(map(str, entry.token_ids)),
         }
+        if entry.reasoning:
+            fields["z"] = entry.reasoning
         if entry.calls:
             fields["u"] = _compact([[c.index, c.id, c.name, c.arguments] for c in entry.calls])
         if entry.logprobs:
@@ -156,6 +161,8 @@ def encode(entry: Entry) -> dict[str, str]:
         }
         if entry.cached_tokens:
             fields["h"] = str(entry.cached_tokens)
+        if entry.reasoning_tokens:
+            fields["n"] = str(entry.reasoning_tokens)
         return fields
     if isinstance(entry, Failed):
         fields = {
@@ -193,7 +200,9 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
             if "l" in f
             else ()
         )
-        return Delta(epoch=epoch, text=f["t"], token_ids=ids, calls=calls, logprobs=logprobs)
+        return Delta(
+            epoch=epoch, text=f["t"], token_ids=ids, calls=calls, logprobs=logprobs, reasoning=f.get("z", "")
+        )
     if kind == "s":
         return Started(epoch=epoch, worker=f["w"], prompt_tokens=int(f["p"]), after=f.get("a", ""))
     if kind == "f":
@@ -203,6 +212,7 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
             prompt_tokens=int(f["p"]),
             completion_tokens=int(f["c"]),
             cached_tokens=int(f.get("h", 0)),
+            reasoning_tokens=int(f.get("n", 0)),
         )
     if kind == "x":
         return Failed(epoch=epoch, message=f["m"], type=f["y"], code=f["c"], param=f.get("a"))

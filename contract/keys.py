@@ -378,6 +378,9 @@ class JobField:
     # Written by the API for its own later use; workers never read them.
     ECHO = "echo"  # JSON: what a response repeats of its request (api/surfaces/responses/body.py)
     INPUT = "input"  # JSON: a response's input items, with their ids (GET .../input_items)
+    # a chat completion's field for its thinking, when not `reasoning_content` (REASONING_FIELD
+    # when it was created: every replica says it the same)
+    REASONING = "think_as"
 
 
 class JobStatus:

@@ -18,6 +18,7 @@ from worker.hub_model import HubModel
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("llama", "synthetic")
+REASONING_FORMATS = ("think", "none")
 BATCH_SHARE_CAP = 8  # BATCH_SLOTS unset: batch lines take at most this many slots
 
 
@@ -34,6 +35,12 @@ def default_model_path() -> Path | None:
 def _engine(raw: str) -> str:
     if raw not in ENGINES:
         raise ValueError(f"ENGINE must be one of {ENGINES}")
+    return raw
+
+
+def _reasoning_format(raw: str) -> str:
+    if raw not in REASONING_FORMATS:
+        raise ValueError(f"REASONING_FORMAT must be one of {REASONING_FORMATS}")
     return raw
 
 
@@ -68,6 +75,14 @@ class WorkerSettings:
         "are rendered: worker/tools/protocols.py)",
         parse=lambda raw: Path(raw) if raw else None,
         shown="(the GGUF's)",
+    )
+    reasoning_format: str = setting(
+        "think",
+        "REASONING_FORMAT",
+        "how a chat answer's thinking is told apart: `think`, a block between `<think>` and "
+        "`</think>` (DeepSeek-R1, Qwen3, GLM), opened by the model or by its chat template, goes "
+        "to the reasoning field and never into the content; `none` leaves the text raw",
+        parse=_reasoning_format,
     )
     model_name: str = setting(
         "",

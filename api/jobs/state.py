@@ -25,6 +25,7 @@ class JobState:
     include_usage: bool = False
     detached: bool = False
     echo: str = ""  # JobField.ECHO (the Responses surface's)
+    reasoning_field: str = "reasoning_content"  # JobField.REASONING (the chat surface's)
 
     @property
     def ended(self) -> bool:
@@ -67,12 +68,13 @@ STATE_FIELDS = [
     JobField.USAGE,
     JobField.DETACHED,
     JobField.ECHO,
+    JobField.REASONING,
 ]
 
 
 def job_state(job_id: str, values: list) -> JobState | None:
     """The state from the job hash's STATE_FIELDS, in their order (None: no such job)."""
-    surface, model, created, owner, status, attempts, start_by, usage, detached, echo = values
+    surface, model, created, owner, status, attempts, start_by, usage, detached, echo, reasoning = values
     if status is None:
         return None
     return JobState(
@@ -87,6 +89,7 @@ def job_state(job_id: str, values: list) -> JobState | None:
         include_usage=usage == b"1",
         detached=detached == b"1",
         echo=as_text(echo or b""),
+        reasoning_field=as_text(reasoning or b"reasoning_content"),
     )
 
 

@@ -27,6 +27,7 @@ from api.jobs.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerR
 from api.jobs.state import JobState, Submitted
 from api.ops.metrics import StreamTiming
 from api.services import Services
+from api.settings import Replies
 from api.streaming.answering import SSEStream, collect, respond
 from api.streaming.cursor import BadCursor
 from api.surfaces.body import Body
@@ -167,7 +168,7 @@ class Endpoints:
             include_usage=body.include_usage,
             detached=bool(body.background) or "respond-async" in ask.request.headers.get("prefer", ""),
             idempotency=ask.idempotency,
-            fields=body.job_fields(job_id),
+            fields=body.job_fields(job_id) | reasoning_field(settings.replies),
             cache_salt=body.cache_salt,
             quota=Quota(
                 unfinished_jobs=settings.quotas.max_jobs_per_key,
@@ -245,3 +246,11 @@ class Endpoints:
         if job is None or job.surface != self.surface.name or not hmac.compare_digest(job.owner, owner):
             raise APIError(errors.NOT_FOUND, f"No {noun} found with id '{job_id}'.", param=param)
         return job
+
+
+def reasoning_field(replies: Replies) -> dict[str, str]:
+    """The job's field for a reasoning model's thinking, when not the default: recorded, so
+    that every replica says it the same whatever its REASONING_FIELD."""
+    if replies.reasoning_field == "reasoning_content":
+        return {}
+    return {keys.JobField.REASONING: replies.reasoning_field}

@@ -21,7 +21,7 @@ from typing import Protocol
 import redis
 
 from contract import errors, keys, queueing
-from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS, TokenLogprob
+from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
 from contract.stats import BatchCounters
@@ -29,6 +29,7 @@ from worker.attempts.claims import Attempt, Claims, Fenced, JobGone, NotRecorded
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.publisher import Publisher
+from worker.attempts.sender import Sender
 from worker.engine.devices import Placement
 from worker.engine.held import HeldPrefixes
 from worker.engine.picks import Pick
@@ -36,7 +37,7 @@ from worker.errors import GrammarDeadEnd, PromptRejected
 from worker.redis.link import Link
 from worker.redis.retrying import TRANSIENT
 from worker.text.replies import Reply
-from worker.text.textstream import Piece, TextAssembler
+from worker.text.textstream import TextAssembler
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +53,7 @@ class Engine(Protocol):
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
     def piece(self, token: int) -> bytes: ...
-    def reply(self, spec: JobSpec) -> Reply: ...
+    def reply(self, spec: JobSpec, prompt: list[int]) -> Reply: ...
     def tokens(
         self,
         spec: JobSpec,
@@ -202,18 +203,17 @@ class AttemptRules:
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
         context = prompt + prior
+        reply = engine.reply(spec, prompt)
+        out = Sender(engine.piece, pub, attempt, reply, spec.logprobs, prior)  # goes on where they were
+        thought = out.reasoning_tokens
         if attempt.cancelled:
-            pub.finished(attempt, CANCELLED, prompt_tokens, generated)
+            pub.finished(attempt, CANCELLED, prompt_tokens, generated, reasoning_tokens=thought())
             return Outcome.CANCELLED
         if (spec.max_tokens is not None and generated >= spec.max_tokens) or len(context) >= engine.n_ctx:
-            pub.finished(attempt, LENGTH, prompt_tokens, generated)
+            pub.finished(attempt, LENGTH, prompt_tokens, generated, reasoning_tokens=thought())
             return Outcome.LENGTH
 
         assembler = TextAssembler(spec.stop)
-        reply = engine.reply(spec)
-        if prior:  # the text the earlier attempts generated: the reply goes on where it was
-            reply.feed(b"".join(engine.piece(t) for t in prior).decode("utf-8", "replace"))
-        out = _Sender(engine, pub, attempt, reply, spec.logprobs)
         reason = LENGTH  # the context window filled up
 
         def progressed() -> None:  # a step read part of the prompt: not a hung native call
@@ -272,7 +272,7 @@ class AttemptRules:
         out.end()
         if reason == STOP and reply.calls:
             reason = TOOL_CALLS
-        pub.finished(attempt, reason, prompt_tokens, generated, cached_tokens=reused)
+        pub.finished(attempt, reason, prompt_tokens, generated, reused, reasoning_tokens=thought())
         if self._log_content:  # opt-in, for debugging only: the log then holds user data
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
@@ -358,39 +358,3 @@ class AttemptRules:
             )
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
             log.warning("could not hand off %s: %s", attempt.job_id, exc)
-
-
-class _Sender:
-    """An attempt's text on its way to the stream: each released piece read by the job's
-    reply (content and tool-call fragments) and published with its tokens' logprobs."""
-
-    def __init__(
-        self, engine: Engine, pub: Publisher, attempt: Attempt, reply: Reply, logprobs: bool
-    ) -> None:
-        self._engine, self._pub, self._attempt, self._reply = engine, pub, attempt, reply
-        self._logprobs = logprobs
-        self._held: list[TokenLogprob] = []  # for the tokens the assembler holds back
-        self._said: list[str] = []
-
-    def picked(self, pick: Pick, piece: bytes) -> None:
-        if self._logprobs and pick.logprob is not None:
-            top = tuple((self._engine.piece(t), lp) for t, lp in pick.top)
-            self._held.append(TokenLogprob(piece, pick.logprob, top))
-
-    def send(self, piece: Piece | None) -> None:
-        if piece is None:
-            return
-        parts = self._reply.feed(piece.text)
-        n = len(piece.token_ids)
-        logprobs, self._held = tuple(self._held[:n]), self._held[n:]
-        self._pub.delta(self._attempt, parts.content, piece.token_ids, tuple(parts.calls), logprobs)
-        self._said.append(piece.text)
-
-    def end(self) -> None:
-        """What the reply still held (text that might have opened a tool call)."""
-        parts = self._reply.end()
-        if parts:
-            self._pub.delta(self._attempt, parts.content, (), tuple(parts.calls))
-
-    def said(self) -> str:
-        return "".join(self._said)

@@ -100,9 +100,17 @@ class Publisher:
         token_ids: tuple[int, ...],
         calls: tuple[CallPart, ...] = (),
         logprobs: tuple[TokenLogprob, ...] = (),
+        reasoning: str = "",
     ) -> None:
         """Queue generated text; returns at once (raises what an earlier write learned)."""
-        entry = Delta(epoch=attempt.epoch, text=text, token_ids=token_ids, calls=calls, logprobs=logprobs)
+        entry = Delta(
+            epoch=attempt.epoch,
+            text=text,
+            token_ids=token_ids,
+            calls=calls,
+            logprobs=logprobs,
+            reasoning=reasoning,
+        )
         self._submit(attempt, entry, wait=False)
 
     def finished(
@@ -112,6 +120,7 @@ class Publisher:
         prompt_tokens: int,
         completion_tokens: int,
         cached_tokens: int = 0,
+        reasoning_tokens: int = 0,
     ) -> None:
         entry = Finished(
             epoch=attempt.epoch,
@@ -119,6 +128,7 @@ class Publisher:
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
             cached_tokens=cached_tokens,
+            reasoning_tokens=reasoning_tokens,
         )
         self._submit(attempt, entry, wait=True)
 

@@ -36,6 +36,7 @@ from worker.engine.prompts import ChatPrompts
 from worker.engine.sampling import Sampler
 from worker.engine.steps import plan
 from worker.settings import WorkerSettings
+from worker.text import thinking
 from worker.text.replies import Reply
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,7 @@ class LlamaEngine:
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
+        self._thinking = settings.reasoning_format == "think"
         log.info("tool calls: %s protocol (worker/tools/protocols.py)", self.prompts.tools.name)
         self._n_vocab = self._model.n_vocab()
         cores = sizing.usable_cores()
@@ -159,9 +161,14 @@ class LlamaEngine:
     def is_end(self, token: int) -> bool:
         return self.prompts.is_end(token)
 
-    def reply(self, spec: JobSpec) -> Reply:
-        """How the job's answer is read: content and tool calls (worker/text/replies.py)."""
-        return self.prompts.tools.reply(spec)
+    def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
+        """How the job's answer is read: thinking, content and tool calls (worker/text/replies.py,
+        worker/text/thinking.py); whether the prompt opened a thinking block is read from its end."""
+        reply = self.prompts.tools.reply(spec)
+        if not self._thinking or spec.kind != "chat":
+            return reply
+        tail = b"".join(self.piece(t) for t in prompt[-thinking.TAIL_TOKENS :])
+        return thinking.Thinking(reply, thinking.opened_by(tail.decode("utf-8", "replace")))
 
     def tokens(
         self,
@@ -227,6 +234,8 @@ class LlamaEngine:
                 # an answer of text alone is what the next turn's assistant message will be
                 plain = not spec.stop and not spec.uses_tools and not prior
                 text = b"".join(answer).decode("utf-8", "replace") if plain else None
+                if self._thinking and text and (thinking.OPEN in text or thinking.CLOSE in text):
+                    text = None  # the next turn's message holds the answer alone
                 self.held.held(seq, [d for d, _ in prefixes(spec, text)])
 
     def piece(self, token: int) -> bytes:

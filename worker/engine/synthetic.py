@@ -85,7 +85,7 @@ class SyntheticEngine:
         """No batching scheduler here: nothing to count."""
         return BatchCounters()
 
-    def reply(self, spec: JobSpec) -> Reply:
+    def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
         return PlainReply()
 
     def piece(self, token: int) -> bytes:

@@ -31,11 +31,13 @@ _B62 = string.ascii_letters + string.digits
 class Parts:
     content: str = ""
     calls: list[CallPart] = field(default_factory=list)
+    reasoning: str = ""  # a reasoning model's thinking (worker/text/thinking.py)
 
     def __bool__(self) -> bool:
-        return bool(self.content or self.calls)
+        return bool(self.content or self.calls or self.reasoning)
 
     def add(self, other: Parts) -> Parts:
+        self.reasoning += other.reasoning
         self.content += other.content
         join_calls(self.calls, other.calls)
         return self

@@ -28,12 +28,14 @@ from contract.keys import JobStatus
 
 
 def usage(entry: Finished) -> dict:
-    """OpenAI's usage; `cached_tokens`: the prompt tokens the worker's slot already held."""
+    """OpenAI's usage; `cached_tokens`: the prompt tokens the worker's slot already held;
+    `reasoning_tokens`: the completion's tokens of thinking (worker/text/thinking.py)."""
     return {
         "prompt_tokens": entry.prompt_tokens,
         "completion_tokens": entry.completion_tokens,
         "total_tokens": entry.prompt_tokens + entry.completion_tokens,
         "prompt_tokens_details": {"cached_tokens": entry.cached_tokens},
+        "completion_tokens_details": {"reasoning_tokens": entry.reasoning_tokens},
     }
 
 
@@ -51,10 +53,18 @@ class Chunks:
     created: int
     model: str
     include_usage: bool = False
+    reasoning_field: str = "reasoning_content"  # REASONING_FIELD when the job was created ("both")
 
     @classmethod
     def of(cls, job: JobState) -> Chunks:
-        return cls(job.id, job.created, job.model, job.include_usage)
+        return cls(job.id, job.created, job.model, job.include_usage, job.reasoning_field)
+
+    def _thinking(self, holder: dict, text: str) -> None:
+        """A reasoning model's thinking, in the field (or both fields) the job says."""
+        if text:
+            for name in ("reasoning_content", "reasoning"):
+                if self.reasoning_field in (name, "both"):
+                    holder[name] = text
 
     def _chunk(self, choices: list[dict]) -> dict:
         obj = {
@@ -160,6 +170,7 @@ class ChatChunks(Chunks):
 
     def _delta_choice(self, entry: Delta) -> dict:
         choice = self._choice(entry.text or None, None)
+        self._thinking(choice["delta"], entry.reasoning)
         if entry.calls:
             choice["delta"]["tool_calls"] = [_call_delta(c) for c in entry.calls]
         if entry.logprobs:
@@ -172,6 +183,7 @@ class ChatChunks(Chunks):
             "content": text if text or not out.calls else None,
             "refusal": None,
         }
+        self._thinking(message, "".join(out.reasoning))
         if out.calls:
             message["tool_calls"] = [
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
@@ -253,9 +265,11 @@ class Output:
     parts: list[str] = field(default_factory=list)
     calls: list[CallPart] = field(default_factory=list)  # one per call, arguments joined
     logprobs: list[TokenLogprob] | None = None
+    reasoning: list[str] = field(default_factory=list)  # a reasoning model's thinking
 
     def add(self, entry: Delta) -> None:
         self.parts.append(entry.text)
+        self.reasoning.append(entry.reasoning)
         join_calls(self.calls, entry.calls)
         if entry.logprobs:
             if self.logprobs is None:

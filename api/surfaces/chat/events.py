@@ -62,7 +62,7 @@ class ChunkEvents:
             if isinstance(entry, Delta):
                 if sent:
                     continue
-                if entry.calls or entry.logprobs:
+                if entry.calls or entry.logprobs or entry.reasoning:
                     out.append(sse.event(self._chunks.delta(entry), eid))
                     contents += 1
                 elif entry.text:

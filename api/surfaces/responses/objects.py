@@ -35,7 +35,7 @@ def _usage(entry: Finished) -> dict:
         "input_tokens": entry.prompt_tokens,
         "input_tokens_details": {"cached_tokens": entry.cached_tokens, "cache_write_tokens": 0},
         "output_tokens": entry.completion_tokens,
-        "output_tokens_details": {"reasoning_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": entry.reasoning_tokens},
         "total_tokens": entry.prompt_tokens + entry.completion_tokens,
     }
 

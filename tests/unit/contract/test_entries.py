@@ -89,7 +89,9 @@ def test_queue_is_named_after_the_model():
         Started(epoch=1, worker="w-1", prompt_tokens=12),
         Delta(epoch=2, text="héllo\n", token_ids=(1, 2, 3)),
         Delta(epoch=1, text="", token_ids=()),
+        Delta(epoch=1, text="Yes.", token_ids=(4, 5), reasoning="2 < 3, so"),
         Finished(epoch=3, finish_reason="length", prompt_tokens=10, completion_tokens=20),
+        Finished(epoch=3, finish_reason="stop", prompt_tokens=9, completion_tokens=20, reasoning_tokens=17),
         Finished(epoch=3, finish_reason="stop", prompt_tokens=400, completion_tokens=2, cached_tokens=399),
         Failed(
             epoch=1,

@@ -12,6 +12,8 @@ import pytest
 
 from api.jobs.owners import RECORD_GRACE_MS, OwnerLimit, OwnerRate, Quota, now_ms
 from api.jobs.store import JobStore
+from api.settings import Replies
+from api.surfaces.routes import reasoning_field
 from contract import keys, tiers
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
@@ -278,3 +280,15 @@ def test_split_servers_a_queue_entry_a_failover_lost_is_queued_again(lost):
     assert _queued(pair, job) == [keys.rq_job_id(job.id, 0).encode()]
     assert rq.queues.exists(keys.rq_job(keys.rq_job_id(job.id, 0)))
     assert rq.streams.zcard(keys.pending(keys.shard(job.id))) == 0
+
+
+def test_a_chat_job_keeps_the_thinking_field_it_was_created_with():
+    async def go() -> tuple:
+        s = store(FakePair())
+        await s.submit(spec(1), "chat", 0, fields=reasoning_field(Replies()))
+        await s.submit(spec(2), "chat", 0, fields=reasoning_field(Replies(reasoning_field="both")))
+        return await s.state("chatcmpl-1"), await s.state("chatcmpl-2")
+
+    default, both = asyncio.run(go())
+    assert default is not None and default.reasoning_field == "reasoning_content"
+    assert both is not None and both.reasoning_field == "both"

@@ -23,6 +23,7 @@ from worker.engine.picks import Pick
 from worker.errors import PromptTooLong
 from worker.redis.link import Link
 from worker.text.replies import PlainReply
+from worker.text.thinking import Thinking
 
 RECOVERY = Recovery(retention_s=60)
 
@@ -37,11 +38,13 @@ class ScriptedEngine:
     model_name = "m"
     n_ctx = 64
 
-    def __init__(self, script: list[int], on_token=None, held: int = 0) -> None:
+    def __init__(self, script: list[int], on_token=None, held: int = 0, words=None, opened=None) -> None:
         self.script = script
         self.contexts: list[list[int]] = []
         self.on_token = on_token
         self.held = held  # context tokens a slot's cache held: told when the job's side ends
+        self.words = words or {}  # a token's text, if not `<id>`
+        self.opened = opened  # None: no thinking; else whether the prompt opened a block
 
     def prompt_ids(self, spec):
         if spec.messages[0].content == "too long":
@@ -52,10 +55,10 @@ class ScriptedEngine:
         return token == EOS
 
     def piece(self, token):
-        return f"<{token}>".encode()
+        return self.words.get(token, f"<{token}>").encode()
 
-    def reply(self, spec):
-        return PlainReply()
+    def reply(self, spec, prompt):
+        return PlainReply() if self.opened is None else Thinking(PlainReply(), self.opened)
 
     def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         self.contexts.append([*prompt, *prior])
@@ -221,6 +224,40 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
     assert "".join(e.text for e in s if isinstance(e, Delta)) == "<11><12><21><22><23>"
     assert sum(isinstance(e, Started) for e in s) == 2
     assert s[-1].completion_tokens == 5 and s[-1].prompt_tokens == 3
+
+
+THOUGHT = {11: "Hmm", 12: ", so", 13: "</think>", 14: "\n\n", 15: "Yes", 16: "."}
+
+
+def split(s: list) -> tuple[str, str]:
+    deltas = [e for e in s if isinstance(e, Delta)]
+    return "".join(e.reasoning for e in deltas), "".join(e.text for e in deltas)
+
+
+def test_thinking_is_published_apart_from_the_answer_and_its_tokens_counted(r):
+    engine = ScriptedEngine([11, 12, 13, 14, 15, 16, EOS], words=THOUGHT, opened=True)
+    run_one(runner(r, engine), spec(max_tokens=10))
+    assert split(stream(r)) == ("Hmm, so", "Yes.")
+    assert last_entry(r).reasoning_tokens == 4 and last_entry(r).completion_tokens == 6
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+@pytest.mark.parametrize("dies_at", [1, 2, 3, 5])
+def test_a_continuation_splits_thinking_and_answer_as_an_uninterrupted_run(r, dies_at):
+    """Killed mid-thinking, on its closing tag, or mid-answer: the same split and count."""
+
+    def die(i):
+        if i == dies_at:
+            raise SystemExit
+
+    script = [11, 12, 13, 14, 15, 16, EOS]
+    run_one(runner(r, ScriptedEngine(script, on_token=die, words=THOUGHT, opened=True)), spec(max_tokens=10))
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
+    rest = ScriptedEngine(script[dies_at:], words=THOUGHT, opened=True)
+    run_one(runner(r, rest), spec(max_tokens=10))
+    assert sum(isinstance(e, Started) for e in stream(r)) == 2
+    assert split(stream(r)) == ("Hmm, so", "Yes.")
+    assert last_entry(r).reasoning_tokens == 4 and last_entry(r).completion_tokens == 6
 
 
 def test_a_continuation_with_nothing_left_finishes_at_once(r):

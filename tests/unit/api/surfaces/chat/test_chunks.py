@@ -48,6 +48,7 @@ def test_with_include_usage_every_chunk_has_usage_null_and_the_last_has_it():
         "completion_tokens": 4,
         "total_tokens": 7,
         "prompt_tokens_details": {"cached_tokens": 0},
+        "completion_tokens_details": {"reasoning_tokens": 0},
     }
 
 
@@ -240,3 +241,36 @@ def test_a_resume_from_every_event_gives_exactly_the_rest():
             read = [r for r in rows if stream_id(r[0]) > stream_id(after) or (inclusive and r[0] == after)]
             rest = _events(events.opening() + events.encode(read).data)
             assert rest == full[n + 1 :], (usage, event_id)
+
+
+THOUGHT = [
+    Delta(text="", token_ids=(1, 2), reasoning="2 < 3"),
+    Delta(text="Yes", token_ids=(3, 4), reasoning=", so"),
+    Delta(text=".", token_ids=(5,)),
+]
+
+
+def test_thinking_streams_and_answers_in_its_own_field_never_the_content():
+    c = ChatChunks("chatcmpl-1", 1, "m", include_usage=True)
+    deltas = [c.delta(d)["choices"][0]["delta"] for d in THOUGHT]
+    assert deltas == [
+        {"reasoning_content": "2 < 3"},
+        {"content": "Yes", "reasoning_content": ", so"},
+        {"content": "."},
+    ]
+    done = Finished(finish_reason="stop", prompt_tokens=3, completion_tokens=5, reasoning_tokens=4)
+    answer = c.answer(rows(*THOUGHT, done))
+    assert answer is not None
+    message = answer.body["choices"][0]["message"]
+    assert (message["content"], message["reasoning_content"]) == ("Yes.", "2 < 3, so")
+    assert answer.body["usage"]["completion_tokens_details"] == {"reasoning_tokens": 4}
+    assert c.usage(done)["usage"]["completion_tokens_details"] == {"reasoning_tokens": 4}
+
+
+def test_the_thinking_field_is_the_one_the_job_was_created_with():
+    for field, names in (("reasoning", ["reasoning"]), ("both", ["reasoning_content", "reasoning"])):
+        c = ChatChunks("chatcmpl-1", 1, "m", reasoning_field=field)
+        delta = c.delta(THOUGHT[0])["choices"][0]["delta"]
+        assert sorted(delta) == sorted(names) and all(delta[n] == "2 < 3" for n in names)
+    plain = ChatChunks("chatcmpl-1", 1, "m").answer(rows(Delta(text="hi", token_ids=(1,)), finished("stop")))
+    assert plain is not None and "reasoning_content" not in plain.body["choices"][0]["message"]

@@ -1,0 +1,141 @@
+"""A reasoning model's thinking through real processes: the default model behind a chat
+template that opens `<think>` in its generation prompt (tests/data/thinking-chatml.jinja),
+so its output starts inside the block, as DeepSeek-R1 distills' and Qwen3's thinking models'
+do. The plumbing does not depend on the weights; SmolLM2 never closes the block on its own,
+so what these tests see is thinking, and the raw text a REASONING_FORMAT=none worker gives
+for the same greedy request is the oracle of the split."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import openai
+import pytest
+import redis
+
+from contract import keys
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+
+pytestmark = pytest.mark.integration
+
+TEMPLATE = str(Path(__file__).resolve().parent.parent / "data" / "thinking-chatml.jinja")
+THINKING, RAW = "smollm2-thinking", "smollm2-thinking-raw"
+MESSAGES = [{"role": "user", "content": "Is 17 a prime number?"}]
+
+
+@dataclass
+class Pool:
+    base: str
+    r: redis.Redis
+    workers: dict[str, Proc]
+
+    def sdk(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+    def holder(self, job_id: str) -> Proc:
+        return self.workers[self.r.hget(keys.job(job_id), keys.JobField.WORKER).decode()]
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> Iterator[Pool]:
+    """Two workers splitting the thinking (a killed one's job goes on on the other) and one
+    leaving the text raw, all of the same weights and template; one API."""
+    logs = tmp_path_factory.mktemp("reasoning")
+    redis_proc, url = start_redis(logs)
+    api, base = start_api(logs, url, env={"KEEPALIVE_SECONDS": "0.5", "REAPER_INTERVAL_SECONDS": "0.2"})
+    env = {"CHAT_TEMPLATE_FILE": TEMPLATE, "SLOTS": "1", "HEARTBEAT_WINDOW_SECONDS": "2"}
+    workers = {
+        name: start_worker(logs, url, name=name, env=env | {"MODEL_NAME": model, **extra})
+        for name, model, extra in (
+            ("t1", THINKING, {}),
+            ("t2", THINKING, {}),
+            ("raw", RAW, {"REASONING_FORMAT": "none"}),
+        )
+    }
+    try:
+        for model in (THINKING, RAW):
+            wait_for_model(base, model, procs=(api, *workers.values()))
+        yield Pool(base, redis.Redis.from_url(url), workers)
+    finally:
+        for p in (*workers.values(), api, redis_proc):
+            p.stop()
+
+
+def raw_text(pool: Pool, max_tokens: int) -> str:
+    done = pool.sdk().chat.completions.create(
+        model=RAW, messages=MESSAGES, max_tokens=max_tokens, temperature=0
+    )
+    return done.choices[0].message.content or ""
+
+
+def test_thinking_streams_in_its_own_field_and_never_as_content(pool):
+    raw = raw_text(pool, 24)
+    stream = pool.sdk().chat.completions.create(
+        model=THINKING,
+        messages=MESSAGES,
+        max_tokens=24,
+        temperature=0,
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    reasoning, content, finish, usage = [], [], None, None
+    for chunk in stream:
+        if chunk.usage is not None:
+            usage = chunk.usage
+        for choice in chunk.choices:
+            reasoning.append(getattr(choice.delta, "reasoning_content", None) or "")
+            content.append(choice.delta.content or "")
+            finish = choice.finish_reason or finish
+    thought, said = "".join(reasoning), "".join(content)
+    assert thought and "<think>" not in said and "</think>" not in thought
+    # the raw text is the thinking, then (if the model closed the block) the tag and the answer
+    assert raw.startswith(thought) and (not said or raw.endswith(said)), (raw, thought, said)
+    assert finish in ("length", "stop")  # the model may end its turn inside the block
+    assert usage is not None and usage.completion_tokens_details is not None
+    reasoning_tokens = usage.completion_tokens_details.reasoning_tokens
+    assert reasoning_tokens == usage.completion_tokens if not said else 0 < reasoning_tokens < 24
+
+    done = pool.sdk().chat.completions.create(model=THINKING, messages=MESSAGES, max_tokens=24, temperature=0)
+    message = done.choices[0].message
+    assert getattr(message, "reasoning_content", None) == thought and (message.content or "") == said
+    assert done.usage is not None and done.usage.completion_tokens_details is not None
+    assert done.usage.completion_tokens_details.reasoning_tokens == reasoning_tokens
+
+
+def test_a_worker_killed_mid_thinking_leaves_the_split_whole(pool):
+    """The client's stitched stream and the replay after the end agree, the continuation
+    having read the earlier attempt's text again (its split across the cut: the unit tests
+    of worker/text/thinking.py and the runner's). The last test of the module: a worker is
+    gone after it."""
+    body = {"model": THINKING, "messages": MESSAGES, "max_tokens": 96, "temperature": 0, "stream": True}
+    reasoning: list[str] = []
+    killed = False
+    with httpx.Client(base_url=pool.base, timeout=120) as http:
+        with http.stream("POST", "/v1/chat/completions", json=body) as resp:
+            job_id = None
+            for line in resp.iter_lines():
+                if not line.startswith("data: ") or line == "data: [DONE]":
+                    continue
+                chunk = json.loads(line.removeprefix("data: "))
+                job_id = chunk["id"]
+                for choice in chunk["choices"]:
+                    assert "<think>" not in (choice["delta"].get("content") or "")
+                    reasoning.append(choice["delta"].get("reasoning_content", ""))
+                if not killed and len("".join(reasoning)) > 20:
+                    pool.holder(job_id).signal(signal.SIGKILL)
+                    killed = True
+        assert killed and job_id is not None
+        deadline = time.monotonic() + 60
+        while (replay := http.get(f"/v1/chat/completions/{job_id}")).status_code == 202:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    message = replay.json()["choices"][0]["message"]
+    assert message["reasoning_content"] == "".join(reasoning)
+    events = pool.r.xrange(keys.events(job_id))
+    assert sum(f[b"k"] == b"s" for _, f in events) == 2  # it went on on the other worker

@@ -1,0 +1,86 @@
+"""An attempt's text on its way to the stream: each piece the text assembler releases is
+read by the job's reply (thinking, content and tool-call fragments: worker/text/replies.py)
+and published with its tokens' ids and logprobs.
+
+A continuation's sender first reads the text earlier attempts generated, so the reply goes
+on where they were (what it says of that text was sent by them), and counts their tokens
+with its own: the thinking's share of the completion is counted over the whole job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from contract.entries import TokenLogprob
+from worker.attempts.claims import Attempt
+from worker.attempts.publisher import Publisher
+from worker.engine.picks import Pick
+from worker.text.replies import Reply
+from worker.text.textstream import Piece
+from worker.text.thinking import Thinking
+
+
+class Sender:
+    def __init__(
+        self,
+        piece: Callable[[int], bytes],
+        pub: Publisher,
+        attempt: Attempt,
+        reply: Reply,
+        logprobs: bool,
+        prior: list[int],
+    ) -> None:
+        self._piece, self._pub, self._attempt, self._reply = piece, pub, attempt, reply
+        self._logprobs = logprobs
+        self._held: list[TokenLogprob] = []  # for the tokens the assembler holds back
+        self._sizes = [len(piece(t)) for t in prior]  # bytes of each token generated, all attempts'
+        self._read: list[str] = []  # the text the reply read, all attempts'
+        self._said: list[str] = []  # this attempt's
+        if prior:
+            text = b"".join(piece(t) for t in prior).decode("utf-8", "replace")
+            reply.feed(text)
+            self._read.append(text)
+
+    def picked(self, pick: Pick, piece: bytes) -> None:
+        self._sizes.append(len(piece))
+        if self._logprobs and pick.logprob is not None:
+            top = tuple((self._piece(t), lp) for t, lp in pick.top)
+            self._held.append(TokenLogprob(piece, pick.logprob, top))
+
+    def send(self, piece: Piece | None) -> None:
+        if piece is None:
+            return
+        parts = self._reply.feed(piece.text)
+        n = len(piece.token_ids)
+        logprobs, self._held = tuple(self._held[:n]), self._held[n:]
+        self._pub.delta(
+            self._attempt, parts.content, piece.token_ids, tuple(parts.calls), logprobs, parts.reasoning
+        )
+        self._read.append(piece.text)
+        self._said.append(piece.text)
+
+    def end(self) -> None:
+        """What the reply still held (text that might have opened a tool call, or closed a
+        thinking block)."""
+        parts = self._reply.end()
+        if parts:
+            self._pub.delta(self._attempt, parts.content, (), tuple(parts.calls), reasoning=parts.reasoning)
+
+    def reasoning_tokens(self) -> int:
+        """The completion's tokens that began in its thinking (the block's tags and the
+        whitespace before the answer included), over every attempt."""
+        thinking = self._reply if isinstance(self._reply, Thinking) else None
+        if thinking is None or not thinking.thought:
+            return 0
+        if thinking.closed_at is None:
+            return len(self._sizes)
+        end = len("".join(self._read)[: thinking.closed_at].encode())
+        count = at = 0
+        for size in self._sizes:
+            if at >= end:
+                break
+            count, at = count + 1, at + size
+        return count
+
+    def said(self) -> str:
+        return "".join(self._said)

@@ -1,0 +1,92 @@
+"""A reasoning model's thinking, told apart from its answer (REASONING_FORMAT=think).
+
+DeepSeek-R1 distills, Qwen3 and GLM write their thinking between `<think>` and `</think>`,
+then the answer. Some templates open the block in the generation prompt themselves (the
+output starts inside it); Qwen3's hybrid template lets the model write `<think>` first, and
+with thinking off writes an empty block into the prompt. So the start state comes from the
+rendered prompt (`opened_by`), not from the model's name.
+
+`Thinking` wraps the job's reply (worker/text/replies.py): the thinking goes to
+`Parts.reasoning`, and only the answer reaches the reply, so tool calls and JSON read after
+the block as they do without one. Like every reply it reads characters one state at a time,
+whatever the pieces: a continuation feeds it the text earlier attempts generated and it is
+where they were, so a split is the same from an uninterrupted run, a resumed one, and a
+replay. The tags and the whitespace that opens the answer are nobody's text.
+"""
+
+from __future__ import annotations
+
+from worker.text.replies import Parts, Reply
+
+OPEN, CLOSE = "<think>", "</think>"
+TAIL_TOKENS = 16  # of the prompt: more than the generation prompt's text after `<think>`
+
+
+def opened_by(prompt_tail: str) -> bool:
+    """Whether a rendered prompt (its end) leaves a thinking block open."""
+    return prompt_tail.rfind(OPEN) > prompt_tail.rfind(CLOSE)
+
+
+class Thinking:
+    """A reply's thinking part, then the reply itself; `closed_at` is where the answer
+    starts in the text fed so far (None until the block closes), for counting its tokens."""
+
+    _BEFORE, _THINKING, _OPENING, _ANSWER = range(4)
+
+    def __init__(self, reply: Reply, opened: bool) -> None:
+        self._reply = reply
+        self._state = self._THINKING if opened else self._BEFORE
+        self._held = ""  # what may yet be a tag
+        self._fed = 0  # characters read
+        self.thought = opened  # a block was opened (by the prompt or the model)
+        self.closed_at: int | None = None
+
+    @property
+    def calls(self) -> int:
+        return self._reply.calls
+
+    def feed(self, text: str) -> Parts:
+        out = Parts()
+        for i, char in enumerate(text):
+            if self._state == self._ANSWER:
+                self._fed += len(text) - i
+                return out.add(self._reply.feed(text[i:]))
+            self._fed += 1
+            self._char(char, out)
+        return out
+
+    def _char(self, char: str, out: Parts) -> None:
+        if self._state == self._BEFORE:  # the model may open the block, after whitespace
+            held = self._held + char
+            if OPEN.startswith(held.lstrip()):
+                self._held = held
+                if held.lstrip() == OPEN:
+                    self._state, self._held, self.thought = self._THINKING, "", True
+            else:  # no block: the text is the answer, as it came
+                self._state, self._held = self._ANSWER, ""
+                out.add(self._reply.feed(held))
+        elif self._state == self._THINKING:
+            held = self._held + char
+            if held == CLOSE:
+                self._state, self._held, self.closed_at = self._OPENING, "", self._fed
+            elif CLOSE.startswith(held):
+                self._held = held
+            else:
+                keep = next((k for k in range(len(held) - 1, 0, -1) if CLOSE.startswith(held[-k:])), 0)
+                out.reasoning += held[: len(held) - keep]
+                self._held = held[len(held) - keep :]
+        elif not char.isspace():  # the whitespace between the block and the answer goes
+            self._state = self._ANSWER
+            out.add(self._reply.feed(char))
+        else:
+            self.closed_at = self._fed
+
+    def end(self) -> Parts:
+        """What was held: a tag begun but never finished is text of its part."""
+        out = Parts()
+        held, self._held = self._held, ""
+        if self._state == self._THINKING:
+            out.reasoning += held
+        elif self._state == self._BEFORE and held:
+            out.add(self._reply.feed(held))
+        return out.add(self._reply.end())
