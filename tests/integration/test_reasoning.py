@@ -108,6 +108,33 @@ def test_thinking_streams_in_its_own_field_and_never_as_content(pool):
     assert done.usage.completion_tokens_details.reasoning_tokens == reasoning_tokens
 
 
+def test_the_responses_api_gives_the_thinking_a_reasoning_item_before_the_message(pool):
+    sdk = pool.sdk()
+    chat = sdk.chat.completions.create(model=THINKING, messages=MESSAGES, max_tokens=24, temperature=0)
+    thought = getattr(chat.choices[0].message, "reasoning_content", None)
+    kwargs = {"model": THINKING, "input": MESSAGES[0]["content"], "max_output_tokens": 24, "temperature": 0}
+    done = sdk.responses.create(**kwargs)
+    reasoning = done.output[0]
+    assert reasoning.type == "reasoning" and reasoning.content is not None
+    assert "".join(c.text for c in reasoning.content) == thought
+    assert done.usage is not None and done.usage.output_tokens_details.reasoning_tokens > 0
+    streamed = [event.type for event in sdk.responses.create(**kwargs, stream=True)]
+    assert streamed.count("response.reasoning_text.delta") > 0 and "response.reasoning_text.done" in streamed
+    assert streamed.index("response.reasoning_text.done") < len(streamed) - 1
+
+
+def test_an_output_its_grammar_holds_from_the_first_token_is_all_answer(pool):
+    done = pool.sdk().chat.completions.create(
+        model=THINKING,
+        messages=[{"role": "user", "content": "Give a JSON object with a key a."}],
+        max_tokens=24,
+        temperature=0,
+        response_format={"type": "json_object"},
+    )
+    message = done.choices[0].message
+    assert (message.content or "").startswith("{") and not getattr(message, "reasoning_content", None)
+
+
 def test_a_worker_killed_mid_thinking_leaves_the_split_whole(pool):
     """The client's stitched stream and the replay after the end agree, the continuation
     having read the earlier attempt's text again (its split across the cut: the unit tests

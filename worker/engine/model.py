@@ -73,6 +73,7 @@ class LlamaEngine:
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
         self._thinking = settings.reasoning_format == "think"
+        self._marks = frozenset(self.prompts.controls) | frozenset(self.prompts.ends)
         log.info("tool calls: %s protocol (worker/tools/protocols.py)", self.prompts.tools.name)
         self._n_vocab = self._model.n_vocab()
         cores = sizing.usable_cores()
@@ -163,11 +164,15 @@ class LlamaEngine:
 
     def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
         """How the job's answer is read: thinking, content and tool calls (worker/text/replies.py,
-        worker/text/thinking.py); whether the prompt opened a thinking block is read from its end."""
-        reply = self.prompts.tools.reply(spec)
-        if not self._thinking or spec.kind != "chat":
+        worker/text/thinking.py); whether the prompt opened a thinking block is read from its end.
+        An output its grammar holds from the first token (a response format, forced or
+        JSON-envelope tool calls) is all answer: its grammar does not yet wait for the block."""
+        tools = self.prompts.tools
+        reply = tools.reply(spec)
+        constrained = tools.trigger(spec) is None and tools.grammar(spec) is not None
+        if not self._thinking or spec.kind != "chat" or constrained:
             return reply
-        tail = b"".join(self.piece(t) for t in prompt[-thinking.TAIL_TOKENS :])
+        tail = b"".join(self.piece(t) for t in thinking.generation_prompt(prompt, self._marks))
         return thinking.Thinking(reply, thinking.opened_by(tail.decode("utf-8", "replace")))
 
     def tokens(

@@ -22,6 +22,13 @@ OPEN, CLOSE = "<think>", "</think>"
 TAIL_TOKENS = 16  # of the prompt: more than the generation prompt's text after `<think>`
 
 
+def generation_prompt(prompt: list[int], marks: frozenset[int]) -> list[int]:
+    """The prompt's last tokens after its last control token (a turn's mark, as ChatML's
+    `<|im_start|>`): the template's generation prompt, not a user's text that ends in a tag."""
+    tail = prompt[-TAIL_TOKENS:]
+    return tail[max((i + 1 for i, t in enumerate(tail) if t in marks), default=0) :]
+
+
 def opened_by(prompt_tail: str) -> bool:
     """Whether a rendered prompt (its end) leaves a thinking block open."""
     return prompt_tail.rfind(OPEN) > prompt_tail.rfind(CLOSE)

@@ -80,6 +80,8 @@ def item_chars(item: dict) -> int:
         return len(item.get("name", "")) + len(item.get("arguments", ""))
     if kind == "function_call_output":
         return len(item.get("output", ""))
+    if kind == "reasoning":
+        return 0  # templates leave earlier thinking out
     return len(item_text(item))
 
 

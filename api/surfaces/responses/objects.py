@@ -25,7 +25,7 @@ DELTA_EVENTS = frozenset({"response.output_text.delta", "response.function_call_
 
 
 def item_id(response_id: str, kind: str, index: int) -> str:
-    """Output item `index` of a response: `msg_…` or `fc_…` (api/surfaces/responses/items.py reads
+    """Output item `index` of a response: `msg_…`, `rs_…` or `fc_…` (api/surfaces/responses/items.py reads
     them back for `item_reference`)."""
     return f"{kind}_{response_id.removeprefix(ID_PREFIX)}_{index}"
 
@@ -38,6 +38,13 @@ def _usage(entry: Finished) -> dict:
         "output_tokens_details": {"reasoning_tokens": entry.reasoning_tokens},
         "total_tokens": entry.prompt_tokens + entry.completion_tokens,
     }
+
+
+def _part(kind: str, text: str) -> dict:
+    """The content part of a message item, or of a reasoning item (its thinking)."""
+    if kind == "message":
+        return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    return {"type": "reasoning_text", "text": text}
 
 
 def _error(entry: Failed) -> dict:
@@ -131,7 +138,7 @@ class Transcript:
         self._o = objects
         self.seq = -1
         self.output: list[dict] = []
-        self._text: list[str] = []  # the open message item's text so far
+        self._text: list[str] = []  # the open message or reasoning item's text so far
         self._args: dict[int, list[str]] = {}  # an open function call's arguments so far, by output index
         self._calls: dict[int, int] = {}  # a tool call's index in the job -> its output index
         self._open: int | None = None  # the output index of the item being written
@@ -172,22 +179,8 @@ class Transcript:
         return []
 
     def _delta(self, entry: Delta) -> list[dict]:
-        events = []
-        if entry.text:
-            if self._open is None or self.output[self._open]["type"] != "message":
-                events += self._close("completed")
-                events += self._open_message()
-            self._text.append(entry.text)
-            events.append(
-                self._event(
-                    "response.output_text.delta",
-                    item_id=self.output[self._open]["id"],  # type: ignore[index]
-                    output_index=self._open,
-                    content_index=0,
-                    delta=entry.text,
-                    logprobs=[],
-                )
-            )
+        """A reasoning model's thinking goes into a reasoning item, before the message."""
+        events = self._write("reasoning", entry.reasoning) + self._write("message", entry.text)
         for part in entry.calls:
             if part.id:  # a new call
                 events += self._close("completed")
@@ -206,18 +199,31 @@ class Transcript:
             )
         return events
 
-    def _open_message(self) -> list[dict]:
+    def _write(self, kind: str, text: str) -> list[dict]:
+        """Text into the open item of `kind` ("message" or "reasoning"), opened if need be."""
+        if not text:
+            return []
+        events = []
+        if self._open is None or self.output[self._open]["type"] != kind:
+            events += self._close("completed")
+            events += self._open_text(kind)
+        self._text.append(text)
+        extra: dict = {"logprobs": []} if kind == "message" else {}
+        name = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+        at = self._open
+        common = {"item_id": self.output[at]["id"], "output_index": at, "content_index": 0}  # type: ignore[index]
+        return [*events, self._event(name, **common, delta=text, **extra)]
+
+    def _open_text(self, kind: str) -> list[dict]:
         index = len(self.output)
-        item = {
-            "id": item_id(self._o.id, "msg", index),
-            "type": "message",
-            "status": "in_progress",
-            "content": [],
-            "role": "assistant",
-        }
+        item: dict = {"id": item_id(self._o.id, "msg" if kind == "message" else "rs", index), "type": kind}
+        if kind == "message":
+            item |= {"status": "in_progress", "content": [], "role": "assistant"}
+        else:
+            item |= {"summary": [], "status": "in_progress", "content": []}
         self.output.append(item)
         self._open, self._text = index, []
-        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": ""}
+        part = _part(kind, "")
         return [
             self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)),
             self._event(
@@ -253,12 +259,15 @@ class Transcript:
         item = self.output[index]
         item["status"] = status
         events = []
-        if item["type"] == "message":
+        if item["type"] in ("message", "reasoning"):
             text = "".join(self._text)
-            part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+            part = _part(item["type"], text)
             item["content"] = [part]
             common = {"item_id": item["id"], "output_index": index, "content_index": 0}
-            events.append(self._event("response.output_text.done", **common, text=text, logprobs=[]))
+            if item["type"] == "message":
+                events.append(self._event("response.output_text.done", **common, text=text, logprobs=[]))
+            else:
+                events.append(self._event("response.reasoning_text.done", **common, text=text))
             events.append(self._event("response.content_part.done", **common, part=copy.deepcopy(part)))
         else:
             item["arguments"] = "".join(self._args.pop(index))
@@ -295,9 +304,8 @@ class Transcript:
         out = copy.deepcopy(self.output)
         if self._open is not None:
             item = out[self._open]
-            if item["type"] == "message":
-                text = "".join(self._text)
-                item["content"] = [{"type": "output_text", "annotations": [], "logprobs": [], "text": text}]
+            if item["type"] in ("message", "reasoning"):
+                item["content"] = [_part(item["type"], "".join(self._text))]
             else:
                 item["arguments"] = "".join(self._args[self._open])
         return out

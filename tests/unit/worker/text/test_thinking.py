@@ -6,7 +6,7 @@ import pytest
 
 from tests.unit.worker.reading import CID, calls, run
 from worker.text.replies import PlainReply
-from worker.text.thinking import Thinking, opened_by
+from worker.text.thinking import TAIL_TOKENS, Thinking, generation_prompt, opened_by
 from worker.tools.hermes import HermesReply
 
 SEEDS = range(8)
@@ -77,3 +77,11 @@ def test_the_prompt_says_whether_it_opened_a_block():
     assert opened_by("<|im_start|>assistant\n<think>\n")
     assert not opened_by("<|im_start|>assistant\n<think>\n\n</think>\n\n")  # thinking off
     assert not opened_by("<|im_start|>assistant\n")
+
+
+def test_the_generation_prompt_is_what_follows_the_last_turn_mark():
+    marks = frozenset({1, 2})  # <|im_start|>, <|im_end|>
+    user_ends_in_a_tag = [1, 50, 51, 60, 2, 1, 70]  # ... "<think>" <|im_end|> <|im_start|> assistant
+    assert generation_prompt(user_ends_in_a_tag, marks) == [70]
+    assert generation_prompt([5, 6, 7], marks) == [5, 6, 7]  # no mark: the last tokens
+    assert len(generation_prompt(list(range(100, 200)), marks)) == TAIL_TOKENS

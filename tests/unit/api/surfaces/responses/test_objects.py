@@ -77,6 +77,46 @@ def test_resuming_anywhere_gives_the_rest_with_the_same_numbers():
         assert rest == whole[after + 1 :]
 
 
+def test_thinking_is_a_reasoning_item_before_the_message_in_the_sdk_s_shapes():
+    thought = Delta(text="", token_ids=(1,), reasoning="2 < 3")
+    both = Delta(text="Yes", token_ids=(2,), reasoning=", so")
+    done = Finished(finish_reason="stop", prompt_tokens=5, completion_tokens=3, reasoning_tokens=2)
+    entries = rows(STARTED, thought, both, text("."), done)
+    parsed = check_responses_stream(stream(OBJECTS, entries))
+    kinds = [e["type"] for e in parsed.events[3:]]
+    assert kinds == [
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.delta",
+        "response.reasoning_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.output_item.added",
+        "response.content_part.added",
+        "response.output_text.delta",
+        "response.output_text.delta",
+        "response.output_text.done",
+        "response.content_part.done",
+        "response.output_item.done",
+        "response.completed",
+    ]
+    for event in parsed.events:
+        EVENT.validate_python(event, strict=True)
+    final = Response.model_validate(parsed.terminal["response"], strict=True)
+    reasoning, message = final.output
+    assert reasoning.type == "reasoning" and reasoning.content is not None and message.type == "message"
+    assert [c.text for c in reasoning.content] == ["2 < 3, so"] and reasoning.id.startswith("rs_")
+    assert final.output_text == "Yes." and final.usage is not None
+    assert final.usage.output_tokens_details.reasoning_tokens == 2
+    assert OBJECTS.answer(entries).body == parsed.terminal["response"]
+    for after in range(len(parsed.events)):  # resumed anywhere: the rest, the same
+        rest = check_responses_stream(
+            stream(OBJECTS, entries, str(after)), starting_after=after, complete=False
+        )
+        assert rest.events == parsed.events[after + 1 :]
+
+
 def test_a_tool_call_after_text_closes_the_message_first():
     calls = Delta(text="", token_ids=(1,), calls=(CallPart(0, '{"ci', "call_1", "get_weather"),))
     more = Delta(text="", token_ids=(2,), calls=(CallPart(0, 'ty":"Paris"}'),))
