@@ -89,6 +89,13 @@ class Tool:
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
+TEMPLATE_RESERVED = frozenset(
+    {"messages", "tools", "tool_choice", "functions", "function_call", "add_generation_prompt"}
+    | {"bos_token", "eos_token", "raise_exception", "strftime_now"}
+)  # what the worker gives a chat template itself: `template_kwargs` may not name them
+MAX_TEMPLATE_KWARGS = 16
+MAX_TEMPLATE_VALUE_CHARS = 256
+
 TEMPERATURE = 1.0  # OpenAI's default, where a request names none
 TOP_P = 1.0  # the same
 
@@ -122,6 +129,9 @@ class JobSpec:
     # whose prompt cache the job may read and add to (contract/prefixes.py `cache_scope`): a
     # slot's cache, and a worker's announced prefixes, serve only jobs of the same scope
     cache_scope: str = ""
+    # what the chat template is given beside the messages (chat_template_kwargs, and
+    # reasoning_effort: `enable_thinking` false for "none"); scalars only
+    template_kwargs: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -129,7 +139,8 @@ class JobSpec:
         data["stop"] = list(self.stop)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [asdict(t) for t in self.tools]
-        for name in ("ignore_eos", "cache_scope"):  # absent unless set: an earlier release's worker takes it
+        absent_unless_set = ("ignore_eos", "cache_scope", "template_kwargs")  # an earlier worker takes it
+        for name in absent_unless_set:
             if not data[name]:
                 del data[name]
         return data
@@ -184,6 +195,7 @@ class JobSpec:
                 priority=data.get("priority", "default"),
                 ignore_eos=data.get("ignore_eos", False),
                 cache_scope=data.get("cache_scope", ""),
+                template_kwargs=data.get("template_kwargs", {}),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -237,6 +249,8 @@ class JobSpec:
             raise InvalidSpec("logprobs and ignore_eos must be booleans")
         if self.ignore_eos and (self.response_format or self.uses_tools):
             raise InvalidSpec("ignore_eos cannot go with a response format or tools")
+        if problem := template_kwargs_problem(self.template_kwargs):
+            raise InvalidSpec(f"template_kwargs: {problem}")
         if (
             isinstance(self.top_logprobs, bool)
             or not isinstance(self.top_logprobs, int)
@@ -302,3 +316,24 @@ def _compile(schema: object, what: str) -> None:
         schema_grammar(schema)
     except SchemaError as exc:
         raise InvalidSpec(f"{what}: {exc}") from None
+
+
+def template_kwargs_problem(kwargs: object) -> str | None:
+    """What is wrong with a chat template's extra arguments (None: nothing): an object of at
+    most MAX_TEMPLATE_KWARGS names, none the worker's own, each a boolean, a number or a short
+    string (rendered outside the messages' placeholders: the worker refuses control-token text)."""
+    if not isinstance(kwargs, dict):
+        return "must be an object"
+    if len(kwargs) > MAX_TEMPLATE_KWARGS:
+        return f"at most {MAX_TEMPLATE_KWARGS} names"
+    for name, value in kwargs.items():
+        if not isinstance(name, str) or not name.isidentifier() or name in TEMPLATE_RESERVED:
+            return f"{str(name)[:40]!r} is not a name a request may set"
+        if (
+            not isinstance(value, bool | int | float | str)
+            or (isinstance(value, str) and len(value) > MAX_TEMPLATE_VALUE_CHARS)
+            or (isinstance(value, float) and not math.isfinite(value))
+        ):
+            most = MAX_TEMPLATE_VALUE_CHARS
+            return f"{name!r} must be a boolean, a number or a string of at most {most} characters"
+    return None

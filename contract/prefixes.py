@@ -45,6 +45,8 @@ def cache_scope(owner: str, salt: str | None = None) -> str:
 def _root(spec: JobSpec) -> str:
     tools = [[t.name, t.description, t.parameters] for t in spec.tools]
     head = [spec.model, spec.kind, tools]
+    if spec.template_kwargs:  # they change the rendered prompt (thinking on or off)
+        head.append(spec.template_kwargs)
     return _digest("", [*head, spec.cache_scope] if spec.cache_scope else head)
 
 

@@ -17,9 +17,25 @@ from api.http.errors import invalid
 from api.http.parsing import Strict, too_many
 from api.settings import Limits
 from contract.errors import STRING_TOO_LONG
-from contract.jobspec import JobSpec, Message
+from contract.jobspec import JobSpec, Message, template_kwargs_problem
 
 MAX_TOOLS = 128  # OpenAI's limit
+Effort = Literal["none", "minimal", "low", "medium", "high"]  # OpenAI's reasoning efforts
+
+
+def template_kwargs(effort: str | None, kwargs: dict | None, param: str) -> dict:
+    """A chat template's extra arguments: the client's own (`chat_template_kwargs`, as vLLM and
+    llama-server take them), and the reasoning effort asked: it reaches the template as
+    `reasoning_effort`, and "none" also sets `enable_thinking` false (Qwen3's and GLM's
+    switch) unless the client set it. A template that reads neither ignores them."""
+    out = dict(kwargs or {})
+    if effort is not None:
+        out.setdefault("reasoning_effort", effort)
+        if effort == "none":
+            out.setdefault("enable_thinking", False)
+    if problem := template_kwargs_problem(out):
+        raise invalid(f"Invalid '{param}': {problem}.", param=param)
+    return out
 
 
 class Function(Strict):

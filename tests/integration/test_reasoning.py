@@ -123,6 +123,31 @@ def test_the_responses_api_gives_the_thinking_a_reasoning_item_before_the_messag
     assert streamed.index("response.reasoning_text.done") < len(streamed) - 1
 
 
+@pytest.mark.parametrize(
+    "control",
+    [{"reasoning_effort": "none"}, {"extra_body": {"chat_template_kwargs": {"enable_thinking": False}}}],
+    ids=["reasoning_effort none", "enable_thinking false"],
+)
+def test_thinking_turned_off_leaves_the_answer_alone(pool, control):
+    """The template writes the block empty and closed: nothing is thinking."""
+    done = pool.sdk().chat.completions.create(
+        model=THINKING, messages=MESSAGES, max_tokens=16, temperature=0, **control
+    )
+    message = done.choices[0].message
+    assert message.content and not getattr(message, "reasoning_content", None)
+    assert done.usage is not None and done.usage.completion_tokens_details is not None
+    assert done.usage.completion_tokens_details.reasoning_tokens == 0
+    responses = pool.sdk().responses.create(
+        model=THINKING,
+        input=MESSAGES[0]["content"],
+        max_output_tokens=16,
+        temperature=0,
+        reasoning={"effort": "none"},
+    )
+    assert [item.type for item in responses.output] == ["message"] and responses.reasoning is not None
+    assert responses.reasoning.effort == "none"
+
+
 def test_an_output_its_grammar_holds_from_the_first_token_is_all_answer(pool):
     done = pool.sdk().chat.completions.create(
         model=THINKING,

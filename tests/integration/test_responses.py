@@ -311,7 +311,8 @@ def test_store_false_is_never_found_again(sdk):
 @pytest.mark.parametrize(
     ("body", "param", "code"),
     [
-        ({"input": "x", "reasoning": {"effort": "low"}}, "reasoning", "unsupported_parameter"),
+        ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include", "unsupported_parameter"),
+        ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning.effort", None),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, None, None),
         ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name", None),
         ({"input": "x", "max_output_tokens": 10**6}, "max_output_tokens", None),

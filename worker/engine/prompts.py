@@ -82,6 +82,12 @@ class ChatPrompts:
         for text in self.tools.outside(spec):
             if any(c in text for c in self._control_texts):
                 raise PromptRejected("A tool or tool call holds this model's control-token text.", "tools")
+        for value in spec.template_kwargs.values():
+            if isinstance(value, str) and any(c in value for c in self._control_texts):
+                raise PromptRejected(
+                    "chat_template_kwargs holds this model's control-token text.", "chat_template_kwargs"
+                )
+        extra = {**extra, **spec.template_kwargs}
         # An empty content stays empty (a template may render "no content" differently).
         marks = [_PLACEHOLDER.format(i) if m["content"] else "" for i, m in enumerate(messages)]
         rendered = [{**m, "content": k} for m, k in zip(messages, marks, strict=True)]

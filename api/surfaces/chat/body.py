@@ -18,6 +18,7 @@ from api.settings import Limits
 from api.surfaces.body import (
     MAX_TOOLS,
     Body,
+    Effort,
     Function,
     FunctionDef,
     Penalty,
@@ -28,6 +29,7 @@ from api.surfaces.body import (
     Temperature,
     TopP,
     first_unanswered,
+    template_kwargs,
 )
 from api.surfaces.structured import checked_choice, checked_format, checked_tools
 from contract.jobspec import MAX_TOP_LOGPROBS, TEMPERATURE, TOP_P, JobSpec, Message, Tool, ToolCall
@@ -83,6 +85,9 @@ class AssistantMessage(_Message):
     refusal: None = None
     function_call: None = None
     audio: None = None
+    # a reasoning model's thinking, sent back by clients that keep it: templates leave it out
+    reasoning_content: str | None = None
+    reasoning: str | None = None
     annotations: Annotated[list, Field(max_length=0)] | None = None
 
 
@@ -204,6 +209,8 @@ class ChatRequest(CompletionBody):
     response_format: ResponseFormat | None = None
     logprobs: bool | None = None
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
+    reasoning_effort: Effort | None = None
+    chat_template_kwargs: dict[str, bool | int | float | str] | None = None
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
         self._check_conversation()
@@ -234,6 +241,9 @@ class ChatRequest(CompletionBody):
             tool_choice=choice,
             parallel_tool_calls=True if self.parallel_tool_calls is None else self.parallel_tool_calls,
             priority=self.priority,
+            template_kwargs=template_kwargs(
+                self.reasoning_effort, self.chat_template_kwargs, "chat_template_kwargs"
+            ),
         )
 
     @staticmethod

@@ -21,6 +21,7 @@ from api.settings import Limits
 from api.surfaces.body import (
     MAX_TOOLS,
     Body,
+    Effort,
     Function,
     FunctionDef,
     PositiveInt,
@@ -29,6 +30,7 @@ from api.surfaces.body import (
     Temperature,
     TopP,
     first_unanswered,
+    template_kwargs,
 )
 from api.surfaces.responses.items import (
     call_item,
@@ -143,6 +145,11 @@ class TextConfig(Strict):
     format: TextFormat | None = None
 
 
+class Reasoning(Strict):
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # accepted: no summary is made
+
+
 class ResponsesStreamOptions(Strict):
     include_obfuscation: bool | None = None  # this server never pads its events
 
@@ -160,6 +167,7 @@ class ResponsesRequest(Body):
     parallel_tool_calls: bool | None = None
     stream_options: ResponsesStreamOptions | None = None
     truncation: Literal["disabled"] | None = None
+    reasoning: Reasoning | None = None
 
     _history: list[Message] = PrivateAttr(default_factory=list)
     _referenced: dict[str, dict] = PrivateAttr(default_factory=dict)
@@ -224,6 +232,9 @@ class ResponsesRequest(Body):
             tool_choice=tool_choice,
             parallel_tool_calls=self.parallel_tool_calls is not False,
             priority=self.priority,
+            template_kwargs=template_kwargs(
+                self.reasoning.effort if self.reasoning else None, None, "reasoning"
+            ),
         )
 
     def _tools(self):
@@ -259,6 +270,7 @@ class ResponsesRequest(Body):
             "user": self.user,
             "metadata": self.metadata or {},
             "service_tier": self.priority,
+            "reasoning": self.reasoning.model_dump() if self.reasoning else {"effort": None, "summary": None},
         }
 
     def job_fields(self, job_id: str) -> dict[str, str]:

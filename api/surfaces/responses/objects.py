@@ -100,7 +100,7 @@ class ResponseObjects:
             "output": output,
             "parallel_tool_calls": echo.get("parallel_tool_calls", True),
             "previous_response_id": echo.get("previous_response_id"),
-            "reasoning": {"effort": None, "summary": None},
+            "reasoning": echo.get("reasoning", {"effort": None, "summary": None}),
             "service_tier": echo.get("service_tier", "default"),
             "store": self.stored,
             "temperature": echo.get("temperature", TEMPERATURE),

@@ -406,3 +406,45 @@ def test_a_tool_message_must_answer_an_earlier_call():
     with pytest.raises(APIError) as caught:
         parse(ChatRequest, chat(messages=messages)).to_spec("chatcmpl-1", LIMITS)
     assert caught.value.status == 400 and caught.value.param == "messages[1].tool_call_id"
+
+
+def test_a_reasoning_effort_and_template_arguments_reach_the_chat_template():
+    spec = parse(ChatRequest, chat(reasoning_effort="none")).to_spec("c", LIMITS)
+    assert spec.template_kwargs == {"reasoning_effort": "none", "enable_thinking": False}
+    kwargs = {"enable_thinking": True, "custom": "x"}
+    spec = parse(ChatRequest, chat(reasoning_effort="none", chat_template_kwargs=kwargs)).to_spec("c", LIMITS)
+    assert spec.template_kwargs == {"enable_thinking": True, "custom": "x", "reasoning_effort": "none"}
+    assert parse(ChatRequest, chat()).to_spec("c", LIMITS).template_kwargs == {}
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+
+
+@pytest.mark.parametrize(
+    ("extra", "param"),
+    [
+        ({"reasoning_effort": "extreme"}, "reasoning_effort"),
+        ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"messages": "x"}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"nested": {"a": 1}}}, "chat_template_kwargs.nested"),
+        ({"chat_template_kwargs": {"long": "x" * 300}}, "chat_template_kwargs"),
+    ],
+)
+def test_bad_reasoning_controls_are_a_400_naming_the_field(extra, param):
+    with pytest.raises(APIError) as info:  # by the body's parsing, or when it makes its job
+        parse(ChatRequest, chat(**extra)).to_spec("c", LIMITS)
+    e = info.value
+    assert e.status == 400 and e.param is not None and e.param.startswith(param), (e.param, e.message)
+
+
+def test_an_assistant_message_s_own_thinking_is_accepted_and_left_out():
+    messages = [
+        {"role": "user", "content": "hi"},
+        {"role": "assistant", "content": "Hello.", "reasoning_content": "They greet me."},
+        {"role": "user", "content": "again"},
+    ]
+    spec = parse(ChatRequest, chat(messages=messages)).to_spec("c", LIMITS)
+    assert [m.content for m in spec.messages] == ["hi", "Hello.", "again"]
+
+
+def test_legacy_completions_take_no_reasoning_controls():
+    body = json.dumps({"model": "m", "prompt": "x", "reasoning_effort": "low"}).encode()
+    assert err(CompletionRequest, body).param == "reasoning_effort"

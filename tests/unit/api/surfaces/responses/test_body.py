@@ -97,7 +97,8 @@ def test_the_echo_is_what_the_response_repeats():
 @pytest.mark.parametrize(
     ("kw", "param", "words"),
     [
-        ({"input": "x", "reasoning": {}}, "reasoning", "Unsupported parameter"),
+        ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning.effort", ""),
+        ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include", "Unsupported parameter"),
         ({"input": "x", "top_logprobs": 2}, "top_logprobs", "Unsupported parameter"),
         ({"input": "x", "truncation": "auto"}, "truncation", ""),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, None, ""),
@@ -124,6 +125,14 @@ def test_what_cannot_run_is_a_400_naming_it(kw, param, words):
     assert error.status == 400 and words in error.message
     if param:
         assert error.param == param
+
+
+def test_a_reasoning_effort_reaches_the_template_and_the_response_repeats_it():
+    b = body(input="x", reasoning={"effort": "none", "summary": "auto"})
+    spec = b.to_spec("resp_x", LIMITS)
+    assert spec.template_kwargs == {"reasoning_effort": "none", "enable_thinking": False}
+    assert b.echo()["reasoning"] == {"effort": "none", "summary": "auto"}
+    assert body(input="x").to_spec("resp_x", LIMITS).template_kwargs == {}
 
 
 def test_a_service_tier_is_the_job_s_queue_tier():
