@@ -21,9 +21,11 @@ from pathlib import Path
 import httpx
 import pytest
 
-from devstack.processes import start_api
+from devstack.processes import start_api, start_worker, wait_for_model
 from tests.hold import HOLD_TOKENS, NO_END
 from tests.integration.conftest import MODEL
+from tests.integration.test_reasoning import TEMPLATE as THINKING_TEMPLATE
+from tests.integration.test_reasoning import THINKING
 from tests.integration.test_recovery import Pool, running_pool
 from tests.system import missing
 
@@ -40,6 +42,7 @@ from selenium import webdriver  # noqa: E402
 from selenium.webdriver.chrome.service import Service  # noqa: E402
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import Select  # noqa: E402
 
 DESKTOP, PHONE = (1280, 900), (390, 844)
 
@@ -169,6 +172,33 @@ def test_a_worker_killed_mid_answer_is_recovered_and_the_text_goes_on(pool, brow
     assert answer(browser) == replay(pool.base, job_id)
     assert console_errors(browser) == []
     pool.ensure(2)
+
+
+def test_a_reasoning_model_s_thinking_is_a_block_above_the_answer(pool, browser):
+    """A worker whose template opens `<think>` (tests/data/thinking-chatml.jinja): the page
+    shows the thinking apart, collapsed, and keeps it across a reload."""
+    thinker = start_worker(
+        pool.logs,
+        pool.redis_url,
+        name="thinker",
+        env={"CHAT_TEMPLATE_FILE": THINKING_TEMPLATE, "MODEL_NAME": THINKING, "SLOTS": "1"},
+    )
+    try:
+        wait_for_model(pool.base, THINKING, procs=(thinker,))
+        open_playground(browser, pool.base)
+        Select(browser.find_element(By.ID, "model")).select_by_value(THINKING)
+        ask(browser, "Is 17 a prime number?", 24)
+        until(lambda: finished(browser), what="the answer's end")
+        for _ in range(2):  # as streamed, then as the page renders it again after a reload
+            block = browser.find_elements(By.CSS_SELECTOR, "li.assistant details.thinking")[-1]
+            assert block.is_displayed() and block.get_attribute("open") is None
+            thought = block.find_element(By.CSS_SELECTOR, ".reasoning").get_attribute("textContent")
+            assert thought and "think>" not in thought and "think>" not in answer(browser)
+            browser.refresh()
+            until(lambda: browser.find_elements(By.CSS_SELECTOR, "li.assistant"), what="the history")
+        assert console_errors(browser) == []
+    finally:
+        thinker.signal(signal.SIGKILL)
 
 
 def test_json_mode_answers_with_a_json_object(pool, browser):

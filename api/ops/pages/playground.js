@@ -2,6 +2,8 @@
 // completion id, the last event id and the text so far) is kept in sessionStorage; a page
 // loaded with one resumes it through GET /v1/chat/completions/{id}?stream=true with
 // Last-Event-ID, so no text is lost or repeated. A takeover after a worker died shows a note.
+// A reasoning model's thinking (reasoning_content, or vLLM's reasoning) is shown apart, in a
+// collapsible block above the answer.
 "use strict";
 
 const CHAT_ITEM = "tokenspool.chat";
@@ -35,18 +37,27 @@ function messageItem(role) {
   const who = document.createElement("span");
   who.className = "who";
   who.textContent = role;
+  const thinking = document.createElement("details");
+  thinking.className = "thinking";
+  const label = document.createElement("summary");
+  label.textContent = "Thinking";
+  const reasoning = document.createElement("div");
+  reasoning.className = "reasoning";
+  thinking.append(label, reasoning);
   const content = document.createElement("div");
   content.className = "content";
   const calls = document.createElement("pre");
   calls.className = "calls";
   const note = document.createElement("p");
   note.className = "note";
-  li.append(who, content, calls, note);
+  li.append(who, thinking, content, calls, note);
   $("transcript").append(li);
   return li;
 }
 
 function show(li, msg) {
+  li.querySelector(".reasoning").textContent = msg.reasoning || "";
+  li.querySelector(".thinking").hidden = !msg.reasoning;
   li.querySelector(".content").textContent = msg.content || "";
   const calls = msg.tool_calls && msg.tool_calls.length ? JSON.stringify(msg.tool_calls, null, 2) : "";
   li.querySelector(".calls").textContent = calls;
@@ -127,10 +138,10 @@ function onEvent(ev, li) {
     if (chunk.usage) current.usage = chunk.usage;
     for (const choice of chunk.choices || []) {
       const delta = choice.delta || {};
-      if (delta.content) {
-        if (current.firstAt === null && !current.resumed) current.firstAt = Date.now();
-        current.content += delta.content;
-      }
+      const thought = delta.reasoning_content || delta.reasoning;
+      if ((delta.content || thought) && current.firstAt === null && !current.resumed) current.firstAt = Date.now();
+      if (thought) current.reasoning = (current.reasoning || "") + thought;
+      if (delta.content) current.content += delta.content;
       for (const call of delta.tool_calls || []) {
         const slot = (current.tool_calls[call.index] ||= { id: "", type: "function", function: { name: "", arguments: "" } });
         if (call.id) slot.id = call.id;
@@ -156,7 +167,13 @@ function finish(li) {
   if (current.resumed) stats.push("resumed after a reload");
   const note = [current.note, stats.join(" · ")].filter(Boolean).join(" — ");
   const history = load(CHAT_ITEM, []);
-  history.push({ role: "assistant", content: current.content, tool_calls: current.tool_calls.filter(Boolean), note });
+  history.push({
+    role: "assistant",
+    content: current.content,
+    reasoning: current.reasoning || "",
+    tool_calls: current.tool_calls.filter(Boolean),
+    note,
+  });
   save(CHAT_ITEM, history);
   save(PENDING_ITEM, null);
   current = null;
@@ -234,7 +251,10 @@ async function resume() {
   show(li, current);
   status("Resuming the answer…");
   const extra = current.lastEventId ? { "Last-Event-ID": current.lastEventId } : {};
-  if (!current.lastEventId) current.content = "";
+  if (!current.lastEventId) {
+    current.content = "";
+    current.reasoning = "";
+  }
   const url = "/v1/chat/completions/" + encodeURIComponent(current.id) + "?stream=true";
   await stream(li, url, { extra }, "could not resume: ");
 }
