@@ -7,8 +7,9 @@ One API and worker A, sized by itself (32 slots on this machine), run `--streams
 chat streams; once every stream has sent a few tokens, worker B (the same size) is started
 and, once it serves, A is SIGKILLed. B reads A's batch again: since issue 58 every job that
 went SUSPECT_TOKENS on before the kill is requeued plain, and B takes them all at once (before,
-each was a suspect, taken one at a time: api/cluster/reaper.py). Per stream it measures, at the client, the time from the kill to the
-next token, and whether the stream ended whole; and the time until the last stream ended.
+each was a suspect, taken one at a time: api/cluster/reaper.py). Per stream it measures, at
+the client, the time from the kill to the next token, and whether the stream ended whole;
+and the time until the last stream ended.
 Each `--suspect-tokens` value is one campaign (the workers' `SUSPECT_TOKENS`): a value
 beyond `--max-tokens` never clears a suspect, which is how workers ran one suspect at a
 time, to its end, before it existed.
