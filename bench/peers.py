@@ -62,7 +62,7 @@ LONG = (
 class Result:
     ttft: float | None = None
     gaps: list[float] = field(default_factory=list)
-    times: list[float] = field(default_factory=list)  # when each content chunk arrived
+    times: list[float] = field(default_factory=list)  # when each content (or thinking) chunk arrived
     tokens: int = 0
     ok: bool = False
     error: str = ""
@@ -109,7 +109,8 @@ async def one_stream(
                     res.error = chunk["error"].get("code") or "error"
                     continue
                 choices = chunk.get("choices") or []
-                if choices and (choices[0].get("delta") or {}).get("content"):
+                delta = (choices[0].get("delta") or {}) if choices else {}
+                if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
                     now = time.perf_counter()
                     res.times.append(now)
                     if last is None:
