@@ -469,11 +469,15 @@ def test_a_lent_slot_is_called_back_when_an_interactive_job_waits(tmp_path):
         assert "preempting batch line" in worker.log()
 
 
+STEPS = 10  # of an interactive stream, while the lines beside it are watched
+
+
 def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempted(tmp_path):
     """SLOTS=4, BATCH_SLOTS=1, BATCH_LEND_SLOTS=3: with interactive jobs quiet, a batch takes
     3 slots. An interactive stream then finds the fourth free (nothing is preempted), and while
     it runs only one line steps beside it: the other two keep their slots and tokens and go
-    on once it ends. Every line is answered once, whole."""
+    on once it ends. Every line is answered once, whole. What is watched is ten of the
+    stream's tokens, not a second: two CPU hogs once left the worker a second without a step."""
     env = {
         "SLOTS": "4",
         "BATCH_SLOTS": "1",
@@ -491,10 +495,12 @@ def test_lent_lines_sit_out_beside_an_interactive_stream_and_nothing_is_preempte
             chat = {"model": MODEL, "messages": [LONG], "max_tokens": 200, "temperature": 0, "stream": True}
             with httpx.stream("POST", base + "/v1/chat/completions", json=chat, timeout=60) as resp:
                 lines = resp.iter_lines()
-                next(line for line in lines if '"content":"' in line and '"content":""' not in line)
+                tokens = (line for line in lines if '"content":"' in line and '"content":""' not in line)
+                next(tokens)
                 ended = _ended(r, lengths)
                 before = _line_lengths(r)
-                time.sleep(1.0)  # the stream decodes on
+                for _ in range(STEPS):  # the stream decodes on: its own tokens, not a time
+                    next(tokens)
                 after = _line_lengths(r)
                 streaming = len(running_ids(r)) - len(after)  # the interactive job, still running
                 rest = list(lines)
