@@ -21,7 +21,9 @@ from contract.errors import status_of
 from contract.jobspec import TEMPERATURE, TOP_P
 
 ID_PREFIX = "resp_"
-DELTA_EVENTS = frozenset({"response.output_text.delta", "response.function_call_arguments.delta"})
+DELTA_EVENTS = frozenset(
+    {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
+)  # the events that carry output (the relay counts them)
 
 
 def item_id(response_id: str, kind: str, index: int) -> str:

@@ -110,6 +110,8 @@ def test_thinking_is_a_reasoning_item_before_the_message_in_the_sdk_s_shapes():
     assert final.output_text == "Yes." and final.usage is not None
     assert final.usage.output_tokens_details.reasoning_tokens == 2
     assert OBJECTS.answer(entries).body == parsed.terminal["response"]
+    encoded = response_events(OBJECTS, None).encode(entries)
+    assert encoded.contents == 4  # two of thinking, two of text: each counts as output relayed
     for after in range(len(parsed.events)):  # resumed anywhere: the rest, the same
         rest = check_responses_stream(
             stream(OBJECTS, entries, str(after)), starting_after=after, complete=False
