@@ -169,7 +169,9 @@ class LlamaEngine:
         JSON-envelope tool calls) is all answer: its grammar does not yet wait for the block."""
         tools = self.prompts.tools
         reply = tools.reply(spec)
-        constrained = tools.trigger(spec) is None and tools.grammar(spec) is not None
+        # a grammar from the first token: a response format or tools, without a trigger (not
+        # built here: tokens() builds it, once)
+        constrained = tools.trigger(spec) is None and (spec.uses_tools or spec.response_format is not None)
         if not self._thinking or spec.kind != "chat" or constrained:
             return reply
         tail = b"".join(self.piece(t) for t in thinking.generation_prompt(prompt, self._marks))
