@@ -8,7 +8,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from contract.settings import Recovery, Shared, group, load, setting, words
+from contract.settings import Recovery, Shared, group, load, one_of, setting, words
 
 
 def _per_model(raw: str) -> dict[str, int]:
@@ -93,12 +93,6 @@ class Limits:
 REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
 
 
-def _reasoning_field(raw: str) -> str:
-    if raw not in REASONING_FIELDS:
-        raise ValueError(f"REASONING_FIELD must be one of {REASONING_FIELDS}")
-    return raw
-
-
 @dataclass(frozen=True)
 class Replies:
     """How a chat completion says what the worker found (worker: REASONING_FORMAT)."""
@@ -109,7 +103,7 @@ class Replies:
         "the chat field a reasoning model's thinking streams in: `reasoning_content` (DeepSeek's, "
         "read by OpenCode and openai-php), `reasoning` (vLLM's and Ollama's), or `both`; a job "
         "keeps the one it was created with",
-        parse=_reasoning_field,
+        parse=one_of("REASONING_FIELD", REASONING_FIELDS),
     )
 
 

@@ -48,6 +48,17 @@ def group(cls: type) -> Any:
     return field(default_factory=cls, metadata={"group": True})
 
 
+def one_of(env: str, values: tuple[str, ...]) -> Callable[[str], str]:
+    """A parser taking exactly one of `values` (a setting's closed choice)."""
+
+    def parse(raw: str) -> str:
+        if raw not in values:
+            raise ValueError(f"{env} must be one of {values}")
+        return raw
+
+    return parse
+
+
 def words(raw: str) -> tuple[str, ...]:
     """A comma-separated list, blanks dropped."""
     return tuple(w.strip() for w in raw.split(",") if w.strip())

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.settings import Recovery, SettingError, Shared, group, load, setting
+from contract.settings import Recovery, SettingError, Shared, group, load, one_of, setting
 from worker.hub_model import HubModel
 
 DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -30,18 +30,6 @@ def default_model_path() -> Path | None:
         return None
     path = Path(next(iter(spec.submodule_search_locations))) / DEFAULT_MODEL_FILE
     return path if path.exists() else None
-
-
-def _engine(raw: str) -> str:
-    if raw not in ENGINES:
-        raise ValueError(f"ENGINE must be one of {ENGINES}")
-    return raw
-
-
-def _reasoning_format(raw: str) -> str:
-    if raw not in REASONING_FORMATS:
-        raise ValueError(f"REASONING_FORMAT must be one of {REASONING_FORMATS}")
-    return raw
 
 
 @dataclass(frozen=True)
@@ -82,7 +70,7 @@ class WorkerSettings:
         "how a chat answer's thinking is told apart: `think`, a block between `<think>` and "
         "`</think>` (DeepSeek-R1, Qwen3, GLM), opened by the model or by its chat template, goes "
         "to the reasoning field and never into the content; `none` leaves the text raw",
-        parse=_reasoning_format,
+        parse=one_of("REASONING_FORMAT", REASONING_FORMATS),
     )
     model_name: str = setting(
         "",
@@ -237,7 +225,10 @@ class WorkerSettings:
         minimum=0.0,
     )
     engine: str = setting(
-        "llama", "ENGINE", "`synthetic`: the model-free load-test engine (docs/operations.md)", parse=_engine
+        "llama",
+        "ENGINE",
+        "`synthetic`: the model-free load-test engine (docs/operations.md)",
+        parse=one_of("ENGINE", ENGINES),
     )
     synthetic_tokens: int = setting(128, "SYNTHETIC_TOKENS", "words per job of the synthetic engine")
     synthetic_rate: float = setting(
