@@ -81,6 +81,7 @@ class Outcome(StrEnum):
     STOP = STOP
     LENGTH = LENGTH
     CANCELLED = CANCELLED
+    TOOL_CALLS = TOOL_CALLS
     REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
     DEADLINE = "deadline_exceeded"
     FENCED = "fenced"  # another attempt took over

@@ -229,6 +229,19 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
 THOUGHT = {11: "Hmm", 12: ", so", 13: "</think>", 14: "\n\n", 15: "Yes", 16: "."}
 
 
+class CallingReply(PlainReply):
+    calls = 1  # a tool call was made: a stop ends the job with "tool_calls"
+
+
+def test_a_job_that_made_a_tool_call_ends_with_tool_calls_and_nothing_after(r, caplog):
+    engine = ScriptedEngine([7, 8, EOS])
+    engine.reply = lambda spec, prompt: CallingReply()  # type: ignore[method-assign]
+    run_one(runner(r, engine), spec())
+    terminal = [e for e in stream(r) if entries.is_terminal(e)]
+    assert len(terminal) == 1 and terminal[0].finish_reason == "tool_calls"
+    assert "generation failed" not in caplog.text
+
+
 def split(s: list) -> tuple[str, str]:
     deltas = [e for e in s if isinstance(e, Delta)]
     return "".join(e.reasoning for e in deltas), "".join(e.text for e in deltas)
