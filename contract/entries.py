@@ -99,6 +99,7 @@ class Finished:
     completion_tokens: int
     cached_tokens: int = 0  # of the prompt's, those the slot's cache held (the attempt that ended)
     reasoning_tokens: int = 0  # of the completion's, those of its thinking
+    stop_sequence: str = ""  # the stop string that ended it ("stop"), if one did
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -163,6 +164,8 @@ def encode(entry: Entry) -> dict[str, str]:
             fields["h"] = str(entry.cached_tokens)
         if entry.reasoning_tokens:
             fields["n"] = str(entry.reasoning_tokens)
+        if entry.stop_sequence:
+            fields["q"] = entry.stop_sequence
         return fields
     if isinstance(entry, Failed):
         fields = {
@@ -213,6 +216,7 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
             completion_tokens=int(f["c"]),
             cached_tokens=int(f.get("h", 0)),
             reasoning_tokens=int(f.get("n", 0)),
+            stop_sequence=f.get("q", ""),
         )
     if kind == "x":
         return Failed(epoch=epoch, message=f["m"], type=f["y"], code=f["c"], param=f.get("a"))

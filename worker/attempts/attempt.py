@@ -273,7 +273,16 @@ class AttemptRules:
         out.end()
         if reason == STOP and reply.calls:
             reason = TOOL_CALLS
-        pub.finished(attempt, reason, prompt_tokens, generated, reused, reasoning_tokens=thought())
+        matched = assembler.matched if reason == STOP else ""
+        pub.finished(
+            attempt,
+            reason,
+            prompt_tokens,
+            generated,
+            reused,
+            reasoning_tokens=thought(),
+            stop_sequence=matched,
+        )
         if self._log_content:  # opt-in, for debugging only: the log then holds user data
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())

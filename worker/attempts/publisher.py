@@ -121,6 +121,7 @@ class Publisher:
         completion_tokens: int,
         cached_tokens: int = 0,
         reasoning_tokens: int = 0,
+        stop_sequence: str = "",
     ) -> None:
         entry = Finished(
             epoch=attempt.epoch,
@@ -129,6 +130,7 @@ class Publisher:
             completion_tokens=completion_tokens,
             cached_tokens=cached_tokens,
             reasoning_tokens=reasoning_tokens,
+            stop_sequence=stop_sequence,
         )
         self._submit(attempt, entry, wait=True)
 

@@ -28,6 +28,7 @@ class TextAssembler:
         self._ids: list[int] = []
         self._text = ""
         self.stopped = False  # a stop string was found; nothing more may be pushed
+        self.matched = ""  # the stop string found (the earliest in the text)
 
     def push(self, token_id: int, piece: bytes) -> Piece | None:
         """Add one token; return the text now safe to publish, if any."""
@@ -37,8 +38,9 @@ class TextAssembler:
         self._text += self._decoder.decode(piece)
         if self._decoder.getstate()[0]:
             return None  # the last character is incomplete
-        cut = self._find_stop()
-        if cut is not None:
+        found = self._find_stop()
+        if found is not None:
+            cut, self.matched = found
             self.stopped = True
             return self._release(self._text[:cut])
         if self._ends_with_stop_prefix():
@@ -60,9 +62,10 @@ class TextAssembler:
         self._text = ""
         return piece if piece.text or piece.token_ids else None
 
-    def _find_stop(self) -> int | None:
-        hits = [i for i in (self._text.find(s) for s in self._stop) if i >= 0]
-        return min(hits) if hits else None
+    def _find_stop(self) -> tuple[int, str] | None:
+        """(where the earliest stop string starts, which one), if any is in the text."""
+        hits = [(i, s) for i, s in ((self._text.find(s), s) for s in self._stop) if i >= 0]
+        return min(hits, key=lambda hit: hit[0]) if hits else None
 
     def _ends_with_stop_prefix(self) -> bool:
         return any(self._text.endswith(s[:n]) for s in self._stop for n in range(1, len(s)))

@@ -93,6 +93,7 @@ def test_queue_is_named_after_the_model():
         Finished(epoch=3, finish_reason="length", prompt_tokens=10, completion_tokens=20),
         Finished(epoch=3, finish_reason="stop", prompt_tokens=9, completion_tokens=20, reasoning_tokens=17),
         Finished(epoch=3, finish_reason="stop", prompt_tokens=400, completion_tokens=2, cached_tokens=399),
+        Finished(epoch=2, finish_reason="stop", prompt_tokens=5, completion_tokens=3, stop_sequence="\nQ:"),
         Failed(
             epoch=1,
             message="too long",

@@ -85,3 +85,12 @@ def test_earliest_of_several_stop_strings_wins():
     a = TextAssembler(stop=["b", "a"])
     out = feed(a, [b"xab"])
     assert "".join(p.text for p in out) == "x"
+    assert a.matched == "a"  # what Anthropic's stop_sequence reports
+
+
+def test_no_stop_string_matched_until_one_is_found():
+    a = TextAssembler(stop=["END"])
+    feed(a, [b"EN"])
+    assert a.matched == ""
+    feed(a, [b"D"])
+    assert a.matched == "END"
