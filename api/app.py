@@ -50,31 +50,28 @@ def _rejected(request: Request, reason: str) -> None:
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, APIError)
     _rejected(request, exc.code or str(exc.status))
-    return exc.response()
+    return exc.response(request.scope)
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's own 404 (no route) and 405 (wrong method), in OpenAI's error shape."""
+    """Starlette's own 404 (no route) and 405 (wrong method), in the surface's error shape."""
     assert isinstance(exc, HTTPException)
     known = {404: errors.NOT_FOUND, 405: errors.METHOD_NOT_ALLOWED}.get(exc.status_code)
     code = known.code if known else None
     _rejected(request, code or str(exc.status_code))
-    return JSONResponse(
-        errors.error_body(str(exc.detail), errors.INVALID_REQUEST_ERROR, code, None),
-        status_code=exc.status_code,
-        headers=exc.headers,
-    )
+    error = known or errors.ErrorCode(None, errors.INVALID_REQUEST_ERROR, exc.status_code)
+    return APIError(error, str(exc.detail), headers=exc.headers).response(request.scope)
 
 
 async def _redis_error(request: Request, exc: Exception) -> JSONResponse:
     log.warning("Redis unavailable: %s", exc)
     _rejected(request, errors.UNAVAILABLE.code or "")
-    return APIError(errors.UNAVAILABLE, headers={"Retry-After": "1"}).response()
+    return APIError(errors.UNAVAILABLE, headers={"Retry-After": "1"}).response(request.scope)
 
 
 async def _server_error(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error", exc_info=exc)
-    return APIError(errors.INTERNAL).response()
+    return APIError(errors.INTERNAL).response(request.scope)
 
 
 def _middleware(settings: Settings) -> list[Middleware]:
@@ -88,7 +85,16 @@ def _middleware(settings: Settings) -> list[Middleware]:
                 CORSMiddleware,
                 allow_origins=list(settings.access.cors_origins),
                 allow_methods=["GET", "POST", "DELETE"],
-                allow_headers=["Authorization", "Content-Type", "Last-Event-ID", "Prefer", "Idempotency-Key"],
+                allow_headers=[
+                    "Authorization",
+                    "Content-Type",
+                    "Last-Event-ID",
+                    "Prefer",
+                    "Idempotency-Key",
+                    "x-api-key",  # and the two Anthropic headers its SDKs send
+                    "anthropic-version",
+                    "anthropic-beta",
+                ],
                 max_age=600,
             )
         )

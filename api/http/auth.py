@@ -1,4 +1,5 @@
-"""API keys: `Authorization: Bearer <key>` on every route but the probes.
+"""API keys: `Authorization: Bearer <key>` (or `x-api-key: <key>`, as Anthropic's SDKs send it)
+on every route but the probes.
 
 Keys are configured in clear or as `sha256:<hex digest>` (so the configuration need not hold
 the secret), in `API_KEYS` and/or one per line in `API_KEYS_FILE`. The file is re-read when
@@ -137,8 +138,12 @@ class APIKeyMiddleware:
         if scope["type"] != "http" or not self.keys.enabled or get_route_path(scope) in self.public:
             await self.app(scope, receive, send)
             return
-        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        headers = dict(scope["headers"])
+        header = headers.get(b"authorization", b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" and b"x-api-key" in headers:  # Anthropic's SDKs send theirs so
+            header = token = headers[b"x-api-key"].decode("latin-1")
+            scheme = "bearer"
         owner = self.keys.owner(token.strip()) if scheme.lower() == "bearer" else None
         if owner is not None:
             scope.setdefault("state", {})["owner"] = owner
@@ -149,4 +154,4 @@ class APIKeyMiddleware:
         services = scope.get("state", {}).get("services")
         if services is not None:
             services.metrics.rejected.labels(error.code).inc()
-        await error.response()(scope, receive, send)
+        await error.response(scope)(scope, receive, send)

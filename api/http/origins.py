@@ -50,10 +50,10 @@ class KeylessGuard:
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         host = headers.get("host", "")
         if not self.any_host and host_name(host) not in self.hosts:
-            await APIError(errors.UNKNOWN_HOST).response()(scope, receive, send)
+            await APIError(errors.UNKNOWN_HOST).response(scope)(scope, receive, send)
             return
         if scope["method"] not in SAFE_METHODS and self._cross_site(headers, host):
-            await APIError(errors.CROSS_SITE).response()(scope, receive, send)
+            await APIError(errors.CROSS_SITE).response(scope)(scope, receive, send)
             return
         await self.app(scope, receive, send)
 

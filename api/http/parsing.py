@@ -62,17 +62,26 @@ def parse(body_type: type[B], body: bytes) -> B:
     try:
         return body_type.model_validate(data)
     except ValidationError as exc:
-        raise _explain(exc) from None
+        raise _explain(exc, data) from None
     except RecursionError:
         raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
 
 
-def _explain(exc: ValidationError) -> APIError:
-    err = exc.errors()[0]
-    loc = [str(p) for p in err["loc"] if not _is_type_tag(str(p))]
-    if len(loc) > 2 and loc[0] == "messages" and loc[1].isdigit():
+def _explain(exc: ValidationError, data: dict) -> APIError:
+    """The error to name: the one that reached deepest into the body (of a union's branches,
+    the one the body meant: a list of parts rather than "not a string")."""
+    found = [(e, _located(e["loc"], data)) for e in exc.errors()]
+    err, loc = max(found, key=lambda pair: len(pair[1]))
+    if len(loc) > 2 and loc[0] == "messages" and loc[1].isdigit() and loc[2] in _ROLES:
         del loc[2]  # the role that chose the message's model
     msg = err["msg"].removeprefix("Value error, ")
+    ctx = err.get("ctx") or {}
+    if err["type"] == "union_tag_invalid" and "role" not in str(ctx.get("discriminator")):  # a block's type
+        param = _param([*loc, "type"])
+        return invalid(
+            f"Invalid '{param}': {str(ctx.get('tag'))[:64]!r} is not one of {ctx.get('expected_tags')}.",
+            param=param,
+        )
     if err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the role
         loc.append("role")
         if err["type"] == "union_tag_not_found":
@@ -92,6 +101,37 @@ def _explain(exc: ValidationError) -> APIError:
     if err["type"] == "missing":
         return invalid(f"Missing required parameter: '{param}'.", param=param, error=MISSING_PARAMETER)
     return invalid(f"Invalid '{param}': {msg}.", param=param)
+
+
+def _located(raw: tuple, data: object) -> list[str]:
+    """Pydantic's error location as the body's own path: without the names of union members
+    ('str', 'list[...]') and the tags that chose one (a block's `type`, a message's `role`),
+    found by walking the body beside it."""
+    out: list[str] = []
+    node, tag_used = data, False
+    parts = [str(p) for p in raw if not _is_type_tag(str(p))]
+    for at, part in enumerate(parts):
+        last = at == len(parts) - 1  # a tag is followed by the field it found at fault
+        if isinstance(node, dict) and part not in node and not (tag_used or last) and part in _tags(node):
+            tag_used = True
+            continue
+        out.append(part)
+        if isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node, tag_used = node[int(part)], False
+        elif isinstance(node, dict) and part in node:
+            node, tag_used = node[part], False
+        else:
+            node = None
+    return out
+
+
+def _tags(node: dict) -> tuple:
+    """What may choose a union member for this object: its `type` or `role` (an input item
+    without a type is a message)."""
+    return (node.get("type", "message"), node.get("role"))
+
+
+_ROLES = ("system", "developer", "user", "assistant", "tool")  # chat's message models, by role
 
 
 def _param(loc: list[str]) -> str:

@@ -106,6 +106,8 @@ def test_every_route_needs_a_key_behind_any_root_path(root_path, path):
 
     assert asyncio.run(get({})) == 401
     assert asyncio.run(get({"Authorization": "Bearer k"})) == 200
+    assert asyncio.run(get({"x-api-key": "k"})) == 200  # as Anthropic's SDKs send it
+    assert asyncio.run(get({"x-api-key": "j"})) == 401
 
 
 def test_the_probes_alone_need_no_key():
