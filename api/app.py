@@ -32,7 +32,8 @@ from api.ops import models, openapi, ui
 from api.ops.internal import InternalServer
 from api.services import Services
 from api.settings import Settings
-from api.surfaces.catalog import CHAT, RESPONSES, TEXT
+from api.surfaces.catalog import CHAT, MESSAGES, RESPONSES, TEXT
+from api.surfaces.messages.routes import MessagesEndpoints
 from api.surfaces.responses.routes import ResponsesEndpoints
 from api.surfaces.routes import Endpoints
 from contract import errors, logs
@@ -153,7 +154,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
     ]
     if not settings.access.internal_port:  # else they are on the internal port only
         routes += internal_routes.ROUTES
-    for endpoints in (Endpoints(CHAT), Endpoints(TEXT), ResponsesEndpoints(RESPONSES)):
+    for endpoints in (
+        Endpoints(CHAT),
+        Endpoints(TEXT),
+        ResponsesEndpoints(RESPONSES),
+        MessagesEndpoints(MESSAGES),
+    ):
         routes += endpoints.routes()
     routes += files.ROUTES + batches.ROUTES
     if settings.access.ui:

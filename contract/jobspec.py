@@ -107,7 +107,7 @@ class JobSpec:
     model: str
     messages: tuple[Message, ...] = ()
     prompt: str = ""
-    max_tokens: int | None = None  # None: until the context is full
+    max_tokens: int | None = None  # None: until the context is full; 0: count the prompt's tokens only
     temperature: float = TEMPERATURE
     top_p: float = TOP_P
     stop: tuple[str, ...] = field(default_factory=tuple)
@@ -224,9 +224,9 @@ class JobSpec:
         if self.kind == "chat" and not self.messages:
             raise InvalidSpec("a chat job needs messages")
         if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1
+            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 0
         ):
-            raise InvalidSpec("max_tokens must be a positive integer")
+            raise InvalidSpec("max_tokens must be a non-negative integer")
         number("temperature", 0.0, 2.0)
         number("top_p", 0.0, 1.0)
         number("presence_penalty", -2.0, 2.0)

@@ -353,3 +353,48 @@ def schema_grammar(schema: object) -> str:
     g = Grammar()
     root = Compiler(schema if isinstance(schema, dict) else {}, g).rule(schema)
     return g.text(root)
+
+
+_SUBSCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+_RANGES = _BY_TYPE["integer"]
+_ALL_TYPED = frozenset().union(*_BY_TYPE.values())
+
+
+def loosened(schema: object) -> object:
+    """A copy of `schema` without the keywords the grammar cannot enforce (a `pattern`, an
+    unsupported `format`, a number's range, a keyword it does not know), so that the rest
+    still is: for clients whose tools' schemas were written for a validator, not a grammar
+    (the Messages API without `strict`). One pass over the schema; what stays unenforceable
+    otherwise is left for `schema_grammar` to refuse, naming where."""
+    return _loosen(json.loads(json.dumps(schema)), 0) if isinstance(schema, dict) else schema
+
+
+def _loosen(node: dict, depth: int) -> dict:
+    if depth > MAX_DEPTH:
+        return node
+    types = node.get("type")
+    types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    typed = set().union(*(_BY_TYPE[t] for t in types if t in _BY_TYPE)) if types else None
+    if typed is not None and "number" in types:
+        typed -= _RANGES  # a number's range cannot be spelled digit by digit
+    for key in list(node):
+        unknown = key in _WHY or key not in _KNOWN | _ANNOTATIONS | _CONTAINERS
+        misplaced = typed is not None and key in _ALL_TYPED and key not in typed
+        if (unknown and not (typed and key in typed)) or misplaced:
+            del node[key]
+    fmt = node.get("format")
+    if fmt is not None and (fmt not in _FORMATS or "minLength" in node or "maxLength" in node):
+        del node["format"]
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _loosen(node[key], depth + 1)
+    for key in _SUBSCHEMA_LISTS:
+        for sub in node.get(key) if isinstance(node.get(key), list) else ():
+            if isinstance(sub, dict):
+                _loosen(sub, depth + 1)
+    for key in _SUBSCHEMA_MAPS:
+        for sub in node.get(key).values() if isinstance(node.get(key), dict) else ():
+            if isinstance(sub, dict):
+                _loosen(sub, depth + 1)
+    return node

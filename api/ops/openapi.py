@@ -12,6 +12,7 @@ from starlette.responses import JSONResponse
 
 from api.batches.routes import BatchRequest
 from api.surfaces.catalog import SURFACES, Surface
+from api.surfaces.messages.routes import CountRequest
 
 _ERROR = {
     "type": "object",
@@ -184,6 +185,18 @@ def document() -> dict[str, Any]:
                 {"name": "after", "in": "query", "schema": {"type": "string"}},
             ],
             "responses": {"200": _json("a page of input items"), **_errors(400, 401, 404)},
+        }
+    }
+    schemas["CountRequest"] = CountRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(schemas["CountRequest"].pop("$defs", {}))
+    paths["/v1/messages/count_tokens"] = {
+        "post": {
+            "summary": "Count a message's input tokens (a worker of the model tokenizes it)",
+            "requestBody": {
+                "required": True,
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CountRequest"}}},
+            },
+            "responses": {"200": _json("{input_tokens}"), **_errors(400, 401, 404, 429)},
         }
     }
     schemas["BatchRequest"] = BatchRequest.model_json_schema()

@@ -18,6 +18,10 @@ from api.surfaces.body import Body
 from api.surfaces.chat.body import ChatRequest, CompletionRequest
 from api.surfaces.chat.chunks import ChatChunks, TextChunks
 from api.surfaces.chat.events import Events, chunk_events
+from api.surfaces.messages.body import MessagesRequest
+from api.surfaces.messages.events import message_events
+from api.surfaces.messages.objects import ID_PREFIX as MESSAGE_PREFIX
+from api.surfaces.messages.objects import MessageObjects
 from api.surfaces.responses.body import ResponsesRequest
 from api.surfaces.responses.events import response_events
 from api.surfaces.responses.objects import ID_PREFIX, ResponseObjects
@@ -93,7 +97,16 @@ RESPONSES = Surface(
     objects=ResponseObjects,
     events=response_events,
 )
-SURFACES = (CHAT, TEXT, RESPONSES)
+MESSAGES = Surface(
+    name="messages",
+    path="/v1/messages",
+    id_prefix=MESSAGE_PREFIX,
+    noun="message",
+    body=MessagesRequest,
+    objects=MessageObjects,
+    events=message_events,
+)
+SURFACES = (CHAT, TEXT, RESPONSES, MESSAGES)
 BATCHABLE = {s.path: s for s in (CHAT, TEXT)}
 """The endpoints a Batch API line may name, by path."""
 BY_NAME = {s.name: s for s in SURFACES}

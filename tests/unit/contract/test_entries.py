@@ -148,7 +148,7 @@ def test_jobspec_round_trips_as_json_data():
     [
         {"kind": "image"},
         {"messages": ()},
-        {"max_tokens": 0},
+        {"max_tokens": -1},
         {"max_tokens": True},
         {"temperature": 3.0},
         {"temperature": float("nan")},
@@ -164,6 +164,12 @@ def test_jobspec_rejects_what_the_api_would_refuse(bad):
     data.update(_spec(**bad).to_dict() if "messages" in bad else bad)
     with pytest.raises(InvalidSpec):
         JobSpec.from_dict(data)
+
+
+def test_a_jobspec_of_no_tokens_counts_its_prompt():
+    """max_tokens 0: the worker tokenizes the prompt and ends (the Messages API's count_tokens)."""
+    spec = _spec(max_tokens=0)
+    assert JobSpec.from_dict(spec.to_dict()).max_tokens == 0
 
 
 def test_jobspec_rejects_unknown_fields_and_non_objects():

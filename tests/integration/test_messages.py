@@ -1,0 +1,478 @@
+"""Anthropic's Messages API through real processes and the official `anthropic` SDK (validating
+every object and event against its own types): text, tools, thinking, counts, a request shaped
+like Claude Code's, Anthropic's errors with nothing enqueued, a resume by Last-Event-ID, and a
+worker killed in the middle of a tool call's arguments."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import anthropic
+import httpx
+import pytest
+import redis
+
+from contract import keys
+from devstack.peek import job_ids
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from tests.integration.conftest import MODEL
+from tests.system import missing
+
+pytestmark = pytest.mark.integration
+
+KEY = "sk-messages-test"
+JS = Path(__file__).resolve().parent.parent / "js"
+TEMPLATE = str(Path(__file__).resolve().parent.parent / "data" / "thinking-chatml.jinja")
+THINKING = "smollm2-thinking"
+GREEDY = {"temperature": 0}  # the SDK no longer names sampling parameters; the API takes them
+ASK = [{"role": "user", "content": "Tell me about foxes."}]
+STORY_TOOL = {
+    "name": "save_story",
+    "description": "Save a short story.",
+    "input_schema": {
+        "type": "object",
+        "properties": {
+            "title": {"type": "string"},
+            "story": {"type": "string", "minLength": 120, "maxLength": 240},
+        },
+        "required": ["title", "story"],
+    },
+}
+
+
+@dataclass
+class Pool:
+    base: str
+    r: redis.Redis
+    workers: dict[str, Proc]
+
+    def sdk(self) -> anthropic.Anthropic:
+        return anthropic.Anthropic(
+            base_url=self.base, api_key=KEY, max_retries=0, timeout=120, _strict_response_validation=True
+        )
+
+    def http(self) -> httpx.Client:
+        return httpx.Client(base_url=self.base, timeout=120, headers={"x-api-key": KEY})
+
+    def holder(self, job_id: str) -> Proc:
+        return self.workers[self.r.hget(keys.job(job_id), keys.JobField.WORKER).decode()]
+
+
+@pytest.fixture(scope="module")
+def pool(tmp_path_factory) -> Iterator[Pool]:
+    """Two workers of the default model (a killed one's job goes on on the other), one of the
+    same weights behind a thinking template, and one API that needs a key."""
+    logs = tmp_path_factory.mktemp("messages")
+    redis_proc, url = start_redis(logs)
+    api, base = start_api(
+        logs, url, env={"API_KEYS": KEY, "KEEPALIVE_SECONDS": "0.5", "REAPER_INTERVAL_SECONDS": "0.2"}
+    )
+    env = {"SLOTS": "2", "HEARTBEAT_WINDOW_SECONDS": "2"}
+    thinking = {"CHAT_TEMPLATE_FILE": TEMPLATE, "MODEL_NAME": THINKING, "SLOTS": "1"}
+    workers = {
+        "m1": start_worker(logs, url, name="m1", env=env),
+        "m2": start_worker(logs, url, name="m2", env=env),
+        "t1": start_worker(logs, url, name="t1", env=thinking),
+    }
+    try:
+        for model in (MODEL, THINKING):
+            wait_for_model(base, model, procs=(api, *workers.values()), headers={"x-api-key": KEY})
+        yield Pool(base, redis.Redis.from_url(url), workers)
+    finally:
+        for p in (*workers.values(), api, redis_proc):
+            p.stop()
+
+
+def sse(lines: Iterator[str]) -> Iterator[tuple[str | None, str, dict]]:
+    """(id, event, data) of each event of an Anthropic stream but its keep-alives (pings,
+    which carry no id: a resume from the last id misses nothing)."""
+    eid, kind = None, ""
+    for line in lines:
+        if line.startswith("id: "):
+            eid = line[4:]
+        elif line.startswith("event: "):
+            kind = line[7:]
+        elif line.startswith("data: "):
+            data = json.loads(line[6:])
+            if kind == "ping":
+                assert eid is None and data == {"type": "ping"}
+            else:
+                yield eid, kind, data
+            eid = None
+
+
+def test_a_message_created_and_streamed_are_the_same_and_counted_exactly(pool):
+    sdk = pool.sdk()
+    done = sdk.messages.create(model=MODEL, max_tokens=24, messages=ASK, extra_body=GREEDY)
+    assert done.id.startswith("msg_") and done.role == "assistant" and done.model == MODEL
+    assert [b.type for b in done.content] == ["text"] and done.stop_reason in ("max_tokens", "end_turn")
+    with sdk.messages.stream(model=MODEL, max_tokens=24, messages=ASK, extra_body=GREEDY) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == done.content[0].text == final.content[0].text  # type: ignore[union-attr]
+    assert final.stop_reason == done.stop_reason and final.usage.output_tokens == done.usage.output_tokens
+    counted = sdk.messages.count_tokens(model=MODEL, messages=ASK)
+    prompt = final.usage.input_tokens + (final.usage.cache_read_input_tokens or 0)
+    assert counted.input_tokens == prompt > 5
+
+    with (
+        pool.http() as http,
+        http.stream(
+            "POST",
+            "/v1/messages",
+            json={**GREEDY, "model": MODEL, "max_tokens": 8, "messages": ASK, "stream": True},
+        ) as resp,
+    ):
+        events = list(sse(resp.iter_lines()))
+    kinds = [kind for _, kind, _ in events]
+    assert kinds[:2] == ["message_start", "content_block_start"] and kinds[-3:] == [
+        "content_block_stop",
+        "message_delta",
+        "message_stop",
+    ]
+    assert set(kinds[2:-3]) == {"content_block_delta"} and all(d["type"] == k for _, k, d in events)
+    assert [int(eid) for eid, _, _ in events] == list(range(len(events)))  # numbered, for a resume
+
+
+def test_a_stop_sequence_is_named_when_it_ends_the_message(pool):
+    sdk = pool.sdk()
+    text = sdk.messages.create(model=MODEL, max_tokens=24, messages=ASK, extra_body=GREEDY).content[0].text  # type: ignore[union-attr]
+    word = text.split()[3]
+    done = sdk.messages.create(
+        model=MODEL, max_tokens=24, messages=ASK, stop_sequences=["zzz", word], extra_body=GREEDY
+    )
+    assert done.stop_reason == "stop_sequence" and done.stop_sequence == word
+    assert text.startswith(done.content[0].text) and word not in done.content[0].text  # type: ignore[union-attr]
+
+
+def test_a_tool_round_trip(pool):
+    sdk = pool.sdk()
+    ask = [{"role": "user", "content": "Write and save a story about a fox."}]
+    kwargs = {"model": MODEL, "max_tokens": 300, "tools": [STORY_TOOL], "extra_body": GREEDY}
+    one = {"type": "any", "disable_parallel_tool_use": True}
+    done = sdk.messages.create(**kwargs, messages=ask, tool_choice=one)
+    assert done.stop_reason == "tool_use" and [b.type for b in done.content] == ["tool_use"]
+    call = done.content[0]
+    assert call.name == "save_story" and len(call.input["story"]) >= 120  # type: ignore[union-attr,index]
+    with sdk.messages.stream(**kwargs, messages=ask, tool_choice=one) as stream:
+        parts = [
+            e.delta.partial_json
+            for e in stream
+            if e.type == "content_block_delta" and e.delta.type == "input_json_delta"
+        ]
+        final = stream.get_final_message()
+    assert [b.type for b in final.content] == ["tool_use"] and final.stop_reason == "tool_use"
+    assert len(parts) > 10 and json.loads("".join(parts)) == final.content[0].input == call.input  # type: ignore[union-attr]
+
+    turn = [
+        *ask,
+        {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in done.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": call.id, "content": "Saved."}]},
+    ]
+    answer = sdk.messages.create(
+        model=MODEL,
+        max_tokens=16,
+        tools=[STORY_TOOL],
+        messages=turn,
+        tool_choice={"type": "none"},
+        extra_body=GREEDY,
+    )
+    assert [b.type for b in answer.content] == ["text"] and answer.stop_reason in ("max_tokens", "end_turn")
+
+
+def test_thinking_streams_as_signed_thinking_blocks_and_comes_back_accepted(pool):
+    sdk = pool.sdk()
+    ask = [{"role": "user", "content": "Is 17 a prime number?"}]
+    with sdk.messages.stream(model=THINKING, max_tokens=24, messages=ask, extra_body=GREEDY) as stream:
+        events = list(stream)
+        final = stream.get_final_message()
+    thinking = final.content[0]
+    assert thinking.type == "thinking" and thinking.thinking and len(thinking.signature) == 64
+    deltas = [e.delta for e in events if e.type == "content_block_delta" and e.index == 0]
+    assert "".join(d.thinking for d in deltas if d.type == "thinking_delta") == thinking.thinking
+    assert deltas[-1].type == "signature_delta" and deltas[-1].signature == thinking.signature
+    assert final.usage.output_tokens_details is not None
+    assert 0 < final.usage.output_tokens_details.thinking_tokens <= final.usage.output_tokens
+
+    omitted = sdk.messages.create(
+        model=THINKING,
+        max_tokens=24,
+        messages=ask,
+        thinking={"type": "adaptive", "display": "omitted"},
+        extra_body=GREEDY,
+    )
+    assert omitted.content[0].type == "thinking" and omitted.content[0].thinking == ""
+    assert omitted.content[0].signature == thinking.signature  # the same thought, not shown
+
+    off = sdk.messages.create(
+        model=THINKING, max_tokens=16, messages=ask, thinking={"type": "disabled"}, extra_body=GREEDY
+    )
+    assert [b.type for b in off.content] == ["text"]
+    second = [
+        *ask,
+        {
+            "role": "assistant",
+            "content": [
+                thinking.model_dump(),
+                {"type": "redacted_thinking", "data": "opaque"},
+                {"type": "text", "text": "Yes."},
+            ],
+        },
+        {"role": "user", "content": "And 21?"},
+    ]
+    again = sdk.messages.create(
+        model=THINKING,
+        max_tokens=8,
+        messages=second,
+        thinking={"type": "adaptive"},
+        extra_body=GREEDY,
+    )
+    assert again.content and again.usage.output_tokens == 8
+
+
+def _claude_code_tools(n: int) -> list[dict]:
+    """Tools as Claude Code declares its own: zod's JSON schemas ($schema, additionalProperties,
+    a URL's format, a number's bound), cache_control on the last."""
+    tools = []
+    for i in range(n):
+        tools.append(
+            {
+                "name": f"Tool{i}",
+                "description": f"Tool number {i}. " * 4,
+                "input_schema": {
+                    "$schema": "http://json-schema.org/draft-07/schema#",
+                    "type": "object",
+                    "additionalProperties": False,
+                    "properties": {
+                        "url": {"type": "string", "format": "uri", "description": "The URL"},
+                        "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 600000},
+                        "mode": {"type": "string", "enum": ["content", "files_with_matches", "count"]},
+                        "pattern": {"type": "string", "pattern": "^[a-z]+$"},
+                        "todos": {
+                            "type": "array",
+                            "items": {
+                                "type": "object",
+                                "properties": {
+                                    "content": {"type": "string", "minLength": 1},
+                                    "status": {
+                                        "type": "string",
+                                        "enum": ["pending", "in_progress", "completed"],
+                                    },
+                                },
+                                "required": ["content", "status"],
+                                "additionalProperties": False,
+                            },
+                        },
+                    },
+                    "required": ["url"],
+                },
+            }
+        )
+    tools[-1]["cache_control"] = {"type": "ephemeral"}
+    return tools
+
+
+def test_a_request_shaped_like_claude_codes(pool):
+    body = {
+        "model": MODEL,
+        "max_tokens": 12,
+        "stream": True,
+        "temperature": 1,
+        "metadata": {"user_id": "user_abc_account__session_0f8e"},
+        "system": [
+            {"type": "text", "text": "You are Claude Code, Anthropic's official CLI for Claude."},
+            {"type": "text", "text": "Be brief.", "cache_control": {"type": "ephemeral"}},
+        ],
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "<system-reminder>Context.</system-reminder>"},
+                    {"type": "text", "text": "Say hello.", "cache_control": {"type": "ephemeral"}},
+                ],
+            }
+        ],
+        "tools": _claude_code_tools(12),
+    }
+    headers = {
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "claude-code-20250219,interleaved-thinking-2025-05-14",
+    }
+    with pool.http() as http:
+        with http.stream("POST", "/v1/messages?beta=true", json=body, headers=headers) as resp:
+            assert resp.status_code == 200, resp.read()
+            events = list(sse(resp.iter_lines()))
+        kinds = [kind for _, kind, _ in events]
+        assert kinds[0] == "message_start" and kinds[-1] == "message_stop", events[-1]
+        count = http.post(
+            "/v1/messages/count_tokens?beta=true",
+            json={k: v for k, v in body.items() if k in ("model", "system", "messages", "tools")},
+            headers=headers,
+        )
+        assert count.status_code == 200 and count.json()["input_tokens"] > 12 * 40
+        for auth in ({}, {"x-api-key": "wrong"}):
+            refused = httpx.post(pool.base + "/v1/messages", json=body, headers=auth)
+            assert refused.status_code == 401
+            assert refused.json() == {
+                "type": "error",
+                "error": {"type": "authentication_error", "message": refused.json()["error"]["message"]},
+            }
+        bearer = httpx.post(
+            pool.base + "/v1/messages/count_tokens",
+            headers={"Authorization": f"Bearer {KEY}"},
+            json={"model": MODEL, "messages": ASK},
+        )
+        assert bearer.status_code == 200
+
+
+BAD = [
+    ({"messages": ASK}, "max_tokens"),
+    ({"max_tokens": 8, "messages": [{"role": "user", "content": [{"type": "video", "data": "x"}]}]}, "type"),
+    (
+        {
+            "max_tokens": 8,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [{"type": "tool_result", "tool_use_id": "toolu_none", "content": "x"}],
+                }
+            ],
+        },
+        "tool_result",
+    ),
+    ({"max_tokens": 8, "messages": [{"role": "assistant", "content": "x"}, *ASK]}, "first message"),
+    ({"max_tokens": 8, "messages": [*ASK, {"role": "system", "content": "x"}]}, "role"),
+    (
+        {
+            "max_tokens": 8,
+            "messages": [
+                {
+                    "role": "user",
+                    "content": [
+                        {
+                            "type": "image",
+                            "source": {"type": "base64", "media_type": "image/png", "data": "iVBO"},
+                        }
+                    ],
+                }
+            ],
+        },
+        "text only",
+    ),
+    ({"max_tokens": 8, "messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "budget"),
+    (
+        {"max_tokens": 8, "messages": ASK, "tools": [{"type": "web_search_20250305", "name": "search"}]},
+        "tools",
+    ),
+    ({"max_tokens": 8, "messages": ASK, "temperature": 1.5}, "temperature"),
+    ({"max_tokens": 8, "messages": ASK, "top_k": "5"}, "top_k"),
+]
+
+
+@pytest.mark.parametrize(("body", "said"), BAD, ids=[said for _, said in BAD])
+def test_bad_input_gets_anthropics_error_and_nothing_is_enqueued(pool, body, said):
+    before = len(job_ids(pool.r))
+    with pool.http() as http:
+        resp = http.post("/v1/messages", json={"model": MODEL, **body})
+    assert resp.status_code == 400, resp.text
+    error = resp.json()
+    assert set(error) == {"type", "error"} and error["type"] == "error"
+    assert error["error"]["type"] == "invalid_request_error" and said in error["error"]["message"]
+    assert len(job_ids(pool.r)) == before
+
+
+def test_a_client_that_reconnects_with_last_event_id_gets_the_rest(pool):
+    body = {**GREEDY, "model": MODEL, "max_tokens": 32, "messages": ASK, "stream": True}
+    with pool.http() as http:
+        with http.stream("POST", "/v1/messages", json=body) as resp:
+            first = []
+            for event in sse(resp.iter_lines()):
+                first.append(event)
+                if len(first) == 6:
+                    break  # the client goes away
+        message_id = first[0][2]["message"]["id"]
+        headers = {"Last-Event-ID": first[-1][0]}
+        with http.stream("GET", f"/v1/messages/{message_id}?stream=true", headers=headers) as resp:
+            rest = list(sse(resp.iter_lines()))
+        whole = http.get(f"/v1/messages/{message_id}").json()
+    events = first + rest
+    assert [int(eid) for eid, _, _ in events] == list(range(len(events)))
+    text = "".join(d["delta"]["text"] for _, kind, d in events if kind == "content_block_delta")
+    assert text == whole["content"][0]["text"] and events[-1][1] == "message_stop"
+
+
+def _node(pool: Pool, case: str) -> dict:
+    """Run one case of tests/js/messages.mjs (@anthropic-ai/sdk) against the pool."""
+    if not (JS / "node_modules" / "@anthropic-ai" / "sdk").exists() or not shutil.which("node"):
+        if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
+            pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
+        pytest.skip(missing("node or the JavaScript clients (scripts/setup installs them with npm)"))
+    done = subprocess.run(
+        ["node", "messages.mjs", pool.base, KEY, MODEL, case],
+        cwd=JS,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert done.returncode == 0, done.stderr
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_the_typescript_sdk_streams_creates_and_counts(pool):
+    got = _node(pool, "stream")
+    assert got["text"] and got["text"] == got["final_text"] == got["created_text"]
+    assert got["kinds"][0] == "message_start" and got["kinds"][-2:] == ["message_delta", "message_stop"]
+    assert got["counted"] == got["usage"]["input_tokens"] + got["usage"]["cache_read_input_tokens"]
+
+
+def test_the_typescript_sdk_makes_a_tool_call_and_sends_its_result(pool):
+    got = _node(pool, "tool")
+    assert got["stop_reason"] == "tool_use" and got["streamed"] == got["input"] and got["input"]["story"]
+    assert got["answer"] == ["text"]
+
+
+def test_the_typescript_sdk_reads_anthropics_errors(pool):
+    got = _node(pool, "errors")
+    assert got == {
+        "bad": ["BadRequestError", 400, "invalid_request_error"],
+        "missing": ["NotFoundError", 404, "not_found_error"],
+        "key": ["AuthenticationError", 401, "authentication_error"],
+    }
+
+
+def test_a_worker_killed_in_the_middle_of_a_tool_calls_arguments(pool):
+    """The last test of the module: a worker is gone after it."""
+    ask = [{"role": "user", "content": "Write and save a story about a fox."}]
+    body = {**GREEDY, "model": MODEL, "max_tokens": 300, "tools": [STORY_TOOL], "messages": ask}
+    body["tool_choice"] = {"type": "any", "disable_parallel_tool_use": True}
+    with pool.http() as http:
+        expected = http.post("/v1/messages", json=body).json()
+        parts, killed, message_id = [], False, None
+        with http.stream("POST", "/v1/messages", json={**body, "stream": True}) as resp:
+            for _, kind, data in sse(resp.iter_lines()):
+                if kind == "message_start":
+                    message_id = data["message"]["id"]
+                if kind == "content_block_delta" and data["delta"]["type"] == "input_json_delta":
+                    parts.append(data["delta"]["partial_json"])
+                    if len(parts) == 4:
+                        pool.holder(message_id).signal(signal.SIGKILL)
+                        killed = True
+                last = kind
+        assert killed and last == "message_stop"
+        deadline = time.monotonic() + 60
+        while (replay := http.get(f"/v1/messages/{message_id}")).status_code == 202:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+    streamed = json.loads("".join(parts))
+    assert [b["type"] for b in expected["content"]] == ["tool_use"]
+    assert streamed == replay.json()["content"][0]["input"] == expected["content"][0]["input"]
+    events = pool.r.xrange(keys.events(message_id))
+    assert sum(f[b"k"] == b"s" for _, f in events) == 2  # it went on on the other worker
