@@ -132,6 +132,9 @@ class JobSpec:
     # what the chat template is given beside the messages (chat_template_kwargs, and
     # reasoning_effort: `enable_thinking` false for "none"); scalars only
     template_kwargs: dict = field(default_factory=dict)
+    # a reasoning model's thinking ends after this many tokens (the worker closes its block);
+    # 0: no bound but max_tokens
+    thinking_budget: int = 0
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -139,7 +142,12 @@ class JobSpec:
         data["stop"] = list(self.stop)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [asdict(t) for t in self.tools]
-        absent_unless_set = ("ignore_eos", "cache_scope", "template_kwargs")  # an earlier worker takes it
+        absent_unless_set = (
+            "ignore_eos",
+            "cache_scope",
+            "template_kwargs",
+            "thinking_budget",
+        )  # an earlier worker takes it
         for name in absent_unless_set:
             if not data[name]:
                 del data[name]
@@ -196,6 +204,7 @@ class JobSpec:
                 ignore_eos=data.get("ignore_eos", False),
                 cache_scope=data.get("cache_scope", ""),
                 template_kwargs=data.get("template_kwargs", {}),
+                thinking_budget=data.get("thinking_budget", 0),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -251,6 +260,9 @@ class JobSpec:
             raise InvalidSpec("ignore_eos cannot go with a response format or tools")
         if problem := template_kwargs_problem(self.template_kwargs):
             raise InvalidSpec(f"template_kwargs: {problem}")
+        budget = self.thinking_budget
+        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+            raise InvalidSpec("thinking_budget must be a non-negative integer")
         if (
             isinstance(self.top_logprobs, bool)
             or not isinstance(self.top_logprobs, int)

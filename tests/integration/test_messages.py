@@ -238,6 +238,21 @@ def test_thinking_streams_as_signed_thinking_blocks_and_comes_back_accepted(pool
     assert again.content and again.usage.output_tokens == 8
 
 
+def test_a_thinking_budget_ends_the_thinking_and_the_answer_follows(pool):
+    """SmolLM2 never closes the block its template opens: the worker closes it at the budget."""
+    done = pool.sdk().messages.create(
+        model=THINKING,
+        max_tokens=24,
+        messages=[{"role": "user", "content": "Is 17 a prime number?"}],
+        thinking={"type": "enabled", "budget_tokens": 6},
+        extra_body=GREEDY,
+    )
+    assert [b.type for b in done.content] == ["thinking", "text"], (done.stop_reason, done.usage)
+    details = done.usage.output_tokens_details
+    assert details is not None and 6 < details.thinking_tokens < 6 + 10 < done.usage.output_tokens
+    assert done.content[0].thinking and done.content[1].text  # type: ignore[union-attr]
+
+
 def _claude_code_tools(n: int) -> list[dict]:
     """Tools as Claude Code declares its own: zod's JSON schemas ($schema, additionalProperties,
     a URL's format, a number's bound), cache_control on the last."""

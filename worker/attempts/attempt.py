@@ -25,6 +25,7 @@ from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
 from contract.stats import BatchCounters
+from worker.attempts.budget import bounded
 from worker.attempts.claims import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
@@ -54,6 +55,7 @@ class Engine(Protocol):
     def is_end(self, token: int) -> bool: ...
     def piece(self, token: int) -> bytes: ...
     def reply(self, spec: JobSpec, prompt: list[int]) -> Reply: ...
+    def close_thinking(self) -> list[int]: ...  # the tokens that close a thinking block
     def tokens(
         self,
         spec: JobSpec,
@@ -227,7 +229,7 @@ class AttemptRules:
             reused = min(tokens, len(prompt))
 
         alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        picks = engine.tokens(spec, prompt, prior, progressed, alone_for, cached)
+        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached)
         try:
             for pick, piece in self._timed(picks):
                 token = pick.token

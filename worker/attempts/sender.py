@@ -82,5 +82,12 @@ class Sender:
             count, at = count + 1, at + size
         return count
 
+    def open_thinking(self) -> int | None:
+        """The tokens of a thinking block still open (every attempt's), None when none is."""
+        thinking = self._reply if isinstance(self._reply, Thinking) else None
+        if thinking is None or not thinking.thought or thinking.closed_at is not None:
+            return None
+        return len(self._sizes)
+
     def said(self) -> str:
         return "".join(self._said)

@@ -248,6 +248,10 @@ class LlamaEngine:
     def piece(self, token: int) -> bytes:
         return self.prompts.piece(token)
 
+    def close_thinking(self) -> list[int]:
+        """The tokens of a thinking block's close, as reasoning models write it."""
+        return self.prompts.special_text(thinking.CLOSING)
+
     def warm_up(self, budget_s: float = 30.0) -> float:
         """Before the worker announces itself, run each shape of step a job meets: a step
         reading prompt tokens in every slot (batched prefill), steps of one token per slot

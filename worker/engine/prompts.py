@@ -106,6 +106,10 @@ class ChatPrompts:
             ids += self._tokens(message["content"], special=False)
         return ids + self._tokens(rest, special=True)
 
+    def special_text(self, text: str) -> list[int]:
+        """Text the worker writes itself (a thinking block's close), control tokens parsed."""
+        return self._tokens(text, special=True)
+
     def _tokens(self, text: str, special: bool) -> list[int]:
         return self._model.tokenize(text.encode(), add_bos=False, special=special) if text else []
 

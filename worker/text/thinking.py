@@ -19,6 +19,7 @@ from __future__ import annotations
 from worker.text.replies import Parts, Reply
 
 OPEN, CLOSE = "<think>", "</think>"
+CLOSING = f"\n{CLOSE}\n\n"  # a block's close as models write it, when a budget ends it
 TAIL_TOKENS = 16  # of the prompt: more than the generation prompt's text after `<think>`
 
 

@@ -27,7 +27,6 @@ from contract.keys import JobField
 from contract.schema import loosened
 
 TEMPERATURE = 1.0  # Anthropic's default
-MIN_THINKING_BUDGET = 1024  # Anthropic's rule
 
 
 class CacheControl(Strict):
@@ -140,7 +139,8 @@ class MessagesToolChoice(Strict):
 
 class ThinkingConfig(Strict):
     type: Literal["enabled", "disabled", "adaptive"]
-    budget_tokens: Annotated[int, Field(ge=MIN_THINKING_BUDGET)] | None = None
+    # Anthropic asks for at least 1,024; any positive budget is taken here (small models think briefly)
+    budget_tokens: Annotated[int, Field(ge=1)] | None = None
     display: Literal["summarized", "omitted"] | None = None  # omitted: signed blocks without text
 
     def rules(self) -> dict[str, bool]:
@@ -210,11 +210,12 @@ class MessagesRequest(Body):
             parallel_tool_calls=not (choice and choice.disable_parallel_tool_use),
             priority=self.priority,
             template_kwargs=self._template_kwargs(),
+            thinking_budget=(self.thinking.budget_tokens or 0) if self.thinking else 0,
         )
 
     def _template_kwargs(self) -> dict:
         """`thinking` is the template's switch (Qwen3's and GLM's `enable_thinking`; its
-        budget is not enforced yet, docs/requests.md), `output_config.effort` its effort."""
+        budget the worker's, worker/attempts/budget.py), `output_config.effort` its effort."""
         kwargs = {"enable_thinking": self.thinking.type != "disabled"} if self.thinking else {}
         effort = self.output_config.effort if self.output_config else None
         return template_kwargs(effort, kwargs, "thinking")

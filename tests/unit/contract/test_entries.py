@@ -149,6 +149,8 @@ def test_jobspec_round_trips_as_json_data():
         {"kind": "image"},
         {"messages": ()},
         {"max_tokens": -1},
+        {"thinking_budget": -1},
+        {"thinking_budget": 1.5},
         {"max_tokens": True},
         {"temperature": 3.0},
         {"temperature": float("nan")},
@@ -164,6 +166,11 @@ def test_jobspec_rejects_what_the_api_would_refuse(bad):
     data.update(_spec(**bad).to_dict() if "messages" in bad else bad)
     with pytest.raises(InvalidSpec):
         JobSpec.from_dict(data)
+
+
+def test_a_thinking_budget_travels_only_when_set():
+    assert "thinking_budget" not in _spec().to_dict()  # a worker of an earlier release takes the job
+    assert JobSpec.from_dict(_spec(thinking_budget=1024).to_dict()).thinking_budget == 1024
 
 
 def test_a_jobspec_of_no_tokens_counts_its_prompt():

@@ -229,6 +229,56 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
 THOUGHT = {11: "Hmm", 12: ", so", 13: "</think>", 14: "\n\n", 15: "Yes", 16: "."}
 
 
+class BudgetEngine(ScriptedEngine):
+    """Thinks on until its block is closed for it, then answers (a new script per call)."""
+
+    def __init__(self, scripts: list[list[int]]) -> None:
+        super().__init__(scripts[0], words=THOUGHT, opened=True)
+        self.scripts = scripts
+
+    def close_thinking(self):
+        return [13, 14]  # "</think>", "\n\n"
+
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
+        self.script = self.scripts[min(len(self.contexts), len(self.scripts) - 1)]
+        return super().tokens(spec, prompt, prior, progress, alone_for, cached)
+
+
+def test_a_thinking_budget_closes_the_block_and_the_answer_goes_on(r):
+    engine = BudgetEngine([[11, 12, 11, 12, 11, 12, EOS], [15, 16, EOS]])
+    run_one(runner(r, engine), spec(max_tokens=20, thinking_budget=3))
+    assert split(stream(r)) == ("Hmm, soHmm", "Yes.")
+    assert engine.contexts[1] == [*PROMPT, 11, 12, 11, 13, 14]  # it goes on after the close
+    ids = [t for e in stream(r) if isinstance(e, Delta) for t in e.token_ids]
+    assert ids == [11, 12, 11, 13, 14, 15, 16]  # the close is the job's tokens: a resume reads it
+    assert last_entry(r).completion_tokens == 7 and last_entry(r).reasoning_tokens == 5
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_continuation_past_its_budget_closes_the_block_first(r):
+    """As if an attempt died after its budget's last token, before the close was written (here
+    the first attempt had no budget: its worker dies at its fourth token)."""
+
+    def die(i):
+        if i == 3:
+            raise SystemExit
+
+    first = BudgetEngine([[11, 12, 11, 12, EOS]])
+    first.on_token = die
+    run_one(runner(r, first), spec(max_tokens=20))
+    assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
+    rest = BudgetEngine([[15, 16, EOS]])
+    run_one(runner(r, rest), spec(max_tokens=20, thinking_budget=3))
+    assert rest.contexts == [[*PROMPT, 11, 12, 11, 13, 14]]  # closed before the engine was asked
+    assert split(stream(r)) == ("Hmm, soHmm", "Yes.")
+
+
+def test_no_budget_no_close(r):
+    engine = BudgetEngine([[11, 12, 11, EOS]])
+    run_one(runner(r, engine), spec(max_tokens=20))
+    assert len(engine.contexts) == 1 and split(stream(r)) == ("Hmm, soHmm", "")
+
+
 class CallingReply(PlainReply):
     calls = 1  # a tool call was made: a stop ends the job with "tool_calls"
 

@@ -99,6 +99,11 @@ def test_controls_reach_the_job():
     )
     assert job.stop == ("\nQ:",) and job.temperature == 0.2 and job.top_k == 5
     assert job.template_kwargs == {"enable_thinking": False, "reasoning_effort": "low"}
+    assert job.thinking_budget == 0
+    budgeted = spec(
+        max_tokens=4096, messages=[user("x")], thinking={"type": "enabled", "budget_tokens": 2048}
+    )
+    assert budgeted.thinking_budget == 2048 and budgeted.template_kwargs == {"enable_thinking": True}
     assert job.response_format == {"type": "json_schema", "schema": {"type": "object"}}
 
 

@@ -1,0 +1,64 @@
+"""A thinking budget (`JobSpec.thinking_budget`, Anthropic's `thinking.budget_tokens`): once a
+reasoning model has thought that many tokens with its block still open, the worker writes the
+block's close itself, as if the model had, and the model goes on from there with its answer.
+
+The close is tokens of the job like any other: published with their ids, so a continuation
+after a crash reads them again and a replay splits the same. The engine's picks are stopped
+and started again after them (prompt, everything generated, the close): the slot's cache holds
+all but the close, so only the close is read (worker/engine/steps/plan.py `prefix_source`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING
+
+from contract.jobspec import JobSpec
+from worker.attempts.sender import Sender
+from worker.engine.picks import Pick
+
+if TYPE_CHECKING:
+    from worker.attempts.attempt import Engine
+
+Picks = Generator[tuple[Pick, bytes]]
+
+
+def bounded(
+    engine: Engine,
+    spec: JobSpec,
+    prompt: list[int],
+    prior: list[int],
+    out: Sender,
+    progress: Callable[[], None] | None,
+    alone_for: int,
+    cached: Callable[[int], None] | None,
+) -> Picks:
+    """The engine's picks for the job, its thinking closed at the budget. The caller handles
+    each pick (the sender reads it) before the next is asked for, so the count is current."""
+    budget, closed = spec.thinking_budget, False
+    ids: list[int] = []  # this attempt's tokens
+
+    def due() -> bool:
+        thinking = out.open_thinking()
+        return bool(budget) and not closed and thinking is not None and thinking >= budget
+
+    picks: Picks | None = None
+    try:
+        while True:
+            if due():
+                closed = True
+                for token in engine.close_thinking():
+                    ids.append(token)
+                    yield Pick(token), engine.piece(token)
+            picks = engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, None if ids else cached)
+            for pick, piece in picks:
+                yield pick, piece
+                ids.append(pick.token)
+                if due():
+                    break
+            else:
+                return
+            picks.close()
+    finally:
+        if picks is not None:
+            picks.close()
