@@ -148,6 +148,32 @@ def test_thinking_turned_off_leaves_the_answer_alone(pool, control):
     assert responses.reasoning.effort == "none"
 
 
+def test_a_thinking_budget_lets_the_answer_follow_on_chat_and_responses(pool):
+    """SmolLM2 never closes the block its template opens: the worker closes it after 6 tokens."""
+    sdk = pool.sdk()
+    chunks = sdk.chat.completions.create(
+        model=THINKING, messages=MESSAGES, max_tokens=24, temperature=0, stream=True,
+        stream_options={"include_usage": True}, extra_body={"thinking_budget": 6},
+    )  # fmt: skip
+    reasoning, content, usage = [], [], None
+    for chunk in chunks:
+        usage = chunk.usage or usage
+        for choice in chunk.choices:
+            reasoning.append(getattr(choice.delta, "reasoning_content", None) or "")
+            content.append(choice.delta.content or "")
+    said = "".join(content)
+    assert (
+        "".join(reasoning) and said.strip() and not said.startswith(("\n", "</think>"))
+    )  # the close is nobody's
+    assert usage is not None and usage.completion_tokens_details is not None
+    assert 6 < usage.completion_tokens_details.reasoning_tokens < usage.completion_tokens <= 24
+    done = sdk.responses.create(
+        model=THINKING, input=MESSAGES[0]["content"], max_output_tokens=24, temperature=0,
+        extra_body={"thinking_budget": 6},
+    )  # fmt: skip
+    assert [item.type for item in done.output] == ["reasoning", "message"] and done.output_text == said
+
+
 def test_an_output_its_grammar_holds_from_the_first_token_is_all_answer(pool):
     done = pool.sdk().chat.completions.create(
         model=THINKING,

@@ -211,6 +211,8 @@ class ChatRequest(CompletionBody):
     top_logprobs: Annotated[int, Field(ge=0, le=MAX_TOP_LOGPROBS)] | None = None
     reasoning_effort: Effort | None = None
     chat_template_kwargs: dict[str, bool | int | float | str] | None = None
+    # a reasoning model's thinking is closed by the worker after this many tokens (Qwen's name)
+    thinking_budget: PositiveInt | None = None
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
         self._check_conversation()
@@ -244,6 +246,7 @@ class ChatRequest(CompletionBody):
             template_kwargs=template_kwargs(
                 self.reasoning_effort, self.chat_template_kwargs, "chat_template_kwargs"
             ),
+            thinking_budget=self.thinking_budget or 0,
         )
 
     @staticmethod

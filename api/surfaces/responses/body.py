@@ -168,6 +168,7 @@ class ResponsesRequest(Body):
     stream_options: ResponsesStreamOptions | None = None
     truncation: Literal["disabled"] | None = None
     reasoning: Reasoning | None = None
+    thinking_budget: PositiveInt | None = None  # as for chat: the worker closes the thinking after it
 
     _history: list[Message] = PrivateAttr(default_factory=list)
     _referenced: dict[str, dict] = PrivateAttr(default_factory=dict)
@@ -235,6 +236,7 @@ class ResponsesRequest(Body):
             template_kwargs=template_kwargs(
                 self.reasoning.effort if self.reasoning else None, None, "reasoning"
             ),
+            thinking_budget=self.thinking_budget or 0,
         )
 
     def _tools(self):

@@ -448,3 +448,16 @@ def test_an_assistant_message_s_own_thinking_is_accepted_and_left_out():
 def test_legacy_completions_take_no_reasoning_controls():
     body = json.dumps({"model": "m", "prompt": "x", "reasoning_effort": "low"}).encode()
     assert err(CompletionRequest, body).param == "reasoning_effort"
+
+
+def test_a_thinking_budget_reaches_the_job_and_is_a_positive_integer():
+    body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+    job = parse(ChatRequest, json.dumps({**body, "thinking_budget": 64}).encode()).to_spec("c", Limits())
+    assert job.thinking_budget == 64
+    assert parse(ChatRequest, json.dumps(body).encode()).to_spec("c", Limits()).thinking_budget == 0
+    for bad in (0, -1, "64", 1.5):
+        with pytest.raises(APIError) as caught:
+            parse(ChatRequest, json.dumps({**body, "thinking_budget": bad}).encode())
+        assert caught.value.param == "thinking_budget"
+    with pytest.raises(APIError):  # legacy completions take no thinking controls
+        parse(CompletionRequest, json.dumps({"model": "m", "prompt": "x", "thinking_budget": 8}).encode())
