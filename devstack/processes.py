@@ -161,6 +161,19 @@ def _cluster_port() -> int:
                 return port
 
 
+def cluster_ports(n: int) -> list[int]:
+    """`n` cluster ports, no two nodes sharing a port or a bus port: each is free when picked,
+    but the kernel may hand a port it just gave back out again (seen under two test lanes:
+    two nodes of one cluster on one port, the second refused)."""
+    ports: list[int] = []
+    while len(ports) < n:
+        port = _cluster_port()
+        taken = {*ports, *(p + 10000 for p in ports)}
+        if port not in taken and port + 10000 not in taken:
+            ports.append(port)
+    return ports
+
+
 def start_cluster(
     log_dir: Path, masters: int = 3, replicas: int = 0, node_timeout_ms: int = 1000, tethered: bool = False
 ) -> tuple[list[Proc], str]:
@@ -169,7 +182,7 @@ def start_cluster(
     Returns the processes (primaries first) and a `redis+cluster://` URL naming the first."""
     import redis
 
-    ports = [_cluster_port() for _ in range(masters * (1 + replicas))]
+    ports = cluster_ports(masters * (1 + replicas))
     procs = []
     for port in ports:
         extra = (
