@@ -180,10 +180,25 @@ def start_cluster(
     """A valkey cluster on loopback: `masters` primaries sharing the 16384 slots evenly, each
     with `replicas` replicas (a primary that dies fails over after `node_timeout_ms`).
     Returns the processes (primaries first) and a `redis+cluster://` URL naming the first."""
+    ports = cluster_ports(masters * (1 + replicas))
+    procs: list[Proc] = []
+    try:
+        _form_cluster(log_dir, ports, procs, masters, node_timeout_ms, tethered)
+    except BaseException:  # the nodes started are stopped: none outlives a failed start
+        for p in procs:
+            p.stop()
+        raise
+    return procs, f"redis+cluster://127.0.0.1:{ports[0]}/0"
+
+
+def _form_cluster(
+    log_dir: Path, ports: list[int], procs: list[Proc], masters: int, node_timeout_ms: int, tethered: bool
+) -> None:
+    """Start a node on each port (into `procs`), give the primaries their slots and the
+    replicas their primaries, and wait until the cluster is whole."""
     import redis
 
-    ports = cluster_ports(masters * (1 + replicas))
-    procs = []
+    replicas = len(ports) // masters - 1
     for port in ports:
         extra = (
             "--cluster-enabled",
@@ -210,7 +225,6 @@ def start_cluster(
         _wait(lambda: all(n.info("replication")["master_link_status"] == "up" for n in nodes[masters:]), 30)
     for n in nodes:
         n.close()
-    return procs, f"redis+cluster://127.0.0.1:{ports[0]}/0"
 
 
 @dataclass

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pytest
+
 from devstack import processes
 
 
@@ -11,3 +13,27 @@ def test_no_two_nodes_of_a_cluster_share_a_port_or_a_bus_port(monkeypatch):
     picks = iter([7001, 7001, 17001, 7002, 7001, 7003])
     monkeypatch.setattr(processes, "_cluster_port", lambda: next(picks))
     assert processes.cluster_ports(3) == [7001, 7002, 7003]
+
+
+def test_a_cluster_that_cannot_form_leaves_no_node_running(monkeypatch, tmp_path):
+    """A failed start used to leave its nodes running past the test (found after a loaded run)."""
+    started = []
+
+    class Node:
+        def __init__(self) -> None:
+            self.stopped = False
+
+        def stop(self) -> None:
+            self.stopped = True
+
+    def form(log_dir, ports, procs, *args):
+        for _ in ports[:2]:
+            started.append(Node())
+            procs.append(started[-1])
+        raise RuntimeError("a node exited")
+
+    monkeypatch.setattr(processes, "cluster_ports", lambda n: list(range(7001, 7001 + n)))
+    monkeypatch.setattr(processes, "_form_cluster", form)
+    with pytest.raises(RuntimeError):
+        processes.start_cluster(tmp_path, masters=3)
+    assert len(started) == 2 and all(node.stopped for node in started)
