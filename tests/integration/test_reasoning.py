@@ -27,6 +27,23 @@ pytestmark = pytest.mark.integration
 TEMPLATE = str(Path(__file__).resolve().parent.parent / "data" / "thinking-chatml.jinja")
 THINKING, RAW = "smollm2-thinking", "smollm2-thinking-raw"
 MESSAGES = [{"role": "user", "content": "Is 17 a prime number?"}]
+A_SCHEMA = {
+    "type": "object",
+    "properties": {"a": {"type": "integer"}},
+    "required": ["a"],
+    "additionalProperties": False,
+}
+TOOL = {
+    "type": "function",
+    "function": {
+        "name": "weather",
+        "parameters": {
+            "type": "object",
+            "properties": {"city": {"type": "string", "minLength": 1}},
+            "required": ["city"],
+        },
+    },
+}
 
 
 @dataclass
@@ -174,16 +191,32 @@ def test_a_thinking_budget_lets_the_answer_follow_on_chat_and_responses(pool):
     assert [item.type for item in done.output] == ["reasoning", "message"] and done.output_text == said
 
 
-def test_an_output_its_grammar_holds_from_the_first_token_is_all_answer(pool):
-    done = pool.sdk().chat.completions.create(
-        model=THINKING,
-        messages=[{"role": "user", "content": "Give a JSON object with a key a."}],
-        max_tokens=24,
-        temperature=0,
-        response_format={"type": "json_object"},
+@pytest.mark.parametrize(
+    "constraint",
+    [
+        {"response_format": {"type": "json_schema", "json_schema": {"name": "a", "schema": A_SCHEMA}}},
+        {"tools": [TOOL], "tool_choice": "required"},
+    ],
+    ids=["response_format", "forced tool call"],
+)
+def test_the_grammar_holds_from_where_the_thinking_ends(pool, constraint):
+    """The template opens the block: the thinking is free, the answer is held by the grammar
+    from the block's close on (the budget closes it: SmolLM2 never does). Without the budget
+    the output is all thinking: the grammar never started."""
+    ask = {"model": THINKING, "messages": [{"role": "user", "content": "Give a JSON object with a key a."}]}
+    kwargs = {**ask, **constraint, "max_tokens": 64, "temperature": 0}
+    message = (
+        pool.sdk().chat.completions.create(**kwargs, extra_body={"thinking_budget": 6}).choices[0].message
     )
-    message = done.choices[0].message
-    assert (message.content or "").startswith("{") and not getattr(message, "reasoning_content", None)
+    assert getattr(message, "reasoning_content", None)
+    if "tools" in constraint:
+        assert message.tool_calls and json.loads(message.tool_calls[0].function.arguments)["city"]
+    else:
+        assert isinstance(json.loads(message.content or "")["a"], int), message.content
+    unbounded = pool.sdk().chat.completions.create(**{**kwargs, "max_tokens": 16}).choices[0].message
+    assert (
+        getattr(unbounded, "reasoning_content", None) and not unbounded.content and not unbounded.tool_calls
+    )
 
 
 def test_a_worker_killed_mid_thinking_leaves_the_split_whole(pool):

@@ -165,17 +165,33 @@ class LlamaEngine:
     def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
         """How the job's answer is read: thinking, content and tool calls (worker/text/replies.py,
         worker/text/thinking.py); whether the prompt opened a thinking block is read from its end.
-        An output its grammar holds from the first token (a response format, forced or
-        JSON-envelope tool calls) is all answer: its grammar does not yet wait for the block."""
+        An output its grammar would hold from the first token (a response format, forced or
+        JSON-envelope tool calls) is held from the block's close on when the prompt opened one
+        (`tokens`), and is all answer otherwise."""
         tools = self.prompts.tools
         reply = tools.reply(spec)
-        # a grammar from the first token: a response format or tools, without a trigger (not
-        # built here: tokens() builds it, once)
-        constrained = tools.trigger(spec) is None and (spec.uses_tools or spec.response_format is not None)
-        if not self._thinking or spec.kind != "chat" or constrained:
+        if not self._thinking or spec.kind != "chat":
             return reply
-        tail = b"".join(self.piece(t) for t in thinking.generation_prompt(prompt, self._marks))
-        return thinking.Thinking(reply, thinking.opened_by(tail.decode("utf-8", "replace")))
+        opened = self._opens_thinking(prompt)
+        # a grammar from the first token (a response format or tools, without a trigger; not
+        # built here: tokens() builds it, once) holds after the thinking when the prompt opened
+        # a block, and from the first token otherwise: all answer
+        constrained = tools.trigger(spec) is None and (spec.uses_tools or spec.response_format is not None)
+        return thinking.Thinking(reply, opened) if opened or not constrained else reply
+
+    def _grammar(self, spec: JobSpec, prompt: Sequence[int]) -> tuple[str | None, str | None]:
+        """The job's grammar and the text it applies from (None: the first token); one that would
+        hold from the first token waits for the thinking block's close if the prompt opened one."""
+        tools = self.prompts.tools
+        grammar, trigger = tools.grammar(spec), tools.trigger(spec)
+        chat = self._thinking and spec.kind == "chat"
+        if grammar and trigger is None and chat and self._opens_thinking(prompt):  # read only if need be
+            return thinking.grammar_after(grammar), thinking.CLOSE
+        return grammar, trigger
+
+    def _opens_thinking(self, prompt: Sequence[int]) -> bool:
+        tail = b"".join(self.piece(t) for t in thinking.generation_prompt(list(prompt), self._marks))
+        return thinking.opened_by(tail.decode("utf-8", "replace"))
 
     def tokens(
         self,
@@ -194,8 +210,7 @@ class LlamaEngine:
         prompt rows included. A suspect steps alone until it has generated `alone_for`
         tokens (worker/engine/steps/plan.py). Once the iterator is closed, `cached` is told how
         many context tokens the slot's cache held (not read again)."""
-        tools = self.prompts.tools
-        grammar, trigger = tools.grammar(spec), tools.trigger(spec)
+        grammar, trigger = self._grammar(spec, prompt)
         gate: GrammarGate | TriggeredGate | None = None
         if grammar and trigger:
             gate = TriggeredGate(

@@ -30,6 +30,16 @@ def generation_prompt(prompt: list[int], marks: frozenset[int]) -> list[int]:
     return tail[max((i + 1 for i, t in enumerate(tail) if t in marks), default=0) :]
 
 
+def grammar_after(gbnf: str) -> str:
+    """A grammar that holds from a thinking block's close on: the thinking before it is free,
+    the close and the whitespace after it come first. Applied from the token holding the
+    close (worker/engine/grammar.py `TriggeredGate`), which may hold some thinking before it."""
+    if not gbnf.startswith("root ::= "):
+        raise ValueError("a grammar built by contract/gbnf.py starts with its root")
+    answer = "thought-answer ::= " + gbnf.removeprefix("root ::= ")
+    return f'root ::= [^<]* "{CLOSE}" [ \\t\\n]* thought-answer\n{answer}'
+
+
 def opened_by(prompt_tail: str) -> bool:
     """Whether a rendered prompt (its end) leaves a thinking block open."""
     return prompt_tail.rfind(OPEN) > prompt_tail.rfind(CLOSE)

@@ -6,7 +6,7 @@ import pytest
 
 from tests.unit.worker.reading import CID, calls, run
 from worker.text.replies import PlainReply
-from worker.text.thinking import TAIL_TOKENS, Thinking, generation_prompt, opened_by
+from worker.text.thinking import TAIL_TOKENS, Thinking, generation_prompt, grammar_after, opened_by
 from worker.tools.hermes import HermesReply
 
 SEEDS = range(8)
@@ -85,3 +85,12 @@ def test_the_generation_prompt_is_what_follows_the_last_turn_mark():
     assert generation_prompt(user_ends_in_a_tag, marks) == [70]
     assert generation_prompt([5, 6, 7], marks) == [5, 6, 7]  # no mark: the last tokens
     assert len(generation_prompt(list(range(100, 200)), marks)) == TAIL_TOKENS
+
+
+def test_a_grammar_after_the_thinking_starts_at_the_close():
+    answer = 'root ::= "{" ws "}"\nws ::= " "?\n'
+    assert grammar_after(answer) == (
+        'root ::= [^<]* "</think>" [ \\t\\n]* thought-answer\nthought-answer ::= "{" ws "}"\nws ::= " "?\n'
+    )
+    with pytest.raises(ValueError):
+        grammar_after('ws ::= " "?\nroot ::= ws\n')
