@@ -33,14 +33,31 @@ def bounded(
     alone_for: int,
     cached: Callable[[int], None] | None,
 ) -> Picks:
-    """The engine's picks for the job, its thinking closed at the budget. The caller handles
-    each pick (the sender reads it) before the next is asked for, so the count is current."""
+    """The engine's picks for the job, its thinking closed at the budget (most jobs have
+    none: then the engine's own picks, nothing between)."""
+    if not spec.thinking_budget:
+        return engine.tokens(spec, prompt, prior, progress, alone_for, cached)
+    return _closing(engine, spec, prompt, prior, out, progress, alone_for, cached)
+
+
+def _closing(
+    engine: Engine,
+    spec: JobSpec,
+    prompt: list[int],
+    prior: list[int],
+    out: Sender,
+    progress: Callable[[], None] | None,
+    alone_for: int,
+    cached: Callable[[int], None] | None,
+) -> Picks:
+    """The caller handles each pick (the sender reads it) before it asks for the next, so the
+    count `due` reads is current."""
     budget, closed = spec.thinking_budget, False
     ids: list[int] = []  # this attempt's tokens
 
     def due() -> bool:
         thinking = out.open_thinking()
-        return bool(budget) and not closed and thinking is not None and thinking >= budget
+        return not closed and thinking is not None and thinking >= budget
 
     picks: Picks | None = None
     try:
