@@ -100,9 +100,9 @@ def _middleware(settings: Settings) -> list[Middleware]:
             )
         )
     public = PUBLIC_PATHS | (ui.PATHS if settings.access.ui else frozenset())
-    keys = KeyRing(settings.access.api_keys, settings.access.api_keys_file)
+    access = settings.access
+    keys = KeyRing(access.api_keys, access.api_keys_file, operators=access.operator_keys)
     if not keys.enabled:  # no key stands between a web page and the API: who may call it
-        access = settings.access
         out.insert(0, Middleware(KeylessGuard, hosts=access.allowed_hosts, origins=access.cors_origins))
     out.append(Middleware(APIKeyMiddleware, keys=keys, public=public))
     return out
@@ -120,7 +120,8 @@ EXCEPTION_HANDLERS = {
 def create_app(settings: Settings | None = None) -> Starlette:
     settings = settings or Settings.from_env()
     logs.configure("api", settings.shared)
-    if not (settings.access.api_keys or settings.access.api_keys_file or settings.access.allow_no_auth):
+    access = settings.access
+    if not (access.api_keys or access.api_keys_file or access.operator_keys or access.allow_no_auth):
         raise SettingError(
             "No API keys: set API_KEYS or API_KEYS_FILE, or ALLOW_NO_AUTH=1 for a private server "
             "(the local run sets it)"
@@ -152,8 +153,9 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/v1/models", models.list_models),
         Route("/v1/models/{model:path}", models.get_model),
     ]
-    if not settings.access.internal_port:  # else they are on the internal port only
-        routes += internal_routes.ROUTES
+    routes += (
+        internal_routes.ROUTES
+    )  # to operator keys here (api/http/auth.py), to anyone inside on INTERNAL_PORT
     for endpoints in (
         Endpoints(CHAT),
         Endpoints(TEXT),

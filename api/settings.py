@@ -34,7 +34,17 @@ class Access:
         shown="(none: the API refuses to start without keys unless ALLOW_NO_AUTH=1)",
     )
     api_keys_file: str | None = setting(
-        None, "API_KEYS_FILE", "more keys, one per line, re-read when the file changes"
+        None,
+        "API_KEYS_FILE",
+        "more keys, one per line, re-read when the file changes; after a key, `role=operator` "
+        "and `tiers=<tier>,...` (the service tiers it may ask for; by default every one)",
+    )
+    operator_keys: tuple[str, ...] = setting(
+        (),
+        "OPERATOR_KEYS",
+        "comma-separated keys (clear or `sha256:<hex>`) that may also read the pool-wide data on "
+        "the public port (`/metrics`, `/scaling/<model>`, the pool page); other keys get 403",
+        shown="(none)",
     )
     allow_no_auth: bool = setting(
         False,
@@ -53,9 +63,10 @@ class Access:
     internal_port: int | None = setting(
         None,
         "INTERNAL_PORT",
-        "serve `/metrics` and `/scaling/<model>` (and the probes) on this port, without keys, and no "
-        "longer on the public port (for Prometheus and the autoscaler inside the cluster)",
-        shown="(none: on the public port, with keys)",
+        "serve `/metrics` and `/scaling/<model>` (and the probes) on this port too, without keys "
+        "(for Prometheus and the autoscaler inside the cluster); on the public port they answer "
+        "operator keys only",
+        shown="(none: on the public port, to operator keys)",
     )
     internal_host: str = setting("0.0.0.0", "INTERNAL_HOST", "the address the internal port listens on")
     cors_origins: tuple[str, ...] = setting(

@@ -90,6 +90,13 @@ UNKNOWN_HOST = _error(
     400,
     "This server needs no API key, so it answers only the host names in ALLOWED_HOSTS.",
 )
+OPERATOR_ONLY = _error(
+    "operator_only",
+    INVALID_REQUEST_ERROR,
+    403,
+    "This route shows the whole pool, other keys' work included: it needs an operator key.",
+)
+TIER_NOT_ALLOWED = _error("tier_not_allowed", INVALID_REQUEST_ERROR, 403)
 MODEL_NOT_FOUND = _error("model_not_found", INVALID_REQUEST_ERROR, 404)
 NOT_FOUND = _error("not_found", INVALID_REQUEST_ERROR, 404, "This completion no longer exists.")
 METHOD_NOT_ALLOWED = _error("method_not_allowed", INVALID_REQUEST_ERROR, 405)

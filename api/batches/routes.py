@@ -24,13 +24,13 @@ from starlette.routing import Route
 
 from api.batches.files import FILE_ID, files_of, new_id, over_quota
 from api.batches.lines import parse_lines
-from api.http.auth import request_owner
+from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid
 from api.http.paging import page
 from api.http.parsing import parse
 from api.http.reading import read_json
 from api.services import Services
-from contract import errors, keys
+from contract import errors, keys, tiers
 from contract.entries import as_text
 from contract.lua import accounting
 
@@ -136,6 +136,7 @@ async def create(request: Request) -> Response:
         BatchRequest, await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
     )
     owner = request_owner(request)
+    allowed(request_grant(request), tiers.BATCH)  # a batch's lines wait in the batch tier
     files = files_of(services)
     record = await files.get(body.input_file_id) if FILE_ID.fullmatch(body.input_file_id) else None
     if record is None or not hmac.compare_digest(record.owner, owner) or record.purpose != "batch":

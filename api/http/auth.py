@@ -8,6 +8,12 @@ key is hashed and compared in constant time against every configured digest (no 
 exit); keys are never logged or echoed. The request's `owner` (a prefix of its key's
 SHA-256, "" without keys) is what a job records as its creator: only the same key may
 resume, fetch, cancel or purge it.
+
+A key's `Grant` says what else it may do. A key is a tenant's unless it is in `OPERATOR_KEYS`
+or its line in the file says `role=operator`: only operators read the pool-wide data on the
+public port (`/metrics`, `/scaling/...`: other tenants' work). A line may also name the
+service tiers the key may ask for (`tiers=default,flex`); by default every one. A server
+without keys is a private one: every caller is its operator.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import logging
 import os
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from starlette._utils import get_route_path  # the router's own path matching
@@ -26,6 +33,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from api.http.errors import APIError
 from contract import errors
+from contract.tiers import PRIORITIES
 
 log = logging.getLogger(__name__)
 
@@ -36,32 +44,83 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+OPERATOR, TENANT = "operator", "tenant"
+
+
+@dataclass(frozen=True)
+class Grant:
+    """What a key may do beyond its own jobs."""
+
+    role: str = TENANT
+    tiers: frozenset[str] = frozenset(PRIORITIES)
+
+    @property
+    def operator(self) -> bool:
+        return self.role == OPERATOR
+
+
+PRIVATE = Grant(role=OPERATOR)  # a server without keys: whoever may reach it runs it
+
+
 def request_owner(request: Request) -> str:
     """Who made the request: its key's owner id, "" without keys."""
     return getattr(request.state, "owner", "")
 
 
-def parse_keys(entries: Sequence[str | None], where: str = "API_KEYS") -> frozenset[str]:
-    """Configured keys -> their SHA-256 digests (`sha256:<hex>` entries are digests already).
-    A malformed entry is skipped with a warning (its position, never its text): the others
-    stay valid, and a key being revoked by rewriting the file is not kept alive by a typo."""
-    out = set()
+def request_grant(request: Request) -> Grant:
+    return getattr(request.state, "grant", PRIVATE)
+
+
+def allowed(grant: Grant, tier: str) -> None:
+    """A 403 for a service tier the key may not ask for."""
+    if tier not in grant.tiers:
+        raise APIError(
+            errors.TIER_NOT_ALLOWED, f"This key may not use the '{tier}' service tier.", param="service_tier"
+        )
+
+
+def _grant(options: list[str]) -> Grant | None:
+    """A key line's options (`role=operator`, `tiers=default,flex`); None if one is not."""
+    fields: dict[str, object] = {}
+    for option in options:
+        name, _, value = option.partition("=")
+        if name == "role" and value in (OPERATOR, TENANT):
+            fields["role"] = value
+        elif name == "tiers" and value and set(value.split(",")) <= set(PRIORITIES):
+            fields["tiers"] = frozenset(value.split(","))
+        else:
+            return None
+    return Grant(**fields)  # type: ignore[arg-type]
+
+
+def parse_keys(
+    entries: Sequence[str | None], where: str = "API_KEYS", role: str = TENANT
+) -> dict[str, Grant]:
+    """Configured keys -> their SHA-256 digests (`sha256:<hex>` entries are digests already)
+    and grants (a key, then its options). A malformed entry is skipped with a warning (its
+    position, never its text): the others stay valid, and a key being revoked by rewriting
+    the file is not kept alive by a typo."""
+    out: dict[str, Grant] = {}
     for n, raw in enumerate(entries, 1):
         if raw is None:
             log.warning("%s: entry %d is not UTF-8 text; skipped", where, n)
             continue
-        entry = raw.strip()
+        entry, *options = raw.split() or [""]
         if not entry or entry.startswith("#"):
+            continue
+        grant = _grant([f"role={role}", *options])
+        if grant is None:
+            log.warning("%s: entry %d has an option that is not role= or tiers=; skipped", where, n)
             continue
         if entry.startswith(HASH_PREFIX):
             hexd = entry[len(HASH_PREFIX) :].lower()
             if len(hexd) != 64 or any(c not in "0123456789abcdef" for c in hexd):
                 log.warning("%s: entry %d is not sha256: and 64 hex digits; skipped", where, n)
                 continue
-            out.add(hexd)
+            out[hexd] = grant
         else:
-            out.add(digest(entry))
-    return frozenset(out)
+            out[digest(entry)] = grant
+    return out
 
 
 def _lines(raw: bytes) -> list[str | None]:
@@ -79,11 +138,17 @@ def _lines(raw: bytes) -> list[str | None]:
 class KeyRing:
     """The accepted keys: fixed ones plus those of a file that may change at any time."""
 
-    def __init__(self, keys: tuple[str, ...] = (), path: str | None = None, recheck_s: float = 1.0) -> None:
-        self._fixed = parse_keys(keys)
+    def __init__(
+        self,
+        keys: tuple[str, ...] = (),
+        path: str | None = None,
+        recheck_s: float = 1.0,
+        operators: tuple[str, ...] = (),
+    ) -> None:
+        self._fixed = parse_keys(keys) | parse_keys(operators, "OPERATOR_KEYS", role=OPERATOR)
         self._path = Path(path) if path else None
         self._recheck = recheck_s
-        self._file: frozenset[str] = frozenset()
+        self._file: dict[str, Grant] = {}
         self._stamp: tuple[int, int] | None = None
         self._checked = 0.0
         self._reload()
@@ -109,19 +174,31 @@ class KeyRing:
 
     def owner(self, presented: str) -> str | None:
         """The owner id of an accepted key, else None."""
+        found = self.grant(presented)
+        return found[0] if found is not None else None
+
+    def grant(self, presented: str) -> tuple[str, Grant] | None:
+        """(owner id, grant) of an accepted key, else None. The file's line wins over the
+        environment's for a key in both."""
         now = time.monotonic()
         if self._path is not None and now - self._checked >= self._recheck:
             self._checked = now
             self._reload()
         given = digest(presented)
-        ok = False
-        for accepted in self._fixed | self._file:
-            ok |= hmac.compare_digest(given, accepted)
-        return given[:32] if ok else None
+        found = None
+        for accepted, grant in (self._fixed | self._file).items():
+            if hmac.compare_digest(given, accepted):
+                found = grant  # no early exit: every digest is compared
+        return (given[:32], found) if found is not None else None
 
 
 PUBLIC_PATHS = frozenset({"/health", "/healthz", "/readyz"})
 """The only routes answered without a key: probes, which say nothing about the pool."""
+
+
+def for_operators(path: str) -> bool:
+    """The routes that show the whole pool (other tenants' work): operator keys only."""
+    return path == "/metrics" or path.startswith("/scaling/")
 
 
 class APIKeyMiddleware:
@@ -144,13 +221,17 @@ class APIKeyMiddleware:
         if scheme.lower() != "bearer" and b"x-api-key" in headers:  # Anthropic's SDKs send theirs so
             header = token = headers[b"x-api-key"].decode("latin-1")
             scheme = "bearer"
-        owner = self.keys.owner(token.strip()) if scheme.lower() == "bearer" else None
-        if owner is not None:
-            scope.setdefault("state", {})["owner"] = owner
+        found = self.keys.grant(token.strip()) if scheme.lower() == "bearer" else None
+        if found is not None and (found[1].operator or not for_operators(get_route_path(scope))):
+            state = scope.setdefault("state", {})
+            state["owner"], state["grant"] = found
             await self.app(scope, receive, send)
             return
-        refusal = errors.INVALID_API_KEY if header else errors.MISSING_API_KEY
-        error = APIError(refusal, headers={"WWW-Authenticate": "Bearer"})
+        if found is not None:
+            error = APIError(errors.OPERATOR_ONLY)
+        else:
+            refusal = errors.INVALID_API_KEY if header else errors.MISSING_API_KEY
+            error = APIError(refusal, headers={"WWW-Authenticate": "Bearer"})
         services = scope.get("state", {}).get("services")
         if services is not None:
             services.metrics.rejected.labels(error.code).inc()

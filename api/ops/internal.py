@@ -4,7 +4,7 @@ the autoscaler inside the cluster, and the probes.
 Served by this same process, on its own port, because half of /metrics is this process's own
 (streams open, time to first token): a separate process could not see it. It needs no API
 key and should be reachable from the cluster only (a NetworkPolicy in infra/kubernetes);
-the public port then no longer serves these routes.
+on the public port these routes answer operator keys only (api/http/auth.py).
 """
 
 from __future__ import annotations

@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from api.http.auth import request_owner
+from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid
 from api.http.parsing import parse
 from api.http.reading import read_json
@@ -105,6 +105,7 @@ class Endpoints:
         raw = await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
         body = await services.heavy.run_for(len(raw), parse, self.surface.body, raw)
         owner = request_owner(request)
+        allowed(request_grant(request), body.priority)
         await self.prepare(services, body, owner)
         body.enforce(settings.limits)
         idempotency = await services.heavy.run_for(len(raw), _idempotency, request, self.surface, owner, raw)

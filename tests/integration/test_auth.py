@@ -5,7 +5,9 @@ from __future__ import annotations
 import httpx
 import openai
 import pytest
+import redis
 
+from devstack.peek import job_ids
 from devstack.processes import start_api, start_redis
 
 pytestmark = pytest.mark.integration
@@ -66,3 +68,32 @@ def test_keys_never_appear_in_logs(keyed_api):
     httpx.get(base + "/v1/models", headers={"Authorization": "Bearer sk-guess"})
     log = api.log()
     assert "sk-first-key" not in log and "sk-second-key" not in log and "sk-guess" not in log
+
+
+def test_a_key_kept_out_of_a_tier_is_refused_before_anything_is_enqueued(tmp_path):
+    """API_KEYS_FILE: a key's line names the service tiers it may ask for (docs/security.md)."""
+    keys_file = tmp_path / "keys"
+    keys_file.write_text("sk-plain tiers=default,flex\n")
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env={"API_KEYS_FILE": str(keys_file), "KNOWN_MODELS": "m"})
+    try:
+        headers = {"Authorization": "Bearer sk-plain"}
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}], "max_tokens": 1}
+        refused = httpx.post(
+            base + "/v1/chat/completions", headers=headers, json={**body, "service_tier": "priority"}
+        )
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["error"]["code"] == "tier_not_allowed"
+        assert refused.json()["error"]["param"] == "service_tier"
+        lines = {"input_file_id": "file-x", "endpoint": "/v1/chat/completions", "completion_window": "24h"}
+        batch = httpx.post(base + "/v1/batches", headers=headers, json=lines)
+        assert batch.status_code == 403 and batch.json()["error"]["code"] == "tier_not_allowed"
+        r = redis.Redis.from_url(url)
+        assert not r.keys("rq:queue:*") and not job_ids(r)  # nothing was enqueued
+        background = httpx.post(
+            base + "/v1/chat/completions", headers=headers, json={**body, "background": True}
+        )
+        assert background.status_code == 202  # its own tiers it may use
+    finally:
+        api.stop()
+        redis_proc.stop()

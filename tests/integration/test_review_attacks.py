@@ -102,16 +102,23 @@ def test_a_forged_log_line_stays_on_its_own_line(api):
     assert not any(line.startswith("CRITICAL forged") for line in proc.log().splitlines())
 
 
-def test_metrics_and_scaling_on_the_internal_port_only(api):
+def test_metrics_and_scaling_inside_the_cluster_and_to_operators_outside(api):
     internal = free_port()
-    _, base = api({"API_KEYS": "k", "INTERNAL_PORT": str(internal), "INTERNAL_HOST": "127.0.0.1"})
+    env = {
+        "API_KEYS": "k",
+        "OPERATOR_KEYS": "op",
+        "INTERNAL_PORT": str(internal),
+        "INTERNAL_HOST": "127.0.0.1",
+    }
+    _, base = api(env)
     inside = f"http://127.0.0.1:{internal}"
     assert httpx.get(inside + "/metrics").status_code == 200  # no key: inside the cluster
     assert httpx.get(inside + "/readyz").status_code == 200
     assert httpx.get(inside + "/v1/models").status_code == 404  # nothing else there
-    keyed = {"Authorization": "Bearer k"}
+    keyed, operator = {"Authorization": "Bearer k"}, {"Authorization": "Bearer op"}
     assert httpx.get(base + "/metrics").status_code == 401  # never without a key outside
-    assert httpx.get(base + "/metrics", headers=keyed).status_code == 404  # and not served there
+    assert httpx.get(base + "/metrics", headers=keyed).status_code == 403  # nor to a tenant's key
+    assert httpx.get(base + "/metrics", headers=operator).status_code == 200
     assert httpx.get(base + "/v1/models", headers=keyed).status_code == 200
     assert httpx.get(base + "/healthz").status_code == 200
 

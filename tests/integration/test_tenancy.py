@@ -30,6 +30,7 @@ from tests.integration.conftest import MODEL
 pytestmark = pytest.mark.integration
 
 ALICE, BOB, CAROL = "sk-alice-0123456789", "sk-bob-0123456789", "sk-carol-0123456789"
+OPERATOR = "sk-operator-0123456789"
 SALT = "a shared secret salt, long and random: 5f0c9d2e8a7b4c1d"
 SYSTEM = "You are a careful assistant who answers briefly and never repeats the question. " * 25
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Name a colour."}]
@@ -69,10 +70,11 @@ class Stack:
         rows = self.r.xrange(keys.events(job_id))
         return next(int(i.split(b"-")[0]) for i, f in rows if isinstance(entries.decode(f), Started))
 
-    def metric(self, name: str, key: str) -> float:
-        """A counter of /metrics, summed over its labels, as `key` reads it."""
-        text = httpx.get(self.base + "/metrics", headers={"Authorization": f"Bearer {key}"}).text
-        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+    def metric(self, name: str) -> float:
+        """A counter of /metrics, summed over its labels, as the operator reads it."""
+        resp = httpx.get(self.base + "/metrics", headers={"Authorization": f"Bearer {OPERATOR}"})
+        assert resp.status_code == 200, resp.text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in resp.text.splitlines() if line.startswith(name))
 
     def in_use(self, worker: str) -> int:
         """Its slots in use, as it last announced them (worker/intake/presence.py)."""
@@ -114,7 +116,11 @@ def stack(tmp_path, request) -> Iterator[Stack]:
     (workers, slots, ROUTE_WAIT_SECONDS), of those."""
     workers, slots, route_wait = request.param if isinstance(request.param, tuple) else (request.param, 2, 5)
     redis_proc, url = start_redis(tmp_path)
-    env = {"API_KEYS": ",".join((ALICE, BOB, CAROL)), "ROUTE_WAIT_SECONDS": str(route_wait)}
+    env = {
+        "API_KEYS": ",".join((ALICE, BOB, CAROL)),
+        "OPERATOR_KEYS": OPERATOR,
+        "ROUTE_WAIT_SECONDS": str(route_wait),
+    }
     api, base = start_api(tmp_path, url, env=env | {"REAPER_INTERVAL_SECONDS": "0.2"})
     names = [f"w{i}" for i in range(workers)]
     worker_env = {"SLOTS": str(slots), "WARM_UP_SECONDS": "0"}
@@ -170,10 +176,13 @@ def test_routing_follows_only_a_key_s_own_prompts_or_its_salt_s(stack):
     first = stack.ask(ALICE)
     stack.wait_held(first, cache_scope(owner(ALICE)))
     routed = stack.routed()
-    seen = stack.metric("tokenspool_routed_jobs_total", BOB)
+    seen = stack.metric("tokenspool_routed_jobs_total")
     stack.ask(BOB)  # Bob guesses Alice's prompt right: the oracle of issue 52 says nothing
     assert stack.routed() == routed, "Bob's job was routed by Alice's prompt"
-    assert stack.metric("tokenspool_routed_jobs_total", BOB) == seen
+    assert stack.metric("tokenspool_routed_jobs_total") == seen
+    for path in ("/metrics", f"/scaling/{MODEL}"):  # and a tenant never reads the pool's counters
+        refused = httpx.get(stack.base + path, headers={"Authorization": f"Bearer {BOB}"})
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "operator_only"
     stack.ask(ALICE)
     assert stack.routed() == routed + 1  # her own prompt: to the worker holding it
 

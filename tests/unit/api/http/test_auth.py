@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from api.http.auth import APIKeyMiddleware, KeyRing, digest, parse_keys
+from api.http.auth import APIKeyMiddleware, Grant, KeyRing, digest, parse_keys
 
 
 def sha(key: str) -> str:
@@ -100,7 +100,7 @@ def test_every_route_needs_a_key_behind_any_root_path(root_path, path):
     import httpx
 
     async def get(headers: dict) -> int:
-        transport = httpx.ASGITransport(app=_app(KeyRing(("k",))), root_path=root_path)
+        transport = httpx.ASGITransport(app=_app(KeyRing(operators=("k",))), root_path=root_path)
         async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
             return (await client.get(root_path + path, headers=headers)).status_code
 
@@ -122,3 +122,32 @@ def test_the_probes_alone_need_no_key():
 
     assert asyncio.run(get("/healthz")) == 200
     assert asyncio.run(get("/healthz/../v1/models")) == 401
+
+
+def test_a_key_line_names_its_role_and_tiers(tmp_path, caplog):
+    path = tmp_path / "keys"
+    path.write_text("ops-key role=operator\nslow-key tiers=default,flex\nplain-key\nbad-key role=god\n")
+    ring = KeyRing(path=str(path), recheck_s=0, operators=("env-op",))
+    assert ring.grant("ops-key")[1] == Grant(role="operator")  # type: ignore[index]
+    assert ring.grant("env-op")[1].operator  # type: ignore[index]
+    slow = ring.grant("slow-key")[1]  # type: ignore[index]
+    assert not slow.operator and slow.tiers == {"default", "flex"}
+    assert ring.grant("plain-key")[1] == Grant()  # type: ignore[index]  # a tenant of every tier
+    assert ring.grant("bad-key") is None and "entry 4" in caplog.text and "god" not in caplog.text
+
+
+def test_the_pool_wide_routes_answer_operators_only():
+    import asyncio
+
+    import httpx
+
+    async def get(path: str, key: str) -> int:
+        app = _app(KeyRing(("tenant",), operators=("op",)))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://t") as client:
+            return (await client.get(path, headers={"Authorization": f"Bearer {key}"})).status_code
+
+    assert asyncio.run(get("/metrics", "tenant")) == 403
+    assert asyncio.run(get("/scaling/m", "tenant")) == 403
+    assert asyncio.run(get("/metrics", "op")) == 200
+    assert asyncio.run(get("/v1/models", "tenant")) == 200
