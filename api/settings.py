@@ -36,8 +36,9 @@ class Access:
     api_keys_file: str | None = setting(
         None,
         "API_KEYS_FILE",
-        "more keys, one per line, re-read when the file changes; after a key, `role=operator` "
-        "and `tiers=<tier>,...` (the service tiers it may ask for; by default every one)",
+        "more keys, one per line, re-read when the file changes; after a key, `role=operator`, "
+        "`tiers=<tier>,...` (the service tiers it may ask for; by default every one), "
+        "`requests_per_minute=N` and `bytes_per_minute=N` (docs/security.md)",
     )
     operator_keys: tuple[str, ...] = setting(
         (),

@@ -29,7 +29,7 @@ from starlette.routing import Route
 from starlette.types import Scope
 
 from api.batches.lines import parse_lines
-from api.http.auth import request_owner
+from api.http.auth import request_grant, request_owner
 from api.http.errors import APIError, invalid
 from api.http.paging import page
 from api.http.reading import read_body
@@ -242,13 +242,15 @@ async def upload(request: Request) -> Response:
     owner = request_owner(request)
     services.admission.storage()
     raw = await read_body(request, settings.batches.file_max_bytes + 65536, settings.limits.request_read_s)
-    if settings.quotas.key_bytes_per_minute and len(raw) > settings.quotas.key_bytes_per_minute:
+    grant = request_grant(request)
+    _, bytes_per_minute = services.admission.budgets(grant)
+    if bytes_per_minute and len(raw) > bytes_per_minute:
         raise APIError(  # a 429 would ask for a retry that can never succeed
             errors.TOO_LARGE,
-            f"The file exceeds this key's budget of {settings.quotas.key_bytes_per_minute} bytes per minute.",
+            f"The file exceeds this key's budget of {bytes_per_minute} bytes per minute.",
         )
     # Counted before any parsing: a refused upload costs no more than its read.
-    await services.admission.spend(owner, len(raw))
+    await services.admission.spend(owner, len(raw), grant)
     form = await services.heavy.run(_form, request.scope, raw)
     purpose, content = form.fields.get("purpose"), form.content
     if purpose is None:

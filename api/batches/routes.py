@@ -142,7 +142,7 @@ async def create(request: Request) -> Response:
     if record is None or not hmac.compare_digest(record.owner, owner) or record.purpose != "batch":
         raise APIError(errors.NOT_FOUND, "No batch input file found with that id.", param="input_file_id")
     # The file is read and checked again: a request of its size against the key's budgets.
-    await services.admission.spend(owner, record.bytes)
+    await services.admission.spend(owner, record.bytes, request_grant(request))
     content = await files.content(record.id) or b""
     lines = await services.heavy.run(parse_lines, content, settings.limits, settings.batches.batch_max_lines)
     for line in lines:

@@ -53,6 +53,9 @@ class Grant:
 
     role: str = TENANT
     tiers: frozenset[str] = frozenset(PRIORITIES)
+    # the key's own per-minute budgets (None: KEY_REQUESTS_PER_MINUTE, KEY_BYTES_PER_MINUTE; 0: none)
+    requests_per_minute: int | None = None
+    bytes_per_minute: int | None = None
 
     @property
     def operator(self) -> bool:
@@ -80,7 +83,8 @@ def allowed(grant: Grant, tier: str) -> None:
 
 
 def _grant(options: list[str]) -> Grant | None:
-    """A key line's options (`role=operator`, `tiers=default,flex`); None if one is not."""
+    """A key line's options (`role=operator`, `tiers=default,flex`, `requests_per_minute=60`,
+    `bytes_per_minute=1000000`); None if one is not."""
     fields: dict[str, object] = {}
     for option in options:
         name, _, value = option.partition("=")
@@ -88,6 +92,8 @@ def _grant(options: list[str]) -> Grant | None:
             fields["role"] = value
         elif name == "tiers" and value and set(value.split(",")) <= set(PRIORITIES):
             fields["tiers"] = frozenset(value.split(","))
+        elif name in ("requests_per_minute", "bytes_per_minute") and value.isascii() and value.isdigit():
+            fields[name] = int(value)
         else:
             return None
     return Grant(**fields)  # type: ignore[arg-type]
@@ -110,7 +116,7 @@ def parse_keys(
             continue
         grant = _grant([f"role={role}", *options])
         if grant is None:
-            log.warning("%s: entry %d has an option that is not role= or tiers=; skipped", where, n)
+            log.warning("%s: entry %d has an option that is not a key's option; skipped", where, n)
             continue
         if entry.startswith(HASH_PREFIX):
             hexd = entry[len(HASH_PREFIX) :].lower()

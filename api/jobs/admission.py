@@ -12,6 +12,7 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from api.cluster.registry import WorkerRegistry
+from api.http.auth import Grant
 from api.http.errors import APIError, invalid
 from api.jobs.memory import MemoryWatch
 from api.settings import Intake, Quotas
@@ -157,11 +158,22 @@ class Admission:
             )
         return self._streams.take(owner)
 
-    async def spend(self, owner: str, size: int) -> None:
+    def budgets(self, grant: Grant | None = None) -> tuple[int, int]:
+        """(requests, bytes) a key may send a minute: its own where its grant says, else
+        KEY_REQUESTS_PER_MINUTE and KEY_BYTES_PER_MINUTE; 0 is no budget."""
+        rpm, bpm = self._quotas.key_requests_per_minute, self._quotas.key_bytes_per_minute
+        if grant is None:
+            return rpm, bpm
+        return (
+            rpm if grant.requests_per_minute is None else grant.requests_per_minute,
+            bpm if grant.bytes_per_minute is None else grant.bytes_per_minute,
+        )
+
+    async def spend(self, owner: str, size: int, grant: Grant | None = None) -> None:
         """Count one request of `size` bytes against its owner's per-minute budgets (those
         its jobs count against: contract.lua.accounting.ADMIT), before the request's heavy work
         (an upload, a batch); 429 if it is over them. Without keys there are no budgets."""
-        rpm, bpm = self._quotas.key_requests_per_minute, self._quotas.key_bytes_per_minute
+        rpm, bpm = self.budgets(grant)
         if not owner or not (rpm or bpm):
             return
         minute = int(time.time() // 60)
@@ -170,15 +182,12 @@ class Admission:
             args=[rpm, bpm, size],
         )
         if verdict[0] == b"rate":
-            raise self.rate(as_text(verdict[1]))
+            raise self.rate(as_text(verdict[1]), grant)
 
-    def rate(self, what: str) -> APIError:
+    def rate(self, what: str, grant: Grant | None = None) -> APIError:
         """The refusal of a job over the key's request rate or byte budget (contract.lua.accounting.ADMIT)."""
-        limit = (
-            f"{self._quotas.key_requests_per_minute} requests"
-            if what == "requests"
-            else f"{self._quotas.key_bytes_per_minute} bytes"
-        )
+        rpm, bpm = self.budgets(grant)
+        limit = f"{rpm} requests" if what == "requests" else f"{bpm} bytes"
         return self._too_many(
             errors.RATE_LIMITED,
             f"This API key sent more than {limit} per minute; retry after "

@@ -150,7 +150,7 @@ class Endpoints:
         except OwnerLimit as exc:
             raise services.admission.jobs(exc.unfinished) from None
         except OwnerRate as exc:
-            raise services.admission.rate(exc.what) from None
+            raise services.admission.rate(exc.what, request_grant(ask.request)) from None
         except IdempotencyConflict:
             raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
         return submitted.job, not submitted.new
@@ -161,6 +161,7 @@ class Endpoints:
         services, body = ask.services, ask.body
         settings = services.settings
         spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, settings.limits)
+        requests_per_minute, bytes_per_minute = services.admission.budgets(request_grant(ask.request))
         submitted = await services.jobs.submit(
             spec,
             self.surface.name,
@@ -173,8 +174,8 @@ class Endpoints:
             cache_salt=body.cache_salt,
             quota=Quota(
                 unfinished_jobs=settings.quotas.max_jobs_per_key,
-                requests_per_minute=settings.quotas.key_requests_per_minute,
-                bytes_per_minute=settings.quotas.key_bytes_per_minute,
+                requests_per_minute=requests_per_minute,
+                bytes_per_minute=bytes_per_minute,
                 request_bytes=ask.size,
             ),
         )

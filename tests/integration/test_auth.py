@@ -70,10 +70,11 @@ def test_keys_never_appear_in_logs(keyed_api):
     assert "sk-first-key" not in log and "sk-second-key" not in log and "sk-guess" not in log
 
 
-def test_a_key_kept_out_of_a_tier_is_refused_before_anything_is_enqueued(tmp_path):
-    """API_KEYS_FILE: a key's line names the service tiers it may ask for (docs/security.md)."""
+def test_a_key_line_s_tiers_and_budget_are_kept_before_anything_is_enqueued(tmp_path):
+    """API_KEYS_FILE: a key's line names the service tiers it may ask for and its own
+    requests a minute (docs/security.md)."""
     keys_file = tmp_path / "keys"
-    keys_file.write_text("sk-plain tiers=default,flex\n")
+    keys_file.write_text("sk-plain tiers=default,flex requests_per_minute=3\n")
     redis_proc, url = start_redis(tmp_path)
     api, base = start_api(tmp_path, url, env={"API_KEYS_FILE": str(keys_file), "KNOWN_MODELS": "m"})
     try:
@@ -90,10 +91,12 @@ def test_a_key_kept_out_of_a_tier_is_refused_before_anything_is_enqueued(tmp_pat
         assert batch.status_code == 403 and batch.json()["error"]["code"] == "tier_not_allowed"
         r = redis.Redis.from_url(url)
         assert not r.keys("rq:queue:*") and not job_ids(r)  # nothing was enqueued
-        background = httpx.post(
-            base + "/v1/chat/completions", headers=headers, json={**body, "background": True}
-        )
-        assert background.status_code == 202  # its own tiers it may use
+        sent = [
+            httpx.post(base + "/v1/chat/completions", headers=headers, json={**body, "background": True})
+            for _ in range(4)
+        ]
+        assert [r.status_code for r in sent] == [202, 202, 202, 429]  # its own tiers, and its own budget
+        assert "3 requests" in sent[-1].json()["error"]["message"] and sent[-1].headers["retry-after"]
     finally:
         api.stop()
         redis_proc.stop()

@@ -126,12 +126,16 @@ def test_the_probes_alone_need_no_key():
 
 def test_a_key_line_names_its_role_and_tiers(tmp_path, caplog):
     path = tmp_path / "keys"
-    path.write_text("ops-key role=operator\nslow-key tiers=default,flex\nplain-key\nbad-key role=god\n")
+    path.write_text(
+        "ops-key role=operator\nslow-key tiers=default,flex requests_per_minute=6\n"
+        "plain-key\nbad-key role=god\n"
+    )
     ring = KeyRing(path=str(path), recheck_s=0, operators=("env-op",))
     assert ring.grant("ops-key")[1] == Grant(role="operator")  # type: ignore[index]
     assert ring.grant("env-op")[1].operator  # type: ignore[index]
     slow = ring.grant("slow-key")[1]  # type: ignore[index]
-    assert not slow.operator and slow.tiers == {"default", "flex"}
+    assert not slow.operator and slow.tiers == {"default", "flex"} and slow.requests_per_minute == 6
+    assert slow.bytes_per_minute is None  # KEY_BYTES_PER_MINUTE's
     assert ring.grant("plain-key")[1] == Grant()  # type: ignore[index]  # a tenant of every tier
     assert ring.grant("bad-key") is None and "entry 4" in caplog.text and "god" not in caplog.text
 
