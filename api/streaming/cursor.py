@@ -9,6 +9,9 @@ ids around the entry they come from:
 - the finish chunk: the Finished entry's id; the usage chunk after it: that id + `/usage`.
 
 Keep-alives and `data: [DONE]` carry no id. A resume sends everything after the cursor.
+
+The Responses and Messages streams number their events instead (`numbered`): a resume sends
+the events numbered above the cursor.
 """
 
 from __future__ import annotations
@@ -22,8 +25,20 @@ _PATTERN = re.compile(r"(\d{1,20})-(\d{1,20})(/usage)?")
 _MAX_PART = 2**64 - 1  # a stream id is two unsigned 64-bit integers; Redis refuses more
 
 
+_MAX_NUMBER = 10**9
+
+
 class BadCursor(ValueError):
     pass
+
+
+def numbered(raw: str | None) -> int:
+    """The event number a numbered stream resumes after (-1: from its start)."""
+    if raw is None:
+        return -1
+    if not raw.isascii() or not raw.isdigit() or int(raw) > _MAX_NUMBER:
+        raise BadCursor(f"not an event number of this stream: {raw[:64]!r}")
+    return int(raw)
 
 
 @dataclass(frozen=True)

@@ -37,22 +37,17 @@ def bounded(
     none: then the engine's own picks, nothing between)."""
     if not spec.thinking_budget:
         return engine.tokens(spec, prompt, prior, progress, alone_for, cached)
-    return _closing(engine, spec, prompt, prior, out, progress, alone_for, cached)
+
+    def picks(ids: list[int]) -> Picks:  # from the prompt, everything generated, and `ids`
+        return engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, None if ids else cached)
+
+    return _closing(spec.thinking_budget, engine, picks, out)
 
 
-def _closing(
-    engine: Engine,
-    spec: JobSpec,
-    prompt: list[int],
-    prior: list[int],
-    out: Sender,
-    progress: Callable[[], None] | None,
-    alone_for: int,
-    cached: Callable[[int], None] | None,
-) -> Picks:
+def _closing(budget: int, engine: Engine, start: Callable[[list[int]], Picks], out: Sender) -> Picks:
     """The caller handles each pick (the sender reads it) before it asks for the next, so the
     count `due` reads is current."""
-    budget, closed = spec.thinking_budget, False
+    closed = False
     ids: list[int] = []  # this attempt's tokens
 
     def due() -> bool:
@@ -67,7 +62,7 @@ def _closing(
                 for token in engine.close_thinking():
                     ids.append(token)
                     yield Pick(token), engine.piece(token)
-            picks = engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, None if ids else cached)
+            picks = start(ids)
             for pick, piece in picks:
                 yield pick, piece
                 ids.append(pick.token)

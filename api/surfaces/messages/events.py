@@ -10,14 +10,13 @@ from __future__ import annotations
 import json
 
 from api.http.errors import anthropic
-from api.streaming.cursor import BadCursor
+from api.streaming.cursor import numbered
 from api.surfaces.chat.events import Encoded
 from api.surfaces.messages.objects import DELTA_EVENT, MessageObjects
 from contract.entries import Rows
 from contract.errors import ErrorCode
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
-_MAX_CURSOR = 10**9
 
 
 def frame(event: dict, number: int | None) -> bytes:
@@ -61,8 +60,4 @@ class MessageEvents:
 
 def message_events(objects: MessageObjects, raw_cursor: str | None) -> MessageEvents:
     """The stream after `raw_cursor` (an event number; raises BadCursor), or all of it."""
-    if raw_cursor is None:
-        return MessageEvents(objects, -1)
-    if not raw_cursor.isascii() or not raw_cursor.isdigit() or int(raw_cursor) > _MAX_CURSOR:
-        raise BadCursor(f"not an event number of this stream: {raw_cursor[:64]!r}")
-    return MessageEvents(objects, int(raw_cursor))
+    return MessageEvents(objects, numbered(raw_cursor))

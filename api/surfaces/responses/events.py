@@ -12,14 +12,13 @@ from __future__ import annotations
 
 import json
 
-from api.streaming.cursor import BadCursor
+from api.streaming.cursor import numbered
 from api.surfaces.chat.events import Encoded
 from api.surfaces.responses.objects import DELTA_EVENTS, ResponseObjects
 from contract.entries import Rows
 from contract.errors import ErrorCode
 
 KEEPALIVE = b": keepalive\n"
-_MAX_CURSOR = 10**9
 
 
 def frame(event: dict) -> bytes:
@@ -73,8 +72,4 @@ class ResponseEvents:
 
 def response_events(objects: ResponseObjects, raw_cursor: str | None) -> ResponseEvents:
     """The stream after `raw_cursor` (a sequence number; raises BadCursor), or all of it."""
-    if raw_cursor is None:
-        return ResponseEvents(objects, -1)
-    if not raw_cursor.isascii() or not raw_cursor.isdigit() or int(raw_cursor) > _MAX_CURSOR:
-        raise BadCursor(f"not a sequence number of this stream: {raw_cursor[:64]!r}")
-    return ResponseEvents(objects, int(raw_cursor))
+    return ResponseEvents(objects, numbered(raw_cursor))
