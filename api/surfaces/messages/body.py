@@ -225,7 +225,7 @@ class MessagesRequest(Body):
         return checked_format("json_schema", fmt.schema_, "output_config.format.schema") if fmt else None
 
     def job_fields(self, job_id: str) -> dict[str, str]:
-        """ThinkingConfig shown as signed blocks without their text is the Message's to say."""
+        """Thinking shown as signed blocks without their text is the Message's to say."""
         if self.thinking and self.thinking.display == "omitted":
             return {JobField.ECHO: json.dumps({"thinking_display": "omitted"})}
         return {}
