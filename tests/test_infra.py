@@ -590,8 +590,8 @@ def test_the_api_needs_keys():
     assert settings.access.internal_port == port_named(container, "internal")
     # As shipped the keys file accepts no key; rendered, exactly the client's key.
     text = secret_data(objs, "tokenspool-api-keys")["keys"]
-    assert parse_keys(text.splitlines()) == frozenset()
-    assert parse_keys(render(text, passwords()).splitlines()) == {digest("client-key")}
+    assert set(parse_keys(text.splitlines())) == set()
+    assert set(parse_keys(render(text, passwords()).splitlines())) == {digest("client-key")}
     # The mount is a whole directory: the kubelet updates it when the Secret changes.
     assert not any(m.get("subPath") for m in container["volumeMounts"])
 
@@ -754,7 +754,7 @@ def test_the_documented_recipe_renders_working_secrets(tmp_path):
     assert urlsplit(rendered["tokenspool-redis-worker"]["url"]).password == pw["tokenspool-worker"]
     assert rendered["tokenspool-redis-keda"]["password"] == pw["tokenspool-keda"]
     key = (out / "key").read_text().strip()
-    assert parse_keys(rendered["tokenspool-api-keys"]["keys"].splitlines()) == {
+    assert set(parse_keys(rendered["tokenspool-api-keys"]["keys"].splitlines())) == {
         hashlib.sha256(key.encode()).hexdigest()
     }
     assert users_check(rendered["tokenspool-redis-users"]["users.acl"], tmp_path).returncode == 0
