@@ -16,7 +16,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api.http.auth import request_owner
+from api.http.auth import allowed, request_grant, request_owner
 from api.http.parsing import parse
 from api.http.reading import read_json
 from api.jobs.owners import now_ms
@@ -75,6 +75,7 @@ class MessagesEndpoints(Endpoints):
         raw = await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
         body = await services.heavy.run_for(len(raw), parse, CountRequest, raw)
         owner = request_owner(request)
+        allowed(request_grant(request), body.priority)  # a count is a job of the key's tier
         body.enforce(settings.limits)
         job, _ = await self._job_for(Ask(request, services, body, owner, None, len(raw)))
         return await collect(request, services, Counted.of(job), arrived_ms)
