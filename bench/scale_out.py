@@ -41,7 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.loadgen import Stream, run_streams
 from contract.servers import sync_client
-from devstack.processes import Proc, _spawn, _wait, free_port, start_cluster, start_redis
+from devstack.cluster import start_cluster
+from devstack.processes import Proc, _spawn, _wait, free_port, start_redis
 from tests.sse_contract import check_stream
 
 MODEL = "synthetic-bench"

@@ -19,8 +19,9 @@ import pytest
 import redis
 
 from contract.servers import sync_client
+from devstack.cluster import start_cluster
 from devstack.peek import job_ids
-from devstack.processes import Proc, start_api, start_cluster, start_redis, start_worker, wait_for_model
+from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.system import missing
 from worker.settings import DEFAULT_MODEL_NAME
 

@@ -18,7 +18,8 @@ from api.jobs import acks as acks_module
 from api.jobs.acks import ClusterAcks, ReplicaAcks, ReplicaWatch
 from contract import keys
 from contract.servers import async_cluster_client
-from devstack.processes import start_cluster, start_redis
+from devstack.cluster import start_cluster
+from devstack.processes import start_redis
 from devstack.relay import Relay
 
 pytestmark = pytest.mark.integration

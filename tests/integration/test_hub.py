@@ -18,7 +18,8 @@ from contract import keys
 from contract.entries import Delta, Finished, Started
 from contract.servers import Servers, async_cluster_client, sync_client
 from contract.settings import Recovery
-from devstack.processes import start_cluster, start_redis
+from devstack.cluster import start_cluster
+from devstack.processes import start_redis
 from worker.attempts.claims import Claims
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link

@@ -17,7 +17,8 @@ from contract.entries import Delta
 from contract.keys import JobField
 from contract.servers import sync_client
 from contract.settings import Recovery
-from devstack.processes import start_cluster, start_redis
+from devstack.cluster import start_cluster
+from devstack.processes import start_redis
 from tests.integration.conftest import _server_kinds
 from worker.attempts.claims import Claims
 from worker.attempts.publisher import Publisher
