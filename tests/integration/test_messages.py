@@ -6,10 +6,7 @@ worker killed in the middle of a tool call's arguments."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,12 +21,11 @@ from contract import keys
 from devstack.peek import job_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL
-from tests.system import missing
+from tests.js_clients import run_node
 
 pytestmark = pytest.mark.integration
 
 KEY = "sk-messages-test"
-JS = Path(__file__).resolve().parent.parent / "js"
 TEMPLATE = str(Path(__file__).resolve().parent.parent / "data" / "thinking-chatml.jinja")
 THINKING = "smollm2-thinking"
 GREEDY = {"temperature": 0}  # the SDK no longer names sampling parameters; the API takes them
@@ -425,20 +421,8 @@ def test_a_client_that_reconnects_with_last_event_id_gets_the_rest(pool):
 
 
 def _node(pool: Pool, case: str) -> dict:
-    """Run one case of tests/js/messages.mjs (@anthropic-ai/sdk) against the pool."""
-    if not (JS / "node_modules" / "@anthropic-ai" / "sdk").exists() or not shutil.which("node"):
-        if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
-            pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
-        pytest.skip(missing("node or the JavaScript clients (scripts/setup installs them with npm)"))
-    done = subprocess.run(
-        ["node", "messages.mjs", pool.base, KEY, MODEL, case],
-        cwd=JS,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """One case of tests/js/messages.mjs (@anthropic-ai/sdk) against the pool."""
+    return run_node("messages.mjs", "@anthropic-ai/sdk", pool.base, KEY, MODEL, case)
 
 
 def test_the_typescript_sdk_streams_creates_and_counts(pool):

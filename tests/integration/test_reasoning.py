@@ -8,10 +8,7 @@ for the same greedy request is the oracle of the split."""
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,7 +21,7 @@ import redis
 
 from contract import keys
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
-from tests.system import missing
+from tests.js_clients import run_node
 
 pytestmark = pytest.mark.integration
 
@@ -226,16 +223,7 @@ def test_the_grammar_holds_from_where_the_thinking_ends(pool, constraint):
 def test_openai_node_reads_the_thinking_apart_on_chat_and_responses(pool):
     """tests/js/reasoning.mjs: chat's reasoning_content deltas, and the Responses helper's
     reasoning item and events (the helper throws on an event it cannot place)."""
-    js = Path(__file__).resolve().parent.parent / "js"
-    if not (js / "node_modules" / "openai").exists() or not shutil.which("node"):
-        if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
-            pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
-        pytest.skip(missing("node or the JavaScript clients (scripts/setup installs them with npm)"))
-    done = subprocess.run(
-        ["node", "reasoning.mjs", pool.base, THINKING], cwd=js, capture_output=True, text=True, timeout=180
-    )
-    assert done.returncode == 0, done.stderr
-    got = json.loads(done.stdout.strip().splitlines()[-1])
+    got = run_node("reasoning.mjs", "openai", pool.base, THINKING)
     assert got["chatThinking"] and got["chatContent"].strip() and "<think>" not in got["chatContent"]
     assert (
         got["items"] == ["reasoning", "message"] and got["itemText"] == got["deltas"] == got["chatThinking"]

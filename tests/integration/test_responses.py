@@ -7,12 +7,8 @@ key isolation, and a worker SIGKILLed mid-response whose stream goes on without 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import signal
-import subprocess
 import time
-from pathlib import Path
 
 import httpx
 import openai
@@ -24,11 +20,10 @@ from contract.entries import Delta
 from devstack.processes import start_api
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
+from tests.js_clients import run_node
 from tests.sse_contract import check_responses_stream
-from tests.system import missing
 
 pytestmark = pytest.mark.integration
-JS = Path(__file__).resolve().parent.parent / "js"
 
 STORY = LONG["content"]
 WEATHER = {
@@ -374,16 +369,8 @@ def test_a_worker_killed_mid_response_is_resumed_without_a_gap(pool, sdk):
 
 
 def _node(pool, case: str) -> dict:
-    """Run one case of tests/js/responses.mjs (openai-node, the AI SDK) against the pool."""
-    if not (JS / "node_modules" / "@ai-sdk" / "openai").exists() or not shutil.which("node"):
-        if os.environ.get("TOKENSPOOL_REQUIRE_NODE") == "1":
-            pytest.fail("node and tests/js/node_modules are required (scripts/setup installs them)")
-        pytest.skip(missing("node or the JavaScript clients (scripts/setup installs them with npm)"))
-    done = subprocess.run(
-        ["node", "responses.mjs", pool.base, MODEL, case], cwd=JS, capture_output=True, text=True, timeout=180
-    )
-    assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    """One case of tests/js/responses.mjs (openai-node, the AI SDK) against the pool."""
+    return run_node("responses.mjs", "@ai-sdk/openai", pool.base, MODEL, case)
 
 
 def test_openai_node_stream_helper(pool):
