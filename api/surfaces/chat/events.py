@@ -45,10 +45,12 @@ class ChunkEvents:
         self._content = sse.ContentEvents(chunks.content)
 
     def read_from(self) -> tuple[str, bool]:
-        """(stream id to read after, whether that entry itself is read too)."""
+        """(stream id to read after, whether that entry itself is read too). The client's last
+        entry is read again: the rest of its events may be missing (a finish's usage chunk),
+        and a terminal one ends the relay (a client that missed only `[DONE]` gets it)."""
         if self._at is None:
             return "0", False
-        return self._at.entry_id, not self._at.usage_sent
+        return self._at.entry_id, True
 
     def opening(self) -> bytes:
         obj = self._chunks.opening() if self._fresh else None
@@ -71,7 +73,8 @@ class ChunkEvents:
             elif isinstance(entry, Finished):
                 if not sent:
                     out.append(sse.event(self._chunks.finish(entry), eid))
-                if self._chunks.include_usage:
+                usage_sent = sent and self._at is not None and self._at.usage_sent
+                if self._chunks.include_usage and not usage_sent:
                     out.append(sse.event(self._chunks.usage(entry), eid + USAGE_SUFFIX))
             elif isinstance(entry, Failed) and not sent:
                 out.append(sse.event(failure_body(entry), eid or None))
