@@ -113,6 +113,7 @@ class Services:
             recovery=settings.recovery,
             router=router,
             acks=acks,
+            cached_token_weight=settings.quotas.cached_token_weight,
         )
         streams = OpenStreams()
         memory = MemoryWatch(servers, settings.intake.redis_memory_high)

@@ -38,7 +38,7 @@ class Access:
         "API_KEYS_FILE",
         "more keys, one per line, re-read when the file changes; after a key, `role=operator`, "
         "`tiers=<tier>,...` (the service tiers it may ask for; by default every one), "
-        "`requests_per_minute=N` and `bytes_per_minute=N` (docs/security.md)",
+        "`requests_per_minute=N`, `bytes_per_minute=N` and `tokens_per_minute=N` (docs/security.md)",
     )
     operator_keys: tuple[str, ...] = setting(
         (),
@@ -133,6 +133,20 @@ class Quotas:
     )
     key_bytes_per_minute: int = setting(
         50_000_000, "KEY_BYTES_PER_MINUTE", "request bytes one API key may send per minute (429)"
+    )
+    key_tokens_per_minute: int = setting(
+        0,
+        "KEY_TOKENS_PER_MINUTE",
+        "prompt and completion tokens one API key may use per minute, every surface's (429): a "
+        "job reserves its prompt's estimate and its `max_tokens` when admitted, and is charged "
+        'its usage when it ends (docs/security.md, "Token limits")',
+    )
+    cached_token_weight: float = setting(
+        1.0,
+        "CACHED_TOKEN_WEIGHT",
+        "what one prompt token read from the prompt cache counts against `KEY_TOKENS_PER_MINUTE` "
+        "(`1`: a full token, as OpenAI counts them; `0`: nothing)",
+        minimum=0,
     )
     files_bytes_per_key: int = setting(
         100_000_000,

@@ -157,6 +157,11 @@ def bytes_per_minute(owner: str, minute: int) -> str:
     return f"{PREFIX}:bytes:{owner}:{minute}"
 
 
+def tokens_per_minute(owner: str, minute: int) -> str:
+    """STRING: the tokens one API key's owner is charged in one minute (ADMIT, SETTLE)."""
+    return f"{PREFIX}:tokens:{owner}:{minute}"
+
+
 def context(model: str) -> str:
     """HASH: worker name -> its context per job (N_CTX), set with each announcement; and
     LAST_CONTEXT -> the last one announced, kept when every worker has gone (scaled to zero,
@@ -221,6 +226,8 @@ class Owned(StrEnum):
     """ZSET: the owner's batches (id -> created, ms), for listing."""
     RUNNING_BATCHES = "running"
     """ZSET: the owner's batches not yet ended (id -> created, ms), for MAX_BATCHES_PER_KEY."""
+    RESERVED_TOKENS = "reservedtokens"
+    """HASH: unsettled token reservations, job id -> "<minute> <reserved> <prompt estimate>"."""
 
 
 def owned(owner: str, index: Owned) -> str:

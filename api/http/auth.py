@@ -12,7 +12,8 @@ resume, fetch, cancel or purge it.
 A key's `Grant` says what else it may do. A key is a tenant's unless it is in `OPERATOR_KEYS`
 or its line in the file says `role=operator`: only operators read the pool-wide data on the
 public port (`/metrics`, `/scaling/...`: other tenants' work). A line may also name the
-service tiers the key may ask for (`tiers=default,flex`); by default every one. A server
+service tiers the key may ask for (`tiers=default,flex`; by default every one) and its own
+per-minute budgets (`requests_per_minute=`, `bytes_per_minute=`, `tokens_per_minute=`). A server
 without keys is a private one: every caller is its operator.
 """
 
@@ -53,14 +54,18 @@ class Grant:
 
     role: str = TENANT
     tiers: frozenset[str] = frozenset(PRIORITIES)
-    # the key's own per-minute budgets (None: KEY_REQUESTS_PER_MINUTE, KEY_BYTES_PER_MINUTE; 0: none)
+    # the key's own per-minute budgets (None: KEY_REQUESTS_PER_MINUTE, KEY_BYTES_PER_MINUTE,
+    # KEY_TOKENS_PER_MINUTE; 0: none)
     requests_per_minute: int | None = None
     bytes_per_minute: int | None = None
+    tokens_per_minute: int | None = None
 
     @property
     def operator(self) -> bool:
         return self.role == OPERATOR
 
+
+BUDGETS = ("requests_per_minute", "bytes_per_minute", "tokens_per_minute")  # a key line's own budgets
 
 PRIVATE = Grant(role=OPERATOR)  # a server without keys: whoever may reach it runs it
 
@@ -84,7 +89,7 @@ def allowed(grant: Grant, tier: str) -> None:
 
 def _grant(options: list[str]) -> Grant | None:
     """A key line's options (`role=operator`, `tiers=default,flex`, `requests_per_minute=60`,
-    `bytes_per_minute=1000000`); None if one is not."""
+    `bytes_per_minute=1000000`, `tokens_per_minute=30000`); None if one is not."""
     fields: dict[str, object] = {}
     for option in options:
         name, _, value = option.partition("=")
@@ -92,7 +97,7 @@ def _grant(options: list[str]) -> Grant | None:
             fields["role"] = value
         elif name == "tiers" and value and set(value.split(",")) <= set(PRIORITIES):
             fields["tiers"] = frozenset(value.split(","))
-        elif name in ("requests_per_minute", "bytes_per_minute") and value.isascii() and value.isdigit():
+        elif name in BUDGETS and value.isascii() and value.isdigit():
             fields[name] = int(value)
         else:
             return None

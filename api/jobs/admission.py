@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import time
 
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
@@ -14,7 +13,9 @@ from redis.exceptions import RedisError
 from api.cluster.registry import WorkerRegistry
 from api.http.auth import Grant
 from api.http.errors import APIError, invalid
+from api.http.ratelimits import Budgets, headers, retry_after_s
 from api.jobs.memory import MemoryWatch
+from api.jobs.owners import this_minute
 from api.settings import Intake, Quotas
 from contract import errors, keys
 from contract.entries import as_text
@@ -92,12 +93,13 @@ class Admission:
         if self._memory.full:
             raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._intake.retry_after_s)})
 
-    async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> None:
+    async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> int:
         """Admit a new job for `model`: 404 if nobody serves it, 503 when Redis is nearly full,
         400 for a prompt too long for the context of its workers, 429 (with Retry-After) when
         its queues are full; else a place is held for `request_id` in the queues (in the same
         step as the depth check: replicas cannot overshoot), taken by its enqueue or given
-        back by `release`. One round trip."""
+        back by `release`. One round trip. Returns the largest context per job its workers
+        announced (0: none did): no job generates more tokens."""
         self.storage()
         hold_ms = int(RESERVATION_S * 1000)
         async with self._r.pipeline(transaction=False) as pipe:
@@ -123,6 +125,7 @@ class Admission:
                 f"The queue for '{model}' is full ({depth} requests waiting); retry after "
                 f"{self._intake.retry_after_s} seconds.",
             )
+        return max((int(c) for c in contexts), default=0)
 
     async def release(self, model: str, request_id: str) -> None:
         """Give back the place `model` held for a request that will not be enqueued."""
@@ -158,40 +161,72 @@ class Admission:
             )
         return self._streams.take(owner)
 
-    def budgets(self, grant: Grant | None = None) -> tuple[int, int]:
-        """(requests, bytes) a key may send a minute: its own where its grant says, else
-        KEY_REQUESTS_PER_MINUTE and KEY_BYTES_PER_MINUTE; 0 is no budget."""
-        rpm, bpm = self._quotas.key_requests_per_minute, self._quotas.key_bytes_per_minute
-        if grant is None:
-            return rpm, bpm
-        return (
-            rpm if grant.requests_per_minute is None else grant.requests_per_minute,
-            bpm if grant.bytes_per_minute is None else grant.bytes_per_minute,
+    def budgets(self, grant: Grant | None = None) -> Budgets:
+        """What a key may use a minute: its own where its grant says, else KEY_REQUESTS_PER_MINUTE,
+        KEY_BYTES_PER_MINUTE and KEY_TOKENS_PER_MINUTE; 0 is no budget."""
+        q = self._quotas
+        own = grant or Grant()
+        return Budgets(
+            q.key_requests_per_minute if own.requests_per_minute is None else own.requests_per_minute,
+            q.key_bytes_per_minute if own.bytes_per_minute is None else own.bytes_per_minute,
+            q.key_tokens_per_minute if own.tokens_per_minute is None else own.tokens_per_minute,
         )
 
     async def spend(self, owner: str, size: int, grant: Grant | None = None) -> None:
         """Count one request of `size` bytes against its owner's per-minute budgets (those
         its jobs count against: contract.lua.accounting.ADMIT), before the request's heavy work
         (an upload, a batch); 429 if it is over them. Without keys there are no budgets."""
-        rpm, bpm = self.budgets(grant)
-        if not owner or not (rpm or bpm):
+        budgets = self.budgets(grant)
+        if not owner or not (budgets.requests_per_minute or budgets.bytes_per_minute):
             return
-        minute = int(time.time() // 60)
+        minute = this_minute()
         verdict = await self._spend(
             keys=[keys.requests_per_minute(owner, minute), keys.bytes_per_minute(owner, minute)],
-            args=[rpm, bpm, size],
+            args=[budgets.requests_per_minute, budgets.bytes_per_minute, size],
         )
         if verdict[0] == b"rate":
             raise self.rate(as_text(verdict[1]), grant)
 
-    def rate(self, what: str, grant: Grant | None = None) -> APIError:
-        """The refusal of a job over the key's request rate or byte budget (contract.lua.accounting.ADMIT)."""
-        rpm, bpm = self.budgets(grant)
-        limit = f"{rpm} requests" if what == "requests" else f"{bpm} bytes"
-        return self._too_many(
+    def rate(
+        self,
+        what: str,
+        grant: Grant | None = None,
+        requests: int | None = None,
+        tokens: int = 0,
+        asked: int = 0,
+        anthropic: bool = False,
+    ) -> APIError:
+        """The refusal of a job over the key's request rate, byte or token budget
+        (contract.lua.accounting.ADMIT), to retry when this minute's budgets reset, with the
+        rate-limit headers (`requests`, `tokens`: counted this minute); one over the token
+        budget says what it `asked` for."""
+        budgets, minute = self.budgets(grant), this_minute()
+        wait = retry_after_s(minute)
+        if what == "tokens":
+            limit = budgets.tokens_per_minute
+            message = (
+                f"This API key is over its tokens per minute: the limit is {limit}, {tokens} are "
+                f"counted this minute, and this request reserves {asked} (its prompt's estimate and "
+                f"its max_tokens); retry after {wait} seconds."
+            )
+            if asked > limit:
+                message = (
+                    f"Request too large for this API key's tokens per minute: the limit is {limit}, "
+                    f"this request reserves {asked} (its prompt's estimate and its max_tokens). "
+                    "Lower max_tokens or shorten the prompt."
+                )
+        else:
+            limit_text = (
+                f"{budgets.requests_per_minute} requests"
+                if what == "requests"
+                else f"{budgets.bytes_per_minute} bytes"
+            )
+            message = f"This API key sent more than {limit_text} per minute; retry after {wait} seconds."
+        counted = budgets.requests_per_minute if requests is None else requests
+        return APIError(
             errors.RATE_LIMITED,
-            f"This API key sent more than {limit} per minute; retry after "
-            f"{self._intake.retry_after_s} seconds.",
+            message,
+            headers={"Retry-After": str(wait)} | headers(budgets, minute, counted, tokens, anthropic),
         )
 
     def jobs(self, unfinished: int) -> APIError:

@@ -1,5 +1,5 @@
 """What one API key's owner holds and spends, kept on the queues server: its unfinished jobs
-(MAX_JOBS_PER_KEY), its request rate and byte budget, its Idempotency-Keys.
+(MAX_JOBS_PER_KEY), its request rate, byte and token budgets, its Idempotency-Keys.
 
 A job is counted against its owner (contract.lua.accounting.ADMIT) before the job store records it
 on the streams server (RECORD): two servers, two steps. What an API process that dies in
@@ -19,9 +19,13 @@ import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
 from contract import keys
-from contract.entries import as_text
+from contract.entries import Failed, Finished, as_text, decode, is_terminal
 from contract.keys import JobField
 from contract.lua import accounting, queues
+
+CHARS_PER_TOKEN = 4
+"""A prompt's tokens are reserved as one per this many characters (OpenAI's rule of thumb)
+until its worker counts them."""
 
 RECORD_GRACE_MS = 10_000
 """An owner's job admitted this long ago and still not recorded will never be: its API died
@@ -30,6 +34,11 @@ in between."""
 
 def now_ms() -> int:
     return int(time.time() * 1000)
+
+
+def this_minute() -> int:
+    """The minute since the epoch: the per-minute budgets' window."""
+    return int(time.time() // 60)
 
 
 @dataclass(frozen=True)
@@ -57,11 +66,12 @@ class OwnerLimit(Exception):
 
 
 class OwnerRate(Exception):
-    """The owner is over its request rate or byte budget this minute."""
+    """The owner is over its request rate, byte or token budget this minute."""
 
-    def __init__(self, what: str) -> None:
+    def __init__(self, what: str, requests: int = 0, tokens: int = 0) -> None:
         super().__init__(what)
-        self.what = what  # "requests" or "bytes"
+        self.what = what  # "requests", "bytes" or "tokens"
+        self.requests, self.tokens = requests, tokens  # counted this minute
 
 
 @dataclass(frozen=True)
@@ -72,24 +82,49 @@ class Quota:
     requests_per_minute: int = 0
     bytes_per_minute: int = 0
     request_bytes: int = 0  # what this request counts against the byte budget
+    tokens_per_minute: int = 0
+    tokens: int = 0  # what this job reserves: its prompt's estimate and its max_tokens
+    prompt_tokens: int = 0  # the prompt's estimate among them
+
+    @property
+    def limited(self) -> bool:
+        return bool(
+            self.unfinished_jobs
+            or self.requests_per_minute
+            or self.bytes_per_minute
+            or self.tokens_per_minute
+        )
+
+
+@dataclass(frozen=True)
+class Spent:
+    """An owner's counts this minute once a job was admitted (for the rate-limit headers)."""
+
+    minute: int
+    requests: int
+    tokens: int
 
 
 class Owners:
-    def __init__(self, queues: aredis.Redis, streams: aredis.Redis, job_ttl_s: int) -> None:
+    def __init__(
+        self, queues: aredis.Redis, streams: aredis.Redis, job_ttl_s: int, cached_token_weight: float = 1.0
+    ) -> None:
         self._q = queues
         self._streams = streams  # read only: which of an owner's jobs have ended
         self._job_ttl_s = job_ttl_s
+        self._cached_weight = cached_token_weight  # CACHED_TOKEN_WEIGHT
         self._admit = queues.register_script(accounting.ADMIT)
+        self._settle = queues.register_script(accounting.SETTLE)
 
     async def admit(
         self, job_id: str, owner: str, idempotency: Idempotency | None, quota: Quota, counted: bool
     ) -> list:
         """Count the job against its owner (contract.lua.accounting.ADMIT: its reply). Without an
         owner's limits or an Idempotency-Key there is nothing to check: no round trip."""
-        limited = owner and (quota.unfinished_jobs or quota.requests_per_minute or quota.bytes_per_minute)
+        limited = owner and quota.limited
         if not limited and idempotency is None:
-            return [b"new"]
-        minute = int(time.time() // 60)
+            return [b"new", 0, 0]
+        minute = this_minute()
         unfinished = keys.owned(owner, keys.Owned.JOBS)
         return await self._admit(
             keys=[
@@ -97,6 +132,8 @@ class Owners:
                 idempotency.key if idempotency else unfinished,
                 keys.requests_per_minute(owner, minute) if owner else unfinished,
                 keys.bytes_per_minute(owner, minute) if owner else unfinished,
+                keys.tokens_per_minute(owner, minute) if owner else unfinished,
+                keys.owned(owner, keys.Owned.RESERVED_TOKENS) if owner else unfinished,
             ],
             args=[
                 job_id,
@@ -107,6 +144,10 @@ class Owners:
                 quota.bytes_per_minute,
                 quota.request_bytes,
                 "1" if owner and counted and quota.unfinished_jobs else "0",
+                quota.tokens_per_minute if owner else 0,
+                quota.tokens,
+                quota.prompt_tokens,
+                minute,
             ],
         )
 
@@ -137,6 +178,42 @@ class Owners:
             if rows[2 * i] == b"1" or (not rows[2 * i + 1] and admitted < recent)
         ]
         return int(await self._q.zrem(index, *gone)) if gone else 0
+
+    async def settle(self, owner: str, job_id: str, end: Finished | Failed | None) -> int:
+        """Charge an ended job's owner what it used in place of what it reserved (once: the
+        tokens charged, or -1 when there was nothing to settle). `end` a Failed: its prompt's
+        estimate is charged; None (the job is gone): its whole reservation."""
+        if isinstance(end, Finished):
+            cached = min(end.cached_tokens, end.prompt_tokens)
+            prompt = end.prompt_tokens - cached + round(cached * self._cached_weight)
+            used = str(prompt + end.completion_tokens)
+        else:
+            used = "" if isinstance(end, Failed) else "-"
+        minute = this_minute()
+        counts = [keys.owned(owner, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute(owner, minute)]
+        return int(await self._settle(keys=counts, args=[job_id, minute, used]))
+
+    async def settle_ended(self, owner: str) -> int:
+        """Settle the owner's reservations whose jobs have ended (their API never read the
+        end: the client went away) or have gone; returns how many."""
+        reserved = await self._q.hgetall(keys.owned(owner, keys.Owned.RESERVED_TOKENS))
+        if not reserved:
+            return 0
+        ids = [as_text(job_id) for job_id in reserved]
+        async with self._streams.pipeline(transaction=False) as pipe:
+            for job_id in ids:
+                pipe.exists(keys.job(job_id))
+                pipe.xrevrange(keys.events(job_id), count=1)
+            rows = await pipe.execute()
+        settled = 0
+        for i, job_id in enumerate(ids):
+            exists, last = rows[2 * i], rows[2 * i + 1]
+            end = decode(last[0][1]) if last else None
+            if exists and not is_terminal(end):
+                continue  # still running
+            end = end if isinstance(end, Finished | Failed) else None
+            settled += await self.settle(owner, job_id, end) >= 0
+        return settled
 
     async def holding(self, idempotency: Idempotency) -> tuple[str, int] | None:
         """What the key holds ("<job id> <digest>") and how long ago it was set (ms),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from api.jobs.owners import Spent
 from contract.entries import as_text
 from contract.jobspec import JobSpec, digest
 from contract.keys import JobField, JobStatus
@@ -55,6 +56,7 @@ class Survey:
 class Submitted:
     job: JobState
     new: bool  # False: an earlier request with the same Idempotency-Key made the job
+    spent: Spent | None = None  # a new job's owner's counts this minute, once it was counted
 
 
 STATE_FIELDS = [

@@ -28,7 +28,9 @@ from api.jobs.owners import (
     OwnerRate,
     Owners,
     Quota,
+    Spent,
     now_ms,
+    this_minute,
 )
 from api.jobs.routing import Router
 from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Survey, job_state, record_fields
@@ -55,6 +57,7 @@ class JobStore:
         deadline_s: float = 0.0,
         router: Router | None = None,
         acks: Servers[Confirms] | None = None,
+        cached_token_weight: float = 1.0,
     ) -> None:
         self._q = servers.queues
         self._r = servers.streams  # the job's own keys
@@ -65,7 +68,7 @@ class JobStore:
         self._end = self._r.register_script(jobs.END)
         self._end_if_late = self._r.register_script(jobs.END_IF_LATE)
         self._record_script = self._r.register_script(jobs.RECORD)
-        self.owners = Owners(self._q, self._r, recovery.job_ttl_s)
+        self.owners = Owners(self._q, self._r, recovery.job_ttl_s, cached_token_weight)
         self._dead_batch = self._q.register_script(queues.DEAD_BATCH)
         self._indexes = ShardIndexes(self._r)
         self._router = router  # cache-aware routing of new interactive jobs (api/jobs/routing.py)
@@ -121,6 +124,8 @@ class JobStore:
             verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"limit" and await self.owners.forget_ended(owner):
                 verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
+            if verdict[:2] == [b"rate", b"tokens"] and await self.owners.settle_ended(owner):
+                verdict = await self.owners.admit(spec.id, owner, idempotency, quota, counted)
             if verdict[0] == b"new":
                 try:
                     await self._record(spec.id, job_hash)
@@ -129,11 +134,13 @@ class JobStore:
                     raise
                 await self._enqueue(spec, keep_on_failure=idempotency is not None, routed=counted)
                 await self._confirm(spec, job_hash, routed=counted)
-                return Submitted(state, new=True)
+                return Submitted(
+                    state, new=True, spent=Spent(this_minute(), int(verdict[1]), int(verdict[2]))
+                )
             if verdict[0] == b"limit":
                 raise OwnerLimit(int(verdict[1]))
             if verdict[0] == b"rate":
-                raise OwnerRate(as_text(verdict[1]))
+                raise OwnerRate(as_text(verdict[1]), int(verdict[2]), int(verdict[3]))
             assert idempotency is not None
             held = await self.idempotent(idempotency)  # the key names a job (or did, a moment ago)
             if held is not None:

@@ -27,7 +27,7 @@ from api.surfaces.answer import Answer
 from api.surfaces.chat.chunks import Chunks
 from api.surfaces.chat.events import Events
 from contract import errors
-from contract.entries import Rows, is_terminal
+from contract.entries import Entry, Failed, Finished, Rows, is_terminal
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +44,7 @@ class SSEStream:
     timing: StreamTiming
     cancel_on_disconnect: bool  # a client gone before the end cancels the job...
     arrived_ms: int  # ...unless another attached after its request came (ms since the epoch)
+    settles: str = ""  # the owner whose token budget the job's end settles ("": none)
 
     def response(self) -> StreamingResponse:
         return StreamingResponse(self._body(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -51,6 +52,7 @@ class SSEStream:
     async def _body(self) -> AsyncIterator[bytes]:
         services, events = self.services, self.events
         ended = False
+        end = None
         after, inclusive = events.read_from()
         services.metrics.streams_open.inc()
         try:
@@ -70,6 +72,7 @@ class SSEStream:
                     if item is KEEPALIVE:
                         yield events.keepalive()
                         continue
+                    end = item[-1][1]
                     out = events.encode(item)
                     self.timing.sent(out.contents)
                     if out.data:
@@ -84,6 +87,8 @@ class SSEStream:
                 yield events.error(errors.INTERNAL)
             ended = True
             yield events.done()
+            if self.settles and is_terminal(end):
+                await settle(services, self.settles, self.job_id, end)
         finally:
             self.ticket.release()
             services.metrics.streams_open.dec()
@@ -92,9 +97,12 @@ class SSEStream:
                     await cancel_quietly(services, self.job_id, self.arrived_ms)
 
 
-async def collect(request: Request, services: Services, chunks: Chunks, arrived_ms: int) -> Response:
-    """Wait for the job to end, then answer with the whole response; a client that goes away
-    meanwhile cancels the job."""
+async def collect(
+    request: Request, services: Services, chunks: Chunks, arrived_ms: int, settles: str = ""
+) -> Response:
+    """Wait for the job to end, then answer with the whole response (once the token budget of
+    the owner it `settles`, if any, is charged its usage); a client that goes away meanwhile
+    cancels the job."""
     rows: Rows = []
     try:
         async for item in follow(
@@ -111,7 +119,9 @@ async def collect(request: Request, services: Services, chunks: Chunks, arrived_
                     return Response(status_code=499)
                 continue
             rows += item
-            if is_terminal(rows[-1][1]) and (answer := chunks.answer(rows)) is not None:
+            if is_terminal(end := rows[-1][1]) and (answer := chunks.answer(rows)) is not None:
+                if settles:
+                    await settle(services, settles, chunks.id, end)
                 return respond(answer)
     except StreamLost:
         pass
@@ -120,6 +130,15 @@ async def collect(request: Request, services: Services, chunks: Chunks, arrived_
 
 def respond(answer: Answer) -> JSONResponse:
     return JSONResponse(answer.body, status_code=answer.status)
+
+
+async def settle(services: Services, owner: str, job_id: str, end: Entry) -> None:
+    """Charge the owner what the ended job used in place of what it reserved (best effort: a
+    reservation left is settled by the owner's next ADMIT that finds its budget short)."""
+    try:
+        await services.jobs.owners.settle(owner, job_id, end if isinstance(end, Finished | Failed) else None)
+    except RedisError as exc:
+        log.warning("could not settle the tokens of %s: %s", job_id, exc)
 
 
 async def cancel_quietly(services: Services, job_id: str, arrived_ms: int) -> None:

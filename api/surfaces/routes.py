@@ -18,22 +18,34 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api.http import ratelimits
 from api.http.auth import allowed, request_grant, request_owner
-from api.http.errors import APIError, invalid
+from api.http.errors import APIError, invalid, speaks_anthropic
 from api.http.parsing import parse
 from api.http.reading import read_json
 from api.jobs.admission import StreamTicket
-from api.jobs.owners import Idempotency, IdempotencyConflict, OwnerLimit, OwnerRate, Quota, now_ms
+from api.jobs.owners import (
+    CHARS_PER_TOKEN,
+    Idempotency,
+    IdempotencyConflict,
+    OwnerLimit,
+    OwnerRate,
+    Quota,
+    Spent,
+    now_ms,
+)
 from api.jobs.state import JobState, Submitted
 from api.ops.metrics import StreamTiming
 from api.services import Services
 from api.settings import Replies
-from api.streaming.answering import SSEStream, collect, respond
+from api.streaming.answering import SSEStream, collect, respond, settle
 from api.streaming.cursor import BadCursor
 from api.surfaces.body import Body
 from api.surfaces.catalog import Surface
 from api.surfaces.chat.events import Events
 from contract import errors, keys, logs
+from contract.entries import is_terminal
+from contract.jobspec import JobSpec
 from contract.keys import JobStatus
 
 log = logging.getLogger(__name__)
@@ -61,12 +73,28 @@ def _sse(
     ticket: StreamTicket,
     timing: StreamTiming,
     arrived_ms: int,
+    settles: str,
 ) -> Response:
     """A job's events as an SSE response; a client gone cancels a job it is attached to."""
     stream = SSEStream(
-        services, events, job.id, ticket, timing, cancel_on_disconnect=not job.detached, arrived_ms=arrived_ms
+        services,
+        events,
+        job.id,
+        ticket,
+        timing,
+        cancel_on_disconnect=not job.detached,
+        arrived_ms=arrived_ms,
+        settles=settles,
     )
     return stream.response()
+
+
+def settles(request: Request, job: JobState) -> str:
+    """The owner whose token budget the job's end, read by this request, settles: its key's,
+    when that key has one ("": nothing to settle)."""
+    services: Services = request.state.services
+    limited = services.admission.budgets(request_grant(request)).tokens_per_minute
+    return job.owner if job.owner and limited else ""
 
 
 def _streaming(request: Request) -> bool:
@@ -83,6 +111,29 @@ class Ask:
     owner: str
     idempotency: Idempotency | None
     size: int  # the body's bytes, counted against the key's byte budget
+
+    @property
+    def anthropic(self) -> bool:
+        """The request speaks Anthropic's API: its errors and headers are Anthropic's."""
+        return speaks_anthropic(self.request.scope)
+
+
+@dataclass(frozen=True)
+class Made:
+    """The job a create request got, and what its key has used this minute (None: a retry's
+    job, counted by the first request)."""
+
+    job: JobState
+    retried: bool
+    spent: Spent | None = None
+
+    def headers(self, ask: Ask) -> dict[str, str]:
+        """The rate-limit headers for the key's budgets (none for a retry or without keys)."""
+        if self.spent is None or not ask.owner:
+            return {}
+        budgets = ask.services.admission.budgets(request_grant(ask.request))
+        s = self.spent
+        return ratelimits.headers(budgets, s.minute, s.requests, s.tokens, ask.anthropic)
 
 
 class Endpoints:
@@ -111,20 +162,26 @@ class Endpoints:
         idempotency = await services.heavy.run_for(len(raw), _idempotency, request, self.surface, owner, raw)
         ticket = services.admission.stream(owner) if body.streaming else None
         try:
-            job, retried = await self._job_for(Ask(request, services, body, owner, idempotency, len(raw)))
+            ask = Ask(request, services, body, owner, idempotency, len(raw))
+            made = await self._job_for(ask)
+            job = made.job
             logs.set_job(job.id)
-            if retried:
+            if made.retried:
                 log.info("a retry (Idempotency-Key) of %s", job.id)
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
             objects = self.surface.objects_of(job)
             if ticket is None:
                 if job.detached:
-                    return respond(objects.pending(queued=job.status == JobStatus.QUEUED))
-                return await collect(request, services, objects, arrived_ms)
-            timing = StreamTiming(services.metrics, job.model, arrived)
-            events = self.surface.events(objects, None)  # a retry gets the whole stream from the start
-            return _sse(services, events, job, ticket, timing, arrived_ms)
+                    response: Response = respond(objects.pending(queued=job.status == JobStatus.QUEUED))
+                else:
+                    response = await collect(request, services, objects, arrived_ms, settles(request, job))
+            else:
+                timing = StreamTiming(services.metrics, job.model, arrived)
+                events = self.surface.events(objects, None)  # a retry gets the whole stream from the start
+                response = _sse(services, events, job, ticket, timing, arrived_ms, settles(request, job))
+            response.headers.update(made.headers(ask))
+            return response
         except BaseException:
             if ticket is not None:
                 ticket.release()
@@ -133,35 +190,58 @@ class Endpoints:
     async def prepare(self, services: Services, body: Body, owner: str) -> None:
         """What a surface must look up before its body becomes a job (nothing, here)."""
 
-    async def _job_for(self, ask: Ask) -> tuple[JobState, bool]:
+    async def _job_for(self, ask: Ask) -> Made:
         """The job this request makes, or the one its earlier attempt made (a retry with the
-        same Idempotency-Key): (the job, whether it is a retry's)."""
+        same Idempotency-Key)."""
         services, body = ask.services, ask.body
+        quota = Quota()
         try:
             if ask.idempotency is not None and (earlier := await services.jobs.idempotent(ask.idempotency)):
-                return earlier, True
+                return Made(earlier, retried=True)
             job_id = self.surface.new_id()
             logs.set_job(job_id)
-            await services.admission.model(body.model, job_id, body.prompt_chars())
+            context = await services.admission.model(body.model, job_id, body.prompt_chars())
             try:
-                submitted = await self._submit(ask, job_id)
+                spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
+                quota = self._quota(ask, spec, context)
+                submitted = await self._submit(ask, spec, quota)
             finally:  # the enqueue takes the place; anything else gives it back
                 await services.admission.release(body.model, job_id)
         except OwnerLimit as exc:
             raise services.admission.jobs(exc.unfinished) from None
         except OwnerRate as exc:
-            raise services.admission.rate(exc.what, request_grant(ask.request)) from None
+            grant = request_grant(ask.request)
+            raise services.admission.rate(
+                exc.what, grant, exc.requests, exc.tokens, quota.tokens, ask.anthropic
+            ) from None
         except IdempotencyConflict:
             raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
-        return submitted.job, not submitted.new
+        return Made(submitted.job, not submitted.new, submitted.spent if submitted.new else None)
 
-    async def _submit(self, ask: Ask, job_id: str) -> Submitted:
+    def _quota(self, ask: Ask, spec: JobSpec, context: int) -> Quota:
+        """The key's limits, and the tokens the job reserves: its prompt's estimate (a token
+        per CHARS_PER_TOKEN characters) and its `max_tokens`, no more than a worker's context
+        holds. A job that generates nothing (a count) reserves nothing."""
+        settings = ask.services.settings
+        budgets = ask.services.admission.budgets(request_grant(ask.request))
+        prompt = -(-ask.body.prompt_chars()[0] // CHARS_PER_TOKEN)
+        completion = min(spec.max_tokens, context) if context else spec.max_tokens
+        return Quota(
+            unfinished_jobs=settings.quotas.max_jobs_per_key,
+            requests_per_minute=budgets.requests_per_minute,
+            bytes_per_minute=budgets.bytes_per_minute,
+            request_bytes=ask.size,
+            tokens_per_minute=budgets.tokens_per_minute,
+            tokens=prompt + completion if spec.max_tokens else 0,
+            prompt_tokens=prompt,
+        )
+
+    async def _submit(self, ask: Ask, spec: JobSpec, quota: Quota) -> Submitted:
         """Record and enqueue a new job; a request racing with its own retry gets the job
         the first of them made."""
         services, body = ask.services, ask.body
         settings = services.settings
-        spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, settings.limits)
-        requests_per_minute, bytes_per_minute = services.admission.budgets(request_grant(ask.request))
+        job_id = spec.id
         submitted = await services.jobs.submit(
             spec,
             self.surface.name,
@@ -172,12 +252,7 @@ class Endpoints:
             idempotency=ask.idempotency,
             fields=body.job_fields(job_id) | reasoning_field(settings.replies),
             cache_salt=body.cache_salt,
-            quota=Quota(
-                unfinished_jobs=settings.quotas.max_jobs_per_key,
-                requests_per_minute=requests_per_minute,
-                bytes_per_minute=bytes_per_minute,
-                request_bytes=ask.size,
-            ),
+            quota=quota,
         )
         if submitted.new:
             services.metrics.created.labels(self.surface.name).inc()
@@ -203,12 +278,15 @@ class Endpoints:
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
                 timing = StreamTiming(services.metrics, job.model, arrived=None)
-                return _sse(services, events, job, ticket, timing, arrived_ms)
+                return _sse(services, events, job, ticket, timing, arrived_ms, settles(request, job))
             except BaseException:
                 ticket.release()
                 raise
-        answer = objects.answer(await services.jobs.whole(job.id))
+        rows = await services.jobs.whole(job.id)
+        answer = objects.answer(rows)
         if answer is not None:
+            if (owner := settles(request, job)) and rows and is_terminal(rows[-1][1]):
+                await settle(services, owner, job.id, rows[-1][1])
             return respond(answer)
         return respond(objects.pending(queued=job.status == JobStatus.QUEUED))
 

@@ -6,12 +6,14 @@ Each script runs atomically in Redis, so "is this attempt still the current one,
 ended, should it stop" is checked in the same step as the write:
 
 - `ADMIT` counts a new job against its key's owner (queues server): refused when the owner
-  already has the most unfinished jobs allowed or is over its request rate or byte budget,
-  or when its Idempotency-Key names another job (then that job's id is returned). Checking a
+  already has the most unfinished jobs allowed or is over its request rate, byte or token
+  budget, or when its Idempotency-Key names another job (then that job's id is returned). Checking a
   limit and counting the job against it are one step, so concurrent requests on any
   replicas cannot overshoot it. An ended job leaves its owner's count when a later ADMIT
   finds the owner at the limit (api/jobs/owners.py): the scripts that end a job run on the
   streams server and cannot reach the queues server's count.
+- `SETTLE` turns an ended job's reserved tokens into the tokens it used, once (queues
+  server; the API that reads its end, or the owner's next ADMIT that finds it short).
 - `RECORD` records an admitted job (streams server). The job is pending until its enqueuer
   says it is on an RQ queue.
 - `RESERVE` holds a place in a model's queues for a new request, unless they are full.

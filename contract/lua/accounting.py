@@ -1,7 +1,10 @@
 """What an API key's owner is charged (queues server): ADMIT's count of a new job against
 its limits, and the charges for what it keeps.
 
-What an API key's owner keeps on the queues server, and the Lua scripts that charge it.
+Per-minute budgets (requests, bytes, tokens) are counters of the minute since the epoch. A
+job reserves its prompt's estimate and its `max_tokens` in ADMIT; SETTLE, once per job when
+it ends, corrects the count to what it used (a job never charged twice, however often it was
+resumed or read).
 
 Everything a key makes the server keep for a while is a charge against FILES_BYTES_PER_KEY:
 its uploaded files, its batches' copies of their lines and their answered lines while they
@@ -12,6 +15,8 @@ write it pays for (concurrent requests on any replica cannot overshoot the budge
 neither costs more than a few commands, however many files the owner has (expired charges
 are dropped a hundred at a time as later ones are made).
 
+- `ADMIT` counts a new job against its owner's unfinished jobs and per-minute budgets.
+- `SETTLE` turns a job's reservation into its usage.
 - `SPEND` counts one request of some bytes against its owner's per-minute budgets (the ones
   ADMIT counts jobs against), before the request's heavy work: a refused upload or batch is
   not parsed at all.
@@ -32,58 +37,83 @@ from __future__ import annotations
 
 from contract import keys
 
-
-def _spend(requests: str, bytes_: str, max_requests: str, max_bytes: str, size: str) -> str:
-    """Lua that counts one request of `size` bytes against its owner's per-minute counters
-    (`requests`, `bytes_`: keys; the maxima 0 for no limit), or returns {'rate', what} from
-    the script when that would go over: check and count in the one step."""
-    return f"""
-if tonumber({max_requests}) > 0
-   and tonumber(redis.call('GET', {requests}) or '0') >= tonumber({max_requests}) then
-  return {{'rate', 'requests'}}
-end
-if tonumber({max_bytes}) > 0
-   and tonumber(redis.call('GET', {bytes_}) or '0') + tonumber({size}) > tonumber({max_bytes}) then
-  return {{'rate', 'bytes'}}
-end
-if tonumber({max_requests}) > 0 then
-  redis.call('INCR', {requests})
-  redis.call('EXPIRE', {requests}, 120)
-end
-if tonumber({max_bytes}) > 0 then
-  redis.call('INCRBY', {bytes_}, {size})
-  redis.call('EXPIRE', {bytes_}, 120)
-end"""
-
-
-ADMIT = f"""
+ADMIT = """
 -- KEYS[1]=the owner's unfinished jobs, KEYS[2]=the idempotency key, KEYS[3]=the owner's
--- requests this minute, KEYS[4]=their bytes (each KEYS[1] again where it does not apply)
+-- requests this minute, KEYS[4]=their bytes, KEYS[5]=their tokens, KEYS[6]=the owner's
+-- reserved tokens (each KEYS[1] again where it does not apply)
 -- ARGV[1]=job id, ARGV[2]="<job id> <request digest>" ('' without a key),
 -- ARGV[3]=ttl seconds of an unfinished job, ARGV[4]=max unfinished jobs of the owner,
--- ARGV[5]=max requests per minute, ARGV[6]=max bytes per minute (each 0: no limit),
--- ARGV[7]=this request's bytes, ARGV[8]='1' if the job counts among the owner's unfinished.
--- Returns {{'new'}}, {{'held', "<id> <digest>"}} (the key names a job: the caller decides),
--- {{'limit', unfinished}} or {{'rate', 'requests' or 'bytes'}}.
+-- ARGV[5]=max requests per minute, ARGV[6]=max bytes per minute, ARGV[7]=this request's bytes,
+-- ARGV[8]='1' if the job counts among the owner's unfinished, ARGV[9]=max tokens per minute
+-- (each max 0: no limit), ARGV[10]=the tokens this job reserves (0: none),
+-- ARGV[11]=the prompt's estimate among them, ARGV[12]=this minute (since the epoch).
+-- Returns {'new', requests, tokens} (this minute's, the job counted),
+-- {'held', "<id> <digest>"} (the key names a job: the caller decides), {'limit', unfinished}
+-- or {'rate', 'requests' or 'bytes' or 'tokens', requests, tokens}. Nothing is written
+-- before the last check.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 if ARGV[2] ~= '' then
   local held = redis.call('GET', KEYS[2])
-  if held then return {{'held', held}} end
+  if held then return {'held', held} end
 end
 if tonumber(ARGV[4]) > 0 and ARGV[8] == '1' then
   -- a job older than its ttl has expired, ended or not: it no longer counts
   redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]) * 1000)
   local unfinished = redis.call('ZCARD', KEYS[1])
-  if unfinished >= tonumber(ARGV[4]) then return {{'limit', unfinished}} end
+  if unfinished >= tonumber(ARGV[4]) then return {'limit', unfinished} end
 end
-{_spend("KEYS[3]", "KEYS[4]", "ARGV[5]", "ARGV[6]", "ARGV[7]")}
+local max_requests, max_bytes, max_tokens = tonumber(ARGV[5]), tonumber(ARGV[6]), tonumber(ARGV[9])
+local requests, tokens = 0, 0
+if max_requests > 0 then requests = tonumber(redis.call('GET', KEYS[3]) or '0') end
+if max_tokens > 0 then tokens = tonumber(redis.call('GET', KEYS[5]) or '0') end
+if max_requests > 0 and requests >= max_requests then return {'rate', 'requests', requests, tokens} end
+if max_bytes > 0 and tonumber(redis.call('GET', KEYS[4]) or '0') + tonumber(ARGV[7]) > max_bytes then
+  return {'rate', 'bytes', requests, tokens}
+end
+local reserve = max_tokens > 0 and tonumber(ARGV[10]) > 0
+if reserve and tokens + tonumber(ARGV[10]) > max_tokens then return {'rate', 'tokens', requests, tokens} end
+if max_requests > 0 then
+  requests = redis.call('INCR', KEYS[3])
+  redis.call('EXPIRE', KEYS[3], 120)
+end
+if max_bytes > 0 then
+  redis.call('INCRBY', KEYS[4], ARGV[7])
+  redis.call('EXPIRE', KEYS[4], 120)
+end
+if reserve then
+  tokens = redis.call('INCRBY', KEYS[5], ARGV[10])
+  redis.call('EXPIRE', KEYS[5], 120)
+  redis.call('HSET', KEYS[6], ARGV[1], ARGV[12] .. ' ' .. ARGV[10] .. ' ' .. ARGV[11])
+  redis.call('EXPIRE', KEYS[6], ARGV[3])
+end
 if ARGV[8] == '1' then
   redis.call('ZADD', KEYS[1], now, ARGV[1])
   redis.call('EXPIRE', KEYS[1], ARGV[3])
 end
 if ARGV[2] ~= '' then redis.call('SET', KEYS[2], ARGV[2], 'EX', ARGV[3]) end
-return {{'new'}}
+return {'new', requests, tokens}
+"""
+
+
+SETTLE = """
+-- KEYS[1]=the owner's reserved tokens, KEYS[2]=its tokens this minute
+-- ARGV[1]=job id, ARGV[2]=this minute, ARGV[3]=the tokens the job used ('' to charge its
+-- prompt's estimate: it failed, its usage unknown; '-': the whole reservation, the job is gone).
+-- Once per job: its reservation becomes what it used, in this minute's count if it was
+-- reserved in this minute (an earlier minute's count no longer limits anything). Returns the
+-- tokens charged, or -1 if nothing was reserved (settled already, or never reserved).
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if not held then return -1 end
+redis.call('HDEL', KEYS[1], ARGV[1])
+local minute, reserved, prompt = string.match(held, '^(%d+) (%d+) (%d+)$')
+local used = tonumber(ARGV[3]) or tonumber(prompt)
+if ARGV[3] == '-' then used = tonumber(reserved) end
+if minute == ARGV[2] and redis.call('EXISTS', KEYS[2]) == 1 then
+  local left = redis.call('INCRBY', KEYS[2], used - tonumber(reserved))
+  if left < 0 then redis.call('SET', KEYS[2], 0, 'KEEPTTL') end
+end
+return used
 """
 
 

@@ -77,5 +77,8 @@ class MessagesEndpoints(Endpoints):
         owner = request_owner(request)
         allowed(request_grant(request), body.priority)  # a count is a job of the key's tier
         body.enforce(settings.limits)
-        job, _ = await self._job_for(Ask(request, services, body, owner, None, len(raw)))
-        return await collect(request, services, Counted.of(job), arrived_ms)
+        ask = Ask(request, services, body, owner, None, len(raw))
+        made = await self._job_for(ask)
+        response = await collect(request, services, Counted.of(made.job), arrived_ms)
+        response.headers.update(made.headers(ask))
+        return response

@@ -209,7 +209,7 @@ def test_a_request_without_limits_or_key_is_admitted_without_a_round_trip():
 
         async def admit(**kw):
             calls.append(kw)
-            return [b"new"]
+            return [b"new", 1, 0]
 
         s.owners._admit = admit
         await s.submit(spec(9), "chat", 0)  # no owner (no keys), no Idempotency-Key
@@ -292,3 +292,28 @@ def test_a_chat_job_keeps_the_thinking_field_it_was_created_with():
     default, both = asyncio.run(go())
     assert default is not None and default.reasoning_field == "reasoning_content"
     assert both is not None and both.reasoning_field == "both"
+
+
+def test_a_key_short_of_tokens_is_first_charged_what_its_ended_jobs_used():
+    """Their ends were never read (the clients went away): the next job that finds the key
+    short settles them before it is refused."""
+
+    async def go() -> None:
+        pair = FakePair()
+        s = store(pair)
+        quota = Quota(tokens_per_minute=100, tokens=60, prompt_tokens=10)
+        await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
+        running = await s.submit(
+            spec(2), "chat", 0, owner="alice", quota=dataclasses.replace(quota, tokens=20)
+        )
+        with pytest.raises(OwnerRate) as refused:
+            await s.submit(spec(3), "chat", 0, owner="alice", quota=quota)
+        assert refused.value.what == "tokens" and refused.value.tokens == 80
+        await s.end("chatcmpl-1", Finished(finish_reason="stop", prompt_tokens=12, completion_tokens=8))
+        admitted = await s.submit(spec(3), "chat", 0, owner="alice", quota=quota)
+        assert admitted.spent is not None and admitted.spent.tokens == 20 + 20 + 60
+        held = pair.sync().queues.hgetall(keys.owned("alice", keys.Owned.RESERVED_TOKENS))
+        assert set(held) == {running.job.id.encode(), b"chatcmpl-3"}  # the running job still holds its own
+        assert await s.owners.settle("alice", "chatcmpl-1", None) == -1  # settled once
+
+    asyncio.run(go())

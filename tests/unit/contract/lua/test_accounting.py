@@ -155,3 +155,65 @@ def test_spend_counts_requests_and_bytes_per_minute(r):
     assert spend(keys=k, args=[2, 100, 50]) == [b"rate", b"bytes"]
     assert spend(keys=k, args=[2, 100, 40]) == [b"ok"]
     assert spend(keys=k, args=[2, 100, 0]) == [b"rate", b"requests"]
+
+
+def admit(
+    r, job_id: str, tokens: int, prompt: int = 0, max_tokens: int = 1000, minute: int = 7, rpm: int = 0
+) -> list:
+    """ADMIT for OWNER with only a request and a token budget."""
+    unfinished = keys.owned(OWNER, keys.Owned.JOBS)
+    return r.register_script(accounting.ADMIT)(
+        keys=[
+            unfinished,
+            unfinished,
+            keys.requests_per_minute(OWNER, minute),
+            keys.bytes_per_minute(OWNER, minute),
+            keys.tokens_per_minute(OWNER, minute),
+            keys.owned(OWNER, keys.Owned.RESERVED_TOKENS),
+        ],
+        args=[job_id, "", 3600, 0, rpm, 0, 10, "0", max_tokens, tokens, prompt, minute],
+    )
+
+
+def settle(r, job_id: str, used: str, minute: int = 7) -> int:
+    return r.register_script(accounting.SETTLE)(
+        keys=[keys.owned(OWNER, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute(OWNER, minute)],
+        args=[job_id, minute, used],
+    )
+
+
+def tokens(r, minute: int = 7) -> int:
+    return int(r.get(keys.tokens_per_minute(OWNER, minute)) or 0)
+
+
+def test_a_job_reserves_its_tokens_and_one_that_would_go_over_the_minute_s_budget_is_refused(r):
+    assert admit(r, "a", 600, prompt=100, rpm=10) == [b"new", 1, 600]
+    assert admit(r, "b", 401, rpm=10) == [b"rate", b"tokens", 1, 600]  # nothing counted
+    assert r.get(keys.requests_per_minute(OWNER, 7)) == b"1"
+    assert admit(r, "c", 400, rpm=10) == [b"new", 2, 1000]
+    assert r.hget(keys.owned(OWNER, keys.Owned.RESERVED_TOKENS), "a") == b"7 600 100"
+
+
+def test_settling_charges_the_usage_once_in_place_of_the_reservation(r):
+    admit(r, "a", 600, prompt=100)
+    assert settle(r, "a", "250") == 250 and tokens(r) == 250
+    assert settle(r, "a", "250") == -1 and tokens(r) == 250  # a second reader of the end: nothing
+    admit(r, "b", 300, prompt=40)
+    assert settle(r, "b", "") == 40 and tokens(r) == 290  # failed: its prompt's estimate
+    admit(r, "c", 300, prompt=40)
+    assert settle(r, "c", "-") == 300 and tokens(r) == 590  # gone: the whole reservation
+    admit(r, "d", 100, prompt=10)
+    assert settle(r, "d", "400") == 400 and tokens(r) == 990  # it used more than it reserved
+
+
+def test_a_reservation_of_an_earlier_minute_is_dropped_without_touching_this_minute_s_count(r):
+    admit(r, "a", 600, prompt=100, minute=7)
+    admit(r, "b", 500, prompt=100, minute=8)
+    assert settle(r, "a", "10", minute=8) == 10
+    assert tokens(r, minute=8) == 500 and tokens(r, minute=7) == 600
+    assert not r.hexists(keys.owned(OWNER, keys.Owned.RESERVED_TOKENS), "a")
+
+
+def test_a_job_reserving_nothing_is_not_held(r):
+    assert admit(r, "count", 0) == [b"new", 0, 0]
+    assert settle(r, "count", "30") == -1 and tokens(r) == 0
