@@ -250,6 +250,13 @@ class Routing:
         minimum=0,
     )
     balance_rel: float = setting(1.5, "ROUTE_BALANCE_REL", "see ROUTE_BALANCE_ABS", minimum=1.0)
+    per_key: int = setting(
+        8,
+        "ROUTED_JOBS_PER_KEY",
+        "jobs of one API key that may wait routed to a worker at once; its others wait in the "
+        "shared queue, behind every key's earlier jobs (`0`: no limit)",
+        minimum=0,
+    )
 
 
 @dataclass(frozen=True)

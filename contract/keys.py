@@ -209,15 +209,13 @@ class Owned(StrEnum):
     """The indexes of what one API key's owner holds: `owned(owner, Owned.X)` names each."""
 
     JOBS = "jobs"
-    """ZSET: the jobs the key created that may not have ended (job id -> created ms),
-    for MAX_JOBS_PER_KEY: ADMIT adds; ended, expired and never-recorded ones are dropped when
-    an ADMIT finds the owner at the limit (api/jobs/owners.py), and by age."""
+    """ZSET: its jobs that may not have ended (job id -> created ms), for MAX_JOBS_PER_KEY:
+    ADMIT adds; ended ones go when an ADMIT finds the owner at the limit, and by age."""
     FILES = "files"
     """ZSET: the owner's files (id -> created, s), for listing."""
     FILE_SIZES = "filesizes"
-    """HASH: what the owner is charged for keeping (contract/lua/accounting.py): its files and its
-    running batches' lines and answers (id -> "<bytes> <expires at, s>"), for
-    FILES_BYTES_PER_KEY."""
+    """HASH: what it is charged for keeping, for FILES_BYTES_PER_KEY: its files and its running
+    batches' lines and answers (id -> "<bytes> <expires at, s>")."""
     FILE_EXPIRY = "fileexpiry"
     """ZSET: the same charges by when they expire (id -> s)."""
     FILE_HELD = "fileheld"
@@ -228,6 +226,8 @@ class Owned(StrEnum):
     """ZSET: the owner's batches not yet ended (id -> created, ms), for MAX_BATCHES_PER_KEY."""
     RESERVED_TOKENS = "reservedtokens"
     """HASH: unsettled token reservations, job id -> "<minute> <reserved> <prompt estimate>"."""
+    ROUTED = "routed"
+    """ZSET: its jobs routed to a worker (`routed` members -> ms when), for ROUTED_JOBS_PER_KEY."""
 
 
 def owned(owner: str, index: Owned) -> str:

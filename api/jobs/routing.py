@@ -23,7 +23,9 @@ times as much. The reaper's tick moves every job past its deadline back to its t
 queue, where its arrival puts it (`contract.lua.queues.FALL_BACK`: a job is either taken by
 its worker or moved, never both; never ahead of another key's earlier job, so a key cannot
 jump the queue by routing), and at once the jobs of a worker found dead. Continuations, suspects
-and batch lines are never routed: they wait in the shared queues, as they always did.
+and batch lines are never routed: they wait in the shared queues, as they always did. Nor
+is a key's job while ROUTED_JOBS_PER_KEY of its jobs wait routed: a key cannot fill the
+workers' routed queues with its own.
 """
 
 from __future__ import annotations
@@ -94,15 +96,25 @@ class Router:
         self._registry = registry
         self.settings = settings
         self._fall_back = client.register_script(queues.FALL_BACK)
+        self._for_owner = client.register_script(queues.ROUTE_FOR_OWNER)
 
-    async def route(self, spec: JobSpec) -> Route | None:
-        """Where a new job should wait (None: the shared queue) and until when; enqueueing
-        writes both (contract/queueing.py). A server that refuses the commands (an ACL from
-        before routing) sends every job to the shared queue, with a warning."""
+    async def route(self, spec: JobSpec, owner: str = "") -> Route | None:
+        """Where a new job of `owner` should wait (None: the shared queue) and until when;
+        enqueueing writes both (contract/queueing.py). A server that refuses the commands (an
+        ACL from before routing) sends every job to the shared queue, with a warning."""
         if not self.settings.enabled or spec.priority not in tiers.ROUTED_TIERS:
             return None
         try:
-            return await self._route(spec)
+            route = await self._route(spec)
+            if route is None or not owner or not self.settings.per_key:
+                return route
+            member = tiers.routed_member(keys.rq_job_id(spec.id, 0), route.worker, spec.priority)
+            longest_ms = int(self.settings.wait_s * 4000) + 60_000
+            counted = await self._for_owner(
+                keys=[keys.owned(owner, keys.Owned.ROUTED), keys.routed(spec.model)],
+                args=[member, self.settings.per_key, longest_ms],
+            )
+            return route if counted else None
         except ResponseError as exc:
             log.warning("cache-aware routing is off for this job: %s", exc)
             return None

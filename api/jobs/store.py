@@ -132,7 +132,9 @@ class JobStore:
                 except BaseException:
                     await self.owners.take_back(spec.id, owner, idempotency)
                     raise
-                await self._enqueue(spec, keep_on_failure=idempotency is not None, routed=counted)
+                await self._enqueue(
+                    spec, keep_on_failure=idempotency is not None, routed=counted, owner=owner
+                )
                 await self._confirm(spec, job_hash, routed=counted)
                 return Submitted(
                     state, new=True, spent=Spent(this_minute(), int(verdict[1]), int(verdict[2]))
@@ -197,13 +199,13 @@ class JobStore:
         record = keys.rq_job(keys.rq_job_id(job_id, 0))
         return not await anyio.to_thread.run_sync(self._rq.queues.exists, record)
 
-    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool) -> None:
+    async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool, owner: str = "") -> None:
         """Put the new job on its queue: with `routed`, the routed queue of the worker
         holding its prompt's prefix, if one does (api/jobs/routing.py). If that fails the job is
         deleted, unless a retry with its Idempotency-Key may come back for it: then it stays
         pending, and the reaper enqueues it once Redis answers again."""
         try:
-            route = await self._router.route(spec) if self._router and routed else None
+            route = await self._router.route(spec, owner) if self._router and routed else None
             worker, deadline_ms = (route.worker, route.deadline_ms) if route else (None, 0)
             await anyio.to_thread.run_sync(
                 lambda: queueing.enqueue(

@@ -54,7 +54,8 @@ keys of one shard only (a job's keys and its shard's `running` and `pending` ind
 hash tag: contract/keys.py), or, INDEXES, of one shard a call on a cluster, so that server
 may be a Redis Cluster; the queues server's scripts (queues.py's and accounting.py's) need
 one server, as RQ does. Besides those above, queues.py holds `FALL_BACK` (a routed job its
-worker did not take goes back to the shared queue), `DEAD_BATCH` (how many jobs a dead worker
+worker did not take goes back to the shared queue), `ROUTE_FOR_OWNER` (a key's bound on its
+jobs waiting routed), `DEAD_BATCH` (how many jobs a dead worker
 held), `DELETE_IF` (compare and delete) and `TAKE_OR_EXTEND` (the lock that lets one API
 process drive the reaper or the batches); accounting.py the charges for what a key keeps
 (its docstring lists them).

@@ -1,6 +1,6 @@
 """The queues server's scripts that are no accounting: a model's queues (RESERVE, TAKE), a
-routed job falling back to the shared queue, a dead worker's batch size, a lock, a
-compare-and-delete.
+routed job falling back to the shared queue, a key's bound on its routed jobs, a dead
+worker's batch size, a lock, a compare-and-delete.
 """
 
 from __future__ import annotations
@@ -103,4 +103,23 @@ return 0
 TAKE_OR_EXTEND = """
 if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
 return redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) and 1 or 0
+"""
+
+
+ROUTE_FOR_OWNER = """
+-- KEYS[1]=the owner's routed jobs (member -> ms when routed), KEYS[2]=the model's `routed`
+-- ARGV[1]=the new job's `routed` member, ARGV[2]=the most the owner may have waiting routed,
+-- ARGV[3]=ms a routed job may wait at most. Returns 1 (it may be routed: counted) or 0 (it
+-- waits in the shared queue). A job counts until its worker takes it or it falls back (its
+-- `routed` entry goes; one routed in the last 5 s may not have that entry yet).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now - tonumber(ARGV[3]))
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', now - 5000)) do
+  if not redis.call('ZSCORE', KEYS[2], member) then redis.call('ZREM', KEYS[1], member) end
+end
+if redis.call('ZCARD', KEYS[1]) >= tonumber(ARGV[2]) then return 0 end
+redis.call('ZADD', KEYS[1], now, ARGV[1])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return 1
 """

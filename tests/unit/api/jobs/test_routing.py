@@ -185,3 +185,32 @@ def test_a_routed_job_counts_in_its_tier_s_depth_until_its_worker_takes_it():
     waiting, taken = asyncio.run(go())
     assert waiting["flex"] == 1 and sum(waiting.values()) == 1
     assert sum(taken.values()) == 0
+
+
+def test_a_key_has_at_most_routed_jobs_per_key_waiting_routed_at_once():
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeAsyncRedis(server=server)
+    first = chat(SYSTEM, Message("user", "Tell me about lighthouses."))
+    pool(r, {"w1": [], "w2": [d for d, _ in prefixes(first)]}, {})
+    router = Router(r, WorkerRegistry(r, 15), Routing(wait_s=1.0, min_chars=100, per_key=2))
+    owned = keys.owned("alice", keys.Owned.ROUTED)
+
+    def job(n: int) -> JobSpec:
+        return JobSpec(id=f"chatcmpl-{n}", kind="chat", model=MODEL, messages=first.messages)
+
+    async def go() -> list:
+        got = []
+        for n in range(3):
+            route = await router.route(job(n), owner="alice")
+            got.append(route and route.worker)
+            if route:
+                enqueue(server, job(n), route)
+        got.append((await router.route(job(3), owner="bob")).worker)  # another key's own bound
+        taken = (await r.zrange(keys.routed(MODEL), 0, -1))[0]  # w2 took one: its entry goes
+        await r.zrem(keys.routed(MODEL), taken)
+        got.append(await router.route(job(4), owner="alice"))  # taken moments ago: it may not be written yet
+        await r.zadd(owned, {taken: int(time.time() * 1000) - 6000})
+        got.append((await router.route(job(5), owner="alice")).worker)
+        return got
+
+    assert asyncio.run(go()) == ["w2", "w2", None, "w2", None, "w2"]
