@@ -114,6 +114,7 @@ class Services:
             router=router,
             acks=acks,
             cached_token_weight=settings.quotas.cached_token_weight,
+            public_prompts=settings.access.public_prompts,
         )
         streams = OpenStreams()
         memory = MemoryWatch(servers, settings.intake.redis_memory_high)

@@ -4,10 +4,13 @@ store reads the group it works with (`settings.quotas`, `settings.batches`, ...)
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 
+from contract.prefixes import public_digest
 from contract.settings import Recovery, Shared, group, load, one_of, setting, words
 
 
@@ -20,6 +23,17 @@ def _per_model(raw: str) -> dict[str, int]:
             raise ValueError(f"QUEUE_LIMITS: expected model=N, got {item!r}")
         out[model.strip()] = int(value)
     return out
+
+
+def _public_prompts(path: str) -> frozenset[str]:
+    """PUBLIC_PROMPTS_FILE: a JSON array of prompts -> their digests (contract/prefixes.py)."""
+    try:
+        prompts = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"PUBLIC_PROMPTS_FILE: cannot read a JSON array from {path}: {exc}") from None
+    if not isinstance(prompts, list) or not all(isinstance(p, str) and p for p in prompts):
+        raise ValueError("PUBLIC_PROMPTS_FILE: expected a JSON array of non-empty strings")
+    return frozenset(public_digest(p) for p in prompts)
 
 
 @dataclass(frozen=True)
@@ -45,6 +59,15 @@ class Access:
         "OPERATOR_KEYS",
         "comma-separated keys (clear or `sha256:<hex>`) that may also read the pool-wide data on "
         "the public port (`/metrics`, `/scaling/<model>`, the pool page); other keys get 403",
+        shown="(none)",
+    )
+    public_prompts: frozenset[str] = setting(
+        frozenset(),
+        "PUBLIC_PROMPTS_FILE",
+        "a JSON array of system prompts made public: a job whose first message (system or "
+        "developer) is exactly one shares that message's prompt cache and routing with every key; "
+        'the rest of its prompt stays its key\'s (docs/security.md, "Tenancy"); read at start',
+        parse=_public_prompts,
         shown="(none)",
     )
     allow_no_auth: bool = setting(

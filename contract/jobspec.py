@@ -129,6 +129,9 @@ class JobSpec:
     # whose prompt cache the job may read and add to (contract/prefixes.py `cache_scope`): a
     # slot's cache, and a worker's announced prefixes, serve only jobs of the same scope
     cache_scope: str = ""
+    # its first message is a prompt the operator made public (PUBLIC_PROMPTS_FILE): that
+    # prefix's cache is shared across scopes, the rest stays the scope's own
+    public_prompt: bool = False
     # what the chat template is given beside the messages (chat_template_kwargs, and
     # reasoning_effort: `enable_thinking` false for "none"); scalars only
     template_kwargs: dict = field(default_factory=dict)
@@ -145,6 +148,7 @@ class JobSpec:
         absent_unless_set = (
             "ignore_eos",
             "cache_scope",
+            "public_prompt",
             "template_kwargs",
             "thinking_budget",
         )  # an earlier worker takes it
@@ -203,6 +207,7 @@ class JobSpec:
                 priority=data.get("priority", "default"),
                 ignore_eos=data.get("ignore_eos", False),
                 cache_scope=data.get("cache_scope", ""),
+                public_prompt=data.get("public_prompt", False),
                 template_kwargs=data.get("template_kwargs", {}),
                 thinking_budget=data.get("thinking_budget", 0),
             )
@@ -254,8 +259,8 @@ class JobSpec:
                 raise InvalidSpec("logit_bias keys must be token ids")
             if isinstance(bias, bool) or not isinstance(bias, int | float) or not -100 <= bias <= 100:
                 raise InvalidSpec("logit_bias values must be between -100 and 100")
-        if not isinstance(self.logprobs, bool) or not isinstance(self.ignore_eos, bool):
-            raise InvalidSpec("logprobs and ignore_eos must be booleans")
+        if not all(isinstance(flag, bool) for flag in (self.logprobs, self.ignore_eos, self.public_prompt)):
+            raise InvalidSpec("logprobs, ignore_eos and public_prompt must be booleans")
         if self.ignore_eos and (self.response_format or self.uses_tools):
             raise InvalidSpec("ignore_eos cannot go with a response format or tools")
         if problem := template_kwargs_problem(self.template_kwargs):

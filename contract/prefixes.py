@@ -14,7 +14,10 @@ A cache is a side channel: a job that reuses one is answered sooner (and told ho
 tokens it reused), so a key that could hit another key's cache could test guesses of its
 prompts. So each job has a cache scope (`cache_scope`): the key that sent it, or a salt that
 keys share on purpose. A worker reuses a slot's cache only for a job of the scope that
-filled it, and routing digests differ by scope (docs/security.md, "Tenancy").
+filled it, and routing digests differ by scope (docs/security.md, "Tenancy"). One exception,
+the operator's to make: a system prompt made public (PUBLIC_PROMPTS_FILE). A job whose first
+message is one (`public_prompt`) shares that message's digest, and a slot's cache of exactly
+its tokens, with every scope; what follows it is the scope's own.
 """
 
 from __future__ import annotations
@@ -42,12 +45,27 @@ def cache_scope(owner: str, salt: str | None = None) -> str:
     return f"key:{owner}" if owner else ""
 
 
-def _root(spec: JobSpec) -> str:
+def public_digest(text: str) -> str:
+    """How a public prompt is known (PUBLIC_PROMPTS_FILE): a job's first message whose content
+    has this digest is one."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def is_public(spec: JobSpec, public: frozenset[str]) -> bool:
+    """Whether the job's first message is a system prompt made public (`public`: their
+    `public_digest`s)."""
+    if spec.kind != "chat" or not spec.messages or not public:
+        return False
+    first = spec.messages[0]
+    return first.role in ("system", "developer") and public_digest(first.content) in public
+
+
+def _root(spec: JobSpec, scoped: bool = True) -> str:
     tools = [[t.name, t.description, t.parameters] for t in spec.tools]
     head = [spec.model, spec.kind, tools]
     if spec.template_kwargs:  # they change the rendered prompt (thinking on or off)
         head.append(spec.template_kwargs)
-    return _digest("", [*head, spec.cache_scope] if spec.cache_scope else head)
+    return _digest("", [*head, spec.cache_scope] if spec.cache_scope and scoped else head)
 
 
 def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
@@ -55,15 +73,18 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
     `answer`, one more: the conversation followed by it, as the assistant's message. At most
     MAX_DIGESTS: the first (a shared system prompt) and the deepest."""
     out: list[tuple[str, int]] = []
-    digest, chars = _root(spec), 0
+    public = spec.public_prompt and spec.kind == "chat"
+    digest, chars = _root(spec, scoped=not public), 0
     if spec.kind == "chat":
         messages = list(spec.messages)
         if answer is not None:
             messages.append(Message("assistant", answer))
-        for m in messages:
+        for i, m in enumerate(messages):
             digest = _digest(digest, m.to_dict())
             chars += len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
             out.append((digest, chars))
+            if i == 0 and public and spec.cache_scope:  # the public prompt's end: the scope's own from here
+                digest = _digest(digest, spec.cache_scope)
     else:
         text = spec.prompt + (answer or "")
         for start in range(0, len(text) - TEXT_BLOCK + 1, TEXT_BLOCK):

@@ -39,7 +39,7 @@ from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
 from contract.jobspec import JobSpec
 from contract.keys import JobField, JobStatus
 from contract.lua import jobs, library, queues
-from contract.prefixes import cache_scope
+from contract.prefixes import cache_scope, is_public
 from contract.servers import Servers
 from contract.settings import Recovery
 
@@ -58,6 +58,7 @@ class JobStore:
         router: Router | None = None,
         acks: Servers[Confirms] | None = None,
         cached_token_weight: float = 1.0,
+        public_prompts: frozenset[str] = frozenset(),
     ) -> None:
         self._q = servers.queues
         self._r = servers.streams  # the job's own keys
@@ -68,6 +69,7 @@ class JobStore:
         self._end = self._r.register_script(jobs.END)
         self._end_if_late = self._r.register_script(jobs.END_IF_LATE)
         self._record_script = self._r.register_script(jobs.RECORD)
+        self._public = public_prompts  # PUBLIC_PROMPTS_FILE's digests (contract/prefixes.py)
         self.owners = Owners(self._q, self._r, recovery.job_ttl_s, cached_token_weight)
         self._dead_batch = self._q.register_script(queues.DEAD_BATCH)
         self._indexes = ShardIndexes(self._r)
@@ -99,7 +101,8 @@ class JobStore:
         (default: QUEUE_WAIT_SECONDS from now) ends with queue_timeout. A job not `counted`
         (a batch line: bounded by its batch) is not among its owner's unfinished jobs. The
         job reads and fills the prompt cache of its owner, or of its `cache_salt`."""
-        spec = replace(spec, cache_scope=cache_scope(owner, cache_salt))
+        scope = cache_scope(owner, cache_salt)
+        spec = replace(spec, cache_scope=scope, public_prompt=bool(scope) and is_public(spec, self._public))
         state = JobState(
             id=spec.id,
             surface=surface,

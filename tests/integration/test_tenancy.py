@@ -8,6 +8,7 @@ placement. Routing needs two workers (with one there is nothing to choose)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +36,8 @@ SALT = "a shared secret salt, long and random: 5f0c9d2e8a7b4c1d"
 SYSTEM = "You are a careful assistant who answers briefly and never repeats the question. " * 25
 MESSAGES = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": "Name a colour."}]
 PROMPT_TOKENS = 300  # the prompt above is longer: a hit reads back at least this much
+# a system prompt the operator made public (PUBLIC_PROMPTS_FILE)
+PUBLIC = "You are the public help desk of Example Corp; answer in one short sentence. " * 25
 
 
 def owner(key: str) -> str:
@@ -116,7 +119,10 @@ def stack(tmp_path, request) -> Iterator[Stack]:
     (workers, slots, ROUTE_WAIT_SECONDS), of those."""
     workers, slots, route_wait = request.param if isinstance(request.param, tuple) else (request.param, 2, 5)
     redis_proc, url = start_redis(tmp_path)
+    public = tmp_path / "public-prompts.json"
+    public.write_text(json.dumps([PUBLIC]))
     env = {
+        "PUBLIC_PROMPTS_FILE": str(public),
         "API_KEYS": ",".join((ALICE, BOB, CAROL)),
         "OPERATOR_KEYS": OPERATOR,
         "ROUTE_WAIT_SECONDS": str(route_wait),
@@ -162,6 +168,22 @@ def test_a_key_hits_its_own_prompt_cache_and_no_other_key_s(stack):
         model=MODEL, instructions=SYSTEM, input="Name a colour.", max_output_tokens=8, temperature=0
     )
     assert response.usage is not None and response.usage.input_tokens_details.cached_tokens > PROMPT_TOKENS
+
+
+@pytest.mark.parametrize("stack", [1], indirect=True, ids=["one worker"])
+def test_a_public_system_prompt_s_cache_is_every_key_s_and_the_rest_of_a_prompt_is_not(stack):
+    conversation = [{"role": "system", "content": PUBLIC}, {"role": "user", "content": "Name a colour."}]
+    first = stack.ask(ALICE, messages=conversation)
+    assert cached(first) == 0
+    # Bob sends the very same conversation: the worker reads back the public prompt only
+    bob = stack.ask(BOB, messages=conversation)
+    assert cached(bob) > PROMPT_TOKENS
+    assert bob["usage"]["prompt_tokens"] - cached(bob) >= 5  # his own question, read again
+    # Bob's job took the slot that held Alice's conversation (it shared the most): Alice now
+    # reads back the public prompt only, though Bob's question there is the same as hers
+    again = stack.ask(ALICE, messages=conversation)
+    assert cached(again) == cached(bob)
+    assert cached(stack.ask(CAROL)) == 0  # a prompt nobody made public stays private
 
 
 @pytest.mark.parametrize("stack", [1], indirect=True, ids=["one worker"])

@@ -116,3 +116,19 @@ def test_a_sentinel_url_the_clients_would_refuse_is_refused_at_start():
         with pytest.raises(SettingError, match=f"{name}.*ssl") as refused:
             Settings.from_env({name: "redis+sentinel://:Sup3rSecretPW@s/m?ssl_ca_certs=/ca.crt"})
         assert "Sup3rSecretPW" not in str(refused.value)
+
+
+def test_public_prompts_are_read_from_a_json_array_and_a_bad_file_stops_the_start(tmp_path):
+    from contract.prefixes import public_digest
+
+    good = tmp_path / "public.json"
+    good.write_text('["You are a helpful assistant.", "Sei un assistente."]')
+    got = Settings.from_env({"PUBLIC_PROMPTS_FILE": str(good)}).access.public_prompts
+    assert got == {public_digest("You are a helpful assistant."), public_digest("Sei un assistente.")}
+    assert Settings.from_env({}).access.public_prompts == frozenset()
+    for text in ('{"a": 1}', '["ok", ""]', "not json"):
+        good.write_text(text)
+        with pytest.raises(SettingError, match="PUBLIC_PROMPTS_FILE"):
+            Settings.from_env({"PUBLIC_PROMPTS_FILE": str(good)})
+    with pytest.raises(SettingError, match="PUBLIC_PROMPTS_FILE"):
+        Settings.from_env({"PUBLIC_PROMPTS_FILE": str(tmp_path / "missing.json")})

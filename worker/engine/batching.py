@@ -4,21 +4,20 @@ Each job in a worker is a sequence in its own slot (a llama.cpp sequence id with
 part of the KV cache). Every step builds one batch: the last sampled token of each decoding
 sequence and up to `prefill_chunk` prompt tokens of each sequence still prefilling, so a
 long prompt is spread over many steps and never freezes the running streams.
-The batch lists its tokens by slot (worker/engine/steps/plan.py plans it): llama.cpp computes a
-batch for a cache split by sequence in one pass only over consecutive sequence ids in
-increasing order. While an interactive sequence runs, Batch API lines beyond BATCH_SLOTS sit
-out (`stepping`).
+The batch lists its tokens by slot (worker/engine/steps/plan.py): llama.cpp computes a batch
+for a cache split by sequence in one pass only over consecutive sequence ids in increasing
+order. While an interactive sequence runs, Batch API lines beyond BATCH_SLOTS sit out.
 After the decode each sequence that produced logits samples with its own sampler chain, and
 a courier thread hands the step's tokens to the job threads through their sequences' queues
 while the next step computes: each job thread woken from the scheduler thread preempts it,
 and the model computes nothing meanwhile (docs/benchmarks.md has the figures).
 
-A sequence its job closes leaves at the next step: its slot takes the next job at once. A
-slot keeps the KV of its last sequence for the next job of its cache scope (the same key or
-salt: contract/prefixes.py) that shares a prefix with it, which reads only the rest; a job
-extending no slot's cache takes an empty slot, else the least recently used (`choose_slot`),
-and a move closing a gap between running slots first copies the cache left there to a spare
-slot (`spare_slot`). With the CPU build a job's greedy tokens depend neither on the batch nor
+A closed sequence leaves at the next step: its slot takes the next job at once. A slot keeps
+the KV of its last sequence for the next job of its cache scope (key or salt; a public
+prompt's tokens for any: contract/prefixes.py) sharing a prefix with it, which reads only the
+rest; a job extending no cache takes an empty slot, else the least recently used
+(`choose_slot`); a move closing a gap between running slots first copies the cache left there
+to a spare slot (`spare_slot`). On CPU a job's greedy tokens depend neither on the batch nor
 on the cached prefix (tests/integration/test_batching.py); a GPU may round a batch otherwise.
 """
 
@@ -45,6 +44,7 @@ from worker.engine.steps.plan import (
     compaction,
     plan,
     prefix_source,
+    shareable,
     spare_slot,
     stepping,
 )
@@ -74,6 +74,7 @@ class Sequence:
     closed: bool = False
     yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
     scope: str = ""  # its cache scope (contract/prefixes.py): it reuses only caches of its scope
+    public: int = 0  # but these first tokens (a public prompt's), of any scope's cache
     alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps alone until it has generated this many
     progress: Callable[[], None] | None = None  # after each step that computed any of its rows
     cached: int = 0  # context tokens its slot's cache held when it was given the slot
@@ -242,13 +243,13 @@ class Scheduler:
         (`prefix_source`): no slot is evicted for it, and no prompt is read again meanwhile."""
         while self._waiting and self._free:
             seq = self._waiting.pop(0)
-            mine = [scope == seq.scope for scope in self._scopes]
-            slot = choose_slot(self._free, self._kv, seq.context, self._ended, mine)
+            shares = shareable(self._kv, self._scopes, seq.context, seq.scope, seq.public)
+            slot = choose_slot(self._free, self._kv, seq.context, self._ended, shares)
             self._free.remove(slot)
             # the last context token is read again all the same: its logits give the first pick
-            keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1) if mine[slot] else 0
+            keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1, shares[slot])
             self._scopes[slot] = seq.scope
-            if self._prefix_cache and (source := prefix_source(slot, self._kv, seq.context, mine)):
+            if self._prefix_cache and (source := prefix_source(slot, self._kv, seq.context, shares)):
                 src, keep = source
                 self._context.copy_prefix(src, slot, keep)  # the source's cache stays whole
                 self._kv[slot] = self._kv[src][:keep]

@@ -238,6 +238,7 @@ class LlamaEngine:
             room=self.n_ctx - len(context),
             yields=spec.priority == BATCH,
             scope=spec.cache_scope,
+            public=self.prompts.public_tokens(spec, prompt),
             alone_for=alone_for,
             progress=progress,
         )

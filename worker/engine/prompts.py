@@ -11,12 +11,15 @@ decodes.
 from __future__ import annotations
 
 import ctypes
+import dataclasses
+from collections.abc import Sequence
 
 import llama_cpp
 from llama_cpp._internals import LlamaModel
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from contract.jobspec import JobSpec
+from worker.engine.steps.plan import common_prefix
 from worker.errors import PromptRejected, PromptTooLong
 from worker.tools.json_envelope import JsonTools
 from worker.tools.protocols import ToolProtocol, detect
@@ -105,6 +108,18 @@ class ChatPrompts:
             ids += self._tokens(before, special=True)
             ids += self._tokens(message["content"], special=False)
         return ids + self._tokens(rest, special=True)
+
+    def public_tokens(self, spec: JobSpec, prompt: Sequence[int]) -> int:
+        """How many of the prompt's first tokens are its public first message's, as every job
+        starting with that message renders them (contract/prefixes.py): 0 but for a job the
+        API marked `public_prompt`."""
+        if not spec.public_prompt or spec.kind != "chat" or not spec.messages:
+            return 0
+        try:
+            alone = self._chat_ids(dataclasses.replace(spec, messages=spec.messages[:1]))
+        except Exception:  # a template that will not render a system message alone: nothing shared
+            return 0
+        return common_prefix(alone, list(prompt))
 
     def special_text(self, text: str) -> list[int]:
         """Text the worker writes itself (a thinking block's close), control tokens parsed."""

@@ -4,7 +4,7 @@ new job's prompt starts with (contract/prefixes.py)."""
 from __future__ import annotations
 
 from contract.jobspec import JobSpec, Message, Tool
-from contract.prefixes import MAX_DIGESTS, cache_scope, prefixes
+from contract.prefixes import MAX_DIGESTS, cache_scope, is_public, prefixes, public_digest
 
 MODEL = "m"
 SYSTEM = Message("system", "You are a helpful assistant. " * 40)
@@ -47,3 +47,25 @@ def test_each_cache_scope_has_digests_of_its_own():
         digests = {scope: {d for d, _ in prefixes(spec)} for scope, spec in specs.items()}
         assert all(digests.values())
         assert all(not (digests[x] & digests[y]) for x in digests for y in digests if x != y)
+
+
+def test_a_public_prompt_s_digest_is_every_scope_s_and_what_follows_it_each_scope_s_own():
+    alice, bob = cache_scope("a" * 32), cache_scope("b" * 32)
+    question = Message("user", "What is the capital of France?")
+    public = frozenset({public_digest(SYSTEM.content)})
+
+    def digests(scope: str) -> list[str]:
+        spec = chat(SYSTEM, question, cache_scope=scope)
+        return [
+            d
+            for d, _ in prefixes(
+                chat(SYSTEM, question, cache_scope=scope, public_prompt=is_public(spec, public))
+            )
+        ]
+
+    a, b = digests(alice), digests(bob)
+    assert a[0] == b[0] and a[1] != b[1]  # the system prompt is shared, the question is not
+    private = [d for d, _ in prefixes(chat(SYSTEM, question, cache_scope=alice))]
+    assert private[0] != a[0] and private[1] != a[1]  # without the operator's word, nothing is shared
+    assert not is_public(chat(Message("user", SYSTEM.content)), public)  # a system prompt only
+    assert not is_public(chat(Message("system", SYSTEM.content + " ")), public)  # exactly

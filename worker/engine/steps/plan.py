@@ -121,13 +121,30 @@ TAIL = 4  # tokens at a cache's end that a next turn may render otherwise (its a
 NEAR = 64  # tokens of shared prefix not worth evicting a more recent conversation for
 
 
+def shareable(
+    kv: list[list[int]], scopes: list[str], context: list[int], scope: str, public: int
+) -> list[int]:
+    """How many of each slot's cached tokens a new job (its `context`, its cache `scope`) may
+    reuse: all of a cache of its scope; of another scope's, the job's `public` first tokens (a
+    public prompt, contract/prefixes.py) when the cache starts with exactly those, else none."""
+    head = context[:public]
+    return [
+        len(cached) if slot_scope == scope else public if public and cached[:public] == head else 0
+        for cached, slot_scope in zip(kv, scopes, strict=True)
+    ]
+
+
 def choose_slot(
-    free: list[int], kv: list[list[int]], context: list[int], ended: list[int], mine: list[bool] | None = None
+    free: list[int],
+    kv: list[list[int]],
+    context: list[int],
+    ended: list[int],
+    shares: list[int] | None = None,
 ) -> int:
     """The free slot a new sequence takes (`kv`: each slot's cached tokens; `ended`: when
-    each slot's last job ended, a tick, 0 for never; `mine`: whether each slot's cache is of
-    the new job's cache scope, contract/prefixes.py: another scope's shares nothing with it;
-    None: every one is).
+    each slot's last job ended, a tick, 0 for never; `shares`: how many of each slot's cached
+    tokens the new job may share, by its cache scope, contract/prefixes.py: all of a cache of
+    its scope, another scope's nothing but a public prompt; None: all of every one).
 
     A slot keeps its last job's cache for the next job that shares a prefix with it: a
     conversation's next turn, or prompts with one system prompt. So the slot whose whole
@@ -137,9 +154,9 @@ def choose_slot(
     a new conversation does not overwrite a recent one (which cache-aware routing,
     api/jobs/routing.py, may be sending its next turn to) for the chat template's few shared
     tokens. Ties go to the lowest slot; `compaction` closes the gaps this may leave."""
-    mine = mine or [True] * len(kv)
-    shared = {s: common_prefix(kv[s], context) if mine[s] else 0 for s in free}
-    extended = [s for s in free if mine[s] and kv[s] and shared[s] >= len(kv[s]) - TAIL]
+    shares = shares or [len(c) for c in kv]
+    shared = {s: min(common_prefix(kv[s], context), shares[s]) for s in free}
+    extended = [s for s in free if kv[s] and shares[s] >= len(kv[s]) and shared[s] >= len(kv[s]) - TAIL]
     if extended:
         return max(extended, key=lambda s: (shared[s], -s))
     best = max(shared.values())
@@ -151,11 +168,11 @@ COPY_RATIO = 128  # cells copied per token of prompt a copy saves reading, at mo
 
 
 def prefix_source(
-    slot: int, kv: list[list[int]], context: list[int], mine: list[bool] | None = None
+    slot: int, kv: list[list[int]], context: list[int], shares: list[int] | None = None
 ) -> tuple[int, int] | None:
     """Where a new sequence taking `slot` copies the cached prefix of its `context` from:
-    (source slot, tokens to keep), None when no other slot's cache (running or free) of its
-    cache scope (`mine`, as for `choose_slot`) holds more of it than `slot`'s own.
+    (source slot, tokens to keep), None when no other slot's cache (running or free) holds
+    more of it than `slot`'s own, of what the job may share (`shares`, as for `choose_slot`).
     `choose_slot` keeps a conversation's cache from a new job, but the job need not read
     again what that cache holds: the shared prefix is copied into its own slot. The last
     context token is read all the same (its logits).
@@ -165,11 +182,11 @@ def prefix_source(
     token reads in ~2 ms. A copy is made when it saves at least one token for every
     COPY_RATIO cells, and from the shortest cache among those sharing the most."""
     limit = len(context) - 1
-    mine = mine or [True] * len(kv)
-    own = min(common_prefix(kv[slot], context), limit) if mine[slot] else 0
+    shares = shares or [len(c) for c in kv]
+    own = min(common_prefix(kv[slot], context), limit, shares[slot])
     found = []  # (tokens kept, -cells copied, -slot): the best is the largest
     for src, cached in enumerate(kv):
-        keep = min(common_prefix(cached, context), limit) if mine[src] else 0
+        keep = min(common_prefix(cached, context), limit, shares[src])
         if src != slot and keep > own and (keep - own) * COPY_RATIO >= len(cached):
             found.append((keep, -len(cached), -src))
     if not found:

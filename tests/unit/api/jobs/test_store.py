@@ -317,3 +317,27 @@ def test_a_key_short_of_tokens_is_first_charged_what_its_ended_jobs_used():
         assert await s.owners.settle("alice", "chatcmpl-1", None) == -1  # settled once
 
     asyncio.run(go())
+
+
+def test_a_job_starting_with_a_public_prompt_is_marked_so_where_keys_keep_caches_apart():
+    from contract.prefixes import public_digest
+
+    async def go() -> list[bool]:
+        pair = FakePair()
+        s = JobStore(
+            pair.aio(),
+            pair.sync(),
+            queue_wait_s=60,
+            recovery=RECOVERY,
+            public_prompts=frozenset({public_digest("P")}),
+        )
+        public, private = (Message("system", "P"), Message("user", "hi")), (Message("system", "Q"),)
+        for n, (messages, owner) in enumerate(((public, "alice"), (private, "alice"), (public, ""))):
+            await s.submit(dataclasses.replace(spec(n), messages=messages), "chat", 0, owner=owner)
+        r = pair.sync().streams
+        return [
+            json.loads(r.hget(keys.job(f"chatcmpl-{n}"), JobField.SPEC)).get("public_prompt", False)
+            for n in range(3)
+        ]
+
+    assert asyncio.run(go()) == [True, False, False]  # without keys there is one cache anyway

@@ -11,6 +11,7 @@ from worker.engine.steps.plan import (
     compaction,
     plan,
     prefix_source,
+    shareable,
     spare_slot,
     stepping,
 )
@@ -132,14 +133,26 @@ def test_another_scope_s_cache_is_neither_extended_nor_copied_and_is_evicted_as_
     # slot 0 holds another key's run of the very same prompt (contract/prefixes.py cache_scope)
     prompt = [*TEMPLATE, *range(2000, 2400)]
     kv = [[*prompt, *range(40, 50)], [*TEMPLATE, *range(5000, 5100)], []]
-    theirs = [False, True, True]
-    assert choose_slot([0, 1, 2], kv, prompt, ended=[2, 1, 0], mine=theirs) == 2  # an empty slot first
-    assert prefix_source(2, kv, prompt, mine=theirs) == (1, len(TEMPLATE))  # from slot 1 only
-    assert choose_slot([0, 1], kv, prompt, ended=[2, 1, 0], mine=theirs) == 1  # then the least recent
-    assert choose_slot([0, 1], kv, prompt, ended=[1, 2, 0], mine=theirs) == 0  # however much it shares
-    assert prefix_source(0, kv, prompt, mine=theirs) == (1, len(TEMPLATE))  # taken, none of its own
-    assert choose_slot([0, 1, 2], kv, prompt, ended=[2, 1, 0], mine=[True] * 3) == 0  # of one scope: a hit
-    assert prefix_source(2, kv, prompt, mine=[True] * 3) == (0, len(prompt) - 1)
+    theirs = shareable(kv, ["bob", "alice", ""], prompt, "alice", public=0)
+    assert theirs == [0, len(kv[1]), 0]
+    assert choose_slot([0, 1, 2], kv, prompt, ended=[2, 1, 0], shares=theirs) == 2  # an empty slot first
+    assert prefix_source(2, kv, prompt, shares=theirs) == (1, len(TEMPLATE))  # from slot 1 only
+    assert choose_slot([0, 1], kv, prompt, ended=[2, 1, 0], shares=theirs) == 1  # then the least recent
+    assert choose_slot([0, 1], kv, prompt, ended=[1, 2, 0], shares=theirs) == 0  # however much it shares
+    assert prefix_source(0, kv, prompt, shares=theirs) == (1, len(TEMPLATE))  # taken, none of its own
+    assert choose_slot([0, 1, 2], kv, prompt, ended=[2, 1, 0]) == 0  # of one scope: a hit
+    assert prefix_source(2, kv, prompt) == (0, len(prompt) - 1)
+
+
+def test_another_scope_s_cache_of_a_public_prompt_is_shared_up_to_its_end_and_no_further():
+    public = [*TEMPLATE, *range(2000, 2300)]  # the system prompt the operator made public
+    prompt = [*public, *range(7000, 7050)]  # alice's question after it
+    kv = [[*public, *range(7000, 7040)], [*public[:-1], 1], []]  # bob's run of it; a near miss
+    shares = shareable(kv, ["bob", "bob", ""], prompt, "alice", public=len(public))
+    assert shares == [len(public), 0, 0]  # bob's question, though it starts as alice's, is his
+    assert choose_slot([1, 2], kv, prompt, ended=[2, 1, 0], shares=shares) == 2  # slot 0 runs
+    assert prefix_source(2, kv, prompt, shares=shares) == (0, len(public))
+    assert choose_slot([0, 1, 2], kv, prompt, ended=[2, 1, 0], shares=shares) == 0  # free: the public prompt
 
 
 def test_no_copy_costs_more_than_the_reading_it_saves():
