@@ -212,7 +212,11 @@ class Intake:
         "REDIS_MEMORY_HIGH",
         "new jobs are refused (503 `storage_full`) once Redis uses this share of its `maxmemory`",
     )
-    retry_after_s: int = setting(5, "RETRY_AFTER_SECONDS", "`Retry-After` sent with 429")
+    retry_after_s: int = setting(
+        5,
+        "RETRY_AFTER_SECONDS",
+        "`Retry-After` sent with 429 (a key's per-minute budgets: when its minute ends)",
+    )
 
     def queue_limit(self, model: str) -> int:
         return self.queue_limits.get(model, self.max_queue_depth)
