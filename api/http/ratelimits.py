@@ -41,9 +41,10 @@ def duration(ms: int) -> str:
 
 
 def headers(
-    budgets: Budgets, minute: int, requests: int, tokens: int, anthropic: bool = False
+    budgets: Budgets, minute: int, requests: int | None, tokens: int | None, anthropic: bool = False
 ) -> dict[str, str]:
-    """The headers for a key that has used `requests` and `tokens` of `minute`'s budgets."""
+    """The headers for a key that has used `requests` and `tokens` of `minute`'s budgets (None:
+    not known, no headers for it)."""
     end_ms = window_end_ms(minute)
     left_ms = end_ms - int(time.time() * 1000)
     out: dict[str, str] = {}
@@ -51,7 +52,7 @@ def headers(
         ("requests", budgets.requests_per_minute, requests),
         ("tokens", budgets.tokens_per_minute, tokens),
     ):
-        if not limit:
+        if not limit or used is None:
             continue
         remaining = str(max(0, limit - used))
         if anthropic:

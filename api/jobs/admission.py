@@ -184,22 +184,23 @@ class Admission:
             keys=[keys.requests_per_minute(owner, minute), keys.bytes_per_minute(owner, minute)],
             args=[budgets.requests_per_minute, budgets.bytes_per_minute, size],
         )
-        if verdict[0] == b"rate":
-            raise self.rate(as_text(verdict[1]), grant)
+        if verdict[0] == b"rate":  # over the requests: all of them are counted; over the bytes: not known
+            what = as_text(verdict[1])
+            raise self.rate(what, grant, requests=budgets.requests_per_minute if what == "requests" else None)
 
     def rate(
         self,
         what: str,
         grant: Grant | None = None,
         requests: int | None = None,
-        tokens: int = 0,
+        tokens: int | None = None,
         asked: int = 0,
         anthropic: bool = False,
     ) -> APIError:
         """The refusal of a job over the key's request rate, byte or token budget
         (contract.lua.accounting.ADMIT), to retry when this minute's budgets reset, with the
-        rate-limit headers (`requests`, `tokens`: counted this minute); one over the token
-        budget says what it `asked` for."""
+        rate-limit headers (`requests`, `tokens`: counted this minute, None where not known);
+        one over the token budget says what it `asked` for."""
         budgets, minute = self.budgets(grant), this_minute()
         wait = retry_after_s(minute)
         if what == "tokens":
@@ -222,11 +223,10 @@ class Admission:
                 else f"{budgets.bytes_per_minute} bytes"
             )
             message = f"This API key sent more than {limit_text} per minute; retry after {wait} seconds."
-        counted = budgets.requests_per_minute if requests is None else requests
         return APIError(
             errors.RATE_LIMITED,
             message,
-            headers={"Retry-After": str(wait)} | headers(budgets, minute, counted, tokens, anthropic),
+            headers={"Retry-After": str(wait)} | headers(budgets, minute, requests, tokens, anthropic),
         )
 
     def jobs(self, unfinished: int) -> APIError:
