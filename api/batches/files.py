@@ -243,7 +243,7 @@ async def upload(request: Request) -> Response:
     services.admission.storage()
     raw = await read_body(request, settings.batches.file_max_bytes + 65536, settings.limits.request_read_s)
     grant = request_grant(request)
-    _, bytes_per_minute = services.admission.budgets(grant)
+    bytes_per_minute = services.admission.budgets(grant).bytes_per_minute
     if bytes_per_minute and len(raw) > bytes_per_minute:
         raise APIError(  # a 429 would ask for a retry that can never succeed
             errors.TOO_LARGE,
