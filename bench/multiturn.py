@@ -14,7 +14,9 @@ still be answered. `--agents`: each conversation is an agent of its own, all at 
 sends its next turn the moment the last answer ends (no think time): a turn is routed to its
 holder only if the holder said what it holds by then.
 
-Two stacks run side by side, one routing (PREFIX_ROUTING=1) and one not, and every pair of
+Every turn is sent with one API key (an operator's, which reads /metrics): the key's own
+prompt cache and its bound on routed jobs (ROUTED_JOBS_PER_KEY) are in play, as for a real
+tenant. Two stacks run side by side, one routing (PREFIX_ROUTING=1) and one not, and every pair of
 runs alternates them (ABBA), each run with conversations of its own (nothing cached from an
 earlier run). Figures: follow-up TTFT p50 and p95, prompt tokens read (prefill: the workers'
 counters), prompt tokens from cache, aggregate output tokens/s, routed jobs and fallbacks;
@@ -51,6 +53,8 @@ MODEL = DEFAULT_MODEL_NAME
 FOLLOW_UPS = ("Say more about that.", "Why?", "Give an example.", "Sum it up in one line.")
 COUNTERS = ("prefill_tokens", "cached_tokens", "prompt_tokens", "routed_taken")
 CLIENTS = 4
+KEY = "sk-bench-multiturn-0123456789"
+AUTH = {"Authorization": f"Bearer {KEY}"}
 
 
 def opening(rng: random.Random, tag: str) -> str:
@@ -78,12 +82,17 @@ class Stack:
 
     def start(self) -> None:
         self.redis, self.url = start_redis(self.logs)
-        env = {"PREFIX_ROUTING": "1" if self.routing else "0", "LOG_LEVEL": "WARNING"}
+        env = {
+            "PREFIX_ROUTING": "1" if self.routing else "0",
+            "LOG_LEVEL": "WARNING",
+            "API_KEYS": KEY,
+            "OPERATOR_KEYS": KEY,
+        }
         self.api, self.base = start_api(self.logs, self.url, env=env)
         self.workers = [self._worker() for _ in range(2)]
-        wait_for_model(self.base, MODEL, procs=(self.api, *self.workers))
+        wait_for_model(self.base, MODEL, procs=(self.api, *self.workers), headers=AUTH)
         deadline = time.monotonic() + 120
-        while httpx.get(self.base + "/v1/models").json()["data"][0]["workers"] < 2:
+        while httpx.get(self.base + "/v1/models", headers=AUTH).json()["data"][0]["workers"] < 2:
             assert time.monotonic() < deadline, "the two workers did not come up"
             time.sleep(0.2)
 
@@ -98,7 +107,7 @@ class Stack:
         self.workers.append(self._worker())
 
     def counters(self) -> dict[str, float]:
-        text = httpx.get(self.base + "/metrics", timeout=10).text
+        text = httpx.get(self.base + "/metrics", headers=AUTH, timeout=10).text
         out = dict.fromkeys(COUNTERS, 0.0)
         for line in text.splitlines():
             m = re.match(r'tokenspool_(?:batch_)?(\w+?)(?:_total)?\{model="([^"]*)"\} (\S+)', line)
@@ -205,7 +214,8 @@ async def run(
             await asyncio.to_thread(stack.kill_one)
 
     limits = httpx.Limits(max_connections=max(CLIENTS, conversations))
-    async with httpx.AsyncClient(timeout=httpx.Timeout(600, connect=10), limits=limits) as client:
+    timeout = httpx.Timeout(600, connect=10)
+    async with httpx.AsyncClient(timeout=timeout, limits=limits, headers=AUTH) as client:
         if agents:
             await asyncio.gather(*(agent(client, c) for c in range(conversations)))
         else:
