@@ -12,14 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import anyio
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
+from api.http.ratelimits import Budgets
 from contract import keys
-from contract.entries import Failed, Finished, as_text, decode, is_terminal
+from contract.entries import Failed, Finished, as_text, decode
 from contract.keys import JobField
 from contract.lua import accounting, queues
 
@@ -79,21 +80,14 @@ class Quota:
     """An owner's limits, checked and counted in one step (0: no limit)."""
 
     unfinished_jobs: int = 0
-    requests_per_minute: int = 0
-    bytes_per_minute: int = 0
+    budgets: Budgets = field(default_factory=Budgets)  # per minute: requests, bytes, tokens
     request_bytes: int = 0  # what this request counts against the byte budget
-    tokens_per_minute: int = 0
     tokens: int = 0  # what this job reserves: its prompt's estimate and its max_tokens
     prompt_tokens: int = 0  # the prompt's estimate among them
 
     @property
     def limited(self) -> bool:
-        return bool(
-            self.unfinished_jobs
-            or self.requests_per_minute
-            or self.bytes_per_minute
-            or self.tokens_per_minute
-        )
+        return bool(self.unfinished_jobs) or self.budgets != Budgets()
 
 
 @dataclass(frozen=True)
@@ -140,11 +134,11 @@ class Owners:
                 idempotency.holding(job_id) if idempotency else "",
                 self._job_ttl_s,
                 quota.unfinished_jobs,
-                quota.requests_per_minute,
-                quota.bytes_per_minute,
+                quota.budgets.requests_per_minute,
+                quota.budgets.bytes_per_minute,
                 quota.request_bytes,
                 "1" if owner and counted and quota.unfinished_jobs else "0",
-                quota.tokens_per_minute if owner else 0,
+                quota.budgets.tokens_per_minute if owner else 0,
                 quota.tokens,
                 quota.prompt_tokens,
                 minute,
@@ -183,15 +177,7 @@ class Owners:
         """Charge an ended job's owner what it used in place of what it reserved (once: the
         tokens charged, or -1 when there was nothing to settle). `end` a Failed: its prompt's
         estimate is charged; None (the job is gone): its whole reservation."""
-        if isinstance(end, Finished):
-            cached = min(end.cached_tokens, end.prompt_tokens)
-            prompt = end.prompt_tokens - cached + round(cached * self._cached_weight)
-            used = str(prompt + end.completion_tokens)
-        else:
-            used = "" if isinstance(end, Failed) else "-"
-        minute = this_minute()
-        counts = [keys.owned(owner, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute(owner, minute)]
-        return int(await self._settle(keys=counts, args=[job_id, minute, used]))
+        return (await self._settle_all(owner, [(job_id, end)]))[0]
 
     async def settle_ended(self, owner: str) -> int:
         """Settle the owner's reservations whose jobs have ended (their API never read the
@@ -205,15 +191,32 @@ class Owners:
                 pipe.exists(keys.job(job_id))
                 pipe.xrevrange(keys.events(job_id), count=1)
             rows = await pipe.execute()
-        settled = 0
+        ended = []
         for i, job_id in enumerate(ids):
             exists, last = rows[2 * i], rows[2 * i + 1]
             end = decode(last[0][1]) if last else None
-            if exists and not is_terminal(end):
-                continue  # still running
-            end = end if isinstance(end, Finished | Failed) else None
-            settled += await self.settle(owner, job_id, end) >= 0
-        return settled
+            if not exists or isinstance(end, Finished | Failed):  # else still running
+                ended.append((job_id, end if isinstance(end, Finished | Failed) else None))
+        return sum(charged >= 0 for charged in await self._settle_all(owner, ended)) if ended else 0
+
+    async def _settle_all(self, owner: str, ends: list[tuple[str, Finished | Failed | None]]) -> list[int]:
+        """SETTLE each (job id, end), in one round trip."""
+        minute = this_minute()
+        counts = [keys.owned(owner, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute(owner, minute)]
+        async with self._q.pipeline(transaction=False) as pipe:
+            for job_id, end in ends:
+                await self._settle(keys=counts, args=[job_id, minute, self._used(end)], client=pipe)
+            return [int(charged) for charged in await pipe.execute()]
+
+    def _used(self, end: Finished | Failed | None) -> str:
+        """SETTLE's charge for an end: its usage (a cached prompt token weighs
+        CACHED_TOKEN_WEIGHT), '' for a failure (the prompt's estimate), '-' for a gone job (the
+        whole reservation)."""
+        if isinstance(end, Finished):
+            cached = min(end.cached_tokens, end.prompt_tokens)
+            prompt = end.prompt_tokens - cached + round(cached * self._cached_weight)
+            return str(prompt + end.completion_tokens)
+        return "" if isinstance(end, Failed) else "-"
 
     async def holding(self, idempotency: Idempotency) -> tuple[str, int] | None:
         """What the key holds ("<job id> <digest>") and how long ago it was set (ms),

@@ -7,6 +7,7 @@ background job), with its SSE stream, or with the whole response once it has end
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -89,12 +90,10 @@ def _sse(
     return stream.response()
 
 
-def settles(request: Request, job: JobState) -> str:
-    """The owner whose token budget the job's end, read by this request, settles: its key's,
-    when that key has one ("": nothing to settle)."""
-    services: Services = request.state.services
-    limited = services.admission.budgets(request_grant(request)).tokens_per_minute
-    return job.owner if job.owner and limited else ""
+def settles(job: JobState, budgets: ratelimits.Budgets) -> str:
+    """The owner whose token budget the job's end, read by a request of a key with these
+    `budgets`, settles: the job's, when the key has a token budget ("": nothing to settle)."""
+    return job.owner if job.owner and budgets.tokens_per_minute else ""
 
 
 def _streaming(request: Request) -> bool:
@@ -117,6 +116,11 @@ class Ask:
         """The request speaks Anthropic's API: its errors and headers are Anthropic's."""
         return speaks_anthropic(self.request.scope)
 
+    @functools.cached_property
+    def budgets(self) -> ratelimits.Budgets:
+        """What the request's key may use a minute."""
+        return self.services.admission.budgets(request_grant(self.request))
+
 
 @dataclass(frozen=True)
 class Made:
@@ -131,9 +135,8 @@ class Made:
         """The rate-limit headers for the key's budgets (none for a retry or without keys)."""
         if self.spent is None or not ask.owner:
             return {}
-        budgets = ask.services.admission.budgets(request_grant(ask.request))
         s = self.spent
-        return ratelimits.headers(budgets, s.minute, s.requests, s.tokens, ask.anthropic)
+        return ratelimits.headers(ask.budgets, s.minute, s.requests, s.tokens, ask.anthropic)
 
 
 class Endpoints:
@@ -175,11 +178,13 @@ class Endpoints:
                 if job.detached:
                     response: Response = respond(objects.pending(queued=job.status == JobStatus.QUEUED))
                 else:
-                    response = await collect(request, services, objects, arrived_ms, settles(request, job))
+                    response = await collect(
+                        request, services, objects, arrived_ms, settles(job, ask.budgets)
+                    )
             else:
                 timing = StreamTiming(services.metrics, job.model, arrived)
                 events = self.surface.events(objects, None)  # a retry gets the whole stream from the start
-                response = _sse(services, events, job, ticket, timing, arrived_ms, settles(request, job))
+                response = _sse(services, events, job, ticket, timing, arrived_ms, settles(job, ask.budgets))
             response.headers.update(made.headers(ask))
             return response
         except BaseException:
@@ -222,16 +227,12 @@ class Endpoints:
         """The key's limits, and the tokens the job reserves: its prompt's estimate (a token
         per CHARS_PER_TOKEN characters) and its `max_tokens`, no more than a worker's context
         holds. A job that generates nothing (a count) reserves nothing."""
-        settings = ask.services.settings
-        budgets = ask.services.admission.budgets(request_grant(ask.request))
         prompt = -(-ask.body.prompt_chars()[0] // CHARS_PER_TOKEN)
         completion = min(spec.max_tokens, context) if context else spec.max_tokens
         return Quota(
-            unfinished_jobs=settings.quotas.max_jobs_per_key,
-            requests_per_minute=budgets.requests_per_minute,
-            bytes_per_minute=budgets.bytes_per_minute,
+            unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,
+            budgets=ask.budgets,
             request_bytes=ask.size,
-            tokens_per_minute=budgets.tokens_per_minute,
             tokens=prompt + completion if spec.max_tokens else 0,
             prompt_tokens=prompt,
         )
@@ -266,6 +267,7 @@ class Endpoints:
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
         objects = self.surface.objects_of(job)
+        settled_by = settles(job, services.admission.budgets(request_grant(request)))
         if _streaming(request):
             raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")
             try:
@@ -278,15 +280,15 @@ class Endpoints:
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
                 timing = StreamTiming(services.metrics, job.model, arrived=None)
-                return _sse(services, events, job, ticket, timing, arrived_ms, settles(request, job))
+                return _sse(services, events, job, ticket, timing, arrived_ms, settled_by)
             except BaseException:
                 ticket.release()
                 raise
         rows = await services.jobs.whole(job.id)
         answer = objects.answer(rows)
         if answer is not None:
-            if (owner := settles(request, job)) and rows and is_terminal(rows[-1][1]):
-                await settle(services, owner, job.id, rows[-1][1])
+            if settled_by and rows and is_terminal(rows[-1][1]):
+                await settle(services, settled_by, job.id, rows[-1][1])
             return respond(answer)
         return respond(objects.pending(queued=job.status == JobStatus.QUEUED))
 

@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from api.http.ratelimits import Budgets
 from api.jobs.owners import RECORD_GRACE_MS, OwnerLimit, OwnerRate, Quota, now_ms
 from api.jobs.store import JobStore
 from api.settings import Replies
@@ -52,10 +53,10 @@ def test_a_burst_cannot_overshoot_the_unfinished_jobs_limit():
 
 
 def test_the_request_rate_and_byte_budget_per_minute():
-    outcomes = submit_all(Quota(requests_per_minute=4), 6)
+    outcomes = submit_all(Quota(budgets=Budgets(requests_per_minute=4)), 6)
     assert [type(o).__name__ for o in outcomes].count("OwnerRate") == 2
     sent = 2 * stored(spec(0)) + 1  # each body is larger than what its job stores
-    outcomes = submit_all(Quota(bytes_per_minute=3 * sent + 1, request_bytes=sent), 5)
+    outcomes = submit_all(Quota(budgets=Budgets(bytes_per_minute=3 * sent + 1), request_bytes=sent), 5)
     refused = [o for o in outcomes if isinstance(o, OwnerRate)]
     assert len(refused) == 2 and all(o.what == "bytes" for o in refused)
 
@@ -72,7 +73,7 @@ def test_a_small_request_is_charged_for_what_its_job_stores():
 
     async def go() -> list:
         s = store(FakePair())
-        quota = Quota(bytes_per_minute=3 * stored(big), request_bytes=100)
+        quota = Quota(budgets=Budgets(bytes_per_minute=3 * stored(big)), request_bytes=100)
         return await asyncio.gather(
             *(s.submit(spec(i, "x" * 10_000), "chat", 0, owner="o", quota=quota) for i in range(5)),
             return_exceptions=True,
@@ -83,7 +84,7 @@ def test_a_small_request_is_charged_for_what_its_job_stores():
 
 
 def test_without_an_owner_there_is_no_per_key_limit():
-    outcomes = submit_all(Quota(unfinished_jobs=1, requests_per_minute=1), 5, owner="")
+    outcomes = submit_all(Quota(unfinished_jobs=1, budgets=Budgets(requests_per_minute=1)), 5, owner="")
     assert not any(isinstance(o, Exception) for o in outcomes)
 
 
@@ -215,7 +216,9 @@ def test_a_request_without_limits_or_key_is_admitted_without_a_round_trip():
         await s.submit(spec(9), "chat", 0)  # no owner (no keys), no Idempotency-Key
         await s.submit(spec(10), "chat", 0, owner="alice", quota=Quota())  # an owner without limits
         assert calls == []
-        await s.submit(spec(11), "chat", 0, owner="alice", quota=Quota(requests_per_minute=5))
+        await s.submit(
+            spec(11), "chat", 0, owner="alice", quota=Quota(budgets=Budgets(requests_per_minute=5))
+        )
         assert len(calls) == 1
 
     asyncio.run(go())
@@ -301,7 +304,7 @@ def test_a_key_short_of_tokens_is_first_charged_what_its_ended_jobs_used():
     async def go() -> None:
         pair = FakePair()
         s = store(pair)
-        quota = Quota(tokens_per_minute=100, tokens=60, prompt_tokens=10)
+        quota = Quota(budgets=Budgets(tokens_per_minute=100), tokens=60, prompt_tokens=10)
         await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
         running = await s.submit(
             spec(2), "chat", 0, owner="alice", quota=dataclasses.replace(quota, tokens=20)
