@@ -105,10 +105,9 @@ def running(shard: int) -> str:
 
 
 def pending(shard: int) -> str:
-    """ZSET (streams): job id -> ms since its job is queued but not yet known to be on
-    an RQ queue (between the job's record and its enqueue, or a requeue and the
-    continuation's enqueue), for one shard's jobs; the reaper enqueues what stays here too
-    long (its enqueuer died in between)."""
+    """ZSET (streams): job id -> ms since its job is queued but not yet known to be on an RQ
+    queue (between its record or requeue and its enqueue), for one shard's jobs; the reaper
+    enqueues what stays here too long (its enqueuer died in between)."""
     return f"{PREFIX}:{{{TAGS[shard]}}}:pending"
 
 
@@ -136,9 +135,13 @@ def dead_worker(worker: str) -> str:
     return f"{PREFIX}:dead:{worker}"
 
 
+def dead_suspects(worker: str) -> str:
+    """STRING: as `dead_worker`, its uncleared suspects: the group they stepped in."""
+    return f"{PREFIX}:dead:{worker}:suspects"
+
+
 def callback(rq_job_id: str) -> str:
-    """STRING: which worker preempts a batch line to make room for this waiting interactive
-    job (SET NX PX: one per job across the pool; worker/intake/lending.py)."""
+    """STRING: the worker that preempts a batch line for this interactive job (SET NX PX)."""
     return f"{PREFIX}:callback:{rq_job_id}"
 
 
@@ -164,8 +167,7 @@ def tokens_per_minute(owner: str, minute: int) -> str:
 
 def context(model: str) -> str:
     """HASH: worker name -> its context per job (N_CTX), set with each announcement; and
-    LAST_CONTEXT -> the last one announced, kept when every worker has gone (scaled to zero,
-    the API still bounds the model's prompts by it)."""
+    LAST_CONTEXT -> the last one, kept when the pool scaled to zero (it bounds prompts)."""
     return f"{PREFIX}:ctx:{model}"
 
 
@@ -182,8 +184,8 @@ REAPER_LOCK = f"{PREFIX}:reaper"
 """STRING: which API process currently looks for dead attempts (SET NX PX)."""
 
 ACK_MARK = f"{PREFIX}:acks"
-"""STRING (each server): a counter the API increments only so that `WAIT` has a write of its
-own to wait for: a replica that has it has every write made before it (api/jobs/acks.py)."""
+"""STRING (each server): a counter the API increments so that `WAIT` has a write of its own
+to wait for: a replica holding it holds every write before it (api/jobs/acks.py)."""
 
 
 def ack_mark_beside(key: str) -> str:
@@ -275,29 +277,26 @@ def worker_slots(model: str) -> str:
 
 
 def held_prefixes(worker: str) -> str:
-    """SET: the prompt prefixes (contract/prefixes.py digests) the worker's slots hold in
-    their KV cache, rewritten as they change and kept alive by its announcements (it expires
-    one presence window after the last); deleted when the worker stops or is found dead."""
+    """SET: the prompt prefixes (contract/prefixes.py digests) the worker's slots hold, kept
+    alive by its announcements; deleted when the worker stops or is found dead."""
     return f"{PREFIX}:held:{worker}"
 
 
 def worker_load(model: str) -> str:
     """HASH: worker name -> "<slots in use> <mean step ms> <prompt tokens> <of them cached>"
-    (the last two since the worker started), set with each announcement, dropped with its
-    `workers` entry: for routing and the pool view."""
+    (since it started), set with each announcement: for routing and the pool view."""
     return f"{PREFIX}:load:{model}"
 
 
 def routed(model: str) -> str:
-    """ZSET: `contract.tiers.routed_member`s -> ms by which the worker must have taken the job from its
-    routed queue; past it, the job goes back to the tier's shared queue (api/jobs/routing.py).
-    Written with the job's push onto the routed queue, in one transaction."""
+    """ZSET: `contract.tiers.routed_member`s -> ms by which the worker must have taken the job
+    (written with its push onto the routed queue); past it, back to the shared queue."""
     return f"{PREFIX}:routed:{model}"
 
 
 def worker_placement(model: str) -> str:
     """HASH: worker name -> "<layers offloaded to the GPU> <KV cache bytes>", set with each
-    announcement (worker/engine/devices.py), dropped with its `workers` entry."""
+    announcement (worker/engine/devices.py)."""
     return f"{PREFIX}:placement:{model}"
 
 
@@ -339,13 +338,13 @@ def queue_keys(model: str) -> list[str]:
 
 def interactive_queue_keys(model: str) -> list[str]:
     """The lists of a model's queues but the Batch API's: MAX_QUEUE_DEPTH bounds what waits in
-    these (batch lines are bounded by their batches, BATCH_IN_FLIGHT each, and never keep an
-    interactive request out)."""
+    these (batch lines are bounded by BATCH_IN_FLIGHT, and never keep interactive ones out)."""
     return [rq_queue_key(name) for name in queue_names(model) if name != queue_name(model, BATCH)]
 
 
 def rq_job(rq_job_id: str) -> str:
-    """HASH: RQ's record of an enqueued job (only its `data` is ever read by a worker)."""
+    """HASH: RQ's record of an enqueued job (only its `data` is ever read by a worker; a
+    suspect's also holds its `JobField.GROUP`, for TAKE)."""
     return "rq:job:" + rq_job_id
 
 
@@ -375,9 +374,10 @@ class JobField:
     # times the job was taken from a worker standing still (deaths and hand-offs, not preemptions)
     REQUEUES = "requeues"
     STALLS = "stalls"  # deaths in a row at which the job stood still (contract.lua.jobs.ABANDON)
-    # "1": it stood still at its worker's death twice in a row (once, alone); it runs as its
-    # worker's only suspect until it has gone SUSPECT_TOKENS past where it died (then cleared)
+    # "1": it stood still at two deaths in a row (at one, alone): it steps apart (its worker's
+    # suspects as one group) until it has gone SUSPECT_TOKENS past where it died, then cleared
     SUSPECT = "suspect"
+    GROUP = "group"  # the most suspects it may step with, halved at each death among them
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)
     DETACHED = "detached"  # "1" for background jobs: a disconnect never cancels them
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)

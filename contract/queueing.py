@@ -42,6 +42,7 @@ def enqueue(
     suspect: bool = False,
     worker: str | None = None,
     deadline_ms: int = 0,
+    group: int = 0,
 ) -> None:
     """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it
     (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
@@ -51,7 +52,8 @@ def enqueue(
     its entry in `keys.routed` (due at `deadline_ms`) in the same transaction, so the reaper
     can always move it back; it wakes that worker. Its RQ record names the shared queue,
     where it goes back if not taken in time (RQ's own list of queues never holds a
-    worker's)."""
+    worker's). A suspect's record carries its `group` (the most suspects it may step with; 0
+    for any), written with the push, for TAKE."""
     model, job_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = tiers.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
@@ -67,7 +69,14 @@ def enqueue(
         failure_ttl=recovery.retention_s,
         description=f"completion {job_id}",
     )
-    if worker is None:
+    if suspect and group:
+        record = queue.create_job(**job)
+        with client.pipeline() as pipe:  # MULTI: no TAKE sees it without its group
+            queue.enqueue_job(record, pipeline=pipe, at_front=True)
+            pipe.hset(record.key, keys.JobField.GROUP, group)
+            pipe.execute()
+        wake = keys.wake(model)
+    elif worker is None:
         queue.enqueue_call(**job, at_front=epoch > 0)
         wake = keys.wake(model)
     else:
@@ -105,12 +114,13 @@ def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, p
 @dataclass(frozen=True)
 class Abandoned:
     """What `abandon` did: `outcome` 1 requeued, 2 ended (worker_lost), 0 nothing to do (that
-    attempt is not current); whether the continuation waits as a suspect, and whether the
-    death was charged to the job."""
+    attempt is not current); whether the continuation waits as a suspect (with the most
+    suspects it may step with, `group`: 0 for any), and whether the death was charged to it."""
 
     outcome: int
     suspect: bool = False
     charged: bool = False
+    group: int = 0
 
 
 def abandon(
@@ -122,6 +132,7 @@ def abandon(
     *,
     charge: bool,
     suspect_after: int = 0,
+    group: int = 0,
 ) -> Abandoned:
     """Take the job from attempt `epoch` (dead, hung, leaving, or preempted): requeue it as a
     continuation, or end it with worker_lost once its charged deaths or its requeues standing
@@ -129,8 +140,9 @@ def abandon(
     ("crash", "handoff" or "preempt"). A job whose attempt went SUSPECT_TOKENS on is cleared
     of its charges and suspicion; one that stood still is charged if `charge`, and becomes a
     suspect at its `suspect_after`-th such death in a row (0: the death is not counted as its
-    own; contract.lua.jobs.ABANDON)."""
-    outcome, is_suspect, charged = servers.streams.register_script(jobs.ABANDON)(
+    own); a suspect that died in a `group` of suspects may step with half as many after
+    (contract.lua.jobs.ABANDON)."""
+    outcome, is_suspect, charged, cap = servers.streams.register_script(jobs.ABANDON)(
         keys=library.job_keys(job_id),
         args=jobs.abandon_args(
             job_id,
@@ -139,29 +151,31 @@ def abandon(
             suspect_after=suspect_after,
             recovery=recovery,
             counted=reason != PREEMPT,
+            group=group,
         ),
     )
     if outcome == 1:
         raw = servers.streams.hget(keys.job(job_id), keys.JobField.SPEC)
         if raw is not None:
-            enqueue(servers, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect))
+            enqueue(servers, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect), group=int(cap))
         servers.queues.hincrby(keys.STATS, stats.StatField.requeued(reason), 1)
     elif outcome == 2:
         servers.queues.hincrby(keys.STATS, stats.StatField.LOST, 1)
-    return Abandoned(int(outcome), bool(is_suspect), bool(charged))
+    return Abandoned(int(outcome), bool(is_suspect), bool(charged), int(cap))
 
 
 def rescue(servers: Servers[redis.Redis], job_id: str, recovery: Recovery) -> bool:
     """Enqueue a job left pending by an enqueuer that died; returns True if it was queued
     (a job that has since started or ended only leaves the pending index)."""
-    status, epoch, suspect, raw = servers.streams.hmget(
-        keys.job(job_id),
-        [keys.JobField.STATUS, keys.JobField.EPOCH, keys.JobField.SUSPECT, keys.JobField.SPEC],
+    field = keys.JobField
+    status, epoch, suspect, raw, group = servers.streams.hmget(
+        keys.job(job_id), [field.STATUS, field.EPOCH, field.SUSPECT, field.SPEC, field.GROUP]
     )
     if status is None or as_text(status) != keys.JobStatus.QUEUED or raw is None:
         servers.streams.zrem(keys.pending(keys.shard(job_id)), job_id)
         return False
-    enqueue(servers, json.loads(raw), int(epoch or 0), recovery, suspect=suspect == b"1")
+    spec = json.loads(raw)
+    enqueue(servers, spec, int(epoch or 0), recovery, suspect=suspect == b"1", group=int(group or 0))
     return True
 
 

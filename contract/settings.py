@@ -214,7 +214,7 @@ class Recovery:
         "MAX_ATTEMPTS",
         "worker deaths in a row charged to a job before it ends with `worker_lost`: a death is "
         "charged to a job that stood still (went less than SUSPECT_TOKENS on) and ran alone or "
-        "was its worker's suspect, and the count starts again once it goes SUSPECT_TOKENS past "
+        "was its worker's only suspect, and the count starts again once it goes SUSPECT_TOKENS past "
         "where it died (docs/operations.md)",
         minimum=1,
     )
@@ -230,9 +230,9 @@ class Recovery:
         "SUSPECT_TOKENS",
         "tokens an attempt must write for its job to have gone on past where it last died (else "
         "it stood still: a job standing still at two deaths in a row becomes a suspect); a "
-        "suspect steps alone until it has generated this many, then is cleared and its worker "
-        "takes the next suspect: a job that kills workers where it stands dies again before that, "
-        "and is charged",
+        "worker's suspects step as one group, apart, until each has generated this many, then "
+        "each is cleared: a job that kills workers where it stands dies again before that, in "
+        "groups halved at each such death until it is alone and charged",
         minimum=1,
     )
     resume_wait_s: float = setting(

@@ -16,17 +16,20 @@ then stalls the pool. What tells them apart is progress: a job that kills where 
 dies there again, while a bystander goes on between deaths. So each dead attempt is judged by
 what it wrote (contract.lua.jobs.ABANDON): one that went SUSPECT_TOKENS on is cleared of any
 charge or suspicion and simply requeued. One that stood still counts a stall; it is charged
-only when it ran alone or was its worker's suspect, and it becomes a suspect at its second
-stall in a row in a batch (a lone job at its first). A death while a suspect runs is the
-suspect's: the others' stalls are not counted (they waited out its steps). A worker runs at
-most one suspect at a time (worker/intake/rqworker.py), which steps alone
-(worker/engine/steps/plan.py) until it has generated SUSPECT_TOKENS past where it died, so a
-death meanwhile points at it; it is then cleared, and its charges with it (MAX_ATTEMPTS
-counts deaths in a row where a job stands). A job that kills where it stands thus ends as
-worker_lost after at most MAX_ATTEMPTS + 3 deaths (one going on from its start, two stalls in
-batches, then MAX_ATTEMPTS alone), and the jobs batched with it finish; MAX_REQUEUES bounds
-the requeues standing still of every job. A bystander that keeps going on is never failed
-while the pool can run it: its length bounds its requeues.
+only when it ran alone or was its worker's only suspect, and it becomes a suspect at its
+second stall in a row in a batch (a lone job at its first). A death while suspects run is
+theirs: the others' stalls are not counted (they waited out their steps). A worker's
+suspects step as one group, apart (worker/engine/steps/plan.py), until each has generated
+SUSPECT_TOKENS past where it died, then each is cleared, and its charges with it
+(MAX_ATTEMPTS counts deaths in a row where a job stands). A death among g suspects is group
+testing's failed test: none is charged, and each may step in groups of ceil(g / 2) at most
+after (worker/intake/rqworker.py takes no more), so a job that kills where it stands is
+alone after log2(g) such deaths, while its mates clear at their first proof without it. It
+thus ends as worker_lost after at most MAX_ATTEMPTS + 3 + ceil(log2(SLOTS)) deaths (one going
+on from its start, two stalls in batches, its groups halving, then MAX_ATTEMPTS alone), and
+the jobs batched with it finish; MAX_REQUEUES bounds the requeues standing still of every
+job. A bystander that keeps going on is never failed while the pool can run it: its length
+bounds its requeues.
 
 It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
 moves routed jobs their worker did not take in time (or died with) back to the shared queues,
@@ -127,6 +130,7 @@ class Reaper:
 
     async def _judge(self, running: list[RunningAttempt], connected: set[str]) -> int:
         holding = collections.Counter(a.worker for a in running)
+        suspects = collections.Counter(a.worker for a in running if a.suspect)
         dead: dict[str, list[RunningAttempt]] = collections.defaultdict(list)
         for a in running:
             gone = bool(a.worker) and a.worker not in connected
@@ -134,14 +138,16 @@ class Reaper:
                 dead[a.worker].append(a)
         taken = 0
         for worker, attempts in dead.items():
-            batch = await self._store.dead_batch(worker, holding[worker])
+            batch, group = await self._store.dead_batch(worker, holding[worker], suspects[worker])
             explained = any(a.suspect for a in attempts)
             for a in attempts:
-                # alone or the suspect: its death, if it stood still; the others' stalls count
-                # unless a suspect explains the death
-                charge = batch <= 1 or a.suspect
+                # alone or its worker's only suspect: its death, if it stood still; the
+                # others' stalls count unless a suspect explains the death
+                charge = batch <= 1 or (a.suspect and group <= 1)
                 after = 1 if charge else 0 if explained else 2
-                done = await self._store.abandon(a.job_id, a.epoch, charge=charge, suspect_after=after)
+                done = await self._store.abandon(
+                    a.job_id, a.epoch, charge=charge, suspect_after=after, group=group if a.suspect else 0
+                )
                 if done.outcome in (1, 2):
                     taken += 1
                     log.warning(
@@ -153,7 +159,9 @@ class Reaper:
                         "heartbeat expired" if a.worker in connected else "connection gone",
                         "requeued" if done.outcome == 1 else "worker_lost",
                         ", charged" if done.charged else "",
-                        ", a suspect" if done.suspect else "",
+                        (f", a suspect (in groups of {done.group} at most)" if done.group else ", a suspect")
+                        if done.suspect
+                        else "",
                     )
         return taken
 

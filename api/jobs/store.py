@@ -336,19 +336,29 @@ class JobStore:
         return Survey(running, pending)
 
     async def abandon(
-        self, job_id: str, epoch: int, *, charge: bool, suspect_after: int
+        self, job_id: str, epoch: int, *, charge: bool, suspect_after: int, group: int = 0
     ) -> queueing.Abandoned:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
         return await anyio.to_thread.run_sync(
             lambda: queueing.abandon(
-                self._rq, job_id, epoch, self.recovery, "crash", charge=charge, suspect_after=suspect_after
+                self._rq,
+                job_id,
+                epoch,
+                self.recovery,
+                "crash",
+                charge=charge,
+                suspect_after=suspect_after,
+                group=group,
             )
         )
 
-    async def dead_batch(self, worker: str, holding: int) -> int:
-        """How many jobs a worker found dead held: the most seen in any tick of the last
-        minute (its attempts need not all be found dead in the same tick)."""
-        return int(await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding]))
+    async def dead_batch(self, worker: str, holding: int, suspects: int) -> tuple[int, int]:
+        """How many jobs, and how many uncleared suspects, a worker found dead held: the most
+        seen in any tick of the last minute (its attempts need not all be found dead in the
+        same tick)."""
+        jobs = await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding])
+        group = await self._dead_batch(keys=[keys.dead_suspects(worker)], args=[suspects])
+        return int(jobs), int(group)
 
     async def rescue(self, job_id: str) -> bool:
         """Enqueue a job left pending (see contract.queueing.rescue)."""

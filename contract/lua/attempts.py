@@ -17,29 +17,31 @@ CLAIM = (
 -- ARGV[1]=worker name, ARGV[2]=job id, ARGV[3]=heartbeat window ms,
 -- ARGV[4]=retention seconds (for a job that it ends as late), ARGV[5]=claim token,
 -- ARGV[6]=digest of the spec the worker is about to run
--- Returns {{epoch, cancel, suspect}}: epoch -1 = the job is gone (expired or purged), 0 = it
+-- Returns {{epoch, cancel, suspect, group}} (group: the most suspects it may step with, 0 for
+-- any: contract.lua.jobs.ABANDON): epoch -1 = the job is gone (expired or purged), 0 = it
 -- has ended, or had waited too long in the queue (then this call ended it), -2 = the spec is
 -- not the one the API recorded (a planted job: nothing is changed), -3 = a live attempt runs
 -- it (a queue entry a failover put back: nothing is changed).
 local function claimed()
   local suspect = 0
   if redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then suspect = 1 end
-  return {{tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}')), cancel_due(KEYS[1]), suspect}}
+  local group = tonumber(redis.call('HGET', KEYS[1], '{JobField.GROUP}') or '0')
+  return {{tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}')), cancel_due(KEYS[1]), suspect, group}}
 end
-if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0, 0}} end
-if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0, 0}} end
-if redis.call('HGET', KEYS[1], '{JobField.DIGEST}') ~= ARGV[6] then return {{-2, 0, 0}} end
+if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0, 0, 0}} end
+if redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then return {{0, 0, 0, 0}} end
+if redis.call('HGET', KEYS[1], '{JobField.DIGEST}') ~= ARGV[6] then return {{-2, 0, 0, 0}} end
 if redis.call('HGET', KEYS[1], '{JobField.CLAIM}') == ARGV[5] then return claimed() end
 -- running, and its attempt alive: this is a second copy of its queue entry (a failover
 -- rolled back the pop that took it), not a job given back
 if redis.call('HGET', KEYS[1], '{JobField.STATUS}') == '{JobStatus.RUNNING}'
    and redis.call('EXISTS', KEYS[4]) == 1 then
-  return {{-3, 0, 0}}
+  return {{-3, 0, 0, 0}}
 end
 -- a new job past its deadline ends; a requeued one a worker takes now is not late
 if tonumber(redis.call('HGET', KEYS[1], '{JobField.ATTEMPTS}') or '0') == 0
    and end_if_late(ARGV[2], ARGV[4]) == 1 then
-  return {{0, 0, 0}}
+  return {{0, 0, 0, 0}}
 end
 local epoch = redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 redis.call('HINCRBY', KEYS[1], '{JobField.ATTEMPTS}', 1)
@@ -162,7 +164,8 @@ if tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}') or '0') ~= tonumber(
   or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[2] then
   return 0
 end
-redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}', '{JobField.CHARGED}', '{JobField.STALLS}')
+redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}', '{JobField.CHARGED}', '{JobField.STALLS}',
+           '{JobField.GROUP}')
 return 1
 """
 

@@ -36,22 +36,34 @@ ABANDON = (
 -- attempt has to start (or until the job's WAIT_UNTIL, if later), ARGV[8]=retention seconds,
 -- ARGV[9]=1 if this requeue counts toward MAX_REQUEUES (a preemption does not: nothing went
 -- wrong), ARGV[10]=entries the attempt must have written to have gone on (its Started entry,
--- then a Delta a token: 1 + SUSPECT_TOKENS).
+-- then a Delta a token: 1 + SUSPECT_TOKENS), ARGV[11]=the suspects its worker held, which
+-- stepped as one group (0: not a suspect's death).
 -- A job that went on is nobody's culprit: its charges, stalls and suspicion go. One that
--- stood still counts the death (api/cluster/reaper.py says whose it is).
--- Returns {{1, suspect, charged}} = requeued (the caller enqueues the continuation on the
--- suspect queue if suspect is 1; charged is 1 if this death was charged to it), {{2, 0, 1}} =
--- ended with worker_lost, {{0, 0, 0}} = nothing to do (the job ended, or that attempt is no
--- longer current).
+-- stood still counts the death (api/cluster/reaper.py says whose it is); a suspect that
+-- stood still in a group of g halves the most it may step with (GROUP): ceil(g / 2).
+-- Returns {{1, suspect, charged, group}} = requeued (the caller enqueues the continuation on
+-- the suspect queue if suspect is 1, `group` being its GROUP, 0 for any; charged is 1 if
+-- this death was charged to it), {{2, 0, 1, 0}} = ended with worker_lost, {{0, 0, 0, 0}} =
+-- nothing to do (the job ended, or that attempt is no longer current).
 if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
    or redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
   redis.call('ZREM', KEYS[3], ARGV[2])
-  return {{0, 0, 0}}
+  return {{0, 0, 0, 0}}
 end
 local wrote = tonumber(redis.call('HGET', KEYS[1], '{JobField.SEQ}') or '0')
 local still = wrote < tonumber(ARGV[10])
 if not still then
-  redis.call('HDEL', KEYS[1], '{JobField.CHARGED}', '{JobField.STALLS}', '{JobField.SUSPECT}')
+  redis.call('HDEL', KEYS[1], '{JobField.CHARGED}', '{JobField.STALLS}', '{JobField.SUSPECT}',
+             '{JobField.GROUP}')
+end
+local group = tonumber(redis.call('HGET', KEYS[1], '{JobField.GROUP}') or '0')
+local stepped = tonumber(ARGV[11])
+if still and stepped > 1 and redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then
+  local half = math.ceil(stepped / 2)
+  if group == 0 or half < group then
+    group = half
+    redis.call('HSET', KEYS[1], '{JobField.GROUP}', group)
+  end
 end
 local requeues = tonumber(redis.call('HGET', KEYS[1], '{JobField.REQUEUES}') or '0')
 if ARGV[9] == '1' and still then requeues = redis.call('HINCRBY', KEYS[1], '{JobField.REQUEUES}', 1) end
@@ -63,7 +75,7 @@ if ARGV[3] == '1' and still then
 end
 if charged >= tonumber(ARGV[5]) or requeues > tonumber(ARGV[6]) then
   close(ARGV[2], '{JobStatus.FAILED}', ARGV[8], WORKER_LOST, 1)
-  return {{2, 0, charge}}
+  return {{2, 0, charge, 0}}
 end
 if ARGV[4] ~= '0' and still
    and redis.call('HINCRBY', KEYS[1], '{JobField.STALLS}', 1) >= tonumber(ARGV[4]) then
@@ -80,7 +92,7 @@ redis.call('DEL', KEYS[4])
 redis.call('ZADD', KEYS[5], now_ms(), ARGV[2])
 local suspect = 0
 if redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then suspect = 1 end
-return {{1, suspect, charge}}
+return {{1, suspect, charge, group}}
 """
 )
 
@@ -140,6 +152,7 @@ def abandon_args(
     suspect_after: int,
     recovery: Recovery,
     counted: bool = True,
+    group: int = 0,
 ) -> list[str]:
     return [
         str(epoch),
@@ -152,6 +165,7 @@ def abandon_args(
         str(recovery.retention_s),
         "1" if counted else "0",
         str(1 + recovery.suspect_tokens),
+        str(group),
     ]
 
 

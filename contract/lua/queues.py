@@ -29,16 +29,33 @@ return {1, depth}
 """
 
 
-TAKE = """
+TAKE = f"""
 -- KEYS[1..n-1]=a model's queue lists in the order to take from, KEYS[n]=the worker's inbox
--- Returns {queue key, RQ job id} or false when every queue is empty.
+-- ARGV[1]=which of KEYS is the suspect queue (0: none), ARGV[2]=how many suspects the
+-- worker would then step together, ARGV[3]=the prefix of RQ's job records. From the suspect
+-- queue it takes the first job whose record's group (the most suspects it may step with:
+-- contract.lua.jobs.ABANDON) allows that many; the walk is as long as the suspects waiting.
+-- Returns {{queue key, RQ job id}} or false when every queue is empty.
 local inbox = KEYS[#KEYS]
 local t = redis.call('TIME')
+local need = tonumber(ARGV[2])
 for i = 1, #KEYS - 1 do
-  local id = redis.call('LPOP', KEYS[i])
+  local id = false
+  if i == tonumber(ARGV[1]) and need > 1 then
+    for _, queued in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
+      local group = tonumber(redis.call('HGET', ARGV[3] .. queued, '{keys.JobField.GROUP}') or '0')
+      if group == 0 or group >= need then
+        redis.call('LREM', KEYS[i], 1, queued)
+        id = queued
+        break
+      end
+    end
+  else
+    id = redis.call('LPOP', KEYS[i])
+  end
   if id then
     redis.call('HSET', inbox, id, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-    return {KEYS[i], id}
+    return {{KEYS[i], id}}
   end
 end
 return false
@@ -48,6 +65,13 @@ return false
 def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:
     """KEYS for TAKE: the lists of the queues named, in order, then the worker's inbox."""
     return [*(keys.rq_queue_key(name) for name in queue_names), keys.inbox(worker)]
+
+
+def take_args(queue_names: Sequence[str], suspect_queue: str, stepping: int) -> list[str | int]:
+    """ARGV for TAKE: where the suspect queue is among `queue_names` (if at all), and how many
+    suspects a worker holding `stepping` of them would step with one more."""
+    at = queue_names.index(suspect_queue) + 1 if suspect_queue in queue_names else 0
+    return [at, stepping + 1, keys.rq_job("")]
 
 
 FALL_BACK = """

@@ -1,6 +1,7 @@
 """A poison job (one that kills every worker it lands on) ends as worker_lost after a bounded
 number of deaths, and the jobs batched with it finish: a death is charged to a job that stood
-still and ran alone or was its worker's suspect, never to bystanders (api/cluster/reaper.py).
+still and ran alone or was its worker's only suspect, never to bystanders; suspects step as
+one group, halved at each death among them (api/cluster/reaper.py).
 The jobs of a dead batch that went on before it died are nobody's suspects: a worker reads
 them again side by side at once, however often their workers die."""
 
@@ -74,8 +75,9 @@ def test_a_poison_job_is_lost_alone_and_its_batch_mates_finish(tmp_path):
         lost = httpx.get(f"{base}/v1/chat/completions/{poison}", timeout=30)
         assert lost.status_code == 503 and lost.json()["error"]["code"] == "worker_lost"
         # its batch's deaths (two stalls at most: the second makes it a suspect, or it died
-        # alone, charged), then MAX_ATTEMPTS charged deaths in all
-        assert 1 + 3 <= deaths <= 2 + 3, deaths
+        # alone, charged), its groups of suspects halving (3 slots: two deaths at most), then
+        # MAX_ATTEMPTS charged deaths in all
+        assert 1 + 3 <= deaths <= 2 + 2 + 3, deaths
 
         for job_id in mates:  # every bystander finishes, whole, and none was charged a death
             deadline = time.monotonic() + 90
@@ -183,6 +185,63 @@ def test_a_full_32_slot_batch_killed_twice_in_a_row_goes_on_at_once_and_whole(tm
             fields = r.hmget(keys.job(job_id), JobField.CHARGED, JobField.SUSPECT, JobField.WORKER)
             assert fields == [None, None, b"third"], (job_id, fields)
         assert "suspect" not in api.log()
+    finally:
+        for p in reversed(procs):
+            p.stop()
+
+
+def test_a_full_batch_of_suspects_steps_as_one_group_and_halves_at_its_death(tmp_path):
+    """A crash storm (issue 58) at 32 slots: a batch killed twice standing still becomes 32
+    suspects. The next worker takes all 32 at once as one group (before, one suspect at a
+    time per worker: 31 waited behind each other's proofs). That worker killed too, no one
+    is charged and each may step in a group of 16 at most: two workers take 16 each."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env=API_ENV | STILL)
+    r = redis.Redis.from_url(url)
+    # 20 s of tokens a job, all attempts together: no job ends before the last kill
+    env = {**WORKER_ENV, **STILL, "SLOTS": "32", "SYNTHETIC_RATE": "2"}
+    procs: list[Proc] = [api, redis_proc]
+
+    def worker(name: str) -> Proc:
+        p = start_worker(tmp_path, url, name=name, env=env)
+        procs.append(p)
+        wait_for_model(base, MODEL, procs=(api, p))
+        return p
+
+    def held(name: str) -> list[str]:
+        rows = [r.hmget(keys.job(j), JobField.WORKER, JobField.STATUS) for j in jobs]
+        return [j for j, row in zip(jobs, rows, strict=True) if row == [name.encode(), b"running"]]
+
+    try:
+        first = worker("first")
+        payload = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "background": True}
+        jobs = [httpx.post(base + CHAT, json=payload, timeout=30).json()["id"] for _ in range(32)]
+        wait(lambda: len(held("first")) == 32, "the batch on the first worker")
+        second = worker("second")
+        first.signal(signal.SIGKILL)
+        wait(lambda: len(held("second")) == 32, "the second to take it all")
+        third = worker("third")
+        second.signal(signal.SIGKILL)  # a second stall in a row: 32 suspects
+        wait(lambda: len(held("third")) == 32, "the third to take all 32 suspects at once")
+        assert all(r.hget(keys.job(j), JobField.SUSPECT) == b"1" for j in jobs)
+        fourth, fifth = worker("fourth"), worker("fifth")
+        third.signal(signal.SIGKILL)
+        most = {"fourth": 0, "fifth": 0}
+
+        def ended() -> bool:
+            for name in most:
+                most[name] = max(most[name], len(held(name)))
+            return all(r.hget(keys.job(j), JobField.STATUS) == b"done" for j in jobs)
+
+        wait(ended, "every job to end", timeout_s=90)
+        assert most == {"fourth": 16, "fifth": 16}, most  # groups of 16 at most, side by side
+        for job_id in jobs:
+            text = httpx.get(f"{base}{CHAT}/{job_id}", timeout=30).json()["choices"][0]["message"]["content"]
+            assert text == "".join(f" w{i}" for i in range(TOKENS))
+            fields = r.hmget(keys.job(job_id), JobField.CHARGED, JobField.GROUP)
+            assert fields == [None, b"16"], (job_id, fields)
+        assert "charged" not in api.log() and "in groups of 16 at most" in api.log()
+        assert fourth.alive() and fifth.alive()
     finally:
         for p in reversed(procs):
             p.stop()

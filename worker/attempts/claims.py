@@ -47,6 +47,7 @@ class Attempt:
     published: int = 0  # tokens this attempt wrote
     written: int = 0  # entries this attempt wrote (APPEND numbers them: a retry skips these)
     suspect: bool = False  # the job came from its model's suspect queue
+    group: int = 0  # a suspect: the most suspects it may step with (0: any; JobField.GROUP)
     prior: int = 0  # tokens earlier attempts generated (this one read them again)
     generated: int = 0  # tokens this attempt has generated (published or not yet)
     preempted: bool = False  # give the job back at the next token (a batch line making room)
@@ -144,7 +145,9 @@ class Claims:
         args = attempts.claim_args(
             link.worker, job_id, self._window_ms, link.recovery.retention_s, token, spec_digest
         )
-        epoch, cancel, suspect = link.retry(lambda: self._claim(keys=library.job_keys(job_id), args=args))
+        epoch, cancel, suspect, group = link.retry(
+            lambda: self._claim(keys=library.job_keys(job_id), args=args)
+        )
         if epoch == -2:
             raise NotRecorded(job_id)
         if epoch <= 0:  # gone, ended, late; or -3: a live attempt runs it
@@ -154,6 +157,7 @@ class Claims:
             int(epoch),
             cancelled=bool(cancel),
             suspect=bool(suspect),
+            group=int(group),
             token=token,
             worker=link.worker,
             window_ms=self._window_ms,

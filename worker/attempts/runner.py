@@ -78,7 +78,7 @@ class JobRunner:
         self._shutdown_grace = shutdown_grace_s
         self._free = threading.BoundedSemaphore(slots)
         self._threads: dict[threading.Thread, Claimed] = {}
-        self._suspects = 0  # running attempts at suspect jobs not yet cleared (at most one)
+        self._suspects: set[Attempt] = set()  # running attempts at suspects not yet cleared
         self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
         self._lock = threading.Lock()
         self._last_end = time.monotonic()  # when the last attempt ended (or the start)
@@ -103,9 +103,12 @@ class JobRunner:
         with self._lock:
             return len(self._threads)
 
-    def running_suspects(self) -> int:
+    def running_suspects(self) -> tuple[int, int]:
+        """How many uncleared suspects run here (they step as one group: worker/engine/steps/
+        plan.py), and the most that group may hold: the least `group` of theirs (0: any)."""
         with self._lock:
-            return self._suspects
+            caps = [a.group for a in self._suspects if a.group]
+            return len(self._suspects), min(caps, default=0)
 
     def running_batch_lines(self) -> int:
         with self._lock:
@@ -165,7 +168,8 @@ class JobRunner:
         )
         with self._lock:
             self._threads[thread] = claimed
-            self._suspects += claimed.attempt.suspect
+            if claimed.attempt.suspect:
+                self._suspects.add(claimed.attempt)
             self._batch_lines += claimed.spec.priority == tiers.BATCH
         thread.start()
         return Outcome.STARTED
@@ -180,7 +184,7 @@ class JobRunner:
         finally:
             with self._lock:
                 self._threads.pop(threading.current_thread(), None)
-                self._suspects -= claimed.attempt.suspect
+                self._suspects.discard(claimed.attempt)
                 self._batch_lines -= claimed.spec.priority == tiers.BATCH
                 self._last_end = time.monotonic()
             self._free.release()
@@ -192,7 +196,7 @@ class JobRunner:
         workers where it stands would have died again): the worker may take the next suspect,
         so a dead batch's jobs are read again side by side rather than one after another."""
         with self._lock:
-            self._suspects -= 1
+            self._suspects.discard(attempt)
             attempt.suspect = False
         self.queue_opened()
 

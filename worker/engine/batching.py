@@ -39,6 +39,7 @@ from worker.engine.sampling import Sampler, pick_rows
 from worker.engine.steps.cost import StepCost
 from worker.engine.steps.plan import (
     batch_capacity,
+    budgeted,
     choose_slot,
     common_prefix,
     compaction,
@@ -75,7 +76,7 @@ class Sequence:
     yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
     scope: str = ""  # its cache scope (contract/prefixes.py): it reuses only caches of its scope
     public: int = 0  # but these first tokens (a public prompt's), of any scope's cache
-    alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps alone until it has generated this many
+    alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps apart until it has generated this many
     progress: Callable[[], None] | None = None  # after each step that computed any of its rows
     cached: int = 0  # context tokens its slot's cache held when it was given the slot
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
@@ -309,9 +310,7 @@ class Scheduler:
         from the step's logits, read once (`pick_rows`)."""
         steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
         decoding = sum(s.pending is not None for s in steps)
-        # The budget keeps interactive streams' gaps short; Batch API lines alone have none
-        interactive = any(s.pending is not None and not s.yields for s in steps)
-        budget = self.cost.budget(decoding) if interactive else None
+        budget = self.cost.budget(decoding) if budgeted(steps) else None
         before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in steps]
         rows = plan(steps, self._chunk, self._batch_chunk, budget)
         if not rows:

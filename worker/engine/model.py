@@ -207,9 +207,9 @@ class LlamaEngine:
         the iterator frees the slot at the next step. A job with a grammar replays `prior`
         through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
         called (from the scheduler's thread) after every step that computed any of its rows,
-        prompt rows included. A suspect steps alone until it has generated `alone_for`
-        tokens (worker/engine/steps/plan.py). Once the iterator is closed, `cached` is told how
-        many context tokens the slot's cache held (not read again)."""
+        prompt rows included. A suspect steps apart (with the other suspects) until it has
+        generated `alone_for` tokens (worker/engine/steps/plan.py). Once the iterator is
+        closed, `cached` is told how many context tokens the slot's cache held (not read again)."""
         grammar, trigger = self._grammar(spec, prompt)
         gate: GrammarGate | TriggeredGate | None = None
         if grammar and trigger:

@@ -21,9 +21,10 @@ two reasons:
 A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
 stay in the queue where any worker can take them. Within each tier it takes first the jobs
 the API routed to it (their prompt's prefix is in its cache: api/jobs/routing.py), then the
-tier's shared queue. It takes from its model's suspect queue
-(jobs whose worker died with them in its batch) only while it runs no suspect itself (one
-is cleared once it goes SUSPECT_TOKENS past where it died: worker/attempts/attempt.py), and
+tier's shared queue. It takes from its model's suspect queue (jobs that stood still where
+their workers died) those that may step as one group with the suspects it runs: a suspect
+that died in a group of them steps in groups half as large after (api/cluster/reaper.py); one
+is cleared once it goes SUSPECT_TOKENS past where it died (worker/attempts/attempt.py); and
 from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
 while interactive jobs are quiet (worker/intake/lending.py: a lent slot is called back by preempting
 a batch line when an interactive job waits).
@@ -201,11 +202,13 @@ class TokenspoolWorker(SimpleWorker):
             self._registered, self._beat_at = True, now
 
     def _queues(self) -> list[str]:
-        """The queues to take from now: not the suspect queue while a suspect runs here, not
-        the batch queue while the batch slots are full (the other slots stay for interactive
-        jobs, or are lent and called back: worker/intake/lending.py)."""
+        """The queues to take from now: not the suspect queue while the suspects running here
+        make a group as large as one of them may step in, not the batch queue while the batch
+        slots are full (the other slots stay for interactive jobs, or are lent and called
+        back: worker/intake/lending.py)."""
         names = tiers.worker_queue_names(self._model, self.name)
-        if self._runner.running_suspects():
+        suspects, cap = self._runner.running_suspects()
+        if cap and suspects >= cap:
             names = tuple(n for n in names if n != tiers.suspect_queue_name(self._model))
         lines = self._runner.running_batch_lines()
         if lines >= self._lending.batch_limit(interactive_running=self._runner.running() > lines):
@@ -215,11 +218,11 @@ class TokenspoolWorker(SimpleWorker):
     def _take_one(self) -> str | None:
         """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
         for one to be enqueued."""
-        got = self._take(keys=queues.take_keys(self._queues(), self.name))
+        got = self._take_from(self._queues())
         if not got:
             self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
             # the queues again: a line that ended meanwhile lets the batch queue back in
-            got = self._take(keys=queues.take_keys(self._queues(), self.name))
+            got = self._take_from(self._queues())
             if not got:
                 return None
         job_id, queue = as_text(got[1]), as_text(got[0])
@@ -231,6 +234,13 @@ class TokenspoolWorker(SimpleWorker):
             with contextlib.suppress(redis.RedisError):  # else the reaper drops it at its deadline
                 queueing.routed_taken(self.connection, self._model, job_id, self.name, tier)
         return job_id
+
+    def _take_from(self, names: list[str]) -> list | None:
+        """TAKE: the first job waiting in `names`, in order; of the suspects, the first that
+        may step beside those running here (contract.lua.queues.TAKE)."""
+        suspects, _ = self._runner.running_suspects()
+        args = queues.take_args(names, tiers.suspect_queue_name(self._model), suspects)
+        return self._take(keys=queues.take_keys(names, self.name), args=args)
 
     def _queue_opened(self) -> None:
         """A Batch API line ended, or a suspect ended or was cleared (on its job thread): wake

@@ -58,13 +58,31 @@ def test_a_continuation_goes_to_the_front_of_its_queue():
     ]
 
 
-def taken(r: fakeredis.FakeRedis) -> list[str]:
-    """Job ids in the order a worker takes them (contract.lua.queues.TAKE)."""
+def taken(r: fakeredis.FakeRedis, suspects: int = 0) -> list[str]:
+    """Job ids in the order a worker running `suspects` suspects takes them (contract.lua.queues.TAKE)."""
     take = r.register_script(queues.TAKE)
+    names = tiers.queue_names(MODEL)
+    args = queues.take_args(names, tiers.suspect_queue_name(MODEL), suspects)
     out = []
-    while got := take(keys=queues.take_keys(tiers.queue_names(MODEL), "w")):
+    while got := take(keys=queues.take_keys(names, "w"), args=args):
         out.append(got[1].decode())
     return out
+
+
+def test_a_suspect_s_group_travels_with_its_queue_entry():
+    """A suspect that died in a group of 4 waits with its new group (2) on RQ's record, where
+    TAKE reads it: a worker running two suspects does not take it, one running one does."""
+    servers = FakePair().sync()
+    record(servers, "s")
+    servers.queues.lpop(keys.queue_key(MODEL))
+    servers.streams.hset(keys.job("s"), JobField.SUSPECT, "1")
+    link = Link(servers.queues, "w1", RECOVERY, streams_client=servers.streams)
+    attempt = Claims(link, 3000).claim("s", "d")
+    done = queueing.abandon(servers, "s", attempt.epoch, RECOVERY, "crash", charge=False, group=4)
+    assert (done.outcome, done.suspect, done.charged, done.group) == (1, True, False, 2)
+    assert taken(servers.queues, suspects=2) == []
+    assert taken(servers.queues, suspects=1) == [keys.rq_job_id("s", attempt.epoch + 1)]
+    assert servers.streams.zscore(keys.pending(keys.shard("s")), "s") is None  # enqueued
 
 
 def test_workers_take_the_tiers_in_order_and_a_continuation_first():

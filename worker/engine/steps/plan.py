@@ -24,11 +24,13 @@ def stepping(running: list[Sequence], lines_beside: int | None) -> list[Sequence
     (see `plan`), so lines in slots 0-15 beside a stream in slot 16 step from slot 8 up, in
     one pass, not as 0-7 and 16 in two. None: every sequence steps.
 
-    A suspect (its worker died with it: api/cluster/reaper.py) steps alone until it has generated
-    `alone_for` tokens: a death meanwhile is charged to it, so that window is kept to its
-    own few short steps, not the batch's; the others wait them out, keeping their slots."""
-    if proving := [s for s in running if s.generated < s.alone_for]:
-        return proving
+    The suspects (jobs that stood still where workers died: api/cluster/reaper.py) step apart,
+    as one group, until each has generated `alone_for` tokens: a death meanwhile is theirs
+    (charged to a suspect alone, else halving the group they may step in), so that window is
+    kept to their own few steps, not the batch's; the others wait them out, keeping their
+    slots. The worker takes no more suspects than one of them may step with."""
+    if suspects := proving(running):
+        return suspects
     lines = [s for s in running if s.yields]
     if lines_beside is None or len(lines) <= lines_beside or len(lines) == len(running):
         return running
@@ -36,6 +38,18 @@ def stepping(running: list[Sequence], lines_beside: int | None) -> list[Sequence
     chosen = sorted(lines, key=lambda s: (min(abs(s.slot - i) for i in near), s.slot))[:lines_beside]
     kept = {id(s) for s in chosen}
     return [s for s in running if not s.yields or id(s) in kept]
+
+
+def proving(running: list[Sequence]) -> list[Sequence]:
+    """The suspects still proving themselves (`stepping`)."""
+    return [s for s in running if s.generated < s.alone_for]
+
+
+def budgeted(steps: list[Sequence]) -> bool:
+    """Whether a step's prompt reads are budgeted (`plan`'s `budget`): the budget keeps
+    interactive streams' gaps short. Batch API lines alone have none, nor suspects proving
+    (the others wait them out: the sooner they are read again, the better)."""
+    return not proving(steps) and any(s.pending is not None and not s.yields for s in steps)
 
 
 def plan(

@@ -144,6 +144,32 @@ def test_a_death_with_a_suspect_is_the_suspect_s_alone(server):
     )
 
 
+def test_a_death_among_suspects_stepping_together_halves_their_group_and_charges_none(server):
+    """Group testing: the worker's three suspects stepped as one group; any of them (or none:
+    a kill from outside) may have killed it, so none is charged, and each waits to step in a
+    group of two at most (its RQ record says so, for TAKE). The bystander waited them out."""
+    r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
+    group = ["chatcmpl-s1", "chatcmpl-s2", "chatcmpl-s3"]
+    for job_id in group:
+        queued(r, job_id, **{JobField.SUSPECT: "1"})
+    running_on(server, "w1", group, record=False)
+    running_on(server, "w1", ["chatcmpl-x"])
+    assert reap(server, connected=set()) == 4
+    for job_id in group:
+        assert field(r, job_id, JobField.CHARGED) is None and field(r, job_id, JobField.SUSPECT) == b"1"
+        assert field(r, job_id, JobField.GROUP) == b"2"
+        assert q.hget(keys.rq_job(keys.rq_job_id(job_id, 2)), JobField.GROUP) == b"2"
+    assert field(r, "chatcmpl-x", JobField.STALLS) is None  # the suspects' death, not its own
+    # the next death of two of them, together: each steps alone after
+    running_on(server, "w2", group[:2], record=False)
+    reap(server, connected=set())
+    assert [field(r, j, JobField.GROUP) for j in group] == [b"1", b"1", b"2"]
+    assert all(field(r, j, JobField.CHARGED) is None for j in group)
+    running_on(server, "w3", group[:1], record=False)  # alone now: its death is its own
+    reap(server, connected=set())
+    assert field(r, group[0], JobField.CHARGED) == b"1"
+
+
 def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server):
     r = fakeredis.FakeRedis(server=server.streams)
     running_on(server, "w1", ["chatcmpl-p"])
@@ -162,22 +188,30 @@ def test_a_job_alone_in_its_worker_is_charged_and_lost_after_max_attempts(server
 def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server, mates_go_on):
     """A job that kills every worker it lands on, batched with others each time: its mates go
     on a few tokens before each death, or (a poison that kills as its prompt is read beside
-    theirs) stand still with it, and become suspects too, never charged."""
+    theirs) stand still with it, and become suspects too, in its groups, never charged."""
     r = fakeredis.FakeRedis(server=server.streams)
     poison, mates = "chatcmpl-poison", [f"chatcmpl-m{i}" for i in range(6)]
     for job_id in (poison, *mates):
         queued(r, job_id)
     workers = iter(range(100))
     deaths = 0
+
+    def suspect(job_id: str) -> bool:
+        return field(r, job_id, JobField.SUSPECT) == b"1"
+
+    def fits(batch: list[str]) -> bool:
+        """Its suspects make a group no larger than any of them may step in (TAKE's rule)."""
+        caps = [int(field(r, j, JobField.GROUP) or 0) for j in batch if suspect(j)]
+        return not any(caps) or len(caps) <= min(c for c in caps if c)
+
     while field(r, poison, JobField.STATUS) != b"failed" and deaths < 20:
-        # the poison's next worker also runs two jobs that are not suspects (a worker runs one
-        # suspect at most): the others wait their turn
+        # the poison's next worker runs two more jobs, suspects or not, as TAKE gives them
         worker = f"w{next(workers)}"
         claims = Claims(link(server, worker), 3000)
-        waiting = [m for m in mates if field(r, m, JobField.STATUS) == b"queued"]
-        if field(r, poison, JobField.SUSPECT) == b"1":  # one suspect per worker: the poison
-            waiting = [m for m in waiting if field(r, m, JobField.SUSPECT) != b"1"]
-        batch = [poison, *waiting[:2]]
+        batch = [poison]
+        for m in mates:
+            if len(batch) < 3 and field(r, m, JobField.STATUS) == b"queued" and fits([*batch, m]):
+                batch.append(m)
         for job_id in batch:
             epoch = int(field(r, job_id, JobField.EPOCH))
             r.zrem(keys.pending(keys.shard(job_id)), job_id)
@@ -188,7 +222,8 @@ def test_a_poison_job_ends_as_worker_lost_and_its_batch_mates_survive(server, ma
         reap(server, connected=set())
         deaths += 1
     assert field(r, poison, JobField.STATUS) == b"failed"
-    assert deaths <= 2 + RECOVERY.max_attempts  # two stalls in batches, then charged alone
+    # two stalls in batches, groups of 3 then 2 suspects (ceil(log2(3)) deaths), then alone
+    assert deaths <= 2 + 2 + RECOVERY.max_attempts
     last = r.xrevrange(keys.events(poison), count=1)[0][1]
     assert last[b"c"] == b"worker_lost"
     assert all(field(r, m, JobField.CHARGED) is None for m in mates)  # no bystander was charged

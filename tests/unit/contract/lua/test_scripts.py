@@ -248,13 +248,19 @@ def test_beat_refreshes_only_the_current_attempt(r):
     assert beat(keys=job, args=[a2.epoch, 5000, "another claim's token"]) == 0
 
 
-def _abandon(r, epoch, max_attempts=3, charge=True, suspect_after=0, max_requeues=20, counted=True):
+def _abandon(r, epoch, max_attempts=3, charge=True, suspect_after=0, max_requeues=20, counted=True, group=0):
     script = r.register_script(jobs.ABANDON)
     recovery = dataclasses.replace(RECOVERY, max_attempts=max_attempts, max_requeues=max_requeues)
     args = jobs.abandon_args(
-        CID, epoch, charge=charge, suspect_after=suspect_after, recovery=recovery, counted=counted
+        CID,
+        epoch,
+        charge=charge,
+        suspect_after=suspect_after,
+        recovery=recovery,
+        counted=counted,
+        group=group,
     )
-    outcome, _, _ = script(keys=library.job_keys(CID), args=args)
+    outcome, _, _, _ = script(keys=library.job_keys(CID), args=args)
     return outcome
 
 
@@ -491,6 +497,39 @@ def test_a_batch_job_standing_still_becomes_a_suspect_at_its_second_stall(r):
     assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1" and r.hget(keys.job(CID), JobField.CHARGED) is None
 
 
+def test_a_suspect_dying_in_a_group_steps_in_groups_half_as_large_after(r):
+    """Group testing: a death among g suspects stepping together is none's alone (nobody is
+    charged), but each may then step with ceil(g / 2) at most, so a job that kills where it
+    stands is alone after log2(g) such deaths; one that goes on is cleared of it."""
+    pub = Publisher(Link(r, "w1", RECOVERY))
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    r.hset(keys.job(CID), JobField.SUSPECT, "1")
+    groups = []
+    for stepped in (25, 13, 30, 7, 2):
+        a = claims.claim(CID, DIGEST)
+        groups.append(a.group)
+        assert a.suspect and _abandon(r, a.epoch, charge=False, group=stepped) == 1
+    assert groups == [0, 13, 7, 7, 4]  # a larger group later does not widen it
+    assert int(r.hget(keys.job(CID), JobField.GROUP)) == 1 and r.hget(keys.job(CID), JobField.CHARGED) is None
+    a = claims.claim(CID, DIGEST)
+    pub.started(a, 3)
+    for token in range(RECOVERY.suspect_tokens):
+        pub.delta(a, "x", (token,))
+    pub.flush(a)
+    assert _abandon(r, a.epoch, charge=False, group=8) == 1  # it went on: nobody's culprit
+    assert r.hmget(keys.job(CID), JobField.SUSPECT, JobField.GROUP) == [None, None]
+
+
+def test_a_cleared_suspect_loses_its_group(r):
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    r.hset(keys.job(CID), JobField.SUSPECT, "1")
+    a = claims.claim(CID, DIGEST)
+    assert _abandon(r, a.epoch, charge=False, group=4) == 1
+    b = claims.claim(CID, DIGEST)
+    assert b.group == 2 and claims.clear_suspect(b)
+    assert r.hget(keys.job(CID), JobField.GROUP) is None
+
+
 def test_requeues_going_on_are_not_counted(r):
     """MAX_REQUEUES bounds a job standing still; one that goes on between deaths (a bystander
     in a crash storm) is bounded by its own length."""
@@ -553,11 +592,39 @@ def test_take_moves_one_id_into_the_inbox_in_queue_order():
     take = r.register_script(queues.TAKE)
     r.rpush(keys.rq_queue_key("m"), "new-1")
     r.rpush(keys.rq_queue_key(tiers.suspect_queue_name("m")), "suspect-1")
-    both = queues.take_keys(tiers.queue_names("m"), "w1")
-    assert take(keys=both)[1] == b"suspect-1"  # suspects first
-    assert take(keys=queues.take_keys([tiers.queue_name("m")], "w1"))[1] == b"new-1"
-    assert not take(keys=both)
+    names, new = tiers.queue_names("m"), [tiers.queue_name("m")]
+    both = queues.take_keys(names, "w1")
+    args = queues.take_args(names, tiers.suspect_queue_name("m"), 0)
+    assert take(keys=both, args=args)[1] == b"suspect-1"  # suspects first
+    new_args = queues.take_args(new, tiers.suspect_queue_name("m"), 0)
+    assert take(keys=queues.take_keys(new, "w1"), args=new_args)[1] == b"new-1"
+    assert not take(keys=both, args=args)
     assert set(r.hkeys(keys.inbox("w1"))) == {b"suspect-1", b"new-1"}
+
+
+def test_take_gives_a_worker_only_suspects_that_may_step_with_its_own():
+    """A worker running n suspects takes the first waiting one whose group allows n + 1."""
+    r = fakeredis.FakeRedis()
+    take = r.register_script(queues.TAKE)
+    suspects = tiers.suspect_queue_name("m")
+    names = list(tiers.queue_names("m"))
+    r.rpush(keys.rq_queue_key(suspects), "s-2", "s-any", "s-3")
+    r.hset(keys.rq_job("s-2"), JobField.GROUP, 2)
+    r.hset(keys.rq_job("s-3"), JobField.GROUP, 3)
+    r.rpush(keys.rq_queue_key(tiers.queue_name("m")), "new-1")
+
+    def taken(stepping: int) -> bytes:
+        return take(keys=queues.take_keys(names, "w1"), args=queues.take_args(names, suspects, stepping))[1]
+
+    assert taken(2) == b"s-any"  # a third: not s-2
+    assert taken(2) == b"s-3"
+    assert taken(2) == b"new-1"  # s-2 waits for a worker with one suspect at most
+    assert taken(1) == b"s-2"
+    no_suspects = [n for n in names if n != suspects]
+    assert (
+        take(keys=queues.take_keys(no_suspects, "w1"), args=queues.take_args(no_suspects, suspects, 0))
+        is None
+    )
 
 
 @pytest.mark.parametrize("cluster", [False, True])

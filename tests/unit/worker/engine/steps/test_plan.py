@@ -6,6 +6,7 @@ from __future__ import annotations
 from worker.engine.batching import Sequence
 from worker.engine.steps.cost import StepCost
 from worker.engine.steps.plan import (
+    budgeted,
     choose_slot,
     common_prefix,
     compaction,
@@ -276,6 +277,27 @@ def test_a_suspect_steps_alone_until_it_has_generated_its_tokens():
     assert stepping(running, lines_beside=None) == running
     resumed.generated, resumed.closed = 0, True  # a suspect that ended holds nobody up
     assert stepping([s for s in running if not s.closed], None) == [*decoding, *lines]
+
+
+def test_a_worker_s_suspects_step_as_one_group_unbudgeted():
+    """Several suspects (a dead batch's jobs that stood still) prove themselves together, read
+    again a whole chunk a step each, while the others wait; a suspect that has gone its
+    tokens waits for the rest of the group."""
+    decoding = seq(0, [1], fed=1, pending=0)
+    first, second = seq(1, list(range(40))), seq(2, list(range(130)))
+    first.alone_for = second.alone_for = 2
+    running = [decoding, first, second]
+    assert stepping(running, None) == [first, second]
+    rows = plan(stepping(running, None), chunk=64)
+    assert first.fed == 40 and second.fed == 64 and len(rows) == 104
+    first.generated, first.pending = 1, 7  # one token on: it decodes while the other reads
+    assert stepping(running, None) == [first, second] and not budgeted([first, second])
+    rows = plan(stepping(running, None), chunk=64)
+    assert second.fed == 128 and len(rows) == 65  # a whole chunk, not a budget's share
+    first.generated = 2  # proved: it waits for the rest of the group
+    assert stepping(running, None) == [second]
+    second.generated = 2
+    assert stepping(running, None) == running and budgeted(running)
 
 
 def test_step_cost_steers_the_budget_to_the_stretch():
