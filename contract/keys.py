@@ -130,7 +130,7 @@ def wake_worker(worker: str) -> str:
 
 
 def dead_worker(worker: str) -> str:
-    """STRING: how many jobs a worker held when the reaper found it dead (for a minute), so
+    """STRING: how many jobs a worker held when the reaper found it dead (for 15 s), so
     that its attempts found dead in later ticks are judged with the same batch."""
     return f"{PREFIX}:dead:{worker}"
 

@@ -53,7 +53,7 @@ def enqueue(
     can always move it back; it wakes that worker. Its RQ record names the shared queue,
     where it goes back if not taken in time (RQ's own list of queues never holds a
     worker's). A suspect's record carries its `group` (the most suspects it may step with; 0
-    for any), written with the push, for TAKE."""
+    for any), written with the push, for TAKE (a record without one steps alone)."""
     model, job_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = tiers.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
@@ -69,7 +69,7 @@ def enqueue(
         failure_ttl=recovery.retention_s,
         description=f"completion {job_id}",
     )
-    if suspect and group:
+    if suspect:
         record = queue.create_job(**job)
         with client.pipeline() as pipe:  # MULTI: no TAKE sees it without its group
             queue.enqueue_job(record, pipeline=pipe, at_front=True)

@@ -47,8 +47,8 @@ def worker_queue_names(model: str, worker: str) -> tuple[str, ...]:
 
 
 def suspect_queue_name(model: str) -> str:
-    """The RQ queue of a model's jobs that were in a worker's batch when it died: a worker
-    runs at most one of them at a time (see contract.lua.jobs.ABANDON)."""
+    """The RQ queue of a model's jobs that stood still where workers died: a worker runs as
+    many at once as their groups allow (see contract.lua.jobs.ABANDON)."""
     return f"{model}#suspect"
 
 

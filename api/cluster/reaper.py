@@ -139,12 +139,11 @@ class Reaper:
         taken = 0
         for worker, attempts in dead.items():
             batch, group = await self._store.dead_batch(worker, holding[worker], suspects[worker])
-            explained = any(a.suspect for a in attempts)
             for a in attempts:
                 # alone or its worker's only suspect: its death, if it stood still; the
                 # others' stalls count unless a suspect explains the death
                 charge = batch <= 1 or (a.suspect and group <= 1)
-                after = 1 if charge else 0 if explained else 2
+                after = 1 if charge else 0 if group else 2
                 done = await self._store.abandon(
                     a.job_id, a.epoch, charge=charge, suspect_after=after, group=group if a.suspect else 0
                 )

@@ -354,7 +354,7 @@ class JobStore:
 
     async def dead_batch(self, worker: str, holding: int, suspects: int) -> tuple[int, int]:
         """How many jobs, and how many uncleared suspects, a worker found dead held: the most
-        seen in any tick of the last minute (its attempts need not all be found dead in the
+        seen in any tick of the last 15 s (its attempts need not all be found dead in the
         same tick)."""
         jobs = await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding])
         group = await self._dead_batch(keys=[keys.dead_suspects(worker)], args=[suspects])

@@ -18,13 +18,14 @@ ended, should it stop" is checked in the same step as the write:
   says it is on an RQ queue.
 - `RESERVE` holds a place in a model's queues for a new request, unless they are full.
 - `TAKE` moves one job id from a model's queues (in priority order) into the taking
-  worker's inbox, so that a worker that dies before claiming it loses nothing.
+  worker's inbox, so that a worker that dies before claiming it loses nothing; of the
+  suspects, the first whose group allows one more beside the worker's own.
 - `CLAIM` starts an attempt: bumps the epoch (fencing out every earlier attempt), counts the
   attempt, marks the job running and alive, unless the job has ended; a new job that waited
   past its start deadline is ended instead (`END_IF_LATE`'s rule; a requeued one a worker
   takes is not late: api/cluster/resumes.py). A retried claim (the same
-  token, its reply lost) returns the same attempt. Returns the epoch and whether a cancel is
-  due.
+  token, its reply lost) returns the same attempt. Returns the epoch, whether a cancel is
+  due, and whether the job is a suspect, with its group.
 - `APPEND` writes one or more entries of an attempt (a worker batches what piled up while
   its previous write was in flight): refused with a `FENCED` error unless the epoch is
   current and the job has not ended; a terminal entry marks the job ended and starts its
@@ -39,8 +40,9 @@ ended, should it stop" is checked in the same step as the write:
   failover lost the attempt's claim (the worker then writes again what it holds).
 - `ABANDON` takes a job away from an attempt (dead, hung, or handing off at shutdown):
   fences it out and queues the job again, charging the death to it or not (the caller
-  judges: see api/cluster/reaper.py), or ends it with `worker_lost` once the charged deaths reach
-  MAX_ATTEMPTS or the requeues MAX_REQUEUES.
+  judges: see api/cluster/reaper.py), halving a suspect's group when it died among others,
+  or ends it with `worker_lost` once the charged deaths reach MAX_ATTEMPTS or the requeues
+  MAX_REQUEUES.
 - `END` lets anyone else (the API) end a job with a terminal entry, fencing out the running
   attempt, if any.
 - `END_IF_LATE` ends a queued job that no worker (re)started by its deadline: `queue_timeout`,
@@ -55,7 +57,7 @@ hash tag: contract/keys.py), or, INDEXES, of one shard a call on a cluster, so t
 may be a Redis Cluster; the queues server's scripts (queues.py's and accounting.py's) need
 one server, as RQ does. Besides those above, queues.py holds `FALL_BACK` (a routed job its
 worker did not take goes back to the shared queue), `ROUTE_FOR_OWNER` (a key's bound on its
-jobs waiting routed), `DEAD_BATCH` (how many jobs a dead worker
+jobs waiting routed), `DEAD_BATCH` (how many jobs, or suspects, a dead worker
 held), `DELETE_IF` (compare and delete) and `TAKE_OR_EXTEND` (the lock that lets one API
 process drive the reaper or the batches); accounting.py the charges for what a key keeps
 (its docstring lists them).

@@ -25,7 +25,8 @@ CLAIM = (
 local function claimed()
   local suspect = 0
   if redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then suspect = 1 end
-  local group = tonumber(redis.call('HGET', KEYS[1], '{JobField.GROUP}') or '0')
+  -- a suspect marked by an earlier release's reaper has no group: it steps alone
+  local group = tonumber(redis.call('HGET', KEYS[1], '{JobField.GROUP}') or tostring(suspect))
   return {{tonumber(redis.call('HGET', KEYS[1], '{JobField.EPOCH}')), cancel_due(KEYS[1]), suspect, group}}
 end
 if redis.call('EXISTS', KEYS[1]) == 0 then return {{-1, 0, 0, 0}} end

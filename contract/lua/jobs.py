@@ -56,9 +56,11 @@ if not still then
   redis.call('HDEL', KEYS[1], '{JobField.CHARGED}', '{JobField.STALLS}', '{JobField.SUSPECT}',
              '{JobField.GROUP}')
 end
-local group = tonumber(redis.call('HGET', KEYS[1], '{JobField.GROUP}') or '0')
+local was_suspect = redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1'
+-- a suspect without a group (an earlier release's reaper marked it) steps alone
+local group = tonumber(redis.call('HGET', KEYS[1], '{JobField.GROUP}') or (was_suspect and '1' or '0'))
 local stepped = tonumber(ARGV[11])
-if still and stepped > 1 and redis.call('HGET', KEYS[1], '{JobField.SUSPECT}') == '1' then
+if still and stepped > 1 and was_suspect then
   local half = math.ceil(stepped / 2)
   if group == 0 or half < group then
     group = half
@@ -78,8 +80,10 @@ if charged >= tonumber(ARGV[5]) or requeues > tonumber(ARGV[6]) then
   return {{2, 0, charge, 0}}
 end
 if ARGV[4] ~= '0' and still
-   and redis.call('HINCRBY', KEYS[1], '{JobField.STALLS}', 1) >= tonumber(ARGV[4]) then
-  redis.call('HSET', KEYS[1], '{JobField.SUSPECT}', '1')
+   and redis.call('HINCRBY', KEYS[1], '{JobField.STALLS}', 1) >= tonumber(ARGV[4])
+   and not was_suspect then
+  redis.call('HSET', KEYS[1], '{JobField.SUSPECT}', '1', '{JobField.GROUP}', '0')  -- any group
+  group = 0
 end
 redis.call('HINCRBY', KEYS[1], '{JobField.EPOCH}', 1)
 local start_by = now_ms() + tonumber(ARGV[7])

@@ -34,7 +34,8 @@ TAKE = f"""
 -- ARGV[1]=which of KEYS is the suspect queue (0: none), ARGV[2]=how many suspects the
 -- worker would then step together, ARGV[3]=the prefix of RQ's job records. From the suspect
 -- queue it takes the first job whose record's group (the most suspects it may step with:
--- contract.lua.jobs.ABANDON) allows that many; the walk is as long as the suspects waiting.
+-- contract.lua.jobs.ABANDON; none: 1, an earlier release's) allows that many, among the first
+-- 64 waiting. The records are read by name: the queues server is one server.
 -- Returns {{queue key, RQ job id}} or false when every queue is empty.
 local inbox = KEYS[#KEYS]
 local t = redis.call('TIME')
@@ -42,8 +43,8 @@ local need = tonumber(ARGV[2])
 for i = 1, #KEYS - 1 do
   local id = false
   if i == tonumber(ARGV[1]) and need > 1 then
-    for _, queued in ipairs(redis.call('LRANGE', KEYS[i], 0, -1)) do
-      local group = tonumber(redis.call('HGET', ARGV[3] .. queued, '{keys.JobField.GROUP}') or '0')
+    for _, queued in ipairs(redis.call('LRANGE', KEYS[i], 0, 63)) do
+      local group = tonumber(redis.call('HGET', ARGV[3] .. queued, '{keys.JobField.GROUP}') or '1')
       if group == 0 or group >= need then
         redis.call('LREM', KEYS[i], 1, queued)
         id = queued
@@ -105,12 +106,14 @@ return 1
 """
 
 
-# KEYS[1]=the dead worker's record; ARGV[1]=jobs it holds now. Returns the most it held.
+# KEYS[1]=the dead worker's record; ARGV[1]=jobs (or suspects) it holds now. Returns the most
+# it held over the last 15 s: one death's attempts are all found dead within a heartbeat
+# window, and a worker frozen and thawed that dies again later is judged afresh.
 DEAD_BATCH = """
 local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > seen then
   seen = tonumber(ARGV[1])
-  redis.call('SET', KEYS[1], seen, 'EX', 60)
+  redis.call('SET', KEYS[1], seen, 'EX', 15)
 end
 return seen
 """

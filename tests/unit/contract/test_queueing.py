@@ -75,7 +75,7 @@ def test_a_suspect_s_group_travels_with_its_queue_entry():
     servers = FakePair().sync()
     record(servers, "s")
     servers.queues.lpop(keys.queue_key(MODEL))
-    servers.streams.hset(keys.job("s"), JobField.SUSPECT, "1")
+    servers.streams.hset(keys.job("s"), mapping={JobField.SUSPECT: "1", JobField.GROUP: "0"})
     link = Link(servers.queues, "w1", RECOVERY, streams_client=servers.streams)
     attempt = Claims(link, 3000).claim("s", "d")
     done = queueing.abandon(servers, "s", attempt.epoch, RECOVERY, "crash", charge=False, group=4)

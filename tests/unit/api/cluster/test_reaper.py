@@ -151,7 +151,7 @@ def test_a_death_among_suspects_stepping_together_halves_their_group_and_charges
     r, q = fakeredis.FakeRedis(server=server.streams), fakeredis.FakeRedis(server=server.queues)
     group = ["chatcmpl-s1", "chatcmpl-s2", "chatcmpl-s3"]
     for job_id in group:
-        queued(r, job_id, **{JobField.SUSPECT: "1"})
+        queued(r, job_id, **{JobField.SUSPECT: "1", JobField.GROUP: "0"})
     running_on(server, "w1", group, record=False)
     running_on(server, "w1", ["chatcmpl-x"])
     assert reap(server, connected=set()) == 4

@@ -503,7 +503,7 @@ def test_a_suspect_dying_in_a_group_steps_in_groups_half_as_large_after(r):
     stands is alone after log2(g) such deaths; one that goes on is cleared of it."""
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
-    r.hset(keys.job(CID), JobField.SUSPECT, "1")
+    r.hset(keys.job(CID), mapping={JobField.SUSPECT: "1", JobField.GROUP: "0"})  # in any group
     groups = []
     for stepped in (25, 13, 30, 7, 2):
         a = claims.claim(CID, DIGEST)
@@ -520,9 +520,29 @@ def test_a_suspect_dying_in_a_group_steps_in_groups_half_as_large_after(r):
     assert r.hmget(keys.job(CID), JobField.SUSPECT, JobField.GROUP) == [None, None]
 
 
-def test_a_cleared_suspect_loses_its_group(r):
+def test_a_suspect_an_earlier_release_marked_steps_alone(r):
+    """Its reaper wrote no group: this release's worker runs it alone, as that one did, and a
+    death among others does not widen it."""
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     r.hset(keys.job(CID), JobField.SUSPECT, "1")
+    a = claims.claim(CID, DIGEST)
+    assert a.suspect and a.group == 1
+    assert _abandon(r, a.epoch, charge=False, group=4) == 1
+    assert claims.claim(CID, DIGEST).group == 1
+
+
+def test_a_new_suspect_may_step_in_any_group_whatever_it_had_before(r):
+    """A group left from an earlier suspicion (an earlier worker's clear kept it) is reset."""
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    r.hset(keys.job(CID), JobField.GROUP, "2")
+    a = claims.claim(CID, DIGEST)
+    assert _abandon(r, a.epoch, charge=True, suspect_after=1) == 1
+    assert r.hmget(keys.job(CID), JobField.SUSPECT, JobField.GROUP) == [b"1", b"0"]
+
+
+def test_a_cleared_suspect_loses_its_group(r):
+    claims = Claims(Link(r, "w1", RECOVERY), 3000)
+    r.hset(keys.job(CID), mapping={JobField.SUSPECT: "1", JobField.GROUP: "0"})
     a = claims.claim(CID, DIGEST)
     assert _abandon(r, a.epoch, charge=False, group=4) == 1
     b = claims.claim(CID, DIGEST)
@@ -608,8 +628,9 @@ def test_take_gives_a_worker_only_suspects_that_may_step_with_its_own():
     take = r.register_script(queues.TAKE)
     suspects = tiers.suspect_queue_name("m")
     names = list(tiers.queue_names("m"))
-    r.rpush(keys.rq_queue_key(suspects), "s-2", "s-any", "s-3")
+    r.rpush(keys.rq_queue_key(suspects), "s-old", "s-2", "s-any", "s-3")
     r.hset(keys.rq_job("s-2"), JobField.GROUP, 2)
+    r.hset(keys.rq_job("s-any"), JobField.GROUP, 0)
     r.hset(keys.rq_job("s-3"), JobField.GROUP, 3)
     r.rpush(keys.rq_queue_key(tiers.queue_name("m")), "new-1")
 
@@ -620,6 +641,7 @@ def test_take_gives_a_worker_only_suspects_that_may_step_with_its_own():
     assert taken(2) == b"s-3"
     assert taken(2) == b"new-1"  # s-2 waits for a worker with one suspect at most
     assert taken(1) == b"s-2"
+    assert taken(0) == b"s-old"  # an earlier release's: no group, alone
     no_suspects = [n for n in names if n != suspects]
     assert (
         take(keys=queues.take_keys(no_suspects, "w1"), args=queues.take_args(no_suspects, suspects, 0))
