@@ -64,6 +64,7 @@ class Engine(Protocol):
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
         cached: Callable[[int], None] | None = None,
+        since_ms: int = 0,
     ) -> Generator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
@@ -229,7 +230,8 @@ class AttemptRules:
             reused = min(tokens, len(prompt))
 
         alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached)
+        since = int(progress.last_id.split("-")[0]) if prior else 0  # its stream stalled then
+        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached, since)
         try:
             for pick, piece in self._timed(picks):
                 token = pick.token
