@@ -110,6 +110,15 @@ class JobRunner:
             caps = [a.group for a in self._suspects if a.group]
             return len(self._suspects), min(caps, default=0)
 
+    def reading_again(self) -> int:
+        """Continuations running here that have not generated a token yet (their streams
+        stalled where a worker died): no proof starts while one is read (rqworker.py)."""
+        with self._lock:
+            return sum(
+                c.attempt.epoch > 1 and not c.attempt.generated and not c.attempt.suspect
+                for c in self._threads.values()
+            )
+
     def running_batch_lines(self) -> int:
         with self._lock:
             return self._batch_lines

@@ -119,6 +119,7 @@ class TokenspoolWorker(SimpleWorker):
         self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
         routed = {p: keys.rq_queue_key(tiers.routed_queue_name(model, p, name)) for p in tiers.ROUTED_TIERS}
         self._routed = {queue: tier for tier, queue in routed.items()}  # its routed queues' tiers
+        self._forming = False  # the last take was a suspect's: its group may grow
         runner.queue_opened = self._queue_opened
 
     # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
@@ -202,13 +203,16 @@ class TokenspoolWorker(SimpleWorker):
             self._registered, self._beat_at = True, now
 
     def _queues(self) -> list[str]:
-        """The queues to take from now: not the suspect queue while the suspects running here
-        make a group as large as one of them may step in, not the batch queue while the batch
-        slots are full (the other slots stay for interactive jobs, or are lent and called
-        back: worker/intake/lending.py)."""
+        """The queues to take from now; not the batch queue while the batch slots are full
+        (the other slots stay for interactive jobs, or are lent and called back:
+        worker/intake/lending.py). Suspects are taken as one group, one take after another,
+        as many as the least group of theirs allows: a group forms while no continuation here
+        is still being read again (the proof would hold it up), and closes at the first take
+        of anything else, so that a stream of suspects never holds up the jobs reading here."""
         names = tiers.worker_queue_names(self._model, self.name)
         suspects, cap = self._runner.running_suspects()
-        if cap and suspects >= cap:
+        forms = not suspects and not self._runner.reading_again()
+        if not (forms or (self._forming and suspects and (not cap or suspects < cap))):
             names = tuple(n for n in names if n != tiers.suspect_queue_name(self._model))
         lines = self._runner.running_batch_lines()
         if lines >= self._lending.batch_limit(interactive_running=self._runner.running() > lines):
@@ -220,12 +224,14 @@ class TokenspoolWorker(SimpleWorker):
         for one to be enqueued."""
         got = self._take_from(self._queues())
         if not got:
+            self._forming = False  # a group of suspects closes when none waits
             self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
             # the queues again: a line that ended meanwhile lets the batch queue back in
             got = self._take_from(self._queues())
             if not got:
                 return None
         job_id, queue = as_text(got[1]), as_text(got[0])
+        self._forming = queue == keys.rq_queue_key(tiers.suspect_queue_name(self._model))
         self._handled.add(job_id)
         if queue in self._lending.interactive_queues:
             self._lending.interactive_started()

@@ -24,13 +24,17 @@ def stepping(running: list[Sequence], lines_beside: int | None) -> list[Sequence
     (see `plan`), so lines in slots 0-15 beside a stream in slot 16 step from slot 8 up, in
     one pass, not as 0-7 and 16 in two. None: every sequence steps.
 
-    The suspects (jobs that stood still where workers died: api/cluster/reaper.py) step apart,
-    as one group, until each has generated `alone_for` tokens: a death meanwhile is theirs
-    (charged to a suspect alone, else halving the group they may step in), so that window is
-    kept to their own few steps, not the batch's; the others wait them out, keeping their
-    slots. The worker takes no more suspects than one of them may step with."""
-    if suspects := proving(running):
-        return suspects
+    The suspects (jobs that stood still where workers died: api/cluster/reaper.py) step as one
+    group until each has generated `alone_for` tokens, beside the streams that decode but
+    apart from every other job still reading its context: a death meanwhile is the suspects'
+    (charged to a suspect alone, else halving the group they may step in), since a job that
+    kills where it stands (its prompt's read included) kills before it goes on, and a stream
+    that decodes has gone on. Streams that decode are not held up by a proof (a storm's
+    proofs, one after another, once left a worker's streams 20 s without a token); jobs
+    still reading wait those few steps, keeping their slots. The worker takes no more
+    suspects than one of them may step with."""
+    if proving(running):
+        return [s for s in running if s.generated < s.alone_for or s.pending is not None]
     lines = [s for s in running if s.yields]
     if lines_beside is None or len(lines) <= lines_beside or len(lines) == len(running):
         return running

@@ -12,12 +12,15 @@ from worker.intake.rqworker import TokenspoolWorker
 SUSPECTS = tiers.suspect_queue_name("m")
 
 
-def queues(suspects: int, cap: int) -> list[str]:
+def queues(suspects: int, cap: int, forming: bool = True, reading_again: int = 0) -> list[str]:
     runner = SimpleNamespace(
-        running_suspects=lambda: (suspects, cap), running_batch_lines=lambda: 0, running=lambda: suspects
+        running_suspects=lambda: (suspects, cap),
+        reading_again=lambda: reading_again,
+        running_batch_lines=lambda: 0,
+        running=lambda: suspects,
     )
     lending = SimpleNamespace(batch_limit=lambda interactive_running: 1)
-    worker = SimpleNamespace(_model="m", name="w1", _runner=runner, _lending=lending)
+    worker = SimpleNamespace(_model="m", name="w1", _runner=runner, _lending=lending, _forming=forming)
     return TokenspoolWorker._queues(worker)  # type: ignore[arg-type]
 
 
@@ -31,3 +34,12 @@ def test_the_suspect_queue_while_the_group_has_room(suspects, cap, takes):
     names = queues(suspects, cap)
     assert (SUSPECTS in names) == takes
     assert names[-1] == tiers.queue_name("m", tiers.BATCH)  # the rest as ever
+
+
+def test_a_group_grows_only_while_it_forms_and_forms_only_when_nothing_is_read_again():
+    """A crash storm: a worker that took each suspect as the last cleared held the jobs it
+    was reading again behind one proof after another (streams 20 s without a token)."""
+    assert SUSPECTS not in queues(3, 0, forming=False)  # the group closed: no more join it
+    assert SUSPECTS in queues(0, 0, forming=False)  # a new group may form
+    assert SUSPECTS not in queues(0, 0, reading_again=2)  # not while continuations are read
+    assert SUSPECTS in queues(2, 0, forming=True, reading_again=2)  # a group forming goes on

@@ -255,28 +255,32 @@ def test_a_short_prompt_is_read_whole_beside_a_budget_and_a_long_one_still_moves
     assert slots(rows) == [0] + [1] * 40 + [2] * 40 + [3] * 40 + [4]
 
 
-def test_a_suspect_steps_alone_until_it_has_generated_its_tokens():
-    """A death while a suspect runs is charged to it, so its worker steps it alone, its
-    context a whole chunk a step, until it has gone its tokens past where it died: the
-    window in which a death elsewhere (a preemption, a kill) is charged to it is its own
-    few steps, not the batch's (a chaos run at the defaults, three 32-slot workers on two
-    cores: a suspect read beside the batch took 5 to 14 s to clear, and bystanders were
-    charged three times)."""
+def test_a_suspect_steps_beside_the_streams_that_decode_apart_from_jobs_reading():
+    """A death while a suspect proves itself is its own: nothing else that stands still may
+    step then (a job still reading its context may be the one that kills as it is read), but
+    the streams that decode have gone on and step on, not paused for the proof (a storm's
+    proofs once left a worker's streams 20 s without a token). Its context is read whole,
+    unbudgeted; once it has gone its tokens on, the others read again."""
     decoding = [seq(s, [1], fed=1, pending=s) for s in (0, 2)]
-    resumed = seq(1, list(range(130)))
-    resumed.alone_for = 2
+    suspect = seq(1, list(range(130)))
+    suspect.alone_for, suspect.since = 2, 1_000
+    reading = seq(4, list(range(50)))
     lines = [seq(3, [1], fed=1, pending=3)]
     lines[0].yields = True
-    running = [*decoding, resumed, *lines]
-    assert stepping(running, lines_beside=None) == [resumed]
+    running = [*decoding, suspect, *lines, reading]
+    assert stepping(running, lines_beside=None) == [*decoding, suspect, *lines]
+    assert not budgeted(stepping(running, None))
     rows = plan(stepping(running, None), chunk=64)
-    assert resumed.fed == 64 and slots(rows) == [1] * 64
-    resumed.fed, resumed.generated = 130, 1
-    assert stepping(running, lines_beside=None) == [resumed]  # one token on: still alone
-    resumed.generated = 2
+    # the Batch API line sits out, as beside any prompt read
+    assert suspect.fed == 64 and reading.fed == 0 and slots(rows) == [0] + [1] * 64 + [2]
+    suspect.fed, suspect.generated, suspect.pending = 130, 1, 7
+    for d in decoding:  # sampled at that step
+        d.pending = d.slot
+    assert stepping(running, lines_beside=None) == [*decoding, suspect, *lines]  # one token on
+    suspect.generated = 2
     assert stepping(running, lines_beside=None) == running
-    resumed.generated, resumed.closed = 0, True  # a suspect that ended holds nobody up
-    assert stepping([s for s in running if not s.closed], None) == [*decoding, *lines]
+    suspect.generated, suspect.closed = 0, True  # a suspect that ended holds nobody up
+    assert stepping([s for s in running if not s.closed], None) == [*decoding, *lines, reading]
 
 
 def test_resumed_contexts_are_read_whole_the_longest_stalled_first_unbudgeted():
@@ -298,21 +302,21 @@ def test_resumed_contexts_are_read_whole_the_longest_stalled_first_unbudgeted():
 
 def test_a_worker_s_suspects_step_as_one_group_unbudgeted():
     """Several suspects (a dead batch's jobs that stood still) prove themselves together, read
-    again a whole chunk a step each, while the others wait; a suspect that has gone its
-    tokens waits for the rest of the group."""
+    again a whole chunk a step each beside the streams that decode; a suspect that has gone
+    its tokens steps on with them."""
     decoding = seq(0, [1], fed=1, pending=0)
     first, second = seq(1, list(range(40))), seq(2, list(range(130)))
     first.alone_for = second.alone_for = 2
     running = [decoding, first, second]
-    assert stepping(running, None) == [first, second]
+    assert stepping(running, None) == running
     rows = plan(stepping(running, None), chunk=64)
-    assert first.fed == 40 and second.fed == 64 and len(rows) == 104
+    assert first.fed == 40 and second.fed == 64 and len(rows) == 105
     first.generated, first.pending = 1, 7  # one token on: it decodes while the other reads
-    assert stepping(running, None) == [first, second] and not budgeted([first, second])
+    decoding.pending = 5
+    assert stepping(running, None) == running and not budgeted(running)
     rows = plan(stepping(running, None), chunk=64)
-    assert second.fed == 128 and len(rows) == 65  # a whole chunk, not a budget's share
-    first.generated = 2  # proved: it waits for the rest of the group
-    assert stepping(running, None) == [second]
+    assert second.fed == 128 and len(rows) == 66  # a whole chunk, not a budget's share
+    first.generated, first.pending, decoding.pending = 2, 8, 6
     second.generated = 2
     assert stepping(running, None) == running and budgeted(running)
 
