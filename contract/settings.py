@@ -230,9 +230,9 @@ class Recovery:
         "SUSPECT_TOKENS",
         "tokens an attempt must write for its job to have gone on past where it last died (else "
         "it stood still: a job standing still at two deaths in a row becomes a suspect); a "
-        "worker's suspects step as one group, apart, until each has generated this many, then "
-        "each is cleared: a job that kills workers where it stands dies again before that, in "
-        "groups halved at each such death until it is alone and charged",
+        "worker's suspects step as one group, apart from jobs still reading, until each has "
+        "generated this many, then each is cleared: a job that kills workers where it stands "
+        "dies again before that, in groups halved at each such death until it is alone and charged",
         minimum=1,
     )
     resume_wait_s: float = setting(

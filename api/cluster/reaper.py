@@ -19,7 +19,9 @@ charge or suspicion and simply requeued. One that stood still counts a stall; it
 only when it ran alone or was its worker's only suspect, and it becomes a suspect at its
 second stall in a row in a batch (a lone job at its first). A death while suspects run is
 theirs: the others' stalls are not counted (they waited out their steps). A worker's
-suspects step as one group, apart (worker/engine/steps/plan.py), until each has generated
+suspects step as one group beside the streams that decode, apart from the jobs still
+reading (worker/engine/steps/plan.py: a job that kills where it stands kills before it goes
+on, so a death then is the suspects'), until each has generated
 SUSPECT_TOKENS past where it died, then each is cleared, and its charges with it
 (MAX_ATTEMPTS counts deaths in a row where a job stands). A death among g suspects is group
 testing's failed test: none is charged, and each may step in groups of ceil(g / 2) at most

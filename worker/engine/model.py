@@ -208,7 +208,7 @@ class LlamaEngine:
         the iterator frees the slot at the next step. A job with a grammar replays `prior`
         through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
         called (from the scheduler's thread) after every step that computed any of its rows,
-        prompt rows included. A suspect steps apart (with the other suspects) until it has
+        prompt rows included. A suspect steps apart from jobs still reading until it has
         generated `alone_for` tokens (worker/engine/steps/plan.py); a resumed job's context
         is read by how long its stream has waited (`since_ms`: when it last moved). Once the
         iterator is closed, `cached` is told how many context tokens the slot's cache held."""
