@@ -125,6 +125,6 @@ class NativeContext:
     def clear(self) -> None:
         """Every slot's cache; its buffers written over on a GPU (their memory is then all in
         use before a job needs it). In host memory only its cells are freed: writing over the
-        default 2.9 GiB maps all of it at a worker's start (memory bandwidth the workers
-        serving beside it share), while the kernel maps the pages a job writes as it goes."""
+        default 2.9 GiB took a new worker 4 to 10 s of two shared cores, taken from the
+        workers serving a crash storm, while the kernel maps the pages a job writes as it goes."""
         llama_cpp.llama_memory_clear(self._mem, self.kv_on_device)
