@@ -164,9 +164,9 @@ class Scheduler:
                 self._cv.wait(timeout=0.01)
 
     def reset(self) -> None:
-        """As if new: every slot's cache emptied (no job reuses what came before; on a GPU
-        written over: `NativeContext.clear`), the counters zeroed. Only while nothing runs
-        (the worker's warm-up)."""
+        """As if new: every slot's cache emptied and written over (no job reuses what came
+        before, and every page of the cache is mapped before a job needs it), the counters
+        zeroed. Only while nothing runs (the worker's warm-up)."""
         with self._cv:
             if self._running or self._waiting:
                 raise RuntimeError("reset while sequences run")

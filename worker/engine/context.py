@@ -123,8 +123,5 @@ class NativeContext:
         return llama_cpp.llama_state_seq_set_data(self.ctx, state, size, dst) == size
 
     def clear(self) -> None:
-        """Every slot's cache; its buffers written over on a GPU (their memory is then all in
-        use before a job needs it). In host memory only its cells are freed: writing over the
-        default 2.9 GiB took a new worker 4 to 10 s of two shared cores, taken from the
-        workers serving a crash storm, while the kernel maps the pages a job writes as it goes."""
-        llama_cpp.llama_memory_clear(self._mem, self.kv_on_device)
+        """Every slot's cache, its buffers written over."""
+        llama_cpp.llama_memory_clear(self._mem, True)

@@ -275,8 +275,8 @@ class LlamaEngine:
         """Before the worker announces itself, run each shape of step a job meets: a step
         reading prompt tokens in every slot (batched prefill), steps of one token per slot
         (batched decode), steps of one slot alone (the one-sequence threads), greedy and
-        sampled picks; then empty the whole KV cache (no job inherits the warm-up's tokens;
-        written over on a GPU: `NativeContext.clear`) and zero the counters.
+        sampled picks; then empty the whole KV cache (written over: its pages mapped, no
+        job inherits the warm-up's tokens) and zero the counters.
 
         What it is for is loaded at first use: CUDA kernels and cuBLAS handles, per shape of
         step, at the first decode on a GPU; the weights of a model file mapped from a cold

@@ -85,16 +85,3 @@ def test_a_prefix_is_copied_cell_by_cell_unless_a_queued_whole_slot_copy_touches
     ctx.kv_on_device = True  # in a GPU's memory: the whole slot, queued
     ctx.copy_prefix(0, 1, 30)
     assert llama.calls == [("llama_memory_seq_cp", 0, 1, -1, -1), ("llama_memory_seq_rm", 1, 30, -1)]
-
-
-@pytest.mark.parametrize("on_device", [False, True])
-def test_an_emptied_cache_is_written_over_only_on_a_gpu(monkeypatch, on_device):
-    """In host memory, writing over the default 2.9 GiB cache took a new worker 4 to 10 s of
-    two shared cores, from the workers serving a crash storm: only its cells are freed."""
-    import worker.engine.context as context
-
-    llama = FakeLlama()
-    llama.install(monkeypatch)
-    monkeypatch.setattr(context.llama_cpp, "llama_memory_clear", lambda mem, data: llama.calls.append(data))
-    context.NativeContext("ctx", 8, kv_on_device=on_device).clear()
-    assert llama.calls == [on_device]
