@@ -64,7 +64,6 @@ class Engine(Protocol):
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
         cached: Callable[[int], None] | None = None,
-        since_ms: int = 0,
     ) -> Generator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0) -> float: ...
     def counters(self) -> BatchCounters: ...
@@ -230,8 +229,7 @@ class AttemptRules:
             reused = min(tokens, len(prompt))
 
         alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        since = int(progress.last_id.split("-")[0]) if prior else 0  # its stream stalled then
-        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached, since)
+        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached)
         try:
             for pick, piece in self._timed(picks):
                 token = pick.token

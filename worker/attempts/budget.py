@@ -32,17 +32,14 @@ def bounded(
     progress: Callable[[], None] | None,
     alone_for: int,
     cached: Callable[[int], None] | None,
-    since_ms: int = 0,
 ) -> Picks:
     """The engine's picks for the job, its thinking closed at the budget (most jobs have
     none: then the engine's own picks, nothing between)."""
     if not spec.thinking_budget:
-        return engine.tokens(spec, prompt, prior, progress, alone_for, cached, since_ms)
+        return engine.tokens(spec, prompt, prior, progress, alone_for, cached)
 
     def picks(ids: list[int]) -> Picks:  # from the prompt, everything generated, and `ids`
-        return engine.tokens(
-            spec, prompt, [*prior, *ids], progress, alone_for, None if ids else cached, since_ms
-        )
+        return engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, None if ids else cached)
 
     return _closing(spec.thinking_budget, engine, picks, out)
 

@@ -77,14 +77,11 @@ def plan(
     stay short while it is read; one that fits in a chunk is read whole, as without a
     budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
     the long prompt) is not spread over many steps. A resumed job's context (its prompt and
-    the text earlier attempts generated) is read whatever the budget, and not a chunk each
-    but whole, the longest stalled first (`since`), the resumed jobs' chunks pooled: its
-    stream stalled mid-answer when its worker died. A worker that took over a dead batch of
-    30 such jobs used to read a chunk of each a step (and budgeted beside the first of them
-    to decode again), so each went on only as the whole batch had been read, and in a crash
-    storm the next death often came first, again and again (a stream waited 117 s for its
-    next token: bench/chaos.py --storm); now the jobs that waited longest go on first, so a
-    job knocked back by one death is ahead at the next. None: every prompt reads its chunk.
+    the text earlier attempts generated) reads a chunk a step whatever the budget: its stream
+    stalled mid-answer when its worker died, and a worker taking over a dead batch of 30 such
+    jobs, budgeted beside the first of them to decode again, read the longest contexts so
+    slowly that in a crash storm the next death came first, again and again (a stream waited
+    117 s for its next token: bench/chaos.py --storm). None: every prompt reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
@@ -99,19 +96,11 @@ def plan(
     reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
     left = budget
     readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
-    resumed = sorted((s for s in readers if s.since and not s.yields), key=lambda s: (s.since, s.slot))
-    share = chunk * len(resumed)  # their rows at a chunk each, given to the longest stalled first
-    for seq in resumed:
-        if (step := min(len(seq.context) - seq.fed, share)) > 0:
-            reads[id(seq)], share = step, share - step
-            left = None if left is None else left - step
     for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
-        if seq.since and not seq.yields:
-            continue
         rest = len(seq.context) - seq.fed
         step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
         if left is not None:
-            if seq.yields or rest > chunk:  # a long prompt is spread out
+            if seq.yields or (rest > chunk and not seq.resumed):  # a long prompt is spread out
                 step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
         reads[id(seq)] = step

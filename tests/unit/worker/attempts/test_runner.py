@@ -60,7 +60,7 @@ class ScriptedEngine:
     def reply(self, spec, prompt):
         return PlainReply() if self.opened is None else Thinking(PlainReply(), self.opened)
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         self.contexts.append([*prompt, *prior])
         try:
             for i, tok in enumerate(self.script):
@@ -153,7 +153,7 @@ class SlowPrefillEngine(ScriptedEngine):
         super().__init__(script)
         self.heartbeat = heartbeat
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         for _ in range(4):
             threading.Event().wait(0.1)
             if progress is not None:
@@ -170,7 +170,7 @@ class EndingEngine(ScriptedEngine):
         super().__init__(script)
         self.r, self.live, self.ended_with = r, [], None
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         gen = self._tokens(spec, prompt, prior)
         self.live.append(gen)  # as a scheduler's list would: breaking out does not end it
         return gen
@@ -239,7 +239,7 @@ class BudgetEngine(ScriptedEngine):
     def close_thinking(self):
         return [13, 14]  # "</think>", "\n\n"
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         self.script = self.scripts[min(len(self.contexts), len(self.scripts) - 1)]
         return super().tokens(spec, prompt, prior, progress, alone_for, cached)
 
@@ -432,7 +432,7 @@ class GatedEngine(ScriptedEngine):
         self.gate = threading.Event()
         self.inside = threading.Semaphore(0)
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
         self.inside.release()
         self.gate.wait(10)
         yield from super().tokens(spec, prompt, prior)
