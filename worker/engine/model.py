@@ -240,7 +240,6 @@ class LlamaEngine:
             scope=spec.cache_scope,
             public=self.prompts.public_tokens(spec, prompt),
             alone_for=alone_for,
-            resumed=bool(prior),
             progress=progress,
         )
         self._scheduler.submit(seq)

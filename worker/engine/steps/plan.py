@@ -77,11 +77,8 @@ def plan(
     stay short while it is read; one that fits in a chunk is read whole, as without a
     budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
     the long prompt) is not spread over many steps. A resumed job's context (its prompt and
-    the text earlier attempts generated) reads a chunk a step whatever the budget: its stream
-    stalled mid-answer when its worker died, and a worker taking over a dead batch of 30 such
-    jobs, budgeted beside the first of them to decode again, read the longest contexts so
-    slowly that in a crash storm the next death came first, again and again (a stream waited
-    117 s for its next token: bench/chaos.py --storm). None: every prompt reads its chunk.
+    the text earlier attempts generated) reads like a prompt; a suspect's steps alone
+    (`stepping`), a chunk a step. None: every prompt reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
@@ -100,7 +97,7 @@ def plan(
         rest = len(seq.context) - seq.fed
         step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
         if left is not None:
-            if seq.yields or (rest > chunk and not seq.resumed):  # a long prompt is spread out
+            if seq.yields or rest > chunk:  # a long prompt is spread out
                 step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
         reads[id(seq)] = step

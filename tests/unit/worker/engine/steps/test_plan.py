@@ -283,19 +283,6 @@ def test_a_suspect_steps_beside_the_streams_that_decode_apart_from_jobs_reading(
     assert stepping([s for s in running if not s.closed], None) == [*decoding, *lines, reading]
 
 
-def test_a_resumed_context_reads_a_chunk_a_step_beside_decoding_streams():
-    """A crash storm: a worker took over a dead batch, and the first jobs read again decode;
-    the longest contexts (prompt and earlier attempts' tokens) must not be read a budget's
-    share a step behind them, or the next death comes before they go on (bench/chaos.py
-    --storm: 117 s without a token). A new long prompt keeps the budget."""
-    decoding = [seq(s, [1], fed=1, pending=s) for s in (0, 1)]
-    resumed, fresh = seq(2, list(range(300))), seq(3, list(range(300)))
-    resumed.resumed = True
-    rows = plan([*decoding, resumed, fresh], chunk=64, budget=8)
-    assert resumed.fed == 64 and fresh.fed == 1  # the budget is spent by the resumed read
-    assert slots(rows) == [0, 1] + [2] * 64 + [3]
-
-
 def test_a_worker_s_suspects_step_as_one_group_unbudgeted():
     """Several suspects (a dead batch's jobs that stood still) prove themselves together, read
     again a whole chunk a step each beside the streams that decode; a suspect that has gone
