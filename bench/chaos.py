@@ -795,6 +795,7 @@ class Report:
     recovery_gaps: Spread
     stalls: Spread
     stalls_free: Spread  # the same stalls, counting only the time a live worker had a free slot
+    longest_stalls: list[dict]  # the five longest: which job, when (s into the campaign), how long
     fault_log: list[FaultRecord]
     unexpected_exits: list[str]
     failures: list[dict]
@@ -901,6 +902,13 @@ class Campaign:
             recovery_gaps=Spread.of([g for r in records for g in r.sse.recovery_gaps]),
             stalls=Spread.of([b - a for r in records for a, b in r.sse.stalls]),
             stalls_free=Spread.of([self.free.within(a, b) for r in records for a, b in r.sse.stalls]),
+            longest_stalls=[
+                {"id": job_id, "at_s": round(a - self.t0, 1), "seconds": round(b - a, 1)}
+                for job_id, a, b in sorted(
+                    ((r.sse.job_id, a, b) for r in records for a, b in r.sse.stalls),
+                    key=lambda s: s[1] - s[2],
+                )[:5]
+            ],
             fault_log=self.fault_log,
             unexpected_exits=self.cluster.unexpected,
             failures=[
@@ -936,6 +944,8 @@ def format_summary(report: Report) -> str:
         f"recovery gaps (a broken connection -> the next event): {report.recovery_gaps}",
         f"stalls (>= {STALL_S:.0f} s between two events of a stream):     {report.stalls}",
         f"  the time of each while a live worker had a free slot:  {report.stalls_free}",
+        "  the longest: "
+        + ", ".join(f"{s['seconds']} s at {s['at_s']} s ({s['id']})" for s in report.longest_stalls),
         f"processes that exited on their own: {len(report.unexpected_exits)}",
         *(f"  {line}" for line in report.unexpected_exits),
         *(f"  {f['verdict']:<6} stream {f['stream']} {f['id']}: {f['reason']}" for f in report.failures),
