@@ -374,8 +374,8 @@ class JobField:
     # times the job was taken from a worker standing still (deaths and hand-offs, not preemptions)
     REQUEUES = "requeues"
     STALLS = "stalls"  # deaths in a row at which the job stood still (contract.lua.jobs.ABANDON)
-    # "1": it stood still at two deaths in a row (at one, alone): it steps apart (its worker's
-    # suspects as one group) until it has gone SUSPECT_TOKENS past where it died, then cleared
+    # "1": it stood still at two deaths in a row (at one, alone): it steps with its worker's
+    # suspects, apart from jobs reading, until it has gone SUSPECT_TOKENS on, then cleared
     SUSPECT = "suspect"
     GROUP = "group"  # the most suspects it may step with, halved at each death among them
     USAGE = "usage"  # "1" if the stream includes the usage chunk (stream_options)

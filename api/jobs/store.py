@@ -356,8 +356,9 @@ class JobStore:
         """How many jobs, and how many uncleared suspects, a worker found dead held: the most
         seen in any tick of the last 15 s (its attempts need not all be found dead in the
         same tick)."""
-        jobs = await self._dead_batch(keys=[keys.dead_worker(worker)], args=[holding])
-        group = await self._dead_batch(keys=[keys.dead_suspects(worker)], args=[suspects])
+        jobs, group = await self._dead_batch(
+            keys=[keys.dead_worker(worker), keys.dead_suspects(worker)], args=[holding, suspects]
+        )
         return int(jobs), int(group)
 
     async def rescue(self, job_id: str) -> bool:

@@ -106,16 +106,21 @@ return 1
 """
 
 
-# KEYS[1]=the dead worker's record; ARGV[1]=jobs (or suspects) it holds now. Returns the most
-# it held over the last 15 s: one death's attempts are all found dead within a heartbeat
-# window, and a worker frozen and thawed that dies again later is judged afresh.
+# KEYS=the dead worker's records (its jobs, its uncleared suspects); ARGV=how many of each it
+# holds now. Returns the most of each it held over the last 15 s: one death's attempts are all
+# found dead within a heartbeat window, and a worker frozen and thawed that dies again later is
+# judged afresh.
 DEAD_BATCH = """
-local seen = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) > seen then
-  seen = tonumber(ARGV[1])
-  redis.call('SET', KEYS[1], seen, 'EX', 15)
+local most = {}
+for i = 1, #KEYS do
+  local seen = tonumber(redis.call('GET', KEYS[i]) or '0')
+  if tonumber(ARGV[i]) > seen then
+    seen = tonumber(ARGV[i])
+    redis.call('SET', KEYS[i], seen, 'EX', 15)
+  end
+  most[i] = seen
 end
-return seen
+return most
 """
 
 

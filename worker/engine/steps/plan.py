@@ -33,8 +33,8 @@ def stepping(running: list[Sequence], lines_beside: int | None) -> list[Sequence
     proofs, one after another, once left a worker's streams 20 s without a token); jobs
     still reading wait those few steps, keeping their slots. The worker takes no more
     suspects than one of them may step with."""
-    if proving(running):
-        return [s for s in running if s.generated < s.alone_for or s.pending is not None]
+    if suspects := proving(running):
+        return [s for s in running if s in suspects or s.pending is not None]
     lines = [s for s in running if s.yields]
     if lines_beside is None or len(lines) <= lines_beside or len(lines) == len(running):
         return running
@@ -51,8 +51,8 @@ def proving(running: list[Sequence]) -> list[Sequence]:
 
 def budgeted(steps: list[Sequence]) -> bool:
     """Whether a step's prompt reads are budgeted (`plan`'s `budget`): the budget keeps
-    interactive streams' gaps short. Batch API lines alone have none, nor suspects proving
-    (the others wait them out: the sooner they are read again, the better)."""
+    interactive streams' gaps short. Batch API lines alone have none, nor a step of suspects
+    proving (the jobs still reading wait for them: the sooner they are read, the better)."""
     return not proving(steps) and any(s.pending is not None and not s.yields for s in steps)
 
 
