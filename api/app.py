@@ -32,7 +32,8 @@ from api.ops import models, openapi, ui
 from api.ops.internal import InternalServer
 from api.services import Services
 from api.settings import Settings
-from api.surfaces.catalog import CHAT, MESSAGES, RESPONSES, TEXT
+from api.surfaces.catalog import CHAT, EMBEDDINGS, MESSAGES, RESPONSES, TEXT
+from api.surfaces.embeddings.routes import EmbeddingEndpoints
 from api.surfaces.messages.routes import MessagesEndpoints
 from api.surfaces.responses.routes import ResponsesEndpoints
 from api.surfaces.routes import Endpoints
@@ -161,6 +162,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Endpoints(TEXT),
         ResponsesEndpoints(RESPONSES),
         MessagesEndpoints(MESSAGES),
+        EmbeddingEndpoints(EMBEDDINGS),
     ):
         routes += endpoints.routes()
     routes += files.ROUTES + batches.ROUTES

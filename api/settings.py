@@ -123,6 +123,21 @@ class Limits:
     )
     max_stop: int = setting(4, "MAX_STOP", "stop sequences per request (400)")
     max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")
+    max_embedding_inputs: int = setting(
+        2048, "MAX_EMBEDDING_INPUTS", "inputs per `/v1/embeddings` request (400; OpenAI's limit)"
+    )
+    max_embedding_tokens: int = setting(
+        300_000,
+        "MAX_EMBEDDING_TOKENS",
+        "token ids per `/v1/embeddings` request given as token arrays (400; OpenAI's limit); "
+        "strings count against MAX_PROMPT_CHARS",
+    )
+    matryoshka_models: tuple[str, ...] = setting(
+        (),
+        "MATRYOSHKA_MODELS",
+        "comma-separated embedding models trained for shorter vectors (Matryoshka): only these "
+        "take `dimensions` (GGUF does not say; 400 for others)",
+    )
 
 
 REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
@@ -191,7 +206,8 @@ class Intake:
     known_models: tuple[str, ...] = setting(
         (),
         "KNOWN_MODELS",
-        "comma-separated models accepted with no live worker (they scale from zero)",
+        "comma-separated models accepted with no live worker (they scale from zero); a model's "
+        "embedding pool is `<model>#embed`",
     )
     max_queue_depth: int = setting(
         1000, "MAX_QUEUE_DEPTH", "waiting jobs per model before 429 `queue_full` (`0`: no limit)"

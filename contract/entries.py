@@ -20,10 +20,14 @@ tools reads its tokens' text as content and tool-call fragments (worker/text/rep
 is then the content only, `calls` the fragments. A reasoning model's thinking is apart from
 both, in `reasoning` (worker/text/thinking.py), and its tokens are counted in the terminal
 entry. `logprobs` has one entry per token id, when the job asked for them.
+
+An embed job writes no deltas: its `Finished` carries every vector (`vectors`), and its
+inputs' tokens as `prompt_tokens`.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -100,6 +104,9 @@ class Finished:
     cached_tokens: int = 0  # of the prompt's, those the slot's cache held (the attempt that ended)
     reasoning_tokens: int = 0  # of the completion's, those of its thinking
     stop_sequence: str = ""  # the stop string that ended it ("stop"), if one did
+    # an embed job's vectors: float32, little-endian, one after another in its inputs' order
+    vectors: bytes = b""
+    dimensions: int = 0  # floats per vector
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -166,6 +173,9 @@ def encode(entry: Entry) -> dict[str, str]:
             fields["n"] = str(entry.reasoning_tokens)
         if entry.stop_sequence:
             fields["q"] = entry.stop_sequence
+        if entry.vectors:
+            fields["v"] = base64.b64encode(entry.vectors).decode()
+            fields["o"] = str(entry.dimensions)
         return fields
     if isinstance(entry, Failed):
         fields = {
@@ -217,6 +227,8 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
             cached_tokens=int(f.get("h", 0)),
             reasoning_tokens=int(f.get("n", 0)),
             stop_sequence=f.get("q", ""),
+            vectors=base64.b64decode(f["v"]) if "v" in f else b"",
+            dimensions=int(f.get("o", 0)),
         )
     if kind == "x":
         return Failed(epoch=epoch, message=f["m"], type=f["y"], code=f["c"], param=f.get("a"))

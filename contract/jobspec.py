@@ -24,7 +24,7 @@ from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
 
 ROLES = ("system", "user", "assistant", "tool")
-KINDS = ("chat", "text")
+KINDS = ("chat", "text", "embed")
 TOOL_CHOICES = ("none", "auto", "required")  # or NAMED + the name of one tool
 NAMED = "function:"
 FORMATS = ("json_object", "json_schema")
@@ -138,6 +138,9 @@ class JobSpec:
     # a reasoning model's thinking ends after this many tokens (the worker closes its block);
     # 0: no bound but max_tokens
     thinking_budget: int = 0
+    # an "embed" job's inputs, each a string or token ids (its vectors come back in that order)
+    inputs: tuple[str | tuple[int, ...], ...] = ()
+    dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -145,12 +148,15 @@ class JobSpec:
         data["stop"] = list(self.stop)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [asdict(t) for t in self.tools]
+        data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
         absent_unless_set = (
             "ignore_eos",
             "cache_scope",
             "public_prompt",
             "template_kwargs",
             "thinking_budget",
+            "inputs",
+            "dimensions",
         )  # an earlier worker takes it
         for name in absent_unless_set:
             if not data[name]:
@@ -175,6 +181,8 @@ class JobSpec:
         extra = set(data) - known
         if extra:
             raise InvalidSpec(f"unknown job fields: {sorted(extra)}")
+        if not isinstance(data.get("inputs", []), list):
+            raise InvalidSpec("inputs must be a list")
         try:
             messages = tuple(Message.from_dict(m) for m in data.get("messages", ()))
             tools = tuple(
@@ -210,6 +218,8 @@ class JobSpec:
                 public_prompt=data.get("public_prompt", False),
                 template_kwargs=data.get("template_kwargs", {}),
                 thinking_budget=data.get("thinking_budget", 0),
+                inputs=tuple(x if isinstance(x, str) else tuple(x) for x in data.get("inputs", ())),
+                dimensions=data.get("dimensions", 0),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -275,7 +285,25 @@ class JobSpec:
             or (self.top_logprobs and not self.logprobs)
         ):
             raise InvalidSpec(f"top_logprobs must be 0 to {MAX_TOP_LOGPROBS}, with logprobs")
+        self._check_embed()
         self._check_chat()
+
+    def _check_embed(self) -> None:
+        """An embed job has inputs (strings or token ids) and nothing a completion has."""
+        dims = self.dimensions
+        if isinstance(dims, bool) or not isinstance(dims, int) or dims < 0:
+            raise InvalidSpec("dimensions must be a non-negative integer")
+        if self.kind != "embed":
+            if self.inputs or dims:
+                raise InvalidSpec("inputs and dimensions are for embed jobs")
+            return
+        if not self.inputs or self.messages or self.prompt:
+            raise InvalidSpec("an embed job has inputs, and no messages or prompt")
+        for x in self.inputs:
+            if isinstance(x, str):
+                continue
+            if not x or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in x):
+                raise InvalidSpec("an input is a string or a non-empty list of token ids")
 
     def _check_chat(self) -> None:
         """Messages, tools, the tool choice and the response format (schemas compiled: a job

@@ -12,6 +12,24 @@ model's own name."""
 BATCH = "batch"
 
 
+EMBEDDINGS = "#embed"
+
+
+def embedding_pool(model: str) -> str:
+    """The pool that serves a model's embeddings: its own workers and queues, apart from the
+    model's chat workers (a GGUF may be served by both: docs/embeddings.md). Everything keyed
+    by a model (queues, registry, stats, scaling) is keyed by this name for embeddings."""
+    return model + EMBEDDINGS
+
+
+def served_model(pool: str) -> tuple[str, str]:
+    """(model name, kind) of a pool: ("m", "embeddings") for `embedding_pool("m")`, else
+    (pool, "chat")."""
+    if pool.endswith(EMBEDDINGS):
+        return pool.removesuffix(EMBEDDINGS), "embeddings"
+    return pool, "chat"
+
+
 def queue_name(model: str, priority: str = "default") -> str:
     """The RQ queue a model's new jobs of one tier wait in."""
     return model if priority == "default" else f"{model}#{priority}"

@@ -328,12 +328,14 @@ def wait_for_model(
     timeout: float = 120,
     procs: tuple[Proc, ...] = (),
     headers: dict[str, str] | None = None,
+    embeddings: bool = False,
 ) -> None:
-    """Until a worker has announced `model` to the API."""
+    """Until a worker has announced `model` to the API (with `embeddings`: its embedding pool)."""
+    count = "embedding_workers" if embeddings else "workers"
 
     def ready() -> bool:
         data = _get_json(base + "/v1/models", headers)
-        return bool(data) and any(m["id"] == model and m["workers"] for m in data.get("data", []))
+        return bool(data) and any(m["id"] == model and m.get(count) for m in data.get("data", []))
 
     _wait(ready, timeout, *procs)
 

@@ -25,6 +25,8 @@ log = logging.getLogger("worker")
 
 
 def load_engine(settings: WorkerSettings) -> Engine:
+    """The model's engine: for its embedding pool when POOLING (or the GGUF) says so, else
+    for chat and completions; `engine.model_name` names the pool the worker serves."""
     if settings.engine == "synthetic":
         from worker.engine.synthetic import SyntheticEngine
 
@@ -35,7 +37,15 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.synthetic_rate,
             settings.slots,
         )
-    from worker.engine.model import LlamaEngine  # llama_cpp is imported only by workers that need it
+    from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it
+
+    assert settings.model_path is not None
+    if pooling := settings.pooling or declared_pooling(settings.model_path):
+        from worker.engine.embedding.engine import EmbeddingEngine
+
+        log.info("loading %s from %s for embeddings", settings.model_name, settings.model_path)
+        return EmbeddingEngine(settings, pooling)
+    from worker.engine.model import LlamaEngine
 
     log.info("loading %s from %s", settings.model_name, settings.model_path)
     started = time.monotonic()
@@ -98,9 +108,10 @@ def main() -> None:
         log_content=settings.log_content,
         slots=engine.slots,
     )
+    pool = engine.model_name  # the model's name, or its embedding pool's (contract/tiers.py)
     presence = Presence(
         connect(),
-        settings.model_name,
+        pool,
         settings.name,
         settings.announce_s,
         slots=engine.slots,
@@ -115,14 +126,14 @@ def main() -> None:
     connection = connect()
     lending = Lending(
         connection,
-        settings.model_name,
+        pool,
         settings.name,
         batch_slots=settings.batch_share(engine.slots),
         lend_slots=settings.batch_lend_share(engine.slots),
         lend_after_s=settings.batch_lend_after_s,
         poll_s=settings.preempt_poll_s,
     )
-    worker = TokenspoolWorker(settings.model_name, settings.name, connection, runner, lending)
+    worker = TokenspoolWorker(pool, settings.name, connection, runner, lending)
     presence.start()
     heartbeat.start()
     if durability is not None:
@@ -130,7 +141,7 @@ def main() -> None:
     log.info(
         "worker %s serving %s (%d slots of %d tokens)",
         settings.name,
-        settings.model_name,
+        pool,
         engine.slots,
         engine.n_ctx,
     )

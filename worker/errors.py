@@ -26,5 +26,18 @@ class PromptTooLong(PromptRejected):
         self.n_ctx = n_ctx
 
 
+class InputTooLong(PromptRejected):
+    """An embedding input longer than the model reads at once (EMBEDDING_TRUNCATE off)."""
+
+    error = errors.CONTEXT_LENGTH
+
+    def __init__(self, tokens: int, n_ctx: int, param: str) -> None:
+        super().__init__(
+            f"Invalid '{param}': the input is {tokens} tokens long; this model embeds at most {n_ctx} "
+            "tokens per input.",
+            param,
+        )
+
+
 class GrammarDeadEnd(RuntimeError):
     """No token can continue the job's grammar (or a resumed job's text does not fit it)."""

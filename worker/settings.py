@@ -19,6 +19,7 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("llama", "synthetic")
 REASONING_FORMATS = ("think", "none")
+POOLINGS = ("", "mean", "cls", "last")
 BATCH_SHARE_CAP = 8  # BATCH_SLOTS unset: batch lines take at most this many slots
 
 
@@ -71,6 +72,30 @@ class WorkerSettings:
         "`</think>` (DeepSeek-R1, Qwen3, GLM), opened by the model or by its chat template, goes "
         "to the reasoning field and never into the content; `none` leaves the text raw",
         parse=one_of("REASONING_FORMAT", REASONING_FORMATS),
+    )
+    pooling: str = setting(
+        "",
+        "POOLING",
+        "`mean`, `cls` or `last`: the worker serves the model's embeddings (`/v1/embeddings`), pooled "
+        "so, from the model's embedding pool and not its chat queues; unset: it does so only for a "
+        "GGUF that declares its pooling (an embedding model), with that pooling. A chat model's "
+        "embeddings (`mean`) are of lower quality than an embedding model's (docs/embeddings.md)",
+        parse=one_of("POOLING", POOLINGS),
+        shown="(from the GGUF)",
+    )
+    embedding_truncate: bool = setting(
+        False,
+        "EMBEDDING_TRUNCATE",
+        "`1`: an embedding input longer than the model reads at once (N_CTX, at most its training "
+        "context) is cut to fit; off: the request is refused with a 400 naming the input",
+        shown="off",
+    )
+    embedding_batch_tokens: int = setting(
+        2048,
+        "EMBEDDING_BATCH_TOKENS",
+        "an embedding worker's tokens per decode, shared by the inputs of every job it runs (never "
+        "fewer than its longest input)",
+        minimum=1,
     )
     model_name: str = setting(
         "",

@@ -194,7 +194,8 @@ class BatchDriver:
             start_by_ms=int(h["expires_at"]) * 1000,
             cache_salt=request.cache_salt,
             counted=False,  # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
-            fields={JobField.WAIT_UNTIL: str(int(h["expires_at"]) * 1000)},  # requeued, it may wait as long
+            # requeued, it may wait as long; and what its answer says of the request (an encoding)
+            fields=request.job_fields(job_id) | {JobField.WAIT_UNTIL: str(int(h["expires_at"]) * 1000)},
         )
         job_id = submitted.job.id
         async with self._s.redis.pipeline(transaction=True) as pipe:

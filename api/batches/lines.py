@@ -14,8 +14,9 @@ from api.http.errors import APIError, invalid
 from api.http.parsing import parse
 from api.settings import Limits
 from api.surfaces.body import Body
-from api.surfaces.catalog import BATCHABLE
+from api.surfaces.catalog import BATCHABLE, EMBEDDINGS
 from contract import errors
+from contract.tiers import embedding_pool
 
 
 class _Line(BaseModel):
@@ -32,6 +33,12 @@ class Line:
     custom_id: str
     url: str
     body: dict
+
+    @property
+    def pool(self) -> str:
+        """The pool its job waits in (an embeddings line's: its model's embedding pool)."""
+        model = self.body["model"]
+        return embedding_pool(model) if self.url == EMBEDDINGS.path else model
 
     def request(self) -> Body:
         """The line's body as its endpoint's request (checked on upload: it parses)."""

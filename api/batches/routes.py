@@ -69,7 +69,7 @@ _TIMES = (
 class BatchRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     input_file_id: str
-    endpoint: Literal["/v1/chat/completions", "/v1/completions"]
+    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]
     completion_window: Literal["24h"]
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
 
@@ -149,8 +149,9 @@ async def create(request: Request) -> Response:
         if line.url != body.endpoint:
             raise invalid(f"Line {line.number}: url {line.url} is not the batch's endpoint.", "input_file_id")
     models = sorted({line.body["model"] for line in lines})
-    served = await services.admission.models(models)
-    if missing := [m for m in models if m not in served]:
+    pools = {line.pool: line.body["model"] for line in lines}
+    served = await services.admission.models(sorted(pools))
+    if missing := [m for p, m in sorted(pools.items()) if p not in served]:
         raise APIError(errors.MODEL_NOT_FOUND, f"The model '{missing[0][:80]}' does not exist.", "model")
     batch_id, now = new_id("batch_"), int(time.time())
     fields = {

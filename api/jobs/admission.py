@@ -17,7 +17,7 @@ from api.http.ratelimits import Budgets, headers, retry_after_s
 from api.jobs.memory import MemoryWatch
 from api.jobs.owners import this_minute
 from api.settings import Intake, Quotas
-from contract import errors, keys
+from contract import errors, keys, tiers
 from contract.entries import as_text
 from contract.lua import accounting, queues
 
@@ -242,7 +242,7 @@ class Admission:
         return APIError(error, message, headers={"Retry-After": str(self._intake.retry_after_s)})
 
 
-def not_found(model: str) -> APIError:
-    return APIError(
-        errors.MODEL_NOT_FOUND, f"The model '{model}' does not exist or no worker serves it.", param="model"
-    )
+def not_found(pool: str) -> APIError:
+    model, kind = tiers.served_model(pool)
+    served = "no worker serves its embeddings" if kind == "embeddings" else "no worker serves it"
+    return APIError(errors.MODEL_NOT_FOUND, f"The model '{model}' does not exist or {served}.", param="model")

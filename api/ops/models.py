@@ -10,23 +10,42 @@ from api.services import Services
 from contract import tiers
 
 
-def _model(name: str, workers: int) -> dict:
-    return {"id": name, "object": "model", "created": 0, "owned_by": "tokenspool", "workers": workers}
+def _models(pools: dict[str, int]) -> dict[str, dict]:
+    """One entry per model, from its pools' live workers: `workers` are its chat workers,
+    `embedding_workers` its embedding pool's (tokenspool's fields, beside OpenAI's), and
+    `kinds` what it serves ("chat", "embeddings")."""
+    out: dict[str, dict] = {}
+    for pool, workers in pools.items():
+        name, kind = tiers.served_model(pool)
+        entry = out.setdefault(
+            name,
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "tokenspool",
+                "workers": 0,
+                "kinds": [],
+            },
+        )
+        entry["kinds"] = sorted([*entry["kinds"], kind])
+        entry["embedding_workers" if kind == "embeddings" else "workers"] = workers
+    return out
 
 
 async def list_models(request: Request) -> JSONResponse:
     services: Services = request.state.services
     live = await services.admission.models()
-    return JSONResponse({"object": "list", "data": [_model(m, n) for m, n in live.items()]})
+    return JSONResponse({"object": "list", "data": list(_models(live).values())})
 
 
 async def get_model(request: Request) -> JSONResponse:
     services: Services = request.state.services
     name = request.path_params["model"]
-    live = await services.admission.models([name])
+    live = _models(await services.admission.models([name, tiers.embedding_pool(name)]))
     if name not in live:
         raise not_found(name)
-    return JSONResponse(_model(name, live[name]))
+    return JSONResponse(live[name])
 
 
 async def scaling(request: Request) -> JSONResponse:
@@ -35,9 +54,12 @@ async def scaling(request: Request) -> JSONResponse:
     `slots` is how many jobs the live workers can run at once (their SLOTS, summed). The
     Batch API's lines are counted apart too (`batch_queued`, `batch_in_flight`,
     `interactive_demand`: a pool may scale on interactive demand alone), and the jobs
-    waiting in each tier's queue (`queued_by_tier`)."""
+    waiting in each tier's queue (`queued_by_tier`). `?kind=embeddings` asks for the model's
+    embedding pool."""
     services: Services = request.state.services
     name = request.path_params["model"]
+    if request.query_params.get("kind") == "embeddings":  # the model's embedding pool
+        name = tiers.embedding_pool(name)
     served = await services.admission.models([name])
     stats = services.stats
     depths = (await stats.queue_depths([name]))[name]

@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from api.batches.routes import BatchRequest
-from api.surfaces.catalog import SURFACES, Surface
+from api.surfaces.catalog import EMBEDDINGS, SURFACES, Surface
 from api.surfaces.messages.routes import CountRequest
 
 _ERROR = {
@@ -199,6 +199,11 @@ def document() -> dict[str, Any]:
             "responses": {"200": _json("{input_tokens}"), **_errors(400, 401, 404, 429)},
         }
     }
+    schemas["EmbeddingRequest"] = EMBEDDINGS.body.model_json_schema(
+        ref_template="#/components/schemas/{model}"
+    )
+    schemas.update(schemas["EmbeddingRequest"].pop("$defs", {}))
+    paths[EMBEDDINGS.path] = _create(EMBEDDINGS)
     schemas["BatchRequest"] = BatchRequest.model_json_schema()
     paths.update(_files_and_batches())
     get = {"get": {"responses": {"200": _json("ok"), **_errors(401, 404)}}}

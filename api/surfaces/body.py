@@ -100,6 +100,11 @@ class Body(Strict):
         return bool(self.stream)
 
     @property
+    def pool(self) -> str:
+        """The pool whose queues the job waits in: the model's (embeddings: its embedding pool's)."""
+        return self.model
+
+    @property
     def include_usage(self) -> bool:
         return False
 

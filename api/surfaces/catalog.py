@@ -18,6 +18,9 @@ from api.surfaces.body import Body
 from api.surfaces.chat.body import ChatRequest, CompletionRequest
 from api.surfaces.chat.chunks import ChatChunks, TextChunks
 from api.surfaces.chat.events import Events, chunk_events
+from api.surfaces.embeddings.body import EmbeddingRequest
+from api.surfaces.embeddings.objects import ID_PREFIX as EMBEDDING_PREFIX
+from api.surfaces.embeddings.objects import EmbeddingObjects
 from api.surfaces.messages.body import MessagesRequest
 from api.surfaces.messages.events import message_events
 from api.surfaces.messages.objects import ID_PREFIX as MESSAGE_PREFIX
@@ -49,7 +52,8 @@ class Surface:
     noun: str  # what its errors call one ("completion", "response")
     body: type[Body]
     objects: Any  # the class of its objects (`Objects`, with `of(job)`), built from a job's entries
-    events: Callable[[Any, str | None], Events]  # its SSE stream from a raw resume cursor
+    # its SSE stream from a raw resume cursor (None: its answers are never streamed)
+    events: Callable[[Any, str | None], Events] | None
 
     @property
     def object(self) -> str:
@@ -106,7 +110,17 @@ MESSAGES = Surface(
     objects=MessageObjects,
     events=message_events,
 )
+EMBEDDINGS = Surface(
+    name="embeddings",
+    path="/v1/embeddings",
+    id_prefix=EMBEDDING_PREFIX,
+    noun="embedding",
+    body=EmbeddingRequest,
+    objects=EmbeddingObjects,
+    events=None,
+)
 SURFACES = (CHAT, TEXT, RESPONSES, MESSAGES)
-BATCHABLE = {s.path: s for s in (CHAT, TEXT)}
+"""The surfaces whose jobs a client streams, retrieves, resumes and cancels by id."""
+BATCHABLE = {s.path: s for s in (CHAT, TEXT, EMBEDDINGS)}
 """The endpoints a Batch API line may name, by path."""
-BY_NAME = {s.name: s for s in SURFACES}
+BY_NAME = {s.name: s for s in (*SURFACES, EMBEDDINGS)}

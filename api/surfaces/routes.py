@@ -183,6 +183,7 @@ class Endpoints:
                     )
             else:
                 timing = StreamTiming(services.metrics, job.model, arrived)
+                assert self.surface.events is not None  # a body that streams has a stream
                 events = self.surface.events(objects, None)  # a retry gets the whole stream from the start
                 response = _sse(services, events, job, ticket, timing, arrived_ms, settles(job, ask.budgets))
             response.headers.update(made.headers(ask))
@@ -205,13 +206,13 @@ class Endpoints:
                 return Made(earlier, retried=True)
             job_id = self.surface.new_id()
             logs.set_job(job_id)
-            context = await services.admission.model(body.model, job_id, body.prompt_chars())
+            context = await services.admission.model(body.pool, job_id, body.prompt_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
                 quota = self._quota(ask, spec, context)
                 submitted = await self._submit(ask, spec, quota)
             finally:  # the enqueue takes the place; anything else gives it back
-                await services.admission.release(body.model, job_id)
+                await services.admission.release(body.pool, job_id)
         except OwnerLimit as exc:
             raise services.admission.jobs(exc.unfinished) from None
         except OwnerRate as exc:
@@ -249,7 +250,9 @@ class Endpoints:
             int(time.time()),
             owner=ask.owner,
             include_usage=body.include_usage,
-            detached=bool(body.background) or "respond-async" in ask.request.headers.get("prefer", ""),
+            # a job whose answer cannot be fetched later (no stream: embeddings) is always waited for
+            detached=self.surface.events is not None
+            and (bool(body.background) or "respond-async" in ask.request.headers.get("prefer", "")),
             idempotency=ask.idempotency,
             fields=body.job_fields(job_id) | reasoning_field(settings.replies),
             cache_salt=body.cache_salt,
@@ -257,7 +260,7 @@ class Endpoints:
         )
         if submitted.new:
             services.metrics.created.labels(self.surface.name).inc()
-            log.info("enqueued %s for %s", job_id, body.model)
+            log.info("enqueued %s for %s", job_id, body.pool)
         return submitted
 
     async def retrieve(self, request: Request) -> Response:
@@ -271,6 +274,7 @@ class Endpoints:
         if _streaming(request):
             raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")
             try:
+                assert self.surface.events is not None  # its routes are only those of streams
                 events = self.surface.events(objects, raw)
             except BadCursor as exc:
                 raise APIError(errors.INVALID_CURSOR, str(exc), param="starting_after") from None

@@ -118,7 +118,7 @@ def test_a_batch_answers_every_line_once_at_batch_tier(pool, sdk):
         (jsonl(2) + jsonl(1), "Line 3: custom_id 'req-0' is used by an earlier line"),
         (jsonl(1, stream=True), "Line 1: a batch request is neither streamed"),
         (jsonl(1, n=2), "Line 1"),
-        (jsonl(1).replace(b"/v1/chat/completions", b"/v1/embeddings"), "Line 1: url must be one of"),
+        (jsonl(1).replace(b"/v1/chat/completions", b"/v1/moderations"), "Line 1: url must be one of"),
         (b"", "no request lines"),
     ],
 )

@@ -25,6 +25,7 @@ from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
 from contract.stats import BatchCounters
+from worker.attempts import embedding
 from worker.attempts.budget import bounded
 from worker.attempts.claims import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
 from worker.attempts.durability import Durability
@@ -191,6 +192,8 @@ class AttemptRules:
 
     def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         engine, pub = self.engine, self.publisher
+        if spec.kind == "embed":  # an embedding worker's (its engine is an Embedder)
+            return Outcome(embedding.run(engine, self.claims, pub, self._settle_claim, spec, attempt))  # type: ignore[arg-type]
         progress = self.claims.progress(spec.id)
         attempt.saw(progress.last_id)
         prior = list(progress.token_ids)

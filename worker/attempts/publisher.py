@@ -122,6 +122,8 @@ class Publisher:
         cached_tokens: int = 0,
         reasoning_tokens: int = 0,
         stop_sequence: str = "",
+        vectors: bytes = b"",
+        dimensions: int = 0,
     ) -> None:
         entry = Finished(
             epoch=attempt.epoch,
@@ -131,6 +133,8 @@ class Publisher:
             cached_tokens=cached_tokens,
             reasoning_tokens=reasoning_tokens,
             stop_sequence=stop_sequence,
+            vectors=vectors,
+            dimensions=dimensions,
         )
         self._submit(attempt, entry, wait=True)
 

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 CPU_SLOTS = 32
+EMBEDDING_SLOTS = 64  # an embedding worker's jobs at once (their inputs share its decodes)
 GPU_SLOTS = 64
 
 

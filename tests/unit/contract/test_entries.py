@@ -1,4 +1,5 @@
 import inspect
+import json
 import re
 from pathlib import Path
 
@@ -94,6 +95,14 @@ def test_queue_is_named_after_the_model():
         Finished(epoch=3, finish_reason="stop", prompt_tokens=9, completion_tokens=20, reasoning_tokens=17),
         Finished(epoch=3, finish_reason="stop", prompt_tokens=400, completion_tokens=2, cached_tokens=399),
         Finished(epoch=2, finish_reason="stop", prompt_tokens=5, completion_tokens=3, stop_sequence="\nQ:"),
+        Finished(
+            epoch=1,
+            finish_reason="stop",
+            prompt_tokens=7,
+            completion_tokens=0,
+            vectors=b"\x00\x01" * 8,
+            dimensions=2,
+        ),
         Failed(
             epoch=1,
             message="too long",
@@ -177,6 +186,36 @@ def test_a_jobspec_of_no_tokens_counts_its_prompt():
     """max_tokens 0: the worker tokenizes the prompt and ends (the Messages API's count_tokens)."""
     spec = _spec(max_tokens=0)
     assert JobSpec.from_dict(spec.to_dict()).max_tokens == 0
+
+
+def test_an_embed_job_round_trips_and_travels_its_fields_only_when_set():
+    spec = JobSpec(id="embd-x", kind="embed", model="m#embed", inputs=("a b", (1, 2, 3)), dimensions=64)
+    assert JobSpec.from_dict(json.loads(json.dumps(spec.to_dict()))) == spec
+    assert "inputs" not in _spec().to_dict() and "dimensions" not in _spec().to_dict()
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        {"inputs": []},  # no inputs
+        {"inputs": "abc"},  # not a list
+        {"inputs": [[]]},  # an empty token array
+        {"inputs": [[1, -2]]},
+        {"inputs": [[1, True]]},
+        {"inputs": [3]},
+        {"inputs": ["a"], "dimensions": -1},
+        {"inputs": ["a"], "prompt": "also a prompt"},
+    ],
+)
+def test_an_embed_job_is_refused_unless_its_inputs_are_strings_or_token_ids(bad):
+    data = {"id": "embd-x", "kind": "embed", "model": "m#embed", **bad}
+    with pytest.raises(InvalidSpec):
+        JobSpec.from_dict(data)
+
+
+def test_a_completion_carries_no_inputs():
+    with pytest.raises(InvalidSpec):
+        JobSpec.from_dict(_spec().to_dict() | {"inputs": ["a"]})
 
 
 def test_jobspec_rejects_unknown_fields_and_non_objects():

@@ -1,0 +1,30 @@
+"""`POST /v1/embeddings`. An embeddings request is a job like a completion, made and admitted
+the same way (api/surfaces/routes.py), in the model's embedding pool: its queue, its workers.
+It has no stream and no id a client could name again: the answer is the whole list, once a
+worker has embedded every input. Its tokens count against the key's token budget."""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from api.jobs.owners import CHARS_PER_TOKEN, Quota
+from api.surfaces.routes import Ask, Endpoints
+from contract.jobspec import JobSpec
+
+
+class EmbeddingEndpoints(Endpoints):
+    def routes(self) -> list[Route]:
+        return [Route(self.surface.path, self.create, methods=["POST"])]
+
+    def _quota(self, ask: Ask, spec: JobSpec, context: int) -> Quota:
+        """Its inputs' tokens are reserved: token arrays' exactly, strings' by estimate."""
+        chars, _ = ask.body.prompt_chars()
+        ids = sum(len(x) for x in spec.inputs if not isinstance(x, str))
+        tokens = -(-chars // CHARS_PER_TOKEN) + ids
+        return Quota(
+            unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,
+            budgets=ask.budgets,
+            request_bytes=ask.size,
+            tokens=tokens,
+            prompt_tokens=tokens,
+        )

@@ -1,0 +1,50 @@
+import threading
+
+from worker.engine.embedding.packing import Request, Waiting
+
+
+def test_a_decode_takes_whole_inputs_oldest_first_up_to_its_tokens_and_sequences():
+    waiting = Waiting()
+    a = Request([[1] * 5, [2] * 5, [3] * 5])
+    b = Request([[4] * 2])
+    waiting.add(a)
+    waiting.add(b)
+    first = waiting.next_decode(max_tokens=12, max_seqs=8)
+    assert [(i.request, i.index) for i in first] == [(a, 0), (a, 1)]  # a third would overflow 12
+    second = waiting.next_decode(max_tokens=12, max_seqs=8)
+    assert [(i.request, i.index) for i in second] == [(a, 2), (b, 0)]  # the oldest is never passed over
+    assert not len(waiting)
+
+
+def test_the_sequences_of_a_decode_are_bounded_too():
+    waiting = Waiting()
+    waiting.add(Request([[1]] * 10))
+    assert len(waiting.next_decode(max_tokens=100, max_seqs=4)) == 4
+    assert len(waiting) == 6
+
+
+def test_one_input_as_long_as_the_batch_goes_alone():
+    waiting = Waiting()
+    waiting.add(Request([[1] * 8, [2]]))
+    assert [len(i.tokens) for i in waiting.next_decode(max_tokens=8, max_seqs=4)] == [8]
+
+
+def test_waiting_for_inputs_times_out_empty_and_wakes_on_a_new_request():
+    waiting = Waiting()
+    assert waiting.next_decode(8, 4, timeout=0.01) == []
+    got = []
+    t = threading.Thread(target=lambda: got.append(waiting.next_decode(8, 4, timeout=10)))
+    t.start()
+    waiting.add(Request([[7]]))
+    t.join(5)
+    assert [i.tokens for i in got[0]] == [[7]]
+
+
+def test_a_request_is_done_once_every_input_has_its_vector():
+    import numpy as np
+
+    r = Request([[1], [2]])
+    r.fill(1, np.ones(2))
+    assert not r.done.is_set()
+    r.fill(0, np.zeros(2))
+    assert r.done.is_set() and [v.tolist() for v in r.vectors] == [[0, 0], [1, 1]]

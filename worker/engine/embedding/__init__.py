@@ -1,0 +1,1 @@
+"""Embedding workers: a model in an embeddings context, many requests' inputs per decode."""

@@ -1,0 +1,93 @@
+"""Which inputs go into the next decode: whole inputs, oldest request first, as many as the
+batch holds (tokens) and as many sequences as the context has.
+
+Requests from many clients wait together, so one decode carries inputs of many requests
+(what makes a pool of small requests fast), and no request waits behind ones that came
+after it: the oldest waiting input always goes first.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass(eq=False)
+class Request:
+    """One job's inputs, and their vectors as decodes fill them in."""
+
+    inputs: list[list[int]]
+    vectors: list[np.ndarray | None] = field(default_factory=list)
+    left: int = 0  # inputs not yet embedded
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+    def __post_init__(self) -> None:
+        self.vectors = [None] * len(self.inputs)
+        self.left = len(self.inputs)
+        if not self.inputs:
+            self.done.set()
+
+    def fill(self, index: int, vector: np.ndarray) -> None:
+        self.vectors[index] = vector
+        self.left -= 1
+        if not self.left:
+            self.done.set()
+
+    def fail(self, error: BaseException) -> None:
+        self.error = error
+        self.done.set()
+
+
+@dataclass(frozen=True)
+class Item:
+    """One input of one request, as a row range of a decode."""
+
+    request: Request
+    index: int
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.request.inputs[self.index]
+
+
+class Waiting:
+    """The inputs waiting for a decode, in arrival order (thread-safe)."""
+
+    def __init__(self) -> None:
+        self._items: collections.deque[Item] = collections.deque()
+        self._cv = threading.Condition()
+
+    def add(self, request: Request) -> None:
+        with self._cv:
+            self._items.extend(Item(request, i) for i in range(len(request.inputs)))
+            self._cv.notify()
+
+    def __len__(self) -> int:
+        with self._cv:
+            return len(self._items)
+
+    def next_decode(self, max_tokens: int, max_seqs: int, timeout: float | None = None) -> list[Item]:
+        """Take the next decode's inputs, waiting up to `timeout` for one ([]: none came).
+        Every input is at most `max_tokens` long (the engine refuses longer ones)."""
+        with self._cv:
+            if not self._items and not self._cv.wait_for(lambda: bool(self._items), timeout):
+                return []
+            return pack(self._items, max_tokens, max_seqs)
+
+
+def pack(items: collections.deque[Item], max_tokens: int, max_seqs: int) -> list[Item]:
+    """Pop the oldest inputs that fit together: whole ones, in order, stopping at the first
+    that does not fit (the oldest is never passed over)."""
+    out: list[Item] = []
+    tokens = 0
+    while items and len(out) < max_seqs:
+        size = len(items[0].tokens)
+        if out and tokens + size > max_tokens:
+            break
+        out.append(items.popleft())
+        tokens += size
+    return out

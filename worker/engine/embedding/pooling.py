@@ -1,0 +1,50 @@
+"""The pooling a GGUF declares: an embedding model's file says how its token vectors become
+one (`<architecture>.pooling_type`); a chat model's says nothing."""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+import llama_cpp
+
+from worker.engine import llama_log
+
+DECLARED = {
+    llama_cpp.LLAMA_POOLING_TYPE_MEAN: "mean",
+    llama_cpp.LLAMA_POOLING_TYPE_CLS: "cls",
+    llama_cpp.LLAMA_POOLING_TYPE_LAST: "last",
+}
+
+
+class UnsupportedPooling(SystemExit):
+    """A GGUF whose pooling this worker cannot serve (a reranker's)."""
+
+
+def declared_pooling(path: Path) -> str:
+    """ "mean", "cls" or "last" as the GGUF declares; "" when it declares none (or none at all).
+    Reads the metadata only (a vocabulary-only load), not the weights."""
+    llama_log.install()
+    llama_cpp.llama_backend_init()
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    model = llama_cpp.llama_model_load_from_file(str(path).encode(), params)
+    if not model:
+        raise SystemExit(f"llama.cpp could not read {path}")
+    try:
+        arch = _meta(model, "general.architecture")
+        raw = _meta(model, f"{arch}.pooling_type")
+    finally:
+        llama_cpp.llama_model_free(model)
+    if not raw:
+        return ""
+    kind = int(raw)
+    if kind == llama_cpp.LLAMA_POOLING_TYPE_RANK:
+        raise UnsupportedPooling(f"{path} is a reranker (rank pooling): not served here")
+    return DECLARED.get(kind, "")
+
+
+def _meta(model: llama_cpp.llama_model_p, key: str) -> str:
+    buf = ctypes.create_string_buffer(256)
+    n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
+    return buf.value.decode() if n >= 0 else ""
