@@ -33,7 +33,7 @@ from yamllint.config import YamlLintConfig
 
 from api.http.auth import digest, parse_keys
 from api.settings import Settings
-from contract import keys
+from contract import keys, tiers
 from contract.servers import cluster_url
 from contract.settings import rows
 from devstack.processes import ROOT, _spawn, _wait, free_port, redis_binary
@@ -334,6 +334,18 @@ def test_manifests_agree_with_each_other_and_the_code():
     assert meta["metrics-api"]["targetValue"] == meta["redis"]["listLength"] == slots
     auth = triggers["redis"]["authenticationRef"]["name"]
     assert ("TriggerAuthentication", auth) in objs
+
+    # The model's embedding pool scales the same way, on its own queue and demand.
+    embedder = pod(objs, "Deployment", "tokenspool-embedder-smollm2")["spec"]["containers"][0]
+    embedding = objs[("ScaledObject", "tokenspool-embedder-smollm2")]["spec"]
+    assert embedding["scaleTargetRef"]["name"] == "tokenspool-embedder-smollm2"
+    assert env_of(embedder)["MODEL_NAME"] == model and env_of(embedder)["POOLING"] == "mean"
+    assert tiers.embedding_pool(model) in env_of(api["containers"][0])["KNOWN_MODELS"].split(",")
+    em = {t["type"]: t["metadata"] for t in embedding["triggers"]}
+    assert em["redis"]["listName"] == keys.queue_key(tiers.embedding_pool(model))
+    url = urlsplit(em["metrics-api"]["url"])
+    assert (url.path, url.query) == (f"/scaling/{model}", "kind=embeddings")
+    assert em["metrics-api"]["targetValue"] == em["redis"]["listLength"] == env_of(embedder)["SLOTS"]
 
     # A worker told to stop gets its shutdown grace plus time to hand off before SIGKILL.
     grace = float(env_of(worker["containers"][0])["SHUTDOWN_GRACE_SECONDS"])
