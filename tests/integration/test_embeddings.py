@@ -137,6 +137,47 @@ def test_langchain_embeds_documents_and_a_query_against_the_base_url(pool):
     assert len(docs) == 3 and len(docs[0]) == DIMENSIONS and np.allclose(docs[0], query, atol=1e-5)
 
 
+def test_the_pool_counts_its_inputs_and_tokens_under_its_own_name(pool, sdk):
+    embed(sdk, TEXTS)
+    label = f'model="{POOL}"'
+    deadline = time.monotonic() + 30
+    with pool.http() as http:
+        while True:  # the workers add their counters with each announcement
+            lines = http.get("/metrics").text.splitlines()
+            counted = {
+                ln.split("{")[0]: float(ln.rsplit(" ", 1)[1])
+                for ln in lines
+                if label in ln
+                and ln.startswith(("tokenspool_batch_sequences", "tokenspool_batch_prefill_tokens"))
+            }
+            if counted.get("tokenspool_batch_sequences_total", 0) >= 3:
+                break
+            assert time.monotonic() < deadline, counted
+            time.sleep(0.5)
+    assert counted["tokenspool_batch_prefill_tokens_total"] >= 3 * 5
+    assert any(ln.startswith("tokenspool_queue_depth{") and label in ln for ln in lines)
+
+
+def test_a_keys_token_budget_counts_embedding_tokens(pool):
+    """Token arrays are reserved exactly: 60 of a 100-token minute leave 40, and a second
+    60 is refused."""
+    api, base = start_api(
+        pool.logs, pool.url, name="api-keys", env={"API_KEYS": "sk-embed", "KEY_TOKENS_PER_MINUTE": "100"}
+    )
+    try:
+        wait_for_model(
+            base, MODEL, procs=(api,), headers={"authorization": "Bearer sk-embed"}, embeddings=True
+        )
+        with httpx.Client(base_url=base, timeout=120, headers={"authorization": "Bearer sk-embed"}) as http:
+            first = http.post("/v1/embeddings", json={"model": MODEL, "input": [list(range(1, 61))]})
+            second = http.post("/v1/embeddings", json={"model": MODEL, "input": [list(range(1, 61))]})
+    finally:
+        api.stop()
+    assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] == 60
+    assert int(first.headers["x-ratelimit-remaining-tokens"]) <= 40
+    assert second.status_code == 429 and "tokens" in second.json()["error"]["message"]
+
+
 def test_one_model_serves_chat_and_embeddings_from_its_own_workers(pool, sdk):
     chat = sdk.chat.completions.create(
         model=MODEL, messages=[{"role": "user", "content": "Hi"}], max_tokens=2, temperature=0

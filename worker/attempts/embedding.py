@@ -14,6 +14,7 @@ from typing import Protocol
 
 from contract.entries import CANCELLED, STOP
 from contract.jobspec import JobSpec
+from contract.tiers import BATCH
 from worker.attempts.claims import Attempt, Claims
 from worker.attempts.publisher import Publisher
 from worker.errors import PromptRejected
@@ -26,7 +27,11 @@ class Embedder(Protocol):
 
     def input_ids(self, spec: JobSpec) -> list[list[int]]: ...
     def embed(
-        self, inputs: list[list[int]], dimensions: int = 0, progress: Callable[[], None] | None = None
+        self,
+        inputs: list[list[int]],
+        dimensions: int = 0,
+        progress: Callable[[], None] | None = None,
+        batch: bool = False,
     ) -> bytes: ...
 
 
@@ -56,7 +61,7 @@ def run(
     def alive() -> None:
         attempt.progress_at = time.monotonic()
 
-    vectors = embedder.embed(inputs, spec.dimensions, alive)
+    vectors = embedder.embed(inputs, spec.dimensions, alive, batch=spec.priority == BATCH)
     attempt.progress_at = time.monotonic()
     pub.finished(attempt, STOP, tokens, 0, vectors=vectors, dimensions=spec.dimensions or embedder.dimensions)
     return STOP

@@ -129,12 +129,17 @@ class EmbeddingEngine:
         return out
 
     def embed(
-        self, inputs: list[list[int]], dimensions: int = 0, progress: Callable[[], None] | None = None
+        self,
+        inputs: list[list[int]],
+        dimensions: int = 0,
+        progress: Callable[[], None] | None = None,
+        batch: bool = False,
     ) -> bytes:
         """The inputs' vectors, packed (`contract.entries.Finished.vectors`); blocks while the
         decoding thread embeds them beside other jobs' inputs. `progress` is called while it
-        waits, after any decode ended (the decoding thread is alive: no native call hangs)."""
-        request = Request(inputs)
+        waits, after any decode ended (the decoding thread is alive: no native call hangs). A
+        Batch API line's inputs (`batch`) fill what room interactive jobs leave in decodes."""
+        request = Request(inputs, batch)
         self._waiting.add(request)
         seen = self._decodes
         while not request.done.wait(0.5):

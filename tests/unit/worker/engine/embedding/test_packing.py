@@ -48,3 +48,23 @@ def test_a_request_is_done_once_every_input_has_its_vector():
     assert not r.done.is_set()
     r.fill(0, np.zeros(2))
     assert r.done.is_set() and [v.tolist() for v in r.vectors] == [[0, 0], [1, 1]]
+
+
+def test_batch_lines_fill_only_the_room_interactive_requests_leave():
+    waiting = Waiting()
+    line = Request([[1] * 4, [2] * 4], batch=True)
+    waiting.add(line)  # first in, but a Batch API line's
+    asked = Request([[3] * 6])
+    waiting.add(asked)
+    first = waiting.next_decode(max_tokens=10, max_seqs=8)
+    assert [(i.request, i.index) for i in first] == [
+        (asked, 0),
+        (line, 0),
+    ]  # 6 + 4: the second line input waits
+    assert [(i.request, i.index) for i in waiting.next_decode(10, 8)] == [(line, 1)]
+
+
+def test_a_batch_line_alone_goes_in_whatever_its_length():
+    waiting = Waiting()
+    waiting.add(Request([[1] * 10], batch=True))
+    assert len(waiting.next_decode(max_tokens=10, max_seqs=1)) == 1
