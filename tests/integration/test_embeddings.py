@@ -59,7 +59,7 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
         "KEEPALIVE_SECONDS": "0.5",
         "REAPER_INTERVAL_SECONDS": "0.2",
         "MAX_EMBEDDING_INPUTS": "64",
-        "MATRYOSHKA_MODELS": "a-matryoshka-model",
+        "MATRYOSHKA_MODELS": MODEL,  # declared so, to test the cut (SmolLM2 was not trained for it)
         "BATCH_INTERVAL_SECONDS": "0.1",
     }
     api, base = start_api(logs, url, env=env)
@@ -199,7 +199,7 @@ def test_one_model_serves_chat_and_embeddings_from_its_own_workers(pool, sdk):
         ({"input": []}, "input"),
         ({"input": 5}, "input"),
         ({"input": ["x"] * 65}, "input"),
-        ({"input": "x", "dimensions": 64}, "dimensions"),
+        ({"input": "x", "dimensions": 64, "model": "not-declared-matryoshka"}, "dimensions"),
         ({"input": "x", "encoding_format": "int8"}, "encoding_format"),
     ],
 )
@@ -209,6 +209,16 @@ def test_bad_input_is_a_400_naming_it_with_nothing_enqueued(pool, body, param):
         resp = http.post("/v1/embeddings", json={"model": MODEL, **body})
     assert resp.status_code == 400 and resp.json()["error"]["param"].startswith(param)
     assert len(job_ids(pool.r)) == before and pool.waiting() == 0
+
+
+def test_dimensions_cut_a_declared_models_vectors_and_renormalise_them(pool, sdk):
+    whole = vectors(embed(sdk, TEXTS))
+    cut = vectors(embed(sdk, TEXTS, dimensions=64))
+    expected = whole[:, :64] / np.linalg.norm(whole[:, :64], axis=1, keepdims=True)
+    assert cut.shape == (3, 64) and np.allclose(cut, expected, atol=1e-4)
+    with pool.http() as http:
+        over = http.post("/v1/embeddings", json={"model": MODEL, "input": "x", "dimensions": DIMENSIONS + 1})
+    assert over.status_code == 400 and over.json()["error"]["param"] == "dimensions"
 
 
 def test_an_input_longer_than_the_model_reads_is_a_400_naming_its_index(pool):
