@@ -125,6 +125,11 @@ class Body(Strict):
         """(characters of prompt, the parameter that holds them)."""
         raise NotImplementedError
 
+    def context_chars(self) -> tuple[int, str]:
+        """(characters one context must hold, the parameter that holds them): the prompt's,
+        checked against the model's context before the job is made."""
+        return self.prompt_chars()
+
     def wanted_tokens(self) -> tuple[int | None, str]:
         """(completion tokens asked for, the parameter that asks)."""
         raise NotImplementedError

@@ -206,7 +206,7 @@ class Endpoints:
                 return Made(earlier, retried=True)
             job_id = self.surface.new_id()
             logs.set_job(job_id)
-            context = await services.admission.model(body.pool, job_id, body.prompt_chars())
+            context = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
                 quota = self._quota(ask, spec, context)

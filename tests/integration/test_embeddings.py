@@ -221,6 +221,14 @@ def test_dimensions_cut_a_declared_models_vectors_and_renormalise_them(pool, sdk
     assert over.status_code == 400 and over.json()["error"]["param"] == "dimensions"
 
 
+def test_many_inputs_may_hold_more_than_one_context_together(sdk):
+    """The API's bound on characters per context applies to each input, not to their sum:
+    32 inputs of 40 characters are more than a 64-token context's 1,024 characters."""
+    inputs = [f"Input number {i:03d} of many, each short." for i in range(32)]
+    assert sum(map(len, inputs)) > 16 * 64
+    assert len(embed(sdk, inputs).data) == 32
+
+
 def test_an_input_longer_than_the_model_reads_is_a_400_naming_its_index(pool):
     with pool.http() as http:
         resp = http.post("/v1/embeddings", json={"model": MODEL, "input": ["short", "word " * 200]})

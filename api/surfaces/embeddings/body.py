@@ -70,6 +70,13 @@ class EmbeddingRequest(Body):
     def prompt_chars(self) -> tuple[int, str]:
         return sum(len(x) for x in self.inputs() if isinstance(x, str)), "input"
 
+    def context_chars(self) -> tuple[int, str]:
+        """The longest input's: each is embedded in a context of its own."""
+        inputs = self.inputs()
+        chars = [len(x) if isinstance(x, str) else 0 for x in inputs]
+        longest = max(range(len(chars)), key=chars.__getitem__)
+        return chars[longest], "input" if isinstance(self.input, str) else f"input[{longest}]"
+
     def wanted_tokens(self) -> tuple[int | None, str]:
         return None, "max_tokens"
 

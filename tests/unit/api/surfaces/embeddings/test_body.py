@@ -105,3 +105,9 @@ def test_any_body_is_a_valid_job_or_a_400(body):
         return
     spec = req.to_spec("embd-fuzz", LIMITS)
     assert spec.model == req.pool and JobSpec.from_dict(spec.to_dict()) == spec
+
+
+def test_the_context_must_hold_the_longest_input_not_their_sum():
+    assert _body(input=["ab", "abcd", "a"]).context_chars() == (4, "input[1]")
+    assert _body(input="abc").context_chars() == (3, "input")
+    assert _body(input=[[1, 2, 3]]).context_chars()[0] == 0  # token arrays: counted by the worker
