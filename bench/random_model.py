@@ -196,10 +196,12 @@ def write(
     split_max_size: int = 0,
     tokenizer: Path | None = None,
     vocab: int | None = None,
+    pooling: int | None = None,
 ) -> None:
     """Write the model; its tokenizer and chat template from `tokenizer` (any GGUF holding
     them: `vocabulary`'s file), by default the shipped SmolLM2's, padded to `vocab` tokens
-    (Llama 3's 128,256: its embedding and output matrices' cost)."""
+    (Llama 3's 128,256: its embedding and output matrices' cost). With `pooling` (a
+    `gguf.PoolingType`), the file declares it, as an embedding model's does."""
     from worker.settings import default_model_path
 
     shape = SHAPES[shape_name]
@@ -221,6 +223,8 @@ def write(
     w.add_layer_norm_rms_eps(1e-5)
     w.add_file_type(file_type)
     w.add_quantization_version(2)
+    if pooling is not None:
+        w.add_pooling_type(pooling)
     n_vocab = add_tokenizer(w, source, vocab)  # the tokenizer and the chat template, as shipped
     w.add_vocab_size(n_vocab)
 

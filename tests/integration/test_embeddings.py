@@ -19,7 +19,9 @@ import numpy as np
 import openai
 import pytest
 import redis
+from gguf import PoolingType
 
+from bench import random_model
 from contract import keys, tiers
 from devstack.peek import job_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
@@ -135,6 +137,28 @@ def test_langchain_embeds_documents_and_a_query_against_the_base_url(pool):
     docs = lc.embed_documents(TEXTS)
     query = lc.embed_query(TEXTS[0])
     assert len(docs) == 3 and len(docs[0]) == DIMENSIONS and np.allclose(docs[0], query, atol=1e-5)
+
+
+def test_a_gguf_that_declares_its_pooling_is_served_as_an_embedding_model(pool, sdk, tmp_path):
+    """No POOLING: the file says mean, as an embedding model's does; its name serves
+    embeddings only (weights random: the plumbing does not depend on them)."""
+    path = tmp_path / "tiny-embedder.gguf"
+    random_model.write("tiny", path, pooling=PoolingType.MEAN)
+    proc = start_worker(pool.logs, pool.url, name="t1", env={"MODEL_PATH": str(path), "SLOTS": "4"})
+    try:
+        wait_for_model(pool.base, "tiny-embedder", procs=(proc,), embeddings=True)
+        got = sdk.embeddings.create(model="tiny-embedder", input=TEXTS, encoding_format="float")
+        with pool.http() as http:
+            listed = {m["id"]: m for m in http.get("/v1/models").json()["data"]}["tiny-embedder"]
+            chat = http.post(
+                "/v1/chat/completions",
+                json={"model": "tiny-embedder", "messages": [{"role": "user", "content": "Hi"}]},
+            )
+    finally:
+        proc.stop()
+    assert vectors(got).shape == (3, random_model.SHAPES["tiny"].hidden)
+    assert listed["kinds"] == ["embeddings"] and listed["workers"] == 0
+    assert chat.status_code == 404  # its chat pool has no worker
 
 
 def test_the_pool_counts_its_inputs_and_tokens_under_its_own_name(pool, sdk):
