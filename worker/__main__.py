@@ -40,7 +40,8 @@ def load_engine(settings: WorkerSettings) -> Engine:
     from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it
 
     assert settings.model_path is not None
-    if pooling := settings.pooling or declared_pooling(settings.model_path):
+    pooling = settings.pooling or declared_pooling(settings.model_path)
+    if pooling != "none" and pooling:
         from worker.engine.embedding.engine import EmbeddingEngine
 
         log.info("loading %s from %s for embeddings", settings.model_name, settings.model_path)

@@ -19,7 +19,7 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("llama", "synthetic")
 REASONING_FORMATS = ("think", "none")
-POOLINGS = ("", "mean", "cls", "last")
+POOLINGS = ("", "mean", "cls", "last", "none")
 BATCH_SHARE_CAP = 8  # BATCH_SLOTS unset: batch lines take at most this many slots
 
 
@@ -78,8 +78,9 @@ class WorkerSettings:
         "POOLING",
         "`mean`, `cls` or `last`: the worker serves the model's embeddings (`/v1/embeddings`), pooled "
         "so, from the model's embedding pool and not its chat queues; unset: it does so only for a "
-        "GGUF that declares its pooling (an embedding model), with that pooling. A chat model's "
-        "embeddings (`mean`) are of lower quality than an embedding model's (docs/embeddings.md)",
+        "GGUF that declares its pooling (an embedding model), with that pooling; `none`: never (it "
+        "serves chat, whatever the GGUF declares). A chat model's embeddings (`mean`) are of lower "
+        "quality than an embedding model's (docs/embeddings.md)",
         parse=one_of("POOLING", POOLINGS),
         shown="(from the GGUF)",
     )

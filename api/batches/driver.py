@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import json
 import logging
 import time
@@ -40,7 +41,7 @@ from api.jobs.state import JobState
 from api.services import Services
 from api.surfaces.catalog import BATCHABLE, BY_NAME
 from contract import errors, keys, tiers
-from contract.entries import as_text
+from contract.entries import Finished, as_text
 from contract.keys import JobField
 from contract.lua import accounting
 
@@ -224,6 +225,7 @@ class BatchDriver:
         self, batch_id: str, h: dict[str, str], number: int, out: dict, failed: bool, usage: tuple[int, int]
     ) -> None:
         """A line's answer, written once, counted once, charged to the batch's key."""
+        line = await self._s.heavy.run(functools.partial(json.dumps, out, ensure_ascii=False))  # may be large
         await self._answer(
             keys=[
                 keys.batch(batch_id, keys.BatchPart.RESULTS),
@@ -233,7 +235,7 @@ class BatchDriver:
             ],
             args=[
                 number,
-                json.dumps(out, ensure_ascii=False),
+                line,
                 "failed" if failed else "completed",
                 *usage,
                 accounting.results_charge(batch_id),
@@ -273,7 +275,10 @@ class BatchDriver:
             }.get(ending, errors.BATCH_CANCELLED.brief())
             return out, True, (0, 0)
         surface = BY_NAME[job.surface]
-        answer = surface.objects_of(job).answer(await self._s.jobs.whole(job_id))
+        rows = await self._s.jobs.whole(job_id)
+        end = rows[-1][1] if rows else None
+        size = len(end.vectors) if isinstance(end, Finished) else 0  # embeddings: built in the lane
+        answer = await self._s.heavy.run_for(size, surface.objects_of(job).answer, rows)
         assert answer is not None  # the job has ended
         out["response"] = {"status_code": answer.status, "request_id": job_id, "body": answer.body}
         usage = answer.body.get("usage") or {}

@@ -5,6 +5,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
+from api.http.errors import invalid
 from api.jobs.admission import not_found
 from api.services import Services
 from contract import tiers
@@ -58,7 +59,10 @@ async def scaling(request: Request) -> JSONResponse:
     embedding pool."""
     services: Services = request.state.services
     name = request.path_params["model"]
-    if request.query_params.get("kind") == "embeddings":  # the model's embedding pool
+    kind = request.query_params.get("kind", "chat")
+    if kind not in ("chat", "embeddings"):
+        raise invalid("Invalid 'kind': one of chat and embeddings.", param="kind")
+    if kind == "embeddings":  # the model's embedding pool
         name = tiers.embedding_pool(name)
     served = await services.admission.models([name])
     stats = services.stats

@@ -119,13 +119,23 @@ async def collect(
                     return Response(status_code=499)
                 continue
             rows += item
-            if is_terminal(end := rows[-1][1]) and (answer := chunks.answer(rows)) is not None:
+            if is_terminal(end := rows[-1][1]):
+                # an answer carrying vectors (embeddings) may be megabytes of JSON: built in the lane
+                size = len(end.vectors) if isinstance(end, Finished) else 0
+                response = await services.heavy.run_for(size, _answered, chunks, rows)
+                if response is None:
+                    continue
                 if settles:
                     await settle(services, settles, chunks.id, end)
-                return respond(answer)
+                return response
     except StreamLost:
         pass
     raise APIError(errors.UNAVAILABLE, "The queue is unreachable.")
+
+
+def _answered(chunks: Chunks, rows: Rows) -> JSONResponse | None:
+    answer = chunks.answer(rows)
+    return None if answer is None else respond(answer)
 
 
 def respond(answer: Answer) -> JSONResponse:

@@ -13,10 +13,11 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
-from api.http.errors import invalid
+from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many
 from api.settings import Limits
-from contract.errors import STRING_TOO_LONG
+from contract import tiers
+from contract.errors import MODEL_NOT_FOUND, STRING_TOO_LONG
 from contract.jobspec import JobSpec, Message, template_kwargs_problem
 
 MAX_TOOLS = 128  # OpenAI's limit
@@ -101,7 +102,10 @@ class Body(Strict):
 
     @property
     def pool(self) -> str:
-        """The pool whose queues the job waits in: the model's (embeddings: its embedding pool's)."""
+        """The pool whose queues the job waits in: the model's (embeddings: its embedding pool's).
+        A name that is another kind's pool (`<model>#embed`) names no model here: 404."""
+        if tiers.served_model(self.model)[1] != "chat":
+            raise APIError(MODEL_NOT_FOUND, f"The model '{self.model}' does not exist.", param="model")
         return self.model
 
     @property

@@ -181,6 +181,7 @@ class Endpoints:
                     response = await collect(
                         request, services, objects, arrived_ms, settles(job, ask.budgets)
                     )
+                    await self.answered(services, job.id, ask)
             else:
                 timing = StreamTiming(services.metrics, job.model, arrived)
                 assert self.surface.events is not None  # a body that streams has a stream
@@ -195,6 +196,10 @@ class Endpoints:
 
     async def prepare(self, services: Services, body: Body, owner: str) -> None:
         """What a surface must look up before its body becomes a job (nothing, here)."""
+
+    async def answered(self, services: Services, job_id: str, ask: Ask) -> None:
+        """What a surface does once a client waiting for a job's whole answer has it (nothing,
+        here: the job is kept for its retention, to be fetched or resumed again)."""
 
     async def _job_for(self, ask: Ask) -> Made:
         """The job this request makes, or the one its earlier attempt made (a retry with the

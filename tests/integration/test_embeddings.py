@@ -22,8 +22,8 @@ import redis
 from gguf import PoolingType
 
 from bench import random_model
-from contract import keys, tiers
-from devstack.peek import job_ids
+from contract import keys, stats, tiers
+from devstack.peek import job_ids, running_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk
 
@@ -87,6 +87,30 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
 def sdk(pool) -> Iterator[openai.OpenAI]:
     with strict_sdk(pool.base) as c:
         yield c
+
+
+def wait_for_a_job_on(pool: Pool, worker: bytes) -> None:
+    """Until one of the running attempts is the worker's."""
+    deadline = time.monotonic() + 60
+    while not any(pool.r.hget(keys.job(j), keys.JobField.WORKER) == worker for j in running_ids(pool.r)):
+        assert time.monotonic() < deadline, f"no job reached {worker.decode()}"
+        time.sleep(0.02)
+
+
+def wait_for_workers(pool: Pool, n: int, *procs: Proc) -> None:
+    """Until the embedding pool has `n` live workers."""
+    deadline = time.monotonic() + 120
+    with pool.http() as http:
+        while {m["id"]: m for m in http.get("/v1/models").json()["data"]}[MODEL].get(
+            "embedding_workers"
+        ) != n:
+            assert time.monotonic() < deadline and all(p.alive() for p in procs), f"not {n} embedding workers"
+            time.sleep(0.2)
+
+
+def requeued_after_crashes(pool: Pool) -> int:
+    """Attempts the reaper took from dead workers, so far (the jobs go once answered)."""
+    return int(pool.r.hget(keys.STATS, stats.StatField.requeued("crash")) or 0)
 
 
 def embed(sdk: openai.OpenAI, inputs, **kw):
@@ -297,18 +321,13 @@ def test_a_worker_killed_under_32_concurrent_requests_leaves_each_its_own_vector
     against the same input embedded alone afterwards."""
     requests = [[f"Request {i}, input {j}: {TEXTS[(i + j) % 3]}" for j in range(4)] for i in range(32)]
     victim = pool.workers["e1"]
+    crashes = requeued_after_crashes(pool)
     with ThreadPoolExecutor(32) as ex:
         futures = [ex.submit(embed, sdk, texts) for texts in requests]
-        deadline = time.monotonic() + 60
-        while not any(pool.r.hget(keys.job(j), keys.JobField.WORKER) == b"e1" for j in job_ids(pool.r)):
-            assert time.monotonic() < deadline, "no job reached e1"
-            time.sleep(0.02)
+        wait_for_a_job_on(pool, b"e1")
         victim.popen.send_signal(signal.SIGKILL)  # a decode of its jobs' inputs takes seconds here
         answers = [f.result(timeout=180) for f in futures]
-        requeued = [
-            j for j in job_ids(pool.r) if int(pool.r.hget(keys.job(j), keys.JobField.ATTEMPTS) or 0) > 1
-        ]
-        assert requeued, "the kill took no job with it"
+        assert requeued_after_crashes(pool) > crashes, "the kill took no job with it"
         texts = [t for inputs in requests for t in inputs]
         alone = list(ex.map(lambda t: vectors(embed(sdk, t))[0], texts))
     pool.start_embedder("e1")
@@ -319,3 +338,29 @@ def test_a_worker_killed_under_32_concurrent_requests_leaves_each_its_own_vector
         # its own input's vector, up to the rounding of other batch shapes, and none closer
         assert similar.argmax(axis=1).tolist() == list(range(4 * i, 4 * i + 4))
         assert np.all(similar.max(axis=1) > 0.999)
+
+
+def test_a_worker_told_to_stop_hands_its_waiting_requests_to_another(pool, sdk):
+    """SIGTERM with no grace: the requests it holds (slowed, still waiting for their vectors)
+    are given back at once and answered by the other workers."""
+    pool.start_embedder("e3", {"STEP_DELAY_SECONDS": "2", "SHUTDOWN_GRACE_SECONDS": "0"})
+    stopping = pool.workers.pop("e3")
+    try:
+        wait_for_workers(pool, 3, stopping)
+        requests = [[f"Handed off {i}.{j}: {TEXTS[j % 3]}" for j in range(2)] for i in range(8)]
+        with ThreadPoolExecutor(8) as ex:
+            futures = [ex.submit(embed, sdk, texts) for texts in requests]
+            wait_for_a_job_on(pool, b"e3")
+            stopping.popen.send_signal(signal.SIGTERM)
+            answers = [f.result(timeout=120) for f in futures]
+        assert stopping.popen.wait(30) == 0 and "handed off" in stopping.log()
+    finally:
+        stopping.stop()
+    assert all(len(a.data) == 2 for a in answers)
+
+
+def test_a_completion_cannot_name_the_embedding_pool(pool):
+    with pool.http() as http:
+        body = {"model": POOL, "messages": [{"role": "user", "content": "x"}]}
+        resp = http.post("/v1/chat/completions", json=body)
+    assert resp.status_code == 404 and resp.json()["error"]["code"] == "model_not_found"

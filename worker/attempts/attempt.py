@@ -20,7 +20,7 @@ from typing import Protocol
 
 import redis
 
-from contract import errors, keys, queueing
+from contract import errors, keys, queueing, tiers
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
@@ -133,10 +133,9 @@ class AttemptRules:
         if spec.id != keys.job_of(rq_job_id):
             log.warning("refused job %s: it carries the spec of %s", rq_job_id, spec.id)
             return Outcome.REFUSED
-        if spec.model != self.engine.model_name:
-            self.claims.end(
-                spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {self.engine.model_name}.")
-            )
+        model, kind = tiers.served_model(self.engine.model_name)
+        if spec.model != self.engine.model_name or (spec.kind == "embed") != (kind == "embeddings"):
+            self.claims.end(spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {model}'s {kind}."))
             return Outcome.WRONG_MODEL
         try:
             attempt = self.claims.claim(spec.id, digest(raw_spec))
@@ -193,7 +192,12 @@ class AttemptRules:
     def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         engine, pub = self.engine, self.publisher
         if spec.kind == "embed":  # an embedding worker's (its engine is an Embedder)
-            return Outcome(embedding.run(engine, self.claims, pub, self._settle_claim, spec, attempt))  # type: ignore[arg-type]
+            shutdown = lambda: self.shutdown_at  # noqa: E731
+            ended = embedding.run(engine, self.claims, pub, self._settle_claim, spec, attempt, shutdown)  # type: ignore[arg-type]
+            if ended in (embedding.HAND_OFF, queueing.PREEMPT):
+                self._hand_off(attempt, ended)
+                raise HandedOff()
+            return Outcome(ended)
         progress = self.claims.progress(spec.id)
         attempt.saw(progress.last_id)
         prior = list(progress.token_ids)

@@ -223,6 +223,12 @@ class Claims:
                 return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None, last_id)
             after = "(" + rows[-1][0].decode()
 
+    def cancel_due(self, job_id: str) -> bool:
+        """Whether a cancel of the job is due (its CANCEL_AT has passed): what an attempt that
+        writes nothing for a while (an embed job) asks, where others learn it from APPEND."""
+        at = self._link.retry(lambda: self._client.hget(keys.job(job_id), keys.JobField.CANCEL_AT))
+        return at is not None and time.time() * 1000 >= int(at)
+
     def end(self, job_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""
         retention = self._link.recovery.retention_s

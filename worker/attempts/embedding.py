@@ -3,7 +3,10 @@ worker/engine/embedding/engine.py) and end the job with every vector in its term
 
 It writes no deltas: a worker that dies mid-way leaves nothing half-said, and the next attempt
 embeds the same inputs again, to the same vectors (one decode's sequences never see each
-other), so a client gets one answer whichever attempt gives it.
+other), so a client gets one answer whichever attempt gives it. While it waits for its
+vectors it still stops as any attempt does: fenced out (the heartbeat learns it), cancelled
+(it asks, writing nothing that would tell it), past its deadline, or given back at shutdown
+or to make room for an interactive job (a Batch API line); what it had waiting is dropped.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
+from contract import errors, queueing
 from contract.entries import CANCELLED, STOP
 from contract.jobspec import JobSpec
 from contract.tiers import BATCH
@@ -19,7 +23,9 @@ from worker.attempts.claims import Attempt, Claims
 from worker.attempts.publisher import Publisher
 from worker.errors import PromptRejected
 
-REJECTED = "rejected"
+REJECTED, DEADLINE = "rejected", "deadline_exceeded"
+HAND_OFF = "handoff"  # shutting down: the caller gives the job back (`queueing.PREEMPT` too)
+CANCEL_POLL_S = 1.0  # how often a waiting attempt asks whether a cancel is due
 
 
 class Embedder(Protocol):
@@ -32,7 +38,8 @@ class Embedder(Protocol):
         dimensions: int = 0,
         progress: Callable[[], None] | None = None,
         batch: bool = False,
-    ) -> bytes: ...
+        stop: Callable[[], bool] | None = None,
+    ) -> bytes | None: ...
 
 
 def run(
@@ -42,8 +49,10 @@ def run(
     settle_claim: Callable[[Attempt], None],
     spec: JobSpec,
     attempt: Attempt,
+    shutdown_at: Callable[[], float | None],
 ) -> str:
-    """Run the claimed attempt to its end; returns how it ended (an `Outcome` value)."""
+    """Run the claimed attempt to its end; returns how it ended (an `Outcome` value), or
+    HAND_OFF / `queueing.PREEMPT` for the caller to give the job back."""
     progress = claims.progress(spec.id)
     attempt.saw(progress.last_id)
     try:
@@ -54,14 +63,45 @@ def run(
     tokens = sum(map(len, inputs))
     settle_claim(attempt)
     pub.started(attempt, tokens, after=progress.last_id)
-    if attempt.cancelled:
-        pub.finished(attempt, CANCELLED, tokens, 0)
-        return CANCELLED
+    asked = 0.0
+
+    def cancelled() -> bool:
+        nonlocal asked
+        if attempt.cancelled or time.monotonic() - asked < CANCEL_POLL_S:
+            return attempt.cancelled
+        asked = time.monotonic()
+        attempt.cancelled = claims.cancel_due(spec.id)
+        return attempt.cancelled
+
+    def why_stop() -> str | None:
+        at = shutdown_at()
+        if attempt.fenced:
+            return "fenced"
+        if at is not None and time.monotonic() >= at:
+            return HAND_OFF
+        if attempt.preempted:
+            return queueing.PREEMPT
+        if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
+            return DEADLINE
+        return CANCELLED if cancelled() else None
 
     def alive() -> None:
         attempt.progress_at = time.monotonic()
 
-    vectors = embedder.embed(inputs, spec.dimensions, alive, batch=spec.priority == BATCH)
+    if cancelled():
+        pub.finished(attempt, CANCELLED, tokens, 0)
+        return CANCELLED
+    vectors = embedder.embed(
+        inputs, spec.dimensions, alive, batch=spec.priority == BATCH, stop=lambda: why_stop() is not None
+    )
     attempt.progress_at = time.monotonic()
+    if vectors is None:  # stopped while it waited
+        attempt.check()  # fenced: raises
+        why = why_stop() or CANCELLED
+        if why == CANCELLED:
+            pub.finished(attempt, CANCELLED, tokens, 0)
+        elif why == DEADLINE:
+            pub.failed(attempt, errors.DEADLINE)
+        return why
     pub.finished(attempt, STOP, tokens, 0, vectors=vectors, dimensions=spec.dimensions or embedder.dimensions)
     return STOP

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from api.http.errors import invalid
 from api.http.parsing import too_many, unsupported
@@ -28,6 +28,32 @@ Input = (
 )
 
 
+SHAPES = "a string, an array of strings, an array of token ids or an array of token arrays"
+
+
+def _token_ids(value: list) -> bool:
+    return all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value)
+
+
+def input_problem(value: object) -> str | None:
+    """What is wrong with an `input` (None: nothing), in words that name the input at fault."""
+    if isinstance(value, str):
+        return "must not be an empty string" if not value else None
+    if not isinstance(value, list):
+        return f"must be {SHAPES}"
+    if not value:
+        return "must not be an empty array"
+    if all(isinstance(x, str) for x in value):
+        empty = next((i for i, x in enumerate(value) if not x), None)
+        return None if empty is None else f"input[{empty}] is an empty string"
+    if all(isinstance(x, int) and not isinstance(x, bool) for x in value):
+        return None if _token_ids(value) else "token ids must be non-negative integers"
+    if all(isinstance(x, list) for x in value):
+        bad = next((i for i, x in enumerate(value) if not x or not _token_ids(x)), None)
+        return None if bad is None else f"input[{bad}] must be a non-empty array of non-negative token ids"
+    return f"must be {SHAPES}, not a mix"
+
+
 class EmbeddingRequest(Body):
     input: Input
     encoding_format: Literal["float", "base64"] | None = None
@@ -38,6 +64,13 @@ class EmbeddingRequest(Body):
     cache_salt: None = None  # type: ignore[assignment]
     metadata: None = None  # type: ignore[assignment]
     store: None = None  # type: ignore[assignment]
+
+    @field_validator("input", mode="before")
+    @classmethod
+    def _input_shape(cls, value: object) -> object:
+        if problem := input_problem(value):
+            raise ValueError(problem)
+        return value
 
     @property
     def pool(self) -> str:

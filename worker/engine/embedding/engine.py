@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import llama_cpp
 import numpy as np
@@ -26,7 +26,7 @@ from contract.tiers import embedding_pool
 from worker.engine import llama_log, sizing
 from worker.engine.context import StepBatch
 from worker.engine.embedding import vectors
-from worker.engine.embedding.packing import Request, Waiting
+from worker.engine.embedding.packing import Item, Request, Waiting
 from worker.errors import InputTooLong, PromptRejected
 from worker.settings import WorkerSettings
 
@@ -38,6 +38,7 @@ POOLINGS = {
     "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
 }
 MAX_SEQS = 64  # sequences per decode (llama.cpp allows up to LLAMA_MAX_SEQ, 256)
+WAIT_S = 0.25  # how often a job waiting for its vectors asks whether to go on
 
 
 class EmbeddingEngine:
@@ -59,7 +60,7 @@ class EmbeddingEngine:
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
         m = self._model.model
         self.n_ctx = min(settings.n_ctx, llama_cpp.llama_model_n_ctx_train(m))  # the longest input
-        self.dimensions = llama_cpp.llama_model_n_embd(m)
+        self.dimensions = llama_cpp.llama_model_n_embd_out(m)  # a pooled vector's length
         self.batch_tokens = max(settings.embedding_batch_tokens, self.n_ctx)
         self.max_seqs = min(MAX_SEQS, llama_cpp.llama_max_parallel_sequences())
         self.slots = settings.slots or sizing.EMBEDDING_SLOTS  # jobs at once; their inputs share decodes
@@ -134,15 +135,21 @@ class EmbeddingEngine:
         dimensions: int = 0,
         progress: Callable[[], None] | None = None,
         batch: bool = False,
-    ) -> bytes:
+        stop: Callable[[], bool] | None = None,
+    ) -> bytes | None:
         """The inputs' vectors, packed (`contract.entries.Finished.vectors`); blocks while the
         decoding thread embeds them beside other jobs' inputs. `progress` is called while it
         waits, after any decode ended (the decoding thread is alive: no native call hangs). A
-        Batch API line's inputs (`batch`) fill what room interactive jobs leave in decodes."""
+        Batch API line's inputs (`batch`) fill what room interactive jobs leave in decodes.
+        Once `stop()` (asked every WAIT_S) says so, the request is given up: None, and its
+        inputs still waiting are never decoded."""
         request = Request(inputs, batch)
         self._waiting.add(request)
         seen = self._decodes
-        while not request.done.wait(0.5):
+        while not request.done.wait(WAIT_S):
+            if stop is not None and stop():
+                self._waiting.abandon(request)
+                return None
             if progress is not None and self._decodes != seen:  # decodes end: none hangs
                 seen = self._decodes
                 progress()
@@ -157,15 +164,24 @@ class EmbeddingEngine:
                 continue
             if self._step_delay_s:  # testing: as on a slower machine (STEP_DELAY_SECONDS)
                 time.sleep(self._step_delay_s)
-            try:
-                pooled = self._decode([item.tokens for item in items])
-            except BaseException as exc:  # the jobs of this decode fail; the loop goes on
+            for group in self._decoded(items):
+                for item, vector in group:
+                    item.request.fill(item.index, vector)
+
+    def _decoded(self, items: list[Item]) -> Iterator[list[tuple[Item, np.ndarray]]]:
+        """The items' vectors, from one decode; if it fails, from one decode per item, so that
+        only a request whose own input fails alone fails (with its own error)."""
+        try:
+            yield list(zip(items, self._decode([item.tokens for item in items]), strict=True))
+            return
+        except Exception:
+            if len(items) == 1:
                 log.exception("embedding decode failed")
-                for item in items:
-                    item.request.fail(exc)
-                continue
-            for item, vector in zip(items, pooled, strict=True):
-                item.request.fill(item.index, vector)
+                items[0].request.fail(RuntimeError("the input could not be embedded"))
+                return
+            log.warning("a decode of %d inputs failed: embedding them one by one", len(items), exc_info=True)
+        for item in items:
+            yield from self._decoded([item])
 
     def _decode(self, inputs: list[list[int]]) -> list[np.ndarray]:
         """One decode: input i as sequence i, every row an output (pooling reads them all)."""
@@ -185,7 +201,10 @@ class EmbeddingEngine:
             ptr = llama_cpp.llama_get_embeddings_seq(self._ctx, seq)
             if not ptr:
                 raise RuntimeError("llama.cpp returned no pooled embedding")
-            out.append(np.ctypeslib.as_array(ptr, shape=(self.dimensions,)).copy())
+            vector = np.ctypeslib.as_array(ptr, shape=(self.dimensions,)).copy()
+            if not np.all(np.isfinite(vector)):
+                raise FloatingPointError("llama.cpp returned a vector that is not finite")
+            out.append(vector)
         took = time.perf_counter() - started
         self._last_step_s = took
         self._decodes += 1

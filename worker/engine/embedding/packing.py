@@ -1,10 +1,12 @@
-"""Which inputs go into the next decode: whole inputs, oldest request first, as many as the
-batch holds (tokens) and as many sequences as the context has.
+"""Which inputs go into the next decode: whole inputs, as many as the batch holds (tokens) and
+as many sequences as the context has, taken from the waiting requests in turn.
 
 Requests from many clients wait together, so one decode carries inputs of many requests
-(what makes a pool of small requests fast), and no request waits behind ones that came
-after it: the oldest waiting input always goes first. Batch API lines' inputs wait apart and
-fill only the room interactive requests leave in a decode.
+(what makes a pool of small requests fast). Each decode takes one input from each waiting
+request, oldest request first, then a second from each, and so on: a request of two inputs
+is not kept waiting behind one of two thousand that came before it. Batch API lines' inputs
+wait apart and fill only the room interactive requests leave in a decode. A request given
+up (its job cancelled, fenced or handed off) is dropped with whatever it still had waiting.
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ class Request:
     inputs: list[list[int]]
     batch: bool = False  # a Batch API line's: it takes what room interactive ones leave
     vectors: list[np.ndarray | None] = field(default_factory=list)
+    taken: int = 0  # inputs handed to decodes so far, in order
     left: int = 0  # inputs not yet embedded
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
+    abandoned: bool = False  # given up: its inputs still waiting are never decoded
 
     def __post_init__(self) -> None:
         self.vectors = [None] * len(self.inputs)
@@ -46,7 +50,7 @@ class Request:
 
 @dataclass(frozen=True)
 class Item:
-    """One input of one request, as a row range of a decode."""
+    """One input of one request, as a sequence of a decode."""
 
     request: Request
     index: int
@@ -57,20 +61,29 @@ class Item:
 
 
 class Waiting:
-    """The inputs waiting for a decode, in arrival order (thread-safe)."""
+    """The requests with inputs waiting for a decode, in arrival order (thread-safe)."""
 
     def __init__(self) -> None:
-        self._interactive: collections.deque[Item] = collections.deque()
-        self._lines: collections.deque[Item] = collections.deque()  # Batch API lines'
+        self._interactive: collections.deque[Request] = collections.deque()
+        self._lines: collections.deque[Request] = collections.deque()  # Batch API lines'
         self._cv = threading.Condition()
 
     def add(self, request: Request) -> None:
+        if request.inputs:
+            with self._cv:
+                (self._lines if request.batch else self._interactive).append(request)
+                self._cv.notify()
+
+    def abandon(self, request: Request) -> None:
+        """Give the request up: what it still has waiting goes with it."""
         with self._cv:
-            line = self._lines if request.batch else self._interactive
-            line.extend(Item(request, i) for i in range(len(request.inputs)))
-            self._cv.notify()
+            request.abandoned = True
+            for queue in (self._interactive, self._lines):
+                if request in queue:
+                    queue.remove(request)
 
     def __len__(self) -> int:
+        """Requests with inputs waiting."""
         with self._cv:
             return len(self._interactive) + len(self._lines)
 
@@ -81,21 +94,28 @@ class Waiting:
         with self._cv:
             if not len(self) and not self._cv.wait_for(lambda: bool(len(self)), timeout):
                 return []
-            out = pack(self._interactive, max_tokens, max_seqs)
+            out = take(self._interactive, max_tokens, max_seqs)
             used = sum(len(item.tokens) for item in out)
-            return out + pack(self._lines, max_tokens - used, max_seqs - len(out), first=not out)
+            return out + take(self._lines, max_tokens - used, max_seqs - len(out), first=not out)
 
 
-def pack(items: collections.deque[Item], max_tokens: int, max_seqs: int, first: bool = True) -> list[Item]:
-    """Pop the oldest inputs that fit together: whole ones, in order, stopping at the first
-    that does not fit (the oldest is never passed over). With `first`, the decode holds
-    nothing yet: the oldest goes in whatever its length."""
+def take(
+    requests: collections.deque[Request], max_tokens: int, max_seqs: int, first: bool = True
+) -> list[Item]:
+    """Take whole inputs, one from each request in turn (oldest request first), round after
+    round, until the next one does not fit; a request whose inputs are all taken leaves the
+    queue. With `first`, the decode holds nothing yet: the first input goes in whatever its
+    length."""
     out: list[Item] = []
     tokens = 0
-    while items and len(out) < max_seqs:
-        size = len(items[0].tokens)
-        if (out or not first) and tokens + size > max_tokens:
-            break
-        out.append(items.popleft())
-        tokens += size
+    while requests and len(out) < max_seqs:
+        for request in list(requests):
+            size = len(request.inputs[request.taken])
+            if len(out) >= max_seqs or ((out or not first) and tokens + size > max_tokens):
+                return out
+            out.append(Item(request, request.taken))
+            tokens += size
+            request.taken += 1
+            if request.taken == len(request.inputs):
+                requests.remove(request)
     return out

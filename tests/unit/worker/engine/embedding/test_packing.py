@@ -3,24 +3,44 @@ import threading
 from worker.engine.embedding.packing import Request, Waiting
 
 
-def test_a_decode_takes_whole_inputs_oldest_first_up_to_its_tokens_and_sequences():
+def test_a_decode_takes_one_input_of_each_request_in_turn_up_to_its_tokens():
     waiting = Waiting()
     a = Request([[1] * 5, [2] * 5, [3] * 5])
     b = Request([[4] * 2])
     waiting.add(a)
     waiting.add(b)
     first = waiting.next_decode(max_tokens=12, max_seqs=8)
-    assert [(i.request, i.index) for i in first] == [(a, 0), (a, 1)]  # a third would overflow 12
-    second = waiting.next_decode(max_tokens=12, max_seqs=8)
-    assert [(i.request, i.index) for i in second] == [(a, 2), (b, 0)]  # the oldest is never passed over
+    assert [(i.request, i.index) for i in first] == [(a, 0), (b, 0), (a, 1)]  # a third of a would overflow
+    assert [(i.request, i.index) for i in waiting.next_decode(12, 8)] == [(a, 2)]
     assert not len(waiting)
+
+
+def test_a_small_request_is_not_kept_behind_a_large_one_that_came_first():
+    waiting = Waiting()
+    large = Request([[1] * 3] * 100)
+    small = Request([[2] * 3, [3] * 3])
+    waiting.add(large)
+    waiting.add(small)
+    first = waiting.next_decode(max_tokens=30, max_seqs=64)
+    assert [i.request for i in first].count(small) == 2  # both its inputs in the first decode
+
+
+def test_a_request_given_up_leaves_nothing_waiting():
+    waiting = Waiting()
+    gone = Request([[1]] * 4)
+    kept = Request([[2]])
+    waiting.add(gone)
+    waiting.add(kept)
+    waiting.next_decode(max_tokens=1, max_seqs=1)  # one of gone's inputs is in a decode
+    waiting.abandon(gone)
+    assert gone.abandoned and [i.request for i in waiting.next_decode(10, 10)] == [kept]
 
 
 def test_the_sequences_of_a_decode_are_bounded_too():
     waiting = Waiting()
     waiting.add(Request([[1]] * 10))
     assert len(waiting.next_decode(max_tokens=100, max_seqs=4)) == 4
-    assert len(waiting) == 6
+    assert len(waiting.next_decode(max_tokens=100, max_seqs=100)) == 6
 
 
 def test_one_input_as_long_as_the_batch_goes_alone():
