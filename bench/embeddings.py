@@ -9,7 +9,7 @@ short distinct texts, one after another; a round's figure is the inputs embedded
 time (every request answered: a closed workload, the same for both servers). tokenspool runs
 valkey, one API and one worker with POOLING=mean, SLOTS=`--clients`, EMBEDDING_BATCH_TOKENS=
 `--batch`; llama-server (built from the llama.cpp inside the worker's own llama-cpp-python:
-bench/setup_peers) runs `--embedding --pooling mean -np <clients> -b/-ub <batch> -c <batch>`,
+bench/setup_peers) runs `--embedding --pooling mean -kvu -np <clients> -b/-ub <batch> -c <batch>`,
 both with `--threads` threads. Pairs run in ABBA order (a steady drift favours neither); the
 summary is the median ratio of inputs/s with its 95 % bootstrap interval, printed and written
 as its own section of `--out`.
@@ -91,7 +91,7 @@ class LlamaServer:
             raise SystemExit(f"{binary} is missing: run bench/setup_peers")
         port = free_port()
         argv = [str(binary), "-m", str(default_model_path()), "--alias", DEFAULT_MODEL_NAME]
-        argv += ["--embedding", "--pooling", "mean", "-np", str(args.clients)]
+        argv += ["--embedding", "--pooling", "mean", "-kvu", "-np", str(args.clients)]
         argv += ["-b", str(args.batch), "-ub", str(args.batch), "-c", str(args.batch)]
         argv += [
             "-t",
@@ -175,6 +175,8 @@ async def main() -> None:
     lo, hi = interval(ratios)
     cmd = "bench/embeddings.py " + " ".join(sys.argv[1:])
     lines = [
+        "## Embeddings: one embedding worker against llama-server --embedding (bench/embeddings.py)",
+        "",
         f"`{cmd}` on {machine()}, {time.strftime('%Y-%m-%d')}: {args.clients} clients, each "
         f"{args.requests} requests of {args.inputs} inputs per round, {args.pairs} pairs (ABBA).",
         "",

@@ -25,7 +25,7 @@ from worker.errors import PromptRejected
 
 REJECTED, DEADLINE = "rejected", "deadline_exceeded"
 HAND_OFF = "handoff"  # shutting down: the caller gives the job back (`queueing.PREEMPT` too)
-CANCEL_POLL_S = 1.0  # how often a waiting attempt asks whether a cancel is due
+CANCEL_POLL_S = 2.0  # how often a waiting attempt asks whether a cancel is due
 
 
 class Embedder(Protocol):

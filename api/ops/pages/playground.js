@@ -81,6 +81,7 @@ async function loadModels() {
     const chosen = select.value;
     select.replaceChildren();
     for (const m of (await resp.json()).data) {
+      if (m.kinds && !m.kinds.includes("chat")) continue; // an embedding model: nothing to chat with
       const opt = document.createElement("option");
       opt.value = m.id;
       opt.textContent = m.id + " (" + m.workers + (m.workers === 1 ? " worker)" : " workers)");

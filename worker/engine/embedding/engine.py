@@ -38,7 +38,7 @@ POOLINGS = {
     "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
 }
 MAX_SEQS = 64  # sequences per decode (llama.cpp allows up to LLAMA_MAX_SEQ, 256)
-WAIT_S = 0.25  # how often a job waiting for its vectors asks whether to go on
+WAIT_S = 1.0  # how often a job waiting for its vectors asks whether to go on
 
 
 class EmbeddingEngine:

@@ -2,9 +2,10 @@
 as many sequences as the context has, taken from the waiting requests in turn.
 
 Requests from many clients wait together, so one decode carries inputs of many requests
-(what makes a pool of small requests fast). Each decode takes one input from each waiting
-request, oldest request first, then a second from each, and so on: a request of two inputs
-is not kept waiting behind one of two thousand that came before it. Batch API lines' inputs
+(what makes a pool of small requests fast). Inputs go oldest request first, so requests end
+one after another and their clients send the next (the way a pool keeps busy), but while
+others wait no request takes more than half a decode: a request of two inputs is not kept
+waiting behind one of two thousand that came before it. Batch API lines' inputs
 wait apart and fill only the room interactive requests leave in a decode. A request given
 up (its job cancelled, fenced or handed off) is dropped with whatever it still had waiting.
 """
@@ -102,20 +103,40 @@ class Waiting:
 def take(
     requests: collections.deque[Request], max_tokens: int, max_seqs: int, first: bool = True
 ) -> list[Item]:
-    """Take whole inputs, one from each request in turn (oldest request first), round after
-    round, until the next one does not fit; a request whose inputs are all taken leaves the
-    queue. With `first`, the decode holds nothing yet: the first input goes in whatever its
-    length."""
+    """Take whole inputs, oldest request first and each request's in order, until the next
+    one does not fit; while other requests wait, one request takes at most half the decode
+    (its sequences and its tokens), so that theirs go in beside it, and then whatever room
+    is left. A request whose inputs are all taken leaves the queue. With `first`, the decode
+    holds nothing yet: the first input goes in whatever its length."""
     out: list[Item] = []
-    tokens = 0
-    while requests and len(out) < max_seqs:
-        for request in list(requests):
+    used = 0
+
+    def fill(request: Request, seqs: int, tokens: int) -> bool:
+        """Take the request's next inputs, up to `seqs` of them and `tokens` (its first
+        whatever its length); False once the decode is full (the next input does not fit)."""
+        nonlocal used
+        mine = mine_tokens = 0
+        while request.taken < len(request.inputs) and mine < seqs:
             size = len(request.inputs[request.taken])
-            if len(out) >= max_seqs or ((out or not first) and tokens + size > max_tokens):
-                return out
+            if len(out) >= max_seqs or ((out or not first) and used + size > max_tokens):
+                return False
+            if mine and mine_tokens + size > tokens:
+                return True  # its share is taken: the next request's turn
             out.append(Item(request, request.taken))
-            tokens += size
             request.taken += 1
-            if request.taken == len(request.inputs):
-                requests.remove(request)
+            used, mine, mine_tokens = used + size, mine + 1, mine_tokens + size
+        return len(out) < max_seqs
+
+    shared = len(requests) > 1
+    for request in list(requests):  # a share each
+        if not fill(
+            request, max(max_seqs // 2, 1) if shared else max_seqs, max_tokens // 2 if shared else max_tokens
+        ):
+            break
+    for request in list(requests):  # then the room left, oldest first
+        if not fill(request, max_seqs, max_tokens):
+            break
+    for request in list(requests):
+        if request.taken == len(request.inputs):
+            requests.remove(request)
     return out

@@ -3,16 +3,26 @@ import threading
 from worker.engine.embedding.packing import Request, Waiting
 
 
-def test_a_decode_takes_one_input_of_each_request_in_turn_up_to_its_tokens():
+def test_a_request_takes_at_most_half_a_decode_while_another_waits():
     waiting = Waiting()
     a = Request([[1] * 5, [2] * 5, [3] * 5])
     b = Request([[4] * 2])
     waiting.add(a)
     waiting.add(b)
     first = waiting.next_decode(max_tokens=12, max_seqs=8)
-    assert [(i.request, i.index) for i in first] == [(a, 0), (b, 0), (a, 1)]  # a third of a would overflow
+    # a's second input is over half the tokens: b's goes in first, then a's in the room left
+    assert [(i.request, i.index) for i in first] == [(a, 0), (b, 0), (a, 1)]
     assert [(i.request, i.index) for i in waiting.next_decode(12, 8)] == [(a, 2)]
     assert not len(waiting)
+
+
+def test_inputs_go_oldest_request_first_so_requests_end_one_after_another():
+    waiting = Waiting()
+    requests = [Request([[i] * 2] * 4) for i in range(4)]
+    for r in requests:
+        waiting.add(r)
+    first = waiting.next_decode(max_tokens=100, max_seqs=8)
+    assert [i.request for i in first] == [requests[0]] * 4 + [requests[1]] * 4  # two whole requests
 
 
 def test_a_small_request_is_not_kept_behind_a_large_one_that_came_first():
