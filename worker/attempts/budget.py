@@ -41,10 +41,12 @@ def bounded(
     def picks(ids: list[int]) -> Picks:  # from the prompt, everything generated, and `ids`
         return engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, None if ids else cached)
 
-    return _closing(spec.thinking_budget, engine, picks, out)
+    return _closing(spec.thinking_budget, engine, spec, picks, out)
 
 
-def _closing(budget: int, engine: Engine, start: Callable[[list[int]], Picks], out: Sender) -> Picks:
+def _closing(
+    budget: int, engine: Engine, spec: JobSpec, start: Callable[[list[int]], Picks], out: Sender
+) -> Picks:
     """The caller handles each pick (the sender reads it) before it asks for the next, so the
     count `due` reads is current."""
     closed = False
@@ -59,7 +61,7 @@ def _closing(budget: int, engine: Engine, start: Callable[[list[int]], Picks], o
         while True:
             if due():
                 closed = True
-                for token in engine.close_thinking():
+                for token in engine.close_thinking(spec):
                     ids.append(token)
                     yield Pick(token), engine.piece(token)
             picks = start(ids)

@@ -15,6 +15,7 @@ from contract.entries import TokenLogprob
 from worker.attempts.claims import Attempt
 from worker.attempts.publisher import Publisher
 from worker.engine.picks import Pick
+from worker.text.harmony import Harmony
 from worker.text.replies import Reply
 from worker.text.textstream import Piece
 from worker.text.thinking import Thinking
@@ -69,7 +70,7 @@ class Sender:
     def reasoning_tokens(self) -> int:
         """The completion's tokens that began in its thinking (the block's tags and the
         whitespace before the answer included), over every attempt."""
-        thinking = self._reply if isinstance(self._reply, Thinking) else None
+        thinking = self._reply if isinstance(self._reply, Thinking | Harmony) else None
         if thinking is None or not thinking.thought:
             return 0
         if thinking.closed_at is None:
@@ -84,7 +85,7 @@ class Sender:
 
     def open_thinking(self) -> int | None:
         """The tokens of a thinking block still open (every attempt's), None when none is."""
-        thinking = self._reply if isinstance(self._reply, Thinking) else None
+        thinking = self._reply if isinstance(self._reply, Thinking | Harmony) else None
         if thinking is None or not thinking.thought or thinking.closed_at is not None:
             return None
         return len(self._sizes)

@@ -36,8 +36,10 @@ from worker.engine.prompts import ChatPrompts
 from worker.engine.sampling import Sampler
 from worker.engine.steps import plan
 from worker.settings import WorkerSettings
-from worker.text import thinking
+from worker.text import harmony, thinking
 from worker.text.replies import Reply
+from worker.tools.harmony import HarmonyTools
+from worker.tools.rules import only_calls
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +75,7 @@ class LlamaEngine:
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
         self._thinking = settings.reasoning_format == "think"
+        self._harmony = all(self.prompts.has_token(m) for m in harmony.MARKERS)  # gpt-oss's format
         self._marks = frozenset(self.prompts.controls) | frozenset(self.prompts.ends)
         log.info("tool calls: %s protocol (worker/tools/protocols.py)", self.prompts.tools.name)
         self._n_vocab = self._model.n_vocab()
@@ -172,7 +175,9 @@ class LlamaEngine:
         reply = tools.reply(spec)
         if not self._thinking or spec.kind != "chat":
             return reply
-        opened = self._opens_thinking(prompt)
+        if self._harmony:
+            return harmony.Harmony(reply, spec.id, harmony.opened_channel(self._prompt_tail(prompt)))
+        opened = thinking.opened_by(self._prompt_tail(prompt))
         # a grammar from the first token (a response format or tools, without a trigger; not
         # built here: tokens() builds it, once) holds after the thinking when the prompt opened
         # a block, and from the first token otherwise: all answer
@@ -183,15 +188,19 @@ class LlamaEngine:
         """The job's grammar and the text it applies from (None: the first token); one that would
         hold from the first token waits for the thinking block's close if the prompt opened one."""
         tools = self.prompts.tools
+        if self._harmony and isinstance(tools, HarmonyTools):  # its grammars know where thinking ends
+            return tools.grammar(spec, harmony.opened_channel(self._prompt_tail(prompt))), tools.trigger(spec)
         grammar, trigger = tools.grammar(spec), tools.trigger(spec)
         chat = self._thinking and spec.kind == "chat"
-        if grammar and trigger is None and chat and self._opens_thinking(prompt):  # read only if need be
+        if (
+            grammar and trigger is None and chat and thinking.opened_by(self._prompt_tail(prompt))
+        ):  # read only if need be
             return thinking.grammar_after(grammar), thinking.CLOSE
         return grammar, trigger
 
-    def _opens_thinking(self, prompt: Sequence[int]) -> bool:
+    def _prompt_tail(self, prompt: Sequence[int]) -> str:
         tail = b"".join(self.piece(t) for t in thinking.generation_prompt(list(prompt), self._marks))
-        return thinking.opened_by(tail.decode("utf-8", "replace"))
+        return tail.decode("utf-8", "replace")
 
     def tokens(
         self,
@@ -264,8 +273,14 @@ class LlamaEngine:
     def piece(self, token: int) -> bytes:
         return self.prompts.piece(token)
 
-    def close_thinking(self) -> list[int]:
-        """The tokens of a thinking block's close, as reasoning models write it."""
+    def close_thinking(self, spec: JobSpec) -> list[int]:
+        """The tokens of a thinking block's close, as reasoning models write it (harmony's,
+        under a grammar of calls from the first token: the next message's start only, which
+        the grammar allows)."""
+        if self._harmony:
+            return self.prompts.special_text(
+                harmony.START + "assistant" if only_calls(spec) else harmony.CLOSING
+            )
         return self.prompts.special_text(thinking.CLOSING)
 
     def warm_up(self, budget_s: float = 30.0) -> float:

@@ -55,7 +55,15 @@ class ChatPrompts:
             if llama_cpp.llama_vocab_get_attr(model.vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
             and not llama_cpp.llama_vocab_is_eog(model.vocab, t)
         ]  # control tokens that do not end generation: banned where a grammar decides
-        self._control_texts = [t for t in (self._token_text(c) for c in self.controls) if t]
+        # and the markers a format renders as text (harmony's `<|channel|>`...): user-defined tokens
+        marks = [
+            text
+            for t in range(n_vocab)
+            if llama_cpp.llama_vocab_get_attr(model.vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            and (text := self._token_text(t)).startswith("<|")
+            and text.endswith("|>")
+        ]
+        self._control_texts = [t for t in (self._token_text(c) for c in self.controls) if t] + marks
 
     def _token_text(self, token: int) -> str:
         return self._model.token_get_text(token) if token >= 0 else ""
@@ -120,6 +128,11 @@ class ChatPrompts:
         except Exception:  # a template that will not render a system message alone: nothing shared
             return 0
         return common_prefix(alone, list(prompt))
+
+    def has_token(self, text: str) -> bool:
+        """Whether `text` is one token of the vocabulary (a format's marker)."""
+        ids = self._tokens(text, special=True)
+        return len(ids) == 1 and self._token_text(ids[0]) == text
 
     def special_text(self, text: str) -> list[int]:
         """Text the worker writes itself (a thinking block's close), control tokens parsed."""

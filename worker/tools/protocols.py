@@ -5,6 +5,8 @@ chat template, chosen once per model from what its template does.
   "arguments": ...}</tool_call>` (Hermes, Qwen 2.5 and 3, SmolLM3's upstream template and
   many fine-tunes): the conversation goes to the template as it is, tool calls and tool
   results included.
+- `HarmonyTools` (harmony.py): gpt-oss's templates, whose channels carry thinking, answer and
+  calls (worker/text/harmony.py reads them).
 - `JsonTools` (json_envelope.py): any other template (SmolLM2's renders roles and contents only): llama.cpp's
   "Generic" format. The tools and the answer's JSON envelope are described in a system
   message, earlier calls become the assistant's envelopes, tool results user messages
@@ -27,7 +29,9 @@ from collections.abc import Callable
 from typing import Protocol
 
 from contract.jobspec import JobSpec
+from worker.text import harmony
 from worker.text.replies import Reply
+from worker.tools.harmony import HarmonyTools
 from worker.tools.hermes import OPEN, HermesTools
 from worker.tools.json_envelope import JsonTools
 
@@ -56,7 +60,10 @@ class ToolProtocol(Protocol):
 
 
 def detect(render: Callable[..., str], template: str) -> ToolProtocol:
-    """Hermes if the template renders a tool it is given and speaks `<tool_call>`; else JSON."""
+    """Harmony if the template speaks gpt-oss's channels; Hermes if it renders a tool it is
+    given and speaks `<tool_call>`; else JSON."""
+    if harmony.CHANNEL in template and harmony.CALL in template:
+        return HarmonyTools()
     if OPEN not in template:
         return JsonTools()
     tool = {

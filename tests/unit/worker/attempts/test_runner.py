@@ -236,7 +236,7 @@ class BudgetEngine(ScriptedEngine):
         super().__init__(scripts[0], words=THOUGHT, opened=True)
         self.scripts = scripts
 
-    def close_thinking(self):
+    def close_thinking(self, spec):
         return [13, 14]  # "</think>", "\n\n"
 
     def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):

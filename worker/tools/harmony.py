@@ -1,0 +1,61 @@
+"""The harmony protocol, for gpt-oss's templates: the template renders `tools` itself (a
+`functions` namespace in the developer message), earlier calls as `commentary` messages to
+`functions.<name>` and tool results as messages from them; the model calls a tool with such a
+message, which worker/text/harmony.py reads.
+
+Grammars hold from where the thinking ends: a response format is the `final` message's body,
+from its header on (a trigger: the model writes the header itself, or a thinking budget
+writes it); with `tool_choice` required or naming a tool the answer must be a call, so the
+grammar holds from the first token, the analysis message first and free (as llama.cpp's
+lazy grammars leave it), then a `commentary` header naming an offered tool and its
+arguments' JSON. With "auto" the model calls as it was trained to, unconstrained.
+"""
+
+from __future__ import annotations
+
+from contract.gbnf import Grammar, composed, literal
+from contract.jobspec import JobSpec
+from contract.schema import Compiler
+from worker.text import harmony
+from worker.text.replies import PlainReply, Reply
+from worker.tools.hermes import HermesTools
+from worker.tools.rules import chosen, only_calls, response_rule
+
+FINAL = f"{harmony.CHANNEL}final{harmony.MESSAGE}"  # the answer's header, from its channel on
+
+
+class HarmonyTools(HermesTools):
+    """The conversation and tools go to the template as Hermes's do (OpenAI's shapes)."""
+
+    name = "harmony"
+
+    def grammar(self, spec: JobSpec, opened: str | None = None) -> str | None:
+        if only_calls(spec):
+            return composed(lambda g: _calls(spec, g, opened))
+        if spec.response_format is None:
+            return None
+        return composed(lambda g: f"{literal(FINAL)} {response_rule(spec, g)}")
+
+    def trigger(self, spec: JobSpec) -> str | None:
+        return None if only_calls(spec) or spec.response_format is None else FINAL
+
+    def reply(self, spec: JobSpec) -> Reply:
+        return PlainReply()  # the calls are harmony messages: worker/text/harmony.py reads them
+
+
+def _calls(spec: JobSpec, g: Grammar, opened: str | None) -> str:
+    """A call of one of the offered tools, after the thinking (its message left open by the
+    prompt, or one the model may write first)."""
+    calls = []
+    for i, tool in enumerate(chosen(spec)):
+        args = Compiler(tool.parameters, g, prefix=f"tool{i}-").rule(tool.parameters)
+        header = (
+            f"{harmony.CHANNEL}commentary to=functions.{tool.name} {harmony.CONSTRAIN}json{harmony.MESSAGE}"
+        )
+        calls.append(g.define(g.name(f"call-{i}"), f"{literal(header)} {args}"))
+    call = g.define(g.name("call"), " | ".join(calls))
+    start = f"{literal(harmony.END)}? {literal(harmony.START + 'assistant')}"  # <|end|>: if it is text
+    if opened == "analysis":
+        return f"[^<]* {start} {call}"
+    thinking = literal(f"{harmony.CHANNEL}analysis{harmony.MESSAGE}")
+    return f"({thinking} [^<]* {start})? {call}"
