@@ -58,6 +58,7 @@ class Message:
     content: str
     tool_calls: tuple[ToolCall, ...] = ()  # an assistant's calls
     tool_call_id: str = ""  # a tool message: the call it answers
+    reasoning: str = ""  # an assistant's thinking, sent back: its template renders it or not
 
     def to_dict(self) -> dict:
         data: dict = {"role": self.role, "content": self.content}
@@ -65,18 +66,24 @@ class Message:
             data["tool_calls"] = [asdict(c) for c in self.tool_calls]
         if self.tool_call_id:
             data["tool_call_id"] = self.tool_call_id
+        if self.reasoning:  # absent unless set: a worker of an earlier release takes the job
+            data["reasoning"] = self.reasoning
         return data
 
     @classmethod
     def from_dict(cls, m: dict) -> Message:
-        extra = set(m) - {"role", "content", "tool_calls", "tool_call_id"}
+        extra = set(m) - {"role", "content", "tool_calls", "tool_call_id", "reasoning"}
         if extra:
             raise InvalidSpec(f"unknown message fields: {sorted(extra)}")
         calls = tuple(
             ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls", ())
         )
         return cls(
-            role=m["role"], content=m["content"], tool_calls=calls, tool_call_id=m.get("tool_call_id", "")
+            role=m["role"],
+            content=m["content"],
+            tool_calls=calls,
+            tool_call_id=m.get("tool_call_id", ""),
+            reasoning=m.get("reasoning", ""),
         )
 
 
@@ -309,8 +316,10 @@ class JobSpec:
         """Messages, tools, the tool choice and the response format (schemas compiled: a job
         whose grammar cannot be built is refused here, not in the sampler)."""
         for m in self.messages:
-            if not all(isinstance(x, str) for x in (m.role, m.content, m.tool_call_id)):
+            if not all(isinstance(x, str) for x in (m.role, m.content, m.tool_call_id, m.reasoning)):
                 raise InvalidSpec("message fields must be strings")
+            if m.reasoning and m.role != "assistant":
+                raise InvalidSpec("only an assistant's message carries reasoning")
             if m.role not in ROLES:
                 raise InvalidSpec(f"message roles must be among {ROLES}")
             if (m.role == "tool") != bool(m.tool_call_id) or (m.tool_calls and m.role != "assistant"):

@@ -93,6 +93,10 @@ class ChatPrompts:
         for text in self.tools.outside(spec):
             if any(c in text for c in self._control_texts):
                 raise PromptRejected("A tool or tool call holds this model's control-token text.", "tools")
+        if any(c in m.reasoning for m in spec.messages for c in self._control_texts):
+            raise PromptRejected(
+                "An assistant's reasoning holds this model's control-token text.", "messages"
+            )
         for value in spec.template_kwargs.values():
             if isinstance(value, str) and any(c in value for c in self._control_texts):
                 raise PromptRejected(

@@ -28,6 +28,7 @@ class HarmonyTools(HermesTools):
     """The conversation and tools go to the template as Hermes's do (OpenAI's shapes)."""
 
     name = "harmony"
+    reasoning_key = "thinking"  # gpt-oss's template renders it before a call of the same turn
 
     def grammar(self, spec: JobSpec, opened: str | None = None) -> str | None:
         if only_calls(spec):

@@ -18,6 +18,7 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 class HermesTools:
     name = "hermes"
+    reasoning_key = "reasoning_content"  # where the template reads an assistant's sent-back thinking
 
     def messages(self, spec: JobSpec) -> tuple[list[dict], dict]:
         out: list[dict] = []
@@ -34,6 +35,8 @@ class HermesTools:
                 ]
             if m.role == "tool":
                 msg["tool_call_id"] = m.tool_call_id
+            if m.reasoning:  # Qwen3's templates read it (and render it in the current turn)
+                msg[self.reasoning_key] = m.reasoning
             out.append(msg)
         if not spec.uses_tools:
             return out, {}

@@ -85,7 +85,8 @@ class AssistantMessage(_Message):
     refusal: None = None
     function_call: None = None
     audio: None = None
-    # a reasoning model's thinking, sent back by clients that keep it: templates leave it out
+    # a reasoning model's thinking, sent back by clients that keep it: its template renders it
+    # where it wants it (Qwen3's in the current turn, gpt-oss's before a call) or leaves it out
     reasoning_content: str | None = None
     reasoning: str | None = None
     annotations: Annotated[list, Field(max_length=0)] | None = None
@@ -254,7 +255,8 @@ class ChatRequest(CompletionBody):
         calls = tuple(ToolCall(c.id, c.function.name, c.function.arguments) for c in m.tool_calls or ())
         role = "system" if m.role == "developer" else m.role
         job_id = m.tool_call_id if isinstance(m, ToolMessage) else ""
-        return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=job_id)
+        thought = (m.reasoning_content or m.reasoning or "") if isinstance(m, AssistantMessage) else ""
+        return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=job_id, reasoning=thought)
 
     def _check_conversation(self) -> None:
         i = first_unanswered(self._message(m) for m in self.messages)

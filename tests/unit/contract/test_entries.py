@@ -237,3 +237,11 @@ def test_call_fragments_join_into_whole_calls():
         CallPart(1, "{}", "call_2", "g"),
         CallPart(2, "{"),  # another index without an id: a call of its own, never glued on
     ]
+
+
+def test_an_assistants_thinking_travels_only_when_set_and_only_on_an_assistant():
+    spec = _spec(messages=(Message("user", "hi"), Message("assistant", "Yes.", reasoning="2 < 3")))
+    assert JobSpec.from_dict(spec.to_dict()) == spec
+    assert "reasoning" not in _spec().to_dict()["messages"][0]
+    with pytest.raises(InvalidSpec):
+        JobSpec.from_dict(_spec(messages=(Message("user", "hi", reasoning="x"),)).to_dict())

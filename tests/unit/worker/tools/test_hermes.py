@@ -34,3 +34,24 @@ def test_hermes_holds_back_only_what_may_open_a_call():
     assert reply.feed("hi <tool").content == "hi "
     assert reply.feed("box").content == "<toolbox"
     assert reply.end().content == ""
+
+
+def test_an_assistants_sent_back_thinking_reaches_the_template_under_its_name():
+    from contract.jobspec import JobSpec, Message
+    from worker.tools.harmony import HarmonyTools
+    from worker.tools.hermes import HermesTools
+
+    spec = JobSpec(
+        id="chatcmpl-x",
+        kind="chat",
+        model="m",
+        messages=(
+            Message("user", "hi"),
+            Message("assistant", "Hello.", reasoning="They greet."),
+            Message("user", "?"),
+        ),
+    )
+    hermes, _ = HermesTools().messages(spec)
+    harmony, _ = HarmonyTools().messages(spec)
+    assert hermes[1]["reasoning_content"] == "They greet." and harmony[1]["thinking"] == "They greet."
+    assert "reasoning_content" not in hermes[0]
