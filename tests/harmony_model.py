@@ -2,8 +2,8 @@
 of its unused control tokens renamed to harmony's markers, and gpt-oss's own chat template
 (tests/data/gpt-oss.jinja, from llama.cpp's models/templates). llama.cpp treats the markers by
 their text as it does gpt-oss's (`<|channel|>`, `<|message|>`, `<|start|>`, `<|constrain|>`
-rendered as text, `<|return|>` and `<|call|>` ending generation, `<|end|>` a control token
-that does not), so the worker's harmony path runs as with gpt-oss; the weights are
+and, in this llama.cpp, `<|end|>` user-defined and rendered as text; `<|return|>` and
+`<|call|>` ending generation), so the worker's harmony path runs as with gpt-oss; the weights are
 SmolLM2's, which never learned the format: a test that needs the answer after the thinking
 opens the analysis message in the prompt (`opening_template`) and ends it with a thinking
 budget."""

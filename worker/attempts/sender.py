@@ -15,10 +15,8 @@ from contract.entries import TokenLogprob
 from worker.attempts.claims import Attempt
 from worker.attempts.publisher import Publisher
 from worker.engine.picks import Pick
-from worker.text.harmony import Harmony
 from worker.text.replies import Reply
 from worker.text.textstream import Piece
-from worker.text.thinking import Thinking
 
 
 class Sender:
@@ -68,27 +66,26 @@ class Sender:
             self._pub.delta(self._attempt, parts.content, (), tuple(parts.calls), reasoning=parts.reasoning)
 
     def reasoning_tokens(self) -> int:
-        """The completion's tokens that began in its thinking (the block's tags and the
-        whitespace before the answer included), over every attempt."""
-        thinking = self._reply if isinstance(self._reply, Thinking | Harmony) else None
-        if thinking is None or not thinking.thought:
+        """The completion's tokens that began in its thinking (a block's tags and the
+        whitespace before the answer included; harmony's analysis messages, headers
+        included), over every attempt."""
+        spans = getattr(self._reply, "reasoning_spans", [])
+        if not spans:
             return 0
-        if thinking.closed_at is None:
+        if spans == [(0, None)]:
             return len(self._sizes)
-        end = len("".join(self._read)[: thinking.closed_at].encode())
+        text = "".join(self._read)
+        bounds = [(len(text[:s].encode()), None if e is None else len(text[:e].encode())) for s, e in spans]
         count = at = 0
         for size in self._sizes:
-            if at >= end:
-                break
-            count, at = count + 1, at + size
+            count += any(s <= at and (e is None or at < e) for s, e in bounds)
+            at += size
         return count
 
     def open_thinking(self) -> int | None:
-        """The tokens of a thinking block still open (every attempt's), None when none is."""
-        thinking = self._reply if isinstance(self._reply, Thinking | Harmony) else None
-        if thinking is None or not thinking.thought or thinking.closed_at is not None:
-            return None
-        return len(self._sizes)
+        """The thinking's tokens so far (every attempt's) while it is open now, else None: what
+        a thinking budget counts."""
+        return self.reasoning_tokens() if getattr(self._reply, "in_thinking", False) else None
 
     def said(self) -> str:
         return "".join(self._said)

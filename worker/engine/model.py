@@ -175,8 +175,8 @@ class LlamaEngine:
         reply = tools.reply(spec)
         if not self._thinking or spec.kind != "chat":
             return reply
-        if self._harmony:
-            return harmony.Harmony(reply, spec.id, harmony.opened_channel(self._prompt_tail(prompt)))
+        if self._harmony and isinstance(tools, HarmonyTools):  # gpt-oss's channels
+            return tools.reader(spec, reply, harmony.opened_channel(self._prompt_tail(prompt)))
         opened = thinking.opened_by(self._prompt_tail(prompt))
         # a grammar from the first token (a response format or tools, without a trigger; not
         # built here: tokens() builds it, once) holds after the thinking when the prompt opened
@@ -192,9 +192,7 @@ class LlamaEngine:
             return tools.grammar(spec, harmony.opened_channel(self._prompt_tail(prompt))), tools.trigger(spec)
         grammar, trigger = tools.grammar(spec), tools.trigger(spec)
         chat = self._thinking and spec.kind == "chat"
-        if (
-            grammar and trigger is None and chat and thinking.opened_by(self._prompt_tail(prompt))
-        ):  # read only if need be
+        if grammar and trigger is None and chat and thinking.opened_by(self._prompt_tail(prompt)):
             return thinking.grammar_after(grammar), thinking.CLOSE
         return grammar, trigger
 
@@ -266,7 +264,11 @@ class LlamaEngine:
                 # an answer of text alone is what the next turn's assistant message will be
                 plain = not spec.stop and not spec.uses_tools and not prior
                 text = b"".join(answer).decode("utf-8", "replace") if plain else None
-                if self._thinking and text and (thinking.OPEN in text or thinking.CLOSE in text):
+                if (
+                    self._thinking
+                    and text
+                    and (self._harmony or thinking.OPEN in text or thinking.CLOSE in text)
+                ):
                     text = None  # the next turn's message holds the answer alone
                 self.held.held(seq, [d for d, _ in prefixes(spec, text)])
 
@@ -274,9 +276,7 @@ class LlamaEngine:
         return self.prompts.piece(token)
 
     def close_thinking(self, spec: JobSpec) -> list[int]:
-        """The tokens of a thinking block's close, as reasoning models write it (harmony's,
-        under a grammar of calls from the first token: the next message's start only, which
-        the grammar allows)."""
+        """A thinking block's close, as the model writes it (harmony's under a grammar of calls: a start)."""
         if self._harmony:
             return self.prompts.special_text(
                 harmony.START + "assistant" if only_calls(spec) else harmony.CLOSING

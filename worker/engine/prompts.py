@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import re
 from collections.abc import Sequence
 
 import llama_cpp
@@ -64,6 +65,8 @@ class ChatPrompts:
             and text.endswith("|>")
         ]
         self._control_texts = [t for t in (self._token_text(c) for c in self.controls) if t] + marks
+        # llama.cpp matches user-defined tokens in any text, special or not: contents split them
+        self._marks = re.compile("|".join(map(re.escape, marks))) if marks else None
 
     def _token_text(self, token: int) -> str:
         return self._model.token_get_text(token) if token >= 0 else ""
@@ -118,7 +121,7 @@ class ChatPrompts:
                     "messages",
                 )
             ids += self._tokens(before, special=True)
-            ids += self._tokens(message["content"], special=False)
+            ids += self._plain(message["content"])
         return ids + self._tokens(rest, special=True)
 
     def public_tokens(self, spec: JobSpec, prompt: Sequence[int]) -> int:
@@ -141,6 +144,20 @@ class ChatPrompts:
     def special_text(self, text: str) -> list[int]:
         """Text the worker writes itself (a thinking block's close), control tokens parsed."""
         return self._tokens(text, special=True)
+
+    def _plain(self, text: str) -> list[int]:
+        """A message's content as text only: a format's marker in it (`<|end|>`, which llama.cpp
+        would read as its token even without special tokens) is tokenized in two parts,
+        neither of them a marker, so no content forges a message boundary."""
+        if self._marks is None or not self._marks.search(text):
+            return self._tokens(text, special=False)
+        ids, at = [], 0
+        for found in self._marks.finditer(text):
+            mark = found.group()
+            ids += self._tokens(text[at : found.start()], special=False)
+            ids += self._tokens(mark[:1], special=False) + self._tokens(mark[1:], special=False)
+            at = found.end()
+        return ids + self._tokens(text[at:], special=False)
 
     def _tokens(self, text: str, special: bool) -> list[int]:
         return self._model.tokenize(text.encode(), add_bos=False, special=special) if text else []

@@ -12,7 +12,7 @@ end generation: so the text a reply reads holds every marker it needs, and a bod
 
 `Harmony` wraps the job's reply (worker/text/replies.py) like `Thinking` does: `analysis`
 goes to `Parts.reasoning`, `final` (and a `commentary` message to nobody: a preamble) to the
-reply as content, and a message to `functions.<name>` becomes a tool call. It reads
+reply as content, and a message to `functions.<name>` of an offered tool becomes a tool call. It reads
 characters one state at a time whatever the pieces, so a continuation that feeds it the text
 earlier attempts generated is where they were, and a replay splits the same. Text that is
 not harmony (a header that never reaches `<|message|>`) is content, as it came.
@@ -36,40 +36,40 @@ _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"([A-Za-z_]+)")
 
 
-def is_harmony(token_texts: set[str]) -> bool:
-    """Whether a vocabulary speaks harmony: it has every one of its markers."""
-    return all(m in token_texts for m in MARKERS)
-
-
 def opened_channel(prompt_tail: str) -> str | None:
     """The channel a rendered prompt leaves a message open in (its end: the generation
     prompt), or None when the model writes the next header itself (`<|start|>assistant`)."""
     last = prompt_tail[prompt_tail.rfind(START) + len(START) :] if START in prompt_tail else prompt_tail
     if MESSAGE not in last:
         return None
-    found = _CHANNEL.search(last.partition(MESSAGE)[0])
-    return found.group(1) if found else None
+    found = _CHANNEL.findall(last.partition(MESSAGE)[0])
+    return found[-1] if found else None
 
 
 class Harmony:
-    """A harmony reply: `thought` once an analysis message began; `closed_at` where the
-    first message after the thinking begins in the text fed so far (None while the thinking
-    goes on, or when there was none), for counting its tokens."""
+    """A harmony reply. `reasoning_spans` are where its analysis messages lie in the text fed
+    so far (character offsets, the header included; an open one ends at None), for counting
+    their tokens; `in_thinking` whether an analysis message is open now (a thinking budget
+    may close it). Calls go only to the `tools` offered; a message to any other recipient
+    (a built-in tool gpt-oss was trained on) is the model's own business: thinking."""
 
     _HEADER, _BODY, _RAW = range(3)
 
-    def __init__(self, reply: Reply, job_id: str, opened: str | None = None) -> None:
+    def __init__(
+        self, reply: Reply, job_id: str, opened: str | None = None, tools: frozenset[str] = frozenset()
+    ) -> None:
         self._reply = reply
         self._job_id = job_id
+        self._tools = tools
         self._state = self._HEADER
-        self._held = ""  # a header so far, or a body's text that may begin `<|start|>`
+        self._held = ""  # a header so far, or a body's text that may begin a boundary
+        self._header_at = 0  # where the current header began
         self._channel = ""
         self._recipient = ""
         self._fed = 0
         self._calls = 0  # calls whose header was read
         self._complete = 0
-        self.thought = False
-        self.closed_at: int | None = None
+        self.reasoning_spans: list[tuple[int, int | None]] = []
         self._pending = Parts()  # a call's first fragment, sent with its body's first text
         if opened is not None:
             self._open(opened, "")
@@ -77,6 +77,10 @@ class Harmony:
     @property
     def calls(self) -> int:
         return self._complete + self._reply.calls
+
+    @property
+    def in_thinking(self) -> bool:
+        return self._state == self._BODY and self._thinking()
 
     def feed(self, text: str) -> Parts:
         out = Parts()
@@ -95,10 +99,10 @@ class Harmony:
         held = self._held + char
         if held.endswith(MESSAGE):
             head = held[: -len(MESSAGE)]
-            channel = _CHANNEL.search(head)
+            channels = _CHANNEL.findall(head)  # the last: gpt-oss may write a stray one first
             recipient = _RECIPIENT.search(head)
             self._held = ""
-            self._open(channel.group(1) if channel else "", recipient.group(1) if recipient else "")
+            self._open(channels[-1] if channels else "", recipient.group(1) if recipient else "")
         elif len(held) > MAX_HEADER or ("\n" in held and CHANNEL not in held):
             self._state, self._held = self._RAW, ""  # not harmony: the text is the answer
             out.add(self._reply.feed(held))
@@ -106,19 +110,25 @@ class Harmony:
             self._held = held
 
     def _open(self, channel: str, recipient: str) -> None:
-        self._state, self._channel, self._recipient = self._BODY, channel, recipient
-        if channel == "analysis" and not recipient and self.closed_at is None:
-            self.thought = True
+        self._state, self._channel = self._BODY, channel
+        self._recipient = "" if recipient == "assistant" else recipient
+        if self._thinking():
+            self.reasoning_spans.append((self._header_at, None))
         if self._calling():
             index = self._calls
             self._calls += 1
-            name = recipient.removeprefix("functions.")
+            name = self._recipient.removeprefix("functions.")
             self._pending = Parts(calls=[CallPart(index, "", call_id(self._job_id, index), name)])
-        else:
-            self._pending = Parts()
 
     def _calling(self) -> bool:
-        return bool(self._recipient) and self._recipient != "assistant"
+        return self._recipient.removeprefix("functions.") in self._tools and self._recipient.startswith(
+            "functions."
+        )
+
+    def _thinking(self) -> bool:
+        return (self._channel == "analysis" and not self._recipient) or (
+            bool(self._recipient) and not self._calling()
+        )
 
     def _body(self, char: str, out: Parts) -> None:
         if self._pending:
@@ -126,10 +136,9 @@ class Harmony:
             self._pending = Parts()
         held = self._held + char
         if held in BOUNDARIES:  # the message ends; the next one's header follows
-            self._end_message()
+            self._end_message(self._fed - len(held))
             self._state, self._held = self._HEADER, held if held == START else ""
-            if self.thought and self.closed_at is None and self._channel == "analysis":
-                self.closed_at = self._fed - len(held)
+            self._header_at = self._fed - len(self._held)
             return
         if any(b.startswith(held) for b in BOUNDARIES):
             self._held = held
@@ -145,14 +154,16 @@ class Harmony:
             return
         if self._calling():
             out.add(Parts(calls=[CallPart(self._calls - 1, text)]))
-        elif self._channel == "analysis":
+        elif self._thinking():
             out.reasoning += text
         else:  # final, or a preamble to the user
             out.add(self._reply.feed(text))
 
-    def _end_message(self) -> None:
+    def _end_message(self, at: int) -> None:
         if self._calling():
             self._complete += 1
+        if self._thinking() and self.reasoning_spans and self.reasoning_spans[-1][1] is None:
+            self.reasoning_spans[-1] = (self.reasoning_spans[-1][0], at)
 
     def end(self) -> Parts:
         """What was held: a body's last characters, and a call ended by `<|call|>`."""
@@ -163,8 +174,9 @@ class Harmony:
         held, self._held = self._held, ""
         if self._state == self._BODY:
             self._emit(held, out)
-            self._end_message()
+            if self._calling():
+                self._complete += 1
             self._state = self._HEADER
-        elif self._state == self._HEADER and held and not self.thought and not self._calls:
+        elif self._state == self._HEADER and held and not self.reasoning_spans and not self._calls:
             out.add(self._reply.feed(held))  # an unfinished header and nothing else: text
         return out.add(self._reply.end())

@@ -63,6 +63,16 @@ class Thinking:
     def calls(self) -> int:
         return self._reply.calls
 
+    @property
+    def reasoning_spans(self) -> list[tuple[int, int | None]]:
+        """Where the thinking lies in the text fed so far: from its start (a tag the model
+        wrote, and the whitespace before it, included) to the answer's (None: still open)."""
+        return [(0, self.closed_at)] if self.thought else []
+
+    @property
+    def in_thinking(self) -> bool:
+        return self.thought and self.closed_at is None
+
     def feed(self, text: str) -> Parts:
         out = Parts()
         for i, char in enumerate(text):

@@ -13,6 +13,8 @@ arguments' JSON. With "auto" the model calls as it was trained to, unconstrained
 
 from __future__ import annotations
 
+import json
+
 from contract.gbnf import Grammar, composed, literal
 from contract.jobspec import JobSpec
 from contract.schema import Compiler
@@ -21,7 +23,7 @@ from worker.text.replies import PlainReply, Reply
 from worker.tools.hermes import HermesTools
 from worker.tools.rules import chosen, only_calls, response_rule
 
-FINAL = f"{harmony.CHANNEL}final{harmony.MESSAGE}"  # the answer's header, from its channel on
+FINAL = f"{harmony.CHANNEL}final"  # the answer's header, from its channel on
 
 
 class HarmonyTools(HermesTools):
@@ -35,10 +37,28 @@ class HarmonyTools(HermesTools):
             return composed(lambda g: _calls(spec, g, opened))
         if spec.response_format is None:
             return None
-        return composed(lambda g: f"{literal(FINAL)} {response_rule(spec, g)}")
+        # the header as gpt-oss may write it: `final<|message|>` or `final <|constrain|>json<|message|>`
+        constrain = f'(" " {literal(harmony.CONSTRAIN)}? [A-Za-z0-9_-]+)?'
+        return composed(
+            lambda g: f"{literal(FINAL)} {constrain} {literal(harmony.MESSAGE)} {response_rule(spec, g)}"
+        )
 
     def trigger(self, spec: JobSpec) -> str | None:
         return None if only_calls(spec) or spec.response_format is None else FINAL
+
+    def messages(self, spec: JobSpec) -> tuple[list[dict], dict]:
+        """Hermes's, but a tool result's content escaped as a JSON string's inside: gpt-oss's
+        template puts it between quotes (`|tojson` of the content, which is a placeholder here)."""
+        out, extra = super().messages(spec)
+        for msg in out:
+            if msg["role"] == "tool" and msg["content"]:
+                msg["content"] = json.dumps(msg["content"], ensure_ascii=False)[1:-1]
+        return out, extra
+
+    def reader(self, spec: JobSpec, reply: Reply, opened: str | None) -> harmony.Harmony:
+        """The harmony reply around `reply`, its calls limited to the tools offered."""
+        offered = frozenset(t.name for t in chosen(spec)) if spec.uses_tools else frozenset()
+        return harmony.Harmony(reply, spec.id, opened, offered)
 
     def reply(self, spec: JobSpec) -> Reply:
         return PlainReply()  # the calls are harmony messages: worker/text/harmony.py reads them

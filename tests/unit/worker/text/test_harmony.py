@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.unit.worker.reading import CID, calls, run
-from worker.text.harmony import CLOSING, Harmony, is_harmony, opened_channel
+from worker.text.harmony import CLOSING, Harmony, opened_channel
 from worker.text.replies import PlainReply, call_id
 
 SEEDS = range(8)
@@ -21,7 +21,8 @@ def test_analysis_is_thinking_and_final_is_the_answer(seed):
     harmony = Harmony(PlainReply(), CID)
     out = run(harmony, ANSWER, seed)
     assert (out.reasoning, out.content, out.calls) == ("User greets. 2 < 3 | fine.", "Hello!", [])
-    assert harmony.thought and ANSWER[harmony.closed_at :].startswith("<|start|>assistant")
+    ((start, end),) = harmony.reasoning_spans
+    assert start == 0 and ANSWER[end:].startswith("<|start|>assistant") and not harmony.in_thinking
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -30,7 +31,7 @@ def test_an_end_marker_rendered_as_text_ends_the_message_too(seed):
     harmony = Harmony(PlainReply(), CID)
     out = run(harmony, text, seed)
     assert (out.reasoning, out.content) == ("Think.", "Hi <3")
-    assert text[harmony.closed_at :].startswith("<|end|>")
+    assert text[harmony.reasoning_spans[0][1] :].startswith("<|end|>")
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -46,7 +47,7 @@ def test_a_call_on_the_commentary_channel_is_a_tool_call(seed):
         "<|channel|>analysis<|message|>Need weather.<|start|>assistant<|channel|>commentary "
         'to=functions.get_weather <|constrain|>json<|message|>{"city": "Paris"}'
     )  # then <|call|>, which ends generation unseen
-    harmony = Harmony(PlainReply(), CID)
+    harmony = Harmony(PlainReply(), CID, tools=frozenset({"get_weather"}))
     out = run(harmony, text, seed)
     assert out.reasoning == "Need weather." and out.content == ""
     assert calls(out) == [{"id": call_id(CID, 0), "name": "get_weather", "arguments": '{"city": "Paris"}'}]
@@ -56,7 +57,7 @@ def test_a_call_on_the_commentary_channel_is_a_tool_call(seed):
 @pytest.mark.parametrize("seed", SEEDS)
 def test_the_recipient_may_come_before_the_channel(seed):
     text = '<|start|>assistant to=functions.lookup<|channel|>commentary json<|message|>{"q": 1}'
-    out = run(Harmony(PlainReply(), CID), text, seed)
+    out = run(Harmony(PlainReply(), CID, tools=frozenset({"lookup"})), text, seed)
     assert calls(out) == [{"id": call_id(CID, 0), "name": "lookup", "arguments": '{"q": 1}'}]
 
 
@@ -65,7 +66,7 @@ def test_a_preamble_to_the_user_is_content(seed):
     text = "<|channel|>commentary<|message|>Checking.<|start|>assistant<|channel|>final<|message|>Done."
     harmony = Harmony(PlainReply(), CID)
     out = run(harmony, text, seed)
-    assert (out.reasoning, out.content) == ("", "Checking.Done.") and not harmony.thought
+    assert (out.reasoning, out.content) == ("", "Checking.Done.") and not harmony.reasoning_spans
 
 
 @pytest.mark.parametrize("seed", SEEDS)
@@ -80,7 +81,10 @@ def test_thinking_never_closed_is_all_thinking(seed):
     harmony = Harmony(PlainReply(), CID, opened="analysis")
     out = run(harmony, "still going <|sta", seed)
     assert (out.reasoning, out.content) == ("still going <|sta", "")
-    assert harmony.thought and harmony.closed_at is None
+    assert harmony.reasoning_spans == [(0, None)]
+    still = Harmony(PlainReply(), CID, opened="analysis")
+    still.feed("going")
+    assert still.in_thinking  # a thinking budget may close it
 
 
 def test_a_continuation_fed_the_earlier_text_goes_on_where_it_was():
@@ -106,14 +110,30 @@ def test_the_prompt_says_which_channel_it_left_open():
     assert opened_channel("<|start|>user<|message|>hi<|end|><|start|>assistant") is None
 
 
-def test_a_harmony_vocabulary_has_every_marker():
-    markers = {
-        "<|start|>",
-        "<|end|>",
-        "<|message|>",
-        "<|channel|>",
-        "<|constrain|>",
-        "<|return|>",
-        "<|call|>",
-    }
-    assert is_harmony(markers | {"hello"}) and not is_harmony(markers - {"<|call|>"})
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_stray_channel_before_the_real_one_is_passed_over(seed):
+    """gpt-oss-20b sometimes writes `<|channel|>commentary` before its real channel."""
+    text = "<|channel|>commentary<|channel|>analysis<|message|>t<|end|>"
+    text += "<|start|>assistant<|channel|>final<|message|>F"
+    out = run(Harmony(PlainReply(), CID), text, seed)
+    assert (out.reasoning, out.content) == ("t", "F")
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_every_analysis_message_is_thinking_and_counted_where_it_lies(seed):
+    first = "<|channel|>final<|message|>Hi<|end|>"
+    second = "<|start|>assistant<|channel|>analysis<|message|>hmm<|end|>"
+    text = first + second + "<|start|>assistant<|channel|>final<|message|> there"
+    harmony = Harmony(PlainReply(), CID)
+    out = run(harmony, text, seed)
+    assert (out.reasoning, out.content) == ("hmm", "Hi there")
+    assert harmony.reasoning_spans == [(len(first), len(first + second) - len("<|end|>"))]
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+def test_a_call_to_a_tool_not_offered_is_the_models_own_business(seed):
+    text = '<|channel|>commentary to=browser.search<|message|>{"q": "x"}<|end|>'
+    text += "<|start|>assistant<|channel|>final<|message|>Ok"
+    harmony = Harmony(PlainReply(), CID, tools=frozenset({"get_weather"}))
+    out = run(harmony, text, seed)
+    assert (out.reasoning, out.content, out.calls, harmony.calls) == ('{"q": "x"}', "Ok", [], 0)
