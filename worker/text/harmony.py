@@ -84,16 +84,32 @@ class Harmony:
 
     def feed(self, text: str) -> Parts:
         out = Parts()
-        for i, char in enumerate(text):
+        i = 0
+        while i < len(text):
             if self._state == self._RAW:
                 self._fed += len(text) - i
                 return out.add(self._reply.feed(text[i:]))
+            if self._state == self._BODY and not self._held:  # a body's text up to a `<` at once
+                stop = text.find("<", i)
+                run = text[i:] if stop < 0 else text[i:stop]
+                if run:
+                    self._fed += len(run)
+                    self._flush_pending(out)
+                    self._emit(run, out)
+                    i += len(run)
+                    continue
             self._fed += 1
             if self._state == self._HEADER:
-                self._header(char, out)
+                self._header(text[i], out)
             else:
-                self._body(char, out)
+                self._body(text[i], out)
+            i += 1
         return out
+
+    def _flush_pending(self, out: Parts) -> None:
+        if self._pending:
+            out.add(self._pending)
+            self._pending = Parts()
 
     def _header(self, char: str, out: Parts) -> None:
         held = self._held + char
@@ -131,9 +147,7 @@ class Harmony:
         )
 
     def _body(self, char: str, out: Parts) -> None:
-        if self._pending:
-            out.add(self._pending)
-            self._pending = Parts()
+        self._flush_pending(out)
         held = self._held + char
         if held in BOUNDARIES:  # the message ends; the next one's header follows
             self._end_message(self._fed - len(held))
@@ -168,9 +182,7 @@ class Harmony:
     def end(self) -> Parts:
         """What was held: a body's last characters, and a call ended by `<|call|>`."""
         out = Parts()
-        if self._pending:
-            out.add(self._pending)
-            self._pending = Parts()
+        self._flush_pending(out)
         held, self._held = self._held, ""
         if self._state == self._BODY:
             self._emit(held, out)
