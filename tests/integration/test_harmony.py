@@ -95,6 +95,20 @@ def test_the_analysis_channel_is_thinking_and_the_final_one_the_answer(pool):
     assert 6 <= usage.completion_tokens_details.reasoning_tokens < usage.completion_tokens <= 24
 
 
+def test_the_responses_api_gives_the_analysis_a_reasoning_item_before_the_message(pool):
+    sdk = pool.sdk()
+    chat = sdk.chat.completions.create(
+        model=MODEL, messages=MESSAGES, max_tokens=24, temperature=0, extra_body={"thinking_budget": 6}
+    )
+    done = sdk.responses.create(
+        model=MODEL, input=MESSAGES[0]["content"], max_output_tokens=24, temperature=0,
+        extra_body={"thinking_budget": 6},
+    )  # fmt: skip
+    assert [item.type for item in done.output] == ["reasoning", "message"]
+    assert done.output_text == chat.choices[0].message.content and MARKER not in done.output_text
+    assert done.usage.output_tokens_details.reasoning_tokens >= 6
+
+
 def test_a_forced_call_is_a_tool_call_after_the_thinking(pool):
     done = pool.sdk().chat.completions.create(
         model=MODEL, messages=MESSAGES, max_tokens=96, temperature=0, tools=[TOOL], tool_choice="required",

@@ -75,7 +75,8 @@ class LlamaEngine:
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
         self._thinking = settings.reasoning_format == "think"
-        self._harmony = all(self.prompts.has_token(m) for m in harmony.MARKERS)  # gpt-oss's format
+        self.prompts.markers = self.prompts.marker_ids(harmony.MARKERS)  # gpt-oss's: split on them
+        self._harmony = bool(self.prompts.markers)
         self._marks = frozenset(self.prompts.controls) | frozenset(self.prompts.ends)
         log.info("tool calls: %s protocol (worker/tools/protocols.py)", self.prompts.tools.name)
         self._n_vocab = self._model.n_vocab()

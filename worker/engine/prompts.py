@@ -65,6 +65,9 @@ class ChatPrompts:
             and text.endswith("|>")
         ]
         self._control_texts = [t for t in (self._token_text(c) for c in self.controls) if t] + marks
+        self.markers: dict[
+            int, bytes
+        ] = {}  # tokens rendered as their text (harmony's: worker/engine/model.py)
         # llama.cpp matches user-defined tokens in any text, special or not: contents split them
         self._marks = re.compile("|".join(map(re.escape, marks))) if marks else None
 
@@ -136,10 +139,12 @@ class ChatPrompts:
             return 0
         return common_prefix(alone, list(prompt))
 
-    def has_token(self, text: str) -> bool:
-        """Whether `text` is one token of the vocabulary (a format's marker)."""
-        ids = self._tokens(text, special=True)
-        return len(ids) == 1 and self._token_text(ids[0]) == text
+    def marker_ids(self, texts: Sequence[str]) -> dict[int, bytes]:
+        """Token id -> text of those of `texts` that are each one token ({} unless all are)."""
+        ids = {text: self._tokens(text, special=True) for text in texts}
+        if not all(len(i) == 1 and self._token_text(i[0]) == text for text, i in ids.items()):
+            return {}
+        return {i[0]: text.encode() for text, i in ids.items()}
 
     def special_text(self, text: str) -> list[int]:
         """Text the worker writes itself (a thinking block's close), control tokens parsed."""
@@ -167,8 +172,12 @@ class ChatPrompts:
         return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
 
     def piece(self, token: int) -> bytes:
-        """The token's bytes (control tokens render as nothing). llama-cpp-python's own
-        `token_to_piece` returns its whole 32-byte buffer, NUL padding included."""
+        """The token's bytes (control tokens render as nothing, but a harmony marker as its
+        text whatever llama.cpp's version makes of it: the reply splits on them).
+        llama-cpp-python's own `token_to_piece` returns its whole 32-byte buffer, NUL
+        padding included."""
+        if token in self.markers:
+            return self.markers[token]
         size = 64
         while True:
             buf = ctypes.create_string_buffer(size)
