@@ -8,19 +8,14 @@ for the same greedy request is the oracle of the split."""
 from __future__ import annotations
 
 import json
-import signal
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
-import httpx
-import openai
 import pytest
 import redis
 
-from contract import keys
-from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from tests.integration.thinking import Pool, killed_mid_thinking
 from tests.js_clients import run_node
 
 pytestmark = pytest.mark.integration
@@ -45,19 +40,6 @@ TOOL = {
         },
     },
 }
-
-
-@dataclass
-class Pool:
-    base: str
-    r: redis.Redis
-    workers: dict[str, Proc]
-
-    def sdk(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.base + "/v1", api_key="unused", max_retries=0, timeout=120)
-
-    def holder(self, job_id: str) -> Proc:
-        return self.workers[self.r.hget(keys.job(job_id), keys.JobField.WORKER).decode()]
 
 
 @pytest.fixture(scope="module")
@@ -236,29 +218,4 @@ def test_a_worker_killed_mid_thinking_leaves_the_split_whole(pool):
     having read the earlier attempt's text again (its split across the cut: the unit tests
     of worker/text/thinking.py and the runner's). The last test of the module: a worker is
     gone after it."""
-    body = {"model": THINKING, "messages": MESSAGES, "max_tokens": 96, "temperature": 0, "stream": True}
-    reasoning: list[str] = []
-    killed = False
-    with httpx.Client(base_url=pool.base, timeout=120) as http:
-        with http.stream("POST", "/v1/chat/completions", json=body) as resp:
-            job_id = None
-            for line in resp.iter_lines():
-                if not line.startswith("data: ") or line == "data: [DONE]":
-                    continue
-                chunk = json.loads(line.removeprefix("data: "))
-                job_id = chunk["id"]
-                for choice in chunk["choices"]:
-                    assert "<think>" not in (choice["delta"].get("content") or "")
-                    reasoning.append(choice["delta"].get("reasoning_content", ""))
-                if not killed and len("".join(reasoning)) > 20:
-                    pool.holder(job_id).signal(signal.SIGKILL)
-                    killed = True
-        assert killed and job_id is not None
-        deadline = time.monotonic() + 60
-        while (replay := http.get(f"/v1/chat/completions/{job_id}")).status_code == 202:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
-    message = replay.json()["choices"][0]["message"]
-    assert message["reasoning_content"] == "".join(reasoning)
-    events = pool.r.xrange(keys.events(job_id))
-    assert sum(f[b"k"] == b"s" for _, f in events) == 2  # it went on on the other worker
+    killed_mid_thinking(pool, THINKING, MESSAGES, "<think>")
