@@ -32,9 +32,9 @@ from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.publisher import Publisher
 from worker.attempts.sender import Sender
-from worker.engine.devices import Placement
 from worker.engine.held import HeldPrefixes
 from worker.engine.picks import Pick
+from worker.engine.placement import Placement
 from worker.errors import GrammarDeadEnd, PromptRejected
 from worker.redis.link import Link
 from worker.redis.retrying import TRANSIENT

@@ -12,26 +12,13 @@ from __future__ import annotations
 
 import ctypes
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
 import llama_cpp
 
+from worker.engine.placement import Device, Placement
+
 _KINDS = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}  # enum ggml_backend_dev_type
-
-
-@dataclass(frozen=True)
-class Device:
-    name: str  # "CPU", "CUDA0", ...
-    description: str  # the CPU's or the GPU's own name
-    kind: str  # _KINDS
-    free: int  # bytes
-    total: int
-
-    @property
-    def backend(self) -> str:
-        """The backend the device belongs to ("CUDA0" -> "CUDA")."""
-        return self.name.rstrip("0123456789") or self.name
 
 
 def _ggml() -> tuple[ctypes.CDLL, ctypes.CDLL]:
@@ -73,37 +60,6 @@ def devices() -> list[Device]:
             )
         )
     return out
-
-
-@dataclass(frozen=True)
-class Placement:
-    """Where the model and its KV cache are: what the worker says at start and announces."""
-
-    backend: str  # "CUDA", "CPU", ...
-    device: str  # its description (a GPU's name, else the CPU's)
-    memory: tuple[int, int]  # the device's (free, total) bytes at start
-    layers: int  # the model's repeating layers
-    gpu_layers: int  # of them, offloaded
-    kv_bytes: int  # the whole KV cache (every slot)
-    slots: int
-    n_ctx: int
-
-    @property
-    def kv_on_gpu(self) -> int:
-        return self.kv_bytes * self.gpu_layers // max(self.layers, 1)
-
-    def describe(self) -> str:
-        free, total = self.memory
-        gib = 2**30
-        host = self.kv_bytes - self.kv_on_gpu
-        where = "in host memory"
-        if self.gpu_layers:
-            where = f"{self.kv_on_gpu / gib:.2f} GiB on the GPU, {host / gib:.2f} GiB in host memory"
-        return (
-            f"backend {self.backend} on {self.device} ({total / gib:.1f} GiB, {free / gib:.1f} GiB free); "
-            f"{self.gpu_layers} of {self.layers} layers offloaded; KV cache {self.kv_bytes / 2**20:.0f} MiB "
-            f"({where}); {self.slots} slots x {self.n_ctx} tokens"
-        )
 
 
 def placement(model, n_gpu_layers: int, kv_bytes: int, slots: int, n_ctx: int) -> Placement:

@@ -22,8 +22,8 @@ import redis
 
 from contract import keys, stats
 from contract.stats import BatchCounters
-from worker.engine.devices import Placement
 from worker.engine.held import HeldPrefixes
+from worker.engine.placement import Placement
 from worker.redis.periodic import Periodic
 
 HELD_TTL_S = 15.0  # the API's WORKER_STALE_SECONDS: a silent worker's prefixes go with it

@@ -1,0 +1,52 @@
+"""What a worker runs on, as plain data: the devices llama.cpp offers and where the model and
+its KV cache went (worker/engine/devices.py finds them). Plain so that what announces them
+(worker/intake/presence.py, worker/attempts/) imports no llama.cpp."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Device:
+    name: str  # "CPU", "CUDA0", ...
+    description: str  # the CPU's or the GPU's own name
+    kind: str  # _KINDS
+    free: int  # bytes
+    total: int
+
+    @property
+    def backend(self) -> str:
+        """The backend the device belongs to ("CUDA0" -> "CUDA")."""
+        return self.name.rstrip("0123456789") or self.name
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where the model and its KV cache are: what the worker says at start and announces."""
+
+    backend: str  # "CUDA", "CPU", ...
+    device: str  # its description (a GPU's name, else the CPU's)
+    memory: tuple[int, int]  # the device's (free, total) bytes at start
+    layers: int  # the model's repeating layers
+    gpu_layers: int  # of them, offloaded
+    kv_bytes: int  # the whole KV cache (every slot)
+    slots: int
+    n_ctx: int
+
+    @property
+    def kv_on_gpu(self) -> int:
+        return self.kv_bytes * self.gpu_layers // max(self.layers, 1)
+
+    def describe(self) -> str:
+        free, total = self.memory
+        gib = 2**30
+        host = self.kv_bytes - self.kv_on_gpu
+        where = "in host memory"
+        if self.gpu_layers:
+            where = f"{self.kv_on_gpu / gib:.2f} GiB on the GPU, {host / gib:.2f} GiB in host memory"
+        return (
+            f"backend {self.backend} on {self.device} ({total / gib:.1f} GiB, {free / gib:.1f} GiB free); "
+            f"{self.gpu_layers} of {self.layers} layers offloaded; KV cache {self.kv_bytes / 2**20:.0f} MiB "
+            f"({where}); {self.slots} slots x {self.n_ctx} tokens"
+        )
