@@ -2,7 +2,7 @@
 
 `create_app(settings)` builds one; uvicorn serves it as a factory
 (`uvicorn --factory api.app:create_app`, settings from the environment). Per-process state
-(Redis clients, the stream hub) lives in the lifespan state, never in module globals.
+(Redis clients, the stream reader) lives in the lifespan state, never in module globals.
 """
 
 from __future__ import annotations
@@ -24,6 +24,11 @@ from starlette.routing import Route
 from api.batches import files
 from api.batches import routes as batches
 from api.batches.driver import BatchDriver
+from api.endpoints.catalog import CHAT, EMBEDDINGS, MESSAGES, RESPONSES, TEXT
+from api.endpoints.embeddings.routes import EmbeddingRoutes
+from api.endpoints.messages.routes import MessagesRoutes
+from api.endpoints.responses.routes import ResponsesRoutes
+from api.endpoints.routes import EndpointRoutes
 from api.http.auth import PUBLIC_PATHS, APIKeyMiddleware, KeyRing
 from api.http.errors import APIError
 from api.http.origins import KeylessGuard
@@ -32,11 +37,6 @@ from api.ops import models, openapi, ui
 from api.ops.internal import InternalServer
 from api.services import Services
 from api.settings import Settings
-from api.surfaces.catalog import CHAT, EMBEDDINGS, MESSAGES, RESPONSES, TEXT
-from api.surfaces.embeddings.routes import EmbeddingEndpoints
-from api.surfaces.messages.routes import MessagesEndpoints
-from api.surfaces.responses.routes import ResponsesEndpoints
-from api.surfaces.routes import Endpoints
 from contract import errors, logs
 from contract.settings import SettingError
 
@@ -56,7 +56,7 @@ async def _api_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _http_error(request: Request, exc: Exception) -> JSONResponse:
-    """Starlette's own 404 (no route) and 405 (wrong method), in the surface's error shape."""
+    """Starlette's own 404 (no route) and 405 (wrong method), in the endpoint's error shape."""
     assert isinstance(exc, HTTPException)
     known = {404: errors.NOT_FOUND, 405: errors.METHOD_NOT_ALLOWED}.get(exc.status_code)
     code = known.code if known else None
@@ -158,11 +158,11 @@ def create_app(settings: Settings | None = None) -> Starlette:
         internal_routes.ROUTES
     )  # to operator keys here (api/http/auth.py), to anyone inside on INTERNAL_PORT
     for endpoints in (
-        Endpoints(CHAT),
-        Endpoints(TEXT),
-        ResponsesEndpoints(RESPONSES),
-        MessagesEndpoints(MESSAGES),
-        EmbeddingEndpoints(EMBEDDINGS),
+        EndpointRoutes(CHAT),
+        EndpointRoutes(TEXT),
+        ResponsesRoutes(RESPONSES),
+        MessagesRoutes(MESSAGES),
+        EmbeddingRoutes(EMBEDDINGS),
     ):
         routes += endpoints.routes()
     routes += files.ROUTES + batches.ROUTES

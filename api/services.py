@@ -12,7 +12,6 @@ from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
 from api.cluster.reaper import Reaper
-from api.cluster.registry import WorkerRegistry
 from api.cluster.resumes import Resumes
 from api.cluster.stats import ClusterStats
 from api.http.offload import Lane
@@ -21,9 +20,10 @@ from api.jobs.admission import Admission, OpenStreams
 from api.jobs.memory import MemoryWatch
 from api.jobs.routing import Router
 from api.jobs.store import JobStore
-from api.ops.metrics import Metrics
+from api.jobs.workers import WorkerRegistry
+from api.metrics import Metrics
 from api.settings import Settings
-from api.streaming.hub import StreamHub
+from api.streaming.reader import StreamReader
 from contract.servers import Servers, async_client, async_cluster_client, cluster_url, is_cluster, sync_client
 
 log = logging.getLogger(__name__)
@@ -53,7 +53,7 @@ class Services:
     registry: WorkerRegistry
     stats: ClusterStats
     admission: Admission
-    hub: StreamHub
+    reader: StreamReader
     reaper: Reaper
     memory: MemoryWatch
     replicas: ReplicaWatch  # the replica counts new jobs are confirmed against
@@ -119,8 +119,8 @@ class Services:
         streams = OpenStreams()
         memory = MemoryWatch(servers, settings.intake.redis_memory_high)
         await memory.start()
-        hub = StreamHub(streams_url, servers.streams)
-        await hub.start()
+        reader = StreamReader(streams_url, servers.streams)
+        await reader.start()
         reaper = Reaper(
             servers,
             jobs,
@@ -139,7 +139,7 @@ class Services:
             registry=registry,
             stats=ClusterStats(servers),
             admission=Admission(client, registry, streams, memory, settings.intake, settings.quotas),
-            hub=hub,
+            reader=reader,
             reaper=reaper,
             memory=memory,
             replicas=replicas,
@@ -153,7 +153,7 @@ class Services:
         await self.memory.stop()
         await self.replicas.stop()
         await self.reaper.stop()
-        await self.hub.stop()
+        await self.reader.stop()
         for client in self.servers.each():
             await client.aclose()
         for sync in self.rq_servers.each():

@@ -175,7 +175,7 @@ class Quotas:
     key_tokens_per_minute: int = setting(
         0,
         "KEY_TOKENS_PER_MINUTE",
-        "prompt and completion tokens one API key may use per minute, every surface's (429): a "
+        "prompt and completion tokens one API key may use per minute, every endpoint's (429): a "
         "job reserves its prompt's estimate and its `max_tokens` when admitted, and is charged "
         'its usage when it ends (docs/security.md, "Token limits")',
     )

@@ -3,7 +3,7 @@ process, with nothing around it (no HTTP, no queue, no client), alternated pair 
 llama-server, so the ratio says how far ahead of llama-server any server could be on this
 machine with these kernels.
 
-    .venv/bin/python bench/ceiling.py [--streams 8] [--pairs 6] [--b same8] [--out bench/RESULTS.md]
+    .venv/bin/python bench/ceiling.py [--streams 8] [--pairs 6] [--b same8] [--out bench/results/RESULTS.md]
 
 The in-process run does what a server does for bench/paired.py's run of `--streams` chat
 streams: each sequence keeps the chat template's system prompt cached from an earlier
@@ -37,10 +37,10 @@ import llama_cpp
 import numpy as np
 from llama_cpp._internals import LlamaModel
 
+from bench.lib.peer_servers import CTX, THREADS, THREADS_BATCH
+from bench.lib.peers_report import machine, write_section
 from bench.paired import interval, make
-from bench.peer_servers import CTX, THREADS, THREADS_BATCH
 from bench.peers import SHORT, workload
-from bench.peers_report import machine, write_section
 from contract.jobspec import JobSpec, Message
 from worker.engine import llama_log
 from worker.engine.prompts import ChatPrompts
@@ -121,7 +121,7 @@ async def main() -> None:
     ap.add_argument("--pairs", type=int, default=6)
     ap.add_argument("--b", default="", help="the server to compare with (default same<streams>)")
     ap.add_argument("--max-tokens", type=int, default=128)
-    ap.add_argument("--out", default="bench/RESULTS.md")
+    ap.add_argument("--out", default="bench/results/RESULTS.md")
     args = ap.parse_args()
     name = args.b or f"same{args.streams}"
     inproc = InProcess(args.streams)

@@ -2,14 +2,14 @@
 same GGUF with the same pooling, threads and batch, in paired, alternated rounds.
 
     .venv/bin/python bench/embeddings.py [--clients 64] [--inputs 8] [--requests 2] [--pairs 3]
-                                         [--batch 2048] [--threads 2] [--out bench/RESULTS.md]
+                                         [--batch 2048] [--threads 2] [--out bench/results/RESULTS.md]
 
 Each round, `--clients` concurrent clients each send `--requests` requests of `--inputs`
 short distinct texts, one after another; a round's figure is the inputs embedded over its wall
 time (every request answered: a closed workload, the same for both servers). tokenspool runs
 valkey, one API and one worker with POOLING=mean, SLOTS=`--clients`, EMBEDDING_BATCH_TOKENS=
 `--batch`; llama-server (built from the llama.cpp inside the worker's own llama-cpp-python:
-bench/setup_peers) runs `--embedding --pooling mean -kvu -np <clients> -b/-ub <batch> -c <batch>`,
+scripts/setup_peers) runs `--embedding --pooling mean -kvu -np <clients> -b/-ub <batch> -c <batch>`,
 both with `--threads` threads. Pairs run in ABBA order (a steady drift favours neither); the
 summary is the median ratio of inputs/s with its 95 % bootstrap interval, printed and written
 as its own section of `--out`.
@@ -30,8 +30,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.lib.peers_report import machine, write_section
 from bench.paired import interval
-from bench.peers_report import machine, write_section
 from devstack.processes import (
     Proc,
     _spawn,
@@ -88,7 +88,7 @@ class LlamaServer:
     def __init__(self, logs: Path, args: argparse.Namespace) -> None:
         binary = Path(sys.executable).parent / "llama-server-worker"
         if not binary.exists():
-            raise SystemExit(f"{binary} is missing: run bench/setup_peers")
+            raise SystemExit(f"{binary} is missing: run scripts/setup_peers")
         port = free_port()
         argv = [str(binary), "-m", str(default_model_path()), "--alias", DEFAULT_MODEL_NAME]
         argv += ["--embedding", "--pooling", "mean", "-kvu", "-np", str(args.clients)]

@@ -9,7 +9,7 @@ bundle's llama.cpp (its libraries, which the worker loads through LLAMA_CPP_LIB_
 llama-server). The steps, in order of priority, each written to DIR/gpu.json the moment a
 level ends (a run cut short still leaves its figures), then DIR/gpu.md and DIR/gpu.png:
 
-1. 8B shape (bench/random_model.py, SmolLM2's 49,152-token vocabulary), every layer
+1. 8B shape (devstack/random_model.py, SmolLM2's 49,152-token vocabulary), every layer
    offloaded, SLOTS=64, at 64 then 32 streams: the 2026-11-27 run's comparison;
 2. the 8B shape with Llama 3's vocabulary (128,256 tokens, padded), SLOTS=256 and 512
    tokens a slot, at 64, 128, 256, then 32, 8 and 1 streams, on one pair of servers;
@@ -49,10 +49,11 @@ from pathlib import Path
 
 import httpx
 
-from bench import charts, random_model
-from bench.gpu_servers import PROFILE, Launch, LlamaServer, Tokenspool, described
+from bench.lib import charts
+from bench.lib.gpu_servers import PROFILE, Launch, LlamaServer, Tokenspool, described
 from bench.paired import interval
 from bench.peers import SHORT, workload
+from devstack import random_model
 
 FIGURES = ("tok_s_total", "ttft_p50", "itl_p50")
 LLAMA3_VOCAB = 128_256
@@ -116,7 +117,7 @@ class Run:
         return self.deadline - time.monotonic()
 
     def save(self, section: str, entry: dict) -> None:
-        """The step's figures, at once (bench/charts.py's format, and the details)."""
+        """The step's figures, at once (bench/lib/charts.py's format, and the details)."""
         charts.record(self.out / "gpu.json", section, entry)
         print(f"[{time.strftime('%H:%M:%S')}] {section}: saved", flush=True)
 

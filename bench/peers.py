@@ -1,7 +1,7 @@
 """tokenspool next to the servers users would run instead, same machine, same model, one run.
 
-    bench/setup_peers                       # once: llama-cpp-python[server], llama-server
-    .venv/bin/python bench/peers.py [--runs 5] [--out bench/RESULTS.md] [--set peers|batching]
+    scripts/setup_peers                       # once: llama-cpp-python[server], llama-server
+    .venv/bin/python bench/peers.py [--runs 5] [--out bench/results/RESULTS.md] [--set peers|batching]
                                     [--only LABEL] [--services-nice N]
 
 Servers (all with the default SmolLM2 GGUF, 4096 tokens of context per sequence, greedy
@@ -43,8 +43,8 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.peer_servers import Server, servers_for
-from bench.peers_report import cells, write_results
+from bench.lib.peer_servers import Server, servers_for
+from bench.lib.peers_report import cells, write_results
 
 SHORT = "Write a long, detailed story about a lighthouse keeper and a storm."
 LONG = (
@@ -230,7 +230,7 @@ def median_of(runs: list[dict]) -> dict:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--runs", type=int, default=5, help="alternated repetitions of each workload")
-    ap.add_argument("--out", default="bench/RESULTS.md")
+    ap.add_argument("--out", default="bench/results/RESULTS.md")
     ap.add_argument("--only", default="", help="run only the workloads whose label contains this")
     ap.add_argument("--set", default="peers", choices=sorted(WORKLOADS), help="which comparison")
     ap.add_argument(

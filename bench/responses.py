@@ -37,9 +37,9 @@ SYNTHETIC = "synthetic-bench"
 _prompts = itertools.count()
 
 
-def body(surface: str, model: str, max_tokens: int) -> tuple[str, dict]:
+def body(endpoint: str, model: str, max_tokens: int) -> tuple[str, dict]:
     text = f"Story {next(_prompts)}: write a long, detailed story about a lighthouse keeper and a storm."
-    if surface == "chat":
+    if endpoint == "chat":
         return "/v1/chat/completions", {
             "model": model,
             "stream": True,
@@ -56,9 +56,9 @@ def body(surface: str, model: str, max_tokens: int) -> tuple[str, dict]:
     }
 
 
-def stream(client: httpx.Client, surface: str, model: str, max_tokens: int) -> dict:
+def stream(client: httpx.Client, endpoint: str, model: str, max_tokens: int) -> dict:
     """One streamed request: TTFT, time of the last content event, content events, bytes."""
-    path, payload = body(surface, model, max_tokens)
+    path, payload = body(endpoint, model, max_tokens)
     start = time.perf_counter()
     first = last = None
     contents = size = 0
@@ -70,7 +70,7 @@ def stream(client: httpx.Client, surface: str, model: str, max_tokens: int) -> d
             size += len(line) + 1
             if not line.startswith("data: {"):
                 continue
-            if surface == "chat":
+            if endpoint == "chat":
                 content = '"content":"' in line and '"content":""' not in line
             else:
                 content = line.startswith('data: {"type":"response.output_text.delta"')
@@ -98,32 +98,32 @@ def single(base: str, runs: int, max_tokens: int) -> None:
     with httpx.Client(base_url=base, timeout=300) as client:
         stream(client, "chat", DEFAULT_MODEL_NAME, 8)  # warm the path
         for _ in range(runs):
-            for surface in got:
-                got[surface].append(stream(client, surface, DEFAULT_MODEL_NAME, max_tokens))
+            for endpoint in got:
+                got[endpoint].append(stream(client, endpoint, DEFAULT_MODEL_NAME, max_tokens))
     print(f"\none stream at a time, real model, {runs} runs each, max {max_tokens} tokens (median [range])")
-    print(f"{'surface':<10} {'TTFT ms':>22} {'tokens/s':>22} {'bytes/token':>22}")
-    for surface, runs_ in got.items():
+    print(f"{'endpoint':<10} {'TTFT ms':>22} {'tokens/s':>22} {'bytes/token':>22}")
+    for endpoint, runs_ in got.items():
         ttft = [r["ttft"] * 1000 for r in runs_]
         rate = [(r["n"] - 1) / (r["last"] - r["ttft"]) for r in runs_]
         per = [r["bytes"] / r["n"] for r in runs_]
-        print(f"{surface:<10} {median(ttft):>22} {median(rate):>22} {median(per):>22}")
+        print(f"{endpoint:<10} {median(ttft):>22} {median(rate):>22} {median(per):>22}")
 
 
 def relay(base: str, api: Proc, streams: int, tokens: int) -> dict[str, str]:
     print(f"\nrelay cost: {streams} concurrent streams of {tokens} synthetic tokens")
-    print(f"{'surface':<10} {'API CPU s / 1000 tokens':>24} {'wall s':>8} {'tokens':>8}")
+    print(f"{'endpoint':<10} {'API CPU s / 1000 tokens':>24} {'wall s':>8} {'tokens':>8}")
     ids = {}
     with httpx.Client(base_url=base, timeout=300, limits=httpx.Limits(max_connections=streams + 4)) as client:
-        for surface in ("chat", "responses"):
+        for endpoint in ("chat", "responses"):
             for _ in range(2):  # the first round warms the path; the second is measured
                 cpu, wall = cpu_seconds(api), time.perf_counter()
                 with ThreadPoolExecutor(streams) as pool:
-                    one = functools.partial(stream, client, surface, SYNTHETIC)
+                    one = functools.partial(stream, client, endpoint, SYNTHETIC)
                     results = list(pool.map(one, [tokens] * streams))
                 wall, cpu = time.perf_counter() - wall, cpu_seconds(api) - cpu
             total = sum(r["n"] for r in results)
-            print(f"{surface:<10} {cpu / total * 1000:>24.3f} {wall:>8.2f} {total:>8}")
-            ids[surface] = results[0]["id"]
+            print(f"{endpoint:<10} {cpu / total * 1000:>24.3f} {wall:>8.2f} {total:>8}")
+            ids[endpoint] = results[0]["id"]
     return ids
 
 

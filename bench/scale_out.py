@@ -3,10 +3,10 @@
     .venv/bin/python bench/scale_out.py [--streams 500,1000,2000] [--workers 4] [--cluster N]
 
 Runs, in one session against one embedded valkey, each figure for tokenspool's relay (one
-reader connection for all streams, api/streaming/hub.py) next to the same figure for a
-one-connection-per-stream relay (bench/per_stream_relay.py: the same app, each stream
+reader connection for all streams, api/streaming/reader.py) next to the same figure for a
+one-connection-per-stream relay (bench/lib/per_stream_relay.py: the same app, each stream
 blocking in its own XREAD) and, for throughput, a bare Starlette endpoint streaming the same
-events from memory (bench/bare_sse.py), all driven by the same load generator (bench/loadgen.py):
+events from memory (bench/lib/bare_sse.py), all driven by the same load generator (bench/lib/loadgen.py):
 
 1. held open: N streams opened at once while no worker runs (they wait in the queue, with
    keep-alives), the API's RSS measured, then workers started; every stream must end with
@@ -20,7 +20,7 @@ events from memory (bench/bare_sse.py), all driven by the same load generator (b
    measured instead of the relay's. CPU steal (the hypervisor's share) is printed with each.
 
 With `--cluster N` the streams live on a valkey cluster of N primaries on loopback
-(STREAMS_REDIS_URL=redis+cluster://..., one reader per shard: api/streaming/hub.py) and the queues on
+(STREAMS_REDIS_URL=redis+cluster://..., one reader per shard: api/streaming/reader.py) and the queues on
 their own server; only tokenspool's relay runs then (the per-stream baseline reads one server).
 """
 
@@ -39,7 +39,7 @@ import redis
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.loadgen import Stream, run_streams
+from bench.lib.loadgen import Stream, run_streams
 from contract.servers import sync_client
 from devstack.cluster import start_cluster
 from devstack.processes import Proc, _spawn, _wait, free_port, start_redis
@@ -147,10 +147,10 @@ class Bench:
         self.workers: list[Proc] = []
         self.bare: tuple[Proc, int] | None = None
         try:
-            for name, factory in (("hub", "api.app"), ("per-stream", "bench.per_stream_relay")):
+            for name, factory in (("hub", "api.app"), ("per-stream", "bench.lib.per_stream_relay")):
                 if name in self.relays:
                     self.apis[name] = _uvicorn(f"api-{name}", factory, logs, {**self.env, **API_ENV})
-            self.bare = _uvicorn("bare", "bench.bare_sse", logs, {"LOG_LEVEL": "WARNING"})
+            self.bare = _uvicorn("bare", "bench.lib.bare_sse", logs, {"LOG_LEVEL": "WARNING"})
             for proc, port in [*self.apis.values(), self.bare]:
                 _wait(lambda p=port: _up(p), 30, proc)
         except BaseException:

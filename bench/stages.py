@@ -3,7 +3,8 @@ stage, read off Redis's MONITOR (every command the API, the worker and their Lua
 send, stamped by the server in microseconds) and the client's own clock (the same clock:
 everything runs on this machine).
 
-    .venv/bin/python bench/stages.py [--runs 30] [--max-tokens 16] [--batch-lines 0] [--out bench/RESULTS.md]
+    .venv/bin/python bench/stages.py [--runs 30] [--max-tokens 16] [--batch-lines 0] \\
+        [--out bench/results/RESULTS.md]
 
 The stage boundaries, in order:
 
@@ -49,7 +50,7 @@ import redis
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.batch_priority import batch_file
-from bench.peers_report import machine, write_section
+from bench.lib.peers_report import machine, write_section
 from contract import keys
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 from worker.settings import DEFAULT_MODEL_NAME
@@ -184,7 +185,7 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=16)
     ap.add_argument("--batch-lines", type=int, default=0, help="a batch of this many lines runs meanwhile")
     ap.add_argument("--repeat", default="", help="every request sends this prompt (the prefix cache on)")
-    ap.add_argument("--out", default="bench/RESULTS.md")
+    ap.add_argument("--out", default="bench/results/RESULTS.md")
     args = ap.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="stages-"))
     redis_proc, url = start_redis(logs)

@@ -25,7 +25,7 @@ context (before) against Sampler.sample on the step's array (now), same chain an
 
 `--tree DIR` runs the same against another checkout of the project (e.g. a `git worktree`
 of an earlier commit): a scheduler from before worker/engine/context.py is driven through a
-stand-in for the llama_cpp module instead (bench/RESULTS.md has both).
+stand-in for the llama_cpp module instead (bench/results/RESULTS.md has both).
 """
 
 from __future__ import annotations
@@ -166,7 +166,7 @@ def sequences(batching, rows: int, vocab: int, sampled: bool) -> list:
 
 
 def consume(seq, stop: threading.Event, stopped: type[Exception]) -> None:
-    """A job thread's own work on each token before the publisher (worker/attempts/attempt.py)."""
+    """A job thread's own work on each token before the publisher (worker/attempts/rules.py)."""
     from worker.text.replies import PlainReply
     from worker.text.textstream import TextAssembler
 

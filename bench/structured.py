@@ -2,7 +2,7 @@
 grammar job slows the free-text jobs sharing its batch (issue 17).
 
     .venv/bin/python bench/structured.py [--rounds 5] [--tokens 96]
-    .venv/bin/python bench/structured.py --servers [--rounds 5]   # after bench/setup_peers
+    .venv/bin/python bench/structured.py --servers [--rounds 5]   # after scripts/setup_peers
 
 On the worker's own engine (SLOTS=4, no Redis: the sampler and the batch are what is
 measured), each round runs, in an order shuffled per round:
@@ -16,7 +16,7 @@ llama.cpp parsing the GBNF over the vocabulary), the first time in the process a
 
 With `--servers`, the same free-text and json_schema requests (one at a time, streamed,
 greedy) go through tokenspool (API, Redis, one worker) and through llama.cpp's llama-server
-(bench/peer_servers.py: same model, context and threads), alternated round by round: the
+(bench/lib/peer_servers.py: same model, context and threads), alternated round by round: the
 decode rate of each request (tokens after the first over the time from the first to the
 last) and its time to first token.
 
@@ -157,7 +157,7 @@ def _request(base: str, model: str, json_schema: bool, n: int, tokens: int) -> t
 def servers(rounds: int, tokens: int) -> None:
     import tempfile
 
-    from bench.peer_servers import LlamaServer, Tokenspool
+    from bench.lib.peer_servers import LlamaServer, Tokenspool
 
     logs = Path(tempfile.mkdtemp(prefix="structured-"))
     found = [Tokenspool(logs, 1), LlamaServer(logs)]

@@ -9,7 +9,7 @@ Entries are built by keyword. `epoch` is 0 until whoever writes the entry stamps
 attempt writes its own epoch (APPEND refuses 0), the END script stamps the next one.
 
 A job stopped by a cancel ends with `Finished` whose reason is "cancelled": the job's status
-becomes cancelled, and each API surface says it its own way (chat: finish_reason "stop").
+becomes cancelled, and each API endpoint says it its own way (chat: finish_reason "stop").
 
 Invariant for deltas: a delta's token ids are exactly the tokens generated since the last
 delta, so a new attempt continues from `prompt + ids` without re-tokenizing text; its

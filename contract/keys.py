@@ -352,7 +352,7 @@ class JobField:
     """Field names of the job HASH."""
 
     MODEL = "model"
-    SURFACE = "surface"  # the API surface that created it ("chat", "text", "responses"): api.surfaces.catalog
+    SURFACE = "surface"  # the endpoint that created it ("chat", "text", ...): api.endpoints.catalog
     CREATED = "created"  # unix seconds, stamped by the API into every chunk
     STATUS = "status"  # see JobStatus
     EPOCH = "epoch"  # fencing token; only the attempt holding the current epoch may write
@@ -365,7 +365,7 @@ class JobField:
     WAIT_UNTIL = "wait_until"  # ms: a requeue may wait for a slot this long (a batch line: its window)
     SPEC = "spec"  # the JobSpec as JSON, as enqueued
     DIGEST = "digest"  # the spec's digest (contract.jobspec.digest): CLAIM runs no other spec
-    KEEP_SPEC = "keep_spec"  # "1": the spec stays after the end (a surface shows it later)
+    KEEP_SPEC = "keep_spec"  # "1": the spec stays after the end (an endpoint shows it later)
     OWNER = "owner"  # hash of the API key that created the job ("" without keys)
     IDEMPOTENCY = "idem"  # the job's idempotency key (contract.keys.idempotency), if any
     CLAIM = "claim"  # the token of the claim that started the current attempt (retries repeat it)
@@ -383,7 +383,7 @@ class JobField:
     DEADLINE = "deadline"  # ms since the epoch: a job still generating then fails (optional)
     PRIORITY = "priority"  # its tier (contract.tiers.PRIORITIES): which queue its attempts wait in
     # Written by the API for its own later use; workers never read them.
-    ECHO = "echo"  # JSON: what a response repeats of its request (api/surfaces/responses/body.py)
+    ECHO = "echo"  # JSON: what a response repeats of its request (api/endpoints/responses/body.py)
     INPUT = "input"  # JSON: a response's input items, with their ids (GET .../input_items)
     # a chat completion's field for its thinking, when not `reasoning_content` (REASONING_FIELD
     # when it was created: every replica says it the same)

@@ -85,24 +85,60 @@ def test_every_lua_script_lives_in_contract_lua():
     assert scripts and all(name.startswith("contract.lua.") for name in scripts), scripts
 
 
+def circle(graph: dict[str, set[str]]) -> str | None:
+    """An import circle of `graph` (name -> names it imports), as "a -> b -> a"; None if none."""
+    done: set[str] = set()
+
+    def visit(name: str, stack: list[str]) -> str | None:
+        if name in stack:
+            return " -> ".join([*stack[stack.index(name) :], name])
+        if name in done:
+            return None
+        for imported in sorted(graph.get(name, ())):
+            own = imported == name or name.startswith(imported + ".")  # a package's own __init__
+            if not own and (found := visit(imported, [*stack, name])):
+                return found
+        done.add(name)
+        return None
+
+    return next((found for name in sorted(graph) if (found := visit(name, []))), None)
+
+
 def test_no_import_circle():
     graph = {
         name: {m for m in imports(path, everything=False) if m in MODULES} for name, path in MODULES.items()
     }
-    done: set[str] = set()
+    assert circle(graph) is None, circle(graph)
 
-    def visit(name: str, stack: list[str]) -> None:
-        if name in stack:
-            raise AssertionError(" -> ".join([*stack[stack.index(name) :], name]))
-        if name in done:
-            return
-        for imported in graph[name]:
-            if imported != name and not name.startswith(imported + "."):  # a package's own __init__
-                visit(imported, [*stack, name])
-        done.add(name)
 
-    for name in graph:
-        visit(name, [])
+def api_rooms(modules: dict[str, Path] = MODULES) -> dict[str, set[str]]:
+    """api/'s packages (api.jobs) and top-level modules (api.services), each with those it
+    imports (anywhere in it, a function's imports too)."""
+
+    def room(name: str) -> str:
+        return ".".join(name.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        if _top(name) != "api" or name == "api":
+            continue
+        wanted = {room(m) for m in imports(path) if _top(m) == "api" and m != "api"}
+        graph.setdefault(room(name), set()).update(wanted - {room(name)})
+    return graph
+
+
+def test_no_two_rooms_of_api_import_each_other_nor_run_in_a_circle():
+    """One way down through api/: endpoints/ over streaming/ and jobs/, cluster/ over jobs/,
+    services.py composing them, ops/ over all (docs/architecture.md)."""
+    graph = api_rooms()
+    assert {"api.endpoints", "api.jobs", "api.services"} <= set(graph)
+    assert circle(graph) is None, circle(graph)
+
+
+def test_a_planted_import_between_two_rooms_is_a_circle():
+    graph = api_rooms()
+    graph["api.jobs"] = graph["api.jobs"] | {"api.cluster"}  # cluster/ imports jobs/ (the reaper)
+    assert circle(graph) is not None
 
 
 def test_rooms_stay_small():

@@ -11,9 +11,9 @@ import redis
 
 from contract import keys, logs
 from contract.servers import sync_client
-from worker.attempts.attempt import Engine
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
+from worker.attempts.rules import Engine
 from worker.attempts.runner import JobRunner
 from worker.hub_model import ModelUnavailable, fetch
 from worker.intake.lending import Lending

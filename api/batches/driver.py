@@ -13,7 +13,7 @@ open; a cancelled, expired or failing batch has its open jobs cancelled instead;
 every line answered is finalized. Status changes are compare-and-set: a cancel that lands
 meanwhile is never undone.
 
-A line's job is an ordinary job of its endpoint's surface, at `batch` tier, owned by the
+A line's job is an ordinary job of the endpoint it names, at `batch` tier, owned by the
 batch's key, crash-safe like any other; its id is held by an idempotency key of the driver's
 own (no client's Idempotency-Key can name it), so a driver that dies between sending a line
 and recording it sends it again to the same job. A line the endpoint now refuses is answered
@@ -34,12 +34,12 @@ from redis.exceptions import RedisError
 from api.batches.lines import Line
 from api.batches.output import abandon, finalize
 from api.batches.routes import CHARGE_MARGIN_S, ENDED, BatchStatus, batch_hash, set_status
-from api.cluster.tasks import Background, Leader, every
+from api.endpoints.catalog import BATCHABLE, BY_NAME
 from api.http.errors import APIError
 from api.jobs.owners import Idempotency
 from api.jobs.state import JobState
 from api.services import Services
-from api.surfaces.catalog import BATCHABLE, BY_NAME
+from api.tasks import Background, Leader, every
 from contract import errors, keys, tiers
 from contract.entries import Finished, as_text
 from contract.keys import JobField
@@ -173,8 +173,8 @@ class BatchDriver:
             await self._s.redis.lindex(keys.batch(batch_id, keys.BatchPart.LINES), number)
         )
         line = Line(number + 1, custom_id, h["endpoint"], body)
-        surface = BATCHABLE[h["endpoint"]]
-        job_id = surface.new_id()
+        endpoint = BATCHABLE[h["endpoint"]]
+        job_id = endpoint.new_id()
         try:
             request = line.request()
             spec = request.to_spec(job_id, self._s.settings.limits)
@@ -187,7 +187,7 @@ class BatchDriver:
         line_key = f"batch:{batch_id}:{number}"  # no client's key (a SHA-256 in hex) looks like it
         submitted = await self._s.jobs.submit(
             dataclasses.replace(spec, priority=tiers.BATCH),
-            surface.name,
+            endpoint.name,
             int(time.time()),
             owner=h["owner"],
             detached=True,
@@ -274,11 +274,11 @@ class BatchDriver:
                 BatchStatus.EXPIRED: errors.BATCH_EXPIRED.brief(),
             }.get(ending, errors.BATCH_CANCELLED.brief())
             return out, True, (0, 0)
-        surface = BY_NAME[job.surface]
+        endpoint = BY_NAME[job.endpoint]
         rows = await self._s.jobs.whole(job_id)
         end = rows[-1][1] if rows else None
         size = len(end.vectors) if isinstance(end, Finished) else 0  # embeddings: built in the lane
-        answer = await self._s.heavy.run_for(size, surface.objects_of(job).answer, rows)
+        answer = await self._s.heavy.run_for(size, endpoint.objects_of(job).answer, rows)
         assert answer is not None  # the job has ended
         out["response"] = {"status_code": answer.status, "request_id": job_id, "body": answer.body}
         usage = answer.body.get("usage") or {}

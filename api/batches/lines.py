@@ -10,11 +10,11 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from api.endpoints.body import Body
+from api.endpoints.catalog import BATCHABLE, EMBEDDINGS
 from api.http.errors import APIError, invalid
 from api.http.parsing import parse
 from api.settings import Limits
-from api.surfaces.body import Body
-from api.surfaces.catalog import BATCHABLE, EMBEDDINGS
 from contract import errors
 from contract.tiers import embedding_pool
 

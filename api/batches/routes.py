@@ -1,5 +1,5 @@
 """The Batch API (`/v1/batches`): a batch is an input file's lines, each run as an ordinary job
-of its endpoint's surface at `batch` tier, and answered once in its output or error file.
+of the endpoint it names at `batch` tier, and answered once in its output or error file.
 
 A batch is one Redis hash plus its lines (a list), its open lines (line -> the job running
 it) and its results (line -> output line, each written once); `api/batches/driver.py` sends

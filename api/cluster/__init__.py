@@ -1,1 +1,1 @@
-"""The pool as this API process tends it: worker registry, reaper, figures, background tasks."""
+"""The pool as this API process tends it: the reaper of dead attempts, the resume rule, cluster figures."""

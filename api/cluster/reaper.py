@@ -50,11 +50,11 @@ import time
 
 import redis.asyncio as aredis
 
-from api.cluster.registry import WorkerRegistry
-from api.cluster.tasks import Background, Leader, every
 from api.jobs.routing import Router
 from api.jobs.state import RunningAttempt
 from api.jobs.store import JobStore
+from api.jobs.workers import WorkerRegistry
+from api.tasks import Background, Leader, every
 from contract import keys, tiers
 from contract.servers import Servers, node_infos
 

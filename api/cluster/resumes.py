@@ -17,7 +17,7 @@ import time
 
 import redis.asyncio as aredis
 
-from api.cluster.registry import WorkerRegistry
+from api.jobs.workers import WorkerRegistry
 from contract import keys, stats
 
 

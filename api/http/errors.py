@@ -1,5 +1,5 @@
 """Error responses, made from the catalogue in `contract.errors`: OpenAI's shape, or Anthropic's
-on the Messages API's paths (`anthropic`), so each surface's SDK reads its own errors."""
+on the Messages API's paths (`anthropic`), so each endpoint's SDK reads its own errors."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from starlette.types import Scope
 
 from contract.errors import INVALID_VALUE, QUEUE_FULL, ErrorCode
 
-MESSAGES_PATH = "/v1/messages"  # Anthropic's surface: its errors are Anthropic's
+MESSAGES_PATH = "/v1/messages"  # Anthropic's endpoint: its errors are Anthropic's
 OVERLOADED = 529  # Anthropic's status for a server too busy to take the request
 
 # Anthropic's error types by the catalogue's statuses; any other 4xx is an invalid request.
@@ -78,7 +78,7 @@ class APIError(Exception):
         return self.error.body(self.message, self.param)
 
     def response(self, scope: Scope | None = None) -> JSONResponse:
-        """The error in the shape of the surface `scope` (the request) came to."""
+        """The error in the shape of the endpoint `scope` (the request) came to."""
         if scope is not None and speaks_anthropic(scope):
             status, body = anthropic(self.error, self.message)
             return JSONResponse(body, status_code=status, headers=self.headers)

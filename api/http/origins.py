@@ -8,7 +8,7 @@ makes a page of another site's name read the server's answers. So a keyless serv
 only the Host names of ALLOWED_HOSTS (rebinding brings the attacker's name) and refuses a
 request that changes anything when a browser says it comes from another site (`Origin`,
 `Sec-Fetch-Site`), unless that origin is one of CORS_ORIGINS. JSON bodies must also be sent
-as `application/json` (api/surfaces/routes.py), which a page can only do cross-site after a
+as `application/json` (api/endpoints/routes.py), which a page can only do cross-site after a
 preflight that fails.
 """
 

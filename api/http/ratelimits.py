@@ -1,6 +1,6 @@
 """A key's per-minute budgets and the headers that tell a client where it stands: OpenAI's
 `x-ratelimit-{limit,remaining,reset}-{requests,tokens}` (resets as durations, `6m0s`), and on
-the Messages surface Anthropic's `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`
+the Messages endpoint Anthropic's `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`
 (resets as RFC 3339 times). Budgets are counted per minute since the epoch, so each resets when
 its minute ends. A budget of 0 is none, and has no headers."""
 

@@ -1,5 +1,5 @@
 """Reading a request's body: bounded in size and in time, and JSON only where JSON is meant
-(every route that takes a body reads it here: the surfaces, Files and Batch)."""
+(every route that takes a body reads it here: the endpoints, Files and Batch)."""
 
 from __future__ import annotations
 

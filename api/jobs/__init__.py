@@ -1,1 +1,2 @@
-"""Jobs in Redis: the job store, admission, what each key owns, routing to a worker, and the replica check."""
+"""Jobs in Redis: the job store, admission, what each key owns, the workers serving each model
+(workers.py), routing to a worker, and the replica check."""

@@ -46,7 +46,7 @@ import redis.asyncio as aredis
 from redis.asyncio.cluster import RedisCluster as AsyncRedisCluster
 from redis.exceptions import RedisError
 
-from api.cluster.tasks import Background, every
+from api.tasks import Background, every
 from contract import keys
 from contract.servers import Servers, is_sentinel
 

@@ -10,12 +10,12 @@ import contextlib
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from api.cluster.registry import WorkerRegistry
 from api.http.auth import Grant
 from api.http.errors import APIError, invalid
 from api.http.ratelimits import Budgets, headers, retry_after_s
 from api.jobs.memory import MemoryWatch
 from api.jobs.owners import this_minute
+from api.jobs.workers import WorkerRegistry
 from api.settings import Intake, Quotas
 from contract import errors, keys, tiers
 from contract.entries import as_text

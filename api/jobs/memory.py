@@ -16,7 +16,7 @@ import logging
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from api.cluster.tasks import Background
+from api.tasks import Background
 from contract.servers import Servers, node_infos
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import redis.asyncio as aredis
 from redis.exceptions import ResponseError
 
-from api.cluster.registry import WorkerLoad, WorkerRegistry
+from api.jobs.workers import WorkerLoad, WorkerRegistry
 from api.settings import Routing
 from contract import keys, stats, tiers
 from contract.entries import as_text

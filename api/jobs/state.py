@@ -16,7 +16,7 @@ class JobState:
     """What the API knows of a job from its hash."""
 
     id: str
-    surface: str
+    endpoint: str
     model: str
     created: int
     owner: str
@@ -25,8 +25,8 @@ class JobState:
     start_by_ms: int | None = None
     include_usage: bool = False
     detached: bool = False
-    echo: str = ""  # JobField.ECHO (the Responses surface's)
-    reasoning_field: str = "reasoning_content"  # JobField.REASONING (the chat surface's)
+    echo: str = ""  # JobField.ECHO (the Responses endpoint's)
+    reasoning_field: str = "reasoning_content"  # JobField.REASONING (the chat endpoint's)
 
     @property
     def ended(self) -> bool:
@@ -76,12 +76,12 @@ STATE_FIELDS = [
 
 def job_state(job_id: str, values: list) -> JobState | None:
     """The state from the job hash's STATE_FIELDS, in their order (None: no such job)."""
-    surface, model, created, owner, status, attempts, start_by, usage, detached, echo, reasoning = values
+    endpoint, model, created, owner, status, attempts, start_by, usage, detached, echo, reasoning = values
     if status is None:
         return None
     return JobState(
         id=job_id,
-        surface=as_text(surface or b""),
+        endpoint=as_text(endpoint or b""),
         model=as_text(model or b""),
         created=int(created or 0),
         owner=as_text(owner or b""),
@@ -98,10 +98,10 @@ def job_state(job_id: str, values: list) -> JobState | None:
 def record_fields(
     spec: JobSpec, spec_json: str, state: JobState, idempotency_key: str | None, deadline_ms: int | None
 ) -> dict[str, str | int]:
-    """A new job's hash, as contract.lua.jobs.RECORD writes it (its surface adds its own)."""
+    """A new job's hash, as contract.lua.jobs.RECORD writes it (its endpoint adds its own)."""
     fields: dict[str, str | int] = {
         JobField.MODEL: spec.model,
-        JobField.SURFACE: state.surface,
+        JobField.SURFACE: state.endpoint,
         JobField.CREATED: state.created,
         JobField.STATUS: JobStatus.QUEUED,
         JobField.EPOCH: 0,

@@ -79,7 +79,7 @@ class JobStore:
     async def submit(
         self,
         spec: JobSpec,
-        surface: str,
+        endpoint: str,
         created: int,
         *,
         owner: str = "",
@@ -105,7 +105,7 @@ class JobStore:
         spec = replace(spec, cache_scope=scope, public_prompt=bool(scope) and is_public(spec, self._public))
         state = JobState(
             id=spec.id,
-            surface=surface,
+            endpoint=endpoint,
             model=spec.model,
             created=created,
             owner=owner,
@@ -120,7 +120,7 @@ class JobStore:
         key = idempotency.key if idempotency else None
         job_hash = {**record_fields(spec, spec_json, state, key, deadline_ms), **(fields or {})}
         # Charged for what it makes Redis keep, not for what was sent: the spec in the job's
-        # hash and in RQ's record, and what its surface records (a response's history, say).
+        # hash and in RQ's record, and what its endpoint records (a response's history, say).
         stored = 2 * len(spec_json.encode()) + sum(len(v.encode()) for v in (fields or {}).values())
         quota = replace(quota, request_bytes=max(quota.request_bytes, stored)) if owner and quota else Quota()
         for _ in range(2):  # a second time if the key named a job that has since expired
@@ -236,7 +236,7 @@ class JobStore:
         return job_state(job_id, await self._r.hmget(keys.job(job_id), STATE_FIELDS))
 
     async def stored(self, job_id: str, name: str) -> str | None:
-        """One field of the job's hash that its surface recorded (`submit`'s `fields`)."""
+        """One field of the job's hash that its endpoint recorded (`submit`'s `fields`)."""
         value = await self._r.hget(keys.job(job_id), name)
         return None if value is None else as_text(value)
 

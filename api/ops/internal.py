@@ -19,13 +19,13 @@ from starlette.applications import Starlette
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from api.ops import health, metrics, models
+from api.ops import health, models, prometheus
 from api.services import Services
 
 log = logging.getLogger(__name__)
 
 ROUTES = [
-    Route("/metrics", metrics.metrics),
+    Route("/metrics", prometheus.metrics),
     Route("/scaling/{model:path}", models.scaling),
 ]
 PROBES = [

@@ -11,8 +11,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from api.batches.routes import BatchRequest
-from api.surfaces.catalog import EMBEDDINGS, SURFACES, Surface
-from api.surfaces.messages.routes import CountRequest
+from api.endpoints.catalog import EMBEDDINGS, ENDPOINTS, Endpoint
+from api.endpoints.messages.routes import CountRequest
 
 _ERROR = {
     "type": "object",
@@ -48,11 +48,11 @@ def _json(description: str) -> dict[str, Any]:
     return {"description": description, "content": {"application/json": {"schema": _OBJECT}}}
 
 
-def _create(surface: Surface) -> dict[str, Any]:
-    model: type[BaseModel] = surface.body
+def _create(endpoint: Endpoint) -> dict[str, Any]:
+    model: type[BaseModel] = endpoint.body
     return {
         "post": {
-            "summary": f"Create a {surface.object}",
+            "summary": f"Create a {endpoint.object}",
             "requestBody": {
                 "required": True,
                 "content": {
@@ -71,8 +71,8 @@ def _create(surface: Surface) -> dict[str, Any]:
     }
 
 
-def _job(surface: Surface) -> dict[str, Any]:
-    kind = surface.object
+def _job(endpoint: Endpoint) -> dict[str, Any]:
+    kind = endpoint.object
     return {
         "get": {
             "summary": f"Fetch a {kind}, or with stream=true replay and follow its stream",
@@ -98,10 +98,10 @@ def _job(surface: Surface) -> dict[str, Any]:
     }
 
 
-def _cancel(surface: Surface) -> dict[str, Any]:
+def _cancel(endpoint: Endpoint) -> dict[str, Any]:
     return {
         "post": {
-            "summary": f"Cancel a {surface.object}",
+            "summary": f"Cancel a {endpoint.object}",
             "parameters": [_ID],
             "responses": {"200": _json("cancelled, cancelling, or already ended"), **_errors(401, 404)},
         }
@@ -168,13 +168,13 @@ def _files_and_batches() -> dict[str, Any]:
 def document() -> dict[str, Any]:
     schemas: dict[str, Any] = {"Error": _ERROR}
     paths: dict[str, Any] = {}
-    for surface in SURFACES:
-        schema = surface.body.model_json_schema(ref_template="#/components/schemas/{model}")
+    for endpoint in ENDPOINTS:
+        schema = endpoint.body.model_json_schema(ref_template="#/components/schemas/{model}")
         schemas.update(schema.pop("$defs", {}))
-        schemas[surface.body.__name__] = schema
-        paths[surface.path] = _create(surface)
-        paths[surface.path + "/{completion_id}"] = _job(surface)
-        paths[surface.path + "/{completion_id}/cancel"] = _cancel(surface)
+        schemas[endpoint.body.__name__] = schema
+        paths[endpoint.path] = _create(endpoint)
+        paths[endpoint.path + "/{completion_id}"] = _job(endpoint)
+        paths[endpoint.path + "/{completion_id}/cancel"] = _cancel(endpoint)
     paths["/v1/responses/{completion_id}/input_items"] = {
         "get": {
             "summary": "List a response's input items",

@@ -25,7 +25,7 @@ from redis.exceptions import RedisError
 
 from api.cluster.resumes import Resumes
 from api.jobs.store import JobStore
-from api.streaming.hub import Handed, StreamHub, Woken, stream_id
+from api.streaming.reader import Handed, StreamReader, Woken, stream_id
 from contract import errors, keys
 from contract.entries import Rows, Started, is_terminal
 from contract.keys import JobStatus
@@ -70,7 +70,7 @@ class _JobReader:
         self._outage_s = outage_s
         self._outage_since: float | None = None
         self._late_at: float | None = None  # monotonic: when the queued job passes its deadline
-        self._handed: Rows | None = None  # entries the hub read for us
+        self._handed: Rows | None = None  # entries the reader read for us
         self._missing_since: float | None = None  # monotonic: the job's hash was not found
         self.full = False  # the last read filled a batch: more may be waiting
 
@@ -154,7 +154,7 @@ class _JobReader:
 
 async def follow(
     store: JobStore,
-    hub: StreamHub,
+    streams: StreamReader,
     job_id: str,
     *,
     after: str = "0",
@@ -164,7 +164,7 @@ async def follow(
     resumes: Resumes | None = None,
 ) -> AsyncIterator[Rows | KeepAlive]:
     reader = _JobReader(store, job_id, after, inclusive, outage_s, resumes)
-    async with hub.watch(keys.events(job_id), after) as watch:
+    async with streams.watch(keys.events(job_id), after) as watch:
         quiet_since = time.monotonic()
         while True:
             rows = await reader.read()

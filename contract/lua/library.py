@@ -41,7 +41,7 @@ local function cancel_due(job)
   return 0
 end
 -- An ended job keeps, for its retention, only what resume and fetch need: not its request
--- (unless its surface must show it later).
+-- (unless its endpoint must show it later).
 local function retain(retention)
   if redis.call('HGET', KEYS[1], '{JobField.KEEP_SPEC}') ~= '1' then
     redis.call('HDEL', KEYS[1], '{JobField.SPEC}', '{JobField.DIGEST}')

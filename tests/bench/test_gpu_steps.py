@@ -1,9 +1,10 @@
 """bench/gpu_steps.py's arithmetic: the worker's profile from its counters, the plans, and
-the bundle's requirements (bench/gpu_pack.py)."""
+the bundle's requirements (bench/lib/gpu_pack.py)."""
 
 from __future__ import annotations
 
-from bench import gpu_pack, gpu_steps
+from bench import gpu_steps
+from bench.lib import gpu_pack
 
 
 def test_the_profile_divides_the_counters_by_what_they_count():

@@ -1,4 +1,4 @@
-"""bench/random_model.py's vocabulary padding: a model padded to Llama 3's 128,256 tokens loads
+"""devstack/random_model.py's vocabulary padding: a model padded to Llama 3's 128,256 tokens loads
 in llama.cpp with that many rows of logits, and tokenizes, templates and stops exactly as the
 unpadded one (the GPU benchmark's 8B shape pays for Llama 3's output matrix, nothing else)."""
 
@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 from gguf import GGUFReader, TokenType
 
-from bench import random_model
 from contract.jobspec import JobSpec, Message
+from devstack import random_model
 from worker.settings import default_model_path
 
 llama_cpp = pytest.importorskip("llama_cpp")

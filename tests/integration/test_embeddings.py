@@ -21,8 +21,8 @@ import pytest
 import redis
 from gguf import PoolingType
 
-from bench import random_model
 from contract import keys, stats, tiers
+from devstack import random_model
 from devstack.peek import job_ids, running_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk

@@ -74,7 +74,7 @@ def test_api_never_fails_or_hangs(fuzz_stack, mode):
                 ran.append(case.formatted_path)
             assert response.status_code < 500, f"{case.method} {case.formatted_path}: {response.text[:300]}"
             if response.status_code >= 400 and case.formatted_path.startswith("/v1/messages"):
-                body = response.json()  # Anthropic's shape on Anthropic's surface
+                body = response.json()  # Anthropic's shape on Anthropic's endpoint
                 assert body["type"] == "error" and set(body["error"]) == {"type", "message"}
             elif response.status_code >= 400:
                 assert set(response.json()["error"]) == {"message", "type", "param", "code"}

@@ -1,6 +1,6 @@
 """Workers that load their model from the Hugging Face Hub (MODEL_HF): huggingface_hub's real
 download code against a stand-in hub on loopback (tests/fake_hub.py, HF_ENDPOINT), with
-GGUFs of random weights in a tiny shape (bench/random_model.py). No test reaches the network."""
+GGUFs of random weights in a tiny shape (devstack/random_model.py). No test reaches the network."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from bench.random_model import write
 from devstack.processes import ROOT, Proc, free_port, start_api, start_redis, start_worker, wait_for_model
+from devstack.random_model import write
 from tests.fake_hub import TOKEN, FakeHub, Repo
 
 pytestmark = pytest.mark.integration

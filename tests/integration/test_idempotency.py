@@ -78,7 +78,7 @@ def test_the_same_key_with_another_body_is_a_422(client):
         json={"model": MODEL, "prompt": "x", "background": True},
         headers={"Idempotency-Key": key},
     )
-    assert r.status_code == 422  # another surface is another request
+    assert r.status_code == 422  # another endpoint is another request
 
 
 @pytest.mark.parametrize("bad", ["", "x" * 256, "tab\there", "é"])

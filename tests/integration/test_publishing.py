@@ -20,7 +20,7 @@ from contract.settings import Recovery
 from devstack.cluster import start_cluster
 from devstack.processes import start_redis
 from tests.integration.conftest import _server_kinds
-from worker.attempts.claims import Claims
+from worker.attempts.attempt import Claims
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 

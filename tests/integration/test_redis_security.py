@@ -228,7 +228,7 @@ def test_a_job_is_routed_among_live_workers_under_acls(secured):
 
 
 def test_files_batches_and_responses_work_under_acls(secured):
-    """The surfaces added after the users were listed: every command they and the batch
+    """The endpoints added after the users were listed: every command they and the batch
     driver send must be on the API user's list."""
     line = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}]}
     jsonl = "".join(

@@ -17,7 +17,7 @@ import redis
 
 from api.jobs.store import JobStore
 from api.services import shared_client
-from api.streaming.hub import StreamHub
+from api.streaming.reader import StreamReader
 from api.streaming.relay import KEEPALIVE, follow
 from contract import keys
 from contract.servers import Servers
@@ -137,17 +137,17 @@ def test_a_cursor_past_2_64_is_a_400_not_a_stall(api):
     assert r.status_code == 400 and r.json()["error"]["code"] == "invalid_cursor"
 
 
-async def running_hub(redis_url: str, *running: str) -> tuple:
-    """A started stream hub and a job store on `redis_url`, with jobs `running` marked as
-    running: (async client, sync client, store, hub)."""
+async def running_reader(redis_url: str, *running: str) -> tuple:
+    """A started stream reader and a job store on `redis_url`, with jobs `running` marked as
+    running: (async client, sync client, store, reader)."""
     client = shared_client(redis_url, 10, 5.0)
     sync = redis.Redis.from_url(redis_url)
     store = JobStore(Servers(client, client), Servers(sync, sync), queue_wait_s=60, recovery=Recovery())
-    hub = StreamHub(redis_url, client, block_ms=200)
-    await hub.start()
+    reader = StreamReader(redis_url, client, block_ms=200)
+    await reader.start()
     for job_id in running:
         await client.hset(keys.job(job_id), mapping={"status": "running", "epoch": 1})
-    return client, sync, store, hub
+    return client, sync, store, reader
 
 
 def test_one_stream_redis_refuses_to_read_fails_alone(redis_url):
@@ -155,11 +155,11 @@ def test_one_stream_redis_refuses_to_read_fails_alone(redis_url):
     out of the shared XREAD and fails alone; the others keep flowing."""
 
     async def scenario() -> tuple[list, str]:
-        client, sync, store, hub = await running_hub(redis_url, "chatcmpl-good", "chatcmpl-bad")
+        client, sync, store, reader = await running_reader(redis_url, "chatcmpl-good", "chatcmpl-bad")
 
         async def consume(job_id: str, after: str) -> list:
             got = []
-            async for item in follow(store, hub, job_id, after=after, keepalive_s=30):
+            async for item in follow(store, reader, job_id, after=after, keepalive_s=30):
                 if item is not KEEPALIVE:
                     got += [e for _, e in item]
                     if len(got) >= 3:
@@ -178,7 +178,7 @@ def test_one_stream_redis_refuses_to_read_fails_alone(redis_url):
             await asyncio.wait_for(bad, timeout=10)
         except redis.ResponseError as exc:
             error = str(exc)
-        await hub.stop()
+        await reader.stop()
         await client.aclose()
         return got, error
 
@@ -192,8 +192,8 @@ def test_an_entry_the_reader_cannot_decode_stalls_no_other_stream(redis_url, cap
     through the scripts) must not end it: the other streams keep being handed their rows."""
 
     async def scenario() -> list:
-        client, sync, store, hub = await running_hub(redis_url, "chatcmpl-good", "chatcmpl-odd")
-        async with hub.watch(keys.events("chatcmpl-odd"), "0") as odd:
+        client, sync, store, reader = await running_reader(redis_url, "chatcmpl-good", "chatcmpl-odd")
+        async with reader.watch(keys.events("chatcmpl-odd"), "0") as odd:
             waiting = asyncio.create_task(odd.wait("0", timeout=30))
             await asyncio.sleep(0.3)
             sync.xadd(keys.events("chatcmpl-odd"), {"k": "no-such-kind"})
@@ -201,7 +201,7 @@ def test_an_entry_the_reader_cannot_decode_stalls_no_other_stream(redis_url, cap
             got = []
 
             async def consume() -> None:
-                async for item in follow(store, hub, "chatcmpl-good", after="0", keepalive_s=30):
+                async for item in follow(store, reader, "chatcmpl-good", after="0", keepalive_s=30):
                     if item is not KEEPALIVE:
                         got.extend(e for _, e in item)
                         if len(got) >= 3:
@@ -213,7 +213,7 @@ def test_an_entry_the_reader_cannot_decode_stalls_no_other_stream(redis_url, cap
                 sync.xadd(keys.events("chatcmpl-good"), {"k": "d", "e": "1", "t": f"t{n}", "i": str(n)})
                 await asyncio.sleep(0.1)
             await asyncio.wait_for(good, timeout=10)
-        await hub.stop()
+        await reader.stop()
         await client.aclose()
         return got
 

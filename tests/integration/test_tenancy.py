@@ -159,7 +159,7 @@ def test_a_key_hits_its_own_prompt_cache_and_no_other_key_s(stack):
     assert cached(again) > PROMPT_TOKENS
     assert again["choices"][0]["message"]["content"] == first["choices"][0]["message"]["content"]
 
-    # through the SDK, and on the Responses surface, the same figure
+    # through the SDK, and on the Responses endpoint, the same figure
     sdk = openai.OpenAI(base_url=stack.base + "/v1", api_key=ALICE, max_retries=0)
     chat = sdk.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=8, temperature=0)
     assert chat.usage is not None and chat.usage.prompt_tokens_details is not None

@@ -136,7 +136,7 @@ def test_a_request_asking_for_more_than_the_whole_budget_is_told_to_ask_for_less
     assert pool.reserved(CAROL) == {}
 
 
-def test_the_messages_surface_says_it_in_anthropic_s_headers(pool):
+def test_the_messages_endpoint_says_it_in_anthropic_s_headers(pool):
     fresh_minute(10)
     body = {"model": MODEL, "messages": ASK, "max_tokens": 8}
     resp = httpx.post(pool.apis[1] + "/v1/messages", json=body, headers={"x-api-key": CAROL}, timeout=60)

@@ -1,379 +1,242 @@
-"""The rules of one attempt at one job: check and claim it, read back what earlier attempts
-published, wait until the replicas hold the claim, generate, publish, and end the job or
-hand it off. The runner (worker/attempts/runner.py) keeps the slots attempts run in.
+"""Taking a job: claiming an attempt (which fences out every earlier one), reading back what
+earlier attempts published, and ending a job that no attempt of ours holds.
 
-An attempt may be a continuation: earlier attempts of the same job (on a worker that died,
-hung or shut down) already published text with its token ids. The new attempt rebuilds the
-prompt, appends exactly those ids, and generates only what is missing, within the job's
-original max_tokens; the client sees one continuous stream.
+An `Attempt` is one worker's hold on one job. What the publisher and the heartbeat learn
+about it comes back through its flags: `fenced` (another attempt, or an END, took over),
+`cancelled` (a cancel is due), `error` (a write failed for good); its next call raises it.
 """
 
 from __future__ import annotations
 
-import contextlib
-import logging
+import threading
 import time
-from collections.abc import Callable, Generator, Iterator
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import Protocol
+import uuid
+from dataclasses import dataclass, field
 
-import redis
-
-from contract import errors, keys, queueing, tiers
-from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
-from contract.jobspec import InvalidSpec, JobSpec, digest
-from contract.keys import JobStatus
-from contract.stats import BatchCounters
-from worker.attempts import embedding
-from worker.attempts.budget import bounded
-from worker.attempts.claims import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
-from worker.attempts.durability import Durability
-from worker.attempts.heartbeat import Heartbeat
-from worker.attempts.publisher import Publisher
-from worker.attempts.sender import Sender
-from worker.engine.held import HeldPrefixes
-from worker.engine.picks import Pick
-from worker.engine.placement import Placement
-from worker.errors import GrammarDeadEnd, PromptRejected
+from contract import entries, keys
+from contract.entries import Delta, Entry, Failed, Finished, Started
+from contract.lua import attempts, jobs, library
+from contract.servers import is_sentinel
 from worker.redis.link import Link
-from worker.redis.retrying import TRANSIENT
-from worker.text.replies import Reply
-from worker.text.textstream import TextAssembler
-
-log = logging.getLogger(__name__)
-
-CLAIM_CONFIRM_S = 5.0  # how long an attempt waits for a replica to hold its claim (`_settle_claim`)
-CLAIM_WAIT_MS = 250  # each WAIT of that
 
 
-class Engine(Protocol):
-    model_name: str
-    n_ctx: int
-    slots: int  # sequences decoded together (SLOTS, or sized at start: worker/engine/sizing.py)
-
-    def prompt_ids(self, spec: JobSpec) -> list[int]: ...
-    def is_end(self, token: int) -> bool: ...
-    def piece(self, token: int) -> bytes: ...
-    def reply(self, spec: JobSpec, prompt: list[int]) -> Reply: ...
-    def close_thinking(self, spec: JobSpec) -> list[int]: ...  # the tokens that close its thinking
-    def tokens(
-        self,
-        spec: JobSpec,
-        prompt: list[int],
-        prior: list[int],
-        progress: Callable[[], None] | None = None,
-        alone_for: int = 0,
-        cached: Callable[[int], None] | None = None,
-    ) -> Generator[tuple[Pick, bytes]]: ...
-    def warm_up(self, budget_s: float = 30.0) -> float: ...
-    def counters(self) -> BatchCounters: ...
-    def step_ms(self) -> float: ...
-
-    placement: Placement | None  # where the model and its cache are (None: no model)
-    held: HeldPrefixes | None  # the prefixes its slots hold (None: no cache)
+class Fenced(Exception):
+    """This attempt may not write to the job any more."""
 
 
-class Outcome(StrEnum):
-    """How a job function call or an attempt ended (logged; RQ keeps no result)."""
+class JobGone(Exception):
+    """The job hash does not exist (expired, purged) or the job cannot start (ended, late)."""
 
-    STARTED = "started"  # claimed: the attempt runs on its own thread
-    SKIPPED = "skipped"  # ended, cancelled or late before it started
-    REFUSED = "refused"  # not a job the API recorded (a planted or malformed spec): not run
-    WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
-    STOP = STOP
-    LENGTH = LENGTH
-    CANCELLED = CANCELLED
-    TOOL_CALLS = TOOL_CALLS
-    REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
-    DEADLINE = "deadline_exceeded"
-    FENCED = "fenced"  # another attempt took over
-    HANDED_OFF = "handed-off"  # given back at shutdown
+
+class NotRecorded(Exception):
+    """The spec to run is not the one the API recorded for the job (a planted job)."""
+
+
+class RolledBack(Exception):
+    """A failover lost entries of this attempt that it no longer holds: it cannot go on
+    without contradicting what a client may have seen."""
+
+
+@dataclass(eq=False)  # one attempt is one object: hashed by identity
+class Attempt:
+    job_id: str
+    epoch: int
+    cancelled: bool = False
+    fenced: bool = False
+    progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
+    published: int = 0  # tokens this attempt wrote
+    written: int = 0  # entries this attempt wrote (APPEND numbers them: a retry skips these)
+    suspect: bool = False  # the job came from its model's suspect queue
+    group: int = 0  # a suspect: the most suspects it may step with (0: any; JobField.GROUP)
+    prior: int = 0  # tokens earlier attempts generated (this one read them again)
+    generated: int = 0  # tokens this attempt has generated (published or not yet)
+    preempted: bool = False  # give the job back at the next token (a batch line making room)
+    error: Exception | None = None  # a write failed for good: raised by the next call
+    token: str = ""  # the claim's token, worker and heartbeat window (`attempts.Claim`)
+    worker: str = ""
+    window_ms: int = 0
+    ended: bool = False  # its terminal entry is written
+    # What this attempt wrote that a failover could still take back (not yet on a replica):
+    # (its number in the attempt, its stream id, the entry), oldest first. The publisher adds
+    # to it, worker/attempts/durability.py trims it, and a write that finds the job behind writes
+    # these again with the ids they had.
+    record: list[tuple[int, str, Entry]] = field(default_factory=list)
+    newest: tuple[int, int] = (0, 0)  # the newest id of the job's stream this attempt knows
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    @property
+    def claim(self) -> attempts.Claim:
+        return attempts.Claim(self.epoch, self.token, self.worker, self.window_ms)
+
+    def saw(self, entry_id: str) -> None:
+        """An id in the job's stream (read or written): the ids this attempt chooses come after."""
+        ms, _, seq = entry_id.partition("-")
+        self.newest = max(self.newest, (int(ms), int(seq or 0)))
+
+    def next_ids(self, n: int) -> list[str]:
+        """Stream ids for `n` new entries, after every id this attempt knows. Chosen here, not
+        by Redis: an APPEND whose reply a failover lost is retried on the promoted replica,
+        which lacks what it wrote, and must write the ids a client may have been sent from
+        the old primary, or that client would be sent the same entries again."""
+        ms, seq = self.newest
+        now = int(time.time() * 1000)
+        ids = []
+        for _ in range(n):
+            ms, seq = (now, 0) if now > ms else (ms, seq + 1)
+            ids.append(f"{ms}-{seq}")
+        self.newest = (ms, seq)
+        return ids
+
+    def wrote(self, rows: list[tuple[int, str, Entry]]) -> None:
+        """Entries written (their numbers, ids), to hold until they are safe."""
+        with self._lock:
+            self.record.extend(rows)
+
+    def held_from(self, seq: int) -> list[tuple[str, Entry]] | None:
+        """The entries from number `seq` on, with their ids; None if some are no longer held
+        (already trimmed as safe: a failover took back what a replica had confirmed)."""
+        with self._lock:
+            if seq >= self.written:
+                return []
+            if not self.record or self.record[0][0] > seq:
+                return None
+            return [(i, e) for n, i, e in self.record if n >= seq]
+
+    def confirm(self, upto: int) -> None:
+        """Entries numbered below `upto` are safe (on a replica, or synced): forget them."""
+        with self._lock:
+            self.record = [row for row in self.record if row[0] >= upto]
+
+    def check(self) -> None:
+        """Raise what the writer learned: fenced out, or a write that failed."""
+        if self.fenced:
+            raise Fenced(f"{self.job_id} epoch {self.epoch}: another attempt took over")
+        if self.error is not None:
+            raise self.error
 
 
 @dataclass(frozen=True)
-class Claimed:
-    spec: JobSpec
-    attempt: Attempt
+class Progress:
+    """What earlier attempts of a job already published."""
+
+    prompt_tokens: int | None = None
+    token_ids: tuple[int, ...] = ()
+    deadline_ms: int | None = None  # the job's overall deadline, if it has one
+    last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
 
 
-class HandedOff(Exception):
-    pass
+class Claims:
+    def __init__(self, link: Link, window_ms: int) -> None:
+        self._link = link
+        self._client = link.streams
+        self._window_ms = window_ms  # the heartbeat window a claim starts with
+        self._claim = link.streams.register_script(attempts.CLAIM)
+        self._end = link.streams.register_script(jobs.END)
+        self._clear_suspect = link.streams.register_script(attempts.CLEAR_SUSPECT)
+        self._beat = link.streams.register_script(attempts.BEAT)
 
-
-class AttemptRules:
-    """The one implementation of the stream contract, for every attempt the runner starts."""
-
-    def __init__(
-        self,
-        engine: Engine,
-        link: Link,
-        claims: Claims,
-        publisher: Publisher,
-        heartbeat: Heartbeat,
-        durability: Durability | None,
-        counters: BatchCounters,
-        log_content: bool,
-        suspect_cleared: Callable[[Attempt], None],
-    ) -> None:
-        self.engine, self.link, self.claims, self.publisher = engine, link, claims, publisher
-        self.heartbeat, self.durability, self.counters = heartbeat, durability, counters
-        self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
-        self._suspect_cleared = suspect_cleared  # the runner's count of running suspects
-        self.shutdown_at: float | None = None  # SIGTERM: attempts past it hand their jobs off
-
-    def claim(self, raw_spec: dict, rq_job_id: str) -> Claimed | Outcome:
-        """Check the job and claim it; or why it does not run here. Only a spec the API
-        recorded for the job that the RQ job id names is run."""
-        try:
-            spec = JobSpec.from_dict(raw_spec)
-        except InvalidSpec as exc:
-            log.warning("refused job %s: invalid arguments: %s", rq_job_id, exc)
-            return Outcome.REFUSED
-        if spec.id != keys.job_of(rq_job_id):
-            log.warning("refused job %s: it carries the spec of %s", rq_job_id, spec.id)
-            return Outcome.REFUSED
-        model, kind = tiers.served_model(self.engine.model_name)
-        if spec.model != self.engine.model_name or (spec.kind == "embed") != (kind == "embeddings"):
-            self.claims.end(spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {model}'s {kind}."))
-            return Outcome.WRONG_MODEL
-        try:
-            attempt = self.claims.claim(spec.id, digest(raw_spec))
-        except JobGone:
-            return Outcome.SKIPPED
-        except NotRecorded:
-            log.warning("refused job %s: not the spec the API recorded", rq_job_id)
-            return Outcome.REFUSED
-        except TRANSIENT:
-            raise  # Redis away for long: the job stays with the caller until it is back
-        except redis.RedisError as exc:
-            # The job cannot start here (e.g. refused by an ACL): end it rather than leave
-            # its client waiting for the queue deadline.
-            log.exception("could not claim %s", spec.id)
-            with contextlib.suppress(redis.RedisError):
-                self.claims.end(
-                    spec.id,
-                    errors.WORKER_ERROR.entry(f"The worker could not start the job: {type(exc).__name__}"),
-                    only_if_status=JobStatus.QUEUED,
-                )
-            raise
-        return Claimed(spec, attempt)
-
-    def run(self, spec: JobSpec, attempt: Attempt) -> Outcome:
-        """Run the claimed attempt to its end: finished, failed, fenced or handed off."""
-        self.heartbeat.track(attempt)
-        if self.durability is not None:
-            self.durability.track(attempt)
-        try:
-            return self._generate(spec, attempt)
-        except Fenced as exc:
-            log.warning("attempt fenced out, abandoning job: %s", exc)
-            return Outcome.FENCED
-        except RolledBack as exc:  # the job goes on from what the stream holds (docs/protocol.md)
-            log.error("%s; handing the job off", exc)
-            self._hand_off(attempt)
-            return Outcome.HANDED_OFF
-        except HandedOff:
-            return Outcome.HANDED_OFF
-        except (SystemExit, KeyboardInterrupt):  # cold shutdown: give the job back first
-            self._hand_off(attempt)
-            raise
-        except Exception as exc:
-            log.exception("generation failed for %s", spec.id)
-            with contextlib.suppress(Fenced, redis.RedisError):
-                self.publisher.failed(
-                    attempt, errors.WORKER_ERROR, f"The worker failed: {type(exc).__name__}"
-                )
-            raise
-        finally:
-            self.heartbeat.untrack(attempt)
-            self.publisher.count_tokens(spec.model, attempt)
-
-    def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
-        engine, pub = self.engine, self.publisher
-        if spec.kind == "embed":  # an embedding worker's (its engine is an Embedder)
-            shutdown = lambda: self.shutdown_at  # noqa: E731
-            ended = embedding.run(engine, self.claims, pub, self._settle_claim, spec, attempt, shutdown)  # type: ignore[arg-type]
-            if ended in (embedding.HAND_OFF, queueing.PREEMPT):
-                self._hand_off(attempt, ended)
-                raise HandedOff()
-            return Outcome(ended)
-        progress = self.claims.progress(spec.id)
-        attempt.saw(progress.last_id)
-        prior = list(progress.token_ids)
-        try:
-            prompt = engine.prompt_ids(spec)
-        except PromptRejected as exc:
-            pub.failed(attempt, exc.error, str(exc), exc.param)
-            return Outcome.REJECTED
-        prompt_tokens = progress.prompt_tokens or len(prompt)
-        self._settle_claim(attempt)
-        pub.started(attempt, prompt_tokens, after=progress.last_id)
-        generated = attempt.prior = len(prior)
-        if prior:
-            log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
-        context = prompt + prior
-        reply = engine.reply(spec, prompt)
-        out = Sender(engine.piece, pub, attempt, reply, spec.logprobs, prior)  # goes on where they were
-        thought = out.reasoning_tokens
-        if attempt.cancelled:
-            pub.finished(attempt, CANCELLED, prompt_tokens, generated, reasoning_tokens=thought())
-            return Outcome.CANCELLED
-        if (spec.max_tokens is not None and generated >= spec.max_tokens) or len(context) >= engine.n_ctx:
-            pub.finished(attempt, LENGTH, prompt_tokens, generated, reasoning_tokens=thought())
-            return Outcome.LENGTH
-
-        assembler = TextAssembler(spec.stop)
-        reason = LENGTH  # the context window filled up
-
-        def progressed() -> None:  # a step read part of the prompt: not a hung native call
-            attempt.progress_at = time.monotonic()
-
-        reused = 0  # prompt tokens the slot's cache held (the usage's cached_tokens)
-
-        def cached(tokens: int) -> None:  # the engine's end of the job: its slot's cache held these
-            nonlocal reused
-            reused = min(tokens, len(prompt))
-
-        alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached)
-        try:
-            for pick, piece in self._timed(picks):
-                token = pick.token
-                attempt.progress_at = time.monotonic()
-                attempt.generated += 1
-                if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
-                    out.send(assembler.flush())
-                    out.end()
-                    pub.failed(attempt, errors.DEADLINE)
-                    return Outcome.DEADLINE
-                attempt.check()
-                if self.shutdown_at is not None and time.monotonic() >= self.shutdown_at:
-                    self._hand_off(attempt)
-                    raise HandedOff()
-                if engine.is_end(token):
-                    reason = STOP
-                    break
-                generated += 1
-                if attempt.suspect and attempt.generated >= self.link.recovery.suspect_tokens:
-                    self._clear_suspect(attempt)
-                out.picked(pick, piece)
-                out.send(assembler.push(token, piece))
-                if assembler.stopped:
-                    reason = STOP
-                    break
-                if attempt.cancelled:
-                    reason = CANCELLED
-                    break
-                if spec.max_tokens is not None and generated >= spec.max_tokens:
-                    reason = LENGTH
-                    break
-                if attempt.preempted:  # after the checks above: a line that just ended is not given back
-                    self._hand_off(attempt, queueing.PREEMPT)
-                    raise HandedOff()
-        except GrammarDeadEnd as exc:  # the job's own grammar cannot go on: say so, end it
-            out.send(assembler.flush())
-            out.end()
-            pub.failed(attempt, errors.INVALID_REQUEST, f"The output cannot continue its grammar: {exc}")
-            return Outcome.REJECTED
-        finally:  # the engine's end of the job first: what its slot holds is written for routing
-            picks.close()
-        out.send(assembler.flush())
-        out.end()
-        if reason == STOP and reply.calls:
-            reason = TOOL_CALLS
-        matched = assembler.matched if reason == STOP else ""
-        pub.finished(
-            attempt,
-            reason,
-            prompt_tokens,
-            generated,
-            reused,
-            reasoning_tokens=thought(),
-            stop_sequence=matched,
+    def claim(self, job_id: str, spec_digest: str) -> Attempt:
+        """Start a new attempt at a job (fencing out every earlier one), for the spec whose
+        digest is given (NotRecorded if the API recorded another). A job that waited past its
+        start deadline is ended by the claim instead (JobGone). The claim's token makes a
+        retry (its reply lost to a Redis blip) return the same attempt."""
+        link = self._link
+        token = uuid.uuid4().hex
+        args = attempts.claim_args(
+            link.worker, job_id, self._window_ms, link.recovery.retention_s, token, spec_digest
         )
-        if self._log_content:  # opt-in, for debugging only: the log then holds user data
-            prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
-            log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
-        return Outcome(reason)
+        epoch, cancel, suspect, group = link.retry(
+            lambda: self._claim(keys=library.job_keys(job_id), args=args)
+        )
+        if epoch == -2:
+            raise NotRecorded(job_id)
+        if epoch <= 0:  # gone, ended, late; or -3: a live attempt runs it
+            raise JobGone(job_id)
+        return Attempt(
+            job_id,
+            int(epoch),
+            cancelled=bool(cancel),
+            suspect=bool(suspect),
+            group=int(group),
+            token=token,
+            worker=link.worker,
+            window_ms=self._window_ms,
+        )
 
-    def _settle_claim(self, attempt: Attempt) -> None:
-        """Before the attempt writes anything a client could be sent, wait until the
-        replicas a failover could promote hold its claim (worker/attempts/durability.py). A primary the
-        sentinels have just replaced takes writes until they say so (about a second): a job
-        claimed there alone would run beside the attempt another worker starts on the new
-        primary, and clients sent the first's text from the old one would then be sent the
-        second's. A claim the new primary lacks is made again there (an empty APPEND): of
-        two attempts, the one that claims first runs; the other is fenced having written
-        nothing. Without an answer in CLAIM_CONFIRM_S (the replica away, its primary still
-        the primary: through Sentinel, the sentinels still say so), the attempt runs anyway,
-        as the API answers for a new job anyway."""
-        durability = self.durability
-        if durability is None or not durability.replicas_expected(attempt.job_id):
-            return
-        deadline = time.monotonic() + CLAIM_CONFIRM_S
-        while True:
-            replicas = max(durability.replicas_expected(attempt.job_id), 1)
-            late = time.monotonic() >= deadline  # then ask the sentinels before running anyway
-            current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS, late)
-            if current == 0:
-                attempt.fenced = True
-                attempt.check()
-            if not primary:  # replaced while its connection still reached it: its acks say nothing
-                log.warning("%s: the sentinels have named a new primary; claiming there", attempt.job_id)
-            elif current == 2:
-                log.warning(
-                    "%s: the new primary lacks attempt %d's claim; claiming",
-                    attempt.job_id,
-                    attempt.epoch,
-                )
-                self.publisher.resend(attempt)
-            elif acked >= replicas:
-                return
-            elif late:
-                log.warning(
-                    "no replica acknowledged the claim of %s in %.0fs: running it anyway",
-                    attempt.job_id,
-                    CLAIM_CONFIRM_S,
-                )
-                return
+    def replicated(
+        self, attempt: Attempt, replicas: int, wait_ms: int, ask_sentinels: bool = False
+    ) -> tuple[int, int, bool]:
+        """BEAT the attempt (a write, on the connection that then waits), then `WAIT
+        replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover),
+        how many replicas hold it (and so the claim and everything written before it), and
+        (`ask_sentinels`: one more round trip) whether the server that answered is still the
+        sentinels' primary (True without sentinels, or not asked)."""
+        job_id = attempt.job_id
+        sentinel = ask_sentinels and is_sentinel(self._client)
 
-    def _clear_suspect(self, attempt: Attempt) -> None:
-        """A suspect that went on past where its batch died is cleared (a job that kills
-        workers where it stands would have died again): the worker may take the next suspect,
-        so a dead batch's jobs are read again side by side rather than one after another."""
-        cleared = self.claims.clear_suspect(attempt)  # False: no longer the job's attempt
-        self._suspect_cleared(attempt)  # either way not asked again at every token: its next write is fenced
-        if cleared:
-            log.info("%s is no longer a suspect (%d tokens on)", attempt.job_id, attempt.generated)
+        def once() -> tuple[list, bool]:
+            with self._client.pipeline(transaction=False) as pipe:
+                if sentinel:  # the answering connection, to compare with the sentinels' primary
+                    pool = self._client.connection_pool
+                    pipe.connection = pool.get_connection()  # released by the pipeline
+                    address = (pipe.connection.host, pipe.connection.port)
+                beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
+                self._beat(keys=[keys.job(job_id), keys.alive(job_id)], args=beat_args, client=pipe)
+                pipe.execute_command("WAIT", replicas, wait_ms)
+                answers = pipe.execute()
+            # A changed primary also drops the pool's idle connections to the old one.
+            primary = not sentinel or pool.get_master_address() == address  # type: ignore[attr-defined]
+            return answers, primary
 
-    def _timed(self, picks: Iterator[tuple[Pick, bytes]]) -> Iterator[tuple[Pick, bytes]]:
-        """The picks, with this thread's own work on each (from its arrival to the ask for the
-        next) added to the profile's counters (a lost increment between threads is a rounding
-        error there)."""
-        for item in picks:
-            got = time.perf_counter()
-            yield item
-            self.counters.token_us += int((time.perf_counter() - got) * 1e6)
-            self.counters.tokens += 1
+        (current, acked), primary = self._link.retry(once)
+        return int(current), int(acked), primary
 
-    def _hand_off(self, attempt: Attempt, reason: str = "handoff") -> None:
-        """Give the job back (shutting down, or preempted); a continuation is enqueued for
-        another worker. What this attempt generated is written first, so the continuation
-        need not redo it."""
-        with contextlib.suppress(Fenced, RolledBack, redis.RedisError):
-            self.publisher.flush(attempt)
-        try:
-            link = self.link
-            outcome = queueing.abandon(
-                link.servers, attempt.job_id, attempt.epoch, link.recovery, reason, charge=False
-            ).outcome
-            log.log(
-                logging.INFO if reason == queueing.PREEMPT else logging.WARNING,
-                "handed off %s (%s, outcome %d)",
-                attempt.job_id,
-                reason,
-                outcome,
+    def clear_suspect(self, attempt: Attempt) -> bool:
+        """The attempt's job is no longer a suspect (it went on past where its batch died);
+        False when the attempt is no longer the job's current one."""
+        job_id = attempt.job_id
+        return bool(
+            self._link.retry(
+                lambda: self._clear_suspect(keys=[keys.job(job_id)], args=[attempt.epoch, attempt.token])
             )
-        except redis.RedisError as exc:  # the reaper will find the attempt dead instead
-            log.warning("could not hand off %s: %s", attempt.job_id, exc)
+        )
+
+    def progress(self, job_id: str) -> Progress:
+        """Read back what earlier attempts published (token ids are the contract's truth)."""
+        prompt_tokens = None
+        ids: list[int] = []
+        after, last_id = "-", "0-0"
+        stream = keys.events(job_id)
+        while True:
+            rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
+            for entry_id, fields in rows:
+                last_id = entry_id.decode()
+                entry = entries.decode(fields)
+                if isinstance(entry, Started) and prompt_tokens is None:
+                    prompt_tokens = entry.prompt_tokens
+                elif isinstance(entry, Delta):
+                    ids.extend(entry.token_ids)
+            if len(rows) < 1000:
+                deadline = self._link.retry(
+                    lambda: self._client.hget(keys.job(job_id), keys.JobField.DEADLINE)
+                )
+                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None, last_id)
+            after = "(" + rows[-1][0].decode()
+
+    def cancel_due(self, job_id: str) -> bool:
+        """Whether a cancel of the job is due (its CANCEL_AT has passed): what an attempt that
+        writes nothing for a while (an embed job) asks, where others learn it from APPEND."""
+        at = self._link.retry(lambda: self._client.hget(keys.job(job_id), keys.JobField.CANCEL_AT))
+        return at is not None and time.time() * 1000 >= int(at)
+
+    def end(self, job_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
+        """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""
+        retention = self._link.recovery.retention_s
+        return bool(
+            self._link.retry(
+                lambda: self._end(
+                    keys=library.job_keys(job_id),
+                    args=jobs.end_args(job_id, entry, retention, only_if_status),
+                )
+            )
+        )

@@ -15,10 +15,10 @@ from typing import TYPE_CHECKING
 
 from contract.jobspec import JobSpec
 from worker.attempts.sender import Sender
-from worker.engine.picks import Pick
+from worker.engine.steps.picks import Pick
 
 if TYPE_CHECKING:
-    from worker.attempts.attempt import Engine
+    from worker.attempts.rules import Engine
 
 Picks = Generator[tuple[Pick, bytes]]
 

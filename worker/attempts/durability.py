@@ -40,7 +40,7 @@ import redis
 
 from contract import keys
 from contract.servers import is_cluster
-from worker.attempts.claims import Attempt
+from worker.attempts.attempt import Attempt
 from worker.redis.periodic import Periodic
 
 log = logging.getLogger(__name__)

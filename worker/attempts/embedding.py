@@ -19,7 +19,7 @@ from contract import errors, queueing
 from contract.entries import CANCELLED, STOP
 from contract.jobspec import JobSpec
 from contract.tiers import BATCH
-from worker.attempts.claims import Attempt, Claims
+from worker.attempts.attempt import Attempt, Claims
 from worker.attempts.publisher import Publisher
 from worker.errors import PromptRejected
 

@@ -43,7 +43,7 @@ from contract.errors import ErrorCode
 from contract.lua import attempts, jobs, library
 from contract.servers import is_cluster
 from contract.stats import BatchCounters
-from worker.attempts.claims import Attempt, RolledBack
+from worker.attempts.attempt import Attempt, RolledBack
 from worker.redis.link import Link
 
 log = logging.getLogger(__name__)

@@ -1,6 +1,6 @@
 """Running jobs: up to SLOTS attempts at once, each on its own thread, in one of the worker's
 slots, while the engine decodes them together (the rules of one attempt are in
-worker/attempts/attempt.py).
+worker/attempts/rules.py).
 
 RQ records every job as a call of `generate(spec)` (`contract.keys.JOB_FUNCTION`); the
 worker's own loop (worker/intake/rqworker.py) hands each job's spec to `JobRunner.start`,
@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterator
 
 from contract import keys, logs, tiers
 from contract.stats import BatchCounters
-from worker.attempts.attempt import AttemptRules, Claimed, Engine, Outcome
-from worker.attempts.claims import Attempt, Claims
+from worker.attempts.attempt import Attempt, Claims
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.publisher import Publisher
+from worker.attempts.rules import AttemptRules, Claimed, Engine, Outcome
 from worker.redis.link import Link
 
 log = logging.getLogger(__name__)

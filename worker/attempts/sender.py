@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from contract.entries import TokenLogprob
-from worker.attempts.claims import Attempt
+from worker.attempts.attempt import Attempt
 from worker.attempts.publisher import Publisher
-from worker.engine.picks import Pick
+from worker.engine.steps.picks import Pick
 from worker.text.replies import Reply
 from worker.text.textstream import Piece
 

@@ -27,15 +27,13 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 
 from contract.stats import BatchCounters
 from worker.engine.argmax import RowsArgmax, threads_for
 from worker.engine.context import NativeContext, StepBatch
 from worker.engine.held import HeldPrefixes
-from worker.engine.picks import Pick
-from worker.engine.sampling import Sampler, pick_rows
+from worker.engine.sampling import pick_rows
 from worker.engine.steps.cost import StepCost
 from worker.engine.steps.plan import (
     batch_capacity,
@@ -49,6 +47,7 @@ from worker.engine.steps.plan import (
     spare_slot,
     stepping,
 )
+from worker.engine.steps.sequence import END, Sequence
 from worker.errors import GrammarDeadEnd
 
 log = logging.getLogger(__name__)
@@ -56,39 +55,6 @@ log = logging.getLogger(__name__)
 
 class EngineFailed(RuntimeError):
     """llama_decode failed; every sequence of that batch is ended with this error."""
-
-
-_END = object()  # the sequence's window is full: no more tokens
-
-
-@dataclass(eq=False)
-class Sequence:
-    """One job's sequence; the job thread iterates it, the scheduler feeds it (by its courier)."""
-
-    context: list[int]  # the prompt plus what earlier attempts generated
-    sampler: Sampler
-    room: int  # tokens that may be generated before the slot's window is full
-    slot: int = -1
-    fed: int = 0  # context tokens in the KV cache
-    pending: int | None = None  # the last sampled token, fed at the next step
-    generated: int = 0
-    closed: bool = False
-    yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
-    scope: str = ""  # its cache scope (contract/prefixes.py): it reuses only caches of its scope
-    public: int = 0  # but these first tokens (a public prompt's), of any scope's cache
-    alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps apart until it has generated this many
-    progress: Callable[[], None] | None = None  # after each step that computed any of its rows
-    cached: int = 0  # context tokens its slot's cache held when it was given the slot
-    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
-
-    def __iter__(self) -> Iterator[Pick]:
-        while True:
-            item = self.out.get()
-            if item is _END:
-                return
-            if isinstance(item, BaseException):
-                raise item
-            yield item
 
 
 class Scheduler:
@@ -365,7 +331,7 @@ class Scheduler:
                 continue
             seq.generated += 1
             if self._is_end(pick.token) or seq.generated >= seq.room:
-                out.append((seq, _END))
+                out.append((seq, END))
                 seq.closed = True  # nothing more to compute; the job thread closes it too
             else:
                 seq.pending = pick.token

@@ -31,10 +31,10 @@ from worker.engine import batching, devices, llama_log, sizing
 from worker.engine.context import NativeContext
 from worker.engine.grammar import GrammarGate, TriggeredGate
 from worker.engine.held import HeldPrefixes
-from worker.engine.picks import Pick
 from worker.engine.prompts import ChatPrompts
 from worker.engine.sampling import Sampler
-from worker.engine.steps import plan
+from worker.engine.steps import plan, sequence
+from worker.engine.steps.picks import Pick
 from worker.settings import WorkerSettings
 from worker.text import harmony, thinking
 from worker.text.replies import Reply
@@ -240,7 +240,7 @@ class LlamaEngine:
                 gate.close()
             raise
         context = [*prompt, *prior]
-        seq = batching.Sequence(
+        seq = sequence.Sequence(
             context=context,
             sampler=sampler,
             room=self.n_ctx - len(context),

@@ -32,7 +32,7 @@ import numpy as np
 
 from contract.jobspec import JobSpec
 from worker.engine.grammar import Candidates, GrammarGate, TriggeredGate
-from worker.engine.picks import Pick
+from worker.engine.steps.picks import Pick
 from worker.errors import GrammarDeadEnd
 
 REPEAT_LAST_N = 64

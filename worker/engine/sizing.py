@@ -7,7 +7,7 @@ a worker takes as many slots as its memory budget holds (`KV_MEMORY_SHARE` of th
 available at start, after the weights are loaded), up to `CPU_SLOTS` on a CPU and
 `GPU_SLOTS` with the model offloaded (where llama.cpp itself says whether the cache fits: the
 engine halves the count until the context is created). llama-server's own default is 4 slots
-sharing one cache; bench/RESULTS.md ("Default size") has the figures behind these numbers.
+sharing one cache; bench/results/RESULTS.md ("Default size") has the figures behind these numbers.
 
 Threads. llama.cpp's threads spin on their cores; more threads than the cores this process
 may run on (its CPU affinity, or a container's CPU quota, which `os.cpu_count()` does not

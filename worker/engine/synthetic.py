@@ -19,7 +19,7 @@ from collections.abc import Callable, Generator, Sequence
 
 from contract.jobspec import JobSpec
 from contract.stats import BatchCounters
-from worker.engine.picks import Pick
+from worker.engine.steps.picks import Pick
 from worker.errors import PromptTooLong
 from worker.text.replies import PlainReply, Reply
 

@@ -24,7 +24,7 @@ the API routed to it (their prompt's prefix is in its cache: api/jobs/routing.py
 tier's shared queue. It takes from its model's suspect queue (jobs that stood still where
 their workers died) those that may step as one group with the suspects it runs: a suspect
 that died in a group of them steps in groups half as large after (api/cluster/reaper.py); one
-is cleared once it goes SUSPECT_TOKENS past where it died (worker/attempts/attempt.py); and
+is cleared once it goes SUSPECT_TOKENS past where it died (worker/attempts/rules.py); and
 from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
 while interactive jobs are quiet (worker/intake/lending.py: a lent slot is called back by preempting
 a batch line when an interactive job waits).

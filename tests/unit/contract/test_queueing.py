@@ -11,7 +11,7 @@ from contract.lua import queues
 from contract.servers import Servers
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
-from worker.attempts.claims import Claims
+from worker.attempts.attempt import Claims
 from worker.redis.link import Link
 
 RECOVERY = Recovery(retention_s=60)

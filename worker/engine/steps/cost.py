@@ -12,7 +12,7 @@ class StepCost:
     was from its target (more rows when it was quicker, fewer when it was slower). On a CPU
     each prompt row costs about as much as a decode and rows cost more as the prompt grows
     (a 3,000-token prompt read 64 tokens a step made 8 streams' steps 12 times longer:
-    bench/RESULTS.md); on a GPU a row costs little against the pass over the weights, and the
+    bench/results/RESULTS.md); on a GPU a row costs little against the pass over the weights, and the
     allowance grows to whole chunks."""
 
     def __init__(self, stretch: float, start: int = 64) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from worker.engine.batching import Sequence
+    from worker.engine.steps.sequence import Sequence
 
 
 def stepping(running: list[Sequence], lines_beside: int | None) -> list[Sequence]:
@@ -69,7 +69,7 @@ def plan(
     slot, each sequence's tokens together: with a cache split by sequence (non-unified),
     llama.cpp's `split_equal(sequential=true)` takes into one pass only sequence ids that
     follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
-    is computed in several passes, each reading all the weights (`bench/batch_order.py`).
+    is computed in several passes, each reading all the weights (`bench/probes/batch_order.py`).
 
     `budget`, while streams decode (see `StepCost`): the prompt tokens this step may read
     in all, given to the prompts with the least left to read first. A prompt longer than a

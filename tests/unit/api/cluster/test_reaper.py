@@ -11,16 +11,16 @@ import fakeredis
 import pytest
 
 from api.cluster.reaper import Reaper
-from api.cluster.registry import WorkerRegistry
 from api.jobs.routing import Router
 from api.jobs.store import JobStore
+from api.jobs.workers import WorkerRegistry
 from api.settings import Routing
 from contract import keys, tiers
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
 from tests.fake_servers import FakePair
-from worker.attempts.claims import Attempt, Claims
+from worker.attempts.attempt import Attempt, Claims
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 

@@ -8,8 +8,8 @@ import time
 
 import fakeredis
 
-from api.cluster.registry import WorkerRegistry
 from api.cluster.resumes import Resumes
+from api.jobs.workers import WorkerRegistry
 from contract import keys, stats
 
 MODEL = "m"

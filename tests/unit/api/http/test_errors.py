@@ -63,7 +63,7 @@ def test_the_messages_api_gets_anthropics_types_and_statuses(error, status, kind
         ("/v1/chat", False),
     ],
 )
-def test_an_error_takes_the_shape_of_the_surface_it_came_to(path, anthropics):
+def test_an_error_takes_the_shape_of_the_endpoint_it_came_to(path, anthropics):
     response = APIError(errors.NOT_FOUND).response({"type": "http", "path": path, "root_path": ""})
     body = json.loads(response.body)
     assert response.status_code == 404 and (

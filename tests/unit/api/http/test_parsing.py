@@ -6,10 +6,10 @@ import json
 
 import pytest
 
+from api.endpoints.chat.body import ChatRequest
+from api.endpoints.responses.body import ResponsesRequest
 from api.http.errors import APIError
 from api.http.parsing import parse
-from api.surfaces.chat.body import ChatRequest
-from api.surfaces.responses.body import ResponsesRequest
 
 
 def _refusal(body_type, body: dict) -> APIError:

@@ -10,10 +10,10 @@ import asyncio
 import fakeredis
 import pytest
 
-from api.cluster.registry import WorkerRegistry
 from api.http.errors import APIError
 from api.jobs.admission import Admission, OpenStreams
 from api.jobs.memory import MemoryWatch
+from api.jobs.workers import WorkerRegistry
 from api.settings import Intake, Quotas
 from contract import keys, tiers
 

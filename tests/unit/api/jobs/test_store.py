@@ -10,11 +10,11 @@ import json
 
 import pytest
 
+from api.endpoints.routes import reasoning_field
 from api.http.ratelimits import Budgets
 from api.jobs.owners import RECORD_GRACE_MS, OwnerLimit, OwnerRate, Quota, now_ms
 from api.jobs.store import JobStore
 from api.settings import Replies
-from api.surfaces.routes import reasoning_field
 from contract import keys, tiers
 from contract.entries import Finished
 from contract.jobspec import JobSpec, Message
@@ -108,7 +108,7 @@ def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
         dropped
     )
     kept = asyncio.run(go(keep=True))
-    assert JobField.SPEC in kept  # a surface that shows the request later keeps it
+    assert JobField.SPEC in kept  # an endpoint that shows the request later keeps it
 
 
 @pytest.mark.parametrize("owner", ["", "alice"])

@@ -12,7 +12,7 @@ from contract.keys import JobField, JobStatus
 from contract.lua import attempts, jobs, library, queues
 from contract.settings import Recovery
 from tests.unit.recorded import DIGEST, record_queued
-from worker.attempts.claims import Claims, Fenced, JobGone, NotRecorded
+from worker.attempts.attempt import Claims, Fenced, JobGone, NotRecorded
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 
@@ -53,7 +53,7 @@ def test_claim_starts_epoch_one_and_appends_are_accepted(r):
 
 
 def test_entries_get_the_ids_their_worker_chose_or_new_ones_past_a_stream_ahead_of_it(r):
-    """A worker chooses its entries' ids (worker/attempts/claims.py `Attempt.next_ids`); one whose
+    """A worker chooses its entries' ids (worker/attempts/attempt.py `Attempt.next_ids`); one whose
     clock is behind the stream's newest id (written by a worker whose clock runs ahead) gets
     ids after it instead."""
     pub = Publisher(Link(r, "w1", RECOVERY))

@@ -4,7 +4,7 @@ from contract import keys
 from contract.keys import JobField
 from contract.settings import Recovery
 from tests.unit.recorded import DIGEST, record_queued
-from worker.attempts.claims import Claims
+from worker.attempts.attempt import Claims
 from worker.attempts.heartbeat import Heartbeat
 from worker.redis.link import Link
 

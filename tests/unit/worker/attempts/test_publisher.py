@@ -10,7 +10,7 @@ from contract import entries, keys
 from contract.entries import Delta
 from contract.settings import Recovery
 from tests.unit.recorded import DIGEST, record_queued
-from worker.attempts.claims import Claims
+from worker.attempts.attempt import Claims
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 

@@ -16,7 +16,7 @@ from contract.lua import library
 from contract.settings import Recovery
 from tests.unit.recorded import DIGEST, record_queued
 from worker.attempts import durability as durability_module
-from worker.attempts.claims import Attempt, Claims, Fenced, RolledBack
+from worker.attempts.attempt import Attempt, Claims, Fenced, RolledBack
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.publisher import Publisher
@@ -450,7 +450,7 @@ def test_an_end_written_again_to_the_replaced_primary_is_written_again_to_the_ne
 
 
 def test_a_replica_is_expected_while_the_server_has_or_lately_had_one(r, monkeypatch):
-    """Where one is, an attempt waits for a replica to hold its claim (worker/attempts/attempt.py)."""
+    """Where one is, an attempt waits for a replica to hold its claim (worker/attempts/rules.py)."""
     server = _Server(r, run_id="one", offset=100, replica=None)
     durability = Durability(server)  # type: ignore[arg-type]
     assert durability.replicas_expected(CID) == 0  # not looked yet: nothing known

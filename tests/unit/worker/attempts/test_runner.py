@@ -14,12 +14,12 @@ from contract.entries import Delta, Failed, Finished, Started
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus
 from contract.settings import Recovery
-from worker.attempts.attempt import Outcome
-from worker.attempts.claims import Claims
+from worker.attempts.attempt import Claims
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.publisher import Publisher
+from worker.attempts.rules import Outcome
 from worker.attempts.runner import JobRunner
-from worker.engine.picks import Pick
+from worker.engine.steps.picks import Pick
 from worker.errors import PromptTooLong
 from worker.redis.link import Link
 from worker.text.replies import PlainReply

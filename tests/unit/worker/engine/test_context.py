@@ -6,6 +6,7 @@ import ctypes
 
 import pytest
 
+pytest.importorskip("llama_cpp")  # the worker's build (scripts/setup): tests/unit runs without it
 from worker.engine.context import StepBatch
 
 

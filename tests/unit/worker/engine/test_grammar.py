@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
+pytest.importorskip("llama_cpp")  # the worker's build (scripts/setup): tests/unit runs without it
 from worker.engine.grammar import TriggeredGate
 from worker.errors import GrammarDeadEnd
 

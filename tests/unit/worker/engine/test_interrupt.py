@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import ctypes
 
+import pytest
+
+pytest.importorskip("llama_cpp")  # the worker's build (scripts/setup): tests/unit runs without it
 from worker.engine.interrupt import ABORT_WHEN_SET
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+pytest.importorskip("llama_cpp")  # the worker's build (scripts/setup): tests/unit runs without it
 from contract.jobspec import JobSpec
 from worker.engine import sampling
 from worker.engine.sampling import Sampler, pick_rows

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from gguf import PoolingType
 
-from bench import random_model
+from devstack import random_model
 from worker.settings import default_model_path
 
 pytest.importorskip("llama_cpp")

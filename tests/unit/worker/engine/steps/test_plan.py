@@ -3,7 +3,6 @@ slot, up to a chunk of each prompt."""
 
 from __future__ import annotations
 
-from worker.engine.batching import Sequence
 from worker.engine.steps.cost import StepCost
 from worker.engine.steps.plan import (
     budgeted,
@@ -16,6 +15,7 @@ from worker.engine.steps.plan import (
     spare_slot,
     stepping,
 )
+from worker.engine.steps.sequence import Sequence
 
 
 def seq(slot: int, context: list[int], fed: int = 0, pending: int | None = None) -> Sequence:

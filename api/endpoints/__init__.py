@@ -1,0 +1,1 @@
+"""The endpoints that create jobs (chat, completions, Responses): bodies, objects, events, routes."""

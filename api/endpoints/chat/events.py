@@ -1,0 +1,79 @@
+"""A job's entries as the SSE events of one stream, for the endpoints whose events are chunks.
+
+`ChunkEvents` decides where a stream starts reading (`read_from`) and encodes each batch of
+entries into one write, leaving out what a resuming client already has: the events of the
+entry its cursor names (see api/streaming/cursor.py), all but the usage chunk that may follow a finish.
+It counts the content events it wrote, for the time-to-first-token and inter-token metrics.
+"""
+
+from __future__ import annotations
+
+from api.endpoints.chat.objects import Chunks
+from api.endpoints.protocol import Encoded
+from api.streaming import sse
+from api.streaming.cursor import OPENING, USAGE_SUFFIX, Cursor
+from contract.entries import Delta, Failed, Finished, Rows, Started
+from contract.errors import ErrorCode, failure_body
+
+
+class ChunkEvents:
+    def __init__(self, chunks: Chunks, cursor: Cursor | None) -> None:
+        self._chunks = chunks
+        self._fresh = cursor is None
+        # The entry the client's last event came from, if it must be read again (a finish
+        # whose usage chunk may be missing); resuming after the opening is a fresh read.
+        self._at = None if cursor is None or cursor.after_opening else cursor
+        self._content = sse.ContentEvents(chunks.content)
+
+    def read_from(self) -> tuple[str, bool]:
+        """(stream id to read after, whether that entry itself is read too). The client's last
+        entry is read again: the rest of its events may be missing (a finish's usage chunk),
+        and a terminal one ends the relay (a client that missed only `[DONE]` gets it)."""
+        if self._at is None:
+            return "0", False
+        return self._at.entry_id, True
+
+    def opening(self) -> bytes:
+        obj = self._chunks.opening() if self._fresh else None
+        return sse.event(obj, OPENING) if obj is not None else b""
+
+    def encode(self, rows: Rows) -> Encoded:
+        out: list[bytes] = []
+        contents = 0
+        for eid, entry in rows:
+            sent = self._at is not None and eid == self._at.entry_id  # the client has it
+            if isinstance(entry, Delta):
+                if sent:
+                    continue
+                if entry.calls or entry.logprobs or entry.reasoning:
+                    out.append(sse.event(self._chunks.delta(entry), eid))
+                    contents += 1
+                elif entry.text:
+                    out.append(self._content.event(entry.text, eid))
+                    contents += 1
+            elif isinstance(entry, Finished):
+                if not sent:
+                    out.append(sse.event(self._chunks.finish(entry), eid))
+                usage_sent = sent and self._at is not None and self._at.usage_sent
+                if self._chunks.include_usage and not usage_sent:
+                    out.append(sse.event(self._chunks.usage(entry), eid + USAGE_SUFFIX))
+            elif isinstance(entry, Failed) and not sent:
+                out.append(sse.event(failure_body(entry), eid or None))
+            elif isinstance(entry, Started) and entry.epoch > 1:
+                out.append(sse.RECOVERED)  # a takeover: a note for readers that look
+        return Encoded(b"".join(out), contents)
+
+    def keepalive(self) -> bytes:
+        return sse.event(self._chunks.keepalive())
+
+    def error(self, error: ErrorCode, message: str | None = None) -> bytes:
+        return sse.event(error.body(message))
+
+    def done(self) -> bytes:
+        return sse.DONE
+
+
+def chunk_events(chunks: Chunks, raw_cursor: str | None) -> ChunkEvents:
+    """The events of a chunk endpoint's stream, after `raw_cursor` (an event id, see
+    api/streaming/cursor.py; raises BadCursor) or from the start."""
+    return ChunkEvents(chunks, Cursor.parse(raw_cursor) if raw_cursor else None)

@@ -1,0 +1,360 @@
+"""The body of `POST /v1/messages` (Anthropic's Messages API), validated into a chat `JobSpec`:
+a message runs on the same workers as a chat completion.
+
+Content blocks become the chat roles the templates know: `system` a system message; a user
+turn's `tool_result` blocks each a tool message (before the turn's text); an assistant turn's
+`tool_use` blocks its tool calls. Earlier `thinking` and `redacted_thinking` blocks are
+accepted and left out of the prompt (templates drop past thinking). Consecutive turns of one
+role are joined, as Anthropic's API joins them. `cache_control` is accepted anywhere Anthropic
+takes it: the worker's prefix cache needs no marks. As for every endpoint, any field this server
+does not implement is a 400 naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
+
+from api.endpoints.body import MAX_TOOLS, Body, PositiveInt, StopString, TopP, template_kwargs
+from api.endpoints.structured import checked_choice, checked_format, checked_tools
+from api.http.errors import APIError, invalid
+from api.http.parsing import Strict, too_many, unsupported
+from api.settings import Limits
+from contract.jobspec import TOP_P, JobSpec, Message, ToolCall
+from contract.keys import JobField
+from contract.schema import loosened
+
+TEMPERATURE = 1.0  # Anthropic's default
+
+
+class CacheControl(Strict):
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class _Block(Strict):
+    cache_control: CacheControl | None = None
+
+
+class TextBlock(_Block):
+    type: Literal["text"]
+    text: str
+    citations: Annotated[list, Field(max_length=0)] | None = None
+
+
+class MediaBlock(_Block):
+    """An image or a document: refused by `to_spec` with a clear 400 (the models this server
+    runs read text only), not as an unknown block."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["image", "document"]
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"]
+    id: Annotated[str, Field(min_length=1)]
+    name: str
+    input: dict
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"]
+    tool_use_id: Annotated[str, Field(min_length=1)]
+    content: str | list[Annotated[TextBlock | MediaBlock, Field(discriminator="type")]] | None = None
+    is_error: bool | None = None
+
+
+class ThinkingBlock(Strict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(Strict):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+def _block_type(value: object) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if isinstance(kind, str) else ""
+
+
+Block = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[MediaBlock, Tag("image")]
+    | Annotated[MediaBlock, Tag("document")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
+    Discriminator(_block_type),
+]
+
+
+class InputMessage(Strict):
+    role: Literal["user", "assistant"]
+    content: list[Block]  # a string is one text block
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text(cls, value: object) -> object:
+        return [{"type": "text", "text": value}] if isinstance(value, str) else value
+
+    def blocks(self) -> list:
+        return self.content
+
+
+class ClientTool(Strict):
+    """A client tool (`type` "custom" or left out); Anthropic's server tools are not run here."""
+
+    type: Literal["custom"] | None = None
+    name: str
+    description: str | None = None
+    input_schema: dict
+    cache_control: CacheControl | None = None
+    strict: bool | None = None  # true: every keyword of the schema enforced, or a 400
+    eager_input_streaming: bool | None = None  # arguments always stream as they are generated
+    input_examples: Annotated[list[dict], Field(max_length=16)] | None = None  # shown in the description
+
+    def described(self) -> str:
+        """The description the template renders: with the examples, the model's only way to see them."""
+        examples = [json.dumps(e, ensure_ascii=False) for e in self.input_examples or ()]
+        if not examples:
+            return self.description or ""
+        return "\n".join([self.description or "", "Examples of input:", *examples]).lstrip("\n")
+
+
+class MessagesToolChoice(Strict):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+    def rules(self) -> dict[str, bool]:
+        named = (self.type == "tool") == bool(self.name)
+        return {"tool_choice.name: goes with type 'tool', and only with it": named}
+
+
+class ThinkingConfig(Strict):
+    type: Literal["enabled", "disabled", "adaptive"]
+    # Anthropic asks for at least 1,024; any positive budget is taken here (small models think briefly)
+    budget_tokens: Annotated[int, Field(ge=1)] | None = None
+    display: Literal["summarized", "omitted"] | None = None  # omitted: signed blocks without text
+
+    def rules(self) -> dict[str, bool]:
+        return {
+            "thinking.budget_tokens: goes with type 'enabled', and is required there": (
+                (self.type == "enabled") == (self.budget_tokens is not None)
+            )
+        }
+
+
+class JSONFormat(Strict):
+    type: Literal["json_schema"]
+    schema_: Annotated[dict, Field(alias="schema")]
+
+
+class OutputConfig(Strict):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None  # the template's reasoning_effort
+    format: JSONFormat | None = None  # structured output, as chat's json_schema
+
+
+class MessagesMetadata(Strict):
+    user_id: Annotated[str, Field(max_length=256)] | None = None
+
+
+class MessagesRequest(Body):
+    max_tokens: PositiveInt
+    messages: Annotated[list[InputMessage], Field(min_length=1)]
+    system: str | list[TextBlock] | None = None
+    stop_sequences: Annotated[list[StopString], Field(max_length=16)] | None = None
+    temperature: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
+    top_p: TopP | None = None
+    top_k: Annotated[int, Field(ge=0)] | None = None
+    tools: Annotated[list[ClientTool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: MessagesToolChoice | None = None
+    thinking: ThinkingConfig | None = None
+    output_config: OutputConfig | None = None
+    cache_control: CacheControl | None = None  # the prefix cache needs no marks
+    metadata: MessagesMetadata | None = None  # type: ignore[assignment]
+    service_tier: Literal["auto", "standard_only"] | None = None  # type: ignore[assignment]
+
+    @property
+    def priority(self) -> str:
+        return "default"
+
+    def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
+        tools = self._tools()
+        choice = self.tool_choice
+        if choice is None or choice.type == "auto":
+            tool_choice = checked_choice("auto" if tools else None, tools)
+        elif choice.type == "tool":
+            tool_choice = checked_choice(choice.name, tools, "tool_choice.name")
+        else:
+            tool_choice = checked_choice({"any": "required", "none": "none"}[choice.type], tools)
+        return JobSpec(
+            id=job_id,
+            kind="chat",
+            model=self.model,
+            messages=tuple(self._conversation()),
+            max_tokens=self.max_tokens,
+            temperature=TEMPERATURE if self.temperature is None else float(self.temperature),
+            top_p=TOP_P if self.top_p is None else float(self.top_p),
+            top_k=self.top_k or 0,
+            stop=tuple(self.stops()),
+            response_format=self._format(),
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=not (choice and choice.disable_parallel_tool_use),
+            priority=self.priority,
+            template_kwargs=self._template_kwargs(),
+            thinking_budget=(self.thinking.budget_tokens or 0) if self.thinking else 0,
+        )
+
+    def _template_kwargs(self) -> dict:
+        """`thinking` is the template's switch (Qwen3's and GLM's `enable_thinking`; its
+        budget the worker's, worker/attempts/budget.py), `output_config.effort` its effort."""
+        kwargs = {"enable_thinking": self.thinking.type != "disabled"} if self.thinking else {}
+        effort = self.output_config.effort if self.output_config else None
+        return template_kwargs(effort, kwargs, "thinking")
+
+    def _format(self) -> dict | None:
+        fmt = self.output_config.format if self.output_config else None
+        return checked_format("json_schema", fmt.schema_, "output_config.format.schema") if fmt else None
+
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        """Thinking shown as signed blocks without their text is the Message's to say."""
+        if self.thinking and self.thinking.display == "omitted":
+            return {JobField.ECHO: json.dumps({"thinking_display": "omitted"})}
+        return {}
+
+    def _tools(self):
+        defs = []
+        for t in self.tools or ():
+            schema = t.input_schema if t.strict else loosened(t.input_schema)
+            defs.append((t.name, t.described(), schema))
+        return checked_tools(defs, "tools[{}]")
+
+    def _system(self) -> str | None:
+        if self.system is None or isinstance(self.system, str):
+            return self.system
+        return "\n\n".join(b.text for b in self.system)
+
+    def _conversation(self) -> list[Message]:
+        """The turns as chat messages, each tool result checked against the calls of the
+        assistant turn just before it (Anthropic's rule)."""
+        system = self._system()
+        out = [Message("system", system)] if system is not None else []
+        if self.messages[0].role != "user":
+            raise invalid("Invalid 'messages[0].role': the first message must be the user's.", "messages")
+        if self.messages[-1].role != "user":
+            raise unsupported(
+                "messages",
+                "The last message must be the user's: continuing a final assistant message (a "
+                "prefill) is not supported here.",
+            )
+        calls: set[str] = set()  # the tool_use ids of the last assistant turn
+        for i, m in enumerate(self.messages):
+            text: list[str] = []
+            if m.role == "assistant":
+                made: list[ToolCall] = []
+                for j, b in enumerate(m.blocks()):
+                    _readable(b, i, j)
+                    if isinstance(b, TextBlock):
+                        text.append(b.text)
+                    elif isinstance(b, ToolUseBlock):
+                        made.append(ToolCall(b.id, b.name, json.dumps(b.input, ensure_ascii=False)))
+                    elif isinstance(b, ToolResultBlock):
+                        raise _misplaced(b.type, "user", i, j)
+                _join(out, Message("assistant", "".join(text), tool_calls=tuple(made)))
+                calls = {c.id for c in made}
+                continue
+            for j, b in enumerate(m.blocks()):
+                _readable(b, i, j)
+                if isinstance(b, ToolResultBlock):
+                    if b.tool_use_id not in calls:
+                        raise invalid(
+                            f"Invalid 'messages[{i}].content[{j}]': a tool_result block must answer a "
+                            f"tool_use block of the assistant turn before it ({b.tool_use_id[:64]!r} "
+                            "names none).",
+                            f"messages[{i}].content[{j}].tool_use_id",
+                        )
+                    out.append(Message("tool", _result_text(b, i, j), tool_call_id=b.tool_use_id))
+                elif isinstance(b, TextBlock):
+                    text.append(b.text)
+                else:  # tool_use and thinking are the assistant's
+                    raise _misplaced(b.type, "assistant", i, j)
+            calls = set()
+            if text or not any(isinstance(b, ToolResultBlock) for b in m.blocks()):
+                _join(out, Message("user", "".join(text)))
+        return out
+
+    def stops(self) -> list[str]:
+        return list(self.stop_sequences or ())
+
+    def prompt_chars(self) -> tuple[int, str]:
+        chars = len(self._system() or "")
+        for m in self.messages:
+            for b in m.blocks():
+                if isinstance(b, TextBlock):
+                    chars += len(b.text)
+                elif isinstance(b, ToolUseBlock):
+                    chars += len(b.name) + len(json.dumps(b.input))
+                elif isinstance(b, ToolResultBlock):
+                    chars += len(_result_text(b, 0, 0, check=False))
+        chars += sum(len(json.dumps(t.model_dump())) for t in self.tools or ())
+        return chars, "messages"
+
+    def wanted_tokens(self) -> tuple[int | None, str]:
+        return self.max_tokens, "max_tokens"
+
+    def enforce(self, limits: Limits) -> None:
+        """MAX_MESSAGES counts the chat messages the turns become: each tool result is one."""
+        turns = len(self.messages) + sum(
+            isinstance(b, ToolResultBlock) for m in self.messages for b in m.blocks()
+        )
+        if turns > limits.max_messages:
+            raise too_many("messages", limits.max_messages, turns)
+        budget = self.thinking.budget_tokens if self.thinking else None
+        if budget is not None and self.max_tokens is not None and budget >= self.max_tokens:
+            raise invalid(
+                "Invalid 'thinking.budget_tokens': it must be less than max_tokens.", "thinking.budget_tokens"
+            )
+        super().enforce(limits)
+
+
+def _misplaced(kind: str, role: str, i: int, j: int) -> APIError:
+    return invalid(f"Invalid 'messages[{i}].content[{j}]': {kind} blocks go in {role} turns.", "messages")
+
+
+def _readable(block: object, i: int, j: int) -> None:
+    if isinstance(block, MediaBlock):
+        raise invalid(
+            f"Invalid 'messages[{i}].content[{j}]': this server's models read text only; "
+            f"{block.type} blocks are not supported.",
+            f"messages[{i}].content[{j}].type",
+        )
+
+
+def _result_text(block: ToolResultBlock, i: int, j: int, check: bool = True) -> str:
+    if block.content is None or isinstance(block.content, str):
+        return block.content or ""
+    parts = []
+    for part in block.content:
+        if check:
+            _readable(part, i, j)
+        if isinstance(part, TextBlock):
+            parts.append(part.text)
+    return "".join(parts)
+
+
+def _join(out: list[Message], message: Message) -> None:
+    """Add a turn; one after a turn of the same role joins it."""
+    last = out[-1] if out else None
+    if last is None or last.role != message.role or message.role not in ("user", "assistant"):
+        out.append(message)
+        return
+    content = "\n\n".join(t for t in (last.content, message.content) if t)
+    out[-1] = Message(last.role, content, tool_calls=last.tool_calls + message.tool_calls)

@@ -1,0 +1,63 @@
+"""A message's SSE stream, as Anthropic's SDKs read it: `event: <type>`, `data: <JSON>`, and an
+`id:` line numbering each event of the transcript (api/endpoints/messages/objects.py) so that a
+client that reconnects with `Last-Event-ID` (or `?starting_after=N`) gets the events after N,
+recomputed from the job's first entry. Keep-alives are Anthropic's `ping` events, without an
+id. There is no `[DONE]`: `message_stop` (or `error`) ends it.
+"""
+
+from __future__ import annotations
+
+import json
+
+from api.endpoints.messages.objects import DELTA_EVENT, MessageObjects
+from api.endpoints.protocol import Encoded
+from api.http.errors import anthropic
+from api.streaming.cursor import numbered
+from contract.entries import Rows
+from contract.errors import ErrorCode
+
+PING = b'event: ping\ndata: {"type":"ping"}\n\n'
+
+
+def frame(event: dict, number: int | None) -> bytes:
+    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    head = f"id: {number}\n" if number is not None else ""
+    return f"event: {event['type']}\n{head}data: {data}\n\n".encode()
+
+
+class MessageEvents:
+    def __init__(self, objects: MessageObjects, after: int) -> None:
+        self._transcript = objects.transcript()
+        self._after = after  # the client has every event up to this number (-1: none)
+
+    def read_from(self) -> tuple[str, bool]:
+        return "0", False  # the numbers come from the whole transcript
+
+    def opening(self) -> bytes:
+        return b""  # message_start waits for the job's Started: it carries the prompt's tokens
+
+    def encode(self, rows: Rows) -> Encoded:
+        out, contents = [], 0
+        for eid, entry in rows:
+            first = self._transcript.seq + 1
+            for n, event in enumerate(self._transcript.feed(eid, entry), first):
+                if n > self._after:
+                    out.append(frame(event, n))
+                    contents += event["type"] == DELTA_EVENT
+        return Encoded(b"".join(out), contents)
+
+    def keepalive(self) -> bytes:
+        return PING
+
+    def error(self, error: ErrorCode, message: str | None = None) -> bytes:
+        """A stream-level failure (the queue unreachable, a bug), not the message's: without an
+        id, so a resume from the last one misses nothing."""
+        return frame(anthropic(error, message or error.message)[1], None)
+
+    def done(self) -> bytes:
+        return b""
+
+
+def message_events(objects: MessageObjects, raw_cursor: str | None) -> MessageEvents:
+    """The stream after `raw_cursor` (an event number; raises BadCursor), or all of it."""
+    return MessageEvents(objects, numbered(raw_cursor))

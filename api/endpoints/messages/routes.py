@@ -1,0 +1,84 @@
+"""The Messages API's routes: the four every endpoint has (api/endpoints/routes.py), and
+`POST /v1/messages/count_tokens`.
+
+A count is exact: only a worker holds the model's tokenizer and chat template (the API never
+loads a model), so a count is a small job, one of no tokens, which a worker of the model
+tokenizes and ends at once without generating. It waits in the model's queue like any job:
+with the pool scaled to zero it waits for a worker as long as QUEUE_WAIT_SECONDS allows, then
+is answered `overloaded_error` (529), which the SDKs retry.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from api.endpoints.answering import collect
+from api.endpoints.messages.body import MessagesRequest
+from api.endpoints.messages.objects import MessageObjects, failure
+from api.endpoints.protocol import Answer
+from api.endpoints.routes import Ask, EndpointRoutes
+from api.http.auth import allowed, request_grant, request_owner
+from api.http.parsing import parse
+from api.http.reading import read_json
+from api.jobs.owners import now_ms
+from api.services import Services
+from api.settings import Limits
+from contract.entries import Failed, Finished, Rows
+from contract.jobspec import JobSpec
+
+
+class CountRequest(MessagesRequest):
+    """What a message would be made of, without what only generating takes."""
+
+    max_tokens: None = None  # type: ignore[assignment]
+    stream: None = None  # type: ignore[assignment]
+    stop_sequences: None = None  # type: ignore[assignment]
+    temperature: None = None  # type: ignore[assignment]
+    top_p: None = None  # type: ignore[assignment]
+    top_k: None = None  # type: ignore[assignment]
+    metadata: None = None  # type: ignore[assignment]
+    service_tier: None = None  # type: ignore[assignment]
+
+    def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
+        return dataclasses.replace(super().to_spec(job_id, limits), max_tokens=0)
+
+    def wanted_tokens(self) -> tuple[int | None, str]:
+        return None, "max_tokens"
+
+
+@dataclasses.dataclass(frozen=True)
+class Counted(MessageObjects):
+    """A count job's answer: `{"input_tokens": N}` once a worker has tokenized its prompt."""
+
+    def answer(self, rows: Rows) -> Answer | None:
+        for _, entry in rows:
+            if isinstance(entry, Failed):
+                return Answer(*failure(entry))
+            if isinstance(entry, Finished):
+                return Answer(200, {"input_tokens": entry.prompt_tokens})
+        return None
+
+
+class MessagesRoutes(EndpointRoutes):
+    def routes(self) -> list[Route]:
+        count = Route(self.endpoint.path + "/count_tokens", self.count_tokens, methods=["POST"])
+        return [count, *super().routes()]
+
+    async def count_tokens(self, request: Request) -> Response:
+        arrived_ms = now_ms()
+        services: Services = request.state.services
+        settings = services.settings
+        raw = await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
+        body = await services.heavy.run_for(len(raw), parse, CountRequest, raw)
+        owner = request_owner(request)
+        allowed(request_grant(request), body.priority)  # a count is a job of the key's tier
+        body.enforce(settings.limits)
+        ask = Ask(request, services, body, owner, None, len(raw))
+        made = await self._job_for(ask)
+        response = await collect(request, services, Counted.of(made.job), arrived_ms)
+        response.headers.update(made.headers(ask))
+        return response

@@ -1,0 +1,48 @@
+"""What every endpoint that creates jobs gives the shared routes and the answering code
+(api/endpoints/routes.py, answering.py), each endpoint in its own folder: its objects for a job
+(`Objects`), its SSE encoding of a job's entries (`Events`, each write an `Encoded`), and a
+whole answer for a client that did not stream (`Answer`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from contract.entries import Rows
+from contract.errors import ErrorCode
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A non-streamed response: its status and body."""
+
+    status: int
+    body: dict
+
+
+@dataclass(frozen=True)
+class Encoded:
+    data: bytes  # one write (may be empty: nothing the client lacks)
+    contents: int  # content events in it
+
+
+class Events(Protocol):
+    """What the relay needs of an endpoint's stream encoding."""
+
+    def read_from(self) -> tuple[str, bool]: ...
+    def opening(self) -> bytes: ...
+    def encode(self, rows: Rows) -> Encoded: ...
+    def keepalive(self) -> bytes: ...
+    def error(self, error: ErrorCode, message: str | None = None) -> bytes: ...
+    def done(self) -> bytes: ...
+
+
+class Objects(Protocol):
+    """An endpoint's objects for one job (its folder's objects.py)."""
+
+    object: str
+    id: str
+
+    def answer(self, rows: Any) -> Answer | None: ...
+    def pending(self, queued: bool) -> Answer: ...
+    def deleted(self) -> dict: ...

@@ -1,0 +1,324 @@
+"""The body of `POST /v1/responses`, validated into a chat `JobSpec` (a response runs on the
+same workers as a chat completion) plus what the Response repeats of it (`echo`) and its
+input items, recorded with the job.
+
+The conversation is: `instructions` (as a system message, not carried into later turns),
+then the turns of `previous_response_id` (its input and output, resolved by the endpoint
+before `to_spec`), then `input`. As for chat, any field this server does not implement is a
+400 naming it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Literal
+
+from pydantic import Discriminator, Field, PrivateAttr, Tag
+
+from api.endpoints.body import (
+    MAX_TOOLS,
+    Body,
+    Effort,
+    Function,
+    FunctionDef,
+    PositiveInt,
+    SchemaFormat,
+    SchemaName,
+    Temperature,
+    TopP,
+    first_unanswered,
+    template_kwargs,
+)
+from api.endpoints.responses.items import (
+    call_item,
+    input_id,
+    item_chars,
+    message_item,
+    output_item,
+    to_messages,
+)
+from api.endpoints.structured import checked_choice, checked_format, checked_tools
+from api.http.errors import APIError, invalid
+from api.http.parsing import Strict, too_many
+from api.settings import Limits
+from contract import errors
+from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message
+from contract.keys import JobField
+
+
+class InputText(Strict):
+    type: Literal["input_text"]
+    text: str
+
+
+class OutputText(Strict):
+    """An earlier answer's text, sent back as part of an assistant message."""
+
+    type: Literal["output_text"]
+    text: str
+    annotations: Annotated[list, Field(max_length=0)] | None = None
+    logprobs: list | None = None
+
+
+class _Item(Strict):
+    """What an input item sent back from an earlier Response may carry: its id is kept as the
+    item's id in input_items; its status is accepted and ignored."""
+
+    id: str | None = None
+    status: str | None = None
+
+
+def _joined(content: str | list[InputText] | list[InputText | OutputText]) -> str:
+    return content if isinstance(content, str) else "".join(p.text for p in content)
+
+
+class MessageItem(_Item):
+    type: Literal["message"] = "message"
+    role: Literal["user", "system", "developer", "assistant"]
+    content: str | list[Annotated[InputText | OutputText, Field(discriminator="type")]]
+
+    def text(self) -> str:
+        return _joined(self.content)
+
+
+class FunctionCallItem(_Item):
+    type: Literal["function_call"]
+    call_id: Annotated[str, Field(min_length=1)]
+    name: str
+    arguments: str
+
+
+class FunctionCallOutputItem(_Item):
+    type: Literal["function_call_output"]
+    call_id: Annotated[str, Field(min_length=1)]
+    output: str | list[InputText]
+
+    def text(self) -> str:
+        return _joined(self.output)
+
+
+class ItemReference(Strict):
+    type: Literal["item_reference"]
+    id: str
+
+
+def _item_type(value: object) -> str:
+    """A message item may leave out its type (the SDKs' "easy" input message)."""
+    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", "message")
+    return kind if isinstance(kind, str) else "message"
+
+
+InputItem = Annotated[
+    Annotated[MessageItem, Tag("message")]
+    | Annotated[FunctionCallItem, Tag("function_call")]
+    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ItemReference, Tag("item_reference")],
+    Discriminator(_item_type),
+]
+
+
+class FunctionTool(FunctionDef):
+    """The Responses API's function tool: chat's function definition, flattened."""
+
+    type: Literal["function"]
+
+
+class ToolChoiceFunction(Function):
+    name: str
+
+
+class TextFormat(SchemaFormat):
+    type: Literal["text", "json_object", "json_schema"]
+    name: SchemaName | None = None
+
+    def rules(self) -> dict[str, bool]:
+        schema = self.type == "json_schema"
+        return {
+            "text.format.name: a json_schema format needs a name": not schema or self.name is not None,
+            "text.format: name and schema go with type json_schema only": (
+                schema or (not self.name and self.schema_ is None)
+            ),
+        }
+
+
+class TextConfig(Strict):
+    format: TextFormat | None = None
+
+
+class Reasoning(Strict):
+    effort: Effort | None = None
+    summary: Literal["auto", "concise", "detailed"] | None = None  # accepted: no summary is made
+
+
+class ResponsesStreamOptions(Strict):
+    include_obfuscation: bool | None = None  # this server never pads its events
+
+
+class ResponsesRequest(Body):
+    input: str | Annotated[list[InputItem], Field(min_length=1)]
+    instructions: str | None = None
+    max_output_tokens: PositiveInt | None = None
+    temperature: Temperature | None = None
+    top_p: TopP | None = None
+    previous_response_id: str | None = None
+    text: TextConfig | None = None
+    tools: Annotated[list[FunctionTool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
+    parallel_tool_calls: bool | None = None
+    stream_options: ResponsesStreamOptions | None = None
+    truncation: Literal["disabled"] | None = None
+    reasoning: Reasoning | None = None
+    thinking_budget: PositiveInt | None = None  # as for chat: the worker closes the thinking after it
+
+    _history: list[Message] = PrivateAttr(default_factory=list)
+    _referenced: dict[str, dict] = PrivateAttr(default_factory=dict)
+
+    def rules(self) -> dict[str, bool]:
+        return {
+            "store: a background response must be stored (store=true)": not (
+                self.background and self.store is False
+            )
+        }
+
+    def references(self) -> list[str]:
+        """The ids of the earlier items this input refers to (`item_reference`)."""
+        return (
+            [i.id for i in self.input if isinstance(i, ItemReference)] if isinstance(self.input, list) else []
+        )
+
+    def bind(self, history: list[Message], referenced: dict[str, dict]) -> None:
+        """The conversation of `previous_response_id`, and the items `references` name, as
+        the endpoint found them."""
+        self._history, self._referenced = history, referenced
+
+    def items(self, response_id: str) -> list[dict]:
+        """The input as stored items, each with an id."""
+        if isinstance(self.input, str):
+            return [message_item(input_id(response_id, "msg", 0), "user", self.input)]
+        out = []
+        for i, item in enumerate(self.input):
+            if isinstance(item, ItemReference):
+                out.append(self._referenced[item.id])
+            elif isinstance(item, MessageItem):
+                out.append(message_item(item.id or input_id(response_id, "msg", i), item.role, item.text()))
+            elif isinstance(item, FunctionCallItem):
+                own = item.id or input_id(response_id, "fc", i)
+                out.append(call_item(own, item.call_id, item.name, item.arguments))
+            else:
+                own = item.id or input_id(response_id, "fco", i)
+                out.append(output_item(own, item.call_id, item.text()))
+        return out
+
+    def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
+        messages = [Message("system", self.instructions)] if self.instructions is not None else []
+        messages += self._history + to_messages(self.items(job_id))
+        _check_conversation(messages)
+        tools = self._tools()
+        choice = self.tool_choice
+        if isinstance(choice, ToolChoiceFunction):
+            tool_choice = checked_choice(choice.name, tools, "tool_choice.name")
+        else:
+            tool_choice = checked_choice(choice, tools)
+        fmt = self.text.format if self.text and self.text.format else None
+        return JobSpec(
+            id=job_id,
+            kind="chat",
+            model=self.model,
+            messages=tuple(messages),
+            max_tokens=self.max_output_tokens or limits.max_tokens,
+            temperature=TEMPERATURE if self.temperature is None else float(self.temperature),
+            top_p=TOP_P if self.top_p is None else float(self.top_p),
+            response_format=checked_format(fmt.type, fmt.schema_, "text.format.schema") if fmt else None,
+            tools=tools,
+            tool_choice=tool_choice,
+            parallel_tool_calls=self.parallel_tool_calls is not False,
+            priority=self.priority,
+            template_kwargs=template_kwargs(
+                self.reasoning.effort if self.reasoning else None, None, "reasoning"
+            ),
+            thinking_budget=self.thinking_budget or 0,
+        )
+
+    def _tools(self):
+        return checked_tools([(t.name, t.description, t.parameters) for t in self.tools or ()], "tools[{}]")
+
+    def echo(self) -> dict:
+        """What the Response object repeats of this request (api/endpoints/responses/objects.py)."""
+        fmt = self.text.format if self.text and self.text.format else None
+        choice = self.tool_choice
+        return {
+            "background": bool(self.background),
+            "store": self.store is not False,
+            "instructions": self.instructions,
+            "max_output_tokens": self.max_output_tokens,
+            "parallel_tool_calls": self.parallel_tool_calls is not False,
+            "previous_response_id": self.previous_response_id,
+            "temperature": TEMPERATURE if self.temperature is None else self.temperature,
+            "top_p": TOP_P if self.top_p is None else self.top_p,
+            "format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"},
+            "tool_choice": choice.model_dump()
+            if isinstance(choice, ToolChoiceFunction)
+            else choice or "auto",
+            "tools": [
+                {
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.parameters,
+                    "strict": True,
+                }
+                for t in self.tools or ()
+            ],
+            "user": self.user,
+            "metadata": self.metadata or {},
+            "service_tier": self.priority,
+            "reasoning": self.reasoning.model_dump() if self.reasoning else {"effort": None, "summary": None},
+        }
+
+    def job_fields(self, job_id: str) -> dict[str, str]:
+        fields = {
+            JobField.ECHO: json.dumps(self.echo(), ensure_ascii=False),
+            JobField.INPUT: json.dumps(self.items(job_id), ensure_ascii=False),
+        }
+        if self.store is not False:
+            fields[JobField.KEEP_SPEC] = "1"  # a later turn's previous_response_id reads it
+        return fields
+
+    def prompt_chars(self) -> tuple[int, str]:
+        chars = len(self.instructions or "")
+        chars += sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in self._history)
+        if isinstance(self.input, str):
+            chars += len(self.input)
+        else:
+            for item in self.input:
+                if isinstance(item, ItemReference):
+                    chars += item_chars(self._referenced.get(item.id, {}))
+                elif isinstance(item, FunctionCallItem):
+                    chars += len(item.name) + len(item.arguments)
+                else:
+                    chars += len(item.text())
+        chars += sum(len(json.dumps(t.model_dump())) for t in self.tools or ())
+        return chars, "input"
+
+    def wanted_tokens(self) -> tuple[int | None, str]:
+        return self.max_output_tokens, "max_output_tokens"
+
+    def enforce(self, limits: Limits) -> None:
+        turns = len(self._history) + (len(self.input) if isinstance(self.input, list) else 1)
+        if turns > limits.max_messages:
+            raise too_many("input", limits.max_messages, turns)
+        super().enforce(limits)
+
+
+def _check_conversation(messages: list[Message]) -> None:
+    i = first_unanswered(messages)
+    if i is not None:
+        raise _no_call(messages[i].tool_call_id)
+
+
+def _no_call(call_id: str) -> APIError:
+    return invalid(
+        f"No tool call found for function call output with call_id {call_id[:64]!r}.",
+        param="input",
+        error=errors.INVALID_VALUE,
+    )

@@ -1,0 +1,75 @@
+"""A response's SSE stream: every event of its transcript numbered above the client's cursor.
+
+Each event is `event: <type>`, `id: <sequence_number>`, `data: <JSON>`; a resume names where
+it stands by `starting_after` or by `Last-Event-ID` (the same number), and the stream is
+recomputed from the job's first entry so the numbers never change. Keep-alives are a comment
+line with no blank line after it: it dispatches no event in any SSE reader (openai-python
+turns a blank-line-terminated comment into a JSON error once it has seen an `id:`). The stream
+has no `data: [DONE]`, as OpenAI's has none.
+"""
+
+from __future__ import annotations
+
+import json
+
+from api.endpoints.protocol import Encoded
+from api.endpoints.responses.objects import DELTA_EVENTS, ResponseObjects
+from api.streaming.cursor import numbered
+from contract.entries import Rows
+from contract.errors import ErrorCode
+
+KEEPALIVE = b": keepalive\n"
+
+
+def frame(event: dict) -> bytes:
+    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event['type']}\nid: {event['sequence_number']}\ndata: {data}\n\n".encode()
+
+
+class ResponseEvents:
+    def __init__(self, objects: ResponseObjects, after: int) -> None:
+        self._transcript = objects.transcript()
+        self._after = after  # the client has every event up to this number (-1: none)
+        self._last = after
+
+    def read_from(self) -> tuple[str, bool]:
+        return "0", False  # the numbers come from the whole transcript
+
+    def opening(self) -> bytes:
+        return self._send(self._transcript.start()).data
+
+    def encode(self, rows: Rows) -> Encoded:
+        events = [event for eid, entry in rows for event in self._transcript.feed(eid, entry)]
+        return self._send(events)
+
+    def _send(self, events: list[dict]) -> Encoded:
+        out, contents = [], 0
+        for event in events:
+            if event["sequence_number"] > self._after:
+                out.append(frame(event))
+                self._last = event["sequence_number"]
+                contents += event["type"] in DELTA_EVENTS
+        return Encoded(b"".join(out), contents)
+
+    def keepalive(self) -> bytes:
+        return KEEPALIVE
+
+    def error(self, error: ErrorCode, message: str | None = None) -> bytes:
+        """A stream-level failure (the queue unreachable, a bug), not the response's: it
+        repeats the last number sent, so a resume from it misses nothing."""
+        event = {
+            "type": "error",
+            "sequence_number": max(self._last, 0),
+            "code": error.code,
+            "message": message or error.message,
+            "param": None,
+        }
+        return frame(event)
+
+    def done(self) -> bytes:
+        return b""
+
+
+def response_events(objects: ResponseObjects, raw_cursor: str | None) -> ResponseEvents:
+    """The stream after `raw_cursor` (a sequence number; raises BadCursor), or all of it."""
+    return ResponseEvents(objects, numbered(raw_cursor))

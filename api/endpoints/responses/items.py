@@ -1,0 +1,106 @@
+"""The items of a Responses conversation (messages, function calls, their outputs) as stored
+with a response, and as the chat messages a worker's template renders.
+
+Input items are stored as openai-python's `ResponseItem` types have them, each with an id:
+the client's own, or one made from the response's id and the item's place, so that an
+`item_reference` to it (as the AI SDK sends for earlier turns) can be found again. Output items
+carry ids of the same form (api/endpoints/responses/objects.py: `item_id`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from api.endpoints.responses.objects import ID_PREFIX
+from contract.jobspec import Message, ToolCall
+
+_REFERENCE = re.compile(r"(msg|fc|fco)_([A-Za-z0-9]{1,64})_(in)?(\d{1,6})")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Where an item id points: output item `index` of a response, or input item `index`."""
+
+    response_id: str
+    index: int
+    input: bool
+
+
+def parse_reference(item_id: str) -> Reference | None:
+    m = _REFERENCE.fullmatch(item_id)
+    if m is None:
+        return None
+    return Reference(ID_PREFIX + m[2], int(m[4]), bool(m[3]))
+
+
+def input_id(response_id: str, kind: str, index: int) -> str:
+    return f"{kind}_{response_id.removeprefix(ID_PREFIX)}_in{index}"
+
+
+def message_item(item_id: str, role: str, text: str) -> dict:
+    """A stored message: an assistant's is an output message, anyone else's an input one."""
+    if role == "assistant":
+        part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    else:
+        part = {"type": "input_text", "text": text}
+    return {"id": item_id, "type": "message", "role": role, "status": "completed", "content": [part]}
+
+
+def call_item(item_id: str, call_id: str, name: str, arguments: str) -> dict:
+    return {
+        "id": item_id,
+        "type": "function_call",
+        "status": "completed",
+        "arguments": arguments,
+        "call_id": call_id,
+        "name": name,
+    }
+
+
+def output_item(item_id: str, call_id: str, output: str) -> dict:
+    return {
+        "id": item_id,
+        "type": "function_call_output",
+        "status": "completed",
+        "call_id": call_id,
+        "output": output,
+    }
+
+
+def item_text(item: dict) -> str:
+    return "".join(part.get("text", "") for part in item.get("content", ()))
+
+
+def item_chars(item: dict) -> int:
+    """The characters of prompt a stored item adds to a conversation: a message's text, a
+    call's name and arguments, a call output's text."""
+    kind = item.get("type")
+    if kind == "function_call":
+        return len(item.get("name", "")) + len(item.get("arguments", ""))
+    if kind == "function_call_output":
+        return len(item.get("output", ""))
+    if kind == "reasoning":
+        return 0  # templates leave earlier thinking out
+    return len(item_text(item))
+
+
+def to_messages(items: list[dict]) -> list[Message]:
+    """Stored items as chat messages: an assistant's text and the calls that follow it are
+    one assistant message, a call's output a tool message."""
+    out: list[Message] = []
+    for item in items:
+        kind = item["type"]
+        if kind == "message":
+            role = "system" if item["role"] == "developer" else item["role"]
+            out.append(Message(role=role, content=item_text(item)))
+        elif kind == "function_call":
+            call = ToolCall(item["call_id"], item["name"], item["arguments"])
+            last = out[-1] if out else None
+            if last is not None and last.role == "assistant":
+                out[-1] = Message("assistant", last.content, (*last.tool_calls, call))
+            else:
+                out.append(Message("assistant", "", (call,)))
+        elif kind == "function_call_output":
+            out.append(Message("tool", item["output"], tool_call_id=item["call_id"]))
+    return out

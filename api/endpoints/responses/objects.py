@@ -1,0 +1,317 @@
+"""The Responses API's objects (a Response, its output items, its stream events), built from a
+job's entries by one `Transcript`.
+
+The events are a pure function of the entries: the same entries give the same events with the
+same `sequence_number`s on every path (the live stream, a replay from any API process, a GET),
+so `starting_after=N` is "the events numbered above N", and a Response fetched later is the
+one the stream ended with. The shapes follow openai-python's types (validated in strict mode
+by the tests) and what openai-node's and the AI SDK's stream readers require.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from dataclasses import dataclass, field
+
+from api.endpoints.protocol import Answer
+from api.jobs.state import JobState
+from contract.entries import CANCELLED, LENGTH, Delta, Entry, Failed, Finished, Rows, Started
+from contract.errors import status_of
+from contract.jobspec import TEMPERATURE, TOP_P
+
+ID_PREFIX = "resp_"
+DELTA_EVENTS = frozenset(
+    {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
+)  # the events that carry output (the relay counts them)
+
+
+def item_id(response_id: str, kind: str, index: int) -> str:
+    """Output item `index` of a response: `msg_…`, `rs_…` or `fc_…` (api/endpoints/responses/items.py reads
+    them back for `item_reference`)."""
+    return f"{kind}_{response_id.removeprefix(ID_PREFIX)}_{index}"
+
+
+def _usage(entry: Finished) -> dict:
+    return {
+        "input_tokens": entry.prompt_tokens,
+        "input_tokens_details": {"cached_tokens": entry.cached_tokens, "cache_write_tokens": 0},
+        "output_tokens": entry.completion_tokens,
+        "output_tokens_details": {"reasoning_tokens": entry.reasoning_tokens},
+        "total_tokens": entry.prompt_tokens + entry.completion_tokens,
+    }
+
+
+def _part(kind: str, text: str) -> dict:
+    """The content part of a message item, or of a reasoning item (its thinking)."""
+    if kind == "message":
+        return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
+    return {"type": "reasoning_text", "text": text}
+
+
+def _error(entry: Failed) -> dict:
+    """A failure as the Response's `error`: its codes are a closed list in the SDKs, so the
+    server's own code goes into the message."""
+    code = "invalid_prompt" if status_of(entry) < 500 else "server_error"
+    return {"code": code, "message": f"{entry.message} ({entry.code})" if entry.code else entry.message}
+
+
+@dataclass(frozen=True)
+class ResponseObjects:
+    """What every object of one response carries; `echo` is what the Response repeats of
+    its request (api/endpoints/responses/body.py), as recorded with the job."""
+
+    object = "response"
+
+    id: str
+    created: int
+    model: str
+    echo: dict = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, job: JobState) -> ResponseObjects:
+        return cls(job.id, job.created, job.model, json.loads(job.echo) if job.echo else {})
+
+    @property
+    def background(self) -> bool:
+        return bool(self.echo.get("background"))
+
+    @property
+    def stored(self) -> bool:
+        return self.echo.get("store", True) is not False
+
+    def transcript(self) -> Transcript:
+        return Transcript(self)
+
+    def response(self, status: str, output: list[dict], usage: dict | None = None, **ended: object) -> dict:
+        """The Response object: every key the SDKs' types list, `null` where unset."""
+        echo = self.echo
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "background": self.background,
+            "completed_at": ended.get("completed_at"),
+            "error": ended.get("error"),
+            "incomplete_details": ended.get("incomplete_details"),
+            "instructions": echo.get("instructions"),
+            "max_output_tokens": echo.get("max_output_tokens"),
+            "max_tool_calls": None,
+            "model": self.model,
+            "output": output,
+            "parallel_tool_calls": echo.get("parallel_tool_calls", True),
+            "previous_response_id": echo.get("previous_response_id"),
+            "reasoning": echo.get("reasoning", {"effort": None, "summary": None}),
+            "service_tier": echo.get("service_tier", "default"),
+            "store": self.stored,
+            "temperature": echo.get("temperature", TEMPERATURE),
+            "text": {"format": echo.get("format", {"type": "text"}), "verbosity": "medium"},
+            "tool_choice": echo.get("tool_choice", "auto"),
+            "tools": echo.get("tools", []),
+            "top_logprobs": 0,
+            "top_p": echo.get("top_p", TOP_P),
+            "truncation": "disabled",
+            "usage": usage,
+            "user": echo.get("user"),
+            "metadata": echo.get("metadata") or {},
+        }
+
+    def answer(self, rows: Rows) -> Answer:
+        """The Response as it stands after `rows` (all of the job's entries so far)."""
+        transcript = self.transcript()
+        transcript.start()
+        for eid, entry in rows:
+            transcript.feed(eid, entry)
+        return Answer(200, transcript.response())
+
+    def pending(self, queued: bool) -> Answer:
+        return Answer(200, self.response("queued" if queued else "in_progress", []))
+
+    def deleted(self) -> dict:
+        return {"id": self.id, "object": "response.deleted", "deleted": True}
+
+
+class Transcript:
+    """Feeds a job's entries, in order from its first, into the response's output items and
+    stream events. Call `start` first: its events are numbered from 0."""
+
+    def __init__(self, objects: ResponseObjects) -> None:
+        self._o = objects
+        self.seq = -1
+        self.output: list[dict] = []
+        self._text: list[str] = []  # the open message or reasoning item's text so far
+        self._args: dict[int, list[str]] = {}  # an open function call's arguments so far, by output index
+        self._calls: dict[int, int] = {}  # a tool call's index in the job -> its output index
+        self._open: int | None = None  # the output index of the item being written
+        self._started = False
+        self.status = "queued" if objects.background else "in_progress"
+        self._usage: dict | None = None
+        self._ended: dict = {}
+
+    def start(self) -> list[dict]:
+        """The opening events, sent before any entry: created, then queued (a background
+        response waits for a worker) or in_progress."""
+        events = [self._event("response.created", response=self.response())]
+        if self._o.background:
+            return [*events, self._event("response.queued", response=self.response())]
+        self._started = True
+        return [*events, self._event("response.in_progress", response=self.response())]
+
+    def response(self) -> dict:
+        return self._o.response(self.status, self._output(), self._usage, **self._ended)
+
+    def feed(self, eid: str, entry: Entry) -> list[dict]:
+        """The events one entry makes (none for most of a crash's extra Started)."""
+        if isinstance(entry, Started):
+            if self._started:
+                return []
+            self._started = True
+            self.status = "in_progress"
+            return [self._event("response.in_progress", response=self.response())]
+        if isinstance(entry, Delta):
+            return self._delta(entry)
+        if isinstance(entry, Finished):
+            return self._finished(eid, entry)
+        if isinstance(entry, Failed):
+            events = self._close("incomplete")
+            self.status = "failed"
+            self._ended = {"error": _error(entry)}
+            return [*events, self._event("response.failed", response=self.response())]
+        return []
+
+    def _delta(self, entry: Delta) -> list[dict]:
+        """A reasoning model's thinking goes into a reasoning item, before the message."""
+        events = self._write("reasoning", entry.reasoning) + self._write("message", entry.text)
+        for part in entry.calls:
+            if part.id:  # a new call
+                events += self._close("completed")
+                events += self._open_call(part.index, part.id, part.name)
+            at = self._calls.get(part.index, -1)
+            if at not in self._args or not part.arguments:  # a closed call gets no more
+                continue
+            self._args[at].append(part.arguments)
+            events.append(
+                self._event(
+                    "response.function_call_arguments.delta",
+                    item_id=self.output[at]["id"],
+                    output_index=at,
+                    delta=part.arguments,
+                )
+            )
+        return events
+
+    def _write(self, kind: str, text: str) -> list[dict]:
+        """Text into the open item of `kind` ("message" or "reasoning"), opened if need be."""
+        if not text:
+            return []
+        events = []
+        if self._open is None or self.output[self._open]["type"] != kind:
+            events += self._close("completed")
+            events += self._open_text(kind)
+        self._text.append(text)
+        extra: dict = {"logprobs": []} if kind == "message" else {}
+        name = "response.output_text.delta" if kind == "message" else "response.reasoning_text.delta"
+        at = self._open
+        common = {"item_id": self.output[at]["id"], "output_index": at, "content_index": 0}  # type: ignore[index]
+        return [*events, self._event(name, **common, delta=text, **extra)]
+
+    def _open_text(self, kind: str) -> list[dict]:
+        index = len(self.output)
+        item: dict = {"id": item_id(self._o.id, "msg" if kind == "message" else "rs", index), "type": kind}
+        if kind == "message":
+            item |= {"status": "in_progress", "content": [], "role": "assistant"}
+        else:
+            item |= {"summary": [], "status": "in_progress", "content": []}
+        self.output.append(item)
+        self._open, self._text = index, []
+        part = _part(kind, "")
+        return [
+            self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item)),
+            self._event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=index,
+                content_index=0,
+                part=part,
+            ),
+        ]
+
+    def _open_call(self, call_index: int, call_id: str, name: str) -> list[dict]:
+        index = len(self.output)
+        item = {
+            "id": item_id(self._o.id, "fc", index),
+            "type": "function_call",
+            "status": "in_progress",
+            "arguments": "",
+            "call_id": call_id,
+            "name": name,
+        }
+        self.output.append(item)
+        self._open = index
+        self._calls[call_index] = index
+        self._args[index] = []
+        return [self._event("response.output_item.added", output_index=index, item=copy.deepcopy(item))]
+
+    def _close(self, status: str) -> list[dict]:
+        """End the open item (if any) with `status`: its done events, the whole item last."""
+        index, self._open = self._open, None
+        if index is None:
+            return []
+        item = self.output[index]
+        item["status"] = status
+        events = []
+        if item["type"] in ("message", "reasoning"):
+            text = "".join(self._text)
+            part = _part(item["type"], text)
+            item["content"] = [part]
+            common = {"item_id": item["id"], "output_index": index, "content_index": 0}
+            if item["type"] == "message":
+                events.append(self._event("response.output_text.done", **common, text=text, logprobs=[]))
+            else:
+                events.append(self._event("response.reasoning_text.done", **common, text=text))
+            events.append(self._event("response.content_part.done", **common, part=copy.deepcopy(part)))
+        else:
+            item["arguments"] = "".join(self._args.pop(index))
+            events.append(
+                self._event(
+                    "response.function_call_arguments.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    arguments=item["arguments"],
+                )
+            )
+        events.append(self._event("response.output_item.done", output_index=index, item=copy.deepcopy(item)))
+        return events
+
+    def _finished(self, eid: str, entry: Finished) -> list[dict]:
+        """A completed response ends with response.completed, one cut at its token limit with
+        response.incomplete; a cancelled one ends without an event (no SDK knows one)."""
+        reason = entry.finish_reason
+        events = self._close("incomplete" if reason in (LENGTH, CANCELLED) else "completed")
+        self._usage = _usage(entry)
+        if reason == CANCELLED:
+            self.status = "cancelled"
+            return events
+        if reason == LENGTH:
+            self.status = "incomplete"
+            self._ended = {"incomplete_details": {"reason": "max_output_tokens"}}
+            return [*events, self._event("response.incomplete", response=self.response())]
+        self.status = "completed"
+        self._ended = {"completed_at": int(eid.split("-")[0]) // 1000 if eid else self._o.created}
+        return [*events, self._event("response.completed", response=self.response())]
+
+    def _output(self) -> list[dict]:
+        """The output items as they stand (an open item's text or arguments so far)."""
+        out = copy.deepcopy(self.output)
+        if self._open is not None:
+            item = out[self._open]
+            if item["type"] in ("message", "reasoning"):
+                item["content"] = [_part(item["type"], "".join(self._text))]
+            else:
+                item["arguments"] = "".join(self._args[self._open])
+        return out
+
+    def _event(self, kind: str, **fields: object) -> dict:
+        self.seq += 1
+        return {"type": kind, "sequence_number": self.seq, **fields}

@@ -1,0 +1,138 @@
+"""The Responses endpoint's routes: the four every endpoint has (api/endpoints/routes.py), with what
+the Responses API adds to them: `previous_response_id` and `item_reference` resolved from the
+stored responses, cancel as OpenAI has it (background responses only; the cancelled Response
+back), `store: false` responses that no id finds, and `GET …/{id}/input_items`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import anyio
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from api.endpoints.body import Body
+from api.endpoints.responses.body import ResponsesRequest
+from api.endpoints.responses.items import item_chars, parse_reference, to_messages
+from api.endpoints.responses.objects import ResponseObjects
+from api.endpoints.routes import EndpointRoutes
+from api.http.errors import APIError, invalid
+from api.http.paging import page
+from api.jobs.state import JobState
+from api.services import Services
+from contract import errors
+from contract.jobspec import Message
+from contract.keys import JobField
+
+CANCEL_WAIT_S = 5.0  # a running response stops at its worker's next token
+
+
+@dataclass(frozen=True)
+class Earlier:
+    """A stored response, as a later request refers to it."""
+
+    messages: list[Message]  # its conversation: what it was asked (instructions left out)
+    input: list[dict]  # its input items
+    output: list[dict]  # its output items
+
+    def conversation(self) -> list[Message]:
+        return self.messages + to_messages(self.output)
+
+
+class ResponsesRoutes(EndpointRoutes):
+    def routes(self) -> list[Route]:
+        one = self.endpoint.path + "/{completion_id}"
+        return [*super().routes(), Route(one + "/input_items", self.input_items, methods=["GET"])]
+
+    async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:
+        """As for every endpoint, and a response created with `store: false` is not found."""
+        job = await super().job_named(services, job_id, owner, param)
+        if not ResponseObjects.of(job).stored:
+            raise APIError(
+                errors.NOT_FOUND, f"No response found with id '{job_id}'.", param=param or "response_id"
+            )
+        return job
+
+    async def prepare(self, services: Services, body: Body, owner: str) -> None:
+        """The conversation of `previous_response_id` and the items `item_reference`s name,
+        each earlier response read once, and refused (400) as soon as what they add to the
+        prompt passes MAX_PROMPT_CHARS: a small request cannot expand into a huge one."""
+        assert isinstance(body, ResponsesRequest)
+        limit = services.settings.limits.max_prompt_chars
+        read: dict[str, Earlier] = {}
+        history: list[Message] = []
+        chars = 0
+        if body.previous_response_id is not None:
+            rid = body.previous_response_id
+            read[rid] = await self._earlier(services, rid, owner, "previous_response_id")
+            history = read[rid].conversation()
+            chars = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in history)
+        referenced: dict[str, dict] = {}
+        for ref in body.references():
+            if ref not in referenced:
+                referenced[ref] = await self._item(services, ref, owner, read)
+            chars += item_chars(referenced[ref])
+            if chars > limit:
+                raise invalid(
+                    f"Invalid 'input': with its earlier responses and referenced items, the prompt is "
+                    f"over {limit} characters long, the limit.",
+                    param="input",
+                    error=errors.STRING_TOO_LONG,
+                )
+        body.bind(history, referenced)
+
+    async def _earlier(self, services: Services, rid: str, owner: str, param: str) -> Earlier:
+        job = await self.job_named(services, rid, owner, param)
+        if not job.ended:
+            raise invalid(f"Response '{rid}' has not finished yet.", param=param)
+        spec, items = (
+            await services.jobs.stored(rid, JobField.SPEC),
+            await services.jobs.stored(rid, JobField.INPUT),
+        )
+        objects = ResponseObjects.of(job)
+        rows = await services.jobs.whole(rid)
+        output = objects.answer(rows).body["output"]
+        messages = [Message.from_dict(m) for m in json.loads(spec)["messages"]] if spec else []
+        if objects.echo.get("instructions") is not None:
+            messages = messages[1:]  # instructions do not carry over (as OpenAI has it)
+        return Earlier(messages, json.loads(items) if items else [], output)
+
+    async def _item(self, services: Services, item_id: str, owner: str, read: dict[str, Earlier]) -> dict:
+        """The item an `item_reference` names: an input or output item of a stored response
+        (`read`: the responses this request has read already)."""
+        ref = parse_reference(item_id)
+        if ref is not None and self.endpoint.owns(ref.response_id):
+            if ref.response_id not in read:
+                read[ref.response_id] = await self._earlier(services, ref.response_id, owner, "input")
+            earlier = read[ref.response_id]
+            for item in earlier.input if ref.input else earlier.output:
+                if item.get("id") == item_id:
+                    return item
+        raise APIError(errors.NOT_FOUND, f"Item with id '{item_id[:80]}' not found.", param="input")
+
+    async def cancel(self, request: Request) -> Response:
+        """Stop a background response and answer with it, cancelled (again, for one cancelled
+        before); one that ended otherwise cannot be cancelled."""
+        services, job = await self._job_of(request)
+        objects = ResponseObjects.of(job)
+        if not objects.background:
+            raise invalid("Only responses created with background=true can be cancelled.")
+        if not job.ended:
+            await services.jobs.cancel(job.id)
+            with anyio.move_on_after(CANCEL_WAIT_S):
+                while (state := await services.jobs.state(job.id)) is not None and not state.ended:
+                    await anyio.sleep(0.05)
+        response = objects.answer(await services.jobs.whole(job.id)).body
+        if response["status"] in ("completed", "failed", "incomplete"):
+            raise invalid(f"Cannot cancel a {response['status']} response.")
+        return JSONResponse(response)
+
+    async def input_items(self, request: Request) -> Response:
+        """The response's input items, newest first unless `order=asc`, `limit` (1 to 100,
+        20) at a time after the item `after`."""
+        services, job = await self._job_of(request)
+        items = json.loads(await services.jobs.stored(job.id, JobField.INPUT) or "[]")
+        return page(request, items, max_limit=100, default_limit=20)

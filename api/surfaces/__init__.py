@@ -1,1 +1,0 @@
-"""The surfaces that create jobs (chat, completions, Responses): bodies, objects, events, routes."""

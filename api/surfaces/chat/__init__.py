@@ -1,1 +1,0 @@
-"""Chat and legacy text completions: their request bodies, chunks and SSE events."""

@@ -1,1 +1,0 @@
-"""Anthropic's Messages API (`POST /v1/messages`) on the same jobs as the other surfaces."""

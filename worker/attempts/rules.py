@@ -1,0 +1,379 @@
+"""The rules of one attempt at one job: check and claim it, read back what earlier attempts
+published, wait until the replicas hold the claim, generate, publish, and end the job or
+hand it off. The runner (worker/attempts/runner.py) keeps the slots attempts run in.
+
+An attempt may be a continuation: earlier attempts of the same job (on a worker that died,
+hung or shut down) already published text with its token ids. The new attempt rebuilds the
+prompt, appends exactly those ids, and generates only what is missing, within the job's
+original max_tokens; the client sees one continuous stream.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Generator, Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+import redis
+
+from contract import errors, keys, queueing, tiers
+from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
+from contract.jobspec import InvalidSpec, JobSpec, digest
+from contract.keys import JobStatus
+from contract.stats import BatchCounters
+from worker.attempts import embedding
+from worker.attempts.attempt import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
+from worker.attempts.budget import bounded
+from worker.attempts.durability import Durability
+from worker.attempts.heartbeat import Heartbeat
+from worker.attempts.publisher import Publisher
+from worker.attempts.sender import Sender
+from worker.engine.held import HeldPrefixes
+from worker.engine.placement import Placement
+from worker.engine.steps.picks import Pick
+from worker.errors import GrammarDeadEnd, PromptRejected
+from worker.redis.link import Link
+from worker.redis.retrying import TRANSIENT
+from worker.text.replies import Reply
+from worker.text.textstream import TextAssembler
+
+log = logging.getLogger(__name__)
+
+CLAIM_CONFIRM_S = 5.0  # how long an attempt waits for a replica to hold its claim (`_settle_claim`)
+CLAIM_WAIT_MS = 250  # each WAIT of that
+
+
+class Engine(Protocol):
+    model_name: str
+    n_ctx: int
+    slots: int  # sequences decoded together (SLOTS, or sized at start: worker/engine/sizing.py)
+
+    def prompt_ids(self, spec: JobSpec) -> list[int]: ...
+    def is_end(self, token: int) -> bool: ...
+    def piece(self, token: int) -> bytes: ...
+    def reply(self, spec: JobSpec, prompt: list[int]) -> Reply: ...
+    def close_thinking(self, spec: JobSpec) -> list[int]: ...  # the tokens that close its thinking
+    def tokens(
+        self,
+        spec: JobSpec,
+        prompt: list[int],
+        prior: list[int],
+        progress: Callable[[], None] | None = None,
+        alone_for: int = 0,
+        cached: Callable[[int], None] | None = None,
+    ) -> Generator[tuple[Pick, bytes]]: ...
+    def warm_up(self, budget_s: float = 30.0) -> float: ...
+    def counters(self) -> BatchCounters: ...
+    def step_ms(self) -> float: ...
+
+    placement: Placement | None  # where the model and its cache are (None: no model)
+    held: HeldPrefixes | None  # the prefixes its slots hold (None: no cache)
+
+
+class Outcome(StrEnum):
+    """How a job function call or an attempt ended (logged; RQ keeps no result)."""
+
+    STARTED = "started"  # claimed: the attempt runs on its own thread
+    SKIPPED = "skipped"  # ended, cancelled or late before it started
+    REFUSED = "refused"  # not a job the API recorded (a planted or malformed spec): not run
+    WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
+    STOP = STOP
+    LENGTH = LENGTH
+    CANCELLED = CANCELLED
+    TOOL_CALLS = TOOL_CALLS
+    REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
+    DEADLINE = "deadline_exceeded"
+    FENCED = "fenced"  # another attempt took over
+    HANDED_OFF = "handed-off"  # given back at shutdown
+
+
+@dataclass(frozen=True)
+class Claimed:
+    spec: JobSpec
+    attempt: Attempt
+
+
+class HandedOff(Exception):
+    pass
+
+
+class AttemptRules:
+    """The one implementation of the stream contract, for every attempt the runner starts."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        link: Link,
+        claims: Claims,
+        publisher: Publisher,
+        heartbeat: Heartbeat,
+        durability: Durability | None,
+        counters: BatchCounters,
+        log_content: bool,
+        suspect_cleared: Callable[[Attempt], None],
+    ) -> None:
+        self.engine, self.link, self.claims, self.publisher = engine, link, claims, publisher
+        self.heartbeat, self.durability, self.counters = heartbeat, durability, counters
+        self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
+        self._suspect_cleared = suspect_cleared  # the runner's count of running suspects
+        self.shutdown_at: float | None = None  # SIGTERM: attempts past it hand their jobs off
+
+    def claim(self, raw_spec: dict, rq_job_id: str) -> Claimed | Outcome:
+        """Check the job and claim it; or why it does not run here. Only a spec the API
+        recorded for the job that the RQ job id names is run."""
+        try:
+            spec = JobSpec.from_dict(raw_spec)
+        except InvalidSpec as exc:
+            log.warning("refused job %s: invalid arguments: %s", rq_job_id, exc)
+            return Outcome.REFUSED
+        if spec.id != keys.job_of(rq_job_id):
+            log.warning("refused job %s: it carries the spec of %s", rq_job_id, spec.id)
+            return Outcome.REFUSED
+        model, kind = tiers.served_model(self.engine.model_name)
+        if spec.model != self.engine.model_name or (spec.kind == "embed") != (kind == "embeddings"):
+            self.claims.end(spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {model}'s {kind}."))
+            return Outcome.WRONG_MODEL
+        try:
+            attempt = self.claims.claim(spec.id, digest(raw_spec))
+        except JobGone:
+            return Outcome.SKIPPED
+        except NotRecorded:
+            log.warning("refused job %s: not the spec the API recorded", rq_job_id)
+            return Outcome.REFUSED
+        except TRANSIENT:
+            raise  # Redis away for long: the job stays with the caller until it is back
+        except redis.RedisError as exc:
+            # The job cannot start here (e.g. refused by an ACL): end it rather than leave
+            # its client waiting for the queue deadline.
+            log.exception("could not claim %s", spec.id)
+            with contextlib.suppress(redis.RedisError):
+                self.claims.end(
+                    spec.id,
+                    errors.WORKER_ERROR.entry(f"The worker could not start the job: {type(exc).__name__}"),
+                    only_if_status=JobStatus.QUEUED,
+                )
+            raise
+        return Claimed(spec, attempt)
+
+    def run(self, spec: JobSpec, attempt: Attempt) -> Outcome:
+        """Run the claimed attempt to its end: finished, failed, fenced or handed off."""
+        self.heartbeat.track(attempt)
+        if self.durability is not None:
+            self.durability.track(attempt)
+        try:
+            return self._generate(spec, attempt)
+        except Fenced as exc:
+            log.warning("attempt fenced out, abandoning job: %s", exc)
+            return Outcome.FENCED
+        except RolledBack as exc:  # the job goes on from what the stream holds (docs/protocol.md)
+            log.error("%s; handing the job off", exc)
+            self._hand_off(attempt)
+            return Outcome.HANDED_OFF
+        except HandedOff:
+            return Outcome.HANDED_OFF
+        except (SystemExit, KeyboardInterrupt):  # cold shutdown: give the job back first
+            self._hand_off(attempt)
+            raise
+        except Exception as exc:
+            log.exception("generation failed for %s", spec.id)
+            with contextlib.suppress(Fenced, redis.RedisError):
+                self.publisher.failed(
+                    attempt, errors.WORKER_ERROR, f"The worker failed: {type(exc).__name__}"
+                )
+            raise
+        finally:
+            self.heartbeat.untrack(attempt)
+            self.publisher.count_tokens(spec.model, attempt)
+
+    def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
+        engine, pub = self.engine, self.publisher
+        if spec.kind == "embed":  # an embedding worker's (its engine is an Embedder)
+            shutdown = lambda: self.shutdown_at  # noqa: E731
+            ended = embedding.run(engine, self.claims, pub, self._settle_claim, spec, attempt, shutdown)  # type: ignore[arg-type]
+            if ended in (embedding.HAND_OFF, queueing.PREEMPT):
+                self._hand_off(attempt, ended)
+                raise HandedOff()
+            return Outcome(ended)
+        progress = self.claims.progress(spec.id)
+        attempt.saw(progress.last_id)
+        prior = list(progress.token_ids)
+        try:
+            prompt = engine.prompt_ids(spec)
+        except PromptRejected as exc:
+            pub.failed(attempt, exc.error, str(exc), exc.param)
+            return Outcome.REJECTED
+        prompt_tokens = progress.prompt_tokens or len(prompt)
+        self._settle_claim(attempt)
+        pub.started(attempt, prompt_tokens, after=progress.last_id)
+        generated = attempt.prior = len(prior)
+        if prior:
+            log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
+        context = prompt + prior
+        reply = engine.reply(spec, prompt)
+        out = Sender(engine.piece, pub, attempt, reply, spec.logprobs, prior)  # goes on where they were
+        thought = out.reasoning_tokens
+        if attempt.cancelled:
+            pub.finished(attempt, CANCELLED, prompt_tokens, generated, reasoning_tokens=thought())
+            return Outcome.CANCELLED
+        if (spec.max_tokens is not None and generated >= spec.max_tokens) or len(context) >= engine.n_ctx:
+            pub.finished(attempt, LENGTH, prompt_tokens, generated, reasoning_tokens=thought())
+            return Outcome.LENGTH
+
+        assembler = TextAssembler(spec.stop)
+        reason = LENGTH  # the context window filled up
+
+        def progressed() -> None:  # a step read part of the prompt: not a hung native call
+            attempt.progress_at = time.monotonic()
+
+        reused = 0  # prompt tokens the slot's cache held (the usage's cached_tokens)
+
+        def cached(tokens: int) -> None:  # the engine's end of the job: its slot's cache held these
+            nonlocal reused
+            reused = min(tokens, len(prompt))
+
+        alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
+        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached)
+        try:
+            for pick, piece in self._timed(picks):
+                token = pick.token
+                attempt.progress_at = time.monotonic()
+                attempt.generated += 1
+                if progress.deadline_ms is not None and time.time() * 1000 > progress.deadline_ms:
+                    out.send(assembler.flush())
+                    out.end()
+                    pub.failed(attempt, errors.DEADLINE)
+                    return Outcome.DEADLINE
+                attempt.check()
+                if self.shutdown_at is not None and time.monotonic() >= self.shutdown_at:
+                    self._hand_off(attempt)
+                    raise HandedOff()
+                if engine.is_end(token):
+                    reason = STOP
+                    break
+                generated += 1
+                if attempt.suspect and attempt.generated >= self.link.recovery.suspect_tokens:
+                    self._clear_suspect(attempt)
+                out.picked(pick, piece)
+                out.send(assembler.push(token, piece))
+                if assembler.stopped:
+                    reason = STOP
+                    break
+                if attempt.cancelled:
+                    reason = CANCELLED
+                    break
+                if spec.max_tokens is not None and generated >= spec.max_tokens:
+                    reason = LENGTH
+                    break
+                if attempt.preempted:  # after the checks above: a line that just ended is not given back
+                    self._hand_off(attempt, queueing.PREEMPT)
+                    raise HandedOff()
+        except GrammarDeadEnd as exc:  # the job's own grammar cannot go on: say so, end it
+            out.send(assembler.flush())
+            out.end()
+            pub.failed(attempt, errors.INVALID_REQUEST, f"The output cannot continue its grammar: {exc}")
+            return Outcome.REJECTED
+        finally:  # the engine's end of the job first: what its slot holds is written for routing
+            picks.close()
+        out.send(assembler.flush())
+        out.end()
+        if reason == STOP and reply.calls:
+            reason = TOOL_CALLS
+        matched = assembler.matched if reason == STOP else ""
+        pub.finished(
+            attempt,
+            reason,
+            prompt_tokens,
+            generated,
+            reused,
+            reasoning_tokens=thought(),
+            stop_sequence=matched,
+        )
+        if self._log_content:  # opt-in, for debugging only: the log then holds user data
+            prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
+            log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
+        return Outcome(reason)
+
+    def _settle_claim(self, attempt: Attempt) -> None:
+        """Before the attempt writes anything a client could be sent, wait until the
+        replicas a failover could promote hold its claim (worker/attempts/durability.py). A primary the
+        sentinels have just replaced takes writes until they say so (about a second): a job
+        claimed there alone would run beside the attempt another worker starts on the new
+        primary, and clients sent the first's text from the old one would then be sent the
+        second's. A claim the new primary lacks is made again there (an empty APPEND): of
+        two attempts, the one that claims first runs; the other is fenced having written
+        nothing. Without an answer in CLAIM_CONFIRM_S (the replica away, its primary still
+        the primary: through Sentinel, the sentinels still say so), the attempt runs anyway,
+        as the API answers for a new job anyway."""
+        durability = self.durability
+        if durability is None or not durability.replicas_expected(attempt.job_id):
+            return
+        deadline = time.monotonic() + CLAIM_CONFIRM_S
+        while True:
+            replicas = max(durability.replicas_expected(attempt.job_id), 1)
+            late = time.monotonic() >= deadline  # then ask the sentinels before running anyway
+            current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS, late)
+            if current == 0:
+                attempt.fenced = True
+                attempt.check()
+            if not primary:  # replaced while its connection still reached it: its acks say nothing
+                log.warning("%s: the sentinels have named a new primary; claiming there", attempt.job_id)
+            elif current == 2:
+                log.warning(
+                    "%s: the new primary lacks attempt %d's claim; claiming",
+                    attempt.job_id,
+                    attempt.epoch,
+                )
+                self.publisher.resend(attempt)
+            elif acked >= replicas:
+                return
+            elif late:
+                log.warning(
+                    "no replica acknowledged the claim of %s in %.0fs: running it anyway",
+                    attempt.job_id,
+                    CLAIM_CONFIRM_S,
+                )
+                return
+
+    def _clear_suspect(self, attempt: Attempt) -> None:
+        """A suspect that went on past where its batch died is cleared (a job that kills
+        workers where it stands would have died again): the worker may take the next suspect,
+        so a dead batch's jobs are read again side by side rather than one after another."""
+        cleared = self.claims.clear_suspect(attempt)  # False: no longer the job's attempt
+        self._suspect_cleared(attempt)  # either way not asked again at every token: its next write is fenced
+        if cleared:
+            log.info("%s is no longer a suspect (%d tokens on)", attempt.job_id, attempt.generated)
+
+    def _timed(self, picks: Iterator[tuple[Pick, bytes]]) -> Iterator[tuple[Pick, bytes]]:
+        """The picks, with this thread's own work on each (from its arrival to the ask for the
+        next) added to the profile's counters (a lost increment between threads is a rounding
+        error there)."""
+        for item in picks:
+            got = time.perf_counter()
+            yield item
+            self.counters.token_us += int((time.perf_counter() - got) * 1e6)
+            self.counters.tokens += 1
+
+    def _hand_off(self, attempt: Attempt, reason: str = "handoff") -> None:
+        """Give the job back (shutting down, or preempted); a continuation is enqueued for
+        another worker. What this attempt generated is written first, so the continuation
+        need not redo it."""
+        with contextlib.suppress(Fenced, RolledBack, redis.RedisError):
+            self.publisher.flush(attempt)
+        try:
+            link = self.link
+            outcome = queueing.abandon(
+                link.servers, attempt.job_id, attempt.epoch, link.recovery, reason, charge=False
+            ).outcome
+            log.log(
+                logging.INFO if reason == queueing.PREEMPT else logging.WARNING,
+                "handed off %s (%s, outcome %d)",
+                attempt.job_id,
+                reason,
+                outcome,
+            )
+        except redis.RedisError as exc:  # the reaper will find the attempt dead instead
+            log.warning("could not hand off %s: %s", attempt.job_id, exc)

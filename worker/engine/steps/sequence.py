@@ -1,0 +1,47 @@
+"""A job's sequence in the shared batch, as plain data: what the scheduler
+(worker/engine/batching.py) feeds and the step planner (plan.py) reads, free of llama.cpp so
+that the planner's tests run without it."""
+
+from __future__ import annotations
+
+import queue
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+from worker.engine.steps.picks import Pick
+
+if TYPE_CHECKING:
+    from worker.engine.sampling import Sampler
+
+END = object()  # the sequence's window is full: no more tokens
+
+
+@dataclass(eq=False)
+class Sequence:
+    """One job's sequence; the job thread iterates it, the scheduler feeds it (by its courier)."""
+
+    context: list[int]  # the prompt plus what earlier attempts generated
+    sampler: Sampler
+    room: int  # tokens that may be generated before the slot's window is full
+    slot: int = -1
+    fed: int = 0  # context tokens in the KV cache
+    pending: int | None = None  # the last sampled token, fed at the next step
+    generated: int = 0
+    closed: bool = False
+    yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
+    scope: str = ""  # its cache scope (contract/prefixes.py): it reuses only caches of its scope
+    public: int = 0  # but these first tokens (a public prompt's), of any scope's cache
+    alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps apart until it has generated this many
+    progress: Callable[[], None] | None = None  # after each step that computed any of its rows
+    cached: int = 0  # context tokens its slot's cache held when it was given the slot
+    out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+
+    def __iter__(self) -> Iterator[Pick]:
+        while True:
+            item = self.out.get()
+            if item is END:
+                return
+            if isinstance(item, BaseException):
+                raise item
+            yield item
