@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import os
 import time
 
 import redis
@@ -38,8 +37,6 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.synthetic_rate,
             settings.slots,
         )
-    # libgomp reads it once, when llama.cpp's CPU backend loads it: before the import below.
-    os.environ["GOMP_SPINCOUNT"] = str(settings.gomp_spincount)
     from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it
 
     assert settings.model_path is not None

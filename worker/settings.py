@@ -205,16 +205,6 @@ class WorkerSettings:
         "CPU threads for prefill and for steps that decode several jobs' tokens",
         shown="the usable cores",
     )
-    gomp_spincount: int = setting(
-        10_000,
-        "GOMP_SPINCOUNT",
-        "how long llama.cpp's CPU threads (libgomp's OpenMP) spin at each barrier before they sleep; "
-        "the worker passes it to libgomp. libgomp's own default (300,000) makes a step's threads "
-        "spin through the time slices of whatever else shares the cores: with other processes "
-        "busy beside it (workers starting, a second worker) a batched step took twice its share "
-        "of the CPU (docs/benchmarks.md, Crash storms)",
-        minimum=0,
-    )
     n_gpu_layers: int = setting(0, "N_GPU_LAYERS", "layers offloaded to the GPU (`-1`: all)")
     name: str = setting(
         "", "WORKER_NAME", "unique per process; names its Redis connections", shown="host-pid-random"
