@@ -124,7 +124,7 @@ def test_create_retrieve_input_items_and_delete(pool, sdk):
     with pytest.raises(openai.NotFoundError):
         sdk.responses.retrieve(r.id)
     metrics = httpx.get(pool.base + "/metrics", timeout=10).text
-    assert 'tokenspool_jobs_created_total{endpoint="responses"}' in metrics
+    assert 'tokenspool_jobs_created_total{surface="responses"}' in metrics
 
 
 def test_input_items_page_in_both_orders(sdk):
