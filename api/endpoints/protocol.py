@@ -27,7 +27,7 @@ class Encoded:
 
 
 class Events(Protocol):
-    """What the relay needs of an endpoint's stream encoding."""
+    """An endpoint's stream encoding, as answering.py writes it: from where, and each batch of entries."""
 
     def read_from(self) -> tuple[str, bool]: ...
     def opening(self) -> bytes: ...
