@@ -204,11 +204,12 @@ class Cluster:
         """Until every worker has its model loaded and its named connection open."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            try:
+            try:  # connected from its start, serving once it announced itself
                 named = {c["name"] for c in self.r.client_list()}
+                serving = {n.decode() for n in self.r.zrange(keys.workers(MODEL), 0, -1)}
             except redis.RedisError:
-                named = set()
-            if all(keys.WORKER_CONNECTION_PREFIX + n in named for n in self.workers):
+                named, serving = set(), set()
+            if all(keys.WORKER_CONNECTION_PREFIX + n in named and n in serving for n in self.workers):
                 return
             time.sleep(0.2)
         raise TimeoutError(f"workers not connected after {timeout}s: {sorted(self.workers)}")

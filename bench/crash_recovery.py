@@ -147,8 +147,10 @@ class Pool:
         time.sleep(0.5)
 
     def connected(self, names) -> bool:
+        """Each alive (its named connections, open from its start) and serving (announced)."""
         named = {c["name"] for c in self.r.client_list()}
-        return all(keys.WORKER_CONNECTION_PREFIX + w in named for w in names)
+        serving = {n.decode() for n in self.r.zrange(keys.workers(DEFAULT_MODEL_NAME), 0, -1)}
+        return all(keys.WORKER_CONNECTION_PREFIX + w in named and w in serving for w in names)
 
     def stop(self) -> None:
         for p in self.workers.values():

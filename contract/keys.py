@@ -59,9 +59,8 @@ def shard_of_key(key: str) -> int:
     return _SHARD_OF_TAG[key[key.index("{") + 1 : key.index("}")]]
 
 
-# The only function a tokenspool worker will execute; the API enqueues it by this name. A
-# name on the wire, kept across releases: the worker checks it and calls its runner
-# (worker/attempts/runner.py), never importing by it.
+# The only function a worker will execute; the API enqueues it by this name (a wire name, kept
+# across releases): the worker checks it and calls worker/attempts/runner.py, never importing by it.
 JOB_FUNCTION = "worker.runner.generate"
 
 
@@ -99,15 +98,13 @@ def job_of(rq_job_id: str) -> str:
 
 
 def running(shard: int) -> str:
-    """ZSET (streams): job id -> ms when its current attempt started, for one shard's
-    jobs; what the reaper watches."""
+    """ZSET (streams): job id -> ms its current attempt started, one shard's; the reaper watches it."""
     return f"{PREFIX}:{{{TAGS[shard]}}}:running"
 
 
 def pending(shard: int) -> str:
-    """ZSET (streams): job id -> ms since its job is queued but not yet known to be on an RQ
-    queue (between its record or requeue and its enqueue), for one shard's jobs; the reaper
-    enqueues what stays here too long (its enqueuer died in between)."""
+    """ZSET (streams): job id -> ms since it is queued but not known to be on an RQ queue (between
+    its record or requeue and its enqueue), one shard's; the reaper enqueues what stays too long."""
     return f"{PREFIX}:{{{TAGS[shard]}}}:pending"
 
 
@@ -123,15 +120,14 @@ def wake(model: str) -> str:
 
 
 def wake_worker(worker: str) -> str:
-    """LIST: a token when one of the worker's Batch API lines ends (its batch slot is free:
-    it takes the next line from the batch queue at once); the worker blocks on it beside
-    `wake`. Expires a minute after the last token."""
+    """LIST: a token when one of the worker's Batch API lines ends (it takes the next line at
+    once); the worker blocks on it beside `wake`. Expires a minute after the last token."""
     return f"{PREFIX}:wake-worker:{worker}"
 
 
 def dead_worker(worker: str) -> str:
-    """STRING: how many jobs a worker held when the reaper found it dead (for 15 s), so
-    that its attempts found dead in later ticks are judged with the same batch."""
+    """STRING: the jobs a worker held when the reaper found it dead (for 15 s): its attempts
+    found dead in later ticks are judged with the same batch."""
     return f"{PREFIX}:dead:{worker}"
 
 
@@ -189,16 +185,14 @@ to wait for: a replica holding it holds every write before it (api/jobs/acks.py)
 
 
 def ack_mark_beside(key: str) -> str:
-    """STRING (a streams cluster's primaries): `ACK_MARK` in the cluster slot of `key`, so that
-    it is written on the primary that holds `key` (api/jobs/acks.py)."""
+    """STRING (a streams cluster's primaries): `ACK_MARK` in the slot of `key`, on its primary."""
     if "{" not in key or "}" not in key:
         return ACK_MARK
     return f"{PREFIX}:{key[key.index('{') : key.index('}') + 1]}:acks"
 
 
 def file(file_id: str) -> str:
-    """HASH: a file's metadata (api/batches/files.py); files stored before `file_content` existed
-    also hold their content here, in the field `content`."""
+    """HASH: a file's metadata (api/batches/files.py); older files hold their `content` here too."""
     return f"{PREFIX}:file:{file_id}"
 
 
@@ -274,6 +268,12 @@ def worker_slots(model: str) -> str:
     """HASH: worker name -> how many jobs it runs at once (SLOTS), set with each announcement;
     fields of workers that stopped announcing are dropped with their `workers` entry."""
     return f"{PREFIX}:slots:{model}"
+
+
+def starting_workers(model: str) -> str:
+    """ZSET: worker name -> when it last said it is starting (ms): fetching, loading or warming its
+    model, not yet in `workers`; capacity coming (api/cluster/resumes.py)."""
+    return f"{PREFIX}:starting:{model}"
 
 
 def held_prefixes(worker: str) -> str:

@@ -239,7 +239,8 @@ class Recovery:
         30.0,
         "RESUME_WAIT_SECONDS",
         "a dead attempt's job not resumed by then ends with `worker_lost`, unless the pool can still "
-        "run it (a live worker has a free slot or keeps stepping): then it waits another period",
+        "run it (a live worker has a free slot or keeps stepping, or one is starting for its model): "
+        "then it waits another period",
     )
     job_timeout_s: int = setting(1800, "JOB_TIMEOUT_SECONDS", "RQ's job timeout")
     job_ttl_s: int = setting(86_400, "JOB_TTL_SECONDS", "upper bound on an unfinished job's keys")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import time
@@ -10,13 +11,14 @@ import redis
 
 from contract import keys, logs
 from contract.servers import sync_client
+from contract.tiers import embedding_pool
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.rules import Engine
 from worker.attempts.runner import JobRunner
 from worker.hub_model import ModelUnavailable, fetch
 from worker.intake.lending import Lending
-from worker.intake.presence import Presence
+from worker.intake.presence import Presence, Starting
 from worker.intake.rqworker import TokenspoolWorker
 from worker.redis.link import Link
 from worker.settings import WorkerSettings
@@ -36,6 +38,7 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.synthetic_tokens,
             settings.synthetic_rate,
             settings.slots,
+            settings.synthetic_load_s,
         )
     from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it
 
@@ -55,9 +58,8 @@ def load_engine(settings: WorkerSettings) -> Engine:
     return engine
 
 
-def main() -> None:
-    settings = WorkerSettings.from_env()
-    logs.configure("worker", settings.shared)
+def start_engine(settings: WorkerSettings) -> Engine:
+    """Fetch the model if it comes from the Hub, load it and warm it up."""
     if (hub := settings.hub_model) is not None:
         try:
             settings = dataclasses.replace(settings, model_path=fetch(hub))
@@ -67,6 +69,12 @@ def main() -> None:
     engine = load_engine(settings)
     if settings.warm_up_s:
         engine.warm_up(settings.warm_up_s)  # before it announces itself: its first job is as fast as any
+    return engine
+
+
+def main() -> None:
+    settings = WorkerSettings.from_env()
+    logs.configure("worker", settings.shared)
 
     def connect(url: str = settings.shared.redis_url) -> redis.Redis:
         # Named connections: when this process dies the API sees them vanish at once.
@@ -74,6 +82,20 @@ def main() -> None:
             url, client_name=keys.WORKER_CONNECTION_PREFIX + settings.name, health_check_interval=10
         )
 
+    # an embedding pool's name is known before the load only when POOLING says it is one
+    embeds = settings.pooling not in ("", "none")
+    starting = Starting(
+        connect(),
+        embedding_pool(settings.model_name) if embeds else settings.model_name,
+        settings.name,
+        settings.announce_s,
+    )
+    starting.start()
+    try:
+        engine = start_engine(settings)
+    except BaseException:
+        starting.stop()
+        raise
     split = settings.shared.streams_url != settings.shared.redis_url
     client = connect()
     window_ms = int(settings.heartbeat_window_s * 1000)
@@ -135,7 +157,10 @@ def main() -> None:
         poll_s=settings.preempt_poll_s,
     )
     worker = TokenspoolWorker(pool, settings.name, connection, runner, lending)
+    with contextlib.suppress(redis.RedisError):
+        presence.announce()  # serving now: said before it stops saying it is starting
     presence.start()
+    starting.stop()
     heartbeat.start()
     if durability is not None:
         durability.start()

@@ -260,6 +260,12 @@ class WorkerSettings:
     synthetic_rate: float = setting(
         50.0, "SYNTHETIC_RATE", "tokens/s per job of the synthetic engine (`0`: unlimited)"
     )
+    synthetic_load_s: float = setting(
+        0.0,
+        "SYNTHETIC_LOAD_SECONDS",
+        "how long the synthetic engine takes to start, standing in for a model's load and warm-up",
+        minimum=0.0,
+    )
     log_content: bool = setting(
         False, "LOG_CONTENT", "`1`: log prompts and completions (debugging only)", shown="off"
     )

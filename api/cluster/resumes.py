@@ -7,8 +7,11 @@ deadline is a checkpoint, not a verdict: a requeued job past it waits on, `RESUM
 at a time, while a live worker serves its model (it announces itself, and its named
 connections are open: a killed one's close at once) and the pool is either not full (a free
 slot will take it) or still stepping (the model's `batch:steps` counter, which each worker's
-announcement adds to, moved since the last checkpoint). A pool with no live worker, or one
-whose every worker is full and stuck, fails it as before.
+announcement adds to, moved since the last checkpoint), or while a worker for its model is
+starting (its named connection open, it says so every few seconds while it fetches, loads
+and warms the model: worker/intake/presence.py). The storm that kills the warm workers
+leaves their replacements loading, and their jobs wait for them. A pool with no live or
+starting worker, or one whose every worker is full and stuck, fails it as before.
 """
 
 from __future__ import annotations
@@ -36,10 +39,12 @@ class Resumes:
             if c.get("name", "").startswith(keys.WORKER_CONNECTION_PREFIX)
         }
         workers = [w for w in (await self._registry.loads([model])).get(model, []) if w.name in connected]
-        if not workers:
-            return False
         if any(w.in_use < w.slots for w in workers):
             return True
+        if any(name in connected for name in await self._registry.starting(model)):
+            return True  # a worker loading the model will have free slots
+        if not workers:
+            return False
         steps = int(await self._r.hget(keys.STATS, stats.StatField.batch("steps", model)) or 0)
         now = time.monotonic()
         seen = self._steps.get(model)

@@ -64,6 +64,11 @@ class WorkerRegistry:
         total = {m: sum(int(c) for c in counts if c) for m, counts in live}
         return {m: total.get(m, 0) for m in models}
 
+    async def starting(self, model: str) -> list[str]:
+        """The workers that said recently they are starting for `model` (not yet serving it)."""
+        names = await self._r.zrangebyscore(keys.starting_workers(model), now_ms() - self._stale_ms, "+inf")
+        return [as_text(n) for n in names]
+
     async def live_workers(self, model: str) -> list[str]:
         """The workers of `model` that announced themselves recently."""
         names = await self._r.zrangebyscore(keys.workers(model), now_ms() - self._stale_ms, "+inf")

@@ -7,6 +7,7 @@ them again side by side at once, however often their workers die."""
 
 from __future__ import annotations
 
+import json
 import signal
 import time
 
@@ -255,3 +256,42 @@ def wait(ready, what: str, timeout_s: float = 60) -> None:
     while not ready():
         assert time.monotonic() < deadline, f"waited {timeout_s:.0f} s for {what}"
         time.sleep(0.05)
+
+
+def test_a_job_whose_every_worker_died_waits_for_the_one_still_loading(tmp_path):
+    """A crash storm can kill every warm worker while their replacements still load their
+    model (issue 58: twelve streams ended worker_lost so). A requeued job waits past
+    RESUME_WAIT_SECONDS while a worker for its model is starting, then goes on where it
+    stopped (with no worker starting it ends worker_lost: tests/integration/test_recovery.py)."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(
+        tmp_path, url, env={**API_ENV, "RESUME_WAIT_SECONDS": "1", "KEEPALIVE_SECONDS": "0.3"}
+    )
+    r = redis.Redis.from_url(url)
+    first = start_worker(tmp_path, url, name="first", env=WORKER_ENV)
+    procs: list[Proc] = [first]
+    try:
+        wait_for_model(base, MODEL, procs=(api, first))
+        body = {"model": MODEL, "messages": [{"role": "user", "content": "hi"}], "stream": True}
+        data: list[str] = []
+        with httpx.stream("POST", base + "/v1/chat/completions", json=body, timeout=60) as resp:
+            for line in resp.iter_lines():
+                if line.startswith("data: "):
+                    data.append(line[6:])
+                if len(data) == 4:  # the role, then a few words
+                    first.signal(signal.SIGKILL)
+                    first.popen.wait()
+                    killed = time.monotonic()
+                    env = {**WORKER_ENV, "SYNTHETIC_LOAD_SECONDS": "5"}
+                    procs.append(start_worker(tmp_path, url, name="loading", env=env))
+        assert time.monotonic() - killed > 5  # it waited out the load, past RESUME_WAIT_SECONDS
+        assert data[-1] == "[DONE]"
+        chunks = [json.loads(d) for d in data[:-1]]
+        assert not any("error" in c for c in chunks), chunks[-1]
+        text = "".join(c["choices"][0]["delta"].get("content") or "" for c in chunks if c["choices"])
+        assert text == "".join(f" w{i}" for i in range(TOKENS))
+        assert f"resuming {chunks[0]['id']}" in procs[1].log()
+        assert r.zscore(keys.starting_workers(MODEL), "loading") is None  # serving: no longer starting
+    finally:
+        for p in (*procs, api, redis_proc):
+            p.stop()

@@ -36,7 +36,13 @@ DEFAULT_SLOTS = 8  # no memory to size it by (worker/engine/sizing.py): load tes
 
 class SyntheticEngine:
     def __init__(
-        self, model_name: str, n_ctx: int, tokens_per_job: int, rate: float, slots: int | None = None
+        self,
+        model_name: str,
+        n_ctx: int,
+        tokens_per_job: int,
+        rate: float,
+        slots: int | None = None,
+        load_s: float = 0.0,
     ) -> None:
         if not model_name.startswith(NAME_PREFIX):
             raise SystemExit(
@@ -57,6 +63,7 @@ class SyntheticEngine:
             tokens_per_job,
             rate or "unlimited",
         )
+        time.sleep(load_s)  # a model's load, for tests of what happens while a worker starts
 
     def prompt_ids(self, spec: JobSpec) -> list[int]:
         """One id per whitespace-separated word (4 more per chat message for its markers)."""

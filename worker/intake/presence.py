@@ -148,3 +148,34 @@ class Presence:
             self._r.hdel(keys.worker_placement(self._model), self._worker)
             self._r.hdel(keys.worker_load(self._model), self._worker)
             self._r.delete(keys.held_prefixes(self._worker))
+
+
+class Starting:
+    """Says, every few seconds from the process's start until it serves, that this worker is
+    starting for its model (fetching, loading, warming it): jobs requeued while every warm
+    worker is dead then wait for it rather than end with `worker_lost`
+    (api/cluster/resumes.py). Its connection is named like every worker's, so a start that
+    dies stops counting at once."""
+
+    FORGET_MS = 86_400_000  # entries of starts that died are dropped after a day
+
+    def __init__(self, client: redis.Redis, model: str, worker: str, every_s: float) -> None:
+        self._r, self._key, self._worker = client, keys.starting_workers(model), worker
+        self._thread = Periodic("starting", every_s, self._say)
+
+    def _say(self) -> None:
+        now = int(time.time() * 1000)
+        with self._r.pipeline(transaction=False) as pipe:
+            pipe.zadd(self._key, {self._worker: now})
+            pipe.zremrangebyscore(self._key, "-inf", now - self.FORGET_MS)
+            pipe.execute()
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """It serves now (announced by its Presence), or it gave up."""
+        self._thread.stop()
+        with contextlib.suppress(redis.RedisError):
+            self._r.zrem(self._key, self._worker)
+        self._r.close()

@@ -49,3 +49,25 @@ def test_the_pool_can_run_it_while_it_has_a_free_slot_or_keeps_stepping():
         return seen
 
     assert asyncio.run(go()) == [False, False, True, True, True, False]
+
+
+def test_a_worker_still_starting_for_the_model_is_capacity_coming():
+    """A crash storm can kill every warm worker while their replacements load: the jobs
+    requeued then wait for those, not fail as though the pool had no worker."""
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeRedis(server=server)
+
+    async def go() -> list[bool]:
+        client = fakeredis.FakeAsyncRedis(server=server)
+        resumes = Resumes(client, WorkerRegistry(client, 15), resume_wait_s=0.2)
+        r.zadd(keys.starting_workers(MODEL), {"w2": int(time.time() * 1000)})
+        seen = [await resumes.may_wait(MODEL)]  # it said it was starting, but its process is gone
+        starting = fakeredis.FakeRedis(server=server, client_name=keys.WORKER_CONNECTION_PREFIX + "w2")
+        starting.ping()
+        seen.append(await resumes.may_wait(MODEL))  # loading its model: it will take the job
+        seen.append(await resumes.may_wait("other"))  # starting for another model
+        r.zadd(keys.starting_workers(MODEL), {"w2": int(time.time() * 1000) - 16_000})
+        seen.append(await resumes.may_wait(MODEL))  # silent past WORKER_STALE_SECONDS
+        return seen
+
+    assert asyncio.run(go()) == [False, True, False, False]

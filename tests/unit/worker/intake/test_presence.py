@@ -1,10 +1,12 @@
+import time
+
 import fakeredis
 import pytest
 import redis
 
 from contract import keys
 from contract.stats import BatchCounters, StatField
-from worker.intake.presence import Presence
+from worker.intake.presence import Presence, Starting
 
 MODEL = "m"
 
@@ -124,3 +126,22 @@ def test_through_an_outage_a_job_s_prefixes_are_left_to_the_presence_thread():
     assert not r.exists(keys.held_prefixes("w1"))
     p.announce()
     assert r.smembers(keys.held_prefixes("w1")) == {b"a"}
+
+
+def test_a_starting_worker_says_so_until_it_serves():
+    """Jobs requeued while it loads wait for it (api/cluster/resumes.py); once it serves (or
+    gives up) it no longer says so."""
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeRedis(server=server)
+    starting = Starting(fakeredis.FakeRedis(server=server), MODEL, "w1", 0.05)
+    r.zadd(keys.starting_workers(MODEL), {"long-gone": 1})  # a start that died a day ago and more
+    starting.start()
+    deadline = time.monotonic() + 5
+    while r.zscore(keys.starting_workers(MODEL), "w1") is None:
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    said = r.zscore(keys.starting_workers(MODEL), "w1")
+    assert abs(said - time.time() * 1000) < 5_000
+    assert r.zscore(keys.starting_workers(MODEL), "long-gone") is None
+    starting.stop()
+    assert r.zcard(keys.starting_workers(MODEL)) == 0
