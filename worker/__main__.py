@@ -6,6 +6,7 @@ import contextlib
 import dataclasses
 import logging
 import time
+from collections.abc import Callable
 
 import redis
 
@@ -58,8 +59,8 @@ def load_engine(settings: WorkerSettings) -> Engine:
     return engine
 
 
-def start_engine(settings: WorkerSettings) -> Engine:
-    """Fetch the model if it comes from the Hub, load it and warm it up."""
+def start_engine(settings: WorkerSettings, waiting: Callable[[], bool]) -> Engine:
+    """Fetch the model if it comes from the Hub, load it and warm it up (until a job is `waiting`)."""
     if (hub := settings.hub_model) is not None:
         try:
             settings = dataclasses.replace(settings, model_path=fetch(hub))
@@ -68,7 +69,9 @@ def start_engine(settings: WorkerSettings) -> Engine:
             raise SystemExit(2) from None
     engine = load_engine(settings)
     if settings.warm_up_s:
-        engine.warm_up(settings.warm_up_s)  # before it announces itself: its first job is as fast as any
+        engine.warm_up(
+            settings.warm_up_s, waiting
+        )  # before it announces itself: its first job is as fast as any
     return engine
 
 
@@ -92,7 +95,7 @@ def main() -> None:
     )
     starting.start()
     try:
-        engine = start_engine(settings)
+        engine = start_engine(settings, starting.jobs_waiting)
     except BaseException:
         starting.stop()
         raise

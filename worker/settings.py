@@ -247,7 +247,8 @@ class WorkerSettings:
         30.0,
         "WARM_UP_SECONDS",
         "before it announces itself, the worker decodes in every slot and batch shape for at most "
-        "this long, so that its first job is as fast as any (docs/benchmarks.md); `0`: none",
+        "this long, so that its first job is as fast as any (docs/benchmarks.md); it stops for a "
+        "job already waiting in the model's queues; `0`: none",
         minimum=0.0,
     )
     engine: str = setting(

@@ -429,6 +429,29 @@ def test_a_warm_up_cut_short_by_its_budget_still_leaves_a_clean_engine(alone, ca
         warmed.close()
 
 
+def test_a_waiting_job_cuts_the_warm_up_short_or_skips_it(alone, caplog):
+    """A job already waiting (a dead worker's, in a crash storm) is not held back by the
+    warm-up: it stops at the next token once one waits, and does not start if one does."""
+    warmed = make_engine(4)
+    asked = 0
+
+    def waiting() -> bool:
+        nonlocal asked
+        asked += 1
+        return asked > 3  # a job comes in while the slots read their prompts
+
+    try:
+        with caplog.at_level("INFO", logger="worker.engine.model"):
+            warmed.warm_up(until=waiting)
+            assert "cut short: a job is waiting" in caplog.text
+            assert warmed.warm_up(until=lambda: True) == 0.0
+            assert "no warm-up: a job is waiting" in caplog.text
+        assert warmed.counters() == BatchCounters()
+        assert [generate(warmed, job(warmed, q, i)) for i, q in enumerate(QUESTIONS)] == alone
+    finally:
+        warmed.close()
+
+
 def test_a_worker_is_listed_only_once_warm(tmp_path):
     import httpx
 

@@ -17,7 +17,7 @@ MIB = 1 << 20
 
 
 def sized(monkeypatch, available: int, **env: str):
-    monkeypatch.setattr(engine_module, "available_memory", lambda: available)
+    monkeypatch.setattr(sizing, "available_memory", lambda: available)
     base = {"REDIS_URL": "unused", "N_CTX": "512"}
     return engine_module.LlamaEngine(WorkerSettings.from_env({**base, **env}))
 

@@ -88,7 +88,7 @@ class LlamaEngine:
         elif self._offloaded:  # llama.cpp says whether the cache fits the GPU
             tries, why = sizing.halvings(min(sizing.GPU_SLOTS, most)), "the GPU's memory"
         else:
-            budget = int(settings.kv_memory_share * max(available_memory() - _COMPUTE_MARGIN, 0))
+            budget = int(settings.kv_memory_share * max(sizing.available_memory() - _COMPUTE_MARGIN, 0))
             tries = [min(sizing.slots_for(per_slot, budget, sizing.CPU_SLOTS), most)]
             why = (
                 f"a {budget / 2**20:.0f} MiB KV budget at {per_slot / 2**20:.0f} MiB a slot, "
@@ -284,7 +284,7 @@ class LlamaEngine:
             )
         return self.prompts.special_text(thinking.CLOSING)
 
-    def warm_up(self, budget_s: float = 30.0) -> float:
+    def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float:
         """Before the worker announces itself, run each shape of step a job meets: a step
         reading prompt tokens in every slot (batched prefill), steps of one token per slot
         (batched decode), steps of one slot alone (the one-sequence threads), greedy and
@@ -298,9 +298,14 @@ class LlamaEngine:
         step there is); on a CPU, which loads nothing lazily but the pages, two tokens each:
         there the first job is as fast as any without a warm-up, and the warm-up's time is
         added to a scale from zero (docs/benchmarks.md has both). Stops between steps once
-        `budget_s` has passed; returns the seconds it took."""
+        `budget_s` has passed, or once `until()` says a job is waiting (its client waits, and the
+        job meets only the shapes it uses: in a crash storm each new worker's warm-up held
+        the dead one's jobs back); returns the seconds it took."""
         started = time.monotonic()
         deadline = started + budget_s
+        if until():
+            log.info("no warm-up: a job is waiting")
+            return 0.0
         ids = self.prompts.prompt_ids(
             JobSpec(id="warm-up", kind="chat", model=self.model_name, messages=(WARM_UP_MESSAGE,)), self.n_ctx
         )
@@ -321,7 +326,7 @@ class LlamaEngine:
             stream = self.tokens(spec, prompt, [])
             try:
                 for n, _ in enumerate(stream, 1):
-                    if n >= tokens or time.monotonic() > deadline:
+                    if n >= tokens or time.monotonic() > deadline or until():
                         break
             finally:
                 stream.close()
@@ -331,12 +336,13 @@ class LlamaEngine:
             t.start()
         for t in together:
             t.join()
-        if time.monotonic() < deadline:
+        if time.monotonic() < deadline and not until():
             run(0, 2)  # alone
         self._scheduler.wait_idle()
         self._scheduler.reset()
         took = time.monotonic() - started
         cut = " (cut short: WARM_UP_SECONDS ran out)" if took > budget_s else ""
+        cut = " (cut short: a job is waiting)" if until() else cut
         log.info(
             "warm in %.2fs%s (%d slots reading %d tokens each, then decoding; the KV cache emptied)",
             took,
@@ -366,31 +372,13 @@ def kv_cache_bytes(model: LlamaModel, tokens: int) -> int:
     return per_token * _KV_BYTES * tokens
 
 
-def available_memory() -> int:
-    """What this process may still allocate: the cgroup's limit (a container's) or the
-    machine's available memory, whichever is smaller."""
-    avail = None
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            avail = int(line.split()[1]) * 1024
-    limits = [avail] if avail is not None else []
-    try:
-        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
-        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
-        if raw != "max":
-            limits.append(int(raw) - used)
-    except (OSError, ValueError):
-        pass
-    return min(limits) if limits else 1 << 62
-
-
 def check_memory(kv: int, model_path: Path, n_gpu_layers: int, what: str) -> None:
     """Refuse at start a KV cache that cannot fit (on the CPU; a GPU build finds out when
     llama.cpp allocates the context, also at start)."""
     if n_gpu_layers and llama_cpp.llama_supports_gpu_offload():
         return
     need = kv + _COMPUTE_MARGIN
-    have = available_memory()
+    have = sizing.available_memory()
     log.info("KV cache for %s: %.0f MiB (%.0f MiB available)", what, kv / 2**20, have / 2**20)
     if need > have:
         raise EngineConfigError(

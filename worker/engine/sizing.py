@@ -65,3 +65,21 @@ def halvings(start: int) -> list[int]:
     while out[-1] > 1:
         out.append(out[-1] // 2)
     return out
+
+
+def available_memory() -> int:
+    """What this process may still allocate: the cgroup's limit (a container's) or the
+    machine's available memory, whichever is smaller."""
+    avail = None
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            avail = int(line.split()[1]) * 1024
+    limits = [avail] if avail is not None else []
+    try:
+        raw = Path("/sys/fs/cgroup/memory.max").read_text().strip()
+        used = int(Path("/sys/fs/cgroup/memory.current").read_text())
+        if raw != "max":
+            limits.append(int(raw) - used)
+    except (OSError, ValueError):
+        pass
+    return min(limits) if limits else 1 << 62

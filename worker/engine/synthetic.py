@@ -80,7 +80,7 @@ class SyntheticEngine:
     def is_end(self, token: int) -> bool:
         return token == EOS
 
-    def warm_up(self, budget_s: float = 30.0) -> float:
+    def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float:
         """Nothing to warm: no model."""
         return 0.0
 

@@ -13,6 +13,7 @@ computes (ctypes releases the GIL) and stops the moment the process dies.
 from __future__ import annotations
 
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -20,7 +21,7 @@ from dataclasses import asdict
 
 import redis
 
-from contract import keys, stats
+from contract import keys, stats, tiers
 from contract.stats import BatchCounters
 from worker.engine.held import HeldPrefixes
 from worker.engine.placement import Placement
@@ -158,10 +159,34 @@ class Starting:
     dies stops counting at once."""
 
     FORGET_MS = 86_400_000  # entries of starts that died are dropped after a day
+    LOOK_EVERY_S = 0.2  # `jobs_waiting` asks Redis at most this often
 
     def __init__(self, client: redis.Redis, model: str, worker: str, every_s: float) -> None:
         self._r, self._key, self._worker = client, keys.starting_workers(model), worker
         self._thread = Periodic("starting", every_s, self._say)
+        self._queues = [
+            keys.rq_queue_key(q)
+            for q in tiers.queue_names(model)
+            if q != tiers.queue_name(model, tiers.BATCH)
+        ]
+        self._looked, self._waiting = -math.inf, False
+
+    def jobs_waiting(self) -> bool:
+        """Whether a client waits for a job of the model: one in its queues (a dead worker's,
+        requeued; the one that scaled the pool from zero), batch lines aside. The warm-up
+        stops for it (worker/engine/model.py). Called from the warm-up's threads: asks Redis
+        at most every LOOK_EVERY_S; False while Redis cannot say."""
+        now = time.monotonic()
+        if now - self._looked >= self.LOOK_EVERY_S:
+            self._looked = now
+            try:
+                with self._r.pipeline(transaction=False) as pipe:
+                    for queue in self._queues:
+                        pipe.llen(queue)
+                    self._waiting = any(pipe.execute())
+            except redis.RedisError:
+                self._waiting = False
+        return self._waiting
 
     def _say(self) -> None:
         now = int(time.time() * 1000)

@@ -216,9 +216,12 @@ class EmbeddingEngine:
         c.decode_us += int(took * 1e6)
         return out
 
-    def warm_up(self, budget_s: float = 30.0) -> float:
-        """One full decode before the worker announces itself (the weights' pages mapped)."""
+    def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float:
+        """One full decode before the worker announces itself (the weights' pages mapped),
+        unless a job is waiting already (`until`)."""
         started = time.monotonic()
+        if until():
+            return 0.0
         ids = self._model.tokenize(b"warm up", add_bos=True, special=False)
         self._decode([ids] * min(self.max_seqs, self.batch_tokens // max(len(ids), 1)))
         self._counters = BatchCounters()

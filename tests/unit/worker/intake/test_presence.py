@@ -4,7 +4,7 @@ import fakeredis
 import pytest
 import redis
 
-from contract import keys
+from contract import keys, tiers
 from contract.stats import BatchCounters, StatField
 from worker.intake.presence import Presence, Starting
 
@@ -145,3 +145,20 @@ def test_a_starting_worker_says_so_until_it_serves():
     assert r.zscore(keys.starting_workers(MODEL), "long-gone") is None
     starting.stop()
     assert r.zcard(keys.starting_workers(MODEL)) == 0
+
+
+def test_a_starting_worker_sees_a_job_waiting_for_its_model():
+    """The warm-up stops for a job in the model's queues (batch lines aside), asking Redis
+    at most every LOOK_EVERY_S, and warms up as usual while Redis cannot say."""
+    server = fakeredis.FakeServer()
+    r = fakeredis.FakeRedis(server=server)
+    starting = Starting(fakeredis.FakeRedis(server=server), MODEL, "w1", 60)
+    starting.LOOK_EVERY_S = 0.0
+    assert not starting.jobs_waiting()
+    r.rpush(keys.rq_queue_key(tiers.queue_name(MODEL, tiers.BATCH)), "line")
+    r.rpush(keys.rq_queue_key(tiers.queue_name("other")), "job")
+    assert not starting.jobs_waiting()  # a batch line, another model's job
+    r.rpush(keys.rq_queue_key(tiers.queue_name(MODEL, "priority")), "requeued")
+    assert starting.jobs_waiting()
+    server.connected = False
+    assert not starting.jobs_waiting()
