@@ -68,10 +68,8 @@ def start_engine(settings: WorkerSettings, waiting: Callable[[], bool]) -> Engin
             log.error("%s", exc)  # the one line that says what to do
             raise SystemExit(2) from None
     engine = load_engine(settings)
-    if settings.warm_up_s:
-        engine.warm_up(
-            settings.warm_up_s, waiting
-        )  # before it announces itself: its first job is as fast as any
+    if settings.warm_up_s:  # before it announces itself: its first job is as fast as any
+        engine.warm_up(settings.warm_up_s, waiting)
     return engine
 
 

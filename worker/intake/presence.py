@@ -8,6 +8,9 @@ live workers for /metrics. Each announcement also adds to the cluster's counters
 batching scheduler did since the last one (one round trip every few seconds, none per
 step). It runs in its own thread with its own connection, so it keeps going while llama.cpp
 computes (ctypes releases the GIL) and stops the moment the process dies.
+
+Before all that, while it fetches, loads and warms its model, a worker says only that it is
+starting (`Starting`): capacity coming, which requeued jobs wait for.
 """
 
 from __future__ import annotations
