@@ -66,13 +66,15 @@ class WorkerRegistry:
 
     async def starting(self, model: str) -> list[str]:
         """The workers that said recently they are starting for `model` (not yet serving it)."""
-        names = await self._r.zrangebyscore(keys.starting_workers(model), now_ms() - self._stale_ms, "+inf")
-        return [as_text(n) for n in names]
+        return await self._recent(keys.starting_workers(model))
 
     async def live_workers(self, model: str) -> list[str]:
         """The workers of `model` that announced themselves recently."""
-        names = await self._r.zrangebyscore(keys.workers(model), now_ms() - self._stale_ms, "+inf")
-        return [as_text(n) for n in names]
+        return await self._recent(keys.workers(model))
+
+    async def _recent(self, key: str) -> list[str]:
+        """The names in a zset of announcements (name -> ms) made within WORKER_STALE_SECONDS."""
+        return [as_text(n) for n in await self._r.zrangebyscore(key, now_ms() - self._stale_ms, "+inf")]
 
     async def loads(self, models: Sequence[str]) -> dict[str, list[WorkerLoad]]:
         """Model -> how busy each live worker is (its last announcement: worker/intake/presence.py)."""
