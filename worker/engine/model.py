@@ -306,6 +306,13 @@ class LlamaEngine:
         if until():
             log.info("no warm-up: a job is waiting")
             return 0.0
+        waited = threading.Event()  # once a job waited, every slot's run stops (it may be taken since)
+
+        def waiting() -> bool:
+            if not waited.is_set() and until():
+                waited.set()
+            return waited.is_set()
+
         ids = self.prompts.prompt_ids(
             JobSpec(id="warm-up", kind="chat", model=self.model_name, messages=(WARM_UP_MESSAGE,)), self.n_ctx
         )
@@ -326,7 +333,7 @@ class LlamaEngine:
             stream = self.tokens(spec, prompt, [])
             try:
                 for n, _ in enumerate(stream, 1):
-                    if n >= tokens or time.monotonic() > deadline or until():
+                    if n >= tokens or time.monotonic() > deadline or waiting():
                         break
             finally:
                 stream.close()
@@ -336,13 +343,13 @@ class LlamaEngine:
             t.start()
         for t in together:
             t.join()
-        if time.monotonic() < deadline and not until():
+        if time.monotonic() < deadline and not waiting():
             run(0, 2)  # alone
         self._scheduler.wait_idle()
         self._scheduler.reset()
         took = time.monotonic() - started
         cut = " (cut short: WARM_UP_SECONDS ran out)" if took > budget_s else ""
-        cut = " (cut short: a job is waiting)" if until() else cut
+        cut = " (cut short: a job is waiting)" if waited.is_set() else cut
         log.info(
             "warm in %.2fs%s (%d slots reading %d tokens each, then decoding; the KV cache emptied)",
             took,
