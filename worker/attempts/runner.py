@@ -20,6 +20,7 @@ from contract.stats import BatchCounters
 from worker.attempts.attempt import Attempt, Claims
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
+from worker.attempts.proofs import ProofTurns
 from worker.attempts.publisher import Publisher
 from worker.attempts.rules import AttemptRules, Claimed, Engine, Outcome
 from worker.redis.link import Link
@@ -79,6 +80,7 @@ class JobRunner:
         self._free = threading.BoundedSemaphore(slots)
         self._threads: dict[threading.Thread, Claimed] = {}
         self._suspects: set[Attempt] = set()  # running attempts at suspects not yet cleared
+        self._proofs = ProofTurns()  # when the next group of suspects may start proving
         self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
         self._lock = threading.Lock()
         self._last_end = time.monotonic()  # when the last attempt ended (or the start)
@@ -110,14 +112,16 @@ class JobRunner:
             caps = [a.group for a in self._suspects if a.group]
             return len(self._suspects), min(caps, default=0)
 
-    def reading_again(self) -> int:
-        """Continuations running here that have not generated a token yet (their streams
-        stalled where a worker died): no proof starts while one is read (rqworker.py)."""
+    def proof_may_start(self) -> bool:
+        """Whether a new group of suspects may start proving here: none proves, and the
+        continuations read again here (their streams stalled where a worker died, and they
+        wait while suspects prove) have had their turn (worker/attempts/proofs.py)."""
         with self._lock:
-            return sum(
+            reading = sum(
                 c.attempt.epoch > 1 and not c.attempt.generated and not c.attempt.suspect
                 for c in self._threads.values()
             )
+            return self._proofs.may_start(reading)
 
     def running_batch_lines(self) -> int:
         with self._lock:
@@ -179,6 +183,7 @@ class JobRunner:
             self._threads[thread] = claimed
             if claimed.attempt.suspect:
                 self._suspects.add(claimed.attempt)
+                self._proofs.began()
             self._batch_lines += claimed.spec.priority == tiers.BATCH
         thread.start()
         return Outcome.STARTED
@@ -193,7 +198,7 @@ class JobRunner:
         finally:
             with self._lock:
                 self._threads.pop(threading.current_thread(), None)
-                self._suspects.discard(claimed.attempt)
+                self._discard_suspect(claimed.attempt)
                 self._batch_lines -= claimed.spec.priority == tiers.BATCH
                 self._last_end = time.monotonic()
             self._free.release()
@@ -205,9 +210,16 @@ class JobRunner:
         workers where it stands would have died again): the worker may take the next suspect,
         so a dead batch's jobs are read again side by side rather than one after another."""
         with self._lock:
-            self._suspects.discard(attempt)
+            self._discard_suspect(attempt)
             attempt.suspect = False
         self.queue_opened()
+
+    def _discard_suspect(self, attempt: Attempt) -> None:
+        """(Under the lock.) The attempt no longer proves: the group's proof ends with its last."""
+        if attempt in self._suspects:
+            self._suspects.discard(attempt)
+            if not self._suspects:
+                self._proofs.ended()
 
 
 @contextlib.contextmanager

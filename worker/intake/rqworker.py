@@ -206,12 +206,13 @@ class TokenspoolWorker(SimpleWorker):
         """The queues to take from now; not the batch queue while the batch slots are full
         (the other slots stay for interactive jobs, or are lent and called back:
         worker/intake/lending.py). Suspects are taken as one group, one take after another,
-        as many as the least group of theirs allows: a group forms while no continuation here
-        is still being read again (the proof would hold it up), and closes at the first take
-        of anything else, so that a stream of suspects never holds up the jobs reading here."""
+        as many as the least group of theirs allows: a group forms when the continuations
+        read again here (which its proof holds up) have had their turn since the last
+        (worker/attempts/proofs.py), and closes at the first take of anything else, so that
+        a stream of suspects never holds up the jobs reading here for long."""
         names = tiers.worker_queue_names(self._model, self.name)
         suspects, cap = self._runner.running_suspects()
-        forms = not suspects and not self._runner.reading_again()
+        forms = self._runner.proof_may_start()
         if not (forms or (self._forming and suspects and (not cap or suspects < cap))):
             names = tuple(n for n in names if n != tiers.suspect_queue_name(self._model))
         lines = self._runner.running_batch_lines()

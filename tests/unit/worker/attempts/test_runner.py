@@ -491,3 +491,22 @@ def test_idle_time_counts_from_the_last_attempt_s_end(r):
     engine.gate.set()
     run.drain(timeout=10)
     assert 0.0 < run.idle_for() < 5.0
+
+
+def test_a_proof_runs_from_its_first_suspect_to_its_last_cleared(r):
+    """No second group of suspects starts while one proves (worker/attempts/proofs.py)."""
+    engine = GatedEngine([5, 6, 7, EOS])
+    run = runner(r, engine, slots=2)
+    assert run.proof_may_start()
+    jobs = [queued_job(r, f"chatcmpl-s{i}") for i in range(2)]
+    for j in jobs:
+        r.hset(keys.job(j["id"]), mapping={JobField.SUSPECT: 1, JobField.GROUP: 0})
+        assert run.reserve(timeout=1)
+        assert run.start(j, j["id"]) == Outcome.STARTED
+    assert engine.inside.acquire(timeout=5) and engine.inside.acquire(timeout=5)
+    assert run.running_suspects() == (2, 0)
+    assert not run.proof_may_start()
+    engine.gate.set()
+    run.drain(timeout=10)
+    assert run.running_suspects() == (0, 0)
+    assert run.proof_may_start()  # nothing read again here: the next group at once
