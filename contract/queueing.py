@@ -72,7 +72,7 @@ def enqueue(
     if suspect:
         record = queue.create_job(**job)
         with client.pipeline() as pipe:  # MULTI: no TAKE sees it without its group
-            queue.enqueue_job(record, pipeline=pipe, at_front=True)
+            queue.enqueue_job(record, pipeline=pipe)
             pipe.hset(record.key, keys.JobField.GROUP, group)
             pipe.execute()
         wake = keys.wake(model)

@@ -85,6 +85,15 @@ def test_a_suspect_s_group_travels_with_its_queue_entry():
     assert servers.streams.zscore(keys.pending(keys.shard("s")), "s") is None  # enqueued
 
 
+def test_suspects_wait_in_the_order_they_were_requeued():
+    """A crash storm (bench/chaos.py --storm): with each death's suspects pushed in front,
+    an earlier death's waited 52-75 s in the suspect queue while later ones were taken."""
+    servers = FakePair().sync()
+    for job_id in ("first", "second", "third"):
+        queueing.enqueue(servers, {"id": job_id, "model": MODEL}, 3, RECOVERY, suspect=True)
+    assert taken(servers.queues) == [keys.rq_job_id(c, 3) for c in ("first", "second", "third")]
+
+
 def test_workers_take_the_tiers_in_order_and_a_continuation_first():
     servers = FakePair().sync()
     for job_id, tier in (
