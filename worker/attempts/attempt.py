@@ -123,6 +123,7 @@ class Progress:
     token_ids: tuple[int, ...] = ()
     deadline_ms: int | None = None  # the job's overall deadline, if it has one
     last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
+    moved_ms: int = 0  # when its stream last moved (ms, Unix): its last Delta, else its first entry
 
 
 class Claims:
@@ -205,22 +206,26 @@ class Claims:
         """Read back what earlier attempts published (token ids are the contract's truth)."""
         prompt_tokens = None
         ids: list[int] = []
-        after, last_id = "-", "0-0"
+        after, last_id, moved = "-", "0-0", ""
         stream = keys.events(job_id)
         while True:
             rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
             for entry_id, fields in rows:
                 last_id = entry_id.decode()
+                moved = moved or last_id
                 entry = entries.decode(fields)
                 if isinstance(entry, Started) and prompt_tokens is None:
                     prompt_tokens = entry.prompt_tokens
                 elif isinstance(entry, Delta):
                     ids.extend(entry.token_ids)
+                    moved = last_id
             if len(rows) < 1000:
                 deadline = self._link.retry(
                     lambda: self._client.hget(keys.job(job_id), keys.JobField.DEADLINE)
                 )
-                return Progress(prompt_tokens, tuple(ids), int(deadline) if deadline else None, last_id)
+                deadline_ms = int(deadline) if deadline else None
+                moved_ms = int(moved.split("-")[0]) if moved else 0
+                return Progress(prompt_tokens, tuple(ids), deadline_ms, last_id, moved_ms)
             after = "(" + rows[-1][0].decode()
 
     def cancel_due(self, job_id: str) -> bool:

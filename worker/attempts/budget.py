@@ -32,14 +32,16 @@ def bounded(
     progress: Callable[[], None] | None,
     alone_for: int,
     cached: Callable[[int], None] | None,
+    since_ms: int = 0,
 ) -> Picks:
     """The engine's picks for the job, its thinking closed at the budget (most jobs have
     none: then the engine's own picks, nothing between)."""
     if not spec.thinking_budget:
-        return engine.tokens(spec, prompt, prior, progress, alone_for, cached)
+        return engine.tokens(spec, prompt, prior, progress, alone_for, cached, since_ms=since_ms)
 
     def picks(ids: list[int]) -> Picks:  # from the prompt, everything generated, and `ids`
-        return engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, None if ids else cached)
+        got = None if ids else cached
+        return engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, got, since_ms=since_ms)
 
     return _closing(spec.thinking_budget, engine, spec, picks, out)
 

@@ -65,6 +65,7 @@ class Engine(Protocol):
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
         cached: Callable[[int], None] | None = None,
+        since_ms: int = 0,  # a continuation: when its stream last moved (ms, Unix)
     ) -> Generator[tuple[Pick, bytes]]: ...
     def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float: ...
     def counters(self) -> BatchCounters: ...
@@ -236,7 +237,8 @@ class AttemptRules:
             reused = min(tokens, len(prompt))
 
         alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached)
+        since = progress.moved_ms if attempt.epoch > 1 else 0  # a continuation: stalled since then
+        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached, since)
         try:
             for pick, piece in self._timed(picks):
                 token = pick.token

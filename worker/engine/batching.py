@@ -310,10 +310,9 @@ class Scheduler:
             self._fail(EngineFailed(f"llama_decode returned {rc}"))
             return
         # While a GPU computes the step: what does not need its logits
-        stepped = {id(seq): seq for seq, _, _ in rows}.values()
-        for seq in stepped:
-            if seq.progress is not None:
-                seq.progress()  # a prompt read a chunk a step is progress before its first token
+        for seq in steps:  # a prompt read a chunk a step is progress before its first token, and
+            if seq.progress is not None:  # a continuation waiting its turn in the pool (plan.py)
+                seq.progress()  # is no hung native call
         self._count(rows, decoding)
         logits = self._context.logits(len(outputs))  # waits for the step to be computed
         computed = time.perf_counter()

@@ -209,6 +209,7 @@ class LlamaEngine:
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
         cached: Callable[[int], None] | None = None,
+        since_ms: int = 0,
     ) -> Generator[tuple[Pick, bytes]]:
         """Sample after the prompt and what earlier attempts generated (`prior`), in the
         running batch, until the slot's window is full (the caller stops earlier). Closing
@@ -216,8 +217,9 @@ class LlamaEngine:
         through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
         called (from the scheduler's thread) after every step that computed any of its rows,
         prompt rows included. A suspect steps apart from jobs still reading until it has
-        generated `alone_for` tokens (worker/engine/steps/plan.py). Once the iterator is
-        closed, `cached` is told how many context tokens the slot's cache held (not read again)."""
+        generated `alone_for` tokens (worker/engine/steps/plan.py); a continuation's context is
+        read by how long its stream has stalled (`since_ms`). Once the iterator is closed,
+        `cached` is told how many context tokens the slot's cache held (not read again)."""
         grammar, trigger = self._grammar(spec, prompt)
         gate: GrammarGate | TriggeredGate | None = None
         if grammar and trigger:
@@ -248,6 +250,7 @@ class LlamaEngine:
             scope=spec.cache_scope,
             public=self.prompts.public_tokens(spec, prompt),
             alone_for=alone_for,
+            since=since_ms,
             progress=progress,
         )
         self._scheduler.submit(seq)

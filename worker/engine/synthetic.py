@@ -106,6 +106,7 @@ class SyntheticEngine:
         progress: Callable[[], None] | None = None,
         alone_for: int = 0,
         cached: Callable[[int], None] | None = None,
+        since_ms: int = 0,
     ) -> Generator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated (a resumed job goes on where it
         stopped), paced from the first one on an absolute schedule, then EOS (with

@@ -77,8 +77,13 @@ def plan(
     stay short while it is read; one that fits in a chunk is read whole, as without a
     budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
     the long prompt) is not spread over many steps. A resumed job's context (its prompt and
-    the text earlier attempts generated) reads like a prompt; a suspect's steps alone
-    (`stepping`), a chunk a step. None: every prompt reads its chunk.
+    the text earlier attempts generated) reads like a prompt, but the continuations' rows are
+    pooled and given to the longest stalled first (`since`), each up to its whole context: a
+    worker that takes over a dead batch of 30 read a little of each a step, so none went on
+    before the whole batch was read (20-40 s on two cores shared with workers loading), and in
+    a crash storm the next death came first, again and again (streams 180 s without a token:
+    bench/chaos.py --storm). The step's rows, and so its time, are as before. A suspect's steps
+    alone (`stepping`), a chunk a step. None: every prompt reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
@@ -101,6 +106,13 @@ def plan(
                 step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
         reads[id(seq)] = step
+    pool = 0
+    resumed = sorted((s for s in readers if s.since and not s.yields), key=lambda s: (s.since, s.slot))
+    for seq in resumed:
+        pool += reads.pop(id(seq))
+    for seq in resumed:
+        if pool and (step := min(len(seq.context) - seq.fed, pool)):
+            reads[id(seq)], pool = step, pool - step
     rows: list[tuple[Sequence, int, bool]] = []
     for seq in sorted(stepping, key=lambda s: s.slot):
         if seq.pending is not None:

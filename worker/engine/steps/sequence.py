@@ -33,6 +33,7 @@ class Sequence:
     scope: str = ""  # its cache scope (contract/prefixes.py): it reuses only caches of its scope
     public: int = 0  # but these first tokens (a public prompt's), of any scope's cache
     alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps apart until it has generated this many
+    since: int = 0  # a continuation: when its stream last moved (ms, Unix); oldest read first (plan.py)
     progress: Callable[[], None] | None = None  # after each step that computed any of its rows
     cached: int = 0  # context tokens its slot's cache held when it was given the slot
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)

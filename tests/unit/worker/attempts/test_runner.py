@@ -41,6 +41,7 @@ class ScriptedEngine:
     def __init__(self, script: list[int], on_token=None, held: int = 0, words=None, opened=None) -> None:
         self.script = script
         self.contexts: list[list[int]] = []
+        self.since: list[int] = []  # when each call's stream last moved (0: a first attempt)
         self.on_token = on_token
         self.held = held  # context tokens a slot's cache held: told when the job's side ends
         self.words = words or {}  # a token's text, if not `<id>`
@@ -60,8 +61,9 @@ class ScriptedEngine:
     def reply(self, spec, prompt):
         return PlainReply() if self.opened is None else Thinking(PlainReply(), self.opened)
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
         self.contexts.append([*prompt, *prior])
+        self.since.append(since_ms)
         try:
             for i, tok in enumerate(self.script):
                 if self.on_token:
@@ -153,7 +155,7 @@ class SlowPrefillEngine(ScriptedEngine):
         super().__init__(script)
         self.heartbeat = heartbeat
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
         for _ in range(4):
             threading.Event().wait(0.1)
             if progress is not None:
@@ -170,7 +172,7 @@ class EndingEngine(ScriptedEngine):
         super().__init__(script)
         self.r, self.live, self.ended_with = r, [], None
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
         gen = self._tokens(spec, prompt, prior)
         self.live.append(gen)  # as a scheduler's list would: breaking out does not end it
         return gen
@@ -221,6 +223,9 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
     assert last_entry(r).finish_reason == "length"
     assert engine.contexts == [[*PROMPT, 11, 12]]
     s = stream(r)
+    first_deltas = [i for i, f in r.xrange(keys.events(CID)) if isinstance(entries.decode(f), Delta)][:-3]
+    moved = int(first_deltas[-1].decode().split("-")[0])  # attempt 1's last Delta: its stream stalled then
+    assert first.rules.engine.since == [0] and engine.since == [moved]  # read by how long it stalled
     assert "".join(e.text for e in s if isinstance(e, Delta)) == "<11><12><21><22><23>"
     assert sum(isinstance(e, Started) for e in s) == 2
     assert s[-1].completion_tokens == 5 and s[-1].prompt_tokens == 3
@@ -239,7 +244,7 @@ class BudgetEngine(ScriptedEngine):
     def close_thinking(self, spec):
         return [13, 14]  # "</think>", "\n\n"
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
         self.script = self.scripts[min(len(self.contexts), len(self.scripts) - 1)]
         return super().tokens(spec, prompt, prior, progress, alone_for, cached)
 
@@ -432,7 +437,7 @@ class GatedEngine(ScriptedEngine):
         self.gate = threading.Event()
         self.inside = threading.Semaphore(0)
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None):
+    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
         self.inside.release()
         self.gate.wait(10)
         yield from super().tokens(spec, prompt, prior)

@@ -357,3 +357,29 @@ def test_the_lines_that_step_are_those_nearest_the_interactive_slots():
     steps = stepping([*lines, stream], 4)
     assert sorted(s.slot for s in steps) == [3, 4, 5, 6, 7]
     assert stepping([*lines[:3], stream], 4) == [*lines[:3], stream]  # within the share: all step
+
+
+def test_continuations_read_the_longest_stalled_first_in_the_same_rows():
+    """A crash storm: a worker taking over a dead batch read a chunk of each continuation a
+    step, so none went on before the whole batch was read, and the next death came first
+    (streams 180 s without a token). Their rows are now pooled: the longest stalled is read
+    whole first; a new prompt reads as before; the step has as many rows as before."""
+    fresh = seq(0, list(range(40)))
+    recent, oldest, middle = (seq(s, list(range(150))) for s in (1, 2, 3))
+    recent.since, oldest.since, middle.since = 3_000, 1_000, 2_000
+    rows = plan([fresh, recent, oldest, middle], chunk=64)
+    assert len(rows) == 40 + 3 * 64  # a chunk each, as before
+    read = {s.slot: s.fed for s in (fresh, recent, oldest, middle)}
+    assert read == {0: 40, 1: 0, 2: 150, 3: 42}
+    assert slots(rows) == sorted(slots(rows))  # still in slot order
+    rows = plan([fresh, recent, oldest, middle], chunk=64)  # the next step: two left to read
+    assert (recent.fed, middle.fed) == (20, 150)
+
+
+def test_under_a_budget_continuations_share_their_rows_longest_stalled_first():
+    decoding = seq(0, [1], fed=1, pending=9)
+    a, b = seq(1, list(range(100))), seq(2, list(range(100)))
+    a.since, b.since = 2_000, 1_000
+    rows = plan([decoding, a, b], chunk=64, budget=2)
+    assert len(rows) == 1 + 3  # the budget's 2, then a token for the other (spent): as before
+    assert (a.fed, b.fed) == (0, 3)  # all to the one stalled longest
