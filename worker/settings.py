@@ -226,8 +226,8 @@ class WorkerSettings:
     stall_s: float = setting(
         120.0,
         "STALL_SECONDS",
-        "an attempt with no batch step computing any of its rows (a prompt chunk or a token) this "
-        "long stops beating (a native call that hangs)",
+        "an attempt in no batch step this long (none computed, or none it was part of, even "
+        "waiting its turn to be read) stops beating (a native call that hangs)",
     )
     redis_wait_s: float = setting(
         60.0,

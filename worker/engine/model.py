@@ -215,8 +215,8 @@ class LlamaEngine:
         running batch, until the slot's window is full (the caller stops earlier). Closing
         the iterator frees the slot at the next step. A job with a grammar replays `prior`
         through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
-        called (from the scheduler's thread) after every step that computed any of its rows,
-        prompt rows included. A suspect steps apart from jobs still reading until it has
+        called (from the scheduler's thread) after every step it is part of, even one that
+        reads none of it yet. A suspect steps apart from jobs still reading until it has
         generated `alone_for` tokens (worker/engine/steps/plan.py); a continuation's context is
         read by how long its stream has stalled (`since_ms`). Once the iterator is closed,
         `cached` is told how many context tokens the slot's cache held (not read again)."""

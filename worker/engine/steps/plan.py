@@ -81,9 +81,9 @@ def plan(
     pooled and given to the longest stalled first (`since`), each up to its whole context: a
     worker that takes over a dead batch of 30 read a little of each a step, so none went on
     before the whole batch was read (20-40 s on two cores shared with workers loading), and in
-    a crash storm the next death came first, again and again (streams 180 s without a token:
+    a crash storm the next death came first, again and again (a stream 178 s without a token:
     bench/chaos.py --storm). The step's rows, and so its time, are as before. A suspect's steps
-    alone (`stepping`), a chunk a step. None: every prompt reads its chunk.
+    alone (`stepping`) are unbudgeted. None: every prompt reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first

@@ -362,7 +362,7 @@ def test_the_lines_that_step_are_those_nearest_the_interactive_slots():
 def test_continuations_read_the_longest_stalled_first_in_the_same_rows():
     """A crash storm: a worker taking over a dead batch read a chunk of each continuation a
     step, so none went on before the whole batch was read, and the next death came first
-    (streams 180 s without a token). Their rows are now pooled: the longest stalled is read
+    (a stream 178 s without a token). Their rows are now pooled: the longest stalled is read
     whole first; a new prompt reads as before; the step has as many rows as before."""
     fresh = seq(0, list(range(40)))
     recent, oldest, middle = (seq(s, list(range(150))) for s in (1, 2, 3))
