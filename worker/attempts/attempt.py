@@ -65,6 +65,11 @@ class Attempt:
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
+    def resumed(self) -> bool:
+        """A continuation: an earlier attempt of the job ran (its stream may have stalled)."""
+        return self.epoch > 1
+
+    @property
     def claim(self) -> attempts.Claim:
         return attempts.Claim(self.epoch, self.token, self.worker, self.window_ms)
 

@@ -237,7 +237,7 @@ class AttemptRules:
             reused = min(tokens, len(prompt))
 
         alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        since = progress.moved_ms if attempt.epoch > 1 else 0  # a continuation: stalled since then
+        since = progress.moved_ms if attempt.resumed else 0  # when its stream stalled
         picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached, since)
         try:
             for pick, piece in self._timed(picks):

@@ -118,7 +118,7 @@ class JobRunner:
         wait while suspects prove) have had their turn (worker/attempts/proofs.py)."""
         with self._lock:
             reading = sum(
-                c.attempt.epoch > 1 and not c.attempt.generated and not c.attempt.suspect
+                c.attempt.resumed and not c.attempt.generated and not c.attempt.suspect
                 for c in self._threads.values()
             )
             return self._proofs.may_start(reading)

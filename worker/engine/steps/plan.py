@@ -106,10 +106,8 @@ def plan(
                 step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
         reads[id(seq)] = step
-    pool = 0
     resumed = sorted((s for s in readers if s.since and not s.yields), key=lambda s: (s.since, s.slot))
-    for seq in resumed:
-        pool += reads.pop(id(seq))
+    pool = sum(reads.pop(id(s)) for s in resumed)  # their rows, given out again oldest first
     for seq in resumed:
         if pool and (step := min(len(seq.context) - seq.fed, pool)):
             reads[id(seq)], pool = step, pool - step
