@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Callable
 
@@ -17,6 +18,7 @@ from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.rules import Engine
 from worker.attempts.runner import JobRunner
+from worker.engine import sizing
 from worker.hub_model import ModelUnavailable, fetch
 from worker.intake.lending import Lending
 from worker.intake.presence import Presence, Starting
@@ -41,6 +43,8 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.slots,
             settings.synthetic_load_s,
         )
+    if (spin := sizing.spin_count(settings.gomp_spincount, settings.n_gpu_layers)) is not None:
+        os.environ["GOMP_SPINCOUNT"] = str(spin)  # libgomp reads it once, as llama.cpp loads below
     from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it
 
     assert settings.model_path is not None

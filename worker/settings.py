@@ -205,6 +205,17 @@ class WorkerSettings:
         "CPU threads for prefill and for steps that decode several jobs' tokens",
         shown="the usable cores",
     )
+    gomp_spincount: int | None = setting(
+        None,
+        "GOMP_SPINCOUNT",
+        "how long llama.cpp's CPU threads (libgomp's OpenMP) spin at each barrier before they "
+        "sleep; the worker passes it to libgomp before llama.cpp loads. At libgomp's own 300,000, "
+        "a step's threads spin through the time slices of whatever else is busy on the same cores "
+        "(workers starting, a second worker, a shared host) and a step can take many times its "
+        "share (docs/operations.md, Workers sharing cores)",
+        shown="1000 on a CPU (`N_GPU_LAYERS=0`); libgomp's own (300000) with layers on a GPU",
+        minimum=0,
+    )
     n_gpu_layers: int = setting(0, "N_GPU_LAYERS", "layers offloaded to the GPU (`-1`: all)")
     name: str = setting(
         "", "WORKER_NAME", "unique per process; names its Redis connections", shown="host-pid-random"

@@ -13,7 +13,9 @@ Threads. llama.cpp's threads spin on their cores; more threads than the cores th
 may run on (its CPU affinity, or a container's CPU quota, which `os.cpu_count()` does not
 see) make every step wait for a thread that is not running. The counts are taken from the
 usable cores: half of them for a step of one token (a single stream: memory-bound, and the
-job threads need a core of their own), all of them for prefill and batched steps.
+job threads need a core of their own), all of them for prefill and batched steps. At each
+barrier of a step they spin before they sleep; on a CPU the worker makes that spin short, as
+other processes may be busy on the same cores (docs/operations.md, "Workers sharing cores").
 """
 
 from __future__ import annotations
@@ -26,6 +28,11 @@ from pathlib import Path
 CPU_SLOTS = 32
 EMBEDDING_SLOTS = 64  # an embedding worker's jobs at once (their inputs share its decodes)
 GPU_SLOTS = 64
+# libgomp's rounds at a barrier before a thread sleeps, on a CPU worker. Beside busy processes
+# a step's threads spin through each other's time slices: at libgomp's 300,000 a 16-row step took
+# 4-8 s in 1 run of 5 (~0.2 s in the others), at 10,000 0.8 s in 3 of 5, at 1,000 never over 0.25 s
+# (bench/probes/barrier_spin.py). Alone on its cores a worker decodes ~4 % fewer tokens/s.
+CPU_SPINCOUNT = 1_000
 
 
 @dataclass(frozen=True)
@@ -52,6 +59,14 @@ def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
 def threads(n_threads: int | None, n_threads_batch: int | None, cores: int) -> Threads:
     """The declared counts, each filled from the usable cores where it is not set."""
     return Threads(n_threads or max(cores // 2, 1), n_threads_batch or cores)
+
+
+def spin_count(declared: int | None, n_gpu_layers: int) -> int | None:
+    """GOMP_SPINCOUNT for libgomp: the declared count, else `CPU_SPINCOUNT` for a worker that
+    computes on the CPU, else None (libgomp's own, which the GPU figures were measured with)."""
+    if declared is not None:
+        return declared
+    return CPU_SPINCOUNT if n_gpu_layers == 0 else None
 
 
 def slots_for(kv_per_slot: int, budget: int, cap: int) -> int:

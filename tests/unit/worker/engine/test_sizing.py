@@ -49,3 +49,15 @@ def test_without_a_cgroup_the_affinity_counts(tmp_path):
 def test_the_synthetic_engine_takes_slots_or_its_default():
     assert SyntheticEngine("synthetic-x", 64, 4, 0.0).slots == DEFAULT_SLOTS
     assert SyntheticEngine("synthetic-x", 64, 4, 0.0, 3).slots == 3
+
+
+def test_a_cpu_worker_spins_briefly_unless_told():
+    assert sizing.spin_count(None, 0) == sizing.CPU_SPINCOUNT
+    assert sizing.spin_count(300_000, 0) == 300_000
+    assert sizing.spin_count(0, 0) == 0
+
+
+def test_a_worker_with_layers_on_a_gpu_leaves_libgomp_its_own():
+    assert sizing.spin_count(None, -1) is None
+    assert sizing.spin_count(None, 20) is None
+    assert sizing.spin_count(5000, -1) == 5000
