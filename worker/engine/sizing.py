@@ -28,10 +28,9 @@ from pathlib import Path
 CPU_SLOTS = 32
 EMBEDDING_SLOTS = 64  # an embedding worker's jobs at once (their inputs share its decodes)
 GPU_SLOTS = 64
-# libgomp's rounds at a barrier before a thread sleeps, on a CPU worker. Beside busy processes
-# a step's threads spin through each other's time slices: at libgomp's 300,000 a 16-row step took
-# 4-8 s in 1 run of 5 (~0.2 s in the others), at 10,000 0.8 s in 3 of 5, at 1,000 never over 0.25 s
-# (bench/probes/barrier_spin.py). Alone on its cores a worker decodes ~4 % fewer tokens/s.
+# libgomp's rounds at a barrier before a thread sleeps, on a CPU worker: beside busy processes
+# no step took the slow mode that libgomp's 300,000 (and 10,000) fall into; alone, ~4 % fewer
+# tokens/s at 16 streams (bench/results/RESULTS.md, "Barrier spin")
 CPU_SPINCOUNT = 1_000
 
 
