@@ -77,16 +77,13 @@ def plan(
     stay short while it is read; one that fits in a chunk is read whole, as without a
     budget: a new request's first token (a burst's stragglers, a chat turn arriving beside
     the long prompt) is not spread over many steps. A resumed job's context (its prompt and
-    the text earlier attempts generated) is read unbudgeted, as its client waits mid-stream:
-    each continuation brings its chunk's rows to a pool given to the longest stalled first
-    (`since`), each up to its whole context, and new prompts share what is left of the
-    budget. A worker that takes over a dead batch of 30 once read a little of each a step,
-    so none went on before the whole batch was read, and in a crash storm the next death came
-    first (a stream 178 s without a token); pooled within the budget of the two streams that
-    decoded there, the longest stalled still waited 14-20 s on each of two workers, killed
-    before it was read (62.9 s: bench/chaos.py --storm). The streams that decode wait a few
-    long steps instead. A suspect's steps alone (`stepping`) are unbudgeted. None: every
-    prompt reads its chunk.
+    the text earlier attempts generated) reads like a prompt, but the continuations' rows are
+    pooled and given to the longest stalled first (`since`), each up to its whole context: a
+    worker that takes over a dead batch of 30 read a little of each a step, so none went on
+    before the whole batch was read (20-40 s on two cores shared with workers loading), and in
+    a crash storm the next death came first, again and again (a stream 178 s without a token:
+    bench/chaos.py --storm). The step's rows, and so its time, are as before. A suspect's steps
+    alone (`stepping`) are unbudgeted. None: every prompt reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its
     prompt: that step is as short as on an idle worker, and the interactive job's first
@@ -99,15 +96,9 @@ def plan(
     prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
     stepping = [s for s in running if not (s.yields and prefilling)]  # a yielding token waits
     reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
+    left = budget
     readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
-    resumed = [s for s in readers if s.since and not s.yields]
-    pool = sum(min(chunk, len(s.context) - s.fed) for s in resumed)  # given out oldest first
-    for seq in sorted(resumed, key=lambda s: (s.since, s.slot)):
-        if pool and (step := min(len(seq.context) - seq.fed, pool)):
-            reads[id(seq)], pool = step, pool - step
-    left = None if budget is None else budget - sum(reads.values())
-    fresh = [s for s in readers if s not in resumed]
-    for seq in sorted(fresh, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
+    for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
         rest = len(seq.context) - seq.fed
         step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
         if left is not None:
@@ -115,6 +106,11 @@ def plan(
                 step = max(min(step, left), 1)
             left -= step  # a short interactive prompt is read whole: one longer step, once
         reads[id(seq)] = step
+    resumed = sorted((s for s in readers if s.since and not s.yields), key=lambda s: (s.since, s.slot))
+    pool = sum(reads.pop(id(s)) for s in resumed)  # their rows, given out again oldest first
+    for seq in resumed:
+        if pool and (step := min(len(seq.context) - seq.fed, pool)):
+            reads[id(seq)], pool = step, pool - step
     rows: list[tuple[Sequence, int, bool]] = []
     for seq in sorted(stepping, key=lambda s: s.slot):
         if seq.pending is not None:
