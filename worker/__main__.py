@@ -29,6 +29,13 @@ from worker.settings import WorkerSettings
 log = logging.getLogger("worker")
 
 
+def prepare_libgomp(settings: WorkerSettings) -> None:
+    """Tell libgomp how long llama.cpp's threads spin at a barrier (`sizing.spin_count`): it
+    reads GOMP_SPINCOUNT once, as llama.cpp loads, so this comes before that import."""
+    if (spin := sizing.spin_count(settings.gomp_spincount, settings.n_gpu_layers)) is not None:
+        os.environ["GOMP_SPINCOUNT"] = str(spin)
+
+
 def load_engine(settings: WorkerSettings) -> Engine:
     """The model's engine: for its embedding pool when POOLING (or the GGUF) says so, else
     for chat and completions; `engine.model_name` names the pool the worker serves."""
@@ -43,8 +50,7 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.slots,
             settings.synthetic_load_s,
         )
-    if (spin := sizing.spin_count(settings.gomp_spincount, settings.n_gpu_layers)) is not None:
-        os.environ["GOMP_SPINCOUNT"] = str(spin)  # libgomp reads it once, as llama.cpp loads below
+    prepare_libgomp(settings)
     from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it
 
     assert settings.model_path is not None

@@ -20,7 +20,6 @@ import argparse
 import dataclasses
 import itertools
 import multiprocessing
-import os
 import random
 import statistics
 import sys
@@ -32,7 +31,7 @@ from typing import TYPE_CHECKING
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from contract.jobspec import JobSpec, Message
-from worker.engine import sizing
+from worker.__main__ import prepare_libgomp
 from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -136,8 +135,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     args = ap.parse_args()
     settings = WorkerSettings.from_env({"REDIS_URL": "unused", "SLOTS": "32", "N_CTX": "4096"})
-    if (spin := sizing.spin_count(settings.gomp_spincount, settings.n_gpu_layers)) is not None:
-        os.environ["GOMP_SPINCOUNT"] = str(spin)  # as the worker sets it (worker/__main__.py)
+    prepare_libgomp(settings)  # as the worker does, before llama.cpp loads
     from worker.engine.model import LlamaEngine  # llama.cpp loads libgomp here
 
     engine = LlamaEngine(settings)
