@@ -176,7 +176,7 @@ class Quotas:
         0,
         "KEY_TOKENS_PER_MINUTE",
         "prompt and completion tokens one API key may use per minute, every endpoint's (429): a "
-        "job reserves its prompt's estimate and its `max_tokens` when admitted, and is charged "
+        "job reserves the most its prompt can be and its `max_tokens` when admitted, and is charged "
         'its usage when it ends (docs/security.md, "Token limits")',
     )
     cached_token_weight: float = setting(

@@ -167,7 +167,12 @@ def context(model: str) -> str:
     return f"{PREFIX}:ctx:{model}"
 
 
-LAST_CONTEXT = "*last"  # a field of `context`: no worker name starts with '*'
+def prompt_overhead(model: str) -> str:
+    """HASH: as `context`, what each worker's chat template adds to a prompt (contract/prefixes.py)."""
+    return f"{PREFIX}:overhead:{model}"
+
+
+LAST_CONTEXT = "*last"  # a field of `context` and `prompt_overhead`: no worker name starts with '*'
 
 
 def idempotency(owner: str, digest: str) -> str:
@@ -221,7 +226,7 @@ class Owned(StrEnum):
     RUNNING_BATCHES = "running"
     """ZSET: the owner's batches not yet ended (id -> created, ms), for MAX_BATCHES_PER_KEY."""
     RESERVED_TOKENS = "reservedtokens"
-    """HASH: unsettled token reservations, job id -> "<minute> <reserved> <prompt estimate>"."""
+    """HASH: unsettled token reservations, job id -> "<minute> <reserved> <prompt's bound>"."""
     ROUTED = "routed"
     """ZSET: its jobs routed to a worker (`routed` members -> ms when), for ROUTED_JOBS_PER_KEY."""
 
@@ -249,7 +254,6 @@ def batch(batch_id: str, part: BatchPart = BatchPart.STATE) -> str:
 
 BATCH_DRIVER_LOCK = f"{PREFIX}:batches:driver"
 """STRING: the API process driving the batches (one at a time, like the reaper)."""
-
 
 ACTIVE_BATCHES = f"{PREFIX}:batches"
 """ZSET: the batches not yet ended (id -> created, ms), which the API processes drive."""
@@ -295,8 +299,7 @@ def routed(model: str) -> str:
 
 
 def worker_placement(model: str) -> str:
-    """HASH: worker name -> "<layers offloaded to the GPU> <KV cache bytes>", set with each
-    announcement (worker/engine/devices.py)."""
+    """HASH: worker name -> "<GPU layers> <KV cache bytes>", set with each announcement."""
     return f"{PREFIX}:placement:{model}"
 
 
@@ -309,10 +312,8 @@ def hub_control(process: str, shard: int) -> str:
 STATS = f"{PREFIX}:stats"
 """HASH: cluster-wide counters, for /metrics (see contract.stats.StatField)."""
 
-
 MODELS = f"{PREFIX}:models"
-"""SET: every model name a worker has ever announced (whether one still serves it is
-`workers(model)`'s business)."""
+"""SET: every model name a worker has ever announced (`workers(model)`: whether one still does)."""
 
 
 def rq_queue_key(name: str) -> str:
@@ -321,8 +322,7 @@ def rq_queue_key(name: str) -> str:
 
 
 def rq_queue_workers_key(name: str) -> str:
-    """SET: RQ's registry of the workers that read the queue named `name` (one a worker's
-    routed queues: the reaper deletes it with the worker found dead)."""
+    """SET: RQ's registry of the workers reading queue `name` (a routed one's: gone with its worker)."""
     return WORKERS_BY_QUEUE_KEY % name
 
 

@@ -18,12 +18,18 @@ filled it, and routing digests differ by scope (docs/security.md, "Tenancy"). On
 the operator's to make: a system prompt made public (PUBLIC_PROMPTS_FILE). A job whose first
 message is one (`public_prompt`) shares that message's digest, and a slot's cache of exactly
 its tokens, with every scope; what follows it is the scope's own.
+
+The other thing about a prompt the API must know without a tokenizer: what a model's chat
+template adds to it beyond the client's strings (`PromptOverhead`). A worker measures it when
+its model loads (worker/engine/prompts.py) and announces it (`keys.prompt_overhead`); the API
+bounds a job's reserved tokens with it (api/jobs/reservation.py).
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+from dataclasses import dataclass
 
 from contract.jobspec import JobSpec, Message
 
@@ -91,3 +97,34 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
             digest = _digest(digest, text[start : start + TEXT_BLOCK])
             out.append((digest, start + TEXT_BLOCK))
     return out if len(out) <= MAX_DIGESTS else [out[0], *out[-(MAX_DIGESTS - 1) :]]
+
+
+@dataclass(frozen=True)
+class PromptOverhead:
+    """`fixed`: the template's text around any conversation (its default system prompt, the
+    generation prompt, a tool protocol's instructions); `per_part`: the most it adds around one
+    message, tool call, tool or template argument."""
+
+    fixed: int
+    per_part: int
+
+    def field(self) -> str:
+        """As a worker announces it."""
+        return f"{self.fixed} {self.per_part}"
+
+    @classmethod
+    def parse(cls, value: str) -> PromptOverhead | None:
+        """An announced overhead (None: not one)."""
+        parts = value.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            return None
+        return cls(int(parts[0]), int(parts[1]))
+
+    def most(self, other: PromptOverhead) -> PromptOverhead:
+        """The larger of two workers' overheads, each part: a bound for jobs any of them takes."""
+        return PromptOverhead(max(self.fixed, other.fixed), max(self.per_part, other.per_part))
+
+
+UNKNOWN = PromptOverhead(fixed=1024, per_part=64)
+"""Where no worker of a model has announced one (a pool scaled to zero before any announced):
+more than any template measured (gpt-oss's harmony preamble with tools is the largest, ~300)."""

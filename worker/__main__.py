@@ -151,6 +151,7 @@ def main() -> None:
         slots=engine.slots,
         counters=lambda: engine.counters().plus(runner.counters),
         n_ctx=engine.n_ctx,
+        overhead=engine.prompt_overhead,
         placement=engine.placement,
         held=engine.held,
         load=lambda: (runner.running(), engine.step_ms()),

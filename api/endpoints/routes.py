@@ -28,9 +28,9 @@ from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid, speaks_anthropic
 from api.http.parsing import parse
 from api.http.reading import read_json
-from api.jobs.admission import StreamTicket
+from api.jobs import reservation
+from api.jobs.admission import ModelLimits, StreamTicket
 from api.jobs.owners import (
-    CHARS_PER_TOKEN,
     Idempotency,
     IdempotencyConflict,
     OwnerLimit,
@@ -211,10 +211,10 @@ class EndpointRoutes:
                 return Made(earlier, retried=True)
             job_id = self.endpoint.new_id()
             logs.set_job(job_id)
-            context = await services.admission.model(body.pool, job_id, body.context_chars())
+            limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
-                quota = self._quota(ask, spec, context)
+                quota = self._quota(ask, spec, limits)
                 submitted = await self._submit(ask, spec, quota)
             finally:  # the enqueue takes the place; anything else gives it back
                 await services.admission.release(body.pool, job_id)
@@ -229,17 +229,16 @@ class EndpointRoutes:
             raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
         return Made(submitted.job, not submitted.new, submitted.spent if submitted.new else None)
 
-    def _quota(self, ask: Ask, spec: JobSpec, context: int) -> Quota:
-        """The key's limits, and the tokens the job reserves: its prompt's estimate (a token
-        per CHARS_PER_TOKEN characters) and its `max_tokens`, no more than a worker's context
-        holds. A job that generates nothing (a count) reserves nothing."""
-        prompt = -(-ask.body.prompt_chars()[0] // CHARS_PER_TOKEN)
-        completion = min(spec.max_tokens, context) if context else spec.max_tokens
+    def _quota(self, ask: Ask, spec: JobSpec, limits: ModelLimits) -> Quota:
+        """The key's limits, and the tokens the job reserves: the most its prompt can be
+        (api/jobs/reservation.py) and its `max_tokens`, together no more than a worker's
+        context holds. A job that generates nothing (a count) reserves nothing."""
+        prompt = limits.cap(reservation.prompt_tokens(spec, limits.overhead))
         return Quota(
             unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,
             budgets=ask.budgets,
             request_bytes=ask.size,
-            tokens=prompt + completion if spec.max_tokens else 0,
+            tokens=limits.cap(prompt + spec.max_tokens) if spec.max_tokens else 0,
             prompt_tokens=prompt,
         )
 

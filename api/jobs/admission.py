@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import functools
+from dataclasses import dataclass
 
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
@@ -20,6 +22,7 @@ from api.settings import Intake, Quotas
 from contract import errors, keys, tiers
 from contract.entries import as_text
 from contract.lua import accounting, queues
+from contract.prefixes import UNKNOWN, PromptOverhead
 
 RESERVATION_S = 10.0  # a place held for a request lasts this long unless its enqueue takes it
 
@@ -61,6 +64,25 @@ class StreamTicket:
         self.release()
 
 
+@dataclass(frozen=True)
+class ModelLimits:
+    """What a model's workers announced that bounds a job's tokens."""
+
+    context: int  # the largest context per job (0: none announced): no job uses more tokens
+    overhead: PromptOverhead  # the most a worker's chat template adds to a prompt
+
+    @classmethod
+    def of(cls, contexts: list, overheads: list) -> ModelLimits:
+        """From the workers' announcements (contract.keys.context, prompt_overhead)."""
+        announced = [o for o in (PromptOverhead.parse(as_text(v)) for v in overheads) if o]
+        overhead = functools.reduce(PromptOverhead.most, announced) if announced else UNKNOWN
+        return cls(max((int(c) for c in contexts), default=0), overhead)
+
+    def cap(self, tokens: int) -> int:
+        """`tokens`, but no more than the context holds."""
+        return min(tokens, self.context) if self.context else tokens
+
+
 class Admission:
     def __init__(
         self,
@@ -93,24 +115,24 @@ class Admission:
         if self._memory.full:
             raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._intake.retry_after_s)})
 
-    async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> int:
+    async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> ModelLimits:
         """Admit a new job for `model`: 404 if nobody serves it, 503 when Redis is nearly full,
         400 for a prompt too long for the context of its workers, 429 (with Retry-After) when
         its queues are full; else a place is held for `request_id` in the queues (in the same
         step as the depth check: replicas cannot overshoot), taken by its enqueue or given
-        back by `release`. One round trip. Returns the largest context per job its workers
-        announced (0: none did): no job generates more tokens."""
+        back by `release`. One round trip. Returns what bounds the job's tokens."""
         self.storage()
         hold_ms = int(RESERVATION_S * 1000)
         async with self._r.pipeline(transaction=False) as pipe:
             self._registry.count_live(pipe, model)
             self._registry.contexts(pipe, model)
+            self._registry.overheads(pipe, model)
             await self._reserve(
                 keys=[*keys.interactive_queue_keys(model), keys.routed(model), keys.reserved(model)],
                 args=[self._intake.queue_limit(model), request_id, hold_ms],
                 client=pipe,
             )
-            workers, contexts, (held, depth) = await pipe.execute()
+            workers, contexts, overheads, (held, depth) = await pipe.execute()
         try:
             if not workers and model not in self._intake.known_models:
                 raise not_found(model)
@@ -125,7 +147,7 @@ class Admission:
                 f"The queue for '{model}' is full ({depth} requests waiting); retry after "
                 f"{self._intake.retry_after_s} seconds.",
             )
-        return max((int(c) for c in contexts), default=0)
+        return ModelLimits.of(contexts, overheads)
 
     async def release(self, model: str, request_id: str) -> None:
         """Give back the place `model` held for a request that will not be enqueued."""
@@ -207,14 +229,15 @@ class Admission:
             limit = budgets.tokens_per_minute
             message = (
                 f"This API key is over its tokens per minute: the limit is {limit}, {tokens} are "
-                f"counted this minute, and this request reserves {asked} (its prompt's estimate and "
-                f"its max_tokens); retry after {wait} seconds."
+                f"counted this minute, and this request reserves {asked} (the most its prompt can be, "
+                f"a token a byte, and its max_tokens); retry after {wait} seconds."
             )
             if asked > limit:
                 message = (
                     f"Request too large for this API key's tokens per minute: the limit is {limit}, "
-                    f"this request reserves {asked} (its prompt's estimate and its max_tokens). "
-                    "Lower max_tokens or shorten the prompt."
+                    f"this request reserves {asked} (the most its prompt can be, a token a byte, and its "
+                    "max_tokens; what it does not use is given back when it ends). Lower max_tokens "
+                    "or shorten the prompt."
                 )
         else:
             limit_text = (

@@ -24,10 +24,6 @@ from contract.entries import Failed, Finished, as_text, decode
 from contract.keys import JobField
 from contract.lua import accounting, queues
 
-CHARS_PER_TOKEN = 4
-"""A prompt's tokens are reserved as one per this many characters (OpenAI's rule of thumb)
-until its worker counts them."""
-
 RECORD_GRACE_MS = 10_000
 """An owner's job admitted this long ago and still not recorded will never be: its API died
 in between."""
@@ -82,8 +78,8 @@ class Quota:
     unfinished_jobs: int = 0
     budgets: Budgets = field(default_factory=Budgets)  # per minute: requests, bytes, tokens
     request_bytes: int = 0  # what this request counts against the byte budget
-    tokens: int = 0  # what this job reserves: its prompt's estimate and its max_tokens
-    prompt_tokens: int = 0  # the prompt's estimate among them
+    tokens: int = 0  # what this job reserves: its prompt's bound and its max_tokens
+    prompt_tokens: int = 0  # the prompt's bound among them (api/jobs/reservation.py)
 
     @property
     def limited(self) -> bool:
@@ -176,7 +172,7 @@ class Owners:
     async def settle(self, owner: str, job_id: str, end: Finished | Failed | None) -> int:
         """Charge an ended job's owner what it used in place of what it reserved (once: the
         tokens charged, or -1 when there was nothing to settle). `end` a Failed: its prompt's
-        estimate is charged; None (the job is gone): its whole reservation."""
+        bound is charged; None (the job is gone): its whole reservation."""
         return (await self._settle_all(owner, [(job_id, end)]))[0]
 
     async def settle_ended(self, owner: str) -> int:
@@ -210,7 +206,7 @@ class Owners:
 
     def _used(self, end: Finished | Failed | None) -> str:
         """SETTLE's charge for an end: its usage (a cached prompt token weighs
-        CACHED_TOKEN_WEIGHT), '' for a failure (the prompt's estimate), '-' for a gone job (the
+        CACHED_TOKEN_WEIGHT), '' for a failure (the prompt's bound), '-' for a gone job (the
         whole reservation)."""
         if isinstance(end, Finished):
             cached = min(end.cached_tokens, end.prompt_tokens)

@@ -58,6 +58,11 @@ class WorkerRegistry:
         announced (`keys.LAST_CONTEXT`), which stays when the model has no worker."""
         pipe.hvals(keys.context(model))
 
+    def overheads(self, pipe: aredis.client.Pipeline, model: str) -> None:
+        """Add "what each worker of `model` says its chat template adds to a prompt"
+        (contract/prefixes.py) to a caller's pipeline, with the last one announced."""
+        pipe.hvals(keys.prompt_overhead(model))
+
     async def slots(self, models: Sequence[str]) -> dict[str, int]:
         """Model -> jobs its live workers can run at once: their announced SLOTS, summed."""
         live = await self._announced(models, keys.worker_slots)
@@ -155,6 +160,7 @@ class WorkerRegistry:
                     pipe.zremrangebyscore(keys.workers(model), "-inf", f"({before}")
                     pipe.hdel(keys.worker_slots(model), *names)
                     pipe.hdel(keys.context(model), *names)
+                    pipe.hdel(keys.prompt_overhead(model), *names)
                     pipe.hdel(keys.worker_placement(model), *names)
                     pipe.hdel(keys.worker_load(model), *names)
             await pipe.execute()

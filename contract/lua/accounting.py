@@ -2,9 +2,9 @@
 its limits, and the charges for what it keeps.
 
 Per-minute budgets (requests, bytes, tokens) are counters of the minute since the epoch. A
-job reserves its prompt's estimate and its `max_tokens` in ADMIT; SETTLE, once per job when
-it ends, corrects the count to what it used (a job never charged twice, however often it was
-resumed or read).
+job reserves the most its prompt can be and its `max_tokens` in ADMIT; SETTLE, once per job
+when it ends, corrects the count to what it used (a job never charged twice, however often it
+was resumed or read).
 
 Everything a key makes the server keep for a while is a charge against FILES_BYTES_PER_KEY:
 its uploaded files, its batches' copies of their lines and their answered lines while they
@@ -46,7 +46,7 @@ ADMIT = """
 -- ARGV[5]=max requests per minute, ARGV[6]=max bytes per minute, ARGV[7]=this request's bytes,
 -- ARGV[8]='1' if the job counts among the owner's unfinished, ARGV[9]=max tokens per minute
 -- (each max 0: no limit), ARGV[10]=the tokens this job reserves (0: none),
--- ARGV[11]=the prompt's estimate among them, ARGV[12]=this minute (since the epoch).
+-- ARGV[11]=the prompt's bound among them, ARGV[12]=this minute (since the epoch).
 -- Returns {'new', requests, tokens} (this minute's, the job counted),
 -- {'held', "<id> <digest>"} (the key names a job: the caller decides), {'limit', unfinished}
 -- or {'rate', 'requests' or 'bytes' or 'tokens', requests, tokens}. Nothing is written
@@ -99,19 +99,24 @@ return {'new', requests, tokens}
 SETTLE = """
 -- KEYS[1]=the owner's reserved tokens, KEYS[2]=its tokens this minute
 -- ARGV[1]=job id, ARGV[2]=this minute, ARGV[3]=the tokens the job used ('' to charge its
--- prompt's estimate: it failed, its usage unknown; '-': the whole reservation, the job is gone).
--- Once per job: its reservation becomes what it used, in this minute's count if it was
--- reserved in this minute (an earlier minute's count no longer limits anything). Returns the
--- tokens charged, or -1 if nothing was reserved (settled already, or never reserved).
+-- prompt's bound: it failed, its usage unknown; '-': the whole reservation, the job is gone).
+-- Once per job: its reservation becomes what it used. Reserved in this minute, this minute's
+-- count is corrected either way; reserved in an earlier one (whose count no longer limits
+-- anything), what it used beyond its reservation is charged to this minute, never dropped.
+-- Returns the tokens charged, or -1 if nothing was reserved (settled already, or never).
 local held = redis.call('HGET', KEYS[1], ARGV[1])
 if not held then return -1 end
 redis.call('HDEL', KEYS[1], ARGV[1])
 local minute, reserved, prompt = string.match(held, '^(%d+) (%d+) (%d+)$')
 local used = tonumber(ARGV[3]) or tonumber(prompt)
 if ARGV[3] == '-' then used = tonumber(reserved) end
+local change = used - tonumber(reserved)
 if minute == ARGV[2] and redis.call('EXISTS', KEYS[2]) == 1 then
-  local left = redis.call('INCRBY', KEYS[2], used - tonumber(reserved))
+  local left = redis.call('INCRBY', KEYS[2], change)
   if left < 0 then redis.call('SET', KEYS[2], 0, 'KEEPTTL') end
+elseif minute ~= ARGV[2] and change > 0 then
+  redis.call('INCRBY', KEYS[2], change)
+  redis.call('EXPIRE', KEYS[2], 120)
 end
 return used
 """

@@ -19,13 +19,14 @@ import redis
 from api.http.auth import digest
 from contract import entries, keys
 from contract.entries import Started
+from contract.lua import accounting
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL
 
 pytestmark = pytest.mark.integration
 
 ALICE, BOB, CAROL = "sk-alice-0123456789", "sk-bob-0123456789", "sk-carol-0123456789"
-DAVE = "sk-dave-0123456789"
+DAVE, ERIN = "sk-dave-0123456789", "sk-erin-0123456789"
 LIMIT = 1000
 IDLE = "scaled-to-zero"  # a KNOWN_MODELS model without workers
 ASK = [{"role": "user", "content": "Tell me a story about a fox."}]
@@ -55,7 +56,7 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
     logs = tmp_path_factory.mktemp("tokens")
     redis_proc, url = start_redis(logs)
     env = {
-        "API_KEYS": ",".join((ALICE, BOB, CAROL, DAVE)),
+        "API_KEYS": ",".join((ALICE, BOB, CAROL, DAVE, ERIN)),
         "KEY_TOKENS_PER_MINUTE": str(LIMIT),
         "KNOWN_MODELS": IDLE,
         "KEEPALIVE_SECONDS": "0.5",
@@ -67,7 +68,10 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
     try:
         procs = (*(p for p, _ in apis), *workers.values())
         wait_for_model(apis[0][1], MODEL, procs=procs, headers={"Authorization": f"Bearer {ALICE}"})
-        yield Pool([base for _, base in apis], redis.Redis.from_url(url), workers)
+        r = redis.Redis.from_url(url)
+        # what a pool scaled to zero keeps of its last worker: what its template adds to a prompt
+        r.hset(keys.prompt_overhead(IDLE), keys.LAST_CONTEXT, "20 10")
+        yield Pool([base for _, base in apis], r, workers)
     finally:
         for p in (*workers.values(), *(p for p, _ in apis), redis_proc):
             p.stop()
@@ -98,8 +102,9 @@ def test_two_replicas_admit_no_more_than_a_key_s_tokens_a_minute_together(pool):
     assert int(time.time() // 60) == minute, "the test outlasted its minute"
     admitted = [a for a in answers if a.status_code == 202]
     refused = [a for a in answers if a.status_code == 429]
-    # each reserves its max_tokens and its prompt's estimate (7 tokens: 28 characters)
-    assert len(admitted) == LIMIT // 107 and len(refused) == 12 - len(admitted), [a.text for a in answers]
+    # each reserves its max_tokens and the most its prompt can be: the template's 20 and 10 for
+    # its one message (announced), and a token a byte of its 28 characters, and one
+    assert len(admitted) == LIMIT // 159 and len(refused) == 12 - len(admitted), [a.text for a in answers]
     assert {a.request.url.port for a in admitted} == {httpx.URL(b).port for b in pool.apis}  # both replicas
     for a in admitted:
         assert a.headers["x-ratelimit-limit-tokens"] == str(LIMIT)
@@ -108,9 +113,9 @@ def test_two_replicas_admit_no_more_than_a_key_s_tokens_a_minute_together(pool):
         assert a.headers["x-ratelimit-limit-requests"] == "600"
     no = refused[0].json()["error"]
     assert no["code"] == "rate_limit_exceeded" and "tokens per minute" in no["message"]
-    assert int(refused[0].headers["x-ratelimit-remaining-tokens"]) < 107
+    assert int(refused[0].headers["x-ratelimit-remaining-tokens"]) < 159
     assert int(refused[0].headers["Retry-After"]) >= 1
-    assert pool.charged(ALICE, minute) == 107 * len(admitted)
+    assert pool.charged(ALICE, minute) == 159 * len(admitted)
 
 
 def test_a_key_is_charged_what_its_jobs_used_once_their_ends_are_read(pool):
@@ -123,6 +128,40 @@ def test_a_key_is_charged_what_its_jobs_used_once_their_ends_are_read(pool):
         usage += resp.json()["usage"]["total_tokens"]
     assert int(time.time() // 60) == minute, "the test outlasted its minute"
     assert pool.charged(DAVE, minute) == usage and pool.reserved(DAVE) == {}
+
+
+def test_text_of_four_tokens_a_character_is_reserved_as_what_it_costs(pool):
+    """The review's attack: U+E0041 is one character, four bytes, four tokens. Reserved as a
+    token per 4 characters, six such jobs at once were all admitted and used 2.6x the budget."""
+    minute = fresh_minute(40)
+    body = {"model": MODEL, "messages": [{"role": "user", "content": "\U000e0041" * 100}], "max_tokens": 1}
+
+    def send(_: int) -> httpx.Response:
+        return httpx.post(pool.apis[0] + "/v1/chat/completions", json=body, headers=auth(ERIN), timeout=60)
+
+    with ThreadPoolExecutor(6) as threads:
+        answers = list(threads.map(send, range(6)))
+    assert int(time.time() // 60) == minute, "the test outlasted its minute"
+    used = [a.json()["usage"]["total_tokens"] for a in answers if a.status_code == 200]
+    assert used and all(u > 400 for u in used), [a.text for a in answers]
+    assert all(a.status_code == 429 for a in answers if a.status_code != 200)
+    assert sum(used) <= LIMIT and pool.charged(ERIN, minute) == sum(used)
+
+
+def test_what_a_job_used_beyond_its_reservation_is_charged_to_the_minute_it_ends_in(pool):
+    """SETTLE on the real server: a job admitted in one minute and ended in the next is charged
+    its excess there (it was charged to no minute at all)."""
+    who = owner(ERIN) + "-settle"
+    reserved, tokens = keys.owned(who, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute
+    admit = pool.r.register_script(accounting.ADMIT)
+    verdict = admit(
+        keys=[reserved, reserved, reserved, reserved, tokens(who, 100), reserved],
+        args=["job-a", "", 60, 0, 0, 0, 0, "0", LIMIT, 150, 50, 100],
+    )
+    assert verdict[0] == b"new" and pool.r.get(tokens(who, 100)) == b"150"
+    settle = pool.r.register_script(accounting.SETTLE)
+    assert settle(keys=[reserved, tokens(who, 101)], args=["job-a", 101, 600]) == 600
+    assert pool.r.get(tokens(who, 101)) == b"450" and pool.r.get(tokens(who, 100)) == b"150"
 
 
 def auth(key: str) -> dict[str, str]:

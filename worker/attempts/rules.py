@@ -24,6 +24,7 @@ from contract import errors, keys, queueing, tiers
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
+from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
 from worker.attempts import embedding
 from worker.attempts.attempt import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
@@ -73,6 +74,7 @@ class Engine(Protocol):
 
     placement: Placement | None  # where the model and its cache are (None: no model)
     held: HeldPrefixes | None  # the prefixes its slots hold (None: no cache)
+    prompt_overhead: PromptOverhead | None  # what its chat template adds to a prompt (announced)
 
 
 class Outcome(StrEnum):

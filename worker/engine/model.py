@@ -24,7 +24,7 @@ import llama_cpp
 from llama_cpp._internals import LlamaModel
 
 from contract.jobspec import JobSpec, Message
-from contract.prefixes import prefixes
+from contract.prefixes import PromptOverhead, prefixes
 from contract.stats import BatchCounters
 from contract.tiers import BATCH
 from worker.engine import batching, devices, llama_log, sizing
@@ -79,6 +79,8 @@ class LlamaEngine:
         self._harmony = bool(self.prompts.markers)
         self._marks = frozenset(self.prompts.controls) | frozenset(self.prompts.ends)
         log.info("tool calls: %s protocol (worker/tools/protocols.py)", self.prompts.tools.name)
+        self.prompt_overhead: PromptOverhead | None = self.prompts.overhead(self.model_name)
+        log.info("the chat template adds at most %s tokens to a prompt", self.prompt_overhead)
         self._n_vocab = self._model.n_vocab()
         cores = sizing.usable_cores()
         self.threads = sizing.threads(settings.n_threads, settings.n_threads_batch, cores)

@@ -19,7 +19,8 @@ import llama_cpp
 from llama_cpp._internals import LlamaModel
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
-from contract.jobspec import JobSpec
+from contract.jobspec import JobSpec, Message, Tool, ToolCall
+from contract.prefixes import PromptOverhead
 from worker.engine.steps.plan import common_prefix
 from worker.errors import PromptRejected, PromptTooLong
 from worker.tools.json_envelope import JsonTools
@@ -27,6 +28,24 @@ from worker.tools.protocols import ToolProtocol, detect
 
 # Private-use code points: no template or tokenizer gives them a meaning.
 _PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"
+
+
+# What `ChatPrompts.overhead` renders: a conversation, the same with more, and how many parts
+# the API counts in what was added (a message, each of its tool calls).
+_USER = Message("user", "a")
+_ANSWER = Message("assistant", "a")
+_CALL = ToolCall("call_a", "a", "{}")
+_CALLING = Message("assistant", "", tool_calls=(_CALL,))
+_FORMAT = {"type": "json_schema", "schema": {"type": "object"}}
+_SHAPES: tuple[tuple[tuple[Message, ...], tuple[Message, ...], int], ...] = (
+    ((_USER,), (Message("system", "a"), _USER), 1),
+    ((_USER,), (_USER, _ANSWER), 1),
+    ((_USER,), (_USER, Message("assistant", "a", reasoning="a")), 1),
+    ((_USER, _ANSWER), (_USER, _ANSWER, _USER), 1),
+    ((_USER,), (_USER, _CALLING), 2),
+    ((_USER, _CALLING), (_USER, Message("assistant", "", tool_calls=(_CALL, _CALL))), 1),
+    ((_USER, _CALLING), (_USER, _CALLING, Message("tool", "a", tool_call_id="call_a")), 1),
+)
 
 
 class ChatPrompts:
@@ -185,3 +204,38 @@ class ChatPrompts:
             if n >= 0:
                 return buf.raw[:n]
             size = -n
+
+    def overhead(self, model: str) -> PromptOverhead:
+        """What this template adds to a prompt beyond the client's strings, announced with the
+        worker (contract/prefixes.py `PromptOverhead`): it renders a few small conversations,
+        each one part (a message of each role, a tool call) more than another, and takes the
+        most a part added beyond its own strings' tokens. A conversation the template refuses
+        (no system message, roles that must alternate) is left out: no job can send it."""
+
+        def ids(messages: tuple[Message, ...], **fields: object) -> int | None:
+            spec = JobSpec(id="overhead", kind="chat", model=model, messages=messages, **fields)
+            try:
+                return len(self._chat_ids(spec))
+            except Exception:  # the template refuses this conversation: no job sends it
+                return None
+
+        def own(messages: tuple[Message, ...]) -> int:
+            """The tokens of the client's strings in `messages` (not the template's)."""
+            texts = [t for m in messages for t in (m.content, m.reasoning, m.tool_call_id) if t]
+            texts += [t for m in messages for c in m.tool_calls for t in (c.id, c.name, c.arguments)]
+            return sum(len(self._tokens(t, special=False)) for t in texts)
+
+        base = ids((_USER,))
+        if base is None:
+            return PromptOverhead(0, 0)
+        fixed = base - own((_USER,))
+        for more in (ids((_USER,), tools=(Tool("a"),)), ids((_USER,), response_format=_FORMAT)):
+            if more is not None:
+                fixed += max(0, more - base)  # a tool protocol's or a response format's instructions
+        per_part = 0
+        for smaller, whole, parts in _SHAPES:
+            before, after = ids(smaller), ids(whole)
+            if before is not None and after is not None:
+                added = after - before - (own(whole) - own(smaller))
+                per_part = max(per_part, -(-added // parts))
+        return PromptOverhead(fixed=max(0, fixed), per_part=per_part)

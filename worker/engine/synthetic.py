@@ -56,6 +56,7 @@ class SyntheticEngine:
         self.rate = rate  # tokens per second per job; 0 = as fast as the publish path allows
         self.placement = None  # no model: nothing placed anywhere
         self.held = None  # no KV cache: no prefix held
+        self.prompt_overhead = None  # no template: the API reserves its most for one
         log.warning(
             "SYNTHETIC ENGINE: model %r answers with %d generated words per job at %s tok/s, "
             "no model is loaded. For load tests only.",

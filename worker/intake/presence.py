@@ -25,6 +25,7 @@ from dataclasses import asdict
 import redis
 
 from contract import keys, stats, tiers
+from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
 from worker.engine.held import HeldPrefixes
 from worker.engine.placement import Placement
@@ -43,6 +44,7 @@ class Presence:
         slots: int = 1,
         counters: Callable[[], BatchCounters] = BatchCounters,
         n_ctx: int = 0,
+        overhead: PromptOverhead | None = None,
         placement: Placement | None = None,
         held: HeldPrefixes | None = None,
         load: Callable[[], tuple[int, float]] = lambda: (0, 0.0),
@@ -53,6 +55,7 @@ class Presence:
         self._worker = worker
         self._slots = slots
         self._n_ctx = n_ctx  # each job's context: the API bounds prompts by it
+        self._overhead = overhead  # what its chat template adds: the API bounds reservations by it
         self._placement = placement  # what the model put where, for /metrics
         self._held = held  # the prefixes its slots hold (worker/engine/held.py), for routing
         self._held_version = -1  # the version last written
@@ -81,6 +84,11 @@ class Presence:
                 pipe.hset(
                     keys.context(self._model),
                     mapping={self._worker: self._n_ctx, keys.LAST_CONTEXT: self._n_ctx},
+                )
+            if self._overhead is not None:
+                said = self._overhead.field()
+                pipe.hset(
+                    keys.prompt_overhead(self._model), mapping={self._worker: said, keys.LAST_CONTEXT: said}
                 )
             if self._placement is not None:
                 placed = f"{self._placement.gpu_layers} {self._placement.kv_bytes}"
@@ -149,6 +157,7 @@ class Presence:
             self._r.zrem(keys.workers(self._model), self._worker)
             self._r.hdel(keys.worker_slots(self._model), self._worker)
             self._r.hdel(keys.context(self._model), self._worker)
+            self._r.hdel(keys.prompt_overhead(self._model), self._worker)
             self._r.hdel(keys.worker_placement(self._model), self._worker)
             self._r.hdel(keys.worker_load(self._model), self._worker)
             self._r.delete(keys.held_prefixes(self._worker))

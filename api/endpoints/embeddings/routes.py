@@ -13,7 +13,9 @@ from redis.exceptions import RedisError
 from starlette.routing import Route
 
 from api.endpoints.routes import Ask, EndpointRoutes
-from api.jobs.owners import CHARS_PER_TOKEN, Quota
+from api.jobs import reservation
+from api.jobs.admission import ModelLimits
+from api.jobs.owners import Quota
 from api.services import Services
 from contract.jobspec import JobSpec
 
@@ -31,11 +33,10 @@ class EmbeddingRoutes(EndpointRoutes):
             except RedisError as exc:  # it expires with its retention anyway
                 log.warning("could not delete %s once answered: %s", job_id, exc)
 
-    def _quota(self, ask: Ask, spec: JobSpec, context: int) -> Quota:
-        """Its inputs' tokens are reserved: token arrays' exactly, strings' by estimate."""
-        chars, _ = ask.body.prompt_chars()
-        ids = sum(len(x) for x in spec.inputs if not isinstance(x, str))
-        tokens = -(-chars // CHARS_PER_TOKEN) + ids
+    def _quota(self, ask: Ask, spec: JobSpec, limits: ModelLimits) -> Quota:
+        """Its inputs' tokens are reserved: token arrays' exactly, strings' as the most they
+        can be (api/jobs/reservation.py)."""
+        tokens = reservation.prompt_tokens(spec, limits.overhead)
         return Quota(
             unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,
             budgets=ask.budgets,

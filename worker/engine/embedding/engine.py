@@ -47,6 +47,7 @@ class EmbeddingEngine:
 
     placement = None
     held = None
+    prompt_overhead = None  # no chat template: an input's tokens are bounded by its bytes
 
     def __init__(self, settings: WorkerSettings, pooling: str) -> None:
         assert settings.model_path is not None

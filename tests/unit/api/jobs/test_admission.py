@@ -11,11 +11,12 @@ import fakeredis
 import pytest
 
 from api.http.errors import APIError
-from api.jobs.admission import Admission, OpenStreams
+from api.jobs.admission import Admission, ModelLimits, OpenStreams
 from api.jobs.memory import MemoryWatch
 from api.jobs.workers import WorkerRegistry
 from api.settings import Intake, Quotas
 from contract import keys, tiers
+from contract.prefixes import UNKNOWN, PromptOverhead
 
 TICKETS: list = []  # streams held open for the length of the test run
 
@@ -88,7 +89,7 @@ def test_queue_depth_is_checked_and_reserved_in_one_step():
         outcomes = await asyncio.gather(
             *(gate.model("m", f"req-{i}", (1, "messages")) for i in range(10)), return_exceptions=True
         )
-        ok = sum(isinstance(o, int) for o in outcomes)
+        ok = sum(isinstance(o, ModelLimits) for o in outcomes)
         full = sum(isinstance(o, APIError) and o.code == "queue_full" for o in outcomes)
         await gate.release("m", "req-0")
         await gate.model("m", "req-x", (1, "messages"))  # the released place is free again
@@ -162,3 +163,11 @@ def test_the_prompt_bound_outlives_the_workers_that_announced_it():
 
     error = asyncio.run(check())
     assert error.status == 400 and "100 tokens" in str(error.message), error.message
+
+
+def test_the_limits_are_the_largest_context_and_overhead_any_worker_announced():
+    limits = ModelLimits.of([b"4096", b"8192"], [b"120 40", b"160 17", b"not one"])
+    assert limits == ModelLimits(8192, PromptOverhead(160, 40))
+    assert limits.cap(9000) == 8192 and limits.cap(100) == 100
+    assert ModelLimits.of([], []) == ModelLimits(0, UNKNOWN)  # nothing announced: the most, uncapped
+    assert ModelLimits.of([], []).cap(10**6) == 10**6

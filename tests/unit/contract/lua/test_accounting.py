@@ -199,19 +199,28 @@ def test_settling_charges_the_usage_once_in_place_of_the_reservation(r):
     assert settle(r, "a", "250") == 250 and tokens(r) == 250
     assert settle(r, "a", "250") == -1 and tokens(r) == 250  # a second reader of the end: nothing
     admit(r, "b", 300, prompt=40)
-    assert settle(r, "b", "") == 40 and tokens(r) == 290  # failed: its prompt's estimate
+    assert settle(r, "b", "") == 40 and tokens(r) == 290  # failed: its prompt's bound
     admit(r, "c", 300, prompt=40)
     assert settle(r, "c", "-") == 300 and tokens(r) == 590  # gone: the whole reservation
     admit(r, "d", 100, prompt=10)
     assert settle(r, "d", "400") == 400 and tokens(r) == 990  # it used more than it reserved
 
 
-def test_a_reservation_of_an_earlier_minute_is_dropped_without_touching_this_minute_s_count(r):
+def test_a_reservation_of_an_earlier_minute_gives_nothing_back_to_this_minute(r):
     admit(r, "a", 600, prompt=100, minute=7)
     admit(r, "b", 500, prompt=100, minute=8)
     assert settle(r, "a", "10", minute=8) == 10
     assert tokens(r, minute=8) == 500 and tokens(r, minute=7) == 600
     assert not r.hexists(keys.owned(OWNER, keys.Owned.RESERVED_TOKENS), "a")
+
+
+def test_what_a_job_used_beyond_an_earlier_minute_s_reservation_is_charged_to_this_minute(r):
+    admit(r, "a", 100, prompt=50, minute=7)
+    admit(r, "b", 200, prompt=50, minute=7)
+    assert settle(r, "a", "400", minute=8) == 400
+    assert tokens(r, minute=8) == 300 and tokens(r, minute=7) == 300  # its excess, in the minute it ended
+    assert 0 < r.ttl(keys.tokens_per_minute(OWNER, 8)) <= 120
+    assert settle(r, "b", "-", minute=9) == 200 and tokens(r, minute=9) == 0  # gone: nothing beyond
 
 
 def test_a_job_reserving_nothing_is_not_held(r):
