@@ -7,8 +7,8 @@ digest stands for everything before it; for a legacy completion, each 256-charac
 of the prompt. A worker whose slot ran a job holds that job's prefixes, and, for a chat job
 answered with text alone, one more: the conversation with that answer as the assistant's
 next message, which is what the next turn starts with. A digest is 16 hex digits of
-BLAKE2b over the model, the job's tools (they are rendered into the prompt), its cache scope
-and the parts.
+BLAKE2b over the model, what the prompt is rendered with beside its messages (the job's tools
+and template kwargs), its cache scope and the parts.
 
 A cache is a side channel: a job that reuses one is answered sooner (and told how many
 tokens it reused), so a key that could hit another key's cache could test guesses of its
@@ -16,8 +16,11 @@ prompts. So each job has a cache scope (`cache_scope`): the key that sent it, or
 keys share on purpose. A worker reuses a slot's cache only for a job of the scope that
 filled it, and routing digests differ by scope (docs/security.md, "Tenancy"). One exception,
 the operator's to make: a system prompt made public (PUBLIC_PROMPTS_FILE). A job whose first
-message is one (`public_prompt`) shares that message's digest, and a slot's cache of exactly
-its tokens, with every scope; what follows it is the scope's own.
+message is one (`public_prompt`) shares that message's digest, of the model, the kind and
+the message alone, with every scope, and a slot's cache of that message's tokens as it
+renders alone (worker/engine/prompts.py `public_tokens`). Everything else is the scope's
+own: the digests after it chain the scope, the tools and the template kwargs, so a key
+cannot test guesses of the tools another key sends with a public prompt.
 
 The other thing about a prompt the API must know without a tokenizer: what a model's chat
 template adds to it beyond the client's strings (`PromptOverhead`). A worker measures it when
@@ -66,12 +69,16 @@ def is_public(spec: JobSpec, public: frozenset[str]) -> bool:
     return first.role in ("system", "developer") and public_digest(first.content) in public
 
 
-def _root(spec: JobSpec, scoped: bool = True) -> str:
+def _rendered(spec: JobSpec) -> list:
+    """What the prompt is rendered with beside its messages: its tools and, where set, the
+    template's kwargs (they turn thinking on or off)."""
     tools = [[t.name, t.description, t.parameters] for t in spec.tools]
-    head = [spec.model, spec.kind, tools]
-    if spec.template_kwargs:  # they change the rendered prompt (thinking on or off)
-        head.append(spec.template_kwargs)
-    return _digest("", [*head, spec.cache_scope] if spec.cache_scope and scoped else head)
+    return [tools, spec.template_kwargs] if spec.template_kwargs else [tools]
+
+
+def _root(spec: JobSpec) -> str:
+    head = [spec.model, spec.kind, *_rendered(spec)]
+    return _digest("", [*head, spec.cache_scope] if spec.cache_scope else head)
 
 
 def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
@@ -80,7 +87,8 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
     MAX_DIGESTS: the first (a shared system prompt) and the deepest."""
     out: list[tuple[str, int]] = []
     public = spec.public_prompt and spec.kind == "chat"
-    digest, chars = _root(spec, scoped=not public), 0
+    # a public prompt's digest is of its text alone: what a key renders with it is its own
+    digest, chars = _digest("", [spec.model, spec.kind]) if public else _root(spec), 0
     if spec.kind == "chat":
         messages = list(spec.messages)
         if answer is not None:
@@ -89,8 +97,8 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
             digest = _digest(digest, m.to_dict())
             chars += len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
             out.append((digest, chars))
-            if i == 0 and public and spec.cache_scope:  # the public prompt's end: the scope's own from here
-                digest = _digest(digest, spec.cache_scope)
+            if i == 0 and public:  # the public prompt's end: the scope's own from here
+                digest = _digest(digest, [spec.cache_scope, *_rendered(spec)])
     else:
         text = spec.prompt + (answer or "")
         for start in range(0, len(text) - TEXT_BLOCK + 1, TEXT_BLOCK):

@@ -186,6 +186,33 @@ def test_a_public_system_prompt_s_cache_is_every_key_s_and_the_rest_of_a_prompt_
     assert cached(stack.ask(CAROL)) == 0  # a prompt nobody made public stays private
 
 
+def tool(name: str, description: str) -> dict:
+    parameters = {"type": "object", "properties": {"since": {"type": "string"}}}
+    return {
+        "type": "function",
+        "function": {"name": name, "description": description, "parameters": parameters},
+    }
+
+
+@pytest.mark.parametrize("stack", [(1, 1, 5)], indirect=True, ids=["one worker of one slot"])
+def test_a_public_prompt_shares_its_own_text_and_never_the_tools_sent_with_it(stack):
+    # one slot: each job finds the one before it in the cache. Alice sends the public prompt
+    # with tools of her own; Bob guesses them, right then wrong, each time after her.
+    secret = [tool("crm_export_all_customers", "Export every customer's record, as CSV.")]
+    wrong = [tool("crm_delete_customer", "Delete one customer's record.")]
+    public = [{"role": "system", "content": PUBLIC}]
+    conversation = [*public, {"role": "user", "content": "Export the customers."}]
+    alone = stack.ask(CAROL, messages=public)["usage"]["prompt_tokens"]  # the public message alone
+
+    def guess(tools: list[dict]) -> int:
+        stack.ask(ALICE, messages=conversation, tools=secret)
+        return cached(stack.ask(BOB, messages=conversation, tools=tools))
+
+    right, wrong_guess = guess(secret), guess(wrong)
+    assert right == wrong_guess, "a right guess of Alice's tools read back more of her cache"
+    assert PROMPT_TOKENS < right <= alone  # the public text is still shared, and no more
+
+
 @pytest.mark.parametrize("stack", [1], indirect=True, ids=["one worker"])
 def test_keys_sharing_a_cache_salt_share_one_cache(stack):
     assert cached(stack.ask(BOB, cache_salt=SALT)) == 0

@@ -147,13 +147,15 @@ class ChatPrompts:
         return ids + self._tokens(rest, special=True)
 
     def public_tokens(self, spec: JobSpec, prompt: Sequence[int]) -> int:
-        """How many of the prompt's first tokens are its public first message's, as every job
-        starting with that message renders them (contract/prefixes.py): 0 but for a job the
-        API marked `public_prompt`."""
+        """How many of the prompt's first tokens are its public first message's: those it
+        shares with that message rendered alone, without the job's tools and template kwargs
+        (contract/prefixes.py), which are the job's scope's own. A template that renders them
+        before the message shares less. 0 but for a job the API marked `public_prompt`."""
         if not spec.public_prompt or spec.kind != "chat" or not spec.messages:
             return 0
+        bare = dataclasses.replace(spec, messages=spec.messages[:1], tools=(), template_kwargs={})
         try:
-            alone = self._chat_ids(dataclasses.replace(spec, messages=spec.messages[:1]))
+            alone = self._chat_ids(bare)
         except Exception:  # a template that will not render a system message alone: nothing shared
             return 0
         return common_prefix(alone, list(prompt))

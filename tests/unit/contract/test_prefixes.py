@@ -69,3 +69,28 @@ def test_a_public_prompt_s_digest_is_every_scope_s_and_what_follows_it_each_scop
     assert private[0] != a[0] and private[1] != a[1]  # without the operator's word, nothing is shared
     assert not is_public(chat(Message("user", SYSTEM.content)), public)  # a system prompt only
     assert not is_public(chat(Message("system", SYSTEM.content + " ")), public)  # exactly
+
+
+def test_a_public_prompt_s_digest_is_of_its_text_alone_and_the_tools_are_the_scope_s():
+    alice, bob = cache_scope("a" * 32), cache_scope("b" * 32)
+    question = Message("user", "What is the capital of France?")
+    secret = (Tool("crm_export_all_customers", "Every customer's record.", {"type": "object"}),)
+    guess = (Tool("crm_delete_customer", "One customer's record.", {"type": "object"}),)
+
+    def digests(scope: str, **kw) -> list[str]:
+        spec = chat(SYSTEM, question, cache_scope=scope, public_prompt=True, **kw)
+        return [d for d, _ in prefixes(spec)]
+
+    plain = digests(alice)
+    variants = [
+        digests(bob),
+        digests(alice, tools=secret),
+        digests(bob, tools=guess),
+        digests(alice, template_kwargs={"enable_thinking": False}),
+    ]
+    assert all(v[0] == plain[0] for v in variants)  # the public text's digest: every job's
+    # what follows it depends on the scope, the tools and the template's kwargs
+    assert len({plain[1], *(v[1] for v in variants)}) == len(variants) + 1
+    assert digests(alice, tools=secret)[1] == digests(alice, tools=secret)[1]  # and on nothing else
+    private = [d for d, _ in prefixes(chat(SYSTEM, question, cache_scope=alice, tools=secret))]
+    assert private[0] != plain[0]  # not public: the tools and scope are in every digest

@@ -154,7 +154,8 @@ def shareable(
 ) -> list[int]:
     """How many of each slot's cached tokens a new job (its `context`, its cache `scope`) may
     reuse: all of a cache of its scope; of another scope's, the job's `public` first tokens (a
-    public prompt, contract/prefixes.py) when the cache starts with exactly those, else none."""
+    public prompt's text, rendered without the job's tools and template kwargs: prompts.py
+    `public_tokens`) when the cache starts with exactly those, else none."""
     head = context[:public]
     return [
         len(cached) if slot_scope == scope else public if public and cached[:public] == head else 0

@@ -3,9 +3,11 @@ llama.cpp reads in any text (gpt-oss's user-defined `<|end|>`, `<|start|>`...)."
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from contract.jobspec import JobSpec, Message
+from contract.jobspec import JobSpec, Message, Tool
 from tests import harmony_model
 from worker.settings import default_model_path
 from worker.text import harmony
@@ -47,3 +49,58 @@ def test_harmonys_markers_are_read_as_their_text_whatever_llama_cpp_renders(prom
     prompts.markers = markers
     assert all(prompts.piece(t) == text for t, text in markers.items())
     assert prompts.marker_ids(["<|start|>", "<|no-such-marker|>"]) == {}  # all of them, or none
+
+
+PUBLIC = Message("system", "You are the public help desk of Example Corp; answer in one short sentence. " * 8)
+QUESTION = Message("user", "Name a colour.")
+SECRET = (Tool("crm_export_all_customers", "Every customer's record, as CSV.", {"type": "object"}),)
+GUESS = (Tool("crm_delete_customer", "One customer's record.", {"type": "object"}),)
+# a template that renders the tools and a kwarg in the system block, before its content
+TOOLS_FIRST = """{%- if tools or messages[0].role == 'system' -%}<|im_start|>system
+{% if tools %}# Tools
+{% for t in tools %}{{ t | tojson }}
+{% endfor %}Call a tool as <tool_call>{"name": ..., "arguments": ...}</tool_call>
+
+{% endif %}{% if reasoning is defined %}Reasoning: {{ reasoning }}
+{% endif %}{% if messages[0].role == 'system' %}{{ messages[0].content }}{% endif %}<|im_end|>
+{% endif %}
+{%- for message in messages -%}
+{%- if not (loop.first and message.role == 'system') -%}<|im_start|>{{ message.role }}
+{{ message.content }}<|im_end|>
+{% endif -%}{%- endfor -%}
+{%- if add_generation_prompt -%}<|im_start|>assistant
+{% endif -%}"""
+
+
+@pytest.fixture(scope="module")
+def smollm2() -> LlamaModel:
+    params = llama_cpp.llama_model_default_params()
+    params.vocab_only = True
+    return LlamaModel(path_model=str(default_model_path()), params=params, verbose=False)
+
+
+def public_job(**kw) -> JobSpec:
+    return JobSpec(
+        id="chatcmpl-x", kind="chat", model="m", messages=(PUBLIC, QUESTION), **{"public_prompt": True, **kw}
+    )
+
+
+@pytest.mark.parametrize("template", [None, TOOLS_FIRST], ids=["tools in the content", "tools first"])
+def test_a_public_prompt_shares_its_own_text_and_never_the_tools_or_kwargs_sent_with_it(smollm2, template):
+    prompts = ChatPrompts(smollm2, template)
+
+    def shared(spec: JobSpec) -> int:
+        return prompts.public_tokens(spec, prompts.prompt_ids(spec, 4096))
+
+    alone = prompts.prompt_ids(dataclasses.replace(public_job(), messages=(PUBLIC,)), 4096)
+    plain = shared(public_job())
+    secret, guess = shared(public_job(tools=SECRET)), shared(public_job(tools=GUESS))
+    kwargs = shared(public_job(tools=SECRET, template_kwargs={"reasoning": "high"}))
+    assert secret == guess  # a right guess of another key's tools shares no more than a wrong one
+    assert max(plain, secret, kwargs) <= len(alone)  # the public message, rendered alone at most
+    assert kwargs <= secret <= plain
+    if template is None:  # SmolLM2's: the tools follow the text, which is shared (but its last token)
+        assert secret >= len(alone) - len(prompts._tokens("<|im_end|>\n<|im_start|>assistant\n", True)) - 1
+    else:  # the tools come first: what every key shares ends where they begin
+        assert secret == kwargs < plain
+    assert shared(public_job(tools=SECRET, public_prompt=False)) == 0
