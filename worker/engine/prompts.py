@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ctypes
 import dataclasses
+import functools
 import re
 from collections.abc import Sequence
 
@@ -148,17 +149,28 @@ class ChatPrompts:
 
     def public_tokens(self, spec: JobSpec, prompt: Sequence[int]) -> int:
         """How many of the prompt's first tokens are its public first message's: those it
-        shares with that message rendered alone, without the job's tools and template kwargs
-        (contract/prefixes.py), which are the job's scope's own. A template that renders them
-        before the message shares less. 0 but for a job the API marked `public_prompt`."""
+        shares with that message's own head (`_public_head`), without the job's tools and
+        template kwargs (contract/prefixes.py), which are the job's scope's own. A template
+        that renders them before the message shares less. 0 but for a job the API marked
+        `public_prompt`."""
         if not spec.public_prompt or spec.kind != "chat" or not spec.messages:
             return 0
-        bare = dataclasses.replace(spec, messages=spec.messages[:1], tools=(), template_kwargs={})
-        try:
-            alone = self._chat_ids(bare)
-        except Exception:  # a template that will not render a system message alone: nothing shared
-            return 0
-        return common_prefix(alone, list(prompt))
+        return common_prefix(self._public_head(spec.messages[0], spec.model), list(prompt))
+
+    @functools.lru_cache(maxsize=32)  # noqa: B019 (one engine a process; a public prompt is reused)
+    def _public_head(self, message: Message, model: str) -> list[int]:
+        """The tokens a public message renders as whatever follows it: what its render alone
+        shares with its render beside a tool and before another message. So a key that sends it
+        without tools reads as much of another key's cache whether that key sent tools or not."""
+        alone = JobSpec(id="public", kind="chat", model=model, messages=(message,))
+        heads = []
+        for spec in (alone, dataclasses.replace(alone, tools=(Tool("a"),))):
+            for more in ((), (_USER,)):
+                try:
+                    heads.append(self._chat_ids(dataclasses.replace(spec, messages=(message, *more))))
+                except Exception:  # a template that will not render this: nothing shared
+                    return []
+        return heads[0][: min(common_prefix(heads[0], h) for h in heads)]
 
     def marker_ids(self, texts: Sequence[str]) -> dict[int, bytes]:
         """Token id -> text of those of `texts` that are each one token ({} unless all are)."""

@@ -16,6 +16,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 from llama_cpp._internals import LlamaModel  # noqa: E402
 
 from worker.engine.prompts import ChatPrompts  # noqa: E402
+from worker.engine.steps.plan import common_prefix  # noqa: E402
 
 pytestmark = pytest.mark.skipif(default_model_path() is None, reason="no SmolLM2 GGUF: run scripts/setup")
 
@@ -102,5 +103,9 @@ def test_a_public_prompt_shares_its_own_text_and_never_the_tools_or_kwargs_sent_
     if template is None:  # SmolLM2's: the tools follow the text, which is shared (but its last token)
         assert secret >= len(alone) - len(prompts._tokens("<|im_end|>\n<|im_start|>assistant\n", True)) - 1
     else:  # the tools come first: what every key shares ends where they begin
-        assert secret == kwargs < plain
+        assert secret == kwargs == plain
+    # a key that sends no tools reads no more of a cache whose filler sent none than of one
+    # whose filler sent some: whether another key sent tools stays its own
+    with_tools = prompts.prompt_ids(public_job(tools=SECRET), 4096)
+    assert plain <= common_prefix(prompts.prompt_ids(public_job(), 4096), with_tools)
     assert shared(public_job(tools=SECRET, public_prompt=False)) == 0
