@@ -166,6 +166,33 @@ def test_bad_cursor_is_400(replicas):
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
 
 
+PAST_END = "99999999999999-0"  # an event id no stream of today reaches (ms in the year 5138)
+
+
+def test_a_cursor_past_the_end_of_a_job_that_ends_meanwhile_ends_with_an_error(replicas):
+    """The job runs when the resume comes (a cursor ahead of what is written may be an entry a
+    replica has yet to see), so the stream waits; once the job ends, it ends at once with
+    invalid_cursor and [DONE], rather than keep-alives until the job's retention ends."""
+    with holding(replicas.bases[0], MODEL, A) as held:
+        url = f"{replicas.bases[1]}/v1/chat/completions/{held}?stream=true"
+        with httpx.stream("GET", url, headers={**A, "Last-Event-ID": PAST_END}, timeout=5) as r:
+            assert r.status_code == 200
+            raw, chunks = b"", r.iter_raw()
+            while raw.count(b"\n\n") < 2:  # two keep-alives: it waits
+                raw += next(chunks)
+            httpx.post(f"{replicas.bases[0]}/v1/chat/completions/{held}/cancel", headers=A)
+            cancelled = time.monotonic()
+            while not raw.endswith(b"data: [DONE]\n\n"):
+                assert time.monotonic() - cancelled < 5, "the stream goes on after the job ended"
+                raw += next(chunks)
+            took = time.monotonic() - cancelled
+    blocks = [b for b in raw.decode().split("\n\n") if b]
+    assert all(not b.startswith("id:") for b in blocks), "nothing of the job was sent"
+    error = json.loads(blocks[-2].removeprefix("data: "))
+    assert error["error"]["code"] == "invalid_cursor"
+    assert took < 3.0, f"{took:.2f}s"
+
+
 def test_a_background_job_with_stream_true_streams_at_once(replicas):
     r = httpx.post(replicas.bases[0] + "/v1/chat/completions", json={**BODY, "background": True}, headers=A)
     assert r.status_code == 200 and check_stream(r.content, "chat", include_usage=True).finish_reason
