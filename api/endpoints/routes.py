@@ -270,7 +270,8 @@ class EndpointRoutes:
     async def retrieve(self, request: Request) -> Response:
         """With ?stream=true, replay the events after Last-Event-ID (or ?starting_after) and
         follow live to the end; without, the response once the job has ended (202 and its
-        status before)."""
+        status before). A cursor after the last event of an ended job is refused: nothing
+        will ever come after it (one of a running job is waited for, api/streaming/relay.py)."""
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
         objects = self.endpoint.objects_of(job)
@@ -280,6 +281,8 @@ class EndpointRoutes:
             try:
                 assert self.endpoint.events is not None  # its routes are only those of streams
                 events = self.endpoint.events(objects, raw)
+                if raw and job.ended:
+                    events.check_within(await services.jobs.whole(job.id))
             except BadCursor as exc:
                 raise APIError(errors.INVALID_CURSOR, str(exc), param="starting_after") from None
             ticket = services.admission.stream(job.owner)

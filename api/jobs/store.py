@@ -232,6 +232,11 @@ class JobStore:
         rows = await self._r.xrange(keys.events(job_id), min=start, max="+", count=count)
         return [(as_text(eid), entries.decode(fields, token_ids=False)) for eid, fields in rows]
 
+    async def last_id(self, job_id: str) -> str | None:
+        """The id of the job's newest entry (None: its stream has none)."""
+        rows = await self._r.xrevrange(keys.events(job_id), count=1)
+        return as_text(rows[0][0]) if rows else None
+
     async def state(self, job_id: str) -> JobState | None:
         return job_state(job_id, await self._r.hmget(keys.job(job_id), STATE_FIELDS))
 

@@ -12,6 +12,10 @@ Keep-alives and `data: [DONE]` carry no id. A resume sends everything after the 
 
 The Responses and Messages streams number their events instead (`numbered`): a resume sends
 the events numbered above the cursor.
+
+A cursor ahead of what is written is waited for while the job runs (it may name an entry a
+replica has yet to see, docs/protocol.md, "Failover"); once the job has ended nothing more
+is written, so a cursor after its last event is refused (`past_end`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,12 @@ _MAX_NUMBER = 10**9
 
 class BadCursor(ValueError):
     pass
+
+
+def past_end(cursor: str, last: str) -> str:
+    """Why a cursor after the last event of an ended job's stream is refused (both are the
+    stream's own forms, never the client's raw text)."""
+    return f"The stream has ended: {cursor} is after its last event, {last}."
 
 
 def numbered(raw: str | None) -> int:

@@ -4,7 +4,9 @@
 can send them in one write), and `KEEPALIVE` whenever `keepalive_s` passes with nothing to
 send. It never hangs: a job not (re)started by its deadline is ended here (`queue_timeout`,
 or `worker_lost` after a dead attempt, unless the pool can still run it: api/cluster/resumes.py), a
-job whose keys vanished ends with `not_found`, and a Redis outage longer than `outage_s`
+job whose keys vanished ends with `not_found`, a resume whose cursor is after the end of a
+job that has ended ends with `invalid_cursor` (while the job runs it is waited for: it may be
+an entry a replica has yet to see), and a Redis outage longer than `outage_s`
 raises `StreamLost`. Entries of every attempt pass
 through as they are: fencing guarantees they form one continuous completion. One case
 breaks it: a failover that took back entries already sent, with the worker that would have
@@ -25,6 +27,7 @@ from redis.exceptions import RedisError
 
 from api.cluster.resumes import Resumes
 from api.jobs.store import JobStore
+from api.streaming.cursor import past_end
 from api.streaming.reader import Handed, StreamReader, Woken, stream_id
 from contract import errors, keys
 from contract.entries import Rows, Started, is_terminal
@@ -34,6 +37,9 @@ READ_BATCH = 256
 # A job's hash missing this long is gone. Not at once: in a failover a connection may still
 # read the replaced primary for a moment (docs/protocol.md, "Failover").
 GONE_AFTER_S = 3.0
+# A resume's cursor after every entry written is looked at again this often while its job
+# runs: the job's end is written before the cursor, so no read of the stream wakes for it.
+AHEAD_LOOK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -50,8 +56,9 @@ class StreamLost(Exception):
 
 class _JobReader:
     """Reads one job's entries after a cursor, and knows when to look again without being
-    woken: while Redis is away (every 0.5 s, up to `outage_s`), and when a queued job passes
-    its start deadline (it is then ended here)."""
+    woken: while Redis is away (every 0.5 s, up to `outage_s`), when a queued job passes
+    its start deadline (it is then ended here), and while a client's cursor is after every
+    entry written (every `AHEAD_LOOK_S`, until the job ends)."""
 
     def __init__(
         self,
@@ -72,6 +79,7 @@ class _JobReader:
         self._late_at: float | None = None  # monotonic: when the queued job passes its deadline
         self._handed: Rows | None = None  # entries the reader read for us
         self._missing_since: float | None = None  # monotonic: the job's hash was not found
+        self._clients = after != "0"  # the cursor is still the client's: it may be past every entry
         self.full = False  # the last read filled a batch: more may be waiting
 
     def hand(self, rows: Rows) -> None:
@@ -86,9 +94,9 @@ class _JobReader:
                 rows = await self._store.read(
                     self._id, self.cursor, count=READ_BATCH, inclusive=self._inclusive
                 )
-            self.full = len(rows) == READ_BATCH
             if not rows:
                 rows = await self._check()
+            self.full = len(rows) == READ_BATCH
             self._outage_since = None
         except RedisError as exc:
             now = time.monotonic()
@@ -104,6 +112,7 @@ class _JobReader:
         if rows:
             self.cursor = rows[-1][0]
             self._inclusive = False
+            self._clients = False
         return rows
 
     def _unbroken(self, rows: Rows) -> Rows:
@@ -122,26 +131,55 @@ class _JobReader:
         return rows
 
     async def _check(self) -> Rows:
-        """Nothing new: is the job gone (then its ending), or queued past its deadline?"""
+        """Nothing new: is the job gone (then its ending), ended before the client's cursor,
+        or queued past its deadline?"""
         state = await self._store.state(self._id)
         self._late_at = None
-        if state is None:  # expired or purged: nothing will ever be written again...
-            now = time.monotonic()
-            self._missing_since = self._missing_since or now
-            if now - self._missing_since >= GONE_AFTER_S:
-                return [("", errors.NOT_FOUND.entry())]
-            self._late_at = now + 0.5  # ...unless a failover is moving us to the server that has it
-            return []
+        if state is None:
+            return self._missing()
+        if self._clients and (ending := await self._ahead(state.ended)) is not None:
+            return ending
         self._missing_since = None
         if state.status == JobStatus.QUEUED and state.start_by_ms is not None:
             left = state.start_by_ms / 1000 - time.time()
             if left < 0 and state.attempts and self._resumes and await self._resumes.may_wait(state.model):
-                self._late_at = time.monotonic() + await self._store.wait_on(self._id)
+                self._look_again(await self._store.wait_on(self._id))
             elif left < 0:
                 await self._store.end_if_late(self._id)  # its terminal entry is read next
             else:
-                self._late_at = time.monotonic() + left
+                self._look_again(left)
         return []
+
+    def _missing(self) -> Rows:
+        """The job's keys are not there: it has gone (expired or purged), unless a failover is
+        moving this connection to the server that has them, so `not_found` only after GONE_AFTER_S."""
+        now = time.monotonic()
+        self._missing_since = self._missing_since or now
+        if now - self._missing_since >= GONE_AFTER_S:
+            return [("", errors.NOT_FOUND.entry())]
+        self._late_at = now + 0.5
+        return []
+
+    async def _ahead(self, ended: bool) -> Rows | None:
+        """The client's cursor, and nothing after it: past the last entry of an ended job (its
+        state was read first, so that entry is its terminal one), nothing will ever come, and
+        the stream ends with `invalid_cursor`; while the job runs, the cursor is waited for
+        (docs/protocol.md, "Failover") and looked at again every AHEAD_LOOK_S. None: go on."""
+        last = await self._store.last_id(self._id)
+        newest, cursor = stream_id(last or "0-0"), stream_id(self.cursor)
+        if last is not None and (newest > cursor or (self._inclusive and newest == cursor)):
+            self._look_again(0.0)  # written since the read: read again
+            return None
+        if not ended:
+            self._look_again(AHEAD_LOOK_S)
+            return None
+        if last is None:  # the stream expired before the job's hash
+            return self._missing()
+        return [("", errors.INVALID_CURSOR.entry(past_end(self.cursor, last)))]
+
+    def _look_again(self, in_s: float) -> None:
+        at = time.monotonic() + in_s
+        self._late_at = at if self._late_at is None else min(self._late_at, at)
 
     def look_again_in(self) -> float:
         """Seconds until a read is due even if nothing wakes this stream."""

@@ -21,6 +21,7 @@ from contract import keys
 from devstack.peek import job_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL
+from tests.integration.test_resume import refused_at_once
 from tests.js_clients import run_node
 
 pytestmark = pytest.mark.integration
@@ -418,6 +419,26 @@ def test_a_client_that_reconnects_with_last_event_id_gets_the_rest(pool):
     assert [int(eid) for eid, _, _ in events] == list(range(len(events)))
     text = "".join(d["delta"]["text"] for _, kind, d in events if kind == "content_block_delta")
     assert text == whole["content"][0]["text"] and events[-1][1] == "message_stop"
+
+
+def test_a_cursor_past_an_ended_messages_last_event_is_anthropics_400_at_once(pool):
+    body = {**GREEDY, "model": MODEL, "max_tokens": 8, "messages": ASK}
+    with pool.http() as http:
+        message_id = http.post("/v1/messages", json=body).json()["id"]  # it has ended
+        with http.stream("GET", f"/v1/messages/{message_id}?stream=true") as resp:
+            whole = list(sse(resp.iter_lines()))
+        last = int(whole[-1][0])
+        assert whole[-1][1] == "message_stop"
+        url, key = f"{pool.base}/v1/messages/{message_id}?stream=true", {"x-api-key": KEY}
+        for n in (last + 1, 10**9):
+            for query, headers in ((f"&starting_after={n}", key), ("", {**key, "Last-Event-ID": str(n)})):
+                error, took = refused_at_once(url + query, headers)
+                assert error["type"] == "error" and error["error"]["type"] == "invalid_request_error"
+                assert took < 2.0, f"{took:.2f}s"
+        # At the last event or before it, the stream is as before: the events after it, if any.
+        for n in (last - 1, last):
+            with http.stream("GET", f"/v1/messages/{message_id}?stream=true&starting_after={n}") as resp:
+                assert resp.status_code == 200 and list(sse(resp.iter_lines())) == whole[n + 1 :]
 
 
 def _node(pool: Pool, case: str) -> dict:

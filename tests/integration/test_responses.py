@@ -20,6 +20,7 @@ from contract.entries import Delta
 from devstack.processes import start_api
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
+from tests.integration.test_resume import refused_at_once
 from tests.js_clients import run_node
 from tests.sse_contract import check_responses_stream
 
@@ -173,6 +174,29 @@ def test_a_background_stream_cut_then_resumed_with_starting_after(pool, sdk):
     assert helped[-1].response.output_text == final.output_text
     bad = httpx.get(f"{pool.base}/v1/responses/{rid}?stream=true&starting_after=x", timeout=10)
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
+
+
+def test_a_cursor_past_an_ended_responses_last_event_is_400_at_once(pool, sdk):
+    rid = sdk.responses.create(model=MODEL, input="Say hi.", background=True, max_output_tokens=12).id
+    _wait(sdk, rid, ("completed", "incomplete"))
+    url = f"{pool.base}/v1/responses/{rid}?stream=true"
+    whole = check_responses_stream(httpx.get(url, timeout=60).content)
+    last = whole.events[-1]["sequence_number"]
+    for n in (last + 1, 10**9):
+        for query, headers in ((f"&starting_after={n}", {}), ("", {"Last-Event-ID": str(n)})):
+            error, took = refused_at_once(url + query, headers)
+            assert error["error"]["code"] == "invalid_cursor" and error["error"]["param"] == "starting_after"
+            assert took < 2.0, f"{took:.2f}s"
+    # At the last event or before it, the stream is as before: the events after it, if any.
+    at_last = httpx.get(f"{url}&starting_after={last}", timeout=10)
+    assert (
+        at_last.status_code == 200
+        and check_responses_stream(at_last.content, last, complete=False).events == []
+    )
+    before_last = check_responses_stream(
+        httpx.get(f"{url}&starting_after={last - 1}", timeout=10).content, last - 1
+    )
+    assert before_last.events == whole.events[-1:]
 
 
 def test_a_background_response_outlives_the_api_process_that_streamed_it(pool, sdk, tmp_path):

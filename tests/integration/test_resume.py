@@ -87,13 +87,18 @@ def events(raw: bytes) -> list[tuple[str | None, str]]:
     return out
 
 
-def replay(base: str, job_id: str, headers: dict, cursor: str | None = None, query: str = "") -> bytes:
+def replay(
+    base: str,
+    job_id: str,
+    headers: dict,
+    cursor: str | None = None,
+    query: str = "",
+    path: str = "chat/completions",
+) -> bytes:
     h = dict(headers)
     if cursor:
         h["Last-Event-ID"] = cursor
-    with httpx.stream(
-        "GET", f"{base}/v1/chat/completions/{job_id}?stream=true{query}", headers=h, timeout=120
-    ) as r:
+    with httpx.stream("GET", f"{base}/v1/{path}/{job_id}?stream=true{query}", headers=h, timeout=120) as r:
         assert r.status_code == 200, r.read()
         assert r.headers["content-type"].startswith("text/event-stream")
         return r.read()
@@ -164,6 +169,77 @@ def test_bad_cursor_is_400(replicas):
         headers={**A, "Last-Event-ID": "nonsense"},
     )
     assert bad.status_code == 400 and bad.json()["error"]["code"] == "invalid_cursor"
+
+
+PAST_END = "99999999999999-0"  # an event id no stream of today reaches (ms in the year 5138)
+
+
+def refused_at_once(url: str, headers: dict) -> tuple[dict, float]:
+    """A resume that must be refused: its error body and how long it took. The client's
+    timeout is short and the status is read before any body, so a stream (today's keep-alives,
+    for as long as the job is retained) fails the test at once rather than hang it."""
+    started = time.monotonic()
+    with httpx.stream("GET", url, headers=headers, timeout=5) as r:
+        assert r.status_code == 400, (
+            f"{r.status_code} {r.headers.get('content-type')}: a stream, not a refusal"
+        )
+        body = json.loads(r.read())
+    return body, time.monotonic() - started
+
+
+def next_id(entry_id: str) -> str:
+    """The smallest stream id after `entry_id`."""
+    ms, seq = entry_id.split("-")
+    return f"{ms}-{int(seq) + 1}"
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("chat/completions", BODY),
+        ("completions", {"model": MODEL, "prompt": "Once upon a time", "max_tokens": 12, "stream": True}),
+    ],
+)
+def test_a_cursor_past_an_ended_jobs_end_is_400_at_once(replicas, path, body):
+    with httpx.stream("POST", f"{replicas.bases[0]}/v1/{path}", json=body, headers=A, timeout=120) as r:
+        original = r.read()
+    evs = events(original)
+    job_id = json.loads(evs[0][1])["id"]
+    finish = evs[-3][0] if body.get("stream_options") else evs[-2][0]  # the terminal entry's event
+    url = f"{replicas.bases[1]}/v1/{path}/{job_id}?stream=true"
+    for cursor in (PAST_END, next_id(finish)):
+        for query, headers in (("", {**A, "Last-Event-ID": cursor}), (f"&starting_after={cursor}", A)):
+            error, took = refused_at_once(url + query, headers)
+            assert error["error"]["code"] == "invalid_cursor" and error["error"]["param"] == "starting_after"
+            assert took < 2.0, f"{took:.2f}s"  # the keep-alive period is 15 s by default
+    # A cursor at the terminal entry still gets the rest, as before.
+    at_finish = events(replay(replicas.bases[1], job_id, A, cursor=finish, path=path))
+    assert at_finish == evs[evs.index(next(e for e in evs if e[0] == finish)) + 1 :]
+    assert at_finish[-1] == (None, "[DONE]")
+
+
+def test_a_cursor_past_the_end_of_a_job_that_ends_meanwhile_ends_with_an_error(replicas):
+    """The job runs when the resume comes (a cursor ahead of what is written may be an entry a
+    replica has yet to see), so the stream waits; once the job ends, it ends at once with
+    invalid_cursor and [DONE], rather than keep-alives until the job's retention ends."""
+    with holding(replicas.bases[0], MODEL, A) as held:
+        url = f"{replicas.bases[1]}/v1/chat/completions/{held}?stream=true"
+        with httpx.stream("GET", url, headers={**A, "Last-Event-ID": PAST_END}, timeout=5) as r:
+            assert r.status_code == 200
+            raw, chunks = b"", r.iter_raw()
+            while raw.count(b"\n\n") < 2:  # two keep-alives: it waits
+                raw += next(chunks)
+            httpx.post(f"{replicas.bases[0]}/v1/chat/completions/{held}/cancel", headers=A)
+            cancelled = time.monotonic()
+            while not raw.endswith(b"data: [DONE]\n\n"):
+                assert time.monotonic() - cancelled < 5, "the stream goes on after the job ended"
+                raw += next(chunks)
+            took = time.monotonic() - cancelled
+    blocks = [b for b in raw.decode().split("\n\n") if b]
+    assert all(not b.startswith("id:") for b in blocks), "nothing of the job was sent"
+    error = json.loads(blocks[-2].removeprefix("data: "))
+    assert error["error"]["code"] == "invalid_cursor"
+    assert took < 3.0, f"{took:.2f}s"
 
 
 def test_a_background_job_with_stream_true_streams_at_once(replicas):

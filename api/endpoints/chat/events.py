@@ -11,8 +11,9 @@ from __future__ import annotations
 from api.endpoints.chat.objects import Chunks
 from api.endpoints.protocol import Encoded
 from api.streaming import sse
-from api.streaming.cursor import OPENING, USAGE_SUFFIX, Cursor
-from contract.entries import Delta, Failed, Finished, Rows, Started
+from api.streaming.cursor import OPENING, USAGE_SUFFIX, BadCursor, Cursor, past_end
+from api.streaming.reader import stream_id
+from contract.entries import Delta, Failed, Finished, Rows, Started, is_terminal
 from contract.errors import ErrorCode, failure_body
 
 
@@ -32,6 +33,15 @@ class ChunkEvents:
         if self._at is None:
             return "0", False
         return self._at.entry_id, True
+
+    def check_within(self, rows: Rows) -> None:
+        """A cursor at the terminal entry (its usage chunk included) still gets the rest of
+        that entry's events and [DONE]; one after it names no event of this stream."""
+        if self._at is None or not rows or not is_terminal(rows[-1][1]):
+            return
+        last = rows[-1][0]
+        if stream_id(self._at.entry_id) > stream_id(last):
+            raise BadCursor(past_end(self._at.entry_id, last))
 
     def opening(self) -> bytes:
         obj = self._chunks.opening() if self._fresh else None

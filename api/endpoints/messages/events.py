@@ -3,6 +3,10 @@
 client that reconnects with `Last-Event-ID` (or `?starting_after=N`) gets the events after N,
 recomputed from the job's first entry. Keep-alives are Anthropic's `ping` events, without an
 id. There is no `[DONE]`: `message_stop` (or `error`) ends it.
+
+A cursor above the last number of an ended message is refused (`check_within`, before the
+stream starts); one found so only when the job ends during the stream ends it with an
+`invalid_request_error` error event.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ import json
 from api.endpoints.messages.objects import DELTA_EVENT, MessageObjects
 from api.endpoints.protocol import Encoded
 from api.http.errors import anthropic
-from api.streaming.cursor import numbered
-from contract.entries import Rows
+from api.streaming.cursor import BadCursor, numbered, past_end
+from contract import errors
+from contract.entries import Rows, is_terminal
 from contract.errors import ErrorCode
 
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
@@ -27,11 +32,21 @@ def frame(event: dict, number: int | None) -> bytes:
 
 class MessageEvents:
     def __init__(self, objects: MessageObjects, after: int) -> None:
+        self._objects = objects
         self._transcript = objects.transcript()
         self._after = after  # the client has every event up to this number (-1: none)
 
     def read_from(self) -> tuple[str, bool]:
         return "0", False  # the numbers come from the whole transcript
+
+    def check_within(self, rows: Rows) -> None:
+        if not rows or not is_terminal(rows[-1][1]):
+            return
+        transcript = self._objects.transcript()
+        for eid, entry in rows:
+            transcript.feed(eid, entry)
+        if self._after > transcript.seq:
+            raise BadCursor(past_end(str(self._after), str(transcript.seq)))
 
     def opening(self) -> bytes:
         return b""  # message_start waits for the job's Started: it carries the prompt's tokens
@@ -44,6 +59,9 @@ class MessageEvents:
                 if n > self._after:
                     out.append(frame(event, n))
                     contents += event["type"] == DELTA_EVENT
+        last = self._transcript.seq
+        if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:  # its own end
+            out.append(self.error(errors.INVALID_CURSOR, past_end(str(self._after), str(last))))
         return Encoded(b"".join(out), contents)
 
     def keepalive(self) -> bytes:

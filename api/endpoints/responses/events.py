@@ -6,6 +6,10 @@ recomputed from the job's first entry so the numbers never change. Keep-alives a
 line with no blank line after it: it dispatches no event in any SSE reader (openai-python
 turns a blank-line-terminated comment into a JSON error once it has seen an `id:`). The stream
 has no `data: [DONE]`, as OpenAI's has none.
+
+A cursor above the last number of an ended response is refused (`check_within`, before the
+stream starts); one found so only when the job ends during the stream ends it with an
+`invalid_cursor` error event numbered as the response's last event.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import json
 
 from api.endpoints.protocol import Encoded
 from api.endpoints.responses.objects import DELTA_EVENTS, ResponseObjects
-from api.streaming.cursor import numbered
-from contract.entries import Rows
+from api.streaming.cursor import BadCursor, numbered, past_end
+from contract import errors
+from contract.entries import Rows, is_terminal
 from contract.errors import ErrorCode
 
 KEEPALIVE = b": keepalive\n"
@@ -28,6 +33,7 @@ def frame(event: dict) -> bytes:
 
 class ResponseEvents:
     def __init__(self, objects: ResponseObjects, after: int) -> None:
+        self._objects = objects
         self._transcript = objects.transcript()
         self._after = after  # the client has every event up to this number (-1: none)
         self._last = after
@@ -35,12 +41,29 @@ class ResponseEvents:
     def read_from(self) -> tuple[str, bool]:
         return "0", False  # the numbers come from the whole transcript
 
+    def check_within(self, rows: Rows) -> None:
+        if not rows or not is_terminal(rows[-1][1]):
+            return
+        transcript = self._objects.transcript()
+        transcript.start()
+        for eid, entry in rows:
+            transcript.feed(eid, entry)
+        if self._after > transcript.seq:
+            raise BadCursor(past_end(str(self._after), str(transcript.seq)))
+
     def opening(self) -> bytes:
         return self._send(self._transcript.start()).data
 
     def encode(self, rows: Rows) -> Encoded:
         events = [event for eid, entry in rows for event in self._transcript.feed(eid, entry)]
-        return self._send(events)
+        out = self._send(events)
+        last = self._transcript.seq
+        if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:  # its own end
+            self._last = last
+            return Encoded(
+                out.data + self.error(errors.INVALID_CURSOR, past_end(str(self._after), str(last))), 0
+            )
+        return out
 
     def _send(self, events: list[dict]) -> Encoded:
         out, contents = [], 0

@@ -344,3 +344,16 @@ def test_a_job_starting_with_a_public_prompt_is_marked_so_where_keys_keep_caches
         ]
 
     assert asyncio.run(go()) == [True, False, False]  # without keys there is one cache anyway
+
+
+def test_last_id_is_the_newest_entry_of_the_jobs_stream():
+    pair = FakePair()
+
+    async def go() -> tuple[str | None, str | None]:
+        s = store(pair)
+        before = await s.last_id("chatcmpl-1")
+        for entry_id in ("5-0", "5-1", "7-0"):
+            pair.sync().streams.xadd(keys.events("chatcmpl-1"), {"x": "1"}, id=entry_id)
+        return before, await s.last_id("chatcmpl-1")
+
+    assert asyncio.run(go()) == (None, "7-0")
