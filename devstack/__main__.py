@@ -19,11 +19,11 @@ import time
 import urllib.request
 from pathlib import Path
 
-from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.processes import Proc, demo_key, start_api, start_redis, start_worker, wait_for_model
 from worker.settings import WorkerSettings
 
 
-def stream_demo(base: str, model: str, prompt: str, max_tokens: int) -> None:
+def stream_demo(base: str, model: str, prompt: str, max_tokens: int, headers: dict[str, str]) -> None:
     body = json.dumps(
         {
             "model": model,
@@ -35,7 +35,7 @@ def stream_demo(base: str, model: str, prompt: str, max_tokens: int) -> None:
         }
     ).encode()
     req = urllib.request.Request(
-        base + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+        base + "/v1/chat/completions", data=body, headers={"Content-Type": "application/json", **headers}
     )
     print(f"\n> {prompt}\n", flush=True)
     start = time.monotonic()
@@ -86,6 +86,8 @@ def main() -> None:
     if args.model:
         os.environ["MODEL_HF"] = args.model  # the worker's, and this process's idea of the model
     settings = WorkerSettings.from_env()  # the model's name as the worker will announce it
+    key = demo_key()  # keys in the shell stay: the run's own requests send one
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
 
     log_dir = Path(tempfile.mkdtemp(prefix="tokenspool-"))
     procs: list[Proc] = []
@@ -107,9 +109,11 @@ def main() -> None:
         procs.append(api)
         model = settings.model_name
         # a model from the Hub may take a while to download the first time
-        wait_for_model(base, model, timeout=3600 if settings.model_hf else 120, procs=(worker, api))
+        wait_for_model(
+            base, model, timeout=3600 if settings.model_hf else 120, procs=(worker, api), headers=headers
+        )
         print(f"API at {base}  (logs in {log_dir})", flush=True)
-        stream_demo(base, model, args.prompt, args.max_tokens)
+        stream_demo(base, model, args.prompt, args.max_tokens, headers)
         if not args.once:
             print(f"\nServing {model} at {base}/v1 - Ctrl-C to stop.", flush=True)
             if ui["UI"] == "1":

@@ -14,6 +14,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -304,13 +305,34 @@ def start_api(
         str(port),
         "--no-access-log",
     ]
-    # A local or test API serves without keys unless given some (the API refuses otherwise).
-    keyless = {} if {"API_KEYS", "API_KEYS_FILE"} & set(env or {}) else {"ALLOW_NO_AUTH": "1"}
-    env = {"REDIS_URL": redis_url, **keyless, **(env or {})}
-    proc = _spawn(name, argv, log_dir, env, tethered=tethered, cpus=cpus)
+    proc = _spawn(name, argv, log_dir, api_env(redis_url, env), tethered=tethered, cpus=cpus)
     base = f"http://127.0.0.1:{port}"
     _wait(lambda: _get_json(base + "/health") is not None, 30, proc)
     return proc, base
+
+
+def api_env(redis_url: str, env: dict[str, str] | None = None) -> dict[str, str]:
+    """What an API started here gets beside this process's environment: a local or test API
+    serves without keys (ALLOW_NO_AUTH=1) unless keys are given, here or in the shell."""
+    given = {**os.environ, **(env or {})}
+    keyed = any(given.get(name) for name in ("API_KEYS", "API_KEYS_FILE"))
+    return {"REDIS_URL": redis_url, **({} if keyed else {"ALLOW_NO_AUTH": "1"}), **(env or {})}
+
+
+def demo_key(environ: Mapping[str, str] = os.environ) -> str | None:
+    """A key the local run's own requests can send (its readiness poll, its demo answer): the
+    first one given in clear in API_KEYS, else in API_KEYS_FILE; None without keys. Raises
+    SystemExit when keys are given only as digests: the local run cannot send one of those."""
+    entries = [e for e in environ.get("API_KEYS", "").split(",") if e.strip()]
+    if path := environ.get("API_KEYS_FILE"):
+        entries += Path(path).read_text().splitlines()
+    keys = [line.split()[0] for line in entries if line.split() and not line.lstrip().startswith("#")]
+    if not keys:
+        return None
+    clear = [k for k in keys if not k.startswith("sha256:")]
+    if not clear:
+        raise SystemExit("API_KEYS / API_KEYS_FILE hold only sha256: digests: add a key in clear to run here")
+    return clear[0]
 
 
 def _get_json(url: str, headers: dict[str, str] | None = None) -> dict | None:

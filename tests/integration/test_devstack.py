@@ -77,3 +77,27 @@ def test_the_local_run_leaves_nothing_behind(tmp_path, sig):
         os.kill(pid, signal.SIGKILL)
     assert not left, f"still running after {sig.name}: {left}"
     assert _port_free(port)
+
+
+@pytest.mark.parametrize("keys", ["API_KEYS", "API_KEYS_FILE"])
+def test_the_local_run_with_keys_in_the_shell_asks_with_one_and_keeps_them(tmp_path, keys):
+    """Keys in the shell were overridden (ALLOW_NO_AUTH=1) or waited on: the readiness poll and
+    the demo asked without a key. Now both use the first key given in clear."""
+    key = "sk-local-0123456789"
+    if keys == "API_KEYS":
+        env = {"API_KEYS": f"sha256:{'0' * 64},{key}"}
+    else:
+        path = tmp_path / "keys"
+        path.write_text(f"# the team's\nsha256:{'1' * 64}\n{key} role=operator\n")
+        env = {"API_KEYS_FILE": str(path)}
+    port = free_port()
+    done = subprocess.run(
+        [sys.executable, "-m", "devstack", "--port", str(port), "--max-tokens", "4", "--once"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", "ALLOW_NO_AUTH": "", **env},
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "tokens in" in done.stdout  # the demo's answer came, with its usage
