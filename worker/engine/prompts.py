@@ -113,7 +113,7 @@ class ChatPrompts:
             for m, holder in zip(messages, holders, strict=True)
         ]
         kwargs = self._outside.value({**extra, **spec.template_kwargs}, marks)
-        rest = self._formatter(messages=rendered, **kwargs).prompt  # type: ignore[arg-type]
+        rest = self._render(spec, rendered, kwargs)  # type: ignore[arg-type]
         texts = list(marks)
         ids: list[int] = []
         for holder, message in zip(holders, messages, strict=True):
@@ -128,6 +128,29 @@ class ChatPrompts:
             ids += self._template(before, texts)
             ids += self._plain(message["content"])
         return ids + self._template(rest, texts)
+
+    def _render(self, spec: JobSpec, messages: list[dict], kwargs: dict) -> str:
+        """The template's text. A template that fails on a request (its own `raise_exception`, a
+        kwarg of a type it cannot use) rejects it, naming `chat_template_kwargs` if it renders
+        without them."""
+        try:
+            return self._formatter(messages=messages, **kwargs).prompt  # type: ignore[misc]
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        own = {k: v for k, v in kwargs.items() if k not in spec.template_kwargs}
+        if spec.template_kwargs and self._renders(messages, own):
+            raise PromptRejected(
+                f"Invalid 'chat_template_kwargs': this model's chat template cannot render them ({why}).",
+                "chat_template_kwargs",
+            )
+        raise PromptRejected(f"This model's chat template cannot render these messages ({why}).", "messages")
+
+    def _renders(self, messages: list[dict], kwargs: dict) -> bool:
+        try:
+            self._formatter(messages=messages, **kwargs)  # type: ignore[misc]
+        except Exception:
+            return False
+        return True
 
     def _template(self, text: str, texts: list[str]) -> list[int]:
         """The template's own text with special tokens, the client's text it holds without."""

@@ -1,7 +1,8 @@
 """worker.engine.prompts: no client text becomes a special token: a message's content never
 becomes a format's marker token, even one llama.cpp reads in any text (gpt-oss's user-defined
 `<|end|>`, `<|start|>`...), and a string the template renders outside the contents (a tool,
-a call, reasoning, a template kwarg) never becomes a control token, end of turn included."""
+a call, reasoning, a template kwarg) never becomes a control token, end of turn included; a
+template that fails on a request rejects it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from contract.jobspec import JobSpec, Message, Tool, ToolCall
+from contract.jobspec import TEMPLATE_RESERVED, JobSpec, Message, Tool, ToolCall
 from tests import harmony_model
 from worker.settings import default_model_path
 from worker.text import harmony
@@ -20,6 +21,7 @@ llama_cpp = pytest.importorskip("llama_cpp")
 from llama_cpp._internals import LlamaModel  # noqa: E402
 
 from worker.engine.prompts import ChatPrompts  # noqa: E402
+from worker.errors import PromptRejected  # noqa: E402
 
 pytestmark = pytest.mark.skipif(default_model_path() is None, reason="no SmolLM2 GGUF: run scripts/setup")
 
@@ -171,3 +173,26 @@ def test_harmony_s_end_and_marker_text_in_a_tool_is_text_not_a_token(prompts, te
         t for t in prompts.prompt_ids(honest, 4096) if t in markers
     ]
     assert f"Looks a word {text} up." in b"".join(prompts.piece(t) for t in forged).decode()
+
+
+def test_a_template_error_the_kwargs_cause_is_a_rejection_naming_them(chatml):
+    spec = dataclasses.replace(placed("", ""), template_kwargs={"system_note": 5})  # not a string
+    with pytest.raises(PromptRejected) as caught:
+        chatml.prompt_ids(spec, 4096)
+    assert caught.value.param == "chat_template_kwargs" and "chat_template_kwargs" in str(caught.value)
+
+
+def test_a_template_error_the_messages_cause_is_a_rejection_naming_them():
+    prompts = smollm2("{{ raise_exception('Conversation roles must alternate.') }}")
+    spec = JobSpec(id="chatcmpl-x", kind="chat", model="m", messages=(Message("user", "hi"),))
+    with pytest.raises(PromptRejected) as caught:
+        prompts.prompt_ids(spec, 4096)
+    assert caught.value.param == "messages" and "Conversation roles must alternate." in str(caught.value)
+
+
+def test_the_jinja_environment_s_globals_are_reserved(chatml):
+    """No template kwarg can shadow what a template calls (`namespace()`, `range()`...)."""
+    import jinja2.defaults
+
+    assert set(jinja2.defaults.DEFAULT_NAMESPACE) <= TEMPLATE_RESERVED
+    assert set(chatml._formatter._environment.globals) <= TEMPLATE_RESERVED
