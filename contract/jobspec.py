@@ -96,12 +96,11 @@ class Tool:
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-# The globals of the Jinja environment a chat template renders in, which Qwen's, Llama 3's and
-# gpt-oss's templates call (`namespace()`): jinja2.defaults' DEFAULT_NAMESPACE, written out
-# because the API does not depend on jinja2 (the worker's tests compare them).
+# What Qwen's, Llama 3's and gpt-oss's templates call (`namespace()`): jinja2.defaults'
+# DEFAULT_NAMESPACE, written out as the API does not depend on jinja2 (the worker's tests compare)
 JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace"})
-# What `template_kwargs` may not name: what the worker gives a chat template itself (`self`
-# is the formatter's own argument), and the template's globals.
+# What `template_kwargs` may not name: what the worker gives a chat template itself (`self`:
+# the formatter's own argument), and the template's globals.
 TEMPLATE_RESERVED = (
     frozenset({"messages", "tools", "tool_choice", "functions", "function_call", "add_generation_prompt"})
     | {"bos_token", "eos_token", "raise_exception", "strftime_now", "self"}
@@ -383,7 +382,7 @@ def template_kwargs_problem(kwargs: object) -> str | None:
     """What is wrong with a chat template's extra arguments (None: nothing): an object of at
     most MAX_TEMPLATE_KWARGS names, none the worker's own or the template's (TEMPLATE_RESERVED),
     each a boolean, a number or a short string (special tokens' texts in it render as text:
-    worker/engine/outside.py)."""
+    worker/tools/outside.py)."""
     if not isinstance(kwargs, dict):
         return "must be an object"
     if len(kwargs) > MAX_TEMPLATE_KWARGS:

@@ -2,7 +2,7 @@
 
 A chat job is rendered with the chat template the GGUF carries, and only the template's own
 markers become special tokens (see `ChatPrompts.prompt_ids`); the client's other strings it
-renders keep any special token's text as text (worker/engine/outside.py). Tools, tool calls and
+renders keep any special token's text as text (worker/tools/outside.py). Tools, tool calls and
 tool results are rendered the way the template's tool protocol says (worker/tools/protocols.py). A raw
 prompt is the caller's own text, special tokens included, as llama.cpp does. Nothing here
 touches the KV cache, so the batching engine's job threads may call it while the scheduler
@@ -21,9 +21,9 @@ from llama_cpp._internals import LlamaModel
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from contract.jobspec import JobSpec
-from worker.engine import outside
 from worker.engine.steps.plan import common_prefix
 from worker.errors import PromptRejected, PromptTooLong
+from worker.tools import outside
 from worker.tools.json_envelope import JsonTools
 from worker.tools.protocols import ToolProtocol, detect
 
@@ -101,7 +101,7 @@ class ChatPrompts:
         where the contents go, its text tokenized with special tokens, the contents without.
         The client's strings it renders outside the contents (a tool's schema, a call's
         arguments, reasoning, template kwargs) have special tokens' texts marked
-        (worker/engine/outside.py): those are tokenized as text too."""
+        (worker/tools/outside.py): those are tokenized as text too."""
         if self._formatter is None:
             raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
         messages, extra = self.tools.messages(spec)

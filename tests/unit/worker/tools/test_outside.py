@@ -1,11 +1,11 @@
-"""worker.engine.outside: the client's strings a template renders outside the contents keep
+"""worker.tools.outside: the client's strings a template renders outside the contents keep
 special tokens' texts, and parts of them at their ends, apart as marks read back as text."""
 
 from __future__ import annotations
 
 import json
 
-from worker.engine.outside import CLOSE, OPEN, Masker, pieces
+from worker.tools.outside import CLOSE, OPEN, Masker, pieces
 
 SPECIALS = ["<|im_end|>", "<|im_start|>", "<|endoftext|>"]
 
