@@ -63,7 +63,7 @@ SPECIAL = ("<|im_end|>", "<|endoftext|>", "<|im_start|>")
 PLACES = ("tool description", "tool schema", "call arguments", "call name", "reasoning", "template kwarg")
 
 
-def smollm2(template: str) -> ChatPrompts:
+def smollm2_behind(template: str) -> ChatPrompts:
     params = llama_cpp.llama_model_default_params()
     params.vocab_only = True
     model = LlamaModel(path_model=str(default_model_path()), params=params, verbose=False)
@@ -73,7 +73,7 @@ def smollm2(template: str) -> ChatPrompts:
 @pytest.fixture(scope="module")
 def chatml() -> ChatPrompts:
     """SmolLM2 behind a Qwen-shaped template that renders tools, calls, reasoning and a kwarg."""
-    prompts = smollm2(TEMPLATE.read_text())
+    prompts = smollm2_behind(TEMPLATE.read_text())
     assert prompts.tools.name == "hermes"
     return prompts
 
@@ -149,7 +149,7 @@ CODER = (
     [("<|im_end|", {"w": "x"}), ("lookup", {"<|im_end|": "x"})],
 )
 def test_a_client_string_cannot_complete_a_control_token_with_the_template_s_text(name, arguments):
-    prompts = smollm2(CODER)
+    prompts = smollm2_behind(CODER)
     end = prompts._tokens("<|im_end|>", special=True)[0]
     messages = (
         Message("user", "Define fox."),
@@ -183,7 +183,7 @@ def test_a_template_error_the_kwargs_cause_is_a_rejection_naming_them(chatml):
 
 
 def test_a_template_error_the_messages_cause_is_a_rejection_naming_them():
-    prompts = smollm2("{{ raise_exception('Conversation roles must alternate.') }}")
+    prompts = smollm2_behind("{{ raise_exception('Conversation roles must alternate.') }}")
     spec = JobSpec(id="chatcmpl-x", kind="chat", model="m", messages=(Message("user", "hi"),))
     with pytest.raises(PromptRejected) as caught:
         prompts.prompt_ids(spec, 4096)
