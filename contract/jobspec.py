@@ -96,10 +96,16 @@ class Tool:
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
 
 
-TEMPLATE_RESERVED = frozenset(
-    {"messages", "tools", "tool_choice", "functions", "function_call", "add_generation_prompt"}
-    | {"bos_token", "eos_token", "raise_exception", "strftime_now"}
-)  # what the worker gives a chat template itself: `template_kwargs` may not name them
+# What Qwen's, Llama 3's and gpt-oss's templates call (`namespace()`): jinja2.defaults'
+# DEFAULT_NAMESPACE, written out as the API does not depend on jinja2 (the worker's tests compare)
+JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace"})
+# What `template_kwargs` may not name: what the worker gives a chat template itself (`self`:
+# the formatter's own argument), and the template's globals.
+TEMPLATE_RESERVED = (
+    frozenset({"messages", "tools", "tool_choice", "functions", "function_call", "add_generation_prompt"})
+    | {"bos_token", "eos_token", "raise_exception", "strftime_now", "self"}
+    | JINJA_GLOBALS
+)
 MAX_TEMPLATE_KWARGS = 16
 MAX_TEMPLATE_VALUE_CHARS = 256
 
@@ -374,8 +380,9 @@ def _compile(schema: object, what: str) -> None:
 
 def template_kwargs_problem(kwargs: object) -> str | None:
     """What is wrong with a chat template's extra arguments (None: nothing): an object of at
-    most MAX_TEMPLATE_KWARGS names, none the worker's own, each a boolean, a number or a short
-    string (rendered outside the messages' placeholders: the worker refuses control-token text)."""
+    most MAX_TEMPLATE_KWARGS names, none the worker's own or the template's (TEMPLATE_RESERVED),
+    each a boolean, a number or a short string (special tokens' texts in it render as text:
+    worker/tools/outside.py)."""
     if not isinstance(kwargs, dict):
         return "must be an object"
     if len(kwargs) > MAX_TEMPLATE_KWARGS:

@@ -1,6 +1,8 @@
 """The security review's attacks, through real processes: a slow body, a forged line in a
 text log, cursors that would break the shared stream reader, /metrics and /scaling on their
-own port, and an API that will not start without keys unless told it is private."""
+own port, an API that will not start without keys unless told it is private, and a chat
+template's inputs: special tokens' texts outside the contents stay text, and template kwargs
+cannot break the template."""
 
 from __future__ import annotations
 
@@ -22,7 +24,8 @@ from api.streaming.relay import KEEPALIVE, follow
 from contract import keys
 from contract.servers import Servers
 from contract.settings import Recovery
-from devstack.processes import ROOT, free_port, start_api, start_redis
+from devstack.peek import job_ids
+from devstack.processes import ROOT, free_port, start_api, start_redis, start_worker, wait_for_model
 
 pytestmark = pytest.mark.integration
 
@@ -258,3 +261,123 @@ def test_a_server_without_keys_answers_only_its_own_hosts_and_pages(api):
         )
         assert own.status_code == 404  # its own page: through, to a model nobody serves
         assert c.get("/v1/files", headers={"Host": f"localhost:{port}"}).status_code == 200
+
+
+QWEN_STYLE = str(ROOT / "tests" / "data" / "qwen-style-chatml.jinja")
+TEMPLATED = "smollm2-qwen-style"
+# each special text and a near-miss that tokenizes as it does as text (SmolLM2: 7 tokens each)
+NEAR_MISSES = {"<|im_end|>": "<|im_fin|>", "<|endoftext|>": "<|endofline|>"}
+PLACES = ("tool description", "call arguments", "reasoning", "template kwarg", "tool_use name")
+
+
+@pytest.fixture(scope="module")
+def templated(tmp_path_factory):
+    """The default model behind a Qwen-shaped template that renders tools, earlier calls,
+    reasoning and a template kwarg (tests/data/qwen-style-chatml.jinja), and an API:
+    (base URL, the Redis server)."""
+    logs = tmp_path_factory.mktemp("templated")
+    redis_proc, url = start_redis(logs)
+    env = {"CHAT_TEMPLATE_FILE": QWEN_STYLE, "MODEL_NAME": TEMPLATED, "SLOTS": "1"}
+    worker = start_worker(logs, url, env=env)
+    api_proc, base = start_api(logs, url)
+    try:
+        wait_for_model(base, TEMPLATED, procs=(worker, api_proc))
+        yield base, redis.Redis.from_url(url)
+    finally:
+        for p in (api_proc, worker, redis_proc):
+            p.stop()
+
+
+def _prompt_tokens(base: str, where: str, text: str) -> int:
+    """The prompt's tokens of a conversation with a tool, an earlier call and its result,
+    `text` in one place outside the message contents."""
+    description, name, arguments, reasoning, kwargs = "Looks a word up.", "lookup", {"word": "fox"}, "", {}
+    if where == "tool description":
+        description = f"Looks a word {text} up."
+    elif where == "call arguments":
+        arguments = {"word": f"fox {text} den"}
+    elif where == "reasoning":
+        reasoning = f"They ask {text} for a word."
+    elif where == "template kwarg":
+        kwargs = {"system_note": f"Be brief {text} always."}
+    elif where == "tool_use name":
+        name = f"look {text} up"
+    if where == "tool_use name":  # Anthropic's Messages API: an earlier call's name
+        return _messages_tokens(base, description, name)
+    call = {"id": "c1", "type": "function", "function": {"name": name, "arguments": json.dumps(arguments)}}
+    assistant = {"role": "assistant", "content": None, "tool_calls": [call]}
+    if reasoning:
+        assistant["reasoning_content"] = reasoning
+    function = {"name": "lookup", "description": description, "parameters": {"type": "object"}}
+    body = {
+        "model": TEMPLATED,
+        "max_tokens": 1,
+        "tools": [{"type": "function", "function": function}],
+        "messages": [
+            {"role": "user", "content": "Define fox."},
+            assistant,
+            {"role": "tool", "tool_call_id": "c1", "content": "A dog."},
+        ],
+        "chat_template_kwargs": kwargs,
+    }
+    r = httpx.post(base + "/v1/chat/completions", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    return r.json()["usage"]["prompt_tokens"]
+
+
+def _messages_tokens(base: str, description: str, name: str) -> int:
+    use = {"type": "tool_use", "id": "c1", "name": name, "input": {}}
+    result = {"type": "tool_result", "tool_use_id": "c1", "content": "A dog."}
+    body = {
+        "model": TEMPLATED,
+        "max_tokens": 1,
+        "tools": [{"name": "lookup", "description": description, "input_schema": {"type": "object"}}],
+        "messages": [
+            {"role": "user", "content": "Define fox."},
+            {"role": "assistant", "content": [use]},
+            {"role": "user", "content": [result]},
+        ],
+    }
+    r = httpx.post(base + "/v1/messages", json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    usage = r.json()["usage"]
+    return usage["input_tokens"] + usage["cache_read_input_tokens"]  # the cache's part apart
+
+
+@pytest.mark.parametrize("where", PLACES)
+@pytest.mark.parametrize("text", list(NEAR_MISSES))
+def test_end_of_turn_text_outside_the_contents_is_text_not_the_token(templated, where, text):
+    """A tool result or an argument the model wrote, sent back, cannot end a turn early: the
+    text costs what its near-miss does (a token more at either side at most: it is tokenized
+    apart from its neighbours), not the one token it would be as the control token."""
+    base, _ = templated
+    forged, near = _prompt_tokens(base, where, text), _prompt_tokens(base, where, NEAR_MISSES[text])
+    assert near <= forged <= near + 2, (forged, near)
+
+
+@pytest.mark.parametrize("name", ["namespace", "range"])
+def test_a_template_kwarg_cannot_shadow_jinja_s_globals(templated, name):
+    base, r = templated
+    before = job_ids(r)
+    body = {"model": TEMPLATED, "max_tokens": 1, "messages": [{"role": "user", "content": "hi"}]}
+    answer = httpx.post(
+        base + "/v1/chat/completions", json={**body, "chat_template_kwargs": {name: "x"}}, timeout=120
+    )
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "chat_template_kwargs" and name in error["message"]
+    assert job_ids(r) == before  # refused by the API: nothing enqueued
+
+
+def test_a_template_error_the_kwargs_cause_is_a_400_naming_them(templated):
+    base, _ = templated
+    body = {
+        "model": TEMPLATED,
+        "max_tokens": 1,
+        "messages": [{"role": "user", "content": "hi"}],
+        "chat_template_kwargs": {"system_note": 5},  # the template strips it as a string
+    }
+    answer = httpx.post(base + "/v1/chat/completions", json=body, timeout=120)
+    assert answer.status_code == 400, answer.text
+    error = answer.json()["error"]
+    assert error["param"] == "chat_template_kwargs" and "chat_template_kwargs" in error["message"]

@@ -1,8 +1,9 @@
 """Prompts as token ids, and token ids as bytes, with the GGUF's own vocabulary and template.
 
 A chat job is rendered with the chat template the GGUF carries, and only the template's own
-markers become special tokens (see `ChatPrompts.prompt_ids`). Tools, tool calls and tool
-results are rendered the way the template's tool protocol says (worker/tools/protocols.py). A raw
+markers become special tokens (see `ChatPrompts.prompt_ids`); the client's other strings it
+renders keep any special token's text as text (worker/tools/outside.py). Tools, tool calls and
+tool results are rendered the way the template's tool protocol says (worker/tools/protocols.py). A raw
 prompt is the caller's own text, special tokens included, as llama.cpp does. Nothing here
 touches the KV cache, so the batching engine's job threads may call it while the scheduler
 decodes.
@@ -24,11 +25,12 @@ from contract.jobspec import JobSpec, Message, Tool, ToolCall
 from contract.prefixes import PromptOverhead
 from worker.engine.steps.plan import common_prefix
 from worker.errors import PromptRejected, PromptTooLong
+from worker.tools import outside
 from worker.tools.json_envelope import JsonTools
 from worker.tools.protocols import ToolProtocol, detect
 
-# Private-use code points: no template or tokenizer gives them a meaning.
-_PLACEHOLDER = "\ue000tokenspool-message-{}\ue001"
+_PLACEHOLDER = outside.OPEN + "tokenspool-message-{}" + outside.CLOSE
+_SPECIAL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN  # read as text only
 
 
 # What `ChatPrompts.overhead` renders: a conversation, the same with more, and how many parts
@@ -73,18 +75,21 @@ class ChatPrompts:
         self.controls = [
             t
             for t in range(n_vocab)
-            if llama_cpp.llama_vocab_get_attr(model.vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
+            if self._attr(t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
             and not llama_cpp.llama_vocab_is_eog(model.vocab, t)
         ]  # control tokens that do not end generation: banned where a grammar decides
         # and the markers a format renders as text (harmony's `<|channel|>`...): user-defined tokens
         marks = [
             text
             for t in range(n_vocab)
-            if llama_cpp.llama_vocab_get_attr(model.vocab, t) & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
+            if self._attr(t) & llama_cpp.LLAMA_TOKEN_ATTR_USER_DEFINED
             and (text := self._token_text(t)).startswith("<|")
             and text.endswith("|>")
         ]
-        self._control_texts = [t for t in (self._token_text(c) for c in self.controls) if t] + marks
+        # what tokenizing with special tokens reads as a token and without them as text: every
+        # control token's text (end of generation included), and the format's markers
+        specials = [self._token_text(t) for t in range(n_vocab) if self._attr(t) & _SPECIAL]
+        self._outside = outside.Masker(specials + marks)
         self.markers: dict[
             int, bytes
         ] = {}  # tokens rendered as their text (harmony's: worker/engine/model.py)
@@ -93,6 +98,9 @@ class ChatPrompts:
 
     def _token_text(self, token: int) -> str:
         return self._model.token_get_text(token) if token >= 0 else ""
+
+    def _attr(self, token: int) -> int:
+        return llama_cpp.llama_vocab_get_attr(self._model.vocab, token)
 
     def prompt_ids(self, spec: JobSpec, n_ctx: int) -> list[int]:
         """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
@@ -111,41 +119,65 @@ class ChatPrompts:
         """Each message's content is tokenized as plain text, so a user who types
         `<|im_end|>` cannot forge a role boundary. The template is rendered with placeholders
         where the contents go, its text tokenized with special tokens, the contents without.
-        The client's strings a tool protocol renders outside the contents (a tool's schema, a
-        call's arguments) must not hold a control token's text."""
+        The client's strings it renders outside the contents (a tool's schema, a call's
+        arguments, reasoning, template kwargs) have special tokens' texts marked
+        (worker/tools/outside.py): those are tokenized as text too."""
         if self._formatter is None:
             raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
         messages, extra = self.tools.messages(spec)
-        for text in self.tools.outside(spec):
-            if any(c in text for c in self._control_texts):
-                raise PromptRejected("A tool or tool call holds this model's control-token text.", "tools")
-        if any(c in m.reasoning for m in spec.messages for c in self._control_texts):
-            raise PromptRejected(
-                "An assistant's reasoning holds this model's control-token text.", "messages"
-            )
-        for value in spec.template_kwargs.values():
-            if isinstance(value, str) and any(c in value for c in self._control_texts):
-                raise PromptRejected(
-                    "chat_template_kwargs holds this model's control-token text.", "chat_template_kwargs"
-                )
-        extra = {**extra, **spec.template_kwargs}
         # An empty content stays empty (a template may render "no content" differently).
-        marks = [_PLACEHOLDER.format(i) if m["content"] else "" for i, m in enumerate(messages)]
-        rendered = [{**m, "content": k} for m, k in zip(messages, marks, strict=True)]
-        rest = self._formatter(messages=rendered, **extra).prompt
+        holders = [_PLACEHOLDER.format(i) if m["content"] else "" for i, m in enumerate(messages)]
+        marks: dict[str, int] = {}
+        rendered = [
+            {k: holder if k == "content" else self._outside.value(v, marks) for k, v in m.items()}
+            for m, holder in zip(messages, holders, strict=True)
+        ]
+        kwargs = self._outside.value({**extra, **spec.template_kwargs}, marks)
+        rest = self._render(spec, rendered, kwargs)  # type: ignore[arg-type]
+        texts = list(marks)
         ids: list[int] = []
-        for mark, message in zip(marks, messages, strict=True):
-            if not mark:
+        for holder, message in zip(holders, messages, strict=True):
+            if not holder:
                 continue
-            before, found, rest = rest.partition(mark)
+            before, found, rest = rest.partition(holder)
             if not found:
                 raise PromptRejected(
                     "This model's chat template alters message contents; it cannot be used safely.",
                     "messages",
                 )
-            ids += self._tokens(before, special=True)
+            ids += self._template(before, texts)
             ids += self._plain(message["content"])
-        return ids + self._tokens(rest, special=True)
+        return ids + self._template(rest, texts)
+
+    def _render(self, spec: JobSpec, messages: list[dict], kwargs: dict) -> str:
+        """The template's text. A template that fails on a request (its own `raise_exception`, a
+        kwarg of a type it cannot use) rejects it, naming `chat_template_kwargs` if it renders
+        without them."""
+        try:
+            return self._formatter(messages=messages, **kwargs).prompt  # type: ignore[misc]
+        except Exception as exc:
+            why = f"{type(exc).__name__}: {str(exc)[:200]}"
+        own = {k: v for k, v in kwargs.items() if k not in spec.template_kwargs}
+        if spec.template_kwargs and self._renders(messages, own):
+            raise PromptRejected(
+                f"Invalid 'chat_template_kwargs': this model's chat template cannot render them ({why}).",
+                "chat_template_kwargs",
+            )
+        raise PromptRejected(f"This model's chat template cannot render these messages ({why}).", "messages")
+
+    def _renders(self, messages: list[dict], kwargs: dict) -> bool:
+        try:
+            self._formatter(messages=messages, **kwargs)  # type: ignore[misc]
+        except Exception:
+            return False
+        return True
+
+    def _template(self, text: str, texts: list[str]) -> list[int]:
+        """The template's own text with special tokens, the client's text it holds without."""
+        ids: list[int] = []
+        for piece, theirs in outside.pieces(text, texts):
+            ids += self._plain(piece) if theirs else self._tokens(piece, special=True)
+        return ids
 
     def public_tokens(self, spec: JobSpec, prompt: Sequence[int]) -> int:
         """How many of the prompt's first tokens are its public first message's: those it

@@ -5,8 +5,6 @@ the reply reads calls between content."""
 
 from __future__ import annotations
 
-import json
-
 from contract.gbnf import Grammar, composed, literal
 from contract.jobspec import JobSpec
 from worker.text.json_scan import SPACE, JsonScanner, ScanError
@@ -48,14 +46,6 @@ class HermesTools:
             for t in chosen(spec)
         ]
         return out, {"tools": tools}
-
-    def outside(self, spec: JobSpec) -> list[str]:
-        strings = []
-        if spec.uses_tools:
-            strings += [json.dumps(t.parameters, ensure_ascii=False) + t.description for t in spec.tools]
-        for m in spec.messages:
-            strings += [c.id + c.name + c.arguments for c in m.tool_calls] + [m.tool_call_id]
-        return strings
 
     def grammar(self, spec: JobSpec) -> str | None:
         if not spec.uses_tools:

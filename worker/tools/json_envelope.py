@@ -67,9 +67,6 @@ class JsonTools:
             + ask
         )
 
-    def outside(self, spec: JobSpec) -> list[str]:
-        return []  # everything the client wrote is in a message's content
-
     def grammar(self, spec: JobSpec) -> str | None:
         if not spec.uses_tools:
             return response_grammar(spec)

@@ -45,11 +45,6 @@ class ToolProtocol(Protocol):
         """(messages for the template, each with a `content` string; more template arguments)."""
         ...
 
-    def outside(self, spec: JobSpec) -> list[str]:
-        """The client's strings this protocol renders outside message contents (tokenized
-        with the template's special tokens: they must not hold a control token's text)."""
-        ...
-
     def grammar(self, spec: JobSpec) -> str | None: ...
 
     def trigger(self, spec: JobSpec) -> str | None:

@@ -425,6 +425,9 @@ def test_a_reasoning_effort_and_template_arguments_reach_the_chat_template():
         ({"reasoning_effort": "extreme"}, "reasoning_effort"),
         ({"chat_template_kwargs": ["enable_thinking"]}, "chat_template_kwargs"),
         ({"chat_template_kwargs": {"messages": "x"}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"namespace": "x"}}, "chat_template_kwargs"),  # Jinja's own globals
+        ({"chat_template_kwargs": {"range": 3}}, "chat_template_kwargs"),
+        ({"chat_template_kwargs": {"self": "x"}}, "chat_template_kwargs"),  # the formatter's argument
         ({"chat_template_kwargs": {"nested": {"a": 1}}}, "chat_template_kwargs.nested"),
         ({"chat_template_kwargs": {"long": "x" * 300}}, "chat_template_kwargs"),
     ],
