@@ -2,11 +2,12 @@
 embeds the inputs of every job running on the worker together, many per `llama_decode`.
 
 Each job's thread tokenizes its inputs (`input_ids`) and waits in `embed` while the decoding
-thread packs waiting inputs, the keys that sent them in turn, into decodes of up to `batch_tokens` tokens and
-`max_seqs` sequences (worker/engine/embedding/packing.py), one sequence an input, and reads each
-sequence's pooled vector. The cache is emptied before every decode: no input sees another's
-tokens. An input is at most `n_ctx` tokens, and `batch_tokens` is never less, so that an
-input is read in one micro-batch (an encoder's attention needs it whole).
+thread packs waiting inputs, the keys that sent them taking turns, into decodes of up to
+`batch_tokens` tokens and `max_seqs` sequences (worker/engine/embedding/packing.py), one
+sequence an input, and reads each sequence's pooled vector. The cache is emptied before
+every decode: no input sees another's tokens. An input is at most `n_ctx` tokens, and
+`batch_tokens` is never less, so that an input is read in one micro-batch (an encoder's
+attention needs it whole).
 """
 
 from __future__ import annotations
