@@ -13,7 +13,7 @@ import redis
 
 from contract import keys, logs
 from contract.servers import sync_client
-from contract.tiers import embedding_pool
+from contract.tiers import embedding_pool, served_model
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.rules import Engine
@@ -141,6 +141,7 @@ def main() -> None:
         shutdown_grace_s=settings.shutdown_grace_s,
         log_content=settings.log_content,
         slots=engine.slots,
+        guest=served_model(engine.model_name)[1] == "embeddings",
     )
     pool = engine.model_name  # the model's name, or its embedding pool's (contract/tiers.py)
     presence = Presence(

@@ -43,6 +43,10 @@ ended, should it stop" is checked in the same step as the write:
   judges: see api/cluster/reaper.py), halving a suspect's group when it died among others,
   or ends it with `worker_lost` once the charged deaths reach MAX_ATTEMPTS or the requeues
   MAX_REQUEUES.
+- `FAIL` lets an attempt end its own job with a small `Failed` entry (`storage_full`) when
+  Redis refused its entries for memory: its first write is a delete, and Redis refuses only a
+  script's first write that may grow memory, so a full Redis still takes it (BEAT refreshes
+  its key behind a PEXPIRE for the same reason).
 - `END` lets anyone else (the API) end a job with a terminal entry, fencing out the running
   attempt, if any.
 - `END_IF_LATE` ends a queued job that no worker (re)started by its deadline: `queue_timeout`,

@@ -1,5 +1,5 @@
 """The scripts a worker runs on its attempt (streams server): CLAIM, APPEND, BEAT,
-CLEAR_SUSPECT, and the arguments each takes (package docstring: what each does).
+CLEAR_SUSPECT, FAIL, and the arguments each takes (package docstring: what each does).
 """
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from contract.entries import Entry, encode
+from contract.entries import Entry, Failed, encode
 from contract.keys import JobField, JobStatus
-from contract.lua.library import LIB, _flat, final_status
+from contract.lua.library import LIB, _flat, _without_epoch, final_status
 
 CLAIM = (
     LIB
@@ -151,6 +151,10 @@ if held < tonumber(ARGV[1]) and redis.call('EXISTS', KEYS[1]) == 1 then return 2
 if held ~= tonumber(ARGV[1]) or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[3] then
   return 0
 end
+-- PEXPIRE first: a write that grows nothing, after which a full Redis (maxmemory, noeviction)
+-- takes the SET too (it refuses only a script's first write that may grow memory), so that
+-- an attempt still running is not taken for dead and requeued while Redis is full
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
 redis.call('SET', KEYS[2], ARGV[1], 'PX', ARGV[2])
 return 1
 """
@@ -169,6 +173,30 @@ redis.call('HDEL', KEYS[1], '{JobField.SUSPECT}', '{JobField.CHARGED}', '{JobFie
            '{JobField.GROUP}')
 return 1
 """
+
+
+FAIL = (
+    LIB
+    + f"""
+-- ARGV[1]=epoch, ARGV[2]=claim token, ARGV[3]=retention seconds, ARGV[4]=job id,
+-- ARGV[5..]=a Failed entry's fields without the epoch (a few hundred bytes).
+-- Ends the attempt's own job with that entry, unless the attempt is no longer current or
+-- the job has ended. Returns 1 if this call ended it, else 0.
+-- For a Redis that refused the attempt's writes for memory (maxmemory, noeviction): Redis
+-- refuses a script only at its first write that may grow memory, never once the script has
+-- written (it cannot stop it half-way). So the first write here is a delete (the attempt's
+-- alive key, which ending the job deletes anyway), and the small entry after it is taken past
+-- maxmemory; ending the job also drops its request.
+if redis.call('HGET', KEYS[1], '{JobField.EPOCH}') ~= ARGV[1]
+   or redis.call('HGET', KEYS[1], '{JobField.CLAIM}') ~= ARGV[2]
+   or redis.call('HGET', KEYS[1], '{JobField.ENDED}') == '1' then
+  return 0
+end
+redis.call('DEL', KEYS[4])
+close(ARGV[4], '{JobStatus.FAILED}', ARGV[3], ARGV, 5)
+return 1
+"""
+)
 
 
 FENCED = "FENCED"
@@ -216,6 +244,11 @@ def append_args(
         fields = _flat(encode(entry))
         out += [entry_id, str(len(fields)), *fields]
     return out
+
+
+def fail_args(job_id: str, claim: Claim, entry: Failed, retention_s: int) -> list[str]:
+    """ARGV for FAIL (the script stamps the epoch itself, as END does)."""
+    return [str(claim.epoch), claim.token, str(retention_s), job_id, *_without_epoch(entry)]
 
 
 def claim_args(

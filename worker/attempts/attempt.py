@@ -56,6 +56,7 @@ class Attempt:
     worker: str = ""
     window_ms: int = 0
     ended: bool = False  # its terminal entry is written
+    owner: str = ""  # the key that sent the job (an embed job's, once read: JobField.OWNER)
     # What this attempt wrote that a failover could still take back (not yet on a replica):
     # (its number in the attempt, its stream id, the entry), oldest first. The publisher adds
     # to it, worker/attempts/durability.py trims it, and a write that finds the job behind writes
@@ -129,6 +130,7 @@ class Progress:
     deadline_ms: int | None = None  # the job's overall deadline, if it has one
     last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
     moved_ms: int = 0  # when its stream last moved (ms, Unix): its last Delta, else its first entry
+    owner: str = ""  # the key that sent the job (its hash; "" where the API takes no keys)
 
 
 class Claims:
@@ -138,6 +140,7 @@ class Claims:
         self._window_ms = window_ms  # the heartbeat window a claim starts with
         self._claim = link.streams.register_script(attempts.CLAIM)
         self._end = link.streams.register_script(jobs.END)
+        self._fail = link.streams.register_script(attempts.FAIL)
         self._clear_suspect = link.streams.register_script(attempts.CLEAR_SUSPECT)
         self._beat = link.streams.register_script(attempts.BEAT)
 
@@ -225,12 +228,13 @@ class Claims:
                     ids.extend(entry.token_ids)
                     moved = last_id
             if len(rows) < 1000:
-                deadline = self._link.retry(
-                    lambda: self._client.hget(keys.job(job_id), keys.JobField.DEADLINE)
+                deadline, owner = self._link.retry(
+                    lambda: self._client.hmget(keys.job(job_id), keys.JobField.DEADLINE, keys.JobField.OWNER)
                 )
                 deadline_ms = int(deadline) if deadline else None
                 moved_ms = int(moved.split("-")[0]) if moved else 0
-                return Progress(prompt_tokens, tuple(ids), deadline_ms, last_id, moved_ms)
+                owner_id = owner.decode() if isinstance(owner, bytes) else owner or ""
+                return Progress(prompt_tokens, tuple(ids), deadline_ms, last_id, moved_ms, owner_id)
             after = "(" + rows[-1][0].decode()
 
     def cancel_due(self, job_id: str) -> bool:
@@ -238,6 +242,14 @@ class Claims:
         writes nothing for a while (an embed job) asks, where others learn it from APPEND."""
         at = self._link.retry(lambda: self._client.hget(keys.job(job_id), keys.JobField.CANCEL_AT))
         return at is not None and time.time() * 1000 >= int(at)
+
+    def fail(self, attempt: Attempt, entry: Failed) -> bool:
+        """End the attempt's own job with `entry` (FAIL), as long as the attempt is current:
+        what a full Redis (maxmemory, noeviction) still takes when it refused the attempt's
+        entries. False if the attempt was no longer current or the job had ended."""
+        job_id = attempt.job_id
+        args = attempts.fail_args(job_id, attempt.claim, entry, self._link.recovery.retention_s)
+        return bool(self._link.retry(lambda: self._fail(keys=library.job_keys(job_id), args=args)))
 
     def end(self, job_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End a job that no attempt of ours holds (e.g. arguments that fail validation)."""

@@ -39,6 +39,7 @@ class Embedder(Protocol):
         progress: Callable[[], None] | None = None,
         batch: bool = False,
         stop: Callable[[], bool] | None = None,
+        owner: str = "",
     ) -> bytes | None: ...
 
 
@@ -55,6 +56,7 @@ def run(
     HAND_OFF / `queueing.PREEMPT` for the caller to give the job back."""
     progress = claims.progress(spec.id)
     attempt.saw(progress.last_id)
+    attempt.owner = progress.owner
     try:
         inputs = embedder.input_ids(spec)
     except PromptRejected as exc:
@@ -92,7 +94,12 @@ def run(
         pub.finished(attempt, CANCELLED, tokens, 0)
         return CANCELLED
     vectors = embedder.embed(
-        inputs, spec.dimensions, alive, batch=spec.priority == BATCH, stop=lambda: why_stop() is not None
+        inputs,
+        spec.dimensions,
+        alive,
+        batch=spec.priority == BATCH,
+        stop=lambda: why_stop() is not None,
+        owner=progress.owner,
     )
     attempt.progress_at = time.monotonic()
     if vectors is None:  # stopped while it waited

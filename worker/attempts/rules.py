@@ -19,6 +19,7 @@ from enum import StrEnum
 from typing import Protocol
 
 import redis
+from redis.exceptions import OutOfMemoryError
 
 from contract import errors, keys, queueing, tiers
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
@@ -46,6 +47,7 @@ log = logging.getLogger(__name__)
 
 CLAIM_CONFIRM_S = 5.0  # how long an attempt waits for a replica to hold its claim (`_settle_claim`)
 CLAIM_WAIT_MS = 250  # each WAIT of that
+FULL_MESSAGE = "The server's storage is full: this answer could not be stored. Try again shortly."
 
 
 class Engine(Protocol):
@@ -91,6 +93,7 @@ class Outcome(StrEnum):
     REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
     DEADLINE = "deadline_exceeded"
     FENCED = "fenced"  # another attempt took over
+    STORAGE_FULL = "storage_full"  # Redis refused its entries for memory: ended so, not requeued
     HANDED_OFF = "handed-off"  # given back at shutdown
 
 
@@ -178,6 +181,9 @@ class AttemptRules:
             return Outcome.HANDED_OFF
         except HandedOff:
             return Outcome.HANDED_OFF
+        except OutOfMemoryError as exc:
+            self._end_full(attempt, exc)
+            return Outcome.STORAGE_FULL
         except (SystemExit, KeyboardInterrupt):  # cold shutdown: give the job back first
             self._hand_off(attempt)
             raise
@@ -300,6 +306,19 @@ class AttemptRules:
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
         return Outcome(reason)
+
+    def _end_full(self, attempt: Attempt, exc: OutOfMemoryError) -> None:
+        """Redis refused the attempt's entries for memory (maxmemory, noeviction; an embed
+        job's vectors may be megabytes): end the job with `storage_full`, a small entry a full
+        Redis still takes (FAIL). Left running, the reaper would requeue it, to be done and
+        refused again, time after time."""
+        log.error("%s: Redis is full (%s); ending the job with storage_full", attempt.job_id, exc)
+        entry = errors.STORAGE_FULL.entry(FULL_MESSAGE, epoch=attempt.epoch)
+        try:
+            if not self.claims.fail(attempt, entry):
+                log.warning("%s: no longer this attempt's job; left as it is", attempt.job_id)
+        except redis.RedisError as error:  # the reaper finds the attempt dead instead
+            log.error("%s: could not end the job either: %s", attempt.job_id, error)
 
     def _settle_claim(self, attempt: Attempt) -> None:
         """Before the attempt writes anything a client could be sent, wait until the

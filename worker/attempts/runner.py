@@ -23,6 +23,7 @@ from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.proofs import ProofTurns
 from worker.attempts.publisher import Publisher
 from worker.attempts.rules import AttemptRules, Claimed, Engine, Outcome
+from worker.attempts.slots import Slots
 from worker.redis.link import Link
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,7 @@ class JobRunner:
         shutdown_grace_s: float = 20.0,
         log_content: bool = False,
         slots: int = 1,
+        guest: bool = False,
     ) -> None:
         self.engine = engine
         self.link = link
@@ -77,7 +79,8 @@ class JobRunner:
             self._suspect_cleared,
         )
         self._shutdown_grace = shutdown_grace_s
-        self._free = threading.BoundedSemaphore(slots)
+        self._free = Slots(slots, guest)  # guest: an embedding worker's (worker/attempts/slots.py)
+        self._free.owners = self._owners
         self._threads: dict[threading.Thread, Claimed] = {}
         self._suspects: set[Attempt] = set()  # running attempts at suspects not yet cleared
         self._proofs = ProofTurns()  # when the next group of suspects may start proving
@@ -96,10 +99,15 @@ class JobRunner:
 
     def reserve(self, timeout: float) -> bool:
         """Wait up to `timeout` for a free slot; the caller then takes one job and `start`s it."""
-        return self._free.acquire(timeout=timeout)
+        return self._free.reserve(timeout)
 
     def unreserve(self) -> None:
         self._free.release()
+
+    def _owners(self) -> list[str]:
+        """The owners of the running jobs (under the slots' lock: never takes the runner's long)."""
+        with self._lock:
+            return [c.attempt.owner for c in self._threads.values()]
 
     def running(self) -> int:
         with self._lock:

@@ -16,7 +16,10 @@ two reasons:
   `TAKE` moves a job id from the queues into this worker's inbox atomically; the reaper
   puts back the inbox of a worker that died before claiming. Any connection error, at any
   step, is waited out (capped, jittered backoff, logged once per outage); the worker then
-  registers with RQ again and goes on, with the same process and the model still loaded.
+  registers with RQ again and goes on, with the same process and the model still loaded. So
+  is a Redis too full to take the loop's writes (maxmemory with noeviction refuses RQ's
+  heartbeat): the running jobs go on meanwhile, and end `storage_full` if their own entries
+  are refused (worker/attempts/rules.py).
 
 A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
 stay in the queue where any worker can take them. Within each tier it takes first the jobs
@@ -45,6 +48,7 @@ import time
 import zlib
 
 import redis
+from redis.exceptions import OutOfMemoryError
 from rq import Queue
 from rq.serializers import JSONSerializer
 from rq.utils import now
@@ -153,7 +157,7 @@ class TokenspoolWorker(SimpleWorker):
                         log.info("no job for %d s: exiting (scale to zero)", max_idle_time)
                         return
                     self._outage.ok()
-                except TRANSIENT as exc:
+                except (*TRANSIENT, OutOfMemoryError) as exc:  # a full Redis too: its jobs go on
                     self._registered = False
                     self._check_inbox = True
                     self._pause(self._outage.failed(exc))

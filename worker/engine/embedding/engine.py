@@ -2,11 +2,12 @@
 embeds the inputs of every job running on the worker together, many per `llama_decode`.
 
 Each job's thread tokenizes its inputs (`input_ids`) and waits in `embed` while the decoding
-thread packs waiting inputs, oldest first, into decodes of up to `batch_tokens` tokens and
-`max_seqs` sequences (worker/engine/embedding/packing.py), one sequence an input, and reads each
-sequence's pooled vector. The cache is emptied before every decode: no input sees another's
-tokens. An input is at most `n_ctx` tokens, and `batch_tokens` is never less, so that an
-input is read in one micro-batch (an encoder's attention needs it whole).
+thread packs waiting inputs, the keys that sent them taking turns, into decodes of up to
+`batch_tokens` tokens and `max_seqs` sequences (worker/engine/embedding/packing.py), one
+sequence an input, and reads each sequence's pooled vector. The cache is emptied before
+every decode: no input sees another's tokens. An input is at most `n_ctx` tokens, and
+`batch_tokens` is never less, so that an input is read in one micro-batch (an encoder's
+attention needs it whole).
 """
 
 from __future__ import annotations
@@ -137,14 +138,16 @@ class EmbeddingEngine:
         progress: Callable[[], None] | None = None,
         batch: bool = False,
         stop: Callable[[], bool] | None = None,
+        owner: str = "",
     ) -> bytes | None:
         """The inputs' vectors, packed (`contract.entries.Finished.vectors`); blocks while the
         decoding thread embeds them beside other jobs' inputs. `progress` is called while it
         waits, after any decode ended (the decoding thread is alive: no native call hangs). A
         Batch API line's inputs (`batch`) fill what room interactive jobs leave in decodes.
         Once `stop()` (asked every WAIT_S) says so, the request is given up: None, and its
-        inputs still waiting are never decoded."""
-        request = Request(inputs, batch)
+        inputs still waiting are never decoded. `owner` (the key that sent it) takes turns
+        with other keys in every decode (worker/engine/embedding/packing.py)."""
+        request = Request(inputs, batch, owner=owner)
         self._waiting.add(request)
         seen = self._decodes
         while not request.done.wait(WAIT_S):

@@ -2,10 +2,13 @@
 as many sequences as the context has, taken from the waiting requests in turn.
 
 Requests from many clients wait together, so one decode carries inputs of many requests
-(what makes a pool of small requests fast). Inputs go oldest request first, so requests end
-one after another and their clients send the next (the way a pool keeps busy), but while
-others wait no request takes more than half a decode: a request of two inputs is not kept
-waiting behind one of two thousand that came before it. Batch API lines' inputs
+(what makes a pool of small requests fast). The keys that sent them (each request's `owner`)
+take turns, one input each, while their inputs fit: one key's requests of thousands of inputs
+never fill a decode before another key's one input is in it. Within one key's requests,
+inputs go oldest request first, so requests end one after another and their clients send the
+next (the way a pool keeps busy), but while others wait no request takes more than half a
+decode: a request of two inputs is not kept waiting behind one of two thousand that came
+before it. Batch API lines' inputs
 wait apart and fill only the room interactive requests leave in a decode. A request given
 up (its job cancelled, fenced or handed off) is dropped with whatever it still had waiting.
 """
@@ -25,6 +28,7 @@ class Request:
 
     inputs: list[list[int]]
     batch: bool = False  # a Batch API line's: it takes what room interactive ones leave
+    owner: str = ""  # the key that sent it (its job's owner): keys take turns in a decode
     vectors: list[np.ndarray | None] = field(default_factory=list)
     taken: int = 0  # inputs handed to decodes so far, in order
     left: int = 0  # inputs not yet embedded
@@ -103,12 +107,41 @@ class Waiting:
 def take(
     requests: collections.deque[Request], max_tokens: int, max_seqs: int, first: bool = True
 ) -> list[Item]:
-    """Take whole inputs, oldest request first and each request's in order, until the next
-    one does not fit; while other requests wait, one request takes at most half the decode
-    (its sequences and its tokens), so that theirs go in beside it, and then whatever room
-    is left. A request whose inputs are all taken leaves the queue. With `first`, the decode
-    holds nothing yet: the first input goes in whatever its length."""
+    """Take whole inputs for a decode: the requests' owners in turn, one input each, each
+    owner's in the order `in_order` gives its own requests, until the decode is full; an owner
+    whose next input does not fit is done for this decode, and the others go on. A request
+    whose inputs are all taken leaves the queue. With `first`, the decode holds nothing yet:
+    the first input goes in whatever its length."""
+    owners: dict[str, list[Request]] = {}
+    for request in requests:
+        owners.setdefault(request.owner, []).append(request)
+    turns = [iter(in_order(mine, max_tokens, max_seqs, first)) for mine in owners.values()]
     out: list[Item] = []
+    used = 0
+    while turns:
+        for turn in list(turns):
+            item = next(turn, None)
+            size = 0 if item is None else len(item.tokens)
+            if item is None or len(out) >= max_seqs or ((out or not first) and used + size > max_tokens):
+                turns.remove(turn)
+                continue
+            out.append(item)
+            used += size
+    for item in out:  # each request's in order: its next inputs
+        item.request.taken += 1
+    for request in list(requests):
+        if request.taken == len(request.inputs):
+            requests.remove(request)
+    return out
+
+
+def in_order(requests: list[Request], max_tokens: int, max_seqs: int, first: bool = True) -> list[Item]:
+    """One owner's inputs in the order a decode of its own would take them (nothing is taken
+    here): oldest request first and each request's in order, until the next one does not fit;
+    while other requests wait, one request takes at most half the decode (its sequences and
+    its tokens), so that theirs go in beside it, and then whatever room is left."""
+    out: list[Item] = []
+    taken = {id(r): r.taken for r in requests}
     used = 0
 
     def fill(request: Request, seqs: int, tokens: int) -> bool:
@@ -116,27 +149,25 @@ def take(
         whatever its length); False once the decode is full (the next input does not fit)."""
         nonlocal used
         mine = mine_tokens = 0
-        while request.taken < len(request.inputs) and mine < seqs:
-            size = len(request.inputs[request.taken])
+        while taken[id(request)] < len(request.inputs) and mine < seqs:
+            index = taken[id(request)]
+            size = len(request.inputs[index])
             if len(out) >= max_seqs or ((out or not first) and used + size > max_tokens):
                 return False
             if mine and mine_tokens + size > tokens:
                 return True  # its share is taken: the next request's turn
-            out.append(Item(request, request.taken))
-            request.taken += 1
+            out.append(Item(request, index))
+            taken[id(request)] += 1
             used, mine, mine_tokens = used + size, mine + 1, mine_tokens + size
         return len(out) < max_seqs
 
     shared = len(requests) > 1
-    for request in list(requests):  # a share each
+    for request in requests:  # a share each
         if not fill(
             request, max(max_seqs // 2, 1) if shared else max_seqs, max_tokens // 2 if shared else max_tokens
         ):
             break
-    for request in list(requests):  # then the room left, oldest first
+    for request in requests:  # then the room left, oldest first
         if not fill(request, max_seqs, max_tokens):
             break
-    for request in list(requests):
-        if request.taken == len(request.inputs):
-            requests.remove(request)
     return out

@@ -515,3 +515,25 @@ def test_a_proof_runs_from_its_first_suspect_to_its_last_cleared(r):
     run.drain(timeout=10)
     assert run.running_suspects() == (0, 0)
     assert run.proof_may_start()  # nothing read again here: the next group at once
+
+
+def test_a_terminal_write_refused_for_memory_ends_the_job_storage_full_once(r, monkeypatch):
+    """Redis at maxmemory with noeviction refuses the Finished entry: the attempt ends its
+    job with a small storage_full entry (FAIL, which a full Redis still takes) rather than
+    leave it running for the reaper to requeue into the same wall."""
+    run = runner(r, ScriptedEngine([7, 8, EOS]))
+    pub = run.publisher
+    append_all = pub._append_all
+
+    def full_at_the_end(todo):
+        if any(isinstance(e, Finished) for g in todo for e in g.new):
+            raise redis.exceptions.OutOfMemoryError("OOM command not allowed when used memory > 'maxmemory'.")
+        return append_all(todo)
+
+    monkeypatch.setattr(pub, "_append_all", full_at_the_end)
+    run_one(run, spec())
+    end = last_entry(r)
+    assert isinstance(end, Failed) and end.code == "storage_full", end
+    assert r.hget(keys.job(CID), JobField.STATUS) == JobStatus.FAILED.encode()
+    assert r.hget(keys.job(CID), JobField.ATTEMPTS) == b"1"
+    assert r.zscore(keys.running(keys.shard(CID)), CID) is None and not r.exists(keys.alive(CID))

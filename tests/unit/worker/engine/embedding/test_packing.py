@@ -98,3 +98,39 @@ def test_a_batch_line_alone_goes_in_whatever_its_length():
     waiting = Waiting()
     waiting.add(Request([[1] * 10], batch=True))
     assert len(waiting.next_decode(max_tokens=10, max_seqs=1)) == 1
+
+
+def test_another_keys_one_input_goes_into_the_next_decode_beside_a_keys_two_floods():
+    """Shares are per key (the job's owner), not per request: a key's two requests of
+    thousands of inputs fill no decode before another key's one input is in it."""
+    waiting = Waiting()
+    a1 = Request([[1] * 4] * 2000, owner="a")
+    a2 = Request([[2] * 4] * 2000, owner="a")
+    b = Request([[3] * 4], owner="b")
+    for r in (a1, a2, b):
+        waiting.add(r)
+    first = waiting.next_decode(max_tokens=64, max_seqs=16)
+    assert b in [i.request for i in first] and len(first) == 16  # and the decode is full
+    assert b.taken == 1 and not any(r is b for r in waiting._interactive)
+
+
+def test_keys_take_turns_one_input_each_and_a_key_s_requests_keep_their_order():
+    waiting = Waiting()
+    a1 = Request([[1]] * 3, owner="a")
+    a2 = Request([[2]] * 3, owner="a")
+    b = Request([[3]] * 3, owner="b")
+    for r in (a1, a2, b):
+        waiting.add(r)
+    got = [(i.request, i.index) for i in waiting.next_decode(max_tokens=100, max_seqs=4)]
+    # a's first, b's first, a's next (its own order: oldest request first, half a decode each)
+    assert got == [(a1, 0), (b, 0), (a1, 1), (b, 1)]
+
+
+def test_a_key_whose_next_input_does_not_fit_leaves_the_room_to_the_others():
+    waiting = Waiting()
+    a = Request([[1] * 6, [1] * 6], owner="a")
+    b = Request([[2]] * 4, owner="b")
+    waiting.add(a)
+    waiting.add(b)
+    got = [(i.request, i.index) for i in waiting.next_decode(max_tokens=10, max_seqs=8)]
+    assert got == [(a, 0), (b, 0), (b, 1), (b, 2), (b, 3)]  # a's second (6 tokens) would not fit

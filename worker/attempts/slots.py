@@ -1,0 +1,53 @@
+"""A worker's slots: how many jobs it holds at once (SLOTS), and an embedding worker's guest
+slot.
+
+The worker's loop reserves a slot before it takes a job from the queue, so waiting jobs stay
+where any worker can take them. An embedding worker packs the inputs of every job it holds
+into each decode, the keys that sent them in turn (worker/engine/embedding/packing.py), so
+what keeps another key waiting is not a decode but a slot: one key's jobs can hold every slot
+for minutes (64 jobs of 300,000 tokens each). So while every slot is held by one key's jobs,
+one slot more, the guest slot, takes the next job in the queue: another key's job is then
+embedded beside them from the next decode on. The guest slot opens only for keys (a job's
+owner, a hash of its API key; a server without keys has one tenant) and holds one job at a
+time: a worker holds at most SLOTS + 1 jobs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+
+
+class Slots:
+    def __init__(self, slots: int, guest: bool = False) -> None:
+        self._slots = slots
+        self._guest = guest  # an embedding worker's: one slot more while one key holds them all
+        self._held = 0  # reserved or running
+        self._cv = threading.Condition()
+        # the owners of the running jobs ("" for one not read yet, or a server without keys)
+        self.owners: Callable[[], list[str]] = lambda: []
+
+    def reserve(self, timeout: float) -> bool:
+        """Wait up to `timeout` for a free slot (or the guest slot) and hold it. Whether the
+        guest slot is open is asked again at every call and every release (the worker's loop
+        calls at least once a second)."""
+        with self._cv:
+            if not self._cv.wait_for(self._free, timeout):
+                return False
+            self._held += 1
+            return True
+
+    def release(self) -> None:
+        with self._cv:
+            if self._held <= 0:
+                raise ValueError("released a slot never reserved")
+            self._held -= 1
+            self._cv.notify_all()
+
+    def _free(self) -> bool:
+        if self._held < self._slots:
+            return True
+        if not self._guest or self._held > self._slots:
+            return False
+        owners = self.owners()
+        return len(owners) == self._slots and len(set(owners)) == 1 and owners[0] != ""
