@@ -2,10 +2,9 @@
 published, wait until the replicas hold the claim, generate, publish, and end the job or
 hand it off. The runner (worker/attempts/runner.py) keeps the slots attempts run in.
 
-An attempt may be a continuation: earlier attempts of the same job (on a worker that died,
-hung or shut down) already published text with its token ids. The new attempt rebuilds the
-prompt, appends exactly those ids, and generates only what is missing, within the job's
-original max_tokens; the client sees one continuous stream.
+An attempt may be a continuation: earlier attempts (on a worker that died, hung or shut down)
+published text with its token ids; the new one appends exactly those ids to the prompt and
+generates only what is missing, within the original max_tokens: one continuous stream.
 """
 
 from __future__ import annotations
@@ -103,8 +102,7 @@ class Claimed:
     attempt: Attempt
 
 
-class HandedOff(Exception):
-    pass
+class HandedOff(Exception): ...
 
 
 class AttemptRules:
