@@ -362,11 +362,13 @@ _ALL_TYPED = frozenset().union(*_BY_TYPE.values())
 
 
 def loosened(schema: object) -> object:
-    """A copy of `schema` without the keywords the grammar cannot enforce (a `pattern`, an
-    unsupported `format`, a number's range, a keyword it does not know), so that the rest
-    still is: for clients whose tools' schemas were written for a validator, not a grammar
-    (the Messages API without `strict`). One pass over the schema; what stays unenforceable
-    otherwise is left for `schema_grammar` to refuse, naming where."""
+    """A copy of `schema` without the constraints the grammar cannot enforce (a `pattern`, an
+    unsupported `format`, a number's range, a keyword it does not know, a count above
+    `MAX_BOUND`, a combinator beside other keywords or an `allOf` of several schemas), so that
+    the rest still is: for clients whose tools' schemas were written for a validator, not a
+    grammar (the Messages API without `strict`). Each drop widens what the schema accepts,
+    never narrows it. One pass over the schema; what stays unenforceable otherwise is left for
+    `schema_grammar` to refuse, naming where."""
     return _loosen(json.loads(json.dumps(schema)), 0) if isinstance(schema, dict) else schema
 
 
@@ -397,4 +399,28 @@ def _loosen(node: dict, depth: int) -> dict:
         for sub in node.get(key).values() if isinstance(node.get(key), dict) else ():
             if isinstance(sub, dict):
                 _loosen(sub, depth + 1)
+    for key in _COUNTS:
+        value = node.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > MAX_BOUND:
+            del node[key]
+    _mend_combinators(node)
     return node
+
+
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+
+
+def _mend_combinators(node: dict) -> None:
+    """A branch loosening emptied allows any value: an `allOf` leaves it out, an `anyOf` or
+    `oneOf` that has one allows anything and goes. A combinator the grammar cannot enforce (an
+    `allOf` of several schemas, any beside other keywords) goes, and the rest is enforced."""
+    for key in ("allOf", "oneOf", "anyOf"):
+        branches = node.get(key)
+        if not isinstance(branches, list):
+            continue
+        empty = [b for b in branches if isinstance(b, dict) and not set(b) - _ANNOTATIONS]
+        if key == "allOf":
+            node[key] = branches = [b for b in branches if b not in empty]
+        others = set(node) - _ANNOTATIONS - _CONTAINERS - {key}
+        if not branches or (empty and key != "allOf") or others or (key == "allOf" and len(branches) > 1):
+            del node[key]

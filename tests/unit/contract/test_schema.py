@@ -209,10 +209,6 @@ def test_loosened_drops_only_what_the_grammar_cannot_enforce():
 @pytest.mark.parametrize(
     "schema",
     [
-        {
-            "type": "object",
-            "properties": {"a": {"anyOf": [{"type": "string"}], "type": "string"}},
-        },  # structure
         {"$ref": "#/$defs/missing"},
         {"minLength": 2},  # a keyword without its type: which type was meant is not known
     ],
@@ -221,3 +217,35 @@ def test_loosened_leaves_what_it_cannot_mend_for_the_grammar_to_refuse(schema):
     assert loosened(schema) == schema
     with pytest.raises(SchemaError):
         schema_grammar(schema)
+
+
+@pytest.mark.parametrize(
+    ("schema", "out"),
+    [
+        # Claude Code's SendMessage: each pattern goes, then the emptied allOf
+        ({"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}]}, {"type": "string"}),
+        # a combinator beside other keywords: the grammar keeps the others
+        (
+            {"type": "string", "anyOf": [{"type": "string"}], "description": "d"},
+            {"type": "string", "description": "d"},
+        ),
+        ({"type": "object", "oneOf": [{"required": ["a"]}]}, {"type": "object"}),
+        # an intersection of two schemas: neither alone is it
+        ({"allOf": [{"type": "string"}, {"type": "string", "minLength": 1}]}, {}),
+        # an alternative emptied by loosening allows any value
+        (
+            {"anyOf": [{"type": "string", "pattern": "^a"}, {"type": "integer"}]},
+            {"anyOf": [{"type": "string"}, {"type": "integer"}]},
+        ),
+        ({"anyOf": [{"pattern": "^a"}, {"type": "integer"}]}, {}),
+        ({"allOf": [{"pattern": "^a"}, {"type": "integer"}]}, {"allOf": [{"type": "integer"}]}),
+        # counts past what llama.cpp's grammar parser takes
+        ({"type": "string", "minLength": 1, "maxLength": 524288}, {"type": "string", "minLength": 1}),
+        ({"type": "array", "minItems": 5000}, {"type": "array"}),
+    ],
+)
+def test_loosened_mends_what_the_grammar_would_refuse_by_dropping_constraints(schema, out):
+    """Every mend drops a constraint, never adds one: what the schema accepts, the loosened one
+    accepts too."""
+    assert loosened(schema) == out
+    schema_grammar(out)
