@@ -22,6 +22,7 @@ from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from contract.jobspec import JobSpec, Message, Tool, ToolCall
 from contract.prefixes import PromptOverhead
+from worker.engine import late_system
 from worker.engine.steps.plan import common_prefix
 from worker.errors import PromptRejected, PromptTooLong
 from worker.tools.json_envelope import JsonTools
@@ -108,6 +109,16 @@ class ChatPrompts:
         return ids
 
     def _chat_ids(self, spec: JobSpec) -> list[int]:
+        """The prompt of a chat job; a template that refuses (or drops) a system message after
+        the first turn gets it as marked text of a user turn (worker/engine/late_system.py)."""
+        try:
+            return self._rendered_ids(spec)
+        except Exception:
+            if not late_system.is_late(spec.messages):
+                raise
+        return self._rendered_ids(dataclasses.replace(spec, messages=late_system.folded(spec.messages)))
+
+    def _rendered_ids(self, spec: JobSpec) -> list[int]:
         """Each message's content is tokenized as plain text, so a user who types
         `<|im_end|>` cannot forge a role boundary. The template is rendered with placeholders
         where the contents go, its text tokenized with special tokens, the contents without.
