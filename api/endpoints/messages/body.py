@@ -75,11 +75,22 @@ class ToolUseBlock(_Block):
     toolset_name: str | None = None
 
 
+class ToolReferenceBlock(_Block):
+    """A tool search's result: a tool found. Every tool is in the prompt already (deferred or
+    not), so the model reads the found tool's name."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
 class ToolResultBlock(_Block):
     type: Literal["tool_result"]
     tool_use_id: Annotated[str, Field(min_length=1)]
-    content: str | list[Annotated[TextBlock | MediaBlock, Field(discriminator="type")]] | None = None
+    content: (
+        str | list[Annotated[TextBlock | MediaBlock | ToolReferenceBlock, Field(discriminator="type")]] | None
+    ) = None
     is_error: bool | None = None
+    toolset_name: str | None = None  # its tool_use's (see there)
 
 
 class ThinkingBlock(Strict):
@@ -408,6 +419,7 @@ class MessagesRequest(Body):
                             "names none).",
                             f"messages[{i}].content[{j}].tool_use_id",
                         )
+                    self._references(b, i, j)
                     out.append(Message("tool", _result_text(b, i, j), tool_call_id=b.tool_use_id))
                 elif isinstance(b, TextBlock):
                     text.append(b.text)
@@ -417,6 +429,17 @@ class MessagesRequest(Body):
             if text or not any(isinstance(b, ToolResultBlock) for b in m.blocks()):
                 _join(out, Message("user", "".join(text)))
         return out
+
+    def _references(self, block: ToolResultBlock, i: int, j: int) -> None:
+        """A tool search's result names tools of the request (Anthropic's rule)."""
+        names = {t.name for t in self._client_tools()}
+        for part in block.content if isinstance(block.content, list) else ():
+            if isinstance(part, ToolReferenceBlock) and part.tool_name not in names:
+                raise invalid(
+                    f"Invalid 'messages[{i}].content[{j}]': a tool_reference names no tool of the "
+                    f"request ({part.tool_name[:64]!r}).",
+                    f"messages[{i}].content[{j}]",
+                )
 
     def stops(self) -> list[str]:
         return list(self.stop_sequences or ())
@@ -480,13 +503,15 @@ def _readable(block: object, i: int, j: int) -> None:
 def _result_text(block: ToolResultBlock, i: int, j: int, check: bool = True) -> str:
     if block.content is None or isinstance(block.content, str):
         return block.content or ""
-    parts = []
+    parts, found = [], []
     for part in block.content:
         if check:
             _readable(part, i, j)
         if isinstance(part, TextBlock):
             parts.append(part.text)
-    return "".join(parts)
+        elif isinstance(part, ToolReferenceBlock):
+            found.append(f"Tool found: {part.tool_name}")
+    return "\n".join(t for t in ("".join(parts), *found) if t)
 
 
 def _join(out: list[Message], message: Message) -> None:

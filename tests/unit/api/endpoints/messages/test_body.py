@@ -304,3 +304,21 @@ def test_a_max_tokens_above_the_servers_limit_is_clamped_to_it():
     assert spec(max_tokens=32000, messages=[user("x")]).max_tokens == LIMITS.max_tokens
     thinking = {"type": "enabled", "budget_tokens": 31999}
     assert spec(max_tokens=32000, messages=[user("x")], thinking=thinking).max_tokens == LIMITS.max_tokens
+
+
+def test_a_tool_search_results_references_name_tools_already_offered():
+    """Claude Code's ToolSearch answers with `tool_reference` blocks: every tool is rendered in
+    the prompt already, so a reference is the found tool's name, and must name one."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    found = {"type": "tool_reference", "tool_name": "other"}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [found, found],
+        "toolset_name": None,
+    }
+    turns = [user("x"), assistant([call]), user([result])]
+    job = spec(tools=[TOOL, {**TOOL, "name": "other", "defer_loading": True}], messages=turns)
+    assert job.messages[-1] == Message("tool", "Tool found: other\nTool found: other", tool_call_id="toolu_1")
+    refused = refusal(tools=[TOOL], messages=turns)
+    assert refused.param == "messages[2].content[0]" and "other" in refused.message
