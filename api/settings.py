@@ -119,7 +119,9 @@ class Limits:
     max_messages: int = setting(512, "MAX_MESSAGES", "messages per chat request (400)")
     max_prompt_chars: int = setting(500_000, "MAX_PROMPT_CHARS", "characters of prompt per request (400)")
     max_tokens: int = setting(
-        8192, "MAX_TOKENS_LIMIT", "ceiling for `max_tokens` / `max_completion_tokens` (400)"
+        8192,
+        "MAX_TOKENS_LIMIT",
+        "ceiling for `max_tokens` / `max_completion_tokens` (400; the Messages API's is clamped to it)",
     )
     max_stop: int = setting(4, "MAX_STOP", "stop sequences per request (400)")
     max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")

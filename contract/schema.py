@@ -50,7 +50,7 @@ MAX_DEPTH = 32
 MAX_BOUND = 1000
 MAX_ENUM = 1000
 
-_ANNOTATIONS = frozenset(
+ANNOTATIONS = frozenset(
     {
         "title",
         "description",
@@ -65,9 +65,9 @@ _ANNOTATIONS = frozenset(
         "discriminator",  # OpenAPI's hint beside a oneOf (pydantic emits it): the branches decide
     }
 )
-_CONTAINERS = frozenset({"$defs", "definitions"})
+CONTAINERS = frozenset({"$defs", "definitions"})
 _TYPES = ("object", "array", "string", "number", "integer", "boolean", "null")
-_BY_TYPE = {
+BY_TYPE = {
     "object": frozenset({"properties", "required", "additionalProperties"}),
     "array": frozenset({"items", "prefixItems", "minItems", "maxItems"}),
     "string": frozenset({"minLength", "maxLength", "format"}),
@@ -76,8 +76,8 @@ _BY_TYPE = {
     "boolean": frozenset(),
     "null": frozenset(),
 }
-_FORMATS = ("date", "time", "date-time", "uuid")
-_WHY = {
+FORMATS = ("date", "time", "date-time", "uuid")
+UNENFORCEABLE = {
     "pattern": "regular expressions are not supported",
     "minimum": "ranges are enforced on integers only",
     "maximum": "ranges are enforced on integers only",
@@ -110,15 +110,15 @@ class Compiler:
             raise SchemaError(where, "a schema of false allows no value")
         if not isinstance(node, dict):
             raise SchemaError(where, "a schema must be an object")
-        keys = set(node) - _ANNOTATIONS
-        for unknown in sorted(keys - _CONTAINERS - _KNOWN):
-            why = _WHY.get(unknown, "this keyword is not supported")
+        keys = set(node) - ANNOTATIONS
+        for unknown in sorted(keys - CONTAINERS - KNOWN):
+            why = UNENFORCEABLE.get(unknown, "this keyword is not supported")
             raise SchemaError(f"{where}/{unknown}", f"'{unknown}' is not supported: {why}")
-        for container in keys & _CONTAINERS:
+        for container in keys & CONTAINERS:
             defs = node[container]
             if not isinstance(defs, dict):
                 raise SchemaError(f"{where}/{container}", f"'{container}' must be an object")
-        keys -= _CONTAINERS
+        keys -= CONTAINERS
         if "$ref" in keys:
             _alone(node, where, "$ref", keys)
             return self._ref(node["$ref"], f"{where}/$ref", depth)
@@ -153,12 +153,12 @@ class Compiler:
             types = [types]
         if not isinstance(types, list) or not types or not all(t in _TYPES for t in types):
             raise SchemaError(f"{where}/type", f"'type' must be one of {list(_TYPES)} or a list of them")
-        extra = keys - {"type"} - set().union(*(_BY_TYPE[t] for t in types))
+        extra = keys - {"type"} - set().union(*(BY_TYPE[t] for t in types))
         if "number" in types:  # a bound another type allows would be dropped for numbers
-            extra |= keys & _BY_TYPE["integer"]
+            extra |= keys & BY_TYPE["integer"]
         if extra:
             kw = sorted(extra)[0]
-            why = f": {_WHY[kw]}" if kw in _WHY else ""
+            why = f": {UNENFORCEABLE[kw]}" if kw in UNENFORCEABLE else ""
             raise SchemaError(f"{where}/{kw}", f"'{kw}' does not apply to type {' or '.join(types)}{why}")
         rules = [self._typed(t, node, where, depth) for t in dict.fromkeys(types)]
         return rules[0] if len(rules) == 1 else self._alternatives(rules, where)
@@ -195,7 +195,7 @@ class Compiler:
             return self._array(node, where, depth)
         if kind == "string":
             return self._string(node, where)
-        if kind == "integer" and _BY_TYPE["integer"] & set(node):
+        if kind == "integer" and BY_TYPE["integer"] & set(node):
             return self._named(where, f"({_integer_range(node, where)}) ws")
         return kind
 
@@ -263,9 +263,9 @@ class Compiler:
     def _string(self, node: dict, where: str) -> str:
         fmt = node.get("format")
         if fmt is not None:
-            if fmt not in _FORMATS:
+            if fmt not in FORMATS:
                 raise SchemaError(
-                    f"{where}/format", f"format {fmt!r} is not supported (only {list(_FORMATS)})"
+                    f"{where}/format", f"format {fmt!r} is not supported (only {list(FORMATS)})"
                 )
             if "minLength" in node or "maxLength" in node:
                 raise SchemaError(f"{where}/format", "'format' is supported without length bounds")
@@ -279,7 +279,7 @@ class Compiler:
         return self._named(where, f'"\\"" char{count} "\\"" ws')
 
 
-_KNOWN = frozenset({"$ref", "anyOf", "oneOf", "allOf", "const", "enum", "type"}.union(*_BY_TYPE.values()))
+KNOWN = frozenset({"$ref", "anyOf", "oneOf", "allOf", "const", "enum", "type"}.union(*BY_TYPE.values()))
 
 
 def _integer_range(node: dict, where: str) -> str:
@@ -353,48 +353,3 @@ def schema_grammar(schema: object) -> str:
     g = Grammar()
     root = Compiler(schema if isinstance(schema, dict) else {}, g).rule(schema)
     return g.text(root)
-
-
-_SUBSCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
-_RANGES = _BY_TYPE["integer"]
-_ALL_TYPED = frozenset().union(*_BY_TYPE.values())
-
-
-def loosened(schema: object) -> object:
-    """A copy of `schema` without the keywords the grammar cannot enforce (a `pattern`, an
-    unsupported `format`, a number's range, a keyword it does not know), so that the rest
-    still is: for clients whose tools' schemas were written for a validator, not a grammar
-    (the Messages API without `strict`). One pass over the schema; what stays unenforceable
-    otherwise is left for `schema_grammar` to refuse, naming where."""
-    return _loosen(json.loads(json.dumps(schema)), 0) if isinstance(schema, dict) else schema
-
-
-def _loosen(node: dict, depth: int) -> dict:
-    if depth > MAX_DEPTH:
-        return node
-    types = node.get("type")
-    types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
-    typed = set().union(*(_BY_TYPE[t] for t in types if t in _BY_TYPE)) if types else None
-    if typed is not None and "number" in types:
-        typed -= _RANGES  # a number's range cannot be spelled digit by digit
-    for key in list(node):
-        unknown = key in _WHY or key not in _KNOWN | _ANNOTATIONS | _CONTAINERS
-        misplaced = typed is not None and key in _ALL_TYPED and key not in typed
-        if (unknown and not (typed and key in typed)) or misplaced:
-            del node[key]
-    fmt = node.get("format")
-    if fmt is not None and (fmt not in _FORMATS or "minLength" in node or "maxLength" in node):
-        del node["format"]
-    for key in ("items", "additionalProperties"):
-        if isinstance(node.get(key), dict):
-            _loosen(node[key], depth + 1)
-    for key in _SUBSCHEMA_LISTS:
-        for sub in node.get(key) if isinstance(node.get(key), list) else ():
-            if isinstance(sub, dict):
-                _loosen(sub, depth + 1)
-    for key in _SUBSCHEMA_MAPS:
-        for sub in node.get(key).values() if isinstance(node.get(key), dict) else ():
-            if isinstance(sub, dict):
-                _loosen(sub, depth + 1)
-    return node

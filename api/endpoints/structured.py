@@ -5,18 +5,26 @@ failure."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from api.http.errors import invalid
 from contract.gbnf import SchemaError
 from contract.jobspec import NAMED, TOOL_NAME, Tool
 from contract.schema import check_size, schema_grammar
 
 
-def checked_tools(defs: list[tuple[str, str | None, dict | None]], where: str) -> tuple[Tool, ...]:
+def checked_tools(
+    defs: list[tuple[str, str | None, dict | None]],
+    where: str,
+    schema_field: str = "parameters",
+    at: Sequence[int] | None = None,
+) -> tuple[Tool, ...]:
     """(name, description, parameters) of each function tool, checked and compiled; `where`
-    names a tool's parameter (`where.format(index)`)."""
+    names a tool's parameter (`where.format(index)`, the index `at` gives, or its own), and
+    `schema_field` its schema's (the Messages API's `input_schema`)."""
     tools = []
     for i, (name, description, parameters) in enumerate(defs):
-        param = where.format(i)
+        param = where.format(at[i] if at is not None else i)
         if not TOOL_NAME.fullmatch(name):
             raise invalid(
                 f"Invalid '{param}.name': {name[:64]!r} must be 1 to 64 letters, digits, "
@@ -24,7 +32,7 @@ def checked_tools(defs: list[tuple[str, str | None, dict | None]], where: str) -
                 param=f"{param}.name",
             )
         parameters = parameters if parameters is not None else {"type": "object", "properties": {}}
-        _compile(parameters, f"{param}.parameters")
+        _compile(parameters, f"{param}.{schema_field}")
         tools.append(Tool(name, description or "", parameters))
     if len({t.name for t in tools}) != len(tools):
         raise invalid("Invalid 'tools': function names must be unique.", param="tools")

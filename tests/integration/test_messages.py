@@ -29,7 +29,8 @@ pytestmark = pytest.mark.integration
 KEY = "sk-messages-test"
 TEMPLATE = str(Path(__file__).resolve().parent.parent / "data" / "thinking-chatml.jinja")
 THINKING = "smollm2-thinking"
-GREEDY = {"temperature": 0}  # the SDK no longer names sampling parameters; the API takes them
+GREEDY = {"temperature": 0}
+CLAMPED = 40  # the SDK no longer names sampling parameters; the API takes them
 ASK = [{"role": "user", "content": "Tell me about foxes."}]
 STORY_TOOL = {
     "name": "save_story",
@@ -50,10 +51,15 @@ class Pool:
     base: str
     r: redis.Redis
     workers: dict[str, Proc]
+    clamped: str  # an API of the same pool whose MAX_TOKENS_LIMIT is CLAMPED
 
-    def sdk(self) -> anthropic.Anthropic:
+    def sdk(self, base: str | None = None) -> anthropic.Anthropic:
         return anthropic.Anthropic(
-            base_url=self.base, api_key=KEY, max_retries=0, timeout=120, _strict_response_validation=True
+            base_url=base or self.base,
+            api_key=KEY,
+            max_retries=0,
+            timeout=120,
+            _strict_response_validation=True,
         )
 
     def http(self) -> httpx.Client:
@@ -66,11 +72,15 @@ class Pool:
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory) -> Iterator[Pool]:
     """Two workers of the default model (a killed one's job goes on on the other), one of the
-    same weights behind a thinking template, and one API that needs a key."""
+    same weights behind a thinking template, and one API that needs a key (and another whose
+    MAX_TOKENS_LIMIT is CLAMPED, to see Claude Code's max_tokens clamped to it)."""
     logs = tmp_path_factory.mktemp("messages")
     redis_proc, url = start_redis(logs)
     api, base = start_api(
         logs, url, env={"API_KEYS": KEY, "KEEPALIVE_SECONDS": "0.5", "REAPER_INTERVAL_SECONDS": "0.2"}
+    )
+    clamped, clamped_base = start_api(
+        logs, url, name="api-clamped", env={"API_KEYS": KEY, "MAX_TOKENS_LIMIT": str(CLAMPED)}
     )
     env = {"SLOTS": "2", "HEARTBEAT_WINDOW_SECONDS": "2"}
     thinking = {"CHAT_TEMPLATE_FILE": TEMPLATE, "MODEL_NAME": THINKING, "SLOTS": "1"}
@@ -82,9 +92,9 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
     try:
         for model in (MODEL, THINKING):
             wait_for_model(base, model, procs=(api, *workers.values()), headers={"x-api-key": KEY})
-        yield Pool(base, redis.Redis.from_url(url), workers)
+        yield Pool(base, redis.Redis.from_url(url), workers, clamped_base)
     finally:
-        for p in (*workers.values(), api, redis_proc):
+        for p in (*workers.values(), api, clamped, redis_proc):
             p.stop()
 
 
@@ -361,7 +371,15 @@ BAD = [
         "tool_result",
     ),
     ({"max_tokens": 8, "messages": [{"role": "assistant", "content": "x"}, *ASK]}, "first message"),
-    ({"max_tokens": 8, "messages": [*ASK, {"role": "system", "content": "x"}]}, "role"),
+    ({"max_tokens": 8, "messages": [*ASK, {"role": "tool", "content": "x"}]}, "role"),
+    (
+        {
+            "max_tokens": 8,
+            "messages": ASK,
+            "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+        },
+        "clear_tool_uses",
+    ),
     (
         {
             "max_tokens": 8,
@@ -494,3 +512,111 @@ def test_a_worker_killed_in_the_middle_of_a_tool_calls_arguments(pool):
     assert streamed == replay.json()["content"][0]["input"] and len(streamed["story"]) >= 120
     events = pool.r.xrange(keys.events(message_id))
     assert sum(f[b"k"] == b"s" for _, f in events) == 2  # it went on on the other worker
+
+
+# What Claude Code 2.1 sends (issue 75), each of which was refused on its first request.
+CLAUDE_CODE_BETAS = [
+    "claude-code-20250219",
+    "interleaved-thinking-2025-05-14",
+    "context-management-2025-06-27",
+    "advanced-tool-use-2025-11-20",
+]
+SEND_MESSAGE = {  # as Claude Code's own SendMessage and Workflow write theirs: for a validator
+    "name": "SendMessage",
+    "description": "Send a message to a teammate.",
+    "input_schema": {
+        "$schema": "http://json-schema.org/draft-07/schema#",
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}]},
+            "message": {"type": "string", "maxLength": 5000},
+        },
+        "required": ["to", "message"],
+        "additionalProperties": False,
+    },
+}
+DEFERRED = {
+    "name": "WebFetch",
+    "description": "Fetch a URL.",
+    "input_schema": {"type": "object", "properties": {"url": {"type": "string", "format": "uri"}}},
+    "defer_loading": True,
+}
+TOOL_SEARCH = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
+INSTRUCTIONS = "You are Claude Code, Anthropic's official CLI for Claude. Answer in one short sentence. " * 6
+
+
+def _claude_code_system(cch: str) -> list[dict]:
+    """Claude Code's system blocks: the attribution line first, its `cch` new each request."""
+    header = f"x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli; cch={cch};"
+    return [
+        {"type": "text", "text": header},
+        {"type": "text", "text": INSTRUCTIONS, "cache_control": {"type": "ephemeral"}},
+    ]
+
+
+def test_what_claude_code_2_1_sends_is_answered_and_streamed(pool):
+    """A mid-conversation system message, thinking shown as updates, context management that
+    clears thinking, a deferred tool and tool search, a non-strict schema only a validator
+    could hold, a tool_use block as the SDK dumps it (its `caller`), the attribution block
+    and max_tokens 32,000 (this API's limit is CLAMPED): the beta SDK parses the stream."""
+    call = anthropic.types.ToolUseBlock(
+        id="toolu_1",
+        name="SendMessage",
+        input={"to": "ab", "message": "hi"},
+        type="tool_use",
+        caller=anthropic.types.DirectCaller(type="direct"),
+    ).model_dump()
+    assert "caller" in call
+    messages = [
+        {"role": "user", "content": [{"type": "text", "text": "Tell ab hi."}]},
+        {"role": "system", "content": [{"type": "text", "text": "# Environment\nPlatform: linux"}]},
+        {"role": "assistant", "content": [call]},
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sent."},
+                {"type": "text", "text": "Is 17 a prime number?"},
+            ],
+        },
+    ]
+    with pool.sdk(pool.clamped).beta.messages.stream(
+        model=THINKING,
+        max_tokens=32000,
+        system=_claude_code_system("3f2a1"),
+        messages=messages,
+        tools=[SEND_MESSAGE, DEFERRED, TOOL_SEARCH],
+        thinking={"type": "enabled", "budget_tokens": 8, "display": "updates"},
+        context_management={"edits": [{"type": "clear_thinking_20251015", "keep": "all"}]},
+        output_config={"effort": "high"},
+        metadata={"user_id": json.dumps({"device_id": "d", "session_id": "s"})},
+        betas=CLAUDE_CODE_BETAS,
+        extra_body=GREEDY,
+    ) as stream:
+        kinds = [e.type for e in stream]
+        final = stream.get_final_message()
+    assert kinds[0] == "message_start" and kinds[-1] == "message_stop"
+    thinking = final.content[0]
+    assert thinking.type == "thinking" and thinking.thinking  # updates: the text is shown
+    assert final.stop_reason in ("max_tokens", "end_turn", "tool_use")
+    assert final.usage.output_tokens <= CLAMPED
+    assert final.stop_reason != "max_tokens" or final.usage.output_tokens == CLAMPED
+
+
+def test_a_new_attribution_value_each_turn_still_reads_the_prefix_from_the_cache(pool):
+    """Claude Code's `cch` changes every request; the second turn reads all of the first
+    turn's prompt from the cache of the worker that ran it (cache-aware routing finds it)."""
+    sdk = pool.sdk()
+    ask = [{"role": "user", "content": "Say hello."}]
+    first = sdk.messages.create(
+        model=MODEL, max_tokens=8, system=_claude_code_system("3f2a1"), messages=ask, extra_body=GREEDY
+    )
+    prompt = first.usage.input_tokens + (first.usage.cache_read_input_tokens or 0)
+    turn = [
+        *ask,
+        {"role": "assistant", "content": first.content[0].text},  # type: ignore[union-attr]
+        {"role": "user", "content": "Again."},
+    ]
+    second = sdk.messages.create(
+        model=MODEL, max_tokens=8, system=_claude_code_system("9c0d7"), messages=turn, extra_body=GREEDY
+    )
+    assert prompt > 100 and (second.usage.cache_read_input_tokens or 0) >= prompt - 4, second.usage

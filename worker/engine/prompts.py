@@ -25,7 +25,7 @@ from contract.jobspec import JobSpec, Message, Tool, ToolCall
 from contract.prefixes import PromptOverhead
 from worker.engine.steps.plan import common_prefix
 from worker.errors import PromptRejected, PromptTooLong
-from worker.tools import outside
+from worker.tools import late_system, outside
 from worker.tools.json_envelope import JsonTools
 from worker.tools.protocols import ToolProtocol, detect
 
@@ -116,6 +116,16 @@ class ChatPrompts:
         return ids
 
     def _chat_ids(self, spec: JobSpec) -> list[int]:
+        """The prompt of a chat job; a template that refuses (or drops) a system message after
+        the first turn gets it as marked text of a user turn (worker/tools/late_system.py)."""
+        try:
+            return self._rendered_ids(spec)
+        except Exception:
+            if not late_system.is_late(spec.messages):
+                raise
+        return self._rendered_ids(dataclasses.replace(spec, messages=late_system.folded(spec.messages)))
+
+    def _rendered_ids(self, spec: JobSpec) -> list[int]:
         """Each message's content is tokenized as plain text, so a user who types
         `<|im_end|>` cannot forge a role boundary. The template is rendered with placeholders
         where the contents go, its text tokenized with special tokens, the contents without.

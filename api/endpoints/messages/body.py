@@ -1,110 +1,47 @@
 """The body of `POST /v1/messages` (Anthropic's Messages API), validated into a chat `JobSpec`:
 a message runs on the same workers as a chat completion.
 
-Content blocks become the chat roles the templates know: `system` a system message; a user
-turn's `tool_result` blocks each a tool message (before the turn's text); an assistant turn's
-`tool_use` blocks its tool calls. Earlier `thinking` and `redacted_thinking` blocks are
-accepted and left out of the prompt (templates drop past thinking). Consecutive turns of one
-role are joined, as Anthropic's API joins them. `cache_control` is accepted anywhere Anthropic
-takes it: the worker's prefix cache needs no marks. As for every endpoint, any field this server
-does not implement is a 400 naming it.
+Content blocks become the chat roles the templates know: `system` a system message, and a
+`system` message in `messages` one where it is (the worker folds it into a user turn for a
+template that renders no system message there); a user turn's `tool_result` blocks each a tool
+message (before the turn's text); an assistant turn's `tool_use` blocks its tool calls.
+Earlier `thinking` and `redacted_thinking` blocks are accepted and left out of the prompt
+(templates drop past thinking). Consecutive turns of one role are joined, as Anthropic's API
+joins them. `cache_control` is accepted anywhere Anthropic takes it: the worker's prefix cache
+needs no marks. As for every endpoint, any field this server does not implement is a 400
+naming it; docs/requests.md says what each one it takes does, no-ops included.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import ConfigDict, Discriminator, Field, Tag
 
 from api.endpoints.body import MAX_TOOLS, Body, PositiveInt, StopString, TopP, template_kwargs
+from api.endpoints.loosening import loosened
+from api.endpoints.messages.blocks import (
+    CacheControl,
+    InputMessage,
+    SystemMessage,
+    TextBlock,
+    ToolReferenceBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    block_type,
+    readable,
+    result_text,
+)
 from api.endpoints.structured import checked_choice, checked_format, checked_tools
 from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many, unsupported
 from api.settings import Limits
 from contract.jobspec import TOP_P, JobSpec, Message, ToolCall
 from contract.keys import JobField
-from contract.schema import loosened
 
 TEMPERATURE = 1.0  # Anthropic's default
-
-
-class CacheControl(Strict):
-    type: Literal["ephemeral"]
-    ttl: Literal["5m", "1h"] | None = None
-
-
-class _Block(Strict):
-    cache_control: CacheControl | None = None
-
-
-class TextBlock(_Block):
-    type: Literal["text"]
-    text: str
-    citations: Annotated[list, Field(max_length=0)] | None = None
-
-
-class MediaBlock(_Block):
-    """An image or a document: refused by `to_spec` with a clear 400 (the models this server
-    runs read text only), not as an unknown block."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
-    type: Literal["image", "document"]
-
-
-class ToolUseBlock(_Block):
-    type: Literal["tool_use"]
-    id: Annotated[str, Field(min_length=1)]
-    name: str
-    input: dict
-
-
-class ToolResultBlock(_Block):
-    type: Literal["tool_result"]
-    tool_use_id: Annotated[str, Field(min_length=1)]
-    content: str | list[Annotated[TextBlock | MediaBlock, Field(discriminator="type")]] | None = None
-    is_error: bool | None = None
-
-
-class ThinkingBlock(Strict):
-    type: Literal["thinking"]
-    thinking: str
-    signature: str
-
-
-class RedactedThinkingBlock(Strict):
-    type: Literal["redacted_thinking"]
-    data: str
-
-
-def _block_type(value: object) -> str:
-    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-    return kind if isinstance(kind, str) else ""
-
-
-Block = Annotated[
-    Annotated[TextBlock, Tag("text")]
-    | Annotated[MediaBlock, Tag("image")]
-    | Annotated[MediaBlock, Tag("document")]
-    | Annotated[ToolUseBlock, Tag("tool_use")]
-    | Annotated[ToolResultBlock, Tag("tool_result")]
-    | Annotated[ThinkingBlock, Tag("thinking")]
-    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
-    Discriminator(_block_type),
-]
-
-
-class InputMessage(Strict):
-    role: Literal["user", "assistant"]
-    content: list[Block]  # a string is one text block
-
-    @field_validator("content", mode="before")
-    @classmethod
-    def _text(cls, value: object) -> object:
-        return [{"type": "text", "text": value}] if isinstance(value, str) else value
-
-    def blocks(self) -> list:
-        return self.content
 
 
 class ClientTool(Strict):
@@ -117,6 +54,7 @@ class ClientTool(Strict):
     cache_control: CacheControl | None = None
     strict: bool | None = None  # true: every keyword of the schema enforced, or a 400
     eager_input_streaming: bool | None = None  # arguments always stream as they are generated
+    defer_loading: bool | None = None  # tool search's: rendered like the others, no context saved
     input_examples: Annotated[list[dict], Field(max_length=16)] | None = None  # shown in the description
 
     def described(self) -> str:
@@ -125,6 +63,31 @@ class ClientTool(Strict):
         if not examples:
             return self.description or ""
         return "\n".join([self.description or "", "Examples of input:", *examples]).lstrip("\n")
+
+
+class ToolSearchTool(Strict):
+    """Anthropic's tool search (a server tool): left out of the prompt, since every tool,
+    deferred or not, is rendered there and none needs finding."""
+
+    type: Literal[
+        "tool_search_tool_regex_20251119",
+        "tool_search_tool_regex",
+        "tool_search_tool_bm25_20251119",
+        "tool_search_tool_bm25",
+    ]
+    name: str
+    cache_control: CacheControl | None = None
+    defer_loading: bool | None = None
+    strict: bool | None = None
+
+
+def _tool_kind(value: object) -> str:
+    return "search" if block_type(value).startswith("tool_search_tool_") else "client"
+
+
+AnyTool = Annotated[
+    Annotated[ClientTool, Tag("client")] | Annotated[ToolSearchTool, Tag("search")], Discriminator(_tool_kind)
+]
 
 
 class MessagesToolChoice(Strict):
@@ -141,7 +104,8 @@ class ThinkingConfig(Strict):
     type: Literal["enabled", "disabled", "adaptive"]
     # Anthropic asks for at least 1,024; any positive budget is taken here (small models think briefly)
     budget_tokens: Annotated[int, Field(ge=1)] | None = None
-    display: Literal["summarized", "omitted"] | None = None  # omitted: signed blocks without text
+    # omitted: signed blocks without text; updates: as summarized (no summaries are made here)
+    display: Literal["summarized", "omitted", "updates"] | None = None
 
     def rules(self) -> dict[str, bool]:
         return {
@@ -149,6 +113,47 @@ class ThinkingConfig(Strict):
                 (self.type == "enabled") == (self.budget_tokens is not None)
             )
         }
+
+
+class ThinkingTurns(Strict):
+    type: Literal["thinking_turns"]
+    value: Annotated[int, Field(ge=1)]
+
+
+class AllThinkingTurns(Strict):
+    type: Literal["all"]
+
+
+class ClearThinking(Strict):
+    """Changes nothing here: earlier thinking is never in the prompt (templates drop it)."""
+
+    type: Literal["clear_thinking_20251015"]
+    keep: Literal["all"] | Annotated[ThinkingTurns | AllThinkingTurns, Field(discriminator="type")] | None = (
+        None
+    )
+
+
+class ClearToolUses(Strict):
+    """Refused by `to_spec` with a clear 400, not as an unknown edit: its trigger counts input
+    tokens, which only a worker can."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["clear_tool_uses_20250919"]
+
+
+class ContextManagement(Strict):
+    edits: Annotated[
+        list[Annotated[ClearThinking | ClearToolUses, Field(discriminator="type")]], Field(max_length=8)
+    ]
+
+    def check(self) -> None:
+        for i, edit in enumerate(self.edits):
+            if isinstance(edit, ClearToolUses):
+                raise unsupported(
+                    f"context_management.edits[{i}]",
+                    "clear_tool_uses is not supported yet here (its trigger counts input tokens, "
+                    "which only a worker can); send the conversation without the old tool results.",
+                )
 
 
 class JSONFormat(Strict):
@@ -167,15 +172,18 @@ class MessagesMetadata(Strict):
 
 class MessagesRequest(Body):
     max_tokens: PositiveInt
-    messages: Annotated[list[InputMessage], Field(min_length=1)]
+    messages: Annotated[
+        list[Annotated[InputMessage | SystemMessage, Field(discriminator="role")]], Field(min_length=1)
+    ]
     system: str | list[TextBlock] | None = None
     stop_sequences: Annotated[list[StopString], Field(max_length=16)] | None = None
     temperature: Annotated[float, Field(ge=0.0, le=1.0)] | None = None
     top_p: TopP | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
-    tools: Annotated[list[ClientTool], Field(max_length=MAX_TOOLS)] | None = None
+    tools: Annotated[list[AnyTool], Field(max_length=MAX_TOOLS)] | None = None
     tool_choice: MessagesToolChoice | None = None
     thinking: ThinkingConfig | None = None
+    context_management: ContextManagement | None = None
     output_config: OutputConfig | None = None
     cache_control: CacheControl | None = None  # the prefix cache needs no marks
     metadata: MessagesMetadata | None = None  # type: ignore[assignment]
@@ -186,6 +194,8 @@ class MessagesRequest(Body):
         return "default"
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
+        if self.context_management:
+            self.context_management.check()
         tools = self._tools()
         choice = self.tool_choice
         if choice is None or choice.type == "auto":
@@ -199,7 +209,8 @@ class MessagesRequest(Body):
             kind="chat",
             model=self.model,
             messages=tuple(self._conversation()),
-            max_tokens=self.max_tokens,
+            # Claude Code asks 32,000: above the server's limit, the limit (or the context) ends it
+            max_tokens=None if self.max_tokens is None else min(self.max_tokens, limits.max_tokens),
             temperature=TEMPERATURE if self.temperature is None else float(self.temperature),
             top_p=TOP_P if self.top_p is None else float(self.top_p),
             top_k=self.top_k or 0,
@@ -230,38 +241,53 @@ class MessagesRequest(Body):
             return {JobField.ECHO: json.dumps({"thinking_display": "omitted"})}
         return {}
 
+    def _client_tools(self) -> list[ClientTool]:
+        return [t for t in self.tools or () if isinstance(t, ClientTool)]
+
     def _tools(self):
         defs = []
-        for t in self.tools or ():
+        for t in self._client_tools():
             schema = t.input_schema if t.strict else loosened(t.input_schema)
             defs.append((t.name, t.described(), schema))
-        return checked_tools(defs, "tools[{}]")
+        at = [i for i, t in enumerate(self.tools or ()) if isinstance(t, ClientTool)]
+        return checked_tools(defs, "tools[{}]", "input_schema", at)
 
     def _system(self) -> str | None:
         if self.system is None or isinstance(self.system, str):
             return self.system
-        return "\n\n".join(b.text for b in self.system)
+        return "\n\n".join(_attribution(b.text) for b in self.system)
 
     def _conversation(self) -> list[Message]:
         """The turns as chat messages, each tool result checked against the calls of the
         assistant turn just before it (Anthropic's rule)."""
         system = self._system()
         out = [Message("system", system)] if system is not None else []
-        if self.messages[0].role != "user":
-            raise invalid("Invalid 'messages[0].role': the first message must be the user's.", "messages")
-        if self.messages[-1].role != "user":
+        turns = [m for m in self.messages if isinstance(m, InputMessage)]
+        if not turns or turns[0].role != "user":
+            raise invalid(
+                "Invalid 'messages': the first message must be the user's (system messages aside).",
+                "messages",
+            )
+        if turns[-1].role != "user":
             raise unsupported(
                 "messages",
                 "The last message must be the user's: continuing a final assistant message (a "
                 "prefill) is not supported here.",
             )
         calls: set[str] = set()  # the tool_use ids of the last assistant turn
+        last_user = max(i for i, m in enumerate(self.messages) if m.role == "user")
         for i, m in enumerate(self.messages):
             text: list[str] = []
+            if isinstance(m, SystemMessage):
+                for j, b in enumerate(m.blocks()):
+                    readable(b, i, j)
+                if m.clear_at != "next_user_message" or i > last_user:
+                    out.append(Message("system", "\n\n".join(b.text for b in m.blocks())))
+                continue
             if m.role == "assistant":
                 made: list[ToolCall] = []
                 for j, b in enumerate(m.blocks()):
-                    _readable(b, i, j)
+                    readable(b, i, j)
                     if isinstance(b, TextBlock):
                         text.append(b.text)
                     elif isinstance(b, ToolUseBlock):
@@ -272,7 +298,7 @@ class MessagesRequest(Body):
                 calls = {c.id for c in made}
                 continue
             for j, b in enumerate(m.blocks()):
-                _readable(b, i, j)
+                readable(b, i, j)
                 if isinstance(b, ToolResultBlock):
                     if b.tool_use_id not in calls:
                         raise invalid(
@@ -281,7 +307,8 @@ class MessagesRequest(Body):
                             "names none).",
                             f"messages[{i}].content[{j}].tool_use_id",
                         )
-                    out.append(Message("tool", _result_text(b, i, j), tool_call_id=b.tool_use_id))
+                    self._references(b, i, j)
+                    out.append(Message("tool", result_text(b, i, j), tool_call_id=b.tool_use_id))
                 elif isinstance(b, TextBlock):
                     text.append(b.text)
                 else:  # tool_use and thinking are the assistant's
@@ -290,6 +317,17 @@ class MessagesRequest(Body):
             if text or not any(isinstance(b, ToolResultBlock) for b in m.blocks()):
                 _join(out, Message("user", "".join(text)))
         return out
+
+    def _references(self, block: ToolResultBlock, i: int, j: int) -> None:
+        """A tool search's result names tools of the request (Anthropic's rule)."""
+        names = {t.name for t in self._client_tools()}
+        for part in block.content if isinstance(block.content, list) else ():
+            if isinstance(part, ToolReferenceBlock) and part.tool_name not in names:
+                raise invalid(
+                    f"Invalid 'messages[{i}].content[{j}]': a tool_reference names no tool of the "
+                    f"request ({part.tool_name[:64]!r}).",
+                    f"messages[{i}].content[{j}]",
+                )
 
     def stops(self) -> list[str]:
         return list(self.stop_sequences or ())
@@ -303,12 +341,13 @@ class MessagesRequest(Body):
                 elif isinstance(b, ToolUseBlock):
                     chars += len(b.name) + len(json.dumps(b.input))
                 elif isinstance(b, ToolResultBlock):
-                    chars += len(_result_text(b, 0, 0, check=False))
-        chars += sum(len(json.dumps(t.model_dump())) for t in self.tools or ())
+                    chars += len(result_text(b, 0, 0, check=False))
+        chars += sum(len(json.dumps(t.model_dump())) for t in self._client_tools())
         return chars, "messages"
 
     def wanted_tokens(self) -> tuple[int | None, str]:
-        return self.max_tokens, "max_tokens"
+        """None: a max_tokens above MAX_TOKENS_LIMIT is clamped to it (`to_spec`), not refused."""
+        return None, "max_tokens"
 
     def enforce(self, limits: Limits) -> None:
         """MAX_MESSAGES counts the chat messages the turns become: each tool result is one."""
@@ -325,29 +364,19 @@ class MessagesRequest(Body):
         super().enforce(limits)
 
 
+_BILLING = "x-anthropic-billing-header:"
+_CCH = re.compile(r"\bcch=[^;\s]*")
+
+
+def _attribution(text: str) -> str:
+    """Claude Code's first system block, `x-anthropic-billing-header: cc_version=...;
+    cch=<a new value each request>`, with its `cch` made one constant (as llama.cpp's server
+    does): otherwise no two requests share a prompt prefix, and no cache is ever read."""
+    return _CCH.sub("cch=00000", text) if text.startswith(_BILLING) else text
+
+
 def _misplaced(kind: str, role: str, i: int, j: int) -> APIError:
     return invalid(f"Invalid 'messages[{i}].content[{j}]': {kind} blocks go in {role} turns.", "messages")
-
-
-def _readable(block: object, i: int, j: int) -> None:
-    if isinstance(block, MediaBlock):
-        raise invalid(
-            f"Invalid 'messages[{i}].content[{j}]': this server's models read text only; "
-            f"{block.type} blocks are not supported.",
-            f"messages[{i}].content[{j}].type",
-        )
-
-
-def _result_text(block: ToolResultBlock, i: int, j: int, check: bool = True) -> str:
-    if block.content is None or isinstance(block.content, str):
-        return block.content or ""
-    parts = []
-    for part in block.content:
-        if check:
-            _readable(part, i, j)
-        if isinstance(part, TextBlock):
-            parts.append(part.text)
-    return "".join(parts)
 
 
 def _join(out: list[Message], message: Message) -> None:

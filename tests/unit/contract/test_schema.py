@@ -12,7 +12,7 @@ import tracemalloc
 import pytest
 
 from contract.gbnf import SchemaError, json_object_grammar, literal
-from contract.schema import MAX_BOUND, MAX_SCHEMA_BYTES, loosened, schema_grammar
+from contract.schema import MAX_BOUND, MAX_SCHEMA_BYTES, schema_grammar
 
 
 @pytest.mark.parametrize(
@@ -172,52 +172,3 @@ def test_optional_properties_grow_the_grammar_linearly_and_it_is_bounded_while_b
     finally:
         tracemalloc.stop()
     assert peak < 20 * 2**20, f"{peak / 2**20:.0f} MiB to refuse a {MAX_SCHEMA_BYTES}-byte schema"
-
-
-def test_loosened_drops_only_what_the_grammar_cannot_enforce():
-    """A validator's schema (zod's, as Claude Code's tools are written) keeps everything the
-    grammar can hold; the original is not changed."""
-    schema = {
-        "$schema": "http://json-schema.org/draft-07/schema#",
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "url": {"type": "string", "format": "uri", "description": "d"},
-            "pattern": {"type": "string", "pattern": "^a+$"},  # a property named like a keyword
-            "timeout": {"type": "number", "exclusiveMinimum": 0, "maximum": 10},
-            "count": {"type": "integer", "minimum": 1},
-            "tags": {"type": "array", "items": {"type": "string"}, "uniqueItems": True},
-            "mode": {"enum": ["a", "b"]},
-        },
-        "required": ["url", "pattern"],
-    }
-    before = json.dumps(schema)
-    out = loosened(schema)
-    assert json.dumps(schema) == before
-    assert out["properties"] == {
-        "url": {"type": "string", "description": "d"},
-        "pattern": {"type": "string"},
-        "timeout": {"type": "number"},
-        "count": {"type": "integer", "minimum": 1},
-        "tags": {"type": "array", "items": {"type": "string"}},
-        "mode": {"enum": ["a", "b"]},
-    }
-    assert out["required"] == ["url", "pattern"] and out["additionalProperties"] is False
-    schema_grammar(out)
-
-
-@pytest.mark.parametrize(
-    "schema",
-    [
-        {
-            "type": "object",
-            "properties": {"a": {"anyOf": [{"type": "string"}], "type": "string"}},
-        },  # structure
-        {"$ref": "#/$defs/missing"},
-        {"minLength": 2},  # a keyword without its type: which type was meant is not known
-    ],
-)
-def test_loosened_leaves_what_it_cannot_mend_for_the_grammar_to_refuse(schema):
-    assert loosened(schema) == schema
-    with pytest.raises(SchemaError):
-        schema_grammar(schema)

@@ -101,3 +101,27 @@ def test_a_template_without_a_tool_protocol_still_has_an_overhead(model):
     prompts, said = measured(model, None)  # SmolLM2's own: its default system prompt, JSON tools
     base = JobSpec(id="chatcmpl-x", kind="chat", model="m", messages=(Message("user", "a"),))
     assert len(prompts.prompt_ids(base, 4096)) - 1 <= said.fixed
+
+
+# A template that renders no system message after the first turn: the worker folds one into a
+# user turn, marked (worker/tools/late_system.py), and the marks are the template's text too.
+FOLDING = (
+    "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+    "{{ raise_exception('System message must be at the beginning.') }}{% endif %}"
+    "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+
+
+@pytest.mark.parametrize("template", [None, FOLDING], ids=["renders it", "folds it"])
+def test_the_reservation_bounds_late_system_messages(model, template):
+    prompts = ChatPrompts(model, template)
+    said = prompts.overhead("m")
+    for text in [*COSTLY, "a", ""]:
+        late = tuple(Message("system", text) for _ in range(8))
+        for messages in (
+            (Message("user", text), *late),
+            (Message("user", "x"), *late, Message("user", text)),
+        ):
+            spec = JobSpec(id="msg_x", kind="chat", model="m", messages=messages)
+            assert len(prompts.prompt_ids(spec, 1 << 20)) <= reservation.prompt_tokens(spec, said), text[:12]

@@ -256,3 +256,44 @@ def test_the_jinja_environment_s_globals_are_reserved(chatml):
 
     assert set(jinja2.defaults.DEFAULT_NAMESPACE) <= TEMPLATE_RESERVED
     assert set(chatml._formatter._environment.globals) <= TEMPLATE_RESERVED
+
+
+# Templates that render no system message after the first turn (issue 75).
+_TURN = "<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
+_END = "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+REFUSES_LATE_SYSTEM = (
+    "{% for m in messages %}{% if m.role == 'system' and not loop.first %}"
+    "{{ raise_exception('System message must be at the beginning.') }}{% endif %}" + _TURN + _END
+)
+DROPS_LATE_SYSTEM = (
+    "{% for m in messages %}{% if m.role != 'system' or loop.first %}" + _TURN + "{% endif %}" + _END
+)
+
+
+def _rendered(prompts: ChatPrompts, *messages: Message) -> str:
+    """The prompt's text, control tokens (`<|im_start|>`, `<|im_end|>`) left out."""
+    spec = JobSpec(id="msg_x", kind="chat", model="m", messages=messages)
+    return b"".join(prompts.piece(t) for t in prompts.prompt_ids(spec, 4096)).decode()
+
+
+def test_a_late_system_message_is_a_system_message_where_the_template_renders_one(smollm2):
+    text = _rendered(ChatPrompts(smollm2), Message("user", "Hi."), Message("system", "Be brief."))
+    assert text.endswith("\nuser\nHi.\nsystem\nBe brief.\nassistant\n")
+
+
+@pytest.mark.parametrize("template", [REFUSES_LATE_SYSTEM, DROPS_LATE_SYSTEM], ids=["refuses", "drops"])
+def test_a_late_system_message_is_marked_text_of_a_user_turn_where_the_template_renders_none(
+    smollm2, template
+):
+    prompts = ChatPrompts(smollm2, template)
+    first = Message("system", "You help.")
+    after_user = _rendered(prompts, first, Message("user", "Hi."), Message("system", "Be brief."))
+    assert after_user == "system\nYou help.\nuser\nHi.\n\n<system>\nBe brief.\n</system>\nassistant\n"
+    before_user = _rendered(
+        prompts,
+        Message("user", "Hi."),
+        Message("assistant", "Hello."),
+        Message("system", "Now."),
+        Message("user", "Go."),
+    )
+    assert before_user == "user\nHi.\nassistant\nHello.\nuser\n<system>\nNow.\n</system>\n\nGo.\nassistant\n"

@@ -13,6 +13,7 @@ from api.http.errors import APIError
 from api.http.parsing import parse
 from api.settings import Limits
 from contract.jobspec import Message, ToolCall
+from contract.prefixes import prefixes
 
 LIMITS = Limits()
 
@@ -162,3 +163,162 @@ def test_a_count_is_a_job_of_no_tokens():
     assert job.max_tokens == 0
     with pytest.raises(APIError):
         spec(CountRequest, messages=[{"role": "user", "content": "x"}])  # max_tokens is not a count's
+
+
+# What Claude Code 2.1 sends (issue 75): each of these was a 400.
+
+
+def test_a_system_message_mid_conversation_stays_where_it_is():
+    job = spec(
+        messages=[
+            user("Hi."),
+            {"role": "system", "content": [{"type": "text", "text": "# Environment", "cache_control": {"type": "ephemeral"}}]},  # noqa: E501
+            assistant("Hello."),
+            user("Again."),
+            {"role": "system", "content": "Be brief."},
+        ]
+    )  # fmt: skip
+    assert job.messages == (
+        Message("user", "Hi."),
+        Message("system", "# Environment"),
+        Message("assistant", "Hello."),
+        Message("user", "Again."),
+        Message("system", "Be brief."),
+    )
+
+
+def test_a_system_message_cleared_at_the_next_user_message_is_shown_until_then():
+    once = {"role": "system", "content": "Only now.", "clear_at": "next_user_message"}
+    assert spec(messages=[user("Hi."), once]).messages[-1] == Message("system", "Only now.")
+    later = spec(messages=[user("Hi."), once, assistant("Hello."), user("Again.")])
+    assert later.messages == (
+        Message("user", "Hi."),
+        Message("assistant", "Hello."),
+        Message("user", "Again."),
+    )
+    kept = {**once, "clear_at": "never"}
+    assert (
+        Message("system", "Only now.")
+        in spec(messages=[user("Hi."), kept, assistant("a"), user("b")]).messages
+    )
+
+
+@pytest.mark.parametrize(
+    ("messages", "words"),
+    [
+        ([{"role": "system", "content": "s"}, assistant("x"), user("y")], "first"),
+        ([user("x"), assistant("y"), {"role": "system", "content": "s"}], "prefill"),
+        ([user("x"), {"role": "system", "content": [{"type": "image", "source": {}}]}], "text"),
+    ],
+)
+def test_system_messages_keep_the_turn_rules(messages, words):
+    assert words in refusal(messages=messages).message
+
+
+def test_thinking_shown_as_updates_streams_as_summarized_thinking():
+    updates = spec(
+        max_tokens=64,
+        messages=[user("x")],
+        thinking={"type": "enabled", "budget_tokens": 32, "display": "updates"},
+    )
+    summarized = spec(
+        max_tokens=64,
+        messages=[user("x")],
+        thinking={"type": "enabled", "budget_tokens": 32, "display": "summarized"},
+    )
+    assert updates == summarized
+    request = parse(
+        MessagesRequest,
+        json.dumps(
+            {
+                "model": "m",
+                "max_tokens": 8,
+                "messages": [user("x")],
+                "thinking": {"type": "adaptive", "display": "updates"},
+            }
+        ).encode(),
+    )
+    assert request.job_fields("msg_x") == {}  # thinking blocks keep their text
+
+
+def test_clearing_thinking_changes_nothing_and_clearing_tool_uses_is_refused():
+    for keep in ("all", {"type": "thinking_turns", "value": 1}, None):
+        edit = {"type": "clear_thinking_20251015", **({"keep": keep} if keep else {})}
+        job = spec(messages=[user("x")], context_management={"edits": [edit]})
+        assert job == spec(messages=[user("x")])
+    clear = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000}}
+    refused = refusal(messages=[user("x")], context_management={"edits": [clear]})
+    assert refused.param == "context_management.edits[0]" and "clear_tool_uses" in refused.message
+
+
+def test_deferred_tools_are_offered_like_the_others_and_tool_search_is_left_out():
+    deferred = {**TOOL, "defer_loading": True}
+    search = {"type": "tool_search_tool_regex_20251119", "name": "tool_search_tool_regex"}
+    job = spec(tools=[search, deferred, {**TOOL, "name": "other"}], messages=[user("x")])
+    assert [t.name for t in job.tools] == ["weather", "other"]
+    assert job.tools[0] == spec(tools=[TOOL], messages=[user("x")]).tools[0]
+
+
+def test_a_tool_use_block_dumped_by_the_sdk_is_taken_back():
+    for caller in ({"type": "direct"}, {"type": "code_execution_20250825", "tool_id": "srvtoolu_1"}):
+        call = {
+            "type": "tool_use",
+            "id": "toolu_1",
+            "name": "weather",
+            "input": {},
+            "caller": caller,
+            "toolset_name": None,
+        }
+        result = {"type": "tool_result", "tool_use_id": "toolu_1", "content": "Sun"}
+        job = spec(tools=[TOOL], messages=[user("x"), assistant([call]), user([result])])
+        assert job.messages[1].tool_calls == (ToolCall("toolu_1", "weather", "{}"),)
+
+
+def test_what_a_grammar_cannot_enforce_is_dropped_from_a_non_strict_tool_and_refused_in_a_strict_one():
+    schema = {
+        "type": "object",
+        "properties": {
+            "to": {"type": "string", "allOf": [{"pattern": "^a"}, {"pattern": "b$"}]},
+            "script": {"type": "string", "maxLength": 5000},
+        },
+        "required": ["to"],
+    }
+    job = spec(tools=[{"name": "send", "input_schema": schema}], messages=[user("x")])
+    assert job.tools[0].parameters["properties"] == {"to": {"type": "string"}, "script": {"type": "string"}}
+    refused = refusal(tools=[{"name": "send", "input_schema": schema, "strict": True}], messages=[user("x")])
+    assert refused.param == "tools[0].input_schema" and "allOf" in refused.message
+
+
+def test_claude_codes_attribution_block_does_not_change_the_prompt_from_request_to_request():
+    def job(cch: str):
+        header = f"x-anthropic-billing-header: cc_version=2.1.332.0b8; cc_entrypoint=cli; cch={cch};"
+        system = [{"type": "text", "text": header}, {"type": "text", "text": "Be brief."}]
+        return spec(system=system, messages=[user("x")])
+
+    first, second = job("3f2a1"), job("9c0d7")
+    assert first == second and "cch=" in first.messages[0].content
+    assert prefixes(first) == prefixes(second)
+
+
+def test_a_max_tokens_above_the_servers_limit_is_clamped_to_it():
+    assert spec(max_tokens=32000, messages=[user("x")]).max_tokens == LIMITS.max_tokens
+    thinking = {"type": "enabled", "budget_tokens": 31999}
+    assert spec(max_tokens=32000, messages=[user("x")], thinking=thinking).max_tokens == LIMITS.max_tokens
+
+
+def test_a_tool_search_results_references_name_tools_already_offered():
+    """Claude Code's ToolSearch answers with `tool_reference` blocks: every tool is rendered in
+    the prompt already, so a reference is the found tool's name, and must name one."""
+    call = {"type": "tool_use", "id": "toolu_1", "name": "weather", "input": {}}
+    found = {"type": "tool_reference", "tool_name": "other"}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [found, found],
+        "toolset_name": None,
+    }
+    turns = [user("x"), assistant([call]), user([result])]
+    job = spec(tools=[TOOL, {**TOOL, "name": "other", "defer_loading": True}], messages=turns)
+    assert job.messages[-1] == Message("tool", "Tool found: other\nTool found: other", tool_call_id="toolu_1")
+    refused = refusal(tools=[TOOL], messages=turns)
+    assert refused.param == "messages[2].content[0]" and "other" in refused.message

@@ -1,0 +1,81 @@
+"""A non-strict tool's schema, loosened to what the grammar can enforce (the Messages API's
+tools without `strict`, whose schemas were written for a validator): contract/schema.py's
+allow-list says what stays."""
+
+from __future__ import annotations
+
+import json
+
+from contract import schema
+
+_SUBSCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
+_RANGES = schema.BY_TYPE["integer"]
+_ALL_TYPED = frozenset().union(*schema.BY_TYPE.values())
+_SPOKEN = schema.KNOWN | schema.ANNOTATIONS | schema.CONTAINERS  # every keyword the compiler reads
+
+
+def loosened(value: object) -> object:
+    """A copy of the schema `value` without the constraints the grammar cannot enforce (a `pattern`, an
+    unsupported `format`, a number's range, a keyword it does not know, a count above
+    `MAX_BOUND`, a combinator beside other keywords or an `allOf` of several schemas), so that
+    the rest still is. Each drop widens what the schema accepts, never narrows it. One pass over
+    the schema; what stays unenforceable otherwise is left for `schema_grammar` to refuse,
+    naming where."""
+    return _loosen(json.loads(json.dumps(value)), 0) if isinstance(value, dict) else value
+
+
+def _loosen(node: dict, depth: int) -> dict:
+    if depth > schema.MAX_DEPTH:
+        return node
+    types = node.get("type")
+    types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
+    typed = set().union(*(schema.BY_TYPE[t] for t in types if t in schema.BY_TYPE)) if types else None
+    if typed is not None and "number" in types:
+        typed -= _RANGES  # a number's range cannot be spelled digit by digit
+    for key in list(node):
+        unknown = (
+            key in schema.UNENFORCEABLE or key not in schema.KNOWN | schema.ANNOTATIONS | schema.CONTAINERS
+        )
+        misplaced = typed is not None and key in _ALL_TYPED and key not in typed
+        if (unknown and not (typed and key in typed)) or misplaced:
+            del node[key]
+    fmt = node.get("format")
+    if fmt is not None and (fmt not in schema.FORMATS or "minLength" in node or "maxLength" in node):
+        del node["format"]
+    for key in ("items", "additionalProperties"):
+        if isinstance(node.get(key), dict):
+            _loosen(node[key], depth + 1)
+    for key in _SUBSCHEMA_LISTS:
+        for sub in node.get(key) if isinstance(node.get(key), list) else ():
+            if isinstance(sub, dict):
+                _loosen(sub, depth + 1)
+    for key in _SUBSCHEMA_MAPS:
+        for sub in node.get(key).values() if isinstance(node.get(key), dict) else ():
+            if isinstance(sub, dict):
+                _loosen(sub, depth + 1)
+    for key in _COUNTS:
+        value = node.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > schema.MAX_BOUND:
+            del node[key]
+    _mend_combinators(node)
+    return node
+
+
+_COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
+
+
+def _mend_combinators(node: dict) -> None:
+    """A branch loosening emptied allows any value: an `allOf` leaves it out, an `anyOf` or
+    `oneOf` that has one allows anything and goes. A combinator the grammar cannot enforce (an
+    `allOf` of several schemas, any beside other keywords) goes, and the rest is enforced."""
+    for key in ("allOf", "oneOf", "anyOf"):
+        branches = node.get(key)
+        if not isinstance(branches, list):
+            continue
+        empty = [b for b in branches if isinstance(b, dict) and not set(b) - schema.ANNOTATIONS]
+        if key == "allOf":
+            node[key] = branches = [b for b in branches if b not in empty]
+        others = set(node) - schema.ANNOTATIONS - schema.CONTAINERS - {key}
+        if not branches or (empty and key != "allOf") or others or (key == "allOf" and len(branches) > 1):
+            del node[key]

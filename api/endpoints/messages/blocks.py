@@ -1,0 +1,159 @@
+"""The content blocks of a Messages request (Anthropic's), as api/endpoints/messages/body.py
+turns them into chat messages: text, tool calls and results, earlier thinking, and the media a
+text-only model refuses."""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
+
+from api.http.errors import invalid
+from api.http.parsing import Strict
+
+
+class CacheControl(Strict):
+    type: Literal["ephemeral"]
+    ttl: Literal["5m", "1h"] | None = None
+
+
+class _Block(Strict):
+    cache_control: CacheControl | None = None
+
+
+class TextBlock(_Block):
+    type: Literal["text"]
+    text: str
+    citations: Annotated[list, Field(max_length=0)] | None = None
+
+
+class MediaBlock(_Block):
+    """An image or a document: refused by `to_spec` with a clear 400 (the models this server
+    runs read text only), not as an unknown block."""
+
+    model_config = ConfigDict(strict=True, extra="allow")
+    type: Literal["image", "document"]
+
+
+class DirectCaller(Strict):
+    type: Literal["direct"]
+
+
+class ServerToolCaller(Strict):
+    type: Literal["code_execution_20250825", "code_execution_20260120"]
+    tool_id: str
+
+
+class ToolUseBlock(_Block):
+    type: Literal["tool_use"]
+    id: Annotated[str, Field(min_length=1)]
+    name: str
+    input: dict
+    # What made the call (the model, or Anthropic's code execution) and an MCP toolset's name:
+    # the SDK's `model_dump()` of a block it received sends them back; the prompt needs neither.
+    caller: Annotated[DirectCaller | ServerToolCaller, Field(discriminator="type")] | None = None
+    toolset_name: str | None = None
+
+
+class ToolReferenceBlock(_Block):
+    """A tool search's result: a tool found. Every tool is in the prompt already (deferred or
+    not), so the model reads the found tool's name."""
+
+    type: Literal["tool_reference"]
+    tool_name: str
+
+
+class ToolResultBlock(_Block):
+    type: Literal["tool_result"]
+    tool_use_id: Annotated[str, Field(min_length=1)]
+    content: (
+        str | list[Annotated[TextBlock | MediaBlock | ToolReferenceBlock, Field(discriminator="type")]] | None
+    ) = None
+    is_error: bool | None = None
+    toolset_name: str | None = None  # its tool_use's (see there)
+
+
+class ThinkingBlock(Strict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str
+
+
+class RedactedThinkingBlock(Strict):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+def block_type(value: object) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if isinstance(kind, str) else ""
+
+
+Block = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[MediaBlock, Tag("image")]
+    | Annotated[MediaBlock, Tag("document")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")],
+    Discriminator(block_type),
+]
+
+
+def text_blocks(value: object) -> object:
+    """A string content is one text block."""
+    return [{"type": "text", "text": value}] if isinstance(value, str) else value
+
+
+class InputMessage(Strict):
+    role: Literal["user", "assistant"]
+    content: list[Block]
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text(cls, value: object) -> object:
+        return text_blocks(value)
+
+    def blocks(self) -> list:
+        return self.content
+
+
+class SystemMessage(Strict):
+    """A system message between the turns (Claude Code's environment notes): a system message
+    where it is. `clear_at: "next_user_message"` shows it only until a later user turn."""
+
+    role: Literal["system"]
+    content: list[Annotated[TextBlock | MediaBlock, Field(discriminator="type")]]
+    clear_at: Literal["next_user_message", "never"] | None = None
+
+    @field_validator("content", mode="before")
+    @classmethod
+    def _text(cls, value: object) -> object:
+        return text_blocks(value)
+
+    def blocks(self) -> list:
+        return self.content
+
+
+def readable(block: object, i: int, j: int) -> None:
+    if isinstance(block, MediaBlock):
+        raise invalid(
+            f"Invalid 'messages[{i}].content[{j}]': this server's models read text only; "
+            f"{block.type} blocks are not supported.",
+            f"messages[{i}].content[{j}].type",
+        )
+
+
+def result_text(block: ToolResultBlock, i: int, j: int, check: bool = True) -> str:
+    if block.content is None or isinstance(block.content, str):
+        return block.content or ""
+    parts, found = [], []
+    for part in block.content:
+        if check:
+            readable(part, i, j)
+        if isinstance(part, TextBlock):
+            parts.append(part.text)
+        elif isinstance(part, ToolReferenceBlock):
+            found.append(f"Tool found: {part.tool_name}")
+    return "\n".join(t for t in ("".join(parts), *found) if t)
