@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.endpoints.embeddings.body import EmbeddingRequest
+from api.endpoints.embeddings.body import EmbeddingRequest, tokens_at_most
 from api.http.errors import APIError
 from api.http.parsing import parse
 from api.settings import Limits
@@ -73,6 +73,8 @@ def test_bad_bodies_are_a_400_naming_the_parameter(body, param):
             {"input": [list(range(6)), list(range(5))]},
             "invalid_request_error",
         ),  # ids over MAX_EMBEDDING_TOKENS
+        ({"input": ["abcd", "efgh"]}, "invalid_request_error"),  # strings: bytes and 2 each, over
+        ({"input": "ééééé"}, "invalid_request_error"),  # 5 characters, 10 bytes, 12 tokens at most
         ({"input": "x" * 101}, "string_above_max_length"),  # characters over MAX_PROMPT_CHARS
         ({"input": "a", "dimensions": 8}, "unsupported_parameter"),  # not a Matryoshka model
     ],
@@ -111,3 +113,14 @@ def test_the_context_must_hold_the_longest_input_not_their_sum():
     assert _body(input=["ab", "abcd", "a"]).context_chars() == (4, "input[1]")
     assert _body(input="abc").context_chars() == (3, "input")
     assert _body(input=[[1, 2, 3]]).context_chars()[0] == 0  # token arrays: counted by the worker
+
+
+def test_a_request_s_tokens_are_bounded_by_ids_and_bytes_before_any_tokenizer():
+    assert tokens_at_most([[1, 2, 3], "ab", "é"]) == 3 + (2 + 2) + (2 + 2)
+    body = _body(input=["abc", "def"])  # 10 tokens at most: the bound itself passes
+    body.enforce(LIMITS)
+    with pytest.raises(APIError) as caught:
+        _body(input=["abc", "defg"]).enforce(LIMITS)
+    error = caught.value.body()["error"]
+    assert error["param"] == "input" and "11 tokens" in error["message"]
+    assert "10 per request" in error["message"]
