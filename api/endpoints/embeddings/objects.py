@@ -1,6 +1,11 @@
 """An embed job's answer: OpenAI's list of embedding objects, in the inputs' order, each a
 float array or the base64 of its float32 bytes (what `encoding_format` asked), from the
-vectors its terminal entry carries."""
+vectors its terminal entry carries.
+
+A client waiting for it gets that list written a piece at a time (`written`): 2,048 vectors of
+4,096 floats are 160 MB of JSON, seconds of CPU and several times that in memory if built
+whole, in the one lane every large request body is parsed in. Written in pieces of about
+`PIECE_BYTES`, the event loop serves every other request between two of them."""
 
 from __future__ import annotations
 
@@ -8,7 +13,11 @@ import array
 import base64
 import json
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
+
+import anyio
+from starlette.responses import StreamingResponse
 
 from api.endpoints.protocol import Answer
 from api.jobs.state import JobState
@@ -17,6 +26,13 @@ from contract.errors import error_body, failure_body, status_of
 from contract.tiers import served_model
 
 ID_PREFIX = "embd-"
+PIECE_BYTES = 64 * 1024
+"""A written answer's pieces are about this long (a vector at least)."""
+
+
+def _json(value: object) -> bytes:
+    """As Starlette's JSONResponse writes it: the written answer is the same bytes."""
+    return json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":")).encode()
 
 
 def floats(raw: bytes) -> list[float]:
@@ -56,21 +72,40 @@ class EmbeddingObjects:
         return None
 
     def listing(self, entry: Finished) -> dict:
-        size = entry.dimensions * 4
-        count = len(entry.vectors) // size if size else 0
-        data = []
-        for i in range(count):
-            raw = entry.vectors[i * size : (i + 1) * size]
-            vector: list[float] | str = (
-                base64.b64encode(raw).decode() if self.encoding_format == "base64" else floats(raw)
-            )
-            data.append({"object": "embedding", "index": i, "embedding": vector})
         return {
             "object": "list",
-            "data": data,
+            "data": [self._item(entry, i) for i in range(_count(entry))],
             "model": self.model,
             "usage": {"prompt_tokens": entry.prompt_tokens, "total_tokens": entry.prompt_tokens},
         }
+
+    def written(self, rows: Rows) -> StreamingResponse | None:
+        """The answer as a response written a piece at a time, where it carries vectors (None:
+        `answer` has it, small)."""
+        end = rows[-1][1] if rows else None
+        if not isinstance(end, Finished) or end.finish_reason == CANCELLED or not end.vectors:
+            return None
+        return StreamingResponse(self._pieces(end), media_type="application/json")
+
+    async def _pieces(self, entry: Finished) -> AsyncIterator[bytes]:
+        """`listing(entry)` as JSON, in pieces of about PIECE_BYTES, the loop free between two."""
+        piece = bytearray(b'{"object":"list","data":[')
+        for i in range(_count(entry)):
+            piece += (b"," if i else b"") + _json(self._item(entry, i))
+            if len(piece) >= PIECE_BYTES:
+                yield bytes(piece)
+                piece.clear()
+                await anyio.sleep(0)
+        usage = {"prompt_tokens": entry.prompt_tokens, "total_tokens": entry.prompt_tokens}
+        yield bytes(piece) + b"]," + _json({"model": self.model, "usage": usage})[1:]
+
+    def _item(self, entry: Finished, i: int) -> dict:
+        size = entry.dimensions * 4
+        raw = entry.vectors[i * size : (i + 1) * size]
+        vector: list[float] | str = (
+            base64.b64encode(raw).decode() if self.encoding_format == "base64" else floats(raw)
+        )
+        return {"object": "embedding", "index": i, "embedding": vector}
 
     def pending(self, queued: bool) -> Answer:
         return Answer(
@@ -82,3 +117,8 @@ class EmbeddingObjects:
 
     def deleted(self) -> dict:
         return {"id": self.id, "object": "embedding.job.deleted", "deleted": True}
+
+
+def _count(entry: Finished) -> int:
+    size = entry.dimensions * 4
+    return len(entry.vectors) // size if size else 0
