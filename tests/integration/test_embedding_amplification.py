@@ -52,6 +52,15 @@ class Stack:
     def used(self) -> int:
         return int(self.r.info("memory")["used_memory"])
 
+    def held_since(self, used: int, bound: int) -> int:
+        """What Redis holds more than `used` once it has let go of what passes through it (a
+        connection's buffer of the last large command is trimmed within seconds), or more than
+        `bound` for 10 s: what is kept."""
+        deadline = time.monotonic() + 10
+        while (held := self.used() - used) > bound and time.monotonic() < deadline:
+            time.sleep(0.2)
+        return held
+
     def waiting(self) -> int:
         return sum(self.r.llen(k) for k in keys.queue_keys(f"{MODEL}#embed"))
 
@@ -104,7 +113,7 @@ def test_idempotent_requests_leave_no_vectors_behind_to_fill_redis(stack):
             answer = holder.post("/v1/embeddings", json=body, headers={"Idempotency-Key": f"fill-{n}"})
             assert answer.status_code == 200, answer.text
             answers.append(vectors(answer))
-        held = stack.used() - used
+        held = stack.held_since(used, 2_000_000)
         assert held <= 2_000_000, f"{held} bytes left in Redis"
         time.sleep(1.5)  # the API reads Redis's memory once a second
         small = other.post("/v1/embeddings", json={"model": MODEL, "input": [[1, 2, 3]]})
@@ -113,7 +122,7 @@ def test_idempotent_requests_leave_no_vectors_behind_to_fill_redis(stack):
         again = holder.post("/v1/embeddings", json=body, headers={"Idempotency-Key": "fill-0"})
         assert again.status_code == 200, again.text
         assert np.all(np.sum(vectors(again) * answers[0], axis=1) > 0.999)
-    assert stack.used() - used <= 2_000_000
+    assert stack.held_since(used, 2_000_000) <= 2_000_000
 
 
 def test_a_batch_s_embedding_lines_leave_their_vectors_only_in_its_results(stack):
@@ -224,15 +233,21 @@ def test_a_large_float_answer_does_not_hold_up_another_keys_answer(stack, roomy)
                 head = head or piece[:64]
                 tail = (tail + piece)[-200:]
                 size += len(piece)
-            got.update(size=size, head=head, tail=tail)
+            got.update(size=size, head=head, tail=tail, done=time.monotonic())
 
     thread = threading.Thread(target=large, daemon=True)
     thread.start()
     wait_for_an_ended_job(stack)  # its answer is being built now
+    ended = time.monotonic()
     took = small_answer_s(stack, roomy)
     thread.join(timeout=300)
-    print(f"another key's answer: {took:.2f} s beside a large one, {alone:.2f} s alone")
+    answering = float(got["done"]) - ended  # type: ignore[arg-type]
+    print(
+        f"another key's answer: {took:.2f} s ({alone:.2f} s alone) beside one answered in {answering:.2f} s"
+    )
     assert got["status"] == 200 and got["size"] > 2048 * DIMENSIONS * 8, got.get("size")
     assert bytes(got["head"]).startswith(b'{"object":"list","data":[{"object":"embedding","index":0,')
     assert b'"usage":{"prompt_tokens":2048,"total_tokens":2048}}' in bytes(got["tail"])
-    assert took <= alone + 1.0, f"another key's answer took {took:.2f} s beside it ({alone:.2f} s alone)"
+    # built whole, the large answer held the lane for most of its time; written, it holds nobody
+    # (a share of the machine, however loaded: the whole answer's time, not seconds, is the scale)
+    assert took <= alone + answering / 4, f"another key's answer took {took:.2f} s beside it"

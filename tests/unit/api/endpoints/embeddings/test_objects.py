@@ -6,6 +6,7 @@ import dataclasses
 import json
 
 import numpy as np
+import pytest
 from starlette.responses import JSONResponse
 
 from api.endpoints.embeddings.objects import PIECE_BYTES, EmbeddingObjects
@@ -64,13 +65,14 @@ def written(objects: EmbeddingObjects, rows) -> tuple[list[bytes], bytes]:
     return asyncio.run(go())
 
 
-def test_a_written_answer_is_the_whole_answer_s_bytes_in_pieces():
-    many = np.random.default_rng(0).random((1000, 64), dtype=np.float32)
-    end = dataclasses.replace(END, vectors=many.astype("<f4").tobytes(), dimensions=64, prompt_tokens=1000)
-    for encoding in ("float", "base64"):
-        pieces, whole = written(EmbeddingObjects("embd-1", "m", encoding), [("1-0", end)])
-        assert b"".join(pieces) == whole  # byte for byte what JSONResponse would have sent
-        assert len(pieces) > 2 and max(map(len, pieces)) < PIECE_BYTES + 2_000  # never built whole
+@pytest.mark.parametrize("shape", [(1000, 64), (40, 1000)])  # many small vectors; wide ones, in slices
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+def test_a_written_answer_is_the_whole_answer_s_bytes_in_pieces(shape, encoding):
+    many = np.random.default_rng(0).random(shape, dtype=np.float32)
+    end = dataclasses.replace(END, vectors=many.astype("<f4").tobytes(), dimensions=shape[1], prompt_tokens=7)
+    pieces, whole = written(EmbeddingObjects("embd-1", "m", encoding), [("1-0", end)])
+    assert b"".join(pieces) == whole  # byte for byte what JSONResponse would have sent
+    assert len(pieces) > 2 and max(map(len, pieces)) < PIECE_BYTES + 8_000  # never built whole
 
 
 def test_only_vectors_are_written_in_pieces():
