@@ -131,7 +131,7 @@ class Limits:
         "MAX_EMBEDDING_TOKENS",
         "tokens per `/v1/embeddings` request, the bound on one request's work (400 naming "
         "`input`, before it is enqueued): token arrays count their ids, strings their UTF-8 bytes "
-        "and 2 (no text has more tokens); 32 decodes of EMBEDDING_BATCH_TOKENS (docs/embeddings.md)",
+        "and 4 (no text has more tokens); 32 decodes of EMBEDDING_BATCH_TOKENS (docs/embeddings.md)",
     )
     matryoshka_models: tuple[str, ...] = setting(
         (),

@@ -88,6 +88,20 @@ def test_without_an_owner_there_is_no_per_key_limit():
     assert not any(isinstance(o, Exception) for o in outcomes)
 
 
+def test_keep_says_when_a_client_attached_and_later_ones_are_seen():
+    async def go() -> tuple[bool, bool, bool]:
+        s = store(FakePair())
+        await s.submit(spec(1), "chat", 0)
+        before = now_ms() - 1
+        nobody = await s.attached_after("chatcmpl-1", before)
+        kept = await s.keep("chatcmpl-1")
+        later = await s.attached_after("chatcmpl-1", before)
+        return nobody, later, await s.attached_after("chatcmpl-1", kept)
+
+    nobody, later, since = asyncio.run(go())
+    assert not nobody and later and not since  # the client that attached last sees nobody after it
+
+
 def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
     async def go(keep: bool) -> dict:
         pair = FakePair()
@@ -344,17 +358,3 @@ def test_a_job_starting_with_a_public_prompt_is_marked_so_where_keys_keep_caches
         ]
 
     assert asyncio.run(go()) == [True, False, False]  # without keys there is one cache anyway
-
-
-def test_keep_says_when_a_client_attached_and_later_ones_are_seen():
-    async def go() -> tuple[bool, bool, bool]:
-        s = store(FakePair())
-        await s.submit(spec(1), "chat", 0)
-        before = now_ms() - 1
-        nobody = await s.attached_after("chatcmpl-1", before)
-        kept = await s.keep("chatcmpl-1")
-        later = await s.attached_after("chatcmpl-1", before)
-        return nobody, later, await s.attached_after("chatcmpl-1", kept)
-
-    nobody, later, since = asyncio.run(go())
-    assert not nobody and later and not since  # the client that attached last sees nobody after it
