@@ -237,8 +237,9 @@ def test_a_large_float_answer_does_not_hold_up_another_keys_answer(stack, roomy)
 
     thread = threading.Thread(target=large, daemon=True)
     thread.start()
-    wait_for_an_ended_job(stack)  # its answer is being built now
+    wait_for_an_ended_job(stack)
     ended = time.monotonic()
+    time.sleep(1.0)  # its vectors read, its answer is being built or written (6 s of CPU whole)
     took = small_answer_s(stack, roomy)
     thread.join(timeout=300)
     answering = float(got["done"]) - ended  # type: ignore[arg-type]
