@@ -249,6 +249,6 @@ def test_a_large_float_answer_does_not_hold_up_another_keys_answer(stack, roomy)
     assert got["status"] == 200 and got["size"] > 2048 * DIMENSIONS * 8, got.get("size")
     assert bytes(got["head"]).startswith(b'{"object":"list","data":[{"object":"embedding","index":0,')
     assert b'"usage":{"prompt_tokens":2048,"total_tokens":2048}}' in bytes(got["tail"])
-    # built whole, the large answer held the lane for most of its time; written, it holds nobody
-    # (a share of the machine, however loaded: the whole answer's time, not seconds, is the scale)
-    assert took <= alone + answering / 4, f"another key's answer took {took:.2f} s beside it"
+    # built whole, the large answer held the lane for seconds (6 s of CPU, 15 s on a loaded
+    # machine); written, it holds nobody: a share of the machine, however loaded
+    assert took <= alone + min(2.5, answering / 3), f"another key's answer took {took:.2f} s beside it"
