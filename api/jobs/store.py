@@ -241,20 +241,13 @@ class JobStore:
         return None if value is None else as_text(value)
 
     async def keep(self, job_id: str) -> int:
-        """A client is attached again: withdraw a pending disconnect cancel, and note when
-        (returned, ms since the epoch), so that a connection that arrived before and is found
-        gone later cancels nothing."""
-        kept = now_ms()
+        """A client is attached again: withdraw a pending disconnect cancel, and note when (the
+        ms returned), so that a connection that arrived before and is found gone later cancels nothing."""
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hdel(keys.job(job_id), JobField.CANCEL_AT)
-            pipe.hset(keys.job(job_id), JobField.KEPT_AT, kept)
+            pipe.hset(keys.job(job_id), JobField.KEPT_AT, kept := now_ms())
             await pipe.execute()
         return kept
-
-    async def attached_after(self, job_id: str, since_ms: int) -> bool:
-        """Another client attached to the job (`keep`: a resume, a retry) after `since_ms`."""
-        kept = await self._r.hget(keys.job(job_id), JobField.KEPT_AT)
-        return kept is not None and int(kept) > since_ms
 
     async def end(self, job_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End the job with a terminal entry unless it has ended already."""
@@ -304,8 +297,10 @@ class JobStore:
         """Stop the job: at once if it is still queued, else at the running attempt's next
         token once `delay_s` has passed. A client gone (`arrived_ms`: when its request came)
         cancels nothing if another attached after it came (`keep`)."""
-        if arrived_ms is not None and await self.attached_after(job_id, arrived_ms):
-            return
+        if arrived_ms is not None:
+            kept = await self._r.hget(keys.job(job_id), JobField.KEPT_AT)
+            if kept is not None and int(kept) > arrived_ms:
+                return
         if delay_s <= 0:
             stopped = Finished(finish_reason=CANCELLED, prompt_tokens=0, completion_tokens=0)
             if await self.end(job_id, stopped, only_if_status=JobStatus.QUEUED):

@@ -43,7 +43,8 @@ class EmbeddingRoutes(EndpointRoutes):
             if idempotency is not None:
                 if response.status_code == GONE:  # a retry may come back for it
                     await anyio.sleep(services.settings.lifetimes.cancel_grace_s)
-                if await services.jobs.attached_after(job_id, attached_ms):
+                job = await services.jobs.state(job_id)
+                if job is not None and job.kept_at > attached_ms:
                     return
             await services.jobs.purge(job_id)
             if idempotency is not None:
