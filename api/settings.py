@@ -129,10 +129,11 @@ class Limits:
         2048, "MAX_EMBEDDING_INPUTS", "inputs per `/v1/embeddings` request (400; OpenAI's limit)"
     )
     max_embedding_tokens: int = setting(
-        300_000,
+        65_536,
         "MAX_EMBEDDING_TOKENS",
-        "token ids per `/v1/embeddings` request given as token arrays (400; OpenAI's limit); "
-        "strings count against MAX_PROMPT_CHARS",
+        "tokens per `/v1/embeddings` request, the bound on one request's work (400 naming "
+        "`input`, before it is enqueued): token arrays count their ids, strings their UTF-8 bytes "
+        "and 4 (no text has more tokens); 32 decodes of EMBEDDING_BATCH_TOKENS (docs/embeddings.md)",
     )
     matryoshka_models: tuple[str, ...] = setting(
         (),

@@ -1,6 +1,6 @@
 """A GGUF with random weights in the layer shapes of a real model, for benchmarks without a download.
 
-    python -m devstack.random_model --shape 1b|8b|smollm2|tiny --out FILE [--type f16|q8_0|q4_0|q4_1]
+    python -m devstack.random_model --shape 1b|8b|smollm2|tiny|wide --out FILE [--type f16|q8_0|q4_0|q4_1]
                                  [--seed N] [--split-max-size BYTES] [--tokenizer GGUF] [--vocab N]
 
 The shapes are Llama-3.2-1B's and Llama-3.1-8B's (layers, hidden size, FFN, heads, KV heads,
@@ -66,6 +66,8 @@ SHAPES = {
     "smollm2": Shape(30, 576, 1536, 9, 3, 100_000.0, 8192, tied_output=True),
     # for tests: every part of the architecture, a fraction of the work
     "tiny": Shape(2, 64, 256, 4, 2, 10_000.0, 8192, tied_output=False),
+    # for tests of embeddings: a large model's vectors (Llama-3.1-8B's 4,096 floats), one thin layer's work
+    "wide": Shape(1, 4096, 256, 32, 8, 10_000.0, 8192, tied_output=True),
 }
 
 TYPES = {

@@ -34,7 +34,7 @@ from redis.exceptions import RedisError
 from api.batches.lines import Line
 from api.batches.output import abandon, finalize
 from api.batches.routes import CHARGE_MARGIN_S, ENDED, BatchStatus, batch_hash, set_status
-from api.endpoints.catalog import BATCHABLE, BY_NAME
+from api.endpoints.catalog import BATCHABLE, BY_NAME, EMBEDDINGS
 from api.http.errors import APIError
 from api.jobs.owners import Idempotency
 from api.jobs.state import JobState
@@ -219,6 +219,8 @@ class BatchDriver:
                 continue
             out, failed, usage = await self._output(batch_id, h, number, job_id, job)
             await self._record(batch_id, h, number, out, failed, usage)
+            if job is not None and job.endpoint == EMBEDDINGS.name:
+                await self._s.jobs.purge(job_id)  # its vectors are in the answer, charged: not twice
         return still
 
     async def _record(

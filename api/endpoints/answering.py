@@ -18,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.endpoints.chat.objects import Chunks
-from api.endpoints.protocol import Answer, Events
+from api.endpoints.protocol import Answer, Events, Written
 from api.http.errors import APIError
 from api.jobs.admission import StreamTicket
 from api.metrics import StreamTiming
@@ -119,9 +119,11 @@ async def collect(
                 continue
             rows += item
             if is_terminal(end := rows[-1][1]):
-                # an answer carrying vectors (embeddings) may be megabytes of JSON: built in the lane
-                size = len(end.vectors) if isinstance(end, Finished) else 0
-                response = await services.heavy.run_for(size, _answered, chunks, rows)
+                # an answer carrying vectors (embeddings) may be megabytes of JSON: written in pieces
+                response = chunks.written(rows) if isinstance(chunks, Written) else None
+                if response is None:
+                    size = len(end.vectors) if isinstance(end, Finished) else 0
+                    response = await services.heavy.run_for(size, _answered, chunks, rows)
                 if response is None:
                     continue
                 if settles:

@@ -6,7 +6,9 @@ whole answer for a client that did not stream (`Answer`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
+
+from starlette.responses import Response
 
 from contract.entries import Rows
 from contract.errors import ErrorCode
@@ -38,6 +40,15 @@ class Events(Protocol):
     def keepalive(self) -> bytes: ...
     def error(self, error: ErrorCode, message: str | None = None) -> bytes: ...
     def done(self) -> bytes: ...
+
+
+@runtime_checkable
+class Written(Protocol):
+    """Objects whose whole answer may be megabytes (embeddings' vectors): `written` is that
+    answer as a response written a piece at a time, the event loop free between two (None:
+    `answer`'s is small)."""
+
+    def written(self, rows: Rows) -> Response | None: ...
 
 
 class Objects(Protocol):

@@ -169,10 +169,11 @@ class EndpointRoutes:
             made = await self._job_for(ask)
             job = made.job
             logs.set_job(job.id)
+            attached_ms = arrived_ms  # when this client attached to the job
             if made.retried:
                 log.info("a retry (Idempotency-Key) of %s", job.id)
-                if not job.detached:
-                    await services.jobs.keep(job.id)  # the first request's disconnect cancels nothing
+                if not job.detached:  # the first request's disconnect cancels nothing
+                    attached_ms = await services.jobs.keep(job.id)
             objects = self.endpoint.objects_of(job)
             if ticket is None:
                 if job.detached:
@@ -181,7 +182,7 @@ class EndpointRoutes:
                     response = await collect(
                         request, services, objects, arrived_ms, settles(job, ask.budgets)
                     )
-                    await self.answered(services, job.id, ask)
+                    await self.answered(services, job.id, ask, response, attached_ms)
             else:
                 timing = StreamTiming(services.metrics, job.model, arrived)
                 assert self.endpoint.events is not None  # a body that streams has a stream
@@ -197,9 +198,13 @@ class EndpointRoutes:
     async def prepare(self, services: Services, body: Body, owner: str) -> None:
         """What an endpoint must look up before its body becomes a job (nothing, here)."""
 
-    async def answered(self, services: Services, job_id: str, ask: Ask) -> None:
-        """What an endpoint does once a client waiting for a job's whole answer has it (nothing,
-        here: the job is kept for its retention, to be fetched or resumed again)."""
+    async def answered(
+        self, services: Services, job_id: str, ask: Ask, response: Response, attached_ms: int
+    ) -> None:
+        """What an endpoint does once a client waiting for a job's whole answer has its
+        `response` (a 499: the client went away first), the client having attached to the job
+        at `attached_ms` (nothing, here: the job is kept for its retention, to be fetched or
+        resumed again)."""
 
     async def _job_for(self, ask: Ask) -> Made:
         """The job this request makes, or the one its earlier attempt made (a retry with the

@@ -27,6 +27,7 @@ class JobState:
     detached: bool = False
     echo: str = ""  # JobField.ECHO (the Responses endpoint's)
     reasoning_field: str = "reasoning_content"  # JobField.REASONING (the chat endpoint's)
+    kept_at: int = 0  # JobField.KEPT_AT: when a client last attached again (ms; 0: none has)
 
     @property
     def ended(self) -> bool:
@@ -71,12 +72,15 @@ STATE_FIELDS = [
     JobField.DETACHED,
     JobField.ECHO,
     JobField.REASONING,
+    JobField.KEPT_AT,
 ]
 
 
 def job_state(job_id: str, values: list) -> JobState | None:
     """The state from the job hash's STATE_FIELDS, in their order (None: no such job)."""
-    endpoint, model, created, owner, status, attempts, start_by, usage, detached, echo, reasoning = values
+    endpoint, model, created, owner, status, attempts, start_by, usage, detached, echo, reasoning, kept = (
+        values
+    )
     if status is None:
         return None
     return JobState(
@@ -92,6 +96,7 @@ def job_state(job_id: str, values: list) -> JobState | None:
         detached=detached == b"1",
         echo=as_text(echo or b""),
         reasoning_field=as_text(reasoning or b"reasoning_content"),
+        kept_at=int(kept or 0),
     )
 
 

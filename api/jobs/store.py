@@ -245,13 +245,14 @@ class JobStore:
         value = await self._r.hget(keys.job(job_id), name)
         return None if value is None else as_text(value)
 
-    async def keep(self, job_id: str) -> None:
-        """A client is attached again: withdraw a pending disconnect cancel, and note when,
-        so that a connection that arrived before and is found gone later cancels nothing."""
+    async def keep(self, job_id: str) -> int:
+        """A client is attached again: withdraw a pending disconnect cancel, and note when (the
+        ms returned), so that a connection that arrived before and is found gone later cancels nothing."""
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hdel(keys.job(job_id), JobField.CANCEL_AT)
-            pipe.hset(keys.job(job_id), JobField.KEPT_AT, now_ms())
+            pipe.hset(keys.job(job_id), JobField.KEPT_AT, kept := now_ms())
             await pipe.execute()
+        return kept
 
     async def end(self, job_id: str, entry: Failed | Finished, only_if_status: str = "") -> bool:
         """End the job with a terminal entry unless it has ended already."""

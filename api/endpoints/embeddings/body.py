@@ -54,6 +54,20 @@ def input_problem(value: object) -> str | None:
     return f"must be {SHAPES}, not a mix"
 
 
+SPECIAL_TOKENS = 4
+"""What a string input may be besides a token a byte: a leading space (SentencePiece's), BOS,
+EOS or SEP, and a space before them."""
+
+
+def tokens_at_most(inputs: list[str | list[int]]) -> int:
+    """The most tokens the inputs can be, before a worker has tokenized them: a token array's
+    ids exactly, a string's UTF-8 bytes and SPECIAL_TOKENS (a plain text's tokens are each
+    at least a byte long, in every tokenizer llama.cpp has: the bound the token budgets
+    reserve). The bound on one request's work, where an estimate would let text of a token
+    a character (digits) through at several times its count."""
+    return sum(len(x.encode()) + SPECIAL_TOKENS if isinstance(x, str) else len(x) for x in inputs)
+
+
 class EmbeddingRequest(Body):
     input: Input
     encoding_format: Literal["float", "base64"] | None = None
@@ -118,11 +132,13 @@ class EmbeddingRequest(Body):
         inputs = self.inputs()
         if len(inputs) > limits.max_embedding_inputs:
             raise too_many("input", limits.max_embedding_inputs, len(inputs))
-        ids = sum(len(x) for x in inputs if not isinstance(x, str))
-        if ids > limits.max_embedding_tokens:
+        tokens = tokens_at_most(inputs)
+        if tokens > limits.max_embedding_tokens:
             raise invalid(
-                f"Invalid 'input': {ids} token ids; this server embeds at most "
-                f"{limits.max_embedding_tokens} per request.",
+                f"Invalid 'input': up to {tokens} tokens (a token array's ids, a string's UTF-8 "
+                f"bytes and {SPECIAL_TOKENS}); this server embeds at most "
+                f"{limits.max_embedding_tokens} per request (MAX_EMBEDDING_TOKENS). Send fewer "
+                "or shorter inputs per request.",
                 param="input",
             )
         if self.dimensions is not None and self.model not in limits.matryoshka_models:

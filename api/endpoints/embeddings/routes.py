@@ -1,15 +1,22 @@
 """`POST /v1/embeddings`. An embeddings request is a job like a completion, made and admitted
 the same way (api/endpoints/routes.py), in the model's embedding pool: its queue, its workers.
 It has no stream and no id a client could name again: the answer is the whole list, once a
-worker has embedded every input, and the job is deleted once it is sent (its vectors may be
-megabytes, and nobody can fetch them again) unless an Idempotency-Key lets a retry ask for
-them. Its tokens count against the key's token budget."""
+worker has embedded every input. Its tokens count against the key's token budget.
+
+Its vectors are not kept past the answer: they may be megabytes (2,048 vectors of 4,096
+floats are 44 MB in Redis), a thousand times what the request was charged, and nobody can
+fetch them again. Once the answer is sent, or its client has gone, the job is deleted, and its
+Idempotency-Key freed: a retry with the key while the job runs attaches to it (one job, one
+charge), a retry after the answer embeds again. A client that went away is given
+CANCEL_GRACE_SECONDS to come back with its key first; the last client attached deletes it."""
 
 from __future__ import annotations
 
 import logging
 
+import anyio
 from redis.exceptions import RedisError
+from starlette.responses import Response
 from starlette.routing import Route
 
 from api.endpoints.routes import Ask, EndpointRoutes
@@ -21,17 +28,31 @@ from contract.jobspec import JobSpec
 
 log = logging.getLogger(__name__)
 
+GONE = 499  # what `collect` answers a client that went away
+
 
 class EmbeddingRoutes(EndpointRoutes):
     def routes(self) -> list[Route]:
         return [Route(self.endpoint.path, self.create, methods=["POST"])]
 
-    async def answered(self, services: Services, job_id: str, ask: Ask) -> None:
-        if ask.idempotency is None:
-            try:
-                await services.jobs.purge(job_id)
-            except RedisError as exc:  # it expires with its retention anyway
-                log.warning("could not delete %s once answered: %s", job_id, exc)
+    async def answered(
+        self, services: Services, job_id: str, ask: Ask, response: Response, attached_ms: int
+    ) -> None:
+        """Delete the job and free its Idempotency-Key, unless another client attached after
+        this one (a retry: it deletes the job once it is answered or gone)."""
+        idempotency = ask.idempotency
+        try:
+            if idempotency is not None:
+                if response.status_code == GONE:  # a retry may come back for it
+                    await anyio.sleep(services.settings.lifetimes.cancel_grace_s)
+                job = await services.jobs.state(job_id)
+                if job is not None and job.kept_at > attached_ms:
+                    return
+            await services.jobs.purge(job_id)
+            if idempotency is not None:
+                await services.jobs.owners.free(idempotency, idempotency.holding(job_id))
+        except RedisError as exc:  # it expires with its retention anyway
+            log.warning("could not delete %s once answered: %s", job_id, exc)
 
     def _quota(self, ask: Ask, spec: JobSpec, limits: ModelLimits) -> Quota:
         """Its inputs' tokens are reserved: token arrays' exactly, strings' as the most they

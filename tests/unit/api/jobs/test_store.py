@@ -88,6 +88,18 @@ def test_without_an_owner_there_is_no_per_key_limit():
     assert not any(isinstance(o, Exception) for o in outcomes)
 
 
+def test_keep_says_when_a_client_attached_as_the_job_s_state_does():
+    async def go() -> tuple[int, int, int]:
+        s = store(FakePair())
+        await s.submit(spec(1), "chat", 0)
+        before = (await s.state("chatcmpl-1")).kept_at
+        kept = await s.keep("chatcmpl-1")
+        return before, kept, (await s.state("chatcmpl-1")).kept_at
+
+    before, kept, state = asyncio.run(go())
+    assert before == 0 and kept == state > 0  # the client that attached last sees nobody after it
+
+
 def test_an_ended_job_keeps_only_what_resume_and_fetch_need():
     async def go(keep: bool) -> dict:
         pair = FakePair()

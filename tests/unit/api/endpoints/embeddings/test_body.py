@@ -6,7 +6,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.endpoints.embeddings.body import EmbeddingRequest
+from api.endpoints.embeddings.body import EmbeddingRequest, tokens_at_most
 from api.http.errors import APIError
 from api.http.parsing import parse
 from api.settings import Limits
@@ -14,7 +14,7 @@ from contract import keys
 from contract.jobspec import JobSpec
 
 LIMITS = Limits(
-    max_embedding_inputs=4, max_embedding_tokens=10, max_prompt_chars=100, matryoshka_models=("mrl",)
+    max_embedding_inputs=4, max_embedding_tokens=12, max_prompt_chars=100, matryoshka_models=("mrl",)
 )
 
 
@@ -70,9 +70,11 @@ def test_bad_bodies_are_a_400_naming_the_parameter(body, param):
     [
         ({"input": ["a"] * 5}, "array_above_max_length"),  # inputs over MAX_EMBEDDING_INPUTS
         (
-            {"input": [list(range(6)), list(range(5))]},
+            {"input": [list(range(7)), list(range(6))]},
             "invalid_request_error",
         ),  # ids over MAX_EMBEDDING_TOKENS
+        ({"input": ["abc", "def"]}, "invalid_request_error"),  # strings: bytes and 4 each, over
+        ({"input": "ééééx"}, "invalid_request_error"),  # 5 characters, 9 bytes, 13 tokens at most
         ({"input": "x" * 101}, "string_above_max_length"),  # characters over MAX_PROMPT_CHARS
         ({"input": "a", "dimensions": 8}, "unsupported_parameter"),  # not a Matryoshka model
     ],
@@ -111,3 +113,14 @@ def test_the_context_must_hold_the_longest_input_not_their_sum():
     assert _body(input=["ab", "abcd", "a"]).context_chars() == (4, "input[1]")
     assert _body(input="abc").context_chars() == (3, "input")
     assert _body(input=[[1, 2, 3]]).context_chars()[0] == 0  # token arrays: counted by the worker
+
+
+def test_a_request_s_tokens_are_bounded_by_ids_and_bytes_before_any_tokenizer():
+    assert tokens_at_most([[1, 2, 3], "ab", "é"]) == 3 + (2 + 4) + (2 + 4)
+    body = _body(input=["ab", "cde"])  # 13 tokens at most: over the bound of 12...
+    with pytest.raises(APIError) as caught:
+        body.enforce(LIMITS)
+    _body(input=["ab", "cd"]).enforce(LIMITS)  # ...12: the bound itself passes
+    error = caught.value.body()["error"]
+    assert error["param"] == "input" and "13 tokens" in error["message"]
+    assert "12 per request" in error["message"]

@@ -1,11 +1,15 @@
 """api.endpoints.embeddings.objects: the vectors of a terminal entry as OpenAI's list."""
 
+import asyncio
 import base64
+import dataclasses
 import json
 
 import numpy as np
+import pytest
+from starlette.responses import JSONResponse
 
-from api.endpoints.embeddings.objects import EmbeddingObjects
+from api.endpoints.embeddings.objects import PIECE_BYTES, EmbeddingObjects
 from api.jobs.state import JobState
 from contract import errors
 from contract.entries import Finished
@@ -49,3 +53,30 @@ def test_the_job_records_the_model_and_encoding_its_request_named():
         id="embd-1", endpoint="embeddings", model="m#embed", created=0, owner="", status="done", echo=echo
     )
     assert EmbeddingObjects.of(job) == EmbeddingObjects("embd-1", "m", "base64")
+
+
+def written(objects: EmbeddingObjects, rows) -> tuple[list[bytes], bytes]:
+    async def go() -> tuple[list[bytes], bytes]:
+        response = objects.written(rows)
+        assert response is not None and response.media_type == "application/json"
+        pieces = [p async for p in response.body_iterator]
+        return pieces, JSONResponse(objects.answer(rows).body).body
+
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("shape", [(1000, 64), (40, 1000)])  # many small vectors; wide ones, in slices
+@pytest.mark.parametrize("encoding", ["float", "base64"])
+def test_a_written_answer_is_the_whole_answer_s_bytes_in_pieces(shape, encoding):
+    many = np.random.default_rng(0).random(shape, dtype=np.float32)
+    end = dataclasses.replace(END, vectors=many.astype("<f4").tobytes(), dimensions=shape[1], prompt_tokens=7)
+    pieces, whole = written(EmbeddingObjects("embd-1", "m", encoding), [("1-0", end)])
+    assert b"".join(pieces) == whole  # byte for byte what JSONResponse would have sent
+    assert len(pieces) > 2 and max(map(len, pieces)) < PIECE_BYTES + 8_000  # never built whole
+
+
+def test_only_vectors_are_written_in_pieces():
+    failed = errors.CONTEXT_LENGTH.entry("too long", "input[1]", epoch=1)
+    cancelled = Finished(epoch=1, finish_reason="cancelled", prompt_tokens=0, completion_tokens=0)
+    for end in (failed, cancelled):
+        assert EmbeddingObjects("embd-1", "m").written([("1-0", end)]) is None
