@@ -13,11 +13,15 @@ model's context, which no job's prompt and completion together exceed.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from contract.jobspec import JobSpec
 from contract.prefixes import PromptOverhead
 
 INDENT = 4  # the widest indent a template's `tojson` is given (Llama 3's, Hermes')
-EMBED_SPECIALS = 3  # an embedding input's BOS, EOS or SEP, and a leading space
+EMBED_SPECIALS = 4
+"""What a string embedding input may be besides a token a byte: a leading space (SentencePiece's),
+BOS, EOS or SEP, and a space before them."""
 
 
 def plain(text: str) -> int:
@@ -47,12 +51,19 @@ def as_json(value: object, depth: int = 0) -> int:
     return len(str(value)) + 4  # a number, true, false, null
 
 
+def embedding_inputs(inputs: Sequence[str | Sequence[int]]) -> int:
+    """The most tokens embedding inputs can be: a token array's ids exactly, a string's UTF-8
+    bytes and EMBED_SPECIALS. It bounds one request's work too (MAX_EMBEDDING_TOKENS), where an
+    estimate would let text of a token a character (digits) through at several times its count."""
+    return sum(len(x.encode()) + EMBED_SPECIALS if isinstance(x, str) else len(x) for x in inputs)
+
+
 def prompt_tokens(spec: JobSpec, overhead: PromptOverhead) -> int:
     """The most tokens the job's prompt can be, on a worker that announced `overhead`."""
     if spec.kind == "text":
         return plain(spec.prompt) + 1  # a BOS; the raw prompt's special tokens are shorter as tokens
     if spec.kind == "embed":
-        return sum(len(x) if isinstance(x, tuple) else plain(x) + EMBED_SPECIALS for x in spec.inputs)
+        return embedding_inputs(spec.inputs)
     parts = len(spec.messages) + len(spec.tools) + len(spec.template_kwargs)
     strings = 0
     for m in spec.messages:

@@ -14,6 +14,7 @@ from pydantic import Field, field_validator
 from api.endpoints.body import Body, PositiveInt
 from api.http.errors import invalid
 from api.http.parsing import too_many, unsupported
+from api.jobs import reservation
 from api.settings import Limits
 from contract import keys
 from contract.jobspec import JobSpec
@@ -52,20 +53,6 @@ def input_problem(value: object) -> str | None:
         bad = next((i for i, x in enumerate(value) if not x or not _token_ids(x)), None)
         return None if bad is None else f"input[{bad}] must be a non-empty array of non-negative token ids"
     return f"must be {SHAPES}, not a mix"
-
-
-SPECIAL_TOKENS = 4
-"""What a string input may be besides a token a byte: a leading space (SentencePiece's), BOS,
-EOS or SEP, and a space before them."""
-
-
-def tokens_at_most(inputs: list[str | list[int]]) -> int:
-    """The most tokens the inputs can be, before a worker has tokenized them: a token array's
-    ids exactly, a string's UTF-8 bytes and SPECIAL_TOKENS (a plain text's tokens are each
-    at least a byte long, in every tokenizer llama.cpp has: the bound the token budgets
-    reserve). The bound on one request's work, where an estimate would let text of a token
-    a character (digits) through at several times its count."""
-    return sum(len(x.encode()) + SPECIAL_TOKENS if isinstance(x, str) else len(x) for x in inputs)
 
 
 class EmbeddingRequest(Body):
@@ -132,11 +119,11 @@ class EmbeddingRequest(Body):
         inputs = self.inputs()
         if len(inputs) > limits.max_embedding_inputs:
             raise too_many("input", limits.max_embedding_inputs, len(inputs))
-        tokens = tokens_at_most(inputs)
+        tokens = reservation.embedding_inputs(inputs)
         if tokens > limits.max_embedding_tokens:
             raise invalid(
                 f"Invalid 'input': up to {tokens} tokens (a token array's ids, a string's UTF-8 "
-                f"bytes and {SPECIAL_TOKENS}); this server embeds at most "
+                f"bytes and {reservation.EMBED_SPECIALS}); this server embeds at most "
                 f"{limits.max_embedding_tokens} per request (MAX_EMBEDDING_TOKENS). Send fewer "
                 "or shorter inputs per request.",
                 param="input",

@@ -6,9 +6,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from api.endpoints.embeddings.body import EmbeddingRequest, tokens_at_most
+from api.endpoints.embeddings.body import EmbeddingRequest
 from api.http.errors import APIError
 from api.http.parsing import parse
+from api.jobs.reservation import embedding_inputs
 from api.settings import Limits
 from contract import keys
 from contract.jobspec import JobSpec
@@ -116,7 +117,7 @@ def test_the_context_must_hold_the_longest_input_not_their_sum():
 
 
 def test_a_request_s_tokens_are_bounded_by_ids_and_bytes_before_any_tokenizer():
-    assert tokens_at_most([[1, 2, 3], "ab", "é"]) == 3 + (2 + 4) + (2 + 4)
+    assert embedding_inputs([[1, 2, 3], "ab", "é"]) == 3 + (2 + 4) + (2 + 4)
     body = _body(input=["ab", "cde"])  # 13 tokens at most: over the bound of 12...
     with pytest.raises(APIError) as caught:
         body.enforce(LIMITS)
