@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from contract.freeform.calls import custom_tool_problem
 from contract.gbnf import SchemaError
 from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
@@ -89,11 +90,13 @@ class Message:
 
 @dataclass(frozen=True)
 class Tool:
-    """A function the model may call; `parameters` is its arguments' JSON schema."""
+    """A function the model may call; `parameters` is its arguments' JSON schema. A custom tool
+    (`freeform`: its format, contract/freeform/) is a function of one string, `input`."""
 
     name: str
     description: str = ""
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+    freeform: dict | None = None  # {"type": "text"} or {"type": "grammar", "syntax", "definition"}
 
 
 TEMPLATE_RESERVED = frozenset(
@@ -154,7 +157,7 @@ class JobSpec:
         data["messages"] = [m.to_dict() for m in self.messages]
         data["stop"] = list(self.stop)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
-        data["tools"] = [asdict(t) for t in self.tools]
+        data["tools"] = [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tools]
         data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
         absent_unless_set = (
             "ignore_eos",
@@ -164,7 +167,7 @@ class JobSpec:
             "thinking_budget",
             "inputs",
             "dimensions",
-        )  # an earlier worker takes it
+        )  # an earlier worker takes it (and a function tool has no "freeform")
         for name in absent_unless_set:
             if not data[name]:
                 del data[name]
@@ -193,7 +196,7 @@ class JobSpec:
         try:
             messages = tuple(Message.from_dict(m) for m in data.get("messages", ()))
             tools = tuple(
-                Tool(name=t["name"], description=t.get("description", ""), parameters=t["parameters"])
+                Tool(t["name"], t.get("description", ""), t["parameters"], t.get("freeform"))
                 for t in data.get("tools", ())
             )
             spec = cls(
@@ -338,6 +341,8 @@ class JobSpec:
             if not isinstance(tool.description, str):
                 raise InvalidSpec("tool descriptions must be strings")
             _compile(tool.parameters, f"tool {tool.name}")
+            if tool.freeform is not None and (problem := custom_tool_problem(tool.parameters, tool.freeform)):
+                raise InvalidSpec(f"tool {tool.name}: {problem}")
             names.append(tool.name)
         if len(set(names)) != len(names):
             raise InvalidSpec("tool names must be unique")

@@ -18,8 +18,6 @@ empty.
 
 from __future__ import annotations
 
-import json
-
 from contract.freeform.lark import parse_lark, refs
 from contract.freeform.regex import MAX_BOUND, parse_regex
 from contract.freeform.terms import Alt, Chars, FormatError, Ref, Repeat, Seq, Term, Text
@@ -279,8 +277,3 @@ def _code(c: int) -> str:
     if chr(c).isascii() and chr(c).isalnum():
         return chr(c)
     return f"\\x{c:02X}" if c <= 0xFF else f"\\u{c:04X}" if c <= 0xFFFF else f"\\U{c:08X}"
-
-
-def arguments_json(text: str) -> str:
-    """A custom call's arguments as its function call carries them."""
-    return json.dumps({"input": text}, ensure_ascii=False)
