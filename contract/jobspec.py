@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from contract.freeform.calls import custom_tool_problem
 from contract.gbnf import SchemaError
 from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
@@ -89,18 +90,19 @@ class Message:
 
 @dataclass(frozen=True)
 class Tool:
-    """A function the model may call; `parameters` is its arguments' JSON schema."""
+    """A function the model may call; `parameters` is its arguments' JSON schema. A custom tool
+    (`freeform`: its format, contract/freeform/) is a function of one string, `input`."""
 
     name: str
     description: str = ""
     parameters: dict = field(default_factory=lambda: {"type": "object", "properties": {}})
+    freeform: dict | None = None  # {"type": "text"} or {"type": "grammar", "syntax", "definition"}
 
 
-# What Qwen's, Llama 3's and gpt-oss's templates call (`namespace()`): jinja2.defaults'
-# DEFAULT_NAMESPACE, written out as the API does not depend on jinja2 (the worker's tests compare)
+# jinja2.defaults' DEFAULT_NAMESPACE (Qwen's, Llama 3's, gpt-oss's templates call `namespace()`),
+# written out: the API does not depend on jinja2 (the worker's tests compare)
 JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace"})
-# What `template_kwargs` may not name: what the worker gives a chat template itself (`self`:
-# the formatter's own argument), and the template's globals.
+# What `template_kwargs` may not name: what the worker gives a template (`self`: the formatter's)
 TEMPLATE_RESERVED = (
     frozenset({"messages", "tools", "tool_choice", "functions", "function_call", "add_generation_prompt"})
     | {"bos_token", "eos_token", "raise_exception", "strftime_now", "self"}
@@ -160,7 +162,7 @@ class JobSpec:
         data["messages"] = [m.to_dict() for m in self.messages]
         data["stop"] = list(self.stop)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
-        data["tools"] = [asdict(t) for t in self.tools]
+        data["tools"] = [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tools]
         data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
         absent_unless_set = (
             "ignore_eos",
@@ -170,7 +172,7 @@ class JobSpec:
             "thinking_budget",
             "inputs",
             "dimensions",
-        )  # an earlier worker takes it
+        )  # an earlier worker takes it (and a function tool has no "freeform")
         for name in absent_unless_set:
             if not data[name]:
                 del data[name]
@@ -199,7 +201,7 @@ class JobSpec:
         try:
             messages = tuple(Message.from_dict(m) for m in data.get("messages", ()))
             tools = tuple(
-                Tool(name=t["name"], description=t.get("description", ""), parameters=t["parameters"])
+                Tool(t["name"], t.get("description", ""), t["parameters"], t.get("freeform"))
                 for t in data.get("tools", ())
             )
             spec = cls(
@@ -260,9 +262,7 @@ class JobSpec:
             raise InvalidSpec(f"priority must be one of {PRIORITIES}")
         if self.kind == "chat" and not self.messages:
             raise InvalidSpec("a chat job needs messages")
-        if self.max_tokens is not None and (
-            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 0
-        ):
+        if self.max_tokens is not None and not _count(self.max_tokens):
             raise InvalidSpec("max_tokens must be a non-negative integer")
         number("temperature", 0.0, 2.0)
         number("top_p", 0.0, 1.0)
@@ -272,7 +272,7 @@ class JobSpec:
             raise InvalidSpec("seed must be an integer")
         if not all(isinstance(s, str) and s for s in self.stop):
             raise InvalidSpec("stop strings must be non-empty strings")
-        if isinstance(self.top_k, bool) or not isinstance(self.top_k, int) or self.top_k < 0:
+        if not _count(self.top_k):
             raise InvalidSpec("top_k must be a non-negative integer")
         number("min_p", 0.0, 1.0)
         number("repeat_penalty", 0.01, 10.0)
@@ -288,26 +288,20 @@ class JobSpec:
             raise InvalidSpec("ignore_eos cannot go with a response format or tools")
         if problem := template_kwargs_problem(self.template_kwargs):
             raise InvalidSpec(f"template_kwargs: {problem}")
-        budget = self.thinking_budget
-        if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
+        if not _count(self.thinking_budget):
             raise InvalidSpec("thinking_budget must be a non-negative integer")
-        if (
-            isinstance(self.top_logprobs, bool)
-            or not isinstance(self.top_logprobs, int)
-            or not 0 <= self.top_logprobs <= MAX_TOP_LOGPROBS
-            or (self.top_logprobs and not self.logprobs)
-        ):
+        top = self.top_logprobs
+        if not _count(top) or top > MAX_TOP_LOGPROBS or (top and not self.logprobs):
             raise InvalidSpec(f"top_logprobs must be 0 to {MAX_TOP_LOGPROBS}, with logprobs")
         self._check_embed()
         self._check_chat()
 
     def _check_embed(self) -> None:
         """An embed job has inputs (strings or token ids) and nothing a completion has."""
-        dims = self.dimensions
-        if isinstance(dims, bool) or not isinstance(dims, int) or dims < 0:
+        if not _count(self.dimensions):
             raise InvalidSpec("dimensions must be a non-negative integer")
         if self.kind != "embed":
-            if self.inputs or dims:
+            if self.inputs or self.dimensions:
                 raise InvalidSpec("inputs and dimensions are for embed jobs")
             return
         if not self.inputs or self.messages or self.prompt:
@@ -315,7 +309,7 @@ class JobSpec:
         for x in self.inputs:
             if isinstance(x, str):
                 continue
-            if not x or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in x):
+            if not x or not all(_count(t) for t in x):
                 raise InvalidSpec("an input is a string or a non-empty list of token ids")
 
     def _check_chat(self) -> None:
@@ -344,6 +338,8 @@ class JobSpec:
             if not isinstance(tool.description, str):
                 raise InvalidSpec("tool descriptions must be strings")
             _compile(tool.parameters, f"tool {tool.name}")
+            if tool.freeform is not None and (problem := custom_tool_problem(tool.parameters, tool.freeform)):
+                raise InvalidSpec(f"tool {tool.name}: {problem}")
             names.append(tool.name)
         if len(set(names)) != len(names):
             raise InvalidSpec("tool names must be unique")
@@ -376,6 +372,10 @@ def _compile(schema: object, what: str) -> None:
         schema_grammar(schema)
     except SchemaError as exc:
         raise InvalidSpec(f"{what}: {exc}") from None
+
+
+def _count(value: object) -> bool:  # a non-negative integer (a bool is not one)
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def template_kwargs_problem(kwargs: object) -> str | None:

@@ -47,6 +47,7 @@ WAITING = frozenset(
 STACKED = frozenset(
     {
         "test_bad_input.py",
+        "test_custom_tools.py",
         "test_failures.py",
         "test_idempotency.py",
         "test_openai_sdk.py",

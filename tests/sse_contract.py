@@ -178,6 +178,7 @@ def _check_items(out: ResponseStream, from_start: bool) -> None:
     """Deltas land in items announced before them; the done events and the final Response
     carry the text the deltas built."""
     texts: dict[int, str] = {}
+    inputs: dict[int, str] = {}  # custom tool calls' input, from their deltas
     items: dict[int, dict] = {}
     for e in out.events:
         kind = e["type"]
@@ -191,6 +192,11 @@ def _check_items(out: ResponseStream, from_start: bool) -> None:
             out.text += e["delta"]
         elif kind == "response.output_text.done" and from_start:
             assert e["text"] == texts.get(e["output_index"], "")
+        elif kind == "response.custom_tool_call_input.delta":
+            assert not from_start or e["output_index"] in items, "a delta before its item"
+            inputs[e["output_index"]] = inputs.get(e["output_index"], "") + e["delta"]
+        elif kind == "response.custom_tool_call_input.done" and from_start:
+            assert e["input"] == inputs.get(e["output_index"], "")
         elif kind == "response.output_item.done":
             assert e["item"]["status"] in ("completed", "incomplete")
             if from_start:

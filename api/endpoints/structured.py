@@ -5,9 +5,12 @@ failure."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 
 from api.http.errors import invalid
+from contract.freeform.escaped import check_format
+from contract.freeform.terms import FormatError
 from contract.gbnf import SchemaError
 from contract.jobspec import NAMED, TOOL_NAME, Tool
 from contract.schema import check_size, schema_grammar
@@ -39,9 +42,12 @@ def checked_tools(
     return tuple(tools)
 
 
-def checked_choice(choice: str | None, tools: tuple[Tool, ...], named_param: str = "") -> str:
+def checked_choice(
+    choice: str | None, tools: tuple[Tool, ...], named_param: str = "", custom: bool = False
+) -> str:
     """The job's tool choice: "auto" by default, a mode, or (with `named_param`, where the
-    request names it) NAMED + the name of one of `tools`."""
+    request names it) NAMED + the name of one of `tools`, a function (a custom one with
+    `custom`)."""
     if choice is None:
         return "auto"
     if not tools:
@@ -50,10 +56,28 @@ def checked_choice(choice: str | None, tools: tuple[Tool, ...], named_param: str
             param="tool_choice",
         )
     if named_param:
-        if choice not in {t.name for t in tools}:
-            raise invalid(f"Invalid 'tool_choice': no tool named {choice[:64]!r}.", param=named_param)
+        if choice not in {t.name for t in tools if (t.freeform is not None) == custom}:
+            kind = "custom tool" if custom else "tool"
+            raise invalid(f"Invalid 'tool_choice': no {kind} named {choice[:64]!r}.", param=named_param)
         return NAMED + choice
     return choice
+
+
+def checked_custom(tool: Tool, fmt: dict, param: str) -> Tool:
+    """A custom tool as the job takes it: its format compiled (a 400 naming `param` for what
+    its grammar cannot enforce), and its description telling the model what its one
+    argument, `input`, holds."""
+    try:
+        check_format(fmt)
+    except FormatError as exc:
+        raise invalid(f"Invalid '{param}': {exc}.", param=param) from None
+    if fmt["type"] == "text":
+        told = "Its argument `input` is free text."
+    else:
+        syntax = "Lark grammar" if fmt["syntax"] == "lark" else "regular expression"
+        told = f"Its argument `input` is text matching this {syntax}:\n{fmt['definition']}"
+    description = f"{tool.description}\n\n{told}" if tool.description else told
+    return dataclasses.replace(tool, description=description, freeform=fmt)
 
 
 def checked_format(kind: str, schema: dict | None, param: str) -> dict | None:

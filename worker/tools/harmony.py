@@ -17,11 +17,10 @@ import json
 
 from contract.gbnf import Grammar, composed, literal
 from contract.jobspec import JobSpec
-from contract.schema import Compiler
 from worker.text import harmony
 from worker.text.replies import PlainReply, Reply
 from worker.tools.hermes import HermesTools
-from worker.tools.rules import chosen, only_calls, response_rule
+from worker.tools.rules import arguments_rule, chosen, only_calls, response_rule
 
 FINAL = f"{harmony.CHANNEL}final"  # the answer's header, from its channel on
 
@@ -69,7 +68,7 @@ def _calls(spec: JobSpec, g: Grammar, opened: str | None) -> str:
     prompt, or one the model may write first)."""
     calls = []
     for i, tool in enumerate(chosen(spec)):
-        args = Compiler(tool.parameters, g, prefix=f"tool{i}-").rule(tool.parameters)
+        args = arguments_rule(tool, g, i)
         header = (
             f"{harmony.CHANNEL}commentary to=functions.{tool.name} {harmony.CONSTRAIN}json{harmony.MESSAGE}"
         )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 
+from contract.freeform.escaped import string_rule
 from contract.gbnf import Grammar, json_literal, json_object_grammar
 from contract.jobspec import JobSpec, Tool
 from contract.schema import Compiler, schema_grammar
@@ -36,7 +37,7 @@ def call_rule(spec: JobSpec, g: Grammar) -> str:
     """`{"name": NAME, "arguments": ARGS}` for each tool the job may call."""
     calls = []
     for i, tool in enumerate(chosen(spec)):
-        args = Compiler(tool.parameters, g, prefix=f"tool{i}-").rule(tool.parameters)
+        args = arguments_rule(tool, g, i)
         calls.append(
             g.define(
                 g.name(f"call-{i}"),
@@ -45,6 +46,16 @@ def call_rule(spec: JobSpec, g: Grammar) -> str:
             )
         )
     return g.define(g.name("call"), " | ".join(calls))
+
+
+def arguments_rule(tool: Tool, g: Grammar, i: int) -> str:
+    """A call's arguments: its schema's, or a custom tool's `{"input": TEXT}`, where TEXT is
+    the JSON string of a text its format's grammar takes (contract/freeform/)."""
+    if tool.freeform is None:
+        return Compiler(tool.parameters, g, prefix=f"tool{i}-").rule(tool.parameters)
+    text = string_rule(tool.freeform, g, f"tool{i}-")
+    body = f'"{{" ws {json_literal("input")} ws ":" ws {text} "}}" ws'
+    return g.define(g.name(f"tool{i}-arguments"), body)
 
 
 def only_calls(spec: JobSpec) -> bool:

@@ -31,18 +31,21 @@ from api.endpoints.body import (
 )
 from api.endpoints.responses.items import (
     call_item,
+    custom_call_item,
     input_id,
     item_chars,
     message_item,
     output_item,
     to_messages,
 )
-from api.endpoints.structured import checked_choice, checked_format, checked_tools
+from api.endpoints.responses.tools import CustomTool, ToolChoiceCustom
+from api.endpoints.structured import checked_choice, checked_custom, checked_format, checked_tools
 from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many
 from api.settings import Limits
 from contract import errors
-from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message
+from contract.freeform.calls import INPUT_SCHEMA
+from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message, Tool
 from contract.keys import JobField
 
 
@@ -97,6 +100,18 @@ class FunctionCallOutputItem(_Item):
         return _joined(self.output)
 
 
+class CustomToolCallItem(_Item):
+    type: Literal["custom_tool_call"]
+    call_id: Annotated[str, Field(min_length=1)]
+    name: str
+    input: str
+
+
+class CustomToolCallOutputItem(FunctionCallOutputItem):
+    type: Literal["custom_tool_call_output"]  # type: ignore[assignment]
+    name: str | None = None  # Codex sends it: the call_id says which call it answers
+
+
 class ItemReference(Strict):
     type: Literal["item_reference"]
     id: str
@@ -112,6 +127,8 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
+    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_type),
 ]
@@ -121,6 +138,9 @@ class FunctionTool(FunctionDef):
     """The Responses API's function tool: chat's function definition, flattened."""
 
     type: Literal["function"]
+
+
+ResponsesTool = Annotated[FunctionTool | CustomTool, Field(discriminator="type")]
 
 
 class ToolChoiceFunction(Function):
@@ -162,8 +182,8 @@ class ResponsesRequest(Body):
     top_p: TopP | None = None
     previous_response_id: str | None = None
     text: TextConfig | None = None
-    tools: Annotated[list[FunctionTool], Field(max_length=MAX_TOOLS)] | None = None
-    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
+    tools: Annotated[list[ResponsesTool], Field(max_length=MAX_TOOLS)] | None = None
+    tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | ToolChoiceCustom | None = None
     parallel_tool_calls: bool | None = None
     stream_options: ResponsesStreamOptions | None = None
     truncation: Literal["disabled"] | None = None
@@ -204,6 +224,12 @@ class ResponsesRequest(Body):
             elif isinstance(item, FunctionCallItem):
                 own = item.id or input_id(response_id, "fc", i)
                 out.append(call_item(own, item.call_id, item.name, item.arguments))
+            elif isinstance(item, CustomToolCallItem):
+                own = item.id or input_id(response_id, "ctc", i)
+                out.append(custom_call_item(own, item.call_id, item.name, item.input))
+            elif isinstance(item, CustomToolCallOutputItem):
+                own = item.id or input_id(response_id, "ctco", i)
+                out.append(output_item(own, item.call_id, item.text(), "custom_tool_call_output"))
             else:
                 own = item.id or input_id(response_id, "fco", i)
                 out.append(output_item(own, item.call_id, item.text()))
@@ -215,8 +241,9 @@ class ResponsesRequest(Body):
         _check_conversation(messages)
         tools = self._tools()
         choice = self.tool_choice
-        if isinstance(choice, ToolChoiceFunction):
-            tool_choice = checked_choice(choice.name, tools, "tool_choice.name")
+        if isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):  # a tool of that type
+            custom = isinstance(choice, ToolChoiceCustom)
+            tool_choice = checked_choice(choice.name, tools, "tool_choice.name", custom=custom)
         else:
             tool_choice = checked_choice(choice, tools)
         fmt = self.text.format if self.text and self.text.format else None
@@ -239,8 +266,14 @@ class ResponsesRequest(Body):
             thinking_budget=self.thinking_budget or 0,
         )
 
-    def _tools(self):
-        return checked_tools([(t.name, t.description, t.parameters) for t in self.tools or ()], "tools[{}]")
+    def _tools(self) -> tuple[Tool, ...]:
+        given = self.tools or []
+        defs = [(t.name, t.description, getattr(t, "parameters", INPUT_SCHEMA)) for t in given]
+        tools = checked_tools(defs, "tools[{}]")
+        return tuple(
+            checked_custom(tool, t.freeform(), f"tools[{i}].format") if isinstance(t, CustomTool) else tool
+            for i, (t, tool) in enumerate(zip(given, tools, strict=True))
+        )
 
     def echo(self) -> dict:
         """What the Response object repeats of this request (api/endpoints/responses/objects.py)."""
@@ -256,19 +289,8 @@ class ResponsesRequest(Body):
             "temperature": TEMPERATURE if self.temperature is None else self.temperature,
             "top_p": TOP_P if self.top_p is None else self.top_p,
             "format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"},
-            "tool_choice": choice.model_dump()
-            if isinstance(choice, ToolChoiceFunction)
-            else choice or "auto",
-            "tools": [
-                {
-                    "type": "function",
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                    "strict": True,
-                }
-                for t in self.tools or ()
-            ],
+            "tool_choice": choice.model_dump() if isinstance(choice, Strict) else choice or "auto",
+            "tools": [_echoed(t) for t in self.tools or ()],
             "user": self.user,
             "metadata": self.metadata or {},
             "service_tier": self.priority,
@@ -295,6 +317,8 @@ class ResponsesRequest(Body):
                     chars += item_chars(self._referenced.get(item.id, {}))
                 elif isinstance(item, FunctionCallItem):
                     chars += len(item.name) + len(item.arguments)
+                elif isinstance(item, CustomToolCallItem):
+                    chars += len(item.name) + len(item.input)
                 else:
                     chars += len(item.text())
         chars += sum(len(json.dumps(t.model_dump())) for t in self.tools or ())
@@ -308,6 +332,19 @@ class ResponsesRequest(Body):
         if turns > limits.max_messages:
             raise too_many("input", limits.max_messages, turns)
         super().enforce(limits)
+
+
+def _echoed(tool: FunctionTool | CustomTool) -> dict:
+    """A tool as the Response repeats it."""
+    if isinstance(tool, CustomTool):
+        return tool.echoed()
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": tool.parameters,
+        "strict": True,
+    }
 
 
 def _check_conversation(messages: list[Message]) -> None:

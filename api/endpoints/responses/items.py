@@ -1,5 +1,6 @@
-"""The items of a Responses conversation (messages, function calls, their outputs) as stored
-with a response, and as the chat messages a worker's template renders.
+"""The items of a Responses conversation (messages, function and custom tool calls, their
+outputs) as stored with a response, and as the chat messages a worker's template renders (a
+custom call is a function call whose arguments are `{"input": ...}`: contract/freeform/).
 
 Input items are stored as openai-python's `ResponseItem` types have them, each with an id:
 the client's own, or one made from the response's id and the item's place, so that an
@@ -13,9 +14,10 @@ import re
 from dataclasses import dataclass
 
 from api.endpoints.responses.objects import ID_PREFIX
+from contract.freeform.calls import arguments_json
 from contract.jobspec import Message, ToolCall
 
-_REFERENCE = re.compile(r"(msg|fc|fco)_([A-Za-z0-9]{1,64})_(in)?(\d{1,6})")
+_REFERENCE = re.compile(r"(msg|fc|fco|ctc|ctco)_([A-Za-z0-9]{1,64})_(in)?(\d{1,6})")
 
 
 @dataclass(frozen=True)
@@ -58,10 +60,21 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str) -> dict:
     }
 
 
-def output_item(item_id: str, call_id: str, output: str) -> dict:
+def custom_call_item(item_id: str, call_id: str, name: str, text: str) -> dict:
     return {
         "id": item_id,
-        "type": "function_call_output",
+        "type": "custom_tool_call",
+        "status": "completed",
+        "call_id": call_id,
+        "name": name,
+        "input": text,
+    }
+
+
+def output_item(item_id: str, call_id: str, output: str, kind: str = "function_call_output") -> dict:
+    return {
+        "id": item_id,
+        "type": kind,
         "status": "completed",
         "call_id": call_id,
         "output": output,
@@ -78,7 +91,9 @@ def item_chars(item: dict) -> int:
     kind = item.get("type")
     if kind == "function_call":
         return len(item.get("name", "")) + len(item.get("arguments", ""))
-    if kind == "function_call_output":
+    if kind == "custom_tool_call":
+        return len(item.get("name", "")) + len(item.get("input", ""))
+    if kind in ("function_call_output", "custom_tool_call_output"):
         return len(item.get("output", ""))
     if kind == "reasoning":
         return 0  # templates leave earlier thinking out
@@ -94,13 +109,14 @@ def to_messages(items: list[dict]) -> list[Message]:
         if kind == "message":
             role = "system" if item["role"] == "developer" else item["role"]
             out.append(Message(role=role, content=item_text(item)))
-        elif kind == "function_call":
-            call = ToolCall(item["call_id"], item["name"], item["arguments"])
+        elif kind in ("function_call", "custom_tool_call"):
+            arguments = item["arguments"] if kind == "function_call" else arguments_json(item["input"])
+            call = ToolCall(item["call_id"], item["name"], arguments)
             last = out[-1] if out else None
             if last is not None and last.role == "assistant":
                 out[-1] = Message("assistant", last.content, (*last.tool_calls, call))
             else:
                 out.append(Message("assistant", "", (call,)))
-        elif kind == "function_call_output":
+        elif kind in ("function_call_output", "custom_tool_call_output"):
             out.append(Message("tool", item["output"], tool_call_id=item["call_id"]))
     return out

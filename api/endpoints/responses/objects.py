@@ -18,17 +18,23 @@ from api.endpoints.protocol import Answer
 from api.jobs.state import JobState
 from contract.entries import CANCELLED, LENGTH, Delta, Entry, Failed, Finished, Rows, Started
 from contract.errors import status_of
+from contract.freeform.calls import InputReader
 from contract.jobspec import TEMPERATURE, TOP_P
 
 ID_PREFIX = "resp_"
 DELTA_EVENTS = frozenset(
-    {"response.output_text.delta", "response.reasoning_text.delta", "response.function_call_arguments.delta"}
+    {
+        "response.output_text.delta",
+        "response.reasoning_text.delta",
+        "response.function_call_arguments.delta",
+        "response.custom_tool_call_input.delta",
+    }
 )  # the events that carry output (the relay counts them)
 
 
 def item_id(response_id: str, kind: str, index: int) -> str:
-    """Output item `index` of a response: `msg_…`, `rs_…` or `fc_…` (api/endpoints/responses/items.py reads
-    them back for `item_reference`)."""
+    """Output item `index` of a response: `msg_…`, `rs_…`, `fc_…` or `ctc_…`
+    (api/endpoints/responses/items.py reads them back for `item_reference`)."""
     return f"{kind}_{response_id.removeprefix(ID_PREFIX)}_{index}"
 
 
@@ -47,6 +53,11 @@ def _part(kind: str, text: str) -> dict:
     if kind == "message":
         return {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
     return {"type": "reasoning_text", "text": text}
+
+
+def _payload(custom: bool) -> str:
+    """What a call item holds as it streams: a custom call's input, a function call's arguments."""
+    return "input" if custom else "arguments"
 
 
 def _error(entry: Failed) -> dict:
@@ -75,6 +86,11 @@ class ResponseObjects:
     @property
     def background(self) -> bool:
         return bool(self.echo.get("background"))
+
+    @property
+    def custom_tools(self) -> frozenset[str]:
+        """The names of the request's custom tools: their calls are `custom_tool_call`s."""
+        return frozenset(t["name"] for t in self.echo.get("tools", ()) if t.get("type") == "custom")
 
     @property
     def stored(self) -> bool:
@@ -141,7 +157,9 @@ class Transcript:
         self.seq = -1
         self.output: list[dict] = []
         self._text: list[str] = []  # the open message or reasoning item's text so far
-        self._args: dict[int, list[str]] = {}  # an open function call's arguments so far, by output index
+        self._args: dict[int, list[str]] = {}  # an open call's arguments (or input) so far, by output index
+        self._inputs: dict[int, InputReader] = {}  # an open custom call's input, read from its arguments
+        self._custom = objects.custom_tools
         self._calls: dict[int, int] = {}  # a tool call's index in the job -> its output index
         self._open: int | None = None  # the output index of the item being written
         self._started = False
@@ -190,15 +208,13 @@ class Transcript:
             at = self._calls.get(part.index, -1)
             if at not in self._args or not part.arguments:  # a closed call gets no more
                 continue
-            self._args[at].append(part.arguments)
-            events.append(
-                self._event(
-                    "response.function_call_arguments.delta",
-                    item_id=self.output[at]["id"],
-                    output_index=at,
-                    delta=part.arguments,
-                )
-            )
+            delta, kind = part.arguments, "response.function_call_arguments.delta"
+            if at in self._inputs:
+                delta, kind = self._inputs[at].feed(part.arguments), "response.custom_tool_call_input.delta"
+                if not delta:
+                    continue
+            self._args[at].append(delta)
+            events.append(self._event(kind, item_id=self.output[at]["id"], output_index=at, delta=delta))
         return events
 
     def _write(self, kind: str, text: str) -> list[dict]:
@@ -238,15 +254,19 @@ class Transcript:
         ]
 
     def _open_call(self, call_index: int, call_id: str, name: str) -> list[dict]:
+        """A function call, or a custom tool's call (its input read out of the arguments)."""
         index = len(self.output)
+        custom = name in self._custom
         item = {
-            "id": item_id(self._o.id, "fc", index),
-            "type": "function_call",
+            "id": item_id(self._o.id, "ctc" if custom else "fc", index),
+            "type": "custom_tool_call" if custom else "function_call",
             "status": "in_progress",
-            "arguments": "",
+            _payload(custom): "",
             "call_id": call_id,
             "name": name,
         }
+        if custom:
+            self._inputs[index] = InputReader()
         self.output.append(item)
         self._open = index
         self._calls[call_index] = index
@@ -271,6 +291,17 @@ class Transcript:
             else:
                 events.append(self._event("response.reasoning_text.done", **common, text=text))
             events.append(self._event("response.content_part.done", **common, part=copy.deepcopy(part)))
+        elif item["type"] == "custom_tool_call":
+            self._args.pop(index)
+            item["input"] = self._inputs.pop(index).done()
+            events.append(
+                self._event(
+                    "response.custom_tool_call_input.done",
+                    item_id=item["id"],
+                    output_index=index,
+                    input=item["input"],
+                )
+            )
         else:
             item["arguments"] = "".join(self._args.pop(index))
             events.append(
@@ -309,7 +340,7 @@ class Transcript:
             if item["type"] in ("message", "reasoning"):
                 item["content"] = [_part(item["type"], "".join(self._text))]
             else:
-                item["arguments"] = "".join(self._args[self._open])
+                item[_payload(item["type"] == "custom_tool_call")] = "".join(self._args[self._open])
         return out
 
     def _event(self, kind: str, **fields: object) -> dict:

@@ -140,3 +140,81 @@ def test_a_service_tier_is_the_job_s_queue_tier():
     flex = body(input="x", service_tier="flex")
     assert flex.to_spec("resp_x", LIMITS).priority == "flex" and flex.echo()["service_tier"] == "flex"
     assert body(input="x", service_tier="auto").echo()["service_tier"] == "default"
+
+
+PATCHER = {
+    "type": "custom",
+    "name": "apply_patch",
+    "description": "Edit files.",
+    "format": {"type": "grammar", "syntax": "lark", "definition": 'start: "*** Begin Patch" /[^\\n]*/'},
+}
+
+
+def test_a_custom_tool_is_a_function_of_its_input_told_its_grammar():
+    b = body(
+        input=[
+            {"role": "user", "content": "Patch it."},
+            {"type": "custom_tool_call", "call_id": "call_1", "name": "apply_patch", "input": 'a "b"\n'},
+            {
+                "type": "custom_tool_call_output",
+                "call_id": "call_1",
+                "output": "Done.",
+                "name": "apply_patch",
+            },
+        ],
+        tools=[WEATHER, PATCHER, {"type": "custom", "name": "note"}],
+        tool_choice={"type": "custom", "name": "apply_patch"},
+    )
+    spec = b.to_spec("resp_x", LIMITS)
+    weather, patcher, note = spec.tools
+    assert weather.freeform is None and patcher.freeform == PATCHER["format"]
+    assert patcher.parameters["properties"] == {"input": {"type": "string"}}
+    assert (
+        patcher.description.startswith("Edit files.\n\n")
+        and PATCHER["format"]["definition"] in patcher.description
+    )
+    assert note.freeform == {"type": "text"} and "free text" in note.description
+    assert spec.tool_choice == NAMED + "apply_patch"
+    assert spec.messages[1] == Message(
+        "assistant", "", (ToolCall("call_1", "apply_patch", json.dumps({"input": 'a "b"\n'})),)
+    )
+    assert spec.messages[2] == Message("tool", "Done.", tool_call_id="call_1")
+    stored = json.loads(b.job_fields("resp_x")[JobField.INPUT])
+    assert [(i["id"], i["type"]) for i in stored[1:]] == [
+        ("ctc_x_in1", "custom_tool_call"),
+        ("ctco_x_in2", "custom_tool_call_output"),
+    ]
+    echo = b.echo()
+    assert echo["tools"][1] == PATCHER and echo["tool_choice"] == {"type": "custom", "name": "apply_patch"}
+
+
+@pytest.mark.parametrize(
+    ("kw", "param"),
+    [
+        (
+            {"tools": [{**PATCHER, "format": {**PATCHER["format"], "definition": "start: %ignore"}}]},
+            "tools[0].format",
+        ),
+        (
+            {
+                "tools": [
+                    WEATHER,
+                    {**PATCHER, "format": {"type": "grammar", "syntax": "regex", "definition": "a(?=b)"}},
+                ]
+            },
+            "tools[1].format",
+        ),
+        (
+            {"tools": [{**PATCHER, "format": {"type": "grammar", "syntax": "ebnf", "definition": "x"}}]},
+            "tools[0].format.syntax",
+        ),
+        ({"tools": [{**PATCHER, "strict": True}]}, "tools[0].strict"),
+        ({"tools": [WEATHER], "tool_choice": {"type": "custom", "name": "get_weather"}}, "tool_choice.name"),
+        (
+            {"tools": [PATCHER], "tool_choice": {"type": "function", "name": "apply_patch"}},
+            "tool_choice.name",
+        ),
+    ],
+)
+def test_a_custom_tool_outside_what_is_enforced_is_refused_by_name(kw, param):
+    assert err(input="x", **kw).param == param

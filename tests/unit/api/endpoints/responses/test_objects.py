@@ -186,3 +186,30 @@ def _response(raw: bytes) -> httpx.Response:
 
 def _client() -> openai.OpenAI:
     return openai.OpenAI(api_key="x", base_url="http://127.0.0.1:9/v1")
+
+
+def test_a_custom_tool_s_call_streams_its_input_not_its_arguments():
+    """The worker writes a custom call as a function call of `{"input": ...}`; the Response
+    gives the input back, cut anywhere in its escapes, as OpenAI's custom_tool_call."""
+    custom = {"type": "custom", "name": "apply_patch", "description": None, "format": {"type": "text"}}
+    objects = ResponseObjects("resp_abc", 1700000000, "m", {"tools": [custom]})
+    arguments = '{"input": "*** Begin Patch\\n+say \\"hi\\" \\ud83d\\ude00\\n*** End Patch\\n"}'
+    cuts = [arguments[:12], arguments[12:27], arguments[27:40], arguments[40:]]
+    entries = rows(
+        STARTED,
+        Delta(text="", token_ids=(1,), calls=(CallPart(0, cuts[0], "call_1", "apply_patch"),)),
+        *(Delta(text="", token_ids=(2,), calls=(CallPart(0, cut),)) for cut in cuts[1:]),
+        DONE,
+    )
+    parsed = check_responses_stream(stream(objects, entries))
+    for event in parsed.events:
+        EVENT.validate_python(event, strict=True)
+    patch = '*** Begin Patch\n+say "hi" 😀\n*** End Patch\n'
+    deltas = [e["delta"] for e in parsed.events if e["type"] == "response.custom_tool_call_input.delta"]
+    [done] = [e for e in parsed.events if e["type"] == "response.custom_tool_call_input.done"]
+    assert "".join(deltas) == patch == done["input"] and len(deltas) > 1
+    final = Response.model_validate(parsed.terminal["response"], strict=True)
+    [call] = final.output
+    assert call.type == "custom_tool_call" and call.input == patch and call.call_id == "call_1"
+    assert call.id == done["item_id"] == "ctc_abc_0"
+    assert not any("function_call" in e["type"] for e in parsed.events)
