@@ -95,6 +95,7 @@ class Body(Strict):
     user: str | None = None
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
     store: bool | None = None
+    safety_identifier: Annotated[str, Field(max_length=256)] | None = None  # OpenAI's `user`, renamed
 
     @property
     def streaming(self) -> bool:
