@@ -24,7 +24,7 @@ from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
 
 ROLES = ("system", "user", "assistant", "tool")
-KINDS = ("chat", "text", "embed")
+KINDS = ("chat", "text", "embed", "rank")
 TOOL_CHOICES = ("none", "auto", "required")  # or NAMED + the name of one tool
 NAMED = "function:"
 FORMATS = ("json_object", "json_schema")
@@ -151,7 +151,8 @@ class JobSpec:
     # a reasoning model's thinking ends after this many tokens (the worker closes its block);
     # 0: no bound but max_tokens
     thinking_budget: int = 0
-    # an "embed" job's inputs, each a string or token ids (its vectors come back in that order)
+    # an "embed" job's inputs, each a string or token ids (its vectors come back in that order);
+    # a "rank" job's, its query then its documents (one score per document comes back)
     inputs: tuple[str | tuple[int, ...], ...] = ()
     dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
 
@@ -306,7 +307,10 @@ class JobSpec:
         dims = self.dimensions
         if isinstance(dims, bool) or not isinstance(dims, int) or dims < 0:
             raise InvalidSpec("dimensions must be a non-negative integer")
-        if self.kind != "embed":
+        strings = all(isinstance(x, str) and x for x in self.inputs)
+        if self.kind == "rank" and (len(self.inputs) < 2 or not strings or dims):
+            raise InvalidSpec("a rank job's inputs are a query and documents, non-empty strings")
+        if self.kind not in ("embed", "rank"):
             if self.inputs or dims:
                 raise InvalidSpec("inputs and dimensions are for embed jobs")
             return
