@@ -154,6 +154,23 @@ def test_langchain_cohere_reranks_against_the_base_url(pool):
     assert sorted(r["index"] for r in got) == [0, 1]
 
 
+def test_llamaindex_cohere_and_jina_postprocessors_rerank_nodes_against_the_stack(pool):
+    pytest.importorskip("llama_index.postprocessor.jinaai_rerank")
+    from llama_index.core.schema import NodeWithScore, QueryBundle, TextNode
+    from llama_index.postprocessor.cohere_rerank import CohereRerank
+    from llama_index.postprocessor.jinaai_rerank import JinaRerank
+
+    nodes = [NodeWithScore(node=TextNode(text=d), score=0.0) for d in DOCUMENTS]
+    expected = rerank(pool, {"query": QUERY, "documents": DOCUMENTS, "top_n": 2}).json()["results"]
+    for ranker in (
+        CohereRerank(top_n=2, model=MODEL, api_key="unused", base_url=pool.base),
+        JinaRerank(top_n=2, model=MODEL, api_key="unused", base_url=pool.base + "/v1"),
+    ):
+        got = ranker.postprocess_nodes(nodes, QueryBundle(QUERY))
+        assert [n.node.get_content() for n in got] == [DOCUMENTS[r["index"]] for r in expected]
+        assert [n.score for n in got] == pytest.approx([r["relevance_score"] for r in expected], abs=ROUNDING)
+
+
 def test_identical_pairs_score_alike_alone_and_among_other_requests(pool):
     body = {"query": QUERY, "documents": [DOCUMENTS[0], DOCUMENTS[1], DOCUMENTS[0]]}
     alone = scores(rerank(pool, body).json())
@@ -185,6 +202,28 @@ def test_raw_scores_by_the_setting_are_the_logits_of_the_relevance_scores(pool):
     relevance = scores(rerank(pool, {"query": QUERY, "documents": DOCUMENTS}).json())
     assert any(not 0 <= v <= 1 for v in raw.values())  # a raw score is the model's, unbounded
     assert {i: 1 / (1 + math.exp(-v)) for i, v in raw.items()} == pytest.approx(relevance, abs=1e-6)
+
+
+def test_a_keys_token_budget_counts_rerank_tokens(pool):
+    """A pair reserves its texts' bytes and the frame the workers announced; the key is
+    charged what the pairs were, and a request reserving more than is left is a 429."""
+    auth = {"authorization": "Bearer sk-rank"}
+    api, base = start_api(
+        pool.logs, pool.url, name="api-keys", env={"API_KEYS": "sk-rank", "KEY_TOKENS_PER_MINUTE": "100"}
+    )
+    try:
+        with httpx.Client(base_url=base, timeout=180, headers=auth) as http:
+            deadline = time.monotonic() + 60
+            while not http.get(f"/v1/models/{MODEL}").is_success:
+                assert time.monotonic() < deadline and api.alive()
+                time.sleep(0.2)
+            first = http.post("/v1/rerank", json={"model": MODEL, "query": "q", "documents": ["a", "b"]})
+            big = http.post("/v1/rerank", json={"model": MODEL, "query": "q", "documents": ["x" * 50] * 2})
+    finally:
+        api.stop()
+    assert first.status_code == 200 and first.json()["usage"]["prompt_tokens"] == 2 * (1 + 4 + 1)
+    assert int(first.headers["x-ratelimit-remaining-tokens"]) <= 100 - 12
+    assert big.status_code == 429 and "tokens" in big.json()["error"]["message"]
 
 
 def test_the_models_list_names_the_kind(pool):
