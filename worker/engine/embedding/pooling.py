@@ -29,8 +29,8 @@ def declared_pooling(path: Path) -> str:
     if not model:
         raise SystemExit(f"llama.cpp could not read {path}")
     try:
-        arch = _meta(model, "general.architecture")
-        raw = _meta(model, f"{arch}.pooling_type")
+        arch = meta(model, "general.architecture")
+        raw = meta(model, f"{arch}.pooling_type")
     finally:
         llama_cpp.llama_model_free(model)
     if not raw:
@@ -38,7 +38,7 @@ def declared_pooling(path: Path) -> str:
     return DECLARED.get(int(raw), "")
 
 
-def _meta(model: llama_cpp.llama_model_p, key: str) -> str:
+def meta(model: llama_cpp.llama_model_p, key: str) -> str:
     buf = ctypes.create_string_buffer(256)
     n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
     return buf.value.decode() if n >= 0 else ""

@@ -3,6 +3,10 @@ context, whose pooled output per sequence is the model's relevance score for one
 document) pair. Pairs are sequences as embedding inputs are: the pairs of every job the worker
 runs share each decode, the keys that sent them taking turns (packing.py).
 
+A score is the head's first output, as llama-server's; a Qwen3 reranker's head ends in a
+softmax (llama.cpp's graph), so its score, P(yes), is given as its log-odds: the sigmoid the
+API applies gives llama-server's score back.
+
 A pair is rendered as llama-server renders it (tools/server `format_prompt_rerank`): the
 model's `rerank` template with `{query}` and `{document}` filled in, when its GGUF has one;
 else `BOS query EOS SEP document EOS`, each special token where the vocabulary says to add
@@ -13,6 +17,7 @@ control token).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import llama_cpp
@@ -23,10 +28,20 @@ from contract.jobspec import JobSpec
 from contract.prefixes import PromptOverhead
 from contract.tiers import rank_pool
 from worker.engine.embedding.engine import EmbeddingEngine
+from worker.engine.embedding.pooling import meta
 from worker.errors import PromptRejected
 from worker.settings import WorkerSettings
 
 QUERY, DOCUMENT = "{query}", "{document}"
+SOFTMAX_HEADS = frozenset({"qwen3", "qwen3vl"})  # llama.cpp ends their head in a softmax
+_EPS = 1e-7  # a probability is kept this far from 0 and 1: its log-odds stay finite
+
+
+def log_odds(p: float) -> float:
+    """The score whose sigmoid is `p`: a head that ends in a softmax over (yes, no) gives
+    P(yes), and its log-odds is the difference of the two logits."""
+    q = min(max(p, _EPS), 1 - _EPS)
+    return math.log(q / (1 - q))
 
 
 @dataclass(frozen=True)
@@ -80,6 +95,7 @@ class RankEngine(EmbeddingEngine):
     def __init__(self, settings: WorkerSettings) -> None:
         super().__init__(settings, "rank")
         self.truncate = settings.rerank_truncate
+        self.softmax = meta(self._model.model, "general.architecture") in SOFTMAX_HEADS
         self.frame = self._frame()
         # what the frame adds to a pair: the API reserves it per document (api/endpoints/rerank)
         self.prompt_overhead = PromptOverhead(0, len(self.frame.pair([], [])))
@@ -89,7 +105,10 @@ class RankEngine(EmbeddingEngine):
         return max(1, llama_cpp.llama_model_n_cls_out(model))
 
     def finish(self, vector: np.ndarray, dimensions: int) -> np.ndarray:
-        return np.asarray(vector[:1], dtype="<f4")
+        """The score: the head's first label; a probability (a softmax head's) as its log-odds,
+        so that every model's score is one whose sigmoid is its relevance."""
+        score = float(vector[0])
+        return np.array([log_odds(score) if self.softmax else score], dtype="<f4")
 
     def _frame(self) -> Frame:
         raw = llama_cpp.llama_model_chat_template(self._model.model, b"rerank")

@@ -4,6 +4,7 @@ the context, and one score each from the random BERT reranker (devstack.random_m
 from __future__ import annotations
 
 import array
+import math
 
 import pytest
 
@@ -12,7 +13,7 @@ from worker.settings import WorkerSettings, default_model_path
 
 pytest.importorskip("llama_cpp")
 from contract.jobspec import JobSpec
-from worker.engine.embedding.rank import Frame, RankEngine
+from worker.engine.embedding.rank import Frame, RankEngine, log_odds
 from worker.errors import PromptRejected
 
 pytestmark = pytest.mark.skipif(default_model_path() is None, reason="no SmolLM2 GGUF: run scripts/setup")
@@ -42,7 +43,7 @@ def scores(e: RankEngine, ids: list[list[int]]) -> list[float]:
 def test_a_pair_is_bos_query_eos_sep_document_eos_and_gets_one_score(path):
     e = engine(path)
     try:
-        assert e.model_name == "r#rank" and e.dimensions == 1
+        assert e.model_name == "r#rank" and e.dimensions == 1 and not e.softmax
         assert e.frame == Frame(head=[1], middle=[2, 0], tail=[2])  # the file's BOS, EOS, SEP
         assert e.prompt_overhead is not None and e.prompt_overhead.per_part == 4
         q, d = (e._model.tokenize(t.encode(), add_bos=False, special=False) for t in ("pandas", "bamboo"))
@@ -83,3 +84,9 @@ def test_a_rerank_worker_refuses_an_embed_job(path):
             e.input_ids(JobSpec(id="embd-1", kind="embed", model="r#rank", inputs=("x",), max_tokens=0))
     finally:
         e.close()
+
+
+def test_a_softmax_head_s_probability_becomes_the_score_whose_sigmoid_it_is():
+    for p in (0.01, 0.5, 0.9986):
+        assert 1 / (1 + math.exp(-log_odds(p))) == pytest.approx(p)
+    assert math.isfinite(log_odds(0.0)) and math.isfinite(log_odds(1.0))
