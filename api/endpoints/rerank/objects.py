@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from api.endpoints.embeddings.objects import EmbeddingObjects, floats
 from api.endpoints.protocol import Answer
 from api.jobs.state import JobState
-from contract.entries import Finished
+from contract.entries import Finished, Rows
 from contract.tiers import served_model
 
 ID_PREFIX = "rerank-"
@@ -72,6 +72,11 @@ class RerankObjects(EmbeddingObjects):
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens},
             "meta": {"billed_units": {"input_tokens": tokens}},
         }
+
+    def written(self, rows: Rows) -> None:
+        """Never written in pieces, as an embeddings answer of many vectors is: one float a
+        document, and `answer` has it whole."""
+        return None
 
     def pending(self, queued: bool) -> Answer:
         return Answer(

@@ -36,3 +36,7 @@ def test_top_n_and_documents_and_raw_scores():
 def test_the_sigmoid_holds_at_either_end():
     assert sigmoid(-1000.0) == 0.0 and sigmoid(1000.0) == 1.0 and sigmoid(0.0) == 0.5
     assert ranked([0.1, 0.3, 0.2], 5) == [1, 2, 0]
+
+
+def test_the_answer_is_never_an_embeddings_listing_written_in_pieces():
+    assert RerankObjects("rerank-1", "m").written([("1-0", END)]) is None
