@@ -83,7 +83,10 @@ class RerankRequest(Body):
         return {keys.JobField.ECHO: json.dumps(echo)}
 
     def prompt_chars(self) -> tuple[int, str]:
-        return len(self.query) + sum(map(len, self.texts())), "documents"
+        """Every pair's characters: the query is read once per document (MAX_PROMPT_CHARS
+        bounds the request's work, not its bytes)."""
+        texts = self.texts()
+        return len(self.query) * len(texts) + sum(map(len, texts)), "documents"
 
     def context_chars(self) -> tuple[int, str]:
         """The longest pair's: each document is read with the query in a context of its own."""

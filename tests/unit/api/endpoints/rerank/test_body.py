@@ -71,6 +71,7 @@ def test_a_bad_body_is_refused_naming_the_field(body, param):
     [
         ({"query": "q", "documents": ["a"] * 4}, "documents"),
         ({"query": "q" * 60, "documents": ["a" * 41]}, "documents"),
+        ({"query": "q" * 40, "documents": ["a"] * 3}, "documents"),  # 123 characters of pairs
         ({"query": "q", "documents": ["a"], "rank_fields": ["title"]}, "rank_fields"),
         ({"query": "q", "documents": ["a"], "max_tokens_per_doc": 8}, "max_tokens_per_doc"),
         ({"query": "q", "documents": ["a"], "max_chunks_per_doc": 8}, "max_chunks_per_doc"),
@@ -86,4 +87,4 @@ def test_the_longest_pair_is_what_one_context_must_hold():
     body = _body(query="qq", documents=["a", "bbbb", "cc"], rank_fields=["text"])
     body.enforce(LIMITS)
     assert body.context_chars() == (6, "documents[1]")
-    assert body.prompt_chars() == (9, "documents")
+    assert body.prompt_chars() == (3 * 2 + 7, "documents")  # the query once per document
