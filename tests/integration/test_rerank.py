@@ -226,6 +226,26 @@ def test_a_keys_token_budget_counts_rerank_tokens(pool):
     assert big.status_code == 429 and "tokens" in big.json()["error"]["message"]
 
 
+def test_the_pool_counts_its_pairs_and_tokens_under_its_own_name(pool):
+    assert rerank(pool, {"query": QUERY, "documents": DOCUMENTS}).status_code == 200
+    label = f'model="{POOL}"'
+    deadline = time.monotonic() + 30
+    with pool.http() as http:
+        while True:  # the workers add their counters with each announcement
+            lines = http.get("/metrics").text.splitlines()
+            counted = {
+                ln.split("{")[0]: float(ln.rsplit(" ", 1)[1])
+                for ln in lines
+                if label in ln and ln.startswith(("tokenspool_batch_sequences", "tokenspool_batch_prefill"))
+            }
+            if counted.get("tokenspool_batch_sequences_total", 0) >= 4:
+                break
+            assert time.monotonic() < deadline, counted
+            time.sleep(0.5)
+    assert counted["tokenspool_batch_prefill_tokens_total"] >= 4 * 10
+    assert any(ln.startswith("tokenspool_queue_depth{") and label in ln for ln in lines)
+
+
 def test_the_models_list_names_the_kind(pool):
     listed = pool.models()[MODEL]
     assert listed["kinds"] == ["rerank"] and listed["rerank_workers"] == 2 and listed["workers"] == 0
