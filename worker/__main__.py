@@ -13,7 +13,7 @@ import redis
 
 from contract import keys, logs
 from contract.servers import sync_client
-from contract.tiers import embedding_pool, served_model
+from contract.tiers import embedding_pool, rank_pool, served_model
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.rules import Engine
@@ -37,8 +37,9 @@ def prepare_libgomp(settings: WorkerSettings) -> None:
 
 
 def load_engine(settings: WorkerSettings) -> Engine:
-    """The model's engine: for its embedding pool when POOLING (or the GGUF) says so, else
-    for chat and completions; `engine.model_name` names the pool the worker serves."""
+    """The model's engine: for its embedding pool (or its rerank pool, for rank pooling) when
+    POOLING (or the GGUF) says so, else for chat and completions; `engine.model_name` names
+    the pool the worker serves."""
     if settings.engine == "synthetic":
         from worker.engine.synthetic import SyntheticEngine
 
@@ -55,6 +56,11 @@ def load_engine(settings: WorkerSettings) -> Engine:
 
     assert settings.model_path is not None
     pooling = settings.pooling or declared_pooling(settings.model_path)
+    if pooling == "rank":
+        from worker.engine.embedding.rank import RankEngine
+
+        log.info("loading %s from %s for reranking", settings.model_name, settings.model_path)
+        return RankEngine(settings)
     if pooling != "none" and pooling:
         from worker.engine.embedding.engine import EmbeddingEngine
 
@@ -95,9 +101,10 @@ def main() -> None:
 
     # an embedding pool's name is known before the load only when POOLING says it is one
     embeds = settings.pooling not in ("", "none")
+    pool_of = rank_pool if settings.pooling == "rank" else embedding_pool
     starting = Starting(
         connect(),
-        embedding_pool(settings.model_name) if embeds else settings.model_name,
+        pool_of(settings.model_name) if embeds else settings.model_name,
         settings.name,
         settings.announce_s,
     )
@@ -141,7 +148,7 @@ def main() -> None:
         shutdown_grace_s=settings.shutdown_grace_s,
         log_content=settings.log_content,
         slots=engine.slots,
-        guest=served_model(engine.model_name)[1] == "embeddings",
+        guest=served_model(engine.model_name)[1] != "chat",
     )
     pool = engine.model_name  # the model's name, or its embedding pool's (contract/tiers.py)
     presence = Presence(

@@ -19,7 +19,7 @@ DEFAULT_MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("llama", "synthetic")
 REASONING_FORMATS = ("think", "none")
-POOLINGS = ("", "mean", "cls", "last", "none")
+POOLINGS = ("", "mean", "cls", "last", "rank", "none")
 BATCH_SHARE_CAP = 8  # BATCH_SLOTS unset: batch lines take at most this many slots
 
 
@@ -77,8 +77,10 @@ class WorkerSettings:
         "",
         "POOLING",
         "`mean`, `cls` or `last`: the worker serves the model's embeddings (`/v1/embeddings`), pooled "
-        "so, from the model's embedding pool and not its chat queues; unset: it does so only for a "
-        "GGUF that declares its pooling (an embedding model), with that pooling; `none`: never (it "
+        "so, from the model's embedding pool and not its chat queues; `rank`: it serves the "
+        "model's reranking (`/v1/rerank`) from its rerank pool (a cross-encoder's GGUF); unset: it "
+        "does so only for a GGUF that declares its pooling (an embedding model or a reranker), with "
+        "that pooling; `none`: never (it "
         "serves chat, whatever the GGUF declares). A chat model's embeddings (`mean`) are of lower "
         "quality than an embedding model's (docs/embeddings.md)",
         parse=one_of("POOLING", POOLINGS),
@@ -89,6 +91,14 @@ class WorkerSettings:
         "EMBEDDING_TRUNCATE",
         "`1`: an embedding input longer than the model reads at once (N_CTX, at most its training "
         "context) is cut to fit; off: the request is refused with a 400 naming the input",
+        shown="off",
+    )
+    rerank_truncate: bool = setting(
+        False,
+        "RERANK_TRUNCATE",
+        "`1`: a rerank pair (query and document) longer than the model reads at once is cut to "
+        "fit, from the document's end (never the query); off: the request is refused with a 400 "
+        "naming the document",
         shown="off",
     )
     embedding_batch_tokens: int = setting(

@@ -11,12 +11,11 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from api.endpoints.body import Body
-from api.endpoints.catalog import BATCHABLE, EMBEDDINGS
+from api.endpoints.catalog import BATCHABLE
 from api.http.errors import APIError, invalid
 from api.http.parsing import parse
 from api.settings import Limits
 from contract import errors
-from contract.tiers import embedding_pool
 
 
 class _Line(BaseModel):
@@ -36,9 +35,9 @@ class Line:
 
     @property
     def pool(self) -> str:
-        """The pool its job waits in (an embeddings line's: its model's embedding pool)."""
-        model = self.body["model"]
-        return embedding_pool(model) if self.url == EMBEDDINGS.path else model
+        """The pool its job waits in (an embeddings line's: its model's embedding pool; a
+        rerank line's, its rerank pool)."""
+        return self.request().pool
 
     def request(self) -> Body:
         """The line's body as its endpoint's request (checked on upload: it parses)."""

@@ -69,7 +69,7 @@ _TIMES = (
 class BatchRequest(BaseModel):
     model_config = ConfigDict(strict=True, extra="forbid")
     input_file_id: str
-    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings"]
+    endpoint: Literal["/v1/chat/completions", "/v1/completions", "/v1/embeddings", "/v1/rerank"]
     completion_window: Literal["24h"]
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
 

@@ -26,6 +26,9 @@ from api.endpoints.messages.events import message_events
 from api.endpoints.messages.objects import ID_PREFIX as MESSAGE_PREFIX
 from api.endpoints.messages.objects import MessageObjects
 from api.endpoints.protocol import Events, Objects
+from api.endpoints.rerank.body import RerankRequest
+from api.endpoints.rerank.objects import ID_PREFIX as RERANK_PREFIX
+from api.endpoints.rerank.objects import RerankObjects
 from api.endpoints.responses.body import ResponsesRequest
 from api.endpoints.responses.events import response_events
 from api.endpoints.responses.objects import ID_PREFIX, ResponseObjects
@@ -110,8 +113,17 @@ EMBEDDINGS = Endpoint(
     objects=EmbeddingObjects,
     events=None,
 )
+RERANK = Endpoint(
+    name="rerank",
+    path="/v1/rerank",  # and /v2/rerank, /rerank (api/endpoints/rerank/routes.py)
+    id_prefix=RERANK_PREFIX,
+    noun="rerank",
+    body=RerankRequest,
+    objects=RerankObjects,
+    events=None,
+)
 ENDPOINTS = (CHAT, TEXT, RESPONSES, MESSAGES)
 """The endpoints whose jobs a client streams, retrieves, resumes and cancels by id."""
-BATCHABLE = {s.path: s for s in (CHAT, TEXT, EMBEDDINGS)}
+BATCHABLE = {s.path: s for s in (CHAT, TEXT, EMBEDDINGS, RERANK)}
 """The endpoints a Batch API line may name, by path."""
-BY_NAME = {s.name: s for s in (*ENDPOINTS, EMBEDDINGS)}
+BY_NAME = {s.name: s for s in (*ENDPOINTS, EMBEDDINGS, RERANK)}

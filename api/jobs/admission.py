@@ -267,5 +267,5 @@ class Admission:
 
 def not_found(pool: str) -> APIError:
     model, kind = tiers.served_model(pool)
-    served = "no worker serves its embeddings" if kind == "embeddings" else "no worker serves it"
+    served = "no worker serves it" if kind == "chat" else f"no worker serves its {kind}"
     return APIError(errors.MODEL_NOT_FOUND, f"The model '{model}' does not exist or {served}.", param="model")

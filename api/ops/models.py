@@ -10,11 +10,14 @@ from api.jobs.admission import not_found
 from api.services import Services
 from contract import tiers
 
+WORKERS = {"chat": "workers", "embeddings": "embedding_workers", "rerank": "rerank_workers"}
+POOLS = {"chat": lambda name: name, "embeddings": tiers.embedding_pool, "rerank": tiers.rank_pool}
+
 
 def _models(pools: dict[str, int]) -> dict[str, dict]:
     """One entry per model, from its pools' live workers: `workers` are its chat workers,
-    `embedding_workers` its embedding pool's (tokenspool's fields, beside OpenAI's), and
-    `kinds` what it serves ("chat", "embeddings")."""
+    `embedding_workers` its embedding pool's, `rerank_workers` its rerank pool's (tokenspool's
+    fields, beside OpenAI's), and `kinds` what it serves ("chat", "embeddings", "rerank")."""
     out: dict[str, dict] = {}
     for pool, workers in pools.items():
         name, kind = tiers.served_model(pool)
@@ -30,7 +33,7 @@ def _models(pools: dict[str, int]) -> dict[str, dict]:
             },
         )
         entry["kinds"] = sorted([*entry["kinds"], kind])
-        entry["embedding_workers" if kind == "embeddings" else "workers"] = workers
+        entry[WORKERS[kind]] = workers
     return out
 
 
@@ -43,7 +46,7 @@ async def list_models(request: Request) -> JSONResponse:
 async def get_model(request: Request) -> JSONResponse:
     services: Services = request.state.services
     name = request.path_params["model"]
-    live = _models(await services.admission.models([name, tiers.embedding_pool(name)]))
+    live = _models(await services.admission.models([pool(name) for pool in POOLS.values()]))
     if name not in live:
         raise not_found(name)
     return JSONResponse(live[name])
@@ -56,14 +59,13 @@ async def scaling(request: Request) -> JSONResponse:
     Batch API's lines are counted apart too (`batch_queued`, `batch_in_flight`,
     `interactive_demand`: a pool may scale on interactive demand alone), and the jobs
     waiting in each tier's queue (`queued_by_tier`). `?kind=embeddings` asks for the model's
-    embedding pool."""
+    embedding pool, `?kind=rerank` for its rerank pool."""
     services: Services = request.state.services
     name = request.path_params["model"]
     kind = request.query_params.get("kind", "chat")
-    if kind not in ("chat", "embeddings"):
-        raise invalid("Invalid 'kind': one of chat and embeddings.", param="kind")
-    if kind == "embeddings":  # the model's embedding pool
-        name = tiers.embedding_pool(name)
+    if kind not in POOLS:
+        raise invalid("Invalid 'kind': one of chat, embeddings and rerank.", param="kind")
+    name = POOLS[kind](name)  # the model's pool of that kind
     served = await services.admission.models([name])
     stats = services.stats
     depths = (await stats.queue_depths([name]))[name]

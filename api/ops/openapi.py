@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from api.batches.routes import BatchRequest
-from api.endpoints.catalog import EMBEDDINGS, ENDPOINTS, Endpoint
+from api.endpoints.catalog import EMBEDDINGS, ENDPOINTS, RERANK, Endpoint
 from api.endpoints.messages.routes import CountRequest
 
 _ERROR = {
@@ -204,6 +204,9 @@ def document() -> dict[str, Any]:
     )
     schemas.update(schemas["EmbeddingRequest"].pop("$defs", {}))
     paths[EMBEDDINGS.path] = _create(EMBEDDINGS)
+    schemas["RerankRequest"] = RERANK.body.model_json_schema(ref_template="#/components/schemas/{model}")
+    schemas.update(schemas["RerankRequest"].pop("$defs", {}))
+    paths[RERANK.path] = _create(RERANK)
     schemas["BatchRequest"] = BatchRequest.model_json_schema()
     paths.update(_files_and_batches())
     get = {"get": {"responses": {"200": _json("ok"), **_errors(401, 404)}}}

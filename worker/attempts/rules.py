@@ -138,7 +138,7 @@ class AttemptRules:
             log.warning("refused job %s: it carries the spec of %s", rq_job_id, spec.id)
             return Outcome.REFUSED
         model, kind = tiers.served_model(self.engine.model_name)
-        if spec.model != self.engine.model_name or (spec.kind == "embed") != (kind == "embeddings"):
+        if spec.model != self.engine.model_name or spec.kind not in tiers.JOB_KINDS[kind]:
             self.claims.end(spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {model}'s {kind}."))
             return Outcome.WRONG_MODEL
         try:
@@ -198,7 +198,7 @@ class AttemptRules:
 
     def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         engine, pub = self.engine, self.publisher
-        if spec.kind == "embed":  # an embedding worker's (its engine is an Embedder)
+        if spec.kind in ("embed", "rank"):  # an embedding or rerank worker's (an Embedder)
             shutdown = lambda: self.shutdown_at  # noqa: E731
             ended = embedding.run(engine, self.claims, pub, self._settle_claim, spec, attempt, shutdown)  # type: ignore[arg-type]
             if ended in (embedding.HAND_OFF, queueing.PREEMPT):

@@ -37,6 +37,7 @@ POOLINGS = {
     "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
     "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
     "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
+    "rank": llama_cpp.LLAMA_POOLING_TYPE_RANK,  # a reranker's (worker/engine/embedding/rank.py)
 }
 MAX_SEQS = 64  # sequences per decode (llama.cpp allows up to LLAMA_MAX_SEQ, 256)
 WAIT_S = 1.0  # how often a job waiting for its vectors asks whether to go on
@@ -49,10 +50,11 @@ class EmbeddingEngine:
     placement = None
     held = None
     prompt_overhead = None  # no chat template: an input's tokens are bounded by its bytes
+    pool = staticmethod(embedding_pool)  # the pool a model's workers of this engine serve
 
     def __init__(self, settings: WorkerSettings, pooling: str) -> None:
         assert settings.model_path is not None
-        self.model_name = embedding_pool(settings.model_name)
+        self.model_name = self.pool(settings.model_name)
         self.pooling = pooling
         self.truncate = settings.embedding_truncate
         llama_log.install()
@@ -62,7 +64,7 @@ class EmbeddingEngine:
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
         m = self._model.model
         self.n_ctx = min(settings.n_ctx, llama_cpp.llama_model_n_ctx_train(m))  # the longest input
-        self.dimensions = llama_cpp.llama_model_n_embd_out(m)  # a pooled vector's length
+        self.dimensions = self.outputs(m)  # a pooled vector's length
         self.batch_tokens = max(settings.embedding_batch_tokens, self.n_ctx)
         self.max_seqs = min(MAX_SEQS, llama_cpp.llama_max_parallel_sequences())
         self.slots = settings.slots or sizing.EMBEDDING_SLOTS  # jobs at once; their inputs share decodes
@@ -159,7 +161,15 @@ class EmbeddingEngine:
                 progress()
         if request.error is not None:
             raise request.error
-        return vectors.pack([vectors.finish(v, dimensions) for v in request.vectors if v is not None])
+        return vectors.pack([self.finish(v, dimensions) for v in request.vectors if v is not None])
+
+    def outputs(self, model: llama_cpp.llama_model_p) -> int:
+        """How many floats a sequence's pooled output is."""
+        return llama_cpp.llama_model_n_embd_out(model)
+
+    def finish(self, vector: np.ndarray, dimensions: int) -> np.ndarray:
+        """A pooled output as its job gets it."""
+        return vectors.finish(vector, dimensions)
 
     def _decode_loop(self) -> None:
         while not self._stop.is_set():

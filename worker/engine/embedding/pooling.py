@@ -14,16 +14,13 @@ DECLARED = {
     llama_cpp.LLAMA_POOLING_TYPE_MEAN: "mean",
     llama_cpp.LLAMA_POOLING_TYPE_CLS: "cls",
     llama_cpp.LLAMA_POOLING_TYPE_LAST: "last",
+    llama_cpp.LLAMA_POOLING_TYPE_RANK: "rank",  # a reranker's (worker/engine/embedding/rank.py)
 }
 
 
-class UnsupportedPooling(SystemExit):
-    """A GGUF whose pooling this worker cannot serve (a reranker's)."""
-
-
 def declared_pooling(path: Path) -> str:
-    """ "mean", "cls" or "last" as the GGUF declares; "" when it declares none (or none at all).
-    Reads the metadata only (a vocabulary-only load), not the weights."""
+    """ "mean", "cls", "last" or "rank" (a reranker) as the GGUF declares; "" when it
+    declares none (or none at all). Reads the metadata only (a vocabulary-only load), not the weights."""
     llama_log.install()
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()
@@ -32,19 +29,16 @@ def declared_pooling(path: Path) -> str:
     if not model:
         raise SystemExit(f"llama.cpp could not read {path}")
     try:
-        arch = _meta(model, "general.architecture")
-        raw = _meta(model, f"{arch}.pooling_type")
+        arch = meta(model, "general.architecture")
+        raw = meta(model, f"{arch}.pooling_type")
     finally:
         llama_cpp.llama_model_free(model)
     if not raw:
         return ""
-    kind = int(raw)
-    if kind == llama_cpp.LLAMA_POOLING_TYPE_RANK:
-        raise UnsupportedPooling(f"{path} is a reranker (rank pooling): not served here")
-    return DECLARED.get(kind, "")
+    return DECLARED.get(int(raw), "")
 
 
-def _meta(model: llama_cpp.llama_model_p, key: str) -> str:
+def meta(model: llama_cpp.llama_model_p, key: str) -> str:
     buf = ctypes.create_string_buffer(256)
     n = llama_cpp.llama_model_meta_val_str(model, key.encode(), buf, len(buf))
     return buf.value.decode() if n >= 0 else ""

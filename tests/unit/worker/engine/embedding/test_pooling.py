@@ -9,7 +9,7 @@ from devstack import random_model
 from worker.settings import default_model_path
 
 pytest.importorskip("llama_cpp")
-from worker.engine.embedding.pooling import UnsupportedPooling, declared_pooling
+from worker.engine.embedding.pooling import declared_pooling
 
 pytestmark = pytest.mark.skipif(default_model_path() is None, reason="no SmolLM2 GGUF: run scripts/setup")
 
@@ -27,8 +27,7 @@ def test_an_embedding_models_pooling_is_read_from_its_file(tmp_path, kind, name)
     assert declared_pooling(path) == name
 
 
-def test_a_rerankers_file_is_refused(tmp_path):
+def test_a_rerankers_file_declares_rank_pooling(tmp_path):
     path = tmp_path / "rank.gguf"
-    random_model.write("tiny", path, pooling=PoolingType.RANK)
-    with pytest.raises(UnsupportedPooling):
-        declared_pooling(path)
+    random_model.write_reranker(path)
+    assert declared_pooling(path) == "rank"

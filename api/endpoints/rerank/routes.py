@@ -1,0 +1,42 @@
+"""`POST /v1/rerank`, and the same at `/v2/rerank` (Cohere's ClientV2, vLLM) and `/rerank`
+(Jina's and llama-server's other path). A rerank request is a job like an embeddings request,
+in the model's rerank pool, answered whole once a worker has scored every document, and
+deleted once sent unless an Idempotency-Key lets a retry ask again. Its pairs' tokens count
+against the key's token budget."""
+
+from __future__ import annotations
+
+from starlette.routing import Route
+
+from api.endpoints.embeddings.routes import EmbeddingRoutes
+from api.endpoints.routes import Ask
+from api.jobs.admission import ModelLimits
+from api.jobs.owners import Quota
+from api.jobs.reservation import plain
+from contract.jobspec import JobSpec
+
+PATHS = ("/v1/rerank", "/v2/rerank", "/rerank")
+
+
+def pair_tokens(spec: JobSpec, per_pair: int) -> int:
+    """The most tokens a rank job's pairs can be: each document's with the query, as plain
+    text (api/jobs/reservation.py), and what the worker said its frame around a pair adds
+    (its special tokens, or its rerank template's text)."""
+    query, *documents = spec.inputs
+    assert isinstance(query, str)
+    return sum(plain(query) + plain(d) + per_pair for d in documents if isinstance(d, str))
+
+
+class RerankRoutes(EmbeddingRoutes):
+    def routes(self) -> list[Route]:
+        return [Route(path, self.create, methods=["POST"]) for path in PATHS]
+
+    def _quota(self, ask: Ask, spec: JobSpec, limits: ModelLimits) -> Quota:
+        tokens = pair_tokens(spec, limits.overhead.per_part)
+        return Quota(
+            unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,
+            budgets=ask.budgets,
+            request_bytes=ask.size,
+            tokens=tokens,
+            prompt_tokens=tokens,
+        )
