@@ -70,6 +70,13 @@ class Access:
         parse=_public_prompts,
         shown="(none)",
     )
+    reasoning_seal_secrets: tuple[str, ...] = setting(
+        (),
+        "REASONING_SEAL_SECRETS",
+        "comma-separated secrets (32+ random characters, the same on every replica) sealing Responses' "
+        "`reasoning.encrypted_content`: the first seals, all open (to rotate, the new one first)",
+        shown="(none: one made once, kept in Redis, `ts:reasoning-seal`)",
+    )
     allow_no_auth: bool = setting(
         False,
         "ALLOW_NO_AUTH",
@@ -154,6 +161,13 @@ class Replies:
         "read by OpenCode and openai-php), `reasoning` (vLLM's and Ollama's), or `both`; a job "
         "keeps the one it was created with",
         parse=one_of("REASONING_FIELD", REASONING_FIELDS),
+    )
+    hosted_tools: str = setting(
+        "omit",
+        "HOSTED_TOOLS",
+        "a Responses request naming a built-in tool (`web_search`, `mcp`...: none runs here): `omit`, "
+        "it is not offered (the Response's `tools`, its `x-omitted-tools` header say so); `refuse`, 400",
+        parse=one_of("HOSTED_TOOLS", ("omit", "refuse")),
     )
 
 

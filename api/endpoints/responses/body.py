@@ -4,7 +4,9 @@ input items, recorded with the job.
 
 The conversation is: `instructions` (as a system message, not carried into later turns),
 then the turns of `previous_response_id` (its input and output, resolved by the endpoint
-before `to_spec`), then `input`. As for chat, any field this server does not implement is a
+before `to_spec`), then `input`. A `reasoning` item is the thinking of the assistant turn
+after it: its sealed `encrypted_content`, opened by the endpoint (api/endpoints/responses/
+sealing.py), or its `content`. As for chat, any field this server does not implement is a
 400 naming it.
 """
 
@@ -33,16 +35,20 @@ from api.endpoints.responses.items import (
     call_item,
     input_id,
     item_chars,
+    message_chars,
     message_item,
     output_item,
+    reasoning_item,
     to_messages,
 )
+from api.endpoints.responses.thinking import ENCRYPTED_REASONING, Includable, ReasoningItem
+from api.endpoints.responses.tools import HostedTool, NamespaceTool, echoed, namespaces, offered, omitted
 from api.endpoints.structured import checked_choice, checked_format, checked_tools
 from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many
 from api.settings import Limits
 from contract import errors
-from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message
+from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message, Tool
 from contract.keys import JobField
 
 
@@ -85,13 +91,14 @@ class FunctionCallItem(_Item):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
+    namespace: str | None = None  # a namespaced function's (api/endpoints/responses/tools.py)
     arguments: str
 
 
 class FunctionCallOutputItem(_Item):
     type: Literal["function_call_output"]
     call_id: Annotated[str, Field(min_length=1)]
-    output: str | list[InputText]
+    output: str | list[Annotated[InputText | OutputText, Field(discriminator="type")]]
 
     def text(self) -> str:
         return _joined(self.output)
@@ -112,6 +119,7 @@ InputItem = Annotated[
     Annotated[MessageItem, Tag("message")]
     | Annotated[FunctionCallItem, Tag("function_call")]
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_type),
 ]
@@ -162,13 +170,27 @@ class ResponsesRequest(Body):
     top_p: TopP | None = None
     previous_response_id: str | None = None
     text: TextConfig | None = None
-    tools: Annotated[list[FunctionTool], Field(max_length=MAX_TOOLS)] | None = None
+    tools: (
+        Annotated[
+            list[Annotated[FunctionTool | NamespaceTool | HostedTool, Field(discriminator="type")]],
+            Field(max_length=MAX_TOOLS),
+        ]
+        | None
+    ) = None
     tool_choice: Literal["none", "auto", "required"] | ToolChoiceFunction | None = None
     parallel_tool_calls: bool | None = None
     stream_options: ResponsesStreamOptions | None = None
     truncation: Literal["disabled"] | None = None
     reasoning: Reasoning | None = None
     thinking_budget: PositiveInt | None = None  # as for chat: the worker closes the thinking after it
+    include: Annotated[list[Includable], Field(max_length=16)] | None = None
+    # OpenAI's routing hint: routing and caches are by the prompt's prefixes within the key's
+    # cache scope already (contract/prefixes.py); repeated in the Response
+    prompt_cache_key: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    # Codex's per-turn metadata: accepted, changes nothing
+    client_metadata: (
+        Annotated[dict[str, Annotated[str, Field(max_length=16_384)]], Field(max_length=64)] | None
+    ) = None
 
     _history: list[Message] = PrivateAttr(default_factory=list)
     _referenced: dict[str, dict] = PrivateAttr(default_factory=dict)
@@ -203,7 +225,9 @@ class ResponsesRequest(Body):
                 out.append(message_item(item.id or input_id(response_id, "msg", i), item.role, item.text()))
             elif isinstance(item, FunctionCallItem):
                 own = item.id or input_id(response_id, "fc", i)
-                out.append(call_item(own, item.call_id, item.name, item.arguments))
+                out.append(call_item(own, item.call_id, item.name, item.arguments, item.namespace))
+            elif isinstance(item, ReasoningItem):
+                out.append(reasoning_item(item.id or input_id(response_id, "rs", i), item.text()))
             else:
                 own = item.id or input_id(response_id, "fco", i)
                 out.append(output_item(own, item.call_id, item.text()))
@@ -239,8 +263,22 @@ class ResponsesRequest(Body):
             thinking_budget=self.thinking_budget or 0,
         )
 
-    def _tools(self):
-        return checked_tools([(t.name, t.description, t.parameters) for t in self.tools or ()], "tools[{}]")
+    def _tools(self) -> tuple[Tool, ...]:
+        """The functions offered, each checked where the request has it (a namespace's
+        flattened: api/endpoints/responses/tools.py); built-in tools are not offered."""
+        tools = tuple(checked_tools([(n, d, p)], where)[0] for n, d, p, where in offered(self.tools or []))
+        if len({t.name for t in tools}) != len(tools):
+            raise invalid("Invalid 'tools': function names must be unique.", param="tools")
+        return tools
+
+    def omitted_tools(self) -> list[str]:
+        """The built-in tools named, which are never offered (HOSTED_TOOLS)."""
+        return omitted(self.tools or [])
+
+    def sealed(self) -> list[tuple[int, ReasoningItem]]:
+        """The reasoning items sent back sealed, with their place in `input`."""
+        items = self.input if isinstance(self.input, list) else []
+        return [(i, x) for i, x in enumerate(items) if isinstance(x, ReasoningItem) and x.encrypted_content]
 
     def echo(self) -> dict:
         """What the Response object repeats of this request (api/endpoints/responses/objects.py)."""
@@ -259,16 +297,10 @@ class ResponsesRequest(Body):
             "tool_choice": choice.model_dump()
             if isinstance(choice, ToolChoiceFunction)
             else choice or "auto",
-            "tools": [
-                {
-                    "type": "function",
-                    "name": t.name,
-                    "description": t.description,
-                    "parameters": t.parameters,
-                    "strict": True,
-                }
-                for t in self.tools or ()
-            ],
+            "tools": echoed(self.tools or []),
+            "namespaces": namespaces(self.tools or []),
+            "include_reasoning": ENCRYPTED_REASONING in (self.include or ()),
+            "prompt_cache_key": self.prompt_cache_key,
             "user": self.user,
             "metadata": self.metadata or {},
             "service_tier": self.priority,
@@ -286,7 +318,7 @@ class ResponsesRequest(Body):
 
     def prompt_chars(self) -> tuple[int, str]:
         chars = len(self.instructions or "")
-        chars += sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in self._history)
+        chars += sum(message_chars(m) for m in self._history)
         if isinstance(self.input, str):
             chars += len(self.input)
         else:
@@ -294,7 +326,7 @@ class ResponsesRequest(Body):
                 if isinstance(item, ItemReference):
                     chars += item_chars(self._referenced.get(item.id, {}))
                 elif isinstance(item, FunctionCallItem):
-                    chars += len(item.name) + len(item.arguments)
+                    chars += len(item.name) + len(item.namespace or "") + len(item.arguments)
                 else:
                     chars += len(item.text())
         chars += sum(len(json.dumps(t.model_dump())) for t in self.tools or ())
