@@ -241,6 +241,8 @@ class ResponsesRequest(Body):
         choice = self.tool_choice
         if isinstance(choice, ToolChoiceFunction):
             tool_choice = checked_choice(choice.name, tools, "tool_choice.name")
+        elif choice in ("auto", "none") and self.tools and not tools:
+            tool_choice = choice  # every tool sent is a built-in one, left out: nothing to choose
         else:
             tool_choice = checked_choice(choice, tools)
         fmt = self.text.format if self.text and self.text.format else None

@@ -301,3 +301,10 @@ def test_a_sealed_reasoning_item_is_read_as_it_was_opened():
     b.sealed()[0][1].open_with("what the server sealed")
     spec = b.to_spec("resp_x", LIMITS)
     assert spec.messages[1].reasoning == "what the server sealed" and spec.messages[1].tool_calls
+
+
+def test_a_tool_choice_of_auto_or_none_stands_when_every_tool_sent_is_left_out():
+    for choice in ("auto", "none"):
+        spec = body(input="x", tools=[{"type": "web_search"}], tool_choice=choice).to_spec("resp_x", LIMITS)
+        assert spec.tools == () and spec.tool_choice == choice
+    assert err(input="x", tools=[{"type": "web_search"}], tool_choice="required").param == "tool_choice"
