@@ -17,6 +17,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.endpoints.body import Body
+from api.endpoints.catalog import Endpoint
 from api.endpoints.responses.body import ResponsesRequest
 from api.endpoints.responses.items import item_chars, message_chars, parse_reference, to_messages
 from api.endpoints.responses.objects import ResponseObjects
@@ -47,7 +48,7 @@ class Earlier:
 
 
 class ResponsesRoutes(EndpointRoutes):
-    def __init__(self, endpoint) -> None:
+    def __init__(self, endpoint: Endpoint) -> None:
         super().__init__(endpoint)
         self._seals: Seals | None = None  # this process's, read once (`seals`)
         self._reading = anyio.Lock()
