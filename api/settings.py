@@ -152,7 +152,7 @@ REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
 
 @dataclass(frozen=True)
 class Replies:
-    """How a chat completion says what the worker found (worker: REASONING_FORMAT)."""
+    """How answers say what the worker found (worker: REASONING_FORMAT), and which tools they offer."""
 
     reasoning_field: str = setting(
         "reasoning_content",
