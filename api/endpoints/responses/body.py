@@ -41,8 +41,8 @@ from api.endpoints.responses.items import (
     reasoning_item,
     to_messages,
 )
+from api.endpoints.responses.offered import HostedTool, NamespaceTool, echoed, namespaces, offered, omitted
 from api.endpoints.responses.thinking import ENCRYPTED_REASONING, Includable, ReasoningItem
-from api.endpoints.responses.tools import HostedTool, NamespaceTool, echoed, namespaces, offered, omitted
 from api.endpoints.structured import checked_choice, checked_format, checked_tools
 from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many
@@ -91,7 +91,7 @@ class FunctionCallItem(_Item):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
-    namespace: str | None = None  # a namespaced function's (api/endpoints/responses/tools.py)
+    namespace: str | None = None  # a namespaced function's (api/endpoints/responses/offered.py)
     arguments: str
 
 
@@ -267,7 +267,7 @@ class ResponsesRequest(Body):
 
     def _tools(self) -> tuple[Tool, ...]:
         """The functions offered, each checked where the request has it (a namespace's
-        flattened: api/endpoints/responses/tools.py); built-in tools are not offered."""
+        flattened: api/endpoints/responses/offered.py); built-in tools are not offered."""
         tools = tuple(checked_tools([(n, d, p)], where)[0] for n, d, p, where in offered(self.tools or []))
         if len({t.name for t in tools}) != len(tools):
             raise invalid("Invalid 'tools': function names must be unique.", param="tools")

@@ -8,7 +8,7 @@ carry ids of the same form (api/endpoints/responses/objects.py: `item_id`).
 
 A reasoning item is the thinking of the assistant turn that follows it (its message or its
 calls): the chat message's `reasoning`, which the model's template renders or not. A call to
-a namespaced function is the call of its flattened name (api/endpoints/responses/tools.py).
+a namespaced function is the call of its flattened name (api/endpoints/responses/offered.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import re
 from dataclasses import dataclass, replace
 
 from api.endpoints.responses.objects import ID_PREFIX
-from api.endpoints.responses.tools import flat_name
+from api.endpoints.responses.offered import flat_name
 from contract.jobspec import Message, ToolCall
 
 _REFERENCE = re.compile(r"(msg|fc|fco|rs)_([A-Za-z0-9]{1,64})_(in)?(\d{1,6})")

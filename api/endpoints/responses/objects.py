@@ -8,7 +8,7 @@ one the stream ended with. The shapes follow openai-python's types (validated in
 by the tests) and what openai-node's and the AI SDK's stream readers require.
 
 A call to a namespaced function carries the function's own `name` and its `namespace`, as
-the request named them (api/endpoints/responses/tools.py). A response asked for with `include:
+the request named them (api/endpoints/responses/offered.py). A response asked for with `include:
 ["reasoning.encrypted_content"]` seals each reasoning item's thinking, once the item is done,
 into its `encrypted_content` (api/endpoints/responses/sealing.py): the same seal on every
 path, as the events are.

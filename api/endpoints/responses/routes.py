@@ -2,7 +2,7 @@
 the Responses API adds to them: `previous_response_id` and `item_reference` resolved from the
 stored responses, cancel as OpenAI has it (background responses only; the cancelled Response
 back), `store: false` responses that no id finds, and `GET …/{id}/input_items`; built-in
-tools left out or refused (HOSTED_TOOLS, api/endpoints/responses/tools.py), and reasoning
+tools left out or refused (HOSTED_TOOLS, api/endpoints/responses/offered.py), and reasoning
 sealed for the key and opened when it comes back (api/endpoints/responses/sealing.py).
 """
 
@@ -21,8 +21,8 @@ from api.endpoints.catalog import Endpoint
 from api.endpoints.responses.body import ResponsesRequest
 from api.endpoints.responses.items import item_chars, message_chars, parse_reference, to_messages
 from api.endpoints.responses.objects import ResponseObjects
+from api.endpoints.responses.offered import refuse_hosted
 from api.endpoints.responses.sealing import Seals, kept_secret
-from api.endpoints.responses.tools import refuse_hosted
 from api.endpoints.routes import EndpointRoutes
 from api.http.errors import APIError, invalid
 from api.http.paging import page

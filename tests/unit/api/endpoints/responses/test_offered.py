@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from api.endpoints.responses.tools import HOSTED, HostedTool, flat_name, refuse_hosted
+from api.endpoints.responses.offered import HOSTED, HostedTool, flat_name, refuse_hosted
 from api.http.errors import APIError
 from contract.jobspec import TOOL_NAME
 
