@@ -67,6 +67,8 @@ MISSING_PARAMETER = _error("missing_required_parameter", INVALID_REQUEST_ERROR, 
 ARRAY_TOO_LONG = _error("array_above_max_length", INVALID_REQUEST_ERROR, 400)
 STRING_TOO_LONG = _error("string_above_max_length", INVALID_REQUEST_ERROR, 400)
 INVALID_CURSOR = _error("invalid_cursor", INVALID_REQUEST_ERROR, 400)
+# a Responses reasoning item's encrypted_content that this deployment did not seal for the key
+INVALID_ENCRYPTED_CONTENT = _error("invalid_encrypted_content", INVALID_REQUEST_ERROR, 400)
 INVALID_REQUEST = _error("invalid_request", INVALID_REQUEST_ERROR, 400)  # a job the worker cannot run
 CONTEXT_LENGTH = _error("context_length_exceeded", INVALID_REQUEST_ERROR, 400)
 # 401, 403, 404, 405, 413, 415, 422

@@ -183,6 +183,7 @@ def idempotency(owner: str, digest: str) -> str:
 
 REAPER_LOCK = f"{PREFIX}:reaper"
 """STRING: which API process currently looks for dead attempts (SET NX PX)."""
+REASONING_SEAL = f"{PREFIX}:reasoning-seal"  # STRING: the Responses' sealing secret, if made (SET NX)
 
 ACK_MARK = f"{PREFIX}:acks"
 """STRING (each server): a counter the API increments so that `WAIT` has a write of its own
@@ -385,9 +386,7 @@ class JobField:
     # Written by the API for its own later use; workers never read them.
     ECHO = "echo"  # JSON: what a response repeats of its request (api/endpoints/responses/body.py)
     INPUT = "input"  # JSON: a response's input items, with their ids (GET .../input_items)
-    # a chat completion's field for its thinking, when not `reasoning_content` (REASONING_FIELD
-    # when it was created: every replica says it the same)
-    REASONING = "think_as"
+    REASONING = "think_as"  # chat: its thinking's field if not `reasoning_content` (REASONING_FIELD)
 
 
 class JobStatus:

@@ -22,7 +22,7 @@ from starlette.routing import Route
 from api.endpoints.answering import SSEStream, collect, respond, settle
 from api.endpoints.body import Body
 from api.endpoints.catalog import Endpoint
-from api.endpoints.protocol import Events
+from api.endpoints.protocol import Events, Objects
 from api.http import ratelimits
 from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid, speaks_anthropic
@@ -174,7 +174,7 @@ class EndpointRoutes:
                 log.info("a retry (Idempotency-Key) of %s", job.id)
                 if not job.detached:  # the first request's disconnect cancels nothing
                     attached_ms = await services.jobs.keep(job.id)
-            objects = self.endpoint.objects_of(job)
+            objects = await self.objects_of(services, job)
             if ticket is None:
                 if job.detached:
                     response: Response = respond(objects.pending(queued=job.status == JobStatus.QUEUED))
@@ -188,7 +188,7 @@ class EndpointRoutes:
                 assert self.endpoint.events is not None  # a body that streams has a stream
                 events = self.endpoint.events(objects, None)  # a retry gets the whole stream from the start
                 response = _sse(services, events, job, ticket, timing, arrived_ms, settles(job, ask.budgets))
-            response.headers.update(made.headers(ask))
+            response.headers.update(made.headers(ask) | self.headers(body))
             return response
         except BaseException:
             if ticket is not None:
@@ -197,6 +197,14 @@ class EndpointRoutes:
 
     async def prepare(self, services: Services, body: Body, owner: str) -> None:
         """What an endpoint must look up before its body becomes a job (nothing, here)."""
+
+    async def objects_of(self, services: Services, job: JobState) -> Objects:
+        """The job's objects, as this endpoint answers with them."""
+        return self.endpoint.objects_of(job)
+
+    def headers(self, body: Body) -> dict[str, str]:
+        """What an endpoint's create response says in headers of its own (nothing, here)."""
+        return {}
 
     async def answered(
         self, services: Services, job_id: str, ask: Ask, response: Response, attached_ms: int
@@ -279,7 +287,7 @@ class EndpointRoutes:
         will ever come after it (one of a running job is waited for, api/streaming/relay.py)."""
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
-        objects = self.endpoint.objects_of(job)
+        objects = await self.objects_of(services, job)
         settled_by = settles(job, services.admission.budgets(request_grant(request)))
         if _streaming(request):
             raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")

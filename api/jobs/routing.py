@@ -38,7 +38,7 @@ import redis.asyncio as aredis
 from redis.exceptions import ResponseError
 
 from api.jobs.workers import WorkerLoad, WorkerRegistry
-from api.settings import Routing
+from api.pool_settings import Routing
 from contract import keys, stats, tiers
 from contract.entries import as_text
 from contract.jobspec import JobSpec

@@ -2,22 +2,28 @@
 (every event and object checked against the SDK's own types): streaming, background with
 polling and with a stream cut and resumed by `starting_after`, cancel, delete, input items,
 `previous_response_id` over three turns, item references, structured output, function calls,
-key isolation, and a worker SIGKILLed mid-response whose stream goes on without a gap."""
+key isolation, a worker SIGKILLed mid-response whose stream goes on without a gap; and what
+Codex CLI sends (namespace and built-in tools, sealed reasoning sent back to another API
+replica, tool outputs as parts), on a pool of its own."""
 
 from __future__ import annotations
 
 import json
 import signal
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
 
 import httpx
 import openai
 import pytest
+import redis
 from pydantic import BaseModel, Field
 
 from contract import keys
 from contract.entries import Delta
-from devstack.processes import start_api
+from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
 from tests.integration.test_resume import refused_at_once
@@ -330,7 +336,8 @@ def test_store_false_is_never_found_again(sdk):
 @pytest.mark.parametrize(
     ("body", "param", "code"),
     [
-        ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include", "unsupported_parameter"),
+        ({"input": "x", "include": ["message.output_text.logprobs"]}, "include[0]", "invalid_value"),
+        ({"input": "x", "tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice", None),
         ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning.effort", None),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, None, None),
         ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name", None),
@@ -422,3 +429,211 @@ def test_ai_sdk_tool_call(pool):
     got = _node(pool, "ai-tool")
     assert got["errors"] == [] and got["finishReason"] == "tool-calls"
     assert [c["name"] for c in got["calls"]][:1] == ["get_weather"] and got["calls"][0]["input"]["city"]
+
+
+# What Codex CLI 0.171 sends (its default config): function tools, a `namespace` of them (its
+# sub-agents' and MCP servers' tools), the built-in `web_search`, `include` of the sealed
+# reasoning, `prompt_cache_key`, `client_metadata`, `store: false`, no `max_output_tokens`.
+THINKING = "smollm2-thinking"
+TEMPLATE = str(Path(__file__).resolve().parent.parent / "data" / "thinking-chatml.jinja")
+ALPHA, BETA = ({"Authorization": f"Bearer {k}"} for k in ("alpha", "beta"))
+SPAWN = {
+    "type": "function",
+    "name": "spawn_agent",
+    "description": "Spawn a sub-agent for a well-scoped task.",
+    "strict": False,
+    "parameters": {
+        "type": "object",
+        "properties": {"message": {"type": "string", "minLength": 1, "maxLength": 12}},
+        "required": ["message"],
+        "additionalProperties": False,
+    },
+}
+AGENTS = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Tools for spawning and managing sub-agents.",
+    "tools": [SPAWN],
+}
+EXEC = {
+    "type": "function",
+    "name": "exec_command",
+    "description": "Runs a command in a PTY.",
+    "strict": False,
+    "parameters": {"type": "object", "properties": {"cmd": {"type": "string"}}, "required": ["cmd"]},
+}
+CODEX_TOOLS = [EXEC, AGENTS, {"type": "web_search", "external_web_access": False}]
+CODEX = {
+    "model": THINKING,
+    "input": [
+        {
+            "type": "message",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "You are Codex."}],
+        },
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "say hi"}]},
+    ],
+    "tools": CODEX_TOOLS,
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "reasoning": {"summary": "auto"},
+    "store": False,
+    "stream": True,
+    "include": ["reasoning.encrypted_content"],
+    "prompt_cache_key": "01a23480-8f36-7060-9188-1ee1fb2ae954",
+    "client_metadata": {"turn_id": "01a23480-8f67", "x-codex-turn-metadata": '{"session_id":"01a2"}'},
+}
+
+
+@dataclass
+class Replicas:
+    """Two API processes of one Redis, keys alpha and beta, no REASONING_SEAL_SECRETS (they
+    share the secret the first that needs one keeps in Redis), and a worker of the default
+    model behind a template that opens `<think>`: every answer starts with thinking."""
+
+    bases: tuple[str, str]
+    url: str
+    r: redis.Redis
+
+    def sdk(self, replica: int = 0, key: str = "alpha") -> openai.OpenAI:
+        return openai.OpenAI(
+            base_url=self.bases[replica] + "/v1",
+            api_key=key,
+            max_retries=0,
+            timeout=120,
+            _strict_response_validation=True,
+        )
+
+
+@pytest.fixture(scope="module")
+def replicas(tmp_path_factory) -> Iterator[Replicas]:
+    logs = tmp_path_factory.mktemp("responses-codex")
+    redis_proc, url = start_redis(logs)
+    env = {"API_KEYS": "alpha,beta", "MAX_TOKENS_LIMIT": "64"}  # Codex asks for no limit: this one
+    one, base_one = start_api(logs, url, env=env)
+    two, base_two = start_api(logs, url, name="api2", env=env)
+    worker = start_worker(logs, url, env={"CHAT_TEMPLATE_FILE": TEMPLATE, "MODEL_NAME": THINKING})
+    try:
+        for base in (base_one, base_two):
+            wait_for_model(base, THINKING, procs=(one, two, worker), headers=ALPHA)
+        yield Replicas((base_one, base_two), url, redis.Redis.from_url(url))
+    finally:
+        for p in (worker, one, two, redis_proc):
+            p.stop()
+
+
+def _sealed_reasoning(output: list[dict]) -> dict:
+    reasoning = output[0]
+    assert reasoning["type"] == "reasoning" and reasoning["content"][0]["text"]
+    assert reasoning["encrypted_content"].startswith("ts1.")
+    assert reasoning["content"][0]["text"] not in reasoning["encrypted_content"]
+    return reasoning
+
+
+def test_codex_s_request_is_answered_and_streamed(replicas):
+    with httpx.stream(
+        "POST", replicas.bases[0] + "/v1/responses", json=CODEX, headers=ALPHA, timeout=120
+    ) as r:
+        assert r.status_code == 200, r.read()
+        assert r.headers["x-omitted-tools"] == "web_search"
+        raw = r.read()
+    parsed = check_responses_stream(raw)
+    response = parsed.terminal["response"]
+    assert response["status"] in ("completed", "incomplete") and response["store"] is False
+    assert [t["type"] for t in response["tools"]] == ["function", "namespace"]  # web_search left out
+    assert response["tools"][1]["tools"][0]["name"] == "spawn_agent"
+    assert response["prompt_cache_key"] == CODEX["prompt_cache_key"]
+    assert response["max_output_tokens"] is None and response["usage"]["output_tokens"] <= 64
+    _sealed_reasoning(response["output"])
+    done = [e["item"] for e in parsed.events if e["type"] == "response.output_item.done"]
+    assert done[0]["encrypted_content"] == response["output"][0]["encrypted_content"]
+    # the strict SDK reads every event of the same request
+    kwargs = {k: v for k, v in CODEX.items() if k not in ("stream", "client_metadata", "instructions")}
+    events = list(replicas.sdk().responses.create(**kwargs, extra_body={"client_metadata": {}}, stream=True))
+    final = events[-1].response  # type: ignore[union-attr]
+    assert final.status in ("completed", "incomplete") and final.output[0].type == "reasoning"
+    with pytest.raises(openai.NotFoundError):  # store: false
+        replicas.sdk().responses.retrieve(final.id)
+
+
+def test_hosted_tools_refused_where_the_operator_says_so(replicas, tmp_path):
+    strict, base = start_api(tmp_path, replicas.url, env={"API_KEYS": "alpha", "HOSTED_TOOLS": "refuse"})
+    try:
+        r = httpx.post(base + "/v1/responses", json={**CODEX, "stream": False}, headers=ALPHA, timeout=30)
+        assert r.status_code == 400 and r.json()["error"]["param"] == "tools[2].type", r.text
+        assert r.json()["error"]["code"] == "unsupported_parameter" and "web_search" in r.text
+    finally:
+        strict.stop()
+
+
+def test_a_namespaced_call_and_its_output_text_parts_round_trip(replicas):
+    first = replicas.sdk().responses.create(
+        model=THINKING,
+        input="Spawn an agent.",
+        tools=[AGENTS, {"type": "web_search"}],
+        tool_choice="required",
+        include=["reasoning.encrypted_content"],
+        store=False,
+        extra_body={"thinking_budget": 2},
+        max_output_tokens=64,
+    )
+    assert first.status == "completed", first.output
+    call = next(item for item in first.output if item.type == "function_call")
+    assert (call.name, call.namespace) == ("spawn_agent", "multi_agent_v1")  # as Codex routes it
+    assert json.loads(call.arguments)["message"]
+    reasoning = first.output[0].model_dump(exclude_none=True)
+    output = [{"type": "output_text", "text": "agent "}, {"type": "output_text", "text": "a1 started"}]
+    again = replicas.sdk(1).responses.create(  # the other replica
+        model=THINKING,
+        input=[
+            {"role": "user", "content": "Spawn an agent."},
+            reasoning,
+            call.model_dump(exclude_none=True),
+            {"type": "function_call_output", "call_id": call.call_id, "output": output},
+        ],
+        tools=[AGENTS],
+        tool_choice="none",
+        max_output_tokens=4,
+    )
+    assert again.status in ("completed", "incomplete")
+    messages = json.loads(replicas.r.hget(keys.job(again.id), keys.JobField.SPEC))["messages"]
+    assert messages[1]["tool_calls"] == [
+        {"id": call.call_id, "name": "multi_agent_v1__spawn_agent", "arguments": call.arguments}
+    ]
+    assert messages[1]["reasoning"] == reasoning["content"][0]["text"]
+    assert messages[2] == {"role": "tool", "content": "agent a1 started", "tool_call_id": call.call_id}
+
+
+def test_sealed_reasoning_comes_back_on_another_replica_and_only_for_its_key(replicas):
+    asked = {"model": THINKING, "input": "Is 17 a prime number?", "max_output_tokens": 12, "store": False}
+    first = replicas.sdk(0).responses.create(**asked, include=["reasoning.encrypted_content"])
+    reasoning = _sealed_reasoning([first.output[0].model_dump(exclude_none=True)])
+    thought = reasoning["content"][0]["text"]
+    assert replicas.r.get(keys.REASONING_SEAL)  # the secret both replicas share, made once
+
+    def follow(item: dict) -> list:
+        return [{"role": "user", "content": asked["input"]}, item, {"role": "user", "content": "And 18?"}]
+
+    sealed_only = {k: v for k, v in reasoning.items() if k != "content"}  # the text comes from the seal
+    again = replicas.sdk(1).responses.create(model=THINKING, input=follow(sealed_only), max_output_tokens=2)
+    messages = json.loads(replicas.r.hget(keys.job(again.id), keys.JobField.SPEC))["messages"]
+    assert messages[1] == {"role": "assistant", "content": "", "reasoning": thought}
+    replicas.sdk(0).responses.create(
+        model=THINKING, input=follow(reasoning), max_output_tokens=2, store=False
+    )
+
+    sealed = reasoning["encrypted_content"]
+    tampered = sealed[:-6] + ("A" if sealed[-6] != "A" else "B") + sealed[-5:]
+    for key, item in (
+        ("alpha", {**reasoning, "encrypted_content": tampered}),
+        ("alpha", {**reasoning, "encrypted_content": "ts1.00000000.AAAA"}),
+        ("beta", reasoning),  # sealed for alpha
+    ):
+        for replica in (0, 1):
+            with pytest.raises(openai.BadRequestError) as caught:
+                replicas.sdk(replica, key).responses.create(
+                    model=THINKING, input=follow(item), max_output_tokens=2
+                )
+            error = caught.value.body
+            assert isinstance(error, dict) and error["code"] == "invalid_encrypted_content"
+            assert error["param"] == "input[1].encrypted_content"

@@ -4,7 +4,9 @@ input items, recorded with the job.
 
 The conversation is: `instructions` (as a system message, not carried into later turns),
 then the turns of `previous_response_id` (its input and output, resolved by the endpoint
-before `to_spec`), then `input`. As for chat, any field this server does not implement is a
+before `to_spec`), then `input`. A `reasoning` item is the thinking of the assistant turn
+after it: its sealed `encrypted_content`, opened by the endpoint (api/endpoints/responses/
+sealing.py), or its `content`. As for chat, any field this server does not implement is a
 400 naming it.
 """
 
@@ -34,17 +36,20 @@ from api.endpoints.responses.items import (
     custom_call_item,
     input_id,
     item_chars,
+    message_chars,
     message_item,
     output_item,
+    reasoning_item,
     to_messages,
 )
+from api.endpoints.responses.offered import HostedTool, NamespaceTool, echoed, namespaces, offered, omitted
+from api.endpoints.responses.thinking import ENCRYPTED_REASONING, Includable, ReasoningItem
 from api.endpoints.responses.tools import CustomTool, ToolChoiceCustom
 from api.endpoints.structured import checked_choice, checked_custom, checked_format, checked_tools
 from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many
 from api.settings import Limits
 from contract import errors
-from contract.freeform.calls import INPUT_SCHEMA
 from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message, Tool
 from contract.keys import JobField
 
@@ -88,13 +93,14 @@ class FunctionCallItem(_Item):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
+    namespace: str | None = None  # a namespaced function's (api/endpoints/responses/offered.py)
     arguments: str
 
 
 class FunctionCallOutputItem(_Item):
     type: Literal["function_call_output"]
     call_id: Annotated[str, Field(min_length=1)]
-    output: str | list[InputText]
+    output: str | list[Annotated[InputText | OutputText, Field(discriminator="type")]]
 
     def text(self) -> str:
         return _joined(self.output)
@@ -129,6 +135,7 @@ InputItem = Annotated[
     | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
     | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
     | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
+    | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_type),
 ]
@@ -140,7 +147,7 @@ class FunctionTool(FunctionDef):
     type: Literal["function"]
 
 
-ResponsesTool = Annotated[FunctionTool | CustomTool, Field(discriminator="type")]
+ResponsesTool = Annotated[FunctionTool | CustomTool | NamespaceTool | HostedTool, Field(discriminator="type")]
 
 
 class ToolChoiceFunction(Function):
@@ -189,6 +196,14 @@ class ResponsesRequest(Body):
     truncation: Literal["disabled"] | None = None
     reasoning: Reasoning | None = None
     thinking_budget: PositiveInt | None = None  # as for chat: the worker closes the thinking after it
+    include: Annotated[list[Includable], Field(max_length=16)] | None = None
+    # OpenAI's routing hint: routing and caches are by the prompt's prefixes within the key's
+    # cache scope already (contract/prefixes.py); repeated in the Response
+    prompt_cache_key: Annotated[str, Field(min_length=1, max_length=1024)] | None = None
+    # Codex's per-turn metadata: accepted, changes nothing
+    client_metadata: (
+        Annotated[dict[str, Annotated[str, Field(max_length=16_384)]], Field(max_length=64)] | None
+    ) = None
 
     _history: list[Message] = PrivateAttr(default_factory=list)
     _referenced: dict[str, dict] = PrivateAttr(default_factory=dict)
@@ -223,13 +238,15 @@ class ResponsesRequest(Body):
                 out.append(message_item(item.id or input_id(response_id, "msg", i), item.role, item.text()))
             elif isinstance(item, FunctionCallItem):
                 own = item.id or input_id(response_id, "fc", i)
-                out.append(call_item(own, item.call_id, item.name, item.arguments))
+                out.append(call_item(own, item.call_id, item.name, item.arguments, item.namespace))
             elif isinstance(item, CustomToolCallItem):
                 own = item.id or input_id(response_id, "ctc", i)
                 out.append(custom_call_item(own, item.call_id, item.name, item.input))
             elif isinstance(item, CustomToolCallOutputItem):
                 own = item.id or input_id(response_id, "ctco", i)
                 out.append(output_item(own, item.call_id, item.text(), "custom_tool_call_output"))
+            elif isinstance(item, ReasoningItem):
+                out.append(reasoning_item(item.id or input_id(response_id, "rs", i), item.text()))
             else:
                 own = item.id or input_id(response_id, "fco", i)
                 out.append(output_item(own, item.call_id, item.text()))
@@ -244,6 +261,8 @@ class ResponsesRequest(Body):
         if isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):  # a tool of that type
             custom = isinstance(choice, ToolChoiceCustom)
             tool_choice = checked_choice(choice.name, tools, "tool_choice.name", custom=custom)
+        elif choice in ("auto", "none") and self.tools and not tools:
+            tool_choice = choice  # every tool sent is a built-in one, left out: nothing to choose
         else:
             tool_choice = checked_choice(choice, tools)
         fmt = self.text.format if self.text and self.text.format else None
@@ -267,13 +286,26 @@ class ResponsesRequest(Body):
         )
 
     def _tools(self) -> tuple[Tool, ...]:
-        given = self.tools or []
-        defs = [(t.name, t.description, getattr(t, "parameters", INPUT_SCHEMA)) for t in given]
-        tools = checked_tools(defs, "tools[{}]")
-        return tuple(
-            checked_custom(tool, t.freeform(), f"tools[{i}].format") if isinstance(t, CustomTool) else tool
-            for i, (t, tool) in enumerate(zip(given, tools, strict=True))
-        )
+        """The tools offered, each checked where the request has it (a namespace's functions
+        flattened: api/endpoints/responses/offered.py; a custom tool as a function of one
+        string); built-in tools are not offered."""
+        tools = []
+        for name, about, params, where, tool in offered(self.tools or []):
+            checked = checked_tools([(name, about, params)], where)[0]
+            custom = isinstance(tool, CustomTool)
+            tools.append(checked_custom(checked, tool.freeform(), f"{where}.format") if custom else checked)
+        if len({t.name for t in tools}) != len(tools):
+            raise invalid("Invalid 'tools': function names must be unique.", param="tools")
+        return tuple(tools)
+
+    def omitted_tools(self) -> list[str]:
+        """The built-in tools named, which are never offered (HOSTED_TOOLS)."""
+        return omitted(self.tools or [])
+
+    def sealed(self) -> list[tuple[int, ReasoningItem]]:
+        """The reasoning items sent back sealed, with their place in `input`."""
+        items = self.input if isinstance(self.input, list) else []
+        return [(i, x) for i, x in enumerate(items) if isinstance(x, ReasoningItem) and x.encrypted_content]
 
     def echo(self) -> dict:
         """What the Response object repeats of this request (api/endpoints/responses/objects.py)."""
@@ -290,7 +322,10 @@ class ResponsesRequest(Body):
             "top_p": TOP_P if self.top_p is None else self.top_p,
             "format": fmt.model_dump(by_alias=True, exclude_none=True) if fmt else {"type": "text"},
             "tool_choice": choice.model_dump() if isinstance(choice, Strict) else choice or "auto",
-            "tools": [_echoed(t) for t in self.tools or ()],
+            "tools": echoed(self.tools or []),
+            "namespaces": namespaces(self.tools or []),
+            "include_reasoning": ENCRYPTED_REASONING in (self.include or ()),
+            "prompt_cache_key": self.prompt_cache_key,
             "user": self.user,
             "metadata": self.metadata or {},
             "service_tier": self.priority,
@@ -308,7 +343,7 @@ class ResponsesRequest(Body):
 
     def prompt_chars(self) -> tuple[int, str]:
         chars = len(self.instructions or "")
-        chars += sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in self._history)
+        chars += sum(message_chars(m) for m in self._history)
         if isinstance(self.input, str):
             chars += len(self.input)
         else:
@@ -316,7 +351,7 @@ class ResponsesRequest(Body):
                 if isinstance(item, ItemReference):
                     chars += item_chars(self._referenced.get(item.id, {}))
                 elif isinstance(item, FunctionCallItem):
-                    chars += len(item.name) + len(item.arguments)
+                    chars += len(item.name) + len(item.namespace or "") + len(item.arguments)
                 elif isinstance(item, CustomToolCallItem):
                     chars += len(item.name) + len(item.input)
                 else:
@@ -332,19 +367,6 @@ class ResponsesRequest(Body):
         if turns > limits.max_messages:
             raise too_many("input", limits.max_messages, turns)
         super().enforce(limits)
-
-
-def _echoed(tool: FunctionTool | CustomTool) -> dict:
-    """A tool as the Response repeats it."""
-    if isinstance(tool, CustomTool):
-        return tool.echoed()
-    return {
-        "type": "function",
-        "name": tool.name,
-        "description": tool.description,
-        "parameters": tool.parameters,
-        "strict": True,
-    }
 
 
 def _check_conversation(messages: list[Message]) -> None:

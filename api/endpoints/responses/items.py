@@ -6,18 +6,23 @@ Input items are stored as openai-python's `ResponseItem` types have them, each w
 the client's own, or one made from the response's id and the item's place, so that an
 `item_reference` to it (as the AI SDK sends for earlier turns) can be found again. Output items
 carry ids of the same form (api/endpoints/responses/objects.py: `item_id`).
+
+A reasoning item is the thinking of the assistant turn that follows it (its message or its
+calls): the chat message's `reasoning`, which the model's template renders or not. A call to
+a namespaced function is the call of its flattened name (api/endpoints/responses/offered.py).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from api.endpoints.responses.objects import ID_PREFIX
+from api.endpoints.responses.offered import flat_name
 from contract.freeform.calls import arguments_json
 from contract.jobspec import Message, ToolCall
 
-_REFERENCE = re.compile(r"(msg|fc|fco|ctc|ctco)_([A-Za-z0-9]{1,64})_(in)?(\d{1,6})")
+_REFERENCE = re.compile(r"(msg|fc|fco|ctc|ctco|rs)_([A-Za-z0-9]{1,64})_(in)?(\d{1,6})")
 
 
 @dataclass(frozen=True)
@@ -49,8 +54,8 @@ def message_item(item_id: str, role: str, text: str) -> dict:
     return {"id": item_id, "type": "message", "role": role, "status": "completed", "content": [part]}
 
 
-def call_item(item_id: str, call_id: str, name: str, arguments: str) -> dict:
-    return {
+def call_item(item_id: str, call_id: str, name: str, arguments: str, namespace: str | None = None) -> dict:
+    item = {
         "id": item_id,
         "type": "function_call",
         "status": "completed",
@@ -58,6 +63,13 @@ def call_item(item_id: str, call_id: str, name: str, arguments: str) -> dict:
         "call_id": call_id,
         "name": name,
     }
+    return item | {"namespace": namespace} if namespace else item
+
+
+def reasoning_item(item_id: str, text: str) -> dict:
+    """Thinking sent back (opened, where it was sealed), as a response's output holds it."""
+    part = {"type": "reasoning_text", "text": text}
+    return {"id": item_id, "type": "reasoning", "summary": [], "status": "completed", "content": [part]}
 
 
 def custom_call_item(item_id: str, call_id: str, name: str, text: str) -> dict:
@@ -86,37 +98,53 @@ def item_text(item: dict) -> str:
 
 
 def item_chars(item: dict) -> int:
-    """The characters of prompt a stored item adds to a conversation: a message's text, a
-    call's name and arguments, a call output's text."""
+    """The characters of prompt a stored item adds to a conversation: a message's or a
+    reasoning item's text, a call's name and arguments, a call output's text."""
     kind = item.get("type")
     if kind == "function_call":
-        return len(item.get("name", "")) + len(item.get("arguments", ""))
+        return len(item.get("name", "")) + len(item.get("namespace") or "") + len(item.get("arguments", ""))
     if kind == "custom_tool_call":
         return len(item.get("name", "")) + len(item.get("input", ""))
     if kind in ("function_call_output", "custom_tool_call_output"):
         return len(item.get("output", ""))
-    if kind == "reasoning":
-        return 0  # templates leave earlier thinking out
     return len(item_text(item))
 
 
+def message_chars(m: Message) -> int:
+    """The same for a chat message: its text, its thinking and its calls' arguments."""
+    return len(m.content) + len(m.reasoning) + sum(len(c.arguments) for c in m.tool_calls)
+
+
 def to_messages(items: list[dict]) -> list[Message]:
-    """Stored items as chat messages: an assistant's text and the calls that follow it are
-    one assistant message, a call's output a tool message."""
+    """Stored items as chat messages: an assistant's thinking, its text and the calls that
+    follow it are one assistant message, a call's output a tool message."""
     out: list[Message] = []
+    thought: str | None = None  # a reasoning item's, for the assistant turn after it
     for item in items:
         kind = item["type"]
-        if kind == "message":
-            role = "system" if item["role"] == "developer" else item["role"]
-            out.append(Message(role=role, content=item_text(item)))
+        if kind == "reasoning":
+            thought = (thought or "") + item_text(item)
+            continue
+        if kind == "message" and item["role"] == "assistant":
+            out.append(Message("assistant", item_text(item), reasoning=thought or ""))
         elif kind in ("function_call", "custom_tool_call"):
+            name = flat_name(item["namespace"], item["name"]) if item.get("namespace") else item["name"]
             arguments = item["arguments"] if kind == "function_call" else arguments_json(item["input"])
-            call = ToolCall(item["call_id"], item["name"], arguments)
+            call = ToolCall(item["call_id"], name, arguments)
             last = out[-1] if out else None
-            if last is not None and last.role == "assistant":
-                out[-1] = Message("assistant", last.content, (*last.tool_calls, call))
+            if thought is None and last is not None and last.role == "assistant":
+                out[-1] = replace(last, tool_calls=(*last.tool_calls, call))
             else:
-                out.append(Message("assistant", "", (call,)))
-        elif kind in ("function_call_output", "custom_tool_call_output"):
-            out.append(Message("tool", item["output"], tool_call_id=item["call_id"]))
+                out.append(Message("assistant", "", (call,), reasoning=thought or ""))
+        else:
+            if thought is not None:  # thinking that led to nothing the model said
+                out.append(Message("assistant", "", reasoning=thought))
+            if kind == "message":
+                role = "system" if item["role"] == "developer" else item["role"]
+                out.append(Message(role=role, content=item_text(item)))
+            elif kind in ("function_call_output", "custom_tool_call_output"):
+                out.append(Message("tool", item["output"], tool_call_id=item["call_id"]))
+        thought = None
+    if thought is not None:
+        out.append(Message("assistant", "", reasoning=thought))
     return out

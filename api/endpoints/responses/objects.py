@@ -6,12 +6,19 @@ same `sequence_number`s on every path (the live stream, a replay from any API pr
 so `starting_after=N` is "the events numbered above N", and a Response fetched later is the
 one the stream ended with. The shapes follow openai-python's types (validated in strict mode
 by the tests) and what openai-node's and the AI SDK's stream readers require.
+
+A call to a namespaced function carries the function's own `name` and its `namespace`, as
+the request named them (api/endpoints/responses/offered.py). A response asked for with `include:
+["reasoning.encrypted_content"]` seals each reasoning item's thinking, once the item is done,
+into its `encrypted_content` (api/endpoints/responses/sealing.py): the same seal on every
+path, as the events are.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from api.endpoints.protocol import Answer
@@ -78,10 +85,19 @@ class ResponseObjects:
     created: int
     model: str
     echo: dict = field(default_factory=dict)
+    seal: Callable[[str], str] | None = None  # thinking -> its seal, for the job's key
 
     @classmethod
-    def of(cls, job: JobState) -> ResponseObjects:
-        return cls(job.id, job.created, job.model, json.loads(job.echo) if job.echo else {})
+    def of(cls, job: JobState, seal: Callable[[str, str], str] | None = None) -> ResponseObjects:
+        """`seal(owner, text)`: how this process seals (used where the request asked)."""
+        echo = json.loads(job.echo) if job.echo else {}
+        own = (lambda text: seal(job.owner, text)) if seal and echo.get("include_reasoning") else None
+        return cls(job.id, job.created, job.model, echo, own)
+
+    @property
+    def seals(self) -> bool:
+        """Whether its reasoning items are sealed (the request asked)."""
+        return bool(self.echo.get("include_reasoning"))
 
     @property
     def background(self) -> bool:
@@ -118,6 +134,7 @@ class ResponseObjects:
             "output": output,
             "parallel_tool_calls": echo.get("parallel_tool_calls", True),
             "previous_response_id": echo.get("previous_response_id"),
+            "prompt_cache_key": echo.get("prompt_cache_key"),
             "reasoning": echo.get("reasoning", {"effort": None, "summary": None}),
             "service_tier": echo.get("service_tier", "default"),
             "store": self.stored,
@@ -267,6 +284,8 @@ class Transcript:
         }
         if custom:
             self._inputs[index] = InputReader()
+        if namespaced := self._o.echo.get("namespaces", {}).get(name):
+            item |= {"namespace": namespaced[0], "name": namespaced[1]}
         self.output.append(item)
         self._open = index
         self._calls[call_index] = index
@@ -285,6 +304,8 @@ class Transcript:
             text = "".join(self._text)
             part = _part(item["type"], text)
             item["content"] = [part]
+            if item["type"] == "reasoning" and self._o.seal is not None:
+                item["encrypted_content"] = self._o.seal(text)
             common = {"item_id": item["id"], "output_index": index, "content_index": 0}
             if item["type"] == "message":
                 events.append(self._event("response.output_text.done", **common, text=text, logprobs=[]))

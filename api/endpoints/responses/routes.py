@@ -1,7 +1,9 @@
 """The Responses endpoint's routes: the four every endpoint has (api/endpoints/routes.py), with what
 the Responses API adds to them: `previous_response_id` and `item_reference` resolved from the
 stored responses, cancel as OpenAI has it (background responses only; the cancelled Response
-back), `store: false` responses that no id finds, and `GET …/{id}/input_items`.
+back), `store: false` responses that no id finds, and `GET …/{id}/input_items`; built-in
+tools left out or refused (HOSTED_TOOLS, api/endpoints/responses/offered.py), and reasoning
+sealed for the key and opened when it comes back (api/endpoints/responses/sealing.py).
 """
 
 from __future__ import annotations
@@ -15,9 +17,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from api.endpoints.body import Body
+from api.endpoints.catalog import Endpoint
 from api.endpoints.responses.body import ResponsesRequest
-from api.endpoints.responses.items import item_chars, parse_reference, to_messages
+from api.endpoints.responses.items import item_chars, message_chars, parse_reference, to_messages
 from api.endpoints.responses.objects import ResponseObjects
+from api.endpoints.responses.offered import refuse_hosted
+from api.endpoints.responses.sealing import Seals, kept_secret
 from api.endpoints.routes import EndpointRoutes
 from api.http.errors import APIError, invalid
 from api.http.paging import page
@@ -43,6 +48,30 @@ class Earlier:
 
 
 class ResponsesRoutes(EndpointRoutes):
+    def __init__(self, endpoint: Endpoint) -> None:
+        super().__init__(endpoint)
+        self._seals: Seals | None = None  # this process's, read once (`seals`)
+        self._reading = anyio.Lock()
+
+    async def seals(self, services: Services) -> Seals:
+        """The seals of REASONING_SEAL_SECRETS, or of the secret kept in Redis (read once)."""
+        async with self._reading:
+            if self._seals is None:
+                listed = services.settings.access.reasoning_seal_secrets
+                self._seals = Seals(listed or [await kept_secret(services.redis)])
+        return self._seals
+
+    async def objects_of(self, services: Services, job: JobState) -> ResponseObjects:
+        """Its objects, sealing its reasoning where the request asked."""
+        objects = ResponseObjects.of(job)
+        return ResponseObjects.of(job, (await self.seals(services)).seal) if objects.seals else objects
+
+    def headers(self, body: Body) -> dict[str, str]:
+        """`x-omitted-tools`: the built-in tools named and not offered (HOSTED_TOOLS=omit)."""
+        assert isinstance(body, ResponsesRequest)
+        left_out = body.omitted_tools()
+        return {"x-omitted-tools": ",".join(left_out)} if left_out else {}
+
     def routes(self) -> list[Route]:
         one = self.endpoint.path + "/{completion_id}"
         return [*super().routes(), Route(one + "/input_items", self.input_items, methods=["GET"])]
@@ -61,6 +90,10 @@ class ResponsesRoutes(EndpointRoutes):
         each earlier response read once, and refused (400) as soon as what they add to the
         prompt passes MAX_PROMPT_CHARS: a small request cannot expand into a huge one."""
         assert isinstance(body, ResponsesRequest)
+        if services.settings.replies.hosted_tools == "refuse":
+            refuse_hosted(body.tools or [])
+        if body.sealed():
+            await self._open(services, body, owner)
         limit = services.settings.limits.max_prompt_chars
         read: dict[str, Earlier] = {}
         history: list[Message] = []
@@ -69,7 +102,7 @@ class ResponsesRoutes(EndpointRoutes):
             rid = body.previous_response_id
             read[rid] = await self._earlier(services, rid, owner, "previous_response_id")
             history = read[rid].conversation()
-            chars = sum(len(m.content) + sum(len(c.arguments) for c in m.tool_calls) for m in history)
+            chars = sum(message_chars(m) for m in history)
         referenced: dict[str, dict] = {}
         for ref in body.references():
             if ref not in referenced:
@@ -83,6 +116,22 @@ class ResponsesRoutes(EndpointRoutes):
                     error=errors.STRING_TOO_LONG,
                 )
         body.bind(history, referenced)
+
+    async def _open(self, services: Services, body: ResponsesRequest, owner: str) -> None:
+        """Open each sealed reasoning item for the key; one this deployment did not seal for
+        it (forged, changed, another key's, or of a secret no longer listed) is a 400."""
+        seals = await self.seals(services)
+        for i, item in body.sealed():
+            assert item.encrypted_content is not None
+            text = seals.open(owner, item.encrypted_content)
+            if text is None:
+                raise APIError(
+                    errors.INVALID_ENCRYPTED_CONTENT,
+                    f"The encrypted content of input[{i}] could not be verified: it was not sealed "
+                    "by this server for this API key.",
+                    param=f"input[{i}].encrypted_content",
+                )
+            item.open_with(text)
 
     async def _earlier(self, services: Services, rid: str, owner: str, param: str) -> Earlier:
         job = await self.job_named(services, rid, owner, param)
@@ -117,7 +166,7 @@ class ResponsesRoutes(EndpointRoutes):
         """Stop a background response and answer with it, cancelled (again, for one cancelled
         before); one that ended otherwise cannot be cancelled."""
         services, job = await self._job_of(request)
-        objects = ResponseObjects.of(job)
+        objects = await self.objects_of(services, job)
         if not objects.background:
             raise invalid("Only responses created with background=true can be cancelled.")
         if not job.ended:

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field
 
 from api.http.parsing import Strict
+from contract.freeform.calls import INPUT_SCHEMA
 
 
 class CustomText(Strict):
@@ -27,6 +28,11 @@ class CustomTool(Strict):
     name: str
     description: str | None = None
     format: Annotated[CustomText | CustomGrammar, Field(discriminator="type")] | None = None  # text
+
+    @property
+    def parameters(self) -> dict:
+        """Its arguments' schema as the model is offered it: one string, `input`."""
+        return INPUT_SCHEMA
 
     def freeform(self) -> dict:
         """The input's format as the job carries it."""

@@ -14,7 +14,7 @@ from api.cluster.reaper import Reaper
 from api.jobs.routing import Router
 from api.jobs.store import JobStore
 from api.jobs.workers import WorkerRegistry
-from api.settings import Routing
+from api.pool_settings import Routing
 from contract import keys, tiers
 from contract.jobspec import JobSpec, Message, digest
 from contract.keys import JobField, JobStatus

@@ -11,7 +11,7 @@ import fakeredis
 from api.cluster.stats import ClusterStats
 from api.jobs.routing import Candidate, Route, Router, choose, wait_ms
 from api.jobs.workers import WorkerRegistry
-from api.settings import Routing
+from api.pool_settings import Routing
 from contract import keys, queueing, stats, tiers
 from contract.jobspec import JobSpec, Message
 from contract.prefixes import prefixes

@@ -98,11 +98,39 @@ def test_the_echo_is_what_the_response_repeats():
     ("kw", "param", "words"),
     [
         ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning.effort", ""),
-        ({"input": "x", "include": ["reasoning.encrypted_content"]}, "include", "Unsupported parameter"),
+        (
+            {"input": "x", "include": ["message.output_text.logprobs"]},
+            "include[0]",
+            "reasoning.encrypted_content",
+        ),
+        (
+            {"input": "x", "tools": [{"type": "namespace", "name": "ns", "tools": []}]},
+            "tools[0].tools",
+            "at least 1",
+        ),
+        (
+            {"input": "x", "tools": [{"type": "namespace", "name": "n s", "tools": [WEATHER]}]},
+            "tools[0].name",
+            "letters, digits",
+        ),
+        (
+            {
+                "input": "x",
+                "tools": [
+                    WEATHER,
+                    {"type": "namespace", "name": "get", "tools": [WEATHER]},
+                    {**WEATHER, "name": "get__get_weather"},
+                ],
+            },
+            "tools",
+            "unique",
+        ),
+        ({"input": "x", "tools": [{"type": "not_a_tool"}]}, "tools[0].type", "not_a_tool"),
         ({"input": "x", "top_logprobs": 2}, "top_logprobs", "Unsupported parameter"),
         ({"input": "x", "truncation": "auto"}, "truncation", ""),
         ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, None, ""),
-        ({"input": [{"type": "reasoning", "summary": []}]}, None, ""),
+        ({"input": [{"type": "reasoning", "summary": [{"type": "nope", "text": "x"}]}]}, None, ""),
+        ({"input": [{"type": "reasoning", "encrypted_content": ""}]}, None, ""),
         ({"input": "x", "background": True, "store": False}, "store", "stored"),
         ({"input": "x", "text": {"format": {"type": "json_schema"}}}, "text.format.name", "needs a name"),
         ({"input": "x", "tool_choice": "required"}, "tool_choice", "only allowed when"),
@@ -218,3 +246,143 @@ def test_a_custom_tool_is_a_function_of_its_input_told_its_grammar():
 )
 def test_a_custom_tool_outside_what_is_enforced_is_refused_by_name(kw, param):
     assert err(input="x", **kw).param == param
+
+
+NAMESPACE = {
+    "type": "namespace",
+    "name": "multi_agent_v1",
+    "description": "Tools for spawning and managing sub-agents.",
+    "tools": [
+        {
+            "type": "function",
+            "name": "spawn_agent",
+            "description": "Spawn a sub-agent.",
+            "strict": False,
+            "parameters": {
+                "type": "object",
+                "properties": {"message": {"type": "string"}},
+                "required": ["message"],
+                "additionalProperties": False,
+            },
+        },
+        {"type": "function", "name": "wait_agent", "strict": False, "parameters": {"type": "object"}},
+    ],
+}
+CODEX = {
+    "input": [
+        {
+            "type": "message",
+            "id": "msg_ed00f5e4-1a6a",
+            "role": "developer",
+            "content": [{"type": "input_text", "text": "You are a coding agent."}],
+        },
+        {"type": "message", "role": "user", "content": [{"type": "input_text", "text": "say hi"}]},
+    ],
+    "tools": [WEATHER, NAMESPACE, {"type": "web_search", "external_web_access": False}],
+    "tool_choice": "auto",
+    "parallel_tool_calls": True,
+    "reasoning": {"summary": "auto"},
+    "store": False,
+    "stream": True,
+    "include": ["reasoning.encrypted_content"],
+    "prompt_cache_key": "01a23480-8f36-7060-9188-1ee1fb2ae954",
+    "client_metadata": {"turn_id": "01a23480", "x-codex-turn-metadata": '{"session_id":"01a2"}'},
+}
+
+
+def test_codex_s_request_is_taken_namespaces_flattened_and_web_search_left_out():
+    b = body(**CODEX)
+    b.enforce(LIMITS)
+    spec = b.to_spec("resp_x", LIMITS)
+    assert [t.name for t in spec.tools] == [
+        "get_weather",
+        "multi_agent_v1__spawn_agent",
+        "multi_agent_v1__wait_agent",
+    ]
+    assert spec.tools[1].parameters == NAMESPACE["tools"][0]["parameters"]
+    assert spec.max_tokens == LIMITS.max_tokens  # Codex sends no max_output_tokens
+    assert b.omitted_tools() == ["web_search"]
+    echo = b.echo()
+    assert [t["type"] for t in echo["tools"]] == ["function", "namespace"]  # what was offered
+    assert [f["name"] for f in echo["tools"][1]["tools"]] == ["spawn_agent", "wait_agent"]
+    assert echo["namespaces"]["multi_agent_v1__wait_agent"] == ["multi_agent_v1", "wait_agent"]
+    assert echo["include_reasoning"] is True and echo["store"] is False
+    assert echo["prompt_cache_key"] == CODEX["prompt_cache_key"]
+    assert not body(input="x", include=["file_search_call.results"]).echo()["include_reasoning"]
+
+
+def test_a_namespaced_call_sent_back_is_the_call_of_its_flattened_name():
+    b = body(
+        input=[
+            {"role": "user", "content": "Spawn one."},
+            {
+                "type": "function_call",
+                "call_id": "call_1",
+                "name": "spawn_agent",
+                "namespace": "multi_agent_v1",
+                "arguments": '{"message":"hi"}',
+            },
+            {
+                "type": "function_call_output",
+                "call_id": "call_1",
+                "output": [{"type": "output_text", "text": "agent "}, {"type": "input_text", "text": "a1"}],
+            },
+        ],
+        tools=[NAMESPACE],
+    )
+    spec = b.to_spec("resp_x", LIMITS)
+    assert spec.messages[1].tool_calls == (
+        ToolCall("call_1", "multi_agent_v1__spawn_agent", '{"message":"hi"}'),
+    )
+    assert spec.messages[2] == Message("tool", "agent a1", tool_call_id="call_1")
+    stored = json.loads(b.job_fields("resp_x")[JobField.INPUT])
+    assert stored[1]["namespace"] == "multi_agent_v1" and stored[1]["name"] == "spawn_agent"
+    assert stored[2]["output"] == "agent a1"
+
+
+def test_reasoning_sent_back_is_the_thinking_of_the_turn_after_it():
+    b = body(
+        input=[
+            {"role": "user", "content": "Is 17 prime?"},
+            {
+                "type": "reasoning",
+                "summary": [],
+                "content": [{"type": "reasoning_text", "text": "No divisor."}],
+            },
+            {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "Yes."}]},
+            {"role": "user", "content": "And 18?"},
+        ]
+    )
+    spec = b.to_spec("resp_x", LIMITS)
+    assert spec.messages[1] == Message("assistant", "Yes.", reasoning="No divisor.")
+    assert b.prompt_chars()[0] == len("Is 17 prime?No divisor.Yes.And 18?")
+    stored = json.loads(b.job_fields("resp_x")[JobField.INPUT])
+    assert stored[1]["type"] == "reasoning" and stored[1]["content"][0]["text"] == "No divisor."
+
+
+def test_a_sealed_reasoning_item_is_read_as_it_was_opened():
+    b = body(
+        input=[
+            {"role": "user", "content": "Weather?"},
+            {
+                "type": "reasoning",
+                "summary": [],
+                "encrypted_content": "ts1.x.y",
+                "content": [{"type": "reasoning_text", "text": "what the client says"}],
+            },
+            {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": "Sunny."},
+        ],
+        tools=[WEATHER],
+    )
+    assert [i for i, _ in b.sealed()] == [1]
+    b.sealed()[0][1].open_with("what the server sealed")
+    spec = b.to_spec("resp_x", LIMITS)
+    assert spec.messages[1].reasoning == "what the server sealed" and spec.messages[1].tool_calls
+
+
+def test_a_tool_choice_of_auto_or_none_stands_when_every_tool_sent_is_left_out():
+    for choice in ("auto", "none"):
+        spec = body(input="x", tools=[{"type": "web_search"}], tool_choice=choice).to_spec("resp_x", LIMITS)
+        assert spec.tools == () and spec.tool_choice == choice
+    assert err(input="x", tools=[{"type": "web_search"}], tool_choice="required").param == "tool_choice"

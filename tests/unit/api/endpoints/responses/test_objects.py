@@ -3,6 +3,8 @@ numbered events, whichever path reads them, and every ending has its shape."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import httpx
 import openai
 import pytest
@@ -11,9 +13,12 @@ from pydantic import TypeAdapter
 
 from api.endpoints.responses.events import KEEPALIVE, response_events
 from api.endpoints.responses.objects import ResponseObjects
+from api.endpoints.responses.sealing import Seals
+from api.jobs.state import JobState
 from api.streaming.cursor import BadCursor
 from contract import errors
 from contract.entries import CallPart, Delta, Finished, Started
+from contract.keys import JobStatus
 from tests.sse_contract import check_responses_stream
 
 OBJECTS = ResponseObjects("resp_abc", 1700000000, "m", {"background": True, "instructions": "Be brief."})
@@ -213,3 +218,55 @@ def test_a_custom_tool_s_call_streams_its_input_not_its_arguments():
     assert call.type == "custom_tool_call" and call.input == patch and call.call_id == "call_1"
     assert call.id == done["item_id"] == "ctc_abc_0"
     assert not any("function_call" in e["type"] for e in parsed.events)
+
+
+def test_a_namespaced_call_comes_back_as_its_function_and_namespace():
+    namespaced = ResponseObjects(
+        "resp_abc",
+        1700000000,
+        "m",
+        {"namespaces": {"multi_agent_v1__spawn_agent": ["multi_agent_v1", "spawn_agent"]}},
+    )
+    call = Delta(text="", token_ids=(1,), calls=(CallPart(0, "{}", "call_1", "multi_agent_v1__spawn_agent"),))
+    plain = Delta(text="", token_ids=(2,), calls=(CallPart(1, "{}", "call_2", "get_weather"),))
+    end = Finished(finish_reason="tool_calls", prompt_tokens=5, completion_tokens=2)
+    parsed = check_responses_stream(stream(namespaced, rows(STARTED, call, plain, end)))
+    first, second = parsed.terminal["response"]["output"]
+    assert (first["name"], first["namespace"]) == ("spawn_agent", "multi_agent_v1")
+    assert second["name"] == "get_weather" and "namespace" not in second
+    added = [e["item"] for e in parsed.events if e["type"] == "response.output_item.added"]
+    assert added[0]["namespace"] == "multi_agent_v1" and added[0]["name"] == "spawn_agent"
+    for event in parsed.events:
+        EVENT.validate_python(event, strict=True)
+    final = Response.model_validate(parsed.terminal["response"], strict=True)
+    assert final.output[0].type == "function_call" and final.output[0].namespace == "multi_agent_v1"
+
+
+def test_reasoning_asked_for_sealed_is_sealed_once_done_the_same_on_every_path():
+    seals = Seals(["s" * 32])
+    job = JobState(
+        id="resp_abc",
+        endpoint="responses",
+        model="m",
+        created=1700000000,
+        owner="o" * 64,
+        status=JobStatus.DONE,
+        echo='{"include_reasoning": true, "store": false}',
+    )
+    objects = ResponseObjects.of(job, seals.seal)
+    thought = Delta(text="", token_ids=(1,), reasoning="2 < 3")
+    entries = rows(STARTED, thought, text("Yes"), DONE)
+    parsed = check_responses_stream(stream(objects, entries))
+    reasoning = parsed.terminal["response"]["output"][0]
+    assert seals.open("o" * 64, reasoning["encrypted_content"]) == "2 < 3"
+    assert seals.open("p" * 64, reasoning["encrypted_content"]) is None
+    added = next(e for e in parsed.events if e["type"] == "response.output_item.added")
+    assert "encrypted_content" not in added["item"]  # an open item's thinking is not sealed yet
+    done = next(e for e in parsed.events if e["type"] == "response.output_item.done")
+    assert done["item"]["encrypted_content"] == reasoning["encrypted_content"]
+    assert ResponseObjects.of(job, seals.seal).answer(entries).body == parsed.terminal["response"]
+    for event in parsed.events:
+        EVENT.validate_python(event, strict=True)
+    unasked = dataclasses.replace(job, echo='{"store": false}')
+    plain = ResponseObjects.of(unasked, seals.seal).answer(entries).body["output"][0]
+    assert "encrypted_content" not in plain
