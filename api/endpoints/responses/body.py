@@ -22,7 +22,6 @@ from api.endpoints.body import (
     Body,
     Effort,
     Function,
-    FunctionDef,
     PositiveInt,
     SchemaFormat,
     SchemaName,
@@ -42,7 +41,15 @@ from api.endpoints.responses.items import (
     reasoning_item,
     to_messages,
 )
-from api.endpoints.responses.offered import HostedTool, NamespaceTool, echoed, namespaces, offered, omitted
+from api.endpoints.responses.offered import (
+    FunctionTool,
+    HostedTool,
+    NamespaceTool,
+    echoed,
+    namespaces,
+    offered,
+    omitted,
+)
 from api.endpoints.responses.thinking import ENCRYPTED_REASONING, Includable, ReasoningItem
 from api.endpoints.responses.tools import CustomTool, ToolChoiceCustom
 from api.endpoints.structured import checked_choice, checked_custom, checked_format, checked_tools
@@ -139,12 +146,6 @@ InputItem = Annotated[
     | Annotated[ItemReference, Tag("item_reference")],
     Discriminator(_item_type),
 ]
-
-
-class FunctionTool(FunctionDef):
-    """The Responses API's function tool: chat's function definition, flattened."""
-
-    type: Literal["function"]
 
 
 ResponsesTool = Annotated[FunctionTool | CustomTool | NamespaceTool | HostedTool, Field(discriminator="type")]

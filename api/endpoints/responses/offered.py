@@ -60,7 +60,10 @@ class HostedTool(Strict):
     type: Literal[HOSTED]  # type: ignore[valid-type]
 
 
-class NamespaceFunction(FunctionDef):
+class FunctionTool(FunctionDef):
+    """The Responses API's function tool (alone or in a namespace): chat's function
+    definition, flattened."""
+
     type: Literal["function"]
     # deferred for OpenAI's tool search (a built-in tool): with no search here it is offered
     defer_loading: bool | None = None
@@ -72,7 +75,7 @@ class NamespaceTool(Strict):
     type: Literal["namespace"]
     name: str
     description: str | None = None
-    tools: Annotated[list[NamespaceFunction], Field(min_length=1)]
+    tools: Annotated[list[FunctionTool], Field(min_length=1)]
 
 
 def flat_name(namespace: str, name: str) -> str:

@@ -15,7 +15,10 @@ from anthropic.types import message_count_tokens_params, message_create_params
 from openai.types import batch_create_params, embedding_create_params, shared_params
 from openai.types import chat as oc
 from openai.types import completion_create_params as legacy
+from openai.types import responses as R
 from openai.types.chat import completion_create_params as chat
+from openai.types.responses import response_create_params as responses
+from openai.types.responses import response_input_item_param as items
 from pydantic import BaseModel
 
 from api.batches.routes import BatchRequest
@@ -26,6 +29,8 @@ from api.endpoints.embeddings.body import EmbeddingRequest
 from api.endpoints.messages import blocks as mbl
 from api.endpoints.messages import body as mb
 from api.endpoints.messages.routes import CountRequest
+from api.endpoints.responses import body as rb
+from api.endpoints.responses import offered, tools
 
 DOC = Path(__file__).parents[4] / "docs" / "requests.md"
 
@@ -45,6 +50,25 @@ SURFACES: list[tuple[str, type, type[BaseModel]]] = [
     ("completions", legacy.CompletionCreateParamsBase, CompletionRequest),
     ("embeddings", embedding_create_params.EmbeddingCreateParams, EmbeddingRequest),
     ("batches", batch_create_params.BatchCreateParams, BatchRequest),
+    ("responses", responses.ResponseCreateParamsBase, rb.ResponsesRequest),
+    ("responses.input[message]", R.EasyInputMessageParam, rb.MessageItem),
+    ("responses.input[function_call]", R.ResponseFunctionToolCallParam, rb.FunctionCallItem),
+    ("responses.input[function_call_output]", items.FunctionCallOutput, rb.FunctionCallOutputItem),
+    ("responses.input[custom_tool_call]", R.ResponseCustomToolCallParam, rb.CustomToolCallItem),
+    (
+        "responses.input[custom_tool_call_output]",
+        R.ResponseCustomToolCallOutputParam,
+        rb.CustomToolCallOutputItem,
+    ),
+    ("responses.input[reasoning]", R.ResponseReasoningItemParam, rb.ReasoningItem),
+    ("responses.input[item_reference]", items.ItemReference, rb.ItemReference),
+    ("responses input_text part", R.ResponseInputTextParam, rb.InputText),
+    ("responses.tools[function]", R.FunctionToolParam, offered.FunctionTool),
+    ("responses.tools[custom]", R.CustomToolParam, tools.CustomTool),
+    ("responses.tools[namespace]", R.NamespaceToolParam, offered.NamespaceTool),
+    ("responses.text", R.ResponseTextConfigParam, rb.TextConfig),
+    ("responses.reasoning", shared_params.Reasoning, rb.Reasoning),
+    ("responses.stream_options", responses.StreamOptions, rb.ResponsesStreamOptions),
     ("messages", message_create_params.MessageCreateParamsBase, mb.MessagesRequest),
     ("messages count_tokens", message_count_tokens_params.MessageCountTokensParams, CountRequest),
     ("messages.messages[user]", at.UserMessageParam, mbl.InputMessage),
