@@ -245,6 +245,12 @@ def test_clear_tool_uses_clears_the_old_tool_results_past_its_trigger(pool):
     assert [e.context_management.applied_edits for e in deltas] == [[applied]]  # type: ignore[union-attr]
     assert final.context_management is not None and final.context_management.applied_edits == [applied]
     assert prompt(final) == prompt(cleared)
+    counted = sdk.beta.messages.count_tokens(
+        model=MODEL, tools=[READ_TOOL], messages=tool_rounds(5), context_management={"edits": [edit]}
+    )
+    assert counted.input_tokens == prompt(cleared)
+    assert counted.context_management is not None
+    assert counted.context_management.original_input_tokens == prompt(whole)
     untouched = {**edit, "trigger": {"type": "input_tokens", "value": prompt(whole)}}  # not past it
     same = sdk.beta.messages.create(**kwargs, context_management={"edits": [untouched]})
     assert same.context_management is None and prompt(same) == prompt(whole)
