@@ -79,6 +79,10 @@ class Started:
     worker: str
     prompt_tokens: int
     after: str = ""
+    # what the job's clear_tool_uses edit cleared (contract/edits/tool_uses.py): the same on every
+    # attempt, since the worker clears the same tool uses of the same prompt
+    cleared_tool_uses: int = 0
+    cleared_input_tokens: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,6 +160,8 @@ def encode(entry: Entry) -> dict[str, str]:
         }
         if entry.after:
             fields["a"] = entry.after
+        if entry.cleared_tool_uses:  # absent unless set: an earlier API reads the entry
+            fields["g"] = f"{entry.cleared_tool_uses},{entry.cleared_input_tokens}"
         return fields
     if isinstance(entry, Finished):
         if entry.finish_reason not in FINISH_REASONS:
@@ -217,7 +223,15 @@ def decode(raw: dict, token_ids: bool = True) -> Entry:
             epoch=epoch, text=f["t"], token_ids=ids, calls=calls, logprobs=logprobs, reasoning=f.get("z", "")
         )
     if kind == "s":
-        return Started(epoch=epoch, worker=f["w"], prompt_tokens=int(f["p"]), after=f.get("a", ""))
+        uses, tokens = (int(x) for x in f.get("g", "0,0").split(","))
+        return Started(
+            epoch=epoch,
+            worker=f["w"],
+            prompt_tokens=int(f["p"]),
+            after=f.get("a", ""),
+            cleared_tool_uses=uses,
+            cleared_input_tokens=tokens,
+        )
     if kind == "f":
         return Finished(
             epoch=epoch,

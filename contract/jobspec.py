@@ -19,6 +19,7 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 
+from contract.edits.tool_uses import problem as clear_tool_uses_problem
 from contract.freeform.calls import custom_tool_problem
 from contract.gbnf import SchemaError
 from contract.schema import schema_grammar
@@ -156,6 +157,7 @@ class JobSpec:
     # "rank" job's, its query then its documents (one score per document comes back)
     inputs: tuple[str | tuple[int, ...], ...] = ()
     dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
+    clear_tool_uses: dict | None = None  # a chat job's ClearToolUses (contract/edits/tool_uses.py)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -164,16 +166,9 @@ class JobSpec:
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tools]
         data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
-        absent_unless_set = (
-            "ignore_eos",
-            "cache_scope",
-            "public_prompt",
-            "template_kwargs",
-            "thinking_budget",
-            "inputs",
-            "dimensions",
-        )  # an earlier worker takes it (and a function tool has no "freeform")
-        for name in absent_unless_set:
+        absent_unless_set = ("ignore_eos", "cache_scope", "public_prompt", "template_kwargs")
+        # an earlier worker takes it (and a function tool has no "freeform")
+        for name in (*absent_unless_set, "thinking_budget", "inputs", "dimensions", "clear_tool_uses"):
             if not data[name]:
                 del data[name]
         return data
@@ -235,6 +230,7 @@ class JobSpec:
                 thinking_budget=data.get("thinking_budget", 0),
                 inputs=tuple(x if isinstance(x, str) else tuple(x) for x in data.get("inputs", ())),
                 dimensions=data.get("dimensions", 0),
+                clear_tool_uses=data.get("clear_tool_uses"),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -290,6 +286,8 @@ class JobSpec:
             raise InvalidSpec(f"template_kwargs: {problem}")
         if not _count(self.thinking_budget):
             raise InvalidSpec("thinking_budget must be a non-negative integer")
+        if problem := clear_tool_uses_problem(self.clear_tool_uses):
+            raise InvalidSpec(f"clear_tool_uses: {problem}")
         top = self.top_logprobs
         if not _count(top) or top > MAX_TOP_LOGPROBS or (top and not self.logprobs):
             raise InvalidSpec(f"top_logprobs must be 0 to {MAX_TOP_LOGPROBS}, with logprobs")

@@ -195,6 +195,67 @@ def test_a_tool_round_trip(pool):
     assert [b.type for b in answer.content] == ["text"] and answer.stop_reason in ("max_tokens", "end_turn")
 
 
+def tool_rounds(n: int) -> list[dict]:
+    """A conversation of `n` tool_use/tool_result rounds, each result a long listing."""
+    turns: list[dict] = [{"role": "user", "content": "Read the five files and sum up."}]
+    for i in range(n):
+        call = {"type": "tool_use", "id": f"toolu_{i}", "name": "read", "input": {"path": f"file{i}.txt"}}
+        listing = " ".join(f"line {k}: the fox number {k} jumped over the lazy dog." for k in range(20))
+        turns += [
+            {"role": "assistant", "content": [call]},
+            {
+                "role": "user",
+                "content": [{"type": "tool_result", "tool_use_id": call["id"], "content": listing}],
+            },
+        ]
+    return turns
+
+
+READ_TOOL = {"name": "read", "input_schema": {"type": "object", "properties": {"path": {"type": "string"}}}}
+
+
+def test_clear_tool_uses_clears_the_old_tool_results_past_its_trigger(pool):
+    """Five rounds, a trigger below their size and keep 1: four results cleared, the prompt
+    smaller than without the edit, said in the Message and in its stream's message_delta."""
+    sdk = pool.sdk()
+    kwargs = {
+        "model": MODEL,
+        "max_tokens": 8,
+        "tools": [READ_TOOL],
+        "messages": tool_rounds(5),
+        "extra_body": GREEDY,
+    }
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "trigger": {"type": "input_tokens", "value": 500},
+        "keep": {"type": "tool_uses", "value": 1},
+    }
+    whole = sdk.beta.messages.create(**kwargs)
+    cleared = sdk.beta.messages.create(
+        **kwargs, context_management={"edits": [edit]}, betas=["context-management-2025-06-27"]
+    )
+    assert whole.context_management is None and cleared.context_management is not None
+    (applied,) = cleared.context_management.applied_edits
+    assert applied.type == "clear_tool_uses_20250919" and applied.cleared_tool_uses == 4
+    prompt = lambda m: m.usage.input_tokens + (m.usage.cache_read_input_tokens or 0)  # noqa: E731
+    assert prompt(cleared) == prompt(whole) - applied.cleared_input_tokens < prompt(whole)
+    with sdk.beta.messages.stream(**kwargs, context_management={"edits": [edit]}) as stream:
+        deltas = [e for e in stream if e.type == "message_delta"]
+        final = stream.get_final_message()
+    assert [e.context_management.applied_edits for e in deltas] == [[applied]]  # type: ignore[union-attr]
+    assert final.context_management is not None and final.context_management.applied_edits == [applied]
+    assert prompt(final) == prompt(cleared)
+    counted = sdk.beta.messages.count_tokens(
+        model=MODEL, tools=[READ_TOOL], messages=tool_rounds(5), context_management={"edits": [edit]}
+    )
+    assert counted.input_tokens == prompt(cleared)
+    assert counted.context_management is not None
+    assert counted.context_management.original_input_tokens == prompt(whole)
+    untouched = {**edit, "trigger": {"type": "input_tokens", "value": prompt(whole)}}  # not past it
+    same = sdk.beta.messages.create(**kwargs, context_management={"edits": [untouched]})
+    assert same.context_management is None and prompt(same) == prompt(whole)
+
+
 def test_thinking_streams_as_signed_thinking_blocks_and_comes_back_accepted(pool):
     sdk = pool.sdk()
     ask = [{"role": "user", "content": "Is 17 a prime number?"}]
@@ -376,9 +437,11 @@ BAD = [
         {
             "max_tokens": 8,
             "messages": ASK,
-            "context_management": {"edits": [{"type": "clear_tool_uses_20250919"}]},
+            "context_management": {
+                "edits": [{"type": "clear_tool_uses_20250919", "keep": {"type": "input_tokens", "value": 1}}]
+            },
         },
-        "clear_tool_uses",
+        "context_management.edits[0].keep.type",
     ),
     (
         {

@@ -86,10 +86,19 @@ class Publisher:
         self._writer = threading.Thread(target=self._write_loop, name="publisher", daemon=True)
         self._writer.start()
 
-    def started(self, attempt: Attempt, prompt_tokens: int, after: str = "") -> None:
-        """The attempt's first entry, going on from entry `after` (what it read)."""
+    def started(
+        self, attempt: Attempt, prompt_tokens: int, after: str = "", cleared: tuple[int, int] = (0, 0)
+    ) -> None:
+        """The attempt's first entry, going on from entry `after` (what it read), with what the
+        job's context edit cleared: (tool uses, input tokens)."""
+        uses, tokens = cleared
         entry = Started(
-            epoch=attempt.epoch, worker=self._link.worker, prompt_tokens=prompt_tokens, after=after
+            epoch=attempt.epoch,
+            worker=self._link.worker,
+            prompt_tokens=prompt_tokens,
+            after=after,
+            cleared_tool_uses=uses,
+            cleared_input_tokens=tokens,
         )
         self._submit(attempt, entry, wait=True)
 

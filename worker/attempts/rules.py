@@ -54,6 +54,7 @@ class Engine(Protocol):
     n_ctx: int
     slots: int  # sequences decoded together (SLOTS, or sized at start: worker/engine/sizing.py)
 
+    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]: ...  # cleared: (tool uses, tokens)
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
     def piece(self, token: int) -> bytes: ...
@@ -209,13 +210,14 @@ class AttemptRules:
         attempt.saw(progress.last_id)
         prior = list(progress.token_ids)
         try:
+            spec, cleared = engine.edited(spec)  # its context edit applied (worker/tools/clearing.py)
             prompt = engine.prompt_ids(spec)
         except PromptRejected as exc:
             pub.failed(attempt, exc.error, str(exc), exc.param)
             return Outcome.REJECTED
         prompt_tokens = progress.prompt_tokens or len(prompt)
         self._settle_claim(attempt)
-        pub.started(attempt, prompt_tokens, after=progress.last_id)
+        pub.started(attempt, prompt_tokens, after=progress.last_id, cleared=cleared)
         generated = attempt.prior = len(prior)
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
@@ -389,12 +391,7 @@ class AttemptRules:
             outcome = queueing.abandon(
                 link.servers, attempt.job_id, attempt.epoch, link.recovery, reason, charge=False
             ).outcome
-            log.log(
-                logging.INFO if reason == queueing.PREEMPT else logging.WARNING,
-                "handed off %s (%s, outcome %d)",
-                attempt.job_id,
-                reason,
-                outcome,
-            )
+            level = logging.INFO if reason == queueing.PREEMPT else logging.WARNING
+            log.log(level, "handed off %s (%s, outcome %d)", attempt.job_id, reason, outcome)
         except redis.RedisError as exc:  # the reaper will find the attempt dead instead
             log.warning("could not hand off %s: %s", attempt.job_id, exc)

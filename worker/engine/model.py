@@ -47,7 +47,6 @@ _KV_BYTES = 2  # f16 keys and values
 _MAX_UBATCH = 512
 _COMPUTE_MARGIN = 256 << 20  # llama.cpp's compute buffers and the process itself
 
-
 WARM_UP_MESSAGE = Message("user", "Write one line about the sea.")
 
 
@@ -74,6 +73,7 @@ class LlamaEngine:
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
+        self.edited = self.prompts.edited  # a job as its context edit leaves it
         self._thinking = settings.reasoning_format == "think"
         self.prompts.markers = self.prompts.marker_ids(harmony.MARKERS)  # gpt-oss's: split on them
         self._harmony = bool(self.prompts.markers)

@@ -25,7 +25,7 @@ from contract.jobspec import JobSpec, Message, Tool, ToolCall
 from contract.prefixes import PromptOverhead
 from worker.engine.steps.plan import common_prefix
 from worker.errors import PromptRejected, PromptTooLong
-from worker.tools import late_system, outside
+from worker.tools import clearing, late_system, outside
 from worker.tools.json_envelope import JsonTools
 from worker.tools.protocols import ToolProtocol, detect
 
@@ -114,6 +114,15 @@ class ChatPrompts:
         if len(ids) >= n_ctx:
             raise PromptTooLong(len(ids), n_ctx, param)
         return ids
+
+    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]:
+        """The job as its context edit leaves it (worker/tools/clearing.py), and what the edit
+        cleared: (tool uses, input tokens), each token counted as the prompt renders it."""
+        if spec.kind != "chat" or spec.clear_tool_uses is None:
+            return spec, (0, 0)
+        before = len(self._chat_ids(spec))
+        edited, uses = clearing.clear_tool_uses(spec, before, lambda text: len(self._plain(text)))
+        return edited, (uses, before - len(self._chat_ids(edited)) if uses else 0)
 
     def _chat_ids(self, spec: JobSpec) -> list[int]:
         """The prompt of a chat job; a template that refuses (or drops) a system message after

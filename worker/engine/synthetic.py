@@ -22,6 +22,7 @@ from contract.stats import BatchCounters
 from worker.engine.steps.picks import Pick
 from worker.errors import PromptTooLong
 from worker.text.replies import PlainReply, Reply
+from worker.tools import clearing
 
 log = logging.getLogger(__name__)
 
@@ -66,14 +67,22 @@ class SyntheticEngine:
         )
         time.sleep(load_s)  # a model's load, for tests of what happens while a worker starts
 
-    def prompt_ids(self, spec: JobSpec) -> list[int]:
+    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]:
+        """Its clear_tool_uses edit applied (worker/tools/clearing.py), words counted as tokens."""
+        if spec.kind != "chat" or spec.clear_tool_uses is None:
+            return spec, (0, 0)
+        before = len(self._ids(spec))
+        edited, uses = clearing.clear_tool_uses(spec, before, lambda text: len(_word_ids(text)))
+        return edited, (uses, before - len(self._ids(edited)) if uses else 0)
+
+    def _ids(self, spec: JobSpec) -> list[int]:
         """One id per whitespace-separated word (4 more per chat message for its markers)."""
-        if spec.kind == "chat":
-            ids: list[int] = []
-            for m in spec.messages:
-                ids += [1, 2, 3, 4, *_word_ids(m.content)]
-        else:
-            ids = _word_ids(spec.prompt)
+        if spec.kind != "chat":
+            return _word_ids(spec.prompt)
+        return [i for m in spec.messages for i in (1, 2, 3, 4, *_word_ids(m.content))]
+
+    def prompt_ids(self, spec: JobSpec) -> list[int]:
+        ids = self._ids(spec)
         if len(ids) >= self.n_ctx:
             raise PromptTooLong(len(ids), self.n_ctx, "messages" if spec.kind == "chat" else "prompt")
         return ids

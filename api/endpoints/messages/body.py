@@ -18,7 +18,7 @@ import json
 import re
 from typing import Annotated, Literal
 
-from pydantic import ConfigDict, Discriminator, Field, Tag
+from pydantic import Discriminator, Field, Tag
 
 from api.endpoints.body import MAX_TOOLS, Body, PositiveInt, StopString, TopP, template_kwargs
 from api.endpoints.loosening import loosened
@@ -34,6 +34,7 @@ from api.endpoints.messages.blocks import (
     readable,
     result_text,
 )
+from api.endpoints.messages.context import ContextManagement
 from api.endpoints.structured import checked_choice, checked_format, checked_tools
 from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many, unsupported
@@ -115,47 +116,6 @@ class ThinkingConfig(Strict):
         }
 
 
-class ThinkingTurns(Strict):
-    type: Literal["thinking_turns"]
-    value: Annotated[int, Field(ge=1)]
-
-
-class AllThinkingTurns(Strict):
-    type: Literal["all"]
-
-
-class ClearThinking(Strict):
-    """Changes nothing here: earlier thinking is never in the prompt (templates drop it)."""
-
-    type: Literal["clear_thinking_20251015"]
-    keep: Literal["all"] | Annotated[ThinkingTurns | AllThinkingTurns, Field(discriminator="type")] | None = (
-        None
-    )
-
-
-class ClearToolUses(Strict):
-    """Refused by `to_spec` with a clear 400, not as an unknown edit: its trigger counts input
-    tokens, which only a worker can."""
-
-    model_config = ConfigDict(strict=True, extra="allow")
-    type: Literal["clear_tool_uses_20250919"]
-
-
-class ContextManagement(Strict):
-    edits: Annotated[
-        list[Annotated[ClearThinking | ClearToolUses, Field(discriminator="type")]], Field(max_length=8)
-    ]
-
-    def check(self) -> None:
-        for i, edit in enumerate(self.edits):
-            if isinstance(edit, ClearToolUses):
-                raise unsupported(
-                    f"context_management.edits[{i}]",
-                    "clear_tool_uses is not supported yet here (its trigger counts input tokens, "
-                    "which only a worker can); send the conversation without the old tool results.",
-                )
-
-
 class JSONFormat(Strict):
     type: Literal["json_schema"]
     schema_: Annotated[dict, Field(alias="schema")]
@@ -194,8 +154,6 @@ class MessagesRequest(Body):
         return "default"
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
-        if self.context_management:
-            self.context_management.check()
         tools = self._tools()
         choice = self.tool_choice
         if choice is None or choice.type == "auto":
@@ -222,6 +180,7 @@ class MessagesRequest(Body):
             priority=self.priority,
             template_kwargs=self._template_kwargs(),
             thinking_budget=(self.thinking.budget_tokens or 0) if self.thinking else 0,
+            clear_tool_uses=self.context_management.clear_tool_uses() if self.context_management else None,
         )
 
     def _template_kwargs(self) -> dict:

@@ -46,6 +46,18 @@ def usage(prompt_tokens: int, output_tokens: int, cached_tokens: int = 0, thinki
     }
 
 
+def context_edits(entry: Started) -> dict | None:
+    """Anthropic's `context_management` of a Message: the edits the worker applied (None: none)."""
+    if not entry.cleared_tool_uses:
+        return None
+    edit = {
+        "type": "clear_tool_uses_20250919",
+        "cleared_tool_uses": entry.cleared_tool_uses,
+        "cleared_input_tokens": entry.cleared_input_tokens,
+    }
+    return {"applied_edits": [edit]}
+
+
 def failure(entry: Failed) -> tuple[int, dict]:
     """A job's failure as Anthropic's error: (HTTP status, body)."""
     return anthropic(errors.lookup(entry.code) or errors.WORKER_ERROR, entry.message)
@@ -73,9 +85,15 @@ class MessageObjects:
         return Transcript(self)
 
     def message(
-        self, content: list[dict], usage: dict, reason: str | None = None, sequence: str | None = None
+        self,
+        content: list[dict],
+        usage: dict,
+        reason: str | None = None,
+        sequence: str | None = None,
+        edits: dict | None = None,
     ) -> dict:
-        return {
+        """`edits`: the context management the worker applied (`context_edits`), if any."""
+        message = {
             "id": self.id,
             "type": "message",
             "role": "assistant",
@@ -85,6 +103,7 @@ class MessageObjects:
             "stop_sequence": sequence,
             "usage": usage,
         }
+        return message | {"context_management": edits} if edits else message
 
     def answer(self, rows: Rows) -> Answer | None:
         """The Message once the job has ended (its error if it failed); None before."""
@@ -121,15 +140,19 @@ class Transcript:
         self._open: int | None = None  # the index of the open block
         self._calls: dict[int, int] = {}  # a tool call's index in the job -> its block's index
         self._prompt = 0
+        self._edits: dict | None = None  # what the job's context edit cleared (its Started says)
         self._usage = usage(0, 0)
         self._stop: tuple[str | None, str | None] = (None, None)
 
     def message(self) -> dict:
-        return self._o.message(copy.deepcopy(self.content), dict(self._usage), *self._stop)
+        edits = copy.deepcopy(self._edits)
+        return self._o.message(copy.deepcopy(self.content), dict(self._usage), *self._stop, edits=edits)
 
     def feed(self, eid: str, entry: Entry) -> list[dict]:
         """The events one entry makes (none for a crash's later Started)."""
         if isinstance(entry, Started):
+            if self.seq < 0:
+                self._edits = context_edits(entry)
             return self._start(entry.prompt_tokens)
         events = self._start(0)  # a stream without its Started (never written so): still in order
         if isinstance(entry, Delta):
@@ -142,9 +165,10 @@ class Transcript:
                 entry.prompt_tokens, entry.completion_tokens, entry.cached_tokens, entry.reasoning_tokens
             )
             delta = {"stop_reason": reason, "stop_sequence": sequence}
+            edits = {"context_management": copy.deepcopy(self._edits)} if self._edits else {}
             return [
                 *events,
-                self._event("message_delta", delta=delta, usage=dict(self._usage)),
+                self._event("message_delta", delta=delta, usage=dict(self._usage), **edits),
                 self._event("message_stop"),
             ]
         if isinstance(entry, Failed):

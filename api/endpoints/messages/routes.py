@@ -27,7 +27,7 @@ from api.http.reading import read_json
 from api.jobs.owners import now_ms
 from api.services import Services
 from api.settings import Limits
-from contract.entries import Failed, Finished, Rows
+from contract.entries import Failed, Finished, Rows, Started
 from contract.jobspec import JobSpec
 
 
@@ -52,14 +52,22 @@ class CountRequest(MessagesRequest):
 
 @dataclasses.dataclass(frozen=True)
 class Counted(MessageObjects):
-    """A count job's answer: `{"input_tokens": N}` once a worker has tokenized its prompt."""
+    """A count job's answer: `{"input_tokens": N}` once a worker has tokenized its prompt (and,
+    where its clear_tool_uses edit cleared any, the count before: Anthropic's
+    `context_management.original_input_tokens`)."""
 
     def answer(self, rows: Rows) -> Answer | None:
+        started: Started | None = None
         for _, entry in rows:
+            started = entry if isinstance(entry, Started) else started
             if isinstance(entry, Failed):
                 return Answer(*failure(entry))
             if isinstance(entry, Finished):
-                return Answer(200, {"input_tokens": entry.prompt_tokens})
+                counted: dict = {"input_tokens": entry.prompt_tokens}
+                if started and started.cleared_tool_uses:
+                    original = entry.prompt_tokens + started.cleared_input_tokens
+                    counted["context_management"] = {"original_input_tokens": original}
+                return Answer(200, counted)
         return None
 
 

@@ -88,6 +88,7 @@ def test_queue_is_named_after_the_model():
     "entry",
     [
         Started(epoch=1, worker="w-1", prompt_tokens=12),
+        Started(epoch=1, worker="w-1", prompt_tokens=12, cleared_tool_uses=4, cleared_input_tokens=350),
         Delta(epoch=2, text="héllo\n", token_ids=(1, 2, 3)),
         Delta(epoch=1, text="", token_ids=()),
         Delta(epoch=1, text="Yes.", token_ids=(4, 5), reasoning="2 < 3, so"),
@@ -245,3 +246,8 @@ def test_an_assistants_thinking_travels_only_when_set_and_only_on_an_assistant()
     assert "reasoning" not in _spec().to_dict()["messages"][0]
     with pytest.raises(InvalidSpec):
         JobSpec.from_dict(_spec(messages=(Message("user", "hi", reasoning="x"),)).to_dict())
+
+
+def test_a_started_entry_of_an_earlier_worker_cleared_nothing():
+    entry = entries.decode({"k": "s", "e": "1", "w": "w-1", "p": "12"})
+    assert (entry.cleared_tool_uses, entry.cleared_input_tokens) == (0, 0)

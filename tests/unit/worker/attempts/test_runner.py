@@ -47,6 +47,9 @@ class ScriptedEngine:
         self.words = words or {}  # a token's text, if not `<id>`
         self.opened = opened  # None: no thinking; else whether the prompt opened a block
 
+    def edited(self, spec):
+        return spec, (0, 0)
+
     def prompt_ids(self, spec):
         if spec.messages[0].content == "too long":
             raise PromptTooLong(99, self.n_ctx, "messages")

@@ -12,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from contract.edits.tool_uses import ClearToolUses
 from contract.jobspec import TEMPLATE_RESERVED, JobSpec, Message, Tool, ToolCall
 from tests import harmony_model
 from worker.settings import default_model_path
 from worker.text import harmony
+from worker.tools.clearing import PLACEHOLDER
 
 llama_cpp = pytest.importorskip("llama_cpp")
 from llama_cpp._internals import LlamaModel  # noqa: E402
@@ -297,3 +299,20 @@ def test_a_late_system_message_is_marked_text_of_a_user_turn_where_the_template_
         Message("user", "Go."),
     )
     assert before_user == "user\nHi.\nassistant\nHello.\nuser\n<system>\nNow.\n</system>\n\nGo.\nassistant\n"
+
+
+def test_clear_tool_uses_counts_what_it_cleared_as_the_prompt_renders_it(prompts):
+    """The tokens the edit reports cleared are exactly those the prompt lost."""
+    messages = [Message("user", "Read them.")]
+    for n in range(3):
+        call = ToolCall(f"call_{n}", "read", '{"path": "a"}')
+        messages += [
+            Message("assistant", "", tool_calls=(call,)),
+            Message("tool", "a long listing of the file " * 20, tool_call_id=call.id),
+        ]
+    terms = ClearToolUses(at=10, keep=1).to_dict()
+    spec = JobSpec(id="j", kind="chat", model="m", messages=tuple(messages), tools=(Tool("read"),))
+    edited, (uses, tokens) = prompts.edited(dataclasses.replace(spec, clear_tool_uses=terms))
+    assert uses == 2 and [m.content for m in edited.messages if m.role == "tool"][:2] == [PLACEHOLDER] * 2
+    assert tokens == len(prompts.prompt_ids(spec, 99_999)) - len(prompts.prompt_ids(edited, 99_999)) > 100
+    assert prompts.edited(spec) == (spec, (0, 0))

@@ -12,7 +12,7 @@ from api.endpoints.messages.routes import CountRequest
 from api.http.errors import APIError
 from api.http.parsing import parse
 from api.settings import Limits
-from contract.jobspec import Message, ToolCall
+from contract.jobspec import JobSpec, Message, ToolCall
 from contract.prefixes import prefixes
 
 LIMITS = Limits()
@@ -241,14 +241,66 @@ def test_thinking_shown_as_updates_streams_as_summarized_thinking():
     assert request.job_fields("msg_x") == {}  # thinking blocks keep their text
 
 
-def test_clearing_thinking_changes_nothing_and_clearing_tool_uses_is_refused():
+def test_clearing_thinking_changes_nothing():
     for keep in ("all", {"type": "thinking_turns", "value": 1}, None):
         edit = {"type": "clear_thinking_20251015", **({"keep": keep} if keep else {})}
         job = spec(messages=[user("x")], context_management={"edits": [edit]})
         assert job == spec(messages=[user("x")])
-    clear = {"type": "clear_tool_uses_20250919", "trigger": {"type": "input_tokens", "value": 1000}}
-    refused = refusal(messages=[user("x")], context_management={"edits": [clear]})
-    assert refused.param == "context_management.edits[0]" and "clear_tool_uses" in refused.message
+
+
+def test_clearing_tool_uses_travels_in_the_job_with_anthropics_defaults():
+    bare = {"type": "clear_tool_uses_20250919"}
+    job = spec(messages=[user("x")], context_management={"edits": [bare]})
+    assert job.clear_tool_uses == {
+        "trigger": "input_tokens",
+        "at": 100_000,
+        "keep": 3,
+        "clear_at_least": 0,
+        "exclude_tools": [],
+        "clear_inputs": False,
+    }
+    edit = {
+        **bare,
+        "trigger": {"type": "tool_uses", "value": 4},
+        "keep": {"type": "tool_uses", "value": 1},
+        "clear_at_least": {"type": "input_tokens", "value": 500},
+        "exclude_tools": ["memory"],
+        "clear_tool_inputs": ["weather"],
+    }
+    job = spec(messages=[user("x")], context_management={"edits": [edit]})
+    assert job.clear_tool_uses == {
+        "trigger": "tool_uses",
+        "at": 4,
+        "keep": 1,
+        "clear_at_least": 500,
+        "exclude_tools": ["memory"],
+        "clear_inputs": ["weather"],
+    }
+    assert JobSpec.from_dict(job.to_dict()) == job
+    assert "clear_tool_uses" not in spec(messages=[user("x")]).to_dict()  # an earlier worker takes it
+
+
+@pytest.mark.parametrize(
+    ("edit", "param"),
+    [  # each field's value of the wrong kind
+        ({"keep": {"type": "input_tokens", "value": 1}}, "context_management.edits[0].keep.type"),
+        ({"trigger": {"type": "input_tokens", "value": -1}}, "context_management.edits[0].trigger.value"),
+        ({"clear_at_least": {"type": "tool_uses", "value": 1}}, "context_management.edits[0].clear_at_least.type"),  # noqa: E501
+        ({"exclude_tools": "weather"}, "context_management.edits[0].exclude_tools"),
+        ({"clear_tool_inputs": "yes"}, "context_management.edits[0].clear_tool_inputs"),
+        ({"keep_all": True}, "context_management.edits[0].keep_all"),
+    ],
+)  # fmt: skip
+def test_a_bad_clear_tool_uses_edit_is_a_400_naming_its_field(edit, param):
+    edits = [{"type": "clear_tool_uses_20250919", **edit}]
+    refused = refusal(messages=[user("x")], context_management={"edits": edits})
+    assert (refused.status, refused.param) == (400, param)
+
+
+def test_two_clear_tool_uses_edits_are_a_400():
+    edit = {"type": "clear_tool_uses_20250919"}
+    refused = refusal(messages=[user("x")], context_management={"edits": [edit, edit]})
+    assert refused.status == 400 and refused.param == "context_management.edits[1]"
 
 
 def test_deferred_tools_are_offered_like_the_others_and_tool_search_is_left_out():

@@ -8,6 +8,7 @@ import json
 
 import pytest
 from anthropic.types import Message, RawMessageStreamEvent
+from anthropic.types.beta import BetaMessage, BetaRawMessageStreamEvent
 from pydantic import TypeAdapter
 
 from api.endpoints.messages.events import PING, message_events
@@ -169,3 +170,24 @@ def test_keepalives_are_pings_and_a_stream_error_has_no_id():
 def test_a_cursor_that_is_not_an_event_number_is_refused(cursor):
     with pytest.raises(BadCursor):
         message_events(OBJECTS, cursor)
+
+
+def test_what_clear_tool_uses_cleared_is_in_the_message_and_its_message_delta():
+    """As the SDK's beta types put it: the Message's and the message_delta's context_management."""
+    cleared = rows(
+        Started(worker="w", prompt_tokens=90, cleared_tool_uses=4, cleared_input_tokens=312),
+        Delta(text="Done.", token_ids=(1,)),
+        Started(worker="w2", prompt_tokens=90, cleared_tool_uses=4, cleared_input_tokens=312),  # a resume
+        Finished(finish_reason="stop", prompt_tokens=90, completion_tokens=1),
+    )
+    applied = {"type": "clear_tool_uses_20250919", "cleared_tool_uses": 4, "cleared_input_tokens": 312}
+    answer = OBJECTS.answer(cleared)
+    assert answer is not None
+    message = BetaMessage.model_validate(answer.body)
+    assert message.context_management is not None
+    assert [e.model_dump() for e in message.context_management.applied_edits] == [applied]
+    delta = next(d for _, d in parse(stream(cleared)) if d["type"] == "message_delta")
+    event = TypeAdapter(BetaRawMessageStreamEvent).validate_python(delta)
+    assert [e.model_dump() for e in event.context_management.applied_edits] == [applied]  # type: ignore[union-attr]
+    plain = OBJECTS.answer(THOUGHT_AND_CALL)
+    assert plain is not None and "context_management" not in plain.body  # nothing cleared, nothing said

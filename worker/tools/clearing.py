@@ -1,0 +1,57 @@
+"""Anthropic's `clear_tool_uses_20250919` edit applied to a chat job's messages (its terms:
+contract/edits/tool_uses.py): the worker clears old tool results here, since only it counts the
+prompt's tokens. Oldest first, each cleared tool use's result becomes `PLACEHOLDER` (and its
+call's arguments `{}`, where the edit clears inputs), so the model knows a result was there.
+The same job always clears the same tool uses: a resumed job reports the same edit."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+
+from contract.edits.tool_uses import ClearToolUses
+from contract.jobspec import JobSpec, Message
+
+PLACEHOLDER = "[This tool result was cleared to save context.]"
+NO_INPUT = "{}"
+
+
+def clear_tool_uses(spec: JobSpec, prompt_tokens: int, count: Callable[[str], int]) -> tuple[JobSpec, int]:
+    """The job as its edit leaves it (without the edit), and how many tool uses it cleared (0:
+    not past the trigger, nothing older than the kept ones, or fewer tokens than
+    `clear_at_least`). `prompt_tokens` is the whole prompt's, `count` a text's tokens as the
+    prompt renders it."""
+    if spec.clear_tool_uses is None:
+        return spec, 0
+    edit = ClearToolUses.from_dict(spec.clear_tool_uses)
+    bare = dataclasses.replace(spec, clear_tool_uses=None)
+    messages = list(spec.messages)
+    uses = [(i, j) for i, m in enumerate(messages) for j in range(len(m.tool_calls))]
+    if (len(uses) if edit.trigger == "tool_uses" else prompt_tokens) <= edit.at:
+        return bare, 0
+    results = {m.tool_call_id: i for i, m in enumerate(messages) if m.role == "tool"}
+    cleared = saved = 0
+    for i, j in uses[: max(0, len(uses) - edit.keep)]:
+        if edit.clear_at_least and saved >= edit.clear_at_least:
+            break
+        call = messages[i].tool_calls[j]
+        if call.name in edit.exclude_tools:
+            continue
+        changed = False
+        at = results.get(call.id)
+        if at is not None and messages[at].content != PLACEHOLDER:
+            saved += count(messages[at].content) - count(PLACEHOLDER)
+            messages[at], changed = dataclasses.replace(messages[at], content=PLACEHOLDER), True
+        if edit.clears_input(call.name) and call.arguments != NO_INPUT:
+            saved += count(call.arguments) - count(NO_INPUT)
+            messages[i], changed = _without_input(messages[i], j), True
+        cleared += changed
+    if not cleared or saved < edit.clear_at_least:
+        return bare, 0
+    return dataclasses.replace(bare, messages=tuple(messages)), cleared
+
+
+def _without_input(message: Message, j: int) -> Message:
+    calls = list(message.tool_calls)
+    calls[j] = dataclasses.replace(calls[j], arguments=NO_INPUT)
+    return dataclasses.replace(message, tool_calls=tuple(calls))
