@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from contract.gbnf import SchemaError
 from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
+from contract.tracing import propagation
 
 ROLES = ("system", "user", "assistant", "tool")
 KINDS = ("chat", "text", "embed")
@@ -154,6 +155,7 @@ class JobSpec:
     # an "embed" job's inputs, each a string or token ids (its vectors come back in that order)
     inputs: tuple[str | tuple[int, ...], ...] = ()
     dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
+    trace_context: str = ""  # the API span's W3C traceparent (contract/tracing.py); "": not traced
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -162,16 +164,9 @@ class JobSpec:
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [asdict(t) for t in self.tools]
         data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
-        absent_unless_set = (
-            "ignore_eos",
-            "cache_scope",
-            "public_prompt",
-            "template_kwargs",
-            "thinking_budget",
-            "inputs",
-            "dimensions",
-        )  # an earlier worker takes it
-        for name in absent_unless_set:
+        absent_unless_set = ("ignore_eos", "cache_scope", "public_prompt", "template_kwargs")
+        absent_unless_set += ("thinking_budget", "inputs", "dimensions", "trace_context")
+        for name in absent_unless_set:  # an earlier worker takes it
             if not data[name]:
                 del data[name]
         return data
@@ -233,6 +228,7 @@ class JobSpec:
                 thinking_budget=data.get("thinking_budget", 0),
                 inputs=tuple(x if isinstance(x, str) else tuple(x) for x in data.get("inputs", ())),
                 dimensions=data.get("dimensions", 0),
+                trace_context=data.get("trace_context", ""),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -249,9 +245,11 @@ class JobSpec:
             if not math.isfinite(value) or not lo <= value <= hi:
                 raise InvalidSpec(f"{name} must be between {lo} and {hi}")
 
-        for name in ("id", "model", "prompt", "cache_scope"):
+        for name in ("id", "model", "prompt", "cache_scope", "trace_context"):
             if not isinstance(getattr(self, name), str):
                 raise InvalidSpec(f"{name} must be a string")
+        if not propagation.valid(self.trace_context):
+            raise InvalidSpec("trace_context must be a W3C traceparent (and tracestate)")
         if not self.id or not self.model:
             raise InvalidSpec("id and model must not be empty")
         if self.kind not in KINDS:

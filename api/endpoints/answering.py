@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from api.endpoints.chat.objects import Chunks
 from api.endpoints.protocol import Answer, Events
 from api.http.errors import APIError
+from api.http.tracing import OFF, Off, RequestTrace, trace_of
 from api.jobs.admission import StreamTicket
 from api.metrics import StreamTiming
 from api.services import Services
@@ -44,6 +45,7 @@ class SSEStream:
     cancel_on_disconnect: bool  # a client gone before the end cancels the job...
     arrived_ms: int  # ...unless another attached after its request came (ms since the epoch)
     settles: str = ""  # the owner whose token budget the job's end settles ("": none)
+    trace: RequestTrace | Off = OFF  # the request's span (api/http/tracing.py)
 
     def response(self) -> StreamingResponse:
         return StreamingResponse(self._body(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -54,6 +56,8 @@ class SSEStream:
         end = None
         after, inclusive = events.read_from()
         services.metrics.streams_open.inc()
+        trace, first = self.trace, ""  # first: the first entry relayed (a new job's: its Started)
+        trace.relayed(after)
         try:
             if opening := events.opening():
                 yield opening
@@ -72,6 +76,8 @@ class SSEStream:
                         yield events.keepalive()
                         continue
                     end = item[-1][1]
+                    if trace.on and not first:
+                        first = item[0][0]
                     out = events.encode(item)
                     self.timing.sent(out.contents)
                     if out.data:
@@ -89,6 +95,8 @@ class SSEStream:
             if self.settles and is_terminal(end):
                 await settle(services, self.settles, self.job_id, end)
         finally:
+            timing = self.timing
+            trace.ended(end, first if timing.fresh else "", self.arrived_ms, timing.ttft_s)
             self.ticket.release()
             services.metrics.streams_open.dec()
             if not ended and self.cancel_on_disconnect:  # gone: stop the job after the grace
@@ -119,6 +127,7 @@ async def collect(
                 continue
             rows += item
             if is_terminal(end := rows[-1][1]):
+                trace_of(request.scope).ended(end, rows[0][0], arrived_ms)
                 # an answer carrying vectors (embeddings) may be megabytes of JSON: built in the lane
                 size = len(end.vectors) if isinstance(end, Finished) else 0
                 response = await services.heavy.run_for(size, _answered, chunks, rows)

@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,6 +28,7 @@ from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid, speaks_anthropic
 from api.http.parsing import parse
 from api.http.reading import read_json
+from api.http.tracing import OFF, Off, RequestTrace, trace_of
 from api.jobs import reservation
 from api.jobs.admission import ModelLimits, StreamTicket
 from api.jobs.owners import (
@@ -75,6 +76,7 @@ def _sse(
     timing: StreamTiming,
     arrived_ms: int,
     settles: str,
+    trace: RequestTrace | Off = OFF,
 ) -> Response:
     """A job's events as an SSE response; a client gone cancels a job it is attached to."""
     stream = SSEStream(
@@ -86,6 +88,7 @@ def _sse(
         cancel_on_disconnect=not job.detached,
         arrived_ms=arrived_ms,
         settles=settles,
+        trace=trace,
     )
     return stream.response()
 
@@ -186,7 +189,9 @@ class EndpointRoutes:
                 timing = StreamTiming(services.metrics, job.model, arrived)
                 assert self.endpoint.events is not None  # a body that streams has a stream
                 events = self.endpoint.events(objects, None)  # a retry gets the whole stream from the start
-                response = _sse(services, events, job, ticket, timing, arrived_ms, settles(job, ask.budgets))
+                settled_by = settles(job, ask.budgets)
+                trace = trace_of(request.scope)
+                response = _sse(services, events, job, ticket, timing, arrived_ms, settled_by, trace)
             response.headers.update(made.headers(ask))
             return response
         except BaseException:
@@ -211,9 +216,13 @@ class EndpointRoutes:
                 return Made(earlier, retried=True)
             job_id = self.endpoint.new_id()
             logs.set_job(job_id)
+            trace = trace_of(ask.request.scope)
+            trace.open(self.endpoint.name, body.model, job_id, tier=body.priority, key_id=ask.owner[:12])
             limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
+                if trace.on:  # the attempts' spans join the request's trace (contract/tracing.py)
+                    spec = replace(spec, trace_context=trace.carried())
                 quota = self._quota(ask, spec, limits)
                 submitted = await self._submit(ask, spec, quota)
             finally:  # the enqueue takes the place; anything else gives it back
@@ -274,6 +283,9 @@ class EndpointRoutes:
         will ever come after it (one of a running job is waited for, api/streaming/relay.py)."""
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
+        if (trace := trace_of(request.scope)).on:  # joins the trace of the request that made the job
+            joins = json.loads(await services.jobs.stored(job.id, keys.JobField.SPEC) or "{}")
+            trace.open(self.endpoint.name, job.model, job.id, joins.get("trace_context", ""))
         objects = self.endpoint.objects_of(job)
         settled_by = settles(job, services.admission.budgets(request_grant(request)))
         if _streaming(request):
@@ -291,7 +303,7 @@ class EndpointRoutes:
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
                 timing = StreamTiming(services.metrics, job.model, arrived=None)
-                return _sse(services, events, job, ticket, timing, arrived_ms, settled_by)
+                return _sse(services, events, job, ticket, timing, arrived_ms, settled_by, trace)
             except BaseException:
                 ticket.release()
                 raise

@@ -17,6 +17,8 @@ from contract import entries, keys
 from contract.entries import Delta, Entry, Failed, Finished, Started
 from contract.lua import attempts, jobs, library
 from contract.servers import is_sentinel
+from worker.attempts import tracing
+from worker.attempts.tracing import AttemptTrace, Off
 from worker.redis.link import Link
 
 
@@ -62,6 +64,7 @@ class Attempt:
     # these again with the ids they had.
     record: list[tuple[int, str, Entry]] = field(default_factory=list)
     newest: tuple[int, int] = (0, 0)  # the newest id of the job's stream this attempt knows
+    trace: AttemptTrace | Off = tracing.OFF  # its span (worker/attempts/tracing.py), set at the claim
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -129,6 +132,7 @@ class Progress:
     deadline_ms: int | None = None  # the job's overall deadline, if it has one
     last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
     moved_ms: int = 0  # when its stream last moved (ms, Unix): its last Delta, else its first entry
+    epoch: int = 0  # the epoch of the last attempt that started (0: none did)
 
 
 class Claims:
@@ -211,7 +215,7 @@ class Claims:
         """Read back what earlier attempts published (token ids are the contract's truth)."""
         prompt_tokens = None
         ids: list[int] = []
-        after, last_id, moved = "-", "0-0", ""
+        after, last_id, moved, epoch = "-", "0-0", "", 0
         stream = keys.events(job_id)
         while True:
             rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
@@ -219,8 +223,9 @@ class Claims:
                 last_id = entry_id.decode()
                 moved = moved or last_id
                 entry = entries.decode(fields)
-                if isinstance(entry, Started) and prompt_tokens is None:
-                    prompt_tokens = entry.prompt_tokens
+                if isinstance(entry, Started):
+                    prompt_tokens = entry.prompt_tokens if prompt_tokens is None else prompt_tokens
+                    epoch = entry.epoch
                 elif isinstance(entry, Delta):
                     ids.extend(entry.token_ids)
                     moved = last_id
@@ -230,7 +235,7 @@ class Claims:
                 )
                 deadline_ms = int(deadline) if deadline else None
                 moved_ms = int(moved.split("-")[0]) if moved else 0
-                return Progress(prompt_tokens, tuple(ids), deadline_ms, last_id, moved_ms)
+                return Progress(prompt_tokens, tuple(ids), deadline_ms, last_id, moved_ms, epoch)
             after = "(" + rows[-1][0].decode()
 
     def cancel_due(self, job_id: str) -> bool:

@@ -190,12 +190,14 @@ class JobRunner:
 
     def _in_thread(self, claimed: Claimed) -> None:
         logs.set_job(claimed.spec.id)
+        attempt, outcome = claimed.attempt, "failed"
         try:
-            outcome = self.rules.run(claimed.spec, claimed.attempt)
+            outcome = self.rules.run(claimed.spec, attempt)
             log.info("%s: %s", claimed.spec.id, outcome)
         except Exception:
             pass  # logged and reported to the client by AttemptRules.run
         finally:
+            attempt.trace.ended(outcome, attempt.published, attempt.generated)
             with self._lock:
                 self._threads.pop(threading.current_thread(), None)
                 self._discard_suspect(claimed.attempt)
