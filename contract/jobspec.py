@@ -155,7 +155,7 @@ class JobSpec:
     # an "embed" job's inputs, each a string or token ids (its vectors come back in that order)
     inputs: tuple[str | tuple[int, ...], ...] = ()
     dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
-    trace_context: str = ""  # the API span's W3C traceparent (contract/tracing.py); "": not traced
+    trace_context: str = ""  # the API span's W3C traceparent (contract/tracing/); "": not traced
 
     def to_dict(self) -> dict:
         data = asdict(self)

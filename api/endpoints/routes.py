@@ -221,7 +221,7 @@ class EndpointRoutes:
             limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
-                if trace.on:  # the attempts' spans join the request's trace (contract/tracing.py)
+                if trace.on:  # the attempts' spans join the request's trace (contract/tracing/)
                     spec = replace(spec, trace_context=trace.carried())
                 quota = self._quota(ask, spec, limits)
                 submitted = await self._submit(ask, spec, quota)

@@ -1,4 +1,4 @@
-"""The API's traces (contract/tracing.py): one SERVER span per request that makes or follows
+"""The API's traces (contract/tracing/): one SERVER span per request that makes or follows
 a job, named and attributed by OpenTelemetry's GenAI conventions (`gen_ai.*`) and
 tokenspool's own (`tokenspool.*`, docs/operations.md "Tracing").
 
@@ -11,6 +11,7 @@ only calls them once a request, never once a token.
 
 from __future__ import annotations
 
+from contextvars import ContextVar
 from typing import Any
 
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -61,6 +62,11 @@ class RequestTrace:
             },
         )
 
+    def note(self, **attributes: Any) -> None:
+        """Attributes learnt on the way (`tokenspool.<name>`)."""
+        if self.span is not None:
+            self.span.set_attributes({f"tokenspool.{k}": v for k, v in attributes.items()})
+
     def carried(self) -> str:
         """The span's context for the job's spec ("": no span)."""
         return otel.carried(self.span) if self.span is not None else ""
@@ -103,6 +109,9 @@ class Off:
     def open(self, *args: Any, **kwargs: Any) -> None:
         pass
 
+    def note(self, **attributes: Any) -> None:
+        pass
+
     def carried(self) -> str:
         return ""
 
@@ -116,8 +125,16 @@ class Off:
 OFF = Off()
 
 
+_current: ContextVar[RequestTrace | Off] = ContextVar("request_trace", default=OFF)
+
+
 def trace_of(scope: Scope) -> RequestTrace | Off:
     return scope.get(SCOPE_KEY, OFF)
+
+
+def current() -> RequestTrace | Off:
+    """The trace of the request this task serves (OFF outside one, or tracing off)."""
+    return _current.get()
 
 
 class TraceMiddleware:
@@ -134,6 +151,7 @@ class TraceMiddleware:
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
         trace = scope[SCOPE_KEY] = RequestTrace(self.tracer, headers)
+        token = _current.set(trace)
         status = 500
 
         async def sending(message: Message) -> None:
@@ -145,6 +163,7 @@ class TraceMiddleware:
         try:
             await self.app(scope, receive, sending)
         finally:
+            _current.reset(token)
             if trace.span is not None:
                 trace.span.set_attribute("http.response.status_code", status)
                 if status >= 500 and trace.span.status.is_unset:
@@ -166,8 +185,8 @@ def middleware() -> list[tuple[type, dict]]:
 
 def attempt_lost(trace_context: str, job_id: str, epoch: int, worker: str, why: str) -> None:
     """Close the span of an attempt whose worker died (it cannot): the reaper found it dead.
-    Its span id is the one the worker gave it (contract/tracing.py `attempt_span_id`), so
-    the children the worker exported before it died hang under it."""
+    Its span id is the one the worker gave it (contract/tracing/propagation.py
+    `attempt_span_id`), so the children the worker exported before it died hang under it."""
     parsed = propagation.parse(propagation.uncarry(trace_context)[0]) if trace_context else None
     if _tracer is None or parsed is None:
         return

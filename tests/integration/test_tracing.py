@@ -212,6 +212,7 @@ def test_a_request_whose_worker_dies_is_one_trace(traced):
     assert a["gen_ai.response.finish_reasons"] == ["length"]
     assert a["tokenspool.tier"] == "default" and a["tokenspool.ttft_ms"] > 0
     assert a["tokenspool.queue_wait_ms"] >= 0
+    assert a["tokenspool.routed"] in (True, False)  # PREFIX_ROUTING weighed it
     assert [e[0] for e in server.events] == ["relay"]
 
     # the first closed by the reaper that found its worker dead, the second by its worker
