@@ -213,6 +213,7 @@ class EndpointRoutes:
         quota = Quota()
         try:
             if ask.idempotency is not None and (earlier := await services.jobs.idempotent(ask.idempotency)):
+                await self._joined(services, ask.request, earlier)
                 return Made(earlier, retried=True)
             job_id = self.endpoint.new_id()
             logs.set_job(job_id)
@@ -283,9 +284,7 @@ class EndpointRoutes:
         will ever come after it (one of a running job is waited for, api/streaming/relay.py)."""
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
-        if (trace := trace_of(request.scope)).on:  # joins the trace of the request that made the job
-            joins = json.loads(await services.jobs.stored(job.id, keys.JobField.SPEC) or "{}")
-            trace.open(self.endpoint.name, job.model, job.id, joins.get("trace_context", ""))
+        trace = await self._joined(services, request, job)
         objects = self.endpoint.objects_of(job)
         settled_by = settles(job, services.admission.budgets(request_grant(request)))
         if _streaming(request):
@@ -331,6 +330,15 @@ class EndpointRoutes:
         await services.jobs.purge(job.id)
         log.info("purged on request")
         return JSONResponse(self.endpoint.objects_of(job).deleted())
+
+    async def _joined(self, services: Services, request: Request, job: JobState) -> RequestTrace | Off:
+        """The request's trace, its span (tracing on) joining the trace of the request that
+        made `job` (while the job keeps its spec): a resume or a retry."""
+        trace = trace_of(request.scope)
+        if trace.on:
+            made = json.loads(await services.jobs.stored(job.id, keys.JobField.SPEC) or "{}")
+            trace.open(self.endpoint.name, job.model, job.id, made.get("trace_context", ""))
+        return trace
 
     async def _job_of(self, request: Request) -> tuple[Services, JobState]:
         """The job named in the path, if it exists, belongs to this endpoint and to the

@@ -34,10 +34,13 @@ class RequestTrace:
         self._state = headers.get("tracestate", "")
         self.span: Any = None
 
-    def open(self, endpoint: str, model: str, job_id: str, joins: str = "", **attributes: Any) -> None:
+    def open(
+        self, endpoint: str, model: str, job_id: str, joins: str | None = None, **attributes: Any
+    ) -> None:
         """Open the request's span, in the client's trace (its `traceparent`) or a new one; a
-        request that follows a job (a resume) `joins` the trace of the job's first request
-        and links to its client's trace, if it sent one."""
+        request that follows a job made earlier (a resume, a retry) `joins` the trace of the
+        request that made it ("": that job is not traced) and links to its client's trace,
+        if it sent one."""
         own = self._parent if propagation.parse(self._parent) else ""
         carried = joins or (propagation.carry(own, self._state) if own else "")
         links = []
@@ -57,7 +60,7 @@ class RequestTrace:
                 "gen_ai.request.model": model,
                 "gen_ai.response.id": job_id,
                 "tokenspool.endpoint": endpoint,
-                "tokenspool.resume": bool(joins),
+                "tokenspool.resume": joins is not None,
                 **{f"tokenspool.{k}": v for k, v in attributes.items() if v not in (None, "")},
             },
         )
@@ -192,8 +195,9 @@ def attempt_lost(trace_context: str, job_id: str, epoch: int, worker: str, why: 
         return
     from opentelemetry.trace import SpanKind, StatusCode
 
-    otel.chosen_span_id(propagation.attempt_span_id(parsed[0], job_id, epoch))
-    span = _tracer.start_span(
+    span = otel.start_span(
+        _tracer,
+        propagation.attempt_span_id(parsed[0], job_id, epoch),
         f"attempt {epoch}",
         context=otel.context_of(trace_context),
         kind=SpanKind.CONSUMER,

@@ -77,6 +77,7 @@ class Tokenspool(Server):
         watched: bool = False,
         guarantee: bool = True,
         worker_env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         super().__init__(logs)
         self.worker_env = worker_env or {}  # more of the workers' settings
@@ -87,6 +88,7 @@ class Tokenspool(Server):
         self.watched = watched  # Redis with a replica and three sentinels (a sentinel URL)
         # off: the failover guarantee's two parts turned off (docs/protocol.md, "Failover")
         self.guarantee = {} if guarantee else {"REPLICA_ACK_SECONDS": "0", "DURABILITY_CHECK_SECONDS": "0"}
+        self.guarantee |= env or {}  # the API's and the workers' alike (tracing: bench/paired.py)
         pool = f"{workers} worker{'s' if workers > 1 else ''}"
         if defaults:
             self.name = f"tokenspool ({pool}, no size settings)"

@@ -17,7 +17,7 @@ def tracer(default_service: str, name: str) -> Any:
     """The process's tracer (imports OpenTelemetry), or None when tracing is off. Its
     `service.name` is OTEL_SERVICE_NAME or the role's default; the sampler is
     OTEL_TRACES_SAMPLER's (parent-based always-on by default); span ids may be chosen
-    (`chosen_span_id`)."""
+    (`start_span`)."""
     if not enabled():
         return None
     from opentelemetry import trace
@@ -28,7 +28,7 @@ def tracer(default_service: str, name: str) -> Any:
     from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 
     class ChosenIds(RandomIdGenerator):
-        """Random ids, but the one `_chosen` names for the next span started on this thread."""
+        """Random ids, but the one `start_span` chose for the span it starts on this thread."""
 
         def generate_span_id(self) -> int:
             chosen = _CHOSEN.__dict__.pop("span_id", None)
@@ -51,9 +51,14 @@ def tracer(default_service: str, name: str) -> Any:
 _CHOSEN = threading.local()  # the span id the next span this thread starts gets, if set
 
 
-def chosen_span_id(span_id: int) -> None:
-    """The next span this thread starts gets `span_id` (an attempt's: `attempt_span_id`)."""
+def start_span(tracer: Any, span_id: int, name: str, **options: Any) -> Any:
+    """`tracer.start_span(name, **options)`, the span getting `span_id` (an attempt's:
+    `attempt_span_id`; 0: a random one)."""
     _CHOSEN.span_id = span_id
+    try:
+        return tracer.start_span(name, **options)
+    finally:
+        _CHOSEN.__dict__.pop("span_id", None)  # unused (a span not sampled): not the next one's
 
 
 def context_of(trace_context: str) -> Any:

@@ -39,9 +39,9 @@ class AttemptTrace:
 
         parsed = propagation.parse(propagation.uncarry(spec.trace_context)[0]) if spec.trace_context else None
         self._job_id, self._trace_id = spec.id, parsed[0] if parsed is not None else 0
-        if parsed is not None:
-            otel.chosen_span_id(propagation.attempt_span_id(parsed[0], spec.id, epoch))
-        self.span = _tracer.start_span(
+        self.span = otel.start_span(
+            _tracer,
+            propagation.attempt_span_id(parsed[0], spec.id, epoch) if parsed is not None else 0,
             f"attempt {epoch}",
             context=otel.context_of(spec.trace_context) if parsed is not None else None,
             kind=SpanKind.CONSUMER,
