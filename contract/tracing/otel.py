@@ -8,6 +8,7 @@ import os
 import threading
 from typing import Any
 
+from contract.settings import SettingError
 from contract.tracing.propagation import carry, enabled, replica, uncarry
 
 log = logging.getLogger(__name__)
@@ -20,12 +21,18 @@ def tracer(default_service: str, name: str) -> Any:
     (`start_span`)."""
     if not enabled():
         return None
-    from opentelemetry import trace
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
-    from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
-    from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor
-    from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    try:
+        from opentelemetry import trace
+        from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+        from opentelemetry.sdk.resources import SERVICE_INSTANCE_ID, SERVICE_NAME, Resource
+        from opentelemetry.sdk.trace import TracerProvider
+        from opentelemetry.sdk.trace.export import BatchSpanProcessor
+        from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+    except ImportError as exc:  # asked for traces that cannot be sent: say so, do not drop them
+        raise SettingError(
+            f"OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is missing ({exc.name}): "
+            'pip install "tokenspool[tracing]", or unset it'
+        ) from None
 
     class ChosenIds(RandomIdGenerator):
         """Random ids, but the one `start_span` chose for the span it starts on this thread."""

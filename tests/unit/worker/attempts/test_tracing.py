@@ -7,8 +7,6 @@ import os
 import subprocess
 import sys
 
-import pytest
-
 START = """
 import json, sys
 import redis  # redis-py 8 imports OpenTelemetry's metrics itself, where installed
@@ -42,7 +40,6 @@ def test_tracing_off_imports_nothing_of_opentelemetry():
 
 
 def test_tracing_on_gives_attempts_spans_of_the_worker():
-    pytest.importorskip("opentelemetry.sdk")  # the `tracing` extra
     worker = _worker(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9")
     assert worker["on"] and not worker["off"] and worker["service"] == "tokenspool-worker"
     named = _worker(OTEL_EXPORTER_OTLP_ENDPOINT="http://127.0.0.1:9", OTEL_SERVICE_NAME="gpu-pool")
