@@ -125,6 +125,16 @@ class Receiver:
 
 
 @dataclass
+class TracedPool(Pool):
+    """A pool whose every worker, those `ensure` starts again included, exports spans."""
+
+    otel: dict[str, str] = field(default_factory=dict)
+
+    def spawn(self, env: dict[str, str] | None = None):
+        return super().spawn({**self.otel, **(env or {})})
+
+
+@dataclass
 class Traced:
     pool: Pool
     receiver: Receiver
@@ -145,10 +155,8 @@ def traced(tmp_path_factory) -> Iterator[Traced]:
     other, other_base = start_api(logs, url, name="api2", env=env)
     off_env = {**API_ENV, **quiet.env(), "OTEL_TRACES_EXPORTER": "none", "LOG_LEVEL": "debug"}
     untraced, untraced_base = start_api(logs, url, name="api3", env=off_env)
-    pool = Pool(logs, url, base, redis.Redis.from_url(url), redis_proc, api)
+    pool = TracedPool(logs, url, base, redis.Redis.from_url(url), redis_proc, api, otel=receiver.env())
     try:
-        for _ in range(2):
-            pool.spawn(receiver.env())
         pool.ensure(2)
         yield Traced(pool, receiver, other_base, untraced_base, quiet)
     finally:
@@ -243,6 +251,47 @@ def test_a_request_whose_worker_dies_is_one_trace(traced):
     assert all(x.attributes.get("gen_ai.response.id", job_id) == job_id for x in spans)
     theirs = [x for x in receiver.spans if x.attributes.get("gen_ai.response.id") == other.json()["id"]]
     assert theirs and all(x.trace_id != TRACE_ID for x in theirs)
+
+
+def test_a_hand_off_at_shutdown_is_two_attempts_of_one_trace(traced):
+    pool, receiver = traced.pool, traced.receiver
+    pool.ensure(2)
+    trace_id = "5c5a1c8f0c5e4b6e9a7d3f2e1b0a9c8d"
+    body = {"model": MODEL, "messages": LONG, "max_tokens": HOLD_TOKENS, "stream": True, "logit_bias": NO_END}
+    with _post(pool.base, body, {"traceparent": f"00-{trace_id}-a1b2c3d4e5f60718-01"}) as resp:
+        lines = resp.iter_lines()
+        _, opening = read_opening(lines)
+        job_id = opening["id"]
+        holder = pool.holder(job_id)
+        first_worker = pool.r.hget(keys.job(job_id), keys.JobField.WORKER)
+        holder.signal(signal.SIGTERM)  # it hands the job off after its grace (1 s)
+        deadline = time.monotonic() + 60
+        job = keys.job(job_id)
+        while (
+            pool.r.hget(job, keys.JobField.WORKER) in (first_worker, b"", None)
+            or pool.r.hget(job, keys.JobField.STATUS) != b"running"
+        ):  # until another worker runs it
+            assert time.monotonic() < deadline, "the job was never handed off"
+            time.sleep(0.05)
+        _read_until(lines, lambda n: n >= 2)
+        httpx.post(f"{pool.base}/v1/chat/completions/{job_id}/cancel", timeout=30)
+        list(lines)
+
+    def both(spans: list[Span]) -> bool:
+        return len([s for s in spans if s.trace_id == trace_id and s.name.startswith("attempt ")]) == 2
+
+    first, second = sorted(
+        (s for s in receiver.wait(both) if s.trace_id == trace_id and s.name.startswith("attempt ")),
+        key=lambda s: s.attributes["tokenspool.attempt"],
+    )
+    assert {first.service, second.service} == {"tokenspool-worker"}  # each ended by its own worker
+    assert first.attributes["tokenspool.outcome"] == "handed-off" and first.status != 2
+    assert second.attributes["tokenspool.outcome"] == "cancelled"
+    assert second.attributes["tokenspool.resumed"] is True
+    assert (
+        second.attributes["tokenspool.resumed_from_token"] == first.attributes["gen_ai.usage.output_tokens"]
+    )
+    assert [(t, i) for t, i, _ in second.links] == [(trace_id, first.span_id)]
 
 
 def test_a_resume_on_another_replica_joins_the_request_trace(traced):
