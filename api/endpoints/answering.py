@@ -111,6 +111,7 @@ async def collect(
     the owner it `settles`, if any, is charged its usage); a client that goes away meanwhile
     cancels the job."""
     rows: Rows = []
+    trace_of(request.scope).relayed("0")
     try:
         async for item in follow(
             services.jobs,
