@@ -11,10 +11,9 @@ original max_tokens; the client sees one continuous stream.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import logging
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -142,7 +141,6 @@ class AttemptRules:
             self.claims.end(spec.id, errors.MODEL_NOT_FOUND.entry(f"This worker serves {model}'s {kind}."))
             return Outcome.WRONG_MODEL
         try:
-            claim_at = time.time_ns()
             attempt = self.claims.claim(spec.id, digest(raw_spec))
         except JobGone:
             return Outcome.SKIPPED
@@ -162,7 +160,6 @@ class AttemptRules:
                     only_if_status=JobStatus.QUEUED,
                 )
             raise
-        attempt.trace = tracing.begin(spec, attempt.epoch, attempt.worker, (claim_at, time.time_ns()))
         return Claimed(spec, attempt)
 
     def run(self, spec: JobSpec, attempt: Attempt) -> Outcome:
@@ -246,7 +243,7 @@ class AttemptRules:
         since = progress.moved_ms if attempt.resumed else 0  # when its stream stalled
         picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached, since)
         try:
-            for pick, piece in self._timed(picks, attempt.trace.first_token):
+            for pick, piece in tracing.observed(picks, self.counters, attempt.trace.first_token):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
                 attempt.generated += 1
@@ -291,7 +288,6 @@ class AttemptRules:
         if reason == STOP and reply.calls:
             reason = TOOL_CALLS
         matched = assembler.matched if reason == STOP else ""
-        attempt.trace.publishing(reused)
         pub.finished(
             attempt,
             reason,
@@ -301,7 +297,6 @@ class AttemptRules:
             reasoning_tokens=thought(),
             stop_sequence=matched,
         )
-        attempt.trace.published()
         if self._log_content:  # opt-in, for debugging only: the log then holds user data
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
@@ -356,22 +351,6 @@ class AttemptRules:
         self._suspect_cleared(attempt)  # either way not asked again at every token: its next write is fenced
         if cleared:
             log.info("%s is no longer a suspect (%d tokens on)", attempt.job_id, attempt.generated)
-
-    def _timed(
-        self, picks: Iterator[tuple[Pick, bytes]], first: Callable[[], None]
-    ) -> Iterator[tuple[Pick, bytes]]:
-        """The picks, with this thread's own work on each (from its arrival to the ask for the
-        next) added to the profile's counters (a lost increment between threads is a rounding
-        error there); `first` is told of the first (once, before the loop)."""
-        head = next(picks, None)
-        if head is None:
-            return
-        first()
-        for item in itertools.chain((head,), picks):
-            got = time.perf_counter()
-            yield item
-            self.counters.token_us += int((time.perf_counter() - got) * 1e6)
-            self.counters.tokens += 1
 
     def _hand_off(self, attempt: Attempt, reason: str = "handoff") -> None:
         """Give the job back (shutting down, or preempted); a continuation is enqueued for

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 from contract import keys, logs, tiers
 from contract.stats import BatchCounters
+from worker.attempts import tracing
 from worker.attempts.attempt import Attempt, Claims
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
@@ -169,6 +170,7 @@ class JobRunner:
         own record lives on in Redis with its heartbeat)."""
         try:
             with _logged_as(keys.job_of(rq_job_id)):
+                claim_at = time.time_ns()
                 claimed = self.rules.claim(raw_spec, rq_job_id)
         except BaseException:
             self._free.release()
@@ -176,6 +178,8 @@ class JobRunner:
         if not isinstance(claimed, Claimed):
             self._free.release()
             return claimed
+        attempt = claimed.attempt  # its span opens with the claim (worker/attempts/tracing.py)
+        attempt.trace = tracing.begin(claimed.spec, attempt.epoch, attempt.worker, (claim_at, time.time_ns()))
         thread = threading.Thread(
             target=self._in_thread, args=(claimed,), name=f"job-{claimed.spec.id}", daemon=True
         )

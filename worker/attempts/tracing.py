@@ -5,18 +5,23 @@ publish, and one event at its first token. A continuation's span links to the at
 goes on from (whose span id every process can derive: `propagation.attempt_span_id`) and
 says `tokenspool.resumed_from_token`.
 
-Nothing here runs per token: the first token is one event, totals are attributes set at the
-end. Tracing off (`start` found it off), `begin` gives every attempt `OFF`, whose methods
-do nothing and import nothing.
+Nothing here runs per token: the first token is one event (`observed`, which also adds each
+pick's work to the profile's counters), totals are attributes set at the end. Tracing off
+(`start` found it off), `begin` gives every attempt `OFF`, whose methods do nothing and
+import nothing.
 """
 
 from __future__ import annotations
 
+import itertools
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from contract.jobspec import JobSpec
+from contract.stats import BatchCounters
 from contract.tracing import otel, propagation
+from worker.engine.steps.picks import Pick
 
 FINE = ("stop", "length", "tool_calls", "cancelled", "handed-off")  # outcomes that are no error
 _tracer: Any = None  # the process's, once `start` made it (tracing on)
@@ -135,6 +140,24 @@ class Off:
 
 
 OFF = Off()
+
+
+def observed(
+    picks: Iterator[tuple[Pick, bytes]], counters: BatchCounters, first: Callable[[], None]
+) -> Iterator[tuple[Pick, bytes]]:
+    """An attempt's picks as its observers see them: each one's work on this thread (from its
+    arrival to the ask for the next) added to the profile's counters (a lost increment between
+    threads is a rounding error there), and the first told to `first` (its trace's
+    `first_token`), once, before the loop: nothing per token."""
+    head = next(picks, None)
+    if head is None:
+        return
+    first()
+    for item in itertools.chain((head,), picks):
+        got = time.perf_counter()
+        yield item
+        counters.token_us += int((time.perf_counter() - got) * 1e6)
+        counters.tokens += 1
 
 
 def begin(spec: JobSpec, epoch: int, worker: str, claim_ns: tuple[int, int]) -> AttemptTrace | Off:
