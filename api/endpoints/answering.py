@@ -128,7 +128,6 @@ async def collect(
                 continue
             rows += item
             if is_terminal(end := rows[-1][1]):
-                trace_of(request.scope).ended(end, rows[0][0], arrived_ms)
                 # an answer carrying vectors (embeddings) may be megabytes of JSON: built in the lane
                 size = len(end.vectors) if isinstance(end, Finished) else 0
                 response = await services.heavy.run_for(size, _answered, chunks, rows)
@@ -136,6 +135,7 @@ async def collect(
                     continue
                 if settles:
                     await settle(services, settles, chunks.id, end)
+                trace_of(request.scope).ended(end, rows[0][0], arrived_ms)
                 return response
     except StreamLost:
         pass
