@@ -14,7 +14,6 @@ import redis
 from contract import keys, logs
 from contract.servers import sync_client
 from contract.tiers import embedding_pool
-from worker.attempts import tracing
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.rules import Engine
@@ -87,7 +86,6 @@ def start_engine(settings: WorkerSettings, waiting: Callable[[], bool]) -> Engin
 def main() -> None:
     settings = WorkerSettings.from_env()
     logs.configure("worker", settings.shared)
-    log.debug("tracing %s", "on" if tracing.start() else "off (OpenTelemetry not imported)")
 
     def connect(url: str = settings.shared.redis_url) -> redis.Redis:
         # Named connections: when this process dies the API sees them vanish at once.

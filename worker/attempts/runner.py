@@ -49,6 +49,7 @@ class JobRunner:
     ) -> None:
         self.engine = engine
         self.link = link
+        log.debug("tracing %s", "on" if tracing.start() else "off (OpenTelemetry not imported)")
         self.claims = Claims(link, window_ms)
         # the job threads' and the publisher's (worker/intake/presence.py adds them)
         self.counters = BatchCounters()

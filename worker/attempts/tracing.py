@@ -28,7 +28,8 @@ _tracer: Any = None  # the process's, once `start` made it (tracing on)
 
 
 def start() -> bool:
-    """Set up the worker's tracer from OpenTelemetry's environment; whether tracing is on."""
+    """Set up the worker's tracer from OpenTelemetry's environment (the `JobRunner` does, once);
+    whether tracing is on."""
     global _tracer
     _tracer = _tracer or otel.tracer(propagation.WORKER_SERVICE, "tokenspool.worker")
     return _tracer is not None

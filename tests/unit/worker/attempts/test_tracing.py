@@ -11,7 +11,7 @@ START = """
 import json, sys
 import redis  # redis-py 8 imports OpenTelemetry's metrics itself, where installed
 before = {m for m in sys.modules if m.startswith('opentelemetry')}
-import worker.__main__
+import worker.__main__  # everything the worker's process imports
 from contract.jobspec import JobSpec, Message
 from worker.attempts import tracing
 on = tracing.start()
