@@ -19,8 +19,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.endpoints.chat.objects import Chunks
 from api.endpoints.protocol import Answer, Events
+from api.http import tracing
 from api.http.errors import APIError
-from api.http.tracing import OFF, Off, RequestTrace, trace_of
 from api.jobs.admission import StreamTicket
 from api.metrics import StreamTiming
 from api.services import Services
@@ -45,7 +45,6 @@ class SSEStream:
     cancel_on_disconnect: bool  # a client gone before the end cancels the job...
     arrived_ms: int  # ...unless another attached after its request came (ms since the epoch)
     settles: str = ""  # the owner whose token budget the job's end settles ("": none)
-    trace: RequestTrace | Off = OFF  # the request's span (api/http/tracing.py)
 
     def response(self) -> StreamingResponse:
         return StreamingResponse(self._body(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -56,7 +55,7 @@ class SSEStream:
         end = None
         after, inclusive = events.read_from()
         services.metrics.streams_open.inc()
-        trace, first = self.trace, ""  # first: the first entry relayed (a new job's: its Started)
+        trace, first = tracing.current(), ""  # first: the first entry relayed (a new job's: its Started)
         trace.relayed(after)
         try:
             if opening := events.opening():
@@ -111,7 +110,8 @@ async def collect(
     the owner it `settles`, if any, is charged its usage); a client that goes away meanwhile
     cancels the job."""
     rows: Rows = []
-    trace_of(request.scope).relayed("0")
+    trace = tracing.current()  # the request's span (api/http/tracing.py)
+    trace.relayed("0")
     try:
         async for item in follow(
             services.jobs,
@@ -135,7 +135,7 @@ async def collect(
                     continue
                 if settles:
                     await settle(services, settles, chunks.id, end)
-                trace_of(request.scope).ended(end, rows[0][0], arrived_ms)
+                trace.ended(end, rows[0][0], arrived_ms)
                 return response
     except StreamLost:
         pass

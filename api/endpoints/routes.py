@@ -28,7 +28,7 @@ from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid, speaks_anthropic
 from api.http.parsing import parse
 from api.http.reading import read_json
-from api.http.tracing import OFF, Off, RequestTrace, trace_of
+from api.http.tracing import trace_of
 from api.jobs import reservation
 from api.jobs.admission import ModelLimits, StreamTicket
 from api.jobs.owners import (
@@ -76,7 +76,6 @@ def _sse(
     timing: StreamTiming,
     arrived_ms: int,
     settles: str,
-    trace: RequestTrace | Off = OFF,
 ) -> Response:
     """A job's events as an SSE response; a client gone cancels a job it is attached to."""
     stream = SSEStream(
@@ -88,7 +87,6 @@ def _sse(
         cancel_on_disconnect=not job.detached,
         arrived_ms=arrived_ms,
         settles=settles,
-        trace=trace,
     )
     return stream.response()
 
@@ -189,9 +187,7 @@ class EndpointRoutes:
                 timing = StreamTiming(services.metrics, job.model, arrived)
                 assert self.endpoint.events is not None  # a body that streams has a stream
                 events = self.endpoint.events(objects, None)  # a retry gets the whole stream from the start
-                settled_by = settles(job, ask.budgets)
-                trace = trace_of(request.scope)
-                response = _sse(services, events, job, ticket, timing, arrived_ms, settled_by, trace)
+                response = _sse(services, events, job, ticket, timing, arrived_ms, settles(job, ask.budgets))
             response.headers.update(made.headers(ask))
             return response
         except BaseException:
@@ -284,7 +280,6 @@ class EndpointRoutes:
         will ever come after it (one of a running job is waited for, api/streaming/relay.py)."""
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
-        trace = await self._joined(services, request, job)
         objects = self.endpoint.objects_of(job)
         settled_by = settles(job, services.admission.budgets(request_grant(request)))
         if _streaming(request):
@@ -302,7 +297,7 @@ class EndpointRoutes:
                 if not job.detached:
                     await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
                 timing = StreamTiming(services.metrics, job.model, arrived=None)
-                return _sse(services, events, job, ticket, timing, arrived_ms, settled_by, trace)
+                return _sse(services, events, job, ticket, timing, arrived_ms, settled_by)
             except BaseException:
                 ticket.release()
                 raise
@@ -331,20 +326,20 @@ class EndpointRoutes:
         log.info("purged on request")
         return JSONResponse(self.endpoint.objects_of(job).deleted())
 
-    async def _joined(self, services: Services, request: Request, job: JobState) -> RequestTrace | Off:
-        """The request's trace, its span (tracing on) joining the trace of the request that
-        made `job` (while the job keeps its spec): a resume or a retry."""
+    async def _joined(self, services: Services, request: Request, job: JobState) -> None:
+        """Tracing on, the request's span joins the trace of the request that made `job`
+        (while the job keeps its spec): a resume, a retry, a cancel."""
         trace = trace_of(request.scope)
         if trace.on:
             made = json.loads(await services.jobs.stored(job.id, keys.JobField.SPEC) or "{}")
             trace.open(self.endpoint.name, job.model, job.id, made.get("trace_context", ""))
-        return trace
 
     async def _job_of(self, request: Request) -> tuple[Services, JobState]:
         """The job named in the path, if it exists, belongs to this endpoint and to the
         caller's key; otherwise 404 (never 403: ids cannot be probed)."""
         services: Services = request.state.services
         job = await self.job_named(services, request.path_params["completion_id"], request_owner(request))
+        await self._joined(services, request, job)  # its span in the job's trace
         return services, job
 
     async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:

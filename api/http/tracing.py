@@ -28,8 +28,8 @@ class RequestTrace:
 
     on = True
 
-    def __init__(self, tracer: Any, headers: dict[str, str]) -> None:
-        self._tracer = tracer
+    def __init__(self, tracer: Any, method: str, headers: dict[str, str]) -> None:
+        self._tracer, self._method = tracer, method
         self._parent = headers.get("traceparent", "")
         self._state = headers.get("tracestate", "")
         self.span: Any = None
@@ -38,7 +38,7 @@ class RequestTrace:
         self, endpoint: str, model: str, job_id: str, joins: str | None = None, **attributes: Any
     ) -> None:
         """Open the request's span, in the client's trace (its `traceparent`) or a new one; a
-        request that follows a job made earlier (a resume, a retry) `joins` the trace of the
+        request that follows a job made earlier (a resume, a retry, a cancel) `joins` the trace of the
         request that made it ("": that job is not traced) and links to its client's trace,
         if it sent one."""
         own = self._parent if propagation.parse(self._parent) else ""
@@ -60,7 +60,8 @@ class RequestTrace:
                 "gen_ai.request.model": model,
                 "gen_ai.response.id": job_id,
                 "tokenspool.endpoint": endpoint,
-                "tokenspool.resume": joins is not None,
+                "tokenspool.follows": joins is not None,
+                "http.request.method": self._method,
                 **{f"tokenspool.{k}": v for k, v in attributes.items() if v not in (None, "")},
             },
         )
@@ -153,7 +154,7 @@ class TraceMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1"): v.decode("latin-1") for k, v in scope["headers"]}
-        trace = scope[SCOPE_KEY] = RequestTrace(self.tracer, headers)
+        trace = scope[SCOPE_KEY] = RequestTrace(self.tracer, scope["method"], headers)
         token = _current.set(trace)
         status = 500
 

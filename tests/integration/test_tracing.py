@@ -294,6 +294,10 @@ def test_a_hand_off_at_shutdown_is_two_attempts_of_one_trace(traced):
     assert [(t, i) for t, i, _ in second.links] == [(trace_id, first.span_id)]
 
 
+def _resumed(span: Span) -> bool:
+    return span.attributes.get("tokenspool.follows") and span.attributes["http.request.method"] == "GET"
+
+
 def test_a_resume_on_another_replica_joins_the_request_trace(traced):
     pool, receiver = traced.pool, traced.receiver
     pool.ensure(2)
@@ -313,16 +317,24 @@ def test_a_resume_on_another_replica_joins_the_request_trace(traced):
     httpx.post(f"{pool.base}/v1/chat/completions/{job_id}/cancel", timeout=30)
 
     def resumed(spans: list[Span]) -> bool:
-        return any(s.attributes.get("tokenspool.resume") for s in spans if s.trace_id == trace_id)
+        return any(_resumed(s) for s in spans if s.trace_id == trace_id)
 
     spans = [s for s in receiver.wait(resumed) if s.trace_id == trace_id and s.service == "tokenspool-api"]
-    (made,) = [s for s in spans if not s.attributes["tokenspool.resume"]]
-    (again,) = [s for s in spans if s.attributes["tokenspool.resume"]]
+    (made,) = [s for s in spans if not s.attributes["tokenspool.follows"]]
+    (again,) = [s for s in spans if _resumed(s)]
     assert again.parent == made.span_id and again.attributes["gen_ai.response.id"] == job_id
     assert [(t, i) for t, i, _ in again.links] == [("1" * 32, "2" * 16)]  # its own client's trace
     (relay,) = [e for e in again.events if e[0] == "relay"]
     (first_relay,) = [e for e in made.events if e[0] == "relay"]
     assert relay[1]["tokenspool.replica"] != first_relay[1]["tokenspool.replica"]  # another replica
+    receiver.wait(
+        lambda spans: any(
+            s.trace_id == trace_id
+            and s.attributes.get("http.request.method") == "POST"
+            and s.attributes.get("tokenspool.follows")
+            for s in spans
+        )
+    )  # the cancel too
 
 
 def test_tracing_off_sends_nothing(traced):
