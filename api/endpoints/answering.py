@@ -19,8 +19,8 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.endpoints.chat.objects import Chunks
 from api.endpoints.protocol import Answer, Events
-from api.http import tracing
 from api.http.errors import APIError
+from api.http.tracing import current as request_trace
 from api.jobs.admission import StreamTicket
 from api.metrics import StreamTiming
 from api.services import Services
@@ -55,7 +55,7 @@ class SSEStream:
         end = None
         after, inclusive = events.read_from()
         services.metrics.streams_open.inc()
-        trace, first = tracing.current(), ""  # first: the first entry relayed (a new job's: its Started)
+        trace, first = request_trace(), ""  # first: the first entry relayed (a new job's: its Started)
         trace.relayed(after)
         try:
             if opening := events.opening():
@@ -110,7 +110,7 @@ async def collect(
     the owner it `settles`, if any, is charged its usage); a client that goes away meanwhile
     cancels the job."""
     rows: Rows = []
-    trace = tracing.current()  # the request's span (api/http/tracing.py)
+    trace = request_trace()  # the request's span (api/http/tracing.py)
     trace.relayed("0")
     try:
         async for item in follow(
