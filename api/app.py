@@ -30,6 +30,7 @@ from api.endpoints.messages.routes import MessagesRoutes
 from api.endpoints.rerank.routes import RerankRoutes
 from api.endpoints.responses.routes import ResponsesRoutes
 from api.endpoints.routes import EndpointRoutes
+from api.http import tracing
 from api.http.auth import PUBLIC_PATHS, APIKeyMiddleware, KeyRing
 from api.http.errors import APIError
 from api.http.origins import KeylessGuard
@@ -107,7 +108,8 @@ def _middleware(settings: Settings) -> list[Middleware]:
     if not keys.enabled:  # no key stands between a web page and the API: who may call it
         out.insert(0, Middleware(KeylessGuard, hosts=access.allowed_hosts, origins=access.cors_origins))
     out.append(Middleware(APIKeyMiddleware, keys=keys, public=public))
-    return out
+    # outermost: a request's span lasts until its response's last byte (api/http/tracing.py)
+    return [Middleware(cls, **options) for cls, options in tracing.middleware()] + out
 
 
 EXCEPTION_HANDLERS = {

@@ -59,10 +59,16 @@ class StreamTiming:
         self._itl = metrics.itl.labels(model)
         self._last = arrived  # monotonic
         self._seen = False
+        self.fresh = arrived is not None  # the stream of the request that made the job
+        self.ttft_s = 0.0  # its time to first token, once sent (0: none yet, or a resume)
 
     def sent(self, contents: int) -> None:
         for _ in range(contents):
             now = time.monotonic()
             if self._last is not None:
-                (self._itl if self._seen else self._ttft).observe(now - self._last)
+                if self._seen:
+                    self._itl.observe(now - self._last)
+                else:
+                    self.ttft_s = now - self._last
+                    self._ttft.observe(self.ttft_s)
             self._last, self._seen = now, True

@@ -20,7 +20,8 @@ llama.cpp inside the worker's own llama-cpp-python: scripts/setup_peers) and
 GOMP_SPINCOUNT=N: how long llama.cpp's CPU threads spin at a barrier); `thinking<N>` and
 `thinking-raw<N>` (SLOTS=N behind tests/data/thinking-chatml.jinja, a template that opens
 `<think>`: the worker splits the thinking from the answer, or with REASONING_FORMAT=none
-leaves the text raw; what the split costs).
+leaves the text raw; what the split costs); `traced<N>` (SLOTS=N with tracing on, exporting
+to an OTLP/HTTP sink in this process: what tracing costs, against `slots<N>`).
 Each run is `--streams` concurrent chat streams of 128 tokens (greedy, a unique prompt tag).
 With `--repeat TEXT` every stream (the warm-up's too) sends TEXT as it is: a prompt the
 server's cache already holds, whose first token needs only its last token read. The
@@ -33,11 +34,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import http.server
 import json
 import random
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -72,6 +75,12 @@ def make(name: str, logs: Path) -> Server:
         server.name += f", GOMP_SPINCOUNT={name[4:]}"
         NAMES.setdefault(name, server.name)
         return server
+    if name.startswith("traced") and name[6:].isdigit():
+        env = {"OTEL_EXPORTER_OTLP_ENDPOINT": f"http://127.0.0.1:{_otlp_sink()}"}
+        server = Tokenspool(logs, 1, int(name[6:]), env=env)
+        server.name += ", tracing on (OTLP/HTTP to a sink in the benchmark)"
+        NAMES.setdefault(name, server.name)
+        return server
     for prefix, guarantee in (("watched-off", False), ("watched", True)):
         if name.startswith(prefix) and name[len(prefix) :].isdigit():
             slots = int(name[len(prefix) :])
@@ -96,6 +105,24 @@ def make(name: str, logs: Path) -> Server:
     raise SystemExit(
         f"unknown server {name!r}: one of {', '.join(NAMES)}, slots<N>, llama-server<N>, same<N>"
     )
+
+
+def _otlp_sink() -> int:
+    """A loopback OTLP/HTTP receiver that takes every export and keeps nothing; its port."""
+
+    class Sink(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server.server_address[1]
 
 
 def interval(ratios: list[float], rounds: int = 10_000, seed: int = 7) -> tuple[float, float]:

@@ -24,6 +24,7 @@ from contract.freeform.calls import custom_tool_problem
 from contract.gbnf import SchemaError
 from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
+from contract.tracing import propagation
 
 ROLES = ("system", "user", "assistant", "tool")
 KINDS = ("chat", "text", "embed", "rank")
@@ -141,23 +142,20 @@ class JobSpec:
     parallel_tool_calls: bool = True
     priority: str = "default"  # the queue tier it waits in (contract.keys.PRIORITIES)
     ignore_eos: bool = False  # llama-server's extension: the end tokens are never sampled
-    # whose prompt cache the job may read and add to (contract/prefixes.py `cache_scope`): a
-    # slot's cache, and a worker's announced prefixes, serve only jobs of the same scope
-    cache_scope: str = ""
-    # its first message is a prompt the operator made public (PUBLIC_PROMPTS_FILE): that
-    # prefix's cache is shared across scopes, the rest stays the scope's own
+    cache_scope: str = ""  # whose prompt cache it may read and add to (contract/prefixes.py)
+    # its first message is a prompt the operator made public (PUBLIC_PROMPTS_FILE), whose
+    # cache is shared across scopes
     public_prompt: bool = False
     # what the chat template is given beside the messages (chat_template_kwargs, and
     # reasoning_effort: `enable_thinking` false for "none"); scalars only
     template_kwargs: dict = field(default_factory=dict)
-    # a reasoning model's thinking ends after this many tokens (the worker closes its block);
-    # 0: no bound but max_tokens
-    thinking_budget: int = 0
+    thinking_budget: int = 0  # a reasoning model's thinking ends after this many tokens; 0: no bound
     # an "embed" job's inputs, each a string or token ids (its vectors come back in that order); a
     # "rank" job's, its query then its documents (one score per document comes back)
     inputs: tuple[str | tuple[int, ...], ...] = ()
     dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
     clear_tool_uses: dict | None = None  # a chat job's ClearToolUses (contract/edits/tool_uses.py)
+    trace_context: str = ""  # the API span's W3C traceparent (contract/tracing/); "": not traced
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -167,8 +165,8 @@ class JobSpec:
         data["tools"] = [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tools]
         data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
         absent_unless_set = ("ignore_eos", "cache_scope", "public_prompt", "template_kwargs")
-        # an earlier worker takes it (and a function tool has no "freeform")
-        for name in (*absent_unless_set, "thinking_budget", "inputs", "dimensions", "clear_tool_uses"):
+        absent_unless_set += ("thinking_budget", "inputs", "dimensions", "clear_tool_uses", "trace_context")
+        for name in absent_unless_set:  # an earlier worker takes it (and a function tool has no "freeform")
             if not data[name]:
                 del data[name]
         return data
@@ -231,6 +229,7 @@ class JobSpec:
                 inputs=tuple(x if isinstance(x, str) else tuple(x) for x in data.get("inputs", ())),
                 dimensions=data.get("dimensions", 0),
                 clear_tool_uses=data.get("clear_tool_uses"),
+                trace_context=data.get("trace_context", ""),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -247,9 +246,11 @@ class JobSpec:
             if not math.isfinite(value) or not lo <= value <= hi:
                 raise InvalidSpec(f"{name} must be between {lo} and {hi}")
 
-        for name in ("id", "model", "prompt", "cache_scope"):
+        for name in ("id", "model", "prompt", "cache_scope", "trace_context"):
             if not isinstance(getattr(self, name), str):
                 raise InvalidSpec(f"{name} must be a string")
+        if not propagation.valid(self.trace_context):
+            raise InvalidSpec("trace_context must be a W3C traceparent (and tracestate)")
         if not self.id or not self.model:
             raise InvalidSpec("id and model must not be empty")
         if self.kind not in KINDS:

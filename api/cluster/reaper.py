@@ -45,11 +45,13 @@ the failover lost first (worker/attempts/durability.py).
 from __future__ import annotations
 
 import collections
+import json
 import logging
 import time
 
 import redis.asyncio as aredis
 
+from api.http import tracing
 from api.jobs.routing import Router
 from api.jobs.state import RunningAttempt
 from api.jobs.store import JobStore
@@ -146,11 +148,14 @@ class Reaper:
                 # others' stalls count unless a suspect explains the death
                 charge = batch <= 1 or (a.suspect and group <= 1)
                 after = 1 if charge else 0 if group else 2
+                traced = await self._traced(a.job_id) if tracing.tracing_on() else ""
                 done = await self._store.abandon(
                     a.job_id, a.epoch, charge=charge, suspect_after=after, group=group if a.suspect else 0
                 )
                 if done.outcome in (1, 2):
                     taken += 1
+                    why = "heartbeat expired" if a.worker in connected else "connection gone"
+                    tracing.attempt_lost(traced, a.job_id, a.epoch, a.worker, why)
                     log.warning(
                         "attempt %d of %s on %s (batch of %d) is dead (%s); %s%s%s",
                         a.epoch,
@@ -165,6 +170,11 @@ class Reaper:
                         else "",
                     )
         return taken
+
+    async def _traced(self, job_id: str) -> str:
+        """The job's trace context (its spec's), to close a dead attempt's span with."""
+        spec = json.loads(await self._store.stored(job_id, keys.JobField.SPEC) or "{}")
+        return spec.get("trace_context", "") if isinstance(spec, dict) else ""
 
     async def _return_inboxes(self, connected: set[str]) -> None:
         for worker in await self._registry.names():

@@ -20,6 +20,7 @@ from starlette.responses import JSONResponse, Response, StreamingResponse
 from api.endpoints.chat.objects import Chunks
 from api.endpoints.protocol import Answer, Events, Written
 from api.http.errors import APIError
+from api.http.tracing import current as request_trace
 from api.jobs.admission import StreamTicket
 from api.metrics import StreamTiming
 from api.services import Services
@@ -54,6 +55,8 @@ class SSEStream:
         end = None
         after, inclusive = events.read_from()
         services.metrics.streams_open.inc()
+        trace, first = request_trace(), ""  # first: the first entry relayed (a new job's: its Started)
+        trace.relayed(after)
         try:
             if opening := events.opening():
                 yield opening
@@ -72,6 +75,8 @@ class SSEStream:
                         yield events.keepalive()
                         continue
                     end = item[-1][1]
+                    if trace.on and not first:
+                        first = item[0][0]
                     out = events.encode(item)
                     self.timing.sent(out.contents)
                     if out.data:
@@ -89,6 +94,8 @@ class SSEStream:
             if self.settles and is_terminal(end):
                 await settle(services, self.settles, self.job_id, end)
         finally:
+            timing = self.timing
+            trace.ended(end, first if timing.fresh else "", self.arrived_ms, timing.ttft_s)
             self.ticket.release()
             services.metrics.streams_open.dec()
             if not ended and self.cancel_on_disconnect:  # gone: stop the job after the grace
@@ -103,6 +110,8 @@ async def collect(
     the owner it `settles`, if any, is charged its usage); a client that goes away meanwhile
     cancels the job."""
     rows: Rows = []
+    trace = request_trace()  # the request's span (api/http/tracing.py)
+    trace.relayed("0")
     try:
         async for item in follow(
             services.jobs,
@@ -128,6 +137,7 @@ async def collect(
                     continue
                 if settles:
                     await settle(services, settles, chunks.id, end)
+                trace.ended(end, rows[0][0], arrived_ms)
                 return response
     except StreamLost:
         pass

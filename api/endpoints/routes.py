@@ -13,7 +13,7 @@ import hmac
 import json
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -28,6 +28,7 @@ from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid, speaks_anthropic
 from api.http.parsing import parse
 from api.http.reading import read_json
+from api.http.tracing import trace_of
 from api.jobs import reservation
 from api.jobs.admission import ModelLimits, StreamTicket
 from api.jobs.owners import (
@@ -221,12 +222,17 @@ class EndpointRoutes:
         quota = Quota()
         try:
             if ask.idempotency is not None and (earlier := await services.jobs.idempotent(ask.idempotency)):
+                await self._joined(services, ask.request, earlier)
                 return Made(earlier, retried=True)
             job_id = self.endpoint.new_id()
             logs.set_job(job_id)
+            trace = trace_of(ask.request.scope)
+            trace.open(self.endpoint.name, body.model, job_id, tier=body.priority, key_id=ask.owner[:12])
             limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
+                if trace.on:  # the attempts' spans join the request's trace (contract/tracing/)
+                    spec = replace(spec, trace_context=trace.carried())
                 quota = self._quota(ask, spec, limits)
                 submitted = await self._submit(ask, spec, quota)
             finally:  # the enqueue takes the place; anything else gives it back
@@ -333,11 +339,20 @@ class EndpointRoutes:
         log.info("purged on request")
         return JSONResponse(self.endpoint.objects_of(job).deleted())
 
+    async def _joined(self, services: Services, request: Request, job: JobState) -> None:
+        """Tracing on, the request's span joins the trace of the request that made `job`
+        (while the job keeps its spec): a resume, a retry, a cancel."""
+        trace = trace_of(request.scope)
+        if trace.on:
+            made = json.loads(await services.jobs.stored(job.id, keys.JobField.SPEC) or "{}")
+            trace.open(self.endpoint.name, job.model, job.id, made.get("trace_context", ""))
+
     async def _job_of(self, request: Request) -> tuple[Services, JobState]:
         """The job named in the path, if it exists, belongs to this endpoint and to the
         caller's key; otherwise 404 (never 403: ids cannot be probed)."""
         services: Services = request.state.services
         job = await self.job_named(services, request.path_params["completion_id"], request_owner(request))
+        await self._joined(services, request, job)  # its span in the job's trace
         return services, job
 
     async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:

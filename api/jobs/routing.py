@@ -37,6 +37,7 @@ from dataclasses import dataclass
 import redis.asyncio as aredis
 from redis.exceptions import ResponseError
 
+from api.http import tracing
 from api.jobs.workers import WorkerLoad, WorkerRegistry
 from api.pool_settings import Routing
 from contract import keys, stats, tiers
@@ -102,6 +103,11 @@ class Router:
         """Where a new job of `owner` should wait (None: the shared queue) and until when;
         enqueueing writes both (contract/queueing.py). A server that refuses the commands (an
         ACL from before routing) sends every job to the shared queue, with a warning."""
+        route = await self._chosen(spec, owner)
+        tracing.current().note(routed=route is not None)  # the request's span says so
+        return route
+
+    async def _chosen(self, spec: JobSpec, owner: str) -> Route | None:
         if not self.settings.enabled or spec.priority not in tiers.ROUTED_TIERS:
             return None
         try:

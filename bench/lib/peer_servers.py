@@ -77,6 +77,7 @@ class Tokenspool(Server):
         watched: bool = False,
         guarantee: bool = True,
         worker_env: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         super().__init__(logs)
         self.worker_env = worker_env or {}  # more of the workers' settings
@@ -86,7 +87,8 @@ class Tokenspool(Server):
         self.defaults = defaults  # no SLOTS, threads or context: what the worker sizes itself to
         self.watched = watched  # Redis with a replica and three sentinels (a sentinel URL)
         # off: the failover guarantee's two parts turned off (docs/protocol.md, "Failover")
-        self.guarantee = {} if guarantee else {"REPLICA_ACK_SECONDS": "0", "DURABILITY_CHECK_SECONDS": "0"}
+        off = {} if guarantee else {"REPLICA_ACK_SECONDS": "0", "DURABILITY_CHECK_SECONDS": "0"}
+        self.shared_env = off | (env or {})  # the API's and the workers' alike (tracing: bench/paired.py)
         pool = f"{workers} worker{'s' if workers > 1 else ''}"
         if defaults:
             self.name = f"tokenspool ({pool}, no size settings)"
@@ -103,7 +105,7 @@ class Tokenspool(Server):
             redis_proc, url = start_redis(self.logs)
             redis_procs = [redis_proc]
         self.url = url
-        api, self.base = start_api(self.logs, url, env={"LOG_LEVEL": "WARNING", **self.guarantee})
+        api, self.base = start_api(self.logs, url, env={"LOG_LEVEL": "WARNING", **self.shared_env})
         self.procs = [*redis_procs, api]
         self._first_worker = len(self.procs)
         for p in self.procs:
@@ -119,10 +121,10 @@ class Tokenspool(Server):
             "N_CTX": str(CTX),
             "SLOTS": str(self.slots or 4),
             "LOG_LEVEL": "WARNING",
-            **self.guarantee,
+            **self.shared_env,
         }
         if self.defaults:
-            env = {"LOG_LEVEL": "INFO", **self.guarantee}  # the log says what it chose
+            env = {"LOG_LEVEL": "INFO", **self.shared_env}  # the log says what it chose
         elif self.n > 1:  # the cores are shared out: ggml's threads spin, and 4 on 2 cores stall
             env["N_THREADS_BATCH"] = THREADS
         env |= self.worker_env

@@ -17,6 +17,8 @@ from contract import entries, keys
 from contract.entries import Delta, Entry, Failed, Finished, Started
 from contract.lua import attempts, jobs, library
 from contract.servers import is_sentinel
+from worker.attempts import tracing
+from worker.attempts.tracing import AttemptTrace, Off
 from worker.redis.link import Link
 
 
@@ -63,6 +65,7 @@ class Attempt:
     # these again with the ids they had.
     record: list[tuple[int, str, Entry]] = field(default_factory=list)
     newest: tuple[int, int] = (0, 0)  # the newest id of the job's stream this attempt knows
+    trace: AttemptTrace | Off = tracing.OFF  # its span (worker/attempts/tracing.py), set at the claim
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -131,6 +134,7 @@ class Progress:
     last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
     moved_ms: int = 0  # when its stream last moved (ms, Unix): its last Delta, else its first entry
     owner: str = ""  # the key that sent the job (its hash; "" where the API takes no keys)
+    epoch: int = 0  # the epoch of the last attempt that started (0: none did)
 
 
 class Claims:
@@ -214,7 +218,7 @@ class Claims:
         """Read back what earlier attempts published (token ids are the contract's truth)."""
         prompt_tokens = None
         ids: list[int] = []
-        after, last_id, moved = "-", "0-0", ""
+        after, last_id, moved, epoch = "-", "0-0", "", 0
         stream = keys.events(job_id)
         while True:
             rows = self._link.retry(lambda a=after: self._client.xrange(stream, min=a, count=1000))
@@ -222,8 +226,9 @@ class Claims:
                 last_id = entry_id.decode()
                 moved = moved or last_id
                 entry = entries.decode(fields)
-                if isinstance(entry, Started) and prompt_tokens is None:
-                    prompt_tokens = entry.prompt_tokens
+                if isinstance(entry, Started):
+                    prompt_tokens = entry.prompt_tokens if prompt_tokens is None else prompt_tokens
+                    epoch = entry.epoch
                 elif isinstance(entry, Delta):
                     ids.extend(entry.token_ids)
                     moved = last_id
@@ -234,7 +239,7 @@ class Claims:
                 deadline_ms = int(deadline) if deadline else None
                 moved_ms = int(moved.split("-")[0]) if moved else 0
                 owner_id = owner.decode() if isinstance(owner, bytes) else owner or ""
-                return Progress(prompt_tokens, tuple(ids), deadline_ms, last_id, moved_ms, owner_id)
+                return Progress(prompt_tokens, tuple(ids), deadline_ms, last_id, moved_ms, owner_id, epoch)
             after = "(" + rows[-1][0].decode()
 
     def cancel_due(self, job_id: str) -> bool:

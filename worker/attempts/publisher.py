@@ -145,7 +145,9 @@ class Publisher:
             vectors=vectors,
             dimensions=dimensions,
         )
+        attempt.trace.publishing(cached_tokens)
         self._submit(attempt, entry, wait=True)
+        attempt.trace.published()
 
     def failed(
         self, attempt: Attempt, error: ErrorCode, message: str | None = None, param: str | None = None

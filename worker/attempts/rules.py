@@ -12,7 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -26,7 +26,7 @@ from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
 from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
-from worker.attempts import embedding
+from worker.attempts import embedding, tracing
 from worker.attempts.attempt import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
 from worker.attempts.budget import bounded
 from worker.attempts.durability import Durability
@@ -222,6 +222,7 @@ class AttemptRules:
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
         context = prompt + prior
+        attempt.trace.reading(len(prompt), len(prior), progress.epoch)
         reply = engine.reply(spec, prompt)
         out = Sender(engine.piece, pub, attempt, reply, spec.logprobs, prior)  # goes on where they were
         thought = out.reasoning_tokens
@@ -248,7 +249,7 @@ class AttemptRules:
         since = progress.moved_ms if attempt.resumed else 0  # when its stream stalled
         picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached, since)
         try:
-            for pick, piece in self._timed(picks):
+            for pick, piece in tracing.observed(picks, self.counters, attempt.trace.first_token):
                 token = pick.token
                 attempt.progress_at = time.monotonic()
                 attempt.generated += 1
@@ -369,16 +370,6 @@ class AttemptRules:
         self._suspect_cleared(attempt)  # either way not asked again at every token: its next write is fenced
         if cleared:
             log.info("%s is no longer a suspect (%d tokens on)", attempt.job_id, attempt.generated)
-
-    def _timed(self, picks: Iterator[tuple[Pick, bytes]]) -> Iterator[tuple[Pick, bytes]]:
-        """The picks, with this thread's own work on each (from its arrival to the ask for the
-        next) added to the profile's counters (a lost increment between threads is a rounding
-        error there)."""
-        for item in picks:
-            got = time.perf_counter()
-            yield item
-            self.counters.token_us += int((time.perf_counter() - got) * 1e6)
-            self.counters.tokens += 1
 
     def _hand_off(self, attempt: Attempt, reason: str = "handoff") -> None:
         """Give the job back (shutting down, or preempted); a continuation is enqueued for

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 
 from contract import keys, logs, tiers
 from contract.stats import BatchCounters
+from worker.attempts import tracing
 from worker.attempts.attempt import Attempt, Claims
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
@@ -50,6 +51,7 @@ class JobRunner:
     ) -> None:
         self.engine = engine
         self.link = link
+        log.debug("tracing %s", "on" if tracing.start() else "off (OpenTelemetry not imported)")
         self.claims = Claims(link, window_ms)
         # the job threads' and the publisher's (worker/intake/presence.py adds them)
         self.counters = BatchCounters()
@@ -177,6 +179,7 @@ class JobRunner:
         own record lives on in Redis with its heartbeat)."""
         try:
             with _logged_as(keys.job_of(rq_job_id)):
+                claim_at = time.time_ns()
                 claimed = self.rules.claim(raw_spec, rq_job_id)
         except BaseException:
             self._free.release()
@@ -184,6 +187,8 @@ class JobRunner:
         if not isinstance(claimed, Claimed):
             self._free.release()
             return claimed
+        attempt = claimed.attempt  # its span opens with the claim (worker/attempts/tracing.py)
+        attempt.trace = tracing.begin(claimed.spec, attempt.epoch, attempt.worker, (claim_at, time.time_ns()))
         thread = threading.Thread(
             target=self._in_thread, args=(claimed,), name=f"job-{claimed.spec.id}", daemon=True
         )
@@ -198,12 +203,14 @@ class JobRunner:
 
     def _in_thread(self, claimed: Claimed) -> None:
         logs.set_job(claimed.spec.id)
+        attempt, outcome = claimed.attempt, "failed"
         try:
-            outcome = self.rules.run(claimed.spec, claimed.attempt)
+            outcome = self.rules.run(claimed.spec, attempt)
             log.info("%s: %s", claimed.spec.id, outcome)
         except Exception:
             pass  # logged and reported to the client by AttemptRules.run
         finally:
+            attempt.trace.ended(outcome, attempt.published, attempt.generated)
             with self._lock:
                 self._threads.pop(threading.current_thread(), None)
                 self._discard_suspect(claimed.attempt)

@@ -1,0 +1,166 @@
+"""The worker's traces (contract/tracing/): one span per attempt, `attempt <epoch>`, in the
+trace of the request that made the job (its spec's `trace_context`), with children for its
+claim, its prefill (prompt tokens read, cached tokens) and its decode (tokens, steps) and
+publish, and one event at its first token. A continuation's span links to the attempt it
+goes on from (whose span id every process can derive: `propagation.attempt_span_id`) and
+says `tokenspool.resumed_from_token`.
+
+Nothing here runs per token: the first token is one event (`observed`, which also adds each
+pick's work to the profile's counters), totals are attributes set at the end. Tracing off
+(`start` found it off), `begin` gives every attempt `OFF`, whose methods do nothing and
+import nothing.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from contract.jobspec import JobSpec
+from contract.stats import BatchCounters
+from contract.tracing import otel, propagation
+from worker.engine.steps.picks import Pick
+
+FINE = ("stop", "length", "tool_calls", "cancelled", "handed-off")  # outcomes that are no error
+_tracer: Any = None  # the process's, once `start` made it (tracing on)
+
+
+def start() -> bool:
+    """Set up the worker's tracer from OpenTelemetry's environment (the `JobRunner` does, once);
+    whether tracing is on."""
+    global _tracer
+    _tracer = _tracer or otel.tracer(propagation.WORKER_SERVICE, "tokenspool.worker")
+    return _tracer is not None
+
+
+class AttemptTrace:
+    """One attempt's span and its children, opened at the claim, ended by `ended`."""
+
+    on = True
+
+    def __init__(self, spec: JobSpec, epoch: int, worker: str, claim_ns: tuple[int, int]) -> None:
+        from opentelemetry.trace import SpanKind, set_span_in_context
+
+        parsed = propagation.parse(propagation.uncarry(spec.trace_context)[0]) if spec.trace_context else None
+        self._job_id, self._trace_id = spec.id, parsed[0] if parsed is not None else 0
+        self.span = otel.start_span(
+            _tracer,
+            propagation.attempt_span_id(parsed[0], spec.id, epoch) if parsed is not None else 0,
+            f"attempt {epoch}",
+            context=otel.context_of(spec.trace_context) if parsed is not None else None,
+            kind=SpanKind.CONSUMER,
+            start_time=claim_ns[0],
+            attributes={
+                "tokenspool.job_id": spec.id,
+                "tokenspool.attempt": epoch,
+                "tokenspool.worker": worker,
+                "tokenspool.tier": spec.priority,
+                "tokenspool.resumed": False,  # until it reads what an earlier attempt wrote
+                "gen_ai.request.model": spec.model,
+            },
+        )
+        self._context = set_span_in_context(self.span)
+        self._child("claim", *claim_ns)
+        self._read_at = claim_ns[1]  # when it began reading its prompt
+        self._first_at = 0  # its first token (0: none yet)
+        self._read = 0  # the tokens its prefill reads
+        self._cached = 0  # of those, the ones its slot's cache held
+        self._publish_at = self._published_at = 0  # its end's write (0: not written)
+
+    def _child(self, name: str, start_ns: int, end_ns: int, **attributes: Any) -> None:
+        named = {f"tokenspool.{k}": v for k, v in attributes.items()}
+        span = _tracer.start_span(name, context=self._context, start_time=start_ns, attributes=named)
+        span.end(end_time=end_ns)
+
+    def reading(self, prompt: int, prior: int, earlier: int) -> None:
+        """The attempt reads its prompt and what earlier attempts generated (`prior`); the
+        last of them, if any, had epoch `earlier` (dead, handed off or preempted): a link."""
+        self._read_at, self._read = time.time_ns(), prompt + prior
+        if earlier:
+            self.span.set_attribute("tokenspool.resumed", True)
+            self.span.set_attribute("tokenspool.resumed_from_token", prior)
+            if self._trace_id:
+                span_id = propagation.attempt_span_id(self._trace_id, self._job_id, earlier)
+                self.span.add_link(
+                    otel.link_to(self._trace_id, span_id).context, {"tokenspool.link": "resumed"}
+                )
+
+    def first_token(self) -> None:
+        """Its first token: the prefill is over (one event, never one per token)."""
+        self._first_at = time.time_ns()
+        self.span.add_event("first token", timestamp=self._first_at)
+
+    def publishing(self, cached: int) -> None:
+        """It writes its end (`cached`: the prompt tokens its slot's cache held)."""
+        self._publish_at, self._cached = time.time_ns(), cached
+
+    def published(self) -> None:
+        self._published_at = time.time_ns()
+
+    def ended(self, outcome: str, tokens: int, steps: int) -> None:
+        """The attempt's end: its prefill, decode and publish as children, its totals."""
+        end = time.time_ns()
+        first, publish, published = self._first_at or end, self._publish_at or end, self._published_at
+        self._child("prefill", self._read_at, first, tokens=self._read, cached_tokens=self._cached)
+        if self._first_at:
+            self._child("decode", first, publish, tokens=tokens, steps=steps)
+        if published:
+            self._child("publish", publish, published)
+        span = self.span
+        span.set_attribute("tokenspool.outcome", outcome)
+        span.set_attribute("gen_ai.usage.input_tokens", self._read)
+        span.set_attribute("gen_ai.usage.output_tokens", tokens)
+        if outcome not in FINE:
+            from opentelemetry.trace import StatusCode
+
+            span.set_status(StatusCode.ERROR, outcome)
+        span.end(end_time=end)
+
+
+class Off:
+    """Tracing off: every call does nothing."""
+
+    on = False
+
+    def reading(self, prompt: int, prior: int, earlier: int) -> None:
+        pass
+
+    def first_token(self) -> None:
+        pass
+
+    def publishing(self, cached: int) -> None:
+        pass
+
+    def published(self) -> None:
+        pass
+
+    def ended(self, outcome: str, tokens: int, steps: int) -> None:
+        pass
+
+
+OFF = Off()
+
+
+def observed(
+    picks: Iterator[tuple[Pick, bytes]], counters: BatchCounters, first: Callable[[], None]
+) -> Iterator[tuple[Pick, bytes]]:
+    """An attempt's picks as its observers see them: each one's work on this thread (from its
+    arrival to the ask for the next) added to the profile's counters (a lost increment between
+    threads is a rounding error there), and the first told to `first` (its trace's
+    `first_token`), once, before the loop: nothing per token."""
+    head = next(picks, None)
+    if head is None:
+        return
+    first()
+    for item in itertools.chain((head,), picks):
+        got = time.perf_counter()
+        yield item
+        counters.token_us += int((time.perf_counter() - got) * 1e6)
+        counters.tokens += 1
+
+
+def begin(spec: JobSpec, epoch: int, worker: str, claim_ns: tuple[int, int]) -> AttemptTrace | Off:
+    """The span of a claimed attempt (`claim_ns`: when its claim began and ended)."""
+    return OFF if _tracer is None else AttemptTrace(spec, epoch, worker, claim_ns)
