@@ -1,7 +1,8 @@
 """infra/prometheus/rules.yaml, the recording and alerting rules, checked by the real promtool
 (Debian's `prometheus` package): they load, their unit tests (rules.test.yaml) pass with series
 that fire every alert and series that must not, the refusals they count are error codes of the
-catalogue. tests/integration/test_prometheus.py evaluates the same expressions against a real stack."""
+catalogue, and docs/operations.md's Prometheus configuration loads them.
+tests/integration/test_prometheus.py evaluates the same expressions against a real stack."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import subprocess
 import yaml
 
 from contract import errors
+from devstack.processes import ROOT
 from tests.promql import RULES, rules
 from tests.system import prometheus_binary
 
@@ -71,3 +73,18 @@ def test_the_refusals_the_rules_count_are_error_codes_of_the_catalogue():
     codes = {code for m in matchers for code in m.split("|")}
     assert {"storage_full", "queue_full", "rate_limit_exceeded"} <= codes
     assert all(errors.lookup(code) for code in codes), {c for c in codes if not errors.lookup(c)}
+
+
+def test_the_scrape_config_of_the_docs_loads_the_rules(tmp_path):
+    """docs/operations.md's Prometheus configuration, with its rules file where it says, as
+    `promtool check config` reads it (the rules included)."""
+    text = (ROOT / "docs" / "operations.md").read_text()
+    section = text[text.index("## Dashboards and alerts") : text.index("## Tracing")]
+    config = re.findall(r"```yaml\n(.*?)```", section, re.S)[0]
+    assert "/etc/prometheus/tokenspool/rules.yaml" in config
+    (tmp_path / "prometheus.yml").write_text(
+        config.replace("/etc/prometheus/tokenspool/rules.yaml", str(RULES))
+    )
+    done = promtool("check", "config", str(tmp_path / "prometheus.yml"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"SUCCESS: {len(rules())} rules found" in done.stdout
