@@ -3,7 +3,8 @@
 Two kinds of figures. Cluster-wide ones are read from Redis at each scrape and are the same
 on every API replica (take `max`, not `sum`, across replicas): queue depth, in-flight
 attempts, live workers and their slots per model, tokens generated, attempts requeued after
-a crash or a hand-off, jobs lost, and what the workers' batching schedulers did (decode
+a crash or a hand-off, jobs lost, Redis's memory against its maxmemory (the fullest server, as
+read once a second for the `storage_full` refusal), and what the workers' batching schedulers did (decode
 steps, sequences in them, prompt tokens computed, slot moves, steps interrupted; added by each worker's
 announcement, so up to a few seconds late). Per-process ones are kept in this process's own
 registry (sum them across replicas): open streams, time to first token, inter-token
@@ -149,6 +150,16 @@ async def cluster(request: Request) -> list[Metric]:
         requeued,
         CounterMetricFamily(
             "tokenspool_jobs_lost", "Jobs ended with worker_lost.", value=stats.get(StatField.LOST, 0)
+        ),
+        GaugeMetricFamily(
+            "tokenspool_redis_memory_used_bytes",
+            "Memory Redis uses (the fullest server: STREAMS_REDIS_URL's nodes too).",
+            value=services.memory.used,
+        ),
+        GaugeMetricFamily(
+            "tokenspool_redis_memory_max_bytes",
+            "That server's maxmemory (0: none set); new jobs are refused past REDIS_MEMORY_HIGH of it.",
+            value=services.memory.maxmemory,
         ),
         *batching,
         *_per_worker(loads),
