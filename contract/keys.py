@@ -393,5 +393,5 @@ class JobField:
 class JobStatus:
     """A job hash's `status`, as contract/lifecycle/states.py's job states show it."""
 
-    QUEUED, RUNNING, DONE, FAILED, CANCELLED = states.statuses()
-    ENDED = states.ended_statuses()
+    QUEUED, RUNNING, DONE, FAILED, CANCELLED = states.STATUSES
+    ENDED = states.ENDED_STATUSES

@@ -63,9 +63,8 @@ def _moves(rows: tuple[Move, ...]) -> list[str]:
         scripts = _code(m.scripts + ((m.via,) if m.via else ()))
         written = _code(tuple(dict.fromkeys(key_pattern(k) for k in m.keys)))
         source = _code(m.sources) if m.sources else "(new)"
-        out.append(
-            f"| {m.name} | {source} | {_code(m.targets)} | {m.side} | {scripts} | {written} | {m.meaning} |"
-        )
+        targets = _code(m.targets) + (" (or stays)" if m.stays else "")
+        out.append(f"| {m.name} | {source} | {targets} | {m.side} | {scripts} | {written} | {m.meaning} |")
     return out
 
 
@@ -109,6 +108,8 @@ def lifecycle_md() -> str:
         "An attempt is one worker's try at a job, from its claim to its end.",
         "",
         *_states(states.ATTEMPT_STATES, job=False),
+        "",
+        *_diagram(states.ATTEMPT_MOVES),
         "",
         "### What moves an attempt",
         "",

@@ -26,9 +26,8 @@ class Side(StrEnum):
 
 @dataclass(frozen=True)
 class State:
-    """One state: what it means and the keys that hold it. A job state also names the
-    `status` its hash shows and, if it waits in one, the contract.tiers function naming its
-    queue. An attempt state names the word the worker logs when an attempt ends there."""
+    """One state, its meaning and keys. A job state names its hash's `status` and the
+    contract.tiers function naming its queue. An attempt state names its word in the log."""
 
     name: str
     meaning: str
@@ -42,7 +41,8 @@ class State:
 @dataclass(frozen=True)
 class Move:
     """One move, from any of `sources` (none: it creates) to one of `targets`, as its
-    scripts decide; `via` is the contract function that runs them, if any."""
+    scripts decide. `via` is the contract function that runs them, if any. A move that
+    `stays` may also leave the state as it was (a beat while the epoch is current)."""
 
     name: str
     sources: tuple[str, ...]
@@ -52,6 +52,7 @@ class Move:
     keys: tuple[str, ...]
     meaning: str
     via: str = ""
+    stays: bool = False
 
 
 API, WORKER, REAPER = Side.API, Side.WORKER, Side.REAPER
@@ -119,6 +120,8 @@ CANCELLED_JOB = State(
 WAITS = (PENDING, WAITING, ROUTED, CONTINUATION, SUSPECT, TAKEN)
 JOB_STATES = (*WAITS, RUNNING_JOB, DONE_JOB, FAILED_JOB, CANCELLED_JOB)
 WAITING_STATES = tuple(s.name for s in WAITS)  # all of status queued
+STATUSES = tuple(dict.fromkeys(s.status for s in JOB_STATES))  # a job hash's `status`, in order
+ENDED_STATUSES = tuple(s.status for s in JOB_STATES if s.ended)
 
 CLAIMED = State(
     "claimed",
@@ -324,11 +327,12 @@ ATTEMPT_MOVES = (
     Move(
         "beat",
         LIVE,
-        (*LIVE, "fenced"),
+        ("fenced",),
         WORKER,
         ("attempts.BEAT",),
         ("alive",),
         "Keep the attempt alive while its epoch is current: a 0 says it was fenced out.",
+        stays=True,
     ),
     Move(
         "clear",
@@ -387,12 +391,3 @@ ATTEMPT_MOVES = (
         "queueing.abandon",
     ),
 )
-
-
-def statuses() -> tuple[str, ...]:
-    """The values of a job hash's `status`, in the order of the job states showing them."""
-    return tuple(dict.fromkeys(s.status for s in JOB_STATES))
-
-
-def ended_statuses() -> tuple[str, ...]:
-    return tuple(s.status for s in JOB_STATES if s.ended)
