@@ -43,6 +43,16 @@ def test_every_script_function_and_key_a_move_names_exists(move):
     assert all(key_pattern(k).startswith(("ts:", "rq:")) for k in move.keys)
 
 
+def test_every_script_of_a_job_s_stream_is_named_by_a_move():
+    """A new script writing a job (contract/lua/attempts.py, jobs.py) needs its row in the table."""
+    named = {s for m in MOVES for s in m.scripts}
+    for module in ("attempts", "jobs"):
+        found = vars(importlib.import_module(f"contract.lua.{module}"))
+        scripts = {n for n, v in found.items() if n.isupper() and isinstance(v, str) and "redis." in v}
+        lua = {f"{module}.{n}" for n in scripts - {"LIB"}}  # LIB: what they begin with
+        assert lua and lua <= named, lua - named
+
+
 def queues_of(state: states.State) -> set[str]:
     """The queues of MODEL that a waiting state's contract.tiers function names, for any tier."""
     name = getattr(tiers, state.queue)
