@@ -23,6 +23,7 @@ from redis.crc import REDIS_CLUSTER_HASH_SLOTS, key_slot
 from rq import Queue
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 
+from contract.lifecycle import states
 from contract.tiers import BATCH, queue_name, queue_names
 
 PREFIX = "ts"
@@ -390,10 +391,7 @@ class JobField:
 
 
 class JobStatus:
-    QUEUED = "queued"
-    RUNNING = "running"
-    DONE = "done"
-    FAILED = "failed"
-    CANCELLED = "cancelled"  # ended by a cancel (or a client gone), whatever it had generated
+    """A job hash's `status`, as contract/lifecycle/states.py's job states show it."""
 
-    ENDED = (DONE, FAILED, CANCELLED)
+    QUEUED, RUNNING, DONE, FAILED, CANCELLED = states.STATUSES
+    ENDED = states.ENDED_STATUSES

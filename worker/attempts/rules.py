@@ -24,6 +24,7 @@ from contract import errors, keys, queueing, tiers
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
+from contract.lifecycle import states
 from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
 from worker.attempts import embedding, tracing
@@ -80,9 +81,10 @@ class Engine(Protocol):
 
 
 class Outcome(StrEnum):
-    """How a job function call or an attempt ended (logged; RQ keeps no result)."""
+    """How a job function call or an attempt ended (logged; RQ keeps no result). Those that
+    are attempt states take their word from contract/lifecycle/states.py."""
 
-    STARTED = "started"  # claimed: the attempt runs on its own thread
+    STARTED = states.CLAIMED.outcome  # claimed: the attempt runs on its own thread
     SKIPPED = "skipped"  # ended, cancelled or late before it started
     REFUSED = "refused"  # not a job the API recorded (a planted or malformed spec): not run
     WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
@@ -92,9 +94,9 @@ class Outcome(StrEnum):
     TOOL_CALLS = TOOL_CALLS
     REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
     DEADLINE = "deadline_exceeded"
-    FENCED = "fenced"  # another attempt took over
+    FENCED = states.FENCED.outcome  # another attempt took over
     STORAGE_FULL = "storage_full"  # Redis refused its entries for memory: ended so, not requeued
-    HANDED_OFF = "handed-off"  # given back at shutdown
+    HANDED_OFF = states.HANDED_OFF.outcome  # given back at shutdown
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,393 @@
+"""The states of a job and of an attempt, and every move between them, as data.
+
+A job is where it waits or runs: recorded, in a queue, in a worker's inbox, running, or
+ended. An attempt is one worker's try at it, from its claim at epoch n to its end. Each move
+names the side that makes it, the Lua scripts it runs (`queues.TAKE` is
+contract/lua/queues.py's `TAKE`), the contract function that runs them where there is one,
+and the Redis keys it writes (`running` is `contract.keys.running`, `owned.ROUTED` is
+`contract.keys.owned(owner, Owned.ROUTED)`). A test checks that every name here exists.
+
+This module imports nothing of contract/: contract/keys.py derives `JobStatus` from it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Side(StrEnum):
+    """Who makes a move."""
+
+    API = "api"  # an API process, serving a request or watching a stream
+    WORKER = "worker"  # the worker that takes or runs the job
+    REAPER = "reaper"  # the API process holding the reaper lock (api/cluster/reaper.py)
+
+
+@dataclass(frozen=True)
+class State:
+    """One state, its meaning and keys. A job state names its hash's `status` and the
+    contract.tiers function naming its queue. An attempt state names its word in the log."""
+
+    name: str
+    meaning: str
+    keys: tuple[str, ...] = ()
+    status: str = ""
+    queue: str = ""
+    outcome: str = ""
+    ended: bool = False
+
+
+@dataclass(frozen=True)
+class Move:
+    """One move, from any of `sources` (none: it creates) to one of `targets`, as its
+    scripts decide. `via` is the contract function that runs them, if any. A move that
+    `stays` may also leave the state as it was (a beat while the epoch is current)."""
+
+    name: str
+    sources: tuple[str, ...]
+    targets: tuple[str, ...]
+    side: Side
+    scripts: tuple[str, ...]
+    keys: tuple[str, ...]
+    meaning: str
+    via: str = ""
+    stays: bool = False
+
+
+API, WORKER, REAPER = Side.API, Side.WORKER, Side.REAPER
+QUEUED, RUNNING, DONE, FAILED, CANCELLED = "queued", "running", "done", "failed", "cancelled"
+ENDS = ("job", "events")
+
+PENDING = State(
+    "pending",
+    "Recorded but on no queue yet: its enqueuer puts it on one, or the reaper does if that one died.",
+    ("job", "pending"),
+    QUEUED,
+)
+WAITING = State(
+    "queued",
+    "A new job waiting in its model's queue of its tier for any worker with a free slot.",
+    ("rq_job", "wake"),
+    QUEUED,
+    "queue_name",
+)
+ROUTED = State(
+    "routed",
+    "A new job waiting, until a deadline, for the worker whose cache holds its prompt's prefix.",
+    ("rq_job", "routed", "owned.ROUTED", "wake_worker"),
+    QUEUED,
+    "routed_queue_name",
+)
+CONTINUATION = State(
+    "continuation",
+    "Requeued after an attempt, ahead of new jobs, to go on from the token ids its stream holds.",
+    ("rq_job", "wake"),
+    QUEUED,
+    "attempt_queue_name",
+)
+SUSPECT = State(
+    "suspect",
+    "A continuation that stood still where workers died, to step in a group no larger than its own.",
+    ("rq_job", "wake"),
+    QUEUED,
+    "suspect_queue_name",
+)
+TAKEN = State(
+    "taken",
+    "In a worker's inbox, not yet claimed: the reaper puts it back if that worker dies.",
+    ("inbox",),
+    QUEUED,
+)
+RUNNING_JOB = State(
+    "running",
+    "An attempt holds it at the job's current epoch, alive while its heartbeat is.",
+    ("job", "alive", "running"),
+    RUNNING,
+)
+DONE_JOB = State("done", "Ended with its Finished entry, kept for its retention.", ENDS, DONE, ended=True)
+FAILED_JOB = State(
+    "failed", "Ended with a Failed entry (an error of the catalogue).", ENDS, FAILED, ended=True
+)
+CANCELLED_JOB = State(
+    "cancelled",
+    "Ended by a cancel or a client gone, with a Finished entry whose reason is `cancelled`.",
+    ENDS,
+    CANCELLED,
+    ended=True,
+)
+
+WAITS = (PENDING, WAITING, ROUTED, CONTINUATION, SUSPECT, TAKEN)
+JOB_STATES = (*WAITS, RUNNING_JOB, DONE_JOB, FAILED_JOB, CANCELLED_JOB)
+WAITING_STATES = tuple(s.name for s in WAITS)  # all of status queued
+STATUSES = tuple(dict.fromkeys(s.status for s in JOB_STATES))  # a job hash's `status`, in order
+ENDED_STATUSES = tuple(s.status for s in JOB_STATES if s.ended)
+
+CLAIMED = State(
+    "claimed",
+    "CLAIM gave it the job's next epoch, fencing out every earlier attempt: it reads back their entries.",
+    ("job", "alive", "running"),
+    outcome="started",
+)
+GENERATING = State(
+    "running",
+    "Its Started entry is written: it generates, APPENDs its entries and BEATs until its end.",
+    ("events", "alive"),
+)
+PROVING = State(
+    "proving",
+    "It runs a suspect beside its worker's other suspects, until SUSPECT_TOKENS past where it died.",
+    ("job",),
+)
+FENCED = State("fenced", "A later epoch or an end took its job: its writes are refused.", outcome="fenced")
+HANDED_OFF = State(
+    "handed-off",
+    "It gave its job back as a continuation: its worker shuts down, or a batch line is preempted.",
+    outcome="handed-off",
+)
+DEAD = State("dead", "Its heartbeat expired or its worker's connections closed.", ("alive",))
+ENDED = State("ended", "It wrote its job's terminal entry.", ("events",), ended=True)
+
+ATTEMPT_STATES = (CLAIMED, GENERATING, PROVING, FENCED, HANDED_OFF, DEAD, ENDED)
+LIVE = ("claimed", "running", "proving")
+TAKEN_BACK = ("job", "running", "alive", "pending", "rq_job", "wake", "STATS")  # ABANDON, then enqueue
+
+JOB_MOVES = (
+    Move(
+        "record",
+        (),
+        ("pending",),
+        API,
+        ("queues.RESERVE", "accounting.ADMIT", "jobs.RECORD"),
+        (
+            "reserved",
+            "owned.JOBS",
+            "idempotency",
+            "requests_per_minute",
+            "bytes_per_minute",
+            "tokens_per_minute",
+            "owned.RESERVED_TOKENS",
+            "job",
+            "pending",
+        ),
+        "Hold a place in the queues, count the job against its owner's limits, record its hash.",
+    ),
+    Move(
+        "enqueue",
+        ("pending",),
+        ("queued",),
+        API,
+        (),
+        ("rq_job", "wake", "reserved", "pending"),
+        "Put the new job on its tier's queue and wake an idle worker.",
+        "queueing.enqueue",
+    ),
+    Move(
+        "route",
+        ("pending",),
+        ("routed",),
+        API,
+        ("queues.ROUTE_FOR_OWNER",),
+        ("owned.ROUTED", "rq_job", "routed", "wake_worker", "reserved", "pending"),
+        "Put the new job on the routed queue of the worker holding its prompt's prefix.",
+        "queueing.enqueue",
+    ),
+    Move(
+        "rescue",
+        ("pending",),
+        ("queued", "continuation", "suspect"),
+        REAPER,
+        (),
+        ("rq_job", "wake", "pending"),
+        "Enqueue a job pending for over PENDING_GRACE_S: whoever was to enqueue it died.",
+        "queueing.rescue",
+    ),
+    Move(
+        "fall back",
+        ("routed",),
+        ("queued",),
+        REAPER,
+        ("queues.FALL_BACK",),
+        ("routed", "wake", "STATS"),
+        "Move a routed job its worker did not take in time (or died with) back to the shared queue.",
+    ),
+    Move(
+        "take",
+        ("queued", "routed", "continuation", "suspect"),
+        ("taken",),
+        WORKER,
+        ("queues.TAKE",),
+        ("inbox",),
+        "A worker with a free slot moves one job id from its queues, in their order, to its inbox.",
+    ),
+    Move(
+        "put back",
+        ("taken",),
+        ("queued", "continuation", "suspect"),
+        REAPER,
+        (),
+        ("inbox", "wake"),
+        "Queue again what a dead worker took and never claimed (a transaction: api/jobs/store.py).",
+    ),
+    Move(
+        "claim",
+        ("taken",),
+        ("running", "failed"),
+        WORKER,
+        ("attempts.CLAIM",),
+        ("job", "alive", "running", "pending"),
+        "Start an attempt at the next epoch, or fail a new job past its start deadline (queue_timeout).",
+    ),
+    Move(
+        "refuse",
+        ("taken",),
+        ("failed",),
+        WORKER,
+        ("jobs.END",),
+        ENDS,
+        "End a job this worker cannot run (another model's, or a claim Redis refused).",
+    ),
+    Move(
+        "finish",
+        ("running",),
+        ("done", "failed", "cancelled"),
+        WORKER,
+        ("attempts.APPEND", "attempts.FAIL"),
+        ("events", "job", "running", "alive"),
+        "The attempt writes the terminal entry (FAIL a small one when a full Redis refused its own).",
+    ),
+    Move(
+        "cancel",
+        WAITING_STATES,
+        ("cancelled",),
+        API,
+        ("jobs.END",),
+        ("job", "events", "pending"),
+        "End a job still waiting at once, fencing out the attempt that would have run it.",
+    ),
+    Move(
+        "stop",
+        ("running",),
+        ("cancelled",),
+        WORKER,
+        ("attempts.APPEND",),
+        ("job", "events", "running", "alive"),
+        "The API sets `cancel_at`, APPEND's reply tells the attempt, which writes Finished(cancelled).",
+    ),
+    Move(
+        "time out",
+        WAITING_STATES,
+        ("failed",),
+        API,
+        ("jobs.END_IF_LATE",),
+        ("job", "events", "pending"),
+        "End a job not (re)started by its deadline: queue_timeout, or worker_lost after an attempt.",
+    ),
+    Move(
+        "reap",
+        ("running",),
+        ("continuation", "suspect", "failed"),
+        REAPER,
+        ("jobs.INDEXES", "queues.DEAD_BATCH", "jobs.ABANDON"),
+        TAKEN_BACK,
+        "Take the job from a dead attempt: requeue it (a suspect if it stood still) or fail it.",
+        "queueing.abandon",
+    ),
+    Move(
+        "hand off",
+        ("running",),
+        ("continuation",),
+        WORKER,
+        ("jobs.ABANDON",),
+        TAKEN_BACK,
+        "Give the job back uncharged: the worker shuts down, or preempts a batch line.",
+        "queueing.abandon",
+    ),
+)
+
+ATTEMPT_MOVES = (
+    Move(
+        "claim",
+        (),
+        ("claimed",),
+        WORKER,
+        ("attempts.CLAIM",),
+        ("job", "alive", "running", "pending"),
+        "Bump the epoch, count the attempt, mark the job running. A retried claim gets the same one.",
+    ),
+    Move(
+        "start",
+        ("claimed",),
+        ("running", "proving"),
+        WORKER,
+        ("attempts.APPEND",),
+        ("events", "job"),
+        "Once a replica holds the claim, write the Started entry (a suspect's attempt then proves).",
+    ),
+    Move(
+        "beat",
+        LIVE,
+        ("fenced",),
+        WORKER,
+        ("attempts.BEAT",),
+        ("alive",),
+        "Keep the attempt alive while its epoch is current: a 0 says it was fenced out.",
+        stays=True,
+    ),
+    Move(
+        "clear",
+        ("proving",),
+        ("running",),
+        WORKER,
+        ("attempts.CLEAR_SUSPECT",),
+        ("job",),
+        "A suspect gone SUSPECT_TOKENS on is nobody's suspect: its charges, stalls and group go.",
+    ),
+    Move(
+        "end",
+        ("running", "proving"),
+        ("ended",),
+        WORKER,
+        ("attempts.APPEND", "attempts.FAIL"),
+        ("events", "job", "running", "alive"),
+        "Write the terminal entry: stop, length, tool calls, cancelled, or a failure.",
+    ),
+    Move(
+        "fence",
+        LIVE,
+        ("fenced",),
+        WORKER,
+        ("attempts.APPEND", "attempts.BEAT"),
+        (),
+        "Its write or beat is refused: a CLAIM, an ABANDON or an END moved the epoch on.",
+    ),
+    Move(
+        "hand off",
+        LIVE,
+        ("handed-off",),
+        WORKER,
+        ("jobs.ABANDON",),
+        TAKEN_BACK,
+        "Write what it generated, then give the job back (shutdown, preemption, a rollback).",
+        "queueing.abandon",
+    ),
+    Move(
+        "die",
+        LIVE,
+        ("dead",),
+        REAPER,
+        ("jobs.INDEXES",),
+        (),
+        "The reaper finds its alive key expired, or its worker's named connections gone.",
+    ),
+    Move(
+        "reap",
+        ("dead",),
+        ("fenced",),
+        REAPER,
+        ("jobs.ABANDON",),
+        TAKEN_BACK,
+        "The reaper moves the epoch on and requeues the job. A frozen worker learns it at its next write.",
+        "queueing.abandon",
+    ),
+)
