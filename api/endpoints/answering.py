@@ -57,6 +57,7 @@ class SSEStream:
         services.metrics.streams_open.inc()
         trace, first = request_trace(), ""  # first: the first entry relayed (a new job's: its Started)
         trace.relayed(after)
+        told = False  # the trace has the first token's send
         try:
             if opening := events.opening():
                 yield opening
@@ -79,6 +80,9 @@ class SSEStream:
                         first = item[0][0]
                     out = events.encode(item)
                     self.timing.sent(out.contents)
+                    if trace.on and not told and self.timing.ttft_s:
+                        told = True  # once: where its time went (api/http/tracing.py)
+                        trace.event("first token sent")
                     if out.data:
                         yield out.data
             except StreamLost as exc:

@@ -235,6 +235,7 @@ class EndpointRoutes:
                     spec = replace(spec, trace_context=trace.carried())
                 quota = self._quota(ask, spec, limits)
                 submitted = await self._submit(ask, spec, quota)
+                trace.event("enqueued")
             finally:  # the enqueue takes the place; anything else gives it back
                 await services.admission.release(body.pool, job_id)
         except OwnerLimit as exc:

@@ -11,6 +11,7 @@ only calls them once a request, never once a token.
 
 from __future__ import annotations
 
+import time
 from contextvars import ContextVar
 from typing import Any
 
@@ -32,6 +33,7 @@ class RequestTrace:
         self._tracer, self._method = tracer, method
         self._parent = headers.get("traceparent", "")
         self._state = headers.get("tracestate", "")
+        self._arrived_ns = time.time_ns()  # the span starts with the request, before its body is read
         self.span: Any = None
 
     def open(
@@ -54,6 +56,7 @@ class RequestTrace:
             f"{operation} {model}",
             context=otel.context_of(carried) if carried else None,
             kind=SpanKind.SERVER,
+            start_time=self._arrived_ns,
             links=links,
             attributes={
                 "gen_ai.operation.name": operation,
@@ -70,6 +73,12 @@ class RequestTrace:
         """Attributes learnt on the way (`tokenspool.<name>`)."""
         if self.span is not None:
             self.span.set_attributes({f"tokenspool.{k}": v for k, v in attributes.items()})
+
+    def event(self, name: str) -> None:
+        """A moment of the request: "enqueued", "first token sent" (where a first token's time
+        goes: bench/hops.py)."""
+        if self.span is not None:
+            self.span.add_event(name)
 
     def carried(self) -> str:
         """The span's context for the job's spec ("": no span)."""
@@ -114,6 +123,9 @@ class Off:
         pass
 
     def note(self, **attributes: Any) -> None:
+        pass
+
+    def event(self, name: str) -> None:
         pass
 
     def carried(self) -> str:

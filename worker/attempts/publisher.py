@@ -325,7 +325,10 @@ class _Group:
         if holding:
             attempt.wrote([(base + n, ids[again + n], e) for n, e in enumerate(self.new)])
         attempt.written = max(attempt.written, self.first + again + len(self.new))
+        before = attempt.published
         attempt.published += sum(len(e.token_ids) for e in self.new if isinstance(e, Delta))
+        if attempt.published and not before:
+            attempt.trace.first_written()
         attempt.ended = attempt.ended or any(jobs.final_status(e) for e in self.new)
         if ids:
             attempt.saw(ids[-1])

@@ -214,6 +214,7 @@ class AttemptRules:
         try:
             spec, cleared = engine.edited(spec)  # its context edit applied (worker/tools/clearing.py)
             prompt = engine.prompt_ids(spec)
+            attempt.trace.prompted()
         except PromptRejected as exc:
             pub.failed(attempt, exc.error, str(exc), exc.param)
             return Outcome.REJECTED

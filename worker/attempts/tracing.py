@@ -1,9 +1,10 @@
 """The worker's traces (contract/tracing/): one span per attempt, `attempt <epoch>`, in the
 trace of the request that made the job (its spec's `trace_context`), with children for its
 claim, its prefill (prompt tokens read, cached tokens) and its decode (tokens, steps) and
-publish, and one event at its first token. A continuation's span links to the attempt it
-goes on from (whose span id every process can derive: `propagation.attempt_span_id`) and
-says `tokenspool.resumed_from_token`.
+publish, and events where its first token's time goes: its prompt tokenized, its first
+token sampled, that token written to the stream (bench/hops.py reads them). A
+continuation's span links to the attempt it goes on from (whose span id every process can
+derive: `propagation.attempt_span_id`) and says `tokenspool.resumed_from_token`.
 
 Nothing here runs per token: the first token is one event (`observed`, which also adds each
 pick's work to the profile's counters), totals are attributes set at the end. Tracing off
@@ -68,6 +69,7 @@ class AttemptTrace:
         self._read = 0  # the tokens its prefill reads
         self._cached = 0  # of those, the ones its slot's cache held
         self._publish_at = self._published_at = 0  # its end's write (0: not written)
+        self._first_out = False  # its first token is in the stream
 
     def _child(self, name: str, start_ns: int, end_ns: int, **attributes: Any) -> None:
         named = {f"tokenspool.{k}": v for k, v in attributes.items()}
@@ -87,10 +89,20 @@ class AttemptTrace:
                     otel.link_to(self._trace_id, span_id).context, {"tokenspool.link": "resumed"}
                 )
 
+    def prompted(self) -> None:
+        """Its prompt is rendered and tokenized."""
+        self.span.add_event("prompt tokenized")
+
     def first_token(self) -> None:
         """Its first token: the prefill is over (one event, never one per token)."""
         self._first_at = time.time_ns()
         self.span.add_event("first token", timestamp=self._first_at)
+
+    def first_written(self) -> None:
+        """The publisher has written its first token to the stream (the writer's thread; once)."""
+        if not self._first_out:
+            self._first_out = True
+            self.span.add_event("first token written")
 
     def publishing(self, cached: int) -> None:
         """It writes its end (`cached`: the prompt tokens its slot's cache held)."""
@@ -127,7 +139,13 @@ class Off:
     def reading(self, prompt: int, prior: int, earlier: int) -> None:
         pass
 
+    def prompted(self) -> None:
+        pass
+
     def first_token(self) -> None:
+        pass
+
+    def first_written(self) -> None:
         pass
 
     def publishing(self, cached: int) -> None:
