@@ -190,7 +190,9 @@ class JobStore:
         again = Again(
             record=lambda: self._record(spec.id, job_hash),
             entry_lost=lambda: self._entry_lost(spec.id),
-            enqueue=lambda: self._enqueue(spec, keep_on_failure=True, routed=routed),
+            enqueue=lambda: self._enqueue(
+                spec, keep_on_failure=True, routed=routed, owner=str(job_hash.get(JobField.OWNER, ""))
+            ),
         )
         await confirm_new_job(self._acks, spec.id, again)
 
@@ -212,7 +214,13 @@ class JobStore:
             worker, deadline_ms = (route.worker, route.deadline_ms) if route else (None, 0)
             await anyio.to_thread.run_sync(
                 lambda: queueing.enqueue(
-                    self._rq, spec.to_dict(), 0, self.recovery, worker=worker, deadline_ms=deadline_ms
+                    self._rq,
+                    spec.to_dict(),
+                    0,
+                    self.recovery,
+                    worker=worker,
+                    deadline_ms=deadline_ms,
+                    owner=owner,
                 )
             )
         except BaseException:
