@@ -43,6 +43,7 @@ def enqueue(
     worker: str | None = None,
     deadline_ms: int = 0,
     group: int = 0,
+    owner: str = "",
 ) -> None:
     """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it
     (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
@@ -53,7 +54,8 @@ def enqueue(
     can always move it back; it wakes that worker. Its RQ record names the shared queue,
     where it goes back if not taken in time (RQ's own list of queues never holds a
     worker's). A suspect's record carries its `group` (the most suspects it may step with; 0
-    for any), written with the push, for TAKE (a record without one steps alone)."""
+    for any), and any record its `owner` (the key's hash: an embedding worker's keys take
+    turns), each written with the push, for TAKE (a record without a group steps alone)."""
     model, job_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = tiers.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
@@ -69,15 +71,16 @@ def enqueue(
         failure_ttl=recovery.retention_s,
         description=f"completion {job_id}",
     )
-    if suspect:
+    marks = {keys.JobField.GROUP: group} if suspect else {}
+    if owner:
+        marks[keys.JobField.OWNER] = owner
+    if worker is None:
         record = queue.create_job(**job)
-        with client.pipeline() as pipe:  # MULTI: no TAKE sees it without its group
-            queue.enqueue_job(record, pipeline=pipe)
-            pipe.hset(record.key, keys.JobField.GROUP, group)
+        with client.pipeline() as pipe:  # MULTI: no TAKE sees it without its group and owner
+            queue.enqueue_job(record, pipeline=pipe, at_front=epoch > 0 and not suspect)
+            if marks:
+                pipe.hset(record.key, mapping=marks)
             pipe.execute()
-        wake = keys.wake(model)
-    elif worker is None:
-        queue.enqueue_call(**job, at_front=epoch > 0)
         wake = keys.wake(model)
     else:
         record = queue.create_job(**job)
@@ -86,6 +89,8 @@ def enqueue(
         with client.pipeline() as pipe:  # MULTI: the record, the push, the deadline, or none
             record.save(pipeline=pipe)
             record.cleanup(ttl=record.ttl, pipeline=pipe)  # the record's expiry, as RQ's enqueue sets it
+            if marks:
+                pipe.hset(record.key, mapping=marks)
             pipe.rpush(keys.rq_queue_key(tiers.routed_queue_name(model, priority, worker)), record.id)
             pipe.zadd(keys.routed(model), {tiers.routed_member(record.id, worker, priority): deadline_ms})
             pipe.hincrby(keys.STATS, stats.StatField.routed(model), 1)
@@ -155,9 +160,10 @@ def abandon(
         ),
     )
     if outcome == 1:
-        raw = servers.streams.hget(keys.job(job_id), keys.JobField.SPEC)
+        raw, owner = servers.streams.hmget(keys.job(job_id), [keys.JobField.SPEC, keys.JobField.OWNER])
         if raw is not None:
-            enqueue(servers, json.loads(raw), epoch + 1, recovery, suspect=bool(is_suspect), group=int(cap))
+            spec, who = json.loads(raw), as_text(owner or b"")
+            enqueue(servers, spec, epoch + 1, recovery, suspect=bool(is_suspect), group=int(cap), owner=who)
         servers.queues.hincrby(keys.STATS, stats.StatField.requeued(reason), 1)
     elif outcome == 2:
         servers.queues.hincrby(keys.STATS, stats.StatField.LOST, 1)
@@ -168,14 +174,22 @@ def rescue(servers: Servers[redis.Redis], job_id: str, recovery: Recovery) -> bo
     """Enqueue a job left pending by an enqueuer that died; returns True if it was queued
     (a job that has since started or ended only leaves the pending index)."""
     field = keys.JobField
-    status, epoch, suspect, raw, group = servers.streams.hmget(
-        keys.job(job_id), [field.STATUS, field.EPOCH, field.SUSPECT, field.SPEC, field.GROUP]
+    status, epoch, suspect, raw, group, owner = servers.streams.hmget(
+        keys.job(job_id), [field.STATUS, field.EPOCH, field.SUSPECT, field.SPEC, field.GROUP, field.OWNER]
     )
     if status is None or as_text(status) != keys.JobStatus.QUEUED or raw is None:
         servers.streams.zrem(keys.pending(keys.shard(job_id)), job_id)
         return False
     spec = json.loads(raw)
-    enqueue(servers, spec, int(epoch or 0), recovery, suspect=suspect == b"1", group=int(group or 0))
+    enqueue(
+        servers,
+        spec,
+        int(epoch or 0),
+        recovery,
+        suspect=suspect == b"1",
+        group=int(group or 0),
+        owner=as_text(owner or b""),
+    )
     return True
 
 

@@ -190,7 +190,7 @@ class JobStore:
         again = Again(
             record=lambda: self._record(spec.id, job_hash),
             entry_lost=lambda: self._entry_lost(spec.id),
-            enqueue=lambda: self._enqueue(spec, keep_on_failure=True, routed=routed),
+            enqueue=lambda: self._enqueue(spec, True, routed, str(job_hash.get(JobField.OWNER, ""))),
         )
         await confirm_new_job(self._acks, spec.id, again)
 
@@ -210,10 +210,9 @@ class JobStore:
         try:
             route = await self._router.route(spec, owner) if self._router and routed else None
             worker, deadline_ms = (route.worker, route.deadline_ms) if route else (None, 0)
+            where = {"worker": worker, "deadline_ms": deadline_ms, "owner": owner}  # owner: for TAKE's turns
             await anyio.to_thread.run_sync(
-                lambda: queueing.enqueue(
-                    self._rq, spec.to_dict(), 0, self.recovery, worker=worker, deadline_ms=deadline_ms
-                )
+                lambda: queueing.enqueue(self._rq, spec.to_dict(), 0, self.recovery, **where)
             )
         except BaseException:
             if not keep_on_failure:

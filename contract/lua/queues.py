@@ -32,35 +32,56 @@ return {1, depth}
 TAKE = f"""
 -- KEYS[1..n-1]=a model's queue lists in the order to take from, KEYS[n]=the worker's inbox
 -- ARGV[1]=which of KEYS is the suspect queue (0: none), ARGV[2]=how many suspects the
--- worker would then step together, ARGV[3]=the prefix of RQ's job records. From the suspect
--- queue it takes the first job whose record's group (the most suspects it may step with:
+-- worker would then step together, ARGV[3]=the prefix of RQ's job records, ARGV[4]=how the
+-- keys take turns: 0 not at all (first come, first taken), 1 the job of the key with the
+-- fewest jobs running here, 2 only a job of a key with none running here (an embedding
+-- worker's guest slot); ARGV[5]=how many waiting jobs of each queue may be looked at,
+-- ARGV[6..]=the owners of the jobs running here, one a job. From the suspect queue it takes
+-- the first job whose record's group (the most suspects it may step with:
 -- contract.lua.jobs.ABANDON; none: 1, an earlier release's) allows that many, among the first
--- 64 waiting. The records are read by name: the queues server is one server.
--- Returns {{queue key, RQ job id}} or false when every queue is empty.
+-- 64 waiting. With turns, of the first ARGV[5] waiting in a queue it takes the oldest job of
+-- the owner (its record's, written with the push) with the fewest running here: a key whose
+-- jobs hold the worker's slots waits behind another's one job, and keys with as many running
+-- go first come, first taken. The records are read by name: the queues server is one server.
+-- Returns {{queue key, RQ job id, owner}} or false when no queue has a job to take.
 local inbox = KEYS[#KEYS]
 local t = redis.call('TIME')
 local need = tonumber(ARGV[2])
+local turns = tonumber(ARGV[4] or '0')
+local running = {{}}
+for i = 6, #ARGV do running[ARGV[i]] = (running[ARGV[i]] or 0) + 1 end
 for i = 1, #KEYS - 1 do
-  local id = false
-  if i == tonumber(ARGV[1]) and need > 1 then
-    for _, queued in ipairs(redis.call('LRANGE', KEYS[i], 0, 63)) do
-      local group = tonumber(redis.call('HGET', ARGV[3] .. queued, '{keys.JobField.GROUP}') or '1')
-      if group == 0 or group >= need then
-        redis.call('LREM', KEYS[i], 1, queued)
-        id = queued
-        break
+  local id, owner = false, ''
+  local grouped = i == tonumber(ARGV[1]) and need > 1
+  if grouped or turns > 0 then
+    local least = math.huge
+    local window = turns > 0 and math.max(tonumber(ARGV[5]), 1) or 64
+    for _, queued in ipairs(redis.call('LRANGE', KEYS[i], 0, window - 1)) do
+      local record = ARGV[3] .. queued
+      local ok = true
+      if grouped then
+        local group = tonumber(redis.call('HGET', record, '{keys.JobField.GROUP}') or '1')
+        ok = group == 0 or group >= need
+      end
+      if ok then
+        local who = turns > 0 and (redis.call('HGET', record, '{keys.JobField.OWNER}') or '') or ''
+        local n = running[who] or 0
+        if n < least and (turns ~= 2 or n == 0) then id, owner, least = queued, who, n end
+        if least == 0 or turns == 0 then break end
       end
     end
+    if id then redis.call('LREM', KEYS[i], 1, id) end
   else
     id = redis.call('LPOP', KEYS[i])
   end
   if id then
     redis.call('HSET', inbox, id, tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000))
-    return {{KEYS[i], id}}
+    return {{KEYS[i], id, owner}}
   end
 end
 return false
 """
+TURNS_WINDOW = 256  # waiting jobs of a queue TAKE looks at for another key's (MAX_JOBS_PER_KEY is 64)
 
 
 def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:
@@ -68,11 +89,20 @@ def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:
     return [*(keys.rq_queue_key(name) for name in queue_names), keys.inbox(worker)]
 
 
-def take_args(queue_names: Sequence[str], suspect_queue: str, stepping: int) -> list[str | int]:
+def take_args(
+    queue_names: Sequence[str],
+    suspect_queue: str,
+    stepping: int,
+    owners: Sequence[str] | None = None,
+    guest: bool = False,
+) -> list[str | int]:
     """ARGV for TAKE: where the suspect queue is among `queue_names` (if at all), and how many
-    suspects a worker holding `stepping` of them would step with one more."""
+    suspects a worker holding `stepping` of them would step with one more. With `owners` (the
+    keys of the jobs running here: an embedding worker's), keys take turns; a `guest` slot
+    takes only a job of a key with none running here."""
     at = queue_names.index(suspect_queue) + 1 if suspect_queue in queue_names else 0
-    return [at, stepping + 1, keys.rq_job("")]
+    turns = 0 if owners is None else 2 if guest else 1
+    return [at, stepping + 1, keys.rq_job(""), turns, TURNS_WINDOW, *(owners or ())]
 
 
 FALL_BACK = """

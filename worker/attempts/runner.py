@@ -106,6 +106,12 @@ class JobRunner:
     def unreserve(self) -> None:
         self._free.release()
 
+    def turns(self) -> tuple[list[str], bool] | None:
+        """For TAKE on an embedding worker (keys take turns: worker/attempts/slots.py): the
+        owners of the running jobs, and whether the slot reserved is the guest slot; None
+        elsewhere (first come, first taken)."""
+        return (self._owners(), self._free.in_guest()) if self._free.turns else None
+
     def _owners(self) -> list[str]:
         """The owners of the running jobs (under the slots' lock: never takes the runner's long)."""
         with self._lock:
@@ -173,10 +179,11 @@ class JobRunner:
                 return
             threads[0].join(timeout=left)
 
-    def start(self, raw_spec: dict, rq_job_id: str) -> Outcome:
+    def start(self, raw_spec: dict, rq_job_id: str, owner: str = "") -> Outcome:
         """Claim the job RQ knows as `rq_job_id` and run the attempt on its own thread, in the
         slot the caller reserved; returns at once (RQ's record of the job ends here, the job's
-        own record lives on in Redis with its heartbeat)."""
+        own record lives on in Redis with its heartbeat). `owner` (its RQ record's) counts
+        for the keys' turns until the attempt reads the job's own."""
         try:
             with _logged_as(keys.job_of(rq_job_id)):
                 claim_at = time.time_ns()
@@ -188,6 +195,7 @@ class JobRunner:
             self._free.release()
             return claimed
         attempt = claimed.attempt  # its span opens with the claim (worker/attempts/tracing.py)
+        attempt.owner = attempt.owner or owner
         attempt.trace = tracing.begin(claimed.spec, attempt.epoch, attempt.worker, (claim_at, time.time_ns()))
         thread = threading.Thread(
             target=self._in_thread, args=(claimed,), name=f"job-{claimed.spec.id}", daemon=True
@@ -216,8 +224,9 @@ class JobRunner:
                 self._discard_suspect(claimed.attempt)
                 self._batch_lines -= claimed.spec.priority == tiers.BATCH
                 self._last_end = time.monotonic()
+            guest = self._free.in_guest()  # the loop may wait on a take for the guest slot only
             self._free.release()
-            if claimed.spec.priority == tiers.BATCH or claimed.attempt.suspect:
+            if claimed.spec.priority == tiers.BATCH or claimed.attempt.suspect or guest:
                 self.queue_opened()
 
     def _suspect_cleared(self, attempt: Attempt) -> None:

@@ -6,10 +6,11 @@ where any worker can take them. An embedding worker packs the inputs of every jo
 into each decode, the keys that sent them in turn (worker/engine/embedding/packing.py), so
 what keeps another key waiting is not a decode but a slot: one key's jobs can hold every slot
 for minutes (64 jobs of 300,000 tokens each). So while every slot is held by one key's jobs,
-one slot more, the guest slot, takes the next job in the queue: another key's job is then
-embedded beside them from the next decode on. The guest slot opens only for keys (a job's
-owner, a hash of its API key; a server without keys has one tenant) and holds one job at a
-time: a worker holds at most SLOTS + 1 jobs.
+one slot more, the guest slot, takes another key's job from the queue (never one of the key
+holding the slots: contract.lua.queues.TAKE), embedded beside them from the next decode on;
+and every slot takes the waiting job of the key with the fewest jobs running here. The guest
+slot opens only for keys (a job's owner, a hash of its API key; a server without keys has
+one tenant) and holds one job at a time: a worker holds at most SLOTS + 1 jobs.
 """
 
 from __future__ import annotations
@@ -36,6 +37,16 @@ class Slots:
                 return False
             self._held += 1
             return True
+
+    @property
+    def turns(self) -> bool:
+        """Whether keys take turns here (an embedding worker's): TAKE is told the owners."""
+        return self._guest
+
+    def in_guest(self) -> bool:
+        """Whether the slot reserved last is the guest slot: it takes another key's job only."""
+        with self._cv:
+            return self._held > self._slots
 
     def release(self) -> None:
         with self._cv:

@@ -187,7 +187,7 @@ class TokenspoolWorker(SimpleWorker):
         if taken is None:
             runner.unreserve()
             return max_idle_time is not None and runner.idle_for() >= max_idle_time
-        self._execute(taken)
+        self._execute(*taken)
         return False
 
     def _register(self) -> None:
@@ -224,9 +224,9 @@ class TokenspoolWorker(SimpleWorker):
             names = tuple(n for n in names if n != tiers.queue_name(self._model, tiers.BATCH))
         return list(names)
 
-    def _take_one(self) -> str | None:
+    def _take_one(self) -> tuple[str, str] | None:
         """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
-        for one to be enqueued."""
+        for one to be enqueued; returns it and its owner (as its RQ record says)."""
         got = self._take_from(self._queues())
         if not got:
             self._forming = False  # a group of suspects closes when none waits
@@ -244,19 +244,23 @@ class TokenspoolWorker(SimpleWorker):
             self._runner.counters.routed_taken += 1  # the router sent it here, and it is taken here
             with contextlib.suppress(redis.RedisError):  # else the reaper drops it at its deadline
                 queueing.routed_taken(self.connection, self._model, job_id, self.name, tier)
-        return job_id
+        return job_id, as_text(got[2])
 
     def _take_from(self, names: list[str]) -> list | None:
         """TAKE: the first job waiting in `names`, in order; of the suspects, the first that
-        may step beside those running here (contract.lua.queues.TAKE)."""
+        may step beside those running here; on an embedding worker, the oldest of the key
+        with the fewest jobs running here, and in the guest slot only another key's
+        (contract.lua.queues.TAKE)."""
         suspects, _ = self._runner.running_suspects()
-        args = queues.take_args(names, tiers.suspect_queue_name(self._model), suspects)
+        owners, guest = self._runner.turns() or (None, False)
+        args = queues.take_args(names, tiers.suspect_queue_name(self._model), suspects, owners, guest)
         return self._take(keys=queues.take_keys(names, self.name), args=args)
 
     def _queue_opened(self) -> None:
-        """A Batch API line ended, or a suspect ended or was cleared (on its job thread): wake
-        this loop, which may be blocked waiting with the batch or suspect queue left out, to
-        take the next line or suspect now rather than at the next job enqueued."""
+        """A Batch API line ended, or a suspect ended or was cleared, or a job ended beside
+        the guest slot (on its job thread): wake this loop, which may be blocked waiting with
+        the batch or suspect queue left out, or for another key's job only, to take the next
+        job now rather than at the next job enqueued."""
         wake = keys.wake_worker(self.name)
         with contextlib.suppress(redis.RedisError), self.connection.pipeline(transaction=False) as pipe:
             pipe.lpush(wake, 1)
@@ -275,7 +279,7 @@ class TokenspoolWorker(SimpleWorker):
             self._execute(job_id)
         self._check_inbox = False
 
-    def _execute(self, job_id: str) -> None:
+    def _execute(self, job_id: str, owner: str = "") -> None:
         """Hand the job to the runner (which claims it in the slot reserved for it), or refuse
         it; then take it out of the inbox and delete RQ's record of it."""
         try:
@@ -297,7 +301,7 @@ class TokenspoolWorker(SimpleWorker):
             self._runner.unreserve()
             raise
         try:
-            self._runner.start(spec, job_id)  # gives the slot back itself if it starts nothing
+            self._runner.start(spec, job_id, owner)  # gives the slot back itself if it starts nothing
         except TRANSIENT:
             raise  # the job stays in the inbox: adopted again once Redis is back
         except Exception:

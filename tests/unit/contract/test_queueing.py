@@ -110,3 +110,49 @@ def test_workers_take_the_tiers_in_order_and_a_continuation_first():
     )  # a flex continuation
     record(servers, "p2", "priority")
     assert taken(servers.queues) == [keys.rq_job_id("f", 3), keys.rq_job_id("p2", 0)]
+
+
+def owners_waiting(r: fakeredis.FakeRedis) -> dict[str, str]:
+    """Each waiting RQ job id's owner, as TAKE reads it from its record."""
+    out = {}
+    for queue in keys.queue_keys(MODEL):
+        for raw in r.lrange(queue, 0, -1):
+            owner = r.hget(keys.rq_job(raw.decode()), JobField.OWNER)
+            out[raw.decode()] = owner.decode() if owner is not None else None
+    return out
+
+
+def test_a_job_s_owner_waits_on_its_record_as_new_continued_and_a_suspect():
+    """An embedding worker's keys take turns (contract.lua.queues.TAKE): every attempt's
+    record carries the key that sent the job, whichever way it was queued."""
+    servers = FakePair().sync()
+    spec = {"id": "a", "model": MODEL, "kind": "embed"}
+    queueing.enqueue(servers, spec, 0, RECOVERY, owner="key:a")
+    queueing.enqueue(servers, {**spec, "id": "b"}, 2, RECOVERY, owner="key:b")  # a continuation
+    queueing.enqueue(servers, {**spec, "id": "s"}, 3, RECOVERY, suspect=True, group=2, owner="key:s")
+    queueing.enqueue(servers, {**spec, "id": "n"}, 0, RECOVERY)  # no keys
+    assert owners_waiting(servers.queues) == {
+        keys.rq_job_id("a", 0): "key:a",
+        keys.rq_job_id("b", 2): "key:b",
+        keys.rq_job_id("s", 3): "key:s",
+        keys.rq_job_id("n", 0): None,
+    }
+    front = servers.queues.lindex(keys.rq_queue_key(tiers.queue_name(MODEL, "priority")), 0)
+    assert front == keys.rq_job_id("b", 2).encode()
+    assert servers.queues.hget(keys.rq_job(keys.rq_job_id("s", 3)), JobField.GROUP) == b"2"
+
+
+def test_a_requeued_or_rescued_job_keeps_its_owner():
+    servers = FakePair().sync()
+    record(servers, "running")
+    servers.streams.hset(keys.job("running"), JobField.OWNER, "key:a")
+    servers.queues.lpop(keys.queue_key(MODEL))
+    link = Link(servers.queues, "w1", RECOVERY, streams_client=servers.streams)
+    attempt = Claims(link, 3000).claim("running", "d")
+    assert queueing.abandon(servers, "running", attempt.epoch, RECOVERY, "crash", charge=True).outcome == 1
+    assert owners_waiting(servers.queues) == {keys.rq_job_id("running", attempt.epoch + 1): "key:a"}
+    record(servers, "pending")
+    servers.queues.delete(*keys.queue_keys(MODEL))  # its enqueuer died before the push
+    servers.streams.hset(keys.job("pending"), JobField.OWNER, "key:p")
+    assert queueing.rescue(servers, "pending", RECOVERY)
+    assert owners_waiting(servers.queues) == {keys.rq_job_id("pending", 0): "key:p"}

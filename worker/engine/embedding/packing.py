@@ -4,7 +4,10 @@ as many sequences as the context has, taken from the waiting requests in turn.
 Requests from many clients wait together, so one decode carries inputs of many requests
 (what makes a pool of small requests fast). The keys that sent them (each request's `owner`)
 take turns, one input each, while their inputs fit: one key's requests of thousands of inputs
-never fill a decode before another key's one input is in it. Within one key's requests,
+never fill a decode before another key's one input is in it. A key with no input in the
+decode under way (a newcomer beside a flood) goes first in the next, and the others' inputs
+fill that decode only up to as many tokens as the newcomers': its time is about theirs
+alone, so a newcomer waits for the decode under way and about its own. Within one key's requests,
 inputs go oldest request first, so requests end one after another and their clients send the
 next (the way a pool keeps busy), but while others wait no request takes more than half a
 decode: a request of two inputs is not kept waiting behind one of two thousand that came
@@ -72,6 +75,7 @@ class Waiting:
         self._interactive: collections.deque[Request] = collections.deque()
         self._lines: collections.deque[Request] = collections.deque()  # Batch API lines'
         self._cv = threading.Condition()
+        self._last: set[str] = set()  # the owners of the interactive inputs in the last decode
 
     def add(self, request: Request) -> None:
         if request.inputs:
@@ -99,9 +103,27 @@ class Waiting:
         with self._cv:
             if not len(self) and not self._cv.wait_for(lambda: bool(len(self)), timeout):
                 return []
-            out = take(self._interactive, max_tokens, max_seqs)
+            out, cap = self._interactive_decode(max_tokens, max_seqs)
+            self._last = {item.request.owner for item in out}
             used = sum(len(item.tokens) for item in out)
-            return out + take(self._lines, max_tokens - used, max_seqs - len(out), first=not out)
+            return out + take(self._lines, cap - used, max_seqs - len(out), first=not out)
+
+    def _interactive_decode(self, max_tokens: int, max_seqs: int) -> tuple[list[Item], int]:
+        """(Under the lock.) The interactive inputs of the next decode, and the most tokens
+        it may hold: the newcomers' (keys with no input in the last decode) first, when others
+        wait beside them, and then the others' (and batch lines') up to as many tokens as the
+        newcomers took; else every key's in turn, up to `max_tokens`."""
+        queue = self._interactive
+        fresh = collections.deque(r for r in queue if r.owner not in self._last)
+        if not fresh or len(fresh) == len(queue):
+            return take(queue, max_tokens, max_seqs), max_tokens
+        rest = collections.deque(r for r in queue if r.owner in self._last)
+        out = take(fresh, max_tokens, max_seqs)
+        used = sum(len(item.tokens) for item in out)
+        cap = min(2 * used, max_tokens)
+        out += take(rest, cap - used, max_seqs - len(out), first=False)
+        self._interactive = collections.deque(r for r in queue if r.taken < len(r.inputs))
+        return out, cap
 
 
 def take(

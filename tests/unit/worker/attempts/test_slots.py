@@ -26,3 +26,15 @@ def test_the_guest_slot_stays_shut_for_two_keys_or_none():
         slots.owners = lambda held=held: held
         assert slots.reserve(0) and slots.reserve(0)
         assert not slots.reserve(0), held
+
+
+def test_the_guest_slot_is_known_as_such_while_it_is_held():
+    """TAKE gives the guest slot only another key's job: the loop asks which slot it holds."""
+    slots = Slots(2, guest=True)
+    slots.owners = lambda: ["key:a", "key:a"]
+    assert slots.turns and not Slots(2).turns  # keys take turns on an embedding worker only
+    assert slots.reserve(0) and not slots.in_guest()
+    assert slots.reserve(0) and not slots.in_guest()
+    assert slots.reserve(0) and slots.in_guest()
+    slots.release()  # nothing for the guest slot: given back
+    assert not slots.in_guest()

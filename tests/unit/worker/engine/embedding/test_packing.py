@@ -134,3 +134,44 @@ def test_a_key_whose_next_input_does_not_fit_leaves_the_room_to_the_others():
     waiting.add(b)
     got = [(i.request, i.index) for i in waiting.next_decode(max_tokens=10, max_seqs=8)]
     assert got == [(a, 0), (b, 0), (b, 1), (b, 2), (b, 3)]  # a's second (6 tokens) would not fit
+
+
+def test_a_newcomer_key_s_decode_holds_its_input_and_as_many_tokens_of_the_flood():
+    """Issue 74: B's one input behind A's flood waited for the decode under way and then for
+    a full decode of A's inputs beside its own. A key with nothing in the last decode goes
+    first in the next, and the flood fills it only up to the newcomer's tokens: B waits for
+    the decode under way and about its own input's."""
+    waiting = Waiting()
+    flood = Request([[1] * 4] * 200, owner="a")
+    waiting.add(flood)
+    assert len(waiting.next_decode(max_tokens=64, max_seqs=16)) == 16  # a alone: full decodes
+    b = Request([[3] * 8], owner="b")
+    waiting.add(b)
+    got = waiting.next_decode(max_tokens=64, max_seqs=16)
+    assert [(i.request, len(i.tokens)) for i in got] == [(b, 8), (flood, 4), (flood, 4)]
+    assert len(waiting.next_decode(max_tokens=64, max_seqs=16)) == 16  # then full ones again
+
+
+def test_a_newcomer_decode_leaves_batch_lines_no_more_room_than_the_flood():
+    waiting = Waiting()
+    flood = Request([[1] * 4] * 200, owner="a")
+    line = Request([[2] * 4] * 50, batch=True, owner="c")
+    waiting.add(flood)
+    waiting.add(line)
+    waiting.next_decode(max_tokens=64, max_seqs=16)
+    waiting.add(b := Request([[3] * 4], owner="b"))
+    got = [i.request for i in waiting.next_decode(max_tokens=64, max_seqs=16)]
+    assert got == [b, flood]  # 8 tokens: b's 4 and as many of the others'
+
+
+def test_a_key_left_out_of_a_decode_is_a_newcomer_in_the_next_so_none_starves():
+    """Keys that each had nothing in the last decode cannot keep a flood out: it was not in
+    the decode they took, so it is a newcomer beside them in the next."""
+    waiting = Waiting()
+    flood = Request([[1] * 6] * 100, owner="a")
+    waiting.add(flood)
+    waiting.next_decode(max_tokens=12, max_seqs=8)
+    waiting.add(Request([[2] * 4], owner="b"))
+    assert [i.request.owner for i in waiting.next_decode(12, 8)] == ["b"]  # a's 6 do not fit in 8
+    waiting.add(Request([[3] * 4], owner="c"))
+    assert "a" in [i.request.owner for i in waiting.next_decode(12, 8)]  # a was out: it is new too
