@@ -1,8 +1,14 @@
-"""Embedding throughput: tokenspool's embedding pool against llama-server `--embedding`, on the
-same GGUF with the same pooling, threads and batch, in paired, alternated rounds.
+"""Embedding and rerank throughput: tokenspool's embedding (or rerank) pool against llama-server
+`--embedding` (or `--rerank`), on the same GGUF with the same pooling, threads and batch, in
+paired, alternated rounds.
 
     .venv/bin/python bench/embeddings.py [--clients 64] [--inputs 8] [--requests 2] [--pairs 3]
-                                         [--batch 2048] [--threads 2] [--out bench/results/RESULTS.md]
+                                         [--batch 2048] [--threads 2] [--rerank]
+                                         [--out bench/results/RESULTS.md]
+
+With `--rerank` both serve the random BERT cross-encoder `devstack.random_model --rerank`
+writes (no reranker GGUF is on the package registries), each request is one query and
+`--inputs` documents, and the figure is pairs scored per second.
 
 Each round, `--clients` concurrent clients each send `--requests` requests of `--inputs`
 short distinct texts, one after another; a round's figure is the inputs embedded over its wall
@@ -32,6 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.lib.peers_report import machine, write_section
 from bench.paired import interval
+from devstack import random_model
 from devstack.processes import (
     Proc,
     _spawn,
@@ -57,15 +64,30 @@ def texts(round_no: int, client: int, request: int, n: int) -> list[str]:
     ]
 
 
-class Tokenspool:
-    name = "tokenspool (one embedding worker)"
+RERANKER = "tiny-reranker"
+QUERY = "Which animal eats fish?"
 
+
+def model_file(logs: Path, args: argparse.Namespace) -> tuple[Path, str]:
+    """The GGUF both servers load and the name it is served under."""
+    if not args.rerank:
+        return default_model_path(), DEFAULT_MODEL_NAME
+    path = logs / "tiny-reranker.gguf"
+    if not path.exists():
+        random_model.write_reranker(path)
+    return path, RERANKER
+
+
+class Tokenspool:
     def __init__(self, logs: Path, args: argparse.Namespace) -> None:
+        self.name = f"tokenspool (one {'rerank' if args.rerank else 'embedding'} worker)"
         self.procs: list[Proc] = []
         redis_proc, url = start_redis(logs)
         api, self.base = start_api(logs, url, env={"LOG_LEVEL": "WARNING", "MAX_QUEUE_DEPTH": "0"})
+        path, model = model_file(logs, args)
+        pooling = {"MODEL_PATH": str(path), "MODEL_NAME": model} if args.rerank else {"POOLING": "mean"}
         env = {
-            "POOLING": "mean",
+            **pooling,
             "SLOTS": str(args.clients),
             "EMBEDDING_BATCH_TOKENS": str(args.batch),
             "N_CTX": "512",
@@ -75,7 +97,14 @@ class Tokenspool:
         }
         worker = start_worker(logs, url, name="e1", env=env)
         self.procs = [redis_proc, api, worker]
-        wait_for_model(self.base, DEFAULT_MODEL_NAME, procs=tuple(self.procs), embeddings=True)
+        if args.rerank:
+            _wait(lambda: self._rankers(model) > 0, 120, *self.procs)
+        else:
+            wait_for_model(self.base, model, procs=tuple(self.procs), embeddings=True)
+
+    def _rankers(self, model: str) -> int:
+        data = httpx.get(self.base + "/v1/models", timeout=5).json()["data"]
+        return next((m.get("rerank_workers", 0) for m in data if m["id"] == model), 0)
 
     def stop(self) -> None:
         for p in reversed(self.procs):
@@ -83,15 +112,17 @@ class Tokenspool:
 
 
 class LlamaServer:
-    name = "llama-server --embedding (the worker's llama.cpp)"
-
     def __init__(self, logs: Path, args: argparse.Namespace) -> None:
+        flag = "--rerank" if args.rerank else "--embedding"
+        self.name = f"llama-server {flag} (the worker's llama.cpp)"
         binary = Path(sys.executable).parent / "llama-server-worker"
         if not binary.exists():
             raise SystemExit(f"{binary} is missing: run scripts/setup_peers")
         port = free_port()
-        argv = [str(binary), "-m", str(default_model_path()), "--alias", DEFAULT_MODEL_NAME]
-        argv += ["--embedding", "--pooling", "mean", "-kvu", "-np", str(args.clients)]
+        path, model = model_file(logs, args)
+        argv = [str(binary), "-m", str(path), "--alias", model]
+        argv += ["--rerank"] if args.rerank else ["--embedding", "--pooling", "mean"]
+        argv += ["-kvu", "-np", str(args.clients)]
         argv += ["-b", str(args.batch), "-ub", str(args.batch), "-c", str(args.batch)]
         argv += [
             "-t",
@@ -126,18 +157,28 @@ async def run_round(base: str, args: argparse.Namespace, round_no: int) -> dict:
         async def client(c: int) -> int:
             done = 0
             for r in range(args.requests):
-                body = {"model": DEFAULT_MODEL_NAME, "input": texts(round_no, c, r, args.inputs)}
-                resp = await http.post("/embeddings", json=body)
-                resp.raise_for_status()
-                data = resp.json()["data"]
-                assert [d["index"] for d in data] == list(range(args.inputs))
-                done += len(data)
+                done += await ask(http, texts(round_no, c, r, args.inputs), args.rerank)
             return done
 
         started = time.perf_counter()
         inputs = sum(await asyncio.gather(*(client(c) for c in range(args.clients))))
         wall = time.perf_counter() - started
     return {"inputs": inputs, "seconds": wall, "inputs_s": inputs / wall}
+
+
+async def ask(http: httpx.AsyncClient, inputs: list[str], rerank: bool) -> int:
+    """One request; the inputs embedded (or pairs scored), each checked to be there."""
+    if rerank:
+        body = {"model": RERANKER, "query": QUERY, "documents": inputs}
+        resp = await http.post("/rerank", json=body)
+        resp.raise_for_status()
+        indices = sorted(d["index"] for d in resp.json()["results"])
+    else:
+        resp = await http.post("/embeddings", json={"model": DEFAULT_MODEL_NAME, "input": inputs})
+        resp.raise_for_status()
+        indices = [d["index"] for d in resp.json()["data"]]
+    assert indices == list(range(len(inputs)))
+    return len(inputs)
 
 
 async def main() -> None:
@@ -150,8 +191,10 @@ async def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=2048)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--rerank", action="store_true", help="rerank pairs instead of embeddings")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
+    unit = "pairs/s" if args.rerank else "inputs/s"
     logs = Path(tempfile.mkdtemp(prefix="bench-embeddings-"))
     servers = {"a": Tokenspool(logs, args), "b": LlamaServer(logs, args)}
     rounds = itertools.count()
@@ -165,32 +208,35 @@ async def main() -> None:
             pairs.append((got["a"], got["b"]))
             a, b = got["a"]["inputs_s"], got["b"]["inputs_s"]
             print(
-                f"pair {i + 1}: tokenspool {a:.1f} inputs/s, llama-server {b:.1f}, ratio {a / b:.3f}",
+                f"pair {i + 1}: tokenspool {a:.1f} {unit}, llama-server {b:.1f}, ratio {a / b:.3f}",
                 flush=True,
             )
     finally:
         for s in servers.values():
             s.stop()
     ratios = [a["inputs_s"] / b["inputs_s"] for a, b in pairs]
+    title = "Rerank" if args.rerank else "Embeddings"
     lo, hi = interval(ratios)
     cmd = "bench/embeddings.py " + " ".join(sys.argv[1:])
     lines = [
-        "## Embeddings: one embedding worker against llama-server --embedding (bench/embeddings.py)",
+        f"## {title}: {servers['a'].name} against {servers['b'].name} (bench/embeddings.py)",
         "",
         f"`{cmd}` on {machine()}, {time.strftime('%Y-%m-%d')}: {args.clients} clients, each "
         f"{args.requests} requests of {args.inputs} inputs per round, {args.pairs} pairs (ABBA).",
         "",
-        "| server | inputs/s (median) |",
+        f"| server | {unit} (median) |",
         "|---|---|",
         f"| {servers['a'].name} | {statistics.median(a['inputs_s'] for a, _ in pairs):.1f} |",
         f"| {servers['b'].name} | {statistics.median(b['inputs_s'] for _, b in pairs):.1f} |",
         "",
-        f"Ratio tokenspool / llama-server: median {statistics.median(ratios):.3f}, 95 % interval "
+        f"Ratio tokenspool / llama-server ({args.clients} clients): median "
+        f"{statistics.median(ratios):.3f}, 95 % interval "
         f"{lo:.3f} to {hi:.3f} (pairs: {', '.join(f'{r:.3f}' for r in ratios)}).",
     ]
     print("\n".join(lines))
     if args.out:
-        write_section(args.out, "Embeddings against llama-server", lines)
+        section = f"{title} against llama-server, {args.clients} clients" if args.rerank else None
+        write_section(args.out, section or "Embeddings against llama-server", lines)
 
 
 if __name__ == "__main__":
