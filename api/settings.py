@@ -129,7 +129,8 @@ class Limits:
     max_tokens: int = setting(
         8192,
         "MAX_TOKENS_LIMIT",
-        "ceiling for `max_tokens` / `max_completion_tokens` (400; the Messages API's is clamped to it)",
+        "ceiling for a completion's `max_tokens` (400; a larger one is clamped to it on chat completions "
+        "and the Messages API, where agents ask 32,000)",
     )
     max_stop: int = setting(4, "MAX_STOP", "stop sequences per request (400)")
     max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")

@@ -236,7 +236,10 @@ class ChatRequest(CompletionBody):
             kind="chat",
             model=self.model,
             messages=tuple(self._message(m) for m in self.messages),
-            max_tokens=self.max_completion_tokens or self.max_tokens or limits.max_tokens,
+            # opencode (the AI SDK) asks 32,000: as on the Messages API, the limit (or the context) ends it
+            max_tokens=min(
+                self.max_completion_tokens or self.max_tokens or limits.max_tokens, limits.max_tokens
+            ),
             **self._sampling(),
             logprobs=bool(self.logprobs),
             top_logprobs=self.top_logprobs or 0,
@@ -291,9 +294,8 @@ class ChatRequest(CompletionBody):
         return chars, "messages"
 
     def wanted_tokens(self) -> tuple[int | None, str]:
-        if self.max_completion_tokens:
-            return self.max_completion_tokens, "max_completion_tokens"
-        return self.max_tokens, "max_tokens"
+        """None: a max_tokens above MAX_TOKENS_LIMIT is clamped to it (`to_spec`), not refused."""
+        return None, "max_completion_tokens" if self.max_completion_tokens else "max_tokens"
 
     def enforce(self, limits: Limits) -> None:
         if len(self.messages) > limits.max_messages:

@@ -61,6 +61,23 @@ def test_max_completion_tokens_wins_over_max_tokens():
     assert spec.max_tokens == 9
 
 
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+def test_a_max_tokens_above_the_servers_limit_is_clamped_to_it(field):
+    """opencode (the AI SDK) asks 32,000 by default: as on the Messages API, the job asks
+    MAX_TOKENS_LIMIT, and its answer ends there or where the context is full ("length")."""
+    req = parse(ChatRequest, chat(**{field: 32000}))
+    req.enforce(LIMITS)
+    assert req.to_spec("c", LIMITS).max_tokens == LIMITS.max_tokens
+
+
+def test_the_legacy_completions_max_tokens_above_the_limit_is_still_refused():
+    """No agent sends /v1/completions: it keeps OpenAI's rule, a 400 naming the parameter."""
+    req = parse(CompletionRequest, json.dumps({"model": "m", "prompt": "p", "max_tokens": 32000}).encode())
+    with pytest.raises(APIError) as info:
+        req.enforce(LIMITS)
+    assert info.value.param == "max_tokens" and "at most 8192" in info.value.message
+
+
 def test_content_parts_are_joined_and_developer_is_a_system_message():
     body = chat(
         messages=[
