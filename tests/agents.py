@@ -1,4 +1,4 @@
-"""The three coding agents' CLIs (pinned in tests/js/package.json), each run for one turn,
+"""The three coding agents' CLIs (pinned in tests/js/agents/package.json), each run for one turn,
 non-interactively, against a stack in its default configuration: only the base URL, a key
 and the model set, as a new user would, in a home of its own so that nothing of this
 machine's (their configs, logins, other keys) reaches them, and nothing of theirs is left."""

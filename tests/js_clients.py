@@ -26,8 +26,8 @@ def _require(path: Path) -> None:
 
 def agent_cli(name: str) -> str:
     """The path of a coding agent's command (`claude`, `codex`, `opencode`), pinned in
-    tests/js/package.json."""
-    path = JS / "node_modules" / ".bin" / name
+    tests/js/agents/package.json."""
+    path = JS / "agents" / "node_modules" / ".bin" / name
     _require(path)
     return str(path)
 

@@ -1,4 +1,4 @@
-"""Claude Code, Codex CLI and opencode, the real CLIs from npm (tests/js/package.json), each
+"""Claude Code, Codex CLI and opencode, the real CLIs from npm (tests/js/agents/package.json), each
 running one turn against real processes in its default configuration (tests/agents.py), and
 again while the worker answering it is SIGKILLed mid-answer.
 
