@@ -122,6 +122,30 @@ class NativeContext:
             return False
         return llama_cpp.llama_state_seq_set_data(self.ctx, state, size, dst) == size
 
+    def queued(self, slot: int) -> bool:
+        """Whether a whole-slot copy not yet run reads or writes `slot`: its cells must not be
+        read or written before the next decode runs it."""
+        return slot in self._queued
+
+    def save(self, slot: int) -> bytearray | None:
+        """Slot `slot`'s whole sequence as llama.cpp serialises it (its cells and their
+        positions), for the host tier (worker/engine/cache/tier.py); on a GPU a copy from the
+        device. None when a queued whole-slot copy reads or writes it (its cells are not yet
+        what the scheduler says), or llama.cpp wrote less than it said."""
+        if self.queued(slot):
+            return None
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, slot)
+        state = bytearray(size)
+        buffer = (ctypes.c_uint8 * size).from_buffer(state)
+        return state if llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, slot) == size else None
+
+    def restore(self, slot: int, state: bytearray) -> bool:
+        """A saved sequence into `slot`, in place of what it held (False: llama.cpp refused it,
+        and the slot may hold nothing). Never while `queued(slot)`."""
+        size = len(state)
+        buffer = (ctypes.c_uint8 * size).from_buffer(state)
+        return llama_cpp.llama_state_seq_set_data(self.ctx, buffer, size, slot) == size
+
     def clear(self) -> None:
         """Every slot's cache, its buffers written over."""
         llama_cpp.llama_memory_clear(self._mem, True)

@@ -93,11 +93,11 @@ class Presence:
             if self._placement is not None:
                 placed = f"{self._placement.gpu_layers} {self._placement.kv_bytes}"
                 pipe.hset(keys.worker_placement(self._model), self._worker, placed)
-            load = f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens}"
+            load = f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens} {now.host_bytes}"
             pipe.hset(keys.worker_load(self._model), self._worker, load)
             version, kept_alive = self._announce_held(pipe)
             for name, value in asdict(now).items():
-                if added := value - getattr(self._flushed, name):
+                if name not in stats.LEVELS and (added := value - getattr(self._flushed, name)):
                     pipe.hincrby(keys.STATS, stats.StatField.batch(name, self._model), added)
             done = pipe.execute()
         self._flushed = now
