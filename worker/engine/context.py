@@ -16,6 +16,7 @@ decode of a set time, logits of a set vocabulary), to measure the worker's own w
 from __future__ import annotations
 
 import ctypes
+import mmap
 
 import llama_cpp
 import numpy as np
@@ -127,19 +128,21 @@ class NativeContext:
         read or written before the next decode runs it."""
         return slot in self._queued
 
-    def save(self, slot: int) -> bytearray | None:
+    def save(self, slot: int) -> mmap.mmap | None:
         """Slot `slot`'s whole sequence as llama.cpp serialises it (its cells and their
         positions), for the host tier (worker/engine/cache/tier.py); on a GPU a copy from the
-        device. None when a queued whole-slot copy reads or writes it (its cells are not yet
-        what the scheduler says), or llama.cpp wrote less than it said."""
+        device. In pages of its own: a dropped state goes back to the system at once (malloc's
+        heap kept freed states, and the worker grew past the tier's bound). None when a queued
+        whole-slot copy reads or writes it (its cells are not yet what the scheduler says), or
+        llama.cpp wrote less than it said."""
         if self.queued(slot):
             return None
         size = llama_cpp.llama_state_seq_get_size(self.ctx, slot)
-        state = bytearray(size)
+        state = mmap.mmap(-1, size)
         buffer = (ctypes.c_uint8 * size).from_buffer(state)
         return state if llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, slot) == size else None
 
-    def restore(self, slot: int, state: bytearray) -> bool:
+    def restore(self, slot: int, state: mmap.mmap | bytearray) -> bool:
         """A saved sequence into `slot`, in place of what it held (False: llama.cpp refused it,
         and the slot may hold nothing). Never while `queued(slot)`."""
         size = len(state)

@@ -14,6 +14,7 @@ tests need no model (tests/unit/worker/engine/cache/test_host.py).
 
 from __future__ import annotations
 
+import mmap
 from collections import OrderedDict
 from dataclasses import dataclass
 
@@ -26,7 +27,7 @@ class Kept:
 
     scope: str
     tokens: list[int]
-    state: bytes
+    state: mmap.mmap | bytearray  # its bytes (worker/engine/context.py `save`)
 
 
 class HostTier:
@@ -44,7 +45,7 @@ class HostTier:
         saving them would keep nothing more."""
         return any(k.scope == scope and _extends(k.tokens, tokens) for k in self._kept.values())
 
-    def put(self, scope: str, tokens: list[int], state: bytes) -> bool:
+    def put(self, scope: str, tokens: list[int], state: mmap.mmap | bytearray) -> bool:
         """Keep a state; False when it is not kept (larger than the bound, or a kept state of
         its scope extends it: that one is used again instead). The states it extends go."""
         if not tokens or len(state) > self.bound:
