@@ -5,6 +5,7 @@ restore beside a running stream leaves that stream's tokens as they were alone."
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterator
@@ -22,6 +23,8 @@ pytestmark = pytest.mark.integration
 ALICE, BOB, OPERATOR = "sk-alice-0123456789", "sk-bob-0123456789", "sk-operator-0123456789"
 PREFIX_TOKENS = 300  # each conversation's system prompt is longer than this
 MIB = 1 << 20
+# a system prompt the operator made public (PUBLIC_PROMPTS_FILE): shared in the slots by every key
+PUBLIC = "You are the public help desk of Example Corp; answer in one short sentence. " * 25
 
 
 def system(n: int) -> str:
@@ -87,7 +90,9 @@ def rss(pid: int) -> int:
 
 def open_stack(tmp_path: Path, worker_env: dict[str, str]) -> Iterator[Stack]:
     redis_proc, url = start_redis(tmp_path)
-    env = {"API_KEYS": f"{ALICE},{BOB}", "OPERATOR_KEYS": OPERATOR}
+    public = tmp_path / "public-prompts.json"
+    public.write_text(json.dumps([PUBLIC]))
+    env = {"API_KEYS": f"{ALICE},{BOB}", "OPERATOR_KEYS": OPERATOR, "PUBLIC_PROMPTS_FILE": str(public)}
     api, base = start_api(tmp_path, url, env=env)
     worker = start_worker(tmp_path, url, env={"WARM_UP_SECONDS": "0", **worker_env})
     try:
@@ -126,6 +131,18 @@ def test_a_conversation_out_of_every_slot_comes_back_from_host_memory_for_its_ke
     assert text(bob) == text(again)
     time.sleep(1.5)  # an announcement later
     assert stack.metric("tokenspool_batch_host_hits_total") == hits
+
+
+def test_a_public_prompt_s_head_is_never_shared_through_the_tier(stack):
+    conversation = [{"role": "system", "content": PUBLIC}, {"role": "user", "content": "Name a colour."}]
+    stack.ask(conversation)
+    for n in (1, 2):  # both slots taken by other conversations: host memory alone holds it
+        stack.opening(n)
+    assert stack.counted("tokenspool_batch_host_saved_total", 1) >= 1
+    # in a slot the public prompt would be every key's (tests/integration/test_tenancy.py);
+    # Alice's kept state is hers alone
+    assert cached(stack.ask(conversation, key=BOB)) == 0
+    assert cached(stack.ask(conversation)) > PREFIX_TOKENS  # her own state comes back
 
 
 def test_a_restore_beside_a_running_stream_leaves_its_tokens_as_alone(stack):

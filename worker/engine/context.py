@@ -131,8 +131,8 @@ class NativeContext:
     def save(self, slot: int) -> mmap.mmap | None:
         """Slot `slot`'s whole sequence as llama.cpp serialises it (its cells and their
         positions), for the host tier (worker/engine/cache/tier.py); on a GPU a copy from the
-        device. In pages of its own: a dropped state goes back to the system at once (malloc's
-        heap kept freed states, and the worker grew past the tier's bound). None when a queued
+        device. In pages of its own: a dropped state goes back to the system at once, not into
+        malloc's heap, so the tier's bound holds the process's memory. None when a queued
         whole-slot copy reads or writes it (its cells are not yet what the scheduler says), or
         llama.cpp wrote less than it said."""
         if self.queued(slot):
