@@ -24,7 +24,7 @@ from api.endpoints.body import Body
 from api.endpoints.catalog import Endpoint
 from api.endpoints.protocol import Events, Objects
 from api.http import ratelimits
-from api.http.auth import allowed, request_grant, request_owner
+from api.http.auth import allowed, key_id, request_grant, request_owner
 from api.http.errors import APIError, invalid, speaks_anthropic
 from api.http.parsing import parse
 from api.http.reading import read_json
@@ -227,7 +227,7 @@ class EndpointRoutes:
             job_id = self.endpoint.new_id()
             logs.set_job(job_id)
             trace = trace_of(ask.request.scope)
-            trace.open(self.endpoint.name, body.model, job_id, tier=body.priority, key_id=ask.owner[:12])
+            trace.open(self.endpoint.name, body.model, job_id, tier=body.priority, key_id=key_id(ask.owner))
             limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
