@@ -8,7 +8,9 @@ at most), so the turns run on the synthetic engine (worker/engine/synthetic.py) 
 context: each CLI's whole default request goes through the API, the queue, a worker's
 runner and publisher and the stream relay unchanged, and its deterministic answer (" w0 w1
 ... w39") shows whether the CLI printed all of it, once. What the default model does with
-a request larger than its context is the last test."""
+a request larger than its context is the last test. A third worker serves a model whose jobs
+call the shell tool a CLI offers once a user turn (`SYNTHETIC_TOOL_CALLS`): each CLI runs the
+tool and sends its result back, and the answer after it is printed."""
 
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ from tests.integration.conftest import MODEL
 pytestmark = pytest.mark.integration
 
 AGENT_MODEL = "synthetic-agent"
+TOOL_MODEL = "synthetic-agent-tools"  # its jobs call the shell tool first
 WORDS = 40
 ANSWER = " ".join(f"w{n}" for n in range(WORDS))
 HEADERS = {"x-api-key": agents.KEY}
@@ -71,9 +74,12 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
         logs, url, env={"API_KEYS": agents.KEY, "KEEPALIVE_SECONDS": "0.5", "REAPER_INTERVAL_SECONDS": "0.2"}
     )
     workers = {name: start_worker(logs, url, name=name, env=SYNTHETIC) for name in ("a1", "a2")}
+    tools = {**SYNTHETIC, "MODEL_NAME": TOOL_MODEL, "SYNTHETIC_TOOL_CALLS": "1", "SYNTHETIC_RATE": "0"}
+    workers["t1"] = start_worker(logs, url, name="t1", env=tools)
     pool = Pool(base, redis.Redis.from_url(url), logs, url, workers)
     try:
         wait_for_model(base, AGENT_MODEL, procs=(api, *workers.values()), headers=HEADERS)
+        wait_for_model(base, TOOL_MODEL, procs=(api, *workers.values()), headers=HEADERS)
         yield pool
     finally:
         for p in (*pool.workers.values(), api, redis_proc):
@@ -137,6 +143,23 @@ def test_a_worker_killed_mid_answer_leaves_the_turn_complete(pool, agent, tmp_pa
     made = answered(pool, before)
     assert max(made.values(), key=lambda j: j.prompt_tokens).attempts == 2
     pool.replace(victim)
+
+
+@pytest.mark.parametrize("agent", agents.AGENTS)
+def test_a_tool_round_trip_runs_the_tool_and_prints_the_answer_after_it(pool, agent, tmp_path):
+    """The model calls the CLI's own shell tool (its name and schema as the CLI sent them), the
+    CLI runs it in its project folder and sends the result back, and prints the answer."""
+    before = job_ids(pool.r)
+    t = agents.turn(agent, pool.base, TOOL_MODEL, tmp_path, "Write the file.", tools=True)
+    done = agents.run(t)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (t.cwd / "tool-ran.txt").read_text().strip() == "tokenspool-tool-ran", done.stdout
+    assert done.stdout.count(ANSWER) == 1, done.stdout
+    made = jobs(pool.r, job_ids(pool.r) - before)
+    ends = [j.end.finish_reason for j in made.values() if isinstance(j.end, entries.Finished)]
+    assert ends.count("tool_calls") == 1 and "stop" in ends, made
+    called = next(j for j in made.values() if j.end.finish_reason == "tool_calls")
+    assert called.prompt_tokens > WHOLE  # the CLI's whole default request, its tools included
 
 
 def _holder_mid_answer(pool: Pool, before: set[str], cli) -> str:
