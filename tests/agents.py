@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,11 +46,19 @@ UNATTENDED = {
 }
 
 
-def turn(agent: str, base: str, model: str, home: Path, prompt: str, tools: bool = False) -> Turn:
+def turn(
+    agent: str,
+    base: str,
+    model: str,
+    home: Path,
+    prompt: str,
+    tools: bool = False,
+    flags: Sequence[str] = (),
+) -> Turn:
     """The command for one turn of `agent` (`claude -p`, `codex exec`, `opencode run`) asking
     `prompt` of `model` at the API `base`, with `home` as its home and `home`/project its
-    project folder; with `tools`, its shell tool runs unattended."""
-    flags = UNATTENDED[agent] if tools else []
+    project folder; with `tools`, its shell tool runs unattended; `flags`: the CLI's own more."""
+    flags = [*(UNATTENDED[agent] if tools else []), *flags]
     project = home / "project"
     project.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **QUIET[agent]}
@@ -60,7 +69,7 @@ def turn(agent: str, base: str, model: str, home: Path, prompt: str, tools: bool
             "ANTHROPIC_MODEL": model,
             "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,  # its background model, else claude-haiku-*
         }
-        return Turn([agent_cli("claude"), "-p", *flags, prompt], env, project)
+        return Turn([agent_cli("claude"), "-p", *flags, "--", prompt], env, project)
     if agent == "codex":
         (home / "config.toml").write_text(
             f'model = "{model}"\nmodel_provider = "tokenspool"\n\n'

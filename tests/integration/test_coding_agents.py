@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -194,3 +195,36 @@ def test_opencodes_default_prompt_is_longer_than_the_default_model_reads(tmp_pat
     assert done.returncode == 1, done.stdout + done.stderr
     shown = done.stdout + done.stderr
     assert "context_length_exceeded" in shown and "maximum context length is 4096 tokens" in shown, shown
+
+
+def test_a_claude_code_session_s_next_turn_reads_only_its_new_tokens(tmp_path):
+    """Claude Code trimmed by its own flags (`--bare`, a short system prompt, no tools) on the
+    default model, one slot: the session's next turn (`--resume`) finds its first turn, prompt
+    and most of the answer (re-tokenized, the answer's text may split otherwise), in the slot's
+    cache, and reads only the rest. The tiny model samples (Claude Code sends no temperature)
+    and may overrun CLAUDE_CODE_MAX_OUTPUT_TOKENS, which Claude Code then reports as an error
+    after asking for more: the turn's exit status is not the point here, its requests are."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env={"API_KEYS": agents.KEY})
+    worker = start_worker(tmp_path, url, env={"SLOTS": "1"})
+    r = redis.Redis.from_url(url)
+    session = str(uuid.uuid4())
+    trimmed = ["--bare", "--system-prompt", "You are a terse assistant.", "--tools", ""]
+    turns = []
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker), headers=HEADERS)
+        for flags, prompt in ((["--session-id", session], "Say hi."), (["--resume", session], "Say bye.")):
+            before = job_ids(r)
+            t = agents.turn("claude", base, MODEL, tmp_path, prompt, flags=[*trimmed, *flags])
+            t.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = "64"  # a bound on each answer's time
+            done = agents.run(t, timeout=240)
+            made = jobs(r, job_ids(r) - before)
+            assert made, done.stdout + done.stderr
+            turns.append(min(made.values(), key=lambda j: j.prompt_tokens))  # the turn's own request
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
+    first, second = turns
+    assert isinstance(second.end, entries.Finished)
+    assert second.end.cached_tokens >= first.prompt_tokens, (first, second)
+    assert second.prompt_tokens - second.end.cached_tokens < first.prompt_tokens
