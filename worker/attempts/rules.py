@@ -24,7 +24,7 @@ from contract import errors, keys, queueing, tiers
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
-from contract.lifecycle import states
+from contract.lifecycle import attempt as life
 from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
 from worker.attempts import embedding, tracing
@@ -82,9 +82,9 @@ class Engine(Protocol):
 
 class Outcome(StrEnum):
     """How a job function call or an attempt ended (logged; RQ keeps no result). Those that
-    are attempt states take their word from contract/lifecycle/states.py."""
+    are attempt states take their word from contract/lifecycle/attempt.py."""
 
-    STARTED = states.CLAIMED.outcome  # claimed: the attempt runs on its own thread
+    STARTED = life.CLAIMED.outcome  # claimed: the attempt runs on its own thread
     SKIPPED = "skipped"  # ended, cancelled or late before it started
     REFUSED = "refused"  # not a job the API recorded (a planted or malformed spec): not run
     WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
@@ -94,9 +94,9 @@ class Outcome(StrEnum):
     TOOL_CALLS = TOOL_CALLS
     REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
     DEADLINE = "deadline_exceeded"
-    FENCED = states.FENCED.outcome  # another attempt took over
+    FENCED = life.FENCED.outcome  # another attempt took over
     STORAGE_FULL = "storage_full"  # Redis refused its entries for memory: ended so, not requeued
-    HANDED_OFF = states.HANDED_OFF.outcome  # given back at shutdown
+    HANDED_OFF = life.HANDED_OFF.outcome  # given back at shutdown
 
 
 @dataclass(frozen=True)
@@ -221,6 +221,7 @@ class AttemptRules:
         prompt_tokens = progress.prompt_tokens or len(prompt)
         self._settle_claim(attempt)
         pub.started(attempt, prompt_tokens, after=progress.last_id, cleared=cleared)
+        attempt.move("start")
         generated = attempt.prior = len(prior)
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
@@ -344,7 +345,7 @@ class AttemptRules:
             late = time.monotonic() >= deadline  # then ask the sentinels before running anyway
             current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS, late)
             if current == 0:
-                attempt.fenced = True
+                attempt.move("fence")
                 attempt.check()
             if not primary:  # replaced while its connection still reached it: its acks say nothing
                 log.warning("%s: the sentinels have named a new primary; claiming there", attempt.job_id)
@@ -380,6 +381,7 @@ class AttemptRules:
         need not redo it."""
         with contextlib.suppress(Fenced, RolledBack, redis.RedisError):
             self.publisher.flush(attempt)
+        attempt.move("hand off")
         try:
             link = self.link
             outcome = queueing.abandon(

@@ -158,7 +158,7 @@ class JobRunner:
             if not lines:
                 return None
             victim = min(lines, key=lambda a: (a.generated == 0, a.prior + a.generated))
-            victim.preempted = True
+            victim.move("preempt")
             return victim.job_id
 
     def idle_for(self) -> float:
@@ -235,7 +235,7 @@ class JobRunner:
         so a dead batch's jobs are read again side by side rather than one after another."""
         with self._lock:
             self._discard_suspect(attempt)
-            attempt.suspect = False
+            attempt.move("clear")
         self.queue_opened()
 
     def _discard_suspect(self, attempt: Attempt) -> None:
