@@ -18,7 +18,7 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from api.jobs.acks import Again, Confirms, confirm_new_job
+from api.jobs.acks import Confirms, RedoSteps, confirm_new_job
 from api.jobs.indexes import ShardIndexes
 from api.jobs.owners import (
     RECORD_GRACE_MS,
@@ -187,7 +187,7 @@ class JobStore:
         `confirm_new_job`)."""
         if self._acks is None:
             return
-        again = Again(
+        again = RedoSteps(
             record=lambda: self._record(spec.id, job_hash),
             entry_lost=lambda: self._entry_lost(spec.id),
             enqueue=lambda: self._enqueue(spec, True, routed, str(job_hash.get(JobField.OWNER, ""))),
