@@ -51,7 +51,7 @@ class CountRequest(MessagesRequest):
 
 
 @dataclasses.dataclass(frozen=True)
-class Counted(MessageObjects):
+class CountObjects(MessageObjects):
     """A count job's answer: `{"input_tokens": N}` once a worker has tokenized its prompt (and,
     where its clear_tool_uses edit cleared any, the count before: Anthropic's
     `context_management.original_input_tokens`)."""
@@ -87,6 +87,6 @@ class MessagesRoutes(EndpointRoutes):
         body.enforce(settings.limits)
         ask = JobRequest(request, services, body, owner, None, len(raw))
         made = await self._job_for(ask)
-        response = await collect(request, services, Counted.of(made.job), arrived_ms)
+        response = await collect(request, services, CountObjects.of(made.job), arrived_ms)
         response.headers.update(made.headers(ask))
         return response
