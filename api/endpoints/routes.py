@@ -34,10 +34,10 @@ from api.jobs.admission import ModelLimits, StreamTicket
 from api.jobs.owners import (
     Idempotency,
     IdempotencyConflict,
+    MinuteUsage,
     OwnerLimit,
     OwnerRate,
     Quota,
-    Spent,
     now_ms,
 )
 from api.jobs.state import JobState, Submitted
@@ -130,7 +130,7 @@ class Creation:
 
     job: JobState
     retried: bool
-    spent: Spent | None = None
+    spent: MinuteUsage | None = None
 
     def headers(self, ask: JobRequest) -> dict[str, str]:
         """The rate-limit headers for the key's budgets (none for a retry or without keys)."""

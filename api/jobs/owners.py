@@ -87,7 +87,7 @@ class Quota:
 
 
 @dataclass(frozen=True)
-class Spent:
+class MinuteUsage:
     """An owner's counts this minute once a job was admitted (for the rate-limit headers)."""
 
     minute: int
