@@ -350,7 +350,7 @@ class JobStore:
 
     async def abandon(
         self, job_id: str, epoch: int, *, charge: bool, suspect_after: int, group: int = 0
-    ) -> queueing.Abandoned:
+    ) -> queueing.Abandonment:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
         return await anyio.to_thread.run_sync(
             lambda: queueing.abandon(

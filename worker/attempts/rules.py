@@ -100,7 +100,9 @@ class Outcome(StrEnum):
 
 
 @dataclass(frozen=True)
-class Claimed:
+class JobAttempt:
+    """A job this worker claimed: its spec, and the attempt at it."""
+
     spec: JobSpec
     attempt: Attempt
 
@@ -129,7 +131,7 @@ class AttemptRules:
         self._suspect_cleared = suspect_cleared  # the runner's count of running suspects
         self.shutdown_at: float | None = None  # SIGTERM: attempts past it hand their jobs off
 
-    def claim(self, raw_spec: dict, rq_job_id: str) -> Claimed | Outcome:
+    def claim(self, raw_spec: dict, rq_job_id: str) -> JobAttempt | Outcome:
         """Check the job and claim it; or why it does not run here. Only a spec the API
         recorded for the job that the RQ job id names is run."""
         try:
@@ -164,7 +166,7 @@ class AttemptRules:
                     only_if_status=JobStatus.QUEUED,
                 )
             raise
-        return Claimed(spec, attempt)
+        return JobAttempt(spec, attempt)
 
     def run(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         """Run the claimed attempt to its end: finished, failed, fenced or handed off."""

@@ -264,7 +264,7 @@ def running(r) -> tuple[Life, attempts.Claim]:
     return Life(r, JOB).at("running"), c
 
 
-def abandon(r, c: attempts.Claim, reason: str = "crash", **kw) -> queueing.Abandoned:
+def abandon(r, c: attempts.Claim, reason: str = "crash", **kw) -> queueing.Abandonment:
     return queueing.abandon(Servers(r, r), JOB, c.epoch, RECOVERY, reason, **kw)
 
 
