@@ -21,7 +21,7 @@ def key_pattern(name: str) -> str:
     """The Redis key a lifecycle name stands for, with `<param>` for each parameter:
     `running` -> `ts:{<shard>}:running`, `owned.ROUTED` -> `ts:owner:<owner>:routed`."""
     if name.startswith("owned."):
-        return keys.owned("<owner>", keys.Owned[name.removeprefix("owned.")])
+        return keys.owned("<owner>", keys.OwnerIndex[name.removeprefix("owned.")])
     found = getattr(keys, name)
     if isinstance(found, str):
         return found

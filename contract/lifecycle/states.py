@@ -6,7 +6,7 @@ ended. Each move
 names the side that makes it, the Lua scripts it runs (`queues.TAKE` is
 contract/lua/queues.py's `TAKE`), the contract function that runs them where there is one,
 and the Redis keys it writes (`running` is `contract.keys.running`, `owned.ROUTED` is
-`contract.keys.owned(owner, Owned.ROUTED)`). A test checks that every name here exists.
+`contract.keys.owned(owner, OwnerIndex.ROUTED)`). A test checks that every name here exists.
 
 This module imports nothing of contract/: contract/keys.py derives `JobStatus` from it.
 """
