@@ -46,8 +46,8 @@ class RunningAttempt:
 
 
 @dataclass(frozen=True)
-class ReaperSnapshot:
-    """What the reaper looks at each tick, read in one go."""
+class Sweep:
+    """What the reaper looks at each tick, read in one go: a sweep of every shard."""
 
     running: list[RunningAttempt]
     pending: list[str]  # jobs pending past the grace period (their enqueuer may have died)

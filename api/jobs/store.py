@@ -33,15 +33,7 @@ from api.jobs.owners import (
     this_minute,
 )
 from api.jobs.routing import Router
-from api.jobs.state import (
-    STATE_FIELDS,
-    JobState,
-    ReaperSnapshot,
-    RunningAttempt,
-    Submitted,
-    job_state,
-    record_fields,
-)
+from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Sweep, job_state, record_fields
 from contract import entries, keys, queueing, tiers
 from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
 from contract.jobspec import JobSpec
@@ -325,12 +317,12 @@ class JobStore:
         """Delete the job's data now, whatever its state (see contract.queueing.purge)."""
         await anyio.to_thread.run_sync(queueing.purge, self._rq, job_id)
 
-    async def survey(self, pending_older_than_ms: int) -> ReaperSnapshot:
+    async def survey(self, pending_older_than_ms: int) -> Sweep:
         """The running attempts, of every shard (stale index entries of ended jobs are
         dropped), and the jobs pending for longer than `pending_older_than_ms`."""
         ids, pending = await self._indexes.read(now_ms() - pending_older_than_ms)
         if not ids:
-            return ReaperSnapshot([], pending)
+            return Sweep([], pending)
         async with self._r.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hmget(
@@ -346,7 +338,7 @@ class JobStore:
                 continue
             attempt = RunningAttempt(job_id, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1")
             running.append(attempt)
-        return ReaperSnapshot(running, pending)
+        return Sweep(running, pending)
 
     async def abandon(
         self, job_id: str, epoch: int, *, charge: bool, suspect_after: int, group: int = 0
