@@ -83,11 +83,13 @@ class Attempt:
 
     def move(self, name: str) -> str:
         """Make the move `name` (contract/lifecycle/attempt.py), returning the new state;
-        IllegalMove if the state does not allow it. A start goes to `proving` for a suspect."""
+        IllegalMove if the state does not allow it. A start goes to `proving` for a suspect.
+        A move that leaves the state as it was is recorded once (a heartbeat fences at each beat)."""
         with self._moving:
             to = ("proving" if self.suspect else "running") if name == "start" else ""
-            self._state = life.after(self._state, name, to)
-            self._made += (name,)
+            before, self._state = self._state, life.after(self._state, name, to)
+            if self._state != before or name not in self._made:
+                self._made += (name,)
             return self._state
 
     @property
