@@ -46,9 +46,9 @@ log = logging.getLogger(__name__)
 
 
 def _rejected(request: Request, reason: str) -> None:
-    services = request.scope.get("state", {}).get("services")
-    if services is not None:
-        services.metrics.rejected.labels(reason).inc()
+    state = request.scope.get("state", {})
+    if (services := state.get("services")) is not None:
+        services.refused(reason, state.get("owner", ""))
 
 
 async def _api_error(request: Request, exc: Exception) -> JSONResponse:
@@ -78,7 +78,7 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
     return APIError(errors.INTERNAL).response(request.scope)
 
 
-def _middleware(settings: Settings) -> list[Middleware]:
+def _middleware(settings: Settings, keys: KeyRing) -> list[Middleware]:
     """CORS (only for the configured origins; off by default) wraps the key check, so a
     browser's preflight is answered without a key; a server without keys checks first who
     may call it (api/http/origins.py)."""
@@ -104,7 +104,6 @@ def _middleware(settings: Settings) -> list[Middleware]:
         )
     public = PUBLIC_PATHS | (ui.PATHS if settings.access.ui else frozenset())
     access = settings.access
-    keys = KeyRing(access.api_keys, access.api_keys_file, operators=access.operator_keys)
     if not keys.enabled:  # no key stands between a web page and the API: who may call it
         out.insert(0, Middleware(KeylessGuard, hosts=access.allowed_hosts, origins=access.cors_origins))
     out.append(Middleware(APIKeyMiddleware, keys=keys, public=public))
@@ -130,11 +129,12 @@ def create_app(settings: Settings | None = None) -> Starlette:
             "No API keys: set API_KEYS or API_KEYS_FILE, or ALLOW_NO_AUTH=1 for a private server "
             "(the local run sets it)"
         )
+    keys = KeyRing(access.api_keys, access.api_keys_file, operators=access.operator_keys)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict]:
         await anyio.sleep(0)  # anyio imports its asyncio backend at first use: now, not in a request
-        services = await Services.start(settings)
+        services = await Services.start(settings, keys)
         internal = None
         if settings.access.internal_port:
             internal = InternalServer(
@@ -174,7 +174,7 @@ def create_app(settings: Settings | None = None) -> Starlette:
         routes += ui.routes()
     return Starlette(
         routes=routes,
-        middleware=_middleware(settings),
+        middleware=_middleware(settings, keys),
         exception_handlers=EXCEPTION_HANDLERS,
         lifespan=lifespan,
     )

@@ -1,6 +1,7 @@
 """This API process's own metrics (one registry per app, no global): open streams, time to
 first token and inter-token latency per stream (`StreamTiming`), jobs created, resumed
-streams, refusals. `GET /metrics` (api/ops/prometheus.py) serves them beside the cluster's."""
+streams, refusals (and a known key's, by its key id). `GET /metrics`
+(api/ops/prometheus.py) serves them beside the cluster's."""
 
 from __future__ import annotations
 
@@ -46,6 +47,12 @@ class Metrics:
             "tokenspool_requests_rejected",
             "Requests refused with an error status, by error code.",
             ["reason"],
+            registry=r,
+        )
+        self.key_rejected = Counter(
+            "tokenspool_key_requests_rejected",
+            "Requests of a known key refused, by its key id (METRICS_KEYS; the rest `other`) and error code.",
+            ["key", "reason"],
             registry=r,
         )
 

@@ -14,6 +14,7 @@ from redis.retry import Retry
 from api.cluster.reaper import Reaper
 from api.cluster.resumes import Resumes
 from api.cluster.stats import ClusterStats
+from api.http.auth import KeyRing
 from api.http.offload import Lane
 from api.jobs.acks import ClusterAcks, Confirms, ReplicaAcks, ReplicaWatch
 from api.jobs.admission import Admission, OpenStreams
@@ -61,9 +62,10 @@ class Services:
     streams: OpenStreams
     heavy: Lane  # CPU-heavy request work, off the event loop (api/http/offload.py)
     resumes: Resumes  # whether a requeued job past its deadline may wait on
+    keys: KeyRing  # the accepted keys, whose budget use /metrics shows per key
 
     @classmethod
-    async def start(cls, settings: Settings) -> Services:
+    async def start(cls, settings: Settings, keys: KeyRing) -> Services:
         url = settings.shared.redis_url
         # Few, fast retries: a lost Redis must turn into a 503 in seconds, not a hang.
         common = dict(
@@ -147,7 +149,15 @@ class Services:
             streams=streams,
             heavy=Lane(),
             resumes=Resumes(client, registry, settings.recovery.resume_wait_s),
+            keys=keys,
         )
+
+    def refused(self, reason: str, owner: str = "") -> None:
+        """Count a refusal: the pool's by error code, and a known key's under its label."""
+        self.metrics.rejected.labels(reason).inc()
+        if owner:
+            label = self.keys.label(owner, self.settings.access.metrics_keys)
+            self.metrics.key_rejected.labels(label, reason).inc()
 
     async def close(self) -> None:
         await self.memory.stop()

@@ -100,6 +100,12 @@ class Access:
         "operator keys only",
         shown="(none: on the public port, to operator keys)",
     )
+    metrics_keys: int = setting(
+        100,
+        "METRICS_KEYS",
+        "API keys with series of their own in `/metrics` (budget use, refusals; by key id, 12 hex "
+        'digits of the key\'s SHA-256), in the order configured; the rest are summed as `key="other"`',
+    )
     internal_host: str = setting("0.0.0.0", "INTERNAL_HOST", "the address the internal port listens on")
     cors_origins: tuple[str, ...] = setting(
         (),

@@ -208,8 +208,8 @@ def file_content(file_id: str) -> str:
     return f"{PREFIX}:file:{file_id}:content"
 
 
-class Owned(StrEnum):
-    """The indexes of what one API key's owner holds: `owned(owner, Owned.X)` names each."""
+class OwnerIndex(StrEnum):
+    """The indexes of what one API key's owner holds: `owned(owner, OwnerIndex.X)` names each."""
 
     JOBS = "jobs"
     """ZSET: its jobs that may not have ended (job id -> created ms), for MAX_JOBS_PER_KEY:
@@ -233,7 +233,7 @@ class Owned(StrEnum):
     """ZSET: its jobs routed to a worker (`routed` members -> ms when), for ROUTED_JOBS_PER_KEY."""
 
 
-def owned(owner: str, index: Owned) -> str:
+def owned(owner: str, index: OwnerIndex) -> str:
     return f"{PREFIX}:owner:{owner}:{index}"
 
 

@@ -117,7 +117,7 @@ def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, p
 
 
 @dataclass(frozen=True)
-class Abandoned:
+class Abandonment:
     """What `abandon` did: `outcome` 1 requeued, 2 ended (worker_lost), 0 nothing to do (that
     attempt is not current); whether the continuation waits as a suspect (with the most
     suspects it may step with, `group`: 0 for any), and whether the death was charged to it."""
@@ -138,7 +138,7 @@ def abandon(
     charge: bool,
     suspect_after: int = 0,
     group: int = 0,
-) -> Abandoned:
+) -> Abandonment:
     """Take the job from attempt `epoch` (dead, hung, leaving, or preempted): requeue it as a
     continuation, or end it with worker_lost once its charged deaths or its requeues standing
     still are used up (a preemption is not counted); counted in STATS under `reason`
@@ -167,7 +167,7 @@ def abandon(
         servers.queues.hincrby(keys.STATS, stats.StatField.requeued(reason), 1)
     elif outcome == 2:
         servers.queues.hincrby(keys.STATS, stats.StatField.LOST, 1)
-    return Abandoned(int(outcome), bool(is_suspect), bool(charged), int(cap))
+    return Abandonment(int(outcome), bool(is_suspect), bool(charged), int(cap))
 
 
 def rescue(servers: Servers[redis.Redis], job_id: str, recovery: Recovery) -> bool:

@@ -368,9 +368,46 @@ QUEUES = Dashboard(
 BUDGETS_DASHBOARD = Dashboard(
     "tokenspool-budgets",
     "tokenspool: budgets and refusals",
-    "Requests refused over a key's budgets, for want of room, or for the key itself, over every "
-    "API replica (the pool's totals: /metrics has no per-key series).",
+    "Each key's budget use this minute and its refusals (by key id: the first METRICS_KEYS keys, "
+    "the rest as `other`), then requests refused over a key's budgets, for want of room, or for "
+    "the key itself, over every API replica.",
     (
+        Row(
+            "Per key",
+            (
+                Panel(
+                    "Budget used this minute, by key",
+                    "What each key was charged this minute against its per-minute budget (keys with one).",
+                    tuple(
+                        Query(
+                            f'max by (key) (tokenspool_key_budget_used{{budget="{b}"}}) / '
+                            f'max by (key) (tokenspool_key_budget_limit{{budget="{b}"}} > 0)',
+                            f"{{{{key}}}} {b}",
+                        )
+                        for b in ("requests", "bytes", "tokens")
+                    ),
+                    "percentunit",
+                ),
+                Panel(
+                    "Tokens charged this minute, by key",
+                    "Prompt and completion tokens each key was charged this minute (reserved at "
+                    "admission, settled at the end).",
+                    (Query('max by (key) (tokenspool_key_budget_used{budget="tokens"})', "{{key}}"),),
+                ),
+                Panel(
+                    "Refused, by key",
+                    "Requests of each key refused, by error code (per second).",
+                    (
+                        Query(
+                            f"sum by (key, reason) (rate(tokenspool_key_requests_rejected_total[{RATE}]))",
+                            "{{key}} {{reason}}",
+                        ),
+                    ),
+                    "reqps",
+                    width=24,
+                ),
+            ),
+        ),
         Row(
             "Refusals",
             (

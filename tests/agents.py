@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,9 +38,27 @@ class Turn:
     cwd: Path
 
 
-def turn(agent: str, base: str, model: str, home: Path, prompt: str) -> Turn:
+# each CLI's own flag to run its shell tool unattended (a turn in print mode asks nobody)
+UNATTENDED = {
+    "claude": ["--allowedTools=Bash"],
+    "codex": ["--dangerously-bypass-approvals-and-sandbox"],  # no sandbox: a container may lack one
+    "opencode": [],  # its shell tool runs unasked by default
+}
+
+
+def turn(
+    agent: str,
+    base: str,
+    model: str,
+    home: Path,
+    prompt: str,
+    tools: bool = False,
+    flags: Sequence[str] = (),
+) -> Turn:
     """The command for one turn of `agent` (`claude -p`, `codex exec`, `opencode run`) asking
-    `prompt` of `model` at the API `base`, with `home` as its home and project folder."""
+    `prompt` of `model` at the API `base`, with `home` as its home and `home`/project its
+    project folder; with `tools`, its shell tool runs unattended; `flags`: the CLI's own more."""
+    flags = [*(UNATTENDED[agent] if tools else []), *flags]
     project = home / "project"
     project.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ["PATH"], "HOME": str(home), "LANG": "C.UTF-8", **QUIET[agent]}
@@ -50,7 +69,7 @@ def turn(agent: str, base: str, model: str, home: Path, prompt: str) -> Turn:
             "ANTHROPIC_MODEL": model,
             "ANTHROPIC_DEFAULT_HAIKU_MODEL": model,  # its background model, else claude-haiku-*
         }
-        return Turn([agent_cli("claude"), "-p", prompt], env, project)
+        return Turn([agent_cli("claude"), "-p", *flags, "--", prompt], env, project)
     if agent == "codex":
         (home / "config.toml").write_text(
             f'model = "{model}"\nmodel_provider = "tokenspool"\n\n'
@@ -59,7 +78,7 @@ def turn(agent: str, base: str, model: str, home: Path, prompt: str) -> Turn:
             'wire_api = "responses"\n'
         )
         env |= {"CODEX_HOME": str(home), "TOKENSPOOL_API_KEY": KEY}
-        return Turn([agent_cli("codex"), "exec", "--skip-git-repo-check", prompt], env, project)
+        return Turn([agent_cli("codex"), "exec", "--skip-git-repo-check", *flags, prompt], env, project)
     provider = {
         "npm": "@ai-sdk/openai-compatible",  # bundled in opencode: nothing is downloaded
         "name": "tokenspool",
@@ -69,7 +88,7 @@ def turn(agent: str, base: str, model: str, home: Path, prompt: str) -> Turn:
     config = {"provider": {"tokenspool": provider}, "model": f"tokenspool/{model}"}
     (project / "opencode.json").write_text(json.dumps(config))
     env |= {f"XDG_{d}_HOME": str(home / d.lower()) for d in ("CONFIG", "DATA", "CACHE", "STATE")}
-    return Turn([agent_cli("opencode"), "run", prompt], env, project)
+    return Turn([agent_cli("opencode"), "run", *flags, prompt], env, project)
 
 
 def start(t: Turn) -> subprocess.Popen:

@@ -1,13 +1,20 @@
-"""What the whole suite shares: the two lanes it can run in, and a summary line
-counting the tests skipped for want of a system package, with the one command that installs
-them (tests/system.py)."""
+"""What the whole suite shares: the two lanes it can run in, Hypothesis without deadlines,
+and a summary line counting the tests skipped for want of a system package, with the one
+command that installs them (tests/system.py)."""
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import settings
 from xdist.scheduler import LoadFileScheduling
 
 from tests.system import APT
+
+# Hypothesis fails an example slower than 200 ms by default: on a shared 2-core machine under
+# load an example can take 600 ms, and the fuzz tests then fail for time, not for what they
+# test. Speed is measured in benchmarks, never asserted in tests.
+settings.register_profile("tokenspool", deadline=None)
+settings.load_profile("tokenspool")
 
 
 def pytest_terminal_summary(terminalreporter) -> None:

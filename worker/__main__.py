@@ -50,6 +50,7 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.synthetic_rate,
             settings.slots,
             settings.synthetic_load_s,
+            settings.synthetic_tool_calls,
         )
     prepare_libgomp(settings)
     from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it

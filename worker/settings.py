@@ -292,6 +292,12 @@ class WorkerSettings:
     synthetic_rate: float = setting(
         50.0, "SYNTHETIC_RATE", "tokens/s per job of the synthetic engine (`0`: unlimited)"
     )
+    synthetic_tool_calls: bool = setting(
+        False,
+        "SYNTHETIC_TOOL_CALLS",
+        "`1`: a synthetic job offered a shell tool calls it once a user turn before it answers "
+        "(coding agents' tool round trips in tests)",
+    )
     synthetic_load_s: float = setting(
         0.0,
         "SYNTHETIC_LOAD_SECONDS",

@@ -115,7 +115,7 @@ class BatchDriver:
             async with r.pipeline(transaction=True) as pipe:
                 pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
                 if h:
-                    pipe.zrem(keys.owned(h["owner"], keys.Owned.RUNNING_BATCHES), batch_id)
+                    pipe.zrem(keys.owned(h["owner"], keys.OwnerIndex.RUNNING_BATCHES), batch_id)
                 await pipe.execute()
             return h
         if h["status"] == BatchStatus.FINALIZING:  # a driver died writing the files: write them again
@@ -163,7 +163,7 @@ class BatchDriver:
         """Whether the batch's key holds more than FILES_BYTES_PER_KEY (its batches' answers
         count: a batch stops growing once its key is full)."""
         quota = self._s.settings.quotas.files_bytes_per_key
-        held = await self._s.redis.get(keys.owned(owner, keys.Owned.FILE_HELD))
+        held = await self._s.redis.get(keys.owned(owner, keys.OwnerIndex.FILE_HELD))
         return quota > 0 and int(held or 0) > quota
 
     async def _send(self, batch_id: str, h: dict[str, str], number: int) -> str | None:

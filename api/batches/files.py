@@ -178,7 +178,7 @@ class RedisFiles:
 
     async def owned(self, owner: str) -> list[FileRecord]:
         """The owner's files, oldest first (at most MAX_FILES_PER_KEY of them: one round trip)."""
-        index = keys.owned(owner, keys.Owned.FILES)
+        index = keys.owned(owner, keys.OwnerIndex.FILES)
         ids = [as_text(i) for i in await self._r.zrange(index, 0, -1)]
         async with self._r.pipeline(transaction=False) as pipe:
             for file_id in ids:

@@ -135,7 +135,7 @@ async def _end(services: Services, batch_id: str, owner: str, fields: dict, rete
         for part in (keys.BatchPart.LINES, keys.BatchPart.RESULTS, keys.BatchPart.OPEN):
             pipe.delete(keys.batch(batch_id, part))
         pipe.zrem(keys.ACTIVE_BATCHES, batch_id)
-        pipe.zrem(keys.owned(owner, keys.Owned.RUNNING_BATCHES), batch_id)
+        pipe.zrem(keys.owned(owner, keys.OwnerIndex.RUNNING_BATCHES), batch_id)
         await pipe.execute()
     await r.register_script(accounting.RELEASE)(
         keys=accounting.charge_keys(owner),

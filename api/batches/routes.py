@@ -172,9 +172,9 @@ async def create(request: Request) -> Response:
         keys=[
             keys.batch(batch_id),
             keys.batch(batch_id, keys.BatchPart.LINES),
-            keys.owned(owner, keys.Owned.BATCHES),
+            keys.owned(owner, keys.OwnerIndex.BATCHES),
             keys.ACTIVE_BATCHES,
-            keys.owned(owner, keys.Owned.RUNNING_BATCHES),
+            keys.owned(owner, keys.OwnerIndex.RUNNING_BATCHES),
             *accounting.charge_keys(owner),
         ],
         args=[
@@ -240,7 +240,9 @@ async def list_batches(request: Request) -> Response:
     services: Services = request.state.services
     ids = [
         as_text(i)
-        for i in await services.redis.zrange(keys.owned(request_owner(request), keys.Owned.BATCHES), 0, -1)
+        for i in await services.redis.zrange(
+            keys.owned(request_owner(request), keys.OwnerIndex.BATCHES), 0, -1
+        )
     ]
     objects = []
     for batch_id in ids:
@@ -248,7 +250,7 @@ async def list_batches(request: Request) -> Response:
         if h:
             objects.append(batch_object(batch_id, h))
         else:
-            await services.redis.zrem(keys.owned(request_owner(request), keys.Owned.BATCHES), batch_id)
+            await services.redis.zrem(keys.owned(request_owner(request), keys.OwnerIndex.BATCHES), batch_id)
     return page(request, objects, max_limit=100, default_limit=20, order=False)
 
 

@@ -24,7 +24,7 @@ from api.endpoints.body import Body
 from api.endpoints.catalog import Endpoint
 from api.endpoints.protocol import Events, Objects
 from api.http import ratelimits
-from api.http.auth import allowed, request_grant, request_owner
+from api.http.auth import allowed, key_id, request_grant, request_owner
 from api.http.errors import APIError, invalid, speaks_anthropic
 from api.http.parsing import parse
 from api.http.reading import read_json
@@ -34,10 +34,10 @@ from api.jobs.admission import ModelLimits, StreamTicket
 from api.jobs.owners import (
     Idempotency,
     IdempotencyConflict,
+    MinuteUsage,
     OwnerLimit,
     OwnerRate,
     Quota,
-    Spent,
     now_ms,
 )
 from api.jobs.state import JobState, Submitted
@@ -102,7 +102,7 @@ def _streaming(request: Request) -> bool:
 
 
 @dataclass(frozen=True)
-class Ask:
+class JobRequest:
     """One request to create a job, read and checked: what making its job needs."""
 
     request: Request
@@ -124,15 +124,15 @@ class Ask:
 
 
 @dataclass(frozen=True)
-class Made:
+class Creation:
     """The job a create request got, and what its key has used this minute (None: a retry's
     job, counted by the first request)."""
 
     job: JobState
     retried: bool
-    spent: Spent | None = None
+    spent: MinuteUsage | None = None
 
-    def headers(self, ask: Ask) -> dict[str, str]:
+    def headers(self, ask: JobRequest) -> dict[str, str]:
         """The rate-limit headers for the key's budgets (none for a retry or without keys)."""
         if self.spent is None or not ask.owner:
             return {}
@@ -166,7 +166,7 @@ class EndpointRoutes:
         idempotency = await services.heavy.run_for(len(raw), _idempotency, request, self.endpoint, owner, raw)
         ticket = services.admission.stream(owner) if body.streaming else None
         try:
-            ask = Ask(request, services, body, owner, idempotency, len(raw))
+            ask = JobRequest(request, services, body, owner, idempotency, len(raw))
             made = await self._job_for(ask)
             job = made.job
             logs.set_job(job.id)
@@ -208,14 +208,14 @@ class EndpointRoutes:
         return {}
 
     async def answered(
-        self, services: Services, job_id: str, ask: Ask, response: Response, attached_ms: int
+        self, services: Services, job_id: str, ask: JobRequest, response: Response, attached_ms: int
     ) -> None:
         """What an endpoint does once a client waiting for a job's whole answer has its
         `response` (a 499: the client went away first), the client having attached to the job
         at `attached_ms` (nothing, here: the job is kept for its retention, to be fetched or
         resumed again)."""
 
-    async def _job_for(self, ask: Ask) -> Made:
+    async def _job_for(self, ask: JobRequest) -> Creation:
         """The job this request makes, or the one its earlier attempt made (a retry with the
         same Idempotency-Key)."""
         services, body = ask.services, ask.body
@@ -223,11 +223,11 @@ class EndpointRoutes:
         try:
             if ask.idempotency is not None and (earlier := await services.jobs.idempotent(ask.idempotency)):
                 await self._joined(services, ask.request, earlier)
-                return Made(earlier, retried=True)
+                return Creation(earlier, retried=True)
             job_id = self.endpoint.new_id()
             logs.set_job(job_id)
             trace = trace_of(ask.request.scope)
-            trace.open(self.endpoint.name, body.model, job_id, tier=body.priority, key_id=ask.owner[:12])
+            trace.open(self.endpoint.name, body.model, job_id, tier=body.priority, key_id=key_id(ask.owner))
             limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
@@ -247,9 +247,9 @@ class EndpointRoutes:
             ) from None
         except IdempotencyConflict:
             raise APIError(errors.IDEMPOTENCY_CONFLICT, param="Idempotency-Key") from None
-        return Made(submitted.job, not submitted.new, submitted.spent if submitted.new else None)
+        return Creation(submitted.job, not submitted.new, submitted.spent if submitted.new else None)
 
-    def _quota(self, ask: Ask, spec: JobSpec, limits: ModelLimits) -> Quota:
+    def _quota(self, ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> Quota:
         """The key's limits, and the tokens the job reserves: the most its prompt can be
         (api/jobs/reservation.py) and its `max_tokens`, together no more than a worker's
         context holds. A job that generates nothing (a count) reserves nothing."""
@@ -262,7 +262,7 @@ class EndpointRoutes:
             prompt_tokens=prompt,
         )
 
-    async def _submit(self, ask: Ask, spec: JobSpec, quota: Quota) -> Submitted:
+    async def _submit(self, ask: JobRequest, spec: JobSpec, quota: Quota) -> Submitted:
         """Record and enqueue a new job; a request racing with its own retry gets the job
         the first of them made."""
         services, body = ask.services, ask.body

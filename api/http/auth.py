@@ -45,6 +45,14 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
+OTHER = "other"  # the `key` label of the keys past METRICS_KEYS, summed
+
+
+def key_id(owner: str) -> str:
+    """A key's id in metrics and traces: 12 hex digits of its SHA-256, never the key."""
+    return owner[:12]
+
+
 OPERATOR, TENANT = "operator", "tenant"
 
 
@@ -162,7 +170,9 @@ class KeyRing:
         self._file: dict[str, Grant] = {}
         self._stamp: tuple[int, int] | None = None
         self._checked = 0.0
+        self._rank: dict[str, int] = {}  # owner id -> its place in the configuration
         self._reload()
+        self._index()
 
     @property
     def enabled(self) -> bool:
@@ -181,7 +191,30 @@ class KeyRing:
             log.error("could not read API_KEYS_FILE (%s); keeping %d keys", exc, len(self._file))
             return
         self._file, self._stamp = keys, stamp
+        self._index()
         log.info("API keys loaded from file: %d", len(keys))
+
+    def _index(self) -> None:
+        self._rank = {accepted[:32]: n for n, accepted in enumerate(self._fixed | self._file)}
+
+    def _refresh(self) -> None:
+        """Read the file again if it may have changed (at most once every `recheck_s`)."""
+        now = time.monotonic()
+        if self._path is not None and now - self._checked >= self._recheck:
+            self._checked = now
+            self._reload()
+
+    def owners(self) -> list[tuple[str, Grant]]:
+        """Every accepted key's owner id and grant, in the order configured: the
+        environment's, then the file's (a key in both once, with the file's grant)."""
+        self._refresh()
+        return [(accepted[:32], grant) for accepted, grant in (self._fixed | self._file).items()]
+
+    def label(self, owner: str, shown: int) -> str:
+        """The `key` label of `owner` in /metrics: its key id if it is one of the first
+        `shown` keys configured, else "other" (the series stay bounded however many keys)."""
+        rank = self._rank.get(owner)
+        return key_id(owner) if rank is not None and rank < shown else OTHER
 
     def owner(self, presented: str) -> str | None:
         """The owner id of an accepted key, else None."""
@@ -191,10 +224,7 @@ class KeyRing:
     def grant(self, presented: str) -> tuple[str, Grant] | None:
         """(owner id, grant) of an accepted key, else None. The file's line wins over the
         environment's for a key in both."""
-        now = time.monotonic()
-        if self._path is not None and now - self._checked >= self._recheck:
-            self._checked = now
-            self._reload()
+        self._refresh()
         given = digest(presented)
         found = None
         for accepted, grant in (self._fixed | self._file).items():
@@ -245,5 +275,5 @@ class APIKeyMiddleware:
             error = APIError(refusal, headers={"WWW-Authenticate": "Bearer"})
         services = scope.get("state", {}).get("services")
         if services is not None:
-            services.metrics.rejected.labels(error.code).inc()
+            services.refused(error.code or "", found[0] if found is not None else "")
         await error.response(scope)(scope, receive, send)

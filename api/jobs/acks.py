@@ -65,7 +65,7 @@ class Confirms(Protocol):
 
 
 @dataclass
-class Seen:
+class LastReplica:
     """When the primary (any, of any shard) last had a replica (monotonic seconds)."""
 
     at: float = -REMEMBER_S
@@ -79,7 +79,11 @@ class _Waiter:
 
 class ReplicaAcks:
     def __init__(
-        self, client: aredis.Redis, timeout_s: float, mark: str = keys.ACK_MARK, seen: Seen | None = None
+        self,
+        client: aredis.Redis,
+        timeout_s: float,
+        mark: str = keys.ACK_MARK,
+        seen: LastReplica | None = None,
     ) -> None:
         self._client = client
         self._timeout_s = timeout_s  # 0: never wait
@@ -87,7 +91,7 @@ class ReplicaAcks:
         self._sentinel = is_sentinel(client)
         self._replicas = 0
         self._read_at: float | None = None  # monotonic; None: never read
-        self._seen = seen or Seen()
+        self._seen = seen or LastReplica()
         self._waiting: list[_Waiter] = []
         self._round: asyncio.Task[None] | None = None
 
@@ -170,7 +174,7 @@ class ClusterAcks:
         self._client = client
         self._timeout_s = timeout_s
         self._primaries: dict[str, ReplicaAcks] = {}
-        self._seen = Seen()
+        self._seen = LastReplica()
 
     async def settled(self, key: str | None = None) -> bool:
         """`ReplicaAcks.settled` on the primary holding `key` (without a key: nothing to wait
@@ -215,7 +219,7 @@ class ReplicaWatch:
 
 
 @dataclass(frozen=True)
-class Again:
+class RedoSteps:
     """What confirming a new job may do again on the primary there is now."""
 
     record: Callable[[], Awaitable[bool]]  # RECORD the job (False: it is there already)
@@ -223,7 +227,7 @@ class Again:
     enqueue: Callable[[], Awaitable[None]]
 
 
-async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: Again) -> None:
+async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: RedoSteps) -> None:
     """Return once a replica holds the new job. A failover meanwhile may have lost it with
     the old primary's last writes: the job is recorded and queued again on the primary there
     is now (RECORD changes nothing if the job is there; a second queue entry of a job that

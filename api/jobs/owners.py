@@ -87,7 +87,7 @@ class Quota:
 
 
 @dataclass(frozen=True)
-class Spent:
+class MinuteUsage:
     """An owner's counts this minute once a job was admitted (for the rate-limit headers)."""
 
     minute: int
@@ -115,7 +115,7 @@ class Owners:
         if not limited and idempotency is None:
             return [b"new", 0, 0]
         minute = this_minute()
-        unfinished = keys.owned(owner, keys.Owned.JOBS)
+        unfinished = keys.owned(owner, keys.OwnerIndex.JOBS)
         return await self._admit(
             keys=[
                 unfinished,
@@ -123,7 +123,7 @@ class Owners:
                 keys.requests_per_minute(owner, minute) if owner else unfinished,
                 keys.bytes_per_minute(owner, minute) if owner else unfinished,
                 keys.tokens_per_minute(owner, minute) if owner else unfinished,
-                keys.owned(owner, keys.Owned.RESERVED_TOKENS) if owner else unfinished,
+                keys.owned(owner, keys.OwnerIndex.RESERVED_TOKENS) if owner else unfinished,
             ],
             args=[
                 job_id,
@@ -145,14 +145,14 @@ class Owners:
         """Undo an `admit` whose job could not be recorded (best effort: what stays is dropped
         later, as after a crash)."""
         with anyio.CancelScope(shield=True), contextlib.suppress(RedisError, OSError):
-            await self._q.zrem(keys.owned(owner, keys.Owned.JOBS), job_id)
+            await self._q.zrem(keys.owned(owner, keys.OwnerIndex.JOBS), job_id)
             if idempotency:
                 await self.free(idempotency, idempotency.holding(job_id))
 
     async def forget_ended(self, owner: str) -> int:
         """Drop from the owner's unfinished jobs those that have ended, expired, or were
         admitted but never recorded; returns how many went."""
-        index = keys.owned(owner, keys.Owned.JOBS)
+        index = keys.owned(owner, keys.OwnerIndex.JOBS)
         held = await self._q.zrange(index, 0, -1, withscores=True)
         if not held:
             return 0
@@ -178,7 +178,7 @@ class Owners:
     async def settle_ended(self, owner: str) -> int:
         """Settle the owner's reservations whose jobs have ended (their API never read the
         end: the client went away) or have gone; returns how many."""
-        reserved = await self._q.hgetall(keys.owned(owner, keys.Owned.RESERVED_TOKENS))
+        reserved = await self._q.hgetall(keys.owned(owner, keys.OwnerIndex.RESERVED_TOKENS))
         if not reserved:
             return 0
         ids = [as_text(job_id) for job_id in reserved]
@@ -198,7 +198,7 @@ class Owners:
     async def _settle_all(self, owner: str, ends: list[tuple[str, Finished | Failed | None]]) -> list[int]:
         """SETTLE each (job id, end), in one round trip."""
         minute = this_minute()
-        counts = [keys.owned(owner, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute(owner, minute)]
+        counts = [keys.owned(owner, keys.OwnerIndex.RESERVED_TOKENS), keys.tokens_per_minute(owner, minute)]
         async with self._q.pipeline(transaction=False) as pipe:
             for job_id, end in ends:
                 await self._settle(keys=counts, args=[job_id, minute, self._used(end)], client=pipe)

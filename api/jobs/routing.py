@@ -117,7 +117,7 @@ class Router:
             member = tiers.routed_member(keys.rq_job_id(spec.id, 0), route.worker, spec.priority)
             longest_ms = int(self.settings.wait_s * 4000) + 60_000
             counted = await self._for_owner(
-                keys=[keys.owned(owner, keys.Owned.ROUTED), keys.routed(spec.model)],
+                keys=[keys.owned(owner, keys.OwnerIndex.ROUTED), keys.routed(spec.model)],
                 args=[member, self.settings.per_key, longest_ms],
             )
             return route if counted else None

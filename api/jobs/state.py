@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from api.jobs.owners import Spent
+from api.jobs.owners import MinuteUsage
 from contract.entries import as_text
 from contract.jobspec import JobSpec, digest
 from contract.keys import JobField, JobStatus
@@ -46,8 +46,8 @@ class RunningAttempt:
 
 
 @dataclass(frozen=True)
-class Survey:
-    """What the reaper looks at each tick, read in one go."""
+class Sweep:
+    """What the reaper looks at each tick, read in one go: a sweep of every shard."""
 
     running: list[RunningAttempt]
     pending: list[str]  # jobs pending past the grace period (their enqueuer may have died)
@@ -57,7 +57,7 @@ class Survey:
 class Submitted:
     job: JobState
     new: bool  # False: an earlier request with the same Idempotency-Key made the job
-    spent: Spent | None = None  # a new job's owner's counts this minute, once it was counted
+    spent: MinuteUsage | None = None  # a new job's owner's counts this minute, once it was counted
 
 
 STATE_FIELDS = [

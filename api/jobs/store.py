@@ -18,22 +18,22 @@ import redis
 import redis.asyncio as aredis
 from redis.exceptions import RedisError
 
-from api.jobs.acks import Again, Confirms, confirm_new_job
+from api.jobs.acks import Confirms, RedoSteps, confirm_new_job
 from api.jobs.indexes import ShardIndexes
 from api.jobs.owners import (
     RECORD_GRACE_MS,
     Idempotency,
     IdempotencyConflict,
+    MinuteUsage,
     OwnerLimit,
     OwnerRate,
     Owners,
     Quota,
-    Spent,
     now_ms,
     this_minute,
 )
 from api.jobs.routing import Router
-from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Survey, job_state, record_fields
+from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Sweep, job_state, record_fields
 from contract import entries, keys, queueing, tiers
 from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
 from contract.jobspec import JobSpec
@@ -140,7 +140,7 @@ class JobStore:
                 )
                 await self._confirm(spec, job_hash, routed=counted)
                 return Submitted(
-                    state, new=True, spent=Spent(this_minute(), int(verdict[1]), int(verdict[2]))
+                    state, new=True, spent=MinuteUsage(this_minute(), int(verdict[1]), int(verdict[2]))
                 )
             if verdict[0] == b"limit":
                 raise OwnerLimit(int(verdict[1]))
@@ -187,7 +187,7 @@ class JobStore:
         `confirm_new_job`)."""
         if self._acks is None:
             return
-        again = Again(
+        again = RedoSteps(
             record=lambda: self._record(spec.id, job_hash),
             entry_lost=lambda: self._entry_lost(spec.id),
             enqueue=lambda: self._enqueue(spec, True, routed, str(job_hash.get(JobField.OWNER, ""))),
@@ -317,12 +317,12 @@ class JobStore:
         """Delete the job's data now, whatever its state (see contract.queueing.purge)."""
         await anyio.to_thread.run_sync(queueing.purge, self._rq, job_id)
 
-    async def survey(self, pending_older_than_ms: int) -> Survey:
+    async def survey(self, pending_older_than_ms: int) -> Sweep:
         """The running attempts, of every shard (stale index entries of ended jobs are
         dropped), and the jobs pending for longer than `pending_older_than_ms`."""
         ids, pending = await self._indexes.read(now_ms() - pending_older_than_ms)
         if not ids:
-            return Survey([], pending)
+            return Sweep([], pending)
         async with self._r.pipeline(transaction=False) as pipe:
             for job_id in ids:
                 pipe.hmget(
@@ -338,11 +338,11 @@ class JobStore:
                 continue
             attempt = RunningAttempt(job_id, int(epoch), as_text(worker or b""), bool(alive), suspect == b"1")
             running.append(attempt)
-        return Survey(running, pending)
+        return Sweep(running, pending)
 
     async def abandon(
         self, job_id: str, epoch: int, *, charge: bool, suspect_after: int, group: int = 0
-    ) -> queueing.Abandoned:
+    ) -> queueing.Abandonment:
         """Take the job from a dead attempt (see contract.queueing.abandon)."""
         return await anyio.to_thread.run_sync(
             lambda: queueing.abandon(

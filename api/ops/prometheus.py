@@ -4,7 +4,8 @@ Two kinds of figures. Cluster-wide ones are read from Redis at each scrape and a
 on every API replica (take `max`, not `sum`, across replicas): queue depth, in-flight
 attempts, live workers and their slots per model, tokens generated, attempts requeued after
 a crash or a hand-off, jobs lost, Redis's memory against its maxmemory (the fullest server, as
-read once a second for the `storage_full` refusal), and what the workers' batching schedulers did (decode
+read once a second for the `storage_full` refusal), each key's budget use this minute
+(api/ops/key_metrics.py), and what the workers' batching schedulers did (decode
 steps, sequences in them, prompt tokens computed, slot moves, steps interrupted; added by each worker's
 announcement, so up to a few seconds late). Per-process ones are kept in this process's own
 registry (sum them across replicas): open streams, time to first token, inter-token
@@ -23,6 +24,7 @@ from starlette.responses import Response
 
 from api.jobs.workers import WorkerLoad
 from api.metrics import Metrics
+from api.ops import key_metrics
 from contract.stats import LEVELS, BatchCounters, StatField
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -167,6 +169,7 @@ async def cluster(request: Request) -> list[Metric]:
         ),
         *batching,
         *_per_worker(loads),
+        *await key_metrics.budget_use(services),
     ]
 
 

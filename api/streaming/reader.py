@@ -49,7 +49,7 @@ def stream_id(value: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-class Woken(Enum):
+class WakeReason(Enum):
     """Why a wait ended without entries handed over."""
 
     READY = "ready"  # the stream may hold entries after the cursor: read them yourself
@@ -57,13 +57,13 @@ class Woken(Enum):
 
 
 @dataclass(frozen=True)
-class Handed:
+class Delivery:
     """The reader read exactly the entries after the waiter's cursor: here they are."""
 
     rows: Rows
 
 
-Wake = Handed | Woken
+Wake = Delivery | WakeReason
 
 
 @dataclass
@@ -323,15 +323,15 @@ class Watch:
         if state.error is not None:
             raise state.error
         if stream_id(state.seen) > stream_id(cursor):
-            return Woken.READY
+            return WakeReason.READY
         fut: asyncio.Future[Rows | None] = asyncio.get_running_loop().create_future()
         state.waiters[fut] = cursor
         try:
             rows = await asyncio.wait_for(fut, timeout=max(timeout, 0.0))
         except TimeoutError:
-            return Woken.TIMED_OUT
+            return WakeReason.TIMED_OUT
         finally:
             state.waiters.pop(fut, None)
         if state.error is not None:
             raise state.error
-        return Handed(rows) if rows else Woken.READY
+        return Delivery(rows) if rows else WakeReason.READY

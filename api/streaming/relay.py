@@ -28,7 +28,7 @@ from redis.exceptions import RedisError
 from api.cluster.resumes import Resumes
 from api.jobs.store import JobStore
 from api.streaming.cursor import past_end
-from api.streaming.reader import Handed, StreamReader, Woken, stream_id
+from api.streaming.reader import Delivery, StreamReader, WakeReason, stream_id
 from contract import errors, keys
 from contract.entries import Rows, Started, is_terminal
 from contract.keys import JobStatus
@@ -215,9 +215,9 @@ async def follow(
                     continue
             wait = min(keepalive_s - (time.monotonic() - quiet_since), reader.look_again_in())
             wake = await watch.wait(reader.cursor, wait)
-            if isinstance(wake, Handed):
+            if isinstance(wake, Delivery):
                 reader.hand(wake.rows)
-            elif wake is Woken.READY:
+            elif wake is WakeReason.READY:
                 if not rows:  # woken, yet nothing was there: do not spin
                     await asyncio.sleep(0.05)
             elif time.monotonic() - quiet_since >= keepalive_s:

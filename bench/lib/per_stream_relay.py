@@ -18,7 +18,7 @@ from starlette.applications import Starlette
 
 import api.services
 from api.app import create_app as create_tokenspool_app
-from api.streaming.reader import Wake, Woken
+from api.streaming.reader import Wake, WakeReason
 
 
 class PerStreamReader:
@@ -58,8 +58,8 @@ class _BlockingWatch:
         try:
             got = await self._conn.xread({self._key: cursor}, count=1, block=max(int(timeout * 1000), 1))
         except RedisError:
-            return Woken.READY  # let the relay read and endpoint the outage
-        return Woken.READY if got else Woken.TIMED_OUT
+            return WakeReason.READY  # let the relay read and endpoint the outage
+        return WakeReason.READY if got else WakeReason.TIMED_OUT
 
 
 def create_app() -> Starlette:

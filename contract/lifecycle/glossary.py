@@ -231,4 +231,16 @@ WORDS = (
         "hold every write before it.",
         "api/jobs/acks.py",
     ),
+    Word(
+        "move",
+        "A named step of a job or an attempt from one state to another (claim, fence, hand off), "
+        "with the side that makes it and its Lua scripts.",
+        "contract/lifecycle/attempt.py",
+    ),
+    Word(
+        "sweep",
+        "What the reaper reads of every shard each tick, in one go: the running attempts and "
+        "the jobs pending past their grace.",
+        "api/jobs/state.py",
+    ),
 )

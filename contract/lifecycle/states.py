@@ -1,11 +1,12 @@
-"""The states of a job and of an attempt, and every move between them, as data.
+"""The states of a job, and every move between them, as data (an attempt's are in
+contract/lifecycle/attempt.py, with the types here).
 
 A job is where it waits or runs: recorded, in a queue, in a worker's inbox, running, or
-ended. An attempt is one worker's try at it, from its claim at epoch n to its end. Each move
+ended. Each move
 names the side that makes it, the Lua scripts it runs (`queues.TAKE` is
 contract/lua/queues.py's `TAKE`), the contract function that runs them where there is one,
 and the Redis keys it writes (`running` is `contract.keys.running`, `owned.ROUTED` is
-`contract.keys.owned(owner, Owned.ROUTED)`). A test checks that every name here exists.
+`contract.keys.owned(owner, OwnerIndex.ROUTED)`). A test checks that every name here exists.
 
 This module imports nothing of contract/: contract/keys.py derives `JobStatus` from it.
 """
@@ -42,7 +43,9 @@ class State:
 class Move:
     """One move, from any of `sources` (none: it creates) to one of `targets`, as its
     scripts decide. `via` is the contract function that runs them, if any. A move that
-    `stays` may also leave the state as it was (a beat while the epoch is current)."""
+    `stays` may also leave the state as it was (a beat while the epoch is current). From a
+    state in `keeps` the move is made but leaves the state as it was (an attempt fenced by
+    another thread still ends its work)."""
 
     name: str
     sources: tuple[str, ...]
@@ -53,6 +56,7 @@ class Move:
     meaning: str
     via: str = ""
     stays: bool = False
+    keeps: tuple[str, ...] = ()
 
 
 API, WORKER, REAPER = Side.API, Side.WORKER, Side.REAPER
@@ -123,33 +127,6 @@ WAITING_STATES = tuple(s.name for s in WAITS)  # all of status queued
 STATUSES = tuple(dict.fromkeys(s.status for s in JOB_STATES))  # a job hash's `status`, in order
 ENDED_STATUSES = tuple(s.status for s in JOB_STATES if s.ended)
 
-CLAIMED = State(
-    "claimed",
-    "CLAIM gave it the job's next epoch, fencing out every earlier attempt: it reads back their entries.",
-    ("job", "alive", "running"),
-    outcome="started",
-)
-GENERATING = State(
-    "running",
-    "Its Started entry is written: it generates, APPENDs its entries and BEATs until its end.",
-    ("events", "alive"),
-)
-PROVING = State(
-    "proving",
-    "It runs a suspect beside its worker's other suspects, until SUSPECT_TOKENS past where it died.",
-    ("job",),
-)
-FENCED = State("fenced", "A later epoch or an end took its job: its writes are refused.", outcome="fenced")
-HANDED_OFF = State(
-    "handed-off",
-    "It gave its job back as a continuation: its worker shuts down, or a batch line is preempted.",
-    outcome="handed-off",
-)
-DEAD = State("dead", "Its heartbeat expired or its worker's connections closed.", ("alive",))
-ENDED = State("ended", "It wrote its job's terminal entry.", ("events",), ended=True)
-
-ATTEMPT_STATES = (CLAIMED, GENERATING, PROVING, FENCED, HANDED_OFF, DEAD, ENDED)
-LIVE = ("claimed", "running", "proving")
 TAKEN_BACK = ("job", "running", "alive", "pending", "rq_job", "wake", "STATS")  # ABANDON, then enqueue
 
 JOB_MOVES = (
@@ -301,93 +278,6 @@ JOB_MOVES = (
         ("jobs.ABANDON",),
         TAKEN_BACK,
         "Give the job back uncharged: the worker shuts down, or preempts a batch line.",
-        "queueing.abandon",
-    ),
-)
-
-ATTEMPT_MOVES = (
-    Move(
-        "claim",
-        (),
-        ("claimed",),
-        WORKER,
-        ("attempts.CLAIM",),
-        ("job", "alive", "running", "pending"),
-        "Bump the epoch, count the attempt, mark the job running. A retried claim gets the same one.",
-    ),
-    Move(
-        "start",
-        ("claimed",),
-        ("running", "proving"),
-        WORKER,
-        ("attempts.APPEND",),
-        ("events", "job"),
-        "Once a replica holds the claim, write the Started entry (a suspect's attempt then proves).",
-    ),
-    Move(
-        "beat",
-        LIVE,
-        ("fenced",),
-        WORKER,
-        ("attempts.BEAT",),
-        ("alive",),
-        "Keep the attempt alive while its epoch is current: a 0 says it was fenced out.",
-        stays=True,
-    ),
-    Move(
-        "clear",
-        ("proving",),
-        ("running",),
-        WORKER,
-        ("attempts.CLEAR_SUSPECT",),
-        ("job",),
-        "A suspect gone SUSPECT_TOKENS on is nobody's suspect: its charges, stalls and group go.",
-    ),
-    Move(
-        "end",
-        ("running", "proving"),
-        ("ended",),
-        WORKER,
-        ("attempts.APPEND", "attempts.FAIL"),
-        ("events", "job", "running", "alive"),
-        "Write the terminal entry: stop, length, tool calls, cancelled, or a failure.",
-    ),
-    Move(
-        "fence",
-        LIVE,
-        ("fenced",),
-        WORKER,
-        ("attempts.APPEND", "attempts.BEAT"),
-        (),
-        "Its write or beat is refused: a CLAIM, an ABANDON or an END moved the epoch on.",
-    ),
-    Move(
-        "hand off",
-        LIVE,
-        ("handed-off",),
-        WORKER,
-        ("jobs.ABANDON",),
-        TAKEN_BACK,
-        "Write what it generated, then give the job back (shutdown, preemption, a rollback).",
-        "queueing.abandon",
-    ),
-    Move(
-        "die",
-        LIVE,
-        ("dead",),
-        REAPER,
-        ("jobs.INDEXES",),
-        (),
-        "The reaper finds its alive key expired, or its worker's named connections gone.",
-    ),
-    Move(
-        "reap",
-        ("dead",),
-        ("fenced",),
-        REAPER,
-        ("jobs.ABANDON",),
-        TAKEN_BACK,
-        "The reaper moves the epoch on and requeues the job. A frozen worker learns it at its next write.",
         "queueing.abandon",
     ),
 )

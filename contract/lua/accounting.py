@@ -167,10 +167,10 @@ def charge_keys(owner: str) -> list[str]:
     """The owner's charges, as every script here takes them (after its own keys): sizes,
     expiry, held, files."""
     return [
-        keys.owned(owner, keys.Owned.FILE_SIZES),
-        keys.owned(owner, keys.Owned.FILE_EXPIRY),
-        keys.owned(owner, keys.Owned.FILE_HELD),
-        keys.owned(owner, keys.Owned.FILES),
+        keys.owned(owner, keys.OwnerIndex.FILE_SIZES),
+        keys.owned(owner, keys.OwnerIndex.FILE_EXPIRY),
+        keys.owned(owner, keys.OwnerIndex.FILE_HELD),
+        keys.owned(owner, keys.OwnerIndex.FILES),
     ]
 
 

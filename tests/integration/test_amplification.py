@@ -56,7 +56,7 @@ class Stack:
 
     def held(self, key: str) -> int:
         """What the key is charged for keeping (contract/lua/accounting.py)."""
-        return int(self.r.get(keys.owned(digest(key)[:32], keys.Owned.FILE_HELD)) or 0)
+        return int(self.r.get(keys.owned(digest(key)[:32], keys.OwnerIndex.FILE_HELD)) or 0)
 
 
 @dataclass(frozen=True)

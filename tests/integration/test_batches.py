@@ -383,7 +383,7 @@ def test_concurrent_batch_creates_cannot_overshoot_max_batches_per_key(pool, tmp
             sdk.batches.cancel(batch_id)
         for batch_id in created:
             wait(sdk, batch_id, ("cancelled",))
-        assert pool.r.zcard(keys.owned(digest("theta")[:32], keys.Owned.RUNNING_BATCHES)) == 0
+        assert pool.r.zcard(keys.owned(digest("theta")[:32], keys.OwnerIndex.RUNNING_BATCHES)) == 0
         again = sdk.batches.create(
             input_file_id=f.id, endpoint="/v1/chat/completions", completion_window="24h"
         )

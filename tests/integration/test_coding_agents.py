@@ -8,12 +8,15 @@ at most), so the turns run on the synthetic engine (worker/engine/synthetic.py) 
 context: each CLI's whole default request goes through the API, the queue, a worker's
 runner and publisher and the stream relay unchanged, and its deterministic answer (" w0 w1
 ... w39") shows whether the CLI printed all of it, once. What the default model does with
-a request larger than its context is the last test."""
+a request larger than its context is the last test. A third worker serves a model whose jobs
+call the shell tool a CLI offers once a user turn (`SYNTHETIC_TOOL_CALLS`): each CLI runs the
+tool and sends its result back, and the answer after it is printed."""
 
 from __future__ import annotations
 
 import signal
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +33,7 @@ from tests.integration.conftest import MODEL
 pytestmark = pytest.mark.integration
 
 AGENT_MODEL = "synthetic-agent"
+TOOL_MODEL = "synthetic-agent-tools"  # its jobs call the shell tool first
 WORDS = 40
 ANSWER = " ".join(f"w{n}" for n in range(WORDS))
 HEADERS = {"x-api-key": agents.KEY}
@@ -71,9 +75,12 @@ def pool(tmp_path_factory) -> Iterator[Pool]:
         logs, url, env={"API_KEYS": agents.KEY, "KEEPALIVE_SECONDS": "0.5", "REAPER_INTERVAL_SECONDS": "0.2"}
     )
     workers = {name: start_worker(logs, url, name=name, env=SYNTHETIC) for name in ("a1", "a2")}
+    tools = {**SYNTHETIC, "MODEL_NAME": TOOL_MODEL, "SYNTHETIC_TOOL_CALLS": "1", "SYNTHETIC_RATE": "0"}
+    workers["t1"] = start_worker(logs, url, name="t1", env=tools)
     pool = Pool(base, redis.Redis.from_url(url), logs, url, workers)
     try:
         wait_for_model(base, AGENT_MODEL, procs=(api, *workers.values()), headers=HEADERS)
+        wait_for_model(base, TOOL_MODEL, procs=(api, *workers.values()), headers=HEADERS)
         yield pool
     finally:
         for p in (*pool.workers.values(), api, redis_proc):
@@ -139,6 +146,23 @@ def test_a_worker_killed_mid_answer_leaves_the_turn_complete(pool, agent, tmp_pa
     pool.replace(victim)
 
 
+@pytest.mark.parametrize("agent", agents.AGENTS)
+def test_a_tool_round_trip_runs_the_tool_and_prints_the_answer_after_it(pool, agent, tmp_path):
+    """The model calls the CLI's own shell tool (its name and schema as the CLI sent them), the
+    CLI runs it in its project folder and sends the result back, and prints the answer."""
+    before = job_ids(pool.r)
+    t = agents.turn(agent, pool.base, TOOL_MODEL, tmp_path, "Write the file.", tools=True)
+    done = agents.run(t)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert (t.cwd / "tool-ran.txt").read_text().strip() == "tokenspool-tool-ran", done.stdout
+    assert done.stdout.count(ANSWER) == 1, done.stdout
+    made = jobs(pool.r, job_ids(pool.r) - before)
+    ends = [j.end.finish_reason for j in made.values() if isinstance(j.end, entries.Finished)]
+    assert ends.count("tool_calls") == 1 and "stop" in ends, made
+    called = next(j for j in made.values() if j.end.finish_reason == "tool_calls")
+    assert called.prompt_tokens > WHOLE  # the CLI's whole default request, its tools included
+
+
 def _holder_mid_answer(pool: Pool, before: set[str], cli) -> str:
     """The name of the worker running the turn's main job once 5 of its words are out."""
     deadline = time.monotonic() + 60
@@ -171,3 +195,36 @@ def test_opencodes_default_prompt_is_longer_than_the_default_model_reads(tmp_pat
     assert done.returncode == 1, done.stdout + done.stderr
     shown = done.stdout + done.stderr
     assert "context_length_exceeded" in shown and "maximum context length is 4096 tokens" in shown, shown
+
+
+def test_a_claude_code_session_s_next_turn_reads_only_its_new_tokens(tmp_path):
+    """Claude Code trimmed by its own flags (`--bare`, a short system prompt, no tools) on the
+    default model, one slot: the session's next turn (`--resume`) finds its first turn, prompt
+    and most of the answer (re-tokenized, the answer's text may split otherwise), in the slot's
+    cache, and reads only the rest. The tiny model samples (Claude Code sends no temperature)
+    and may overrun CLAUDE_CODE_MAX_OUTPUT_TOKENS, which Claude Code then reports as an error
+    after asking for more: the turn's exit status is not the point here, its requests are."""
+    redis_proc, url = start_redis(tmp_path)
+    api, base = start_api(tmp_path, url, env={"API_KEYS": agents.KEY})
+    worker = start_worker(tmp_path, url, env={"SLOTS": "1"})
+    r = redis.Redis.from_url(url)
+    session = str(uuid.uuid4())
+    trimmed = ["--bare", "--system-prompt", "You are a terse assistant.", "--tools", ""]
+    turns = []
+    try:
+        wait_for_model(base, MODEL, procs=(api, worker), headers=HEADERS)
+        for flags, prompt in ((["--session-id", session], "Say hi."), (["--resume", session], "Say bye.")):
+            before = job_ids(r)
+            t = agents.turn("claude", base, MODEL, tmp_path, prompt, flags=[*trimmed, *flags])
+            t.env["CLAUDE_CODE_MAX_OUTPUT_TOKENS"] = "64"  # a bound on each answer's time
+            done = agents.run(t, timeout=240)
+            made = jobs(r, job_ids(r) - before)
+            assert made, done.stdout + done.stderr
+            turns.append(min(made.values(), key=lambda j: j.prompt_tokens))  # the turn's own request
+    finally:
+        for p in (worker, api, redis_proc):
+            p.stop()
+    first, second = turns
+    assert isinstance(second.end, entries.Finished)
+    assert second.end.cached_tokens >= first.prompt_tokens, (first, second)
+    assert second.prompt_tokens - second.end.cached_tokens < first.prompt_tokens

@@ -4,10 +4,12 @@ to load, the same runner and publisher), the API on its internal port, and Prome
 infra/prometheus/rules.yaml. Every rule's and panel's query evaluates without error and names
 only metrics the stack declares (a labelled metric with no samples yet still declares itself,
 in Prometheus's metadata), every metric it declares is on a dashboard, every rule evaluates,
-and the queued-work alert goes pending for a known model with no worker."""
+the queued-work alert goes pending for a known model with no worker, and each key's budget use
+and refusals are series of its key id (the keys past METRICS_KEYS as one `other`)."""
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,6 +38,11 @@ SERVED = "synthetic-a"
 COLD = "synthetic-cold"  # KNOWN_MODELS: in /metrics with no worker
 MAXMEMORY = 256 * 1024 * 1024
 SUFFIXES = {"histogram": ("_bucket", "_sum", "_count"), "summary": ("_sum", "_count")}
+# the other tests' key, this module's last test's own (tiers and a token budget), and one past
+# METRICS_KEYS=2 (`other`)
+TENANT, OWN, SECOND = "sk-prometheus-tenant", "sk-prometheus-own-a", "sk-prometheus-other-b"
+KEYS = f"{TENANT},{OWN} tiers=default tokens_per_minute=90000,{SECOND}"
+AUTH = {"Authorization": f"Bearer {TENANT}"}
 
 
 @dataclass
@@ -78,12 +85,18 @@ def monitored(tmp_path_factory) -> Iterator[Monitored]:
         api, base = start_api(
             logs,
             url,
-            env={"INTERNAL_PORT": str(internal), "INTERNAL_HOST": "127.0.0.1", "KNOWN_MODELS": COLD},
+            env={
+                "INTERNAL_PORT": str(internal),
+                "INTERNAL_HOST": "127.0.0.1",
+                "KNOWN_MODELS": COLD,
+                "API_KEYS": KEYS,
+                "METRICS_KEYS": "2",
+            },
         )
         procs.append(api)
         env = {"ENGINE": "synthetic", "MODEL_NAME": SERVED, "SYNTHETIC_TOKENS": "8", "SYNTHETIC_RATE": "0"}
         procs.append(start_worker(logs, url, env=env))
-        wait_for_model(base, SERVED, procs=tuple(procs))
+        wait_for_model(base, SERVED, procs=tuple(procs), headers=AUTH)
 
         config = {
             "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
@@ -122,7 +135,8 @@ def _scraped(m: Monitored) -> bool:
 
 
 def test_every_query_evaluates_and_names_only_declared_metrics(monitored):
-    with httpx.Client(base_url=monitored.base, timeout=30) as c:  # a stream: latencies get samples
+    # a stream: latencies get samples
+    with httpx.Client(base_url=monitored.base, timeout=30, headers=AUTH) as c:
         body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "stream": True}
         assert c.post("/v1/chat/completions", json=body).status_code == 200
     families = monitored.declared()
@@ -175,7 +189,7 @@ def test_redis_memory_is_read_against_its_maxmemory(monitored):
 
 
 def test_work_queued_for_a_model_without_workers_makes_its_alert_pending(monitored):
-    with httpx.Client(base_url=monitored.base, timeout=30) as c:
+    with httpx.Client(base_url=monitored.base, timeout=30, headers=AUTH) as c:
         body = {"model": COLD, "messages": [{"role": "user", "content": "hi"}], "background": True}
         assert c.post("/v1/chat/completions", json=body).status_code == 202
 
@@ -196,3 +210,44 @@ def test_work_queued_for_a_model_without_workers_makes_its_alert_pending(monitor
         for a in alerts
         if a["labels"]["alertname"] == "TokenspoolQueuedWithoutWorkers"
     } == {COLD}
+
+
+def test_each_key_s_budget_use_and_refusals_are_series_of_its_key_id(monitored):
+    """Per-tenant figures by key id, never the key: the first METRICS_KEYS keys' own, the rest
+    summed as `other`, in Prometheus as scraped."""
+    ours = hashlib.sha256(OWN.encode()).hexdigest()[:12]
+    own = {"Authorization": f"Bearer {OWN}"}
+    if time.time() % 60 > 45:  # the budgets turn with the minute: stay inside one
+        time.sleep(61 - time.time() % 60)
+    body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 4}
+    with httpx.Client(base_url=monitored.base, timeout=30) as c:
+        assert c.post("/v1/chat/completions", json=body, headers=own).status_code == 200
+        second = {"Authorization": f"Bearer {SECOND}"}
+        assert c.post("/v1/chat/completions", json=body, headers=second).status_code == 200
+        refused = c.post("/v1/chat/completions", json={**body, "service_tier": "priority"}, headers=own)
+        assert refused.status_code == 403 and refused.json()["error"]["code"] == "tier_not_allowed"
+
+    def value(query: str) -> float | None:
+        result = monitored.api("/api/v1/query", query=query)["result"]
+        return float(result[0]["value"][1]) if result else None
+
+    def figures() -> tuple:
+        return (
+            value(f'max_over_time(tokenspool_key_budget_used{{key="{ours}",budget="requests"}}[1m])'),
+            value(f'max_over_time(tokenspool_key_budget_used{{key="{ours}",budget="tokens"}}[1m])'),
+            value('max_over_time(tokenspool_key_budget_used{key="other",budget="requests"}[1m])'),
+            value(f'tokenspool_key_requests_rejected_total{{key="{ours}",reason="tier_not_allowed"}}'),
+        )
+
+    deadline = time.monotonic() + 20
+    while None in (got := figures()):
+        assert time.monotonic() < deadline, got
+        time.sleep(0.5)
+    requests, tokens, other, rejected = got
+    assert requests == 1 and other == 1  # a job each: the refused request was never admitted
+    assert tokens > 0 and rejected == 1
+    assert value(f'tokenspool_key_budget_limit{{key="{ours}",budget="tokens"}}') == 90000
+    assert value(f'tokenspool_key_budget_limit{{key="{ours}",budget="requests"}}') == 600  # the default
+    keys = {s["key"] for s in monitored.api("/api/v1/series", **{"match[]": "tokenspool_key_budget_used"})}
+    tenant = hashlib.sha256(TENANT.encode()).hexdigest()[:12]
+    assert keys == {tenant, ours, "other"}  # no key in clear, nothing past METRICS_KEYS of its own

@@ -99,9 +99,19 @@ class Pool:
 
 @pytest.fixture
 def pool(tmp_path) -> Iterator[Pool]:
+    yield from _pool(tmp_path, WORKER_ENV)
+
+
+@pytest.fixture
+def one_slot_pool(tmp_path) -> Iterator[Pool]:
+    """Two workers of one slot each: a holder is full whenever it runs a job."""
+    yield from _pool(tmp_path, {**WORKER_ENV, "SLOTS": "1"})
+
+
+def _pool(tmp_path, worker_env: dict[str, str]) -> Iterator[Pool]:
     redis_proc, url = start_redis(tmp_path)
     api, base = start_api(tmp_path, url, env=API_ENV)
-    workers = {name: start_worker(tmp_path, url, name=name, env=WORKER_ENV) for name in ("wa", "wb")}
+    workers = {name: start_worker(tmp_path, url, name=name, env=worker_env) for name in ("wa", "wb")}
     try:
         wait_for_model(base, MODEL, procs=(api, *workers.values()))
         deadline = time.monotonic() + 30
@@ -154,6 +164,22 @@ def test_an_agent_s_next_turn_sent_the_moment_the_answer_ends_goes_to_its_holder
         assert holder_knew(holder), f"conversation {i}"
         follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
         assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
+
+
+def test_a_next_turn_sent_at_once_finds_its_holder_s_slot_free(one_slot_pool):
+    """A job that has ended is no longer counted in its worker's load, even while its thread
+    publishes the end. It was counted until the next announcement (seconds), so the router
+    found the holder full and the other worker free, and sent the next turn there to read
+    its conversation again (issue 76: the first follow-ups after the openings, 16 s each)."""
+    pool = one_slot_pool
+    for i in range(3):
+        messages = conversation(i)
+        first, holder_knew = pool.stream(messages)
+        holder = pool.worker_of(first["id"])
+        assert holder_knew(holder), f"conversation {i}"
+        follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
+        assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
+        assert follow["usage"]["prompt_tokens_details"]["cached_tokens"] > 300, f"conversation {i}"
 
 
 def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worker(pool):

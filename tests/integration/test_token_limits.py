@@ -46,7 +46,7 @@ class Pool:
         return int(self.r.get(keys.tokens_per_minute(owner(key), minute)) or 0)
 
     def reserved(self, key: str) -> dict:
-        return self.r.hgetall(keys.owned(owner(key), keys.Owned.RESERVED_TOKENS))
+        return self.r.hgetall(keys.owned(owner(key), keys.OwnerIndex.RESERVED_TOKENS))
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +154,7 @@ def test_what_a_job_used_beyond_its_reservation_is_charged_to_the_minute_it_ends
     """SETTLE on the real server: a job admitted in one minute and ended in the next is charged
     its excess there (it was charged to no minute at all)."""
     who = owner(ERIN) + "-settle"
-    reserved, tokens = keys.owned(who, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute
+    reserved, tokens = keys.owned(who, keys.OwnerIndex.RESERVED_TOKENS), keys.tokens_per_minute
     admit = pool.r.register_script(accounting.ADMIT)
     verdict = admit(
         keys=[reserved, reserved, reserved, reserved, tokens(who, 100), reserved],

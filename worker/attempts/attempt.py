@@ -1,9 +1,10 @@
 """Taking a job: claiming an attempt (which fences out every earlier one), reading back what
 earlier attempts published, and ending a job that no attempt of ours holds.
 
-An `Attempt` is one worker's hold on one job. What the publisher and the heartbeat learn
-about it comes back through its flags: `fenced` (another attempt, or an END, took over),
-`cancelled` (a cancel is due), `error` (a write failed for good); its next call raises it.
+An `Attempt` is one worker's hold on one job. It carries one state of
+contract/lifecycle/attempt.py, moved by name (`move`). What the publisher and the heartbeat
+learn about it moves it too: `fence` (another attempt, or an END, took over), `cancel` (a
+cancel is due); `error` (a write failed for good) stays apart. Its next call raises either.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from contract import entries, keys
 from contract.entries import Delta, Entry, Failed, Finished, Started
+from contract.lifecycle import attempt as life
 from contract.lua import attempts, jobs, library
 from contract.servers import is_sentinel
 from worker.attempts import tracing
@@ -41,23 +43,31 @@ class RolledBack(Exception):
 
 @dataclass(eq=False)  # one attempt is one object: hashed by identity
 class Attempt:
+    """One worker's attempt at one job. Its `state` moves by name (`move`), from the job
+    thread, the publisher's writer and the heartbeat; the flags read from the moves made.
+
+    Some facts outlive the state that set them, as the flags they replace did:
+    - `ended` holds once its terminal entry is written, even if a beat then fences it;
+    - `cancelled` and `preempted` hold once asked: both may be (a preempted batch line whose
+      batch is cancelled), the state then says `stopping`, the text path ends it cancelled
+      and an embedding gives it back first (worker/attempts/embedding.py);
+    - `suspect` is where the job came from, not a state: it holds from the claim until the
+      move `clear`, through `claimed`, `stopping` or an end (the runner counts it till then).
+    """
+
     job_id: str
     epoch: int
-    cancelled: bool = False
-    fenced: bool = False
     progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
     published: int = 0  # tokens this attempt wrote
     written: int = 0  # entries this attempt wrote (APPEND numbers them: a retry skips these)
-    suspect: bool = False  # the job came from its model's suspect queue
+    from_suspects: bool = False  # the job came from its model's suspect queue
     group: int = 0  # a suspect: the most suspects it may step with (0: any; JobField.GROUP)
     prior: int = 0  # tokens earlier attempts generated (this one read them again)
     generated: int = 0  # tokens this attempt has generated (published or not yet)
-    preempted: bool = False  # give the job back at the next token (a batch line making room)
     error: Exception | None = None  # a write failed for good: raised by the next call
     token: str = ""  # the claim's token, worker and heartbeat window (`attempts.Claim`)
     worker: str = ""
     window_ms: int = 0
-    ended: bool = False  # its terminal entry is written
     owner: str = ""  # the key that sent the job (an embed job's, once read: JobField.OWNER)
     # What this attempt wrote that a failover could still take back (not yet on a replica):
     # (its number in the attempt, its stream id, the entry), oldest first. The publisher adds
@@ -67,6 +77,54 @@ class Attempt:
     newest: tuple[int, int] = (0, 0)  # the newest id of the job's stream this attempt knows
     trace: AttemptTrace | Off = tracing.OFF  # its span (worker/attempts/tracing.py), set at the claim
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+    _state: str = field(default=life.CLAIMED.name, init=False)
+    _made: tuple[str, ...] = field(default=("claim",), init=False)  # its moves, oldest first
+    _moving: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    def move(self, name: str) -> str:
+        """Make the move `name` (contract/lifecycle/attempt.py), returning the new state;
+        IllegalMove if the state does not allow it. A start goes to `proving` for a suspect.
+        A move that leaves the state as it was is recorded once (a heartbeat fences at each beat)."""
+        with self._moving:
+            to = ("proving" if self.suspect else "running") if name == "start" else ""
+            before, self._state = self._state, life.after(self._state, name, to)
+            if self._state != before or name not in self._made:
+                self._made += (name,)
+            return self._state
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @property
+    def made(self) -> tuple[str, ...]:
+        """The moves it has made, oldest first."""
+        return self._made
+
+    @property
+    def fenced(self) -> bool:
+        """Another attempt, or an end, took its job: it may not write to it any more."""
+        return self._state == life.FENCED.name
+
+    @property
+    def cancelled(self) -> bool:
+        """A cancel is due: it ends with Finished(cancelled) at its next token."""
+        return "cancel" in self._made
+
+    @property
+    def preempted(self) -> bool:
+        """It gives its job back at its next token (a batch line making room)."""
+        return "preempt" in self._made
+
+    @property
+    def ended(self) -> bool:
+        """Its terminal entry is written."""
+        return "end" in self._made
+
+    @property
+    def suspect(self) -> bool:
+        """A suspect not yet cleared: the job came from its model's suspect queue."""
+        return self.from_suspects and "clear" not in self._made
 
     @property
     def resumed(self) -> bool:
@@ -165,16 +223,18 @@ class Claims:
             raise NotRecorded(job_id)
         if epoch <= 0:  # gone, ended, late; or -3: a live attempt runs it
             raise JobGone(job_id)
-        return Attempt(
+        attempt = Attempt(
             job_id,
             int(epoch),
-            cancelled=bool(cancel),
-            suspect=bool(suspect),
+            from_suspects=bool(suspect),
             group=int(group),
             token=token,
             worker=link.worker,
             window_ms=self._window_ms,
         )
+        if cancel:
+            attempt.move("cancel")
+        return attempt
 
     def replicated(
         self, attempt: Attempt, replicas: int, wait_ms: int, ask_sentinels: bool = False

@@ -65,6 +65,7 @@ def run(
     tokens = sum(map(len, inputs))
     settle_claim(attempt)
     pub.started(attempt, tokens, after=progress.last_id)
+    attempt.move("start")
     asked = 0.0
 
     def cancelled() -> bool:
@@ -72,7 +73,8 @@ def run(
         if attempt.cancelled or time.monotonic() - asked < CANCEL_POLL_S:
             return attempt.cancelled
         asked = time.monotonic()
-        attempt.cancelled = claims.cancel_due(spec.id)
+        if claims.cancel_due(spec.id):
+            attempt.move("cancel")
         return attempt.cancelled
 
     def why_stop() -> str | None:

@@ -74,4 +74,4 @@ class Heartbeat:
                 log.warning("%s: a failover lost attempt %d's claim; claiming", a.job_id, a.epoch)
                 self.rolled_back(a)
             elif not current:
-                a.fenced = True
+                a.move("fence")

@@ -239,7 +239,7 @@ class Publisher:
                     elif isinstance(result, redis.ResponseError):
                         message = str(result)
                         if message.startswith(attempts.FENCED):
-                            attempt.fenced = True
+                            attempt.move("fence")
                         elif message.startswith(attempts.BEHIND):
                             lost_from = int(message.split()[1])
                             log.warning(
@@ -318,7 +318,8 @@ class _Group:
         """APPEND wrote (or had written) every entry: record the new ones with their ids
         (`holding`: until worker/attempts/durability.py finds them safe)."""
         attempt = self.attempt
-        attempt.cancelled = attempt.cancelled or bool(result[0])
+        if result[0] and not attempt.cancelled:
+            attempt.move("cancel")
         ids = [x.decode() if isinstance(x, bytes) else str(x) for x in result[1:]]
         again = len(self.again or [])
         base = self.first + again
@@ -329,7 +330,8 @@ class _Group:
         attempt.published += sum(len(e.token_ids) for e in self.new if isinstance(e, Delta))
         if attempt.published and not before:
             attempt.trace.first_written()
-        attempt.ended = attempt.ended or any(jobs.final_status(e) for e in self.new)
+        if not attempt.ended and any(jobs.final_status(e) for e in self.new):
+            attempt.move("end")
         if ids:
             attempt.saw(ids[-1])
         self.again, self.new, self.ids = None, [], None

@@ -24,7 +24,7 @@ from contract import errors, keys, queueing, tiers
 from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
-from contract.lifecycle import states
+from contract.lifecycle import attempt as life
 from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
 from worker.attempts import embedding, tracing
@@ -82,9 +82,9 @@ class Engine(Protocol):
 
 class Outcome(StrEnum):
     """How a job function call or an attempt ended (logged; RQ keeps no result). Those that
-    are attempt states take their word from contract/lifecycle/states.py."""
+    are attempt states take their word from contract/lifecycle/attempt.py."""
 
-    STARTED = states.CLAIMED.outcome  # claimed: the attempt runs on its own thread
+    STARTED = life.CLAIMED.outcome  # claimed: the attempt runs on its own thread
     SKIPPED = "skipped"  # ended, cancelled or late before it started
     REFUSED = "refused"  # not a job the API recorded (a planted or malformed spec): not run
     WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
@@ -94,13 +94,15 @@ class Outcome(StrEnum):
     TOOL_CALLS = TOOL_CALLS
     REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
     DEADLINE = "deadline_exceeded"
-    FENCED = states.FENCED.outcome  # another attempt took over
+    FENCED = life.FENCED.outcome  # another attempt took over
     STORAGE_FULL = "storage_full"  # Redis refused its entries for memory: ended so, not requeued
-    HANDED_OFF = states.HANDED_OFF.outcome  # given back at shutdown
+    HANDED_OFF = life.HANDED_OFF.outcome  # given back at shutdown
 
 
 @dataclass(frozen=True)
-class Claimed:
+class JobAttempt:
+    """A job this worker claimed: its spec, and the attempt at it."""
+
     spec: JobSpec
     attempt: Attempt
 
@@ -129,7 +131,7 @@ class AttemptRules:
         self._suspect_cleared = suspect_cleared  # the runner's count of running suspects
         self.shutdown_at: float | None = None  # SIGTERM: attempts past it hand their jobs off
 
-    def claim(self, raw_spec: dict, rq_job_id: str) -> Claimed | Outcome:
+    def claim(self, raw_spec: dict, rq_job_id: str) -> JobAttempt | Outcome:
         """Check the job and claim it; or why it does not run here. Only a spec the API
         recorded for the job that the RQ job id names is run."""
         try:
@@ -164,7 +166,7 @@ class AttemptRules:
                     only_if_status=JobStatus.QUEUED,
                 )
             raise
-        return Claimed(spec, attempt)
+        return JobAttempt(spec, attempt)
 
     def run(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         """Run the claimed attempt to its end: finished, failed, fenced or handed off."""
@@ -221,6 +223,7 @@ class AttemptRules:
         prompt_tokens = progress.prompt_tokens or len(prompt)
         self._settle_claim(attempt)
         pub.started(attempt, prompt_tokens, after=progress.last_id, cleared=cleared)
+        attempt.move("start")
         generated = attempt.prior = len(prior)
         if prior:
             log.info("resuming %s after %d tokens (attempt epoch %d)", spec.id, generated, attempt.epoch)
@@ -344,7 +347,7 @@ class AttemptRules:
             late = time.monotonic() >= deadline  # then ask the sentinels before running anyway
             current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS, late)
             if current == 0:
-                attempt.fenced = True
+                attempt.move("fence")
                 attempt.check()
             if not primary:  # replaced while its connection still reached it: its acks say nothing
                 log.warning("%s: the sentinels have named a new primary; claiming there", attempt.job_id)
@@ -380,6 +383,7 @@ class AttemptRules:
         need not redo it."""
         with contextlib.suppress(Fenced, RolledBack, redis.RedisError):
             self.publisher.flush(attempt)
+        attempt.move("hand off")
         try:
             link = self.link
             outcome = queueing.abandon(

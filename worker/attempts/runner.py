@@ -23,7 +23,7 @@ from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.proofs import ProofTurns
 from worker.attempts.publisher import Publisher
-from worker.attempts.rules import AttemptRules, Claimed, Engine, Outcome
+from worker.attempts.rules import AttemptRules, Engine, JobAttempt, Outcome
 from worker.attempts.slots import Slots
 from worker.redis.link import Link
 
@@ -83,7 +83,7 @@ class JobRunner:
         self._shutdown_grace = shutdown_grace_s
         self._free = Slots(slots, guest)  # guest: an embedding worker's (worker/attempts/slots.py)
         self._free.owners = self._owners
-        self._threads: dict[threading.Thread, Claimed] = {}
+        self._threads: dict[threading.Thread, JobAttempt] = {}
         self._suspects: set[Attempt] = set()  # running attempts at suspects not yet cleared
         self._proofs = ProofTurns()  # when the next group of suspects may start proving
         self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
@@ -158,7 +158,7 @@ class JobRunner:
             if not lines:
                 return None
             victim = min(lines, key=lambda a: (a.generated == 0, a.prior + a.generated))
-            victim.preempted = True
+            victim.move("preempt")
             return victim.job_id
 
     def idle_for(self) -> float:
@@ -191,7 +191,7 @@ class JobRunner:
         except BaseException:
             self._free.release()
             raise
-        if not isinstance(claimed, Claimed):
+        if not isinstance(claimed, JobAttempt):
             self._free.release()
             return claimed
         attempt = claimed.attempt  # its span opens with the claim (worker/attempts/tracing.py)
@@ -209,7 +209,7 @@ class JobRunner:
         thread.start()
         return Outcome.STARTED
 
-    def _in_thread(self, claimed: Claimed) -> None:
+    def _in_thread(self, claimed: JobAttempt) -> None:
         logs.set_job(claimed.spec.id)
         attempt, outcome = claimed.attempt, "failed"
         try:
@@ -235,7 +235,7 @@ class JobRunner:
         so a dead batch's jobs are read again side by side rather than one after another."""
         with self._lock:
             self._discard_suspect(attempt)
-            attempt.suspect = False
+            attempt.move("clear")
         self.queue_opened()
 
     def _discard_suspect(self, attempt: Attempt) -> None:

@@ -5,6 +5,11 @@ job runner, publisher and stream contract as the real engine; only the token sou
 Tokens are deterministic (the n-th token of every completion is " w<n>"), so a resumed job
 continues exactly where it stopped and tests can check the text.
 
+With `SYNTHETIC_TOOL_CALLS=1` a job offered a shell tool (a coding agent's `Bash`, `shell`,
+`exec_command`) first calls it, once per user turn, with `SCRIPTED_COMMAND` in Hermes tags; the
+job after the tool's result answers with the words. So an agent's whole tool round trip runs
+through the real worker, queue and API on any request size, deterministically.
+
 It cannot be enabled by accident: it needs `ENGINE=synthetic`, it serves only model names
 that start with `synthetic` (so it never takes a real model's jobs), and it says so loudly in
 the log at start and on every job.
@@ -12,6 +17,7 @@ the log at start and on every job.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 import zlib
@@ -23,6 +29,7 @@ from worker.engine.steps.picks import Pick
 from worker.errors import PromptTooLong
 from worker.text.replies import PlainReply, Reply
 from worker.tools import clearing
+from worker.tools.hermes import HermesTools
 
 log = logging.getLogger(__name__)
 
@@ -30,6 +37,9 @@ NAME_PREFIX = "synthetic"
 EOS = 0
 _FIRST_WORD_ID = 1_000
 _MIN_SLEEP_S = 0.001  # a sleep per token would cost more than the token at thousands/s
+_FIRST_CHAR_ID = 2_000_000  # a scripted call's characters: this plus the code point
+SCRIPTED_COMMAND = "echo tokenspool-tool-ran > tool-ran.txt"
+SHELLS = ("bash", "shell", "exec_command", "shell_command", "run_command")  # tool names, lowercased
 
 
 DEFAULT_SLOTS = 8  # no memory to size it by (worker/engine/sizing.py): load tests set SLOTS
@@ -44,6 +54,7 @@ class SyntheticEngine:
         rate: float,
         slots: int | None = None,
         load_s: float = 0.0,
+        tool_calls: bool = False,
     ) -> None:
         if not model_name.startswith(NAME_PREFIX):
             raise SystemExit(
@@ -55,6 +66,7 @@ class SyntheticEngine:
         self.slots = slots or DEFAULT_SLOTS
         self.tokens_per_job = tokens_per_job
         self.rate = rate  # tokens per second per job; 0 = as fast as the publish path allows
+        self.tool_calls = tool_calls  # a shell tool offered is called once a user turn
         self.placement = None  # no model: nothing placed anywhere
         self.held = None  # no KV cache: no prefix held
         self.prompt_overhead = None  # no template: the API reserves its most for one
@@ -103,10 +115,26 @@ class SyntheticEngine:
         return BatchCounters()
 
     def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
-        return PlainReply()
+        return HermesTools().reply(spec) if self._call(spec) else PlainReply()
 
     def piece(self, token: int) -> bytes:
+        if token >= _FIRST_CHAR_ID:
+            return chr(token - _FIRST_CHAR_ID).encode()
         return f" w{token - _FIRST_WORD_ID}".encode() if token >= _FIRST_WORD_ID else b""
+
+    def _call(self, spec: JobSpec) -> str | None:
+        """The scripted call's text, if this job makes one: a shell tool is offered and the
+        conversation's last user turn has had no tool result yet."""
+        if not (self.tool_calls and spec.uses_tools and spec.kind == "chat"):
+            return None
+        last_user = max((i for i, m in enumerate(spec.messages) if m.role == "user"), default=-1)
+        if any(m.role == "tool" for m in spec.messages[last_user + 1 :]):
+            return None
+        shell = next((t for t in spec.tools if t.freeform is None and t.name.lower() in SHELLS), None)
+        if shell is None:
+            return None
+        arguments = _arguments(shell.parameters)
+        return f"<tool_call>{json.dumps({'name': shell.name, 'arguments': arguments})}</tool_call>"
 
     def tokens(
         self,
@@ -123,6 +151,11 @@ class SyntheticEngine:
         `ignore_eos`, words until the caller stops at max_tokens)."""
         log.warning("SYNTHETIC ENGINE answering %s", spec.id)
         position = len(prior)
+        if (call := self._call(spec)) is not None:  # a resumed call goes on from its character
+            for ch in call[position:]:
+                yield Pick(_FIRST_CHAR_ID + ord(ch)), ch.encode()
+            yield Pick(EOS), b""
+            return
         wanted = self.n_ctx if spec.ignore_eos else self.tokens_per_job  # no end: until max_tokens
         last = min(wanted, self.n_ctx - len(prompt))  # the window's end
         start = time.monotonic()
@@ -134,6 +167,21 @@ class SyntheticEngine:
             yield Pick(_FIRST_WORD_ID + pos), f" w{pos}".encode()
         if last == wanted and not spec.ignore_eos:
             yield Pick(EOS), b""
+
+
+def _arguments(schema: dict) -> dict:
+    """Arguments a shell tool's schema takes: the command where it names one (a string, or an
+    argv as Codex's `shell` takes it), plain values for its other required properties."""
+    properties = schema.get("properties", {})
+    out: dict = {}
+    for name, prop in properties.items():
+        kind = prop.get("type", "string")
+        if name in ("command", "cmd"):
+            out[name] = ["bash", "-lc", SCRIPTED_COMMAND] if kind == "array" else SCRIPTED_COMMAND
+        elif name in schema.get("required", ()):
+            plain = {"string": "Writes a file", "integer": 10_000, "number": 10_000, "boolean": False}
+            out[name] = plain.get(kind, [] if kind == "array" else {})
+    return out
 
 
 def _word_ids(text: str) -> list[int]:

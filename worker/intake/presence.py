@@ -32,6 +32,7 @@ from worker.engine.placement import Placement
 from worker.redis.periodic import Periodic
 
 HELD_TTL_S = 15.0  # the API's WORKER_STALE_SECONDS: a silent worker's prefixes go with it
+ENDING_S = 10.0  # a thread past its job's end counts as running again after this (it publishes)
 
 
 class Presence:
@@ -65,6 +66,9 @@ class Presence:
         self._flushed = BatchCounters()
         self._lock = threading.Lock()  # a job's thread writes the held set too (held_changed)
         self._held_failing = False  # the last write of it failed: left to this thread then
+        # job threads past their job's end (they said what their slot holds) that `load`
+        # still counts while they publish its terminal entry: free for routing already
+        self._ending: dict[threading.Thread, float] = {}  # -> when (monotonic)
         # a poke (a job ended: its prefixes are held) announces within 0.2 s, once for a burst
         self._thread = Periodic("presence", every_s, self.announce, min_gap_s=0.2)
 
@@ -73,9 +77,20 @@ class Presence:
             self._announce()
         self._held_failing = False
 
+    def _in_use(self) -> tuple[int, float]:
+        """(slots in use, the last step's ms), a job past its end counted out (call with the
+        lock held)."""
+        in_use, step_ms = self._load()
+        since = time.monotonic() - ENDING_S
+        self._ending = {t: at for t, at in self._ending.items() if t.is_alive() and at > since}
+        return max(0, in_use - len(self._ending)), step_ms
+
+    def _load_field(self, now: BatchCounters) -> str:
+        in_use, step_ms = self._in_use()
+        return f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens} {now.host_bytes}"
+
     def _announce(self) -> None:
         now = BatchCounters(**asdict(self._counters()))
-        in_use, step_ms = self._load()
         with self._r.pipeline(transaction=True) as pipe:
             pipe.sadd(keys.MODELS, self._model)
             pipe.zadd(keys.workers(self._model), {self._worker: int(time.time() * 1000)})
@@ -93,8 +108,7 @@ class Presence:
             if self._placement is not None:
                 placed = f"{self._placement.gpu_layers} {self._placement.kv_bytes}"
                 pipe.hset(keys.worker_placement(self._model), self._worker, placed)
-            load = f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens} {now.host_bytes}"
-            pipe.hset(keys.worker_load(self._model), self._worker, load)
+            pipe.hset(keys.worker_load(self._model), self._worker, self._load_field(now))
             version, kept_alive = self._announce_held(pipe)
             for name, value in asdict(now).items():
                 if name not in stats.LEVELS and (added := value - getattr(self._flushed, name)):
@@ -124,12 +138,18 @@ class Presence:
         """A job ended holding prefixes (on its own thread, before its terminal entry is
         published): the set is written now, so the conversation's next turn, sent the moment
         the answer ends, is routed here. Through an outage it is left to the presence
-        thread, which is poked either way (the job's counters go with its announcement)."""
+        thread, which is poked either way (the job's counters go with its announcement). The
+        job's slot is free for routing from now on (its thread only publishes the end), and
+        the load written with the set says so: else the next turn finds this worker full."""
+        with self._lock:
+            self._ending[threading.current_thread()] = time.monotonic()
         if not self._held_failing:
             try:
                 with self._lock, self._r.pipeline(transaction=True) as pipe:
                     version, kept_alive = self._announce_held(pipe)
                     if version != self._held_version:  # else another thread wrote it
+                        flushed = self._flushed
+                        pipe.hset(keys.worker_load(self._model), self._worker, self._load_field(flushed))
                         done = pipe.execute()
                         self._held_version = version if kept_alive is None or done[kept_alive] else -1
             except redis.RedisError:

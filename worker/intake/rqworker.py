@@ -226,11 +226,17 @@ class TokenspoolWorker(SimpleWorker):
 
     def _take_one(self) -> tuple[str, str] | None:
         """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
-        for one to be enqueued; returns it and its owner (as its RQ record says)."""
+        for one to be enqueued; returns it and its owner (as its RQ record says). None once
+        asked to stop: a signal during the wait would otherwise take the continuation this
+        worker's own hand-off just enqueued."""
+        if self._stop_requested:
+            return None
         got = self._take_from(self._queues())
         if not got:
             self._forming = False  # a group of suspects closes when none waits
             self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
+            if self._stop_requested:
+                return None
             # the queues again: a line that ended meanwhile lets the batch queue back in
             got = self._take_from(self._queues())
             if not got:

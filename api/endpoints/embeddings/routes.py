@@ -19,7 +19,7 @@ from redis.exceptions import RedisError
 from starlette.responses import Response
 from starlette.routing import Route
 
-from api.endpoints.routes import Ask, EndpointRoutes
+from api.endpoints.routes import EndpointRoutes, JobRequest
 from api.jobs import reservation
 from api.jobs.admission import ModelLimits
 from api.jobs.owners import Quota
@@ -36,7 +36,7 @@ class EmbeddingRoutes(EndpointRoutes):
         return [Route(self.endpoint.path, self.create, methods=["POST"])]
 
     async def answered(
-        self, services: Services, job_id: str, ask: Ask, response: Response, attached_ms: int
+        self, services: Services, job_id: str, ask: JobRequest, response: Response, attached_ms: int
     ) -> None:
         """Delete the job and free its Idempotency-Key, unless another client attached after
         this one (a retry: it deletes the job once it is answered or gone)."""
@@ -54,7 +54,7 @@ class EmbeddingRoutes(EndpointRoutes):
         except RedisError as exc:  # it expires with its retention anyway
             log.warning("could not delete %s once answered: %s", job_id, exc)
 
-    def _quota(self, ask: Ask, spec: JobSpec, limits: ModelLimits) -> Quota:
+    def _quota(self, ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> Quota:
         """Its inputs' tokens are reserved: token arrays' exactly, strings' as the most they
         can be (api/jobs/reservation.py)."""
         tokens = reservation.prompt_tokens(spec, limits.overhead)

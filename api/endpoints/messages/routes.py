@@ -20,7 +20,7 @@ from api.endpoints.answering import collect
 from api.endpoints.messages.body import MessagesRequest
 from api.endpoints.messages.objects import MessageObjects, failure
 from api.endpoints.protocol import Answer
-from api.endpoints.routes import Ask, EndpointRoutes
+from api.endpoints.routes import EndpointRoutes, JobRequest
 from api.http.auth import allowed, request_grant, request_owner
 from api.http.parsing import parse
 from api.http.reading import read_json
@@ -51,7 +51,7 @@ class CountRequest(MessagesRequest):
 
 
 @dataclasses.dataclass(frozen=True)
-class Counted(MessageObjects):
+class CountObjects(MessageObjects):
     """A count job's answer: `{"input_tokens": N}` once a worker has tokenized its prompt (and,
     where its clear_tool_uses edit cleared any, the count before: Anthropic's
     `context_management.original_input_tokens`)."""
@@ -85,8 +85,8 @@ class MessagesRoutes(EndpointRoutes):
         owner = request_owner(request)
         allowed(request_grant(request), body.priority)  # a count is a job of the key's tier
         body.enforce(settings.limits)
-        ask = Ask(request, services, body, owner, None, len(raw))
+        ask = JobRequest(request, services, body, owner, None, len(raw))
         made = await self._job_for(ask)
-        response = await collect(request, services, Counted.of(made.job), arrived_ms)
+        response = await collect(request, services, CountObjects.of(made.job), arrived_ms)
         response.headers.update(made.headers(ask))
         return response

@@ -9,7 +9,7 @@ from __future__ import annotations
 from starlette.routing import Route
 
 from api.endpoints.embeddings.routes import EmbeddingRoutes
-from api.endpoints.routes import Ask
+from api.endpoints.routes import JobRequest
 from api.jobs.admission import ModelLimits
 from api.jobs.owners import Quota
 from api.jobs.reservation import plain
@@ -31,7 +31,7 @@ class RerankRoutes(EmbeddingRoutes):
     def routes(self) -> list[Route]:
         return [Route(path, self.create, methods=["POST"]) for path in PATHS]
 
-    def _quota(self, ask: Ask, spec: JobSpec, limits: ModelLimits) -> Quota:
+    def _quota(self, ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> Quota:
         tokens = pair_tokens(spec, limits.overhead.per_part)
         return Quota(
             unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,

@@ -36,7 +36,7 @@ CANCEL_WAIT_S = 5.0  # a running response stops at its worker's next token
 
 
 @dataclass(frozen=True)
-class Earlier:
+class StoredResponse:
     """A stored response, as a later request refers to it."""
 
     messages: list[Message]  # its conversation: what it was asked (instructions left out)
@@ -95,7 +95,7 @@ class ResponsesRoutes(EndpointRoutes):
         if body.sealed():
             await self._open(services, body, owner)
         limit = services.settings.limits.max_prompt_chars
-        read: dict[str, Earlier] = {}
+        read: dict[str, StoredResponse] = {}
         history: list[Message] = []
         chars = 0
         if body.previous_response_id is not None:
@@ -133,7 +133,7 @@ class ResponsesRoutes(EndpointRoutes):
                 )
             item.open_with(text)
 
-    async def _earlier(self, services: Services, rid: str, owner: str, param: str) -> Earlier:
+    async def _earlier(self, services: Services, rid: str, owner: str, param: str) -> StoredResponse:
         job = await self.job_named(services, rid, owner, param)
         if not job.ended:
             raise invalid(f"Response '{rid}' has not finished yet.", param=param)
@@ -147,9 +147,11 @@ class ResponsesRoutes(EndpointRoutes):
         messages = [Message.from_dict(m) for m in json.loads(spec)["messages"]] if spec else []
         if objects.echo.get("instructions") is not None:
             messages = messages[1:]  # instructions do not carry over (as OpenAI has it)
-        return Earlier(messages, json.loads(items) if items else [], output)
+        return StoredResponse(messages, json.loads(items) if items else [], output)
 
-    async def _item(self, services: Services, item_id: str, owner: str, read: dict[str, Earlier]) -> dict:
+    async def _item(
+        self, services: Services, item_id: str, owner: str, read: dict[str, StoredResponse]
+    ) -> dict:
         """The item an `item_reference` names: an input or output item of a stored response
         (`read`: the responses this request has read already)."""
         ref = parse_reference(item_id)

@@ -59,7 +59,7 @@ def _every_tokenspool_key() -> list[str]:
                 if p.kind == p.POSITIONAL_OR_KEYWORD and p.default is p.empty
             ]
             if name == "owned":
-                out += [keys.owned("<owner>", index) for index in keys.Owned]
+                out += [keys.owned("<owner>", index) for index in keys.OwnerIndex]
             elif name == "batch":
                 out += [keys.batch("<batch_id>", part) for part in keys.BatchPart]
             elif "epoch" not in params and not _keyword_only(obj):

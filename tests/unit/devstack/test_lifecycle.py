@@ -3,7 +3,7 @@ generated from contract/lifecycle/, and the README and the package map link the 
 
 from __future__ import annotations
 
-from contract.lifecycle import glossary, states
+from contract.lifecycle import attempt, glossary, states
 from devstack.lifecycle import BEGIN, END, ROOT, glossary_md, key_pattern, lifecycle_md, spliced
 
 STALE = "is stale: run python -m devstack.lifecycle"
@@ -21,9 +21,9 @@ def test_the_protocol_doc_s_lifecycle_section_is_generated_from_the_declarations
 
 def test_the_section_names_every_state_move_and_script_and_the_glossary_every_word():
     section = lifecycle_md()
-    for state in states.JOB_STATES + states.ATTEMPT_STATES:
+    for state in states.JOB_STATES + attempt.ATTEMPT_STATES:
         assert f"| `{state.name}` | " in section
-    for move in states.JOB_MOVES + states.ATTEMPT_MOVES:
+    for move in states.JOB_MOVES + attempt.ATTEMPT_MOVES:
         assert f"| {move.name} | " in section and all(f"`{s}`" in section for s in move.scripts)
     assert all(f"| **{w.word}** | {w.meaning} |" in glossary_md() for w in glossary.WORDS)
 

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from api.http.auth import APIKeyMiddleware, Grant, KeyRing, digest, parse_keys
+from api.http.auth import APIKeyMiddleware, Grant, KeyRing, digest, key_id, parse_keys
 
 
 def sha(key: str) -> str:
@@ -155,3 +155,23 @@ def test_the_pool_wide_routes_answer_operators_only():
     assert asyncio.run(get("/scaling/m", "tenant")) == 403
     assert asyncio.run(get("/metrics", "op")) == 200
     assert asyncio.run(get("/v1/models", "tenant")) == 200
+
+
+def test_metrics_name_the_first_keys_configured_by_id_and_sum_the_rest(tmp_path):
+    """/metrics shows a key's budget use by its key id, never the key, and stays bounded: past
+    METRICS_KEYS keys, the rest are one `other` series."""
+    path = tmp_path / "keys"
+    path.write_text("sk-file-one tokens_per_minute=500\nsk-env-two requests_per_minute=9\n")
+    ring = KeyRing(("sk-env-one", "sk-env-two"), str(path), recheck_s=0)
+    owners = ring.owners()
+    one, two, file_one = (digest(k)[:32] for k in ("sk-env-one", "sk-env-two", "sk-file-one"))
+    assert [o for o, _ in owners] == [one, two, file_one]  # the environment's, then the file's
+    assert dict(owners)[two].requests_per_minute == 9  # a key in both: the file's grant
+    assert [ring.label(o, 2) for o in (one, two, file_one)] == [one[:12], two[:12], "other"]
+    assert ring.label(digest("sk-unknown")[:32], 2) == "other"
+    assert key_id(one) == digest("sk-env-one")[:12] and "sk-env-one" not in key_id(one)
+
+    path.write_text("sk-file-new\n")  # rotated: its places follow
+    os.utime(path, ns=(1, 1))
+    assert [o for o, _ in ring.owners()] == [one, two, digest("sk-file-new")[:32]]
+    assert ring.label(file_one, 100) == "other"  # revoked: no series of its own any more

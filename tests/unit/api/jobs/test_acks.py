@@ -7,7 +7,7 @@ import asyncio
 from dataclasses import dataclass, field
 
 from api.jobs import acks
-from api.jobs.acks import Again, confirm_new_job
+from api.jobs.acks import RedoSteps, confirm_new_job
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Pair:
     def queues(self) -> Primary:
         return self.streams
 
-    def again(self) -> Again:
+    def again(self) -> RedoSteps:
         async def record() -> bool:
             made = not self.streams.holds
             self.streams.holds = True
@@ -48,7 +48,7 @@ class Pair:
         async def enqueue() -> None:
             self.recorded.append("enqueue")
 
-        return Again(record, entry_lost, enqueue)
+        return RedoSteps(record, entry_lost, enqueue)
 
 
 def test_a_job_the_primary_lacks_when_the_wait_runs_out_is_recorded_there_before_it_is_answered(monkeypatch):

@@ -193,7 +193,7 @@ def test_a_key_has_at_most_routed_jobs_per_key_waiting_routed_at_once():
     first = chat(SYSTEM, Message("user", "Tell me about lighthouses."))
     pool(r, {"w1": [], "w2": [d for d, _ in prefixes(first)]}, {})
     router = Router(r, WorkerRegistry(r, 15), Routing(wait_s=1.0, min_chars=100, per_key=2))
-    owned = keys.owned("alice", keys.Owned.ROUTED)
+    owned = keys.owned("alice", keys.OwnerIndex.ROUTED)
 
     def job(n: int) -> JobSpec:
         return JobSpec(id=f"chatcmpl-{n}", kind="chat", model=MODEL, messages=first.messages)

@@ -150,7 +150,7 @@ def test_an_ended_job_no_longer_counts_against_its_owner():
             await s.submit(spec(3), "chat", 0, owner="alice", quota=quota)
         await s.end("chatcmpl-1", Finished(finish_reason="stop", prompt_tokens=1, completion_tokens=0))
         await s.submit(spec(3), "chat", 0, owner="alice", quota=quota)  # 1 ended: it went at the limit
-        held = pair.sync().queues.zrange(keys.owned("alice", keys.Owned.JOBS), 0, -1)
+        held = pair.sync().queues.zrange(keys.owned("alice", keys.OwnerIndex.JOBS), 0, -1)
         assert sorted(held) == [b"chatcmpl-2", b"chatcmpl-3"]
         with pytest.raises(OwnerLimit):
             await s.submit(spec(4), "chat", 0, owner="alice", quota=quota)
@@ -165,7 +165,7 @@ def test_a_job_admitted_but_never_recorded_stops_counting_after_the_grace():
         pair = FakePair()
         s = store(pair)
         quota = Quota(unfinished_jobs=1)
-        index = keys.owned("alice", keys.Owned.JOBS)
+        index = keys.owned("alice", keys.OwnerIndex.JOBS)
         pair.sync().queues.zadd(index, {"chatcmpl-fresh": now_ms()})
         with pytest.raises(OwnerLimit):  # it may be on its way to its record
             await s.submit(spec(1), "chat", 0, owner="alice", quota=quota)
@@ -191,7 +191,7 @@ def test_a_job_the_streams_server_could_not_record_is_taken_back_from_its_owner(
                 spec(1), "chat", 0, owner="alice", quota=Quota(unfinished_jobs=1), idempotency=idem
             )
         q = pair.sync().queues
-        assert q.zcard(keys.owned("alice", keys.Owned.JOBS)) == 0 and not q.exists(idem.key)
+        assert q.zcard(keys.owned("alice", keys.OwnerIndex.JOBS)) == 0 and not q.exists(idem.key)
         assert not q.llen(keys.queue_key("m"))  # nothing enqueued
         pair.streams.connected = True
         await s.submit(spec(2), "chat", 0, owner="alice", quota=Quota(unfinished_jobs=1), idempotency=idem)
@@ -327,7 +327,7 @@ def test_a_key_short_of_tokens_is_first_charged_what_its_ended_jobs_used():
         await s.end("chatcmpl-1", Finished(finish_reason="stop", prompt_tokens=12, completion_tokens=8))
         admitted = await s.submit(spec(3), "chat", 0, owner="alice", quota=quota)
         assert admitted.spent is not None and admitted.spent.tokens == 20 + 20 + 60
-        held = pair.sync().queues.hgetall(keys.owned("alice", keys.Owned.RESERVED_TOKENS))
+        held = pair.sync().queues.hgetall(keys.owned("alice", keys.OwnerIndex.RESERVED_TOKENS))
         assert set(held) == {running.job.id.encode(), b"chatcmpl-3"}  # the running job still holds its own
         assert await s.owners.settle("alice", "chatcmpl-1", None) == -1  # settled once
 

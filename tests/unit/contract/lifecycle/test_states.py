@@ -1,4 +1,4 @@
-"""contract/lifecycle/states.py: every name it gives exists, every state is reached and left,
+"""contract/lifecycle/states.py and attempt.py: every name they give exists, every state is reached and left,
 what derives from it agrees, and each move, run with its real Lua scripts on fakeredis,
 moves the job or the attempt as the table says."""
 
@@ -16,6 +16,7 @@ import redis
 from contract import errors, keys, queueing, tiers
 from contract.entries import CANCELLED, Delta, Finished, Started
 from contract.keys import JobField, JobStatus
+from contract.lifecycle import attempt as life
 from contract.lifecycle import states
 from contract.lua import attempts, jobs, library, queues
 from contract.servers import Servers
@@ -24,7 +25,7 @@ from devstack.lifecycle import key_pattern, queue_pattern
 
 MODEL, WORKER = "m", "w1"
 RECOVERY = Recovery(retention_s=60)
-MOVES = states.JOB_MOVES + states.ATTEMPT_MOVES
+MOVES = states.JOB_MOVES + life.ATTEMPT_MOVES
 TESTED: set[tuple[str, str]] = set()  # (table, move) of each test below that runs a move
 
 
@@ -39,7 +40,8 @@ def test_every_script_function_and_key_a_move_names_exists(move):
     if move.via:
         module, function = move.via.split(".")
         assert callable(getattr(importlib.import_module(f"contract.{module}"), function))
-    assert move.scripts or move.via or move.name == "put back"  # a transaction in api/jobs/store.py
+    # put back: a transaction in api/jobs/store.py; preempt: in the worker's memory
+    assert move.scripts or move.via or move.name in ("put back", "preempt")
     assert all(key_pattern(k).startswith(("ts:", "rq:")) for k in move.keys)
 
 
@@ -67,7 +69,7 @@ def queues_of(state: states.State) -> set[str]:
 
 
 def test_every_key_a_state_names_exists_and_its_queues_are_those_a_worker_takes_from():
-    for state in states.JOB_STATES + states.ATTEMPT_STATES:
+    for state in states.JOB_STATES + life.ATTEMPT_STATES:
         assert all(key_pattern(k).startswith(("ts:", "rq:")) for k in state.keys), state.name
     waiting = [s for s in states.JOB_STATES if s.queue]
     assert all(queue_pattern(s.queue).startswith("rq:queue:") for s in waiting)
@@ -78,17 +80,21 @@ def test_every_key_a_state_names_exists_and_its_queues_are_those_a_worker_takes_
 
 @pytest.mark.parametrize(
     ("table", "named"),
-    [(states.JOB_MOVES, states.JOB_STATES), (states.ATTEMPT_MOVES, states.ATTEMPT_STATES)],
+    [(states.JOB_MOVES, states.JOB_STATES), (life.ATTEMPT_MOVES, life.ATTEMPT_STATES)],
     ids=["job", "attempt"],
 )
 def test_every_state_is_reached_and_every_state_but_the_ends_is_left(table, named):
+    """A job's ends are never left. An attempt's one end is `fenced`: a beat fences even one
+    that ended or handed off (BEAT answers 0 for an ended job, as the reaper's ABANDON)."""
     names = {s.name for s in named}
     reached = {t for m in table for t in m.targets}
     left = {s for m in table for s in m.sources if set(m.targets) - {s}}
     assert not any(set(m.targets) & set(m.sources) for m in table), "a move that may stay says so"
     assert {s for m in table for s in m.sources} | reached <= names
     assert reached == names
-    assert left == {s.name for s in named if not s.ended and s.name not in ("fenced", "handed-off")}
+    ends = {s.name for s in named if s.ended} if table is states.JOB_MOVES else {"fenced"}
+    assert left == {s.name for s in named} - ends
+    assert all(set(m.keeps) <= names - set(m.sources) for m in table)
 
 
 def test_job_status_is_derived_from_the_job_states_and_keeps_its_wire_values():
@@ -102,7 +108,7 @@ def test_the_worker_logs_the_attempt_states_it_ends_in_by_their_declared_words()
     from worker.attempts.rules import Outcome
 
     assert (Outcome.STARTED, Outcome.FENCED, Outcome.HANDED_OFF) == ("started", "fenced", "handed-off")
-    assert states.FENCED.outcome == Outcome.FENCED and states.HANDED_OFF.outcome == Outcome.HANDED_OFF
+    assert life.FENCED.outcome == Outcome.FENCED and life.HANDED_OFF.outcome == Outcome.HANDED_OFF
 
 
 # Each move run on fakeredis with its real scripts. `where` reads back the job's state from
@@ -138,8 +144,9 @@ def where(r: redis.Redis, job_id: str) -> str:
 
 
 def attempt_state(r: redis.Redis, job_id: str, claim: attempts.Claim) -> str:
-    epoch, token, ended, seq, suspect = r.hmget(
-        keys.job(job_id), JobField.EPOCH, JobField.CLAIM, JobField.ENDED, JobField.SEQ, JobField.SUSPECT
+    epoch, token, ended, seq, suspect, cancel_at = r.hmget(
+        keys.job(job_id),
+        *(JobField.EPOCH, JobField.CLAIM, JobField.ENDED, JobField.SEQ, JobField.SUSPECT, JobField.CANCEL_AT),
     )
     if int(epoch) != claim.epoch or token.decode() != claim.token:
         return "fenced"
@@ -147,6 +154,8 @@ def attempt_state(r: redis.Redis, job_id: str, claim: attempts.Claim) -> str:
         return "ended"
     if not r.exists(keys.alive(job_id)):
         return "dead"
+    if cancel_at is not None and int(cancel_at) <= time.time() * 1000:
+        return "stopping"  # yielding is in the worker's memory only: tested on its Attempt
     return "claimed" if int(seq) == 0 else "proving" if suspect == b"1" else "running"
 
 
@@ -169,7 +178,7 @@ class Life:
         )
 
     def moved(self, name: str) -> str:
-        move = the_move(states.JOB_MOVES if self.claim is None else states.ATTEMPT_MOVES, name)
+        move = the_move(states.JOB_MOVES if self.claim is None else life.ATTEMPT_MOVES, name)
         now = self.now()
         assert (self.state in move.sources) if self.state else not move.sources, (name, self.state)
         assert now in move.targets or (move.stays and now == self.state), (name, self.state, now)
@@ -255,7 +264,7 @@ def running(r) -> tuple[Life, attempts.Claim]:
     return Life(r, JOB).at("running"), c
 
 
-def abandon(r, c: attempts.Claim, reason: str = "crash", **kw) -> queueing.Abandoned:
+def abandon(r, c: attempts.Claim, reason: str = "crash", **kw) -> queueing.Abandonment:
     return queueing.abandon(Servers(r, r), JOB, c.epoch, RECOVERY, reason, **kw)
 
 
@@ -390,7 +399,7 @@ def test_a_handed_off_job_is_a_continuation_and_its_attempt_is_fenced(r):
     with pytest.raises(redis.ResponseError, match="FENCED"):
         append(r, c, 1, Delta(epoch=c.epoch, text="late", token_ids=(1,)))
     assert attempt.moved("fence") == "fenced"
-    assert "handed-off" in the_move(states.ATTEMPT_MOVES, "hand off").targets
+    assert "handed-off" in the_move(life.ATTEMPT_MOVES, "hand off").targets
 
 
 @moves("attempt", "beat", "die", "reap")
@@ -446,8 +455,66 @@ def test_a_job_whose_charged_deaths_are_used_up_fails_with_worker_lost(r):
     assert job.moved("reap") == "failed"
 
 
+def held(c: attempts.Claim, suspect: bool = False):
+    """The worker's own Attempt at the claim: it moves by the table's names, as Redis answers."""
+    from worker.attempts.attempt import Attempt
+
+    made = Attempt(JOB, c.epoch, from_suspects=suspect, token=c.token, worker=c.worker, window_ms=c.window_ms)
+    assert made.state == "claimed" and made.move("start") == ("proving" if suspect else "running")
+    return made
+
+
+def beat(r, c: attempts.Claim) -> int:
+    keyed = [keys.job(JOB), keys.alive(JOB)]
+    return r.register_script(attempts.BEAT)(keys=keyed, args=[c.epoch, 3000, c.token])
+
+
+@moves("attempt", "cancel", "end")
+def test_a_cancel_due_stops_the_attempt_which_then_ends_its_job_cancelled(r):
+    job, c = running(r)
+    attempt, worker = Life(r, JOB, c).at("running"), held(c)
+    r.hset(keys.job(JOB), JobField.CANCEL_AT, 0)  # as the API's cancel sets it
+    cancel, _ = append(r, c, 1, Delta(epoch=c.epoch, text="a", token_ids=(1,)))
+    assert cancel == 1 and attempt.moved("cancel") == "stopping" == worker.move("cancel")
+    append(r, c, 2, finished(c, CANCELLED))
+    assert attempt.moved("end") == "ended" == worker.move("end") and job.now() == "cancelled"
+    assert worker.cancelled and worker.ended and not worker.fenced
+
+
+@moves("attempt", "preempt", "hand off")
+def test_a_preempted_attempt_yields_then_hands_its_job_off_uncharged(r):
+    job, c = running(r)
+    worker = held(c)
+    assert worker.move("preempt") == "yielding" and worker.preempted
+    assert Life(r, JOB, c).now() == "running"  # Redis does not know: it is the worker's memory
+    assert abandon(r, c, queueing.PREEMPT, charge=False).outcome == 1
+    assert worker.move("hand off") == "handed-off" and job.moved("hand off") == "continuation"
+    assert beat(r, c) == 0 and worker.move("fence") == "fenced" and worker.preempted
+
+
+@moves("attempt", "fence")
+def test_a_beat_after_the_attempt_s_own_end_fences_it_and_it_stays_ended(r):
+    job, c = running(r)
+    worker = held(c)
+    append(r, c, 1, finished(c))
+    assert worker.move("end") == "ended" and job.now() == "done"
+    assert beat(r, c) == 0  # BEAT answers 0 once the job ended
+    assert worker.move("fence") == "fenced" and worker.ended
+
+
+@moves("attempt", "clear")
+def test_a_suspect_s_attempt_proves_then_is_cleared_in_the_worker_too(r):
+    _, c = running(r)
+    abandon(r, c, charge=True, suspect_after=1)
+    take(r)
+    again, suspect = claim(r)
+    started(r, again)
+    worker = held(again, suspect=bool(suspect))
+    assert worker.state == "proving" and worker.suspect and Life(r, JOB, again).now() == "proving"
+    r.register_script(attempts.CLEAR_SUSPECT)(keys=[keys.job(JOB)], args=[again.epoch, again.token])
+    assert worker.move("clear") == "running" == Life(r, JOB, again).now() and not worker.suspect
+
+
 def test_every_move_is_run_by_a_test_here():
-    declared = {("job", m.name) for m in states.JOB_MOVES} | {
-        ("attempt", m.name) for m in states.ATTEMPT_MOVES
-    }
+    declared = {("job", m.name) for m in states.JOB_MOVES} | {("attempt", m.name) for m in life.ATTEMPT_MOVES}
     assert declared == TESTED

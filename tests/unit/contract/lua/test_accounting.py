@@ -29,7 +29,7 @@ def store(r, file_id: str, size: int, budget: int = 0, files: int = 0, expires: 
 
 
 def held(r) -> int:
-    return int(r.get(keys.owned(OWNER, keys.Owned.FILE_HELD)) or 0)
+    return int(r.get(keys.owned(OWNER, keys.OwnerIndex.FILE_HELD)) or 0)
 
 
 def test_a_file_is_stored_and_charged_within_the_budget_and_refused_beyond_it(r):
@@ -57,12 +57,12 @@ def test_expired_charges_are_given_back_a_hundred_at_a_time_with_later_charges(r
     assert held(r) == 510
     store(r, "file-new2", 10)
     assert held(r) == 20
-    assert r.zcard(keys.owned(OWNER, keys.Owned.FILES)) == 2
+    assert r.zcard(keys.owned(OWNER, keys.OwnerIndex.FILES)) == 2
 
 
 def test_sizes_written_before_the_sum_was_kept_are_summed_once(r):
     later = int(time.time()) + 3600
-    r.hset(keys.owned(OWNER, keys.Owned.FILE_SIZES), mapping={"file-old": f"70 {later}"})
+    r.hset(keys.owned(OWNER, keys.OwnerIndex.FILE_SIZES), mapping={"file-old": f"70 {later}"})
     assert store(r, "file-a", 40, budget=100) == [b"quota", 70]
     assert held(r) == 70
 
@@ -90,9 +90,9 @@ def batch(r, batch_id: str, lines: list[str], budget: int = 0, running: int = 0)
         keys=[
             keys.batch(batch_id),
             keys.batch(batch_id, keys.BatchPart.LINES),
-            keys.owned(OWNER, keys.Owned.BATCHES),
+            keys.owned(OWNER, keys.OwnerIndex.BATCHES),
             keys.ACTIVE_BATCHES,
-            keys.owned(OWNER, keys.Owned.RUNNING_BATCHES),
+            keys.owned(OWNER, keys.OwnerIndex.RUNNING_BATCHES),
             *H,
         ],
         args=[
@@ -161,7 +161,7 @@ def admit(
     r, job_id: str, tokens: int, prompt: int = 0, max_tokens: int = 1000, minute: int = 7, rpm: int = 0
 ) -> list:
     """ADMIT for OWNER with only a request and a token budget."""
-    unfinished = keys.owned(OWNER, keys.Owned.JOBS)
+    unfinished = keys.owned(OWNER, keys.OwnerIndex.JOBS)
     return r.register_script(accounting.ADMIT)(
         keys=[
             unfinished,
@@ -169,7 +169,7 @@ def admit(
             keys.requests_per_minute(OWNER, minute),
             keys.bytes_per_minute(OWNER, minute),
             keys.tokens_per_minute(OWNER, minute),
-            keys.owned(OWNER, keys.Owned.RESERVED_TOKENS),
+            keys.owned(OWNER, keys.OwnerIndex.RESERVED_TOKENS),
         ],
         args=[job_id, "", 3600, 0, rpm, 0, 10, "0", max_tokens, tokens, prompt, minute],
     )
@@ -177,7 +177,7 @@ def admit(
 
 def settle(r, job_id: str, used: str, minute: int = 7) -> int:
     return r.register_script(accounting.SETTLE)(
-        keys=[keys.owned(OWNER, keys.Owned.RESERVED_TOKENS), keys.tokens_per_minute(OWNER, minute)],
+        keys=[keys.owned(OWNER, keys.OwnerIndex.RESERVED_TOKENS), keys.tokens_per_minute(OWNER, minute)],
         args=[job_id, minute, used],
     )
 
@@ -191,7 +191,7 @@ def test_a_job_reserves_its_tokens_and_one_that_would_go_over_the_minute_s_budge
     assert admit(r, "b", 401, rpm=10) == [b"rate", b"tokens", 1, 600]  # nothing counted
     assert r.get(keys.requests_per_minute(OWNER, 7)) == b"1"
     assert admit(r, "c", 400, rpm=10) == [b"new", 2, 1000]
-    assert r.hget(keys.owned(OWNER, keys.Owned.RESERVED_TOKENS), "a") == b"7 600 100"
+    assert r.hget(keys.owned(OWNER, keys.OwnerIndex.RESERVED_TOKENS), "a") == b"7 600 100"
 
 
 def test_settling_charges_the_usage_once_in_place_of_the_reservation(r):
@@ -211,7 +211,7 @@ def test_a_reservation_of_an_earlier_minute_gives_nothing_back_to_this_minute(r)
     admit(r, "b", 500, prompt=100, minute=8)
     assert settle(r, "a", "10", minute=8) == 10
     assert tokens(r, minute=8) == 500 and tokens(r, minute=7) == 600
-    assert not r.hexists(keys.owned(OWNER, keys.Owned.RESERVED_TOKENS), "a")
+    assert not r.hexists(keys.owned(OWNER, keys.OwnerIndex.RESERVED_TOKENS), "a")
 
 
 def test_what_a_job_used_beyond_an_earlier_minute_s_reservation_is_charged_to_this_minute(r):

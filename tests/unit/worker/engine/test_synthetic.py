@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from contract.jobspec import JobSpec
-from worker.engine.synthetic import EOS, SyntheticEngine
+from worker.engine.synthetic import EOS, SCRIPTED_COMMAND, SyntheticEngine
 from worker.errors import PromptTooLong
 
 
@@ -69,3 +71,76 @@ def test_pacing_follows_the_rate():
 def test_refuses_a_real_model_name():
     with pytest.raises(SystemExit, match="synthetic"):
         SyntheticEngine("SmolLM2-135M-Instruct", 4096, 3, rate=0)
+
+
+BASH = {
+    "name": "Bash",
+    "parameters": {
+        "type": "object",
+        "properties": {
+            "command": {"type": "string"},
+            "description": {"type": "string"},
+            "timeout": {"type": "number"},
+        },
+        "required": ["command", "description"],
+    },
+}
+SHELL = {
+    "name": "shell",
+    "parameters": {
+        "type": "object",
+        "properties": {"command": {"type": "array", "items": {"type": "string"}}},
+        "required": ["command"],
+    },
+}
+
+
+def _call(e: SyntheticEngine, s: JobSpec, prior=()) -> tuple[str, list]:
+    """What the scripted job writes (after `prior`), and the calls its reply reads of all of it."""
+    out = run(e, s, e.prompt_ids(s), prior)
+    text = "".join(p.decode() for _, p in out)
+    reply = e.reply(s, e.prompt_ids(s))
+    whole = "".join(e.piece(t).decode() for t in prior) + text
+    parts = reply.feed(whole)
+    parts.add(reply.end())
+    return text, parts.calls
+
+
+def test_a_job_offered_a_shell_tool_calls_it_once_then_answers():
+    """A coding agent's round trip: the call (its command a string, or an argv as Codex's
+    `shell` takes it), and after the tool's result the words."""
+    e = SyntheticEngine("synthetic-t", 4096, 3, rate=0, tool_calls=True)
+    s = spec(tools=[BASH])
+    text, calls = _call(e, s)
+    assert text.startswith("<tool_call>") and calls[0].name == "Bash"
+    args = json.loads("".join(c.arguments for c in calls))
+    assert args == {"command": SCRIPTED_COMMAND, "description": "Writes a file"}  # required ones only
+    codex = _call(e, spec(tools=[SHELL]))[1]
+    assert json.loads("".join(c.arguments for c in codex)) == {"command": ["bash", "-lc", SCRIPTED_COMMAND]}
+    called = {
+        "role": "assistant",
+        "content": "",
+        "tool_calls": [{"id": "call_1", "name": "Bash", "arguments": json.dumps(args)}],
+    }
+    result = {"role": "tool", "content": "", "tool_call_id": "call_1"}
+    answered = spec(tools=[BASH], messages=[{"role": "user", "content": "a"}, called, result])
+    assert [p for _, p in run(e, answered, e.prompt_ids(answered))] == [b" w0", b" w1", b" w2", b""]
+    again = spec(tools=[BASH], messages=[*answered.to_dict()["messages"], {"role": "user", "content": "b"}])
+    assert _call(e, again)[1]  # a new user turn: a call again
+
+
+def test_a_resumed_scripted_call_goes_on_from_its_character():
+    e = SyntheticEngine("synthetic-t", 4096, 3, rate=0, tool_calls=True)
+    s = spec(tools=[BASH])
+    whole = run(e, s, e.prompt_ids(s))
+    text, calls = _call(e, s, prior=[t for t, _ in whole[:7]])
+    assert text == "".join(p.decode() for _, p in whole[7:])
+    assert calls[0].name == "Bash"
+
+
+def test_without_the_setting_or_a_shell_tool_the_words_as_ever():
+    words = [b" w0", b" w1", b" w2", b""]
+    off = SyntheticEngine("synthetic-t", 4096, 3, rate=0)
+    on = SyntheticEngine("synthetic-t", 4096, 3, rate=0, tool_calls=True)
+    for e, s in ((off, spec(tools=[BASH])), (on, spec(tools=[{**BASH, "name": "read_file"}])), (on, spec())):
+        assert [p for _, p in run(e, s, e.prompt_ids(s))] == words

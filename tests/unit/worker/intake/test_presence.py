@@ -110,6 +110,49 @@ def test_a_job_s_held_prefixes_are_written_before_its_thread_goes_on():
     assert 0 < r.pttl(keys.held_prefixes("w1")) <= 15_000
 
 
+def test_a_job_past_its_end_leaves_its_slot_free_for_routing():
+    """The router sends no job to a worker whose slots are all in use while another has one
+    free. A job that ended still counted as running until its thread was gone, so the
+    worker said it was full for up to an announcement's period: a conversation's next turn,
+    sent the moment its answer ended, went to the other worker and read its prompt again
+    (issue 76: the first two follow-ups of nine)."""
+    import threading
+
+    from worker.engine.held import HeldPrefixes
+
+    r = fakeredis.FakeRedis()
+    held = HeldPrefixes(1)
+    running: set[threading.Thread] = set()
+    p = Presence(r, MODEL, "w1", 60, slots=1, held=held, load=lambda: (len(running), 0.0))
+    held.changed = p.held_changed
+    in_use = lambda: int(r.hget(keys.worker_load(MODEL), "w1").split()[0])  # noqa: E731
+    job, ended, publish = object(), threading.Event(), threading.Event()
+
+    def thread() -> None:  # as the runner's job thread: its end, then the terminal entry
+        held.taken(0, job)
+        held.held(job, ["a"])
+        ended.set()
+        publish.wait(10)
+
+    t = threading.Thread(target=thread)
+    running.add(t)
+    p.announce()
+    assert in_use() == 1
+    t.start()
+    assert ended.wait(10)
+    assert in_use() == 0  # written with its prefixes, before its terminal entry
+    p.announce()
+    assert in_use() == 0  # and the presence thread says so too while the thread lives on
+    publish.set()
+    t.join()
+    running.discard(t)
+    p.announce()
+    assert in_use() == 0
+    running.add(threading.current_thread())  # a next job: counted as ever
+    p.announce()
+    assert in_use() == 1
+
+
 def test_through_an_outage_a_job_s_prefixes_are_left_to_the_presence_thread():
     from worker.engine.held import HeldPrefixes
 

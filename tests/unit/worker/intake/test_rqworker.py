@@ -44,3 +44,26 @@ def test_a_group_grows_only_while_it_forms_and_forms_only_in_its_turn():
     assert SUSPECTS in queues(0, 0, forming=False)  # a new group may form
     assert SUSPECTS not in queues(0, 0, turn=False)  # not in the continuations' turn
     assert SUSPECTS in queues(2, 0, forming=True, turn=False)  # a group forming goes on
+
+
+def test_a_worker_told_to_stop_while_it_waits_takes_nothing():
+    """SIGTERM arrives while the loop waits for a wake. The runner hands the running job off
+    after its grace, which enqueues its continuation and wakes the idle workers: this one too.
+    It took the continuation, claimed it and handed it off again (CI: three attempts where a
+    trace test wanted two)."""
+    taken: list[list[str]] = []
+    worker = SimpleNamespace(_model="m", name="w1", _stop_requested=False, _forming=True)
+    worker._queues = lambda: ["q"]
+
+    def blpop(names, timeout):  # the signal handler runs while the loop waits
+        worker._stop_requested = True
+        return [b"tokenspool:wake", b"1"]
+
+    worker.connection = SimpleNamespace(blpop=blpop)
+    worker._take_from = lambda names: taken.append(names)  # nothing waits before the signal
+    assert TokenspoolWorker._take_one(worker) is None  # type: ignore[arg-type]
+    assert taken == [["q"]]  # the take before the wait, none after it
+
+    worker._take_from = lambda names: taken.append(names) or [b"q", b"job", b""]
+    assert TokenspoolWorker._take_one(worker) is None  # type: ignore[arg-type]
+    assert taken == [["q"]]  # asked to stop: no take at all
