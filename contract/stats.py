@@ -40,6 +40,9 @@ class StatField:
         return f"batch:{counter}:{model}"
 
 
+LEVELS = ("host_bytes",)  # BatchCounters that say how much now: announced, never summed into STATS
+
+
 @dataclass
 class BatchCounters:
     """What a worker's batching scheduler has done; each announcement adds what changed
@@ -57,6 +60,12 @@ class BatchCounters:
     prompt_tokens: int = 0  # prompt tokens of the jobs admitted into slots (earlier attempts' included)
     cached_tokens: int = 0  # of them, those a slot's cache already held (prefill saved)
     routed_taken: int = 0  # jobs taken from this worker's own routed queues (the router's hits)
+    # The host tier of the prompt cache (worker/engine/cache/): its restores count in cached_tokens
+    host_hits: int = 0  # jobs whose prefix was restored from host memory into their slot
+    host_restored_tokens: int = 0  # the prompt tokens those restores held (not read again)
+    host_saved: int = 0  # slots' states kept in host memory before being written over
+    host_evictions: int = 0  # kept states dropped for the bound, least recently used first
+    host_bytes: int = 0  # a level, not a count: the bytes kept now (in the worker's load line, LEVELS)
     # Where a worker's time goes (a step's profile: bench/gpu_run divides them):
     decode_us: int = 0  # inside llama_decode
     wait_us: int = 0  # from llama_decode's return to its logits (a GPU still computing)

@@ -184,6 +184,12 @@ WORKERS = Dashboard(
                     ),
                     "percentunit",
                 ),
+                Panel(
+                    "Host tier, by worker",
+                    "KV states the worker keeps in host memory (HOST_CACHE_MIB bounds it).",
+                    (Query(pool("tokenspool_worker_host_cache_bytes", "worker", W), "{{worker}}"),),
+                    "bytes",
+                ),
             ),
         ),
         Row(
@@ -344,6 +350,15 @@ QUEUES = Dashboard(
                         Query(pool_rate("tokenspool_batch_copied_total"), "{{model}} copied"),
                     ),
                     width=24,
+                ),
+                Panel(
+                    "Host tier",
+                    "Jobs whose prefix came back from a worker's host memory, slots' states kept there "
+                    "and dropped for HOST_CACHE_MIB, per second.",
+                    tuple(
+                        Query(pool_rate(f"tokenspool_batch_host_{name}_total"), f"{{{{model}}}} {name}")
+                        for name in ("hits", "saved", "evictions", "restored_tokens")
+                    ),
                 ),
             ),
         ),

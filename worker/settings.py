@@ -195,6 +195,16 @@ class WorkerSettings:
         "a slot keeps its last job's KV cache; a new job takes the slot whose cache its prompt "
         "extends, else an empty one or the least recently used; `0`: prefill everything",
     )
+    host_cache_mib: int | None = setting(
+        None,
+        "HOST_CACHE_MIB",
+        "with PREFIX_CACHE: MiB of host memory that keep the KV states of conversations written out "
+        "of every slot, least recently used out first; a job whose prompt extends one restores it "
+        "into its slot and reads only the rest (worker/engine/cache/). `0`: off",
+        shown="a quarter of the memory available once the model and KV cache are loaded, at most "
+        "8192 (llama-server's `--cache-ram`); the worker logs it",
+        minimum=0,
+    )
     step_delay_s: float = setting(
         0.0,
         "STEP_DELAY_SECONDS",

@@ -25,7 +25,7 @@ from starlette.responses import Response
 from api.jobs.workers import WorkerLoad
 from api.metrics import Metrics
 from api.ops import key_metrics
-from contract.stats import BatchCounters, StatField
+from contract.stats import LEVELS, BatchCounters, StatField
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
@@ -47,6 +47,10 @@ _BATCH_HELP = {
     "prompt_tokens": "Prompt tokens of the jobs admitted into slots.",
     "cached_tokens": "Of them, those a slot's cache already held: prompt tokens saved.",
     "routed_taken": "Routed jobs taken by the worker they were routed to (the router's hits).",
+    "host_hits": "Jobs whose prompt prefix was restored from a worker's host memory into their slot.",
+    "host_restored_tokens": "Prompt tokens those restores held (counted in cached_tokens too).",
+    "host_saved": "Slots' KV states kept in host memory before the slot was written over.",
+    "host_evictions": "Kept states dropped for HOST_CACHE_MIB, least recently used first.",
 }
 
 
@@ -86,7 +90,7 @@ async def cluster(request: Request) -> list[Metric]:
             CounterMetricFamily(f"tokenspool_batch_{counter}", _BATCH_HELP[counter], labels=["model"]),
             {m: stats.get(StatField.batch(counter, m), 0) for m in names},
         )
-        for counter in (f.name for f in fields(BatchCounters))
+        for counter in (f.name for f in fields(BatchCounters) if f.name not in LEVELS)
     ]
     by_tier = GaugeMetricFamily(
         "tokenspool_queue_depth_by_tier",
@@ -187,6 +191,11 @@ def _per_worker(loads: dict[str, list[WorkerLoad]]) -> list[Metric]:
         "cached": CounterMetricFamily(
             "tokenspool_worker_cached_tokens", "Of them, held by a slot's cache.", labels=["model", "worker"]
         ),
+        "host": GaugeMetricFamily(
+            "tokenspool_worker_host_cache_bytes",
+            "KV states its host tier keeps now (HOST_CACHE_MIB bounds it).",
+            labels=["model", "worker"],
+        ),
     }
     for model, workers in loads.items():
         for w in workers:
@@ -196,6 +205,7 @@ def _per_worker(loads: dict[str, list[WorkerLoad]]) -> list[Metric]:
             families["step"].add_metric(labels, w.step_ms / 1000)
             families["prompt"].add_metric(labels, w.prompt_tokens)
             families["cached"].add_metric(labels, w.cached_tokens)
+            families["host"].add_metric(labels, w.host_bytes)
     return list(families.values())
 
 

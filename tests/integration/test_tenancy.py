@@ -179,10 +179,15 @@ def test_a_public_system_prompt_s_cache_is_every_key_s_and_the_rest_of_a_prompt_
     bob = stack.ask(BOB, messages=conversation)
     assert cached(bob) > PROMPT_TOKENS
     assert bob["usage"]["prompt_tokens"] - cached(bob) >= 5  # his own question, read again
-    # Bob's job took the slot that held Alice's conversation (it shared the most): Alice now
-    # reads back the public prompt only, though Bob's question there is the same as hers
+    # Bob's job took the slot that held Alice's conversation (it shared the most): Carol (her
+    # salt's scope, which keeps nothing in host memory) reads back the public prompt only,
+    # though Bob's question there is the same as hers
+    carol = stack.ask(CAROL, messages=conversation, cache_salt=SALT)
+    assert cached(carol) == cached(bob)
+    # Alice's own conversation, written out of the slot, comes back from host memory
+    # (worker/engine/cache/): all of it, not Bob's copy of the public part
     again = stack.ask(ALICE, messages=conversation)
-    assert cached(again) == cached(bob)
+    assert cached(again) == again["usage"]["prompt_tokens"] - 1 > cached(bob)
     assert cached(stack.ask(CAROL)) == 0  # a prompt nobody made public stays private
 
 
@@ -204,11 +209,13 @@ def test_a_public_prompt_shares_its_own_text_and_never_the_tools_sent_with_it(st
     conversation = [*public, {"role": "user", "content": "Export the customers."}]
     alone = stack.ask(CAROL, messages=public)["usage"]["prompt_tokens"]  # the public message alone
 
-    def guess(tools: list[dict]) -> int:
+    def guess(tools: list[dict], salt: str) -> int:
+        """Bob's guess, in a scope of its own (a salt): his earlier guess, kept in host memory
+        (worker/engine/cache/), is not read back in the next."""
         stack.ask(ALICE, messages=conversation, tools=secret)
-        return cached(stack.ask(BOB, messages=conversation, tools=tools))
+        return cached(stack.ask(BOB, messages=conversation, tools=tools, cache_salt=salt))
 
-    right, wrong_guess = guess(secret), guess(wrong)
+    right, wrong_guess = guess(secret, SALT + "-right"), guess(wrong, SALT + "-wrong")
     assert right == wrong_guess, "a right guess of Alice's tools read back more of her cache"
     assert PROMPT_TOKENS < right <= alone  # the public text is still shared, and no more
 

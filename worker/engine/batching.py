@@ -31,6 +31,7 @@ from collections.abc import Callable
 
 from contract.stats import BatchCounters
 from worker.engine.argmax import RowsArgmax, threads_for
+from worker.engine.cache.tier import HostCache
 from worker.engine.context import NativeContext, StepBatch
 from worker.engine.held import HeldPrefixes
 from worker.engine.sampling import pick_rows
@@ -71,6 +72,7 @@ class Scheduler:
         step_delay_s: float = 0.0,
         held: HeldPrefixes | None = None,
         argmax_threads: int | None = None,
+        host: HostCache | None = None,
     ) -> None:
         self._context = context
         self.slots = slots
@@ -82,6 +84,7 @@ class Scheduler:
         self._lines_beside = lines_beside  # Batch API lines stepping beside interactive ones
         self._step_delay_s = step_delay_s  # STEP_DELAY_SECONDS: a slower machine, for the tests
         self._held = held  # what each slot's cache holds, for cache-aware routing (worker/engine/held.py)
+        self._host = host if prefix_cache else None  # the host tier (worker/engine/cache/)
         self._interrupt = context.interrupt
         self._cut = False  # the last step was cut short: this one runs to its end (progress)
         self._batch = StepBatch(batch_capacity(slots, prefill_chunk))
@@ -138,6 +141,8 @@ class Scheduler:
             self._context.clear()
             for slot in range(self.slots):
                 self._forget(slot)
+            if self._host is not None:
+                self._host.clear()
             self._tick = 0
             self.counters = BatchCounters()
 
@@ -207,7 +212,10 @@ class Scheduler:
     def _admit(self) -> None:
         """Give free slots to waiting sequences (`choose_slot`). Where another slot's cache of
         the job's scope holds more of the prompt than the slot taken, that prefix is copied in
-        (`prefix_source`): no slot is evicted for it, and no prompt is read again meanwhile."""
+        (`prefix_source`): no slot is evicted for it, and no prompt is read again meanwhile.
+        Where a state kept in host memory holds more still, it is restored into the slot
+        (worker/engine/cache/tier.py); a conversation the slot held that the job does not
+        extend is kept there first."""
         while self._waiting and self._free:
             seq = self._waiting.pop(0)
             shares = shareable(self._kv, self._scopes, seq.context, seq.scope, seq.public)
@@ -215,8 +223,19 @@ class Scheduler:
             self._free.remove(slot)
             # the last context token is read again all the same: its logits give the first pick
             keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1, shares[slot])
+            source = prefix_source(slot, self._kv, seq.context, shares) if self._prefix_cache else None
+            if self._host is not None and self._ended[slot]:  # a conversation, not a stale copy
+                mine = self._scopes[slot] == seq.scope
+                self._host.save(slot, self._kv[slot], self._scopes[slot], keep if mine else 0, self.counters)
+            restored = None
+            if self._host is not None:
+                restored = self._host.restore(slot, seq.context, seq.scope, source[1] if source else keep)
             self._scopes[slot] = seq.scope
-            if self._prefix_cache and (source := prefix_source(slot, self._kv, seq.context, shares)):
+            if restored is not None:
+                keep, self._kv[slot] = len(restored), list(restored)
+                self.counters.host_hits += bool(restored)
+                self.counters.host_restored_tokens += keep
+            elif source:
                 src, keep = source
                 self._context.copy_prefix(src, slot, keep)  # the source's cache stays whole
                 self._kv[slot] = self._kv[src][:keep]
@@ -238,7 +257,9 @@ class Scheduler:
         targets = {dst for _, dst in moves}
         for src, dst in moves:
             if self._prefix_cache and self._ended[dst]:  # a conversation, not a stale copy
-                self._keep(dst, targets)
+                kept = self._keep(dst, targets)
+                if not kept and self._host is not None:  # no spare slot for it: host memory, then
+                    self._host.save(dst, self._kv[dst], self._scopes[dst], 0, self.counters)
             # llama.cpp copies the whole slot's KV at the next decode (copies run in the
             # order asked); the source keeps a stale copy, the first cache to be evicted.
             self._context.copy(src, dst)
@@ -256,7 +277,7 @@ class Scheduler:
             self._free.append(src)
             self.counters.moves += 1
 
-    def _keep(self, gap: int, targets: set[int]) -> None:
+    def _keep(self, gap: int, targets: set[int]) -> bool:
         """The cache in `gap` (the conversation whose job just ended there, whose next turn
         may be on its way) is about to be written over by a move: copy it to a spare free
         slot first, one holding nothing or an older conversation (`spare_slot`)."""
@@ -270,6 +291,7 @@ class Scheduler:
         if self._held is not None:
             self._held.moved(gap, spare)
         self.counters.kept += 1
+        return True
 
     def _step(self) -> None:
         """One decode of the planned tokens, then every sequence with logits picks its token

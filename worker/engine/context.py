@@ -16,6 +16,7 @@ decode of a set time, logits of a set vocabulary), to measure the worker's own w
 from __future__ import annotations
 
 import ctypes
+import mmap
 
 import llama_cpp
 import numpy as np
@@ -121,6 +122,32 @@ class NativeContext:
         if llama_cpp.llama_state_seq_get_data(self.ctx, state, size, src) != size:
             return False
         return llama_cpp.llama_state_seq_set_data(self.ctx, state, size, dst) == size
+
+    def queued(self, slot: int) -> bool:
+        """Whether a whole-slot copy not yet run reads or writes `slot`: its cells must not be
+        read or written before the next decode runs it."""
+        return slot in self._queued
+
+    def save(self, slot: int) -> mmap.mmap | None:
+        """Slot `slot`'s whole sequence as llama.cpp serialises it (its cells and their
+        positions), for the host tier (worker/engine/cache/tier.py); on a GPU a copy from the
+        device. In pages of its own: a dropped state goes back to the system at once, not into
+        malloc's heap, so the tier's bound holds the process's memory. None when a queued
+        whole-slot copy reads or writes it (its cells are not yet what the scheduler says), or
+        llama.cpp wrote less than it said."""
+        if self.queued(slot):
+            return None
+        size = llama_cpp.llama_state_seq_get_size(self.ctx, slot)
+        state = mmap.mmap(-1, size)
+        buffer = (ctypes.c_uint8 * size).from_buffer(state)
+        return state if llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, slot) == size else None
+
+    def restore(self, slot: int, state: mmap.mmap | bytearray) -> bool:
+        """A saved sequence into `slot`, in place of what it held (False: llama.cpp refused it,
+        and the slot may hold nothing). Never while `queued(slot)`."""
+        size = len(state)
+        buffer = (ctypes.c_uint8 * size).from_buffer(state)
+        return llama_cpp.llama_state_seq_set_data(self.ctx, buffer, size, slot) == size
 
     def clear(self) -> None:
         """Every slot's cache, its buffers written over."""

@@ -1,14 +1,11 @@
 """The model: loaded once per worker process, decoding up to SLOTS jobs at once.
 
-The engine turns a job into prompt token ids (worker.engine.prompts) and then into a stream of
-(token id, bytes) pairs, produced by the batching scheduler (worker.engine.batching) together with
-the other jobs' tokens. It knows nothing of Redis or of the stream contract; `worker.attempts.runner`
-decides when to stop and what to publish. SLOTS=1 is the single-sequence worker: the same
-code with one slot.
+The engine turns a job into prompt token ids (worker.engine.prompts), then into a stream of (token
+id, bytes) pairs, made by the batching scheduler (worker.engine.batching) with the other jobs'. It
+knows nothing of Redis or the stream contract; `worker.attempts.runner` decides when to stop.
 
-The KV cache is allocated at start for SLOTS sequences of N_CTX tokens each; a
-configuration whose cache and weights do not fit in the memory this process may use is
-refused before anything is allocated.
+The KV cache is allocated at start for SLOTS sequences of N_CTX tokens each, refused before
+anything is allocated when it and the weights do not fit in the memory this process may use.
 """
 
 from __future__ import annotations
@@ -28,6 +25,7 @@ from contract.prefixes import PromptOverhead, prefixes
 from contract.stats import BatchCounters
 from contract.tiers import BATCH
 from worker.engine import batching, devices, llama_log, sizing
+from worker.engine.cache import tier
 from worker.engine.context import NativeContext
 from worker.engine.grammar import GrammarGate, TriggeredGate
 from worker.engine.held import HeldPrefixes
@@ -118,16 +116,17 @@ class LlamaEngine:
         )
         self.held = HeldPrefixes(slots)  # what each slot's cache holds, for cache-aware routing
         self._prefix_cache = settings.prefix_cache
-        kv = kv_cache_bytes(self._model, slots * self.n_ctx)
-        self.placement = devices.placement(self._model.model, settings.n_gpu_layers, kv, slots, self.n_ctx)
+        kv, layers = kv_cache_bytes(self._model, slots * self.n_ctx), settings.n_gpu_layers
+        self.placement = devices.placement(self._model.model, layers, kv, slots, self.n_ctx)
         log.info("%s", self.placement.describe())
         if llama_cpp.llama_n_ctx_seq(self._ctx) < self.n_ctx:
             raise EngineConfigError(
                 f"llama.cpp gives each slot {llama_cpp.llama_n_ctx_seq(self._ctx)} tokens, "
                 f"not N_CTX={self.n_ctx}"
             )
+        context = NativeContext(self._ctx, self._n_vocab, kv_on_device=self._offloaded)
         self._scheduler = batching.Scheduler(
-            NativeContext(self._ctx, self._n_vocab, kv_on_device=self._offloaded),
+            context,
             self.slots,
             settings.prefill_chunk,
             self.prompts.is_end,
@@ -137,6 +136,7 @@ class LlamaEngine:
             lines_beside=settings.batch_share(self.slots),
             step_delay_s=settings.step_delay_s,
             held=self.held,
+            host=tier.sized(context, settings.host_cache_mib if settings.prefix_cache else 0),
         )
 
     def _context(self, settings: WorkerSettings, slots: int):

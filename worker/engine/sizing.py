@@ -81,6 +81,19 @@ def halvings(start: int) -> list[int]:
     return out
 
 
+HOST_CACHE_SHARE = 4  # HOST_CACHE_MIB unset: a quarter of the memory available
+HOST_CACHE_CAP = 8 << 30  # and at most llama-server's own default (`--cache-ram 8192`)
+
+
+def host_cache_bytes(mib: int | None, available: int) -> int:
+    """The host tier's bound (worker/engine/cache/): HOST_CACHE_MIB, else a share of the
+    memory available once the weights and the KV cache are allocated, capped. It fills only as
+    conversations leave the slots, so the share leaves room for the job threads and others."""
+    if mib is not None:
+        return mib << 20
+    return min(available // HOST_CACHE_SHARE, HOST_CACHE_CAP)
+
+
 def available_memory() -> int:
     """What this process may still allocate: the cgroup's limit (a container's) or the
     machine's available memory, whichever is smaller."""

@@ -87,7 +87,7 @@ class Presence:
 
     def _load_field(self, now: BatchCounters) -> str:
         in_use, step_ms = self._in_use()
-        return f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens}"
+        return f"{in_use} {step_ms:.1f} {now.prompt_tokens} {now.cached_tokens} {now.host_bytes}"
 
     def _announce(self) -> None:
         now = BatchCounters(**asdict(self._counters()))
@@ -111,7 +111,7 @@ class Presence:
             pipe.hset(keys.worker_load(self._model), self._worker, self._load_field(now))
             version, kept_alive = self._announce_held(pipe)
             for name, value in asdict(now).items():
-                if added := value - getattr(self._flushed, name):
+                if name not in stats.LEVELS and (added := value - getattr(self._flushed, name)):
                     pipe.hincrby(keys.STATS, stats.StatField.batch(name, self._model), added)
             done = pipe.execute()
         self._flushed = now
