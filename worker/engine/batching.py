@@ -215,9 +215,11 @@ class Scheduler:
             self._free.remove(slot)
             # the last context token is read again all the same: its logits give the first pick
             keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1, shares[slot])
+            keep = seq.image_at(keep)  # an image is read whole: a cache ending inside one is cut there
             self._scopes[slot] = seq.scope
             if self._prefix_cache and (source := prefix_source(slot, self._kv, seq.context, shares)):
                 src, keep = source
+                keep = seq.image_at(keep)
                 self._context.copy_prefix(src, slot, keep)  # the source's cache stays whole
                 self._kv[slot] = self._kv[src][:keep]
                 self.counters.copied += 1
@@ -275,6 +277,8 @@ class Scheduler:
         """One decode of the planned tokens, then every sequence with logits picks its token
         from the step's logits, read once (`pick_rows`)."""
         steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
+        if not self._read_images(steps):
+            return
         decoding = sum(s.pending is not None for s in steps)
         budget = self.cost.budget(decoding) if budgeted(steps) else None
         before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in steps]
@@ -336,6 +340,26 @@ class Scheduler:
                 seq.pending = pick.token
         self._outbox.put(out)
         self.counters.sample_us += int((time.perf_counter() - computed) * 1e6)
+
+    def _read_images(self, steps: list[Sequence]) -> bool:
+        """The image rows a step's sequences are at, each image in decodes of its own, up to a
+        batch's capacity each (a llama.cpp batch holds tokens or embeddings, not both), into the
+        sequence's own KV positions. False: a decode failed (every sequence is ended)."""
+        for seq in steps:
+            while seq.pending is None and (rows := seq.images.get(seq.fed)) is not None:
+                kv = self._kv[seq.slot]
+                for start in range(0, len(rows), self._batch.capacity):
+                    part = rows[start : start + self._batch.capacity]
+                    self._interrupt.arm(False)
+                    if (rc := self._context.decode_embeddings(part, len(kv), seq.slot)) != 0:
+                        self._fail(EngineFailed(f"llama_decode of an image returned {rc}"))
+                        return False
+                    kv.extend(seq.context[seq.fed : seq.fed + len(part)])
+                    seq.fed += len(part)
+                    self.counters.prefill_tokens += len(part)
+                if seq.progress is not None:
+                    seq.progress()
+        return True
 
     def _undo(self, before: list[tuple[Sequence, int, int | None, int]]) -> None:
         """A step stopped part way (worker/engine/interrupt.py): every sequence as before its plan,

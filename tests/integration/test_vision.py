@@ -1,0 +1,75 @@
+"""Images in, on real processes: a worker with the random mmproj beside the default model
+(devstack/random_vision.py), the API, valkey; the openai SDK sends `image_url` parts."""
+
+from __future__ import annotations
+
+import base64
+
+import openai
+import pytest
+
+from contract.media.images import png
+from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from devstack.random_vision import VISION, write_pair
+
+pytestmark = pytest.mark.integration
+
+MODEL = "vision"
+
+
+def _has_mtmd() -> bool:
+    try:
+        from llama_cpp import mtmd_cpp  # noqa: F401
+    except (ImportError, OSError, RuntimeError):
+        return False
+    return True
+
+
+@pytest.fixture(scope="module")
+def base(tmp_path_factory):
+    if not _has_mtmd():
+        pytest.skip("llama-cpp-python built without mtmd (LLAVA_BUILD=OFF)")
+    logs = tmp_path_factory.mktemp("vision")
+    text, mmproj = write_pair(logs / "pair")
+    redis_proc, url = start_redis(logs)
+    env = {"MODEL_PATH": str(text), "MMPROJ_PATH": str(mmproj), "MODEL_NAME": MODEL, "SLOTS": "2"}
+    worker = start_worker(logs, url, env=env)
+    api, base = start_api(logs, url, env={"KNOWN_MODELS": "blind"})
+    try:
+        wait_for_model(base, MODEL, procs=(worker, api))
+        yield base
+    finally:
+        for p in (api, worker, redis_proc):
+            p.stop()
+
+
+def _sdk(base: str) -> openai.OpenAI:
+    return openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=0, timeout=120)
+
+
+def _ask(base: str, image: bytes | None, model: str = MODEL):
+    content: list[dict] = [{"type": "text", "text": "Describe this picture:"}]
+    if image is not None:
+        url = "data:image/png;base64," + base64.b64encode(image).decode()
+        content.append({"type": "image_url", "image_url": {"url": url, "detail": "low"}})
+    return _sdk(base).chat.completions.create(
+        model=model, messages=[{"role": "user", "content": content}], max_tokens=12, temperature=0
+    )
+
+
+def test_an_image_adds_its_tokens_to_the_prompt_and_greedy_answers_are_stable(base):
+    plain = _ask(base, None)
+    first = _ask(base, png(48, 40, seed=3))
+    again = _ask(base, png(48, 40, seed=3))
+    assert first.usage.prompt_tokens == plain.usage.prompt_tokens + VISION.patches
+    assert first.choices[0].message.content == again.choices[0].message.content
+    assert first.usage.completion_tokens > 0
+
+
+def test_bad_images_and_models_without_vision_are_400s_naming_the_part(base):
+    with pytest.raises(openai.BadRequestError) as caught:
+        _ask(base, b"\x89PNG\r\n\x1a\n not really")
+    assert caught.value.body["param"] == "messages[0].content[1].image_url.url"
+    with pytest.raises(openai.BadRequestError) as caught:
+        _ask(base, png(8, 8), model="blind")
+    assert caught.value.body["param"] == "messages[0].content[1]"
