@@ -73,3 +73,76 @@ def test_bad_images_and_models_without_vision_are_400s_naming_the_part(base):
     with pytest.raises(openai.BadRequestError) as caught:
         _ask(base, png(8, 8), model="blind")
     assert caught.value.body["param"] == "messages[0].content[1]"
+
+
+RESUME_WORKER = {"HEARTBEAT_WINDOW_SECONDS": "2", "RESUME_WAIT_SECONDS": "20", "STEP_DELAY_SECONDS": "0.05"}
+RESUME_API = {"KEEPALIVE_SECONDS": "0.5", "REAPER_INTERVAL_SECONDS": "0.2", "REAPER_SETTLE_SECONDS": "1"}
+
+
+def test_a_sigkill_mid_answer_resumes_to_the_tokens_of_an_uninterrupted_run(tmp_path):
+    """The takeover worker reads the image's bytes from Redis again, encodes them and goes on
+    from the exact token ids: the client's stream is the uninterrupted answer."""
+    import json
+    import signal
+    import time
+
+    import httpx
+    import redis
+
+    from contract import keys
+
+    if not _has_mtmd():
+        pytest.skip("llama-cpp-python built without mtmd (LLAVA_BUILD=OFF)")
+    text, mmproj = write_pair(tmp_path / "pair")
+    redis_proc, url = start_redis(tmp_path)
+    env = {
+        "MODEL_PATH": str(text),
+        "MMPROJ_PATH": str(mmproj),
+        "MODEL_NAME": MODEL,
+        "SLOTS": "1",
+        **RESUME_WORKER,
+    }
+    workers = {n: start_worker(tmp_path, url, name=n, env=env) for n in ("v1", "v2")}
+    api, base = start_api(tmp_path, url, env=RESUME_API)
+    r = redis.Redis.from_url(url)
+    image = "data:image/png;base64," + base64.b64encode(png(32, 32, seed=7)).decode()
+    body = {
+        "model": MODEL,
+        "messages": [
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "Say:"},
+                    {"type": "image_url", "image_url": {"url": image}},
+                ],
+            }
+        ],
+        "max_tokens": 40,
+        "temperature": 0,
+        "ignore_eos": True,
+    }
+    try:
+        wait_for_model(base, MODEL, procs=(api, *workers.values()))
+        while r.hlen(keys.worker_vision(MODEL)) < 2:
+            time.sleep(0.1)
+        whole = httpx.post(base + "/v1/chat/completions", json=body, timeout=120).json()
+        expected = whole["choices"][0]["message"]["content"]
+        got, killed = [], None
+        with httpx.stream(
+            "POST", base + "/v1/chat/completions", json={**body, "stream": True}, timeout=120
+        ) as resp:
+            for line in resp.iter_lines():
+                if not line.startswith("data: {"):
+                    continue
+                chunk = json.loads(line[6:])
+                delta = chunk["choices"][0]["delta"] if chunk["choices"] else {}
+                got.append(delta.get("content") or "")
+                if killed is None and sum(1 for g in got if g) >= 8:
+                    name = r.hget(keys.job(chunk["id"]), keys.JobField.WORKER).decode()
+                    killed = workers[name]
+                    killed.signal(signal.SIGKILL)
+        assert killed is not None, "the answer ended before the kill"
+        assert "".join(got) == expected
+    finally:
+        for p in (api, *workers.values(), redis_proc):
+            p.stop()
