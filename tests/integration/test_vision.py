@@ -75,6 +75,39 @@ def test_bad_images_and_models_without_vision_are_400s_naming_the_part(base):
     assert caught.value.body["param"] == "messages[0].content[1]"
 
 
+def test_a_messages_image_block_reads_as_the_same_image(base):
+    import anthropic
+
+    data = base64.b64encode(png(48, 40, seed=3)).decode()
+    client = anthropic.Anthropic(base_url=base, api_key="unused", max_retries=0, timeout=120)
+    blocks = [
+        {"type": "text", "text": "Describe this picture:"},
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}},
+    ]
+    message = client.messages.create(
+        model=MODEL, max_tokens=12, messages=[{"role": "user", "content": blocks}]
+    )
+    plain = client.messages.create(
+        model=MODEL, max_tokens=12, messages=[{"role": "user", "content": blocks[:1]}]
+    )
+
+    def whole(usage) -> int:  # Anthropic's input_tokens leave out what the cache held
+        return usage.input_tokens + (usage.cache_read_input_tokens or 0)
+
+    assert whole(message.usage) == whole(plain.usage) + VISION.patches
+    with pytest.raises(anthropic.BadRequestError):
+        client.messages.create(
+            model=MODEL,
+            max_tokens=4,
+            messages=[
+                {
+                    "role": "user",
+                    "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}],
+                }
+            ],
+        )
+
+
 RESUME_WORKER = {"HEARTBEAT_WINDOW_SECONDS": "2", "RESUME_WAIT_SECONDS": "20", "STEP_DELAY_SECONDS": "0.05"}
 RESUME_API = {"KEEPALIVE_SECONDS": "0.5", "REAPER_INTERVAL_SECONDS": "0.2", "REAPER_SETTLE_SECONDS": "1"}
 
