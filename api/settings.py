@@ -139,6 +139,19 @@ class Limits:
         "and the Messages API, where agents ask 32,000)",
     )
     max_stop: int = setting(4, "MAX_STOP", "stop sequences per request (400)")
+    max_images: int = setting(
+        8, "MAX_IMAGES", "images per request, on a model whose workers read images (400 naming the part)"
+    )
+    max_image_bytes: int = setting(
+        5_000_000,
+        "MAX_IMAGE_BYTES",
+        "bytes of one image, decoded (400 naming the part; MAX_BODY_BYTES bounds all)",
+    )
+    max_image_pixels: int = setting(
+        16_777_216,
+        "MAX_IMAGE_PIXELS",
+        "pixels of one image, width x height from its header (400 naming the part)",
+    )
     max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")
     max_embedding_inputs: int = setting(
         2048, "MAX_EMBEDDING_INPUTS", "inputs per `/v1/embeddings` request (400; OpenAI's limit)"

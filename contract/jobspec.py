@@ -1,14 +1,14 @@
 """What the API enqueues for a worker: one completion request, already validated.
 
-The API turns an OpenAI request into a `JobSpec` (content parts joined, defaults applied)
-and enqueues `JobSpec.to_dict()` as the single JSON argument of `keys.JOB_FUNCTION`. The
-worker rebuilds it with `JobSpec.from_dict`, which checks every field again: a job planted
-in Redis by someone else must not reach the model with arguments the API would refuse.
+The API turns an OpenAI request into a `JobSpec` (content parts joined, defaults applied) and enqueues
+`JobSpec.to_dict()` as the single JSON argument of `keys.JOB_FUNCTION`. The worker rebuilds it with
+`JobSpec.from_dict`, which checks every field again: a job planted in Redis by someone else must not reach
+the model with arguments the API would refuse.
 
-Structured output and tools travel as what the client asked for (schemas, tool
-definitions, the tool choice), not as a grammar: the worker builds the grammar itself,
-because how a model writes a tool call depends on its chat template (worker/tools/protocols.py), and
-both sides compile the schemas with the same code (contract/schema.py).
+Structured output and tools travel as what the client asked for (schemas, tool definitions, the tool
+choice), not as a grammar: the worker builds the grammar itself, because how a model writes a tool call
+depends on its chat template (worker/tools/protocols.py), and both sides compile the schemas with the same
+code (contract/schema.py).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from contract.edits.tool_uses import problem as clear_tool_uses_problem
 from contract.freeform.calls import custom_tool_problem
 from contract.gbnf import SchemaError
+from contract.media import images as media
 from contract.schema import schema_grammar
 from contract.tiers import PRIORITIES
 from contract.tracing import propagation
@@ -78,16 +79,8 @@ class Message:
         extra = set(m) - {"role", "content", "tool_calls", "tool_call_id", "reasoning"}
         if extra:
             raise InvalidSpec(f"unknown message fields: {sorted(extra)}")
-        calls = tuple(
-            ToolCall(id=c["id"], name=c["name"], arguments=c["arguments"]) for c in m.get("tool_calls", ())
-        )
-        return cls(
-            role=m["role"],
-            content=m["content"],
-            tool_calls=calls,
-            tool_call_id=m.get("tool_call_id", ""),
-            reasoning=m.get("reasoning", ""),
-        )
+        calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in m.get("tool_calls", ()))
+        return cls(m["role"], m["content"], calls, m.get("tool_call_id", ""), m.get("reasoning", ""))
 
 
 @dataclass(frozen=True)
@@ -156,15 +149,16 @@ class JobSpec:
     dimensions: int = 0  # an embed job's vectors cut to this many and renormalised; 0: whole
     clear_tool_uses: dict | None = None  # a chat job's ClearToolUses (contract/edits/tool_uses.py)
     trace_context: str = ""  # the API span's W3C traceparent (contract/tracing/); "": not traced
+    images: tuple[str, ...] = ()  # the SHA-256 of each image, in its markers' order (contract/media/)
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["messages"] = [m.to_dict() for m in self.messages]
-        data["stop"] = list(self.stop)
+        data["stop"], data["images"] = list(self.stop), list(self.images)
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tools]
         data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
-        absent_unless_set = ("ignore_eos", "cache_scope", "public_prompt", "template_kwargs")
+        absent_unless_set = ("ignore_eos", "cache_scope", "public_prompt", "template_kwargs", "images")
         absent_unless_set += ("thinking_budget", "inputs", "dimensions", "clear_tool_uses", "trace_context")
         for name in absent_unless_set:  # an earlier worker takes it (and a function tool has no "freeform")
             if not data[name]:
@@ -230,6 +224,7 @@ class JobSpec:
                 dimensions=data.get("dimensions", 0),
                 clear_tool_uses=data.get("clear_tool_uses"),
                 trace_context=data.get("trace_context", ""),
+                images=tuple(data.get("images", ())),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -294,6 +289,8 @@ class JobSpec:
             raise InvalidSpec(f"top_logprobs must be 0 to {MAX_TOP_LOGPROBS}, with logprobs")
         self._check_embed()
         self._check_chat()
+        if problem := media.problem(self.images, (m.content for m in self.messages), self.kind):
+            raise InvalidSpec(problem)
 
     def _check_embed(self) -> None:
         """Embed jobs' inputs (strings or token ids), rank jobs' (a query, documents): no more."""

@@ -185,7 +185,6 @@ def idempotency(owner: str, digest: str) -> str:
 REAPER_LOCK = f"{PREFIX}:reaper"
 """STRING: which API process currently looks for dead attempts (SET NX PX)."""
 REASONING_SEAL = f"{PREFIX}:reasoning-seal"  # STRING: the Responses' sealing secret, if made (SET NX)
-
 ACK_MARK = f"{PREFIX}:acks"
 """STRING (each server): a counter the API increments so that `WAIT` has a write of its own
 to wait for: a replica holding it holds every write before it (api/jobs/acks.py)."""
@@ -240,29 +239,22 @@ def owned(owner: str, index: OwnerIndex) -> str:
 class BatchPart(StrEnum):
     """The keys of one batch (api/batches/routes.py, api/batches/driver.py): `batch(id, BatchPart.X)`."""
 
-    STATE = ""
-    """HASH: its status, timestamps, counts and files (`ts:batch:<id>`)."""
-    LINES = "lines"
-    """LIST: its request lines (JSON), in input order."""
-    OPEN = "open"
-    """HASH: its lines sent as jobs and not yet answered: line number -> job id."""
-    RESULTS = "results"
-    """HASH: its answered lines: line number -> its output line (JSON), written once."""
+    STATE = ""  # HASH: its status, timestamps, counts and files (`ts:batch:<id>`)
+    LINES = "lines"  # LIST: its request lines (JSON), in input order
+    OPEN = "open"  # HASH: its lines sent as jobs and not yet answered: line number -> job id
+    RESULTS = "results"  # HASH: its answered lines: line number -> its output line (JSON), written once
 
 
 def batch(batch_id: str, part: BatchPart = BatchPart.STATE) -> str:
     return f"{PREFIX}:batch:{batch_id}" + (f":{part}" if part else "")
 
 
-BATCH_DRIVER_LOCK = f"{PREFIX}:batches:driver"
-"""STRING: the API process driving the batches (one at a time, like the reaper)."""
-
-ACTIVE_BATCHES = f"{PREFIX}:batches"
-"""ZSET: the batches not yet ended (id -> created, ms), which the API processes drive."""
+BATCH_DRIVER_LOCK = f"{PREFIX}:batches:driver"  # STRING: the API process driving the batches (one at a time)
+ACTIVE_BATCHES = f"{PREFIX}:batches"  # ZSET: the batches not yet ended (id -> created, ms)
 
 WORKER_CONNECTION_PREFIX = "tsworker:"
-"""Every connection a worker opens is named this + its worker name (CLIENT SETNAME), so
-that a process that died is seen at once: the kernel closes its sockets."""
+"""Every connection a worker opens is named this + its worker name (CLIENT SETNAME): a
+process that died is seen at once, the kernel closing its sockets."""
 
 
 def workers(model: str) -> str:
@@ -298,6 +290,17 @@ def routed(model: str) -> str:
     """ZSET: `contract.tiers.routed_member`s -> ms by which the worker must have taken the job
     (written with its push onto the routed queue); past it, back to the shared queue."""
     return f"{PREFIX}:routed:{model}"
+
+
+def worker_vision(model: str) -> str:
+    """HASH: worker name -> the most tokens an image becomes, set with each announcement of a worker
+    reading images (MMPROJ_PATH); empty: no worker of the model has vision."""
+    return f"{PREFIX}:vision:{model}"
+
+
+def image(scope: str, sha256: str) -> str:
+    """STRING: an image's bytes by their SHA-256 within a cache scope, kept with its job (contract/media/)."""
+    return f"{PREFIX}:image:{scope}:{sha256}"
 
 
 def worker_placement(model: str) -> str:

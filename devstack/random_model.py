@@ -3,6 +3,7 @@
     python -m devstack.random_model --shape 1b|8b|smollm2|tiny|wide --out FILE [--type f16|q8_0|q4_0|q4_1]
                                  [--seed N] [--split-max-size BYTES] [--tokenizer GGUF] [--vocab N]
     python -m devstack.random_model --rerank FILE [--seed N]    # a tiny BERT cross-encoder
+    python -m devstack.random_model --vision DIR [--seed N]     # the default model and a random mmproj
 
 The shapes are Llama-3.2-1B's and Llama-3.1-8B's (layers, hidden size, FFN, heads, KV heads,
 RoPE base and Llama 3's RoPE scaling, tied or untied output), so a step costs what it costs
@@ -366,6 +367,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--shape", choices=sorted(SHAPES))
     ap.add_argument("--out", type=Path)
     ap.add_argument("--rerank", type=Path, metavar="PATH", help="write a tiny BERT reranker here instead")
+    ap.add_argument("--vision", type=Path, metavar="DIR", help="write DIR/model.gguf and DIR/mmproj.gguf")
     ap.add_argument("--type", choices=sorted(TYPES), default="q8_0")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
@@ -378,8 +380,13 @@ def main(argv: list[str] | None = None) -> None:
         write_reranker(args.rerank, args.seed, args.tokenizer)
         print(f"wrote {args.rerank} (a random BERT reranker)", file=sys.stderr)
         return
+    if args.vision is not None:  # devstack/random_vision.py
+        from devstack.random_vision import write_pair
+
+        print(f"wrote {', '.join(map(str, write_pair(args.vision, args.seed)))}", file=sys.stderr)
+        return
     if args.shape is None or args.out is None:
-        ap.error("--shape and --out are required (or --rerank PATH)")
+        ap.error("--shape and --out are required (or --rerank PATH, or --vision DIR)")
     write(args.shape, args.out, args.type, args.seed, args.split_max_size, args.tokenizer, args.vocab)
     vocab = f", vocab {args.vocab}" if args.vocab else ""
     print(f"wrote {args.out} ({args.shape}, {args.type}{vocab})", file=sys.stderr)

@@ -152,6 +152,7 @@ def main() -> None:
         guest=served_model(engine.model_name)[1] != "chat",
     )
     pool = engine.model_name  # the model's name, or its embedding pool's (contract/tiers.py)
+    vision = getattr(getattr(engine, "prompts", None), "vision", None)  # MMPROJ_PATH's encoder
     presence = Presence(
         connect(),
         pool,
@@ -164,7 +165,11 @@ def main() -> None:
         placement=engine.placement,
         held=engine.held,
         load=lambda: (runner.running(), engine.step_ms()),
+        vision=vision.max_tokens if vision is not None else 0,
     )
+    if vision is not None:  # an image job's bytes, read by its hash within its cache scope
+        images = connect()
+        engine.prompts.fetch_image = lambda scope, sha: images.get(keys.image(scope, sha))  # type: ignore[attr-defined]
     if engine.held is not None:
         engine.held.changed = presence.held_changed
     connection = connect()

@@ -65,6 +65,20 @@ class WorkerSettings:
         parse=lambda raw: Path(raw) if raw else None,
         shown="(the GGUF's)",
     )
+    mmproj_path: Path | None = setting(
+        None,
+        "MMPROJ_PATH",
+        "a vision model's image encoder (an mmproj GGUF, llama-server's `--mmproj`) for MODEL_PATH's "
+        "model: the worker then reads images in chat requests (docs/operations.md, Vision models)",
+        parse=lambda raw: Path(raw) if raw else None,
+        shown="(none: no images)",
+    )
+    vision_cache_images: int = setting(
+        32,
+        "VISION_CACHE_IMAGES",
+        "encoded images kept by hash within their cache scope, for follow-up turns",
+        minimum=1,
+    )
     reasoning_format: str = setting(
         "think",
         "REASONING_FORMAT",

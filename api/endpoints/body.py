@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import Field, PrivateAttr
 
 from api.http.errors import APIError, invalid
 from api.http.parsing import Strict, too_many
@@ -91,6 +91,9 @@ class Body(Strict):
     # Prompt caches are the key's own; keys that send the same salt share one (vLLM's
     # extension; contract/prefixes.py `cache_scope`). It should be a long random secret.
     cache_salt: Annotated[str, Field(min_length=1, max_length=256)] | None = None
+    # the request's images as `to_spec` read them (api/endpoints/images.py), and each one's part
+    _images: list = PrivateAttr(default_factory=list)
+    _image_params: list[str] = PrivateAttr(default_factory=list)
     # Accepted, and change nothing here (see the module docstring).
     user: str | None = None
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None

@@ -49,6 +49,7 @@ from contract import errors, keys, logs
 from contract.entries import is_terminal
 from contract.jobspec import JobSpec
 from contract.keys import JobStatus
+from contract.prefixes import cache_scope
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +232,8 @@ class EndpointRoutes:
             limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
+                if spec.images:
+                    await _store_images(ask, spec, limits)
                 if trace.on:  # the attempts' spans join the request's trace (contract/tracing/)
                     spec = replace(spec, trace_context=trace.carried())
                 quota = self._quota(ask, spec, limits)
@@ -253,7 +256,10 @@ class EndpointRoutes:
         """The key's limits, and the tokens the job reserves: the most its prompt can be
         (api/jobs/reservation.py) and its `max_tokens`, together no more than a worker's
         context holds. A job that generates nothing (a count) reserves nothing."""
-        prompt = limits.cap(reservation.prompt_tokens(spec, limits.overhead))
+        # an image's tokens bounded by what its workers announce (contract.keys.worker_vision)
+        prompt = limits.cap(
+            reservation.prompt_tokens(spec, limits.overhead) + len(spec.images) * limits.vision
+        )
         return Quota(
             unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,
             budgets=ask.budgets,
@@ -376,3 +382,18 @@ def reasoning_field(replies: Replies) -> dict[str, str]:
     if replies.reasoning_field == "reasoning_content":
         return {}
     return {keys.JobField.REASONING: replies.reasoning_field}
+
+
+async def _store_images(ask: Ask, spec: JobSpec, limits: ModelLimits) -> None:
+    """A 400 naming the first image part when no worker of the model reads images; else each image's
+    bytes in Redis within the job's cache scope, by hash, kept as long as a job may run
+    (contract/media/images.py): an image a job of its scope sent before lives on with this one."""
+    if not limits.vision:
+        at = ask.body._image_params[0]
+        raise invalid(f"Invalid '{at}': the model '{spec.model}' does not read images.", param=at)
+    scope = cache_scope(ask.owner, ask.body.cache_salt)
+    ttl = ask.services.settings.recovery.job_ttl_s
+    async with ask.services.redis.pipeline(transaction=False) as pipe:
+        for image in ask.body._images:
+            pipe.set(keys.image(scope, image.sha256), image.data, ex=ttl)
+        await pipe.execute()

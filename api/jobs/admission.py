@@ -70,13 +70,14 @@ class ModelLimits:
 
     context: int  # the largest context per job (0: none announced): no job uses more tokens
     overhead: PromptOverhead  # the most a worker's chat template adds to a prompt
+    vision: int = 0  # the most tokens an image becomes on a worker (0: none of them reads images)
 
     @classmethod
-    def of(cls, contexts: list, overheads: list) -> ModelLimits:
-        """From the workers' announcements (contract.keys.context, prompt_overhead)."""
+    def of(cls, contexts: list, overheads: list, visions: tuple | list = ()) -> ModelLimits:
+        """From the workers' announcements (contract.keys.context, prompt_overhead, worker_vision)."""
         announced = [o for o in (PromptOverhead.parse(as_text(v)) for v in overheads) if o]
         overhead = functools.reduce(PromptOverhead.most, announced) if announced else UNKNOWN
-        return cls(max((int(c) for c in contexts), default=0), overhead)
+        return cls(max((int(c) for c in contexts), default=0), overhead, max(map(int, visions), default=0))
 
     def cap(self, tokens: int) -> int:
         """`tokens`, but no more than the context holds."""
@@ -127,12 +128,13 @@ class Admission:
             self._registry.count_live(pipe, model)
             self._registry.contexts(pipe, model)
             self._registry.overheads(pipe, model)
+            self._registry.visions(pipe, model)
             await self._reserve(
                 keys=[*keys.interactive_queue_keys(model), keys.routed(model), keys.reserved(model)],
                 args=[self._intake.queue_limit(model), request_id, hold_ms],
                 client=pipe,
             )
-            workers, contexts, overheads, (held, depth) = await pipe.execute()
+            workers, contexts, overheads, visions, (held, depth) = await pipe.execute()
         try:
             if not workers and model not in self._intake.known_models:
                 raise not_found(model)
@@ -147,7 +149,7 @@ class Admission:
                 f"The queue for '{model}' is full ({depth} requests waiting); retry after "
                 f"{self._intake.retry_after_s} seconds.",
             )
-        return ModelLimits.of(contexts, overheads)
+        return ModelLimits.of(contexts, overheads, visions)
 
     async def release(self, model: str, request_id: str) -> None:
         """Give back the place `model` held for a request that will not be enqueued."""

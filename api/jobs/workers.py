@@ -65,6 +65,10 @@ class WorkerRegistry:
         (contract/prefixes.py) to a caller's pipeline, with the last one announced."""
         pipe.hvals(keys.prompt_overhead(model))
 
+    def visions(self, pipe: aredis.client.Pipeline, model: str) -> None:
+        """Add "the most tokens an image becomes on each worker of `model` that reads images"."""
+        pipe.hvals(keys.worker_vision(model))
+
     async def slots(self, models: Sequence[str]) -> dict[str, int]:
         """Model -> jobs its live workers can run at once: their announced SLOTS, summed."""
         live = await self._announced(models, keys.worker_slots)
@@ -164,5 +168,6 @@ class WorkerRegistry:
                     pipe.hdel(keys.context(model), *names)
                     pipe.hdel(keys.prompt_overhead(model), *names)
                     pipe.hdel(keys.worker_placement(model), *names)
+                    pipe.hdel(keys.worker_vision(model), *names)
                     pipe.hdel(keys.worker_load(model), *names)
             await pipe.execute()

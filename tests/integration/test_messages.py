@@ -458,7 +458,7 @@ BAD = [
                 }
             ],
         },
-        "text only",
+        "PNG, JPEG, WebP or GIF",
     ),
     ({"max_tokens": 8, "messages": ASK, "thinking": {"type": "enabled", "budget_tokens": 1024}}, "budget"),
     (

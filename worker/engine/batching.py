@@ -49,6 +49,7 @@ from worker.engine.steps.plan import (
     stepping,
 )
 from worker.engine.steps.sequence import END, Sequence
+from worker.engine.vision.reading import read_images
 from worker.errors import GrammarDeadEnd
 
 log = logging.getLogger(__name__)
@@ -223,6 +224,7 @@ class Scheduler:
             self._free.remove(slot)
             # the last context token is read again all the same: its logits give the first pick
             keep = min(common_prefix(self._kv[slot], seq.context), len(seq.context) - 1, shares[slot])
+            keep = seq.image_at(keep)  # an image is read whole: a cache ending inside one is cut there
             source = prefix_source(slot, self._kv, seq.context, shares) if self._prefix_cache else None
             if self._host is not None and self._ended[slot]:  # a conversation, not a stale copy
                 mine = self._scopes[slot] == seq.scope
@@ -232,11 +234,15 @@ class Scheduler:
                 restored = self._host.restore(slot, seq.context, seq.scope, source[1] if source else keep)
             self._scopes[slot] = seq.scope
             if restored is not None:
-                keep, self._kv[slot] = len(restored), list(restored)
+                keep = seq.image_at(len(restored))
+                if keep < len(restored):  # a state ending inside an image: cut at the image
+                    self._context.remove(slot, keep)
+                self._kv[slot] = list(restored[:keep])
                 self.counters.host_hits += bool(restored)
                 self.counters.host_restored_tokens += keep
             elif source:
                 src, keep = source
+                keep = seq.image_at(keep)
                 self._context.copy_prefix(src, slot, keep)  # the source's cache stays whole
                 self._kv[slot] = self._kv[src][:keep]
                 self.counters.copied += 1
@@ -297,6 +303,11 @@ class Scheduler:
         """One decode of the planned tokens, then every sequence with logits picks its token
         from the step's logits, read once (`pick_rows`)."""
         steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
+        if (
+            failed := read_images(self._context, self._batch.capacity, self._kv, steps, self.counters)
+        ) is not None:
+            self._fail(EngineFailed(f"llama_decode of an image returned {failed}"))
+            return
         decoding = sum(s.pending is not None for s in steps)
         budget = self.cost.budget(decoding) if budgeted(steps) else None
         before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in steps]

@@ -81,6 +81,27 @@ class NativeContext:
             self._queued.clear()
         return rc
 
+    def decode_embeddings(self, rows: np.ndarray, position: int, slot: int) -> int:
+        """One decode of embeddings (an image's rows, rows x n_embd floats) at `position` on in
+        slot `slot`'s cache, asking no logits: llama_decode's code (0: read)."""
+        rows = np.ascontiguousarray(rows, dtype=np.float32)
+        n, width = rows.shape
+        batch = llama_cpp.llama_batch_init(n, width, 1)
+        try:
+            ctypes.memmove(batch.embd, rows.ctypes.data, rows.nbytes)
+            for i in range(n):
+                batch.pos[i] = position + i
+                batch.n_seq_id[i] = 1
+                batch.seq_id[i][0] = slot
+                batch.logits[i] = 0
+            batch.n_tokens = n
+            rc = llama_cpp.llama_decode(self.ctx, batch)
+        finally:
+            llama_cpp.llama_batch_free(batch)
+        if rc >= 0:
+            self._queued.clear()
+        return rc
+
     def logits(self, rows: int) -> np.ndarray:
         """The last step's logits, a (rows, vocabulary) view of llama.cpp's buffer, valid until
         the next decode: the rows that asked for logits, in batch order."""

@@ -33,6 +33,7 @@ from worker.engine.prompts import ChatPrompts
 from worker.engine.sampling import Sampler
 from worker.engine.steps import plan, sequence
 from worker.engine.steps.picks import Pick
+from worker.engine.vision import encoder
 from worker.settings import WorkerSettings
 from worker.text import harmony, thinking
 from worker.text.replies import Reply
@@ -82,6 +83,7 @@ class LlamaEngine:
         self._n_vocab = self._model.n_vocab()
         cores = sizing.usable_cores()
         self.threads = sizing.threads(settings.n_threads, settings.n_threads_batch, cores)
+        self.prompts.vision = encoder.load(settings, self._model.model, self.threads.n_threads_batch)
         per_slot = kv_cache_bytes(self._model, self.n_ctx)
         if settings.slots is not None:
             tries, why = [settings.slots], "SLOTS"
@@ -140,8 +142,7 @@ class LlamaEngine:
         )
 
     def _context(self, settings: WorkerSettings, slots: int):
-        """A llama.cpp context of `slots` sequences of N_CTX tokens each (None: it does not
-        fit); on the CPU a cache that cannot fit is refused before it is allocated."""
+        """A context of `slots` sequences of N_CTX tokens each (None: it does not fit)."""
         assert settings.model_path is not None
         check_memory(
             kv_cache_bytes(self._model, slots * self.n_ctx),
@@ -188,8 +189,7 @@ class LlamaEngine:
         return thinking.Thinking(reply, opened) if opened or not constrained else reply
 
     def _grammar(self, spec: JobSpec, prompt: Sequence[int]) -> tuple[str | None, str | None]:
-        """The job's grammar and the text it applies from (None: the first token); one that would
-        hold from the first token waits for the thinking block's close if the prompt opened one."""
+        """The job's grammar and the text it applies from (None: the first token; after thinking, if open)."""
         tools = self.prompts.tools
         if self._harmony and isinstance(tools, HarmonyTools):  # its grammars know where thinking ends
             return tools.grammar(spec, harmony.opened_channel(self._prompt_tail(prompt))), tools.trigger(spec)
@@ -254,6 +254,7 @@ class LlamaEngine:
             alone_for=alone_for,
             since=since_ms,
             progress=progress,
+            images=getattr(prompt, "images", {}),  # an image's rows by position (vision/prompt.py)
         )
         self._scheduler.submit(seq)
         answer: list[bytes] = []
@@ -385,8 +386,7 @@ def kv_cache_bytes(model: LlamaModel, tokens: int) -> int:
 
 
 def check_memory(kv: int, model_path: Path, n_gpu_layers: int, what: str) -> None:
-    """Refuse at start a KV cache that cannot fit (on the CPU; a GPU build finds out when
-    llama.cpp allocates the context, also at start)."""
+    """Refuse at start a KV cache that cannot fit (on the CPU; a GPU finds out at start too)."""
     if n_gpu_layers and llama_cpp.llama_supports_gpu_offload():
         return
     need = kv + _COMPUTE_MARGIN

@@ -15,15 +15,18 @@ import ctypes
 import dataclasses
 import functools
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import llama_cpp
 from llama_cpp._internals import LlamaModel
 from llama_cpp.llama_chat_format import Jinja2ChatFormatter
 
 from contract.jobspec import JobSpec, Message, Tool, ToolCall
+from contract.media.images import MARKER
 from contract.prefixes import PromptOverhead
 from worker.engine.steps.plan import common_prefix
+from worker.engine.vision import encoder
+from worker.engine.vision.prompt import IMAGE
 from worker.errors import PromptRejected, PromptTooLong
 from worker.tools import clearing, late_system, outside
 from worker.tools.json_envelope import JsonTools
@@ -54,6 +57,9 @@ _SHAPES: tuple[tuple[tuple[Message, ...], tuple[Message, ...], int], ...] = (
 class ChatPrompts:
     def __init__(self, model: LlamaModel, template: str | None = None) -> None:
         self._model = model
+        self.vision: encoder.Encoder | None = None  # MMPROJ_PATH's (worker/engine/vision/)
+        # an image's bytes by its cache scope and hash: the worker's Redis (worker/__main__.py)
+        self.fetch_image: Callable[[str, str], bytes | None] = lambda scope, sha: None
         template = template or model.metadata().get("tokenizer.chat_template")
         self._formatter = (
             Jinja2ChatFormatter(
@@ -113,6 +119,8 @@ class ChatPrompts:
             )
         if len(ids) >= n_ctx:
             raise PromptTooLong(len(ids), n_ctx, param)
+        if spec.images:  # each IMAGE becomes its image
+            return encoder.prompt_of(self.vision, spec, ids, n_ctx, self.fetch_image)
         return ids
 
     def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]:
@@ -165,7 +173,7 @@ class ChatPrompts:
                     "messages",
                 )
             ids += self._template(before, texts)
-            ids += self._plain(message["content"])
+            ids += self._content(message["content"], bool(spec.images))
         return ids + self._template(rest, texts)
 
     def _render(self, spec: JobSpec, messages: list[dict], kwargs: dict) -> str:
@@ -233,6 +241,16 @@ class ChatPrompts:
     def special_text(self, text: str) -> list[int]:
         """Text the worker writes itself (a thinking block's close), control tokens parsed."""
         return self._tokens(text, special=True)
+
+    def _content(self, text: str, images: bool) -> list[int]:
+        """A message's content as plain text; in a job with images, each image marker becomes
+        IMAGE, which the engine replaces with the image (worker/engine/vision/)."""
+        if not images:
+            return self._plain(text)
+        ids: list[int] = []
+        for i, piece in enumerate(text.split(MARKER)):
+            ids += ([IMAGE] if i else []) + (self._plain(piece) if piece else [])
+        return ids
 
     def _plain(self, text: str) -> list[int]:
         """A message's content as text only: a format's marker in it (`<|end|>`, which llama.cpp

@@ -50,6 +50,7 @@ class Presence:
         held: HeldPrefixes | None = None,
         load: Callable[[], tuple[int, float]] = lambda: (0, 0.0),
         held_ttl_s: float = HELD_TTL_S,
+        vision: int = 0,
     ) -> None:
         self._r = client
         self._model = model
@@ -58,6 +59,7 @@ class Presence:
         self._n_ctx = n_ctx  # each job's context: the API bounds prompts by it
         self._overhead = overhead  # what its chat template adds: the API bounds reservations by it
         self._placement = placement  # what the model put where, for /metrics
+        self._vision = vision  # the most tokens an image becomes (0: it reads no images)
         self._held = held  # the prefixes its slots hold (worker/engine/held.py), for routing
         self._held_version = -1  # the version last written
         self._held_ttl_ms = int(held_ttl_s * 1000)
@@ -108,6 +110,8 @@ class Presence:
             if self._placement is not None:
                 placed = f"{self._placement.gpu_layers} {self._placement.kv_bytes}"
                 pipe.hset(keys.worker_placement(self._model), self._worker, placed)
+            if self._vision:
+                pipe.hset(keys.worker_vision(self._model), self._worker, self._vision)
             pipe.hset(keys.worker_load(self._model), self._worker, self._load_field(now))
             version, kept_alive = self._announce_held(pipe)
             for name, value in asdict(now).items():
@@ -179,6 +183,7 @@ class Presence:
             self._r.hdel(keys.context(self._model), self._worker)
             self._r.hdel(keys.prompt_overhead(self._model), self._worker)
             self._r.hdel(keys.worker_placement(self._model), self._worker)
+            self._r.hdel(keys.worker_vision(self._model), self._worker)
             self._r.hdel(keys.worker_load(self._model), self._worker)
             self._r.delete(keys.held_prefixes(self._worker))
 

@@ -13,6 +13,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from api.endpoints import images
 from api.endpoints.body import (
     MAX_TOOLS,
     Body,
@@ -34,6 +35,7 @@ from api.http.errors import invalid
 from api.http.parsing import Strict, too_many, unsupported
 from api.settings import Limits
 from contract.jobspec import MAX_TOP_LOGPROBS, TEMPERATURE, TOP_P, JobSpec, Message, Tool, ToolCall
+from contract.media.images import MARKER
 
 MAX_LOGIT_BIAS = 300
 
@@ -41,6 +43,19 @@ MAX_LOGIT_BIAS = 300
 class TextPart(Strict):
     type: Literal["text"]
     text: str
+
+
+class ImageURL(Strict):
+    url: str  # a data: URL (api/endpoints/images.py)
+    detail: Literal["auto", "low", "high"] | None = None  # the mmproj's own resize, whichever
+
+
+class ImagePart(Strict):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+UserPart = Annotated[TextPart | ImagePart, Field(discriminator="type")]
 
 
 class FunctionCall(Strict):
@@ -68,7 +83,7 @@ class _Message(Strict):
             return ""
         if isinstance(self.content, str):
             return self.content
-        return "".join(part.text for part in self.content)
+        return "".join(part.text if isinstance(part, TextPart) else MARKER for part in self.content)
 
 
 class SystemMessage(_Message):
@@ -77,6 +92,7 @@ class SystemMessage(_Message):
 
 class UserMessage(_Message):
     role: Literal["user"]
+    content: str | list[UserPart] | None = None  # type: ignore[assignment]  # images: a user's only
 
 
 class AssistantMessage(_Message):
@@ -231,11 +247,13 @@ class ChatRequest(CompletionBody):
                 "it cannot go with them.",
                 param="ignore_eos",
             )
+        self._read_images(limits)
         return JobSpec(
             id=job_id,
             kind="chat",
             model=self.model,
             messages=tuple(self._message(m) for m in self.messages),
+            images=tuple(image.sha256 for image in self._images),
             # opencode (the AI SDK) asks 32,000: as on the Messages API, the limit (or the context) ends it
             max_tokens=min(
                 self.max_completion_tokens or self.max_tokens or limits.max_tokens, limits.max_tokens
@@ -261,6 +279,25 @@ class ChatRequest(CompletionBody):
         job_id = m.tool_call_id if isinstance(m, ToolMessage) else ""
         thought = (m.reasoning_content or m.reasoning or "") if isinstance(m, AssistantMessage) else ""
         return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=job_id, reasoning=thought)
+
+    def _read_images(self, limits: Limits) -> None:
+        """The request's images, each checked (api/endpoints/images.py), into `images`; where there
+        are any, no text of the request may hold the image marker."""
+        found, texts = [], []
+        for i, m in enumerate(self.messages):
+            parts = m.content if isinstance(m.content, list) else [m.content or ""]
+            for j, part in enumerate(parts):
+                at = f"messages[{i}].content" + (f"[{j}]" if isinstance(m.content, list) else "")
+                if isinstance(part, ImagePart):
+                    found.append(images.read(part.image_url.url, f"{at}.image_url.url", limits))
+                    images.counted(found, at, limits)
+                    self._image_params.append(at)
+                else:
+                    texts.append((part if isinstance(part, str) else part.text, at))
+        if found:
+            for text, at in texts:
+                images.no_marker(text, at)
+        self._images = found
 
     def _check_conversation(self) -> None:
         i = first_unanswered(self._message(m) for m in self.messages)

@@ -136,6 +136,22 @@ class SystemMessage(Strict):
         return self.content
 
 
+def is_image(block: object) -> bool:
+    return isinstance(block, MediaBlock) and block.type == "image"
+
+
+def image_url(block: MediaBlock, at: str) -> str:
+    """An image block's `base64` source as a data URL (api/endpoints/images.py reads it); a `url`
+    or `file` source is a 400 naming it."""
+    source = (block.model_extra or {}).get("source")
+    if not isinstance(source, dict) or source.get("type") != "base64":
+        raise invalid(f"Invalid '{at}.source': only base64 image sources are taken here.", f"{at}.source")
+    media, data = source.get("media_type"), source.get("data")
+    if not isinstance(media, str) or not isinstance(data, str):
+        raise invalid(f"Invalid '{at}.source': a base64 source has a media_type and data.", f"{at}.source")
+    return f"data:{media};base64,{data}"
+
+
 def readable(block: object, i: int, j: int) -> None:
     if isinstance(block, MediaBlock):
         raise invalid(

@@ -20,6 +20,7 @@ from typing import Annotated, Literal
 
 from pydantic import Discriminator, Field, Tag
 
+from api.endpoints import images
 from api.endpoints.body import MAX_TOOLS, Body, PositiveInt, StopString, TopP, template_kwargs
 from api.endpoints.loosening import loosened
 from api.endpoints.messages.blocks import (
@@ -31,6 +32,8 @@ from api.endpoints.messages.blocks import (
     ToolResultBlock,
     ToolUseBlock,
     block_type,
+    image_url,
+    is_image,
     readable,
     result_text,
 )
@@ -41,6 +44,8 @@ from api.http.parsing import Strict, too_many, unsupported
 from api.settings import Limits
 from contract.jobspec import TOP_P, JobSpec, Message, ToolCall
 from contract.keys import JobField
+from contract.media import images as media
+from contract.media.images import MARKER
 
 TEMPERATURE = 1.0  # Anthropic's default
 
@@ -154,6 +159,7 @@ class MessagesRequest(Body):
         return "default"
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
+        self._read_images(limits)
         tools = self._tools()
         choice = self.tool_choice
         if choice is None or choice.type == "auto":
@@ -162,11 +168,19 @@ class MessagesRequest(Body):
             tool_choice = checked_choice(choice.name, tools, "tool_choice.name")
         else:
             tool_choice = checked_choice({"any": "required", "none": "none"}[choice.type], tools)
+        messages = tuple(self._conversation())
+        if self._images and media.problem(
+            tuple(i.sha256 for i in self._images), (m.content for m in messages), "chat"
+        ):
+            raise invalid(
+                f"Invalid 'messages': the text {MARKER!r} is reserved where images are sent.", "messages"
+            )
         return JobSpec(
             id=job_id,
             kind="chat",
             model=self.model,
-            messages=tuple(self._conversation()),
+            messages=messages,
+            images=tuple(image.sha256 for image in self._images),
             # Claude Code asks 32,000: above the server's limit, the limit (or the context) ends it
             max_tokens=None if self.max_tokens is None else min(self.max_tokens, limits.max_tokens),
             temperature=TEMPERATURE if self.temperature is None else float(self.temperature),
@@ -182,6 +196,18 @@ class MessagesRequest(Body):
             thinking_budget=(self.thinking.budget_tokens or 0) if self.thinking else 0,
             clear_tool_uses=self.context_management.clear_tool_uses() if self.context_management else None,
         )
+
+    def _read_images(self, limits: Limits) -> None:
+        """The user turns' image blocks, each checked (api/endpoints/images.py), into `_images`."""
+        for i, m in enumerate(self.messages):
+            if not isinstance(m, InputMessage) or m.role != "user":
+                continue
+            for j, b in enumerate(m.blocks()):
+                if is_image(b):
+                    at = f"messages[{i}].content[{j}]"
+                    self._images.append(images.read(image_url(b, at), f"{at}.source.data", limits))
+                    images.counted(self._images, at, limits)
+                    self._image_params.append(at)
 
     def _template_kwargs(self) -> dict:
         """`thinking` is the template's switch (Qwen3's and GLM's `enable_thinking`; its
@@ -257,6 +283,9 @@ class MessagesRequest(Body):
                 calls = {c.id for c in made}
                 continue
             for j, b in enumerate(m.blocks()):
+                if is_image(b):  # its place in the user's text (contract/media/images.py)
+                    text.append(MARKER)
+                    continue
                 readable(b, i, j)
                 if isinstance(b, ToolResultBlock):
                     if b.tool_use_id not in calls:

@@ -97,9 +97,10 @@ def plan(
     stepping = [s for s in running if not (s.yields and prefilling)]  # a yielding token waits
     reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
     left = budget
-    readers = [s for s in stepping if s.pending is None and s.fed < len(s.context)]
+    # an image's rows are read before the step (worker/engine/batching.py): text stops at one
+    readers = [s for s in stepping if s.pending is None and s.text_left() > 0]
     for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
-        rest = len(seq.context) - seq.fed
+        rest = seq.text_left()
         step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
         if left is not None:
             if seq.yields or rest > chunk:  # a long prompt is spread out
@@ -109,7 +110,7 @@ def plan(
     resumed = sorted((s for s in readers if s.since and not s.yields), key=lambda s: (s.since, s.slot))
     pool = sum(reads.pop(id(s)) for s in resumed)  # their rows, given out again oldest first
     for seq in resumed:
-        if pool and (step := min(len(seq.context) - seq.fed, pool)):
+        if pool and (step := min(seq.text_left(), pool)):
             reads[id(seq)], pool = step, pool - step
     rows: list[tuple[Sequence, int, bool]] = []
     for seq in sorted(stepping, key=lambda s: s.slot):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import queue
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from worker.engine.steps.picks import Pick
 
@@ -36,7 +36,22 @@ class Sequence:
     since: int = 0  # a continuation: when its stream last moved (ms, Unix); oldest read first (plan.py)
     progress: Callable[[], None] | None = None  # after each step that computed any of its rows
     cached: int = 0  # context tokens its slot's cache held when it was given the slot
+    # an image's rows: context position -> its embeddings (rows x n_embd), read in a decode of
+    # their own (a llama.cpp batch holds tokens or embeddings); the context holds stand-in ids there
+    images: dict[int, Any] = field(default_factory=dict)
     out: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+
+    def text_left(self) -> int:
+        """Context tokens to read before the next image's rows (or the context's end)."""
+        return min((at for at in self.images if at >= self.fed), default=len(self.context)) - self.fed
+
+    def image_at(self, position: int) -> int:
+        """Where the image whose rows hold `position` starts (`position` itself if none does):
+        a cached prefix is cut there, as an image is read whole or not at all."""
+        for at, rows in self.images.items():
+            if at < position < at + len(rows):
+                return at
+        return position
 
     def __iter__(self) -> Iterator[Pick]:
         while True:

@@ -482,3 +482,52 @@ def test_a_thinking_budget_reaches_the_job_and_is_a_positive_integer():
         assert caught.value.param == "thinking_budget"
     with pytest.raises(APIError):  # legacy completions take no thinking controls
         parse(CompletionRequest, json.dumps({"model": "m", "prompt": "x", "thinking_budget": 8}).encode())
+
+
+def _image_url(data: bytes) -> dict:
+    import base64
+
+    return {
+        "type": "image_url",
+        "image_url": {"url": "data:image/png;base64," + base64.b64encode(data).decode()},
+    }
+
+
+def test_an_image_part_becomes_the_marker_at_its_place_and_its_hash_in_the_spec():
+    import hashlib
+
+    from contract.media.images import MARKER, png
+
+    data = png(4, 4)
+    content = [{"type": "text", "text": "What is "}, _image_url(data), {"type": "text", "text": "?"}]
+    body = parse(ChatRequest, chat(messages=[{"role": "user", "content": content}]))
+    spec = body.to_spec("c", LIMITS)
+    assert spec.messages[0].content == f"What is {MARKER}?"
+    assert spec.images == (hashlib.sha256(data).hexdigest(),)
+    assert body._image_params == ["messages[0].content[1]"]
+    JobSpec.from_dict(spec.to_dict())  # the worker takes it
+
+
+def test_beside_an_image_the_marker_text_and_bad_bytes_are_refused_naming_the_part():
+    from contract.media.images import MARKER, png
+
+    forged = [{"type": "text", "text": MARKER}, _image_url(png(2, 2))]
+    body = parse(ChatRequest, chat(messages=[{"role": "user", "content": forged}]))
+    with pytest.raises(APIError) as info:
+        body.to_spec("c", LIMITS)
+    assert info.value.param == "messages[0].content[0]"
+    bad = parse(ChatRequest, chat(messages=[{"role": "user", "content": [_image_url(b"GIF8 no")]}]))
+    with pytest.raises(APIError) as info:
+        bad.to_spec("c", LIMITS)
+    assert info.value.param == "messages[0].content[0].image_url.url"
+    assert (
+        parse(ChatRequest, chat(messages=[{"role": "user", "content": MARKER}])).to_spec("c", LIMITS).images
+        == ()
+    )
+
+
+def test_only_a_user_message_carries_images():
+    from contract.media.images import png
+
+    e = err(ChatRequest, chat(messages=[{"role": "system", "content": [_image_url(png(2, 2))]}]))
+    assert e.param.startswith("messages[0]")

@@ -374,3 +374,34 @@ def test_a_tool_search_results_references_name_tools_already_offered():
     assert job.messages[-1] == Message("tool", "Tool found: other\nTool found: other", tool_call_id="toolu_1")
     refused = refusal(tools=[TOOL], messages=turns)
     assert refused.param == "messages[2].content[0]" and "other" in refused.message
+
+
+def _image_block(data: bytes) -> dict:
+    import base64
+
+    return {
+        "type": "image",
+        "source": {"type": "base64", "media_type": "image/png", "data": base64.b64encode(data).decode()},
+    }
+
+
+def test_a_user_image_block_becomes_the_marker_at_its_place_and_its_hash():
+    import hashlib
+
+    from contract.media.images import MARKER, png
+
+    data = png(3, 3)
+    job = spec(max_tokens=8, messages=[user([{"type": "text", "text": "See "}, _image_block(data)])])
+    assert job.messages[-1].content == f"See {MARKER}"
+    assert job.images == (hashlib.sha256(data).hexdigest(),)
+    JobSpec.from_dict(job.to_dict())
+
+
+def test_image_blocks_other_than_base64_and_forged_markers_are_refused():
+    from contract.media.images import MARKER, png
+
+    url = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
+    assert refusal(max_tokens=8, messages=[user([url])]).param == "messages[0].content[0].source"
+    forged = [{"type": "text", "text": MARKER}, _image_block(png(2, 2))]
+    assert refusal(max_tokens=8, messages=[user(forged)]).param == "messages"
+    assert spec(max_tokens=8, messages=[user(MARKER)]).images == ()

@@ -383,3 +383,24 @@ def test_under_a_budget_continuations_share_their_rows_longest_stalled_first():
     rows = plan([decoding, a, b], chunk=64, budget=2)
     assert len(rows) == 1 + 3  # the budget's 2, then a token for the other (spent): as before
     assert (a.fed, b.fed) == (0, 3)  # all to the one stalled longest
+
+
+def test_a_prompt_is_read_up_to_its_image_and_on_from_its_end():
+    # the image's rows (positions 3-5) are read by a decode of their own, before the step
+    image = seq(0, [1, 2, 3, -1, -2, -3, 7, 8])
+    image.images = {3: [[0.0], [0.0], [0.0]]}
+    rows = plan([image], chunk=64)
+    assert [t for _, t, _ in rows] == [1, 2, 3] and image.fed == 3
+    assert not any(logits for _, _, logits in rows)  # the prompt's end is not reached
+    assert plan([image], chunk=64) == []  # nothing but the image's rows left before its end
+    image.fed = 6  # the scheduler read them
+    rows = plan([image], chunk=64)
+    assert [(t, logits) for _, t, logits in rows] == [(7, False), (8, True)]
+
+
+def test_a_budget_never_reads_into_an_image():
+    stream = seq(1, [5], fed=1, pending=9)
+    image = seq(0, [1, -1, -2, 4])
+    image.images = {1: [[0.0], [0.0]]}
+    rows = plan([stream, image], chunk=2, budget=5)
+    assert [(s.slot, t) for s, t, _ in rows] == [(0, 1), (1, 9)]

@@ -1,0 +1,124 @@
+"""Image parts of a request, read before its job is queued: a `data:` URL's bytes checked to be a
+PNG, JPEG, WebP or GIF of at most MAX_IMAGE_BYTES and MAX_IMAGE_PIXELS (read from its header, the
+image itself never decoded here), named by their SHA-256, at most MAX_IMAGES a request. Each
+refusal is a 400 naming the part. The bytes go to Redis with the job (`stored`); the worker reads
+them by hash (contract/media/images.py)."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+import struct
+from dataclasses import dataclass
+
+from api.http.errors import invalid
+from api.settings import Limits
+from contract.media.images import MARKER, kind
+
+_DATA_URL = re.compile(
+    r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,", re.I
+)
+
+
+@dataclass(frozen=True)
+class Image:
+    sha256: str
+    data: bytes
+    kind: str
+    width: int
+    height: int
+
+
+def size(data: bytes, what: str) -> tuple[int, int] | None:
+    """(width, height) from an image's header (None: no header this reader knows)."""
+    try:
+        if what == "png" and data[12:16] == b"IHDR":
+            return struct.unpack(">II", data[16:24])
+        if what == "gif":
+            return struct.unpack("<HH", data[6:10])
+        if what == "webp":
+            return _webp(data)
+        if what == "jpeg":
+            return _jpeg(data)
+    except struct.error:
+        return None
+    return None
+
+
+def _webp(data: bytes) -> tuple[int, int] | None:
+    chunk = data[12:16]
+    if chunk == b"VP8 " and data[23:26] == b"\x9d\x01\x2a":
+        w, h = struct.unpack("<HH", data[26:30])
+        return w & 0x3FFF, h & 0x3FFF
+    if chunk == b"VP8L" and data[20:21] == b"\x2f":
+        bits = int.from_bytes(data[21:25], "little")
+        return (bits & 0x3FFF) + 1, ((bits >> 14) & 0x3FFF) + 1
+    if chunk == b"VP8X":
+        return int.from_bytes(data[24:27], "little") + 1, int.from_bytes(data[27:30], "little") + 1
+    return None
+
+
+def _jpeg(data: bytes) -> tuple[int, int] | None:
+    """The frame header's size: the first SOFn segment's (not DHT, JPG or DAC: C4, C8, CC)."""
+    i = 2
+    while i + 9 <= len(data):
+        if data[i] != 0xFF:
+            return None
+        marker = data[i + 1]
+        if marker == 0xFF:  # fill bytes
+            i += 1
+            continue
+        if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
+            h, w = struct.unpack(">HH", data[i + 5 : i + 9])
+            return w, h
+        if marker == 0xD8 or 0xD0 <= marker <= 0xD7:  # no length
+            i += 2
+            continue
+        (length,) = struct.unpack(">H", data[i + 2 : i + 4])
+        i += 2 + length
+    return None
+
+
+def read(url: str, param: str, limits: Limits) -> Image:
+    """A `data:` URL's image, or a 400 naming `param` (remote URLs are not fetched)."""
+    match = _DATA_URL.match(url)
+    if match is None:
+        raise invalid(
+            f"Invalid '{param}': only data: URLs of base64 PNG, JPEG, WebP or GIF images are taken here.",
+            param=param,
+        )
+    body = url[match.end() :]
+    most = limits.max_image_bytes
+    if len(body) > (most + 2) // 3 * 4 + 4:
+        raise invalid(f"Invalid '{param}': the image is larger than {most} bytes.", param=param)
+    try:
+        data = base64.b64decode(body, validate=True) if match["b64"] else body.encode("latin-1")
+    except (binascii.Error, ValueError, UnicodeEncodeError):
+        raise invalid(f"Invalid '{param}': the data URL is not valid base64.", param=param) from None
+    if len(data) > most:
+        raise invalid(f"Invalid '{param}': the image is larger than {most} bytes.", param=param)
+    what = kind(data)
+    dims = size(data, what) if what else None
+    if what is None or dims is None or not all(dims):
+        raise invalid(f"Invalid '{param}': the bytes are not a PNG, JPEG, WebP or GIF image.", param=param)
+    if dims[0] * dims[1] > (most := limits.max_image_pixels):
+        raise invalid(
+            f"Invalid '{param}': the image is {dims[0]}x{dims[1]}, over {most} pixels.", param=param
+        )
+    return Image(hashlib.sha256(data).hexdigest(), data, what, *dims)
+
+
+def counted(images: list[Image], param: str, limits: Limits) -> None:
+    """A 400 naming the first part beyond MAX_IMAGES."""
+    if len(images) > limits.max_images:
+        raise invalid(f"Invalid '{param}': at most {limits.max_images} images a request.", param=param)
+
+
+def no_marker(text: str, param: str) -> None:
+    """A request with images may not hold the image marker in its own text (it stands for an image)."""
+    if MARKER in text:
+        raise invalid(
+            f"Invalid '{param}': the text {MARKER!r} is reserved where images are sent.", param=param
+        )

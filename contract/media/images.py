@@ -1,0 +1,65 @@
+"""An image in a job: its place in a message's content, its name, and what its bytes are.
+
+The API turns each image part of a request into `MARKER` at its place in the message's text,
+stores the image's bytes in Redis under their SHA-256 (`contract.keys.image`, within the job's
+cache scope) and lists the hashes in the job spec's `images`, in the order their markers come.
+A worker with an mmproj reads each marker as that image (llama.cpp's mtmd, whose default media
+marker this is). A request whose own text holds the marker is refused: no client text can stand
+for an image.
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import struct
+import zlib
+from collections.abc import Iterable
+
+MARKER = "<__media__>"  # mtmd_default_marker()
+SHA256 = re.compile(r"[0-9a-f]{64}")
+FORMATS = ("png", "jpeg", "webp", "gif")
+
+
+def kind(data: bytes) -> str | None:
+    """Which of FORMATS the bytes are, by their signature (None: none of them)."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "jpeg"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "webp"
+    if data[:6] in (b"GIF87a", b"GIF89a"):
+        return "gif"
+    return None
+
+
+def problem(images: object, contents: Iterable[str], kind: str) -> str | None:
+    """What is wrong with a spec's `images` (None: nothing): SHA-256 hex names, on a chat job,
+    as many as the markers in its messages."""
+    if not isinstance(images, tuple) or not all(isinstance(h, str) and SHA256.fullmatch(h) for h in images):
+        return "images must be SHA-256 hex digests"
+    if images and kind != "chat":
+        return "images are for chat jobs"
+    markers = sum(text.count(MARKER) for text in contents) if images else 0
+    if markers != len(images):
+        return f"{len(images)} images for {markers} image markers"
+    return None
+
+
+def png(width: int, height: int, seed: int = 0) -> bytes:
+    """A PNG of random RGB pixels, written without an image library: the worker's probe image
+    at start, and the tests'."""
+    pixels = random.Random(seed).randbytes(width * height * 3)
+    raw = b"".join(b"\x00" + pixels[y * width * 3 : (y + 1) * width * 3] for y in range(height))
+
+    def chunk(tag: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
+
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, filter 0 each row
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(raw))
+        + chunk(b"IEND", b"")
+    )

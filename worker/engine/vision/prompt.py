@@ -1,0 +1,65 @@
+"""A prompt with images, as plain data (no llama.cpp): token ids where an image's rows hold
+stand-in ids, and each image's embeddings by the position of its first row.
+
+The stand-ins are negative (never a vocabulary id) and derived from the image's SHA-256, so the
+slots' prefix cache (worker/engine/batching.py) matches a prompt with an image exactly as it
+matches text: the same image at the same place is the same prefix, another image is not.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+IMAGE = -1  # where ChatPrompts puts an image part (worker/engine/prompts.py), before its rows
+
+
+class Prompt(list):
+    """Token ids (stand-ins at images' rows) and `images`: position -> rows (n x n_embd)."""
+
+    images: dict[int, Any]
+
+    def __init__(self, ids: Sequence[int] = (), images: dict[int, Any] | None = None) -> None:
+        super().__init__(ids)
+        self.images = images or {}
+
+
+def stand_ins(sha256: str, rows: int) -> list[int]:
+    """The ids an image's rows hold in a context: its own, from its hash."""
+    base = int(sha256[:15], 16)
+    return [-(2 + base + i) for i in range(rows)]
+
+
+Piece = list[int] | Any  # text ids mtmd puts around an image (its begin/end tokens), or its rows
+
+
+def expand(ids: Sequence[int], images: Sequence[tuple[str, list[Piece]]]) -> Prompt:
+    """`ids` with each IMAGE, in order, replaced by its image's pieces: text ids as they are, an
+    embedding block (rows x n_embd) by its stand-ins, recorded at its position."""
+    out = Prompt()
+    left = iter(images)
+    for token in ids:
+        if token != IMAGE:
+            out.append(token)
+            continue
+        sha, pieces = next(left)
+        for piece in pieces:
+            if isinstance(piece, list):
+                out.extend(piece)
+            else:
+                out.images[len(out)] = piece
+                out.extend(stand_ins(sha, len(piece)))
+    if next(left, None) is not None:
+        raise ValueError("more images than image parts")
+    return out
+
+
+def fetched(names: Sequence[str], get: Callable[[str], bytes | None]) -> list[tuple[str, bytes]]:
+    """Each named image's bytes; raises LookupError naming the first one gone (expired)."""
+    out = []
+    for name in names:
+        data = get(name)
+        if data is None:
+            raise LookupError(name)
+        out.append((name, data))
+    return out
