@@ -384,7 +384,7 @@ def reasoning_field(replies: Replies) -> dict[str, str]:
     return {keys.JobField.REASONING: replies.reasoning_field}
 
 
-async def _store_images(ask: Ask, spec: JobSpec, limits: ModelLimits) -> None:
+async def _store_images(ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> None:
     """A 400 naming the first image part when no worker of the model reads images; else each image's
     bytes in Redis within the job's cache scope, by hash, kept as long as a job may run
     (contract/media/images.py): an image a job of its scope sent before lives on with this one."""
