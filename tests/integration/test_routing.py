@@ -157,13 +157,20 @@ def test_an_agent_s_next_turn_sent_the_moment_the_answer_ends_goes_to_its_holder
     # An agent reads the stream's end and sends its next turn at once: by then the holder's
     # set says it holds the conversation (the job's own thread writes it before its terminal
     # entry), not a few milliseconds later.
-    for i in range(SLOTS):
+    _next_turns_at_once_go_to_their_holders(pool, SLOTS)
+
+
+def _next_turns_at_once_go_to_their_holders(pool: Pool, conversations: int, cached: int = 0) -> None:
+    """Each conversation streamed, its next turn sent the moment the answer ends: it goes to
+    the worker that answered, and reads more than `cached` prompt tokens from its cache."""
+    for i in range(conversations):
         messages = conversation(i)
         first, holder_knew = pool.stream(messages)
         holder = pool.worker_of(first["id"])
         assert holder_knew(holder), f"conversation {i}"
         follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
         assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
+        assert follow["usage"]["prompt_tokens_details"]["cached_tokens"] > cached, f"conversation {i}"
 
 
 def test_a_next_turn_sent_at_once_finds_its_holder_s_slot_free(one_slot_pool):
@@ -171,15 +178,7 @@ def test_a_next_turn_sent_at_once_finds_its_holder_s_slot_free(one_slot_pool):
     publishes the end. It was counted until the next announcement (seconds), so the router
     found the holder full and the other worker free, and sent the next turn there to read
     its conversation again (issue 76: the first follow-ups after the openings, 16 s each)."""
-    pool = one_slot_pool
-    for i in range(3):
-        messages = conversation(i)
-        first, holder_knew = pool.stream(messages)
-        holder = pool.worker_of(first["id"])
-        assert holder_knew(holder), f"conversation {i}"
-        follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
-        assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
-        assert follow["usage"]["prompt_tokens_details"]["cached_tokens"] > 300, f"conversation {i}"
+    _next_turns_at_once_go_to_their_holders(one_slot_pool, 3, cached=300)
 
 
 def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worker(pool):
