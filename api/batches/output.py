@@ -14,8 +14,8 @@ import json
 import logging
 import time
 
-from api.batches.files import FileRecord, files_of
 from api.batches.routes import BatchStatus, set_status
+from api.files.store import FileRecord, files_of
 from api.services import Services
 from contract import errors, keys
 from contract.lua import accounting
@@ -60,7 +60,7 @@ class _File:
     def __init__(self, services: Services, batch_id: str, kind: str) -> None:
         self.id = f"file-{batch_id[6:]}{kind[0]}"
         self.name = f"{batch_id}_{kind}.jsonl"
-        self._files = files_of(services)
+        self._files = files_of(services.redis)
         self._r = services.redis
         self._piece = bytearray()
         self.bytes = 0

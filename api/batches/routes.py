@@ -22,8 +22,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from api.batches.files import FILE_ID, files_of, new_id, over_quota
+from api.batches.files import over_quota
 from api.batches.lines import parse_lines
+from api.files.store import files_of, new_id, owned_file
 from api.http.auth import allowed, request_grant, request_owner
 from api.http.errors import APIError, invalid
 from api.http.paging import page
@@ -137,9 +138,9 @@ async def create(request: Request) -> Response:
     )
     owner = request_owner(request)
     allowed(request_grant(request), tiers.BATCH)  # a batch's lines wait in the batch tier
-    files = files_of(services)
-    record = await files.get(body.input_file_id) if FILE_ID.fullmatch(body.input_file_id) else None
-    if record is None or not hmac.compare_digest(record.owner, owner) or record.purpose != "batch":
+    files = files_of(services.redis)
+    record = await owned_file(files, body.input_file_id, owner)
+    if record is None or record.purpose != "batch":
         raise APIError(errors.NOT_FOUND, "No batch input file found with that id.", param="input_file_id")
     # The file is read and checked again: a request of its size against the key's budgets.
     await services.admission.spend(owner, record.bytes, request_grant(request))

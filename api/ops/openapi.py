@@ -115,7 +115,7 @@ def _files_and_batches() -> dict[str, Any]:
         "type": "object",
         "required": ["purpose", "file"],
         "properties": {
-            "purpose": {"type": "string", "enum": ["batch"]},
+            "purpose": {"type": "string", "enum": ["batch", "vision", "user_data"]},
             "file": {"type": "string", "format": "binary"},
         },
     }
