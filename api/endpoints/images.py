@@ -13,9 +13,15 @@ import re
 import struct
 from dataclasses import dataclass
 
-from api.http.errors import invalid
+import redis.asyncio as aredis
+
+from api.files.store import files_of, owned_file
+from api.http.errors import APIError, invalid
 from api.settings import Limits
+from contract import errors, keys
 from contract.media.images import MARKER, kind
+
+IMAGE_PURPOSES = ("vision", "user_data")  # the files a request may name as an image
 
 _DATA_URL = re.compile(
     r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,", re.I
@@ -97,7 +103,12 @@ def read(url: str, param: str, limits: Limits) -> Image:
         data = base64.b64decode(body, validate=True) if match["b64"] else body.encode("latin-1")
     except (binascii.Error, ValueError, UnicodeEncodeError):
         raise invalid(f"Invalid '{param}': the data URL is not valid base64.", param=param) from None
-    if len(data) > most:
+    return checked(data, param, limits)
+
+
+def checked(data: bytes, param: str, limits: Limits) -> Image:
+    """Bytes (a data URL's, an uploaded file's) as an Image, or a 400 naming `param`."""
+    if len(data) > (most := limits.max_image_bytes):
         raise invalid(f"Invalid '{param}': the image is larger than {most} bytes.", param=param)
     what = kind(data)
     dims = size(data, what) if what else None
@@ -122,3 +133,30 @@ def no_marker(text: str, param: str) -> None:
         raise invalid(
             f"Invalid '{param}': the text {MARKER!r} is reserved where images are sent.", param=param
         )
+
+
+async def file_bytes(client: aredis.Redis, file_id: str, owner: str, param: str) -> bytes:
+    """The content of a file `owner` uploaded for images (purpose `vision` or `user_data`),
+    or a 404 naming `param` (no such file, another key's, or one of another purpose)."""
+    files = files_of(client)
+    record = await owned_file(files, file_id, owner)
+    data = await files.content(record.id) if record and record.purpose in IMAGE_PURPOSES else None
+    if data is None:
+        raise APIError(errors.NOT_FOUND, f"No file found with id '{file_id[:80]}'.", param=param)
+    return data
+
+
+async def kept(
+    client: aredis.Redis, scope: str, hashes: list[str], param: str, limits: Limits
+) -> list[Image]:
+    """Images an earlier job of `scope` sent, read back by hash (a later turn sends them again
+    with its own job); a 400 naming `param` where one is no longer kept (JOB_TTL_SECONDS)."""
+    found = []
+    for sha in hashes:
+        data = await client.get(keys.image(scope, sha))
+        if data is None:
+            raise invalid(
+                f"Invalid '{param}': its images are no longer kept; send the conversation again.", param=param
+            )
+        found.append(checked(data, param, limits))
+    return found

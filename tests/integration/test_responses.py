@@ -339,7 +339,11 @@ def test_store_false_is_never_found_again(sdk):
         ({"input": "x", "include": ["message.output_text.logprobs"]}, "include[0]", "invalid_value"),
         ({"input": "x", "tools": [{"type": "web_search"}], "tool_choice": "required"}, "tool_choice", None),
         ({"input": "x", "reasoning": {"effort": "extreme"}}, "reasoning.effort", None),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]}, None, None),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "x"}]}]},
+            "input[0].content[0].image_url",
+            None,
+        ),
         ({"input": "x", "text": {"format": {"type": "json_schema", "schema": {}}}}, "text.format.name", None),
         ({"input": "x", "max_output_tokens": 10**6}, "max_output_tokens", None),
         ({"input": []}, "input", None),

@@ -15,8 +15,9 @@ from __future__ import annotations
 import json
 from typing import Annotated, Literal
 
-from pydantic import Discriminator, Field, PrivateAttr, Tag
+from pydantic import Field, PrivateAttr
 
+from api.endpoints import images
 from api.endpoints.body import (
     MAX_TOOLS,
     Body,
@@ -29,6 +30,15 @@ from api.endpoints.body import (
     TopP,
     first_unanswered,
     template_kwargs,
+)
+from api.endpoints.responses.input import (
+    CustomToolCallItem,
+    CustomToolCallOutputItem,
+    FunctionCallItem,
+    InputImage,
+    InputItem,
+    ItemReference,
+    MessageItem,
 )
 from api.endpoints.responses.items import (
     call_item,
@@ -59,94 +69,8 @@ from api.settings import Limits
 from contract import errors
 from contract.jobspec import TEMPERATURE, TOP_P, JobSpec, Message, Tool
 from contract.keys import JobField
-
-
-class InputText(Strict):
-    type: Literal["input_text"]
-    text: str
-
-
-class OutputText(Strict):
-    """An earlier answer's text, sent back as part of an assistant message."""
-
-    type: Literal["output_text"]
-    text: str
-    annotations: Annotated[list, Field(max_length=0)] | None = None
-    logprobs: list | None = None
-
-
-class _Item(Strict):
-    """What an input item sent back from an earlier Response may carry: its id is kept as the
-    item's id in input_items; its status is accepted and ignored."""
-
-    id: str | None = None
-    status: str | None = None
-
-
-def _joined(content: str | list[InputText] | list[InputText | OutputText]) -> str:
-    return content if isinstance(content, str) else "".join(p.text for p in content)
-
-
-class MessageItem(_Item):
-    type: Literal["message"] = "message"
-    role: Literal["user", "system", "developer", "assistant"]
-    content: str | list[Annotated[InputText | OutputText, Field(discriminator="type")]]
-
-    def text(self) -> str:
-        return _joined(self.content)
-
-
-class FunctionCallItem(_Item):
-    type: Literal["function_call"]
-    call_id: Annotated[str, Field(min_length=1)]
-    name: str
-    namespace: str | None = None  # a namespaced function's (api/endpoints/responses/offered.py)
-    arguments: str
-
-
-class FunctionCallOutputItem(_Item):
-    type: Literal["function_call_output"]
-    call_id: Annotated[str, Field(min_length=1)]
-    output: str | list[Annotated[InputText | OutputText, Field(discriminator="type")]]
-
-    def text(self) -> str:
-        return _joined(self.output)
-
-
-class CustomToolCallItem(_Item):
-    type: Literal["custom_tool_call"]
-    call_id: Annotated[str, Field(min_length=1)]
-    name: str
-    input: str
-
-
-class CustomToolCallOutputItem(FunctionCallOutputItem):
-    type: Literal["custom_tool_call_output"]  # type: ignore[assignment]
-    name: str | None = None  # Codex sends it: the call_id says which call it answers
-
-
-class ItemReference(Strict):
-    type: Literal["item_reference"]
-    id: str
-
-
-def _item_type(value: object) -> str:
-    """A message item may leave out its type (the SDKs' "easy" input message)."""
-    kind = value.get("type", "message") if isinstance(value, dict) else getattr(value, "type", "message")
-    return kind if isinstance(kind, str) else "message"
-
-
-InputItem = Annotated[
-    Annotated[MessageItem, Tag("message")]
-    | Annotated[FunctionCallItem, Tag("function_call")]
-    | Annotated[FunctionCallOutputItem, Tag("function_call_output")]
-    | Annotated[CustomToolCallItem, Tag("custom_tool_call")]
-    | Annotated[CustomToolCallOutputItem, Tag("custom_tool_call_output")]
-    | Annotated[ReasoningItem, Tag("reasoning")]
-    | Annotated[ItemReference, Tag("item_reference")],
-    Discriminator(_item_type),
-]
-
+from contract.media import images as media
+from contract.media.images import MARKER
 
 ResponsesTool = Annotated[FunctionTool | CustomTool | NamespaceTool | HostedTool, Field(discriminator="type")]
 
@@ -208,6 +132,7 @@ class ResponsesRequest(Body):
 
     _history: list[Message] = PrivateAttr(default_factory=list)
     _referenced: dict[str, dict] = PrivateAttr(default_factory=dict)
+    _earlier_images: list[images.Image] = PrivateAttr(default_factory=list)
 
     def rules(self) -> dict[str, bool]:
         return {
@@ -222,10 +147,46 @@ class ResponsesRequest(Body):
             [i.id for i in self.input if isinstance(i, ItemReference)] if isinstance(self.input, list) else []
         )
 
-    def bind(self, history: list[Message], referenced: dict[str, dict]) -> None:
-        """The conversation of `previous_response_id`, and the items `references` name, as
-        the endpoint found them."""
-        self._history, self._referenced = history, referenced
+    def bind(
+        self, history: list[Message], referenced: dict[str, dict], earlier: list[images.Image] | None = None
+    ) -> None:
+        """The conversation of `previous_response_id`, the items `references` name, and the
+        images of that conversation (in its markers' order), as the endpoint found them."""
+        self._history, self._referenced, self._earlier_images = history, referenced, earlier or []
+
+    def image_parts(self) -> list[tuple[str, InputImage]]:
+        """Each image part of the input, with where it is (`input[i].content[j]`)."""
+        items = self.input if isinstance(self.input, list) else []
+        return [
+            (f"input[{i}].content[{j}]", part)
+            for i, item in enumerate(items)
+            if isinstance(item, MessageItem)
+            for j, part in item.images()
+        ]
+
+    def _read_images(self, limits: Limits) -> None:
+        """The conversation's images: the earlier response's, then the input's, each checked
+        (api/endpoints/images.py). Where there are any, no text of the input may hold the
+        image marker."""
+        found = list(self._earlier_images)
+        self._image_params = ["previous_response_id"] * len(found)
+        for at, part in self.image_parts():
+            if part.image_url is not None:
+                found.append(images.read(part.image_url, f"{at}.image_url", limits))
+            else:
+                assert part._data is not None, "a file's image is read before to_spec"
+                found.append(images.checked(part._data, f"{at}.file_id", limits))
+            images.counted(found, at, limits)
+            self._image_params.append(at)
+        if self.image_parts():
+            for i, item in enumerate(self.input):
+                if isinstance(item, MessageItem) and not isinstance(item.content, str):
+                    for j, part in enumerate(item.content):
+                        if not isinstance(part, InputImage):
+                            images.no_marker(part.text, f"input[{i}].content[{j}]")
+                elif isinstance(item, MessageItem):
+                    images.no_marker(item.content, f"input[{i}].content")
+        self._images = found
 
     def items(self, response_id: str) -> list[dict]:
         """The input as stored items, each with an id."""
@@ -236,7 +197,8 @@ class ResponsesRequest(Body):
             if isinstance(item, ItemReference):
                 out.append(self._referenced[item.id])
             elif isinstance(item, MessageItem):
-                out.append(message_item(item.id or input_id(response_id, "msg", i), item.role, item.text()))
+                own = item.id or input_id(response_id, "msg", i)
+                out.append(message_item(own, item.role, item.text(), item.stored_parts()))
             elif isinstance(item, FunctionCallItem):
                 own = item.id or input_id(response_id, "fc", i)
                 out.append(call_item(own, item.call_id, item.name, item.arguments, item.namespace))
@@ -254,9 +216,13 @@ class ResponsesRequest(Body):
         return out
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
+        self._read_images(limits)
         messages = [Message("system", self.instructions)] if self.instructions is not None else []
         messages += self._history + to_messages(self.items(job_id))
         _check_conversation(messages)
+        found = tuple(image.sha256 for image in self._images)
+        if found and media.problem(found, (m.content for m in messages), "chat"):
+            raise invalid(f"Invalid 'input': the text {MARKER!r} is reserved where images are sent.", "input")
         tools = self._tools()
         choice = self.tool_choice
         if isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):  # a tool of that type
@@ -272,6 +238,7 @@ class ResponsesRequest(Body):
             kind="chat",
             model=self.model,
             messages=tuple(messages),
+            images=found,
             max_tokens=self.max_output_tokens or limits.max_tokens,
             temperature=TEMPERATURE if self.temperature is None else float(self.temperature),
             top_p=TOP_P if self.top_p is None else float(self.top_p),

@@ -21,6 +21,7 @@ from api.endpoints.responses.objects import ID_PREFIX
 from api.endpoints.responses.offered import flat_name
 from contract.freeform.calls import arguments_json
 from contract.jobspec import Message, ToolCall
+from contract.media.images import MARKER
 
 _REFERENCE = re.compile(r"(msg|fc|fco|ctc|ctco|rs)_([A-Za-z0-9]{1,64})_(in)?(\d{1,6})")
 
@@ -45,8 +46,11 @@ def input_id(response_id: str, kind: str, index: int) -> str:
     return f"{kind}_{response_id.removeprefix(ID_PREFIX)}_in{index}"
 
 
-def message_item(item_id: str, role: str, text: str) -> dict:
-    """A stored message: an assistant's is an output message, anyone else's an input one."""
+def message_item(item_id: str, role: str, text: str, parts: list[dict] | None = None) -> dict:
+    """A stored message: an assistant's is an output message, anyone else's an input one
+    (`parts`: a user's content with its images, as `ResponseInputImage`s)."""
+    if parts is not None:
+        return {"id": item_id, "type": "message", "role": role, "status": "completed", "content": parts}
     if role == "assistant":
         part = {"type": "output_text", "annotations": [], "logprobs": [], "text": text}
     else:
@@ -94,7 +98,15 @@ def output_item(item_id: str, call_id: str, output: str, kind: str = "function_c
 
 
 def item_text(item: dict) -> str:
-    return "".join(part.get("text", "") for part in item.get("content", ()))
+    """The item's text, each image its marker (contract/media/images.py)."""
+    return "".join(
+        MARKER if part.get("type") == "input_image" else part.get("text", "")
+        for part in item.get("content", ())
+    )
+
+
+def has_images(item: dict) -> bool:
+    return item.get("type") == "message" and any(p.get("type") == "input_image" for p in item["content"])
 
 
 def item_chars(item: dict) -> int:

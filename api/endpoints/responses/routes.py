@@ -16,16 +16,18 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api.endpoints import images
 from api.endpoints.body import Body
 from api.endpoints.catalog import Endpoint
 from api.endpoints.responses.body import ResponsesRequest
-from api.endpoints.responses.items import item_chars, message_chars, parse_reference, to_messages
+from api.endpoints.responses.items import has_images, item_chars, message_chars, parse_reference, to_messages
 from api.endpoints.responses.objects import ResponseObjects
 from api.endpoints.responses.offered import refuse_hosted
 from api.endpoints.responses.sealing import Seals, kept_secret
 from api.endpoints.routes import EndpointRoutes
 from api.http.errors import APIError, invalid
 from api.http.paging import page
+from api.http.parsing import unsupported
 from api.jobs.state import JobState
 from api.services import Services
 from contract import errors
@@ -42,6 +44,8 @@ class StoredResponse:
     messages: list[Message]  # its conversation: what it was asked (instructions left out)
     input: list[dict]  # its input items
     output: list[dict]  # its output items
+    scope: str = ""  # its job's cache scope, where its images are kept
+    images: tuple[str, ...] = ()  # the SHA-256 of each image of `messages`, in order
 
     def conversation(self) -> list[Message]:
         return self.messages + to_messages(self.output)
@@ -97,16 +101,29 @@ class ResponsesRoutes(EndpointRoutes):
         limit = services.settings.limits.max_prompt_chars
         read: dict[str, StoredResponse] = {}
         history: list[Message] = []
+        earlier_images: list[images.Image] = []
         chars = 0
         if body.previous_response_id is not None:
             rid = body.previous_response_id
             read[rid] = await self._earlier(services, rid, owner, "previous_response_id")
             history = read[rid].conversation()
             chars = sum(message_chars(m) for m in history)
+            scope, hashes = read[rid].scope, list(read[rid].images)
+            earlier_images = await images.kept(
+                services.redis, scope, hashes, "previous_response_id", services.settings.limits
+            )
+        for at, part in body.image_parts():
+            if part.file_id is not None:
+                part._data = await images.file_bytes(services.redis, part.file_id, owner, f"{at}.file_id")
         referenced: dict[str, dict] = {}
         for ref in body.references():
             if ref not in referenced:
                 referenced[ref] = await self._item(services, ref, owner, read)
+                if has_images(referenced[ref]):
+                    raise unsupported(
+                        "input",
+                        f"Item '{ref[:80]}' holds images: send the message again, not a reference to it.",
+                    )
             chars += item_chars(referenced[ref])
             if chars > limit:
                 raise invalid(
@@ -115,7 +132,7 @@ class ResponsesRoutes(EndpointRoutes):
                     param="input",
                     error=errors.STRING_TOO_LONG,
                 )
-        body.bind(history, referenced)
+        body.bind(history, referenced, earlier_images)
 
     async def _open(self, services: Services, body: ResponsesRequest, owner: str) -> None:
         """Open each sealed reasoning item for the key; one this deployment did not seal for
@@ -144,10 +161,17 @@ class ResponsesRoutes(EndpointRoutes):
         objects = ResponseObjects.of(job)
         rows = await services.jobs.whole(rid)
         output = objects.answer(rows).body["output"]
-        messages = [Message.from_dict(m) for m in json.loads(spec)["messages"]] if spec else []
+        asked = json.loads(spec) if spec else {}
+        messages = [Message.from_dict(m) for m in asked.get("messages", ())]
         if objects.echo.get("instructions") is not None:
             messages = messages[1:]  # instructions do not carry over (as OpenAI has it)
-        return StoredResponse(messages, json.loads(items) if items else [], output)
+        return StoredResponse(
+            messages,
+            json.loads(items) if items else [],
+            output,
+            asked.get("cache_scope", ""),
+            tuple(asked.get("images", ())),
+        )
 
     async def _item(
         self, services: Services, item_id: str, owner: str, read: dict[str, StoredResponse]

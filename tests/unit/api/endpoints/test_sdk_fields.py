@@ -30,6 +30,7 @@ from api.endpoints.messages import blocks as mbl
 from api.endpoints.messages import body as mb
 from api.endpoints.messages.routes import CountRequest
 from api.endpoints.responses import body as rb
+from api.endpoints.responses import input as ri
 from api.endpoints.responses import offered, tools
 
 DOC = Path(__file__).parents[4] / "docs" / "requests.md"
@@ -43,6 +44,7 @@ SURFACES: list[tuple[str, type, type[BaseModel]]] = [
     ("chat.messages[assistant]", oc.ChatCompletionAssistantMessageParam, cb.AssistantMessage),
     ("chat.messages[tool]", oc.ChatCompletionToolMessageParam, cb.ToolMessage),
     ("chat content part (text)", oc.ChatCompletionContentPartTextParam, cb.TextPart),
+    ("chat content part (image)", oc.ChatCompletionContentPartImageParam, cb.ImagePart),
     ("chat.tools[]", oc.ChatCompletionFunctionToolParam, cb.ToolDef),
     ("chat.tools[].function", shared_params.FunctionDefinition, body.FunctionDef),
     ("chat tool call", oc.ChatCompletionMessageFunctionToolCallParam, cb.ToolCallIn),
@@ -51,18 +53,19 @@ SURFACES: list[tuple[str, type, type[BaseModel]]] = [
     ("embeddings", embedding_create_params.EmbeddingCreateParams, EmbeddingRequest),
     ("batches", batch_create_params.BatchCreateParams, BatchRequest),
     ("responses", responses.ResponseCreateParamsBase, rb.ResponsesRequest),
-    ("responses.input[message]", R.EasyInputMessageParam, rb.MessageItem),
-    ("responses.input[function_call]", R.ResponseFunctionToolCallParam, rb.FunctionCallItem),
-    ("responses.input[function_call_output]", items.FunctionCallOutput, rb.FunctionCallOutputItem),
-    ("responses.input[custom_tool_call]", R.ResponseCustomToolCallParam, rb.CustomToolCallItem),
+    ("responses.input[message]", R.EasyInputMessageParam, ri.MessageItem),
+    ("responses.input[function_call]", R.ResponseFunctionToolCallParam, ri.FunctionCallItem),
+    ("responses.input[function_call_output]", items.FunctionCallOutput, ri.FunctionCallOutputItem),
+    ("responses.input[custom_tool_call]", R.ResponseCustomToolCallParam, ri.CustomToolCallItem),
     (
         "responses.input[custom_tool_call_output]",
         R.ResponseCustomToolCallOutputParam,
-        rb.CustomToolCallOutputItem,
+        ri.CustomToolCallOutputItem,
     ),
     ("responses.input[reasoning]", R.ResponseReasoningItemParam, rb.ReasoningItem),
-    ("responses.input[item_reference]", items.ItemReference, rb.ItemReference),
-    ("responses input_text part", R.ResponseInputTextParam, rb.InputText),
+    ("responses.input[item_reference]", items.ItemReference, ri.ItemReference),
+    ("responses input_text part", R.ResponseInputTextParam, ri.InputText),
+    ("responses input_image part", R.ResponseInputImageParam, ri.InputImage),
     ("responses.tools[function]", R.FunctionToolParam, offered.FunctionTool),
     ("responses.tools[custom]", R.CustomToolParam, tools.CustomTool),
     ("responses.tools[namespace]", R.NamespaceToolParam, offered.NamespaceTool),

@@ -128,7 +128,17 @@ def test_the_echo_is_what_the_response_repeats():
         ({"input": "x", "tools": [{"type": "not_a_tool"}]}, "tools[0].type", "not_a_tool"),
         ({"input": "x", "top_logprobs": 2}, "top_logprobs", "Unsupported parameter"),
         ({"input": "x", "truncation": "auto"}, "truncation", ""),
-        ({"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]}, None, ""),
+        (
+            {"input": [{"role": "user", "content": [{"type": "input_image", "image_url": "u"}]}]},
+            "input[0].content[0].image_url",
+            "data: URLs",
+        ),
+        ({"input": [{"role": "user", "content": [{"type": "input_image"}]}]}, None, "exactly one"),
+        (
+            {"input": [{"role": "assistant", "content": [{"type": "input_image", "image_url": "u"}]}]},
+            None,
+            "user messages",
+        ),
         ({"input": [{"type": "reasoning", "summary": [{"type": "nope", "text": "x"}]}]}, None, ""),
         ({"input": [{"type": "reasoning", "encrypted_content": ""}]}, None, ""),
         ({"input": "x", "background": True, "store": False}, "store", "stored"),
@@ -386,3 +396,39 @@ def test_a_tool_choice_of_auto_or_none_stands_when_every_tool_sent_is_left_out()
         spec = body(input="x", tools=[{"type": "web_search"}], tool_choice=choice).to_spec("resp_x", LIMITS)
         assert spec.tools == () and spec.tool_choice == choice
     assert err(input="x", tools=[{"type": "web_search"}], tool_choice="required").param == "tool_choice"
+
+
+def test_an_input_image_is_the_marker_at_its_place_and_its_hash_and_is_stored_without_its_bytes():
+    import base64
+    import hashlib
+
+    from contract.media.images import MARKER, png
+
+    data = png(3, 3)
+    url = "data:image/png;base64," + base64.b64encode(data).decode()
+    parts = [
+        {"type": "input_text", "text": "See "},
+        {"type": "input_image", "image_url": url, "detail": "low"},
+    ]
+    b = body(input=[{"role": "user", "content": parts}])
+    spec = b.to_spec("resp_x", LIMITS)
+    assert spec.messages == (Message("user", f"See {MARKER}"),)
+    assert spec.images == (hashlib.sha256(data).hexdigest(),)
+    stored = b.items("resp_x")[0]["content"]
+    assert stored[1] == {"type": "input_image", "detail": "low", "file_id": None, "image_url": None}
+    forged = [{"type": "input_text", "text": MARKER}, parts[1]]
+    assert err(input=[{"role": "user", "content": forged}]).param == "input[0].content[0]"
+
+
+def test_an_image_file_s_bytes_are_read_as_the_endpoint_gave_them():
+    from contract.media.images import png
+
+    b = body(input=[{"role": "user", "content": [{"type": "input_image", "file_id": "file-abc"}]}])
+    [(at, part)] = b.image_parts()
+    assert at == "input[0].content[0]"
+    part._data = b"not an image"
+    with pytest.raises(APIError) as caught:
+        b.to_spec("resp_x", LIMITS)
+    assert caught.value.param == "input[0].content[0].file_id"
+    part._data = png(2, 2)
+    assert len(b.to_spec("resp_x", LIMITS).images) == 1
