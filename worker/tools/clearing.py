@@ -11,6 +11,7 @@ from collections.abc import Callable
 
 from contract.edits.tool_uses import ClearToolUses
 from contract.jobspec import JobSpec, Message
+from contract.media.images import MARKER
 
 PLACEHOLDER = "[This tool result was cleared to save context.]"
 NO_INPUT = "{}"
@@ -48,7 +49,19 @@ def clear_tool_uses(spec: JobSpec, prompt_tokens: int, count: Callable[[str], in
         cleared += changed
     if not cleared or saved < edit.clear_at_least:
         return bare, 0
-    return dataclasses.replace(bare, messages=tuple(messages)), cleared
+    return dataclasses.replace(bare, messages=tuple(messages), images=_kept_images(spec, messages)), cleared
+
+
+def _kept_images(spec: JobSpec, messages: list[Message]) -> tuple[str, ...]:
+    """The images of the messages left: a cleared result's images (a screenshot a tool sent
+    back) go with its text, and the rest keep their markers' order (contract/media/images.py)."""
+    kept, names = [], iter(spec.images)
+    for before, after in zip(spec.messages, messages, strict=True):
+        for _ in range(before.content.count(MARKER)):
+            name = next(names)
+            if after.content == before.content:
+                kept.append(name)
+    return tuple(kept)
 
 
 def _without_input(message: Message, j: int) -> Message:

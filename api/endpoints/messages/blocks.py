@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Discriminator, Field, Tag, field_validator
 
 from api.http.errors import invalid
 from api.http.parsing import Strict
+from contract.media.images import MARKER
 
 
 class CacheControl(Strict):
@@ -28,8 +29,9 @@ class TextBlock(_Block):
 
 
 class MediaBlock(_Block):
-    """An image or a document: refused by `to_spec` with a clear 400 (the models this server
-    runs read text only), not as an unknown block."""
+    """An image or a document. An image in a user turn or a tool result is read as an image
+    (body.py); anywhere else, and any document, is refused with a clear 400 (`readable`), not
+    as an unknown block."""
 
     model_config = ConfigDict(strict=True, extra="allow")
     type: Literal["image", "document"]
@@ -155,17 +157,27 @@ def image_url(block: MediaBlock, at: str) -> str:
 def readable(block: object, i: int, j: int) -> None:
     if isinstance(block, MediaBlock):
         raise invalid(
-            f"Invalid 'messages[{i}].content[{j}]': this server's models read text only; "
-            f"{block.type} blocks are not supported.",
+            f"Invalid 'messages[{i}].content[{j}]': {block.type} blocks are not supported here "
+            "(images are taken in user turns and tool results).",
             f"messages[{i}].content[{j}].type",
         )
 
 
+def result_images(block: ToolResultBlock) -> list[tuple[int, MediaBlock]]:
+    """A tool result's image blocks, with their place in its content."""
+    parts = block.content if isinstance(block.content, list) else []
+    return [(k, p) for k, p in enumerate(parts) if is_image(p) and isinstance(p, MediaBlock)]
+
+
 def result_text(block: ToolResultBlock, i: int, j: int, check: bool = True) -> str:
+    """The result as the tool message's text: each image its marker, each tool found named."""
     if block.content is None or isinstance(block.content, str):
         return block.content or ""
     parts, found = [], []
     for part in block.content:
+        if is_image(part):  # a screenshot a tool sent back: its place in the result's text
+            parts.append(MARKER)
+            continue
         if check:
             readable(part, i, j)
         if isinstance(part, TextBlock):

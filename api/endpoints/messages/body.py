@@ -35,6 +35,7 @@ from api.endpoints.messages.blocks import (
     image_url,
     is_image,
     readable,
+    result_images,
     result_text,
 )
 from api.endpoints.messages.context import ContextManagement
@@ -198,16 +199,24 @@ class MessagesRequest(Body):
         )
 
     def _read_images(self, limits: Limits) -> None:
-        """The user turns' image blocks, each checked (api/endpoints/images.py), into `_images`."""
+        """The user turns' image blocks, each checked (api/endpoints/images.py), into `_images`,
+        in the order `_conversation` puts their markers: a turn's tool results (its tool
+        messages) first, then its own images (its user message)."""
         for i, m in enumerate(self.messages):
             if not isinstance(m, InputMessage) or m.role != "user":
                 continue
-            for j, b in enumerate(m.blocks()):
-                if is_image(b):
-                    at = f"messages[{i}].content[{j}]"
-                    self._images.append(images.read(image_url(b, at), f"{at}.source.data", limits))
-                    images.counted(self._images, at, limits)
-                    self._image_params.append(at)
+            blocks = list(enumerate(m.blocks()))
+            inside = [
+                (f"messages[{i}].content[{j}].content[{k}]", part)
+                for j, b in blocks
+                if isinstance(b, ToolResultBlock)
+                for k, part in result_images(b)
+            ]
+            own = [(f"messages[{i}].content[{j}]", b) for j, b in blocks if is_image(b)]
+            for at, b in inside + own:
+                self._images.append(images.read(image_url(b, at), f"{at}.source.data", limits))
+                images.counted(self._images, at, limits)
+                self._image_params.append(at)
 
     def _template_kwargs(self) -> dict:
         """`thinking` is the template's switch (Qwen3's and GLM's `enable_thinking`; its

@@ -77,3 +77,18 @@ def test_clear_tool_inputs_clears_the_calls_arguments_too():
     ]
     edited, _ = clear_tool_uses(job(keep=0, clear_inputs=True), 999, words)
     assert {c.arguments for m in edited.messages for c in m.tool_calls} == {NO_INPUT}
+
+
+def test_a_cleared_result_s_images_go_with_it_and_the_others_keep_their_order():
+    from contract.media.images import MARKER
+
+    spec = job(
+        names=("shot",) * 3,
+        result=f"a screenshot {MARKER} of the page the tool opened, as it looked then",
+        keep=1,
+    )
+    names = ("0" * 64, "1" * 64, "2" * 64)
+    spec = dataclasses.replace(spec, images=names)
+    edited, cleared = clear_tool_uses(spec, 999, words)
+    assert cleared == 2 and edited.images == (names[2],)
+    JobSpec.from_dict(edited.to_dict())  # markers and images agree

@@ -136,7 +136,7 @@ def test_a_tools_schema_is_loosened_unless_strict_and_its_examples_are_shown():
             "user turns",
         ),
         ({"messages": [user([{"type": "thinking", "thinking": "t", "signature": "s"}])]}, "assistant turns"),
-        ({"messages": [user([{"type": "document", "source": {}}])]}, "text only"),
+        ({"messages": [user([{"type": "document", "source": {}}])]}, "document blocks are not supported"),
         ({"messages": [user("x")], "thinking": {"type": "enabled", "budget_tokens": 2048}}, "budget"),
         ({"messages": [user("x")], "thinking": {"type": "enabled"}}, "budget_tokens"),
         ({"messages": [user("x")], "tool_choice": {"type": "tool"}}, "tool_choice"),
@@ -208,7 +208,7 @@ def test_a_system_message_cleared_at_the_next_user_message_is_shown_until_then()
     [
         ([{"role": "system", "content": "s"}, assistant("x"), user("y")], "first"),
         ([user("x"), assistant("y"), {"role": "system", "content": "s"}], "prefill"),
-        ([user("x"), {"role": "system", "content": [{"type": "image", "source": {}}]}], "text"),
+        ([user("x"), {"role": "system", "content": [{"type": "image", "source": {}}]}], "not supported here"),
     ],
 )
 def test_system_messages_keep_the_turn_rules(messages, words):
@@ -405,3 +405,25 @@ def test_image_blocks_other_than_base64_and_forged_markers_are_refused():
     forged = [{"type": "text", "text": MARKER}, _image_block(png(2, 2))]
     assert refusal(max_tokens=8, messages=[user(forged)]).param == "messages"
     assert spec(max_tokens=8, messages=[user(MARKER)]).images == ()
+
+
+def test_a_tool_result_s_image_is_read_in_its_tool_message_before_the_turn_s_own():
+    import hashlib
+
+    from contract.media.images import MARKER, png
+
+    shot, own = png(3, 3, seed=1), png(3, 3, seed=2)
+    call = {"type": "tool_use", "id": "toolu_1", "name": "shot", "input": {}}
+    result = {
+        "type": "tool_result",
+        "tool_use_id": "toolu_1",
+        "content": [{"type": "text", "text": "The page: "}, _image_block(shot)],
+    }
+    turns = [user("Look."), assistant([call]), user([_image_block(own), result])]
+    job = spec(max_tokens=8, tools=[TOOL | {"name": "shot"}], messages=turns)
+    tool = next(m for m in job.messages if m.role == "tool")
+    assert tool.content == f"The page: {MARKER}" and job.messages[-1].content == MARKER
+    assert job.images == tuple(hashlib.sha256(d).hexdigest() for d in (shot, own))
+    bad = {**result, "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}
+    refused = refusal(max_tokens=8, tools=[TOOL | {"name": "shot"}], messages=[*turns[:2], user([bad])])
+    assert refused.param == "messages[2].content[0].content[0].source"
