@@ -8,7 +8,8 @@ of the prompt. A worker whose slot ran a job holds that job's prefixes, and, for
 answered with text alone, one more: the conversation with that answer as the assistant's
 next message, which is what the next turn starts with. A digest is 16 hex digits of
 BLAKE2b over the model, what the prompt is rendered with beside its messages (the job's tools
-and template kwargs), its cache scope and the parts.
+and template kwargs), its cache scope and the parts; a message with images covers their
+hashes too, so a turn about another screenshot is another prefix.
 
 A cache is a side channel: a job that reuses one is answered sooner (and told how many
 tokens it reused), so a key that could hit another key's cache could test guesses of its
@@ -35,8 +36,12 @@ import json
 from dataclasses import dataclass
 
 from contract.jobspec import JobSpec, Message
+from contract.media.images import MARKER
 
 TEXT_BLOCK = 256  # characters of a legacy prompt per digest
+# what an image counts for in a match (ROUTE_MIN_CHARS): a 512-token image at 4 characters a
+# token, so a turn about a screenshot is routed as one about a page of text
+IMAGE_CHARS = 2048
 MAX_DIGESTS = 32  # a prompt's deepest boundaries looked at (and a slot's held), and its first
 
 
@@ -93,9 +98,12 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
         messages = list(spec.messages)
         if answer is not None:
             messages.append(Message("assistant", answer))
+        images = iter(spec.images)
         for i, m in enumerate(messages):
-            digest = _digest(digest, m.to_dict())
-            chars += len(m.content) + sum(len(c.arguments) for c in m.tool_calls)
+            # an image is its hash: the same text around another image is another prefix
+            seen = [next(images) for _ in range(m.content.count(MARKER))] if i < len(spec.messages) else []
+            digest = _digest(digest, {**m.to_dict(), "images": seen} if seen else m.to_dict())
+            chars += len(m.content) + sum(len(c.arguments) for c in m.tool_calls) + IMAGE_CHARS * len(seen)
             out.append((digest, chars))
             if i == 0 and public:  # the public prompt's end: the scope's own from here
                 digest = _digest(digest, [spec.cache_scope, *_rendered(spec)])

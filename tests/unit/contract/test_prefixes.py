@@ -94,3 +94,24 @@ def test_a_public_prompt_s_digest_is_of_its_text_alone_and_the_tools_are_the_sco
     assert digests(alice, tools=secret)[1] == digests(alice, tools=secret)[1]  # and on nothing else
     private = [d for d, _ in prefixes(chat(SYSTEM, question, cache_scope=alice, tools=secret))]
     assert private[0] != plain[0]  # not public: the tools and scope are in every digest
+
+
+def test_an_image_is_its_hash_in_the_digest_of_its_message_and_all_after_it():
+    from contract.media.images import MARKER
+    from contract.prefixes import IMAGE_CHARS
+
+    def asked(image: str) -> JobSpec:
+        return chat(SYSTEM, Message("user", f"What is in {MARKER}?"), images=(image,))
+
+    a, b = prefixes(asked("a" * 64)), prefixes(asked("b" * 64))
+    assert a[0] == b[0] and a[1] != b[1]  # the system prompt is shared, the turn is not
+    assert prefixes(asked("a" * 64)) == a
+    assert a[1][1] - a[0][1] == len(f"What is in {MARKER}?") + IMAGE_CHARS  # a match worth routing
+    held = prefixes(asked("a" * 64), answer="A lighthouse.")
+    follow = chat(
+        *asked("a" * 64).messages,
+        Message("assistant", "A lighthouse."),
+        Message("user", "And its colour?"),
+        images=("a" * 64,),
+    )
+    assert prefixes(follow)[len(held) - 1] == held[-1]  # the next turn still finds the answer
