@@ -185,6 +185,14 @@ class WorkerSettings:
         "smoother while long prompts are read, larger reads them faster",
         minimum=1,
     )
+    prefill_alone: int = setting(
+        512,
+        "PREFILL_ALONE",
+        "prompt tokens read per batch step while no stream decodes on the worker, shared by the "
+        "prompts being read (at least PREFILL_CHUNK each): a lone long prompt is read at "
+        "llama.cpp's micro-batch; the context's batch holds this many rows",
+        minimum=1,
+    )
     batch_prefill_chunk: int = setting(
         8,
         "BATCH_PREFILL_CHUNK",

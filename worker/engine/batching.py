@@ -68,6 +68,7 @@ class Scheduler:
         is_end: Callable[[int], bool],
         prefix_cache: bool = True,
         batch_prefill_chunk: int | None = None,
+        prefill_alone: int = 0,
         prefill_stretch: float = 0.0,
         lines_beside: int | None = None,
         step_delay_s: float = 0.0,
@@ -79,6 +80,7 @@ class Scheduler:
         self.slots = slots
         self._chunk = prefill_chunk
         self._batch_chunk = min(batch_prefill_chunk or prefill_chunk, prefill_chunk)
+        self._alone = prefill_alone  # PREFILL_ALONE: a step's prompt rows while nothing decodes
         self._is_end = is_end
         self._prefix_cache = prefix_cache
         self.cost = StepCost(prefill_stretch)
@@ -88,7 +90,7 @@ class Scheduler:
         self._host = host if prefix_cache else None  # the host tier (worker/engine/cache/)
         self._interrupt = context.interrupt
         self._cut = False  # the last step was cut short: this one runs to its end (progress)
-        self._batch = StepBatch(batch_capacity(slots, prefill_chunk))
+        self._batch = StepBatch(batch_capacity(slots, prefill_chunk, prefill_alone))
         self._argmax = RowsArgmax(argmax_threads or threads_for())  # the greedy rows' pass
         self._kv: list[list[int]] = [[] for _ in range(slots)]  # tokens in each slot's cache
         self._scopes = [""] * slots  # the cache scope of each slot's tokens
@@ -311,7 +313,7 @@ class Scheduler:
         decoding = sum(s.pending is not None for s in steps)
         budget = self.cost.budget(decoding) if budgeted(steps) else None
         before = [(s, s.fed, s.pending, len(self._kv[s.slot])) for s in steps]
-        rows = plan(steps, self._chunk, self._batch_chunk, budget)
+        rows = plan(steps, self._chunk, self._batch_chunk, budget, self._alone)
         if not rows:
             return
         outputs: list[Sequence] = []  # the rows with logits, in batch order: their logits' order

@@ -134,6 +134,7 @@ class LlamaEngine:
             self.prompts.is_end,
             prefix_cache=settings.prefix_cache,
             batch_prefill_chunk=settings.batch_prefill_chunk,
+            prefill_alone=settings.prefill_alone,
             prefill_stretch=settings.prefill_stretch,
             lines_beside=settings.batch_share(self.slots),
             step_delay_s=settings.step_delay_s,
@@ -156,7 +157,7 @@ class LlamaEngine:
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
         # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
         # its compute buffer grows with it.
-        cparams.n_batch = plan.batch_capacity(slots, settings.prefill_chunk)
+        cparams.n_batch = plan.batch_capacity(slots, settings.prefill_chunk, settings.prefill_alone)
         cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
         cparams.n_threads = self.threads.n_threads
         cparams.n_threads_batch = self.threads.n_threads_batch

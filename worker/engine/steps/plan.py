@@ -57,7 +57,11 @@ def budgeted(steps: list[Sequence]) -> bool:
 
 
 def plan(
-    running: list[Sequence], chunk: int, batch_chunk: int | None = None, budget: int | None = None
+    running: list[Sequence],
+    chunk: int,
+    batch_chunk: int | None = None,
+    budget: int | None = None,
+    alone: int = 0,
 ) -> list[tuple[Sequence, int, bool]]:
     """The rows of one step's batch: (sequence, token, wants logits).
 
@@ -70,6 +74,12 @@ def plan(
     llama.cpp's `split_equal(sequential=true)` takes into one pass only sequence ids that
     follow each other (0, 1, 2, ...) in batch order, so a batch listing slots 3, 0, 2, 1
     is computed in several passes, each reading all the weights (`bench/probes/batch_order.py`).
+
+    `alone` (PREFILL_ALONE): in a step where no sequence decodes, nothing waits on the step's
+    time, so the interactive prompts share `alone` rows, at least `chunk` each: a lone long
+    prompt is read at llama.cpp's micro-batch (512), not `chunk` tokens a step (issue 76: an
+    agent's 1,500-token opening, read 64 tokens a step on 4 slots, came 1.2x later than
+    llama-server's).
 
     `budget`, while streams decode (see `StepCost`): the prompt tokens this step may read
     in all, given to the prompts with the least left to read first. A prompt longer than a
@@ -99,9 +109,12 @@ def plan(
     left = budget
     # an image's rows are read before the step (worker/engine/batching.py): text stops at one
     readers = [s for s in stepping if s.pending is None and s.text_left() > 0]
+    interactive = sum(not s.yields for s in readers)
+    decoding = any(s.pending is not None for s in stepping)
+    share = max(chunk, alone // interactive) if alone and interactive and not decoding else chunk
     for seq in sorted(readers, key=lambda s: (s.yields, len(s.context) - s.fed, s.slot)):
         rest = seq.text_left()
-        step = min((batch_chunk or chunk) if seq.yields else chunk, rest)
+        step = min((batch_chunk or chunk) if seq.yields else share, rest)
         if left is not None:
             if seq.yields or rest > chunk:  # a long prompt is spread out
                 step = max(min(step, left), 1)
@@ -235,9 +248,9 @@ def spare_slot(
     return min(spares, key=lambda t: (bool(kv[t]), ended[t], t)) if spares else None
 
 
-def batch_capacity(slots: int, chunk: int) -> int:
+def batch_capacity(slots: int, chunk: int, alone: int = 0) -> int:
     """The most rows a step can have (see `plan`): the context's batch size."""
-    return slots * chunk
+    return max(slots * chunk, alone)
 
 
 def common_prefix(a: list[int], b: list[int], block: int = 256) -> int:

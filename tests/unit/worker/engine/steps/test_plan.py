@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from worker.engine.steps.cost import StepCost
 from worker.engine.steps.plan import (
+    batch_capacity,
     budgeted,
     choose_slot,
     common_prefix,
@@ -404,3 +405,22 @@ def test_a_budget_never_reads_into_an_image():
     image.images = {1: [[0.0], [0.0]]}
     rows = plan([stream, image], chunk=2, budget=5)
     assert [(s.slot, t) for s, t, _ in rows] == [(0, 1), (1, 9)]
+
+
+def test_with_nothing_decoding_prompts_share_the_alone_rows_and_beside_a_stream_read_a_chunk():
+    long = seq(0, list(range(2000)))
+    rows = plan([long], chunk=64, alone=512)
+    assert len(rows) == 512 and long.fed == 512  # llama.cpp's micro-batch, not a chunk
+    other = seq(1, list(range(2000)))
+    rows = plan([long, other], chunk=64, alone=512)
+    assert long.fed == 512 + 256 and other.fed == 256  # shared, each at least a chunk
+    many = [seq(s, list(range(100))) for s in range(10)]
+    assert len(plan(many, chunk=64, alone=512)) == 640
+    assert all(s.fed == 64 for s in many)  # ten prompts: a chunk each, as without `alone`
+    stream = seq(2, [1], fed=1, pending=5)
+    rows = plan([long, stream], chunk=64, alone=512)
+    assert long.fed == 768 + 64  # a stream waits on this step: a chunk, as before
+
+
+def test_the_batch_holds_the_alone_rows():
+    assert batch_capacity(4, 64, 512) == 512 and batch_capacity(8, 128, 512) == 1024
