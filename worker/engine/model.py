@@ -155,8 +155,7 @@ class LlamaEngine:
         cparams.n_ctx = slots * self.n_ctx
         cparams.n_seq_max = slots
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
-        # A step's rows in one micro-batch (one pass) up to llama.cpp's default micro-batch:
-        # its compute buffer grows with it.
+        # a step's rows in one pass up to llama.cpp's default micro-batch (its buffer grows with it)
         cparams.n_batch = plan.batch_capacity(slots, settings.prefill_chunk, settings.prefill_alone)
         cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
         cparams.n_threads = self.threads.n_threads
