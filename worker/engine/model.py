@@ -15,7 +15,6 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Generator, Sequence
-from pathlib import Path
 
 import llama_cpp
 from llama_cpp._internals import LlamaModel
@@ -24,7 +23,7 @@ from contract.jobspec import JobSpec, Message
 from contract.prefixes import PromptOverhead, prefixes
 from contract.stats import BatchCounters
 from contract.tiers import BATCH
-from worker.engine import batching, devices, llama_log, sizing
+from worker.engine import batching, devices, llama_log, memory, sizing
 from worker.engine.cache import tier
 from worker.engine.context import NativeContext
 from worker.engine.grammar import GrammarGate, TriggeredGate
@@ -42,9 +41,6 @@ from worker.tools.rules import only_calls
 
 log = logging.getLogger(__name__)
 
-_KV_BYTES = 2  # f16 keys and values
-_MAX_UBATCH = 512
-_COMPUTE_MARGIN = 256 << 20  # llama.cpp's compute buffers and the process itself
 
 WARM_UP_MESSAGE = Message("user", "Write one line about the sea.")
 
@@ -84,13 +80,14 @@ class LlamaEngine:
         cores = sizing.usable_cores()
         self.threads = sizing.threads(settings.n_threads, settings.n_threads_batch, cores)
         self.prompts.vision = encoder.load(settings, self._model.model, self.threads.n_threads_batch)
-        per_slot = kv_cache_bytes(self._model, self.n_ctx)
+        per_slot = memory.kv_cache_bytes(self._model, self.n_ctx)
         if settings.slots is not None:
             tries, why = [settings.slots], "SLOTS"
         elif self._offloaded:  # llama.cpp says whether the cache fits the GPU
             tries, why = sizing.halvings(min(sizing.GPU_SLOTS, most)), "the GPU's memory"
         else:
-            budget = int(settings.kv_memory_share * max(sizing.available_memory() - _COMPUTE_MARGIN, 0))
+            left = sizing.available_memory() - memory.buffer_bytes(self._n_vocab)
+            budget = int(settings.kv_memory_share * max(left, 0))
             tries = [min(sizing.slots_for(per_slot, budget, sizing.CPU_SLOTS), most)]
             why = (
                 f"a {budget / 2**20:.0f} MiB KV budget at {per_slot / 2**20:.0f} MiB a slot, "
@@ -118,7 +115,7 @@ class LlamaEngine:
         )
         self.held = HeldPrefixes(slots)  # what each slot's cache holds, for cache-aware routing
         self._prefix_cache = settings.prefix_cache
-        kv, layers = kv_cache_bytes(self._model, slots * self.n_ctx), settings.n_gpu_layers
+        kv, layers = memory.kv_cache_bytes(self._model, slots * self.n_ctx), settings.n_gpu_layers
         self.placement = devices.placement(self._model.model, layers, kv, slots, self.n_ctx)
         log.info("%s", self.placement.describe())
         if llama_cpp.llama_n_ctx_seq(self._ctx) < self.n_ctx:
@@ -145,19 +142,19 @@ class LlamaEngine:
     def _context(self, settings: WorkerSettings, slots: int):
         """A context of `slots` sequences of N_CTX tokens each (None: it does not fit)."""
         assert settings.model_path is not None
-        check_memory(
-            kv_cache_bytes(self._model, slots * self.n_ctx),
-            settings.model_path,
-            settings.n_gpu_layers,
-            f"SLOTS={slots} x N_CTX={self.n_ctx}",
-        )
+        n_batch = plan.batch_capacity(slots, settings.prefill_chunk, settings.prefill_alone)
+        n_ubatch = min(n_batch, memory.MAX_UBATCH)  # a step's rows in one pass up to it
+        if not self._offloaded:  # on a GPU llama.cpp finds out at start itself
+            kv = memory.kv_cache_bytes(self._model, slots * self.n_ctx)
+            buffers = memory.buffer_bytes(self._n_vocab, n_ubatch)
+            weights = settings.model_path.stat().st_size
+            if why := memory.shortfall(kv, buffers, weights, f"SLOTS={slots} x N_CTX={self.n_ctx}"):
+                raise EngineConfigError(why)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = slots * self.n_ctx
         cparams.n_seq_max = slots
         cparams.kv_unified = False  # each slot attends over its own part of the cache only
-        # a step's rows in one pass up to llama.cpp's default micro-batch (its buffer grows with it)
-        cparams.n_batch = plan.batch_capacity(slots, settings.prefill_chunk, settings.prefill_alone)
-        cparams.n_ubatch = min(cparams.n_batch, _MAX_UBATCH)
+        cparams.n_batch, cparams.n_ubatch = n_batch, n_ubatch
         cparams.n_threads = self.threads.n_threads
         cparams.n_threads_batch = self.threads.n_threads_batch
         return llama_cpp.llama_init_from_model(self._model.model, cparams) or None
@@ -375,26 +372,3 @@ class LlamaEngine:
 
     def close(self) -> None:
         self._scheduler.stop()
-
-
-def kv_cache_bytes(model: LlamaModel, tokens: int) -> int:
-    """Keys and values of every layer for `tokens` positions (f16, as llama.cpp allocates)."""
-    m = model.model
-    head_dim = llama_cpp.llama_model_n_embd(m) // llama_cpp.llama_model_n_head(m)
-    per_token = llama_cpp.llama_model_n_layer(m) * 2 * llama_cpp.llama_model_n_head_kv(m) * head_dim
-    return per_token * _KV_BYTES * tokens
-
-
-def check_memory(kv: int, model_path: Path, n_gpu_layers: int, what: str) -> None:
-    """Refuse at start a KV cache that cannot fit (on the CPU; a GPU finds out at start too)."""
-    if n_gpu_layers and llama_cpp.llama_supports_gpu_offload():
-        return
-    need = kv + _COMPUTE_MARGIN
-    have = sizing.available_memory()
-    log.info("KV cache for %s: %.0f MiB (%.0f MiB available)", what, kv / 2**20, have / 2**20)
-    if need > have:
-        raise EngineConfigError(
-            f"{what} needs a {kv / 2**20:.0f} MiB KV cache (+{_COMPUTE_MARGIN >> 20} MiB of "
-            f"buffers) besides the {model_path.stat().st_size / 2**20:.0f} MiB model, but only "
-            f"{have / 2**20:.0f} MiB is available: lower SLOTS or N_CTX"
-        )
