@@ -11,8 +11,8 @@ follow-up, ...) by one client, greedy, `--tokens` tokens an answer, each answer 
 the history as an agent does. With more conversations than slots each follow-up finds its
 prefix written out of the slots: the tier restores it (HOST_CACHE_MIB unset: sized from the
 machine's memory), or, off (HOST_CACHE_MIB=0), the worker reads it again. A third run reads a
-lone prompt 512 tokens a step (PREFILL_ALONE=512; the default reads 64), to show what that
-does to the openings. `--peer` adds
+lone prompt 64 tokens a step (PREFILL_ALONE=64, the reading before it), to show what reading
+it 512 a step does to the openings. `--peer` adds
 llama-server (`-np 4`, its default `--cache-ram`) built from the worker's own llama.cpp
 (`llama-server-worker`, scripts/setup_peers), where it is installed. Prints opening TTFT p50,
 follow-up TTFT p50 and p90, the whole run, the prompt tokens the usage says were cached, and
@@ -122,8 +122,8 @@ def main() -> None:
     servers: list[tuple[str, Server]] = [
         ("tokenspool, host tier on", Tokenspool(logs, 1, slots=4)),
         ("tokenspool, HOST_CACHE_MIB=0", Tokenspool(logs, 1, slots=4, worker_env={"HOST_CACHE_MIB": "0"})),
-        # a lone prompt read 512 tokens a step, at llama.cpp's micro-batch
-        ("tokenspool, PREFILL_ALONE=512", Tokenspool(logs, 1, slots=4, worker_env={"PREFILL_ALONE": "512"})),
+        # a lone prompt read PREFILL_CHUNK tokens a step, as before PREFILL_ALONE
+        ("tokenspool, PREFILL_ALONE=64", Tokenspool(logs, 1, slots=4, worker_env={"PREFILL_ALONE": "64"})),
     ]
     if args.peer:
         peer = LlamaServer(logs, parallel=4, same=True)

@@ -186,13 +186,11 @@ class WorkerSettings:
         minimum=1,
     )
     prefill_alone: int = setting(
-        64,
+        512,
         "PREFILL_ALONE",
         "prompt tokens read per batch step while no stream decodes on the worker, shared by the "
-        "prompts being read (at least PREFILL_CHUNK each); the context's batch holds this many "
-        "rows. 512 reads a lone long prompt at llama.cpp's micro-batch (an agent's opening "
-        "1.3x sooner here), but flips some greedy near ties that a 64-token reading keeps "
-        "(docs/benchmarks.md), so it is not the default yet",
+        "prompts being read (at least PREFILL_CHUNK each): a lone long prompt is read at "
+        "llama.cpp's micro-batch; the context's batch holds this many rows",
         minimum=1,
     )
     batch_prefill_chunk: int = setting(

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import regex
 
 from contract import keys
 from tests.integration.conftest import MODEL, strict_sdk
@@ -40,6 +41,7 @@ _HUNK = (
     rf"(((@@|@@ {_LINE}+)\n|[-+ ]{_LINE}*\n)+(\*\*\* End of File\n)?)?"
 )
 PATCH_LANGUAGE = re.compile(rf"\*\*\* Begin Patch\n({_HUNK})+\*\*\* End Patch\n?")
+PATCH_PREFIXES = regex.compile(PATCH_LANGUAGE.pattern)  # with partial matches
 ASK = "Create the file hello.txt containing the line Hello world."
 FORCED = {"type": "custom", "name": "apply_patch"}
 
@@ -56,7 +58,9 @@ def _spec(stack, rid: str) -> dict:
 
 def test_a_forced_custom_call_streams_an_input_its_grammar_takes(stack, sdk):
     """SmolLM2 keeps calling (parallel calls, as Codex allows them) until max_output_tokens:
-    every call it finished is a patch of the grammar's language."""
+    every call it finished is a patch of the grammar's language, and one cut off by the limit
+    is the start of one. Which of the two its greedy answer ends in is a near tie that the
+    step size flips (docs/benchmarks.md, the host tier's section)."""
     events = list(
         sdk.responses.create(
             model=MODEL,
@@ -73,11 +77,13 @@ def test_a_forced_custom_call_streams_an_input_its_grammar_takes(stack, sdk):
     final = events[-1].response
     calls = [item for item in final.output if item.type == "custom_tool_call"]
     assert calls and len(calls) == len(final.output), final.output
-    done = [item for item in calls if item.status == "completed"]
-    assert done and done[0] is calls[0]
-    for call in done:
+    assert all(item.status == "completed" for item in calls[:-1]), "only the last call may be cut off"
+    if calls[-1].status != "completed":  # a greedy loop until the limit ("Update File: ..." again)
+        assert final.status == "incomplete" and final.incomplete_details.reason == "max_output_tokens"
+    for call in calls:
         assert call.name == "apply_patch" and call.call_id.startswith("call_") and call.id.startswith("ctc_")
-        assert PATCH_LANGUAGE.fullmatch(call.input), call.input
+        # a call cut off is still the start of a patch the grammar takes
+        assert PATCH_PREFIXES.fullmatch(call.input, partial=call.status != "completed"), call.input
         deltas = [e.delta for e in events if e.type.endswith("input.delta") and e.item_id == call.id]
         ends = [e.input for e in events if e.type.endswith("input.done") and e.item_id == call.id]
         assert "".join(deltas) == call.input and ends == [call.input]

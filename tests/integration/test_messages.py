@@ -177,7 +177,17 @@ def test_a_tool_round_trip(pool):
         ]
         final = stream.get_final_message()
     assert [b.type for b in final.content] == ["tool_use"] and final.stop_reason == "tool_use"
-    assert len(parts) > 10 and json.loads("".join(parts)) == final.content[0].input == call.input  # type: ignore[union-attr]
+    # A prompt read cold and one read from the cache may part at a near tie (docs/benchmarks.md,
+    # the host tier's section), and either of the two workers may take a request: the stream's
+    # call is compared with an answer that took as many tokens from the cache as it did.
+    cached = final.usage.cache_read_input_tokens
+    alike = done
+    for _ in range(3):
+        if alike.usage.cache_read_input_tokens == cached:
+            break
+        alike = sdk.messages.create(**kwargs, messages=ask, tool_choice=one)
+    assert alike.usage.cache_read_input_tokens == cached
+    assert len(parts) > 10 and json.loads("".join(parts)) == final.content[0].input == alike.content[0].input  # type: ignore[union-attr]
 
     turn = [
         *ask,

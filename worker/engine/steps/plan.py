@@ -76,8 +76,8 @@ def plan(
     is computed in several passes, each reading all the weights (`bench/probes/batch_order.py`).
 
     `alone` (PREFILL_ALONE): in a step where no sequence decodes, nothing waits on the step's
-    time, so the interactive prompts share `alone` rows, at least `chunk` each: at 512 a lone
-    long prompt is read at llama.cpp's micro-batch, not `chunk` tokens a step (issue 76: an
+    time, so the interactive prompts share `alone` rows, at least `chunk` each: a lone long
+    prompt is read at llama.cpp's micro-batch (512), not `chunk` tokens a step (issue 76: an
     agent's 1,500-token opening, read 64 tokens a step on 4 slots, came 1.48x later than
     llama-server's).
 
