@@ -181,6 +181,26 @@ def test_a_next_turn_sent_at_once_finds_its_holder_s_slot_free(one_slot_pool):
     _next_turns_at_once_go_to_their_holders(one_slot_pool, 3, cached=300)
 
 
+def test_a_conversation_written_out_of_its_slot_is_routed_to_the_worker_keeping_its_state(one_slot_pool):
+    """With more conversations than slots, a worker keeps the state of a conversation its
+    slot no longer holds in host memory (worker/engine/cache/), and says so: its next turn
+    goes there and is restored, not read again elsewhere (issue 76)."""
+    pool = one_slot_pool
+    opened = []
+    for i in range(4):  # on two one-slot workers: one of them at least keeps two
+        messages = conversation(i)
+        first = pool.ask(messages)
+        opened.append((messages, first, pool.wait_held(messages, first)))
+    for i, (messages, first, holder) in enumerate(opened):  # still said, slot or host memory
+        assert pool.r.sismember(keys.held_prefixes(holder), pool.digest(messages, first)), f"conversation {i}"
+    restored = pool.stats(stats.StatField.batch("host_hits", MODEL))
+    for i, (messages, first, holder) in enumerate(opened):
+        follow = pool.ask(pool.turn(messages, first, "And a vegetable?"))
+        assert pool.worker_of(follow["id"]) == holder, f"conversation {i}"
+        assert follow["usage"]["prompt_tokens_details"]["cached_tokens"] > 300, f"conversation {i}"
+    pool.wait_stat(stats.StatField.batch("host_hits", MODEL), restored + 1)
+
+
 def test_a_holder_that_does_not_take_the_job_in_time_loses_it_to_the_other_worker(pool):
     messages = conversation(0)
     first = pool.ask(messages)

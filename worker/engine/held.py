@@ -9,6 +9,12 @@ written over), and carried along when the scheduler moves a cache to another slo
 scheduler's thread gives slots out and moves caches; a job's own thread says what it left
 when it ends, by its sequence (the owner), so a job that ends after its slot was given out
 again claims nothing. Bounded whatever the traffic: at most MAX_DIGESTS a slot.
+
+The host tier (worker/engine/cache/) keeps a slot's state after the slot is written over, and
+restores it into any slot: its prefixes are announced too (`hosted`), so a conversation's next
+turn is routed here while its state is kept, not only while a slot holds it. A public prompt's
+head is shared across scopes in the slots alone, so the tier is given a slot's digests
+without it (`private`).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from contract.prefixes import MAX_DIGESTS
 class HeldPrefixes:
     def __init__(self, slots: int) -> None:
         self._slots: list[tuple[str, ...]] = [() for _ in range(slots)]
+        self._public = [False] * slots  # the slot's first digest is a public prompt's head
+        self._host: frozenset[str] = frozenset()  # what the host tier keeps
         self._owner: list[object | None] = [None] * slots  # the sequence the slot was last given
         self._lock = threading.Lock()
         self._closed = False  # the worker takes no more jobs: it claims nothing
@@ -44,6 +52,7 @@ class HeldPrefixes:
             if self._slots[src] or self._slots[dst]:
                 self.version += 1
             self._slots[dst], self._owner[dst] = self._slots[src], self._owner[src]
+            self._public[dst] = self._public[src]
             self._slots[src], self._owner[src] = (), None
 
     def forget(self, slot: int) -> None:
@@ -59,19 +68,36 @@ class HeldPrefixes:
         with self._lock:
             self._closed = True
             self._slots = [() for _ in self._slots]
+            self._host = frozenset()
             self.version += 1
 
-    def held(self, owner: object, digests: list[str]) -> None:
-        """The job of `owner` ended: its slot, if still its own, holds these prefixes now."""
+    def held(self, owner: object, digests: list[str], public: bool = False) -> None:
+        """The job of `owner` ended: its slot, if still its own, holds these prefixes now
+        (`public`: the first is a public prompt's head)."""
         with self._lock:
             slot = next((i for i, o in enumerate(self._owner) if o is owner), None)
             if slot is None or self._closed:
                 return
             self._slots[slot] = tuple(digests[:MAX_DIGESTS])
+            self._public[slot] = public
             self.version += 1
         self.changed()  # written now: a conversation's next turn may come at once
 
-    def digests(self) -> tuple[int, set[str]]:
-        """(version, every digest held) at one moment."""
+    def private(self, slot: int) -> tuple[str, ...]:
+        """The slot's prefixes that its own scope alone may read: what the host tier keeps
+        with the slot's state."""
         with self._lock:
-            return self.version, {d for slot in self._slots for d in slot}
+            return self._slots[slot][1:] if self._public[slot] else self._slots[slot]
+
+    def hosted(self, digests: frozenset[str]) -> None:
+        """The prefixes of the states the host tier keeps now."""
+        with self._lock:
+            if self._closed or digests == self._host:
+                return
+            self._host = digests
+            self.version += 1
+
+    def digests(self) -> tuple[int, set[str]]:
+        """(version, every digest held, in the slots or the host tier) at one moment."""
+        with self._lock:
+            return self.version, {d for slot in self._slots for d in slot} | self._host

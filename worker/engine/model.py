@@ -136,7 +136,7 @@ class LlamaEngine:
             lines_beside=settings.batch_share(self.slots),
             step_delay_s=settings.step_delay_s,
             held=self.held,
-            host=tier.sized(context, settings.host_cache_mib if settings.prefix_cache else 0),
+            host=tier.sized(context, settings.host_cache_mib if settings.prefix_cache else 0, self.held),
         )
 
     def _context(self, settings: WorkerSettings, slots: int):
@@ -274,7 +274,8 @@ class LlamaEngine:
                     and (self._harmony or thinking.OPEN in text or thinking.CLOSE in text)
                 ):
                     text = None  # the next turn's message holds the answer alone
-                self.held.held(seq, [d for d, _ in prefixes(spec, text)])
+                public = spec.public_prompt and spec.kind == "chat"  # its first digest is any scope's
+                self.held.held(seq, [d for d, _ in prefixes(spec, text)], public)
 
     def piece(self, token: int) -> bytes:
         return self.prompts.piece(token)

@@ -8,6 +8,10 @@ sequence whole, so a state is kept whole: of two states where one extends the ot
 tokens all but the last few, a turn's answer re-tokenized), only the longer is kept; it
 restores the shorter's prefix as well. Bounded in bytes, least recently used out first.
 
+Each state keeps the routing digests its slot held (contract/prefixes.py), so that the worker
+announces them while the state is kept (worker/engine/held.py): at most MAX_HOST_DIGESTS, of
+the most recently used states.
+
 Pure Python: the scheduler's thread alone calls it (worker/engine/cache/tier.py), and its
 tests need no model (tests/unit/worker/engine/cache/test_host.py).
 """
@@ -20,6 +24,8 @@ from dataclasses import dataclass
 
 from worker.engine.steps.plan import TAIL, common_prefix
 
+MAX_HOST_DIGESTS = 4096  # what the tier's states announce for routing, most recent first
+
 
 @dataclass(eq=False)
 class Kept:
@@ -28,6 +34,7 @@ class Kept:
     scope: str
     tokens: list[int]
     state: mmap.mmap | bytearray  # its bytes (worker/engine/context.py `save`)
+    digests: tuple[str, ...] = ()  # the routing digests of the prefixes it restores
 
 
 class HostTier:
@@ -35,19 +42,29 @@ class HostTier:
         self.bound = bound  # bytes; 0: nothing is kept
         self.held = 0  # bytes of the states kept
         self.evictions = 0  # states dropped for the bound (not those a longer one replaced)
+        self.version = 0  # bumped when the states kept, and so their digests, change
         self._kept: OrderedDict[int, Kept] = OrderedDict()  # least recently used first
 
     def __len__(self) -> int:
         return len(self._kept)
 
-    def covered(self, scope: str, tokens: list[int]) -> bool:
-        """Whether a kept state of `scope` already holds `tokens` (all but the last few):
-        saving them would keep nothing more."""
-        return any(k.scope == scope and _extends(k.tokens, tokens) for k in self._kept.values())
+    def covering(self, scope: str, tokens: list[int]) -> Kept | None:
+        """The kept state of `scope` that already holds `tokens` (all but the last few):
+        saving them would keep nothing more. None: none does."""
+        return next((k for k in self._kept.values() if k.scope == scope and _extends(k.tokens, tokens)), None)
 
-    def put(self, scope: str, tokens: list[int], state: mmap.mmap | bytearray) -> bool:
+    def routes(self, kept: Kept, digests: tuple[str, ...]) -> None:
+        """`kept` restores the prefixes of `digests` too."""
+        if not set(digests) <= set(kept.digests):
+            kept.digests = _union(kept.digests, digests)
+            self.version += 1
+
+    def put(
+        self, scope: str, tokens: list[int], state: mmap.mmap | bytearray, digests: tuple[str, ...] = ()
+    ) -> bool:
         """Keep a state; False when it is not kept (larger than the bound, or a kept state of
-        its scope extends it: that one is used again instead). The states it extends go."""
+        its scope extends it: that one is used again instead, and restores `digests` too).
+        The states it extends go, their digests kept with it."""
         if not tokens or len(state) > self.bound:
             return False
         for key, kept in list(self._kept.items()):
@@ -55,12 +72,15 @@ class HostTier:
                 continue
             if _extends(kept.tokens, tokens):
                 self._kept.move_to_end(key)
+                self.routes(kept, digests)
                 return False
             if _extends(tokens, kept.tokens):
+                digests = _union(kept.digests, digests)
                 self._drop(key)
-        entry = Kept(scope, list(tokens), state)
+        entry = Kept(scope, list(tokens), state, digests)
         self._kept[id(entry)] = entry
         self.held += len(state)
+        self.version += 1
         while self.held > self.bound:
             self._drop(next(iter(self._kept)))
             self.evictions += 1
@@ -81,12 +101,28 @@ class HostTier:
         self._kept.move_to_end(best[2])
         return self._kept[best[2]], best[0]
 
+    def digests(self) -> frozenset[str]:
+        """The routing digests of the states kept, the most recently used states' first, at
+        most MAX_HOST_DIGESTS."""
+        out: set[str] = set()
+        for kept in reversed(self._kept.values()):
+            if len(out) + len(kept.digests) > MAX_HOST_DIGESTS:
+                break
+            out.update(kept.digests)
+        return frozenset(out)
+
     def clear(self) -> None:
         self._kept.clear()
         self.held = 0
+        self.version += 1
 
     def _drop(self, key: int) -> None:
         self.held -= len(self._kept.pop(key).state)
+        self.version += 1
+
+
+def _union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
+    return tuple(dict.fromkeys((*a, *b)))
 
 
 def _extends(longer: list[int], shorter: list[int]) -> bool:

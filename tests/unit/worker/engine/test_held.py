@@ -43,3 +43,22 @@ def test_a_moved_cache_takes_its_prefixes_and_its_job_along():
     held.held(running, ["r"])  # it ends: its slot is where it moved
     held.taken(0, late)  # the spare is taken: "e" goes, "r" stays
     assert held.digests()[1] == {"r"}
+
+
+def test_the_host_tier_s_digests_are_held_too_and_a_public_head_is_not_its():
+    held = HeldPrefixes(2)
+    a, b = object(), object()
+    held.taken(0, a)
+    held.held(a, ["public-head", "a1"], public=True)
+    held.taken(1, b)
+    held.held(b, ["b0", "b1"])
+    assert held.private(0) == ("a1",) and held.private(1) == ("b0", "b1")
+    version = held.version
+    held.hosted(frozenset({"a1", "old"}))
+    held.hosted(frozenset({"a1", "old"}))  # the same set again: no change to announce
+    assert held.version == version + 1
+    held.taken(0, object())  # the slot written over; its state is in the tier
+    assert held.digests()[1] == {"a1", "old", "b0", "b1"}
+    held.close()
+    held.hosted(frozenset({"late"}))
+    assert held.digests()[1] == set()

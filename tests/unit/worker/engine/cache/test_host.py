@@ -4,7 +4,7 @@ other only the longer is kept."""
 
 from __future__ import annotations
 
-from worker.engine.cache.host import HostTier
+from worker.engine.cache.host import MAX_HOST_DIGESTS, HostTier
 
 A, B = "scope-a", "scope-b"
 
@@ -86,3 +86,33 @@ def test_clear_forgets_everything():
     tier.put(A, tokens(0, 10), bytearray(10))
     tier.clear()
     assert len(tier) == 0 and tier.held == 0 and tier.find(A, tokens(0, 10)) is None
+
+
+def test_a_kept_state_announces_its_digests_until_it_goes():
+    tier = HostTier(25)
+    turn = tokens(0, 100)
+    tier.put(A, turn, bytearray(10), ("a1", "a2"))
+    tier.put(B, tokens(300, 80), bytearray(10), ("b1",))
+    assert tier.digests() == {"a1", "a2", "b1"}
+    # the next turn replaces the first: it restores the first's prefixes as well as its own
+    version = tier.version
+    tier.put(A, [*turn, *tokens(500, 50)], bytearray(10), ("a3",))
+    assert tier.digests() == {"a1", "a2", "a3", "b1"} and tier.version > version
+    # a prefix of a kept state adds its digests to that state
+    tier.put(A, turn[:80], bytearray(10), ("a0",))
+    assert "a0" in tier.digests() and len(tier) == 2
+    tier.put(B, tokens(900, 80), bytearray(10), ("c1",))  # over the bound: the oldest (B's) goes
+    assert tier.digests() == {"a0", "a1", "a2", "a3", "c1"}
+    tier.clear()
+    assert tier.digests() == frozenset()
+
+
+def test_the_announced_digests_are_bounded_most_recent_first():
+    tier = HostTier(10**9)
+    per = [f"{n}-{i}" for n in range(3) for i in range(MAX_HOST_DIGESTS // 2)]
+    for n in range(3):
+        tier.put(A, tokens(n * 10_000, 100), bytearray(1), tuple(d for d in per if d.startswith(f"{n}-")))
+    tier.find(A, tokens(0, 100))  # the first becomes the most recent
+    digests = tier.digests()
+    assert len(digests) == MAX_HOST_DIGESTS
+    assert {d[0] for d in digests} == {"0", "2"}

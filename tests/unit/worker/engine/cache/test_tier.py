@@ -13,6 +13,7 @@ from contract.stats import BatchCounters  # noqa: E402
 from worker.engine.cache.host import HostTier  # noqa: E402
 from worker.engine.cache.tier import MIN_TOKENS, HostCache  # noqa: E402
 from worker.engine.context import NativeContext, StepBatch  # noqa: E402
+from worker.engine.held import HeldPrefixes  # noqa: E402
 from worker.settings import default_model_path  # noqa: E402
 
 pytestmark = pytest.mark.skipif(default_model_path() is None, reason="no SmolLM2 GGUF: run scripts/setup")
@@ -79,3 +80,18 @@ def test_a_slot_a_queued_copy_touches_is_neither_saved_nor_written(context):
     host.save(0, [*PROMPT, 1], B, 0, counters)
     assert counters.host_saved == 1
     assert host.restore(1, [*PROMPT, 9], A, 0) is None
+
+
+def test_a_saved_state_s_digests_are_announced_until_it_is_cleared(context):
+    context.clear()
+    held = HeldPrefixes(2)
+    owner = object()
+    held.taken(0, owner)
+    held.held(owner, ["conversation"])
+    host, counters = HostCache(context, HostTier(64 << 20), held), BatchCounters()
+    read(context, 0, PROMPT)
+    host.save(0, PROMPT, A, 0, counters)
+    held.taken(0, object())  # the next job writes the slot over
+    assert counters.host_saved == 1 and held.digests()[1] == {"conversation"}
+    host.clear()
+    assert held.digests()[1] == set()
