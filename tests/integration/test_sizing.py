@@ -8,8 +8,8 @@ import re
 
 import pytest
 
-from worker.engine import memory, sizing
 from worker.engine import model as engine_module
+from worker.engine import sizing
 from worker.settings import WorkerSettings
 
 pytestmark = pytest.mark.integration
@@ -25,11 +25,11 @@ def sized(monkeypatch, available: int, **env: str):
 
 def test_slots_come_from_the_kv_budget(monkeypatch, caplog):
     caplog.set_level(logging.INFO, logger="worker.engine.model")
-    buffers = memory.buffer_bytes(49_152)  # SmolLM2's vocabulary, at 512 rows a pass
+    buffers = sizing.buffer_bytes(49_152)  # SmolLM2's vocabulary, at 512 rows a pass
     engine = sized(monkeypatch, buffers + 200 * MIB)
     try:
         assert engine._n_vocab == 49_152
-        per_slot = memory.kv_cache_bytes(engine._model, 512)
+        per_slot = engine_module.kv_cache_bytes(engine._model, 512)
         assert engine.slots == (100 * MIB) // per_slot  # half of what is left after the buffers
         assert 1 < engine.slots < sizing.CPU_SLOTS
         assert f"{engine.slots} slots of 512 tokens (from a 100 MiB KV budget" in caplog.text
@@ -67,7 +67,7 @@ def test_the_buffers_counted_at_start_are_llama_cpps_compute_buffer(monkeypatch,
         caplog.clear()
         engine = sized(monkeypatch, 64 << 30, SLOTS="1", PREFILL_ALONE=alone)
         try:
-            logits = memory.buffer_bytes(engine._n_vocab, rows) - memory.MARGIN
+            logits = sizing.buffer_bytes(engine._n_vocab, rows) - sizing.BUFFER_MARGIN
         finally:
             engine.close()
         logged = [float(m) for m in re.findall(r"CPU compute buffer size = +([\d.]+) MiB", caplog.text)]

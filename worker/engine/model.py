@@ -23,7 +23,7 @@ from contract.jobspec import JobSpec, Message
 from contract.prefixes import PromptOverhead, prefixes
 from contract.stats import BatchCounters
 from contract.tiers import BATCH
-from worker.engine import batching, devices, llama_log, memory, sizing
+from worker.engine import batching, devices, llama_log, sizing
 from worker.engine.cache import tier
 from worker.engine.context import NativeContext
 from worker.engine.grammar import GrammarGate, TriggeredGate
@@ -80,13 +80,13 @@ class LlamaEngine:
         cores = sizing.usable_cores()
         self.threads = sizing.threads(settings.n_threads, settings.n_threads_batch, cores)
         self.prompts.vision = encoder.load(settings, self._model.model, self.threads.n_threads_batch)
-        per_slot = memory.kv_cache_bytes(self._model, self.n_ctx)
+        per_slot = kv_cache_bytes(self._model, self.n_ctx)
         if settings.slots is not None:
             tries, why = [settings.slots], "SLOTS"
         elif self._offloaded:  # llama.cpp says whether the cache fits the GPU
             tries, why = sizing.halvings(min(sizing.GPU_SLOTS, most)), "the GPU's memory"
         else:
-            left = sizing.available_memory() - memory.buffer_bytes(self._n_vocab)
+            left = sizing.available_memory() - sizing.buffer_bytes(self._n_vocab)
             budget = int(settings.kv_memory_share * max(left, 0))
             tries = [min(sizing.slots_for(per_slot, budget, sizing.CPU_SLOTS), most)]
             why = (
@@ -115,7 +115,7 @@ class LlamaEngine:
         )
         self.held = HeldPrefixes(slots)  # what each slot's cache holds, for cache-aware routing
         self._prefix_cache = settings.prefix_cache
-        kv, layers = memory.kv_cache_bytes(self._model, slots * self.n_ctx), settings.n_gpu_layers
+        kv, layers = kv_cache_bytes(self._model, slots * self.n_ctx), settings.n_gpu_layers
         self.placement = devices.placement(self._model.model, layers, kv, slots, self.n_ctx)
         log.info("%s", self.placement.describe())
         if llama_cpp.llama_n_ctx_seq(self._ctx) < self.n_ctx:
@@ -143,12 +143,12 @@ class LlamaEngine:
         """A context of `slots` sequences of N_CTX tokens each (None: it does not fit)."""
         assert settings.model_path is not None
         n_batch = plan.batch_capacity(slots, settings.prefill_chunk, settings.prefill_alone)
-        n_ubatch = min(n_batch, memory.MAX_UBATCH)  # a step's rows in one pass up to it
+        n_ubatch = min(n_batch, sizing.MAX_UBATCH)  # a step's rows in one pass up to it
         if not self._offloaded:  # on a GPU llama.cpp finds out at start itself
-            kv = memory.kv_cache_bytes(self._model, slots * self.n_ctx)
-            buffers = memory.buffer_bytes(self._n_vocab, n_ubatch)
+            kv = kv_cache_bytes(self._model, slots * self.n_ctx)
+            buffers = sizing.buffer_bytes(self._n_vocab, n_ubatch)
             weights = settings.model_path.stat().st_size
-            if why := memory.shortfall(kv, buffers, weights, f"SLOTS={slots} x N_CTX={self.n_ctx}"):
+            if why := sizing.shortfall(kv, buffers, weights, f"SLOTS={slots} x N_CTX={self.n_ctx}"):
                 raise EngineConfigError(why)
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = slots * self.n_ctx
@@ -373,3 +373,14 @@ class LlamaEngine:
 
     def close(self) -> None:
         self._scheduler.stop()
+
+
+_KV_BYTES = 2  # f16 keys and values
+
+
+def kv_cache_bytes(model: LlamaModel, tokens: int) -> int:
+    """Keys and values of every layer for `tokens` positions (f16, as llama.cpp allocates)."""
+    m = model.model
+    head_dim = llama_cpp.llama_model_n_embd(m) // llama_cpp.llama_model_n_head(m)
+    per_token = llama_cpp.llama_model_n_layer(m) * 2 * llama_cpp.llama_model_n_head_kv(m) * head_dim
+    return per_token * _KV_BYTES * tokens

@@ -20,10 +20,13 @@ other processes may be busy on the same cores (docs/operations.md, "Workers shar
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 CPU_SLOTS = 32
 EMBEDDING_SLOTS = 64  # an embedding worker's jobs at once (their inputs share its decodes)
@@ -110,3 +113,34 @@ def available_memory() -> int:
     except (OSError, ValueError):
         pass
     return min(limits) if limits else 1 << 62
+
+
+# What a context needs in host memory beside the weights, checked at start: its KV cache and
+# llama.cpp's compute buffer. The buffer's largest part is one micro-batch's logits, `n_ubatch`
+# rows of the vocabulary in floats: llama.cpp logs 12, 49 and 98 MiB for SmolLM2 (49,152
+# tokens) at 64, 256 and 512 rows, and a 128k vocabulary at 512 rows needs 251 MiB. The rest
+# of the buffers and the process itself get a fixed margin.
+MAX_UBATCH = 512  # llama.cpp's default micro-batch: a step's rows in one pass up to it
+BUFFER_MARGIN = 256 << 20
+_LOGIT_BYTES = 4
+
+
+def buffer_bytes(n_vocab: int, n_ubatch: int = MAX_UBATCH) -> int:
+    """The compute buffer of a context reading `n_ubatch` rows a pass, with the margin."""
+    return BUFFER_MARGIN + n_ubatch * n_vocab * _LOGIT_BYTES
+
+
+def shortfall(kv: int, buffers: int, weights: int, what: str) -> str | None:
+    """Why a context of `kv` bytes of cache and `buffers` of compute buffer cannot fit in the
+    memory available now (None: it fits), said before llama.cpp allocates it."""
+    have = available_memory()
+    mib = 1 << 20
+    sizes = (kv / mib, buffers / mib, have / mib)
+    log.info("KV cache for %s: %.0f MiB, buffers %.0f MiB (%.0f MiB available)", what, *sizes)
+    if kv + buffers <= have:
+        return None
+    return (
+        f"{what} needs a {kv / mib:.0f} MiB KV cache (+{buffers / mib:.0f} MiB of buffers) "
+        f"besides the {weights / mib:.0f} MiB model, but only {have / mib:.0f} MiB is "
+        "available: lower SLOTS or N_CTX"
+    )
