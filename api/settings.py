@@ -152,6 +152,18 @@ class Limits:
         "MAX_IMAGE_PIXELS",
         "pixels of one image, width x height from its header (400 naming the part)",
     )
+    image_url_hosts: tuple[str, ...] = setting(
+        (),
+        "IMAGE_URL_HOSTS",
+        "comma-separated hosts whose `http(s)` image URLs the API fetches before queueing the job "
+        "(`*.example.com`: its subdomains). A host's address is resolved once and must be public; "
+        "an IP address listed here names itself, the only way to a private one. Each redirect is "
+        "checked the same way",
+        shown="(none: remote image URLs are a 400)",
+    )
+    image_url_s: float = setting(
+        10.0, "IMAGE_URL_SECONDS", "time to fetch one remote image, its redirects included (400)"
+    )
     max_stop_chars: int = setting(256, "MAX_STOP_CHARS", "characters per stop sequence (400)")
     max_embedding_inputs: int = setting(
         2048, "MAX_EMBEDDING_INPUTS", "inputs per `/v1/embeddings` request (400; OpenAI's limit)"

@@ -94,6 +94,8 @@ class Body(Strict):
     # the request's images as `to_spec` read them (api/endpoints/images.py), and each one's part
     _images: list = PrivateAttr(default_factory=list)
     _image_params: list[str] = PrivateAttr(default_factory=list)
+    # the bytes of its remote image URLs, fetched before `to_spec` (api/endpoints/image_urls.py)
+    _fetched: dict[str, bytes] = PrivateAttr(default_factory=dict)
     # Accepted, and change nothing here (see the module docstring).
     user: str | None = None
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
@@ -103,6 +105,11 @@ class Body(Strict):
     @property
     def streaming(self) -> bool:
         return bool(self.stream)
+
+    def image_urls(self) -> list[tuple[str, str]]:
+        """Each image URL of the request, with its part: the remote ones are fetched before
+        `to_spec` (none, here)."""
+        return []
 
     @property
     def pool(self) -> str:

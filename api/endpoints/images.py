@@ -12,14 +12,19 @@ import hashlib
 import re
 import struct
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import redis.asyncio as aredis
 
+from api.endpoints import image_urls
 from api.files.store import files_of, owned_file
 from api.http.errors import APIError, invalid
 from api.settings import Limits
 from contract import errors, keys
 from contract.media.images import MARKER, kind
+
+if TYPE_CHECKING:
+    from api.endpoints.body import Body
 
 IMAGE_PURPOSES = ("vision", "user_data")  # the files a request may name as an image
 
@@ -87,12 +92,17 @@ def _jpeg(data: bytes) -> tuple[int, int] | None:
     return None
 
 
-def read(url: str, param: str, limits: Limits) -> Image:
-    """A `data:` URL's image, or a 400 naming `param` (remote URLs are not fetched)."""
+def read(url: str, param: str, limits: Limits, fetched: dict[str, bytes] | None = None) -> Image:
+    """A `data:` URL's image, or a remote URL's as the endpoint fetched it before
+    (api/endpoints/image_urls.py, `fetched`), or a 400 naming `param`."""
+    if fetched and url in fetched:
+        return checked(fetched[url], param, limits)
     match = _DATA_URL.match(url)
     if match is None:
+        remote = " (IMAGE_URL_HOSTS lets the server fetch http(s) URLs from the hosts it names)"
         raise invalid(
-            f"Invalid '{param}': only data: URLs of base64 PNG, JPEG, WebP or GIF images are taken here.",
+            f"Invalid '{param}': only data: URLs of base64 PNG, JPEG, WebP or GIF images are taken "
+            f"here{remote if image_urls.is_remote(url) and not limits.image_url_hosts else ''}.",
             param=param,
         )
     body = url[match.end() :]
@@ -160,3 +170,26 @@ async def kept(
             )
         found.append(checked(data, param, limits))
     return found
+
+
+async def fetch_remote(body: Body, vision: bool, limits: Limits) -> None:
+    """The request's remote image URLs, fetched where IMAGE_URL_HOSTS allows it
+    (api/endpoints/image_urls.py) for `to_spec` to read: none for a model that reads no
+    images (`store` refuses it), and a 400 naming the part that fails."""
+    remote = [(url, at) for url, at in body.image_urls() if image_urls.is_remote(url)]
+    if remote and vision and limits.image_url_hosts:
+        body._fetched = await image_urls.fetched(remote, limits)
+
+
+async def store(client: aredis.Redis, body: Body, scope: str, vision: bool, ttl: int) -> None:
+    """A 400 naming the first image part when no worker of the model reads images; else each
+    image's bytes `to_spec` read in Redis within the job's cache `scope`, by hash, kept as long
+    as a job may run (contract/media/images.py): an image a job of its scope sent before lives
+    on with this one."""
+    if not vision:
+        at = body._image_params[0]
+        raise invalid(f"Invalid '{at}': the model '{body.model}' does not read images.", param=at)
+    async with client.pipeline(transaction=False) as pipe:
+        for image in body._images:
+            pipe.set(keys.image(scope, image.sha256), image.data, ex=ttl)
+        await pipe.execute()

@@ -19,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from api.endpoints import images
 from api.endpoints.answering import SSEStream, collect, respond, settle
 from api.endpoints.body import Body
 from api.endpoints.catalog import Endpoint
@@ -231,9 +232,11 @@ class EndpointRoutes:
             trace.open(self.endpoint.name, body.model, job_id, tier=body.priority, key_id=key_id(ask.owner))
             limits = await services.admission.model(body.pool, job_id, body.context_chars())
             try:
+                await images.fetch_remote(body, limits.vision, services.settings.limits)
                 spec = await services.heavy.run_for(ask.size, body.to_spec, job_id, services.settings.limits)
                 if spec.images:
-                    await _store_images(ask, spec, limits)
+                    scope, ttl = cache_scope(ask.owner, body.cache_salt), services.settings.recovery.job_ttl_s
+                    await images.store(services.redis, body, scope, limits.vision, ttl)
                 if trace.on:  # the attempts' spans join the request's trace (contract/tracing/)
                     spec = replace(spec, trace_context=trace.carried())
                 quota = self._quota(ask, spec, limits)
@@ -382,18 +385,3 @@ def reasoning_field(replies: Replies) -> dict[str, str]:
     if replies.reasoning_field == "reasoning_content":
         return {}
     return {keys.JobField.REASONING: replies.reasoning_field}
-
-
-async def _store_images(ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> None:
-    """A 400 naming the first image part when no worker of the model reads images; else each image's
-    bytes in Redis within the job's cache scope, by hash, kept as long as a job may run
-    (contract/media/images.py): an image a job of its scope sent before lives on with this one."""
-    if not limits.vision:
-        at = ask.body._image_params[0]
-        raise invalid(f"Invalid '{at}': the model '{spec.model}' does not read images.", param=at)
-    scope = cache_scope(ask.owner, ask.body.cache_salt)
-    ttl = ask.services.settings.recovery.job_ttl_s
-    async with ask.services.redis.pipeline(transaction=False) as pipe:
-        for image in ask.body._images:
-            pipe.set(keys.image(scope, image.sha256), image.data, ex=ttl)
-        await pipe.execute()

@@ -280,6 +280,15 @@ class ChatRequest(CompletionBody):
         thought = (m.reasoning_content or m.reasoning or "") if isinstance(m, AssistantMessage) else ""
         return Message(role=role, content=m.text(), tool_calls=calls, tool_call_id=job_id, reasoning=thought)
 
+    def image_urls(self) -> list[tuple[str, str]]:
+        return [
+            (part.image_url.url, f"messages[{i}].content[{j}].image_url.url")
+            for i, m in enumerate(self.messages)
+            if isinstance(m.content, list)
+            for j, part in enumerate(m.content)
+            if isinstance(part, ImagePart)
+        ]
+
     def _read_images(self, limits: Limits) -> None:
         """The request's images, each checked (api/endpoints/images.py), into `images`; where there
         are any, no text of the request may hold the image marker."""
@@ -289,7 +298,8 @@ class ChatRequest(CompletionBody):
             for j, part in enumerate(parts):
                 at = f"messages[{i}].content" + (f"[{j}]" if isinstance(m.content, list) else "")
                 if isinstance(part, ImagePart):
-                    found.append(images.read(part.image_url.url, f"{at}.image_url.url", limits))
+                    url = part.image_url.url
+                    found.append(images.read(url, f"{at}.image_url.url", limits, self._fetched))
                     images.counted(found, at, limits)
                     self._image_params.append(at)
                 else:

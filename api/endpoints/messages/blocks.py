@@ -142,16 +142,22 @@ def is_image(block: object) -> bool:
     return isinstance(block, MediaBlock) and block.type == "image"
 
 
-def image_url(block: MediaBlock, at: str) -> str:
-    """An image block's `base64` source as a data URL (api/endpoints/images.py reads it); a `url`
-    or `file` source is a 400 naming it."""
+def image_url(block: MediaBlock, at: str) -> tuple[str, str]:
+    """An image block's source as a URL (api/endpoints/images.py reads it), with its part: a
+    `base64` source as a data URL, a `url` source as itself (fetched where IMAGE_URL_HOSTS
+    allows it); a `file` source is a 400 naming it."""
     source = (block.model_extra or {}).get("source")
+    if isinstance(source, dict) and source.get("type") == "url":
+        if not isinstance(url := source.get("url"), str):
+            raise invalid(f"Invalid '{at}.source': a url source has a url.", f"{at}.source")
+        return url, f"{at}.source.url"
     if not isinstance(source, dict) or source.get("type") != "base64":
-        raise invalid(f"Invalid '{at}.source': only base64 image sources are taken here.", f"{at}.source")
+        why = f"Invalid '{at}.source': only base64 and url image sources are taken here."
+        raise invalid(why, f"{at}.source")
     media, data = source.get("media_type"), source.get("data")
     if not isinstance(media, str) or not isinstance(data, str):
         raise invalid(f"Invalid '{at}.source': a base64 source has a media_type and data.", f"{at}.source")
-    return f"data:{media};base64,{data}"
+    return f"data:{media};base64,{data}", f"{at}.source.data"
 
 
 def readable(block: object, i: int, j: int) -> None:

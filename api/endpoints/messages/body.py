@@ -26,6 +26,7 @@ from api.endpoints.loosening import loosened
 from api.endpoints.messages.blocks import (
     CacheControl,
     InputMessage,
+    MediaBlock,
     SystemMessage,
     TextBlock,
     ToolReferenceBlock,
@@ -198,25 +199,33 @@ class MessagesRequest(Body):
             clear_tool_uses=self.context_management.clear_tool_uses() if self.context_management else None,
         )
 
-    def _read_images(self, limits: Limits) -> None:
-        """The user turns' image blocks, each checked (api/endpoints/images.py), into `_images`,
-        in the order `_conversation` puts their markers: a turn's tool results (its tool
-        messages) first, then its own images (its user message)."""
+    def _image_blocks(self) -> list[tuple[str, MediaBlock]]:
+        """The user turns' image blocks, with where each is, in the order `_conversation` puts
+        their markers: a turn's tool results (its tool messages) first, then its own images
+        (its user message)."""
+        found = []
         for i, m in enumerate(self.messages):
             if not isinstance(m, InputMessage) or m.role != "user":
                 continue
             blocks = list(enumerate(m.blocks()))
-            inside = [
+            found += [
                 (f"messages[{i}].content[{j}].content[{k}]", part)
                 for j, b in blocks
                 if isinstance(b, ToolResultBlock)
                 for k, part in result_images(b)
             ]
-            own = [(f"messages[{i}].content[{j}]", b) for j, b in blocks if is_image(b)]
-            for at, b in inside + own:
-                self._images.append(images.read(image_url(b, at), f"{at}.source.data", limits))
-                images.counted(self._images, at, limits)
-                self._image_params.append(at)
+            found += [(f"messages[{i}].content[{j}]", b) for j, b in blocks if is_image(b)]
+        return found
+
+    def image_urls(self) -> list[tuple[str, str]]:
+        return [image_url(b, at) for at, b in self._image_blocks()]
+
+    def _read_images(self, limits: Limits) -> None:
+        """The image blocks, each checked (api/endpoints/images.py), into `_images`."""
+        for at, b in self._image_blocks():
+            self._images.append(images.read(*image_url(b, at), limits, self._fetched))
+            images.counted(self._images, at, limits)
+            self._image_params.append(at)
 
     def _template_kwargs(self) -> dict:
         """`thinking` is the template's switch (Qwen3's and GLM's `enable_thinking`; its

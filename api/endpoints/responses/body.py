@@ -164,6 +164,9 @@ class ResponsesRequest(Body):
             for j, part in item.images()
         ]
 
+    def image_urls(self) -> list[tuple[str, str]]:
+        return [(part.image_url, f"{at}.image_url") for at, part in self.image_parts() if part.image_url]
+
     def _read_images(self, limits: Limits) -> None:
         """The conversation's images: the earlier response's, then the input's, each checked
         (api/endpoints/images.py). Where there are any, no text of the input may hold the
@@ -172,7 +175,7 @@ class ResponsesRequest(Body):
         self._image_params = ["previous_response_id"] * len(found)
         for at, part in self.image_parts():
             if part.image_url is not None:
-                found.append(images.read(part.image_url, f"{at}.image_url", limits))
+                found.append(images.read(part.image_url, f"{at}.image_url", limits, self._fetched))
             else:
                 assert part._data is not None, "a file's image is read before to_spec"
                 found.append(images.checked(part._data, f"{at}.file_id", limits))

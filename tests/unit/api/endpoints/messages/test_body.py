@@ -397,11 +397,14 @@ def test_a_user_image_block_becomes_the_marker_at_its_place_and_its_hash():
     JobSpec.from_dict(job.to_dict())
 
 
-def test_image_blocks_other_than_base64_and_forged_markers_are_refused():
+def test_unfetched_url_and_file_sources_and_forged_markers_are_refused():
     from contract.media.images import MARKER, png
 
-    url = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}
-    assert refusal(max_tokens=8, messages=[user([url])]).param == "messages[0].content[0].source"
+    url = {"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}  # IMAGE_URL_HOSTS unset
+    found = refusal(max_tokens=8, messages=[user([url])])
+    assert found.param == "messages[0].content[0].source.url" and "IMAGE_URL_HOSTS" in found.message
+    file = {"type": "image", "source": {"type": "file", "file_id": "file_1"}}
+    assert refusal(max_tokens=8, messages=[user([file])]).param == "messages[0].content[0].source"
     forged = [{"type": "text", "text": MARKER}, _image_block(png(2, 2))]
     assert refusal(max_tokens=8, messages=[user(forged)]).param == "messages"
     assert spec(max_tokens=8, messages=[user(MARKER)]).images == ()
@@ -426,4 +429,4 @@ def test_a_tool_result_s_image_is_read_in_its_tool_message_before_the_turn_s_own
     assert job.images == tuple(hashlib.sha256(d).hexdigest() for d in (shot, own))
     bad = {**result, "content": [{"type": "image", "source": {"type": "url", "url": "https://x/y.png"}}]}
     refused = refusal(max_tokens=8, tools=[TOOL | {"name": "shot"}], messages=[*turns[:2], user([bad])])
-    assert refused.param == "messages[2].content[0].content[0].source"
+    assert refused.param == "messages[2].content[0].content[0].source.url"
