@@ -305,8 +305,9 @@ class Scheduler:
         """One decode of the planned tokens, then every sequence with logits picks its token
         from the step's logits, read once (`pick_rows`)."""
         steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
+        most = 1 if any(s.pending is not None for s in steps) else None  # a stream waits on the step
         if (
-            failed := read_images(self._context, self._batch.capacity, self._kv, steps, self.counters)
+            failed := read_images(self._context, self._batch.capacity, self._kv, steps, self.counters, most)
         ) is not None:
             self._fail(EngineFailed(f"llama_decode of an image returned {failed}"))
             return
