@@ -30,12 +30,21 @@ def is_remote(url: str) -> bool:
 
 
 def listed(host: str, hosts: tuple[str, ...]) -> bool:
-    """Whether IMAGE_URL_HOSTS names `host` (a `*.` entry: any subdomain of it)."""
+    """Whether IMAGE_URL_HOSTS names `host` (a `*.` entry: any subdomain of it; an address
+    only as itself)."""
     host = host.lower().rstrip(".")
+    address = _literal(host) is not None
     for entry in (h.strip().lower().rstrip(".") for h in hosts):
-        if host == entry or (entry.startswith("*.") and host.endswith(entry[1:])):
+        if host == entry or (not address and entry.startswith("*.") and host.endswith(entry[1:])):
             return True
     return False
+
+
+def _literal(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        return ipaddress.ip_address(host)
+    except ValueError:
+        return None
 
 
 def _public(address: str) -> bool:
@@ -45,11 +54,7 @@ def _public(address: str) -> bool:
 
 async def _address(host: str, port: int, param: str) -> str:
     """The one address `host` is reached at, or a 400."""
-    try:
-        literal = ipaddress.ip_address(host)
-    except ValueError:
-        literal = None
-    if literal is not None:  # an address listed as itself: the operator's own choice
+    if _literal(host) is not None:  # an address listed as itself: the operator's own choice
         return host
     try:
         found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
@@ -109,7 +114,9 @@ async def _follow(client: httpx.AsyncClient, url: str, param: str, limits: Limit
         address = await _address(host, port, param)
         netloc = f"[{address}]:{port}" if ":" in address else f"{address}:{port}"
         pinned = urlunsplit((parts.scheme, netloc, parts.path or "/", parts.query, ""))
-        headers = {"Host": parts.netloc.rpartition("@")[2], "Accept": "image/*"}
+        # identity: a compressed body could expand past MAX_IMAGE_BYTES within one chunk
+        host_header = parts.netloc.rpartition("@")[2]
+        headers = {"Host": host_header, "Accept": "image/*", "Accept-Encoding": "identity"}
         try:
             async with client.stream(
                 "GET", pinned, headers=headers, extensions={"sni_hostname": host}

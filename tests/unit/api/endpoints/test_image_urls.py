@@ -116,6 +116,8 @@ def test_nothing_is_fetched_unless_hosts_are_listed(server):
         ("evilexample.com", ("*.example.com",), False),
         ("Example.COM.", ("example.com",), True),
         ("example.com.evil.org", ("example.com",), False),
+        ("127.0.0.1", ("*.0.0.1",), False),  # an address is listed as itself only
+        ("10.0.0.1", ("10.0.0.1",), True),
     ],
 )
 def test_the_list_names_hosts_and_their_subdomains(host, hosts, ok):
