@@ -21,7 +21,9 @@ from pathlib import Path
 import httpx
 import pytest
 
+from contract.media.images import png
 from devstack.processes import start_api, start_worker, wait_for_model
+from devstack.random_vision import write_pair
 from tests.hold import HOLD_TOKENS, NO_END
 from tests.integration.conftest import MODEL
 from tests.integration.test_reasoning import TEMPLATE as THINKING_TEMPLATE
@@ -199,6 +201,45 @@ def test_a_reasoning_model_s_thinking_is_a_block_above_the_answer(pool, browser)
         assert console_errors(browser) == []
     finally:
         thinker.signal(signal.SIGKILL)
+
+
+def last_note(driver: webdriver.Chrome) -> str:
+    notes = driver.find_elements(By.CSS_SELECTOR, "li.assistant .note")
+    return notes[-1].text if notes else ""
+
+
+def test_an_attached_image_goes_with_the_message_to_a_model_that_reads_images(pool, browser, tmp_path):
+    """An image attached from a file is shown with the message and sent as an `image_url`
+    part: a model without vision refuses it naming the part; a vision worker (the random
+    mmproj beside the default model, tests/integration/test_vision.py) answers it."""
+    from tests.integration.test_vision import _has_mtmd
+
+    if not _has_mtmd():
+        pytest.skip("llama-cpp-python built without mtmd (LLAVA_BUILD=OFF)")
+    picture = tmp_path / "picture.png"
+    picture.write_bytes(png(32, 32, seed=5))
+    text, mmproj = write_pair(tmp_path / "pair")
+    env = {"MODEL_PATH": str(text), "MMPROJ_PATH": str(mmproj), "MODEL_NAME": "vision", "SLOTS": "1"}
+    seer = start_worker(pool.logs, pool.redis_url, name="seer", env=env)
+    try:
+        wait_for_model(pool.base, "vision", procs=(seer,))
+        open_playground(browser, pool.base)
+        for model, expect in ((MODEL, "does not read images"), ("vision", "finish:")):
+            Select(browser.find_element(By.ID, "model")).select_by_value(model)
+            browser.find_element(By.ID, "image").send_keys(str(picture))
+            until(lambda: browser.find_elements(By.CSS_SELECTOR, "#attachments img"), what="the thumbnail")
+            ask(browser, "What is in this picture?", 8)
+            until(lambda e=expect: e in last_note(browser), what=f"{expect!r} for {model}")
+            user = browser.find_elements(By.CSS_SELECTOR, "li.user")[-1]
+            shown = user.find_elements(By.CSS_SELECTOR, ".images img")
+            assert len(shown) == 1 and shown[0].get_attribute("src").startswith("data:image/png;base64,")
+            assert not browser.find_elements(By.CSS_SELECTOR, "#attachments img")  # sent: cleared
+        refusal = browser.find_elements(By.CSS_SELECTOR, "li.assistant .note")[0].text
+        assert "messages[0].content[1]" in refusal, refusal
+        # the browser logs the refusal's 400 itself; nothing else
+        assert [e for e in console_errors(browser) if "status of 400" not in e["message"]] == []
+    finally:
+        seer.signal(signal.SIGKILL)
 
 
 def test_json_mode_answers_with_a_json_object(pool, browser):

@@ -3,7 +3,8 @@
 // loaded with one resumes it through GET /v1/chat/completions/{id}?stream=true with
 // Last-Event-ID, so no text is lost or repeated. A takeover after a worker died shows a note.
 // A reasoning model's thinking (reasoning_content, or vLLM's reasoning) is shown apart, in a
-// collapsible block above the answer.
+// collapsible block above the answer. Images (attached, or pasted into the message box) go
+// with the message as chat `image_url` parts holding data: URLs, for a model that reads them.
 "use strict";
 
 const CHAT_ITEM = "tokenspool.chat";
@@ -13,6 +14,7 @@ const RECOVERED = "continued on another worker";
 const $ = (id) => document.getElementById(id);
 let controller = null; // aborts the stream being read
 let current = null; // the answer in progress (also in sessionStorage)
+let attached = []; // data: URLs of the images the next message sends
 
 function load(item, fallback) {
   try {
@@ -50,7 +52,9 @@ function messageItem(role) {
   calls.className = "calls";
   const note = document.createElement("p");
   note.className = "note";
-  li.append(who, thinking, content, calls, note);
+  const pictures = document.createElement("div");
+  pictures.className = "images";
+  li.append(who, thinking, pictures, content, calls, note);
   $("transcript").append(li);
   return li;
 }
@@ -62,7 +66,45 @@ function show(li, msg) {
   const calls = msg.tool_calls && msg.tool_calls.length ? JSON.stringify(msg.tool_calls, null, 2) : "";
   li.querySelector(".calls").textContent = calls;
   li.querySelector(".note").textContent = msg.note || "";
+  li.querySelector(".images").replaceChildren(...(msg.images || []).map((url) => thumbnail(url)));
   li.scrollIntoView({ block: "end" });
+}
+
+function thumbnail(url) {
+  const img = document.createElement("img");
+  img.src = url;
+  img.alt = "an image sent with the message";
+  return img;
+}
+
+function showAttached() {
+  $("attachments").replaceChildren(
+    ...attached.map((url, i) => {
+      const item = document.createElement("li");
+      const drop = document.createElement("button");
+      drop.type = "button";
+      drop.textContent = "Remove";
+      drop.setAttribute("aria-label", "Remove image " + (i + 1));
+      drop.addEventListener("click", () => {
+        attached.splice(i, 1);
+        showAttached();
+      });
+      item.append(thumbnail(url), drop);
+      return item;
+    })
+  );
+}
+
+function attach(files) {
+  for (const file of files) {
+    if (!file.type.startsWith("image/")) continue;
+    const reader = new FileReader();
+    reader.onload = () => {
+      attached.push(reader.result);
+      showAttached();
+    };
+    reader.readAsDataURL(file);
+  }
 }
 
 function render() {
@@ -101,6 +143,10 @@ function requestBody(history) {
   if (system) messages.push({ role: "system", content: system });
   for (const m of history) {
     const msg = { role: m.role, content: m.content || "" };
+    if (m.images && m.images.length) {
+      const parts = m.images.map((url) => ({ type: "image_url", image_url: { url } }));
+      msg.content = [{ type: "text", text: m.content || "" }, ...parts];
+    }
     if (m.tool_calls && m.tool_calls.length) msg.tool_calls = m.tool_calls;
     messages.push(msg);
   }
@@ -221,16 +267,23 @@ async function send(ev) {
   if (!text || current) return;
   let body;
   const history = load(CHAT_ITEM, []);
-  history.push({ role: "user", content: text });
+  history.push(attached.length ? { role: "user", content: text, images: attached } : { role: "user", content: text });
   try {
     body = requestBody(history);
   } catch (err) {
     status("Tools: not valid JSON (" + err.message + ")");
     return;
   }
-  save(CHAT_ITEM, history);
+  try {
+    save(CHAT_ITEM, history);
+  } catch (_) {
+    status("The images are too large to keep in this tab: send smaller ones.");
+    return;
+  }
   show(messageItem("user"), history[history.length - 1]);
   $("prompt").value = "";
+  attached = [];
+  showAttached();
   const li = messageItem("assistant");
   current = { id: null, lastEventId: null, content: "", tool_calls: [], note: "", startedAt: Date.now(), firstAt: null, resumed: false };
   save(PENDING_ITEM, current);
@@ -281,6 +334,17 @@ document.addEventListener("DOMContentLoaded", () => {
   $("ask").addEventListener("submit", send);
   $("stop").addEventListener("click", stop);
   $("clear").addEventListener("click", clearChat);
+  $("image").addEventListener("change", (ev) => {
+    attach(ev.target.files);
+    ev.target.value = "";
+  });
+  $("prompt").addEventListener("paste", (ev) => {
+    const files = [...(ev.clipboardData ? ev.clipboardData.files : [])];
+    if (files.some((f) => f.type.startsWith("image/"))) {
+      ev.preventDefault();
+      attach(files);
+    }
+  });
   $("prompt").addEventListener("keydown", (ev) => {
     if (ev.key === "Enter" && !ev.shiftKey) {
       ev.preventDefault();
