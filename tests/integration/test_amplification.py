@@ -19,7 +19,7 @@ import pytest
 import redis
 
 from api.http.auth import digest
-from contract import keys, tiers
+from contract import entries, keys, tiers
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
 from tests.hold import holding_body
 from tests.integration.conftest import MODEL
@@ -306,6 +306,14 @@ def test_batches_are_charged_for_their_copies_and_refused_beyond_the_key_s_budge
         c.delete(f"/v1/files/{file_id}")
 
 
+def started_ms(r: redis.Redis, job_id: str) -> int | None:
+    """When the job's first attempt started (its Started entry's stream time), None: never."""
+    for entry_id, fields in r.xrange(keys.events(job_id)):
+        if isinstance(entries.decode(fields), entries.Started):
+            return int(entry_id.split(b"-")[0])
+    return None
+
+
 def test_batch_lines_never_fill_the_interactive_queue(stack, attacker):
     with attacker.client() as a, stack.client(V) as v:
         batches = [batch_of(a, jsonl(12, max_tokens=50)) for _ in range(2)]
@@ -313,11 +321,18 @@ def test_batch_lines_never_fill_the_interactive_queue(stack, attacker):
         while stack.r.llen(keys.rq_queue_key(tiers.queue_name(MODEL, tiers.BATCH))) < 10:
             assert time.monotonic() < deadline
             time.sleep(0.05)
+        queue = keys.rq_queue_key(tiers.queue_name(MODEL, tiers.BATCH))
+        waiting = [keys.job_of(rq_id.decode()) for rq_id in stack.r.lrange(queue, 0, -1)]
         chat = {"model": MODEL, "messages": [{"role": "user", "content": "Hi"}], "max_tokens": 1}
-        assert v.post("/v1/chat/completions", json=chat).status_code == 200  # not queue_full
-        # and not left behind the lines: answered while most of them still wait (the worker's
-        # speed is the machine's; the order is the product's)
-        assert stack.r.llen(keys.rq_queue_key(tiers.queue_name(MODEL, tiers.BATCH))) >= 5
+        answer = v.post("/v1/chat/completions", json=chat)
+        assert answer.status_code == 200  # not queue_full
+        # and not left behind the lines: it started before most of those waiting when it was
+        # sent (the order is the product's; how many lines a loaded machine reads meanwhile,
+        # as the chat's request goes through the API, is not)
+        began = started_ms(stack.r, answer.json()["id"])
+        assert began is not None
+        after = [j for j in waiting if (at := started_ms(stack.r, j)) is None or at > began]
+        assert len(after) >= 5, (len(waiting), len(after))
         for b in batches:
             a.post(f"/v1/batches/{b}/cancel")
             ended(a, b)
