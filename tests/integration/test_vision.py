@@ -1,7 +1,7 @@
 """Images in, on real processes: a worker with the random mmproj beside the default model
 (devstack/random_vision.py), the API, valkey; the openai SDK sends chat `image_url` parts and
-Responses `input_image` ones (a data URL, a file id, a remote URL the API fetches from the
-loopback host IMAGE_URL_HOSTS lists), the anthropic SDK `image` blocks (in a user turn, in a
+Responses `input_image` ones (a data URL, a file id; remote URLs: test_image_urls.py), the
+anthropic SDK `image` blocks (in a user turn, in a
 tool result). A GIF is read by its first frame."""
 
 from __future__ import annotations
@@ -9,8 +9,6 @@ from __future__ import annotations
 import base64
 import io
 import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -115,76 +113,6 @@ def test_a_messages_image_block_reads_as_the_same_image(base):
                 }
             ],
         )
-
-
-class _Images(BaseHTTPRequestHandler):
-    """Serves IMAGES by path on loopback: the remote URLs the API fetches."""
-
-    def do_GET(self) -> None:
-        data = IMAGES.get(self.path)
-        self.send_response(200 if data else 404)
-        self.end_headers()
-        self.wfile.write(data or b"")
-
-    def log_message(self, *args: object) -> None:
-        pass
-
-
-IMAGES = {"/picture.png": png(48, 40, seed=3)}
-
-
-@pytest.fixture(scope="module")
-def images_at():
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Images)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-
-
-def test_a_remote_url_on_the_list_is_fetched_and_read_as_its_bytes_on_every_surface(base, images_at):
-    import anthropic
-
-    by_data = _ask(base, IMAGES["/picture.png"])
-    part = {"type": "image_url", "image_url": {"url": f"{images_at}/picture.png"}}
-    content = [{"type": "text", "text": "Describe this picture:"}, part]
-    chat = _sdk(base).chat.completions.create(
-        model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=12, temperature=0
-    )
-    assert chat.usage.prompt_tokens == by_data.usage.prompt_tokens
-    assert chat.choices[0].message.content == by_data.choices[0].message.content
-    response = _sdk(base).responses.create(
-        model=MODEL,
-        input=[
-            {
-                "role": "user",
-                "content": [
-                    {"type": "input_text", "text": "Describe this picture:"},
-                    {"type": "input_image", "image_url": f"{images_at}/picture.png", "detail": "auto"},
-                ],
-            }
-        ],
-        max_output_tokens=4,
-    )
-    assert response.usage.input_tokens > VISION.patches
-    client = anthropic.Anthropic(base_url=base, api_key=KEY, max_retries=0, timeout=120)
-    source = {"type": "url", "url": f"{images_at}/picture.png"}
-    message = client.messages.create(
-        model=MODEL,
-        max_tokens=4,
-        messages=[{"role": "user", "content": [{"type": "image", "source": source}]}],
-    )
-    assert message.usage.input_tokens + (message.usage.cache_read_input_tokens or 0) > VISION.patches
-    # a host the list does not name, and a missing image: 400s naming the part
-    for url, why in (
-        (f"{images_at.replace('127.0.0.1', '127.0.0.2')}/picture.png", "IMAGE_URL_HOSTS"),
-        (f"{images_at}/gone.png", "HTTP 404"),
-    ):
-        part["image_url"]["url"] = url
-        with pytest.raises(openai.BadRequestError, match=why) as caught:
-            _sdk(base).chat.completions.create(
-                model=MODEL, messages=[{"role": "user", "content": content}], max_tokens=4
-            )
-        assert caught.value.body["param"] == "messages[0].content[1].image_url.url"
 
 
 def test_a_gif_is_read_by_its_first_frame(base):
