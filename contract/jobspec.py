@@ -136,9 +136,7 @@ class JobSpec:
     priority: str = "default"  # the queue tier it waits in (contract.keys.PRIORITIES)
     ignore_eos: bool = False  # llama-server's extension: the end tokens are never sampled
     cache_scope: str = ""  # whose prompt cache it may read and add to (contract/prefixes.py)
-    # its first message is a prompt the operator made public (PUBLIC_PROMPTS_FILE), whose
-    # cache is shared across scopes
-    public_prompt: bool = False
+    public_prompt: bool = False  # its first message is public (PUBLIC_PROMPTS_FILE): shared cache
     # what the chat template is given beside the messages (chat_template_kwargs, and
     # reasoning_effort: `enable_thinking` false for "none"); scalars only
     template_kwargs: dict = field(default_factory=dict)
@@ -150,17 +148,20 @@ class JobSpec:
     clear_tool_uses: dict | None = None  # a chat job's ClearToolUses (contract/edits/tool_uses.py)
     trace_context: str = ""  # the API span's W3C traceparent (contract/tracing/); "": not traced
     images: tuple[str, ...] = ()  # the SHA-256 of each image, in its markers' order (contract/media/)
+    low_detail: tuple[int, ...] = ()  # the indices in `images` of those read at `detail: low`
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["messages"] = [m.to_dict() for m in self.messages]
-        data["stop"], data["images"] = list(self.stop), list(self.images)
+        for name in ("stop", "images", "low_detail"):
+            data[name] = list(data[name])
         data["logit_bias"] = [list(pair) for pair in self.logit_bias]
         data["tools"] = [{k: v for k, v in asdict(t).items() if v is not None} for t in self.tools]
         data["inputs"] = [x if isinstance(x, str) else list(x) for x in self.inputs]
+        # an earlier worker takes a spec without them (and a function tool has no "freeform")
         absent_unless_set = ("ignore_eos", "cache_scope", "public_prompt", "template_kwargs", "images")
         absent_unless_set += ("thinking_budget", "inputs", "dimensions", "clear_tool_uses", "trace_context")
-        for name in absent_unless_set:  # an earlier worker takes it (and a function tool has no "freeform")
+        for name in (*absent_unless_set, "low_detail"):
             if not data[name]:
                 del data[name]
         return data
@@ -225,6 +226,7 @@ class JobSpec:
                 clear_tool_uses=data.get("clear_tool_uses"),
                 trace_context=data.get("trace_context", ""),
                 images=tuple(data.get("images", ())),
+                low_detail=tuple(data.get("low_detail", ())),
             )
         except (KeyError, TypeError, IndexError, AttributeError) as exc:
             raise InvalidSpec(f"malformed job arguments: {exc!r}") from None
@@ -289,7 +291,8 @@ class JobSpec:
             raise InvalidSpec(f"top_logprobs must be 0 to {MAX_TOP_LOGPROBS}, with logprobs")
         self._check_embed()
         self._check_chat()
-        if problem := media.problem(self.images, (m.content for m in self.messages), self.kind):
+        contents = (m.content for m in self.messages)
+        if problem := media.problem(self.images, contents, self.kind, self.low_detail):
             raise InvalidSpec(problem)
 
     def _check_embed(self) -> None:

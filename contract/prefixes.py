@@ -36,7 +36,7 @@ import json
 from dataclasses import dataclass
 
 from contract.jobspec import JobSpec, Message
-from contract.media.images import MARKER
+from contract.media.images import MARKER, names
 
 TEXT_BLOCK = 256  # characters of a legacy prompt per digest
 # what an image counts for in a match (ROUTE_MIN_CHARS): a 512-token image at 4 characters a
@@ -98,9 +98,9 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
         messages = list(spec.messages)
         if answer is not None:
             messages.append(Message("assistant", answer))
-        images = iter(spec.images)
+        images = iter(names(spec.images, spec.low_detail))
         for i, m in enumerate(messages):
-            # an image is its hash: the same text around another image is another prefix
+            # an image is its name: the same text around another image is another prefix
             seen = [next(images) for _ in range(m.content.count(MARKER))] if i < len(spec.messages) else []
             digest = _digest(digest, {**m.to_dict(), "images": seen} if seen else m.to_dict())
             chars += len(m.content) + sum(len(c.arguments) for c in m.tool_calls) + IMAGE_CHARS * len(seen)

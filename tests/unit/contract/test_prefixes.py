@@ -115,3 +115,5 @@ def test_an_image_is_its_hash_in_the_digest_of_its_message_and_all_after_it():
         images=("a" * 64,),
     )
     assert prefixes(follow)[len(held) - 1] == held[-1]  # the next turn still finds the answer
+    low = chat(*asked("a" * 64).messages, images=("a" * 64,), low_detail=(0,))
+    assert prefixes(low)[1] != a[1]  # read at low detail: other embeddings, another prefix

@@ -55,6 +55,17 @@ def test_a_spec_whose_images_do_not_match_its_markers_is_refused(content, hashes
         _spec(content, hashes, kind).check()
 
 
+def test_low_detail_names_its_images_by_index_and_travels_only_when_set():
+    two = _spec(f"{images.MARKER} {images.MARKER}", (SHA, "b" * 64))
+    low = JobSpec.from_dict({**two.to_dict(), "low_detail": [1]})
+    assert low.low_detail == (1,) and JobSpec.from_dict(low.to_dict()) == low
+    assert "low_detail" not in two.to_dict()
+    assert images.names(low.images, low.low_detail) == [SHA, "b" * 64 + ":low"]
+    for bad in ([2], [1, 0], [0, 0], ["0"], [True]):
+        with pytest.raises(InvalidSpec, match="low_detail"):
+            JobSpec.from_dict({**two.to_dict(), "low_detail": bad})
+
+
 def test_text_that_holds_the_marker_in_a_job_without_images_is_plain_text():
     _spec(images.MARKER, ()).check()  # a worker reads it as text: only image jobs read markers
     assert images.problem((), [images.MARKER], "text") is None
