@@ -22,8 +22,9 @@ import llama_cpp
 import numpy as np
 
 from contract.jobspec import JobSpec
-from contract.media.images import MARKER, png
+from contract.media.images import LOW_DETAIL_SIDE, MARKER, names, png
 from worker.engine.vision.prompt import Piece, Prompt, expand, fetched
+from worker.engine.vision.resize import fitted, shrunk
 from worker.errors import PromptRejected, PromptTooLong
 from worker.settings import WorkerSettings
 
@@ -61,15 +62,17 @@ class Encoder:
         self._cache_images = cache_images
         self.max_tokens = 0  # the most rows an image became (set by `probe`)
 
-    def pieces(self, data: bytes, scope: str = "", sha256: str = "") -> list[Piece]:
-        """The image's pieces in a prompt: text ids (lists) and rows of embeddings (arrays)."""
-        key = (scope, sha256)
+    def pieces(self, data: bytes, scope: str = "", name: str = "", low: bool = False) -> list[Piece]:
+        """The image's pieces in a prompt: text ids (lists) and rows of embeddings (arrays);
+        `name` is the image as the model reads it (contract.media.images.names), `low` its
+        `detail: low`."""
+        key = (scope, name)
         with self._lock:
-            if sha256 and (held := self._cache.get(key)) is not None:
+            if name and (held := self._cache.get(key)) is not None:
                 self._cache.move_to_end(key)
                 return held
-            pieces = self._encode(data)
-            if sha256:
+            pieces = self._encode(data, low)
+            if name:
                 self._cache[key] = pieces
                 while len(self._cache) > self._cache_images:
                     self._cache.popitem(last=False)
@@ -78,12 +81,30 @@ class Encoder:
     def rows(self, pieces: list[Piece]) -> int:
         return sum(len(p) for p in pieces)
 
-    def _encode(self, data: bytes) -> list[Piece]:
+    def _bitmap(self, data: bytes, low: bool):
+        """mtmd's bitmap of the image's pixels (decoded by mtmd), shrunk for `detail: low`."""
         mtmd = self._mtmd
         buf = (ctypes.c_uint8 * len(data)).from_buffer_copy(data)
         bitmap = mtmd.mtmd_helper_bitmap_init_from_buf(self._ctx, buf, len(data), False)
         if not bitmap:
             raise BadImage("the image's bytes could not be decoded")
+        nx, ny = mtmd.mtmd_bitmap_get_nx(bitmap), mtmd.mtmd_bitmap_get_ny(bitmap)
+        width, height = fitted(nx, ny, LOW_DETAIL_SIDE) if low else (nx, ny)
+        if (width, height) == (nx, ny):
+            return bitmap
+        try:
+            pixels = np.ctypeslib.as_array(mtmd.mtmd_bitmap_get_data(bitmap), shape=(ny, nx, 3))
+            small = np.ascontiguousarray(shrunk(pixels, width, height))
+        finally:
+            mtmd.mtmd_bitmap_free(bitmap)
+        out = small.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
+        return mtmd.mtmd_bitmap_init(width, height, out)  # mtmd copies the pixels
+
+    def _encode(self, data: bytes, low: bool = False) -> list[Piece]:
+        mtmd = self._mtmd
+        bitmap = self._bitmap(data, low)
+        if not bitmap:
+            raise BadImage("the image's pixels could not be shrunk")
         chunks = mtmd.mtmd_input_chunks_init()
         try:
             text = MARKER.encode()
@@ -149,8 +170,10 @@ def prompt_of(encoder: Encoder | None, spec: JobSpec, ids: list[int], n_ctx: int
         raise PromptRejected(
             "An image of this request is no longer stored; send it again.", "messages"
         ) from None
+    low = [i in spec.low_detail for i in range(len(images))]
+    named = zip(names(spec.images, spec.low_detail), images, low, strict=True)
     try:
-        pieces = [(sha, encoder.pieces(data, spec.cache_scope, sha)) for sha, data in images]
+        pieces = [(name, encoder.pieces(data, spec.cache_scope, name, lo)) for name, (_, data), lo in named]
     except BadImage as exc:
         raise PromptRejected(f"An image could not be read: {exc}.", "messages") from None
     prompt = expand(ids, pieces)

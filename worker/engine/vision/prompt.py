@@ -1,13 +1,14 @@
 """A prompt with images, as plain data (no llama.cpp): token ids where an image's rows hold
 stand-in ids, and each image's embeddings by the position of its first row.
 
-The stand-ins are negative (never a vocabulary id) and derived from the image's SHA-256, so the
+The stand-ins are negative (never a vocabulary id) and derived from the image's name, so the
 slots' prefix cache (worker/engine/batching.py) matches a prompt with an image exactly as it
 matches text: the same image at the same place is the same prefix, another image is not.
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -24,9 +25,10 @@ class Prompt(list):
         self.images = images or {}
 
 
-def stand_ins(sha256: str, rows: int) -> list[int]:
-    """The ids an image's rows hold in a context: its own, from its hash."""
-    base = int(sha256[:15], 16)
+def stand_ins(name: str, rows: int) -> list[int]:
+    """The ids an image's rows hold in a context: its own, from its name (its hash, with
+    `:low` for one read at low detail: contract.media.images.names)."""
+    base = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
     return [-(2 + base + i) for i in range(rows)]
 
 
