@@ -11,7 +11,7 @@ import binascii
 import hashlib
 import re
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 import redis.asyncio as aredis
@@ -40,6 +40,16 @@ class Image:
     kind: str
     width: int
     height: int
+    low: bool = False  # read at `detail: low` (contract.media.images.LOW_DETAIL_SIDE)
+
+    def at(self, detail: str | None) -> Image:
+        """The image as its part's `detail` asks it read: `low` shrinks it, the rest do not."""
+        return replace(self, low=detail == "low")
+
+
+def low_detail(found: list[Image]) -> tuple[int, ...]:
+    """The spec's `low_detail`: which of the request's images are read at low detail."""
+    return tuple(i for i, image in enumerate(found) if image.low)
 
 
 def size(data: bytes, what: str) -> tuple[int, int] | None:
@@ -157,18 +167,19 @@ async def file_bytes(client: aredis.Redis, file_id: str, owner: str, param: str)
 
 
 async def kept(
-    client: aredis.Redis, scope: str, hashes: list[str], param: str, limits: Limits
+    client: aredis.Redis, scope: str, hashes: list[str], low: set[int], param: str, limits: Limits
 ) -> list[Image]:
-    """Images an earlier job of `scope` sent, read back by hash (a later turn sends them again
-    with its own job); a 400 naming `param` where one is no longer kept (JOB_TTL_SECONDS)."""
+    """Images an earlier job of `scope` sent, read back by hash, those at indices `low` at low
+    detail (a later turn sends them again with its own job); a 400 naming `param` where one is
+    no longer kept (JOB_TTL_SECONDS)."""
     found = []
-    for sha in hashes:
+    for i, sha in enumerate(hashes):
         data = await client.get(keys.image(scope, sha))
         if data is None:
             raise invalid(
                 f"Invalid '{param}': its images are no longer kept; send the conversation again.", param=param
             )
-        found.append(checked(data, param, limits))
+        found.append(checked(data, param, limits).at("low" if i in low else None))
     return found
 
 

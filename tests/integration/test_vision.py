@@ -255,6 +255,20 @@ def test_a_responses_input_image_reads_as_chat_s_from_a_data_url_or_a_file_id(ba
     assert follow.usage.input_tokens_details.cached_tokens >= VISION.patches
 
 
+def test_a_low_detail_image_is_its_own_prefix_and_stays_low_in_the_next_turn(base):
+    image = {"image_url": _data_url(png(600, 400, seed=13)), "detail": "low"}
+    low = _respond(base, image)
+    fresh = _respond(base, {"image_url": _data_url(png(600, 400, seed=14))})
+    before = fresh.usage.input_tokens_details.cached_tokens  # the text before an unseen image
+    follow = _sdk(base).responses.create(
+        model=MODEL, previous_response_id=low.id, input="And its colours?", max_output_tokens=4, temperature=0
+    )
+    assert follow.usage.input_tokens_details.cached_tokens >= before + VISION.patches  # read low again
+    high = _respond(base, {**image, "detail": "high"})
+    assert high.usage.input_tokens == low.usage.input_tokens  # this projector's size is fixed
+    assert high.usage.input_tokens_details.cached_tokens == before  # other pixels: read again
+
+
 def test_image_files_are_checked_and_only_their_key_names_them(base):
     with pytest.raises(openai.BadRequestError) as caught:
         _sdk(base).files.create(file=("x.png", b"not an image"), purpose="vision")

@@ -47,7 +47,7 @@ class TextPart(Strict):
 
 class ImageURL(Strict):
     url: str  # a data: URL (api/endpoints/images.py)
-    detail: Literal["auto", "low", "high"] | None = None  # the mmproj's own resize, whichever
+    detail: Literal["auto", "low", "high"] | None = None  # low: shrunk first (docs/requests.md)
 
 
 class ImagePart(Strict):
@@ -254,6 +254,7 @@ class ChatRequest(CompletionBody):
             model=self.model,
             messages=tuple(self._message(m) for m in self.messages),
             images=tuple(image.sha256 for image in self._images),
+            low_detail=images.low_detail(self._images),
             # opencode (the AI SDK) asks 32,000: as on the Messages API, the limit (or the context) ends it
             max_tokens=min(
                 self.max_completion_tokens or self.max_tokens or limits.max_tokens, limits.max_tokens
@@ -299,7 +300,8 @@ class ChatRequest(CompletionBody):
                 at = f"messages[{i}].content" + (f"[{j}]" if isinstance(m.content, list) else "")
                 if isinstance(part, ImagePart):
                     url = part.image_url.url
-                    found.append(images.read(url, f"{at}.image_url.url", limits, self._fetched))
+                    image = images.read(url, f"{at}.image_url.url", limits, self._fetched)
+                    found.append(image.at(part.image_url.detail))
                     images.counted(found, at, limits)
                     self._image_params.append(at)
                 else:

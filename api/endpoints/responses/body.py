@@ -175,10 +175,11 @@ class ResponsesRequest(Body):
         self._image_params = ["previous_response_id"] * len(found)
         for at, part in self.image_parts():
             if part.image_url is not None:
-                found.append(images.read(part.image_url, f"{at}.image_url", limits, self._fetched))
+                image = images.read(part.image_url, f"{at}.image_url", limits, self._fetched)
+                found.append(image.at(part.detail))
             else:
                 assert part._data is not None, "a file's image is read before to_spec"
-                found.append(images.checked(part._data, f"{at}.file_id", limits))
+                found.append(images.checked(part._data, f"{at}.file_id", limits).at(part.detail))
             images.counted(found, at, limits)
             self._image_params.append(at)
         if self.image_parts():
@@ -242,6 +243,7 @@ class ResponsesRequest(Body):
             model=self.model,
             messages=tuple(messages),
             images=found,
+            low_detail=images.low_detail(self._images),
             max_tokens=self.max_output_tokens or limits.max_tokens,
             temperature=TEMPERATURE if self.temperature is None else float(self.temperature),
             top_p=TOP_P if self.top_p is None else float(self.top_p),

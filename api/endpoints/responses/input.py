@@ -21,8 +21,8 @@ class InputText(Strict):
 
 class InputImage(Strict):
     """An image in a user message: a `data:` URL, or the id of a file uploaded with purpose
-    `vision` or `user_data` (its bytes read by the endpoint before `to_spec`). `detail` is
-    taken and changes nothing: the mmproj sizes every image its own way."""
+    `vision` or `user_data` (its bytes read by the endpoint before `to_spec`). `detail: low`
+    shrinks it before the model reads it (docs/requests.md)."""
 
     type: Literal["input_image"]
     image_url: str | None = None

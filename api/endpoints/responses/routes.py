@@ -46,6 +46,7 @@ class StoredResponse:
     output: list[dict]  # its output items
     scope: str = ""  # its job's cache scope, where its images are kept
     images: tuple[str, ...] = ()  # the SHA-256 of each image of `messages`, in order
+    low_detail: tuple[int, ...] = ()  # which of them were read at low detail
 
     def conversation(self) -> list[Message]:
         return self.messages + to_messages(self.output)
@@ -108,9 +109,14 @@ class ResponsesRoutes(EndpointRoutes):
             read[rid] = await self._earlier(services, rid, owner, "previous_response_id")
             history = read[rid].conversation()
             chars = sum(message_chars(m) for m in history)
-            scope, hashes = read[rid].scope, list(read[rid].images)
+            prior, limits = read[rid], services.settings.limits
             earlier_images = await images.kept(
-                services.redis, scope, hashes, "previous_response_id", services.settings.limits
+                services.redis,
+                prior.scope,
+                list(prior.images),
+                set(prior.low_detail),
+                "previous_response_id",
+                limits,
             )
         for at, part in body.image_parts():
             if part.file_id is not None:
@@ -171,6 +177,7 @@ class ResponsesRoutes(EndpointRoutes):
             output,
             asked.get("cache_scope", ""),
             tuple(asked.get("images", ())),
+            tuple(asked.get("low_detail", ())),
         )
 
     async def _item(

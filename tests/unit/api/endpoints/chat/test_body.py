@@ -505,7 +505,19 @@ def test_an_image_part_becomes_the_marker_at_its_place_and_its_hash_in_the_spec(
     assert spec.messages[0].content == f"What is {MARKER}?"
     assert spec.images == (hashlib.sha256(data).hexdigest(),)
     assert body._image_params == ["messages[0].content[1]"]
+    assert spec.low_detail == ()
     JobSpec.from_dict(spec.to_dict())  # the worker takes it
+
+
+def test_an_image_part_at_low_detail_is_named_in_the_spec():
+    from contract.media.images import png
+
+    parts = [_image_url(png(4, 4)), _image_url(png(4, 4, seed=1)), _image_url(png(4, 4, seed=2))]
+    for part, detail in zip(parts, ("high", "low", "auto"), strict=True):
+        part["image_url"]["detail"] = detail
+    body = parse(ChatRequest, chat(messages=[{"role": "user", "content": parts}]))
+    spec = body.to_spec("c", LIMITS)
+    assert spec.low_detail == (1,) and JobSpec.from_dict(spec.to_dict()) == spec
 
 
 def test_beside_an_image_the_marker_text_and_bad_bytes_are_refused_naming_the_part():

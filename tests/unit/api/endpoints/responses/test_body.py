@@ -413,7 +413,7 @@ def test_an_input_image_is_the_marker_at_its_place_and_its_hash_and_is_stored_wi
     b = body(input=[{"role": "user", "content": parts}])
     spec = b.to_spec("resp_x", LIMITS)
     assert spec.messages == (Message("user", f"See {MARKER}"),)
-    assert spec.images == (hashlib.sha256(data).hexdigest(),)
+    assert spec.images == (hashlib.sha256(data).hexdigest(),) and spec.low_detail == (0,)
     stored = b.items("resp_x")[0]["content"]
     assert stored[1] == {"type": "input_image", "detail": "low", "file_id": None, "image_url": None}
     forged = [{"type": "input_text", "text": MARKER}, parts[1]]
