@@ -170,10 +170,12 @@ def prompt_of(encoder: Encoder | None, spec: JobSpec, ids: list[int], n_ctx: int
         raise PromptRejected(
             "An image of this request is no longer stored; send it again.", "messages"
         ) from None
-    low = [i in spec.low_detail for i in range(len(images))]
-    named = zip(names(spec.images, spec.low_detail), images, low, strict=True)
+    named = enumerate(zip(names(spec.images, spec.low_detail), images, strict=True))
     try:
-        pieces = [(name, encoder.pieces(data, spec.cache_scope, name, lo)) for name, (_, data), lo in named]
+        pieces = [
+            (name, encoder.pieces(data, spec.cache_scope, name, i in spec.low_detail))
+            for i, (name, (_, data)) in named
+        ]
     except BadImage as exc:
         raise PromptRejected(f"An image could not be read: {exc}.", "messages") from None
     prompt = expand(ids, pieces)
