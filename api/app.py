@@ -24,12 +24,12 @@ from starlette.routing import Route
 from api.batches import files
 from api.batches import routes as batches
 from api.batches.driver import BatchDriver
-from api.endpoints.catalog import CHAT, EMBEDDINGS, MESSAGES, RERANK, RESPONSES, TEXT
-from api.endpoints.embeddings.routes import EmbeddingRoutes
-from api.endpoints.messages.routes import MessagesRoutes
-from api.endpoints.rerank.routes import RerankRoutes
-from api.endpoints.responses.routes import ResponsesRoutes
-from api.endpoints.routes import EndpointRoutes
+from api.endpoints.chat import routes as chat
+from api.endpoints.completions import routes as completions
+from api.endpoints.embeddings import routes as embeddings
+from api.endpoints.messages import routes as messages
+from api.endpoints.rerank import routes as rerank
+from api.endpoints.responses import routes as responses
 from api.http import tracing
 from api.http.auth import PUBLIC_PATHS, APIKeyMiddleware, KeyRing
 from api.http.errors import APIError
@@ -160,15 +160,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
     routes += (
         internal_routes.ROUTES
     )  # to operator keys here (api/http/auth.py), to anyone inside on INTERNAL_PORT
-    for endpoints in (
-        EndpointRoutes(CHAT),
-        EndpointRoutes(TEXT),
-        ResponsesRoutes(RESPONSES),
-        MessagesRoutes(MESSAGES),
-        EmbeddingRoutes(EMBEDDINGS),
-        RerankRoutes(RERANK),
-    ):
-        routes += endpoints.routes()
+    for endpoint in (chat, completions, responses, messages, embeddings, rerank):
+        routes += endpoint.routes()
     routes += files.ROUTES + batches.ROUTES
     if settings.access.ui:
         routes += ui.routes()

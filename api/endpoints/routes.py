@@ -1,5 +1,6 @@
-"""The routes of one endpoint that creates jobs (api/endpoints/catalog.py): create, retrieve or resume,
-cancel, delete. Every endpoint gets the same four handlers from its description.
+"""The handlers every endpoint that creates jobs shares (api/endpoints/catalog.py): create,
+retrieve or resume, cancel, delete. Each endpoint's folder puts them on its paths, in its own
+routes.py (api/endpoints/chat/routes.py).
 
 Create validates, admits and enqueues one job, then answers: at once with its status (a
 background job), with its SSE stream, or with the whole response once it has ended.
@@ -17,7 +18,6 @@ from dataclasses import dataclass, replace
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
 
 from api.endpoints import images
 from api.endpoints.answering import SSEStream, collect, respond, settle
@@ -145,15 +145,6 @@ class Creation:
 class EndpointRoutes:
     def __init__(self, endpoint: Endpoint) -> None:
         self.endpoint = endpoint
-
-    def routes(self) -> list[Route]:
-        path, one = self.endpoint.path, self.endpoint.path + "/{completion_id}"
-        return [
-            Route(path, self.create, methods=["POST"]),
-            Route(one, self.retrieve, methods=["GET"]),
-            Route(one, self.delete, methods=["DELETE"]),
-            Route(one + "/cancel", self.cancel, methods=["POST"]),
-        ]
 
     async def create(self, request: Request) -> Response:
         arrived, arrived_ms = time.monotonic(), now_ms()

@@ -19,6 +19,7 @@ from redis.exceptions import RedisError
 from starlette.responses import Response
 from starlette.routing import Route
 
+from api.endpoints.catalog import EMBEDDINGS
 from api.endpoints.routes import EndpointRoutes, JobRequest
 from api.jobs import reservation
 from api.jobs.admission import ModelLimits
@@ -31,10 +32,11 @@ log = logging.getLogger(__name__)
 GONE = 499  # what `collect` answers a client that went away
 
 
-class EmbeddingRoutes(EndpointRoutes):
-    def routes(self) -> list[Route]:
-        return [Route(self.endpoint.path, self.create, methods=["POST"])]
+def routes() -> list[Route]:
+    return [Route("/v1/embeddings", EmbeddingRoutes(EMBEDDINGS).create, methods=["POST"])]
 
+
+class EmbeddingRoutes(EndpointRoutes):
     async def answered(
         self, services: Services, job_id: str, ask: JobRequest, response: Response, attached_ms: int
     ) -> None:

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from api.endpoints.answering import collect
+from api.endpoints.catalog import MESSAGES
 from api.endpoints.messages.body import MessagesRequest
 from api.endpoints.messages.objects import MessageObjects, failure
 from api.endpoints.protocol import Answer
@@ -71,11 +72,18 @@ class CountObjects(MessageObjects):
         return None
 
 
-class MessagesRoutes(EndpointRoutes):
-    def routes(self) -> list[Route]:
-        count = Route(self.endpoint.path + "/count_tokens", self.count_tokens, methods=["POST"])
-        return [count, *super().routes()]
+def routes() -> list[Route]:
+    messages = MessagesRoutes(MESSAGES)
+    return [
+        Route("/v1/messages/count_tokens", messages.count_tokens, methods=["POST"]),
+        Route("/v1/messages", messages.create, methods=["POST"]),
+        Route("/v1/messages/{completion_id}", messages.retrieve, methods=["GET"]),
+        Route("/v1/messages/{completion_id}", messages.delete, methods=["DELETE"]),
+        Route("/v1/messages/{completion_id}/cancel", messages.cancel, methods=["POST"]),
+    ]
 
+
+class MessagesRoutes(EndpointRoutes):
     async def count_tokens(self, request: Request) -> Response:
         arrived_ms = now_ms()
         services: Services = request.state.services

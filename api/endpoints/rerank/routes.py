@@ -8,14 +8,13 @@ from __future__ import annotations
 
 from starlette.routing import Route
 
+from api.endpoints.catalog import RERANK
 from api.endpoints.embeddings.routes import EmbeddingRoutes
 from api.endpoints.routes import JobRequest
 from api.jobs.admission import ModelLimits
 from api.jobs.owners import Quota
 from api.jobs.reservation import plain
 from contract.jobspec import JobSpec
-
-PATHS = ("/v1/rerank", "/v2/rerank", "/rerank")
 
 
 def pair_tokens(spec: JobSpec, per_pair: int) -> int:
@@ -27,10 +26,16 @@ def pair_tokens(spec: JobSpec, per_pair: int) -> int:
     return sum(plain(query) + plain(d) + per_pair for d in documents if isinstance(d, str))
 
 
-class RerankRoutes(EmbeddingRoutes):
-    def routes(self) -> list[Route]:
-        return [Route(path, self.create, methods=["POST"]) for path in PATHS]
+def routes() -> list[Route]:
+    rerank = RerankRoutes(RERANK)
+    return [
+        Route("/v1/rerank", rerank.create, methods=["POST"]),
+        Route("/v2/rerank", rerank.create, methods=["POST"]),
+        Route("/rerank", rerank.create, methods=["POST"]),
+    ]
 
+
+class RerankRoutes(EmbeddingRoutes):
     def _quota(self, ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> Quota:
         tokens = pair_tokens(spec, limits.overhead.per_part)
         return Quota(

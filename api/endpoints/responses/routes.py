@@ -18,7 +18,7 @@ from starlette.routing import Route
 
 from api.endpoints import images
 from api.endpoints.body import Body
-from api.endpoints.catalog import Endpoint
+from api.endpoints.catalog import RESPONSES, Endpoint
 from api.endpoints.responses.body import ResponsesRequest
 from api.endpoints.responses.items import has_images, item_chars, message_chars, parse_reference, to_messages
 from api.endpoints.responses.objects import ResponseObjects
@@ -52,6 +52,17 @@ class StoredResponse:
         return self.messages + to_messages(self.output)
 
 
+def routes() -> list[Route]:
+    responses = ResponsesRoutes(RESPONSES)
+    return [
+        Route("/v1/responses", responses.create, methods=["POST"]),
+        Route("/v1/responses/{completion_id}", responses.retrieve, methods=["GET"]),
+        Route("/v1/responses/{completion_id}", responses.delete, methods=["DELETE"]),
+        Route("/v1/responses/{completion_id}/cancel", responses.cancel, methods=["POST"]),
+        Route("/v1/responses/{completion_id}/input_items", responses.input_items, methods=["GET"]),
+    ]
+
+
 class ResponsesRoutes(EndpointRoutes):
     def __init__(self, endpoint: Endpoint) -> None:
         super().__init__(endpoint)
@@ -76,10 +87,6 @@ class ResponsesRoutes(EndpointRoutes):
         assert isinstance(body, ResponsesRequest)
         left_out = body.omitted_tools()
         return {"x-omitted-tools": ",".join(left_out)} if left_out else {}
-
-    def routes(self) -> list[Route]:
-        one = self.endpoint.path + "/{completion_id}"
-        return [*super().routes(), Route(one + "/input_items", self.input_items, methods=["GET"])]
 
     async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:
         """As for every endpoint, and a response created with `store: false` is not found."""
