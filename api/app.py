@@ -134,22 +134,18 @@ def create_app(settings: Settings | None = None) -> Starlette:
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict]:
         await anyio.sleep(0)  # anyio imports its asyncio backend at first use: now, not in a request
-        services = await Services.start(settings, keys)
-        internal = None
-        if settings.access.internal_port:
-            internal = InternalServer(
-                services, settings.access.internal_port, settings.access.internal_host, EXCEPTION_HANDLERS
-            )
-            await internal.start()
-        driver = BatchDriver(services)
-        driver.start()
-        try:
+        async with contextlib.AsyncExitStack() as parts:  # stopped last started first, on any exit
+            services = await Services.start(settings, keys)
+            parts.push_async_callback(services.close)
+            if access.internal_port:
+                where = (access.internal_port, access.internal_host)
+                internal = InternalServer(services, *where, EXCEPTION_HANDLERS)
+                await internal.start()
+                parts.push_async_callback(internal.stop)
+            driver = BatchDriver(services)
+            driver.start()
+            parts.push_async_callback(driver.stop)
             yield {"services": services}
-        finally:
-            await driver.stop()
-            if internal is not None:
-                await internal.stop()
-            await services.close()
 
     routes = [
         *internal_routes.PROBES,

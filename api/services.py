@@ -1,9 +1,14 @@
-"""What the handlers need, built once per process by the app's lifespan (no globals)."""
+"""What the handlers need, built once per process by the app's lifespan (no globals).
+
+Every client and background part is pushed on one `AsyncExitStack` as it is made, so that
+`close` stops them in the reverse order, and a part that fails to start stops those made
+before it."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import redis
 import redis.asyncio as aredis
@@ -63,9 +68,19 @@ class Services:
     heavy: Lane  # CPU-heavy request work, off the event loop (api/http/offload.py)
     resumes: Resumes  # whether a requeued job past its deadline may wait on
     keys: KeyRing  # the accepted keys, whose budget use /metrics shows per key
+    parts: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack, repr=False)
 
     @classmethod
     async def start(cls, settings: Settings, keys: KeyRing) -> Services:
+        """Make and start every part; `close` stops them. If one fails to start, those
+        started before it are stopped and the error is raised."""
+        async with contextlib.AsyncExitStack() as parts:
+            services = await cls._start(settings, keys, parts)
+            services.parts = parts.pop_all()
+        return services
+
+    @classmethod
+    async def _start(cls, settings: Settings, keys: KeyRing, parts: contextlib.AsyncExitStack) -> Services:
         url = settings.shared.redis_url
         # Few, fast retries: a lost Redis must turn into a 503 in seconds, not a hang.
         common = dict(
@@ -93,6 +108,8 @@ class Services:
 
         client = pooled(url)
         servers = Servers(queues=client, streams=client if streams_url == url else pooled(streams_url))
+        for each in servers.each():
+            parts.push_async_callback(each.aclose)
         if is_cluster(servers.streams):
             try:  # the slot map, read once before any handler runs (contract.servers)
                 await servers.streams.initialize()
@@ -102,11 +119,14 @@ class Services:
         rq_servers = Servers(
             queues=rq_client, streams=rq_client if streams_url == url else synchronous(streams_url)
         )
+        for sync in rq_servers.each():
+            parts.callback(sync.close)
         registry = WorkerRegistry(client, settings.lifetimes.worker_stale_s)
         router = Router(client, registry, settings.routing)
         acks = _acks(servers, settings.connection.replica_ack_s)
         replicas = ReplicaWatch(acks.each())
         await replicas.start()
+        parts.push_async_callback(replicas.stop)
         jobs = JobStore(
             servers,
             rq_servers,
@@ -121,8 +141,10 @@ class Services:
         streams = OpenStreams()
         memory = MemoryWatch(servers, settings.intake.redis_memory_high)
         await memory.start()
+        parts.push_async_callback(memory.stop)
         reader = StreamReader(streams_url, servers.streams)
         await reader.start()
+        parts.push_async_callback(reader.stop)
         reaper = Reaper(
             servers,
             jobs,
@@ -132,6 +154,7 @@ class Services:
             settings.lifetimes.reaper_settle_s,
         )
         await reaper.start()
+        parts.push_async_callback(reaper.stop)
         return cls(
             settings=settings,
             redis=client,
@@ -160,14 +183,8 @@ class Services:
             self.metrics.key_rejected.labels(label, reason).inc()
 
     async def close(self) -> None:
-        await self.memory.stop()
-        await self.replicas.stop()
-        await self.reaper.stop()
-        await self.reader.stop()
-        for client in self.servers.each():
-            await client.aclose()
-        for sync in self.rq_servers.each():
-            sync.close()
+        """Stop every part, the last started first; the clients close last."""
+        await self.parts.aclose()
 
 
 def _acks(servers: Servers[aredis.Redis], timeout_s: float) -> Servers[Confirms]:
