@@ -7,7 +7,9 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Protocol
 
 import redis
 
@@ -90,135 +92,179 @@ def start_engine(settings: WorkerSettings, waiting: Callable[[], bool]) -> Engin
     return engine
 
 
-def main() -> None:
-    settings = WorkerSettings.from_env()
-    logs.configure("worker", settings.shared)
+class Part(Protocol):
+    """A thread beside the loop: the start-up notice, presence, heartbeat, durability."""
 
-    def connect(url: str = settings.shared.redis_url) -> redis.Redis:
-        # Named connections: when this process dies the API sees them vanish at once.
-        return sync_client(
-            url, client_name=keys.WORKER_CONNECTION_PREFIX + settings.name, health_check_interval=10
-        )
+    def start(self) -> None: ...
 
-    # an embedding pool's name is known before the load only when POOLING says it is one
-    embeds = settings.pooling not in ("", "none")
-    pool_of = rank_pool if settings.pooling == "rank" else embedding_pool
-    starting = Starting(
-        connect(),
-        pool_of(settings.model_name) if embeds else settings.model_name,
-        settings.name,
-        settings.announce_s,
-    )
-    starting.start()
+    def stop(self) -> None: ...
+
+
+@contextlib.contextmanager
+def running(part: Part) -> Iterator[None]:
+    part.start()
     try:
-        engine = start_engine(settings, starting.jobs_waiting)
-    except BaseException:
-        starting.stop()
-        raise
-    split = settings.shared.streams_url != settings.shared.redis_url
-    client = connect()
-    window_ms = int(settings.heartbeat_window_s * 1000)
-    heartbeat = Heartbeat(
-        connect(settings.shared.streams_url),
-        window_ms,
-        interval_s=settings.heartbeat_window_s / 3,
-        stall_s=settings.stall_s,
-    )
-    # what a failover could take back, written again if it does (worker/attempts/durability.py)
-    durability = (
-        Durability(connect(settings.shared.streams_url), period_s=settings.durability_s)
-        if settings.durability_s
-        else None
-    )
-    if settings.log_content:
-        log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
-    runner = JobRunner(
-        engine,
-        Link(
-            client,
+        yield
+    finally:
+        part.stop()
+
+
+@dataclass
+class Loop:
+    """What `WorkerProcess.serve` runs: the loop, its job runner, and the parts that say the
+    worker serves (presence) and that watch its attempts (heartbeat, durability)."""
+
+    worker: TokenspoolWorker
+    runner: JobRunner
+    presence: Presence
+    heartbeat: Heartbeat
+    durability: Durability | None
+
+
+class WorkerProcess:
+    """One worker process: it loads the model once, announces it, and takes its jobs until
+    stopped. Each thread beside the loop starts on one ExitStack, so that it stops (the last
+    started first) however the process ends."""
+
+    def __init__(self, settings: WorkerSettings) -> None:
+        self.settings = settings
+
+    def connect(self, url: str = "") -> redis.Redis:
+        """A client of REDIS_URL (or `url`). Its connections are named: when this process
+        dies the API sees them vanish at once."""
+        name = keys.WORKER_CONNECTION_PREFIX + self.settings.name
+        return sync_client(url or self.settings.shared.redis_url, client_name=name, health_check_interval=10)
+
+    def run(self) -> None:
+        settings = self.settings
+        with contextlib.ExitStack() as parts:
+            starting = Starting(self.connect(), self.pool(), settings.name, settings.announce_s)
+            with running(starting):  # until it serves: said before it stops saying it is starting
+                engine = start_engine(settings, starting.jobs_waiting)
+                loop = self.build(engine)
+                with contextlib.suppress(redis.RedisError):
+                    loop.presence.announce()
+                parts.enter_context(running(loop.presence))
+            parts.enter_context(running(loop.heartbeat))
+            if loop.durability is not None:
+                parts.enter_context(running(loop.durability))
+            log.info(
+                "worker %s serving %s (%d slots of %d tokens)",
+                settings.name,
+                engine.model_name,
+                engine.slots,
+                engine.n_ctx,
+            )
+            self.serve(loop)
+
+    def pool(self) -> str:
+        """The pool the worker starts for: an embedding pool's name is known before the load
+        only when POOLING says it is one (after it, `engine.model_name` says)."""
+        settings = self.settings
+        if settings.pooling in ("", "none"):
+            return settings.model_name
+        return (rank_pool if settings.pooling == "rank" else embedding_pool)(settings.model_name)
+
+    def build(self, engine: Engine) -> Loop:
+        """The loop and its parts, on the loaded engine; nothing is started yet."""
+        settings, connect = self.settings, self.connect
+        streams_url = settings.shared.streams_url
+        split = streams_url != settings.shared.redis_url
+        window_ms = int(settings.heartbeat_window_s * 1000)
+        heartbeat = Heartbeat(
+            connect(streams_url),
+            window_ms,
+            interval_s=settings.heartbeat_window_s / 3,
+            stall_s=settings.stall_s,
+        )
+        # what a failover could take back, written again if it does (worker/attempts/durability.py)
+        durability = (
+            Durability(connect(streams_url), period_s=settings.durability_s)
+            if settings.durability_s
+            else None
+        )
+        if settings.log_content:
+            log.warning("LOG_CONTENT=1: prompts and completions will be written to the log")
+        link = Link(
+            connect(),
             settings.name,
             settings.recovery,
             redis_wait_s=settings.redis_wait_s,
-            streams_client=connect(settings.shared.streams_url) if split else None,
-        ),
-        heartbeat,
-        window_ms,
-        durability,
-        # With several slots, one round trip per batch step rather than one per token.
-        linger_s=0.002 if engine.slots > 1 else 0.0,
-        shutdown_grace_s=settings.shutdown_grace_s,
-        log_content=settings.log_content,
-        slots=engine.slots,
-        guest=served_model(engine.model_name)[1] != "chat",
-    )
-    pool = engine.model_name  # the model's name, or its embedding pool's (contract/tiers.py)
-    vision = getattr(getattr(engine, "prompts", None), "vision", None)  # MMPROJ_PATH's encoder
-    presence = Presence(
-        connect(),
-        pool,
-        settings.name,
-        settings.announce_s,
-        slots=engine.slots,
-        counters=lambda: engine.counters().plus(runner.counters),
-        n_ctx=engine.n_ctx,
-        overhead=engine.prompt_overhead,
-        placement=engine.placement,
-        held=engine.held,
-        load=lambda: (runner.running(), engine.step_ms()),
-        vision=vision.max_tokens if vision is not None else 0,
-    )
-    if vision is not None:  # an image job's bytes, read by its hash within its cache scope
-        images = connect()
-        engine.prompts.fetch_image = lambda scope, sha: images.get(keys.image(scope, sha))  # type: ignore[attr-defined]
-    if engine.held is not None:
-        engine.held.changed = presence.held_changed
-    connection = connect()
-    lending = Lending(
-        connection,
-        pool,
-        settings.name,
-        batch_slots=settings.batch_share(engine.slots),
-        lend_slots=settings.batch_lend_share(engine.slots),
-        lend_after_s=settings.batch_lend_after_s,
-        poll_s=settings.preempt_poll_s,
-    )
-    worker = TokenspoolWorker(pool, settings.name, connection, runner, lending)
-    with contextlib.suppress(redis.RedisError):
-        presence.announce()  # serving now: said before it stops saying it is starting
-    presence.start()
-    starting.stop()
-    heartbeat.start()
-    if durability is not None:
-        durability.start()
-    log.info(
-        "worker %s serving %s (%d slots of %d tokens)",
-        settings.name,
-        pool,
-        engine.slots,
-        engine.n_ctx,
-    )
-    try:
+            streams_client=connect(streams_url) if split else None,
+        )
+        runner = JobRunner(
+            engine,
+            link,
+            heartbeat,
+            window_ms,
+            durability,
+            # With several slots, one round trip per batch step rather than one per token.
+            linger_s=0.002 if engine.slots > 1 else 0.0,
+            shutdown_grace_s=settings.shutdown_grace_s,
+            log_content=settings.log_content,
+            slots=engine.slots,
+            guest=served_model(engine.model_name)[1] != "chat",
+        )
+        pool = engine.model_name  # the model's name, or its embedding pool's (contract/tiers.py)
+        vision = getattr(getattr(engine, "prompts", None), "vision", None)  # MMPROJ_PATH's encoder
+        presence = Presence(
+            connect(),
+            pool,
+            settings.name,
+            settings.announce_s,
+            slots=engine.slots,
+            counters=lambda: engine.counters().plus(runner.counters),
+            n_ctx=engine.n_ctx,
+            overhead=engine.prompt_overhead,
+            placement=engine.placement,
+            held=engine.held,
+            load=lambda: (runner.running(), engine.step_ms()),
+            vision=vision.max_tokens if vision is not None else 0,
+        )
+        if vision is not None:  # an image job's bytes, read by its hash within its cache scope
+            images = connect()
+            engine.prompts.fetch_image = lambda scope, sha: images.get(keys.image(scope, sha))  # type: ignore[attr-defined]
+        if engine.held is not None:
+            engine.held.changed = presence.held_changed
+        connection = connect()
+        lending = Lending(
+            connection,
+            pool,
+            settings.name,
+            batch_slots=settings.batch_share(engine.slots),
+            lend_slots=settings.batch_lend_share(engine.slots),
+            lend_after_s=settings.batch_lend_after_s,
+            poll_s=settings.preempt_poll_s,
+        )
+        worker = TokenspoolWorker(pool, settings.name, connection, runner, lending)
+        return Loop(worker, runner, presence, heartbeat, durability)
+
+    def serve(self, loop: Loop) -> None:
+        """Take jobs until stopped, then let the running ones finish (SIGTERM) or hand them
+        off (a second signal, or Ctrl-C twice)."""
+        runner, durability = loop.runner, loop.durability
         # With IDLE_EXIT_SECONDS the process exits (model unloaded) once no job came for that
         # long: an autoscaler then brings workers back from the queue depth (docs/operations.md).
-        idle = int(settings.idle_exit_s) if settings.idle_exit_s else None
+        idle = int(self.settings.idle_exit_s) if self.settings.idle_exit_s else None
         try:
-            worker.work(max_idle_time=idle)
-            presence.withdraw()  # takes no more jobs: routing sends none here
+            loop.worker.work(max_idle_time=idle)
+            loop.presence.withdraw()  # takes no more jobs: routing sends none here
             if runner.running():
                 log.info("waiting for %d running jobs (or their hand-off)", runner.running())
             runner.drain()
             if durability is not None:
                 durability.settle(5.0)  # the last writes on a replica before nobody holds them
         except (SystemExit, KeyboardInterrupt):  # cold shutdown: hand the running jobs off
-            presence.withdraw()
+            loop.presence.withdraw()
             runner.request_shutdown(0.0)
             runner.drain(timeout=10.0)
             raise
-    finally:
-        if durability is not None:
-            durability.stop()
-        heartbeat.stop()
-        presence.stop()
+
+
+def main() -> None:
+    settings = WorkerSettings.from_env()
+    logs.configure("worker", settings.shared)
+    WorkerProcess(settings).run()
 
 
 if __name__ == "__main__":
