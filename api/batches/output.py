@@ -14,7 +14,7 @@ import json
 import logging
 import time
 
-from api.batches.routes import BatchStatus, set_status
+from api.batches.routes import BatchStatus
 from api.files.store import FileRecord, files_of
 from api.services import Services
 from contract import errors, keys
@@ -90,13 +90,24 @@ class _File:
 
 
 async def finalize(services: Services, batch_id: str, h: dict[str, str], status: str) -> None:
-    """Write the batch's files and end it with `status`. Its status must still be the one
-    `h` holds (a cancel may have changed it since: then nothing is done this time)."""
+    """Write the batch's files and end it with `status`. The primary must still hold the
+    status `h` holds (a cancel may have changed it since), no line open and, for a batch that
+    completes, every line sent (`h` may have been read from a demoted primary:
+    contract.lua.accounting.FINALIZE); else nothing is done this time."""
     r = services.redis
     now = int(time.time())
     if h["status"] != BatchStatus.FINALIZING:
         fields = {"status": BatchStatus.FINALIZING, "finalizing_at": now, "ending": status}
-        if not await set_status(services, batch_id, (h["status"],), fields):
+        flat = [str(x) for pair in fields.items() for x in pair]
+        began = await r.register_script(accounting.FINALIZE)(
+            keys=[keys.batch(batch_id), keys.batch(batch_id, keys.BatchPart.OPEN)],
+            args=[h["status"], int(status == BatchStatus.COMPLETED), *flat],
+        )
+        if began in (b"open", b"unsent"):
+            log.warning(
+                "batch %s: read as done, but the primary has a line %s: not ended", batch_id, began.decode()
+            )
+        if began != 1:
             return
     output, error = _File(services, batch_id, "output"), _File(services, batch_id, "error")
     for f in (output, error):

@@ -31,6 +31,8 @@ are dropped a hundred at a time as later ones are made).
 - `RELEASE` gives back charges (a batch's lines and answers, once its files are written).
 - `SET_STATUS` changes a batch's status only from the statuses it names (compare and set:
   a cancel and the driver cannot undo each other's change).
+- `FINALIZE` begins a batch's end, as SET_STATUS does, only if no line is open and (for a
+  batch that completes) every line was sent.
 """
 
 from __future__ import annotations
@@ -331,3 +333,26 @@ def lines_charge(batch_id: str) -> str:
 def results_charge(batch_id: str) -> str:
     """The charge id of a running batch's answered lines."""
     return f"{batch_id}:results"
+
+
+FINALIZE = """
+-- KEYS[1]=a batch hash, KEYS[2]=its open lines (line -> job id); ARGV[1]=the status it ends
+-- from, ARGV[2]='1' if it completes (every line must have been sent), then its fields and
+-- values (status 'finalizing' among them). Returns 1 if it changed, else the status, or
+-- 'open' (a line is still open) or 'unsent' (a line was never sent). The driver decided from
+-- what it read, and a read may reach a demoted primary: behind one name, a connection opened
+-- before a failover still reaches it, and it answers from its own data until its resync ends
+-- (seconds), data the new primary may lack. This write runs on the primary only, so it checks
+-- again there.
+local status = redis.call('HGET', KEYS[1], 'status')
+if status ~= ARGV[1] then return status or 0 end
+if redis.call('HLEN', KEYS[2]) > 0 then return 'open' end
+if ARGV[2] == '1' then
+  local sent = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
+  if sent < tonumber(redis.call('HGET', KEYS[1], 'total') or '0') then return 'unsent' end
+end
+local fields = {'HSET', KEYS[1]}
+for i = 3, #ARGV do fields[#fields + 1] = ARGV[i] end
+redis.call(unpack(fields))
+return 1
+"""

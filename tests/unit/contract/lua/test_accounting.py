@@ -148,6 +148,20 @@ def test_a_status_changes_only_from_the_statuses_named(r):
     assert set_status(keys=[keys.batch("batch_missing")], args=["in_progress", "status", "x"]) == 0
 
 
+def test_a_batch_begins_to_end_only_with_no_line_open_and_every_line_sent_if_it_completes(r):
+    finalize = r.register_script(accounting.FINALIZE)
+    batch, open_lines = keys.batch("batch_a"), keys.batch("batch_a", keys.BatchPart.OPEN)
+    r.hset(batch, mapping={"status": "in_progress", "total": 3, "next": 2})
+    r.hset(open_lines, "1", "chatcmpl-x")
+    ending = ["status", "finalizing"]
+    assert finalize(keys=[batch, open_lines], args=["in_progress", 1, *ending]) == b"open"
+    r.delete(open_lines)
+    assert finalize(keys=[batch, open_lines], args=["in_progress", 1, *ending]) == b"unsent"
+    assert finalize(keys=[batch, open_lines], args=["cancelling", 0, *ending]) == b"in_progress"
+    assert finalize(keys=[batch, open_lines], args=["in_progress", 0, *ending]) == 1  # expired: unsent ok
+    assert r.hget(batch, "status") == b"finalizing"
+
+
 def test_spend_counts_requests_and_bytes_per_minute(r):
     spend = r.register_script(accounting.SPEND)
     k = ["rate", "bytes"]
