@@ -13,9 +13,13 @@ client of contract/servers.py connects.
   "your command is wrong": `Demotable` connections drop themselves and raise ConnectionError,
   which the clients' retries and the processes' outage handling already ride out,
   reconnecting to whatever the name (or the sentinels) say is the primary now. Behind one
-  name, a pooled connection that happens to only read keeps reading the demoted node (a
-  replica of the new primary, milliseconds behind) until it writes, errs or is closed; a
-  sentinel pool drops it when it is given back.
+  name, a pooled connection that happens to only read keeps reading the demoted node until
+  it writes, errs or is closed; a sentinel pool drops it when it is given back. Until its
+  resync ends (seconds: a primary delays a full sync by `repl-diskless-sync-delay`, 5 s by
+  default) that node answers from its own data, which lacks what the new primary took since
+  and may hold what it lost. So a decision that ends or drops work is never made from a read
+  alone: it is checked again where it is written, or read by a script only a primary runs
+  (docs/protocol.md, "Failover").
 
 What a promoted replica that lacked the primary's last writes means for jobs and streams is
 not handled here.

@@ -1,6 +1,6 @@
-"""The queues server's scripts that are no accounting: a model's queues (RESERVE, TAKE), a
-routed job falling back to the shared queue, a key's bound on its routed jobs, a dead
-worker's batch size, a lock, a compare-and-delete.
+"""The queues server's scripts that are no accounting: a model's queues (RESERVE, TAKE,
+TAKEN_DATA), a routed job falling back to the shared queue, a key's bound on its routed
+jobs, a dead worker's batch size, a lock, a compare-and-delete.
 """
 
 from __future__ import annotations
@@ -80,6 +80,16 @@ for i = 1, #KEYS - 1 do
   end
 end
 return false
+"""
+TAKEN_DATA = """#!lua flags=allow-oom
+-- KEYS[1]=the RQ record of a job the worker took. Returns its data (nil: the job is gone).
+-- It only reads, but it is declared as a script that may write (no `no-writes` flag), so
+-- that only a primary runs it: a replica refuses it with READONLY. Behind one name, a
+-- connection opened before a failover still reaches the demoted primary, which answers
+-- reads from its own data until its resync ends (seconds), and lacks the jobs queued on the
+-- new primary since: read there, a job just taken would be dropped as gone.
+-- `allow-oom`: a full Redis still lets a worker read its jobs, as a plain HGET would.
+return redis.call('HGET', KEYS[1], 'data')
 """
 TURNS_WINDOW = 256  # waiting jobs of a queue TAKE looks at for another key's (MAX_JOBS_PER_KEY is 64)
 

@@ -116,6 +116,7 @@ class TokenspoolWorker(SimpleWorker):
         self._runner = runner
         self._lending = lending
         self._take = connection.register_script(queues.TAKE)
+        self._taken_data = connection.register_script(queues.TAKEN_DATA)  # the primary's word only
         self._outage = Outage("worker loop")
         self._registered = False
         self._beat_at = 0.0
@@ -291,7 +292,7 @@ class TokenspoolWorker(SimpleWorker):
         try:
             if not JOB_ID.fullmatch(job_id):
                 raise ForbiddenJob("not an RQ job id")
-            data = self.connection.hget(keys.rq_job(job_id), "data")
+            data = self._taken_data(keys=[keys.rq_job(job_id)])
             if data is None:  # the job ended while queued (or was deleted): nothing to run
                 self._runner.unreserve()
                 log.info("job %s is gone (it ended while queued)", job_id)
