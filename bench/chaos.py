@@ -17,7 +17,7 @@ would, and then checks every stream end to end:
 - each stream's events are stitched across its connections (a resume sends only what follows
   the cursor, so stitching is concatenation of whole events; a torn event is dropped);
 - at the end each stitched stream must end with a finish chunk and `data: [DONE]` (no error
-  event), pass `tests/sse_contract.check_stream`, carry strictly increasing event ids, belong
+  event), pass `devstack/sse_contract.check_stream`, carry strictly increasing event ids, belong
   to a job whose status is `done`, and carry exactly the text, finish reason and usage of the
   server's own replay of the job (a GET with no cursor once it has ended).
 
@@ -72,7 +72,7 @@ import httpx
 import redis
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))  # tests.sse_contract, when run as a script
+sys.path.insert(0, str(ROOT))  # devstack.sse_contract, when run as a script
 
 from contract import keys  # noqa: E402
 from contract.servers import sync_client  # noqa: E402
@@ -87,7 +87,7 @@ from devstack.processes import (  # noqa: E402
     start_worker,
     wait_for_model,
 )
-from tests.sse_contract import Parsed, check_stream  # noqa: E402
+from devstack.sse_contract import Parsed, check_stream  # noqa: E402
 from worker.settings import DEFAULT_MODEL_NAME  # noqa: E402
 
 MODEL = DEFAULT_MODEL_NAME

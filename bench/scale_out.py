@@ -10,7 +10,7 @@ events from memory (bench/lib/bare_sse.py), all driven by the same load generato
 
 1. held open: N streams opened at once while no worker runs (they wait in the queue, with
    keep-alives), the API's RSS measured, then workers started; every stream must end with
-   the exact synthetic text, finish_reason "stop" and [DONE] (tests/sse_contract.py).
+   the exact synthetic text, finish_reason "stop" and [DONE] (devstack/sse_contract.py).
 2. throughput: concurrent streams of many tokens from workers emitting as fast as they can;
    aggregate content events per second, as a ratio to the bare endpoint's.
 3. latency: workers paced so the aggregate rate is half of what (2) reached; the time from
@@ -43,7 +43,7 @@ from bench.lib.loadgen import Stream, run_streams
 from contract.servers import sync_client
 from devstack.cluster import start_cluster
 from devstack.processes import Proc, _spawn, _wait, free_port, start_redis
-from tests.sse_contract import check_stream
+from devstack.sse_contract import check_stream
 
 MODEL = "synthetic-bench"
 HOLD_TOKENS = 16

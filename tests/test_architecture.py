@@ -165,3 +165,14 @@ def test_unit_tests_mirror_the_packages():
     unit = ROOT / "tests" / "unit"
     folders = {p.parent.relative_to(unit) for p in unit.rglob("test_*.py")} - {Path(".")}
     assert folders and all((ROOT / f).is_dir() for f in folders), folders
+
+
+def test_the_benchmarks_import_nothing_of_the_tests():
+    """bench/ and tests/ share their helpers through devstack/ (devstack/sse_contract.py), so
+    neither depends on the other's files."""
+    wrong = {
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "bench").rglob("*.py")
+        if any(_top(name) == "tests" for name in imports(p))
+    }
+    assert not wrong

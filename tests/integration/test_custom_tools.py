@@ -17,8 +17,8 @@ import pytest
 import regex
 
 from contract import keys
+from devstack.sse_contract import check_responses_stream
 from tests.integration.conftest import MODEL, strict_sdk
-from tests.sse_contract import check_responses_stream
 
 pytestmark = pytest.mark.integration
 

@@ -34,10 +34,10 @@ from devstack.processes import (
     start_worker,
     wait_for_model,
 )
+from devstack.sse_contract import check_stream
 from tests.integration.conftest import MODEL
 from tests.integration.test_batches import jsonl
 from tests.integration.test_outage import STORY, Reader
-from tests.sse_contract import check_stream
 
 pytestmark = pytest.mark.integration
 

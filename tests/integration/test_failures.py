@@ -18,8 +18,8 @@ from rq.serializers import JSONSerializer
 from contract import entries, keys
 from contract.entries import Finished
 from devstack.processes import start_api, start_redis
+from devstack.sse_contract import check_stream, read_opening
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream, read_opening
 
 pytestmark = pytest.mark.integration
 

@@ -17,7 +17,7 @@ import redis
 
 from contract import keys
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
-from tests.sse_contract import check_stream
+from devstack.sse_contract import check_stream
 
 pytestmark = pytest.mark.integration
 

@@ -13,8 +13,8 @@ import pytest
 
 from contract import keys
 from devstack.processes import start_api
+from devstack.sse_contract import check_stream
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream
 
 pytestmark = pytest.mark.integration
 

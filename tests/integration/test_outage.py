@@ -20,8 +20,8 @@ import redis
 
 from contract import keys
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.sse_contract import check_stream, split_events
 from tests.integration.conftest import MODEL, _server_kinds
-from tests.sse_contract import check_stream, split_events
 
 pytestmark = pytest.mark.integration
 

@@ -22,9 +22,9 @@ from contract import entries, keys
 from contract.entries import Delta, Finished, Started
 from devstack.peek import running_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.sse_contract import check_stream, read_opening
 from tests.hold import HOLD_TOKENS, NO_END
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream, read_opening
 
 pytestmark = pytest.mark.integration
 

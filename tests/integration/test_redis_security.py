@@ -36,7 +36,7 @@ from devstack.processes import (
     start_worker,
     wait_for_model,
 )
-from tests.sse_contract import check_stream
+from devstack.sse_contract import check_stream
 from tests.system import missing
 
 pytestmark = pytest.mark.integration

@@ -24,11 +24,11 @@ from pydantic import BaseModel, Field
 from contract import keys
 from contract.entries import Delta
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
+from devstack.sse_contract import check_responses_stream
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_recovery import LONG, running_pool
 from tests.integration.test_resume import refused_at_once
 from tests.js_clients import run_node
-from tests.sse_contract import check_responses_stream
 
 pytestmark = pytest.mark.integration
 

@@ -17,9 +17,9 @@ import openai
 import pytest
 
 from devstack.processes import Proc, free_port, start_api, start_redis, start_worker, wait_for_model
+from devstack.sse_contract import check_stream
 from tests.hold import holding, holding_body
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream
 from tests.system import missing
 
 pytestmark = pytest.mark.integration

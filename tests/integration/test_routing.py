@@ -22,8 +22,8 @@ from contract.entries import Started
 from contract.jobspec import JobSpec, Message
 from contract.prefixes import prefixes
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.sse_contract import check_stream
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream
 
 pytestmark = pytest.mark.integration
 

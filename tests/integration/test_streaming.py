@@ -9,8 +9,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from contract import entries, keys
 from contract.entries import Delta, Finished, Started
+from devstack.sse_contract import check_stream
 from tests.integration.conftest import MODEL
-from tests.sse_contract import check_stream
 
 pytestmark = pytest.mark.integration
 

@@ -19,10 +19,10 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 from contract import keys
 from contract.tracing import propagation
 from devstack.processes import free_port, start_api, start_redis
+from devstack.sse_contract import check_stream, read_opening
 from tests.hold import HOLD_TOKENS, NO_END
 from tests.integration.conftest import MODEL
 from tests.integration.test_recovery import API_ENV, Pool, _read_until
-from tests.sse_contract import check_stream, read_opening
 
 pytestmark = pytest.mark.integration
 

@@ -21,9 +21,9 @@ from contract.servers import sync_client
 from devstack.cluster import start_cluster
 from devstack.peek import job_ids, running_ids
 from devstack.processes import Proc, start_api, start_redis, start_worker, wait_for_model
+from devstack.sse_contract import check_stream, split_events
 from tests.integration.conftest import MODEL, strict_sdk
 from tests.integration.test_outage import STORY, Reader
-from tests.sse_contract import check_stream, split_events
 
 pytestmark = pytest.mark.integration
 

@@ -19,7 +19,7 @@ from api.streaming.cursor import BadCursor
 from contract import errors
 from contract.entries import CallPart, Delta, Finished, Started
 from contract.keys import JobStatus
-from tests.sse_contract import check_responses_stream
+from devstack.sse_contract import check_responses_stream
 
 OBJECTS = ResponseObjects("resp_abc", 1700000000, "m", {"background": True, "instructions": "Be brief."})
 EVENT = TypeAdapter(ResponseStreamEvent)
