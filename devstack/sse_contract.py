@@ -1,7 +1,7 @@
 """Checks a raw SSE response body against tokenspool's stream contract, byte for byte.
 
 Used by every integration test that streams, and by the benchmarks that check their streams
-(bench/chaos.py, bench/scale_out.py): whatever the path (normal, stop, length, error,
+(bench/faults/chaos.py, bench/scale_out.py): whatever the path (normal, stop, length, error,
 keep-alives), the stream must parse for every OpenAI client and end with `data: [DONE]`.
 """
 

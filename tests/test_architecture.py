@@ -176,3 +176,10 @@ def test_the_benchmarks_import_nothing_of_the_tests():
         if any(_top(name) == "tests" for name in imports(p))
     }
     assert not wrong
+
+
+def test_the_benchmarks_top_level_stays_small():
+    """bench/ holds at most MAX_MODULES files at its top; the rest is grouped in folders
+    (bench/faults/, bench/endpoints/, bench/lib/, bench/probes/)."""
+    files = [p.name for p in (ROOT / "bench").iterdir() if p.is_file()]
+    assert len(files) <= MAX_MODULES, sorted(files)

@@ -6,7 +6,7 @@ longest silences were continuations a worker held 10-20 s without a token until 
 
 The worker's own engine at the storm's sizing (32 slots of 4,096 tokens, the default
 threads): `--decoding` streams decode, then `--jobs` continuations arrive at once, each a
-chat prompt with 5-136 tokens already generated (as bench/chaos.py's streams die), stalled
+chat prompt with 5-136 tokens already generated (as bench/faults/chaos.py's streams die), stalled
 since different times. `--hogs` busy processes share the cores (a storm's replacement
 workers loading beside it). Prints, per round, the tokens to read again and how many a
 second were read, the continuations' waits for their first token (p50, and max: when the

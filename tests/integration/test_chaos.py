@@ -1,4 +1,4 @@
-"""A one-minute chaos campaign (bench/chaos.py) in the suite: six streams on two API replicas
+"""A one-minute chaos campaign (bench/faults/chaos.py) in the suite: six streams on two API replicas
 and three workers while a fault fires every ~4 s, the kinds in turn (a worker killed, a
 worker frozen past its heartbeat window, an API replica killed, a Redis failover through
 Sentinel: the primary killed, killed with its replica held behind, or failed over on
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.chaos import Config, format_fault_log, format_summary, run_campaign
+from bench.faults.chaos import Config, format_fault_log, format_summary, run_campaign
 
 FAULTS = ("kill", "stop", "api", "failover")
 

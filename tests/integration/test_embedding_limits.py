@@ -123,7 +123,7 @@ def test_another_keys_one_input_is_answered_before_a_flooding_keys_backlog(tmp_p
         backlog = r.llen(waiting)
         assert backlog == 2, f"the guest slot took A's backlog ({backlog} of A's jobs still wait)"
         resp, took = embed(base, B, "Hello there.", timeout=120)
-        print(f"B answered in {took:.2f} s")  # a figure, not a bound: bench/embedding_fairness.py
+        print(f"B answered in {took:.2f} s")  # a figure, not a bound: bench/endpoints/embedding_fairness.py
         assert resp.status_code == 200 and len(resp.json()["data"]) == 1
         assert answered == [] and r.llen(waiting) == 2, (answered, r.llen(waiting))
 

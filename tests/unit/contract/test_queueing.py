@@ -42,7 +42,7 @@ def test_a_new_job_waits_behind_the_queue():
 
 
 def test_a_continuation_goes_to_the_front_of_its_queue():
-    # Found by bench/chaos.py: a continuation queued behind a deep backlog outwaited
+    # Found by bench/faults/chaos.py: a continuation queued behind a deep backlog outwaited
     # RESUME_WAIT_SECONDS and its client, mid-stream, got worker_lost with no worker dead twice.
     servers = FakePair().sync()
     record(servers, "running")
@@ -86,7 +86,7 @@ def test_a_suspect_s_group_travels_with_its_queue_entry():
 
 
 def test_suspects_wait_in_the_order_they_were_requeued():
-    """A crash storm (bench/chaos.py --storm): with each death's suspects pushed in front,
+    """A crash storm (bench/faults/chaos.py --storm): with each death's suspects pushed in front,
     an earlier death's waited 52-75 s in the suspect queue while later ones were taken."""
     servers = FakePair().sync()
     for job_id in ("first", "second", "third"):

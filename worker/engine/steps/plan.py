@@ -92,7 +92,7 @@ def plan(
     worker that takes over a dead batch of 30 read a little of each a step, so none went on
     before the whole batch was read (20-40 s on two cores shared with workers loading), and in
     a crash storm the next death came first, again and again (a stream 178 s without a token:
-    bench/chaos.py --storm). The step's rows, and so its time, are as before. A suspect's steps
+    bench/faults/chaos.py --storm). The step's rows, and so its time, are as before. A suspect's steps
     alone (`stepping`) are unbudgeted. None: every prompt reads its chunk.
 
     Batch API lines (`yields`) sit out every step in which an interactive sequence reads its

@@ -1,7 +1,7 @@
 """Fairness between keys on one embedding worker (issue 74): how long key B's one input takes
 while key A floods, against B alone and one full decode.
 
-    .venv/bin/python bench/embedding_fairness.py [--slots 2] [--batch 256] [--floods 4]
+    .venv/bin/python bench/endpoints/embedding_fairness.py [--slots 2] [--batch 256] [--floods 4]
                                                  [--inputs 300] [--probes 5] [--wait 60]
 
 One worker (POOLING=mean, N_CTX=64, SLOTS=`--slots`, EMBEDDING_BATCH_TOKENS=`--batch`),
@@ -27,7 +27,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 from worker.settings import DEFAULT_MODEL_NAME

@@ -2,7 +2,7 @@
 `--embedding` (or `--rerank`), on the same GGUF with the same pooling, threads and batch, in
 paired, alternated rounds.
 
-    .venv/bin/python bench/embeddings.py [--clients 64] [--inputs 8] [--requests 2] [--pairs 3]
+    .venv/bin/python bench/endpoints/embeddings.py [--clients 64] [--inputs 8] [--requests 2] [--pairs 3]
                                          [--batch 2048] [--threads 2] [--rerank]
                                          [--out bench/results/RESULTS.md]
 
@@ -34,7 +34,7 @@ from pathlib import Path
 
 import httpx
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from bench.lib.peers_report import machine, write_section
 from bench.paired import interval
@@ -217,9 +217,9 @@ async def main() -> None:
     ratios = [a["inputs_s"] / b["inputs_s"] for a, b in pairs]
     title = "Rerank" if args.rerank else "Embeddings"
     lo, hi = interval(ratios)
-    cmd = "bench/embeddings.py " + " ".join(sys.argv[1:])
+    cmd = "bench/endpoints/embeddings.py " + " ".join(sys.argv[1:])
     lines = [
-        f"## {title}: {servers['a'].name} against {servers['b'].name} (bench/embeddings.py)",
+        f"## {title}: {servers['a'].name} against {servers['b'].name} (bench/endpoints/embeddings.py)",
         "",
         f"`{cmd}` on {machine()}, {time.strftime('%Y-%m-%d')}: {args.clients} clients, each "
         f"{args.requests} requests of {args.inputs} inputs per round, {args.pairs} pairs (ABBA).",

@@ -1,7 +1,7 @@
 """What reading a reply costs per generated token: the Python a job thread spends splitting
 thinking, answer and calls (worker/text/), next to what a token takes to decode.
 
-    .venv/bin/python bench/reply_cost.py [--tokens 20000] [--decode-ms 20]
+    .venv/bin/python bench/endpoints/reply_cost.py [--tokens 20000] [--decode-ms 20]
 
 Feeds a long answer, a few characters a token (as a model's tokens come), through each reply:
 plain text, a `<think>` block then the answer (Thinking), and gpt-oss's harmony messages
@@ -16,7 +16,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from worker.text.harmony import Harmony
 from worker.text.replies import PlainReply
@@ -61,7 +61,7 @@ def main() -> None:
             ),
         ),
     }
-    print(f"`bench/reply_cost.py --tokens {n} --decode-ms {args.decode_ms}`")
+    print(f"`bench/endpoints/reply_cost.py --tokens {n} --decode-ms {args.decode_ms}`")
     print("| reply | µs per token | share of a decode step |")
     print("|---|---|---|")
     for name, (make, chunks) in cases.items():

@@ -26,9 +26,9 @@ event, a contract failure, a refused request), lost (text, usage or finish diffe
 replay, or the job vanished). The exit status is 1 if any stream is hung, broken or lost, or
 if no stream completed.
 
-    .venv/bin/python bench/chaos.py --streams 8 --minutes 5 [--seed 1] [--fault-every 4] \\
+    .venv/bin/python bench/faults/chaos.py --streams 8 --minutes 5 [--seed 1] [--fault-every 4] \\
         [--faults kill,stop,api,redis|failover] [--defaults] [--cycle] [--drain 120] [--json out.json]
-    .venv/bin/python bench/chaos.py --storm [--seed 2]
+    .venv/bin/python bench/faults/chaos.py --storm [--seed 2]
 
 `--faults` may name a kind more than once to weigh it: `kill,kill,stop,api,redis` kills twice
 as often as it fires each other kind. `--storm` is the crash storm of issue 58, a campaign no
@@ -71,7 +71,7 @@ from pathlib import Path
 import httpx
 import redis
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))  # devstack.sse_contract, when run as a script
 
 from contract import keys  # noqa: E402

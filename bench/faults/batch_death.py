@@ -1,6 +1,6 @@
 """How fast a whole batch recovers when its worker dies, at the default worker size.
 
-    .venv/bin/python bench/batch_death.py [--streams 30] [--max-tokens 160] \\
+    .venv/bin/python bench/faults/batch_death.py [--streams 30] [--max-tokens 160] \\
         [--suspect-tokens 4 1000000] [--rounds 1]
 
 One API and worker A, sized by itself (32 slots on this machine), run `--streams` greedy
@@ -26,9 +26,9 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from bench.crash_recovery import stream
+from bench.faults.crash_recovery import stream
 from devstack.processes import start_api, start_redis, start_worker, wait_for_model
 from worker.settings import DEFAULT_MODEL_NAME
 

@@ -10,7 +10,7 @@
   `starting_after` near its end (every replay recomputes the events from the job's first
   entry, so the numbers never change): the time it takes, against chat's resume.
 
-    .venv/bin/python bench/responses.py [--runs 7] [--max-tokens 128] [--streams 50] [--tokens 200]
+    .venv/bin/python bench/endpoints/responses.py [--runs 7] [--max-tokens 128] [--streams 50] [--tokens 200]
 
 Prints the figures. Run by hand; never part of the test suite.
 """

@@ -16,7 +16,7 @@ after the cut (docs/benchmarks.md). Two ways to take over:
   meets). The job's hash says which worker claimed it after the signal: only takeovers by
   the new worker are counted, and the count is printed.
 
-    .venv/bin/python bench/crash_recovery.py [--kills 20] [--stops 5] [--seed 1] \\
+    .venv/bin/python bench/faults/crash_recovery.py [--kills 20] [--stops 5] [--seed 1] \\
         [--takeover warm|fresh] [--lead 3]
 """
 

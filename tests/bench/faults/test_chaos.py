@@ -1,8 +1,8 @@
-"""bench/chaos.py's arguments and figures (the campaign itself: tests/integration/test_chaos.py)."""
+"""bench/faults/chaos.py's arguments and figures (the campaign itself: tests/integration/test_chaos.py)."""
 
 from __future__ import annotations
 
-from bench import chaos
+from bench.faults import chaos
 
 
 def test_the_storm_preset_is_issue_58_s_campaign():

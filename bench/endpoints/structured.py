@@ -1,8 +1,8 @@
 """What a grammar costs: tokens/s of a json_schema job next to a free-text one, and whether a
 grammar job slows the free-text jobs sharing its batch (issue 17).
 
-    .venv/bin/python bench/structured.py [--rounds 5] [--tokens 96]
-    .venv/bin/python bench/structured.py --servers [--rounds 5]   # after scripts/setup_peers
+    .venv/bin/python bench/endpoints/structured.py [--rounds 5] [--tokens 96]
+    .venv/bin/python bench/endpoints/structured.py --servers [--rounds 5]   # after scripts/setup_peers
 
 On the worker's own engine (SLOTS=4, no Redis: the sampler and the batch are what is
 measured), each round runs, in an order shuffled per round:
@@ -36,7 +36,7 @@ import threading
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from contract.jobspec import JobSpec, Message
 from contract.schema import schema_grammar
