@@ -78,37 +78,40 @@ async def _server_error(request: Request, exc: Exception) -> JSONResponse:
     return APIError(errors.INTERNAL).response(request.scope)
 
 
+CORS_HEADERS = [
+    "Authorization",
+    "Content-Type",
+    "Last-Event-ID",
+    "Prefer",
+    "Idempotency-Key",
+    "x-api-key",  # and the two Anthropic headers its SDKs send
+    "anthropic-version",
+    "anthropic-beta",
+]
+
+
 def _middleware(settings: Settings, keys: KeyRing) -> list[Middleware]:
-    """CORS (only for the configured origins; off by default) wraps the key check, so a
-    browser's preflight is answered without a key; a server without keys checks first who
-    may call it (api/http/origins.py)."""
-    out = []
-    if settings.access.cors_origins:
-        out.append(
-            Middleware(
-                CORSMiddleware,
-                allow_origins=list(settings.access.cors_origins),
-                allow_methods=["GET", "POST", "DELETE"],
-                allow_headers=[
-                    "Authorization",
-                    "Content-Type",
-                    "Last-Event-ID",
-                    "Prefer",
-                    "Idempotency-Key",
-                    "x-api-key",  # and the two Anthropic headers its SDKs send
-                    "anthropic-version",
-                    "anthropic-beta",
-                ],
-                max_age=600,
-            )
-        )
-    public = PUBLIC_PATHS | (ui.PATHS if settings.access.ui else frozenset())
+    """Outermost first: tracing (a request's span lasts until its response's last byte,
+    api/http/tracing.py); on a server without keys, the check of who may call it
+    (api/http/origins.py); CORS, only for the configured origins (off by default), around
+    the key check, so that a browser's preflight is answered without a key; the key check."""
     access = settings.access
-    if not keys.enabled:  # no key stands between a web page and the API: who may call it
-        out.insert(0, Middleware(KeylessGuard, hosts=access.allowed_hosts, origins=access.cors_origins))
-    out.append(Middleware(APIKeyMiddleware, keys=keys, public=public))
-    # outermost: a request's span lasts until its response's last byte (api/http/tracing.py)
-    return [Middleware(cls, **options) for cls, options in tracing.middleware()] + out
+    traced = [Middleware(cls, **options) for cls, options in tracing.middleware()]
+    guard = Middleware(KeylessGuard, hosts=access.allowed_hosts, origins=access.cors_origins)
+    cors = Middleware(
+        CORSMiddleware,
+        allow_origins=list(access.cors_origins),
+        allow_methods=["GET", "POST", "DELETE"],
+        allow_headers=CORS_HEADERS,
+        max_age=600,
+    )
+    public = PUBLIC_PATHS | (ui.PATHS if access.ui else frozenset())
+    return [
+        *traced,
+        *([] if keys.enabled else [guard]),
+        *([cors] if access.cors_origins else []),
+        Middleware(APIKeyMiddleware, keys=keys, public=public),
+    ]
 
 
 EXCEPTION_HANDLERS = {
