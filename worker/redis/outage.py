@@ -5,14 +5,16 @@ outage begins and once when it ends, not once per try."""
 from __future__ import annotations
 
 import logging
-import random
 import threading
 import time
+
+from redis.backoff import EqualJitterBackoff
 
 log = logging.getLogger(__name__)
 
 FIRST_DELAY_S = 0.05
 MAX_DELAY_S = 2.0
+BACKOFF = EqualJitterBackoff(cap=MAX_DELAY_S, base=FIRST_DELAY_S)  # half the delay, then up to double
 
 
 class Outage:
@@ -35,8 +37,7 @@ class Outage:
                 self._since = time.monotonic()
                 log.warning("%s: Redis unreachable (%s); retrying until it is back", self._what, exc)
             self._tries += 1
-            delay = min(MAX_DELAY_S, FIRST_DELAY_S * 2 ** min(self._tries - 1, 10))
-        return delay * random.uniform(0.5, 1.0)
+            return BACKOFF.compute(self._tries - 1)
 
     def ok(self) -> None:
         """Note a try that reached Redis."""
