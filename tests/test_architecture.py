@@ -210,7 +210,6 @@ UNMIRRORED = frozenset(
         "api/endpoints/routes.py",
         "api/endpoints/structured.py",
         "api/files/store.py",
-        "api/http/offload.py",
         "api/jobs/memory.py",
         "api/jobs/owners.py",
         "api/jobs/state.py",
@@ -251,7 +250,6 @@ UNMIRRORED = frozenset(
         "contract/lua/jobs.py",
         "contract/lua/library.py",
         "contract/settings.py",
-        "contract/stats.py",
     )
 )
 
