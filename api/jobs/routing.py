@@ -50,7 +50,10 @@ log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
-class Route:
+class Assignment:
+    """Where a new job is sent: the worker holding its prompt's prefix, and by when that
+    worker must take it (else it falls back to the shared queue)."""
+
     worker: str
     matched_chars: int  # of the prompt, in the prefixes the worker holds
     deadline_ms: int
@@ -99,7 +102,7 @@ class Router:
         self._fall_back = client.register_script(queues.FALL_BACK)
         self._for_owner = client.register_script(queues.ROUTE_FOR_OWNER)
 
-    async def route(self, spec: JobSpec, owner: str = "") -> Route | None:
+    async def route(self, spec: JobSpec, owner: str = "") -> Assignment | None:
         """Where a new job of `owner` should wait (None: the shared queue) and until when;
         enqueueing writes both (contract/queueing.py). A server that refuses the commands (an
         ACL from before routing) sends every job to the shared queue, with a warning."""
@@ -107,7 +110,7 @@ class Router:
         tracing.current().note(routed=route is not None)  # the request's span says so
         return route
 
-    async def _chosen(self, spec: JobSpec, owner: str) -> Route | None:
+    async def _chosen(self, spec: JobSpec, owner: str) -> Assignment | None:
         if not self.settings.enabled or spec.priority not in tiers.ROUTED_TIERS:
             return None
         try:
@@ -125,7 +128,7 @@ class Router:
             log.warning("cache-aware routing is off for this job: %s", exc)
             return None
 
-    async def _route(self, spec: JobSpec) -> Route | None:
+    async def _route(self, spec: JobSpec) -> Assignment | None:
         found = prefixes(spec)
         if not found:
             return None
@@ -149,7 +152,8 @@ class Router:
         holder = choose(candidates, self.settings)
         if holder is None:
             return None
-        return Route(holder.name, holder.matched, int(time.time() * 1000) + wait_ms(holder, self.settings))
+        deadline_ms = int(time.time() * 1000) + wait_ms(holder, self.settings)
+        return Assignment(holder.name, holder.matched, deadline_ms)
 
     async def fall_back(self, model: str, worker: str | None = None) -> int:
         """Move the routed jobs past their deadline (or every one of `worker`, found dead)

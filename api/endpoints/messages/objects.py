@@ -1,5 +1,5 @@
 """The Messages API's objects (a Message, its content blocks, its stream events), built from a
-job's entries by one `Transcript`.
+job's entries by one `MessageTranscript`.
 
 As for Responses, the events are a pure function of the entries: the same entries give the
 same events with the same numbers on every path (the live stream, a replay from any API
@@ -81,8 +81,8 @@ class MessageObjects:
         echo = json.loads(job.echo) if job.echo else {}
         return cls(job.id, job.created, job.model, echo.get("thinking_display") != "omitted")
 
-    def transcript(self) -> Transcript:
-        return Transcript(self)
+    def transcript(self) -> MessageTranscript:
+        return MessageTranscript(self)
 
     def message(
         self,
@@ -128,7 +128,7 @@ class MessageObjects:
         return {"id": self.id, "type": "message_deleted", "deleted": True}
 
 
-class Transcript:
+class MessageTranscript:
     """Feeds a job's entries, in order from its first, into the Message's content blocks and
     its stream events, numbered from 0."""
 

@@ -1,5 +1,5 @@
 """The Responses API's objects (a Response, its output items, its stream events), built from a
-job's entries by one `Transcript`.
+job's entries by one `ResponseTranscript`.
 
 The events are a pure function of the entries: the same entries give the same events with the
 same `sequence_number`s on every path (the live stream, a replay from any API process, a GET),
@@ -112,8 +112,8 @@ class ResponseObjects:
     def stored(self) -> bool:
         return self.echo.get("store", True) is not False
 
-    def transcript(self) -> Transcript:
-        return Transcript(self)
+    def transcript(self) -> ResponseTranscript:
+        return ResponseTranscript(self)
 
     def response(self, status: str, output: list[dict], usage: dict | None = None, **ended: object) -> dict:
         """The Response object: every key the SDKs' types list, `null` where unset."""
@@ -165,7 +165,7 @@ class ResponseObjects:
         return {"id": self.id, "object": "response.deleted", "deleted": True}
 
 
-class Transcript:
+class ResponseTranscript:
     """Feeds a job's entries, in order from its first, into the response's output items and
     stream events. Call `start` first: its events are numbered from 0."""
 

@@ -9,7 +9,7 @@ import time
 import fakeredis
 
 from api.cluster.stats import ClusterStats
-from api.jobs.routing import Candidate, Route, Router, choose, wait_ms
+from api.jobs.routing import Assignment, Candidate, Router, choose, wait_ms
 from api.jobs.workers import WorkerRegistry
 from api.pool_settings import Routing
 from contract import keys, queueing, stats, tiers
@@ -64,7 +64,7 @@ def pool(r: fakeredis.FakeAsyncRedis, held: dict[str, list[str]], in_use: dict[s
     asyncio.run(go())
 
 
-def enqueue(server: fakeredis.FakeServer, spec: JobSpec, route: Route) -> None:
+def enqueue(server: fakeredis.FakeServer, spec: JobSpec, route: Assignment) -> None:
     """As the job store enqueues a routed job: its record, the push and the deadline at once."""
     sync = fakeredis.FakeRedis(server=server)
     queueing.enqueue(
