@@ -346,7 +346,7 @@ FINALIZE = """
 -- again there.
 local status = redis.call('HGET', KEYS[1], 'status')
 if status ~= ARGV[1] then return status or 0 end
-if redis.call('HLEN', KEYS[2]) > 0 then return 'open' end
+if redis.call('EXISTS', KEYS[2]) == 1 then return 'open' end  -- a hash without fields is no key
 if ARGV[2] == '1' then
   local sent = tonumber(redis.call('HGET', KEYS[1], 'next') or '0')
   if sent < tonumber(redis.call('HGET', KEYS[1], 'total') or '0') then return 'unsent' end
