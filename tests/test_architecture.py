@@ -191,7 +191,6 @@ def test_the_benchmarks_top_level_stays_small():
 # the integration tests that cover it.
 UNMIRRORED = frozenset(
     (
-        "api/batches/driver.py",
         "api/batches/files.py",
         "api/cluster/stats.py",
         "api/endpoints/answering.py",

@@ -29,7 +29,9 @@ import json
 import logging
 import time
 
-from redis.exceptions import RedisError
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, RedisError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from api.batches.lines import Line
 from api.batches.output import abandon, finalize
@@ -48,6 +50,7 @@ from contract.lua import accounting
 log = logging.getLogger(__name__)
 
 DRIVEN_AT_ONCE = 16
+AWAY = (RedisConnectionError, RedisTimeoutError, OutOfMemoryError)  # Redis away or full: tried again
 MAX_FAILURES = 5  # drives failed in a row before the batch fails (and as many more: abandoned)
 OVER_QUOTA = (
     "This key holds more than FILES_BYTES_PER_KEY bytes of files and batch answers: the "
@@ -83,12 +86,13 @@ class BatchDriver:
         await asyncio.gather(*(one(b) for b in batches))
 
     async def drive_guarded(self, batch_id: str) -> None:
-        """Drive one batch; a failure is counted against it (a lost Redis is nobody's fault:
-        it ends the tick's drives, counted against none)."""
+        """Drive one batch; a failure is counted against it. A lost (or full) Redis is
+        nobody's fault: it ends the tick's drives, counted against none. A command Redis
+        refuses (NOPERM under an ACL, a wrong type) is the batch's failure, and logged."""
         r = self._s.redis
         try:
             h = await self.drive(batch_id)
-        except (RedisError, OSError) as exc:
+        except (*AWAY, OSError) as exc:
             log.debug("batch %s: Redis unavailable: %s", batch_id, exc)
             return
         except Exception as exc:
