@@ -249,6 +249,9 @@ def test_a_large_float_answer_does_not_hold_up_another_keys_answer(stack, roomy)
     assert got["status"] == 200 and got["size"] > 2048 * DIMENSIONS * 8, got.get("size")
     assert bytes(got["head"]).startswith(b'{"object":"list","data":[{"object":"embedding","index":0,')
     assert b'"usage":{"prompt_tokens":2048,"total_tokens":2048}}' in bytes(got["tail"])
-    # built whole, the large answer held the lane for seconds (6 s of CPU, 15 s on a loaded
-    # machine); written, it holds nobody: a share of the machine, however loaded
-    assert took <= alone + min(2.5, answering / 3), f"another key's answer took {took:.2f} s beside it"
+    # Built whole, the large answer held the lane for seconds (6 s of CPU, 15 s on a loaded
+    # machine): asked a second in, the other answer waited about `answering` - 1 s. Written,
+    # it holds nobody: the other waits for a share of the machine, however loaded (2.09 s
+    # beside a 5.2 s answer in a CI run with two lanes). Half the answer, at most 3 s, tells
+    # the two apart on any machine where the large answer takes over 2 s.
+    assert took <= alone + min(3.0, answering / 2), f"another key's answer took {took:.2f} s beside it"
