@@ -38,7 +38,7 @@ import redis
 from redis.exceptions import NoScriptError
 
 from contract import keys, stats
-from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob
+from contract.entries import CallPart, Delta, Entry, Finished, Started, TokenLogprob, is_terminal
 from contract.errors import ErrorCode
 from contract.lua import attempts, jobs, library
 from contract.servers import is_cluster
@@ -187,7 +187,9 @@ class Publisher:
             self._cv.notify_all()
         if item.written is not None:
             item.written.wait()
-            attempt.check()
+            # A written end fences its own attempt, and a beat may learn it first: no news.
+            if not (attempt.ended and entry is not None and is_terminal(entry)):
+                attempt.check()
 
     def _write_loop(self) -> None:
         while True:

@@ -5,12 +5,13 @@ from __future__ import annotations
 import time
 
 import fakeredis
+import pytest
 
 from contract import entries, keys
 from contract.entries import Delta
 from contract.settings import Recovery
 from tests.unit.recorded import DIGEST, record_queued
-from worker.attempts.attempt import Claims
+from worker.attempts.attempt import Claims, Fenced
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
 
@@ -79,3 +80,29 @@ def test_a_lone_attempt_is_written_without_the_linger():
     assert [entries.decode(f) for _, f in r.xrange(keys.events(WARM))] == [
         Delta(epoch=1, text="w", token_ids=(0,))
     ]
+
+
+class BeatenPublisher(Publisher):
+    """The real publisher, with the heartbeat's BEAT landing between a write and its caller
+    waking: the END just written has fenced the attempt, and the beat learns it first."""
+
+    def _write(self, batch):
+        super()._write(batch)
+        for item in batch:
+            if item.attempt.ended:
+                item.attempt.move("fence")
+
+
+def test_an_end_the_heartbeat_learns_of_first_is_still_the_callers_end():
+    """CI caught this: the attempt's own Finished fenced it, a beat said so before `finished`
+    returned, and the attempt was traced and logged as fenced where it ended `length`."""
+    r = fakeredis.FakeRedis()
+    record_queued(r, WARM)
+    pub = BeatenPublisher(Link(r, "w1", RECOVERY))
+    a = Claims(Link(r, "w1", RECOVERY), 3000).claim(WARM, DIGEST)
+    pub.delta(a, "w", (0,))
+    pub.finished(a, "length", 3, 1)  # raised Fenced
+    assert a.ended and a.fenced
+    assert entries.decode(r.xrange(keys.events(WARM))[-1][1]).finish_reason == "length"
+    with pytest.raises(Fenced):  # anything after the end is refused as before
+        pub.delta(a, "x", (1,))
