@@ -16,9 +16,9 @@ from redis.asyncio.retry import Retry as AsyncRetry
 from redis.backoff import ExponentialBackoff
 from redis.retry import Retry
 
+from api.cluster.figures import ClusterStats
 from api.cluster.reaper import Reaper
 from api.cluster.resumes import Resumes
-from api.cluster.stats import ClusterStats
 from api.http.auth import KeyRing
 from api.http.offload import Lane
 from api.jobs.acks import ClusterAcks, Confirms, ReplicaAcks, ReplicaWatch

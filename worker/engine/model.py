@@ -36,8 +36,8 @@ from worker.engine.vision import encoder
 from worker.settings import WorkerSettings
 from worker.text import harmony, thinking
 from worker.text.replies import Reply
+from worker.tools.call_rules import only_calls
 from worker.tools.harmony import HarmonyTools
-from worker.tools.rules import only_calls
 
 log = logging.getLogger(__name__)
 

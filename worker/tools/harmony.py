@@ -19,8 +19,8 @@ from contract.gbnf import Grammar, composed, literal
 from contract.jobspec import JobSpec
 from worker.text import harmony
 from worker.text.replies import PlainReply, Reply
+from worker.tools.call_rules import arguments_rule, chosen, only_calls, response_rule
 from worker.tools.hermes import HermesTools
-from worker.tools.rules import arguments_rule, chosen, only_calls, response_rule
 
 FINAL = f"{harmony.CHANNEL}final"  # the answer's header, from its channel on
 

@@ -9,7 +9,14 @@ from contract.gbnf import Grammar, composed, literal
 from contract.jobspec import JobSpec
 from worker.text.json_scan import SPACE, JsonScanner, ScanError
 from worker.text.replies import Calls, Parts, PlainReply, Reply
-from worker.tools.rules import arguments_value, call_rule, chosen, only_calls, response_grammar, response_rule
+from worker.tools.call_rules import (
+    arguments_value,
+    call_rule,
+    chosen,
+    only_calls,
+    response_grammar,
+    response_rule,
+)
 
 OPEN, CLOSE = "<tool_call>", "</tool_call>"
 

@@ -11,7 +11,14 @@ from contract.gbnf import Grammar, composed, json_literal
 from contract.jobspec import JobSpec, Message
 from worker.text.json_scan import JsonScanner
 from worker.text.replies import Calls, Parts, PlainReply, Reply
-from worker.tools.rules import arguments_value, call_rule, chosen, only_calls, response_grammar, response_rule
+from worker.tools.call_rules import (
+    arguments_value,
+    call_rule,
+    chosen,
+    only_calls,
+    response_grammar,
+    response_rule,
+)
 
 
 class JsonTools:

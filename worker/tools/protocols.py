@@ -13,7 +13,7 @@ chat template, chosen once per model from what its template does.
   holding `{"tool_response": ...}`.
 
 Each protocol's module holds both halves: the messages and template arguments to render,
-the grammar a job's sampler enforces (built from rules.py), and the `Reply` that reads the
+the grammar a job's sampler enforces (built from call_rules.py), and the `Reply` that reads the
 answer (`HermesReply`, `JsonReply`). With
 `tool_choice` required or naming a tool the grammar admits only calls (of that tool), so the
 call is well formed whatever the model; with "auto" the JSON envelope's grammar admits a call

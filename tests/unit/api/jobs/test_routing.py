@@ -8,7 +8,7 @@ import time
 
 import fakeredis
 
-from api.cluster.stats import ClusterStats
+from api.cluster.figures import ClusterStats
 from api.jobs.routing import Assignment, Candidate, Router, choose, wait_ms
 from api.jobs.workers import WorkerRegistry
 from api.pool_settings import Routing

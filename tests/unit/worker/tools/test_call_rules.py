@@ -1,4 +1,4 @@
-"""worker/tools/rules.py: a custom tool's call, forced, in each protocol's grammar: the JSON
+"""worker/tools/call_rules.py: a custom tool's call, forced, in each protocol's grammar: the JSON
 envelope, Hermes and harmony take the call with a patch of Codex's grammar as its `input`
 string, and refuse one that is not (held against llama.cpp's grammar engine)."""
 
