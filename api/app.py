@@ -84,7 +84,8 @@ CORS_HEADERS = [
     "Last-Event-ID",
     "Prefer",
     "Idempotency-Key",
-    "x-api-key",  # and the two Anthropic headers its SDKs send
+    # the Anthropic SDKs send these three
+    "x-api-key",
     "anthropic-version",
     "anthropic-beta",
 ]
@@ -136,8 +137,10 @@ def create_app(settings: Settings | None = None) -> Starlette:
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[dict]:
-        await anyio.sleep(0)  # anyio imports its asyncio backend at first use: now, not in a request
-        async with contextlib.AsyncExitStack() as parts:  # stopped last started first, on any exit
+        # anyio imports its asyncio backend at first use: now, not in a request
+        await anyio.sleep(0)
+        # stopped last started first, on any exit
+        async with contextlib.AsyncExitStack() as parts:
             services = await Services.start(settings, keys)
             parts.push_async_callback(services.close)
             if access.internal_port:
@@ -156,9 +159,8 @@ def create_app(settings: Settings | None = None) -> Starlette:
         Route("/v1/models", models.list_models),
         Route("/v1/models/{model:path}", models.get_model),
     ]
-    routes += (
-        internal_routes.ROUTES
-    )  # to operator keys here (api/http/auth.py), to anyone inside on INTERNAL_PORT
+    # to operator keys here (api/http/auth.py), to anyone inside on INTERNAL_PORT
+    routes += internal_routes.ROUTES
     for endpoint in (chat, completions, responses, messages, embeddings, rerank):
         routes += endpoint.routes()
     routes += files.ROUTES + batches.ROUTES

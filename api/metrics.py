@@ -64,10 +64,13 @@ class StreamTiming:
     def __init__(self, metrics: Metrics, model: str, arrived: float | None) -> None:
         self._ttft = metrics.ttft.labels(model)
         self._itl = metrics.itl.labels(model)
-        self._last = arrived  # monotonic
+        # monotonic
+        self._last = arrived
         self._seen = False
-        self.fresh = arrived is not None  # the stream of the request that made the job
-        self.ttft_s = 0.0  # its time to first token, once sent (0: none yet, or a resume)
+        # the stream of the request that made the job
+        self.fresh = arrived is not None
+        # its time to first token, once sent (0: none yet, or a resume)
+        self.ttft_s = 0.0
 
     def sent(self, contents: int) -> None:
         for _ in range(contents):

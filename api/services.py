@@ -52,9 +52,12 @@ def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
 @dataclass
 class Services:
     settings: Settings
-    redis: aredis.Redis  # the queues server (REDIS_URL): owners, files, batches, registry, stats
-    servers: Servers[aredis.Redis]  # both servers: job state and tokens are on `streams`
-    rq_servers: Servers[redis.Redis]  # both, synchronous: RQ's calls, in worker threads
+    # the queues server (REDIS_URL): owners, files, batches, registry, stats
+    redis: aredis.Redis
+    # both servers: job state and tokens are on `streams`
+    servers: Servers[aredis.Redis]
+    # both, synchronous: RQ's calls, in worker threads
+    rq_servers: Servers[redis.Redis]
     jobs: JobStore
     registry: WorkerRegistry
     stats: ClusterStats
@@ -62,12 +65,16 @@ class Services:
     reader: StreamReader
     reaper: Reaper
     memory: MemoryWatch
-    replicas: ReplicaWatch  # the replica counts new jobs are confirmed against
+    # the replica counts new jobs are confirmed against
+    replicas: ReplicaWatch
     metrics: Metrics
     streams: OpenStreams
-    heavy: Lane  # CPU-heavy request work, off the event loop (api/http/offload.py)
-    resumes: Resumes  # whether a requeued job past its deadline may wait on
-    keys: KeyRing  # the accepted keys, whose budget use /metrics shows per key
+    # CPU-heavy request work, off the event loop (api/http/offload.py)
+    heavy: Lane
+    # whether a requeued job past its deadline may wait on
+    resumes: Resumes
+    # the accepted keys, whose budget use /metrics shows per key
+    keys: KeyRing
     parts: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack, repr=False)
 
     @classmethod
@@ -91,7 +98,8 @@ class Services:
         streams_url = settings.shared.streams_url
 
         def pooled(at: str) -> aredis.Redis:
-            if cluster_url(at):  # a cluster client keeps a pool per node
+            # a cluster client keeps a pool per node
+            if cluster_url(at):
                 return async_cluster_client(
                     at,
                     wait_s=settings.connection.redis_pool_wait_s,
@@ -111,7 +119,8 @@ class Services:
         for each in servers.each():
             parts.push_async_callback(each.aclose)
         if is_cluster(servers.streams):
-            try:  # the slot map, read once before any handler runs (contract.servers)
+            # the slot map, read once before any handler runs (contract.servers)
+            try:
                 await servers.streams.initialize()
             except (redis.RedisError, OSError) as exc:
                 log.warning("the streams cluster does not answer yet (%s)", exc)

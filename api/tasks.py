@@ -18,7 +18,8 @@ from contract.lua import queues
 log = logging.getLogger(__name__)
 
 
-STOP_S = 5.0  # how long a stop waits for its task
+# how long a stop waits for its task
+STOP_S = 5.0
 
 
 class Background:

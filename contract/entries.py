@@ -94,7 +94,8 @@ class Delta:
     token_ids: tuple[int, ...]
     calls: tuple[CallPart, ...] = ()
     logprobs: tuple[TokenLogprob, ...] = ()
-    reasoning: str = ""  # thinking, before `text` in the output
+    # thinking, before `text` in the output
+    reasoning: str = ""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -102,15 +103,20 @@ class Finished:
     """Terminal: generation ended normally, or was cancelled."""
 
     epoch: int = 0
-    finish_reason: str  # one of FINISH_REASONS
+    # one of FINISH_REASONS
+    finish_reason: str
     prompt_tokens: int
     completion_tokens: int
-    cached_tokens: int = 0  # of the prompt's, those the slot's cache held (the attempt that ended)
-    reasoning_tokens: int = 0  # of the completion's, those of its thinking
-    stop_sequence: str = ""  # the stop string that ended it ("stop"), if one did
+    # of the prompt's, those the slot's cache held (the attempt that ended)
+    cached_tokens: int = 0
+    # of the completion's, those of its thinking
+    reasoning_tokens: int = 0
+    # the stop string that ended it ("stop"), if one did
+    stop_sequence: str = ""
     # an embed job's vectors: float32, little-endian, one after another in its inputs' order
     vectors: bytes = b""
-    dimensions: int = 0  # floats per vector
+    # floats per vector
+    dimensions: int = 0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -126,7 +132,8 @@ class Failed:
 
 
 Entry = Started | Delta | Finished | Failed
-Rows = list[tuple[str, Entry]]  # a stream's entries with their ids, as read
+# a stream's entries with their ids, as read
+Rows = list[tuple[str, Entry]]
 TERMINAL = (Finished, Failed)
 
 STOP, LENGTH, CANCELLED, TOOL_CALLS = "stop", "length", "cancelled", "tool_calls"
@@ -160,7 +167,8 @@ def encode(entry: Entry) -> dict[str, str]:
         }
         if entry.after:
             fields["a"] = entry.after
-        if entry.cleared_tool_uses:  # absent unless set: an earlier API reads the entry
+        # absent unless set: an earlier API reads the entry
+        if entry.cleared_tool_uses:
             fields["g"] = f"{entry.cleared_tool_uses},{entry.cleared_input_tokens}"
         return fields
     if isinstance(entry, Finished):

@@ -20,10 +20,12 @@ SERVER_ERROR = "server_error"
 
 @dataclass(frozen=True)
 class ErrorCode:
-    code: str | None  # None: `"code": null`, as OpenAI answers a body it cannot read
+    # None: `"code": null`, as OpenAI answers a body it cannot read
+    code: str | None
     type: str
     status: int
-    message: str = ""  # the usual message; a call may give a more precise one
+    # the usual message; a call may give a more precise one
+    message: str = ""
 
     def body(self, message: str | None = None, param: str | None = None) -> dict:
         """The OpenAI error object: `{"error": {"message", "type", "param", "code"}}`."""
@@ -69,7 +71,8 @@ STRING_TOO_LONG = _error("string_above_max_length", INVALID_REQUEST_ERROR, 400)
 INVALID_CURSOR = _error("invalid_cursor", INVALID_REQUEST_ERROR, 400)
 # a Responses reasoning item's encrypted_content that this deployment did not seal for the key
 INVALID_ENCRYPTED_CONTENT = _error("invalid_encrypted_content", INVALID_REQUEST_ERROR, 400)
-INVALID_REQUEST = _error("invalid_request", INVALID_REQUEST_ERROR, 400)  # a job the worker cannot run
+# a job the worker cannot run
+INVALID_REQUEST = _error("invalid_request", INVALID_REQUEST_ERROR, 400)
 CONTEXT_LENGTH = _error("context_length_exceeded", INVALID_REQUEST_ERROR, 400)
 # 401, 403, 404, 405, 413, 415, 422
 MISSING_API_KEY = _error(

@@ -165,9 +165,12 @@ class Target:
     master: str
     db: int = 0
     ssl: bool = False
-    auth: dict[str, str] = field(default_factory=dict, repr=False)  # the primary's username, password
-    sentinel_auth: dict[str, str] = field(default_factory=dict, repr=False)  # the sentinels'
-    tls: dict[str, str | bool] = field(default_factory=dict)  # ssl_ca_certs and the like, for both
+    # the primary's username, password
+    auth: dict[str, str] = field(default_factory=dict, repr=False)
+    # the sentinels'
+    sentinel_auth: dict[str, str] = field(default_factory=dict, repr=False)
+    # ssl_ca_certs and the like, for both
+    tls: dict[str, str | bool] = field(default_factory=dict)
 
     def _tls(self) -> dict[str, Any]:
         return {"ssl": True, **self.tls} if self.ssl else {}
@@ -203,7 +206,8 @@ def sentinel_target(url: str) -> Target | None:
         user, _, password = userinfo.partition(":")
         sentinels = []
         for node in hosts.split(","):
-            bare = ":" not in node or node.endswith("]")  # no port, or a bare [v6] address
+            # no port, or a bare [v6] address
+            bare = ":" not in node or node.endswith("]")
             host, _, port = (node, "", "26379") if bare else node.rpartition(":")
             if not host.strip("[]"):
                 raise wrong
@@ -220,7 +224,8 @@ def sentinel_target(url: str) -> Target | None:
     flags = {"true": True, "false": False}
     ssl = url.startswith("rediss+") or _flag(query.get("ssl", "false"), "ssl")
     tls = {k: flags.get(v.lower(), v) for k, v in query.items() if k.startswith("ssl_")}
-    if tls and not ssl:  # dropped, the connection would be plain text (redis:// refuses them too)
+    # dropped, the connection would be plain text (redis:// refuses them too)
+    if tls and not ssl:
         raise ValueError(f"{', '.join(sorted(tls))} need TLS: add ssl=true, or use rediss+sentinel://")
     if isinstance(tls.get("ssl_check_hostname", False), str):
         raise ValueError("ssl_check_hostname is true or false")
@@ -283,7 +288,8 @@ class SentinelPool(redis.sentinel.SentinelConnectionPool):
     def get_connection(self, *args: Any, **kwargs: Any) -> Any:
         if time.monotonic() - self._asked_at >= ASK_EVERY_S:
             self._asked_at = time.monotonic()
-            with contextlib.suppress(redis.RedisError):  # no answer: the connection's error says why
+            # no answer: the connection's error says why
+            with contextlib.suppress(redis.RedisError):
                 self.get_master_address()
         connection = super().get_connection(*args, **kwargs)
         if _stale(connection, self.master_address):
@@ -333,7 +339,8 @@ class AsyncSentinelPool(async_sentinel.SentinelConnectionPool):
 
     async def disconnect(self, inuse_connections: bool = True) -> None:
         await super().disconnect(inuse_connections)
-        if inuse_connections:  # the pool is closed (a new primary's address drops only idle ones)
+        # the pool is closed (a new primary's address drops only idle ones)
+        if inuse_connections:
             await self.sentinel_manager.aclose()
 
 

@@ -42,7 +42,8 @@ FORMAT_RULES = {
     "date-time": f'{_DATE} "T" {_TIME}',
     "uuid": f'{_HEX}{{8}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{4}} "-" {_HEX}{{12}}',
 }
-ANY = "value"  # the rule of any JSON value
+# the rule of any JSON value
+ANY = "value"
 _ANY_RULES = {
     "value": "object | array | string | number | boolean | null",
     "object": '"{" ws (string ":" ws value ("," ws string ":" ws value)*)? "}" ws',
@@ -80,12 +81,15 @@ class Grammar:
 
     rules: dict[str, str] = field(default_factory=dict)
     _names: set[str] = field(default_factory=set)
-    _size: int = 0  # characters of the rules defined so far
-    _next: dict[str, int] = field(default_factory=dict)  # a name's next free number
+    # characters of the rules defined so far
+    _size: int = 0
+    # a name's next free number
+    _next: dict[str, int] = field(default_factory=dict)
 
     def name(self, hint: str) -> str:
         base = re.sub(r"[^a-zA-Z0-9]+", "-", hint).strip("-").lower() or "r"
-        n = self._next.get(base, 1)  # where to look from: many rules of one place stay linear
+        # where to look from: many rules of one place stay linear
+        n = self._next.get(base, 1)
         name = base if n == 1 else f"{base}-{n}"
         while name in self._names or name in _RESERVED:
             n += 1
@@ -120,7 +124,8 @@ class Grammar:
 
 
 _RESERVED = frozenset({"root", "ws", "char", *_PRIMITIVES, *_ANY_RULES})
-MAX_DIGITS = 16  # the integer rule's longest integer
+# the integer rule's longest integer
+MAX_DIGITS = 16
 
 
 def digits(lo: int, hi: int | None) -> list[str]:

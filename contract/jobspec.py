@@ -29,7 +29,8 @@ from contract.tracing import propagation
 
 ROLES = ("system", "user", "assistant", "tool")
 KINDS = ("chat", "text", "embed", "rank")
-TOOL_CHOICES = ("none", "auto", "required")  # or NAMED + the name of one tool
+# or NAMED + the name of one tool
+TOOL_CHOICES = ("none", "auto", "required")
 NAMED = "function:"
 FORMATS = ("json_object", "json_schema")
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for function names

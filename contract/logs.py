@@ -85,5 +85,6 @@ def configure(process: str, settings: Shared) -> None:
     root.setLevel(settings.log_level.upper())
     for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
         logger = logging.getLogger(name)
-        if logger.handlers:  # uvicorn's own handlers (none for the access log if disabled)
+        # uvicorn's own handlers (none for the access log if disabled)
+        if logger.handlers:
             logger.handlers[:] = [handler]

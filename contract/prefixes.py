@@ -38,11 +38,13 @@ from dataclasses import dataclass
 from contract.jobspec import JobSpec, Message
 from contract.media.images import MARKER, names
 
-TEXT_BLOCK = 256  # characters of a legacy prompt per digest
+# characters of a legacy prompt per digest
+TEXT_BLOCK = 256
 # what an image counts for in a match (ROUTE_MIN_CHARS): a 512-token image at 4 characters a
 # token, so a turn about a screenshot is routed as one about a page of text
 IMAGE_CHARS = 2048
-MAX_DIGESTS = 32  # a prompt's deepest boundaries looked at (and a slot's held), and its first
+# a prompt's deepest boundaries looked at (and a slot's held), and its first
+MAX_DIGESTS = 32
 
 
 def _digest(parent: str, part: object) -> str:
@@ -105,7 +107,8 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
             digest = _digest(digest, {**m.to_dict(), "images": seen} if seen else m.to_dict())
             chars += len(m.content) + sum(len(c.arguments) for c in m.tool_calls) + IMAGE_CHARS * len(seen)
             out.append((digest, chars))
-            if i == 0 and public:  # the public prompt's end: the scope's own from here
+            # the public prompt's end: the scope's own from here
+            if i == 0 and public:
                 digest = _digest(digest, [spec.cache_scope, *_rendered(spec)])
     else:
         text = spec.prompt + (answer or "")

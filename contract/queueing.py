@@ -31,7 +31,8 @@ from contract.servers import Servers
 from contract.settings import Recovery
 
 Pipeline = SyncPipeline | AsyncPipeline
-PREEMPT = "preempt"  # abandon's reason for a batch line given back to make room
+# abandon's reason for a batch line given back to make room
+PREEMPT = "preempt"
 
 
 def enqueue(
@@ -67,7 +68,8 @@ def enqueue(
         job_id=keys.rq_job_id(job_id, epoch),
         timeout=recovery.job_timeout_s,
         ttl=recovery.job_ttl_s,
-        result_ttl=0,  # the completion lives in the job's stream; RQ need not keep a copy
+        # the completion lives in the job's stream; RQ need not keep a copy
+        result_ttl=0,
         failure_ttl=recovery.retention_s,
         description=f"completion {job_id}",
     )
@@ -76,7 +78,8 @@ def enqueue(
         marks[keys.JobField.OWNER] = owner
     if worker is None:
         record = queue.create_job(**job)
-        with client.pipeline() as pipe:  # MULTI: no TAKE sees it without its group and owner
+        # MULTI: no TAKE sees it without its group and owner
+        with client.pipeline() as pipe:
             queue.enqueue_job(record, pipeline=pipe, at_front=epoch > 0 and not suspect)
             if marks:
                 pipe.hset(record.key, mapping=marks)
@@ -86,9 +89,11 @@ def enqueue(
         record = queue.create_job(**job)
         record.origin = queue.name
         record.enqueued_at = now()
-        with client.pipeline() as pipe:  # MULTI: the record, the push, the deadline, or none
+        # MULTI: the record, the push, the deadline, or none
+        with client.pipeline() as pipe:
             record.save(pipeline=pipe)
-            record.cleanup(ttl=record.ttl, pipeline=pipe)  # the record's expiry, as RQ's enqueue sets it
+            # the record's expiry, as RQ's enqueue sets it
+            record.cleanup(ttl=record.ttl, pipeline=pipe)
             if marks:
                 pipe.hset(record.key, mapping=marks)
             pipe.rpush(keys.rq_queue_key(tiers.routed_queue_name(model, priority, worker)), record.id)
@@ -99,10 +104,13 @@ def enqueue(
     pending = keys.pending(keys.shard(job_id))
     with client.pipeline(transaction=False) as pipe:
         pipe.lpush(wake, 1)
-        pipe.ltrim(wake, 0, 63)  # tokens only wake idle workers: a few suffice
+        # tokens only wake idle workers: a few suffice
+        pipe.ltrim(wake, 0, 63)
         pipe.expire(wake, 60)
-        pipe.zrem(keys.reserved(model), job_id)  # its place is taken now
-        if not servers.split:  # one server: the same round trip (a new job's first token waits on it)
+        # its place is taken now
+        pipe.zrem(keys.reserved(model), job_id)
+        # one server: the same round trip (a new job's first token waits on it)
+        if not servers.split:
             pipe.zrem(pending, job_id)
         pipe.execute()
     if servers.split:
@@ -200,7 +208,8 @@ def purge(servers: Servers[redis.Redis], job_id: str) -> None:
     streams = servers.streams
     model, epoch = streams.hmget(keys.job(job_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
     shard = keys.shard(job_id)
-    with streams.pipeline(transaction=True) as pipe:  # one shard: one slot
+    # one shard: one slot
+    with streams.pipeline(transaction=True) as pipe:
         pipe.delete(keys.job(job_id), keys.events(job_id), keys.alive(job_id))
         pipe.zrem(keys.running(shard), job_id)
         pipe.zrem(keys.pending(shard), job_id)

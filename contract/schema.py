@@ -62,7 +62,8 @@ ANNOTATIONS = frozenset(
         "deprecated",
         "readOnly",
         "writeOnly",
-        "discriminator",  # OpenAPI's hint beside a oneOf (pydantic emits it): the branches decide
+        # OpenAPI's hint beside a oneOf (pydantic emits it): the branches decide
+        "discriminator",
     }
 )
 CONTAINERS = frozenset({"$defs", "definitions"})
@@ -154,7 +155,8 @@ class Compiler:
         if not isinstance(types, list) or not types or not all(t in _TYPES for t in types):
             raise SchemaError(f"{where}/type", f"'type' must be one of {list(_TYPES)} or a list of them")
         extra = keys - {"type"} - set().union(*(BY_TYPE[t] for t in types))
-        if "number" in types:  # a bound another type allows would be dropped for numbers
+        # a bound another type allows would be dropped for numbers
+        if "number" in types:
             extra |= keys & BY_TYPE["integer"]
         if extra:
             kw = sorted(extra)[0]
@@ -184,7 +186,8 @@ class Compiler:
             else:
                 raise SchemaError(where, f"the reference {ref!r} points nowhere")
         name = self._g.name(self._prefix + "ref-" + ref[1:])
-        self._refs[ref] = name  # before its body: a recursive reference names the rule
+        # before its body: a recursive reference names the rule
+        self._refs[ref] = name
         self._g.define(name, self.rule(target, ref[1:], depth + 1))
         return name
 
@@ -211,7 +214,8 @@ class Compiler:
                 raise SchemaError(f"{where}/required", f"'{name}' is required but not among the properties")
         extra = node.get("additionalProperties", False)
         if "properties" not in node and "additionalProperties" not in node:
-            extra = True  # a bare {"type": "object"}: any object
+            # a bare {"type": "object"}: any object
+            extra = True
         pairs = {
             name: f'{json_literal(name)} ws ":" ws {self.rule(sub, f"{where}/properties/{name}", depth + 1)}'
             for name, sub in props.items()
@@ -308,7 +312,8 @@ def _integer_range(node: dict, where: str) -> str:
     if lo is not None and hi is not None and lo > hi:
         raise SchemaError(where, "the bounds leave no integer")
     alts: list[str] = []
-    if lo is None or lo < 0:  # negative values: "-" then 1 .. -lo (or any)
+    # negative values: "-" then 1 .. -lo (or any)
+    if lo is None or lo < 0:
         top = -hi if hi is not None and hi < 0 else 1
         alts += [f'"-" {a}' for a in digits(top, None if lo is None else -lo)]
     if hi is None or hi >= 0:

@@ -49,7 +49,8 @@ def sync_client(url: str, **kwargs: Any) -> redis.Redis:
     """A client of `url`: a cluster client for a cluster URL (same commands, routed by slot),
     the sentinels' current primary for a sentinel URL."""
     if target := failover.sentinel_target(url):
-        return redis.Redis.from_pool(failover.sentinel_pool(target, **kwargs))  # the client owns its pool
+        # the client owns its pool
+        return redis.Redis.from_pool(failover.sentinel_pool(target, **kwargs))
     plain = cluster_url(url)
     if plain is None:
         return redis.Redis.from_pool(failover.pool(url, **kwargs))
@@ -65,7 +66,8 @@ def async_client(url: str, blocking: bool = False, **kwargs: Any) -> aredis.Redi
     else:
         pool = failover.async_pool(url, blocking, **kwargs)
     client = aredis.Redis(connection_pool=pool, single_connection_client=single)
-    client.auto_close_connection_pool = True  # closing the client closes its pool (as from_url's)
+    # closing the client closes its pool (as from_url's)
+    client.auto_close_connection_pool = True
     return client
 
 
@@ -147,8 +149,10 @@ def is_sentinel(client: object) -> bool:
 
 @dataclass(frozen=True)
 class Servers(Generic[C]):
-    queues: C  # RQ's queues and records, the worker registry, stats, owners, files, batches
-    streams: C  # job hashes, event streams, heartbeats and their shards' indexes
+    # RQ's queues and records, the worker registry, stats, owners, files, batches
+    queues: C
+    # job hashes, event streams, heartbeats and their shards' indexes
+    streams: C
 
     @property
     def split(self) -> bool:
@@ -163,6 +167,7 @@ class Servers(Generic[C]):
 async def node_infos(client: aredis.Redis, section: str) -> list[dict]:
     """INFO `section` of each server behind an asyncio client: one, or each cluster primary."""
     if isinstance(client, AsyncRedisCluster):
-        await client.initialize()  # the slot map (once): which nodes are primaries
+        # the slot map (once): which nodes are primaries
+        await client.initialize()
         return [await client.info(section, target_nodes=node) for node in client.get_primaries()]
     return [await client.info(section)]

@@ -55,7 +55,8 @@ def load_engine(settings: WorkerSettings) -> Engine:
             settings.synthetic_tool_calls,
         )
     prepare_libgomp(settings)
-    from worker.engine.embedding.pooling import declared_pooling  # llama_cpp: only workers that need it
+    # llama_cpp: only workers that need it
+    from worker.engine.embedding.pooling import declared_pooling
 
     assert settings.model_path is not None
     pooling = settings.pooling or declared_pooling(settings.model_path)
@@ -84,10 +85,12 @@ def start_engine(settings: WorkerSettings, waiting: Callable[[], bool]) -> Engin
         try:
             settings = dataclasses.replace(settings, model_path=fetch(hub))
         except ModelUnavailable as exc:
-            log.error("%s", exc)  # the one line that says what to do
+            # the one line that says what to do
+            log.error("%s", exc)
             raise SystemExit(2) from None
     engine = load_engine(settings)
-    if settings.warm_up_s:  # before it announces itself: its first job is as fast as any
+    # before it announces itself: its first job is as fast as any
+    if settings.warm_up_s:
         engine.warm_up(settings.warm_up_s, waiting)
     return engine
 
@@ -139,7 +142,8 @@ class WorkerProcess:
         settings = self.settings
         with contextlib.ExitStack() as parts:
             starting = Starting(self.connect(), self.pool(), settings.name, settings.announce_s)
-            with running(starting):  # until it serves: said before it stops saying it is starting
+            # until it serves: said before it stops saying it is starting
+            with running(starting):
                 engine = start_engine(settings, starting.jobs_waiting)
                 loop = self.build(engine)
                 with contextlib.suppress(redis.RedisError):
@@ -205,8 +209,10 @@ class WorkerProcess:
             slots=engine.slots,
             guest=served_model(engine.model_name)[1] != "chat",
         )
-        pool = engine.model_name  # the model's name, or its embedding pool's (contract/tiers.py)
-        vision = getattr(getattr(engine, "prompts", None), "vision", None)  # MMPROJ_PATH's encoder
+        # the model's name, or its embedding pool's (contract/tiers.py)
+        pool = engine.model_name
+        # MMPROJ_PATH's encoder
+        vision = getattr(getattr(engine, "prompts", None), "vision", None)
         presence = Presence(
             connect(),
             pool,
@@ -221,7 +227,8 @@ class WorkerProcess:
             load=lambda: (runner.running(), engine.step_ms()),
             vision=vision.max_tokens if vision is not None else 0,
         )
-        if vision is not None:  # an image job's bytes, read by its hash within its cache scope
+        # an image job's bytes, read by its hash within its cache scope
+        if vision is not None:
             images = connect()
             engine.prompts.fetch_image = lambda scope, sha: images.get(keys.image(scope, sha))  # type: ignore[attr-defined]
         if engine.held is not None:
@@ -248,13 +255,16 @@ class WorkerProcess:
         idle = int(self.settings.idle_exit_s) if self.settings.idle_exit_s else None
         try:
             loop.worker.work(max_idle_time=idle)
-            loop.presence.withdraw()  # takes no more jobs: routing sends none here
+            # takes no more jobs: routing sends none here
+            loop.presence.withdraw()
             if runner.running():
                 log.info("waiting for %d running jobs (or their hand-off)", runner.running())
             runner.drain()
             if durability is not None:
-                durability.settle(5.0)  # the last writes on a replica before nobody holds them
-        except (SystemExit, KeyboardInterrupt):  # cold shutdown: hand the running jobs off
+                # the last writes on a replica before nobody holds them
+                durability.settle(5.0)
+        # cold shutdown: hand the running jobs off
+        except (SystemExit, KeyboardInterrupt):
             loop.presence.withdraw()
             runner.request_shutdown(0.0)
             runner.drain(timeout=10.0)

@@ -36,9 +36,11 @@ from tqdm.auto import tqdm
 
 log = logging.getLogger(__name__)
 
-DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")  # llama-server's order when no quant is named
+# llama-server's order when no quant is named
+DEFAULT_QUANTS = ("Q4_K_M", "Q8_0")
 _SPLIT = re.compile(r"^(?P<stem>.+)-(?P<part>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
-_NOT_MODELS = ("mmproj", "imatrix")  # projectors and importance matrices are GGUFs too
+# projectors and importance matrices are GGUFs too
+_NOT_MODELS = ("mmproj", "imatrix")
 
 
 class ModelUnavailable(SystemExit):
@@ -47,10 +49,13 @@ class ModelUnavailable(SystemExit):
 
 @dataclass(frozen=True)
 class HubModel:
-    repo: str  # owner/name
+    # owner/name
+    repo: str
     quant: str | None = None
-    file: str | None = None  # MODEL_HF_FILE
-    revision: str | None = None  # a commit, branch or tag; None: main
+    # MODEL_HF_FILE
+    file: str | None = None
+    # a commit, branch or tag; None: main
+    revision: str | None = None
 
     @classmethod
     def parse(cls, spec: str, file: str | None = None) -> HubModel:
@@ -128,7 +133,8 @@ class LoggedProgress(tqdm):
     EVERY_S = 5.0
 
     def __init__(self, *args, **kwargs) -> None:
-        self._said = 0.0  # tqdm displays from its __init__ already
+        # tqdm displays from its __init__ already
+        self._said = 0.0
         kwargs.update(disable=False, mininterval=self.EVERY_S, miniters=1, file=_Discard())
         super().__init__(*args, **kwargs)
 
@@ -136,7 +142,8 @@ class LoggedProgress(tqdm):
         now = time.monotonic()
         done = bool(self.total) and self.n >= self.total
         if (now - self._said >= self.EVERY_S and not done) or (done and self._said >= 0):
-            self._said = -1.0 if done else now  # the last line once
+            # the last line once
+            self._said = -1.0 if done else now
             rate = self.n / max(self.format_dict["elapsed"], 1e-3)
             total = f"{self.total / 1e6:.1f}" if self.total else "?"
             name = (self.desc or "").rsplit("/", 1)[-1]
@@ -222,7 +229,8 @@ def fetch(model: HubModel) -> Path:
         raise missing from None
     except OSError as exc:
         raise ModelUnavailable(f"{model.repo}: the download failed ({exc}): check HF_HOME's disk") from None
-    except Exception as exc:  # HfHubHTTPError, or the HTTP client's own: the Hub cannot be used
+    # HfHubHTTPError, or the HTTP client's own: the Hub cannot be used
+    except Exception as exc:
         raise ModelUnavailable(
             f"{model.repo}: {constants.ENDPOINT} could not be used ({type(exc).__name__}: {exc}): check "
             "HF_ENDPOINT and the network, or set HF_HUB_OFFLINE=1 to use the cache alone"

@@ -20,7 +20,8 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 ENGINES = ("llama", "synthetic")
 REASONING_FORMATS = ("think", "none")
 POOLINGS = ("", "mean", "cls", "last", "rank", "none")
-BATCH_SHARE_CAP = 8  # BATCH_SLOTS unset: batch lines take at most this many slots
+# BATCH_SLOTS unset: batch lines take at most this many slots
+BATCH_SHARE_CAP = 8
 
 
 def default_model_path() -> Path | None:

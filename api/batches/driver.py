@@ -50,8 +50,10 @@ from contract.lua import accounting
 log = logging.getLogger(__name__)
 
 DRIVEN_AT_ONCE = 16
-AWAY = (RedisConnectionError, RedisTimeoutError, OutOfMemoryError)  # Redis away or full: tried again
-MAX_FAILURES = 5  # drives failed in a row before the batch fails (and as many more: abandoned)
+# Redis away or full: tried again
+AWAY = (RedisConnectionError, RedisTimeoutError, OutOfMemoryError)
+# drives failed in a row before the batch fails (and as many more: abandoned)
+MAX_FAILURES = 5
 OVER_QUOTA = (
     "This key holds more than FILES_BYTES_PER_KEY bytes of files and batch answers: the "
     "batch's remaining requests were not sent."
@@ -108,7 +110,8 @@ class BatchDriver:
             except (RedisError, OSError):
                 return
             return
-        if h.get("failures"):  # failures are counted in a row
+        # failures are counted in a row
+        if h.get("failures"):
             await r.hdel(keys.batch(batch_id), "failures")
 
     async def drive(self, batch_id: str) -> dict[str, str]:
@@ -122,14 +125,16 @@ class BatchDriver:
                     pipe.zrem(keys.owned(h["owner"], keys.OwnerIndex.RUNNING_BATCHES), batch_id)
                 await pipe.execute()
             return h
-        if h["status"] == BatchStatus.FINALIZING:  # a driver died writing the files: write them again
+        # a driver died writing the files: write them again
+        if h["status"] == BatchStatus.FINALIZING:
             await finalize(self._s, batch_id, h, h["ending"])
             return h
         now = int(time.time())
         if h["status"] == BatchStatus.VALIDATING:
             fields = {"status": BatchStatus.IN_PROGRESS, "in_progress_at": now}
             if not await set_status(self._s, batch_id, (BatchStatus.VALIDATING,), fields):
-                return h  # cancelled meanwhile: the next tick sees it
+                # cancelled meanwhile: the next tick sees it
+                return h
             h["status"] = BatchStatus.IN_PROGRESS
         open_lines = await self._collect(batch_id, h)
         if not h.get("failure") and await self._over_quota(h["owner"]):
@@ -188,7 +193,8 @@ class BatchDriver:
             await self._record(batch_id, h, number, out, failed=True, usage=(0, 0))
             await self._s.redis.hset(keys.batch(batch_id), "next", number + 1)
             return None
-        line_key = f"batch:{batch_id}:{number}"  # no client's key (a SHA-256 in hex) looks like it
+        # no client's key (a SHA-256 in hex) looks like it
+        line_key = f"batch:{batch_id}:{number}"
         submitted = await self._s.jobs.submit(
             dataclasses.replace(spec, priority=tiers.BATCH),
             endpoint.name,
@@ -198,7 +204,8 @@ class BatchDriver:
             idempotency=Idempotency(keys.idempotency(h["owner"], line_key), line_key),
             start_by_ms=int(h["expires_at"]) * 1000,
             cache_salt=request.cache_salt,
-            counted=False,  # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
+            # its batch bounds it (BATCH_IN_FLIGHT): the key's interactive jobs do not wait
+            counted=False,
             # requeued, it may wait as long; and what its answer says of the request (an encoding)
             fields=request.job_fields(job_id) | {JobField.WAIT_UNTIL: str(int(h["expires_at"]) * 1000)},
         )
@@ -224,14 +231,16 @@ class BatchDriver:
             out, failed, usage = await self._output(batch_id, h, number, job_id, job)
             await self._record(batch_id, h, number, out, failed, usage)
             if job is not None and job.endpoint == EMBEDDINGS.name:
-                await self._s.jobs.purge(job_id)  # its vectors are in the answer, charged: not twice
+                # its vectors are in the answer, charged: not twice
+                await self._s.jobs.purge(job_id)
         return still
 
     async def _record(
         self, batch_id: str, h: dict[str, str], number: int, out: dict, failed: bool, usage: tuple[int, int]
     ) -> None:
         """A line's answer, written once, counted once, charged to the batch's key."""
-        line = await self._s.heavy.run(functools.partial(json.dumps, out, ensure_ascii=False))  # may be large
+        # may be large
+        line = await self._s.heavy.run(functools.partial(json.dumps, out, ensure_ascii=False))
         await self._answer(
             keys=[
                 keys.batch(batch_id, keys.BatchPart.RESULTS),
@@ -283,9 +292,11 @@ class BatchDriver:
         endpoint = BY_NAME[job.endpoint]
         rows = await self._s.jobs.whole(job_id)
         end = rows[-1][1] if rows else None
-        size = len(end.vectors) if isinstance(end, Finished) else 0  # embeddings: built in the lane
+        # embeddings: built in the lane
+        size = len(end.vectors) if isinstance(end, Finished) else 0
         answer = await self._s.heavy.run_for(size, endpoint.objects_of(job).answer, rows)
-        assert answer is not None  # the job has ended
+        # the job has ended
+        assert answer is not None
         out["response"] = {"status_code": answer.status, "request_id": job_id, "body": answer.body}
         usage = answer.body.get("usage") or {}
         return out, answer.status != 200, (usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0))

@@ -41,14 +41,18 @@ async def file_of(request: Request, param: str = "file_id") -> tuple[Services, R
     return services, files, record
 
 
-UPLOADED = ("batch", "vision", "user_data")  # the purposes a client may upload
+# the purposes a client may upload
+UPLOADED = ("batch", "vision", "user_data")
 
 
 @dataclass(frozen=True)
 class _Form:
-    fields: dict[str, str]  # the text fields
-    filename: str | None  # the `file` part's, if it has one
-    content: bytes | None  # the `file` part
+    # the text fields
+    fields: dict[str, str]
+    # the `file` part's, if it has one
+    filename: str | None
+    # the `file` part
+    content: bytes | None
 
 
 def _form(scope: Scope, raw: bytes) -> _Form:
@@ -78,7 +82,8 @@ async def upload(request: Request) -> Response:
     grant = request_grant(request)
     bytes_per_minute = services.admission.budgets(grant).bytes_per_minute
     if bytes_per_minute and len(raw) > bytes_per_minute:
-        raise APIError(  # a 429 would ask for a retry that can never succeed
+        # a 429 would ask for a retry that can never succeed
+        raise APIError(
             errors.TOO_LARGE,
             f"The file exceeds this key's budget of {bytes_per_minute} bytes per minute.",
         )
@@ -102,7 +107,8 @@ async def upload(request: Request) -> Response:
         )
     if purpose == "batch":
         await services.heavy.run(parse_lines, content, settings.limits, settings.batches.batch_max_lines)
-    elif purpose == "vision":  # an image a request may name by its id (Responses' input_image)
+    # an image a request may name by its id (Responses' input_image)
+    elif purpose == "vision":
         images.checked(content, "file", settings.limits)
     now = int(time.time())
     record = FileRecord(

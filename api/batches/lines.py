@@ -28,7 +28,8 @@ class _Line(BaseModel):
 
 @dataclass(frozen=True)
 class Line:
-    number: int  # from 1, as an editor shows it
+    # from 1, as an editor shows it
+    number: int
     custom_id: str
     url: str
     body: dict
@@ -81,7 +82,8 @@ def _parse(number: int, raw: str, limits: Limits) -> Line:
     try:
         request = out.request()
         request.enforce(limits)
-        request.to_spec("check", limits)  # tools, formats, the conversation: as the endpoint would
+        # tools, formats, the conversation: as the endpoint would
+        request.to_spec("check", limits)
     except APIError as exc:
         raise _bad(number, exc.message) from None
     return out

@@ -22,7 +22,8 @@ from contract.lua import accounting
 
 log = logging.getLogger(__name__)
 
-PIECE_LINES = 32  # answers read and appended at a time
+# answers read and appended at a time
+PIECE_LINES = 32
 
 
 def never_sent(batch_id: str, number: int, custom_id: str | None, status: str, failure: str) -> dict:
@@ -67,7 +68,8 @@ class _File:
         self.lines = 0
 
     async def start(self) -> None:
-        await self._r.delete(keys.file_content(self.id))  # what a driver that died left
+        # what a driver that died left
+        await self._r.delete(keys.file_content(self.id))
 
     def add(self, row: dict) -> None:
         self._piece += (json.dumps(row, ensure_ascii=False) + "\n").encode()
@@ -120,7 +122,8 @@ async def finalize(services: Services, batch_id: str, h: dict[str, str], status:
         for n, raw in zip(numbers, results, strict=True):
             if raw is not None:
                 row = json.loads(raw)
-            else:  # cancelled, expired or failed before it was answered
+            # cancelled, expired or failed before it was answered
+            else:
                 if lines is None:
                     lines = await r.lrange(keys.batch(batch_id, keys.BatchPart.LINES), start, numbers[-1])
                 row = never_sent(batch_id, n, _custom_id(lines[n - start]), status, h.get("failure", ""))

@@ -35,17 +35,22 @@ from contract import errors, keys, tiers
 from contract.entries import as_text
 from contract.lua import accounting
 
-WINDOW_S = 86400  # "24h", the one completion window
-STALE_RUNNING_MS = 2 * WINDOW_S * 1000  # a batch counted as running this long has long ended
-CHARGE_MARGIN_S = 86400  # a running batch's charges outlive its window by this, should its driver stall
+# "24h", the one completion window
+WINDOW_S = 86400
+# a batch counted as running this long has long ended
+STALE_RUNNING_MS = 2 * WINDOW_S * 1000
+# a running batch's charges outlive its window by this, should its driver stall
+CHARGE_MARGIN_S = 86400
 
 
 class BatchStatus(StrEnum):
     """A batch's status, as OpenAI names them (its hash holds these strings)."""
 
-    VALIDATING = "validating"  # created; the driver has not taken it up yet
+    # created; the driver has not taken it up yet
+    VALIDATING = "validating"
     IN_PROGRESS = "in_progress"
-    FINALIZING = "finalizing"  # its files are being written (`ending` says how it ends)
+    # its files are being written (`ending` says how it ends)
+    FINALIZING = "finalizing"
     COMPLETED = "completed"
     FAILED = "failed"
     EXPIRED = "expired"
@@ -137,7 +142,8 @@ async def create(request: Request) -> Response:
         BatchRequest, await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
     )
     owner = request_owner(request)
-    allowed(request_grant(request), tiers.BATCH)  # a batch's lines wait in the batch tier
+    # a batch's lines wait in the batch tier
+    allowed(request_grant(request), tiers.BATCH)
     files = files_of(services.redis)
     record = await owned_file(files, body.input_file_id, owner)
     if record is None or record.purpose != "batch":
@@ -185,7 +191,8 @@ async def create(request: Request) -> Response:
             STALE_RUNNING_MS,
             settings.quotas.files_bytes_per_key,
             accounting.lines_charge(batch_id),
-            sum(len(row.encode()) for row in rows),  # the copy it keeps while it runs
+            # the copy it keeps while it runs
+            sum(len(row.encode()) for row in rows),
             now + WINDOW_S + CHARGE_MARGIN_S,
             len(rows),
             *rows,

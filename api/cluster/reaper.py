@@ -63,7 +63,8 @@ from contract.servers import Servers, node_infos
 log = logging.getLogger(__name__)
 
 FORGET_EVERY_S = 10.0
-PENDING_GRACE_S = 3.0  # an enqueue takes milliseconds; one pending this long lost its enqueuer
+# an enqueue takes milliseconds; one pending this long lost its enqueuer
+PENDING_GRACE_S = 3.0
 
 
 class Reaper:
@@ -77,17 +78,22 @@ class Reaper:
         settle_s: float,
     ) -> None:
         self._servers = servers
-        self._r = client = servers.queues  # where the workers' named connections are seen
+        # where the workers' named connections are seen
+        self._r = client = servers.queues
         self._store = store
         self._registry = registry
         self._router = router
         self._interval = interval_s
-        self._settle = settle_s  # after a Redis restart, let workers reconnect and beat first
+        # after a Redis restart, let workers reconnect and beat first
+        self._settle = settle_s
         self._leader = Leader(client, keys.REAPER_LOCK)
         self._task = Background("reaper", lambda: every(self._interval, self.tick, "reaper"))
-        self._forget_at = 0.0  # monotonic
-        self._run_ids: set[str] | None = None  # the servers' (nodes') run ids at the last tick
-        self._quiet_until = 0.0  # monotonic: no reaping before, after a server changed
+        # monotonic
+        self._forget_at = 0.0
+        # the servers' (nodes') run ids at the last tick
+        self._run_ids: set[str] | None = None
+        # monotonic: no reaping before, after a server changed
+        self._quiet_until = 0.0
 
     async def start(self) -> None:
         self._task.start()
@@ -98,7 +104,8 @@ class Reaper:
     async def tick(self) -> int:
         """One look around; returns how many attempts were taken from dead workers."""
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
-        settled = await self._settled()  # every process watches: a new leader knows the history
+        # every process watches: a new leader knows the history
+        settled = await self._settled()
         if not await self._leader.held(lock_ms) or not settled:
             return 0
         connected = {
@@ -125,7 +132,8 @@ class Reaper:
             for info in await node_infos(server, "server"):
                 run_ids.add(str(info.get("run_id")))
                 young = young or int(info.get("uptime_in_seconds", 0)) < self._settle
-        if run_ids != self._run_ids:  # a failover; or this process's first look, which cannot tell
+        # a failover; or this process's first look, which cannot tell
+        if run_ids != self._run_ids:
             if self._run_ids is not None:
                 log.warning("a Redis server changed (a failover): no reaping for %.0fs", self._settle)
             self._quiet_until = time.monotonic() + self._settle
@@ -190,7 +198,8 @@ class Reaper:
             if back := await self._router.fall_back(model):
                 log.info("%d routed jobs of %s were not taken in time: back in the shared queue", back, model)
             for worker in names:
-                if worker not in connected:  # its claims, and RQ's registry of its own queues
+                # its claims, and RQ's registry of its own queues
+                if worker not in connected:
                     routed = [tiers.routed_queue_name(model, p, worker) for p in tiers.ROUTED_TIERS]
                     await self._r.delete(keys.held_prefixes(worker), *map(keys.rq_queue_workers_key, routed))
                     if back := await self._router.fall_back(model, worker):

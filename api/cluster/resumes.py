@@ -26,10 +26,12 @@ from contract import keys, stats
 
 class Resumes:
     def __init__(self, client: aredis.Redis, registry: WorkerRegistry, resume_wait_s: float) -> None:
-        self._r = client  # the queues server: the registry and STATS
+        # the queues server: the registry and STATS
+        self._r = client
         self._registry = registry
         self._wait_s = resume_wait_s
-        self._steps: dict[str, tuple[int, float]] = {}  # model -> (steps, when they last moved)
+        # model -> (steps, when they last moved)
+        self._steps: dict[str, tuple[int, float]] = {}
 
     async def may_wait(self, model: str) -> bool:
         """True while the pool can still run a requeued job of `model`."""
@@ -42,7 +44,8 @@ class Resumes:
         if any(w.in_use < w.slots for w in workers):
             return True
         if any(name in connected for name in await self._registry.starting(model)):
-            return True  # a worker loading the model will have free slots
+            # a worker loading the model will have free slots
+            return True
         if not workers:
             return False
         steps = int(await self._r.hget(keys.STATS, stats.StatField.batch("steps", model)) or 0)

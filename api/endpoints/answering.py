@@ -40,11 +40,15 @@ class SSEStream:
     services: Services
     events: Events
     job_id: str
-    ticket: StreamTicket  # its place among its key's open streams, given back at the end
+    # its place among its key's open streams, given back at the end
+    ticket: StreamTicket
     timing: StreamTiming
-    cancel_on_disconnect: bool  # a client gone before the end cancels the job...
-    arrived_ms: int  # ...unless another attached after its request came (ms since the epoch)
-    settles: str = ""  # the owner whose token budget the job's end settles ("": none)
+    # a client gone before the end cancels the job...
+    cancel_on_disconnect: bool
+    # ...unless another attached after its request came (ms since the epoch)
+    arrived_ms: int
+    # the owner whose token budget the job's end settles ("": none)
+    settles: str = ""
 
     def response(self) -> StreamingResponse:
         return StreamingResponse(self._body(), media_type=sse.MEDIA_TYPE, headers=sse.HEADERS)
@@ -55,9 +59,11 @@ class SSEStream:
         end = None
         after, inclusive = events.read_from()
         services.metrics.streams_open.inc()
-        trace, first = request_trace(), ""  # first: the first entry relayed (a new job's: its Started)
+        # first: the first entry relayed (a new job's: its Started)
+        trace, first = request_trace(), ""
         trace.relayed(after)
-        told = False  # the trace has the first token's send
+        # the trace has the first token's send
+        told = False
         try:
             if opening := events.opening():
                 yield opening
@@ -81,7 +87,8 @@ class SSEStream:
                     out = events.encode(item)
                     self.timing.sent(out.contents)
                     if trace.on and not told and self.timing.ttft_s:
-                        told = True  # once: where its time went (api/http/tracing.py)
+                        # once: where its time went (api/http/tracing.py)
+                        told = True
                         trace.event("first token sent")
                     if out.data:
                         yield out.data
@@ -90,7 +97,8 @@ class SSEStream:
                 yield events.error(
                     errors.UNAVAILABLE, "The stream was interrupted: the queue is unreachable."
                 )
-            except Exception:  # a bug must not leave the client without an ending
+            # a bug must not leave the client without an ending
+            except Exception:
                 log.exception("relay of %s failed", self.job_id)
                 yield events.error(errors.INTERNAL)
             ended = True
@@ -102,7 +110,8 @@ class SSEStream:
             trace.ended(end, first if timing.fresh else "", self.arrived_ms, timing.ttft_s)
             self.ticket.release()
             services.metrics.streams_open.dec()
-            if not ended and self.cancel_on_disconnect:  # gone: stop the job after the grace
+            # gone: stop the job after the grace
+            if not ended and self.cancel_on_disconnect:
                 with anyio.CancelScope(shield=True):
                     await cancel_quietly(services, self.job_id, self.arrived_ms)
 
@@ -114,7 +123,8 @@ async def collect(
     the owner it `settles`, if any, is charged its usage); a client that goes away meanwhile
     cancels the job."""
     rows: Rows = []
-    trace = request_trace()  # the request's span (api/http/tracing.py)
+    # the request's span (api/http/tracing.py)
+    trace = request_trace()
     trace.relayed("0")
     try:
         async for item in follow(

@@ -20,8 +20,10 @@ from contract import tiers
 from contract.errors import MODEL_NOT_FOUND, STRING_TOO_LONG
 from contract.jobspec import JobSpec, Message, template_kwargs_problem
 
-MAX_TOOLS = 128  # OpenAI's limit
-Effort = Literal["none", "minimal", "low", "medium", "high"]  # OpenAI's reasoning efforts
+# OpenAI's limit
+MAX_TOOLS = 128
+# OpenAI's reasoning efforts
+Effort = Literal["none", "minimal", "low", "medium", "high"]
 
 
 def template_kwargs(effort: str | None, kwargs: dict | None, param: str) -> dict:
@@ -50,7 +52,8 @@ class SchemaFormat(Strict):
 
     description: str | None = None
     schema_: Annotated[dict | None, Field(alias="schema")] = None
-    strict: bool | None = None  # the schema is always enforced
+    # the schema is always enforced
+    strict: bool | None = None
 
 
 SchemaName = Annotated[str, Field(pattern=r"^[a-zA-Z0-9_-]{1,64}$")]
@@ -75,7 +78,8 @@ class FunctionDef(Strict):
     name: str
     description: str | None = None
     parameters: dict | None = None
-    strict: bool | None = None  # the schema is always enforced
+    # the schema is always enforced
+    strict: bool | None = None
 
 
 class Body(Strict):
@@ -100,7 +104,8 @@ class Body(Strict):
     user: str | None = None
     metadata: Annotated[dict[str, Annotated[str, Field(max_length=512)]], Field(max_length=16)] | None = None
     store: bool | None = None
-    safety_identifier: Annotated[str, Field(max_length=256)] | None = None  # OpenAI's `user`, renamed
+    # OpenAI's `user`, renamed
+    safety_identifier: Annotated[str, Field(max_length=256)] | None = None
 
     @property
     def streaming(self) -> bool:

@@ -35,17 +35,22 @@ from api.endpoints.responses.objects import ID_PREFIX, ResponseObjects
 from api.jobs.state import JobState
 
 _ALPHABET = string.ascii_letters + string.digits
-_ID_REST = re.compile(r"[A-Za-z0-9_-]{1,64}")  # also the ids of earlier releases
+# also the ids of earlier releases
+_ID_REST = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True, kw_only=True)
 class Endpoint:
-    name: str  # recorded in the job hash: a job id is only found through its own endpoint
-    path: str  # POST here creates; {path}/{id} retrieves or resumes, deletes; .../cancel cancels
+    # recorded in the job hash: a job id is only found through its own endpoint
+    name: str
+    # POST here creates; {path}/{id} retrieves or resumes, deletes; .../cancel cancels
+    path: str
     id_prefix: str
-    noun: str  # what its errors call one ("completion", "response")
+    # what its errors call one ("completion", "response")
+    noun: str
     body: type[Body]
-    objects: Any  # the class of its objects (`Objects`, with `of(job)`), built from a job's entries
+    # the class of its objects (`Objects`, with `of(job)`), built from a job's entries
+    objects: Any
     # its SSE stream from a raw resume cursor (None: its answers are never streamed)
     events: Callable[[Any, str | None], Events] | None
 
@@ -115,7 +120,8 @@ EMBEDDINGS = Endpoint(
 )
 RERANK = Endpoint(
     name="rerank",
-    path="/v1/rerank",  # and /v2/rerank, /rerank (api/endpoints/rerank/routes.py)
+    # also /v2/rerank and /rerank (api/endpoints/rerank/routes.py)
+    path="/v1/rerank",
     id_prefix=RERANK_PREFIX,
     noun="rerank",
     body=RerankRequest,

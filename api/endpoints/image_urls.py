@@ -54,7 +54,8 @@ def _public(address: str) -> bool:
 
 async def _address(host: str, port: int, param: str) -> str:
     """The one address `host` is reached at, or a 400."""
-    if _literal(host) is not None:  # an address listed as itself: the operator's own choice
+    # an address listed as itself: the operator's own choice
+    if _literal(host) is not None:
         return host
     try:
         found = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)

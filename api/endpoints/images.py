@@ -26,7 +26,8 @@ from contract.media.images import MARKER, kind
 if TYPE_CHECKING:
     from api.endpoints.body import Body
 
-IMAGE_PURPOSES = ("vision", "user_data")  # the files a request may name as an image
+# the files a request may name as an image
+IMAGE_PURPOSES = ("vision", "user_data")
 
 _DATA_URL = re.compile(
     r"data:(?P<mime>[\w.+-]+/[\w.+-]+)?(?P<params>(;[\w.+-]+=[^;,]*)*)(?P<b64>;base64)?,", re.I
@@ -40,7 +41,8 @@ class Image:
     kind: str
     width: int
     height: int
-    low: bool = False  # read at `detail: low` (contract.media.images.LOW_DETAIL_SIDE)
+    # read at `detail: low` (contract.media.images.LOW_DETAIL_SIDE)
+    low: bool = False
 
     def at(self, detail: str | None) -> Image:
         """The image as its part's `detail` asks it read: `low` shrinks it, the rest do not."""
@@ -88,13 +90,15 @@ def _jpeg(data: bytes) -> tuple[int, int] | None:
         if data[i] != 0xFF:
             return None
         marker = data[i + 1]
-        if marker == 0xFF:  # fill bytes
+        # fill bytes
+        if marker == 0xFF:
             i += 1
             continue
         if 0xC0 <= marker <= 0xCF and marker not in (0xC4, 0xC8, 0xCC):
             h, w = struct.unpack(">HH", data[i + 5 : i + 9])
             return w, h
-        if marker == 0xD8 or 0xD0 <= marker <= 0xD7:  # no length
+        # no length
+        if marker == 0xD8 or 0xD0 <= marker <= 0xD7:
             i += 2
             continue
         (length,) = struct.unpack(">H", data[i + 2 : i + 4])

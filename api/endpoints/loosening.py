@@ -12,7 +12,8 @@ _SUBSCHEMA_LISTS = ("prefixItems", "anyOf", "oneOf", "allOf")
 _SUBSCHEMA_MAPS = ("properties", "$defs", "definitions")
 _RANGES = schema.BY_TYPE["integer"]
 _ALL_TYPED = frozenset().union(*schema.BY_TYPE.values())
-_SPOKEN = schema.KNOWN | schema.ANNOTATIONS | schema.CONTAINERS  # every keyword the compiler reads
+# every keyword the compiler reads
+_SPOKEN = schema.KNOWN | schema.ANNOTATIONS | schema.CONTAINERS
 
 
 def loosened(value: object) -> object:
@@ -32,7 +33,8 @@ def _loosen(node: dict, depth: int) -> dict:
     types = [types] if isinstance(types, str) else types if isinstance(types, list) else []
     typed = set().union(*(schema.BY_TYPE[t] for t in types if t in schema.BY_TYPE)) if types else None
     if typed is not None and "number" in types:
-        typed -= _RANGES  # a number's range cannot be spelled digit by digit
+        # a number's range cannot be spelled digit by digit
+        typed -= _RANGES
     for key in list(node):
         unknown = (
             key in schema.UNENFORCEABLE or key not in schema.KNOWN | schema.ANNOTATIONS | schema.CONTAINERS

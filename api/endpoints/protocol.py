@@ -24,8 +24,10 @@ class Answer:
 
 @dataclass(frozen=True)
 class Encoded:
-    data: bytes  # one write (may be empty: nothing the client lacks)
-    contents: int  # content events in it
+    # one write (may be empty: nothing the client lacks)
+    data: bytes
+    # content events in it
+    contents: int
 
 
 class Events(Protocol):

@@ -112,7 +112,8 @@ class JobRequest:
     body: Body
     owner: str
     idempotency: Idempotency | None
-    size: int  # the body's bytes, counted against the key's byte budget
+    # the body's bytes, counted against the key's byte budget
+    size: int
 
     @property
     def anthropic(self) -> bool:
@@ -163,10 +164,12 @@ class EndpointRoutes:
             made = await self._job_for(ask)
             job = made.job
             logs.set_job(job.id)
-            attached_ms = arrived_ms  # when this client attached to the job
+            # when this client attached to the job
+            attached_ms = arrived_ms
             if made.retried:
                 log.info("a retry (Idempotency-Key) of %s", job.id)
-                if not job.detached:  # the first request's disconnect cancels nothing
+                # the first request's disconnect cancels nothing
+                if not job.detached:
                     attached_ms = await services.jobs.keep(job.id)
             objects = await self.objects_of(services, job)
             if ticket is None:
@@ -179,8 +182,10 @@ class EndpointRoutes:
                     await self.answered(services, job.id, ask, response, attached_ms)
             else:
                 timing = StreamTiming(services.metrics, job.model, arrived)
-                assert self.endpoint.events is not None  # a body that streams has a stream
-                events = self.endpoint.events(objects, None)  # a retry gets the whole stream from the start
+                # a body that streams has a stream
+                assert self.endpoint.events is not None
+                # a retry gets the whole stream from the start
+                events = self.endpoint.events(objects, None)
                 response = _sse(services, events, job, ticket, timing, arrived_ms, settles(job, ask.budgets))
             response.headers.update(made.headers(ask) | self.headers(body))
             return response
@@ -228,12 +233,14 @@ class EndpointRoutes:
                 if spec.images:
                     scope, ttl = cache_scope(ask.owner, body.cache_salt), services.settings.recovery.job_ttl_s
                     await images.store(services.redis, body, scope, limits.vision, ttl)
-                if trace.on:  # the attempts' spans join the request's trace (contract/tracing/)
+                # the attempts' spans join the request's trace (contract/tracing/)
+                if trace.on:
                     spec = replace(spec, trace_context=trace.carried())
                 quota = self._quota(ask, spec, limits)
                 submitted = await self._submit(ask, spec, quota)
                 trace.event("enqueued")
-            finally:  # the enqueue takes the place; anything else gives it back
+            # the enqueue takes the place; anything else gives it back
+            finally:
                 await services.admission.release(body.pool, job_id)
         except OwnerLimit as exc:
             raise services.admission.jobs(exc.unfinished) from None
@@ -299,7 +306,8 @@ class EndpointRoutes:
         if _streaming(request):
             raw = request.headers.get("last-event-id") or request.query_params.get("starting_after")
             try:
-                assert self.endpoint.events is not None  # its routes are only those of streams
+                # its routes are only those of streams
+                assert self.endpoint.events is not None
                 events = self.endpoint.events(objects, raw)
                 if raw and job.ended:
                     events.check_within(await services.jobs.whole(job.id))
@@ -309,7 +317,8 @@ class EndpointRoutes:
             try:
                 services.metrics.resumed.inc()
                 if not job.detached:
-                    await services.jobs.keep(job.id)  # the client is back: no disconnect cancel
+                    # the client is back: no disconnect cancel
+                    await services.jobs.keep(job.id)
                 timing = StreamTiming(services.metrics, job.model, arrived=None)
                 return _sse(services, events, job, ticket, timing, arrived_ms, settled_by)
             except BaseException:
@@ -353,7 +362,8 @@ class EndpointRoutes:
         caller's key; otherwise 404 (never 403: ids cannot be probed)."""
         services: Services = request.state.services
         job = await self.job_named(services, request.path_params["completion_id"], request_owner(request))
-        await self._joined(services, request, job)  # its span in the job's trace
+        # its span in the job's trace
+        await self._joined(services, request, job)
         return services, job
 
     async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:
@@ -361,7 +371,8 @@ class EndpointRoutes:
         (never 403: ids cannot be probed) naming `param`."""
         noun = self.endpoint.noun
         param = param or f"{noun}_id"
-        if not self.endpoint.owns(job_id):  # never echoed nor logged: it is the client's own text
+        # never echoed nor logged: it is the client's own text
+        if not self.endpoint.owns(job_id):
             raise APIError(errors.NOT_FOUND, f"No {noun} found with that id.", param=param)
         logs.set_job(job_id)
         job = await services.jobs.state(job_id)

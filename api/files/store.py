@@ -21,7 +21,8 @@ from contract.entries import as_text
 from contract.lua import accounting
 
 _ALPHABET = string.ascii_letters + string.digits
-PURPOSES = ("batch", "batch_output", "vision", "user_data")  # batch_output: written by a batch only
+# batch_output: written by a batch only
+PURPOSES = ("batch", "batch_output", "vision", "user_data")
 
 
 def new_id(prefix: str) -> str:
@@ -62,7 +63,8 @@ class FileQuota(Exception):
 
     def __init__(self, what: str) -> None:
         super().__init__(what)
-        self.what = what  # "bytes" or "files"
+        # "bytes" or "files"
+        self.what = what
 
 
 @dataclass(frozen=True)
@@ -73,7 +75,8 @@ class FileLimits:
     files: int = 0
 
 
-UNLIMITED = FileLimits()  # an output file: the work is done, so it is stored and charged anyway
+# an output file: the work is done, so it is stored and charged anyway
+UNLIMITED = FileLimits()
 
 
 class FileStore(Protocol):
@@ -88,7 +91,8 @@ class FileStore(Protocol):
 
 
 _FIELDS = ["owner", "filename", "purpose", "bytes", "created_at", "expires_at"]
-PIECE = 1 << 20  # a file's content is read back a MiB at a time
+# a file's content is read back a MiB at a time
+PIECE = 1 << 20
 
 
 class RedisFiles:
@@ -142,7 +146,8 @@ class RedisFiles:
         if await self._r.exists(keys.file_content(file_id)):
             for start in range(0, size, PIECE):
                 yield await self._r.getrange(keys.file_content(file_id), start, start + PIECE - 1)
-        else:  # stored before the content had a key of its own
+        # stored before the content had a key of its own
+        else:
             yield await self._r.hget(keys.file(file_id), "content") or b""
 
     async def delete(self, file_id: str) -> None:

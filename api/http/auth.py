@@ -28,7 +28,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from starlette._utils import get_route_path  # the router's own path matching
+# the router's own path matching
+from starlette._utils import get_route_path
 from starlette.requests import Request
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -45,7 +46,8 @@ def digest(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-OTHER = "other"  # the `key` label of the keys past METRICS_KEYS, summed
+# the `key` label of the keys past METRICS_KEYS, summed
+OTHER = "other"
 
 
 def key_id(owner: str) -> str:
@@ -73,9 +75,11 @@ class Grant:
         return self.role == OPERATOR
 
 
-BUDGETS = ("requests_per_minute", "bytes_per_minute", "tokens_per_minute")  # a key line's own budgets
+# a key line's own budgets
+BUDGETS = ("requests_per_minute", "bytes_per_minute", "tokens_per_minute")
 
-PRIVATE = Grant(role=OPERATOR)  # a server without keys: whoever may reach it runs it
+# a server without keys: whoever may reach it runs it
+PRIVATE = Grant(role=OPERATOR)
 
 
 def request_owner(request: Request) -> str:
@@ -170,7 +174,8 @@ class KeyRing:
         self._file: dict[str, Grant] = {}
         self._stamp: tuple[int, int] | None = None
         self._checked = 0.0
-        self._rank: dict[str, int] = {}  # owner id -> its place in the configuration
+        # owner id -> its place in the configuration
+        self._rank: dict[str, int] = {}
         self._reload()
         self._index()
 
@@ -187,7 +192,8 @@ class KeyRing:
             if stamp == self._stamp:
                 return
             keys = parse_keys(_lines(self._path.read_bytes()), "API_KEYS_FILE")
-        except (OSError, ValueError) as exc:  # unreadable: keep the last set, never lock everyone out
+        # unreadable: keep the last set, never lock everyone out
+        except (OSError, ValueError) as exc:
             log.error("could not read API_KEYS_FILE (%s); keeping %d keys", exc, len(self._file))
             return
         self._file, self._stamp = keys, stamp
@@ -229,7 +235,8 @@ class KeyRing:
         found = None
         for accepted, grant in (self._fixed | self._file).items():
             if hmac.compare_digest(given, accepted):
-                found = grant  # no early exit: every digest is compared
+                # no early exit: every digest is compared
+                found = grant
         return (given[:32], found) if found is not None else None
 
 
@@ -259,7 +266,8 @@ class APIKeyMiddleware:
         headers = dict(scope["headers"])
         header = headers.get(b"authorization", b"").decode("latin-1")
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" and b"x-api-key" in headers:  # Anthropic's SDKs send theirs so
+        # Anthropic's SDKs send theirs so
+        if scheme.lower() != "bearer" and b"x-api-key" in headers:
             header = token = headers[b"x-api-key"].decode("latin-1")
             scheme = "bearer"
         found = self.keys.grant(token.strip()) if scheme.lower() == "bearer" else None

@@ -3,14 +3,17 @@ on the Messages API's paths (`anthropic`), so each endpoint's SDK reads its own 
 
 from __future__ import annotations
 
-from starlette._utils import get_route_path  # the router's own path matching
+# the router's own path matching
+from starlette._utils import get_route_path
 from starlette.responses import JSONResponse
 from starlette.types import Scope
 
 from contract.errors import INVALID_VALUE, QUEUE_FULL, ErrorCode
 
-MESSAGES_PATH = "/v1/messages"  # Anthropic's endpoint: its errors are Anthropic's
-OVERLOADED = 529  # Anthropic's status for a server too busy to take the request
+# Anthropic's endpoint: its errors are Anthropic's
+MESSAGES_PATH = "/v1/messages"
+# Anthropic's status for a server too busy to take the request
+OVERLOADED = 529
 
 # Anthropic's error types by the catalogue's statuses; any other 4xx is an invalid request.
 _ANTHROPIC_TYPES = {

@@ -59,7 +59,8 @@ class KeylessGuard:
 
     def _cross_site(self, headers: dict[str, str], host: str) -> bool:
         origin = headers.get("origin")
-        if origin is not None:  # browsers send it with every POST and DELETE
+        # browsers send it with every POST and DELETE
+        if origin is not None:
             if origin.lower() in self.origins:
                 return False
             parts = urlsplit(origin)

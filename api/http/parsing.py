@@ -53,9 +53,11 @@ def parse(body_type: type[B], body: bytes) -> B:
     """Raw body -> request model, or an APIError saying precisely what is wrong."""
     try:
         data = json.loads(body)
-    except ValueError as exc:  # not UTF-8, not JSON, or an integer of over 4,300 digits
+    # not UTF-8, not JSON, or an integer of over 4,300 digits
+    except ValueError as exc:
         raise invalid(f"We could not parse the JSON body of your request: {exc}", error=BAD_REQUEST) from None
-    except RecursionError:  # nested deeper than the parser's recursion: no request is
+    # nested deeper than the parser's recursion: no request is
+    except RecursionError:
         raise invalid("The JSON body of your request is nested too deeply.", error=BAD_REQUEST) from None
     if not isinstance(data, dict):
         raise invalid("The request body must be a JSON object.", error=BAD_REQUEST)
@@ -73,16 +75,19 @@ def _explain(exc: ValidationError, data: dict) -> APIError:
     found = [(e, _located(e["loc"], data)) for e in exc.errors()]
     err, loc = max(found, key=lambda pair: len(pair[1]))
     if len(loc) > 2 and loc[0] == "messages" and loc[1].isdigit() and loc[2] in _ROLES:
-        del loc[2]  # the role that chose the message's model
+        # the role that chose the message's model
+        del loc[2]
     msg = err["msg"].removeprefix("Value error, ")
     ctx = err.get("ctx") or {}
-    if err["type"] == "union_tag_invalid" and "role" not in str(ctx.get("discriminator")):  # a block's type
+    # a block's type
+    if err["type"] == "union_tag_invalid" and "role" not in str(ctx.get("discriminator")):
         param = _param([*loc, "type"])
         return invalid(
             f"Invalid '{param}': {str(ctx.get('tag'))[:64]!r} is not one of {ctx.get('expected_tags')}.",
             param=param,
         )
-    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):  # the role
+    # the role
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
         loc.append("role")
         if err["type"] == "union_tag_not_found":
             err = {**err, "type": "missing"}
@@ -111,7 +116,8 @@ def _located(raw: tuple, data: object) -> list[str]:
     node, tag_used = data, False
     parts = [str(p) for p in raw if not _is_type_tag(str(p))]
     for at, part in enumerate(parts):
-        last = at == len(parts) - 1  # a tag is followed by the field it found at fault
+        # a tag is followed by the field it found at fault
+        last = at == len(parts) - 1
         if isinstance(node, dict) and part not in node and not (tag_used or last) and part in _tags(node):
             tag_used = True
             continue
@@ -131,7 +137,8 @@ def _tags(node: dict) -> tuple:
     return (node.get("type", "message"), node.get("role"))
 
 
-_ROLES = ("system", "developer", "user", "assistant", "tool")  # chat's message models, by role
+# chat's message models, by role
+_ROLES = ("system", "developer", "user", "assistant", "tool")
 
 
 def _param(loc: list[str]) -> str:

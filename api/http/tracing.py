@@ -21,7 +21,8 @@ from contract.entries import Entry, Failed, Finished
 from contract.tracing import otel, propagation
 
 SCOPE_KEY = "tokenspool.trace"
-OPERATIONS = {"chat": "chat", "text": "text_completion", "embeddings": "embeddings"}  # else chat
+# else chat
+OPERATIONS = {"chat": "chat", "text": "text_completion", "embeddings": "embeddings"}
 
 
 class RequestTrace:
@@ -33,7 +34,8 @@ class RequestTrace:
         self._tracer, self._method = tracer, method
         self._parent = headers.get("traceparent", "")
         self._state = headers.get("tracestate", "")
-        self._arrived_ns = time.time_ns()  # the span starts with the request, before its body is read
+        # the span starts with the request, before its body is read
+        self._arrived_ns = time.time_ns()
         self.span: Any = None
 
     def open(
@@ -189,7 +191,8 @@ class TraceMiddleware:
                 trace.span.end()
 
 
-_tracer: Any = None  # the process's, once `middleware` made it (tracing on)
+# the process's, once `middleware` made it (tracing on)
+_tracer: Any = None
 
 
 def middleware() -> list[tuple[type, dict]]:

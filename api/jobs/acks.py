@@ -52,9 +52,12 @@ from contract.servers import Servers, is_sentinel
 
 log = logging.getLogger(__name__)
 
-CONFIRM_FOR_S = 5.0  # how long a new job is recorded again until a replica has it
-REFRESH_S = 2.0  # how often the replica count is read again
-REMEMBER_S = 15.0  # a replica seen this recently is waited for, even while none is connected
+# how long a new job is recorded again until a replica has it
+CONFIRM_FOR_S = 5.0
+# how often the replica count is read again
+REFRESH_S = 2.0
+# a replica seen this recently is waited for, even while none is connected
+REMEMBER_S = 15.0
 
 
 class Confirms(Protocol):
@@ -74,7 +77,8 @@ class LastReplica:
 @dataclass
 class _Waiter:
     future: asyncio.Future[bool]
-    key: str | None  # a key that must be there
+    # a key that must be there
+    key: str | None
 
 
 class ReplicaAcks:
@@ -86,11 +90,14 @@ class ReplicaAcks:
         seen: LastReplica | None = None,
     ) -> None:
         self._client = client
-        self._timeout_s = timeout_s  # 0: never wait
-        self._mark = mark  # the key incremented before a WAIT
+        # 0: never wait
+        self._timeout_s = timeout_s
+        # the key incremented before a WAIT
+        self._mark = mark
         self._sentinel = is_sentinel(client)
         self._replicas = 0
-        self._read_at: float | None = None  # monotonic; None: never read
+        # monotonic; None: never read
+        self._read_at: float | None = None
         self._seen = seen or LastReplica()
         self._waiting: list[_Waiter] = []
         self._round: asyncio.Task[None] | None = None
@@ -116,11 +123,13 @@ class ReplicaAcks:
         try:
             info = await self._client.info("replication")
         except RedisError as exc:
-            log.debug("could not read the replica count: %s", exc)  # a round would fail too, and say so
+            # a round would fail too, and say so
+            log.debug("could not read the replica count: %s", exc)
             return
         primary = info.get("role") == "master"
         self._replicas = int(info.get("connected_slaves", 0)) if primary else 0
-        had = primary and int(info.get("repl_backlog_active", 0)) == 1  # when it left, unknown
+        # when it left, unknown
+        had = primary and int(info.get("repl_backlog_active", 0)) == 1
         if self._replicas or (first and had):
             self._seen.at = now
 
@@ -139,7 +148,8 @@ class ReplicaAcks:
                 log.warning("could not confirm new jobs: %s", exc)
                 verdicts = [False] * len(batch)
             if not all(verdicts):
-                await self.look()  # read the replica count again before the next round
+                # read the replica count again before the next round
+                await self.look()
             for waiter, ok in zip(batch, verdicts, strict=True):
                 if not waiter.future.done():
                     waiter.future.set_result(ok)
@@ -150,17 +160,20 @@ class ReplicaAcks:
         connection = await pool.get_connection()
         address = (connection.host, connection.port)
         pipe = self._client.pipeline(transaction=False)
-        pipe.connection = connection  # released by the pipeline when it is done
+        # released by the pipeline when it is done
+        pipe.connection = connection
         wanted = [w.key for w in batch if w.key is not None]
         for key in wanted:
             pipe.exists(key)
-        replicas = max(self._replicas, 1)  # a failover may promote any of them
+        # a failover may promote any of them
+        replicas = max(self._replicas, 1)
         if expected:
             pipe.incr(self._mark)
             pipe.execute_command("WAIT", replicas, int(self._timeout_s * 1000))
         results = await pipe.execute()
         acked = not expected or int(results[-1]) >= replicas
-        if self._sentinel:  # the sentinels may have replaced the server that answered
+        # the sentinels may have replaced the server that answered
+        if self._sentinel:
             acked = acked and await pool.get_master_address() == address  # type: ignore[attr-defined]
         there = iter(results[: len(wanted)])
         return [acked and (w.key is None or bool(next(there))) for w in batch]
@@ -222,8 +235,10 @@ class ReplicaWatch:
 class RedoSteps:
     """What confirming a new job may do again on the primary there is now."""
 
-    record: Callable[[], Awaitable[bool]]  # RECORD the job (False: it is there already)
-    entry_lost: Callable[[], Awaitable[bool]]  # queued, but the queues server has no RQ record
+    # RECORD the job (False: it is there already)
+    record: Callable[[], Awaitable[bool]]
+    # queued, but the queues server has no RQ record
+    entry_lost: Callable[[], Awaitable[bool]]
     enqueue: Callable[[], Awaitable[None]]
 
 
@@ -245,7 +260,8 @@ async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: RedoSteps
             return
         # before the wait may run out: the job is written again where the primary is now, if
         # it lacks it (a round that outlasted the wait may have found it lost)
-        with contextlib.suppress(RedisError):  # Redis still away: wait and try again
+        # Redis still away: wait and try again
+        with contextlib.suppress(RedisError):
             if not held and await again.record():
                 log.warning("job %s was lost in a failover: recorded and queued again", job_id)
                 await again.enqueue()

@@ -24,7 +24,8 @@ from contract.entries import as_text
 from contract.lua import accounting, queues
 from contract.prefixes import UNKNOWN, PromptOverhead
 
-RESERVATION_S = 10.0  # a place held for a request lasts this long unless its enqueue takes it
+# a place held for a request lasts this long unless its enqueue takes it
+RESERVATION_S = 10.0
 
 
 class OpenStreams:
@@ -68,9 +69,12 @@ class StreamTicket:
 class ModelLimits:
     """What a model's workers announced that bounds a job's tokens."""
 
-    context: int  # the largest context per job (0: none announced): no job uses more tokens
-    overhead: PromptOverhead  # the most a worker's chat template adds to a prompt
-    vision: int = 0  # the most tokens an image becomes on a worker (0: none of them reads images)
+    # the largest context per job (0: none announced): no job uses more tokens
+    context: int
+    # the most a worker's chat template adds to a prompt
+    overhead: PromptOverhead
+    # the most tokens an image becomes on a worker (0: none of them reads images)
+    vision: int = 0
 
     @classmethod
     def of(cls, contexts: list, overheads: list, visions: tuple | list = ()) -> ModelLimits:
@@ -161,7 +165,8 @@ class Admission:
         it is stored (the worker still counts its tokens exactly)."""
         chars, param = prompt
         if not contexts:
-            return  # no worker ever announced one: MAX_PROMPT_CHARS alone applies
+            # no worker ever announced one: MAX_PROMPT_CHARS alone applies
+            return
         limit = self._intake.prompt_chars_per_token * min(contexts)
         if chars > limit:
             raise invalid(
@@ -208,7 +213,8 @@ class Admission:
             keys=[keys.requests_per_minute(owner, minute), keys.bytes_per_minute(owner, minute)],
             args=[budgets.requests_per_minute, budgets.bytes_per_minute, size],
         )
-        if verdict[0] == b"rate":  # over the requests: all of them are counted; over the bytes: not known
+        # over the requests: all of them are counted; over the bytes: not known
+        if verdict[0] == b"rate":
             what = as_text(verdict[1])
             raise self.rate(what, grant, requests=budgets.requests_per_minute if what == "requests" else None)
 

@@ -59,6 +59,7 @@ class MemoryWatch:
                 await self.read()
             except (RedisError, OSError) as exc:
                 log.debug("could not read Redis memory: %s", exc)
-            except Exception:  # never end the watch silently
+            # never end the watch silently
+            except Exception:
                 log.exception("memory watch failed")
             await asyncio.sleep(self._every)

@@ -42,8 +42,10 @@ def this_minute() -> int:
 class Idempotency:
     """A request's Idempotency-Key, as one owner's key of one request."""
 
-    key: str  # contract.keys.idempotency(owner, sha256 of the header)
-    digest: str  # the request's own digest: a retry must carry the same request
+    # contract.keys.idempotency(owner, sha256 of the header)
+    key: str
+    # the request's own digest: a retry must carry the same request
+    digest: str
 
     def holding(self, job_id: str) -> str:
         """What the key holds once it names the job `job_id`."""
@@ -67,8 +69,10 @@ class OwnerRate(Exception):
 
     def __init__(self, what: str, requests: int = 0, tokens: int = 0) -> None:
         super().__init__(what)
-        self.what = what  # "requests", "bytes" or "tokens"
-        self.requests, self.tokens = requests, tokens  # counted this minute
+        # "requests", "bytes" or "tokens"
+        self.what = what
+        # counted this minute
+        self.requests, self.tokens = requests, tokens
 
 
 @dataclass(frozen=True)
@@ -76,10 +80,14 @@ class Quota:
     """An owner's limits, checked and counted in one step (0: no limit)."""
 
     unfinished_jobs: int = 0
-    budgets: Budgets = field(default_factory=Budgets)  # per minute: requests, bytes, tokens
-    request_bytes: int = 0  # what this request counts against the byte budget
-    tokens: int = 0  # what this job reserves: its prompt's bound and its max_tokens
-    prompt_tokens: int = 0  # the prompt's bound among them (api/jobs/reservation.py)
+    # per minute: requests, bytes, tokens
+    budgets: Budgets = field(default_factory=Budgets)
+    # what this request counts against the byte budget
+    request_bytes: int = 0
+    # what this job reserves: its prompt's bound and its max_tokens
+    tokens: int = 0
+    # the prompt's bound among them (api/jobs/reservation.py)
+    prompt_tokens: int = 0
 
     @property
     def limited(self) -> bool:
@@ -100,9 +108,11 @@ class Owners:
         self, queues: aredis.Redis, streams: aredis.Redis, job_ttl_s: int, cached_token_weight: float = 1.0
     ) -> None:
         self._q = queues
-        self._streams = streams  # read only: which of an owner's jobs have ended
+        # read only: which of an owner's jobs have ended
+        self._streams = streams
         self._job_ttl_s = job_ttl_s
-        self._cached_weight = cached_token_weight  # CACHED_TOKEN_WEIGHT
+        # CACHED_TOKEN_WEIGHT
+        self._cached_weight = cached_token_weight
         self._admit = queues.register_script(accounting.ADMIT)
         self._settle = queues.register_script(accounting.SETTLE)
 
@@ -191,7 +201,8 @@ class Owners:
         for i, job_id in enumerate(ids):
             exists, last = rows[2 * i], rows[2 * i + 1]
             end = decode(last[0][1]) if last else None
-            if not exists or isinstance(end, Finished | Failed):  # else still running
+            # else still running
+            if not exists or isinstance(end, Finished | Failed):
                 ended.append((job_id, end if isinstance(end, Finished | Failed) else None))
         return sum(charged >= 0 for charged in await self._settle_all(owner, ended)) if ended else 0
 

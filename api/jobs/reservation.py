@@ -18,7 +18,8 @@ from collections.abc import Sequence
 from contract.jobspec import JobSpec
 from contract.prefixes import PromptOverhead
 
-INDENT = 4  # the widest indent a template's `tojson` is given (Llama 3's, Hermes')
+# the widest indent a template's `tojson` is given (Llama 3's, Hermes')
+INDENT = 4
 EMBED_SPECIALS = 4
 """What a string embedding input may be besides a token a byte: a leading space (SentencePiece's),
 BOS, EOS or SEP, and a space before them."""
@@ -43,12 +44,14 @@ def as_json(value: object, depth: int = 0) -> int:
     """The longest `value` can be as a template renders it in JSON, escaped and indented."""
     if isinstance(value, str):
         return 2 + sum(_char(c) for c in value)
-    line = 3 + INDENT * (depth + 1)  # a comma, a newline and the indent before each member
+    # a comma, a newline and the indent before each member
+    line = 3 + INDENT * (depth + 1)
     if isinstance(value, dict):
         return 2 + sum(as_json(str(k)) + 2 + as_json(v, depth + 1) + line for k, v in value.items())
     if isinstance(value, list | tuple):
         return 2 + sum(as_json(v, depth + 1) + line for v in value)
-    return len(str(value)) + 4  # a number, true, false, null
+    # a number, true, false, null
+    return len(str(value)) + 4
 
 
 def embedding_inputs(inputs: Sequence[str | Sequence[int]]) -> int:
@@ -61,7 +64,8 @@ def embedding_inputs(inputs: Sequence[str | Sequence[int]]) -> int:
 def prompt_tokens(spec: JobSpec, overhead: PromptOverhead) -> int:
     """The most tokens the job's prompt can be, on a worker that announced `overhead`."""
     if spec.kind == "text":
-        return plain(spec.prompt) + 1  # a BOS; the raw prompt's special tokens are shorter as tokens
+        # a BOS; the raw prompt's special tokens are shorter as tokens
+        return plain(spec.prompt) + 1
     if spec.kind == "embed":
         return embedding_inputs(spec.inputs)
     parts = len(spec.messages) + len(spec.tools) + len(spec.template_kwargs)

@@ -55,17 +55,20 @@ class Assignment:
     worker must take it (else it falls back to the shared queue)."""
 
     worker: str
-    matched_chars: int  # of the prompt, in the prefixes the worker holds
+    # of the prompt, in the prefixes the worker holds
+    matched_chars: int
     deadline_ms: int
 
 
 @dataclass(frozen=True)
 class Candidate:
     name: str
-    matched: int  # characters of prompt its deepest held prefix covers
+    # characters of prompt its deepest held prefix covers
+    matched: int
     slots: int
     in_use: int
-    routed: int  # jobs routed to it, not yet taken
+    # jobs routed to it, not yet taken
+    routed: int
 
     @property
     def load(self) -> int:
@@ -75,7 +78,8 @@ class Candidate:
 def choose(candidates: list[Candidate], settings: Routing) -> Candidate | None:
     """The worker to route to, or None for the shared queue (the policy above)."""
     if len(candidates) < 2:
-        return None  # one worker: the shared queue is its own
+        # one worker: the shared queue is its own
+        return None
     loads = [c.load for c in candidates]
     if max(loads) - min(loads) > settings.balance_abs and max(loads) > settings.balance_rel * min(loads):
         return None
@@ -83,7 +87,8 @@ def choose(candidates: list[Candidate], settings: Routing) -> Candidate | None:
     if best.matched < settings.min_chars:
         return None
     if best.load >= best.slots and any(c.load < c.slots for c in candidates):
-        return None  # not behind a full worker while another has a free slot
+        # not behind a full worker while another has a free slot
+        return None
     return best
 
 
@@ -107,7 +112,8 @@ class Router:
         enqueueing writes both (contract/queueing.py). A server that refuses the commands (an
         ACL from before routing) sends every job to the shared queue, with a warning."""
         route = await self._chosen(spec, owner)
-        tracing.current().note(routed=route is not None)  # the request's span says so
+        # the request's span says so
+        tracing.current().note(routed=route is not None)
         return route
 
     async def _chosen(self, spec: JobSpec, owner: str) -> Assignment | None:

@@ -25,9 +25,12 @@ class JobState:
     start_by_ms: int | None = None
     include_usage: bool = False
     detached: bool = False
-    echo: str = ""  # JobField.ECHO (the Responses endpoint's)
-    reasoning_field: str = "reasoning_content"  # JobField.REASONING (the chat endpoint's)
-    kept_at: int = 0  # JobField.KEPT_AT: when a client last attached again (ms; 0: none has)
+    # JobField.ECHO (the Responses endpoint's)
+    echo: str = ""
+    # JobField.REASONING (the chat endpoint's)
+    reasoning_field: str = "reasoning_content"
+    # JobField.KEPT_AT: when a client last attached again (ms; 0: none has)
+    kept_at: int = 0
 
     @property
     def ended(self) -> bool:
@@ -41,8 +44,10 @@ class RunningAttempt:
     job_id: str
     epoch: int
     worker: str
-    beating: bool  # its heartbeat key is alive
-    suspect: bool  # the job was in a batch whose worker died (contract.lua.jobs.ABANDON)
+    # its heartbeat key is alive
+    beating: bool
+    # the job was in a batch whose worker died (contract.lua.jobs.ABANDON)
+    suspect: bool
 
 
 @dataclass(frozen=True)
@@ -50,14 +55,17 @@ class Sweep:
     """What the reaper looks at each tick, read in one go: a sweep of every shard."""
 
     running: list[RunningAttempt]
-    pending: list[str]  # jobs pending past the grace period (their enqueuer may have died)
+    # jobs pending past the grace period (their enqueuer may have died)
+    pending: list[str]
 
 
 @dataclass(frozen=True)
 class Submitted:
     job: JobState
-    new: bool  # False: an earlier request with the same Idempotency-Key made the job
-    spent: MinuteUsage | None = None  # a new job's owner's counts this minute, once it was counted
+    # False: an earlier request with the same Idempotency-Key made the job
+    new: bool
+    # a new job's owner's counts this minute, once it was counted
+    spent: MinuteUsage | None = None
 
 
 STATE_FIELDS = [

@@ -61,7 +61,8 @@ class JobStore:
         public_prompts: frozenset[str] = frozenset(),
     ) -> None:
         self._q = servers.queues
-        self._r = servers.streams  # the job's own keys
+        # the job's own keys
+        self._r = servers.streams
         self._rq = rq_servers  # RQ is synchronous: enqueueing runs in a worker thread
         self.queue_wait_s = queue_wait_s
         self.deadline_s = deadline_s

@@ -21,14 +21,18 @@ class WorkerLoad:
     slots: int
     in_use: int = 0
     step_ms: float = 0.0
-    prompt_tokens: int = 0  # since it started
-    cached_tokens: int = 0  # of them, held by a slot's cache already (or restored from host memory)
-    host_bytes: int = 0  # the KV states its host tier keeps now (worker/engine/cache/)
+    # since it started
+    prompt_tokens: int = 0
+    # of them, held by a slot's cache already (or restored from host memory)
+    cached_tokens: int = 0
+    # the KV states its host tier keeps now (worker/engine/cache/)
+    host_bytes: int = 0
 
     @classmethod
     def parse(cls, name: str, slots: int, load: str) -> WorkerLoad:
         parts = load.split()
-        if len(parts) not in (4, 5):  # a worker of before the host tier says four
+        # a worker of before the host tier says four
+        if len(parts) not in (4, 5):
             return cls(name, slots)
         host = int(parts[4]) if len(parts) == 5 else 0
         return cls(name, slots, int(parts[0]), float(parts[1]), int(parts[2]), int(parts[3]), host)

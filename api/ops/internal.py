@@ -49,7 +49,8 @@ class _WithServices:
 class _Server(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
-        yield  # the public server owns the process's signals; this one stops with it
+        # the public server owns the process's signals; this one stops with it
+        yield
 
 
 class InternalServer:
@@ -71,7 +72,8 @@ class InternalServer:
         while not self._server.started and not self._task.done():
             await asyncio.sleep(0.01)
         if self._task.done():
-            self._task.result()  # could not bind: say why, at start
+            # could not bind: say why, at start
+            self._task.result()
         log.info("metrics and scaling on %s:%d", self._server.config.host, self._server.config.port)
 
     async def stop(self) -> None:

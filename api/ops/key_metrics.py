@@ -21,7 +21,8 @@ from contract import keys
 if TYPE_CHECKING:
     from api.services import Services
 
-BUDGETS = {  # the budget label -> its counter's key
+# the budget label -> its counter's key
+BUDGETS = {
     "requests": keys.requests_per_minute,
     "bytes": keys.bytes_per_minute,
     "tokens": keys.tokens_per_minute,

@@ -65,7 +65,8 @@ async def scaling(request: Request) -> JSONResponse:
     kind = request.query_params.get("kind", "chat")
     if kind not in POOLS:
         raise invalid("Invalid 'kind': one of chat, embeddings and rerank.", param="kind")
-    name = POOLS[kind](name)  # the model's pool of that kind
+    # the model's pool of that kind
+    name = POOLS[kind](name)
     served = await services.admission.models([name])
     stats = services.stats
     depths = (await stats.queue_depths([name]))[name]

@@ -61,7 +61,8 @@ def render(page: Page) -> str:
 
 
 def _page(page: Page) -> Callable[[Request], Awaitable[Response]]:
-    html = render(page)  # once, when the routes are made
+    # once, when the routes are made
+    html = render(page)
 
     async def serve(request: Request) -> Response:
         return HTMLResponse(html, headers=HEADERS)

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 OPENING = "0-0"
 USAGE_SUFFIX = "/usage"
 _PATTERN = re.compile(r"(\d{1,20})-(\d{1,20})(/usage)?")
-_MAX_PART = 2**64 - 1  # a stream id is two unsigned 64-bit integers; Redis refuses more
+# a stream id is two unsigned 64-bit integers; Redis refuses more
+_MAX_PART = 2**64 - 1
 
 
 _MAX_NUMBER = 10**9
@@ -53,8 +54,10 @@ def numbered(raw: str | None) -> int:
 
 @dataclass(frozen=True)
 class Cursor:
-    entry_id: str  # the stream entry the client's last event came from ("0-0": the opening)
-    usage_sent: bool = False  # for a Finished entry: the usage chunk was sent too
+    # the stream entry the client's last event came from ("0-0": the opening)
+    entry_id: str
+    # for a Finished entry: the usage chunk was sent too
+    usage_sent: bool = False
 
     @classmethod
     def parse(cls, value: str) -> Cursor:

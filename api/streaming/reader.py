@@ -52,7 +52,8 @@ def stream_id(value: str) -> tuple[int, int]:
 class WakeReason(Enum):
     """Why a wait ended without entries handed over."""
 
-    READY = "ready"  # the stream may hold entries after the cursor: read them yourself
+    # the stream may hold entries after the cursor: read them yourself
+    READY = "ready"
     TIMED_OUT = "timed out"
 
 
@@ -68,9 +69,11 @@ Wake = Delivery | WakeReason
 
 @dataclass
 class _Watched:
-    seen: str  # the newest entry id the reader has seen (or the first watcher's cursor)
+    # the newest entry id the reader has seen (or the first watcher's cursor)
+    seen: str
     watchers: int = 0
-    error: Exception | None = None  # Redis refused to read this stream: its watchers get it
+    # Redis refused to read this stream: its watchers get it
+    error: Exception | None = None
     # waiting clients: their future -> their cursor; the reader resolves it with what it
     # read for them, or None (read yourself)
     waiters: dict[asyncio.Future[Rows | None], str] = field(default_factory=dict)
@@ -81,14 +84,16 @@ class StreamReader:
 
     def __init__(self, url: str, client: aredis.Redis, block_ms: int = 1000) -> None:
         self._url = url
-        self._client = client  # the shared pool (on a cluster: the cluster client), for control writes
+        # the shared pool (on a cluster: the cluster client), for control writes
+        self._client = client
         self._block_ms = block_ms
         self._process = uuid.uuid4().hex
         self._sharded = cluster_url(url) is not None
         self._readers: dict[int, _GroupReader] = {}
         self._started = False
         self._topology = asyncio.Lock()
-        self._mapped_at = 0.0  # monotonic: when the slot map was last read again
+        # monotonic: when the slot map was last read again
+        self._mapped_at = 0.0
 
     async def start(self) -> None:
         self._started = True
@@ -158,7 +163,8 @@ class _GroupReader:
         connect: Callable[[str], Awaitable[aredis.Redis]],
         lost: Callable[[], Awaitable[None]],
     ) -> None:
-        self._client = client  # the shared pool, for control writes
+        # the shared pool, for control writes
+        self._client = client
         self._control = control
         self._block_ms = block_ms
         self._connect = connect
@@ -174,7 +180,8 @@ class _GroupReader:
 
     async def stop(self) -> None:
         await self._task.stop()
-        with contextlib.suppress(RedisError, TimeoutError):  # Redis may be gone: never wait on it
+        # Redis may be gone: never wait on it
+        with contextlib.suppress(RedisError, TimeoutError):
             await asyncio.wait_for(self._client.delete(self._control), 2.0)
 
     @contextlib.asynccontextmanager
@@ -200,7 +207,8 @@ class _GroupReader:
                 pipe.xadd(self._control, {"w": "1"}, maxlen=16, approximate=False)
                 pipe.expire(self._control, 3600)
                 await pipe.execute()
-        except RedisError as exc:  # the reader also wakes on its timeout
+        # the reader also wakes on its timeout
+        except RedisError as exc:
             log.warning("could not poke stream reader: %s", exc)
 
     async def _run(self) -> None:
@@ -223,7 +231,8 @@ class _GroupReader:
                 if reader is not None:
                     await reader.aclose()
                 raise
-            except REDIRECTED as exc:  # on a cluster: the shard's slot is served elsewhere now
+            # on a cluster: the shard's slot is served elsewhere now
+            except REDIRECTED as exc:
                 log.warning("stream reader's node no longer serves its shard (%s); finding it again", exc)
                 with contextlib.suppress(Exception):
                     await reader.aclose()  # type: ignore[union-attr]
@@ -233,9 +242,11 @@ class _GroupReader:
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            except ResponseError as exc:  # one stream's arguments, most likely: not an outage
+            # one stream's arguments, most likely: not an outage
+            except ResponseError as exc:
                 log.error("the stream reader's XREAD was refused (%s): finding the stream at fault", exc)
-                if not await self._isolate(reader):  # none at fault: wait as for an outage
+                # none at fault: wait as for an outage
+                if not await self._isolate(reader):
                     self._wake_all()
                     await asyncio.sleep(backoff)
                     backoff = min(backoff * 2, 2.0)
@@ -247,11 +258,13 @@ class _GroupReader:
                         await reader.aclose()
                 reader = None
                 await self._lost()
-                self._wake_all()  # clients fall back to reading and endpoint the outage
+                # clients fall back to reading and endpoint the outage
+                self._wake_all()
                 await asyncio.sleep(backoff)
                 backoff = min(backoff * 2, 2.0)
                 continue
-            except Exception:  # a bug must not end the reader silently for every stream
+            # a bug must not end the reader silently for every stream
+            except Exception:
                 log.exception("stream reader failed; starting again")
                 self._wake_all()
                 await asyncio.sleep(backoff)

@@ -73,14 +73,20 @@ class _JobReader:
         self._resumes = resumes
         self._id = job_id
         self.cursor = after
-        self._inclusive = inclusive  # also read the entry `after` itself (a resume mid-entry)
+        # also read the entry `after` itself (a resume mid-entry)
+        self._inclusive = inclusive
         self._outage_s = outage_s
         self._outage_since: float | None = None
-        self._late_at: float | None = None  # monotonic: when the queued job passes its deadline
-        self._handed: Rows | None = None  # entries the reader read for us
-        self._missing_since: float | None = None  # monotonic: the job's hash was not found
-        self._clients = after != "0"  # the cursor is still the client's: it may be past every entry
-        self.full = False  # the last read filled a batch: more may be waiting
+        # monotonic: when the queued job passes its deadline
+        self._late_at: float | None = None
+        # entries the reader read for us
+        self._handed: Rows | None = None
+        # monotonic: the job's hash was not found
+        self._missing_since: float | None = None
+        # the cursor is still the client's: it may be past every entry
+        self._clients = after != "0"
+        # the last read filled a batch: more may be waiting
+        self.full = False
 
     def hand(self, rows: Rows) -> None:
         self._handed = rows
@@ -123,7 +129,8 @@ class _JobReader:
             if (
                 isinstance(entry, Started)
                 and entry.after
-                and not (self._inclusive and n == 0)  # the cursor's own entry: what came before is unknown
+                # the cursor's own entry: what came before is unknown
+                and not (self._inclusive and n == 0)
                 and stream_id(before) > stream_id(entry.after)
             ):
                 return [*rows[:n], ("", errors.ROLLED_BACK.entry())]
@@ -145,7 +152,8 @@ class _JobReader:
             if left < 0 and state.attempts and self._resumes and await self._resumes.may_wait(state.model):
                 self._look_again(await self._store.wait_on(self._id))
             elif left < 0:
-                await self._store.end_if_late(self._id)  # its terminal entry is read next
+                # its terminal entry is read next
+                await self._store.end_if_late(self._id)
             else:
                 self._look_again(left)
         return []
@@ -168,12 +176,14 @@ class _JobReader:
         last = await self._store.last_id(self._id)
         newest, cursor = stream_id(last or "0-0"), stream_id(self.cursor)
         if last is not None and (newest > cursor or (self._inclusive and newest == cursor)):
-            self._look_again(0.0)  # written since the read: read again
+            # written since the read: read again
+            self._look_again(0.0)
             return None
         if not ended:
             self._look_again(AHEAD_LOOK_S)
             return None
-        if last is None:  # the stream expired before the job's hash
+        # the stream expired before the job's hash
+        if last is None:
             return self._missing()
         return [("", errors.INVALID_CURSOR.entry(past_end(self.cursor, last)))]
 
@@ -218,7 +228,8 @@ async def follow(
             if isinstance(wake, Delivery):
                 reader.hand(wake.rows)
             elif wake is WakeReason.READY:
-                if not rows:  # woken, yet nothing was there: do not spin
+                # woken, yet nothing was there: do not spin
+                if not rows:
                     await asyncio.sleep(0.05)
             elif time.monotonic() - quiet_since >= keepalive_s:
                 quiet_since = time.monotonic()

@@ -19,7 +19,8 @@ that has data is dispatched as usual; the playground shows it as a "recovered" n
 
 HEADERS = {
     "Cache-Control": "no-cache",
-    "X-Accel-Buffering": "no",  # nginx and friends: do not buffer the stream
+    # nginx and friends: do not buffer the stream
+    "X-Accel-Buffering": "no",
 }
 MEDIA_TYPE = "text/event-stream"
 
@@ -30,7 +31,8 @@ def event(obj: dict, event_id: str | None = None) -> bytes:
     return f"{head}data: {data}\n\n".encode()
 
 
-_MARK = "\ue000tokenspool-content\ue001"  # private-use code points: never in a real chunk
+# private-use code points: never in a real chunk
+_MARK = "\ue000tokenspool-content\ue001"
 
 
 class ContentEvents:

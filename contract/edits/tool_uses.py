@@ -12,7 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 
 TRIGGERS = ("input_tokens", "tool_uses")
-TRIGGER_TOKENS = 100_000  # Anthropic's defaults
+# Anthropic's defaults
+TRIGGER_TOKENS = 100_000
 KEEP = 3
 
 
@@ -22,12 +23,18 @@ class InvalidEdit(ValueError):
 
 @dataclass(frozen=True)
 class ClearToolUses:
-    trigger: str = "input_tokens"  # what `at` counts: TRIGGERS
-    at: int = TRIGGER_TOKENS  # the edit applies when the count is above it
-    keep: int = KEEP  # the most recent tool uses left whole
-    clear_at_least: int = 0  # input tokens; 0: no minimum, every older tool use is cleared
-    exclude_tools: tuple[str, ...] = ()  # tools whose uses are never cleared
-    clear_inputs: bool | tuple[str, ...] = False  # all calls' arguments too, or these tools'
+    # what `at` counts: TRIGGERS
+    trigger: str = "input_tokens"
+    # the edit applies when the count is above it
+    at: int = TRIGGER_TOKENS
+    # the most recent tool uses left whole
+    keep: int = KEEP
+    # input tokens; 0: no minimum, every older tool use is cleared
+    clear_at_least: int = 0
+    # tools whose uses are never cleared
+    exclude_tools: tuple[str, ...] = ()
+    # all calls' arguments too, or these tools'
+    clear_inputs: bool | tuple[str, ...] = False
 
     def clears_input(self, tool: str) -> bool:
         return self.clear_inputs is True or (
@@ -56,7 +63,8 @@ class ClearToolUses:
         return edit
 
 
-def _count(value: object) -> bool:  # a non-negative integer (a bool is not one)
+# a non-negative integer (a bool is not one)
+def _count(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 

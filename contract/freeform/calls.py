@@ -40,8 +40,10 @@ class InputReader:
     before; `done` the whole input, from the whole arguments."""
 
     def __init__(self) -> None:
-        self._state = "key"  # "key" (to the ':'), "value" (to its '"'), "text", "end"
-        self._held = ""  # an escape cut off, or a high surrogate waiting for its low one
+        # "key" (to the ':'), "value" (to its '"'), "text", "end"
+        self._state = "key"
+        # an escape cut off, or a high surrogate waiting for its low one
+        self._held = ""
         self._arguments: list[str] = []
         self._text: list[str] = []
 
@@ -71,8 +73,10 @@ class InputReader:
             return ""
         if held[1] == "u" and _high_surrogate(held[2:6]) and len(held) < 12:
             if held[6:8] in ("", "\\", "\\u"):
-                return ""  # its low surrogate may follow (`\ud83d\ude00`)
-            if held[6:] == '"':  # the string ends after a lone one
+                # its low surrogate may follow (`\ud83d\ude00`)
+                return ""
+            # the string ends after a lone one
+            if held[6:] == '"':
                 self._held, self._state = "", "end"
                 return clean(json.loads(f'"{held[:6]}"'))
         self._held = ""

@@ -26,7 +26,8 @@ from contract.schema import MAX_SCHEMA_BYTES
 
 MAX_REPEATS = 10 * MAX_BOUND
 SYNTAXES = ("lark", "regex")
-_SPECIAL = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]  # written escaped
+# written escaped
+_SPECIAL = [(0x00, 0x1F), (0x22, 0x22), (0x5C, 0x5C)]
 _NAMED = {'"': '\\"', "\\": "\\\\", "\b": "\\b", "\f": "\\f", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -61,7 +62,8 @@ def string_rule(fmt: object, g: Grammar, prefix: str) -> str:
     try:
         start = _Emitter(defs, g, prefix).emit()
         return g.define(g.name(f"{prefix}input"), f'"\\"" {start} "\\"" ws')
-    except SchemaError:  # the grammar's bound, checked as each rule is added
+    # the grammar's bound, checked as each rule is added
+    except SchemaError:
         raise FormatError(f"the grammar makes a GBNF grammar over {MAX_GRAMMAR_CHARS} characters") from None
 
 
@@ -85,7 +87,8 @@ def _check(defs: dict[str, Term]) -> None:
 
 def _cycle(edges: dict[str, list[str]]) -> str | None:
     """A name on a cycle of `edges` (can a rule start with itself?), in one pass."""
-    state: dict[str, int] = {}  # 1: on the path being walked, 2: done
+    # 1: on the path being walked, 2: done
+    state: dict[str, int] = {}
     for root in edges:
         if root in state:
             continue
@@ -111,8 +114,10 @@ def _solve(defs: dict[str, Term], leaf: bool) -> dict[str, bool]:
     empty or its item holds, a reference when its rule does (nullable: leaf False; a rule
     that can end: leaf True)."""
     never = 1 << 60
-    need: list[int] = []  # per node: how many of its parts must still hold (0: it holds)
-    ups: list[list[int]] = []  # per node: the nodes it is a part of
+    # per node: how many of its parts must still hold (0: it holds)
+    need: list[int] = []
+    # per node: the nodes it is a part of
+    ups: list[list[int]] = []
     refs_at: list[tuple[int, str]] = []
 
     def add(term: Term) -> int:
@@ -214,7 +219,8 @@ class _Emitter:
         if term.hi == 0:
             return '""'
         item = self._expr(term.item)
-        if not isinstance(term.item, Ref | Chars):  # one symbol: llama.cpp copies it, count times
+        # one symbol: llama.cpp copies it, count times
+        if not isinstance(term.item, Ref | Chars):
             item = f"({item})"
         if (term.lo, term.hi) in ((0, 1), (0, None), (1, None)):
             return item + {(0, 1): "?", (0, None): "*", (1, None): "+"}[(term.lo, term.hi)]

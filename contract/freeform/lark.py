@@ -108,7 +108,8 @@ def _renamed(term: Term, names: dict[str, str]) -> Term:
 
 class _Reader:
     def __init__(self, source: str) -> None:
-        self.tokens: list[tuple[str, str, int]] = []  # (kind, text, line)
+        # (kind, text, line)
+        self.tokens: list[tuple[str, str, int]] = []
         line, at = 1, 0
         while at < len(source):
             m = _TOKENS.match(source, at)
@@ -155,12 +156,14 @@ class _Reader:
 
     def _definition(self) -> None:
         if self._peek() in (("op", "?"), ("op", "!")):
-            self.i += 1  # tree shaping only
+            # tree shaping only
+            self.i += 1
         kind, name = self._peek()
         if kind not in ("name", "term"):
             raise self._error(f"{name!r} where a rule's name should be")
         self.i += 1
-        if self._peek() == ("op", "."):  # a priority: which parse wins, not which text
+        # a priority: which parse wins, not which text
+        if self._peek() == ("op", "."):
             self.i += 1
             self._take("number")
         if self._peek() == ("op", "{"):
@@ -214,7 +217,8 @@ class _Reader:
         for name in sorted(needed):
             term = _renamed(common[name], names)
             if names[name] in self.defs and self.defs[names[name]] == term:
-                continue  # imported before
+                # imported before
+                continue
             self._define(names[name], term)
 
     def _alternatives(self, depth: int) -> Term:
@@ -238,7 +242,8 @@ class _Reader:
             if kind in ("nl", "end") or (kind == "op" and text in ("|", ")", "]", "->")):
                 break
             items.append(self._repeated(self._atom(depth)))
-        if self._peek() == ("op", "->"):  # an alias names the tree's node, not the text
+        # an alias names the tree's node, not the text
+        if self._peek() == ("op", "->"):
             self.i += 1
             self._take("name")
         return EMPTY if not items else items[0] if len(items) == 1 else Seq(tuple(items))
@@ -313,7 +318,8 @@ class _Reader:
                 out.append(chr(int(digits, 16)))
                 i += 2 + width
                 continue
-            out.append(_STRING_ESCAPES.get(e, "\\" + e))  # Lark keeps an unknown escape as it is
+            # Lark keeps an unknown escape as it is
+            out.append(_STRING_ESCAPES.get(e, "\\" + e))
             i += 2
         if not out:
             raise self._error("an empty string")
@@ -321,7 +327,8 @@ class _Reader:
 
 
 def _terminal(name: str) -> bool:
-    return name.rsplit("__", 1)[-1].lstrip("_")[:1].isupper()  # common__DIGIT: imported
+    # common__DIGIT: imported
+    return name.rsplit("__", 1)[-1].lstrip("_")[:1].isupper()
 
 
 def _char_code(code: int) -> bool:

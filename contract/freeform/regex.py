@@ -33,8 +33,10 @@ from contract.freeform.terms import (
     one_of,
 )
 
-MAX_BOUND = 1000  # a repetition's count (llama.cpp's grammar parser refuses 2,000)
-MAX_DEPTH = 32  # groups within groups
+# a repetition's count (llama.cpp's grammar parser refuses 2,000)
+MAX_BOUND = 1000
+# groups within groups
+MAX_DEPTH = 32
 
 _COUNT = re.compile(r"[0-9]{1,6}(,[0-9]{0,6})?")
 _HEX = re.compile(r"[0-9a-fA-F]{1,8}")
@@ -144,7 +146,8 @@ class _Reader:
         else:
             return atom
         self.i += 1
-        if self._peek() == "?":  # lazy: the same texts match as a whole
+        # lazy: the same texts match as a whole
+        if self._peek() == "?":
             self.i += 1
         elif self._peek() == "+":
             raise self._error("a possessive quantifier")
@@ -234,7 +237,8 @@ class _Reader:
         raise self._error(f"an unknown escape '\\{c}'")
 
     def _code(self, kind: str) -> str:
-        if kind == "x" and self._peek() == "{":  # Rust's \x{10FFFF}
+        # Rust's \x{10FFFF}
+        if kind == "x" and self._peek() == "{":
             close = self.s.find("}", self.i)
             digits = self.s[self.i + 1 : close] if close > 0 else ""
             self.i = close + 1 if close > 0 else self.i

@@ -7,7 +7,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_CODE = 0x10FFFF
-SURROGATES = (0xD800, 0xDFFF)  # never in UTF-8 text: no set holds them
+# never in UTF-8 text: no set holds them
+SURROGATES = (0xD800, 0xDFFF)
 
 
 class FormatError(ValueError):
@@ -40,7 +41,8 @@ class Alt:
 class Repeat:
     item: Term
     lo: int
-    hi: int | None  # None: unbounded
+    # None: unbounded
+    hi: int | None
 
 
 @dataclass(frozen=True)

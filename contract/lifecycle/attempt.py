@@ -47,7 +47,8 @@ ENDED = State("ended", "It wrote its job's terminal entry.", ("events",), ended=
 
 ATTEMPT_STATES = (CLAIMED, GENERATING, PROVING, STOPPING, YIELDING, FENCED, HANDED_OFF, DEAD, ENDED)
 LIVE = ("claimed", "running", "proving", "stopping", "yielding")
-GONE = ("ended", "handed-off")  # what the worker did last: a fence may still come
+# what the worker did last: a fence may still come
+GONE = ("ended", "handed-off")
 
 ATTEMPT_MOVES = (
     Move(

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Word:
     word: str
-    meaning: str  # one sentence
-    see: str  # the file that says more
+    # one sentence
+    meaning: str
+    # the file that says more
+    see: str
 
 
 WORDS = (

@@ -20,9 +20,12 @@ from enum import StrEnum
 class Side(StrEnum):
     """Who makes a move."""
 
-    API = "api"  # an API process, serving a request or watching a stream
-    WORKER = "worker"  # the worker that takes or runs the job
-    REAPER = "reaper"  # the API process holding the reaper lock (api/cluster/reaper.py)
+    # an API process, serving a request or watching a stream
+    API = "api"
+    # the worker that takes or runs the job
+    WORKER = "worker"
+    # the API process holding the reaper lock (api/cluster/reaper.py)
+    REAPER = "reaper"
 
 
 @dataclass(frozen=True)
@@ -123,11 +126,14 @@ CANCELLED_JOB = State(
 
 WAITS = (PENDING, WAITING, ROUTED, CONTINUATION, SUSPECT, TAKEN)
 JOB_STATES = (*WAITS, RUNNING_JOB, DONE_JOB, FAILED_JOB, CANCELLED_JOB)
-WAITING_STATES = tuple(s.name for s in WAITS)  # all of status queued
-STATUSES = tuple(dict.fromkeys(s.status for s in JOB_STATES))  # a job hash's `status`, in order
+# all of status queued
+WAITING_STATES = tuple(s.name for s in WAITS)
+# a job hash's `status`, in order
+STATUSES = tuple(dict.fromkeys(s.status for s in JOB_STATES))
 ENDED_STATUSES = tuple(s.status for s in JOB_STATES if s.ended)
 
-TAKEN_BACK = ("job", "running", "alive", "pending", "rq_job", "wake", "STATS")  # ABANDON, then enqueue
+# ABANDON, then enqueue
+TAKEN_BACK = ("job", "running", "alive", "pending", "rq_job", "wake", "STATS")
 
 JOB_MOVES = (
     Move(

@@ -91,7 +91,8 @@ TAKEN_DATA = """#!lua flags=allow-oom
 -- `allow-oom`: a full Redis still lets a worker read its jobs, as a plain HGET would.
 return redis.call('HGET', KEYS[1], 'data')
 """
-TURNS_WINDOW = 256  # waiting jobs of a queue TAKE looks at for another key's (MAX_JOBS_PER_KEY is 64)
+# waiting jobs of a queue TAKE looks at for another key's (MAX_JOBS_PER_KEY is 64)
+TURNS_WINDOW = 256
 
 
 def take_keys(queue_names: Sequence[str], worker: str) -> list[str]:

@@ -17,8 +17,10 @@ import struct
 import zlib
 from collections.abc import Iterable, Sequence
 
-MARKER = "<__media__>"  # mtmd_default_marker()
-LOW_DETAIL_SIDE = 512  # `detail: low`: the image shrunk to fit a square this many pixels a side
+# mtmd_default_marker()
+MARKER = "<__media__>"
+# `detail: low`: the image shrunk to fit a square this many pixels a side
+LOW_DETAIL_SIDE = 512
 SHA256 = re.compile(r"[0-9a-f]{64}")
 FORMATS = ("png", "jpeg", "webp", "gif")
 
@@ -73,7 +75,8 @@ def png_of(pixels: bytes, width: int, height: int) -> bytes:
     def chunk(tag: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + tag + data + struct.pack(">I", zlib.crc32(tag + data))
 
-    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB, filter 0 each row
+    # 8-bit RGB, filter 0 each row
+    header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
     return (
         b"\x89PNG\r\n\x1a\n"
         + chunk(b"IHDR", header)

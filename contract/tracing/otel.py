@@ -28,7 +28,8 @@ def tracer(default_service: str, name: str) -> Any:
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor
         from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-    except ImportError as exc:  # asked for traces that cannot be sent: say so, do not drop them
+    # asked for traces that cannot be sent: say so, do not drop them
+    except ImportError as exc:
         raise SettingError(
             f"OTEL_EXPORTER_OTLP_ENDPOINT is set but OpenTelemetry is missing ({exc.name}): "
             'pip install "tokenspool[tracing]", or unset it'
@@ -48,14 +49,16 @@ def tracer(default_service: str, name: str) -> Any:
         log.warning("OTEL_EXPORTER_OTLP_PROTOCOL=%s: tokenspool exports http/protobuf only", protocol)
     service = os.environ.get("OTEL_SERVICE_NAME") or default_service
     resource = Resource.create({SERVICE_NAME: service, SERVICE_INSTANCE_ID: replica()})
-    provider = TracerProvider(resource=resource, id_generator=ChosenIds())  # sampler: OTEL_TRACES_SAMPLER
+    # sampler: OTEL_TRACES_SAMPLER
+    provider = TracerProvider(resource=resource, id_generator=ChosenIds())
     provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     trace.set_tracer_provider(provider)
     log.info("tracing on: spans of %s go to OTLP/HTTP", service)
     return trace.get_tracer(name)
 
 
-_CHOSEN = threading.local()  # the span id the next span this thread starts gets, if set
+# the span id the next span this thread starts gets, if set
+_CHOSEN = threading.local()
 
 
 def start_span(tracer: Any, span_id: int, name: str, **options: Any) -> Any:
@@ -65,7 +68,8 @@ def start_span(tracer: Any, span_id: int, name: str, **options: Any) -> Any:
     try:
         return tracer.start_span(name, **options)
     finally:
-        _CHOSEN.__dict__.pop("span_id", None)  # unused (a span not sampled): not the next one's
+        # unused (a span not sampled): not the next one's
+        _CHOSEN.__dict__.pop("span_id", None)
 
 
 def context_of(trace_context: str) -> Any:

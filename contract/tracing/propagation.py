@@ -10,7 +10,8 @@ import socket
 from collections.abc import Mapping
 
 TRACEPARENT = re.compile(r"00-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-MAX_TRACESTATE = 512  # W3C: 32 members of at most 256 characters; longer ones are dropped
+# W3C: 32 members of at most 256 characters; longer ones are dropped
+MAX_TRACESTATE = 512
 API_SERVICE, WORKER_SERVICE = "tokenspool-api", "tokenspool-worker"
 
 

@@ -41,7 +41,8 @@ class RolledBack(Exception):
     without contradicting what a client may have seen."""
 
 
-@dataclass(eq=False)  # one attempt is one object: hashed by identity
+# one attempt is one object: hashed by identity
+@dataclass(eq=False)
 class Attempt:
     """One worker's attempt at one job. Its `state` moves by name (`move`), from the job
     thread, the publisher's writer and the heartbeat; the flags read from the moves made.
@@ -57,28 +58,41 @@ class Attempt:
 
     job_id: str
     epoch: int
-    progress_at: float = field(default_factory=time.monotonic)  # last token (or the claim)
-    published: int = 0  # tokens this attempt wrote
-    written: int = 0  # entries this attempt wrote (APPEND numbers them: a retry skips these)
-    from_suspects: bool = False  # the job came from its model's suspect queue
-    group: int = 0  # a suspect: the most suspects it may step with (0: any; JobField.GROUP)
-    prior: int = 0  # tokens earlier attempts generated (this one read them again)
-    generated: int = 0  # tokens this attempt has generated (published or not yet)
-    error: Exception | None = None  # a write failed for good: raised by the next call
-    token: str = ""  # the claim's token, worker and heartbeat window (`attempts.Claim`)
+    # last token (or the claim)
+    progress_at: float = field(default_factory=time.monotonic)
+    # tokens this attempt wrote
+    published: int = 0
+    # entries this attempt wrote (APPEND numbers them: a retry skips these)
+    written: int = 0
+    # the job came from its model's suspect queue
+    from_suspects: bool = False
+    # a suspect: the most suspects it may step with (0: any; JobField.GROUP)
+    group: int = 0
+    # tokens earlier attempts generated (this one read them again)
+    prior: int = 0
+    # tokens this attempt has generated (published or not yet)
+    generated: int = 0
+    # a write failed for good: raised by the next call
+    error: Exception | None = None
+    # the claim's token, worker and heartbeat window (`attempts.Claim`)
+    token: str = ""
     worker: str = ""
     window_ms: int = 0
-    owner: str = ""  # the key that sent the job (an embed job's, once read: JobField.OWNER)
+    # the key that sent the job (an embed job's, once read: JobField.OWNER)
+    owner: str = ""
     # What this attempt wrote that a failover could still take back (not yet on a replica):
     # (its number in the attempt, its stream id, the entry), oldest first. The publisher adds
     # to it, worker/attempts/durability.py trims it, and a write that finds the job behind writes
     # these again with the ids they had.
     record: list[tuple[int, str, Entry]] = field(default_factory=list)
-    newest: tuple[int, int] = (0, 0)  # the newest id of the job's stream this attempt knows
-    trace: AttemptTrace | Off = tracing.OFF  # its span (worker/attempts/tracing.py), set at the claim
+    # the newest id of the job's stream this attempt knows
+    newest: tuple[int, int] = (0, 0)
+    # its span (worker/attempts/tracing.py), set at the claim
+    trace: AttemptTrace | Off = tracing.OFF
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
     _state: str = field(default=life.CLAIMED.name, init=False)
-    _made: tuple[str, ...] = field(default=("claim",), init=False)  # its moves, oldest first
+    # its moves, oldest first
+    _made: tuple[str, ...] = field(default=("claim",), init=False)
     _moving: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def move(self, name: str) -> str:
@@ -188,18 +202,24 @@ class Progress:
 
     prompt_tokens: int | None = None
     token_ids: tuple[int, ...] = ()
-    deadline_ms: int | None = None  # the job's overall deadline, if it has one
-    last_id: str = "0-0"  # the id of the last entry read ("0-0": none)
-    moved_ms: int = 0  # when its stream last moved (ms, Unix): its last Delta, else its first entry
-    owner: str = ""  # the key that sent the job (its hash; "" where the API takes no keys)
-    epoch: int = 0  # the epoch of the last attempt that started (0: none did)
+    # the job's overall deadline, if it has one
+    deadline_ms: int | None = None
+    # the id of the last entry read ("0-0": none)
+    last_id: str = "0-0"
+    # when its stream last moved (ms, Unix): its last Delta, else its first entry
+    moved_ms: int = 0
+    # the key that sent the job (its hash; "" where the API takes no keys)
+    owner: str = ""
+    # the epoch of the last attempt that started (0: none did)
+    epoch: int = 0
 
 
 class Claims:
     def __init__(self, link: Link, window_ms: int) -> None:
         self._link = link
         self._client = link.streams
-        self._window_ms = window_ms  # the heartbeat window a claim starts with
+        # the heartbeat window a claim starts with
+        self._window_ms = window_ms
         self._claim = link.streams.register_script(attempts.CLAIM)
         self._end = link.streams.register_script(jobs.END)
         self._fail = link.streams.register_script(attempts.FAIL)
@@ -221,7 +241,8 @@ class Claims:
         )
         if epoch == -2:
             raise NotRecorded(job_id)
-        if epoch <= 0:  # gone, ended, late; or -3: a live attempt runs it
+        # gone, ended, late; or -3: a live attempt runs it
+        if epoch <= 0:
             raise JobGone(job_id)
         attempt = Attempt(
             job_id,
@@ -249,9 +270,11 @@ class Claims:
 
         def once() -> tuple[list, bool]:
             with self._client.pipeline(transaction=False) as pipe:
-                if sentinel:  # the answering connection, to compare with the sentinels' primary
+                # the answering connection, to compare with the sentinels' primary
+                if sentinel:
                     pool = self._client.connection_pool
-                    pipe.connection = pool.get_connection()  # released by the pipeline
+                    # released by the pipeline
+                    pipe.connection = pool.get_connection()
                     address = (pipe.connection.host, pipe.connection.port)
                 beat_args = [attempt.epoch, attempt.window_ms, attempt.token]
                 self._beat(keys=[keys.job(job_id), keys.alive(job_id)], args=beat_args, client=pipe)

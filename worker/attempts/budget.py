@@ -39,7 +39,8 @@ def bounded(
     if not spec.thinking_budget:
         return engine.tokens(spec, prompt, prior, progress, alone_for, cached, since_ms=since_ms)
 
-    def picks(ids: list[int]) -> Picks:  # from the prompt, everything generated, and `ids`
+    # from the prompt, everything generated, and `ids`
+    def picks(ids: list[int]) -> Picks:
         got = None if ids else cached
         return engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, got, since_ms=since_ms)
 
@@ -52,7 +53,8 @@ def _closing(
     """The caller handles each pick (the sender reads it) before it asks for the next, so the
     count `due` reads is current."""
     closed = False
-    ids: list[int] = []  # this attempt's tokens
+    # this attempt's tokens
+    ids: list[int] = []
 
     def due() -> bool:
         thinking = out.open_thinking()

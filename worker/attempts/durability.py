@@ -45,8 +45,10 @@ from worker.redis.periodic import Periodic
 
 log = logging.getLogger(__name__)
 
-REMEMBER_S = 60.0  # a server that had a replica this recently is not trusted alone
-RESEND_FOR_S = 15.0  # after a server change, what is held is written again at every look this long
+# a server that had a replica this recently is not trusted alone
+REMEMBER_S = 60.0
+# after a server change, what is held is written again at every look this long
+RESEND_FOR_S = 15.0
 
 
 @dataclass
@@ -57,16 +59,20 @@ class _Node:
     # monotonic: when the server behind this connection last had a replica (online or still
     # syncing); kept across its restarts and failovers, whose replica may be promoted
     replica_at: float = -1e9
-    replicas: int = 0  # connected at the last look
-    changed_at: float = -1e9  # monotonic: when its run_id last changed
+    # connected at the last look
+    replicas: int = 0
+    # monotonic: when its run_id last changed
+    changed_at: float = -1e9
     # (replication offset, monotonic time, {attempt: entries written by then}), oldest first
     waiting: list[tuple[int, float, dict[Attempt, int]]] = field(default_factory=list)
 
 
 class Durability:
     def __init__(self, client: redis.Redis, period_s: float = 1.0, fsync_s: float = 2.0) -> None:
-        self._client = client  # the streams server's
-        self.resend: Callable[[Attempt], None] = lambda attempt: None  # the job runner's publisher's
+        # the streams server's
+        self._client = client
+        # the job runner's publisher's
+        self.resend: Callable[[Attempt], None] = lambda attempt: None
         self._fsync_s = fsync_s
         self._attempts: set[Attempt] = set()
         self._nodes: dict[str, _Node] = {}
@@ -76,7 +82,8 @@ class Durability:
     def start(self) -> None:
         """Look once before the worker takes a job (a claim made before the first look
         would not know to wait for a replica), then once a period on the thread."""
-        with contextlib.suppress(redis.RedisError):  # Redis away: the thread looks when it is back
+        # Redis away: the thread looks when it is back
+        with contextlib.suppress(redis.RedisError):
             self.check()
         self._thread.start()
 
@@ -114,11 +121,13 @@ class Durability:
             name, client = self._node_of(a.job_id)
             by_node.setdefault(name, (client, []))[1].append(a)
         if not by_node:
-            by_node[""] = (self._client, [])  # still watch the server, to know it next time
+            # still watch the server, to know it next time
+            by_node[""] = (self._client, [])
         for name, (client, group) in by_node.items():
             self._check_node(name, client, group)
         with self._lock:
-            for a in attempts:  # nothing more will be written, or none of it can be lost
+            # nothing more will be written, or none of it can be lost
+            for a in attempts:
                 if a.fenced or a.error is not None or (a.ended and not a.record):
                     self._attempts.discard(a)
 
@@ -130,7 +139,8 @@ class Durability:
             time.sleep(0.2)
 
     def _check_node(self, name: str, client: redis.Redis, attempts: list[Attempt]) -> None:
-        marks = {a: a.written for a in attempts}  # before the offset is read: covered by it
+        # before the offset is read: covered by it
+        marks = {a: a.written for a in attempts}
         info = client.execute_command("INFO", "server", "replication")
         if info.get("role") != "master":
             # A demoted primary answering still: nothing it says is safe. Behind one name the
@@ -142,7 +152,8 @@ class Durability:
         node = self._nodes.get(name)
         if node is None:
             node = self._nodes[name] = _Node()
-            if int(info.get("repl_backlog_active", 0)):  # it has had a replica: when it left, unknown
+            # it has had a replica: when it left, unknown
+            if int(info.get("repl_backlog_active", 0)):
                 node.replica_at = now
         run_id = str(info.get("run_id"))
         if node.run_id is not None and run_id != node.run_id:
@@ -150,19 +161,24 @@ class Durability:
                 "the streams server changed (a failover or a restart): writing again what %d attempts hold",
                 sum(1 for a in attempts if a.record),
             )
-            node.waiting.clear()  # what the old server's replicas had says nothing now
+            # what the old server's replicas had says nothing now
+            node.waiting.clear()
             node.run_id, node.changed_at = run_id, time.monotonic()
             self._resend(attempts)
-            return  # the next look starts counting on this server
+            # the next look starts counting on this server
+            return
         node.run_id = run_id
         if now - node.changed_at < RESEND_FOR_S:
-            self._resend(attempts)  # in case the last time reached the replaced primary
+            # in case the last time reached the replaced primary
+            self._resend(attempts)
         node.waiting.append((int(info.get("master_repl_offset", 0)), now, marks))
         acked = _replica_offset(info)
         node.replicas = int(info.get("connected_slaves", 0))
-        if acked is not None or int(info.get("connected_slaves", 0)):  # one still syncing counts
+        # one still syncing counts
+        if acked is not None or int(info.get("connected_slaves", 0)):
             node.replica_at = now
-        alone = now - node.replica_at >= REMEMBER_S  # no replica lately: none will acknowledge
+        # no replica lately: none will acknowledge
+        alone = now - node.replica_at >= REMEMBER_S
         safe = [
             w
             for w in node.waiting
@@ -176,7 +192,8 @@ class Durability:
     def _resend(self, attempts: list[Attempt]) -> None:
         for a in attempts:
             if a.record or not a.ended:
-                self.resend(a)  # returns once written
+                # returns once written
+                self.resend(a)
 
     def _node_of(self, job_id: str) -> tuple[str, redis.Redis]:
         if not is_cluster(self._client):

@@ -24,12 +24,15 @@ from worker.attempts.publisher import Publisher
 from worker.errors import PromptRejected
 
 REJECTED, DEADLINE = "rejected", "deadline_exceeded"
-HAND_OFF = "handoff"  # shutting down: the caller gives the job back (`queueing.PREEMPT` too)
-CANCEL_POLL_S = 2.0  # how often a waiting attempt asks whether a cancel is due
+# shutting down: the caller gives the job back (`queueing.PREEMPT` too)
+HAND_OFF = "handoff"
+# how often a waiting attempt asks whether a cancel is due
+CANCEL_POLL_S = 2.0
 
 
 class Embedder(Protocol):
-    dimensions: int  # of the model's vectors
+    # of the model's vectors
+    dimensions: int
 
     def input_ids(self, spec: JobSpec) -> list[list[int]]: ...
     def embed(
@@ -104,8 +107,10 @@ def run(
         owner=progress.owner,
     )
     attempt.progress_at = time.monotonic()
-    if vectors is None:  # stopped while it waited
-        attempt.check()  # fenced: raises
+    # stopped while it waited
+    if vectors is None:
+        # fenced: raises
+        attempt.check()
         why = why_stop() or CANCELLED
         if why == CANCELLED:
             pub.finished(attempt, CANCELLED, tokens, 0)

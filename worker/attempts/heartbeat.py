@@ -41,7 +41,8 @@ class Heartbeat:
         self._attempts: dict[str, Attempt] = {}
         self._lock = threading.Lock()
         self._thread = Periodic("heartbeat", interval_s, self.beat)
-        self.rolled_back: Callable[[Attempt], None] = lambda attempt: None  # the job runner's
+        # the job runner's
+        self.rolled_back: Callable[[Attempt], None] = lambda attempt: None
 
     def start(self) -> None:
         self._thread.start()

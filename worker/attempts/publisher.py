@@ -48,16 +48,21 @@ from worker.redis.link import Link
 
 log = logging.getLogger(__name__)
 
-MAX_BATCH = 512  # entries per round trip
-MAX_QUEUED = 8192  # entries waiting before `delta` blocks
+# entries per round trip
+MAX_BATCH = 512
+# entries waiting before `delta` blocks
+MAX_QUEUED = 8192
 
 
 @dataclass
 class _Queued:
     attempt: Attempt
-    entry: Entry | None  # None: a marker that only waits for what was queued before it
-    written: threading.Event | None = None  # set once handled, for callers who wait
-    resend: bool = False  # write again what the attempt holds (a failover may have lost it)
+    # None: a marker that only waits for what was queued before it
+    entry: Entry | None
+    # set once handled, for callers who wait
+    written: threading.Event | None = None
+    # write again what the attempt holds (a failover may have lost it)
+    resend: bool = False
 
 
 class Publisher:
@@ -70,8 +75,10 @@ class Publisher:
         holding: bool = True,
     ) -> None:
         self._link = link
-        self._holding = holding  # keep what was written in `Attempt.record` (worker/attempts/durability.py)
-        self._counters = counters if counters is not None else BatchCounters()  # publish_us, publishes
+        # keep what was written in `Attempt.record` (worker/attempts/durability.py)
+        self._holding = holding
+        # publish_us, publishes
+        self._counters = counters if counters is not None else BatchCounters()
         self._client = link.streams
         self._linger = linger_s
         self._crowded = crowded
@@ -181,7 +188,8 @@ class Publisher:
         attempt.check()
         item = _Queued(attempt, entry, threading.Event() if wait else None)
         with self._cv:
-            while len(self._queue) >= MAX_QUEUED:  # Redis is slow: hold the model back
+            # Redis is slow: hold the model back
+            while len(self._queue) >= MAX_QUEUED:
                 self._cv.wait()
             self._queue.append(item)
             self._cv.notify_all()
@@ -197,14 +205,16 @@ class Publisher:
                 while not self._queue:
                     self._cv.wait()
             if self._linger and self._crowded():
-                time.sleep(self._linger)  # let the rest of this step's tokens arrive
+                # let the rest of this step's tokens arrive
+                time.sleep(self._linger)
             with self._cv:
                 batch = [self._queue.popleft() for _ in range(min(len(self._queue), MAX_BATCH))]
                 self._cv.notify_all()
             started = time.perf_counter()
             try:
                 self._write(batch)
-            except Exception as exc:  # never let the writer die: the attempts get the error
+            # never let the writer die: the attempts get the error
+            except Exception as exc:
                 log.exception("publisher write failed")
                 for item in batch:
                     item.attempt.error = item.attempt.error or exc
@@ -237,7 +247,8 @@ class Publisher:
                 for group, result in zip(todo, results, strict=True):
                     attempt = group.attempt
                     if isinstance(result, NoScriptError):
-                        again.append(group)  # Redis restarted: load and resend
+                        # Redis restarted: load and resend
+                        again.append(group)
                     elif isinstance(result, redis.ResponseError):
                         message = str(result)
                         if message.startswith(attempts.FENCED):
@@ -265,7 +276,8 @@ class Publisher:
                 if any(isinstance(r, NoScriptError) for r in results):
                     self._link.retry(lambda: self._client.script_load(attempts.APPEND))
                 todo = again
-        except redis.RedisError as exc:  # Redis gone for longer than the link's redis_wait_s
+        # Redis gone for longer than the link's redis_wait_s
+        except redis.RedisError as exc:
             for group in todo:
                 group.attempt.error = group.attempt.error or exc
 
@@ -297,10 +309,12 @@ class _Group:
 
     def __init__(self, attempt: Attempt, first: int) -> None:
         self.attempt = attempt
-        self.first = first  # the attempt's number of the first entry sent
+        # the attempt's number of the first entry sent
+        self.first = first
         self.again: list[tuple[str, Entry]] | None = None
         self.new: list[Entry] = []
-        self.ids: list[str] | None = None  # the new entries', chosen once: a retry writes the same
+        # the new entries', chosen once: a retry writes the same
+        self.ids: list[str] | None = None
 
     def resend_from(self, seq: int) -> bool:
         """Send the held entries from number `seq` on before the new ones; False if some of

@@ -45,22 +45,27 @@ from worker.text.textstream import TextAssembler
 
 log = logging.getLogger(__name__)
 
-CLAIM_CONFIRM_S = 5.0  # how long an attempt waits for a replica to hold its claim (`_settle_claim`)
-CLAIM_WAIT_MS = 250  # each WAIT of that
+# how long an attempt waits for a replica to hold its claim (`_settle_claim`)
+CLAIM_CONFIRM_S = 5.0
+# each WAIT of that
+CLAIM_WAIT_MS = 250
 FULL_MESSAGE = "The server's storage is full: this answer could not be stored. Try again shortly."
 
 
 class Engine(Protocol):
     model_name: str
     n_ctx: int
-    slots: int  # sequences decoded together (SLOTS, or sized at start: worker/engine/sizing.py)
+    # sequences decoded together (SLOTS, or sized at start: worker/engine/sizing.py)
+    slots: int
 
-    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]: ...  # cleared: (tool uses, tokens)
+    # cleared: (tool uses, tokens)
+    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]: ...
     def prompt_ids(self, spec: JobSpec) -> list[int]: ...
     def is_end(self, token: int) -> bool: ...
     def piece(self, token: int) -> bytes: ...
     def reply(self, spec: JobSpec, prompt: list[int]) -> Reply: ...
-    def close_thinking(self, spec: JobSpec) -> list[int]: ...  # the tokens that close its thinking
+    # the tokens that close its thinking
+    def close_thinking(self, spec: JobSpec) -> list[int]: ...
     def tokens(
         self,
         spec: JobSpec,

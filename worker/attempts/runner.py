@@ -81,14 +81,19 @@ class JobRunner:
             self._suspect_cleared,
         )
         self._shutdown_grace = shutdown_grace_s
-        self._free = Slots(slots, guest)  # guest: an embedding worker's (worker/attempts/slots.py)
+        # guest: an embedding worker's (worker/attempts/slots.py)
+        self._free = Slots(slots, guest)
         self._free.owners = self._owners
         self._threads: dict[threading.Thread, JobAttempt] = {}
-        self._suspects: set[Attempt] = set()  # running attempts at suspects not yet cleared
-        self._proofs = ProofTurns()  # when the next group of suspects may start proving
-        self._batch_lines = 0  # running attempts at Batch API lines (at most BATCH_SLOTS)
+        # running attempts at suspects not yet cleared
+        self._suspects: set[Attempt] = set()
+        # when the next group of suspects may start proving
+        self._proofs = ProofTurns()
+        # running attempts at Batch API lines (at most BATCH_SLOTS)
+        self._batch_lines = 0
         self._lock = threading.Lock()
-        self._last_end = time.monotonic()  # when the last attempt ended (or the start)
+        # when the last attempt ended (or the start)
+        self._last_end = time.monotonic()
         # the worker loop's: a queue it leaves out (batch lines, suspects) may be taken from again
         self.queue_opened: Callable[[], None] = lambda: None
 
@@ -194,7 +199,8 @@ class JobRunner:
         if not isinstance(claimed, JobAttempt):
             self._free.release()
             return claimed
-        attempt = claimed.attempt  # its span opens with the claim (worker/attempts/tracing.py)
+        # its span opens with the claim (worker/attempts/tracing.py)
+        attempt = claimed.attempt
         attempt.owner = attempt.owner or owner
         attempt.trace = tracing.begin(claimed.spec, attempt.epoch, attempt.worker, (claim_at, time.time_ns()))
         thread = threading.Thread(
@@ -216,7 +222,8 @@ class JobRunner:
             outcome = self.rules.run(claimed.spec, attempt)
             log.info("%s: %s", claimed.spec.id, outcome)
         except Exception:
-            pass  # logged and reported to the client by AttemptRules.run
+            # logged and reported to the client by AttemptRules.run
+            pass
         finally:
             attempt.trace.ended(outcome, attempt.published, attempt.generated)
             with self._lock:
@@ -224,7 +231,8 @@ class JobRunner:
                 self._discard_suspect(claimed.attempt)
                 self._batch_lines -= claimed.spec.priority == tiers.BATCH
                 self._last_end = time.monotonic()
-            guest = self._free.in_guest()  # the loop may wait on a take for the guest slot only
+            # the loop may wait on a take for the guest slot only
+            guest = self._free.in_guest()
             self._free.release()
             if claimed.spec.priority == tiers.BATCH or claimed.attempt.suspect or guest:
                 self.queue_opened()

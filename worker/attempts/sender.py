@@ -31,10 +31,14 @@ class Sender:
     ) -> None:
         self._piece, self._pub, self._attempt, self._reply = piece, pub, attempt, reply
         self._logprobs = logprobs
-        self._held: list[TokenLogprob] = []  # for the tokens the assembler holds back
-        self._sizes = [len(piece(t)) for t in prior]  # bytes of each token generated, all attempts'
-        self._read: list[str] = []  # the text the reply read, all attempts'
-        self._said: list[str] = []  # this attempt's
+        # for the tokens the assembler holds back
+        self._held: list[TokenLogprob] = []
+        # bytes of each token generated, all attempts'
+        self._sizes = [len(piece(t)) for t in prior]
+        # the text the reply read, all attempts'
+        self._read: list[str] = []
+        # this attempt's
+        self._said: list[str] = []
         if prior:
             text = b"".join(piece(t) for t in prior).decode("utf-8", "replace")
             reply.feed(text)

@@ -22,8 +22,10 @@ from collections.abc import Callable
 class Slots:
     def __init__(self, slots: int, guest: bool = False) -> None:
         self._slots = slots
-        self._guest = guest  # an embedding worker's: one slot more while one key holds them all
-        self._held = 0  # reserved or running
+        # an embedding worker's: one slot more while one key holds them all
+        self._guest = guest
+        # reserved or running
+        self._held = 0
         self._cv = threading.Condition()
         # the owners of the running jobs ("" for one not read yet, or a server without keys)
         self.owners: Callable[[], list[str]] = lambda: []

@@ -24,8 +24,10 @@ from contract.stats import BatchCounters
 from contract.tracing import otel, propagation
 from worker.engine.steps.picks import Pick
 
-FINE = ("stop", "length", "tool_calls", "cancelled", "handed-off")  # outcomes that are no error
-_tracer: Any = None  # the process's, once `start` made it (tracing on)
+# outcomes that are no error
+FINE = ("stop", "length", "tool_calls", "cancelled", "handed-off")
+# the process's, once `start` made it (tracing on)
+_tracer: Any = None
 
 
 def start() -> bool:
@@ -58,18 +60,25 @@ class AttemptTrace:
                 "tokenspool.attempt": epoch,
                 "tokenspool.worker": worker,
                 "tokenspool.tier": spec.priority,
-                "tokenspool.resumed": False,  # until it reads what an earlier attempt wrote
+                # until it reads what an earlier attempt wrote
+                "tokenspool.resumed": False,
                 "gen_ai.request.model": spec.model,
             },
         )
         self._context = set_span_in_context(self.span)
         self._child("claim", *claim_ns)
-        self._read_at = claim_ns[1]  # when it began reading its prompt
-        self._first_at = 0  # its first token (0: none yet)
-        self._read = 0  # the tokens its prefill reads
-        self._cached = 0  # of those, the ones its slot's cache held
-        self._publish_at = self._published_at = 0  # its end's write (0: not written)
-        self._first_out = False  # its first token is in the stream
+        # when it began reading its prompt
+        self._read_at = claim_ns[1]
+        # its first token (0: none yet)
+        self._first_at = 0
+        # the tokens its prefill reads
+        self._read = 0
+        # of those, the ones its slot's cache held
+        self._cached = 0
+        # its end's write (0: not written)
+        self._publish_at = self._published_at = 0
+        # its first token is in the stream
+        self._first_out = False
 
     def _child(self, name: str, start_ns: int, end_ns: int, **attributes: Any) -> None:
         named = {f"tokenspool.{k}": v for k, v in attributes.items()}

@@ -16,7 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-MIN_SHARE = 1 << 23  # logits (32 MiB): 64 rows of Llama 3's vocabulary, 170 of SmolLM2's
+# logits (32 MiB): 64 rows of Llama 3's vocabulary, 170 of SmolLM2's
+MIN_SHARE = 1 << 23
 MAX_THREADS = 8
 
 

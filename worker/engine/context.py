@@ -38,7 +38,8 @@ class StepBatch:
         one = ctypes.POINTER(llama_cpp.llama_seq_id)
         # row i's sequence ids: one, at seq[i] (llama.cpp reads seq_id[i][0])
         self._seq_ids = np.arange(capacity + 1, dtype=np.uintp) * self.seq.itemsize + self.seq.ctypes.data
-        self._seq_ids[-1] = 0  # llama_batch_init ends the list with NULL too
+        # llama_batch_init ends the list with NULL too
+        self._seq_ids[-1] = 0
         self.native = llama_cpp.llama_batch(
             n_tokens=0,
             token=self.token.ctypes.data_as(ctypes.POINTER(llama_cpp.llama_token)),
@@ -68,16 +69,19 @@ class NativeContext:
     def __init__(self, ctx, n_vocab: int, kv_on_device: bool = False) -> None:
         self.ctx = ctx
         self.n_vocab = n_vocab
-        self.kv_on_device = kv_on_device  # the KV cache is in a GPU's memory (see copy_prefix)
+        # the KV cache is in a GPU's memory (see copy_prefix)
+        self.kv_on_device = kv_on_device
         self._mem = llama_cpp.llama_get_memory(ctx)
         self.interrupt = StepInterrupt(ctx)
-        self._queued: set[int] = set()  # slots a whole-slot copy not yet run reads or writes
+        # slots a whole-slot copy not yet run reads or writes
+        self._queued: set[int] = set()
 
     def decode(self, batch: StepBatch) -> int:
         """llama_decode's code: 0, 2 when the interrupt stopped it, else a failure. On a GPU it
         may return while the step still computes: `logits` waits for it."""
         rc = llama_cpp.llama_decode(self.ctx, batch.native)
-        if rc >= 0:  # llama.cpp ran the queued copies first (it refuses a bad batch before)
+        # llama.cpp ran the queued copies first (it refuses a bad batch before)
+        if rc >= 0:
             self._queued.clear()
         return rc
 

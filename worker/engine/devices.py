@@ -18,7 +18,8 @@ import llama_cpp
 
 from worker.engine.placement import Device, Placement
 
-_KINDS = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}  # enum ggml_backend_dev_type
+# enum ggml_backend_dev_type
+_KINDS = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}
 
 
 def _ggml() -> tuple[ctypes.CDLL, ctypes.CDLL]:

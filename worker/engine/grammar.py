@@ -48,7 +48,8 @@ class Candidates:
         )
 
     def fill(self, row: np.ndarray) -> None:
-        self.a["id"] = self._ids  # a sampler may have reordered them
+        # a sampler may have reordered them
+        self.a["id"] = self._ids
         self.a["logit"] = row
         self.a["p"] = 0.0
         self.arr.size = len(self.a)
@@ -68,7 +69,8 @@ class GrammarGate:
 
     def __init__(self, vocab, gbnf: str, banned: Iterable[int]) -> None:
         self._g = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
-        if not self._g:  # a NULL pointer: never add it to anything
+        # a NULL pointer: never add it to anything
+        if not self._g:
             raise BadGrammar("llama.cpp could not parse the grammar")
         self._banned = np.array(sorted(set(banned)), dtype=np.intc)
         self._banned_set = frozenset(self._banned.tolist())
@@ -97,7 +99,8 @@ class GrammarGate:
         """Set every token the grammar refuses to -inf; raise if none is left."""
         llama_cpp.llama_sampler_apply(self._g, ctypes.byref(cands.arr))
         if len(self._banned):
-            cands.a["logit"][self._banned] = -np.inf  # ids are still in order: apply keeps them
+            # ids are still in order: apply keeps them
+            cands.a["logit"][self._banned] = -np.inf
         if not cands.finite().any():
             raise GrammarDeadEnd("no token continues the grammar")
 
@@ -120,7 +123,8 @@ class TriggeredGate:
         self, make: Callable[[], GrammarGate], trigger: bytes, piece: Callable[[int], bytes]
     ) -> None:
         self._make, self._trigger, self._piece = make, trigger, piece
-        self._tail: list[tuple[int, bytes]] = []  # the last tokens, enough to hold a trigger
+        # the last tokens, enough to hold a trigger
+        self._tail: list[tuple[int, bytes]] = []
         self._gate: GrammarGate | None = None
         self._given_up = False
 
@@ -141,7 +145,8 @@ class TriggeredGate:
                 text = text[len(self._tail.pop(0)[1]) :]
             return
         start = 0
-        while start + len(self._tail[0][1]) <= at:  # drop the tokens wholly before the trigger
+        # drop the tokens wholly before the trigger
+        while start + len(self._tail[0][1]) <= at:
             start += len(self._tail.pop(0)[1])
         gate = None
         try:

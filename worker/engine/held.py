@@ -28,12 +28,17 @@ from contract.prefixes import MAX_DIGESTS
 class HeldPrefixes:
     def __init__(self, slots: int) -> None:
         self._slots: list[tuple[str, ...]] = [() for _ in range(slots)]
-        self._public = [False] * slots  # the slot's first digest is a public prompt's head
-        self._host: frozenset[str] = frozenset()  # what the host tier keeps
-        self._owner: list[object | None] = [None] * slots  # the sequence the slot was last given
+        # the slot's first digest is a public prompt's head
+        self._public = [False] * slots
+        # what the host tier keeps
+        self._host: frozenset[str] = frozenset()
+        # the sequence the slot was last given
+        self._owner: list[object | None] = [None] * slots
         self._lock = threading.Lock()
-        self._closed = False  # the worker takes no more jobs: it claims nothing
-        self.version = 0  # bumped at every change: the presence thread rewrites the set then
+        # the worker takes no more jobs: it claims nothing
+        self._closed = False
+        # bumped at every change: the presence thread rewrites the set then
+        self.version = 0
         # writes the set for routing (worker/intake/presence.py), on the ending job's thread
         self.changed: Callable[[], None] = lambda: None
 
@@ -81,7 +86,8 @@ class HeldPrefixes:
             self._slots[slot] = tuple(digests[:MAX_DIGESTS])
             self._public[slot] = public
             self.version += 1
-        self.changed()  # written now: a conversation's next turn may come at once
+        # written now: a conversation's next turn may come at once
+        self.changed()
 
     def private(self, slot: int) -> tuple[str, ...]:
         """The slot's prefixes that its own scope alone may read: what the host tier keeps

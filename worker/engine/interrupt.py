@@ -23,7 +23,8 @@ import threading
 import llama_cpp
 
 ABORT_WHEN_SET = llama_cpp.ggml_abort_callback(
-    ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value  # the process's C library
+    # the process's C library
+    ctypes.cast(ctypes.CDLL(None).strlen, ctypes.c_void_p).value
 )
 """The callback: true once the first byte of its data is not zero."""
 
@@ -33,9 +34,11 @@ class StepInterrupt:
     thread, `take` after the step says whether it was."""
 
     def __init__(self, ctx) -> None:
-        self._flag = ctypes.create_string_buffer(2)  # b"\0\0": strlen 0
+        # b"\0\0": strlen 0
+        self._flag = ctypes.create_string_buffer(2)
         self._armed = False
-        self._lock = threading.Lock()  # a `fire` never lands on a step armed after it looked
+        # a `fire` never lands on a step armed after it looked
+        self._lock = threading.Lock()
         llama_cpp.llama_set_abort_callback(ctx, ABORT_WHEN_SET, ctypes.cast(self._flag, ctypes.c_void_p))
 
     def arm(self, armed: bool) -> None:

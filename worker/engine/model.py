@@ -53,7 +53,8 @@ class LlamaEngine:
     def __init__(self, settings: WorkerSettings) -> None:
         assert settings.model_path is not None
         self.model_name = settings.model_name
-        self.n_ctx = settings.n_ctx  # per slot: what one job may use
+        # per slot: what one job may use
+        self.n_ctx = settings.n_ctx
         self._offloaded = bool(settings.n_gpu_layers) and llama_cpp.llama_supports_gpu_offload()
         self._prefill_chunk = settings.prefill_chunk
         llama_log.install()
@@ -68,9 +69,11 @@ class LlamaEngine:
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
-        self.edited = self.prompts.edited  # a job as its context edit leaves it
+        # a job as its context edit leaves it
+        self.edited = self.prompts.edited
         self._thinking = settings.reasoning_format == "think"
-        self.prompts.markers = self.prompts.marker_ids(harmony.MARKERS)  # gpt-oss's: split on them
+        # gpt-oss's: split on them
+        self.prompts.markers = self.prompts.marker_ids(harmony.MARKERS)
         self._harmony = bool(self.prompts.markers)
         self._marks = frozenset(self.prompts.controls) | frozenset(self.prompts.ends)
         log.info("tool calls: %s protocol (worker/tools/protocols.py)", self.prompts.tools.name)
@@ -83,7 +86,8 @@ class LlamaEngine:
         per_slot = kv_cache_bytes(self._model, self.n_ctx)
         if settings.slots is not None:
             tries, why = [settings.slots], "SLOTS"
-        elif self._offloaded:  # llama.cpp says whether the cache fits the GPU
+        # llama.cpp says whether the cache fits the GPU
+        elif self._offloaded:
             tries, why = sizing.halvings(min(sizing.GPU_SLOTS, most)), "the GPU's memory"
         else:
             left = sizing.available_memory() - sizing.buffer_bytes(self._n_vocab)
@@ -113,7 +117,8 @@ class LlamaEngine:
             self.threads.n_threads_batch,
             cores,
         )
-        self.held = HeldPrefixes(slots)  # what each slot's cache holds, for cache-aware routing
+        # what each slot's cache holds, for cache-aware routing
+        self.held = HeldPrefixes(slots)
         self._prefix_cache = settings.prefix_cache
         kv, layers = kv_cache_bytes(self._model, slots * self.n_ctx), settings.n_gpu_layers
         self.placement = devices.placement(self._model.model, layers, kv, slots, self.n_ctx)
@@ -143,8 +148,10 @@ class LlamaEngine:
         """A context of `slots` sequences of N_CTX tokens each (None: it does not fit)."""
         assert settings.model_path is not None
         n_batch = plan.batch_capacity(slots, settings.prefill_chunk, settings.prefill_alone)
-        n_ubatch = min(n_batch, sizing.MAX_UBATCH)  # a step's rows in one pass up to it
-        if not self._offloaded:  # on a GPU llama.cpp finds out at start itself
+        # a step's rows in one pass up to it
+        n_ubatch = min(n_batch, sizing.MAX_UBATCH)
+        # on a GPU llama.cpp finds out at start itself
+        if not self._offloaded:
             kv = kv_cache_bytes(self._model, slots * self.n_ctx)
             buffers = sizing.buffer_bytes(self._n_vocab, n_ubatch)
             weights = settings.model_path.stat().st_size
@@ -153,7 +160,8 @@ class LlamaEngine:
         cparams = llama_cpp.llama_context_default_params()
         cparams.n_ctx = slots * self.n_ctx
         cparams.n_seq_max = slots
-        cparams.kv_unified = False  # each slot attends over its own part of the cache only
+        # each slot attends over its own part of the cache only
+        cparams.kv_unified = False
         cparams.n_batch, cparams.n_ubatch = n_batch, n_ubatch
         cparams.n_threads = self.threads.n_threads
         cparams.n_threads_batch = self.threads.n_threads_batch
@@ -176,7 +184,8 @@ class LlamaEngine:
         reply = tools.reply(spec)
         if not self._thinking or spec.kind != "chat":
             return reply
-        if self._harmony and isinstance(tools, HarmonyTools):  # gpt-oss's channels
+        # gpt-oss's channels
+        if self._harmony and isinstance(tools, HarmonyTools):
             return tools.reader(spec, reply, harmony.opened_channel(self._prompt_tail(prompt)))
         opened = thinking.opened_by(self._prompt_tail(prompt))
         # a grammar from the first token (a response format or tools, without a trigger; not
@@ -188,7 +197,8 @@ class LlamaEngine:
     def _grammar(self, spec: JobSpec, prompt: Sequence[int]) -> tuple[str | None, str | None]:
         """The job's grammar and the text it applies from (None: the first token; after thinking, if open)."""
         tools = self.prompts.tools
-        if self._harmony and isinstance(tools, HarmonyTools):  # its grammars know where thinking ends
+        # its grammars know where thinking ends
+        if self._harmony and isinstance(tools, HarmonyTools):
             return tools.grammar(spec, harmony.opened_channel(self._prompt_tail(prompt))), tools.trigger(spec)
         grammar, trigger = tools.grammar(spec), tools.trigger(spec)
         chat = self._thinking and spec.kind == "chat"
@@ -229,7 +239,8 @@ class LlamaEngine:
             )
         elif grammar:
             gate = GrammarGate(self._model.vocab, grammar, self.prompts.controls)
-        if spec.ignore_eos:  # as llama-server does it: the end tokens biased out of every pick
+        # as llama-server does it: the end tokens biased out of every pick
+        if spec.ignore_eos:
             banned = {t: -100.0 for t in self.prompts.ends}
             spec = dataclasses.replace(
                 spec, logit_bias=tuple(sorted({**dict(spec.logit_bias), **banned}.items()))
@@ -251,7 +262,8 @@ class LlamaEngine:
             alone_for=alone_for,
             since=since_ms,
             progress=progress,
-            images=getattr(prompt, "images", {}),  # an image's rows by position (vision/prompt.py)
+            # an image's rows by position (vision/prompt.py)
+            images=getattr(prompt, "images", {}),
         )
         self._scheduler.submit(seq)
         answer: list[bytes] = []
@@ -264,7 +276,8 @@ class LlamaEngine:
             self._scheduler.close(seq)
             if cached is not None:
                 cached(seq.cached)
-            if self._prefix_cache and answer:  # its prompt was read whole: the cache holds it
+            # its prompt was read whole: the cache holds it
+            if self._prefix_cache and answer:
                 # an answer of text alone is what the next turn's assistant message will be
                 plain = not spec.stop and not spec.uses_tools and not prior
                 text = b"".join(answer).decode("utf-8", "replace") if plain else None
@@ -273,7 +286,8 @@ class LlamaEngine:
                     and text
                     and (self._harmony or thinking.OPEN in text or thinking.CLOSE in text)
                 ):
-                    text = None  # the next turn's message holds the answer alone
+                    # the next turn's message holds the answer alone
+                    text = None
                 public = spec.public_prompt and spec.kind == "chat"  # its first digest is any scope's
                 self.held.held(seq, [d for d, _ in prefixes(spec, text)], public)
 

@@ -9,10 +9,14 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Device:
-    name: str  # "CPU", "CUDA0", ...
-    description: str  # the CPU's or the GPU's own name
-    kind: str  # _KINDS
-    free: int  # bytes
+    # "CPU", "CUDA0", ...
+    name: str
+    # the CPU's or the GPU's own name
+    description: str
+    # _KINDS
+    kind: str
+    # bytes
+    free: int
     total: int
 
     @property
@@ -25,12 +29,18 @@ class Device:
 class Placement:
     """Where the model and its KV cache are: what the worker says at start and announces."""
 
-    backend: str  # "CUDA", "CPU", ...
-    device: str  # its description (a GPU's name, else the CPU's)
-    memory: tuple[int, int]  # the device's (free, total) bytes at start
-    layers: int  # the model's repeating layers
-    gpu_layers: int  # of them, offloaded
-    kv_bytes: int  # the whole KV cache (every slot)
+    # "CUDA", "CPU", ...
+    backend: str
+    # its description (a GPU's name, else the CPU's)
+    device: str
+    # the device's (free, total) bytes at start
+    memory: tuple[int, int]
+    # the model's repeating layers
+    layers: int
+    # of them, offloaded
+    gpu_layers: int
+    # the whole KV cache (every slot)
+    kv_bytes: int
     slots: int
     n_ctx: int
 

@@ -33,7 +33,8 @@ from worker.tools.json_envelope import JsonTools
 from worker.tools.protocols import ToolProtocol, detect
 
 _PLACEHOLDER = outside.OPEN + "tokenspool-message-{}" + outside.CLOSE
-_SPECIAL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN  # read as text only
+# read as text only
+_SPECIAL = llama_cpp.LLAMA_TOKEN_ATTR_CONTROL | llama_cpp.LLAMA_TOKEN_ATTR_UNKNOWN
 
 
 # What `ChatPrompts.overhead` renders: a conversation, the same with more, and how many parts
@@ -57,7 +58,8 @@ _SHAPES: tuple[tuple[tuple[Message, ...], tuple[Message, ...], int], ...] = (
 class ChatPrompts:
     def __init__(self, model: LlamaModel, template: str | None = None) -> None:
         self._model = model
-        self.vision: encoder.Encoder | None = None  # MMPROJ_PATH's (worker/engine/vision/)
+        # MMPROJ_PATH's (worker/engine/vision/)
+        self.vision: encoder.Encoder | None = None
         # an image's bytes by its cache scope and hash: the worker's Redis (worker/__main__.py)
         self.fetch_image: Callable[[str, str], bytes | None] = lambda scope, sha: None
         template = template or model.metadata().get("tokenizer.chat_template")
@@ -78,12 +80,13 @@ class ChatPrompts:
         )
         n_vocab = llama_cpp.llama_vocab_n_tokens(model.vocab)
         self.ends = [t for t in range(n_vocab) if llama_cpp.llama_vocab_is_eog(model.vocab, t)]
+        # control tokens that do not end generation: banned where a grammar decides
         self.controls = [
             t
             for t in range(n_vocab)
             if self._attr(t) & llama_cpp.LLAMA_TOKEN_ATTR_CONTROL
             and not llama_cpp.llama_vocab_is_eog(model.vocab, t)
-        ]  # control tokens that do not end generation: banned where a grammar decides
+        ]
         # and the markers a format renders as text (harmony's `<|channel|>`...): user-defined tokens
         marks = [
             text
@@ -96,9 +99,8 @@ class ChatPrompts:
         # control token's text (end of generation included), and the format's markers
         specials = [self._token_text(t) for t in range(n_vocab) if self._attr(t) & _SPECIAL]
         self._outside = outside.Masker(specials + marks)
-        self.markers: dict[
-            int, bytes
-        ] = {}  # tokens rendered as their text (harmony's: worker/engine/model.py)
+        # tokens rendered as their text (harmony's: worker/engine/model.py)
+        self.markers: dict[int, bytes] = {}
         # llama.cpp matches user-defined tokens in any text, special or not: contents split them
         self._marks = re.compile("|".join(map(re.escape, marks))) if marks else None
 
@@ -119,7 +121,8 @@ class ChatPrompts:
             )
         if len(ids) >= n_ctx:
             raise PromptTooLong(len(ids), n_ctx, param)
-        if spec.images:  # each IMAGE becomes its image
+        # each IMAGE becomes its image
+        if spec.images:
             return encoder.prompt_of(self.vision, spec, ids, n_ctx, self.fetch_image)
         return ids
 
@@ -227,7 +230,8 @@ class ChatPrompts:
             for more in ((), (_USER,)):
                 try:
                     heads.append(self._chat_ids(dataclasses.replace(spec, messages=(message, *more))))
-                except Exception:  # a template that will not render this: nothing shared
+                # a template that will not render this: nothing shared
+                except Exception:
                     return []
         return heads[0][: min(common_prefix(heads[0], h) for h in heads)]
 
@@ -299,7 +303,8 @@ class ChatPrompts:
             spec = JobSpec(id="overhead", kind="chat", model=model, messages=messages, **fields)
             try:
                 return len(self._chat_ids(spec))
-            except Exception:  # the template refuses this conversation: no job sends it
+            # the template refuses this conversation: no job sends it
+            except Exception:
                 return None
 
         def own(messages: tuple[Message, ...]) -> int:
@@ -314,7 +319,8 @@ class ChatPrompts:
         fixed = base - own((_USER,))
         for more in (ids((_USER,), tools=(Tool("a"),)), ids((_USER,), response_format=_FORMAT)):
             if more is not None:
-                fixed += max(0, more - base)  # a tool protocol's or a response format's instructions
+                # a tool protocol's or a response format's instructions
+                fixed += max(0, more - base)
         per_part = 0
         for smaller, whole, parts in _SHAPES:
             before, after = ids(smaller), ids(whole)

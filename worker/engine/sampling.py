@@ -36,8 +36,10 @@ from worker.engine.steps.picks import Pick
 from worker.errors import GrammarDeadEnd
 
 REPEAT_LAST_N = 64
-_GREEDY_TRIES = 8  # a refused greedy pick: the next best this many before masking everything
-_LOGPROB_FLOOR = -9999.0  # OpenAI's value for a token far outside the top
+# a refused greedy pick: the next best this many before masking everything
+_GREEDY_TRIES = 8
+# OpenAI's value for a token far outside the top
+_LOGPROB_FLOOR = -9999.0
 
 
 class Sampler:
@@ -58,12 +60,15 @@ class Sampler:
         self._gate = gate
         self._is_end = is_end
         self._top = spec.top_logprobs if spec.logprobs else -1
-        self.bias: tuple[np.ndarray, np.ndarray] | None = None  # (token ids, values) added to a row
+        # (token ids, values) added to a row
+        self.bias: tuple[np.ndarray, np.ndarray] | None = None
         if spec.logit_bias:
-            kept = {token: bias for token, bias in spec.logit_bias if token < n_vocab}  # the last wins
+            # the last wins
+            kept = {token: bias for token, bias in spec.logit_bias if token < n_vocab}
             ids = np.fromiter(kept, dtype=np.intp, count=len(kept))
             self.bias = ids, np.fromiter(kept.values(), dtype=np.float32, count=len(kept))
-        self.bias_key = spec.logit_bias  # rows with one bias share its scatter (`pick_rows`)
+        # rows with one bias share its scatter (`pick_rows`)
+        self.bias_key = spec.logit_bias
         penalties = bool(spec.frequency_penalty or spec.presence_penalty or spec.repeat_penalty != 1.0)
         self._chain = None
         self._cands: Candidates | None = None
@@ -77,7 +82,8 @@ class Sampler:
             if self._chain is not None:
                 llama_cpp.llama_sampler_accept(self._chain, token)
             if gate is not None:
-                gate.accept(token)  # raises GrammarDeadEnd if the text no longer fits
+                # raises GrammarDeadEnd if the text no longer fits
+                gate.accept(token)
 
     def _build(self, spec: JobSpec, n_vocab: int, n_ctx: int, penalties: bool):
         params = llama_cpp.llama_sampler_chain_default_params()
@@ -93,7 +99,8 @@ class Sampler:
             for i, (token, bias) in enumerate(kept):
                 biases[i].token, biases[i].bias = token, bias
             add(llama_cpp.llama_sampler_init_logit_bias(n_vocab, len(kept), biases))
-            self.bias = None  # in the chain
+            # in the chain
+            self.bias = None
         if penalties:
             if spec.frequency_penalty or spec.presence_penalty:
                 add(
@@ -131,7 +138,8 @@ class Sampler:
             token = self._drawn(row)
             llama_cpp.llama_sampler_accept(self._chain, token)
         if self._gate is not None and not self._is_end(token):
-            self._gate.accept(token)  # allowed: it was picked among what the grammar allows
+            # allowed: it was picked among what the grammar allows
+            self._gate.accept(token)
         return self._with(token, logprobs)
 
     def _biased(self, row: np.ndarray) -> np.ndarray:
@@ -143,7 +151,8 @@ class Sampler:
         return out
 
     def _greedy(self, row: np.ndarray) -> int:
-        token = int(row.argmax())  # the first highest logit, as llama.cpp's greedy sampler picks
+        # the first highest logit, as llama.cpp's greedy sampler picks
+        token = int(row.argmax())
         gate = self._gate
         if gate is None or gate.allows(token):
             return token
@@ -224,7 +233,8 @@ def pick_rows(
         if not sampler.plain:
             try:
                 picks[k] = sampler.sample(logits[k])
-            except GrammarDeadEnd as exc:  # this job's own grammar: the others go on
+            # this job's own grammar: the others go on
+            except GrammarDeadEnd as exc:
                 picks[k] = exc
     return picks  # type: ignore[return-value]
 

@@ -29,7 +29,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 CPU_SLOTS = 32
-EMBEDDING_SLOTS = 64  # an embedding worker's jobs at once (their inputs share its decodes)
+# an embedding worker's jobs at once (their inputs share its decodes)
+EMBEDDING_SLOTS = 64
 GPU_SLOTS = 64
 # libgomp's rounds at a barrier before a thread sleeps, on a CPU worker: beside busy processes
 # no step took the slow mode that libgomp's 300,000 (and 10,000) fall into; alone, ~4 % fewer
@@ -39,8 +40,10 @@ CPU_SPINCOUNT = 1_000
 
 @dataclass(frozen=True)
 class Threads:
-    n_threads: int  # a step that decodes one token
-    n_threads_batch: int  # prefill, and steps that decode several sequences' tokens
+    # a step that decodes one token
+    n_threads: int
+    # prefill, and steps that decode several sequences' tokens
+    n_threads_batch: int
 
 
 def usable_cores(cgroup: Path = Path("/sys/fs/cgroup")) -> int:
@@ -84,8 +87,10 @@ def halvings(start: int) -> list[int]:
     return out
 
 
-HOST_CACHE_SHARE = 4  # HOST_CACHE_MIB unset: a quarter of the memory available
-HOST_CACHE_CAP = 8 << 30  # and at most llama-server's own default (`--cache-ram 8192`)
+# HOST_CACHE_MIB unset: a quarter of the memory available
+HOST_CACHE_SHARE = 4
+# and at most llama-server's own default (`--cache-ram 8192`)
+HOST_CACHE_CAP = 8 << 30
 
 
 def host_cache_bytes(mib: int | None, available: int) -> int:
@@ -120,7 +125,8 @@ def available_memory() -> int:
 # rows of the vocabulary in floats: llama.cpp logs 12, 49 and 98 MiB for SmolLM2 (49,152
 # tokens) at 64, 256 and 512 rows, and a 128k vocabulary at 512 rows needs 251 MiB. The rest
 # of the buffers and the process itself get a fixed margin.
-MAX_UBATCH = 512  # llama.cpp's default micro-batch: a step's rows in one pass up to it
+# llama.cpp's default micro-batch: a step's rows in one pass up to it
+MAX_UBATCH = 512
 BUFFER_MARGIN = 256 << 20
 _LOGIT_BYTES = 4
 

@@ -36,13 +36,17 @@ log = logging.getLogger(__name__)
 NAME_PREFIX = "synthetic"
 EOS = 0
 _FIRST_WORD_ID = 1_000
-_MIN_SLEEP_S = 0.001  # a sleep per token would cost more than the token at thousands/s
-_FIRST_CHAR_ID = 2_000_000  # a scripted call's characters: this plus the code point
+# a sleep per token would cost more than the token at thousands/s
+_MIN_SLEEP_S = 0.001
+# a scripted call's characters: this plus the code point
+_FIRST_CHAR_ID = 2_000_000
 SCRIPTED_COMMAND = "echo tokenspool-tool-ran > tool-ran.txt"
-SHELLS = ("bash", "shell", "exec_command", "shell_command", "run_command")  # tool names, lowercased
+# tool names, lowercased
+SHELLS = ("bash", "shell", "exec_command", "shell_command", "run_command")
 
 
-DEFAULT_SLOTS = 8  # no memory to size it by (worker/engine/sizing.py): load tests set SLOTS
+# no memory to size it by (worker/engine/sizing.py): load tests set SLOTS
+DEFAULT_SLOTS = 8
 
 
 class SyntheticEngine:
@@ -65,11 +69,16 @@ class SyntheticEngine:
         self.n_ctx = n_ctx
         self.slots = slots or DEFAULT_SLOTS
         self.tokens_per_job = tokens_per_job
-        self.rate = rate  # tokens per second per job; 0 = as fast as the publish path allows
-        self.tool_calls = tool_calls  # a shell tool offered is called once a user turn
-        self.placement = None  # no model: nothing placed anywhere
-        self.held = None  # no KV cache: no prefix held
-        self.prompt_overhead = None  # no template: the API reserves its most for one
+        # tokens per second per job; 0 = as fast as the publish path allows
+        self.rate = rate
+        # a shell tool offered is called once a user turn
+        self.tool_calls = tool_calls
+        # no model: nothing placed anywhere
+        self.placement = None
+        # no KV cache: no prefix held
+        self.held = None
+        # no template: the API reserves its most for one
+        self.prompt_overhead = None
         log.warning(
             "SYNTHETIC ENGINE: model %r answers with %d generated words per job at %s tok/s, "
             "no model is loaded. For load tests only.",
@@ -77,7 +86,8 @@ class SyntheticEngine:
             tokens_per_job,
             rate or "unlimited",
         )
-        time.sleep(load_s)  # a model's load, for tests of what happens while a worker starts
+        # a model's load, for tests of what happens while a worker starts
+        time.sleep(load_s)
 
     def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]:
         """Its clear_tool_uses edit applied (worker/tools/clearing.py), words counted as tokens."""
@@ -151,18 +161,22 @@ class SyntheticEngine:
         `ignore_eos`, words until the caller stops at max_tokens)."""
         log.warning("SYNTHETIC ENGINE answering %s", spec.id)
         position = len(prior)
-        if (call := self._call(spec)) is not None:  # a resumed call goes on from its character
+        # a resumed call goes on from its character
+        if (call := self._call(spec)) is not None:
             for ch in call[position:]:
                 yield Pick(_FIRST_CHAR_ID + ord(ch)), ch.encode()
             yield Pick(EOS), b""
             return
-        wanted = self.n_ctx if spec.ignore_eos else self.tokens_per_job  # no end: until max_tokens
-        last = min(wanted, self.n_ctx - len(prompt))  # the window's end
+        # no end: until max_tokens
+        wanted = self.n_ctx if spec.ignore_eos else self.tokens_per_job
+        # the window's end
+        last = min(wanted, self.n_ctx - len(prompt))
         start = time.monotonic()
         for n, pos in enumerate(range(position, last)):
             if self.rate > 0:
                 delay = start + n / self.rate - time.monotonic()
-                if delay > _MIN_SLEEP_S:  # at high rates, tokens come in bursts of ~1 ms
+                # at high rates, tokens come in bursts of ~1 ms
+                if delay > _MIN_SLEEP_S:
                     time.sleep(delay)
             yield Pick(_FIRST_WORD_ID + pos), f" w{pos}".encode()
         if last == wanted and not spec.ignore_eos:

@@ -32,7 +32,8 @@ import redis
 from contract import keys, tiers
 from contract.entries import as_text
 
-CLAIM_MS = 2000  # a waiting job's callback claim: long enough for the slot it frees to take it
+# a waiting job's callback claim: long enough for the slot it frees to take it
+CLAIM_MS = 2000
 
 
 class Lending:
@@ -52,11 +53,14 @@ class Lending:
         self._lend_after = lend_after_s
         self.poll_s = poll_s
         not_interactive = {tiers.queue_name(model, tiers.BATCH), tiers.suspect_queue_name(model)}
+        # the suspect queue holds batch lines too: it is not counted as interactive demand
         self.interactive_queues = [
             keys.rq_queue_key(n) for n in tiers.worker_queue_names(model, worker) if n not in not_interactive
-        ]  # the suspect queue holds batch lines too: it is not counted as interactive demand
-        self._last_interactive = time.monotonic()  # a new worker lends only after a quiet while
-        self._seen: str | None = None  # the waiting job the last look found
+        ]
+        # a new worker lends only after a quiet while
+        self._last_interactive = time.monotonic()
+        # the waiting job the last look found
+        self._seen: str | None = None
 
     def interactive_started(self) -> None:
         """An interactive job started here: keep its slots free for a while."""

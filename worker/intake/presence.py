@@ -31,8 +31,10 @@ from worker.engine.held import HeldPrefixes
 from worker.engine.placement import Placement
 from worker.redis.periodic import Periodic
 
-HELD_TTL_S = 15.0  # the API's WORKER_STALE_SECONDS: a silent worker's prefixes go with it
-ENDING_S = 10.0  # a thread past its job's end counts as running again after this (it publishes)
+# the API's WORKER_STALE_SECONDS: a silent worker's prefixes go with it
+HELD_TTL_S = 15.0
+# a thread past its job's end counts as running again after this (it publishes)
+ENDING_S = 10.0
 
 
 class Presence:
@@ -56,21 +58,32 @@ class Presence:
         self._model = model
         self._worker = worker
         self._slots = slots
-        self._n_ctx = n_ctx  # each job's context: the API bounds prompts by it
-        self._overhead = overhead  # what its chat template adds: the API bounds reservations by it
-        self._placement = placement  # what the model put where, for /metrics
-        self._vision = vision  # the most tokens an image becomes (0: it reads no images)
-        self._held = held  # the prefixes its slots hold (worker/engine/held.py), for routing
-        self._held_version = -1  # the version last written
+        # each job's context: the API bounds prompts by it
+        self._n_ctx = n_ctx
+        # what its chat template adds: the API bounds reservations by it
+        self._overhead = overhead
+        # what the model put where, for /metrics
+        self._placement = placement
+        # the most tokens an image becomes (0: it reads no images)
+        self._vision = vision
+        # the prefixes its slots hold (worker/engine/held.py), for routing
+        self._held = held
+        # the version last written
+        self._held_version = -1
         self._held_ttl_ms = int(held_ttl_s * 1000)
-        self._load = load  # (slots in use, the last step's ms), for routing and the pool view
-        self._counters = counters  # read from the scheduler thread's live counters
+        # (slots in use, the last step's ms), for routing and the pool view
+        self._load = load
+        # read from the scheduler thread's live counters
+        self._counters = counters
         self._flushed = BatchCounters()
-        self._lock = threading.Lock()  # a job's thread writes the held set too (held_changed)
-        self._held_failing = False  # the last write of it failed: left to this thread then
+        # a job's thread writes the held set too (held_changed)
+        self._lock = threading.Lock()
+        # the last write of it failed: left to this thread then
+        self._held_failing = False
         # job threads past their job's end (they said what their slot holds) that `load`
         # still counts while they publish its terminal entry: free for routing already
-        self._ending: dict[threading.Thread, float] = {}  # -> when (monotonic)
+        # -> when (monotonic)
+        self._ending: dict[threading.Thread, float] = {}
         # a poke (a job ended: its prefixes are held) announces within 0.2 s, once for a burst
         self._thread = Periodic("presence", every_s, self.announce, min_gap_s=0.2)
 
@@ -151,7 +164,8 @@ class Presence:
             try:
                 with self._lock, self._r.pipeline(transaction=True) as pipe:
                     version, kept_alive = self._announce_held(pipe)
-                    if version != self._held_version:  # else another thread wrote it
+                    # else another thread wrote it
+                    if version != self._held_version:
                         flushed = self._flushed
                         pipe.hset(keys.worker_load(self._model), self._worker, self._load_field(flushed))
                         done = pipe.execute()
@@ -177,7 +191,8 @@ class Presence:
     def stop(self) -> None:
         self._thread.stop()
         with contextlib.suppress(redis.RedisError):
-            self.announce()  # the last counts
+            # the last counts
+            self.announce()
             self._r.zrem(keys.workers(self._model), self._worker)
             self._r.hdel(keys.worker_slots(self._model), self._worker)
             self._r.hdel(keys.context(self._model), self._worker)
@@ -195,8 +210,10 @@ class Starting:
     (api/cluster/resumes.py). Its connection is named like every worker's, so a start that
     dies stops counting at once."""
 
-    FORGET_MS = 86_400_000  # entries of starts that died are dropped after a day
-    LOOK_EVERY_S = 0.2  # `jobs_waiting` asks Redis at most this often
+    # entries of starts that died are dropped after a day
+    FORGET_MS = 86_400_000
+    # `jobs_waiting` asks Redis at most this often
+    LOOK_EVERY_S = 0.2
 
     def __init__(self, client: redis.Redis, model: str, worker: str, every_s: float) -> None:
         self._r, self._key, self._worker = client, keys.starting_workers(model), worker

@@ -65,11 +65,16 @@ from worker.redis.retrying import TRANSIENT
 
 log = logging.getLogger(__name__)
 
-MAX_JOB_DATA = 1 << 20  # bytes of (inflated) job data: a spec is far smaller
-JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")  # RQ's own rule, with a length cap
-BLOCK_S = 1  # how long an idle loop blocks for new jobs before it looks around again
-SOCKET_TIMEOUT_S = 10.0  # RQ would set dequeue timeout + 10 s (7 minutes) on the connection
-RQ_HEARTBEAT_S = 5.0  # RQ's worker key lives 480 s; this also finds a Redis that forgot us
+# bytes of (inflated) job data: a spec is far smaller
+MAX_JOB_DATA = 1 << 20
+# RQ's own rule, with a length cap
+JOB_ID = re.compile(r"[A-Za-z0-9_-]{1,200}")
+# how long an idle loop blocks for new jobs before it looks around again
+BLOCK_S = 1
+# RQ would set dequeue timeout + 10 s (7 minutes) on the connection
+SOCKET_TIMEOUT_S = 10.0
+# RQ's worker key lives 480 s; this also finds a Redis that forgot us
+RQ_HEARTBEAT_S = 5.0
 
 
 class ForbiddenJob(Exception):
@@ -88,7 +93,8 @@ def job_spec(data: bytes | None) -> dict:
         if len(raw) > MAX_JOB_DATA or inflater.unconsumed_tail:
             raise ForbiddenJob("job data too large")
     except zlib.error:
-        raw = data  # RQ stores small data uncompressed
+        # RQ stores small data uncompressed
+        raw = data
     try:
         func, instance, args, kwargs = json.loads(raw)
     except (ValueError, TypeError) as exc:
@@ -116,15 +122,20 @@ class TokenspoolWorker(SimpleWorker):
         self._runner = runner
         self._lending = lending
         self._take = connection.register_script(queues.TAKE)
-        self._taken_data = connection.register_script(queues.TAKEN_DATA)  # the primary's word only
+        # the primary's word only
+        self._taken_data = connection.register_script(queues.TAKEN_DATA)
         self._outage = Outage("worker loop")
         self._registered = False
         self._beat_at = 0.0
-        self._handled: set[str] = set()  # job ids taken by this process (an inbox left over is not)
-        self._check_inbox = True  # after a start or an outage: adopt ids whose TAKE reply was lost
+        # job ids taken by this process (an inbox left over is not)
+        self._handled: set[str] = set()
+        # after a start or an outage: adopt ids whose TAKE reply was lost
+        self._check_inbox = True
         routed = {p: keys.rq_queue_key(tiers.routed_queue_name(model, p, name)) for p in tiers.ROUTED_TIERS}
-        self._routed = {queue: tier for tier, queue in routed.items()}  # its routed queues' tiers
-        self._forming = False  # the last take was a suspect's: its group may grow
+        # its routed queues' tiers
+        self._routed = {queue: tier for tier, queue in routed.items()}
+        # the last take was a suspect's: its group may grow
+        self._forming = False
         runner.queue_opened = self._queue_opened
 
     # RQ's pub/sub commands would let anyone who may PUBLISH on rq:* stop or shut down workers.
@@ -158,7 +169,8 @@ class TokenspoolWorker(SimpleWorker):
                         log.info("no job for %d s: exiting (scale to zero)", max_idle_time)
                         return
                     self._outage.ok()
-                except (*TRANSIENT, OutOfMemoryError) as exc:  # a full Redis too: its jobs go on
+                # a full Redis too: its jobs go on
+                except (*TRANSIENT, OutOfMemoryError) as exc:
                     self._registered = False
                     self._check_inbox = True
                     self._pause(self._outage.failed(exc))
@@ -177,9 +189,11 @@ class TokenspoolWorker(SimpleWorker):
         if not runner.reserve(timeout=self._lending.poll_s if lent else BLOCK_S):
             # every slot busy, one of them lent: make room for an interactive job that waits
             if lent and (waiting := self._lending.call_back()) and (victim := runner.preempt_batch_line()):
-                self._lending.interactive_started()  # lend nothing until interactive jobs are quiet
+                # lend nothing until interactive jobs are quiet
+                self._lending.interactive_started()
                 log.info("preempting batch line %s for %s", victim, waiting)
-            return False  # every slot busy: the jobs stay in the queue, where any worker can take them
+            # every slot busy: the jobs stay in the queue, where any worker can take them
+            return False
         try:
             taken = self._take_one()
         except BaseException:
@@ -202,7 +216,8 @@ class TokenspoolWorker(SimpleWorker):
                 self.heartbeat()
             self._beat_at = now
         if not self._registered:
-            self.connection.delete(self.key)  # ours: worker names are unique per process
+            # ours: worker names are unique per process
+            self.connection.delete(self.key)
             self.register_birth()
             self.set_state("idle")
             self._registered, self._beat_at = True, now
@@ -234,7 +249,8 @@ class TokenspoolWorker(SimpleWorker):
             return None
         got = self._take_from(self._queues())
         if not got:
-            self._forming = False  # a group of suspects closes when none waits
+            # a group of suspects closes when none waits
+            self._forming = False
             self.connection.blpop([keys.wake(self._model), keys.wake_worker(self.name)], timeout=BLOCK_S)
             if self._stop_requested:
                 return None
@@ -248,8 +264,10 @@ class TokenspoolWorker(SimpleWorker):
         if queue in self._lending.interactive_queues:
             self._lending.interactive_started()
         if tier := self._routed.get(queue):
-            self._runner.counters.routed_taken += 1  # the router sent it here, and it is taken here
-            with contextlib.suppress(redis.RedisError):  # else the reaper drops it at its deadline
+            # the router sent it here, and it is taken here
+            self._runner.counters.routed_taken += 1
+            # else the reaper drops it at its deadline
+            with contextlib.suppress(redis.RedisError):
                 queueing.routed_taken(self.connection, self._model, job_id, self.name, tier)
         return job_id, as_text(got[2])
 
@@ -271,7 +289,8 @@ class TokenspoolWorker(SimpleWorker):
         wake = keys.wake_worker(self.name)
         with contextlib.suppress(redis.RedisError), self.connection.pipeline(transaction=False) as pipe:
             pipe.lpush(wake, 1)
-            pipe.ltrim(wake, 0, 0)  # one token wakes it; more would spin
+            # one token wakes it; more would spin
+            pipe.ltrim(wake, 0, 0)
             pipe.expire(wake, 60)
             pipe.execute()
 
@@ -293,7 +312,8 @@ class TokenspoolWorker(SimpleWorker):
             if not JOB_ID.fullmatch(job_id):
                 raise ForbiddenJob("not an RQ job id")
             data = self._taken_data(keys=[keys.rq_job(job_id)])
-            if data is None:  # the job ended while queued (or was deleted): nothing to run
+            # the job ended while queued (or was deleted): nothing to run
+            if data is None:
                 self._runner.unreserve()
                 log.info("job %s is gone (it ended while queued)", job_id)
                 self._settle(job_id)
@@ -308,9 +328,11 @@ class TokenspoolWorker(SimpleWorker):
             self._runner.unreserve()
             raise
         try:
-            self._runner.start(spec, job_id, owner)  # gives the slot back itself if it starts nothing
+            # gives the slot back itself if it starts nothing
+            self._runner.start(spec, job_id, owner)
         except TRANSIENT:
-            raise  # the job stays in the inbox: adopted again once Redis is back
+            # the job stays in the inbox: adopted again once Redis is back
+            raise
         except Exception:
             log.exception("could not start job %r", job_id)
         self._settle(job_id)
@@ -328,7 +350,8 @@ class TokenspoolWorker(SimpleWorker):
                 return
             except TRANSIENT as exc:
                 if self._stop_requested and self._runner.running() == 0:
-                    return  # leaving: the reaper puts back what the inbox still holds
+                    # leaving: the reaper puts back what the inbox still holds
+                    return
                 self._pause(self._outage.failed(exc))
 
     def _pause(self, seconds: float) -> None:

@@ -20,12 +20,14 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Link:
-    client: redis.Redis  # the queues server (REDIS_URL)
+    # the queues server (REDIS_URL)
+    client: redis.Redis
     worker: str
     recovery: Recovery
     redis_wait_s: float = 60.0
     outage: Outage = field(default_factory=lambda: Outage("publishing"))
-    streams_client: redis.Redis | None = None  # STREAMS_REDIS_URL's server; None: the same one
+    # STREAMS_REDIS_URL's server; None: the same one
+    streams_client: redis.Redis | None = None
 
     @property
     def streams(self) -> redis.Redis:

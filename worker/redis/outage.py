@@ -14,7 +14,8 @@ log = logging.getLogger(__name__)
 
 FIRST_DELAY_S = 0.05
 MAX_DELAY_S = 2.0
-BACKOFF = EqualJitterBackoff(cap=MAX_DELAY_S, base=FIRST_DELAY_S)  # half the delay, then up to double
+# half the delay, then up to double
+BACKOFF = EqualJitterBackoff(cap=MAX_DELAY_S, base=FIRST_DELAY_S)
 
 
 class Outage:
@@ -41,7 +42,8 @@ class Outage:
 
     def ok(self) -> None:
         """Note a try that reached Redis."""
-        if self._since is None:  # the common case: no lock on the hot path
+        # the common case: no lock on the hot path
+        if self._since is None:
             return
         with self._lock:
             if self._since is not None:

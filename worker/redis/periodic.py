@@ -21,7 +21,8 @@ from worker.redis.outage import Outage
 class Periodic:
     def __init__(self, name: str, every_s: float, action: Callable[[], None], min_gap_s: float = 0.0) -> None:
         self._every = every_s
-        self._min_gap = min_gap_s  # a poke waits this long after the last time, at least
+        # a poke waits this long after the last time, at least
+        self._min_gap = min_gap_s
         self._action = action
         self._outage = Outage(name)
         self._stop = threading.Event()
@@ -42,7 +43,8 @@ class Periodic:
         self._poke.set()
 
     def _loop(self) -> None:
-        wait, last = 0.0, -self._min_gap  # the first time at once
+        # the first time at once
+        wait, last = 0.0, -self._min_gap
         while True:
             self._poke.wait(wait)
             if (early := self._min_gap - (time.monotonic() - last)) > 0:
@@ -53,7 +55,8 @@ class Periodic:
             last = time.monotonic()
             try:
                 self._action()
-            except redis.RedisError as exc:  # a restart, a failover, a refused command
+            # a restart, a failover, a refused command
+            except redis.RedisError as exc:
                 wait = min(self._outage.failed(exc), self._every)
                 continue
             self._outage.ok()

@@ -28,10 +28,12 @@ from worker.text.replies import Parts, Reply, call_id
 START, END, MESSAGE, CHANNEL = "<|start|>", "<|end|>", "<|message|>", "<|channel|>"
 CONSTRAIN, RETURN, CALL = "<|constrain|>", "<|return|>", "<|call|>"
 MARKERS = (START, END, MESSAGE, CHANNEL, CONSTRAIN, RETURN, CALL)
-BOUNDARIES = (END, START)  # what ends a message's body (`<|end|>` may render as text, or as nothing)
+# what ends a message's body (`<|end|>` may render as text, or as nothing)
+BOUNDARIES = (END, START)
 # a thinking budget's close: the analysis message ends, the final one begins
 CLOSING = f"{END}{START}assistant{CHANNEL}final{MESSAGE}"
-MAX_HEADER = 256  # characters: a header longer than this is not one
+# characters: a header longer than this is not one
+MAX_HEADER = 256
 _RECIPIENT = re.compile(r"to=([^\s<]+)")
 _CHANNEL = re.compile(re.escape(CHANNEL) + r"([A-Za-z_]+)")
 
@@ -62,15 +64,19 @@ class Harmony:
         self._job_id = job_id
         self._tools = tools
         self._state = self._HEADER
-        self._held = ""  # a header so far, or a body's text that may begin a boundary
-        self._header_at = 0  # where the current header began
+        # a header so far, or a body's text that may begin a boundary
+        self._held = ""
+        # where the current header began
+        self._header_at = 0
         self._channel = ""
         self._recipient = ""
         self._fed = 0
-        self._calls = 0  # calls whose header was read
+        # calls whose header was read
+        self._calls = 0
         self._complete = 0
         self.reasoning_spans: list[tuple[int, int | None]] = []
-        self._pending = Parts()  # a call's first fragment, sent with its body's first text
+        # a call's first fragment, sent with its body's first text
+        self._pending = Parts()
         if opened is not None:
             self._open(opened, "")
 
@@ -89,7 +95,8 @@ class Harmony:
             if self._state == self._RAW:
                 self._fed += len(text) - i
                 return out.add(self._reply.feed(text[i:]))
-            if self._state == self._BODY and not self._held:  # a body's text up to a `<` at once
+            # a body's text up to a `<` at once
+            if self._state == self._BODY and not self._held:
                 stop = text.find("<", i)
                 run = text[i:] if stop < 0 else text[i:stop]
                 if run:
@@ -115,12 +122,14 @@ class Harmony:
         held = self._held + char
         if held.endswith(MESSAGE):
             head = held[: -len(MESSAGE)]
-            channels = _CHANNEL.findall(head)  # the last: gpt-oss may write a stray one first
+            # the last: gpt-oss may write a stray one first
+            channels = _CHANNEL.findall(head)
             recipient = _RECIPIENT.search(head)
             self._held = ""
             self._open(channels[-1] if channels else "", recipient.group(1) if recipient else "")
         elif len(held) > MAX_HEADER or ("\n" in held and CHANNEL not in held):
-            self._state, self._held = self._RAW, ""  # not harmony: the text is the answer
+            # not harmony: the text is the answer
+            self._state, self._held = self._RAW, ""
             out.add(self._reply.feed(held))
         else:
             self._held = held
@@ -149,7 +158,8 @@ class Harmony:
     def _body(self, char: str, out: Parts) -> None:
         self._flush_pending(out)
         held = self._held + char
-        if held in BOUNDARIES:  # the message ends; the next one's header follows
+        # the message ends; the next one's header follows
+        if held in BOUNDARIES:
             self._end_message(self._fed - len(held))
             self._state, self._held = self._HEADER, held if held == START else ""
             self._header_at = self._fed - len(self._held)
@@ -170,7 +180,8 @@ class Harmony:
             out.add(Parts(calls=[CallPart(self._calls - 1, text)]))
         elif self._thinking():
             out.reasoning += text
-        else:  # final, or a preamble to the user
+        # final, or a preamble to the user
+        else:
             out.add(self._reply.feed(text))
 
     def _end_message(self, at: int) -> None:
@@ -190,5 +201,6 @@ class Harmony:
                 self._complete += 1
             self._state = self._HEADER
         elif self._state == self._HEADER and held and not self.reasoning_spans and not self._calls:
-            out.add(self._reply.feed(held))  # an unfinished header and nothing else: text
+            # an unfinished header and nothing else: text
+            out.add(self._reply.feed(held))
         return out.add(self._reply.end())

@@ -27,15 +27,19 @@ class JsonScanner:
         # containers open: ["obj"|"arr", state, key or index]; state of an object:
         # "key" (a key or "}"), "colon", "value", "next" ("," or "}"); of an array: "value", "next"
         self._stack: list[list] = []
-        self._string: list[str] | None = None  # decoded text of the string being read
+        # decoded text of the string being read
+        self._string: list[str] | None = None
         self._is_key = False
-        self._escape: str | None = None  # "" after a backslash, hex digits after \u
+        # "" after a backslash, hex digits after \u
+        self._escape: str | None = None
         self._scalar: list[str] | None = None
-        self._capture: tuple | None = None  # the path whose raw text is being collected
+        # the path whose raw text is being collected
+        self._capture: tuple | None = None
         self._raw: list[str] = []
         self._surrogate: int | None = None
         self._current = ""
-        self.done = False  # the root value has ended
+        # the root value has ended
+        self.done = False
 
     def capture(self, path: tuple) -> None:
         """Collect the raw text of the value starting at `path` (call from `started`: the
@@ -76,7 +80,8 @@ class JsonScanner:
                 self._scalar.append(ch)
                 return
             if self._capture is not None:
-                self._raw.pop()  # the delimiter belongs to what comes after the number
+                # the delimiter belongs to what comes after the number
+                self._raw.pop()
             self._end_scalar()
             if self._capture is not None:
                 self._raw.append(ch)
@@ -96,7 +101,8 @@ class JsonScanner:
                 return
             raise ScanError(f"expected ',' or ']', got {ch!r}")
         if frame is not None and frame[0] == "arr" and ch == "]" and frame[1] == "value" and frame[2] == 0:
-            self._close()  # an empty array
+            # an empty array
+            self._close()
             return
         self._value(ch)
 
@@ -105,7 +111,8 @@ class JsonScanner:
         if state == "key" and ch == '"':
             self._string, self._is_key = [], True
         elif state == "key" and ch == "}" and frame[2] is None:
-            self._close()  # an empty object
+            # an empty object
+            self._close()
         elif state == "colon" and ch == ":":
             frame[1] = "value"
         elif state == "next" and ch == ",":

@@ -31,7 +31,8 @@ _B62 = string.ascii_letters + string.digits
 class Parts:
     content: str = ""
     calls: list[CallPart] = field(default_factory=list)
-    reasoning: str = ""  # a reasoning model's thinking (worker/text/thinking.py)
+    # a reasoning model's thinking (worker/text/thinking.py)
+    reasoning: str = ""
 
     def __bool__(self) -> bool:
         return bool(self.content or self.calls or self.reasoning)
@@ -54,7 +55,8 @@ def call_id(job_id: str, index: int) -> str:
 
 
 class Reply(Protocol):
-    calls: int  # complete tool calls so far
+    # complete tool calls so far
+    calls: int
 
     def feed(self, text: str) -> Parts: ...
     def end(self) -> Parts: ...
@@ -79,7 +81,8 @@ class Calls:
     def __init__(self, job_id: str) -> None:
         self.job_id = job_id
         self.out = Parts()
-        self.count = 0  # calls whose name is known
+        # calls whose name is known
+        self.count = 0
         self.complete = 0
         self._name: list[str] = []
 

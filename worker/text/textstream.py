@@ -27,8 +27,10 @@ class TextAssembler:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._ids: list[int] = []
         self._text = ""
-        self.stopped = False  # a stop string was found; nothing more may be pushed
-        self.matched = ""  # the stop string found (the earliest in the text)
+        # a stop string was found; nothing more may be pushed
+        self.stopped = False
+        # the stop string found (the earliest in the text)
+        self.matched = ""
 
     def push(self, token_id: int, piece: bytes) -> Piece | None:
         """Add one token; return the text now safe to publish, if any."""
@@ -37,7 +39,8 @@ class TextAssembler:
         self._ids.append(token_id)
         self._text += self._decoder.decode(piece)
         if self._decoder.getstate()[0]:
-            return None  # the last character is incomplete
+            # the last character is incomplete
+            return None
         found = self._find_stop()
         if found is not None:
             cut, self.matched = found

@@ -19,8 +19,10 @@ from __future__ import annotations
 from worker.text.replies import Parts, Reply
 
 OPEN, CLOSE = "<think>", "</think>"
-CLOSING = f"\n{CLOSE}\n\n"  # a block's close as models write it, when a budget ends it
-TAIL_TOKENS = 16  # of the prompt: more than the generation prompt's text after `<think>`
+# a block's close as models write it, when a budget ends it
+CLOSING = f"\n{CLOSE}\n\n"
+# of the prompt: more than the generation prompt's text after `<think>`
+TAIL_TOKENS = 16
 
 
 def generation_prompt(prompt: list[int], marks: frozenset[int]) -> list[int]:
@@ -54,9 +56,12 @@ class Thinking:
     def __init__(self, reply: Reply, opened: bool) -> None:
         self._reply = reply
         self._state = self._THINKING if opened else self._BEFORE
-        self._held = ""  # what may yet be a tag
-        self._fed = 0  # characters read
-        self.thought = opened  # a block was opened (by the prompt or the model)
+        # what may yet be a tag
+        self._held = ""
+        # characters read
+        self._fed = 0
+        # a block was opened (by the prompt or the model)
+        self.thought = opened
         self.closed_at: int | None = None
 
     @property
@@ -84,13 +89,15 @@ class Thinking:
         return out
 
     def _char(self, char: str, out: Parts) -> None:
-        if self._state == self._BEFORE:  # the model may open the block, after whitespace
+        # the model may open the block, after whitespace
+        if self._state == self._BEFORE:
             held = self._held + char
             if OPEN.startswith(held.lstrip()):
                 self._held = held
                 if held.lstrip() == OPEN:
                     self._state, self._held, self.thought = self._THINKING, "", True
-            else:  # no block: the text is the answer, as it came
+            # no block: the text is the answer, as it came
+            else:
                 self._state, self._held = self._ANSWER, ""
                 out.add(self._reply.feed(held))
         elif self._state == self._THINKING:
@@ -103,7 +110,8 @@ class Thinking:
                 keep = next((k for k in range(len(held) - 1, 0, -1) if CLOSE.startswith(held[-k:])), 0)
                 out.reasoning += held[: len(held) - keep]
                 self._held = held[len(held) - keep :]
-        elif not char.isspace():  # the whitespace between the block and the answer goes
+        # the whitespace between the block and the answer goes
+        elif not char.isspace():
             self._state = self._ANSWER
             out.add(self._reply.feed(char))
         else:

@@ -22,14 +22,16 @@ from worker.text.replies import PlainReply, Reply
 from worker.tools.call_rules import arguments_rule, chosen, only_calls, response_rule
 from worker.tools.hermes import HermesTools
 
-FINAL = f"{harmony.CHANNEL}final"  # the answer's header, from its channel on
+# the answer's header, from its channel on
+FINAL = f"{harmony.CHANNEL}final"
 
 
 class HarmonyTools(HermesTools):
     """The conversation and tools go to the template as Hermes's do (OpenAI's shapes)."""
 
     name = "harmony"
-    reasoning_key = "thinking"  # gpt-oss's template renders it before a call of the same turn
+    # gpt-oss's template renders it before a call of the same turn
+    reasoning_key = "thinking"
 
     def grammar(self, spec: JobSpec, opened: str | None = None) -> str | None:
         if only_calls(spec):
@@ -60,7 +62,8 @@ class HarmonyTools(HermesTools):
         return harmony.Harmony(reply, spec.id, opened, offered)
 
     def reply(self, spec: JobSpec) -> Reply:
-        return PlainReply()  # the calls are harmony messages: worker/text/harmony.py reads them
+        # the calls are harmony messages: worker/text/harmony.py reads them
+        return PlainReply()
 
 
 def _calls(spec: JobSpec, g: Grammar, opened: str | None) -> str:
@@ -74,7 +77,8 @@ def _calls(spec: JobSpec, g: Grammar, opened: str | None) -> str:
         )
         calls.append(g.define(g.name(f"call-{i}"), f"{literal(header)} {args}"))
     call = g.define(g.name("call"), " | ".join(calls))
-    start = f"{literal(harmony.END)}? {literal(harmony.START + 'assistant')}"  # <|end|>: if it is text
+    # <|end|>: if it is text
+    start = f"{literal(harmony.END)}? {literal(harmony.START + 'assistant')}"
     if opened == "analysis":
         return f"[^<]* {start} {call}"
     thinking = literal(f"{harmony.CHANNEL}analysis{harmony.MESSAGE}")

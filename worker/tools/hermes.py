@@ -23,7 +23,8 @@ OPEN, CLOSE = "<tool_call>", "</tool_call>"
 
 class HermesTools:
     name = "hermes"
-    reasoning_key = "reasoning_content"  # where the template reads an assistant's sent-back thinking
+    # where the template reads an assistant's sent-back thinking
+    reasoning_key = "reasoning_content"
 
     def messages(self, spec: JobSpec) -> tuple[list[dict], dict]:
         out: list[dict] = []
@@ -40,7 +41,8 @@ class HermesTools:
                 ]
             if m.role == "tool":
                 msg["tool_call_id"] = m.tool_call_id
-            if m.reasoning:  # Qwen3's templates read it (and render it in the current turn)
+            # Qwen3's templates read it (and render it in the current turn)
+            if m.reasoning:
                 msg[self.reasoning_key] = m.reasoning
             out.append(msg)
         if not spec.uses_tools:
@@ -64,7 +66,8 @@ class HermesTools:
                 g.name("block"), f'{literal(OPEN)} "\\n"? {call} "\\n"? {literal("</tool_call>")}'
             )
             blocks = f'{block} ("\\n" {block})*' if spec.parallel_tool_calls else block
-            if self.trigger(spec):  # from the token holding the tag on (what it holds before it too)
+            # from the token holding the tag on (what it holds before it too)
+            if self.trigger(spec):
                 return f"[^<]* {blocks}"
             if only_calls(spec):
                 return blocks
@@ -91,10 +94,13 @@ class HermesReply:
 
     def __init__(self, job_id: str) -> None:
         self._calls = Calls(job_id)
-        self._state = "content"  # "content", "call" (its JSON), "closing" (after it)
-        self._held = ""  # content that may be the start of OPEN; in "closing", what came
+        # "content", "call" (its JSON), "closing" (after it)
+        self._state = "content"
+        # content that may be the start of OPEN; in "closing", what came
+        self._held = ""
         self._scanner = JsonScanner(self)
-        self._body = ""  # a call's text so far (given back as content if it is not a call)
+        # a call's text so far (given back as content if it is not a call)
+        self._body = ""
 
     @property
     def calls(self) -> int:
@@ -111,7 +117,8 @@ class HermesReply:
     def end(self) -> Parts:
         out = Parts(content=self._held if self._state == "content" else "")
         self._held = ""
-        return out.add(self._take())  # a call cut off (max_tokens): its fragments stand
+        # a call cut off (max_tokens): its fragments stand
+        return out.add(self._take())
 
     def _take(self) -> Parts:
         out, self._calls.out = self._calls.out, Parts()
@@ -158,7 +165,8 @@ class HermesReply:
     def _not_a_call(self) -> Parts:
         text = OPEN + self._body
         self._state, self._body = "content", ""
-        if self._calls.count > self._calls.complete:  # its name went out already: it stands
+        # its name went out already: it stands
+        if self._calls.count > self._calls.complete:
             self._calls.complete += 1
             return Parts()
         return Parts(content=text)

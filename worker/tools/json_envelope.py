@@ -97,7 +97,8 @@ class JsonTools:
         return composed(build)
 
     def trigger(self, spec: JobSpec) -> str | None:
-        return None  # the envelope is constrained from its first token
+        # the envelope is constrained from its first token
+        return None
 
     def reply(self, spec: JobSpec) -> Reply:
         return JsonReply(spec.id) if spec.uses_tools else PlainReply()

@@ -20,7 +20,8 @@ def folded(messages: tuple[Message, ...]) -> tuple[Message, ...]:
     (at its end), or else to the next user message (at its start), or else a user message of
     its own. The leading system messages stay."""
     out: list[Message] = []
-    waiting: list[str] = []  # late system texts for the next user message
+    # late system texts for the next user message
+    waiting: list[str] = []
     started = False
     for m in messages:
         if m.role == "system" and started:

@@ -32,8 +32,10 @@ class Masker:
     def __init__(self, specials: Iterable[str]) -> None:
         words = sorted({w for w in specials if w} | {OPEN, CLOSE}, key=len, reverse=True)
         self._find = re.compile("|".join(map(re.escape, words)))
-        self._heads = {w[:n] for w in words for n in range(1, len(w))}  # a word's start, not all of it
-        self._tails = {w[n:] for w in words for n in range(1, len(w))}  # a word's end, the same
+        # a word's start, not all of it
+        self._heads = {w[:n] for w in words for n in range(1, len(w))}
+        # a word's end, the same
+        self._tails = {w[n:] for w in words for n in range(1, len(w))}
         self._reach = len(words[0]) - 1
 
     def value(self, value: object, marks: dict[str, int]) -> object:

@@ -67,6 +67,7 @@ def detect(render: Callable[..., str], template: str) -> ToolProtocol:
     }
     try:
         text = render(messages=[{"role": "user", "content": "x"}], tools=[tool])
-    except Exception:  # a template that cannot take tools: the JSON envelope works with any
+    # a template that cannot take tools: the JSON envelope works with any
+    except Exception:
         return JsonTools()
     return HermesTools() if PROBE_TOOL in text else JsonTools()

@@ -46,8 +46,10 @@ class TextPart(Strict):
 
 
 class ImageURL(Strict):
-    url: str  # a data: URL (api/endpoints/images.py)
-    detail: Literal["auto", "low", "high"] | None = None  # low: shrunk first (docs/requests.md)
+    # a data: URL (api/endpoints/images.py)
+    url: str
+    # low: shrunk first (docs/requests.md)
+    detail: Literal["auto", "low", "high"] | None = None
 
 
 class ImagePart(Strict):
@@ -75,8 +77,10 @@ class _Message(Strict):
     content: str | list[TextPart] | None = None
     name: str | None = None
 
-    tool_calls: None = None  # only an assistant's message has them
-    tool_call_id: None = None  # only a tool's message has one
+    # only an assistant's message has them
+    tool_calls: None = None
+    # only a tool's message has one
+    tool_call_id: None = None
 
     def text(self) -> str:
         if self.content is None:
@@ -172,7 +176,8 @@ class CompletionBody(Body):
         Annotated[dict[str, Annotated[float, Field(ge=-100, le=100)]], Field(max_length=MAX_LOGIT_BIAS)]
         | None
     ) = None
-    ignore_eos: bool | None = None  # llama-server's extension: generate exactly max_tokens
+    # llama-server's extension: generate exactly max_tokens
+    ignore_eos: bool | None = None
 
     def rules(self) -> dict[str, bool]:
         return {

@@ -51,7 +51,8 @@ class ChunkEvents:
         out: list[bytes] = []
         contents = 0
         for eid, entry in rows:
-            sent = self._at is not None and eid == self._at.entry_id  # the client has it
+            # the client has it
+            sent = self._at is not None and eid == self._at.entry_id
             if isinstance(entry, Delta):
                 if sent:
                     continue
@@ -70,7 +71,8 @@ class ChunkEvents:
             elif isinstance(entry, Failed) and not sent:
                 out.append(sse.event(failure_body(entry), eid or None))
             elif isinstance(entry, Started) and entry.epoch > 1:
-                out.append(sse.RECOVERED)  # a takeover: a note for readers that look
+                # a takeover: a note for readers that look
+                out.append(sse.RECOVERED)
         return Encoded(b"".join(out), contents)
 
     def keepalive(self) -> bytes:

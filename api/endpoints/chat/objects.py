@@ -47,14 +47,17 @@ def finish_reason(entry: Finished) -> str:
 
 @dataclass(frozen=True)
 class Chunks:
-    object = ""  # the response object's name
-    chunk_object = ""  # the streamed chunks' object name
+    # the response object's name
+    object = ""
+    # the streamed chunks' object name
+    chunk_object = ""
 
     id: str
     created: int
     model: str
     include_usage: bool = False
-    reasoning_field: str = "reasoning_content"  # REASONING_FIELD when the job was created ("both")
+    # REASONING_FIELD when the job was created ("both")
+    reasoning_field: str = "reasoning_content"
 
     @classmethod
     def of(cls, job: JobState) -> Chunks:
@@ -230,9 +233,11 @@ class Output:
     """A job's output so far, from its deltas: text, whole tool calls, logprobs."""
 
     parts: list[str] = field(default_factory=list)
-    calls: list[CallPart] = field(default_factory=list)  # one per call, arguments joined
+    # one per call, arguments joined
+    calls: list[CallPart] = field(default_factory=list)
     logprobs: list[TokenLogprob] | None = None
-    reasoning: list[str] = field(default_factory=list)  # a reasoning model's thinking
+    # a reasoning model's thinking
+    reasoning: list[str] = field(default_factory=list)
 
     def add(self, entry: Delta) -> None:
         self.parts.append(entry.text)

@@ -14,7 +14,8 @@ from contract.jobspec import JobSpec
 
 class CompletionRequest(CompletionBody):
     prompt: str | Annotated[list[str], Field(min_length=1, max_length=1)]
-    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None  # the legacy shape: how many alternatives
+    # the legacy shape: how many alternatives
+    logprobs: Annotated[int, Field(ge=0, le=5)] | None = None
 
     def text(self) -> str:
         return self.prompt if isinstance(self.prompt, str) else self.prompt[0]
@@ -25,7 +26,8 @@ class CompletionRequest(CompletionBody):
             kind="text",
             model=self.model,
             prompt=self.text(),
-            max_tokens=16 if self.max_tokens is None else self.max_tokens,  # OpenAI's default
+            # OpenAI's default
+            max_tokens=16 if self.max_tokens is None else self.max_tokens,
             **self._sampling(),
             logprobs=self.logprobs is not None,
             top_logprobs=self.logprobs or 0,

@@ -51,7 +51,8 @@ class EmbeddingObjects:
     object = "list"
 
     id: str
-    model: str  # as the request named it
+    # as the request named it
+    model: str
     encoding_format: str = "float"
 
     @classmethod

@@ -29,7 +29,8 @@ from contract.jobspec import JobSpec
 
 log = logging.getLogger(__name__)
 
-GONE = 499  # what `collect` answers a client that went away
+# what `collect` answers a client that went away
+GONE = 499
 
 
 def routes() -> list[Route]:
@@ -45,7 +46,8 @@ class EmbeddingRoutes(EndpointRoutes):
         idempotency = ask.idempotency
         try:
             if idempotency is not None:
-                if response.status_code == GONE:  # a retry may come back for it
+                # a retry may come back for it
+                if response.status_code == GONE:
                     await anyio.sleep(services.settings.lifetimes.cancel_grace_s)
                 job = await services.jobs.state(job_id)
                 if job is not None and job.kept_at > attached_ms:
@@ -53,7 +55,8 @@ class EmbeddingRoutes(EndpointRoutes):
             await services.jobs.purge(job_id)
             if idempotency is not None:
                 await services.jobs.owners.free(idempotency, idempotency.holding(job_id))
-        except RedisError as exc:  # it expires with its retention anyway
+        # it expires with its retention anyway
+        except RedisError as exc:
             log.warning("could not delete %s once answered: %s", job_id, exc)
 
     def _quota(self, ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> Quota:

@@ -72,7 +72,8 @@ class ToolResultBlock(_Block):
         str | list[Annotated[TextBlock | MediaBlock | ToolReferenceBlock, Field(discriminator="type")]] | None
     ) = None
     is_error: bool | None = None
-    toolset_name: str | None = None  # its tool_use's (see there)
+    # its tool_use's (see there)
+    toolset_name: str | None = None
 
 
 class ThinkingBlock(Strict):
@@ -181,7 +182,8 @@ def result_text(block: ToolResultBlock, i: int, j: int, check: bool = True) -> s
         return block.content or ""
     parts, found = [], []
     for part in block.content:
-        if is_image(part):  # a screenshot a tool sent back: its place in the result's text
+        # a screenshot a tool sent back: its place in the result's text
+        if is_image(part):
             parts.append(MARKER)
             continue
         if check:

@@ -49,7 +49,8 @@ from contract.keys import JobField
 from contract.media import images as media
 from contract.media.images import MARKER
 
-TEMPERATURE = 1.0  # Anthropic's default
+# Anthropic's default
+TEMPERATURE = 1.0
 
 
 class ClientTool(Strict):
@@ -60,10 +61,14 @@ class ClientTool(Strict):
     description: str | None = None
     input_schema: dict
     cache_control: CacheControl | None = None
-    strict: bool | None = None  # true: every keyword of the schema enforced, or a 400
-    eager_input_streaming: bool | None = None  # arguments always stream as they are generated
-    defer_loading: bool | None = None  # tool search's: rendered like the others, no context saved
-    input_examples: Annotated[list[dict], Field(max_length=16)] | None = None  # shown in the description
+    # true: every keyword of the schema enforced, or a 400
+    strict: bool | None = None
+    # arguments always stream as they are generated
+    eager_input_streaming: bool | None = None
+    # tool search's: rendered like the others, no context saved
+    defer_loading: bool | None = None
+    # shown in the description
+    input_examples: Annotated[list[dict], Field(max_length=16)] | None = None
 
     def described(self) -> str:
         """The description the template renders: with the examples, the model's only way to see them."""

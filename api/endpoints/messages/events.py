@@ -34,10 +34,12 @@ class MessageEvents:
     def __init__(self, objects: MessageObjects, after: int) -> None:
         self._objects = objects
         self._transcript = objects.transcript()
-        self._after = after  # the client has every event up to this number (-1: none)
+        # the client has every event up to this number (-1: none)
+        self._after = after
 
     def read_from(self) -> tuple[str, bool]:
-        return "0", False  # the numbers come from the whole transcript
+        # the numbers come from the whole transcript
+        return "0", False
 
     def check_within(self, rows: Rows) -> None:
         if not rows or not is_terminal(rows[-1][1]):
@@ -49,7 +51,8 @@ class MessageEvents:
             raise BadCursor(past_end(str(self._after), str(transcript.seq)))
 
     def opening(self) -> bytes:
-        return b""  # message_start waits for the job's Started: it carries the prompt's tokens
+        # message_start waits for the job's Started: it carries the prompt's tokens
+        return b""
 
     def encode(self, rows: Rows) -> Encoded:
         out, contents = [], 0
@@ -60,7 +63,8 @@ class MessageEvents:
                     out.append(frame(event, n))
                     contents += event["type"] == DELTA_EVENT
         last = self._transcript.seq
-        if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:  # its own end
+        # its own end
+        if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:
             out.append(self.error(errors.INVALID_CURSOR, past_end(str(self._after), str(last))))
         return Encoded(b"".join(out), contents)
 

@@ -24,7 +24,8 @@ from contract.entries import LENGTH, STOP, TOOL_CALLS, Delta, Entry, Failed, Fin
 from contract.keys import JobStatus
 
 ID_PREFIX = "msg_"
-DELTA_EVENT = "content_block_delta"  # the event that carries output (the relay counts them)
+# the event that carries output (the relay counts them)
+DELTA_EVENT = "content_block_delta"
 _DELTAS = {"text": ("text_delta", "text"), "thinking": ("thinking_delta", "thinking")}
 
 
@@ -74,7 +75,8 @@ class MessageObjects:
     id: str
     created: int
     model: str
-    shows_thinking: bool = True  # False: thinking blocks carry their signature only
+    # False: thinking blocks carry their signature only
+    shows_thinking: bool = True
 
     @classmethod
     def of(cls, job: JobState) -> MessageObjects:
@@ -136,11 +138,15 @@ class MessageTranscript:
         self._o = objects
         self.seq = -1
         self.content: list[dict] = []
-        self._parts: list[str] = []  # the open block's text or arguments so far
-        self._open: int | None = None  # the index of the open block
-        self._calls: dict[int, int] = {}  # a tool call's index in the job -> its block's index
+        # the open block's text or arguments so far
+        self._parts: list[str] = []
+        # the index of the open block
+        self._open: int | None = None
+        # a tool call's index in the job -> its block's index
+        self._calls: dict[int, int] = {}
         self._prompt = 0
-        self._edits: dict | None = None  # what the job's context edit cleared (its Started says)
+        # what the job's context edit cleared (its Started says)
+        self._edits: dict | None = None
         self._usage = usage(0, 0)
         self._stop: tuple[str | None, str | None] = (None, None)
 
@@ -154,7 +160,8 @@ class MessageTranscript:
             if self.seq < 0:
                 self._edits = context_edits(entry)
             return self._start(entry.prompt_tokens)
-        events = self._start(0)  # a stream without its Started (never written so): still in order
+        # a stream without its Started (never written so): still in order
+        events = self._start(0)
         if isinstance(entry, Delta):
             return events + self._delta(entry)
         if isinstance(entry, Finished):
@@ -185,13 +192,15 @@ class MessageTranscript:
     def _delta(self, entry: Delta) -> list[dict]:
         events = self._write("thinking", entry.reasoning) + self._write("text", entry.text)
         for part in entry.calls:
-            if part.id:  # a new call
+            # a new call
+            if part.id:
                 events += self._close()
                 call = {"type": "tool_use", "id": part.id, "name": part.name, "input": {}}
                 events += self._open_block(call)
                 self._calls[part.index] = self._open  # type: ignore[assignment]
             at = self._calls.get(part.index)
-            if at is None or at != self._open or not part.arguments:  # a closed call gets no more
+            # a closed call gets no more
+            if at is None or at != self._open or not part.arguments:
                 continue
             self._parts.append(part.arguments)
             delta = {"type": "input_json_delta", "partial_json": part.arguments}

@@ -91,7 +91,8 @@ class MessagesRoutes(EndpointRoutes):
         raw = await read_json(request, settings.limits.max_body_bytes, settings.limits.request_read_s)
         body = await services.heavy.run_for(len(raw), parse, CountRequest, raw)
         owner = request_owner(request)
-        allowed(request_grant(request), body.priority)  # a count is a job of the key's tier
+        # a count is a job of the key's tier
+        allowed(request_grant(request), body.priority)
         body.enforce(settings.limits)
         ask = JobRequest(request, services, body, owner, None, len(raw))
         made = await self._job_for(ask)

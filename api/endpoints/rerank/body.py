@@ -47,7 +47,8 @@ class RerankRequest(Body):
     store: None = None  # type: ignore[assignment]
     user: None = None  # type: ignore[assignment]
 
-    _raw_scores: bool = PrivateAttr(default=False)  # RERANK_RAW_SCORES, as `to_spec` was told
+    # RERANK_RAW_SCORES, as `to_spec` was told
+    _raw_scores: bool = PrivateAttr(default=False)
 
     @property
     def pool(self) -> str:
@@ -76,7 +77,8 @@ class RerankRequest(Body):
         n = len(self.documents)
         echo = {
             "model": self.model,
-            "top_n": min(self.top_n or n, n),  # more than there are: all (Cohere's, vLLM's)
+            # more than there are: all (Cohere's, vLLM's)
+            "top_n": min(self.top_n or n, n),
             "documents": self.texts() if self.return_documents else None,
             "raw_scores": self._raw_scores,
         }

@@ -38,8 +38,10 @@ class RerankObjects(EmbeddingObjects):
 
     object = "list"
 
-    top_n: int = 0  # 0: every document
-    documents: tuple[str, ...] | None = None  # their texts, when the request asked them back
+    # 0: every document
+    top_n: int = 0
+    # their texts, when the request asked them back
+    documents: tuple[str, ...] | None = None
     raw_scores: bool = False
 
     @classmethod

@@ -99,11 +99,13 @@ class TextConfig(Strict):
 
 class Reasoning(Strict):
     effort: Effort | None = None
-    summary: Literal["auto", "concise", "detailed"] | None = None  # accepted: no summary is made
+    # accepted: no summary is made
+    summary: Literal["auto", "concise", "detailed"] | None = None
 
 
 class ResponsesStreamOptions(Strict):
-    include_obfuscation: bool | None = None  # this server never pads its events
+    # this server never pads its events
+    include_obfuscation: bool | None = None
 
 
 class ResponsesRequest(Body):
@@ -120,7 +122,8 @@ class ResponsesRequest(Body):
     stream_options: ResponsesStreamOptions | None = None
     truncation: Literal["disabled"] | None = None
     reasoning: Reasoning | None = None
-    thinking_budget: PositiveInt | None = None  # as for chat: the worker closes the thinking after it
+    # as for chat: the worker closes the thinking after it
+    thinking_budget: PositiveInt | None = None
     include: Annotated[list[Includable], Field(max_length=16)] | None = None
     # OpenAI's routing hint: routing and caches are by the prompt's prefixes within the key's
     # cache scope already (contract/prefixes.py); repeated in the Response
@@ -229,11 +232,13 @@ class ResponsesRequest(Body):
             raise invalid(f"Invalid 'input': the text {MARKER!r} is reserved where images are sent.", "input")
         tools = self._tools()
         choice = self.tool_choice
-        if isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):  # a tool of that type
+        # a tool of that type
+        if isinstance(choice, ToolChoiceFunction | ToolChoiceCustom):
             custom = isinstance(choice, ToolChoiceCustom)
             tool_choice = checked_choice(choice.name, tools, "tool_choice.name", custom=custom)
         elif choice in ("auto", "none") and self.tools and not tools:
-            tool_choice = choice  # every tool sent is a built-in one, left out: nothing to choose
+            # every tool sent is a built-in one, left out: nothing to choose
+            tool_choice = choice
         else:
             tool_choice = checked_choice(choice, tools)
         fmt = self.text.format if self.text and self.text.format else None
@@ -311,7 +316,8 @@ class ResponsesRequest(Body):
             JobField.INPUT: json.dumps(self.items(job_id), ensure_ascii=False),
         }
         if self.store is not False:
-            fields[JobField.KEEP_SPEC] = "1"  # a later turn's previous_response_id reads it
+            # a later turn's previous_response_id reads it
+            fields[JobField.KEEP_SPEC] = "1"
         return fields
 
     def prompt_chars(self) -> tuple[int, str]:

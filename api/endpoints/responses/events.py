@@ -35,11 +35,13 @@ class ResponseEvents:
     def __init__(self, objects: ResponseObjects, after: int) -> None:
         self._objects = objects
         self._transcript = objects.transcript()
-        self._after = after  # the client has every event up to this number (-1: none)
+        # the client has every event up to this number (-1: none)
+        self._after = after
         self._last = after
 
     def read_from(self) -> tuple[str, bool]:
-        return "0", False  # the numbers come from the whole transcript
+        # the numbers come from the whole transcript
+        return "0", False
 
     def check_within(self, rows: Rows) -> None:
         if not rows or not is_terminal(rows[-1][1]):
@@ -58,7 +60,8 @@ class ResponseEvents:
         events = [event for eid, entry in rows for event in self._transcript.feed(eid, entry)]
         out = self._send(events)
         last = self._transcript.seq
-        if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:  # its own end
+        # its own end
+        if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:
             self._last = last
             return Encoded(
                 out.data + self.error(errors.INVALID_CURSOR, past_end(str(self._after), str(last))), 0

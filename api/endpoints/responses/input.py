@@ -106,7 +106,8 @@ class FunctionCallItem(_Item):
     type: Literal["function_call"]
     call_id: Annotated[str, Field(min_length=1)]
     name: str
-    namespace: str | None = None  # a namespaced function's (api/endpoints/responses/offered.py)
+    # a namespaced function's (api/endpoints/responses/offered.py)
+    namespace: str | None = None
     arguments: str
 
 
@@ -128,7 +129,8 @@ class CustomToolCallItem(_Item):
 
 class CustomToolCallOutputItem(FunctionCallOutputItem):
     type: Literal["custom_tool_call_output"]  # type: ignore[assignment]
-    name: str | None = None  # Codex sends it: the call_id says which call it answers
+    # Codex sends it: the call_id says which call it answers
+    name: str | None = None
 
 
 class ItemReference(Strict):

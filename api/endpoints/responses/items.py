@@ -131,7 +131,8 @@ def to_messages(items: list[dict]) -> list[Message]:
     """Stored items as chat messages: an assistant's thinking, its text and the calls that
     follow it are one assistant message, a call's output a tool message."""
     out: list[Message] = []
-    thought: str | None = None  # a reasoning item's, for the assistant turn after it
+    # a reasoning item's, for the assistant turn after it
+    thought: str | None = None
     for item in items:
         kind = item["type"]
         if kind == "reasoning":
@@ -149,7 +150,8 @@ def to_messages(items: list[dict]) -> list[Message]:
             else:
                 out.append(Message("assistant", "", (call,), reasoning=thought or ""))
         else:
-            if thought is not None:  # thinking that led to nothing the model said
+            # thinking that led to nothing the model said
+            if thought is not None:
                 out.append(Message("assistant", "", reasoning=thought))
             if kind == "message":
                 role = "system" if item["role"] == "developer" else item["role"]

@@ -29,6 +29,7 @@ from contract.freeform.calls import InputReader
 from contract.jobspec import TEMPERATURE, TOP_P
 
 ID_PREFIX = "resp_"
+# the events that carry output (the relay counts them)
 DELTA_EVENTS = frozenset(
     {
         "response.output_text.delta",
@@ -36,7 +37,7 @@ DELTA_EVENTS = frozenset(
         "response.function_call_arguments.delta",
         "response.custom_tool_call_input.delta",
     }
-)  # the events that carry output (the relay counts them)
+)
 
 
 def item_id(response_id: str, kind: str, index: int) -> str:
@@ -85,7 +86,8 @@ class ResponseObjects:
     created: int
     model: str
     echo: dict = field(default_factory=dict)
-    seal: Callable[[str], str] | None = None  # thinking -> its seal, for the job's key
+    # thinking -> its seal, for the job's key
+    seal: Callable[[str], str] | None = None
 
     @classmethod
     def of(cls, job: JobState, seal: Callable[[str, str], str] | None = None) -> ResponseObjects:
@@ -173,12 +175,17 @@ class ResponseTranscript:
         self._o = objects
         self.seq = -1
         self.output: list[dict] = []
-        self._text: list[str] = []  # the open message or reasoning item's text so far
-        self._args: dict[int, list[str]] = {}  # an open call's arguments (or input) so far, by output index
-        self._inputs: dict[int, InputReader] = {}  # an open custom call's input, read from its arguments
+        # the open message or reasoning item's text so far
+        self._text: list[str] = []
+        # an open call's arguments (or input) so far, by output index
+        self._args: dict[int, list[str]] = {}
+        # an open custom call's input, read from its arguments
+        self._inputs: dict[int, InputReader] = {}
         self._custom = objects.custom_tools
-        self._calls: dict[int, int] = {}  # a tool call's index in the job -> its output index
-        self._open: int | None = None  # the output index of the item being written
+        # a tool call's index in the job -> its output index
+        self._calls: dict[int, int] = {}
+        # the output index of the item being written
+        self._open: int | None = None
         self._started = False
         self.status = "queued" if objects.background else "in_progress"
         self._usage: dict | None = None
@@ -219,11 +226,13 @@ class ResponseTranscript:
         """A reasoning model's thinking goes into a reasoning item, before the message."""
         events = self._write("reasoning", entry.reasoning) + self._write("message", entry.text)
         for part in entry.calls:
-            if part.id:  # a new call
+            # a new call
+            if part.id:
                 events += self._close("completed")
                 events += self._open_call(part.index, part.id, part.name)
             at = self._calls.get(part.index, -1)
-            if at not in self._args or not part.arguments:  # a closed call gets no more
+            # a closed call gets no more
+            if at not in self._args or not part.arguments:
                 continue
             delta, kind = part.arguments, "response.function_call_arguments.delta"
             if at in self._inputs:

@@ -34,19 +34,26 @@ from contract import errors
 from contract.jobspec import Message
 from contract.keys import JobField
 
-CANCEL_WAIT_S = 5.0  # a running response stops at its worker's next token
+# a running response stops at its worker's next token
+CANCEL_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
 class StoredResponse:
     """A stored response, as a later request refers to it."""
 
-    messages: list[Message]  # its conversation: what it was asked (instructions left out)
-    input: list[dict]  # its input items
-    output: list[dict]  # its output items
-    scope: str = ""  # its job's cache scope, where its images are kept
-    images: tuple[str, ...] = ()  # the SHA-256 of each image of `messages`, in order
-    low_detail: tuple[int, ...] = ()  # which of them were read at low detail
+    # its conversation: what it was asked (instructions left out)
+    messages: list[Message]
+    # its input items
+    input: list[dict]
+    # its output items
+    output: list[dict]
+    # its job's cache scope, where its images are kept
+    scope: str = ""
+    # the SHA-256 of each image of `messages`, in order
+    images: tuple[str, ...] = ()
+    # which of them were read at low detail
+    low_detail: tuple[int, ...] = ()
 
     def conversation(self) -> list[Message]:
         return self.messages + to_messages(self.output)
@@ -66,7 +73,8 @@ def routes() -> list[Route]:
 class ResponsesRoutes(EndpointRoutes):
     def __init__(self, endpoint: Endpoint) -> None:
         super().__init__(endpoint)
-        self._seals: Seals | None = None  # this process's, read once (`seals`)
+        # this process's, read once (`seals`)
+        self._seals: Seals | None = None
         self._reading = anyio.Lock()
 
     async def seals(self, services: Services) -> Seals:
@@ -177,7 +185,8 @@ class ResponsesRoutes(EndpointRoutes):
         asked = json.loads(spec) if spec else {}
         messages = [Message.from_dict(m) for m in asked.get("messages", ())]
         if objects.echo.get("instructions") is not None:
-            messages = messages[1:]  # instructions do not carry over (as OpenAI has it)
+            # instructions do not carry over (as OpenAI has it)
+            messages = messages[1:]
         return StoredResponse(
             messages,
             json.loads(items) if items else [],

@@ -42,7 +42,8 @@ NONCE = 12
 
 @dataclass(frozen=True)
 class _Key:
-    id: str  # 8 hex digits, from the secret: which secret sealed
+    # 8 hex digits, from the secret: which secret sealed
+    id: str
     aead: AESGCM
     nonce_key: bytes
 
@@ -68,7 +69,8 @@ class Seals:
         if not secret_list:
             raise ValueError("at least one secret")
         self._keys = [_key(s) for s in secret_list]
-        self._by_id = {k.id: k for k in reversed(self._keys)}  # the first wins a clash
+        # the first wins a clash
+        self._by_id = {k.id: k for k in reversed(self._keys)}
 
     def seal(self, owner: str, text: str) -> str:
         key = self._keys[0]
@@ -98,6 +100,7 @@ async def kept_secret(client: aredis.Redis) -> str:
     every replica after."""
     await client.set(keys.REASONING_SEAL, secrets.token_urlsafe(32), nx=True)
     kept = await client.get(keys.REASONING_SEAL)
-    if kept is None:  # deleted between the two: make it again
+    # deleted between the two: make it again
+    if kept is None:
         return await kept_secret(client)
     return as_text(kept)

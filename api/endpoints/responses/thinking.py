@@ -28,8 +28,10 @@ class ReasoningItem(Strict):
     accepted and unused (this server makes none)."""
 
     type: Literal["reasoning"]
-    id: str | None = None  # kept as the item's id in input_items
-    status: str | None = None  # accepted and ignored
+    # kept as the item's id in input_items
+    id: str | None = None
+    # accepted and ignored
+    status: str | None = None
     summary: list[SummaryText] = []
     content: list[ReasoningText] | None = None
     encrypted_content: Annotated[str, Field(min_length=1)] | None = None

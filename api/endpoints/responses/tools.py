@@ -27,7 +27,8 @@ class CustomTool(Strict):
     type: Literal["custom"]
     name: str
     description: str | None = None
-    format: Annotated[CustomText | CustomGrammar, Field(discriminator="type")] | None = None  # text
+    # text
+    format: Annotated[CustomText | CustomGrammar, Field(discriminator="type")] | None = None
 
     @property
     def parameters(self) -> dict:

@@ -24,7 +24,8 @@ from dataclasses import dataclass
 
 from worker.engine.steps.plan import TAIL, common_prefix
 
-MAX_HOST_DIGESTS = 4096  # what the tier's states announce for routing, most recent first
+# what the tier's states announce for routing, most recent first
+MAX_HOST_DIGESTS = 4096
 
 
 @dataclass(eq=False)
@@ -33,17 +34,24 @@ class Kept:
 
     scope: str
     tokens: list[int]
-    state: mmap.mmap | bytearray  # its bytes (worker/engine/context.py `save`)
-    digests: tuple[str, ...] = ()  # the routing digests of the prefixes it restores
+    # its bytes (worker/engine/context.py `save`)
+    state: mmap.mmap | bytearray
+    # the routing digests of the prefixes it restores
+    digests: tuple[str, ...] = ()
 
 
 class HostTier:
     def __init__(self, bound: int) -> None:
-        self.bound = bound  # bytes; 0: nothing is kept
-        self.held = 0  # bytes of the states kept
-        self.evictions = 0  # states dropped for the bound (not those a longer one replaced)
-        self.version = 0  # bumped when the states kept, and so their digests, change
-        self._kept: OrderedDict[int, Kept] = OrderedDict()  # least recently used first
+        # bytes; 0: nothing is kept
+        self.bound = bound
+        # bytes of the states kept
+        self.held = 0
+        # states dropped for the bound (not those a longer one replaced)
+        self.evictions = 0
+        # bumped when the states kept, and so their digests, change
+        self.version = 0
+        # least recently used first
+        self._kept: OrderedDict[int, Kept] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._kept)
@@ -90,7 +98,8 @@ class HostTier:
         """The kept state of `scope` sharing the longest prefix with `context` (of those, the
         shortest: fewer cells to restore), and how many tokens it shares; it becomes the most
         recently used. None: no state of that scope shares a token."""
-        best: tuple[int, int, int] | None = None  # (shared, -cells, key)
+        # (shared, -cells, key)
+        best: tuple[int, int, int] | None = None
         for key, kept in self._kept.items():
             if kept.scope == scope and (shared := common_prefix(kept.tokens, context)):
                 candidate = (shared, -len(kept.tokens), key)

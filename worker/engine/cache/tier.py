@@ -29,7 +29,8 @@ from worker.engine.steps.plan import COPY_RATIO, TAIL
 
 log = logging.getLogger(__name__)
 
-MIN_TOKENS = 64  # a shorter sequence is cheaper to read again than to keep
+# a shorter sequence is cheaper to read again than to keep
+MIN_TOKENS = 64
 
 
 class HostCache:
@@ -38,7 +39,8 @@ class HostCache:
     def __init__(self, context: NativeContext, tier: HostTier, held: HeldPrefixes | None = None) -> None:
         self._context = context
         self.tier = tier
-        self._held = held  # where the tier's digests are announced from, for routing
+        # where the tier's digests are announced from, for routing
+        self._held = held
         self._announced = tier.version
 
     def save(self, slot: int, tokens: list[int], scope: str, kept: int, counters: BatchCounters) -> None:

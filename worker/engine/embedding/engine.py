@@ -37,10 +37,13 @@ POOLINGS = {
     "mean": llama_cpp.LLAMA_POOLING_TYPE_MEAN,
     "cls": llama_cpp.LLAMA_POOLING_TYPE_CLS,
     "last": llama_cpp.LLAMA_POOLING_TYPE_LAST,
-    "rank": llama_cpp.LLAMA_POOLING_TYPE_RANK,  # a reranker's (worker/engine/embedding/rank.py)
+    # a reranker's (worker/engine/embedding/rank.py)
+    "rank": llama_cpp.LLAMA_POOLING_TYPE_RANK,
 }
-MAX_SEQS = 64  # sequences per decode (llama.cpp allows up to LLAMA_MAX_SEQ, 256)
-WAIT_S = 1.0  # how often a job waiting for its vectors asks whether to go on
+# sequences per decode (llama.cpp allows up to LLAMA_MAX_SEQ, 256)
+MAX_SEQS = 64
+# how often a job waiting for its vectors asks whether to go on
+WAIT_S = 1.0
 
 
 class EmbeddingEngine:
@@ -49,8 +52,10 @@ class EmbeddingEngine:
 
     placement = None
     held = None
-    prompt_overhead = None  # no chat template: an input's tokens are bounded by its bytes
-    pool = staticmethod(embedding_pool)  # the pool a model's workers of this engine serve
+    # no chat template: an input's tokens are bounded by its bytes
+    prompt_overhead = None
+    # the pool a model's workers of this engine serve
+    pool = staticmethod(embedding_pool)
 
     def __init__(self, settings: WorkerSettings, pooling: str) -> None:
         assert settings.model_path is not None
@@ -63,11 +68,14 @@ class EmbeddingEngine:
         mparams.n_gpu_layers = settings.n_gpu_layers
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
         m = self._model.model
-        self.n_ctx = min(settings.n_ctx, llama_cpp.llama_model_n_ctx_train(m))  # the longest input
-        self.dimensions = self.outputs(m)  # a pooled vector's length
+        # the longest input
+        self.n_ctx = min(settings.n_ctx, llama_cpp.llama_model_n_ctx_train(m))
+        # a pooled vector's length
+        self.dimensions = self.outputs(m)
         self.batch_tokens = max(settings.embedding_batch_tokens, self.n_ctx)
         self.max_seqs = min(MAX_SEQS, llama_cpp.llama_max_parallel_sequences())
-        self.slots = settings.slots or sizing.EMBEDDING_SLOTS  # jobs at once; their inputs share decodes
+        # jobs at once; their inputs share decodes
+        self.slots = settings.slots or sizing.EMBEDDING_SLOTS
         self._n_vocab = self._model.n_vocab()
         threads = sizing.threads(settings.n_threads, settings.n_threads_batch, sizing.usable_cores())
         cparams = llama_cpp.llama_context_default_params()
@@ -75,8 +83,10 @@ class EmbeddingEngine:
         cparams.pooling_type = POOLINGS[pooling]
         cparams.n_ctx = cparams.n_batch = cparams.n_ubatch = self.batch_tokens
         cparams.n_seq_max = self.max_seqs
-        cparams.kv_unified = True  # a decode's sequences share the cache, each as long as it needs
-        cparams.n_threads = cparams.n_threads_batch = threads.n_threads_batch  # every decode is a batch
+        # a decode's sequences share the cache, each as long as it needs
+        cparams.kv_unified = True
+        # every decode is a batch
+        cparams.n_threads = cparams.n_threads_batch = threads.n_threads_batch
         self._ctx = llama_cpp.llama_init_from_model(m, cparams)
         if not self._ctx:
             raise SystemExit(
@@ -156,7 +166,8 @@ class EmbeddingEngine:
             if stop is not None and stop():
                 self._waiting.abandon(request)
                 return None
-            if progress is not None and self._decodes != seen:  # decodes end: none hangs
+            # decodes end: none hangs
+            if progress is not None and self._decodes != seen:
                 seen = self._decodes
                 progress()
         if request.error is not None:
@@ -176,7 +187,8 @@ class EmbeddingEngine:
             items = self._waiting.next_decode(self.batch_tokens, self.max_seqs, timeout=0.5)
             if not items:
                 continue
-            if self._step_delay_s:  # testing: as on a slower machine (STEP_DELAY_SECONDS)
+            # testing: as on a slower machine (STEP_DELAY_SECONDS)
+            if self._step_delay_s:
                 time.sleep(self._step_delay_s)
             for group in self._decoded(items):
                 for item, vector in group:

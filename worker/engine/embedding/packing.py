@@ -30,14 +30,19 @@ class Request:
     """One job's inputs, and their vectors as decodes fill them in."""
 
     inputs: list[list[int]]
-    batch: bool = False  # a Batch API line's: it takes what room interactive ones leave
-    owner: str = ""  # the key that sent it (its job's owner): keys take turns in a decode
+    # a Batch API line's: it takes what room interactive ones leave
+    batch: bool = False
+    # the key that sent it (its job's owner): keys take turns in a decode
+    owner: str = ""
     vectors: list[np.ndarray | None] = field(default_factory=list)
-    taken: int = 0  # inputs handed to decodes so far, in order
-    left: int = 0  # inputs not yet embedded
+    # inputs handed to decodes so far, in order
+    taken: int = 0
+    # inputs not yet embedded
+    left: int = 0
     done: threading.Event = field(default_factory=threading.Event)
     error: BaseException | None = None
-    abandoned: bool = False  # given up: its inputs still waiting are never decoded
+    # given up: its inputs still waiting are never decoded
+    abandoned: bool = False
 
     def __post_init__(self) -> None:
         self.vectors = [None] * len(self.inputs)
@@ -73,9 +78,11 @@ class Waiting:
 
     def __init__(self) -> None:
         self._interactive: collections.deque[Request] = collections.deque()
-        self._lines: collections.deque[Request] = collections.deque()  # Batch API lines'
+        # Batch API lines'
+        self._lines: collections.deque[Request] = collections.deque()
         self._cv = threading.Condition()
-        self._last: set[str] = set()  # the owners of the interactive inputs in the last decode
+        # the owners of the interactive inputs in the last decode
+        self._last: set[str] = set()
 
     def add(self, request: Request) -> None:
         if request.inputs:
@@ -149,7 +156,8 @@ def take(
                 continue
             out.append(item)
             used += size
-    for item in out:  # each request's in order: its next inputs
+    # each request's in order: its next inputs
+    for item in out:
         item.request.taken += 1
     for request in list(requests):
         if request.taken == len(request.inputs):
@@ -177,19 +185,22 @@ def in_order(requests: list[Request], max_tokens: int, max_seqs: int, first: boo
             if len(out) >= max_seqs or ((out or not first) and used + size > max_tokens):
                 return False
             if mine and mine_tokens + size > tokens:
-                return True  # its share is taken: the next request's turn
+                # its share is taken: the next request's turn
+                return True
             out.append(Item(request, index))
             taken[id(request)] += 1
             used, mine, mine_tokens = used + size, mine + 1, mine_tokens + size
         return len(out) < max_seqs
 
     shared = len(requests) > 1
-    for request in requests:  # a share each
+    # a share each
+    for request in requests:
         if not fill(
             request, max(max_seqs // 2, 1) if shared else max_seqs, max_tokens // 2 if shared else max_tokens
         ):
             break
-    for request in requests:  # then the room left, oldest first
+    # then the room left, oldest first
+    for request in requests:
         if not fill(request, max_seqs, max_tokens):
             break
     return out

@@ -14,7 +14,8 @@ DECLARED = {
     llama_cpp.LLAMA_POOLING_TYPE_MEAN: "mean",
     llama_cpp.LLAMA_POOLING_TYPE_CLS: "cls",
     llama_cpp.LLAMA_POOLING_TYPE_LAST: "last",
-    llama_cpp.LLAMA_POOLING_TYPE_RANK: "rank",  # a reranker's (worker/engine/embedding/rank.py)
+    # a reranker's (worker/engine/embedding/rank.py)
+    llama_cpp.LLAMA_POOLING_TYPE_RANK: "rank",
 }
 
 

@@ -33,8 +33,10 @@ from worker.errors import PromptRejected
 from worker.settings import WorkerSettings
 
 QUERY, DOCUMENT = "{query}", "{document}"
-SOFTMAX_HEADS = frozenset({"qwen3", "qwen3vl"})  # llama.cpp ends their head in a softmax
-_EPS = 1e-7  # a probability is kept this far from 0 and 1: its log-odds stay finite
+# llama.cpp ends their head in a softmax
+SOFTMAX_HEADS = frozenset({"qwen3", "qwen3vl"})
+# a probability is kept this far from 0 and 1: its log-odds stay finite
+_EPS = 1e-7
 
 
 def log_odds(p: float) -> float:

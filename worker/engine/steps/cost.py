@@ -17,7 +17,8 @@ class StepCost:
 
     def __init__(self, stretch: float, start: int = 64) -> None:
         self.stretch = stretch
-        self._alone: dict[int, float] = {}  # streams decoding -> mean seconds of their step alone
+        # streams decoding -> mean seconds of their step alone
+        self._alone: dict[int, float] = {}
         self._allow = float(start)
 
     def add(self, rows: int, seconds: float, decoding: int = 0, budgeted: bool = False) -> None:

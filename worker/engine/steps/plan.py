@@ -104,8 +104,10 @@ def plan(
     that end while a stream decodes are replaced, not left empty until it ends.
     """
     prefilling = any(not s.yields and s.pending is None and s.fed < len(s.context) for s in running)
-    stepping = [s for s in running if not (s.yields and prefilling)]  # a yielding token waits
-    reads: dict[int, int] = {}  # id(sequence) -> prompt tokens it reads this step
+    # a yielding token waits
+    stepping = [s for s in running if not (s.yields and prefilling)]
+    # id(sequence) -> prompt tokens it reads this step
+    reads: dict[int, int] = {}
     left = budget
     # an image's rows are read before the step (worker/engine/batching.py): text stops at one
     readers = [s for s in stepping if s.pending is None and s.text_left() > 0]
@@ -116,12 +118,15 @@ def plan(
         rest = seq.text_left()
         step = min((batch_chunk or chunk) if seq.yields else share, rest)
         if left is not None:
-            if seq.yields or rest > chunk:  # a long prompt is spread out
+            # a long prompt is spread out
+            if seq.yields or rest > chunk:
                 step = max(min(step, left), 1)
-            left -= step  # a short interactive prompt is read whole: one longer step, once
+            # a short interactive prompt is read whole: one longer step, once
+            left -= step
         reads[id(seq)] = step
     resumed = sorted((s for s in readers if s.since and not s.yields), key=lambda s: (s.since, s.slot))
-    pool = sum(reads.pop(id(s)) for s in resumed)  # their rows, given out again oldest first
+    # their rows, given out again oldest first
+    pool = sum(reads.pop(id(s)) for s in resumed)
     for seq in resumed:
         if pool and (step := min(seq.text_left(), pool)):
             reads[id(seq)], pool = step, pool - step
@@ -159,8 +164,10 @@ def compaction(running: list[int], free: list[int]) -> list[tuple[int, int]]:
     return moves
 
 
-TAIL = 4  # tokens at a cache's end that a next turn may render otherwise (its answer re-tokenized)
-NEAR = 64  # tokens of shared prefix not worth evicting a more recent conversation for
+# tokens at a cache's end that a next turn may render otherwise (its answer re-tokenized)
+TAIL = 4
+# tokens of shared prefix not worth evicting a more recent conversation for
+NEAR = 64
 
 
 def shareable(
@@ -207,7 +214,8 @@ def choose_slot(
     return min(near, key=lambda s: (bool(kv[s]), ended[s], s))
 
 
-COPY_RATIO = 128  # cells copied per token of prompt a copy saves reading, at most (see prefix_source)
+# cells copied per token of prompt a copy saves reading, at most (see prefix_source)
+COPY_RATIO = 128
 
 
 def prefix_source(
@@ -227,7 +235,8 @@ def prefix_source(
     limit = len(context) - 1
     shares = shares or [len(c) for c in kv]
     own = min(common_prefix(kv[slot], context), limit, shares[slot])
-    found = []  # (tokens kept, -cells copied, -slot): the best is the largest
+    # (tokens kept, -cells copied, -slot): the best is the largest
+    found = []
     for src, cached in enumerate(kv):
         keep = min(common_prefix(cached, context), limit, shares[src])
         if src != slot and keep > own and (keep - own) * COPY_RATIO >= len(cached):

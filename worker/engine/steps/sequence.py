@@ -14,28 +14,40 @@ from worker.engine.steps.picks import Pick
 if TYPE_CHECKING:
     from worker.engine.sampling import Sampler
 
-END = object()  # the sequence's window is full: no more tokens
+# the sequence's window is full: no more tokens
+END = object()
 
 
 @dataclass(eq=False)
 class Sequence:
     """One job's sequence; the job thread iterates it, the scheduler feeds it (by its courier)."""
 
-    context: list[int]  # the prompt plus what earlier attempts generated
+    # the prompt plus what earlier attempts generated
+    context: list[int]
     sampler: Sampler
-    room: int  # tokens that may be generated before the slot's window is full
+    # tokens that may be generated before the slot's window is full
+    room: int
     slot: int = -1
-    fed: int = 0  # context tokens in the KV cache
-    pending: int | None = None  # the last sampled token, fed at the next step
+    # context tokens in the KV cache
+    fed: int = 0
+    # the last sampled token, fed at the next step
+    pending: int | None = None
     generated: int = 0
     closed: bool = False
-    yields: bool = False  # a Batch API line: it sits out the steps that read an interactive prompt
-    scope: str = ""  # its cache scope (contract/prefixes.py): it reuses only caches of its scope
-    public: int = 0  # but these first tokens (a public prompt's), of any scope's cache
-    alone_for: int = 0  # a suspect (api/cluster/reaper.py) steps apart until it has generated this many
-    since: int = 0  # a continuation: when its stream last moved (ms, Unix); oldest read first (plan.py)
-    progress: Callable[[], None] | None = None  # after each step that computed any of its rows
-    cached: int = 0  # context tokens its slot's cache held when it was given the slot
+    # a Batch API line: it sits out the steps that read an interactive prompt
+    yields: bool = False
+    # its cache scope (contract/prefixes.py): it reuses only caches of its scope
+    scope: str = ""
+    # except these first tokens (a public prompt's): any scope's cache may give them
+    public: int = 0
+    # a suspect (api/cluster/reaper.py) steps apart until it has generated this many
+    alone_for: int = 0
+    # a continuation: when its stream last moved (ms, Unix); oldest read first (plan.py)
+    since: int = 0
+    # after each step that computed any of its rows
+    progress: Callable[[], None] | None = None
+    # context tokens its slot's cache held when it was given the slot
+    cached: int = 0
     # an image's rows: context position -> its embeddings (rows x n_embd), read in a decode of
     # their own (a llama.cpp batch holds tokens or embeddings); the context holds stand-in ids there
     images: dict[int, Any] = field(default_factory=dict)

@@ -43,7 +43,8 @@ class Encoder:
     def __init__(self, mmproj: Path, model, threads: int, use_gpu: bool, cache_images: int = 32) -> None:
         try:
             from llama_cpp import mtmd_cpp
-        except (ImportError, OSError, RuntimeError) as exc:  # FileNotFoundError is an OSError
+        # FileNotFoundError is an OSError
+        except (ImportError, OSError, RuntimeError) as exc:
             raise VisionError(f"MMPROJ_PATH needs llama-cpp-python built with libmtmd ({exc})") from None
         self._mtmd = mtmd = mtmd_cpp
         params = mtmd.mtmd_context_params_default()
@@ -60,7 +61,8 @@ class Encoder:
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple[str, str], list[Piece]] = OrderedDict()
         self._cache_images = cache_images
-        self.max_tokens = 0  # the most rows an image became (set by `probe`)
+        # the most rows an image became (set by `probe`)
+        self.max_tokens = 0
 
     def pieces(self, data: bytes, scope: str = "", name: str = "", low: bool = False) -> list[Piece]:
         """The image's pieces in a prompt: text ids (lists) and rows of embeddings (arrays);
@@ -98,7 +100,8 @@ class Encoder:
         finally:
             mtmd.mtmd_bitmap_free(bitmap)
         out = small.ctypes.data_as(ctypes.POINTER(ctypes.c_uint8))
-        return mtmd.mtmd_bitmap_init(width, height, out)  # mtmd copies the pixels
+        # mtmd copies the pixels
+        return mtmd.mtmd_bitmap_init(width, height, out)
 
     def _encode(self, data: bytes, low: bool = False) -> list[Piece]:
         mtmd = self._mtmd

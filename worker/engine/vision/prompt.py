@@ -12,7 +12,8 @@ import hashlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
-IMAGE = -1  # where ChatPrompts puts an image part (worker/engine/prompts.py), before its rows
+# where ChatPrompts puts an image part (worker/engine/prompts.py), before its rows
+IMAGE = -1
 
 
 class Prompt(list):
@@ -32,7 +33,8 @@ def stand_ins(name: str, rows: int) -> list[int]:
     return [-(2 + base + i) for i in range(rows)]
 
 
-Piece = list[int] | Any  # text ids mtmd puts around an image (its begin/end tokens), or its rows
+# text ids mtmd puts around an image (its begin/end tokens), or its rows
+Piece = list[int] | Any
 
 
 def expand(ids: Sequence[int], images: Sequence[tuple[str, list[Piece]]]) -> Prompt:
