@@ -7,12 +7,16 @@ import functools
 from typing import Any
 
 from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 
 from api.batches.routes import BatchRequest
 from api.endpoints.catalog import EMBEDDINGS, ENDPOINTS, RERANK, Endpoint
 from api.endpoints.messages.routes import CountRequest
+
+# where every schema sits in the document
+REF = "#/components/schemas/"
 
 _ERROR = {
     "type": "object",
@@ -38,7 +42,7 @@ def _errors(*codes: int) -> dict[str, Any]:
     return {
         str(c): {
             "description": "an OpenAI-style error",
-            "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
+            "content": {"application/json": {"schema": {"$ref": REF + "Error"}}},
         }
         for c in codes
     }
@@ -55,9 +59,7 @@ def _create(endpoint: Endpoint) -> dict[str, Any]:
             "summary": f"Create a {endpoint.object}",
             "requestBody": {
                 "required": True,
-                "content": {
-                    "application/json": {"schema": {"$ref": f"#/components/schemas/{model.__name__}"}}
-                },
+                "content": {"application/json": {"schema": {"$ref": REF + model.__name__}}},
             },
             "responses": {
                 "200": {
@@ -144,9 +146,7 @@ def _files_and_batches() -> dict[str, Any]:
                 "summary": "Create a batch",
                 "requestBody": {
                     "required": True,
-                    "content": {
-                        "application/json": {"schema": {"$ref": "#/components/schemas/BatchRequest"}}
-                    },
+                    "content": {"application/json": {"schema": {"$ref": REF + "BatchRequest"}}},
                 },
                 "responses": {"200": _json("the batch"), **_errors(400, 401, 404, 429)},
             },
@@ -164,14 +164,21 @@ def _files_and_batches() -> dict[str, Any]:
     }
 
 
+def _bodies() -> dict[str, Any]:
+    """Every request body's schema and the models under them, made in one pass so that two
+    models of one name (chat's and the Messages API's `SystemMessage`) get a name each."""
+    bodies = [e.body for e in ENDPOINTS] + [CountRequest, EMBEDDINGS.body, RERANK.body]
+    refs, top = models_json_schema([(b, "validation") for b in bodies], ref_template=REF + "{model}")
+    for body in bodies:
+        assert refs[body, "validation"]["$ref"] == REF + body.__name__, body  # paths cite it so
+    return top["$defs"]
+
+
 @functools.cache
 def document() -> dict[str, Any]:
-    schemas: dict[str, Any] = {"Error": _ERROR}
+    schemas: dict[str, Any] = {"Error": _ERROR, **_bodies()}
     paths: dict[str, Any] = {}
     for endpoint in ENDPOINTS:
-        schema = endpoint.body.model_json_schema(ref_template="#/components/schemas/{model}")
-        schemas.update(schema.pop("$defs", {}))
-        schemas[endpoint.body.__name__] = schema
         paths[endpoint.path] = _create(endpoint)
         paths[endpoint.path + "/{completion_id}"] = _job(endpoint)
         paths[endpoint.path + "/{completion_id}/cancel"] = _cancel(endpoint)
@@ -187,25 +194,17 @@ def document() -> dict[str, Any]:
             "responses": {"200": _json("a page of input items"), **_errors(400, 401, 404)},
         }
     }
-    schemas["CountRequest"] = CountRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    schemas.update(schemas["CountRequest"].pop("$defs", {}))
     paths["/v1/messages/count_tokens"] = {
         "post": {
             "summary": "Count a message's input tokens (a worker of the model tokenizes it)",
             "requestBody": {
                 "required": True,
-                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/CountRequest"}}},
+                "content": {"application/json": {"schema": {"$ref": REF + "CountRequest"}}},
             },
             "responses": {"200": _json("{input_tokens}"), **_errors(400, 401, 404, 429)},
         }
     }
-    schemas["EmbeddingRequest"] = EMBEDDINGS.body.model_json_schema(
-        ref_template="#/components/schemas/{model}"
-    )
-    schemas.update(schemas["EmbeddingRequest"].pop("$defs", {}))
     paths[EMBEDDINGS.path] = _create(EMBEDDINGS)
-    schemas["RerankRequest"] = RERANK.body.model_json_schema(ref_template="#/components/schemas/{model}")
-    schemas.update(schemas["RerankRequest"].pop("$defs", {}))
     paths[RERANK.path] = _create(RERANK)
     schemas["BatchRequest"] = BatchRequest.model_json_schema()
     paths.update(_files_and_batches())
