@@ -4,6 +4,7 @@ whom, where llama.cpp and Lua may appear, and how big a room or a module may gro
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -262,3 +263,14 @@ def test_every_module_has_its_unit_test_module_or_is_on_the_shrinking_list():
     unmirrored = {str(p.relative_to(ROOT)) for p in modules if not _mirror(p).exists()}
     assert unmirrored <= UNMIRRORED, f"give these a tests/unit/ mirror: {sorted(unmirrored - UNMIRRORED)}"
     assert unmirrored >= UNMIRRORED, f"mirrored now, off UNMIRRORED: {sorted(UNMIRRORED - unmirrored)}"
+
+
+def test_the_results_cite_only_files_inside_the_project():
+    """A benchmark's raw files live in bench/results/gpu-runs/, not beside the checkout where
+    a new clone lacks them (the H100 run's were lost so)."""
+    cited = []
+    for doc in [*(ROOT / "docs").glob("*.md"), *(ROOT / "bench" / "results").glob("*.md")]:
+        text = doc.read_text()
+        assert "../shared" not in text, doc
+        cited += re.findall(r"`(bench/results/gpu-runs/[^`]+)`", text)
+    assert cited and all((ROOT / path).exists() for path in cited), cited
