@@ -8,9 +8,12 @@ from contract import errors, keys
 from contract.entries import CANCELLED, EPOCH, Entry, Failed, Finished, encode
 from contract.keys import JobField, JobStatus
 
+_LUA_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"})
+
 
 def _lua_string(value: str) -> str:
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+    """A Lua string literal of `value` (Lua refuses a raw line break or carriage return in one)."""
+    return '"' + value.translate(_LUA_ESCAPES) + '"'
 
 
 def _lua_fields(entry: Failed) -> str:

@@ -60,10 +60,10 @@ def test_only_a_terminal_entry_sets_a_final_status(entry, status):
 
 def test_every_catalogue_error_reads_back_from_its_lua_literal_as_its_stream_fields():
     """LIB writes QUEUE_TIMEOUT and WORKER_LOST as Lua literals: a message with a quote, a
-    backslash or a line break must come out as it went in."""
+    backslash, a line break or a carriage return must come out as it went in."""
     r = fakeredis.FakeRedis()
     catalogue = [v for v in vars(errors).values() if isinstance(v, errors.ErrorCode)]
-    tricky = Failed(message='say "no"\\ then\nstop', type="server_error", code="x")
+    tricky = Failed(message='say "no"\\ then\nstop\r\n', type="server_error", code="x")
     for entry in [e.entry() for e in catalogue] + [tricky]:
         fields = r.eval(f"return {library._lua_fields(entry)}", 0)
         expected = [x for k, v in entries.encode(entry).items() if k != entries.EPOCH for x in (k, v)]
