@@ -224,8 +224,8 @@ class ResponsesRoutes(EndpointRoutes):
                 while (state := await services.jobs.state(job.id)) is not None and not state.ended:
                     await anyio.sleep(0.05)
         response = objects.answer(await services.jobs.whole(job.id)).body
-        if response["status"] in ("completed", "failed", "incomplete"):
-            raise invalid(f"Cannot cancel a {response['status']} response.")
+        if (status := response["status"]) in ("completed", "failed", "incomplete"):
+            raise invalid(f"Cannot cancel {'an' if status[0] in 'aeiou' else 'a'} {status} response.")
         return JSONResponse(response)
 
     async def input_items(self, request: Request) -> Response:
