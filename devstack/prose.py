@@ -20,7 +20,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CORE = ("api", "worker", "contract")
-SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z`(\"'])")
+SENTENCE_END = re.compile(r"(?<=[.!?])\)?\s+(?=[A-Z`(\"'])")
+# a blank line, or a list item's start: what comes after is read as a new sentence
+BREAK = re.compile(r"\n\s*\n|\n\s*(?:[-*]|\d+\.)\s+")
 
 
 def core_files() -> list[Path]:
@@ -40,8 +42,8 @@ def docstrings(source: str) -> list[str]:
 def sentence_words(doc: str) -> list[int]:
     """The words of each sentence of a docstring's prose (its list items and code blocks are
     sentences too: a reader reads them as such)."""
-    text = " ".join(doc.split())
-    return [len(s.split()) for s in SENTENCE_END.split(text) if s.strip()]
+    parts = (" ".join(part.split()) for part in BREAK.split(doc))
+    return [len(s.split()) for part in parts for s in SENTENCE_END.split(part) if s.strip()]
 
 
 def trailing_comments(source: str) -> tuple[int, int]:
