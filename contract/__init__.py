@@ -1,15 +1,15 @@
 """The Redis contract shared by the API and the workers.
 
-Everything one side writes and the other reads is defined here and only here: key names
-(`keys`), job tiers and queue names (`tiers`), the job description the API enqueues
-(`jobspec`), the stream entry format (`entries`), every Lua script, which makes writes
-atomic and fenced (`lua/`), enqueueing (`queueing`), the error catalogue (`errors`), the
-settings both sides share (`settings`), the log format (`logs`), the two Redis roles and
-following a failover (`servers`, `failover`), cluster counters (`stats`), prompt prefix
-digests (`prefixes`), a job's life and the glossary (`lifecycle/`), JSON schemas as
-grammars (`schema`, `gbnf`), custom tools' Lark and regex grammars (`freeform/`), and traces'
-propagation format and SDK setup (`tracing/`).
+Everything one side writes and the other reads is defined here and only here. `keys` names the
+keys, and `tiers` the job tiers and queues. `jobspec` is the job description the API enqueues.
+`entries` is the stream entry format. `lua/` holds every Lua script: they make writes atomic and
+fenced. `queueing` enqueues, and `errors` is the error catalogue. `settings` holds the settings
+both sides share, and `logs` the log format. `servers` holds the two Redis roles, and `failover`
+follows a primary through a failover. `stats` holds cluster counters, and `prefixes` prompt
+prefix digests. `lifecycle/` is a job's life and the glossary. `schema` and `gbnf` turn JSON
+schemas into grammars. `freeform/` holds custom tools' Lark and regex grammars. `tracing/`
+holds traces' propagation format and SDK setup.
 Neither side may build a key, an entry or an error by hand. This package imports only the
-standard library, redis and rq (and OpenTelemetry, only when tracing is on:
-`tracing/otel.py`), so the API never pulls in llama-cpp-python through it.
+standard library, redis and rq. With tracing on, it imports OpenTelemetry too (`tracing/otel.py`).
+So the API never pulls in llama-cpp-python through it.
 """

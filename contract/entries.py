@@ -1,28 +1,28 @@
 """The format of one entry of a job's event stream.
 
-A job's stream holds, in order: one `Started` per attempt, `Delta`s carrying generated text
-with the exact token ids that produced it, and exactly one terminal entry, `Finished` or
-`Failed`. Every entry records the attempt epoch that wrote it. Field names are short and
-identical across entries because Redis stores a stream's repeated field names only once.
+A job's stream holds, in order: one `Started` per attempt, then `Delta`s, then exactly one
+terminal entry, `Finished` or `Failed`. A `Delta` carries generated text with the exact token
+ids that produced it. Every entry records the attempt epoch that wrote it. Redis stores a
+stream's repeated field names only once. So field names are short and identical across entries.
 
-Entries are built by keyword. `epoch` is 0 until whoever writes the entry stamps it: an
-attempt writes its own epoch (APPEND refuses 0), the END script stamps the next one.
+Entries are built by keyword. `epoch` is 0 until whoever writes the entry stamps it. An attempt
+writes its own epoch (APPEND refuses 0). The END script stamps the next one.
 
-A job stopped by a cancel ends with `Finished` whose reason is "cancelled": the job's status
-becomes cancelled, and each API endpoint says it its own way (chat: finish_reason "stop").
+A job stopped by a cancel ends with `Finished` whose reason is "cancelled". The job's status
+becomes cancelled. Each API endpoint says it its own way (chat: finish_reason "stop").
 
-Invariant for deltas: a delta's token ids are exactly the tokens generated since the last
-delta, so a new attempt continues from `prompt + ids` without re-tokenizing text; its
-`text` is the content the client sees of them: their UTF-8 decoding, never a partial
-character (only the last delta before the terminal entry may hold less text than its ids:
-what follows a stop string, or a character cut off by max_tokens, is not sent). A job with
-tools reads its tokens' text as content and tool-call fragments (worker/text/replies.py): `text`
-is then the content only, `calls` the fragments. A reasoning model's thinking is apart from
-both, in `reasoning` (worker/text/thinking.py), and its tokens are counted in the terminal
-entry. `logprobs` has one entry per token id, when the job asked for them.
+Invariant for deltas: a delta's token ids are exactly the tokens generated since the last delta.
+So a new attempt continues from `prompt + ids` without re-tokenizing text. Its `text` is the
+content the client sees of those tokens. It is their UTF-8 decoding, never a partial character.
+Only the last delta before the terminal entry may hold less text than its ids. What follows a
+stop string is not sent, nor a character cut off by max_tokens. A job with tools reads its
+tokens' text as content and tool-call fragments (worker/text/replies.py). Its `text` is then the
+content only, and `calls` the fragments. A reasoning model's thinking is apart from both, in
+`reasoning` (worker/text/thinking.py). Its tokens are counted in the terminal entry. `logprobs`
+has one entry per token id, when the job asked for them.
 
-An embed job writes no deltas: its `Finished` carries every vector (`vectors`), and its
-inputs' tokens as `prompt_tokens`.
+An embed job writes no deltas. Its `Finished` carries every vector (`vectors`), and its inputs'
+tokens as `prompt_tokens`.
 """
 
 from __future__ import annotations
@@ -38,8 +38,10 @@ EPOCH = "e"
 
 @dataclass(frozen=True)
 class CallPart:
-    """A fragment of tool call `index`: its first fragment carries the id and the name, the
-    others pieces of its arguments' JSON text."""
+    """A fragment of tool call `index`.
+
+    Its first fragment carries the id and the name. The others carry pieces of its arguments'
+    JSON text."""
 
     index: int
     arguments: str = ""
@@ -48,9 +50,10 @@ class CallPart:
 
 
 def join_calls(calls: list[CallPart], parts: Iterable[CallPart]) -> None:
-    """Join streamed fragments into whole calls, in place: a fragment without an id goes on
-    with the last call when it has that call's index, and any other starts a call. The one
-    rule for the API's answers and the worker's replies."""
+    """Join streamed fragments into whole calls, in place.
+
+    A fragment without an id goes on with the last call when it has that call's index. Any
+    other fragment starts a call. The one rule for the API's answers and the worker's replies."""
     for part in parts:
         last = calls[-1] if calls else None
         if last is not None and last.index == part.index and not part.id:
@@ -70,10 +73,11 @@ class TokenLogprob:
 
 @dataclass(frozen=True, kw_only=True)
 class Started:
-    """An attempt began on a worker, going on from the entry `after` (the id of the stream's
-    last entry when it read what earlier attempts wrote; "0-0" for none; "" from a worker
-    that did not say). A reader that sent entries past `after` knows a failover took them
-    back (docs/protocol.md, "Failover")."""
+    """An attempt began on a worker, going on from the entry `after`.
+
+    `after` is the id of the stream's last entry when the attempt read what earlier attempts
+    wrote. It is "0-0" for none, and "" from a worker that did not say. A reader that sent
+    entries past `after` knows a failover took them back (docs/protocol.md, "Failover")."""
 
     epoch: int = 0
     worker: str
@@ -121,8 +125,9 @@ class Finished:
 
 @dataclass(frozen=True, kw_only=True)
 class Failed:
-    """Terminal: the job cannot produce (more) output; an OpenAI error object (built from the
-    catalogue in `contract.errors`)."""
+    """Terminal: the job cannot produce (more) output.
+
+    It holds an OpenAI error object, built from the catalogue in `contract.errors`."""
 
     epoch: int = 0
     message: str
@@ -211,8 +216,10 @@ def as_text(value: str | bytes) -> str:
 
 
 def decode(raw: dict, token_ids: bool = True) -> Entry:
-    """Stream fields (str or bytes keys/values, as redis-py returns them) -> entry. With
-    `token_ids=False` a delta's ids are not parsed (left empty): the API relays text only."""
+    """Stream fields (str or bytes keys/values, as redis-py returns them) -> entry.
+
+    With `token_ids=False` a delta's ids are not parsed but left empty. The API relays text
+    only."""
     f = {as_text(k): as_text(v) for k, v in raw.items()}
     kind = f.get(KIND)
     epoch = int(f[EPOCH])

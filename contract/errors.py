@@ -1,10 +1,10 @@
-"""Every error a client can get, in one catalogue: its code, OpenAI error type, HTTP status and
-usual message.
+"""Every error a client can get, in one catalogue.
 
-Both sides build from it: the API an error response (`api.http.errors.APIError`), a worker or the
-API a stream's terminal `Failed` entry (`ErrorCode.entry`), and the API maps a stream's failure
-back to its HTTP status for a client that does not stream (`status_of`). A code is written in
-this module only.
+Each error has its code, OpenAI error type, HTTP status and usual message. Both sides build from
+the catalogue. The API builds an error response from it (`api.http.errors.APIError`). A worker or
+the API builds a stream's terminal `Failed` entry (`ErrorCode.entry`). The API also maps a
+stream's failure back to its HTTP status (`status_of`). It does so for a client that does not
+stream. A code is written in this module only.
 """
 
 from __future__ import annotations
@@ -32,8 +32,9 @@ class ErrorCode:
         return error_body(message or self.message, self.type, self.code, param)
 
     def entry(self, message: str | None = None, param: str | None = None, epoch: int = 0) -> Failed:
-        """A stream's terminal entry for this error: an attempt gives its epoch, the END
-        script stamps its own (0 here)."""
+        """A stream's terminal entry for this error.
+
+        An attempt gives its epoch. The END script stamps its own (0 here)."""
         return Failed(
             epoch=epoch, message=message or self.message, type=self.type, code=self.code or "", param=param
         )

@@ -1,28 +1,30 @@
-"""Following a Redis primary through a failover, where a replica is promoted: the one way every
-client of contract/servers.py connects.
+"""Following a Redis primary through a failover, where a replica is promoted.
+
+It is the one way every client of contract/servers.py connects.
 
 - **Sentinel.** `redis+sentinel://[user:password@]host1:26379,host2:26379/<master name>[/db]`
-  (`rediss+sentinel://` or `?ssl=true`: TLS, with redis-py's `ssl_*` options;
-  `sentinel_username`, `sentinel_password`: the sentinels' own auth) names the sentinels; a
-  connection asks them where the primary is each time it opens (redis-py's sentinel pools).
-- **One name** (a managed Redis: ElastiCache, Memorystore, Azure Cache): the name moves to the
-  promoted replica, while connections opened before still reach the old primary, now a
-  replica. It answers writes with `READONLY` (a transaction's queued script: inside EXEC's
-  array), `WAIT` with "cannot be used with replica instances", and ends blocked reads
-  (BLPOP, XREAD BLOCK) with `UNBLOCKED ... (master -> replica?)`. All mean "reconnect", not
-  "your command is wrong": `Demotable` connections drop themselves and raise ConnectionError,
-  which the clients' retries and the processes' outage handling already ride out,
-  reconnecting to whatever the name (or the sentinels) say is the primary now. Behind one
-  name, a pooled connection that happens to only read keeps reading the demoted node until
-  it writes, errs or is closed; a sentinel pool drops it when it is given back. Until its
-  resync ends (seconds: a primary delays a full sync by `repl-diskless-sync-delay`, 5 s by
-  default) that node answers from its own data, which lacks what the new primary took since
-  and may hold what it lost. So a decision that ends or drops work is never made from a read
-  alone: it is checked again where it is written, or read by a script only a primary runs
-  (docs/protocol.md, "Failover").
+  names the sentinels. `rediss+sentinel://` or `?ssl=true` means TLS, with redis-py's `ssl_*`
+  options. `sentinel_username` and `sentinel_password` are the sentinels' own auth. A
+  connection asks the sentinels where the primary is. It asks each time it opens (redis-py's
+  sentinel pools).
+- **One name** (a managed Redis: ElastiCache, Memorystore, Azure Cache). The name moves to the
+  promoted replica. Connections opened before still reach the old primary, now a replica. It
+  answers writes with `READONLY`, and a transaction's queued script gets it inside EXEC's
+  array. It answers `WAIT` with "cannot be used with replica instances". It ends blocked
+  reads (BLPOP, XREAD BLOCK) with `UNBLOCKED ... (master -> replica?)`. All mean "reconnect",
+  not "your command is wrong". `Demotable` connections drop themselves and raise
+  ConnectionError. The clients' retries and the processes' outage handling already ride that
+  out. They reconnect to whatever the name (or the sentinels) say is the primary now. Behind
+  one name, a pooled connection that happens to only read keeps reading the demoted node. It
+  does so until it writes, errs or is closed. A sentinel pool drops it when it is given back.
+  Until its resync ends, that node answers from its own data. A resync takes seconds: a
+  primary delays a full sync by `repl-diskless-sync-delay`, 5 s by default. That node's data
+  lacks what the new primary took since, and may hold what it lost. So a decision that ends
+  or drops work is never made from a read alone. It is checked again where it is written, or
+  read by a script only a primary runs (docs/protocol.md, "Failover").
 
-What a promoted replica that lacked the primary's last writes means for jobs and streams is
-not handled here.
+A promoted replica may lack the primary's last writes. What that means for jobs and streams
+is not handled here.
 """
 
 from __future__ import annotations
@@ -46,9 +48,11 @@ from redis.exceptions import ExecAbortError, ReadOnlyError, ResponseError
 
 
 def demoted(exc: ResponseError) -> bool:
-    """The server that answered is a replica now: a write refused (alone, or a transaction's,
-    which EXEC then aborts), a blocked read ended, or a `WAIT` refused (after a script that
-    happened to write nothing, a replica answers only the WAIT with an error)."""
+    """The server that answered is a replica now.
+
+    It refused a write, alone or a transaction's (which EXEC then aborts). Or it ended a
+    blocked read, or refused a `WAIT`. After a script that happened to write nothing, a
+    replica answers only the WAIT with an error."""
     text = str(exc)
     return (
         isinstance(exc, ReadOnlyError)
@@ -63,8 +67,10 @@ def _reconnect(exc: ResponseError) -> redis.ConnectionError:
 
 
 def _refused_inside(answer: Any) -> ResponseError | None:
-    """A demoted primary's refusal inside an EXEC's array: a queued script whose write the
-    replica refused when it ran. redis-py returns such a reply rather than raise it."""
+    """A demoted primary's refusal inside an EXEC's array.
+
+    The replica refused a queued script's write when the script ran. (redis-py returns such a
+    reply rather than raise it.)"""
     if isinstance(answer, list):
         for item in answer:
             if isinstance(item, ResponseError) and demoted(item):
@@ -90,9 +96,10 @@ class Demotable:
 
 
 class AsyncDemotable:
-    """`Demotable` for asyncio connections; and a write to a transport the server closed
-    under it (uvloop raises RuntimeError, which redis-py does not make a ConnectionError) is
-    a lost connection too."""
+    """`Demotable` for asyncio connections.
+
+    A write to a transport the server closed under it is a lost connection too. (uvloop
+    raises RuntimeError there, which redis-py does not make a ConnectionError.)"""
 
     async def send_packed_command(self, *args: Any, **kwargs: Any) -> None:
         try:
@@ -158,8 +165,9 @@ _SENTINEL_SCHEMES = ("redis+sentinel://", "rediss+sentinel://")
 
 @dataclass(frozen=True)
 class Target:
-    """A `redis+sentinel://` URL: where the sentinels are, which primary they watch, and how
-    to speak to both."""
+    """A `redis+sentinel://` URL.
+
+    It says where the sentinels are, which primary they watch, and how to speak to both."""
 
     sentinels: list[tuple[str, int]]
     master: str
@@ -176,11 +184,12 @@ class Target:
         return {"ssl": True, **self.tls} if self.ssl else {}
 
     def sentinel_kwargs(self, **kwargs: Any) -> dict[str, Any]:
-        """The sentinels' connections: the sockets' timeouts of the data connections, TLS
-        if they use it, and the sentinels' own auth. The pools add a `retry` of none: a
-        sentinel that fails is followed by the next, and with every one down the caller is
-        told at once (redis-py's default retries and backoff on each made a request wait
-        16-48 s for its 503)."""
+        """The sentinels' connections.
+
+        They get the sockets' timeouts of the data connections, TLS if those use it, and the
+        sentinels' own auth. The pools add a `retry` of none. A sentinel that fails is
+        followed by the next. With every one down, the caller is told at once. (redis-py's
+        default retries and backoff on each made a request wait 16-48 s for its 503.)"""
         out = {k: v for k, v in kwargs.items() if k.startswith("socket_")}
         return {**out, **self.sentinel_auth, **self._tls()}
 
@@ -189,8 +198,9 @@ class Target:
 
 
 def sentinel_target(url: str) -> Target | None:
-    """The `Target` of a `redis+sentinel://` URL (`rediss+sentinel://`: TLS); None for any
-    other URL."""
+    """The `Target` of a `redis+sentinel://` URL (`rediss+sentinel://`: TLS).
+
+    None for any other URL."""
     if not url.startswith(_SENTINEL_SCHEMES):
         return None
     # The message names no part of the URL: a password with a raw "/", "?" or "#" in it
@@ -253,16 +263,19 @@ _QUERY = {"ssl", *_SENTINEL_AUTH}
 
 
 def pool(url: str, **kwargs: Any) -> redis.ConnectionPool:
-    """A sync pool of one server's URL whose connections follow a failover (`Demotable`);
-    a unix socket's are left as they are."""
+    """A sync pool of one server's URL whose connections follow a failover (`Demotable`).
+
+    A unix socket's connections are left as they are."""
     made = redis.ConnectionPool.from_url(url, **kwargs)
     made.connection_class = _SYNC.get(made.connection_class, made.connection_class)
     return made
 
 
 def async_pool(url: str, blocking: bool, **kwargs: Any) -> aredis.ConnectionPool:
-    """`pool` for asyncio; `blocking`: a command waits for a free connection
-    (`max_connections`, `timeout`) rather than failing."""
+    """`pool` for asyncio.
+
+    With `blocking`, a command waits for a free connection (`max_connections`, `timeout`)
+    rather than failing."""
     kind = aredis.BlockingConnectionPool if blocking else aredis.ConnectionPool
     made = kind.from_url(url, **kwargs)
     made.connection_class = _ASYNC.get(made.connection_class, made.connection_class)
@@ -277,9 +290,10 @@ ASK_EVERY_S = 1.0
 
 
 class SentinelPool(redis.sentinel.SentinelConnectionPool):
-    """redis-py's sync sentinel pool, asking the sentinels for the primary every
-    `ASK_EVERY_S` rather than only when a connection fails: a connection to a replaced
-    primary is closed before it is used (it reconnects to the new one)."""
+    """redis-py's sync sentinel pool, asking the sentinels for the primary every `ASK_EVERY_S`.
+
+    It does not ask only when a connection fails. A connection to a replaced primary is closed
+    before it is used. It then reconnects to the new one."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -314,11 +328,12 @@ def sentinel_pool(target: Target, **kwargs: Any) -> redis.sentinel.SentinelConne
 
 
 class AsyncSentinelPool(async_sentinel.SentinelConnectionPool):
-    """redis-py's asyncio sentinel pool, made to do what its sync one does: a connection given
-    back while it points at an old primary is dropped (it reconnects to the new one when next
-    used), so connections that only read do not stay on a demoted primary; and, as
-    `SentinelPool`, it asks the sentinels for the primary every `ASK_EVERY_S`. Closing the
-    pool closes its connections to the sentinels too."""
+    """redis-py's asyncio sentinel pool, made to do what its sync one does.
+
+    A connection given back while it points at an old primary is dropped. It reconnects to
+    the new one when next used. So connections that only read do not stay on a demoted
+    primary. As `SentinelPool` does, it asks the sentinels for the primary every
+    `ASK_EVERY_S`. Closing the pool closes its connections to the sentinels too."""
 
     _asked_at = 0.0
 
@@ -345,8 +360,9 @@ class AsyncSentinelPool(async_sentinel.SentinelConnectionPool):
 
 
 class BlockingSentinelPool(AsyncSentinelPool, aredis.BlockingConnectionPool):
-    """The sentinels' primary, with a pool that makes a command wait for a free connection
-    (as api/services.py's pool does) rather than fail."""
+    """The sentinels' primary, with a pool that makes a command wait for a free connection.
+
+    The command does not fail. (api/services.py's pool does the same.)"""
 
 
 def async_sentinel_pool(

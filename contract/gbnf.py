@@ -1,7 +1,8 @@
-"""llama.cpp's grammar format (GBNF), as tokenspool writes it: literals, the JSON
-primitives every grammar shares, named rules collected into one grammar (`Grammar`), and
-the digit-by-digit spelling of an integer range. contract/schema.py compiles JSON schemas
-with these."""
+"""llama.cpp's grammar format (GBNF), as tokenspool writes it.
+
+It holds literals and the JSON primitives every grammar shares. Named rules are collected into
+one grammar (`Grammar`). An integer range is spelled digit by digit. contract/schema.py compiles
+JSON schemas with these."""
 
 from __future__ import annotations
 
@@ -99,8 +100,10 @@ class Grammar:
         return name
 
     def define(self, name: str, body: str) -> str:
-        """Add a rule; the grammar's size is checked as it grows, so that no schema makes the
-        compiler build (or hold) more than MAX_GRAMMAR_CHARS before it is refused."""
+        """Add a rule.
+
+        The grammar's size is checked as it grows. So no schema makes the compiler build (or
+        hold) more than MAX_GRAMMAR_CHARS before it is refused."""
         self._size += len(name) + len(body) + 6
         if self._size > MAX_GRAMMAR_CHARS:
             raise SchemaError("", f"the schema makes a grammar over {MAX_GRAMMAR_CHARS} characters")
@@ -108,8 +111,9 @@ class Grammar:
         return name
 
     def text(self, root: str) -> str:
-        """The whole grammar: `root`, the rules defined, and the shared ones (unused rules
-        are harmless to llama.cpp)."""
+        """The whole grammar: `root`, the rules defined, and the shared ones.
+
+        Unused rules are harmless to llama.cpp."""
         shared = {
             "ws": _SPACE.split(" ::= ")[1],
             "char": _CHAR.split(" ::= ")[1],
@@ -174,7 +178,8 @@ def json_object_grammar() -> str:
 
 
 def composed(build: Callable[[Grammar], str]) -> str:
-    """A grammar built by `build` (which defines rules with `Compiler`s and returns the root
-    expression): the tool-call envelopes use it."""
+    """A grammar built by `build`: the tool-call envelopes use it.
+
+    `build` defines rules with `Compiler`s and returns the root expression."""
     g = Grammar()
     return g.text(build(g))

@@ -1,14 +1,14 @@
 """What the API enqueues for a worker: one completion request, already validated.
 
-The API turns an OpenAI request into a `JobSpec` (content parts joined, defaults applied) and enqueues
-`JobSpec.to_dict()` as the single JSON argument of `keys.JOB_FUNCTION`. The worker rebuilds it with
-`JobSpec.from_dict`, which checks every field again: a job planted in Redis by someone else must not reach
-the model with arguments the API would refuse.
+The API turns an OpenAI request into a `JobSpec`, with content parts joined and defaults applied. It
+enqueues `JobSpec.to_dict()` as the single JSON argument of `keys.JOB_FUNCTION`. The worker rebuilds it
+with `JobSpec.from_dict`, which checks every field again. A job planted in Redis by someone else must not
+reach the model with arguments the API would refuse.
 
-Structured output and tools travel as what the client asked for (schemas, tool definitions, the tool
-choice), not as a grammar: the worker builds the grammar itself, because how a model writes a tool call
-depends on its chat template (worker/tools/protocols.py), and both sides compile the schemas with the same
-code (contract/schema.py).
+Structured output and tools travel as what the client asked for, not as a grammar. That is the schemas,
+the tool definitions and the tool choice. How a model writes a tool call depends on its chat template
+(worker/tools/protocols.py). So the worker builds the grammar itself. Both sides compile the schemas with
+the same code (contract/schema.py).
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ class InvalidSpec(ValueError):
 
 
 def digest(spec: dict) -> str:
-    """A spec's fingerprint, the same for the dict the API recorded and the one a worker took
-    from RQ: a worker claims a job only for the spec the API recorded for it."""
+    """A spec's fingerprint. It is the same for the dict the API recorded and the one a worker took from
+    RQ. A worker claims a job only for the spec the API recorded for it."""
     canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -86,7 +86,7 @@ class Message:
 
 @dataclass(frozen=True)
 class Tool:
-    """A function the model may call; `parameters` is its arguments' JSON schema. A custom tool
+    """A function the model may call: `parameters` is its arguments' JSON schema. A custom tool
     (`freeform`: its format, contract/freeform/) is a function of one string, `input`."""
 
     name: str
@@ -313,8 +313,8 @@ class JobSpec:
             raise InvalidSpec("an input is a string or a non-empty list of token ids")
 
     def _check_chat(self) -> None:
-        """Messages, tools, the tool choice and the response format (schemas compiled: a job
-        whose grammar cannot be built is refused here, not in the sampler)."""
+        """Messages, tools, the tool choice and the response format. The schemas are compiled here. A job
+        whose grammar cannot be built is refused here, not in the sampler."""
         for m in self.messages:
             if not all(isinstance(x, str) for x in (m.role, m.content, m.tool_call_id, m.reasoning)):
                 raise InvalidSpec("message fields must be strings")
@@ -379,10 +379,10 @@ def _count(value: object) -> bool:  # a non-negative integer (a bool is not one)
 
 
 def template_kwargs_problem(kwargs: object) -> str | None:
-    """What is wrong with a chat template's extra arguments (None: nothing): an object of at
-    most MAX_TEMPLATE_KWARGS names, none the worker's own or the template's (TEMPLATE_RESERVED),
-    each a boolean, a number or a short string (special tokens' texts in it render as text:
-    worker/tools/outside.py)."""
+    """What is wrong with a chat template's extra arguments (None: nothing). They are an object of at most
+    MAX_TEMPLATE_KWARGS names. None is the worker's own or the template's (TEMPLATE_RESERVED). Each value
+    is a boolean, a number or a short string. Special tokens' texts in a string render as text
+    (worker/tools/outside.py)."""
     if not isinstance(kwargs, dict):
         return "must be an object"
     if len(kwargs) > MAX_TEMPLATE_KWARGS:

@@ -2,16 +2,16 @@
 
 Two servers, which may be one (docs/operations.md, "Two Redis servers"):
 
-- the **streams** server (STREAMS_REDIS_URL, by default REDIS_URL) holds each job's keys
-  (`job`, `events`, `alive`), the indexes the per-job scripts keep with them (`running`,
-  `pending`) and the API processes' `hub_control` streams: every token goes there;
-- the **queues** server (REDIS_URL) holds everything else: RQ's queues and records, the
-  worker registry, the stats, what each API key's owner holds and spends, files and batches.
+- The **streams** server (STREAMS_REDIS_URL, by default REDIS_URL) holds each job's keys. They are
+  `job`, `events` and `alive`. It also holds the indexes the per-job scripts keep with them (`running`,
+  `pending`). The API processes' `hub_control` streams are there too. Every token goes there.
+- The **queues** server (REDIS_URL) holds everything else. That is RQ's queues and records, the worker
+  registry, and the stats. Files, batches, and what each API key's owner holds and spends live there too.
 
-Every key of the streams server carries a hash tag (`{...}`) naming one of `SHARDS` shards,
-and every script there touches one shard's keys only, so that the streams server may be a
-Redis Cluster: a job's keys and its shard's indexes share a slot. RQ's own keys
-(`rq:queue:<name>`, `rq:job:<id>`, ...) are RQ's business; the names are contract/tiers.py's.
+Every key of the streams server carries a hash tag (`{...}`) naming one of `SHARDS` shards.
+Every script there touches one shard's keys only. So the streams server may be a Redis
+Cluster. A job's keys and its shard's indexes share a slot. RQ's own keys (`rq:queue:<name>`,
+`rq:job:<id>`, ...) are RQ's business. Their names are contract/tiers.py's.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ streams over a connection of its own. Changing it orphans the unfinished jobs.""
 
 
 def _tag(shard: int) -> str:
-    """The hash tag of a shard: the first of `0-0`, `0-1`, ... whose slot lies in the shard's
-    even share of the slots, so that shards spread over a cluster's nodes as its slots do."""
+    """The hash tag of a shard. Each shard owns an even share of the slots. Its tag is the first of `0-0`,
+    `0-1`, ... whose slot lies in that share. So shards spread over a cluster's nodes as its slots do."""
     share = REDIS_CLUSTER_HASH_SLOTS // SHARDS
     n = 0
     while key_slot(f"{shard}-{n}".encode()) // share != shard:
@@ -88,8 +88,8 @@ _CONTINUATION = "__a"  # never in a job id: their random part is letters and dig
 
 
 def rq_job_id(job_id: str, epoch: int) -> str:
-    """The RQ job id of a job queued at `epoch`: its job id for the first attempt, a
-    continuation id after a requeue (RQ ids allow letters, digits, '_' and '-')."""
+    """The RQ job id of a job queued at `epoch`. It is the job id for the first attempt, and a
+    continuation id after a requeue. (RQ ids allow letters, digits, '_' and '-'.)"""
     return job_id if epoch == 0 else f"{job_id}{_CONTINUATION}{epoch}"
 
 
@@ -99,19 +99,19 @@ def job_of(rq_job_id: str) -> str:
 
 
 def running(shard: int) -> str:
-    """ZSET (streams): job id -> ms its current attempt started, one shard's; the reaper watches it."""
+    """ZSET (streams): job id -> ms its current attempt started, one shard's. The reaper watches it."""
     return f"{PREFIX}:{{{TAGS[shard]}}}:running"
 
 
 def pending(shard: int) -> str:
-    """ZSET (streams): job id -> ms since it is queued but not known to be on an RQ queue (between
-    its record or requeue and its enqueue), one shard's; the reaper enqueues what stays too long."""
+    """ZSET (streams), one shard's: job id -> ms since it is queued. A job is in it from its record or
+    requeue until it is known to be on an RQ queue. The reaper enqueues what stays too long."""
     return f"{PREFIX}:{{{TAGS[shard]}}}:pending"
 
 
 def inbox(worker: str) -> str:
-    """HASH: RQ job id -> ms when taken, for the jobs a worker took from its queues (`TAKE`)
-    and has not yet claimed or refused; the reaper puts back a dead worker's."""
+    """HASH: RQ job id -> ms when taken, for the jobs a worker took from its queues (`TAKE`). It holds
+    those the worker has not yet claimed or refused. The reaper puts back a dead worker's."""
     return f"{PREFIX}:inbox:{worker}"
 
 
@@ -121,14 +121,14 @@ def wake(model: str) -> str:
 
 
 def wake_worker(worker: str) -> str:
-    """LIST: a token when one of the worker's Batch API lines ends (it takes the next line at
-    once); the worker blocks on it beside `wake`. Expires a minute after the last token."""
+    """LIST: a token when one of the worker's Batch API lines ends. The worker then takes the next line
+    at once. It blocks on this list beside `wake`. Expires a minute after the last token."""
     return f"{PREFIX}:wake-worker:{worker}"
 
 
 def dead_worker(worker: str) -> str:
-    """STRING: the jobs a worker held when the reaper found it dead (for 15 s): its attempts
-    found dead in later ticks are judged with the same batch."""
+    """STRING: the jobs a worker held when the reaper found it dead (for 15 s). Its attempts found dead
+    in later ticks are judged with the same batch."""
     return f"{PREFIX}:dead:{worker}"
 
 
@@ -163,8 +163,8 @@ def tokens_per_minute(owner: str, minute: int) -> str:
 
 
 def context(model: str) -> str:
-    """HASH: worker name -> its context per job (N_CTX), set with each announcement; and
-    LAST_CONTEXT -> the last one, kept when the pool scaled to zero (it bounds prompts)."""
+    """HASH: worker name -> its context per job (N_CTX), set with each announcement. And LAST_CONTEXT ->
+    the last one, kept when the pool scaled to zero. It bounds prompts."""
     return f"{PREFIX}:ctx:{model}"
 
 
@@ -177,8 +177,8 @@ LAST_CONTEXT = "*last"  # a field of `context` and `prompt_overhead`: no worker 
 
 
 def idempotency(owner: str, digest: str) -> str:
-    """STRING (queues): "<job id> <request digest>" for a request made with an
-    Idempotency-Key (its SHA-256 is `digest`) by one API key's owner."""
+    """STRING (queues): "<job id> <request digest>" for a request made with an Idempotency-Key. The
+    request is one API key's owner's. `digest` is the Idempotency-Key's SHA-256."""
     return f"{PREFIX}:idem:{owner}:{digest}"
 
 
@@ -263,43 +263,43 @@ def workers(model: str) -> str:
 
 
 def worker_slots(model: str) -> str:
-    """HASH: worker name -> how many jobs it runs at once (SLOTS), set with each announcement;
-    fields of workers that stopped announcing are dropped with their `workers` entry."""
+    """HASH: worker name -> how many jobs it runs at once (SLOTS), set with each announcement. Fields of
+    workers that stopped announcing are dropped with their `workers` entry."""
     return f"{PREFIX}:slots:{model}"
 
 
 def starting_workers(model: str) -> str:
-    """ZSET: worker name -> when it last said it is starting (ms): fetching, loading or warming its
-    model, not yet in `workers`; capacity coming (api/cluster/resumes.py)."""
+    """ZSET: worker name -> when it last said it is starting (ms). A starting worker is fetching, loading
+    or warming its model, and is not yet in `workers`. It is capacity coming (api/cluster/resumes.py)."""
     return f"{PREFIX}:starting:{model}"
 
 
 def held_prefixes(worker: str) -> str:
-    """SET: the prompt prefixes (contract/prefixes.py digests) the worker's slots hold, kept
-    alive by its announcements; deleted when the worker stops or is found dead."""
+    """SET: the prompt prefixes (contract/prefixes.py digests) the worker's slots hold. Its announcements
+    keep it alive. It is deleted when the worker stops or is found dead."""
     return f"{PREFIX}:held:{worker}"
 
 
 def worker_load(model: str) -> str:
-    """HASH: worker name -> "<slots in use> <mean step ms> <prompt tokens> <of them cached>"
-    (since it started), set with each announcement: for routing and the pool view."""
+    """HASH: worker name -> "<slots in use> <mean step ms> <prompt tokens> <of them cached>". The figures
+    count since the worker started. It is set with each announcement, for routing and the pool view."""
     return f"{PREFIX}:load:{model}"
 
 
 def routed(model: str) -> str:
-    """ZSET: `contract.tiers.routed_member`s -> ms by which the worker must have taken the job
-    (written with its push onto the routed queue); past it, back to the shared queue."""
+    """ZSET: `contract.tiers.routed_member`s -> ms by which the worker must have taken the job. An entry is
+    written with the job's push onto the routed queue. Past it, the job goes back to the shared queue."""
     return f"{PREFIX}:routed:{model}"
 
 
 def worker_vision(model: str) -> str:
-    """HASH: worker name -> the most tokens an image becomes, set with each announcement of a worker
-    reading images (MMPROJ_PATH); empty: no worker of the model has vision."""
+    """HASH: worker name -> the most tokens an image becomes. It is set with each announcement of a
+    worker reading images (MMPROJ_PATH). Empty: no worker of the model has vision."""
     return f"{PREFIX}:vision:{model}"
 
 
 def image(scope: str, sha256: str) -> str:
-    """STRING: an image's bytes by their SHA-256 within a cache scope, kept with its job (contract/media/)."""
+    """STRING: an image's bytes by their SHA-256 within a cache scope. Kept with its job (contract/media/)."""
     return f"{PREFIX}:image:{scope}:{sha256}"
 
 
@@ -309,8 +309,8 @@ def worker_placement(model: str) -> str:
 
 
 def hub_control(process: str, shard: int) -> str:
-    """STREAM (streams): wakes one API process's reader of one shard's streams when its set of
-    watched streams grows (on a single server one reader reads every shard: shard 0's)."""
+    """STREAM (streams): wakes one API process's reader of one shard's streams. It wakes the reader when
+    its set of watched streams grows. On a single server one reader reads every shard: shard 0's."""
     return f"{PREFIX}:{{{TAGS[shard]}}}:hub:{process}"
 
 
@@ -327,7 +327,7 @@ def rq_queue_key(name: str) -> str:
 
 
 def rq_queue_workers_key(name: str) -> str:
-    """SET: RQ's registry of the workers reading queue `name` (a routed one's: gone with its worker)."""
+    """SET: RQ's registry of the workers reading queue `name`. A routed queue's goes with its worker."""
     return WORKERS_BY_QUEUE_KEY % name
 
 
@@ -342,14 +342,14 @@ def queue_keys(model: str) -> list[str]:
 
 
 def interactive_queue_keys(model: str) -> list[str]:
-    """The lists of a model's queues but the Batch API's: MAX_QUEUE_DEPTH bounds what waits in
-    these (batch lines are bounded by BATCH_IN_FLIGHT, and never keep interactive ones out)."""
+    """The lists of a model's queues but the Batch API's. MAX_QUEUE_DEPTH bounds what waits in these.
+    Batch lines are bounded by BATCH_IN_FLIGHT, and never keep interactive ones out."""
     return [rq_queue_key(name) for name in queue_names(model) if name != queue_name(model, BATCH)]
 
 
 def rq_job(rq_job_id: str) -> str:
-    """HASH: RQ's record of an enqueued job (only its `data` is ever read by a worker; a
-    suspect's also holds its `JobField.GROUP`, for TAKE)."""
+    """HASH: RQ's record of an enqueued job. A worker only ever reads its `data`. A suspect's record also
+    holds its `JobField.GROUP`, for TAKE."""
     return "rq:job:" + rq_job_id
 
 

@@ -1,12 +1,12 @@
 """The log format both sides share: one JSON object per line, carrying the job id.
 
-The API sets the job id when it creates or opens a job, the worker when it starts an
-attempt; every line logged meanwhile carries it as `completion_id` (the field's name since
-the first release, which log queries rely on), so one query follows a request to the worker
-that generated it and back. `LOG_FORMAT=text` gives plain lines for a terminal. Prompts and
-completions are never logged, nor a URL's password (`redacted`), whoever logs the URL (a
-start-up refusal, a library's connection error): Redis, Sentinel and a Hub mirror's
-HF_ENDPOINT URLs may carry one.
+The API sets the job id when it creates or opens a job. The worker sets it when it starts an
+attempt. Every line logged meanwhile carries it as `completion_id`. It has been the field's
+name since the first release, and log queries rely on it. So one query follows a request to
+the worker that generated it and back. `LOG_FORMAT=text` gives plain lines for a terminal.
+Prompts and completions are never logged. Nor is a URL's password (`redacted`), whoever logs
+the URL. That may be a start-up refusal, or a library's connection error. Redis, Sentinel and
+a Hub mirror's HF_ENDPOINT URLs may carry one.
 """
 
 from __future__ import annotations
@@ -30,8 +30,9 @@ _SECRET_QUERY = re.compile(r"(?P<head>[?&;][a-z_]*(?:password|token|secret|key)=
 
 
 def redacted(text: str) -> str:
-    """`text` with every URL password and secret query value (`sentinel_password=`, a
-    `token=`) shown as ***."""
+    """`text` with every URL password and secret query value shown as ***.
+
+    A secret query value is a `sentinel_password=` or a `token=`."""
     return _SECRET_QUERY.sub(r"\g<head>***", _USERINFO.sub(r"\g<head>***@", text))
 
 
@@ -58,8 +59,9 @@ class JSONFormatter(logging.Formatter):
 
 
 class _TextFormatter(logging.Formatter):
-    """One line per record, whatever a message carries (a model name, a path): line breaks
-    and other control characters are escaped, so a request cannot forge log lines."""
+    """One line per record, whatever a message carries (a model name, a path).
+
+    Line breaks and other control characters are escaped. So a request cannot forge log lines."""
 
     def format(self, record: logging.LogRecord) -> str:
         line = redacted(super().format(record))

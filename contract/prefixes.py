@@ -1,32 +1,35 @@
-"""Digests of a prompt's prefixes, the same on both sides: what a worker's KV cache holds, and
-what a new job's prompt starts with (cache-aware routing: api/jobs/routing.py, worker/engine/held.py).
+"""Digests of a prompt's prefixes, the same on both sides.
 
-The API has no tokenizer, so the prefixes are not token blocks but the prompt's own parts:
-for a chat job, each message boundary (the first k messages, k = 1..n), chained so that a
-digest stands for everything before it; for a legacy completion, each 256-character block
-of the prompt. A worker whose slot ran a job holds that job's prefixes, and, for a chat job
-answered with text alone, one more: the conversation with that answer as the assistant's
-next message, which is what the next turn starts with. A digest is 16 hex digits of
-BLAKE2b over the model, what the prompt is rendered with beside its messages (the job's tools
-and template kwargs), its cache scope and the parts; a message with images covers their
-hashes too, so a turn about another screenshot is another prefix.
+They say what a worker's KV cache holds, and what a new job's prompt starts with. Cache-aware
+routing compares them (api/jobs/routing.py, worker/engine/held.py).
 
-A cache is a side channel: a job that reuses one is answered sooner (and told how many
-tokens it reused), so a key that could hit another key's cache could test guesses of its
-prompts. So each job has a cache scope (`cache_scope`): the key that sent it, or a salt that
-keys share on purpose. A worker reuses a slot's cache only for a job of the scope that
-filled it, and routing digests differ by scope (docs/security.md, "Tenancy"). One exception,
-the operator's to make: a system prompt made public (PUBLIC_PROMPTS_FILE). A job whose first
-message is one (`public_prompt`) shares that message's digest, of the model, the kind and
-the message alone, with every scope, and a slot's cache of that message's tokens as it
-renders alone (worker/engine/prompts.py `public_tokens`). Everything else is the scope's
-own: the digests after it chain the scope, the tools and the template kwargs, so a key
+The API has no tokenizer. So the prefixes are not token blocks but the prompt's own parts. For
+a chat job, they are each message boundary (the first k messages, k = 1..n). They are chained,
+so a digest stands for everything before it. For a legacy completion, they are each
+256-character block of the prompt. A worker whose slot ran a job holds that job's prefixes. For
+a chat job answered with text alone, it holds one more prefix. That is the conversation with
+that answer as the assistant's next message: what the next turn starts with. A digest is 16 hex
+digits of BLAKE2b. It covers the model, the job's tools and template kwargs, its cache scope and
+the parts. The tools and template kwargs are what the prompt is rendered with beside its
+messages. A message with images covers their hashes too. So a turn about another screenshot is
+another prefix.
+
+A cache is a side channel. A job that reuses one is answered sooner, and told how many tokens it
+reused. A key that could hit another key's cache could thus test guesses of its prompts. So each
+job has a cache scope (`cache_scope`). It is the key that sent it, or a salt that keys share on
+purpose. A worker reuses a slot's cache only for a job of the scope that filled it. Routing
+digests differ by scope too (docs/security.md, "Tenancy"). One exception, the operator's to
+make: a system prompt made public (PUBLIC_PROMPTS_FILE). A job whose first message is one
+(`public_prompt`) shares that message's digest with every scope. That digest is of the model,
+the kind and the message alone. The job also shares a slot's cache of that message's tokens as
+it renders alone (worker/engine/prompts.py `public_tokens`). Everything else is the scope's own.
+The digests after the public prompt chain the scope, the tools and the template kwargs. So a key
 cannot test guesses of the tools another key sends with a public prompt.
 
-The other thing about a prompt the API must know without a tokenizer: what a model's chat
-template adds to it beyond the client's strings (`PromptOverhead`). A worker measures it when
-its model loads (worker/engine/prompts.py) and announces it (`keys.prompt_overhead`); the API
-bounds a job's reserved tokens with it (api/jobs/reservation.py).
+The API must know one other thing about a prompt without a tokenizer. That is what a model's
+chat template adds to it beyond the client's strings (`PromptOverhead`). A worker measures it
+when its model loads (worker/engine/prompts.py), and announces it (`keys.prompt_overhead`). The
+API bounds a job's reserved tokens with it (api/jobs/reservation.py).
 """
 
 from __future__ import annotations
@@ -53,17 +56,20 @@ def _digest(parent: str, part: object) -> str:
 
 
 def cache_scope(owner: str, salt: str | None = None) -> str:
-    """Whose prompt cache a job may read and add to: with a `cache_salt`, every key's that
-    sends the same salt; else its own key's (`owner`, from the key's SHA-256); "" (one cache for
-    all) where the API takes no keys. A salt is stored digested: it is a shared secret."""
+    """Whose prompt cache a job may read and add to.
+
+    With a `cache_salt`, it is every key's that sends the same salt. Else it is its own key's
+    (`owner`, from the key's SHA-256). It is "" (one cache for all) where the API takes no keys.
+    A salt is stored digested: it is a shared secret."""
     if salt:
         return "salt:" + hashlib.blake2b(salt.encode(), digest_size=16).hexdigest()
     return f"key:{owner}" if owner else ""
 
 
 def public_digest(text: str) -> str:
-    """How a public prompt is known (PUBLIC_PROMPTS_FILE): a job's first message whose content
-    has this digest is one."""
+    """How a public prompt is known (PUBLIC_PROMPTS_FILE).
+
+    A job's first message whose content has this digest is one."""
     return hashlib.sha256(text.encode()).hexdigest()
 
 
@@ -77,8 +83,9 @@ def is_public(spec: JobSpec, public: frozenset[str]) -> bool:
 
 
 def _rendered(spec: JobSpec) -> list:
-    """What the prompt is rendered with beside its messages: its tools and, where set, the
-    template's kwargs (they turn thinking on or off)."""
+    """What the prompt is rendered with beside its messages.
+
+    That is its tools and, where set, the template's kwargs. The kwargs turn thinking on or off."""
     tools = [[t.name, t.description, t.parameters] for t in spec.tools]
     return [tools, spec.template_kwargs] if spec.template_kwargs else [tools]
 
@@ -89,9 +96,10 @@ def _root(spec: JobSpec) -> str:
 
 
 def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
-    """(digest, characters of prompt it covers) of each prefix, shortest first; with
-    `answer`, one more: the conversation followed by it, as the assistant's message. At most
-    MAX_DIGESTS: the first (a shared system prompt) and the deepest."""
+    """(digest, characters of prompt it covers) of each prefix, shortest first.
+
+    With `answer`, there is one more: the conversation followed by it, as the assistant's
+    message. At most MAX_DIGESTS: the first (a shared system prompt) and the deepest."""
     out: list[tuple[str, int]] = []
     public = spec.public_prompt and spec.kind == "chat"
     # a public prompt's digest is of its text alone: what a key renders with it is its own
@@ -120,9 +128,11 @@ def prefixes(spec: JobSpec, answer: str | None = None) -> list[tuple[str, int]]:
 
 @dataclass(frozen=True)
 class PromptOverhead:
-    """`fixed`: the template's text around any conversation (its default system prompt, the
-    generation prompt, a tool protocol's instructions); `per_part`: the most it adds around one
-    message, tool call, tool or template argument."""
+    """What a chat template adds to a prompt, in tokens.
+
+    `fixed` is the template's text around any conversation. That is its default system prompt,
+    the generation prompt, and a tool protocol's instructions. `per_part` is the most it adds
+    around one message, tool call, tool or template argument."""
 
     fixed: int
     per_part: int

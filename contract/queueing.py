@@ -1,14 +1,15 @@
-"""Putting a job attempt on its model's RQ queue, and taking a job from a dead attempt:
-the one way both sides do it.
+"""Putting a job attempt on its model's RQ queue, and taking a job from a dead attempt.
 
-The API enqueues a job's first attempt; the API's reaper (a dead worker) and a worker
-handing off at shutdown both call `abandon`, which fences the attempt out and enqueues the
-continuation; `purge` deletes a job on request. Always RQ's JSON serializer (never
-pickle), always the one job function, and the job's own spec as the only argument.
+It is the one way both sides do it. The API enqueues a job's first attempt. The API's reaper
+(a dead worker) and a worker handing off at shutdown both call `abandon`. It fences the attempt
+out and enqueues the continuation. `purge` deletes a job on request. Enqueueing always uses
+RQ's JSON serializer, never pickle. It always enqueues the one job function, with the job's own
+spec as the only argument.
 
-A job is pending (its shard's `keys.pending`) from its record (or requeue) until `enqueue` has put it on
-a queue; if whoever was to enqueue it dies in between, the reaper finds it there and
-enqueues it (`rescue`), so no job waits for its deadline with nobody to run it.
+A job is pending from its record (or requeue) until `enqueue` has put it on a queue. Its
+shard's `keys.pending` holds it meanwhile. Whoever was to enqueue it may die in between. Then
+the reaper finds it there and enqueues it (`rescue`). So no job waits for its deadline with
+nobody to run it.
 """
 
 from __future__ import annotations
@@ -46,17 +47,19 @@ def enqueue(
     group: int = 0,
     owner: str = "",
 ) -> None:
-    """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it
-    (contract.keys.attempt_queue_name), wake an idle worker, and end its pending state. A
-    continuation (epoch > 0) goes to the front: its client is mid-stream and its resume has a
-    deadline (RESUME_WAIT_SECONDS), while new jobs behind it have not started. A new job
-    routed to `worker` (api/jobs/routing.py) goes on that worker's routed queue of its tier, with
-    its entry in `keys.routed` (due at `deadline_ms`) in the same transaction, so the reaper
-    can always move it back; it wakes that worker. Its RQ record names the shared queue,
-    where it goes back if not taken in time (RQ's own list of queues never holds a
-    worker's). A suspect's record carries its `group` (the most suspects it may step with; 0
-    for any), and any record its `owner` (the key's hash: an embedding worker's keys take
-    turns), each written with the push, for TAKE (a record without a group steps alone)."""
+    """Put the attempt after `epoch` of the job `spec` describes on its model's queue for it.
+
+    The queue is contract.tiers.attempt_queue_name's. This also wakes an idle worker, and ends
+    the job's pending state. A continuation (epoch > 0) goes to the front. Its client is
+    mid-stream and its resume has a deadline (RESUME_WAIT_SECONDS). New jobs behind it have not
+    started. A new job routed to `worker` (api/jobs/routing.py) goes on that worker's routed
+    queue of its tier. Its entry in `keys.routed` (due at `deadline_ms`) is written in the same
+    transaction. So the reaper can always move it back. The enqueue then wakes that worker. Its
+    RQ record names the shared queue, where it goes back if not taken in time. RQ's own list
+    of queues never holds a worker's. A suspect's record carries its `group`: the most
+    suspects it may step with (0 for any). Any record carries its `owner`: the key's hash, since
+    an embedding worker's keys take turns. Both are written with the push, for TAKE. A record
+    without a group steps alone."""
     model, job_id = spec["model"], spec["id"]
     priority = spec.get("priority", "default")
     name = tiers.attempt_queue_name(model, priority, continuation=epoch > 0, suspect=suspect)
@@ -118,17 +121,20 @@ def enqueue(
 
 
 def routed_taken(client: redis.Redis, model: str, rq_job_id: str, worker: str, priority: str) -> None:
-    """`worker` took a job routed to it from its routed queue: it no longer waits, and queue
-    depths stop counting it (its `keys.routed` entry goes). If this is lost, the reaper drops
-    the entry at its deadline, finding the job taken."""
+    """`worker` took a job routed to it from its routed queue.
+
+    The job no longer waits, and queue depths stop counting it: its `keys.routed` entry goes.
+    If this is lost, the reaper drops the entry at its deadline, finding the job taken."""
     client.zrem(keys.routed(model), tiers.routed_member(rq_job_id, worker, priority))
 
 
 @dataclass(frozen=True)
 class Abandonment:
-    """What `abandon` did: `outcome` 1 requeued, 2 ended (worker_lost), 0 nothing to do (that
-    attempt is not current); whether the continuation waits as a suspect (with the most
-    suspects it may step with, `group`: 0 for any), and whether the death was charged to it."""
+    """What `abandon` did.
+
+    `outcome` is 1 requeued, 2 ended (worker_lost), or 0 nothing to do (that attempt is not
+    current). `suspect` says whether the continuation waits as a suspect. `group` is the most
+    suspects it may step with (0 for any). `charged` says whether the death was charged to it."""
 
     outcome: int
     suspect: bool = False
@@ -147,14 +153,15 @@ def abandon(
     suspect_after: int = 0,
     group: int = 0,
 ) -> Abandonment:
-    """Take the job from attempt `epoch` (dead, hung, leaving, or preempted): requeue it as a
-    continuation, or end it with worker_lost once its charged deaths or its requeues standing
-    still are used up (a preemption is not counted); counted in STATS under `reason`
-    ("crash", "handoff" or "preempt"). A job whose attempt went SUSPECT_TOKENS on is cleared
-    of its charges and suspicion; one that stood still is charged if `charge`, and becomes a
-    suspect at its `suspect_after`-th such death in a row (0: the death is not counted as its
-    own); a suspect that died in a `group` of suspects may step with half as many after
-    (contract.lua.jobs.ABANDON)."""
+    """Take the job from attempt `epoch` (dead, hung, leaving, or preempted).
+
+    It requeues the job as a continuation. Or it ends the job with worker_lost once its charged
+    deaths or its requeues standing still are used up. A preemption is not counted. STATS
+    counts a requeue under `reason` ("crash", "handoff" or "preempt"). A job whose attempt went
+    SUSPECT_TOKENS on is cleared of its charges and suspicion. One that stood still is charged
+    if `charge`. It becomes a suspect at its `suspect_after`-th such death in a row. With 0,
+    the death is not counted as its own. A suspect that died in a `group` of suspects may step
+    with half as many after (contract.lua.jobs.ABANDON)."""
     outcome, is_suspect, charged, cap = servers.streams.register_script(jobs.ABANDON)(
         keys=library.job_keys(job_id),
         args=jobs.abandon_args(
@@ -179,8 +186,10 @@ def abandon(
 
 
 def rescue(servers: Servers[redis.Redis], job_id: str, recovery: Recovery) -> bool:
-    """Enqueue a job left pending by an enqueuer that died; returns True if it was queued
-    (a job that has since started or ended only leaves the pending index)."""
+    """Enqueue a job left pending by an enqueuer that died.
+
+    Returns True if it was queued. A job that has since started or ended only leaves the
+    pending index."""
     field = keys.JobField
     status, epoch, suspect, raw, group, owner = servers.streams.hmget(
         keys.job(job_id), [field.STATUS, field.EPOCH, field.SUSPECT, field.SPEC, field.GROUP, field.OWNER]
@@ -202,9 +211,10 @@ def rescue(servers: Servers[redis.Redis], job_id: str, recovery: Recovery) -> bo
 
 
 def purge(servers: Servers[redis.Redis], job_id: str) -> None:
-    """Delete every trace of a job: its keys, and RQ's records and queue entries of each of
-    its attempts. A running attempt is fenced out by the missing job hash at its next write
-    or beat."""
+    """Delete every trace of a job.
+
+    That is its keys, and RQ's records and queue entries of each of its attempts. A running
+    attempt is fenced out by the missing job hash at its next write or beat."""
     streams = servers.streams
     model, epoch = streams.hmget(keys.job(job_id), [keys.JobField.MODEL, keys.JobField.EPOCH])
     shard = keys.shard(job_id)
@@ -220,11 +230,12 @@ def purge(servers: Servers[redis.Redis], job_id: str) -> None:
 
 
 def drop_rq_records(pipe: Pipeline, job_id: str, model: str | None, epochs: Iterable[int]) -> None:
-    """Add to `pipe` (sync or asyncio) the deletion of RQ's records of the job's attempts at
-    `epochs`, and of their queue entries (by key: a queue entry is never parsed here). A
-    record holds the whole request: a job that ended while still queued (cancelled, or past
-    its deadline) drops its queued attempt's at once rather than keeping it for
-    JOB_TTL_SECONDS; a worker that takes the id afterwards finds nothing and skips it."""
+    """Add to `pipe` (sync or asyncio) the deletion of RQ's records of the job's attempts at `epochs`.
+
+    It deletes their queue entries too, by key: a queue entry is never parsed here. A record
+    holds the whole request. So a job that ended while still queued (cancelled, or past its
+    deadline) drops its queued attempt's record at once. It does not keep the record for
+    JOB_TTL_SECONDS. A worker that takes the id afterwards finds nothing and skips it."""
     ids = [keys.rq_job_id(job_id, n) for n in epochs]
     pipe.delete(*(keys.rq_job(rq_job_id) for rq_job_id in ids))
     for queue in keys.queue_keys(model) if model else []:

@@ -1,31 +1,33 @@
 """JSON schemas as llama.cpp grammars (GBNF): what structured output can ask for, both sides.
 
 The API compiles a request's schema (`response_format`, a tool's `parameters`) before it
-enqueues anything: a keyword the grammar cannot enforce is a 400 naming where it is
-(`SchemaError`), never a silent fallback to free text or to a looser grammar. The job keeps
-the schema, and the worker compiles it again into the grammar its sampler enforces, so
-that a continuation on another worker enforces the same one.
+enqueues anything. A keyword the grammar cannot enforce is a 400 naming where it is
+(`SchemaError`). It is never a silent fallback to free text or to a looser grammar. The job
+keeps the schema. The worker compiles it again into the grammar its sampler enforces. So a
+continuation on another worker enforces the same one.
 
-An allow-list, not a deny-list: anything not named here is refused, so a keyword this code
+An allow-list, not a deny-list: anything not named here is refused. So a keyword this code
 does not know fails closed. What is enforced:
 
-- `type` (one, or a list: any of them), `enum`, `const`, `anyOf`, `oneOf` (enforced as
-  `anyOf`: the output matches at least one branch), `allOf` of one schema, local `$ref`
-  (`#/...`, recursion included), `$defs`/`definitions`;
-- objects: `properties`, `required` (names among the properties), `additionalProperties`
-  (absent or false: no other key; true or a schema: other keys of that value). Required
-  properties come first, in declaration order, then the optional ones;
-- arrays: `items`, `prefixItems` (the tuple exactly), `minItems`/`maxItems`;
-- strings: `minLength`/`maxLength`, `format` date, time, date-time or uuid;
-- integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (pydantic's `ge`,
-  `le`, `gt`, `lt`), as digit-by-digit alternatives (integers of up to 16 digits, as always);
-- numbers: any value (ranges are refused: a decimal's bounds cannot be spelled digit by digit);
-- annotations (`title`, `description`, `default`, `examples`, ...) change nothing.
+- `type` (one, or a list: any of them), `enum`, `const`, `anyOf`. `oneOf` too, enforced as
+  `anyOf`: the output matches at least one branch. `allOf` of one schema. Local `$ref`
+  (`#/...`, recursion included), and `$defs`/`definitions`.
+- Objects: `properties`, `required` (names among the properties), `additionalProperties`.
+  Absent or false, `additionalProperties` allows no other key. True or a schema, it allows
+  other keys of that value. Required properties come first, in declaration order, then the
+  optional ones.
+- Arrays: `items`, `prefixItems` (the tuple exactly), `minItems`/`maxItems`.
+- Strings: `minLength`/`maxLength`, and `format` date, time, date-time or uuid.
+- Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum` (pydantic's `ge`,
+  `le`, `gt`, `lt`). The range is enforced as digit-by-digit alternatives. Integers have up
+  to 16 digits, as always.
+- Numbers: any value. Ranges are refused: a decimal's bounds cannot be spelled digit by digit.
+- Annotations (`title`, `description`, `default`, `examples`, ...) change nothing.
 
-The grammar's whitespace is at most one space between tokens, and its strings never hold a
-raw control character (which JSON forbids). Bounds keep llama.cpp's grammar parser safe
-(it recurses, and a repetition above 2,000 is refused): counts up to `MAX_BOUND`, nesting up
-to `MAX_DEPTH`, a schema of at most `MAX_SCHEMA_BYTES`, a grammar of at most
+The grammar's whitespace is at most one space between tokens. Its strings never hold a raw
+control character, which JSON forbids. Bounds keep llama.cpp's grammar parser safe: it
+recurses, and it refuses a repetition above 2,000. Counts go up to `MAX_BOUND`, and nesting
+up to `MAX_DEPTH`. A schema has at most `MAX_SCHEMA_BYTES`, and a grammar at most
 `MAX_GRAMMAR_CHARS`.
 """
 
@@ -93,8 +95,10 @@ UNENFORCEABLE = {
 
 
 class Compiler:
-    """One schema's rules. `rule(node, where)` returns the name of (or the expression for) the
-    rule matching `node`'s values, followed by optional whitespace."""
+    """One schema's rules.
+
+    `rule(node, where)` returns the name of (or the expression for) the rule matching `node`'s
+    values. The rule takes optional whitespace after them."""
 
     def __init__(self, root: dict, grammar: Grammar, prefix: str = "") -> None:
         self._root = root
@@ -234,9 +238,10 @@ class Compiler:
 
     def _chain(self, options: list[str], where: str) -> str:
         """Optional properties, in order, none of them required: any non-empty ordered subset.
-        Two rules a property, so the grammar grows with the properties, not their square:
+
+        Two rules a property, so the grammar grows with the properties, not their square.
         `some_i` is one of the subsets of options i.. (its first, then `rest` of the later
-        ones, or a subset of options i+1..), `rest_i` is any subset of options i.., each after
+        ones, or a subset of options i+1..). `rest_i` is any subset of options i.., each after
         a comma."""
         some = rest = ""
         for i in range(len(options) - 1, -1, -1):
@@ -352,8 +357,9 @@ def check_size(schema: object, where: str = "") -> None:
 
 
 def schema_grammar(schema: object) -> str:
-    """The GBNF grammar whose sentences are the JSON texts `schema` accepts (within the limits
-    above); raises SchemaError."""
+    """The GBNF grammar whose sentences are the JSON texts `schema` accepts, within the limits above.
+
+    Raises SchemaError."""
     check_size(schema)
     g = Grammar()
     root = Compiler(schema if isinstance(schema, dict) else {}, g).rule(schema)

@@ -1,17 +1,18 @@
 """The two Redis roles a process talks to (contract/keys.py says which key lives where).
 
-`queues` is REDIS_URL's server; `streams` is STREAMS_REDIS_URL's, the same client when the
-variable is unset, so a deployment with one Redis behaves as it always did. Both sides hold
-one `Servers` of sync clients (the API's RQ calls, the workers) or of asyncio clients (the
-API's handlers).
+`queues` is REDIS_URL's server, and `streams` is STREAMS_REDIS_URL's. With that variable
+unset, `streams` is the same client. So a deployment with one Redis behaves as it always did.
+Both sides hold one `Servers`. It holds sync clients (the API's RQ calls, the workers) or
+asyncio clients (the API's handlers).
 
-The streams server may be a Redis Cluster (or valkey cluster): a `redis+cluster://host:port`
-URL (`rediss+cluster://` with TLS), naming any of its nodes, makes both sides use redis-py's
-cluster clients for it. The queues server is always one server, as RQ needs.
+The streams server may be a Redis Cluster (or valkey cluster). Its URL is then
+`redis+cluster://host:port` (`rediss+cluster://` with TLS), naming any of its nodes. Both
+sides then use redis-py's cluster clients for it. The queues server is always one server, as
+RQ needs.
 
-Either server may be a primary watched by Redis Sentinel (a `redis+sentinel://` URL), or a
-managed Redis that fails over behind one name: every client here follows the primary
-through a failover (contract/failover.py).
+Either server may be a primary watched by Redis Sentinel (a `redis+sentinel://` URL). Or it
+may be a managed Redis that fails over behind one name. Every client here follows the
+primary through a failover (contract/failover.py).
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ _CLUSTER_SCHEMES = {"redis+cluster://": "redis://", "rediss+cluster://": "rediss
 
 
 def cluster_url(url: str) -> str | None:
-    """The plain URL a cluster client is given for a `redis+cluster://` URL; None for any other."""
+    """The plain URL a cluster client is given for a `redis+cluster://` URL. None for any other."""
     for scheme, plain in _CLUSTER_SCHEMES.items():
         if url.startswith(scheme):
             return plain + url[len(scheme) :]
@@ -46,8 +47,10 @@ def cluster_url(url: str) -> str | None:
 
 
 def sync_client(url: str, **kwargs: Any) -> redis.Redis:
-    """A client of `url`: a cluster client for a cluster URL (same commands, routed by slot),
-    the sentinels' current primary for a sentinel URL."""
+    """A client of `url`.
+
+    For a cluster URL, it is a cluster client: the same commands, routed by slot. For a
+    sentinel URL, it is a client of the sentinels' current primary."""
     if target := failover.sentinel_target(url):
         # the client owns its pool
         return redis.Redis.from_pool(failover.sentinel_pool(target, **kwargs))
@@ -58,8 +61,10 @@ def sync_client(url: str, **kwargs: Any) -> redis.Redis:
 
 
 def async_client(url: str, blocking: bool = False, **kwargs: Any) -> aredis.Redis:
-    """An asyncio client of one server's `url`, or of the sentinels' primary; `blocking`: its
-    pool makes a command wait for a free connection (`max_connections`, `timeout`)."""
+    """An asyncio client of one server's `url`, or of the sentinels' primary.
+
+    With `blocking`, its pool makes a command wait for a free connection (`max_connections`,
+    `timeout`)."""
     single = kwargs.pop("single_connection_client", False)
     if target := failover.sentinel_target(url):
         pool = failover.async_sentinel_pool(target, blocking, **kwargs)
@@ -72,10 +77,13 @@ def async_client(url: str, blocking: bool = False, **kwargs: Any) -> aredis.Redi
 
 
 class GatedCluster(AsyncRedisCluster):
-    """redis-py's asyncio cluster client fails a command with MaxConnectionsError once a node's
-    pool is busy; this one makes it wait (up to `wait_s`) for one of `max_connections` places,
-    as the API's pooled client does (api/services.py). Half the places go to single commands,
-    half to pipelines (one connection per node each), so no node's pool is ever exhausted."""
+    """An asyncio cluster client that makes a command wait for a free connection.
+
+    Once a node's pool is busy, redis-py's asyncio cluster client fails a command with
+    MaxConnectionsError. This one makes the command wait (up to `wait_s`) for one of
+    `max_connections` places. The API's pooled client does the same (api/services.py). Half
+    the places go to single commands, half to pipelines (one connection per node each). So no
+    node's pool is ever exhausted."""
 
     def __init__(self, *args: Any, wait_s: float = 5.0, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
@@ -118,10 +126,12 @@ class _place:
 
 
 def async_cluster_client(url: str, wait_s: float = 5.0, **kwargs: Any) -> aredis.Redis:
-    """An asyncio cluster client for a cluster URL (`cluster_url`): a pool per node, and a
-    command waits for a free connection rather than failing (`GatedCluster`). Initialize it
-    (`await client.initialize()`) before using it from many tasks at once: concurrent first
-    commands each start the initialization, and break each other's connections."""
+    """An asyncio cluster client for a cluster URL (`cluster_url`).
+
+    It has a pool per node. A command waits for a free connection rather than failing
+    (`GatedCluster`). Initialize it (`await client.initialize()`) before using it from many
+    tasks at once. Concurrent first commands each start the initialization, and break each
+    other's connections."""
     plain = cluster_url(url)
     if plain is None:
         raise ValueError(f"not a cluster URL: {redacted(url)}")
@@ -129,8 +139,10 @@ def async_cluster_client(url: str, wait_s: float = 5.0, **kwargs: Any) -> aredis
 
 
 def node_url(url: str, host: str, port: int) -> str:
-    """`url` (a cluster URL or its plain one) made to name one node: its user, password, TLS
-    and options kept, so that a plain client may connect to that node alone."""
+    """`url` (a cluster URL or its plain one) made to name one node.
+
+    Its user, password, TLS and options are kept. So a plain client may connect to that node
+    alone."""
     parts = urlsplit(cluster_url(url) or url)
     auth = parts.netloc.rpartition("@")[0]
     return urlunsplit(parts._replace(netloc=f"{auth}@{host}:{port}" if auth else f"{host}:{port}"))
@@ -141,8 +153,9 @@ def is_cluster(client: object) -> bool:
 
 
 def is_sentinel(client: object) -> bool:
-    """A client of the sentinels' primary (a `redis+sentinel://` URL): its pool can say which
-    server the sentinels call the primary now (`get_master_address`)."""
+    """A client of the sentinels' primary (a `redis+sentinel://` URL).
+
+    Its pool can say which server the sentinels call the primary now (`get_master_address`)."""
     pool = getattr(client, "connection_pool", None)
     return isinstance(pool, redis.sentinel.SentinelConnectionPool | async_sentinel.SentinelConnectionPool)
 

@@ -1,11 +1,13 @@
-"""Settings declared once: each is a dataclass field that names its environment variable, its
-default and its meaning, and nothing else repeats them.
+"""Settings declared once.
 
-`load(cls, env)` reads a settings class from the environment (nested groups included: the API
-and the workers share `Recovery` and `Shared`); `rows(cls)` renders the same declarations as
-documentation, so docs/configuration.md is generated from them (`python -m
+Each is a dataclass field that names its environment variable, its default and its meaning.
+Nothing else repeats them.
+
+`load(cls, env)` reads a settings class from the environment. Nested groups are included: the
+API and the workers share `Recovery` and `Shared`. `rows(cls)` renders the same declarations as
+documentation. So docs/configuration.md is generated from them (`python -m
 devstack.configuration`), and a test checks that it is current. A value that cannot be read
-stops the process at start with a message naming the variable.
+stops the process at start, with a message naming the variable.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from contract.logs import redacted
 
 
 class SettingError(SystemExit):
-    """A variable's value cannot be used; said at start, before anything else happens."""
+    """A variable's value cannot be used. It is said at start, before anything else happens."""
 
 
 def setting(
@@ -34,9 +36,11 @@ def setting(
     shown: str | None = None,
     minimum: float | None = None,
 ) -> Any:
-    """A field read from `env`. `parse` turns the raw string into the value (default: by the
-    field's type); `shown` is the default as the documentation says it, where the value
-    alone would mislead ("half the cores"); `minimum` refuses smaller values."""
+    """A field read from `env`.
+
+    `parse` turns the raw string into the value (default: by the field's type). `shown` is the
+    default as the documentation says it. It is for where the value alone would mislead ("half
+    the cores"). `minimum` refuses smaller values."""
     meta = {"env": env, "doc": doc, "parse": parse, "shown": shown, "minimum": minimum}
     if isinstance(default, list | dict | set):
         return field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -169,7 +173,7 @@ def _one_server(raw: str) -> str:
 
 
 def _server(raw: str) -> str:
-    """A Redis URL; a sentinel URL the clients would refuse is refused now, at start."""
+    """A Redis URL. A sentinel URL the clients would refuse is refused now, at start."""
     failover.sentinel_target(raw)
     return raw
 

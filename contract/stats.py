@@ -1,5 +1,7 @@
-"""Cluster-wide counters: the fields of the STATS hash (contract/keys.py) that /metrics
-reads, and what a worker's scheduler counts and adds to it with each announcement."""
+"""Cluster-wide counters.
+
+This module names the fields of the STATS hash (contract/keys.py) that /metrics reads. It also
+says what a worker's scheduler counts, and adds to the hash with each announcement."""
 
 from __future__ import annotations
 
@@ -16,9 +18,10 @@ class StatField:
 
     @staticmethod
     def requeued(reason: str) -> str:
-        """Attempts taken over by another worker: reason "crash" (found dead by the reaper),
-        "handoff" (a worker shutting down gave its job back) or "preempt" (a worker gave a
-        batch line back to make room for an interactive job)."""
+        """Attempts taken over by another worker, by reason.
+
+        "crash": the reaper found the attempt dead. "handoff": a worker shutting down gave its
+        job back. "preempt": a worker gave a batch line back to make room for an interactive job."""
         return f"requeued:{reason}"
 
     # jobs ended with worker_lost once their attempts were used up
@@ -31,8 +34,9 @@ class StatField:
 
     @staticmethod
     def route_fallbacks(model: str) -> str:
-        """Routed jobs their worker did not take by their deadline (or died with): moved back
-        to the shared queue."""
+        """Routed jobs their worker did not take by their deadline (or died with).
+
+        They moved back to the shared queue."""
         return f"route-fallbacks:{model}"
 
     @staticmethod
@@ -47,9 +51,10 @@ LEVELS = ("host_bytes",)
 
 @dataclass
 class BatchCounters:
-    """What a worker's batching scheduler has done; each announcement adds what changed
-    since the last one to STATS (`StatField.batch`), so a killed worker loses at most one
-    announcement's worth."""
+    """What a worker's batching scheduler has done.
+
+    Each announcement adds what changed since the last one to STATS (`StatField.batch`). So a
+    killed worker loses at most one announcement's worth."""
 
     # llama_decode calls
     steps: int = 0

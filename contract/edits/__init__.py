@@ -1,3 +1,3 @@
-"""Context edits a job carries (Anthropic's `context_management.edits`): the API checks the
-client's edit and enqueues it in plain terms, and the worker, which alone tokenizes, applies it
-to the prompt (worker/tools/clearing.py)."""
+"""Context edits a job carries (Anthropic's `context_management.edits`). The API checks the client's
+edit and enqueues it in plain terms. The worker alone tokenizes, so it applies the edit to the
+prompt (worker/tools/clearing.py)."""

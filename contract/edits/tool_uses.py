@@ -1,9 +1,9 @@
 """Anthropic's `clear_tool_uses_20250919` edit, as a job carries it (`JobSpec.clear_tool_uses`).
 
-Past its trigger (the prompt's input tokens, or the conversation's tool uses, above `at`), the
-worker replaces the oldest tool results with a placeholder, all but the `keep` most recent tool
-uses and those of `exclude_tools`; with `clear_at_least`, it stops once that many input tokens
-are cleared, and clears nothing if it cannot clear that many. `clear_inputs` (true, or the
+The edit acts past its trigger: the prompt's input tokens, or the conversation's tool uses, above
+`at`. Then the worker replaces the oldest tool results with a placeholder. It spares the `keep` most
+recent tool uses and those of `exclude_tools`. With `clear_at_least`, it stops once that many input
+tokens are cleared. It clears nothing if it cannot clear that many. `clear_inputs` (true, or the
 names of some tools) clears the calls' arguments too.
 """
 
@@ -47,7 +47,7 @@ class ClearToolUses:
 
     @classmethod
     def from_dict(cls, data: object) -> ClearToolUses:
-        """The edit a job's dict describes; raises InvalidEdit for anything else."""
+        """The edit a job's dict describes. Raises InvalidEdit for anything else."""
         if not isinstance(data, dict) or set(data) - {f.name for f in fields(cls)}:
             raise InvalidEdit("must be an object of the edit's fields")
         edit = cls(**{k: tuple(v) if isinstance(v, list) else v for k, v in data.items()})

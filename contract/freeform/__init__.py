@@ -1,7 +1,8 @@
-"""Custom tools' freeform inputs (the Responses API's `custom` tools, Codex's `apply_patch`):
-the input's grammar, a Lark grammar (`lark`) or a regular expression (`regex`), read into
-plain terms (`terms`) and compiled to the GBNF of that text written inside a JSON string
-(`escaped`), so that every tool protocol carries a custom call as a function call whose one
-argument is `input`. The API compiles a tool's format before it enqueues anything (a 400
-naming `tools[i].format`), and the worker compiles it again for its sampler, as for schemas
+"""Custom tools' freeform inputs (the Responses API's `custom` tools, Codex's `apply_patch`).
+
+The input's grammar is a Lark grammar (`lark`) or a regular expression (`regex`). It is read into
+plain terms (`terms`). These compile to the GBNF of that text written inside a JSON string
+(`escaped`). So every tool protocol carries a custom call as a function call whose one argument is
+`input`. The API compiles a tool's format before it enqueues anything (a 400 naming
+`tools[i].format`). The worker compiles it again for its sampler, as for schemas
 (contract/schema.py)."""

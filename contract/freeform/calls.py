@@ -1,7 +1,7 @@
-"""A custom tool's call as the function call every tool protocol carries: one argument,
-`input`, the text (its grammar holds over the JSON string: escaped.py). The worker renders
-the tool with INPUT_SCHEMA and earlier calls with `arguments_json`; the API reads the text
-back out of the arguments as they stream (`InputReader`)."""
+"""A custom tool's call as the function call every tool protocol carries. It has one argument,
+`input`: the text. Its grammar holds over the JSON string (escaped.py). The worker renders the tool
+with INPUT_SCHEMA and earlier calls with `arguments_json`. The API reads the text back out of the
+arguments as they stream (`InputReader`)."""
 
 from __future__ import annotations
 
@@ -35,9 +35,9 @@ def custom_tool_problem(parameters: dict, freeform: object) -> str | None:
 
 
 class InputReader:
-    """The input's text out of a call's arguments (`{"input": "..."}`) as they arrive, cut
-    anywhere (inside an escape too): `feed` gives the text decoded so far and not given
-    before; `done` the whole input, from the whole arguments."""
+    """The input's text out of a call's arguments (`{"input": "..."}`) as they arrive. The
+    arguments may be cut anywhere, inside an escape too. `feed` gives the text decoded so far and
+    not given before. `done` gives the whole input, from the whole arguments."""
 
     def __init__(self) -> None:
         # "key" (to the ':'), "value" (to its '"'), "text", "end"
@@ -86,7 +86,7 @@ class InputReader:
             return held
 
     def done(self) -> str:
-        """The input, from the arguments whole (the text streamed if they are not an input's)."""
+        """The input, from the arguments whole. If they are not an input's: the text streamed."""
         try:
             value = json.loads("".join(self._arguments))
         except ValueError:
@@ -104,6 +104,6 @@ def _high_surrogate(digits: str) -> bool:
 
 
 def clean(text: str) -> str:
-    """`text` with any lone surrogate (a `\\ud83d` without its pair) as U+FFFD: it has no
-    UTF-8, and the events are UTF-8."""
+    """`text` with any lone surrogate (a `\\ud83d` without its pair) as U+FFFD. A lone surrogate
+    has no UTF-8, and the events are UTF-8."""
     return "".join("\ufffd" if 0xD800 <= ord(c) <= 0xDFFF else c for c in text)

@@ -1,19 +1,19 @@
 """A freeform grammar as the GBNF of its text written inside a JSON string.
 
-A custom call travels as a function call whose one argument is `input` (calls.py), so the
-grammar the sampler enforces is over the argument's JSON string, not over the raw text: each
-character of the text is written as JSON writes it (`json.dumps(text, ensure_ascii=False)`:
-`\\"`, `\\\\`, `\\n`, `\\t`, `\\r`, `\\b`, `\\f`, `\\u00XX` for the other control
-characters), everything else as itself. Escaping a text is escaping each of its
-characters, so a grammar's text, literals and character sets map one by one, and the string
-the model writes decodes to a text of the grammar, and only to one.
+A custom call travels as a function call whose one argument is `input` (calls.py). So the grammar
+the sampler enforces is over the argument's JSON string, not over the raw text. Each character of
+the text is written as JSON writes it (`json.dumps(text, ensure_ascii=False)`). Quotes and
+backslashes become `\\"` and `\\\\`. Control characters become `\\n`, `\\t`, `\\r`, `\\b`, `\\f`,
+or `\\u00XX` for the others. Everything else is written as itself. Escaping a text is escaping each
+of its characters. So a grammar's text, literals and character sets map one by one. The string the
+model writes decodes to a text of the grammar, and only to one.
 
-Bounds, as for JSON schemas (contract/schema.py): a definition of at most MAX_SCHEMA_BYTES,
-a grammar refused the moment it passes MAX_GRAMMAR_CHARS while it is built, counts of at
-most MAX_BOUND, and at most MAX_REPEATS repetitions in all (llama.cpp spells each one out).
-What llama.cpp's grammar engine cannot run is refused here, naming the rule: left recursion
-(a rule that can start with itself) and a repetition without bound of something that can be
-empty.
+Bounds are as for JSON schemas (contract/schema.py). A definition has at most MAX_SCHEMA_BYTES. A
+grammar is refused the moment it passes MAX_GRAMMAR_CHARS while it is built. Counts are at most
+MAX_BOUND. Repetitions are at most MAX_REPEATS in all, since llama.cpp spells each one out. What
+llama.cpp's grammar engine cannot run is refused here, naming the rule. It cannot run left recursion
+(a rule that can start with itself). Nor can it run a repetition without bound of something that can
+be empty.
 """
 
 from __future__ import annotations
@@ -39,14 +39,14 @@ def escaped(ch: str) -> str:
 
 
 def check_format(fmt: object) -> None:
-    """Raise FormatError unless `fmt` is a custom tool's format this server enforces:
+    """Raise FormatError unless `fmt` is a custom tool's format this server enforces. That is
     `{"type": "text"}` or `{"type": "grammar", "syntax": "lark" | "regex", "definition"}`."""
     string_rule(fmt, Grammar(), "")
 
 
 def string_rule(fmt: object, g: Grammar, prefix: str) -> str:
-    """The rule of the JSON string (its quotes, then optional space) holding an input of
-    `fmt`, its rules defined in `g` under names starting with `prefix`."""
+    """The rule of the JSON string holding an input of `fmt`. It covers the quotes, then optional
+    space. It defines its rules in `g`, under names starting with `prefix`."""
     if fmt == {"type": "text"}:
         return "string"
     if not isinstance(fmt, dict) or set(fmt) != {"type", "syntax", "definition"} or fmt["type"] != "grammar":
@@ -86,7 +86,7 @@ def _check(defs: dict[str, Term]) -> None:
 
 
 def _cycle(edges: dict[str, list[str]]) -> str | None:
-    """A name on a cycle of `edges` (can a rule start with itself?), in one pass."""
+    """A name on a cycle of `edges`, found in one pass. (Can a rule start with itself?)"""
     # 1: on the path being walked, 2: done
     state: dict[str, int] = {}
     for root in edges:
@@ -109,10 +109,10 @@ def _cycle(edges: dict[str, list[str]]) -> str | None:
 
 
 def _solve(defs: dict[str, Term], leaf: bool) -> dict[str, bool]:
-    """Which rules hold, in one pass over the grammar: text and sets hold as `leaf` says, a
-    sequence when all its items do, alternatives when one does, a repetition when it may be
-    empty or its item holds, a reference when its rule does (nullable: leaf False; a rule
-    that can end: leaf True)."""
+    """Which rules hold, in one pass over the grammar. Text and sets hold as `leaf` says. A
+    sequence holds when all its items do, and alternatives when one does. A repetition holds when
+    it may be empty or its item holds. A reference holds when its rule does. For nullable rules,
+    `leaf` is False. For rules that can end, `leaf` is True."""
     never = 1 << 60
     # per node: how many of its parts must still hold (0: it holds)
     need: list[int] = []

@@ -1,18 +1,18 @@
 """Lark grammars as freeform terms: the `lark` syntax of a custom tool's format.
 
-The subset Codex's `apply_patch` grammar uses, and what goes with it: rules and terminals
-(`name: ...`, `NAME: ...`, continued on lines that start with `|`), strings (`"..."`, with
-Python's escapes), character ranges (`"a".."z"`), regular expressions (`/.../`, see
-regex.py), `( )`, `[ ]`, `?`, `*`, `+`, `~ n` and `~ n..m`, aliases (`-> name`) and rule
-modifiers (`?rule`, `!rule`) and priorities (`.2`), which shape Lark's tree, not the text,
-and `%import common.NAME` (or `common (A, B)`) for the terminals of Lark's `common.lark`
-that are regular (`LF`, `CR`, `NEWLINE`, `WS`, `WS_INLINE`, `DIGIT`, `INT`, `WORD`, ...).
-Comments are `//` or `#` to the end of the line. `start` is the input.
+This reads the subset Codex's `apply_patch` grammar uses, and what goes with it. Rules and
+terminals (`name: ...`, `NAME: ...`) may continue on lines that start with `|`. Strings are
+`"..."`, with Python's escapes. Character ranges are `"a".."z"`. Regular expressions are `/.../`
+(see regex.py). It reads `( )`, `[ ]`, `?`, `*`, `+`, `~ n` and `~ n..m`. It reads aliases
+(`-> name`), rule modifiers (`?rule`, `!rule`) and priorities (`.2`) too. These shape Lark's tree,
+not the text. `%import common.NAME` (or `common (A, B)`) imports the terminals of Lark's
+`common.lark` that are regular. These are `LF`, `CR`, `NEWLINE`, `WS`, `WS_INLINE`, `DIGIT`,
+`INT`, `WORD`, and so on. Comments are `//` or `#` to the end of the line. `start` is the input.
 
-What this reads is the grammar's language: its terminals are regular languages inside a
-context-free grammar, with no lexer between them. Anything else is refused, saying what:
-`%ignore` (it would allow text between any two terminals), `%declare`, `%override`,
-`%extend`, other imports, templates, flags (`"..."i`, `/.../s`), and llguidance's
+What this reads is the grammar's language. Its terminals are regular languages inside a
+context-free grammar, with no lexer between them. Anything else is refused, saying what. That
+covers `%ignore`, since it would allow text between any two terminals. It also covers `%declare`,
+`%override`, `%extend`, other imports, templates, flags (`"..."i`, `/.../s`), and llguidance's
 extensions.
 """
 
@@ -66,8 +66,8 @@ NEWLINE: (CR? LF)+
 
 
 def parse_lark(source: str) -> dict[str, Term]:
-    """The grammar's rules and terminals by name (`start` among them), every reference
-    defined; raises FormatError."""
+    """The grammar's rules and terminals by name (`start` among them), every reference defined.
+    Raises FormatError."""
     reader = _Reader(source)
     defs = reader.read()
     if "start" not in defs:

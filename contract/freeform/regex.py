@@ -1,14 +1,15 @@
 """Regular expressions as freeform terms: the `regex` syntax of a custom tool's format, and
-the `/.../` terminals of a Lark grammar.
+Lark's `/.../` terminals.
 
-The subset every common dialect (Python's `re`, Rust's `regex`, which OpenAI's grammars
-follow) reads the same way: characters and escapes (`\\n`, `\\t`, `\\xHH`, `\\uHHHH`, `\\.`),
-`.` (any character but a newline), classes (`[a-z]`, `[^\\n]`, with `\\d`, `\\w`, `\\s` and
-their negations, meant as ASCII, as under `re.ASCII`), groups (`(...)`, `(?:...)`, named),
-`|`, and `*`, `+`, `?`, `{n}`, `{n,}`, `{n,m}` (lazy or not: the text must match as a whole,
-so laziness changes nothing). A whole pattern may start with `^` and end with `$`. Anything
-else (lookarounds, backreferences, word boundaries, inline flags, possessive quantifiers,
-Unicode properties) is refused, saying what it is.
+This reads the subset that every common dialect reads the same way. Among them are Python's `re`
+and Rust's `regex`, which OpenAI's grammars follow. It reads characters and escapes (`\\n`, `\\t`,
+`\\xHH`, `\\uHHHH`, `\\.`). `.` is any character but a newline. Classes are `[a-z]` and `[^\\n]`,
+with `\\d`, `\\w`, `\\s` and their negations. These are meant as ASCII, as under `re.ASCII`.
+Groups are `(...)`, `(?:...)` and named groups. It reads `|`, and `*`, `+`, `?`, `{n}`, `{n,}`,
+`{n,m}`, lazy or not. The text must match as a whole, so laziness changes nothing. A whole
+pattern may start with `^` and end with `$`. Anything else is refused, saying what it is:
+lookarounds, backreferences, word boundaries, inline flags, possessive quantifiers, Unicode
+properties.
 """
 
 from __future__ import annotations
@@ -53,8 +54,8 @@ _ASSERTIONS = {
 
 
 def parse_regex(source: str, whole: bool = True) -> Term:
-    """The terms of `source`; `whole`: it is the whole input's pattern, which may be anchored
-    (`^...$`), else a terminal inside a grammar, which may not."""
+    """The terms of `source`. With `whole`, it is the whole input's pattern, which may be anchored
+    (`^...$`). Else it is a terminal inside a grammar, which may not."""
     return _Reader(source, whole).read()
 
 

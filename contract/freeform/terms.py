@@ -1,6 +1,6 @@
-"""What a freeform grammar is made of once read (from Lark or a regular expression): text,
-sets of characters, sequences, alternatives, repetitions and references to named rules.
-Both readers build these; `escaped` compiles them."""
+"""What a freeform grammar is made of once read (from Lark or a regular expression). The terms are
+text, sets of characters, sequences, alternatives, repetitions and references to named rules. Both
+readers build these. `escaped` compiles them."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ SURROGATES = (0xD800, 0xDFFF)
 
 
 class FormatError(ValueError):
-    """A grammar that cannot be enforced, or that is malformed: the message says why."""
+    """A grammar that cannot be enforced, or that is malformed. The message says why."""
 
 
 @dataclass(frozen=True)

@@ -1,10 +1,10 @@
-"""The states of an attempt, and every move between them, as data; and `after`, the rule
-the worker's `Attempt` (worker/attempts/attempt.py) moves by.
+"""The states of an attempt, and every move between them, as data. `after` is the rule the worker's
+`Attempt` (worker/attempts/attempt.py) moves by.
 
-An attempt is one worker's try at a job, from its claim at epoch n to its end. Most states
-are seen in Redis too; `yielding` lives in the worker's memory only, and `dead` in the
-reaper's view only. A move from a state in its `keeps` is made but leaves the state as it
-was: a fence, a cancel or a preemption may come from another thread at any time.
+An attempt is one worker's try at a job, from its claim at epoch n to its end. Most states are seen
+in Redis too. `yielding` lives in the worker's memory only, and `dead` in the reaper's view only. A
+move from a state in its `keeps` is made but leaves the state as it was. `keeps` is there because a
+fence, a cancel or a preemption may come from another thread at any time.
 """
 
 from __future__ import annotations
@@ -165,12 +165,12 @@ MOVES = {m.name: m for m in ATTEMPT_MOVES}
 
 
 class IllegalMove(Exception):
-    """A move the attempt's state does not allow (a bug in the worker, not a Redis answer)."""
+    """A move the attempt's state does not allow. It is a bug in the worker, not a Redis answer."""
 
 
 def after(state: str, name: str, to: str = "") -> str:
-    """The state an attempt in `state` is in after the move `name` (to `to`, for a move
-    with more than one target); IllegalMove if it may not make it from there."""
+    """The state an attempt in `state` is in after the move `name`. `to` names the target of a move
+    with more than one. Raises IllegalMove if it may not make the move from there."""
     move = MOVES.get(name)
     if move is None:
         raise IllegalMove(f"no move {name!r}")

@@ -1,5 +1,5 @@
-"""The words tokenspool coins or uses in a sense of its own, one sentence each, with the file
-that says more. docs/glossary.md is generated from them; a test checks that each word is
+"""The words tokenspool coins or uses in a sense of its own. Each has one sentence, and the file
+that says more. The file docs/glossary.md is generated from them. A test checks that each word is
 still used in the code and that each file named exists."""
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""The states of a job, and every move between them, as data (an attempt's are in
-contract/lifecycle/attempt.py, with the types here).
+"""The states of a job, and every move between them, as data. An attempt's are in
+contract/lifecycle/attempt.py, which uses the types here.
 
-A job is where it waits or runs: recorded, in a queue, in a worker's inbox, running, or
-ended. Each move
-names the side that makes it, the Lua scripts it runs (`queues.TAKE` is
-contract/lua/queues.py's `TAKE`), the contract function that runs them where there is one,
-and the Redis keys it writes (`running` is `contract.keys.running`, `owned.ROUTED` is
-`contract.keys.owned(owner, OwnerIndex.ROUTED)`). A test checks that every name here exists.
+A job's state is where it waits or runs. It is recorded, in a queue, in a worker's inbox, running,
+or ended. Each move names the side that makes it and the Lua scripts it runs. Scripts go by module
+and name: `queues.TAKE` is contract/lua/queues.py's `TAKE`. A move names the contract function that
+runs them, where there is one. It also names the Redis keys it writes. Keys go by their
+contract.keys name: `running` is `contract.keys.running`, and `owned.ROUTED` is
+`contract.keys.owned(owner, OwnerIndex.ROUTED)`. A test checks that every name here exists.
 
 This module imports nothing of contract/: contract/keys.py derives `JobStatus` from it.
 """
@@ -44,11 +44,11 @@ class State:
 
 @dataclass(frozen=True)
 class Move:
-    """One move, from any of `sources` (none: it creates) to one of `targets`, as its
-    scripts decide. `via` is the contract function that runs them, if any. A move that
-    `stays` may also leave the state as it was (a beat while the epoch is current). From a
-    state in `keeps` the move is made but leaves the state as it was (an attempt fenced by
-    another thread still ends its work)."""
+    """One move, from any of `sources` to one of `targets`, as its scripts decide. With no
+    `sources`, it creates. `via` is the contract function that runs them, if any. A move that
+    `stays` may also leave the state as it was (a beat while the epoch is current). From a state in
+    `keeps` the move is made but leaves the state as it was. (An attempt fenced by another thread
+    still ends its work.)"""
 
     name: str
     sources: tuple[str, ...]

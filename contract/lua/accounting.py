@@ -1,37 +1,37 @@
-"""What an API key's owner is charged (queues server): ADMIT's count of a new job against
-its limits, and the charges for what it keeps.
+"""What an API key's owner is charged (queues server). ADMIT counts a new job against its limits,
+and other scripts charge for what it keeps.
 
-Per-minute budgets (requests, bytes, tokens) are counters of the minute since the epoch. A
-job reserves the most its prompt can be and its `max_tokens` in ADMIT; SETTLE, once per job
-when it ends, corrects the count to what it used (a job never charged twice, however often it
-was resumed or read).
+Per-minute budgets (requests, bytes, tokens) are counters of the minute since the epoch. A job
+reserves the most its prompt can be and its `max_tokens` in ADMIT. SETTLE runs once per job when it
+ends, and corrects the count to what it used. So a job is never charged twice, however often it was
+resumed or read.
 
-Everything a key makes the server keep for a while is a charge against FILES_BYTES_PER_KEY:
-its uploaded files, its batches' copies of their lines and their answered lines while they
-run, and the output and error files they end with. Each charge is an entry of the owner's
-`FILE_SIZES` hash (`<id>` -> `"<bytes> <expires at, s>"`), listed by expiry in `FILE_EXPIRY`,
-and their sum is kept in `FILE_HELD`: a charge is checked and made in the same step as the
-write it pays for (concurrent requests on any replica cannot overshoot the budget), and
-neither costs more than a few commands, however many files the owner has (expired charges
-are dropped a hundred at a time as later ones are made).
+Everything a key makes the server keep for a while is a charge against FILES_BYTES_PER_KEY. Charges
+cover its uploaded files. They cover its batches' copies of their lines, and their answered lines,
+while they run. They also cover the output and error files the batches end with. Each charge is an entry
+of the owner's `FILE_SIZES` hash (`<id>` -> `"<bytes> <expires at, s>"`). The charges are listed by
+expiry in `FILE_EXPIRY`, and their sum is kept in `FILE_HELD`. A charge is checked and made in the
+same step as the write it pays for. So concurrent requests on any replica cannot overshoot the
+budget. Neither costs more than a few commands, however many files the owner has. Expired charges
+are dropped a hundred at a time as later ones are made.
 
 - `ADMIT` counts a new job against its owner's unfinished jobs and per-minute budgets.
 - `SETTLE` turns a job's reservation into its usage.
-- `SPEND` counts one request of some bytes against its owner's per-minute budgets (the ones
-  ADMIT counts jobs against), before the request's heavy work: a refused upload or batch is
-  not parsed at all.
-- `STORE_FILE` stores a file unless its owner would then hold more bytes or files than
-  allowed; an output file, whose content was appended in pieces, is charged whatever the
-  budget (the work is done: the owner's next upload is refused instead).
+- `SPEND` counts one request of some bytes against its owner's per-minute budgets. These are the
+  ones ADMIT counts jobs against. It runs before the request's heavy work, so a refused upload or
+  batch is not parsed at all.
+- `STORE_FILE` stores a file unless its owner would then hold more bytes or files than allowed. An
+  output file, whose content was appended in pieces, is charged whatever the budget. The work is
+  done, so the owner's next upload is refused instead.
 - `DELETE_FILE` deletes a file and gives its bytes back.
-- `CREATE_BATCH` records a batch and its lines unless its owner already runs the most batches
-  allowed or the lines would exceed the budget.
-- `ANSWER` records a batch line's answer once (line -> output line), counts it, and charges
-  its bytes to the batch's owner.
+- `CREATE_BATCH` records a batch and its lines. It does not if its owner already runs the most
+  batches allowed, or if the lines would exceed the budget.
+- `ANSWER` records a batch line's answer once (line -> output line). It counts it, and charges its
+  bytes to the batch's owner.
 - `RELEASE` gives back charges (a batch's lines and answers, once its files are written).
-- `SET_STATUS` changes a batch's status only from the statuses it names (compare and set:
-  a cancel and the driver cannot undo each other's change).
-- `FINALIZE` begins a batch's end, as SET_STATUS does, only if no line is open and (for a
+- `SET_STATUS` changes a batch's status only from the statuses it names. It is compare and set, so
+  a cancel and the driver cannot undo each other's change.
+- `FINALIZE` begins a batch's end, as SET_STATUS does. It does so only if no line is open and (for a
   batch that completes) every line was sent.
 """
 
@@ -166,7 +166,7 @@ end
 
 
 def charge_keys(owner: str) -> list[str]:
-    """The owner's charges, as every script here takes them (after its own keys): sizes,
+    """The owner's charges, as every script here takes them (after its own keys). They are sizes,
     expiry, held, files."""
     return [
         keys.owned(owner, keys.OwnerIndex.FILE_SIZES),

@@ -1,5 +1,5 @@
-"""The scripts a worker runs on its attempt (streams server): CLAIM, APPEND, BEAT,
-CLEAR_SUSPECT, FAIL, and the arguments each takes (package docstring: what each does).
+"""The scripts a worker runs on its attempt (streams server): CLAIM, APPEND, BEAT, CLEAR_SUSPECT,
+FAIL. Each comes with the arguments it takes. (The package docstring says what each does.)
 """
 
 from __future__ import annotations
@@ -205,8 +205,8 @@ BEHIND = "BEHIND"
 
 @dataclass(frozen=True)
 class Claim:
-    """What APPEND and BEAT check an attempt's writes against, and what APPEND restores when
-    a failover lost the claim: its epoch, its token, its worker and its heartbeat window."""
+    """What APPEND and BEAT check an attempt's writes against. APPEND also restores it when a
+    failover lost the claim. It holds the attempt's epoch, token, worker and heartbeat window."""
 
     epoch: int
     token: str
@@ -221,10 +221,10 @@ def append_args(
     batch: Sequence[tuple[str, Entry]],
     retention_s: int,
 ) -> list[str]:
-    """ARGV for APPEND: one attempt's entries, in order, the first being the attempt's
-    `first_seq`-th, each with its stream id (for a new one, the id the worker chose:
-    `Attempt.next_ids`). Only the last may be terminal; every entry carries the claim's
-    epoch. An empty batch only claims again."""
+    """ARGV for APPEND: one attempt's entries, in order. The first is the attempt's `first_seq`-th.
+    Each has its stream id. For a new one, that is the id the worker chose (`Attempt.next_ids`).
+    Only the last may be terminal. Every entry carries the claim's epoch. An empty batch only claims
+    again."""
     if claim.epoch < 1 or any(e.epoch != claim.epoch for _, e in batch):
         raise ValueError("APPEND takes entries of one (stamped) attempt")
     if any(final_status(e) for _, e in batch[:-1]):

@@ -1,5 +1,5 @@
-"""The scripts that record, end, requeue and find jobs (streams server): RECORD, ABANDON,
-END, END_IF_LATE, INDEXES, and the arguments each takes (package docstring).
+"""The scripts that record, end, requeue and find jobs (streams server). They are RECORD, ABANDON,
+END, END_IF_LATE and INDEXES, with the arguments each takes (package docstring).
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ return {running, pending}
 
 
 def end_args(job_id: str, entry: Failed | Finished, retention_s: int, only_if_status: str = "") -> list[str]:
-    """ARGV for END (the script stamps the epoch itself; the entry's epoch is ignored)."""
+    """ARGV for END. The script stamps the epoch itself, so the entry's epoch is ignored."""
     return [final_status(entry), str(retention_s), only_if_status, job_id, *_without_epoch(entry)]
 
 
@@ -178,7 +178,7 @@ def end_if_late_args(job_id: str, retention_s: int) -> list[str]:
 
 
 def index_keys(cluster: bool) -> list[list[str]]:
-    """KEYS for each INDEXES call: every shard's running and pending index in one call on one
-    server; on a cluster, where a script may touch one slot only, one call per shard."""
+    """KEYS for each INDEXES call. On one server, one call takes every shard's running and pending
+    index. On a cluster a script may touch one slot only, so there is one call per shard."""
     pairs = [[keys.running(shard), keys.pending(shard)] for shard in range(keys.SHARDS)]
     return pairs if cluster else [[key for pair in pairs for key in pair]]

@@ -1,5 +1,5 @@
-"""What every job-stream script shares: the Lua functions they begin with, the keys they take
-(`job_keys`), and terminal entries written as Lua literals.
+"""What every job-stream script shares: the Lua functions they begin with and the keys they take
+(`job_keys`). It also writes terminal entries as Lua literals.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ _LUA_ESCAPES = str.maketrans({"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r"
 
 
 def _lua_string(value: str) -> str:
-    """A Lua string literal of `value` (Lua refuses a raw line break or carriage return in one)."""
+    """A Lua string literal of `value`. (Lua refuses a raw line break or carriage return in one.)"""
     return '"' + value.translate(_LUA_ESCAPES) + '"'
 
 
@@ -80,8 +80,8 @@ end
 
 
 def job_keys(job_id: str) -> list[str]:
-    """KEYS for every per-job script but BEAT: job hash, events, its shard's running index,
-    alive key, its shard's pending index (one hash tag: one cluster slot)."""
+    """KEYS for every per-job script but BEAT. They are the job hash, events, its shard's running
+    index, alive key, and its shard's pending index. They share one hash tag, so one cluster slot."""
     shard = keys.shard(job_id)
     return [
         keys.job(job_id),

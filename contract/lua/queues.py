@@ -1,6 +1,6 @@
-"""The queues server's scripts that are no accounting: a model's queues (RESERVE, TAKE,
-TAKEN_DATA), a routed job falling back to the shared queue, a key's bound on its routed
-jobs, a dead worker's batch size, a lock, a compare-and-delete.
+"""The queues server's scripts that are no accounting. They cover a model's queues (RESERVE, TAKE,
+TAKEN_DATA) and a routed job falling back to the shared queue. They also cover a key's bound on its
+routed jobs, a dead worker's batch size, a lock, and a compare-and-delete.
 """
 
 from __future__ import annotations
@@ -107,10 +107,10 @@ def take_args(
     owners: Sequence[str] | None = None,
     guest: bool = False,
 ) -> list[str | int]:
-    """ARGV for TAKE: where the suspect queue is among `queue_names` (if at all), and how many
-    suspects a worker holding `stepping` of them would step with one more. With `owners` (the
-    keys of the jobs running here: an embedding worker's), keys take turns; a `guest` slot
-    takes only a job of a key with none running here."""
+    """ARGV for TAKE. It says where the suspect queue is among `queue_names`, if at all. It says how
+    many suspects a worker holding `stepping` of them would step with one more. `owners` are the
+    keys of the jobs running here (an embedding worker's). With them, keys take turns. A `guest`
+    slot takes only a job of a key with none running here."""
     at = queue_names.index(suspect_queue) + 1 if suspect_queue in queue_names else 0
     turns = 0 if owners is None else 2 if guest else 1
     return [at, stepping + 1, keys.rq_job(""), turns, TURNS_WINDOW, *(owners or ())]

@@ -1,2 +1,2 @@
-"""Images in jobs: the marker that holds an image's place in a message, and how a job spec names
-images (their SHA-256, the bytes in Redis at `contract.keys.image`)."""
+"""Images in jobs: a marker holds an image's place in a message. A job spec names images by their
+SHA-256. Their bytes are in Redis at `contract.keys.image`."""

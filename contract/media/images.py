@@ -1,12 +1,11 @@
 """An image in a job: its place in a message's content, its name, and what its bytes are.
 
-The API turns each image part of a request into `MARKER` at its place in the message's text,
+The API turns each image part of a request into `MARKER` at its place in the message's text. It
 stores the image's bytes in Redis under their SHA-256 (`contract.keys.image`, within the job's
-cache scope) and lists the hashes in the job spec's `images`, in the order their markers come;
-`low_detail` lists those a part asked read at `detail: low`.
-A worker with an mmproj reads each marker as that image (llama.cpp's mtmd, whose default media
-marker this is). A request whose own text holds the marker is refused: no client text can stand
-for an image.
+cache scope). It lists the hashes in the job spec's `images`, in the order their markers come.
+`low_detail` lists those a part asked read at `detail: low`. A worker with an mmproj reads each
+marker as that image (llama.cpp's mtmd, whose default media marker this is). A request whose own
+text holds the marker is refused, since no client text can stand for an image.
 """
 
 from __future__ import annotations
@@ -39,8 +38,8 @@ def kind(data: bytes) -> str | None:
 
 
 def problem(images: object, contents: Iterable[str], kind: str, low_detail: object = ()) -> str | None:
-    """What is wrong with a spec's `images` (None: nothing): SHA-256 hex names, on a chat job,
-    as many as the markers in its messages; `low_detail`, increasing indices of them."""
+    """What is wrong with a spec's `images` (None: nothing). They must be SHA-256 hex names, on a
+    chat job, as many as the markers in its messages. `low_detail` holds increasing indices of them."""
     if not isinstance(images, tuple) or not all(isinstance(h, str) and SHA256.fullmatch(h) for h in images):
         return "images must be SHA-256 hex digests"
     if images and kind != "chat":
@@ -56,14 +55,14 @@ def problem(images: object, contents: Iterable[str], kind: str, low_detail: obje
 
 
 def names(images: Sequence[str], low_detail: Sequence[int]) -> list[str]:
-    """Each image as a model reads it: its hash, with `:low` where it is read at low detail
-    (other pixels, so other embeddings and another prompt prefix)."""
+    """Each image as a model reads it: its hash, with `:low` where it is read at low detail. Low
+    detail means other pixels, so other embeddings and another prompt prefix."""
     low = set(low_detail)
     return [sha + ":low" if i in low else sha for i, sha in enumerate(images)]
 
 
 def png(width: int, height: int, seed: int = 0) -> bytes:
-    """A PNG of random RGB pixels, written without an image library: the worker's probe image
+    """A PNG of random RGB pixels, written without an image library. It is the worker's probe image
     at start, and the tests'."""
     return png_of(random.Random(seed).randbytes(width * height * 3), width, height)
 

@@ -1,5 +1,5 @@
-"""The OpenTelemetry SDK, set up from its own environment: the only module that imports
-OpenTelemetry, and only when a process with tracing on calls it (contract/tracing/)."""
+"""The OpenTelemetry SDK, set up from its own environment. It is the only module that imports
+OpenTelemetry. It does so only when a process with tracing on calls it (contract/tracing/)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ log = logging.getLogger(__name__)
 
 def tracer(default_service: str, name: str) -> Any:
     """The process's tracer (imports OpenTelemetry), or None when tracing is off. Its
-    `service.name` is OTEL_SERVICE_NAME or the role's default; the sampler is
-    OTEL_TRACES_SAMPLER's (parent-based always-on by default); span ids may be chosen
-    (`start_span`)."""
+    `service.name` is OTEL_SERVICE_NAME or the role's default. The sampler is OTEL_TRACES_SAMPLER's
+    (parent-based always-on by default). Span ids may be chosen (`start_span`)."""
     if not enabled():
         return None
     try:

@@ -1,4 +1,4 @@
-"""The propagation format both sides share: W3C trace contexts as a job carries them, and
+"""The propagation format both sides share. It covers W3C trace contexts as a job carries them, and
 the span ids every process gives an attempt. Standard library only."""
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ def enabled(env: Mapping[str, str] = os.environ) -> bool:
 
 
 def parse(traceparent: str) -> tuple[int, int, int] | None:
-    """A W3C traceparent's trace id, parent span id and flags; None if it is not one (an
-    all-zero id is invalid too)."""
+    """A W3C traceparent's trace id, parent span id and flags. None if it is not one. An all-zero id
+    is invalid too."""
     match = TRACEPARENT.fullmatch(traceparent.strip())
     if match is None:
         return None
@@ -47,7 +47,7 @@ def uncarry(trace_context: str) -> tuple[str, str]:
 
 
 def valid(trace_context: str) -> bool:
-    """Whether a job's trace context is one `carry` writes ("" : the job is not traced)."""
+    """Whether a job's trace context is one `carry` writes. ("": the job is not traced.)"""
     if not trace_context:
         return True
     parent, state = uncarry(trace_context)
@@ -55,7 +55,7 @@ def valid(trace_context: str) -> bool:
 
 
 def attempt_span_id(trace_id: int, job_id: str, epoch: int) -> int:
-    """The span id of attempt `epoch` of a job in a trace: the same for every process."""
+    """The span id of attempt `epoch` of a job in a trace. It is the same for every process."""
     seed = hashlib.sha256(f"{trace_id:032x} {job_id} {epoch}".encode()).digest()
     return int.from_bytes(seed[:8], "big") or 1
 
