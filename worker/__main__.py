@@ -32,16 +32,16 @@ log = logging.getLogger("worker")
 
 
 def prepare_libgomp(settings: WorkerSettings) -> None:
-    """Tell libgomp how long llama.cpp's threads spin at a barrier (`sizing.spin_count`): it
-    reads GOMP_SPINCOUNT once, as llama.cpp loads, so this comes before that import."""
+    """Tell libgomp how long llama.cpp's threads spin at a barrier (`sizing.spin_count`). It reads
+    GOMP_SPINCOUNT once, as llama.cpp loads, so this comes before that import."""
     if (spin := sizing.spin_count(settings.gomp_spincount, settings.n_gpu_layers)) is not None:
         os.environ["GOMP_SPINCOUNT"] = str(spin)
 
 
 def load_engine(settings: WorkerSettings) -> Engine:
-    """The model's engine: for its embedding pool (or its rerank pool, for rank pooling) when
-    POOLING (or the GGUF) says so, else for chat and completions; `engine.model_name` names
-    the pool the worker serves."""
+    """The model's engine. It is for its embedding pool when POOLING (or the GGUF) says so, or its
+    rerank pool for rank pooling. Else it is for chat and completions. `engine.model_name` names the
+    pool the worker serves."""
     if settings.engine == "synthetic":
         from worker.engine.synthetic import SyntheticEngine
 
@@ -80,7 +80,7 @@ def load_engine(settings: WorkerSettings) -> Engine:
 
 
 def start_engine(settings: WorkerSettings, waiting: Callable[[], bool]) -> Engine:
-    """Fetch the model if it comes from the Hub, load it and warm it up (until a job is `waiting`)."""
+    """Fetch the model if it comes from the Hub, then load it. Warm it up until a job is `waiting`."""
     if (hub := settings.hub_model) is not None:
         try:
             settings = dataclasses.replace(settings, model_path=fetch(hub))
@@ -114,8 +114,8 @@ def running(part: Part) -> Iterator[None]:
 
 @dataclass
 class Loop:
-    """What `WorkerProcess.serve` runs: the loop, its job runner, and the parts that say the
-    worker serves (presence) and that watch its attempts (heartbeat, durability)."""
+    """What `WorkerProcess.serve` runs: the loop and its job runner. It also holds the parts that
+    say the worker serves (presence) and that watch its attempts (heartbeat, durability)."""
 
     worker: TokenspoolWorker
     runner: JobRunner
@@ -125,16 +125,16 @@ class Loop:
 
 
 class WorkerProcess:
-    """One worker process: it loads the model once, announces it, and takes its jobs until
-    stopped. Each thread beside the loop starts on one ExitStack, so that it stops (the last
-    started first) however the process ends."""
+    """One worker process: it loads the model once, announces it, and takes its jobs until stopped.
+    Each thread beside the loop starts on one ExitStack. So it stops however the process ends, the
+    last started first."""
 
     def __init__(self, settings: WorkerSettings) -> None:
         self.settings = settings
 
     def connect(self, url: str = "") -> redis.Redis:
-        """A client of REDIS_URL (or `url`). Its connections are named: when this process
-        dies the API sees them vanish at once."""
+        """A client of REDIS_URL (or `url`). Its connections are named. When this process dies, the
+        API sees them vanish at once."""
         name = keys.WORKER_CONNECTION_PREFIX + self.settings.name
         return sync_client(url or self.settings.shared.redis_url, client_name=name, health_check_interval=10)
 
@@ -162,15 +162,15 @@ class WorkerProcess:
             self.serve(loop)
 
     def pool(self) -> str:
-        """The pool the worker starts for: an embedding pool's name is known before the load
-        only when POOLING says it is one (after it, `engine.model_name` says)."""
+        """The pool the worker starts for. An embedding pool's name is known before the load only
+        when POOLING says it is one. After the load, `engine.model_name` says."""
         settings = self.settings
         if settings.pooling in ("", "none"):
             return settings.model_name
         return (rank_pool if settings.pooling == "rank" else embedding_pool)(settings.model_name)
 
     def build(self, engine: Engine) -> Loop:
-        """The loop and its parts, on the loaded engine; nothing is started yet."""
+        """The loop and its parts, on the loaded engine. Nothing is started yet."""
         settings, connect = self.settings, self.connect
         streams_url = settings.shared.streams_url
         split = streams_url != settings.shared.redis_url
@@ -247,8 +247,8 @@ class WorkerProcess:
         return Loop(worker, runner, presence, heartbeat, durability)
 
     def serve(self, loop: Loop) -> None:
-        """Take jobs until stopped, then let the running ones finish (SIGTERM) or hand them
-        off (a second signal, or Ctrl-C twice)."""
+        """Take jobs until stopped, then let the running ones finish (SIGTERM). A second signal, or
+        Ctrl-C twice, hands them off instead."""
         runner, durability = loop.runner, loop.durability
         # With IDLE_EXIT_SECONDS the process exits (model unloaded) once no job came for that
         # long: an autoscaler then brings workers back from the queue depth (docs/operations.md).

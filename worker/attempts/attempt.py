@@ -1,10 +1,10 @@
-"""Taking a job: claiming an attempt (which fences out every earlier one), reading back what
-earlier attempts published, and ending a job that no attempt of ours holds.
+"""Taking a job. A claim starts an attempt and fences out every earlier one. `Claims` also
+reads back what earlier attempts published. It ends a job that no attempt of ours holds, too.
 
 An `Attempt` is one worker's hold on one job. It carries one state of
 contract/lifecycle/attempt.py, moved by name (`move`). What the publisher and the heartbeat
-learn about it moves it too: `fence` (another attempt, or an END, took over), `cancel` (a
-cancel is due); `error` (a write failed for good) stays apart. Its next call raises either.
+learn about it moves it too. `fence` says another attempt, or an END, took over. `cancel` says
+a cancel is due. `error` (a write failed for good) stays apart. Its next call raises either.
 """
 
 from __future__ import annotations
@@ -37,23 +37,23 @@ class NotRecorded(Exception):
 
 
 class RolledBack(Exception):
-    """A failover lost entries of this attempt that it no longer holds: it cannot go on
+    """A failover lost entries of this attempt that it no longer holds. It cannot go on
     without contradicting what a client may have seen."""
 
 
 # one attempt is one object: hashed by identity
 @dataclass(eq=False)
 class Attempt:
-    """One worker's attempt at one job. Its `state` moves by name (`move`), from the job
-    thread, the publisher's writer and the heartbeat; the flags read from the moves made.
+    """One worker's attempt at one job. Its `state` moves by name (`move`). The job thread,
+    the publisher's writer and the heartbeat move it. The flags read from the moves made.
 
-    Some facts outlive the state that set them, as the flags they replace did:
-    - `ended` holds once its terminal entry is written, even if a beat then fences it;
-    - `cancelled` and `preempted` hold once asked: both may be (a preempted batch line whose
-      batch is cancelled), the state then says `stopping`, the text path ends it cancelled
-      and an embedding gives it back first (worker/attempts/embedding.py);
-    - `suspect` is where the job came from, not a state: it holds from the claim until the
-      move `clear`, through `claimed`, `stopping` or an end (the runner counts it till then).
+    Some facts outlive the state that set them. The flags they replace did too.
+    - `ended` holds once its terminal entry is written. It holds even if a beat then fences it.
+    - `cancelled` and `preempted` hold once asked. Both may hold, as for a preempted batch line
+      whose batch is cancelled. The state then says `stopping`. The text path ends it
+      cancelled. An embedding gives it back first (worker/attempts/embedding.py).
+    - `suspect` is where the job came from, not a state. It holds from the claim until the
+      move `clear`, through `claimed`, `stopping` or an end. The runner counts it till then.
     """
 
     job_id: str
@@ -96,9 +96,10 @@ class Attempt:
     _moving: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     def move(self, name: str) -> str:
-        """Make the move `name` (contract/lifecycle/attempt.py), returning the new state;
-        IllegalMove if the state does not allow it. A start goes to `proving` for a suspect.
-        A move that leaves the state as it was is recorded once (a heartbeat fences at each beat)."""
+        """Make the move `name` (contract/lifecycle/attempt.py) and return the new state. It
+        raises IllegalMove if the state does not allow it. A start goes to `proving` for a
+        suspect. A move that leaves the state as it was is recorded once, since a heartbeat
+        fences at each beat."""
         with self._moving:
             to = ("proving" if self.suspect else "running") if name == "start" else ""
             before, self._state = self._state, life.after(self._state, name, to)
@@ -150,15 +151,16 @@ class Attempt:
         return attempts.Claim(self.epoch, self.token, self.worker, self.window_ms)
 
     def saw(self, entry_id: str) -> None:
-        """An id in the job's stream (read or written): the ids this attempt chooses come after."""
+        """An id in the job's stream, read or written. The ids this attempt chooses come after it."""
         ms, _, seq = entry_id.partition("-")
         self.newest = max(self.newest, (int(ms), int(seq or 0)))
 
     def next_ids(self, n: int) -> list[str]:
-        """Stream ids for `n` new entries, after every id this attempt knows. Chosen here, not
-        by Redis: an APPEND whose reply a failover lost is retried on the promoted replica,
-        which lacks what it wrote, and must write the ids a client may have been sent from
-        the old primary, or that client would be sent the same entries again."""
+        """Stream ids for `n` new entries, after every id this attempt knows. They are chosen
+        here, not by Redis. If a failover loses an APPEND's reply, the APPEND is retried on the
+        promoted replica. That replica lacks what the APPEND wrote. The retry must write the ids
+        a client may have been sent from the old primary. Otherwise that client would be sent
+        the same entries again."""
         ms, seq = self.newest
         now = int(time.time() * 1000)
         ids = []
@@ -174,8 +176,8 @@ class Attempt:
             self.record.extend(rows)
 
     def held_from(self, seq: int) -> list[tuple[str, Entry]] | None:
-        """The entries from number `seq` on, with their ids; None if some are no longer held
-        (already trimmed as safe: a failover took back what a replica had confirmed)."""
+        """The entries from number `seq` on, with their ids. None if some are no longer held.
+        They were already trimmed as safe: a failover took back what a replica had confirmed."""
         with self._lock:
             if seq >= self.written:
                 return []
@@ -227,10 +229,11 @@ class Claims:
         self._beat = link.streams.register_script(attempts.BEAT)
 
     def claim(self, job_id: str, spec_digest: str) -> Attempt:
-        """Start a new attempt at a job (fencing out every earlier one), for the spec whose
-        digest is given (NotRecorded if the API recorded another). A job that waited past its
-        start deadline is ended by the claim instead (JobGone). The claim's token makes a
-        retry (its reply lost to a Redis blip) return the same attempt."""
+        """Start a new attempt at a job, fencing out every earlier one. The attempt is for the
+        spec whose digest is given. It raises NotRecorded if the API recorded another. A job
+        that waited past its start deadline is ended by the claim instead (JobGone). The
+        claim's token makes a retry return the same attempt. A retry comes after a Redis blip
+        lost the reply."""
         link = self._link
         token = uuid.uuid4().hex
         args = attempts.claim_args(
@@ -260,11 +263,12 @@ class Claims:
     def replicated(
         self, attempt: Attempt, replicas: int, wait_ms: int, ask_sentinels: bool = False
     ) -> tuple[int, int, bool]:
-        """BEAT the attempt (a write, on the connection that then waits), then `WAIT
-        replicas`: the BEAT's answer (1 current, 0 fenced, 2 its claim lost in a failover),
-        how many replicas hold it (and so the claim and everything written before it), and
-        (`ask_sentinels`: one more round trip) whether the server that answered is still the
-        sentinels' primary (True without sentinels, or not asked)."""
+        """BEAT the attempt, then `WAIT replicas`, and return three values. The BEAT is a
+        write, on the connection that then waits. First: the BEAT's answer (1 current, 0
+        fenced, 2 its claim lost in a failover). Second: how many replicas hold it, and so the
+        claim and all written before it. Third: whether the server that answered is still the
+        sentinels' primary. `ask_sentinels` asks for the third, at one more round trip.
+        Without it, or without sentinels, the third is True."""
         job_id = attempt.job_id
         sentinel = ask_sentinels and is_sentinel(self._client)
 
@@ -288,7 +292,7 @@ class Claims:
         return int(current), int(acked), primary
 
     def clear_suspect(self, attempt: Attempt) -> bool:
-        """The attempt's job is no longer a suspect (it went on past where its batch died);
+        """The attempt's job is no longer a suspect: it went on past where its batch died.
         False when the attempt is no longer the job's current one."""
         job_id = attempt.job_id
         return bool(
@@ -326,14 +330,14 @@ class Claims:
             after = "(" + rows[-1][0].decode()
 
     def cancel_due(self, job_id: str) -> bool:
-        """Whether a cancel of the job is due (its CANCEL_AT has passed): what an attempt that
-        writes nothing for a while (an embed job) asks, where others learn it from APPEND."""
+        """Whether a cancel of the job is due: its CANCEL_AT has passed. An attempt that writes
+        nothing for a while (an embed job) asks this. Others learn it from APPEND."""
         at = self._link.retry(lambda: self._client.hget(keys.job(job_id), keys.JobField.CANCEL_AT))
         return at is not None and time.time() * 1000 >= int(at)
 
     def fail(self, attempt: Attempt, entry: Failed) -> bool:
-        """End the attempt's own job with `entry` (FAIL), as long as the attempt is current:
-        what a full Redis (maxmemory, noeviction) still takes when it refused the attempt's
+        """End the attempt's own job with `entry` (FAIL), as long as the attempt is current.
+        A full Redis (maxmemory, noeviction) still takes this when it refused the attempt's
         entries. False if the attempt was no longer current or the job had ended."""
         job_id = attempt.job_id
         args = attempts.fail_args(job_id, attempt.claim, entry, self._link.recovery.retention_s)

@@ -1,11 +1,12 @@
-"""A thinking budget (`JobSpec.thinking_budget`, Anthropic's `thinking.budget_tokens`): once a
-reasoning model has thought that many tokens with its block still open, the worker writes the
-block's close itself, as if the model had, and the model goes on from there with its answer.
+"""A thinking budget (`JobSpec.thinking_budget`, Anthropic's `thinking.budget_tokens`). A
+reasoning model may think that many tokens with its block still open. Then the worker writes
+the block's close itself, as if the model had. The model goes on from there with its answer.
 
-The close is tokens of the job like any other: published with their ids, so a continuation
-after a crash reads them again and a replay splits the same. The engine's picks are stopped
-and started again after them (prompt, everything generated, the close): the slot's cache holds
-all but the close, so only the close is read (worker/engine/steps/plan.py `prefix_source`).
+The close is tokens of the job like any other. They are published with their ids. So a
+continuation after a crash reads them again, and a replay splits the same. The engine's picks
+stop, and start again after them: from the prompt, everything generated and the close. The
+slot's cache holds all but the close. So only the close is read (worker/engine/steps/plan.py
+`prefix_source`).
 """
 
 from __future__ import annotations
@@ -34,8 +35,8 @@ def bounded(
     cached: Callable[[int], None] | None,
     since_ms: int = 0,
 ) -> Picks:
-    """The engine's picks for the job, its thinking closed at the budget (most jobs have
-    none: then the engine's own picks, nothing between)."""
+    """The engine's picks for the job, its thinking closed at the budget. Most jobs have no
+    budget. For them these are the engine's own picks, with nothing between."""
     if not spec.thinking_budget:
         return engine.tokens(spec, prompt, prior, progress, alone_for, cached, since_ms=since_ms)
 
@@ -50,7 +51,7 @@ def bounded(
 def _closing(
     budget: int, engine: Engine, spec: JobSpec, start: Callable[[list[int]], Picks], out: Sender
 ) -> Picks:
-    """The caller handles each pick (the sender reads it) before it asks for the next, so the
+    """The caller handles each pick before it asks for the next: the sender reads it. So the
     count `due` reads is current."""
     closed = False
     # this attempt's tokens

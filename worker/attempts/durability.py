@@ -1,30 +1,31 @@
 """Which of this worker's writes a Redis failover could still take back, and writing them
 again when one did (docs/protocol.md, "Failover").
 
-Replication is asynchronous: a promoted replica may lack the primary's last writes, and a
-restart from an AOF synced every second may lack the last second. So each attempt holds
-what it wrote (`Attempt.record`) until it is safe, and this thread, once a `period_s`:
+Replication is asynchronous. A promoted replica may lack the primary's last writes. A restart
+from an AOF synced every second may lack the last second. So each attempt holds what it wrote
+(`Attempt.record`) until it is safe. Once a `period_s`, this thread:
 
-- notes how far each attempt has written, then reads the server's replication offset: once
-  every connected replica has acknowledged that offset (their `REPLCONF ACK`s, about once a
-  second), those entries are on whichever replica a failover promotes, and are forgotten. A
-  server without replicas has them on disk `fsync_s` after they were written (`appendfsync
-  everysec`), unless it had a replica in the last `REMEMBER_S`: a primary the sentinels have just
-  replaced (its replica promoted) takes writes until it is demoted, and loses them all (a
-  worker's first look cannot tell when a replica left: a primary with none but an active
-  backlog is taken to have just lost it);
-- sees a failover or a restart as a new `run_id` behind the connection, and then has every
-  attempt it still tracks (ended ones too) write again what it holds: the publisher's
-  APPEND skips what survived and writes the rest with the ids they had. It does so again at
-  each look for `RESEND_FOR_S`: the publisher's own connection may still reach the replaced
-  primary, which takes writes until the sentinels demote it (about ten seconds after a
-  `SENTINEL FAILOVER`), and an ended attempt writes nothing else that would find the loss.
+- notes how far each attempt has written. Then it reads the server's replication offset.
+  Replicas acknowledge with `REPLCONF ACK`s, about once a second. Once every connected replica
+  has acknowledged that offset, those entries are on whichever replica a failover promotes. So
+  they are forgotten. A server without replicas has them on disk `fsync_s` after they were
+  written (`appendfsync everysec`). That holds unless it had a replica in the last
+  `REMEMBER_S`. A worker's first look cannot tell when a replica left. So a primary with none
+  but an active backlog is taken to have just lost it. `REMEMBER_S` guards against a primary
+  the sentinels have just replaced (its replica promoted). Such a primary takes writes until it
+  is demoted. Then it loses them all.
+- sees a failover or a restart as a new `run_id` behind the connection. Then it has every
+  attempt it still tracks (ended ones too) write again what it holds. The publisher's APPEND
+  skips what survived and writes the rest with the ids they had. It does so again at each look
+  for `RESEND_FOR_S`. The publisher's own connection may still reach the replaced primary.
+  That primary takes writes until the sentinels demote it (about ten seconds after a
+  `SENTINEL FAILOVER`). And an ended attempt writes nothing else that would find the loss.
 
-This costs no step anything: no write waits for a replica (a `WAIT` per write would hold
-every token for a round trip to the replica). What a client saw may be lost with the
-primary for a moment, but the worker that wrote it writes it back with the same ids, so a
-resume or a replay gives the same events. On a cluster (`STREAMS_REDIS_URL`) each attempt
-is checked with the node that holds its job.
+This costs no step anything: no write waits for a replica. A `WAIT` per write would hold every
+token for a round trip to the replica. What a client saw may be lost with the primary for a
+moment. But the worker that wrote it writes it back with the same ids. So a resume or a replay
+gives the same events. On a cluster (`STREAMS_REDIS_URL`), each attempt is checked with the
+node that holds its job.
 """
 
 from __future__ import annotations
@@ -80,8 +81,8 @@ class Durability:
         self._thread = Periodic("durability", period_s, self.check)
 
     def start(self) -> None:
-        """Look once before the worker takes a job (a claim made before the first look
-        would not know to wait for a replica), then once a period on the thread."""
+        """Look once before the worker takes a job, then once a period on the thread. A claim
+        made before the first look would not know to wait for a replica."""
         # Redis away: the thread looks when it is back
         with contextlib.suppress(redis.RedisError):
             self.check()
@@ -91,16 +92,16 @@ class Durability:
         self._thread.stop()
 
     def track(self, attempt: Attempt) -> None:
-        """Hold `attempt`'s writes until they are safe (it is dropped once it has ended and
-        all it wrote is safe)."""
+        """Hold `attempt`'s writes until they are safe. It is dropped once it has ended and
+        all it wrote is safe."""
         with self._lock:
             self._attempts.add(attempt)
 
     def replicas_expected(self, job_id: str) -> int:
-        """How many replicas of the server holding the job a failover could promote: those
-        connected at the last look, at least one if it had one lately; 0 if none. Not on a
-        cluster, whose keyless `WAIT` has no node to go to (and whose manual failover waits
-        for the replica to catch up)."""
+        """How many replicas of the server holding the job a failover could promote. That is
+        those connected at the last look, and at least one if it had one lately. It is 0 if
+        none. It is 0 on a cluster too: its keyless `WAIT` has no node to go to. A cluster's
+        manual failover waits for the replica to catch up."""
         if is_cluster(self._client):
             return 0
         node = self._nodes.get(self._node_of(job_id)[0])
@@ -132,8 +133,8 @@ class Durability:
                     self._attempts.discard(a)
 
     def settle(self, timeout_s: float) -> None:
-        """Wait up to `timeout_s` for every write to be safe (a worker about to exit: after
-        it, nobody could write again what a failover takes back)."""
+        """Wait up to `timeout_s` for every write to be safe. It is for a worker about to
+        exit. After the exit, nobody could write again what a failover takes back."""
         deadline = time.monotonic() + timeout_s
         while self._attempts and time.monotonic() < deadline:
             time.sleep(0.2)
@@ -203,9 +204,9 @@ class Durability:
 
 
 def _replica_offset(info: dict) -> int | None:
-    """The offset every connected replica has acknowledged (a failover may promote any of
-    them: the sentinels pass over one that is down or cut off, however far it got); None
-    without replicas."""
+    """The offset every connected replica has acknowledged, or None without replicas. A
+    failover may promote any of them. The sentinels pass over one that is down or cut off,
+    however far it got."""
     offsets = [
         int(v.get("offset", 0))
         for k, v in info.items()

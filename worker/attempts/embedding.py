@@ -1,12 +1,14 @@
-"""An attempt at an embed job: tokenize its inputs, embed them (beside other jobs' inputs:
-worker/engine/embedding/engine.py) and end the job with every vector in its terminal entry.
+"""An attempt at an embed job. It tokenizes the job's inputs and embeds them, beside other
+jobs' inputs (worker/engine/embedding/engine.py). It ends the job with every vector in its
+terminal entry.
 
-It writes no deltas: a worker that dies mid-way leaves nothing half-said, and the next attempt
-embeds the same inputs again, to the same vectors (one decode's sequences never see each
-other), so a client gets one answer whichever attempt gives it. While it waits for its
-vectors it still stops as any attempt does: fenced out (the heartbeat learns it), cancelled
-(it asks, writing nothing that would tell it), past its deadline, or given back at shutdown
-or to make room for an interactive job (a Batch API line); what it had waiting is dropped.
+It writes no deltas, so a worker that dies mid-way leaves nothing half-said. The next attempt
+embeds the same inputs again. It gets the same vectors, since one decode's sequences never see
+each other. So a client gets one answer whichever attempt gives it. While it waits for its
+vectors, it still stops as any attempt does. It stops when fenced out, which the heartbeat
+learns. It stops when cancelled: it asks, since it writes nothing that would tell it. It stops
+past its deadline. It is given back at shutdown. A Batch API line is given back to make room
+for an interactive job. What it had waiting is dropped.
 """
 
 from __future__ import annotations
@@ -55,8 +57,8 @@ def run(
     attempt: Attempt,
     shutdown_at: Callable[[], float | None],
 ) -> str:
-    """Run the claimed attempt to its end; returns how it ended (an `Outcome` value), or
-    HAND_OFF / `queueing.PREEMPT` for the caller to give the job back."""
+    """Run the claimed attempt to its end, and return how it ended (an `Outcome` value).
+    HAND_OFF or `queueing.PREEMPT` tell the caller to give the job back."""
     progress = claims.progress(spec.id)
     attempt.saw(progress.last_id)
     attempt.owner = progress.owner

@@ -1,17 +1,18 @@
 """Per-attempt heartbeats, from a thread that keeps beating while llama.cpp computes.
 
-Every `interval_s` each attempt this process holds refreshes its liveness key (the BEAT
-script, valid for `window_ms`). A process that hangs stops beating and is declared dead
-when the key expires; a process that dies is seen sooner, by its named connections
-vanishing. BEAT also tells an attempt it has been fenced out, so a worker stops even while
-it writes nothing (a long prefill), and that a failover lost its claim: `rolled_back` (the
-publisher's `resend`) then writes again what it holds, which claims again. The thread holds
-any number of attempts: one process may run several jobs at once.
+Every `interval_s`, each attempt this process holds refreshes its liveness key. The BEAT
+script does it, and the key is valid for `window_ms`. A process that hangs stops beating, and
+is declared dead when the key expires. A process that dies is seen sooner, by its named
+connections vanishing. BEAT also tells an attempt it has been fenced out. So a worker stops
+even while it writes nothing (a long prefill). BEAT also tells it when a failover lost its
+claim. Then `rolled_back` (the publisher's `resend`) writes again what it holds, which claims
+again. The thread holds any number of attempts. One process may run several jobs at once.
 
-The thread beats on its own, so a process stuck inside a native call (a hung driver) would
-look alive for ever: an attempt with no step computing any of its rows (a prompt chunk or a
-token) for `stall_s` is no longer beaten for, and is declared dead. A long prompt read a
-chunk a step beside other streams may take minutes to its first token; each chunk counts.
+The thread beats on its own. So a process stuck inside a native call (a hung driver) would
+look alive for ever. To catch it, an attempt is no longer beaten for once no step computed
+any of its rows for `stall_s`. Its rows are its prompt chunks and tokens. It is then declared
+dead. A long prompt read a chunk a step beside other streams may take minutes to its first
+token. Each chunk counts.
 """
 
 from __future__ import annotations

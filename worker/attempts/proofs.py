@@ -1,13 +1,13 @@
-"""When a worker may start proving a group of suspects: turns between the proofs and the
-continuations read again, so that neither waits on the other for ever.
+"""When a worker may start proving a group of suspects. Proofs and the continuations read
+again take turns, so neither waits on the other for ever.
 
 While suspects prove themselves, the jobs still reading their context wait
-(worker/engine/steps/plan.py): a death then is the suspects'. A worker that started a proof
-whenever the last one ended once held its continuations 25 s behind one proof after
-another; one that started none while a continuation was read left suspects 75 s in the
-suspect queue in a crash storm, where a dead batch's jobs arrive every few seconds. So the
-continuations get, after each proof, at least as long as it took; then the next group may
-start beside them. A proof thus takes at most about half the worker's time from them.
+(worker/engine/steps/plan.py). A death then is the suspects'. Starting a proof whenever the
+last one ended once held a worker's continuations 25 s behind one proof after another.
+Starting none while a continuation was read left suspects 75 s in the suspect queue. That was
+in a crash storm, where a dead batch's jobs arrive every few seconds. So after each proof, the
+continuations get at least as long as it took. Then the next group may start beside them. A
+proof thus takes at most about half the worker's time from them.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ class ProofTurns:
             self._proving, self._ended = False, self._clock()
 
     def may_start(self, reading_again: int) -> bool:
-        """Whether a new group may start now: none proves, and the `reading_again`
-        continuations here have had their turn since the last proof ended."""
+        """Whether a new group may start now. None may be proving. The `reading_again`
+        continuations here must have had their turn since the last proof ended."""
         if self._proving:
             return False
         return not reading_again or self._clock() - self._ended >= self._ended - self._began

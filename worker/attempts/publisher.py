@@ -1,28 +1,29 @@
 """Fenced writes of attempts' entries to their jobs' streams, off the generating thread.
 
-Every write goes through the contract's Lua scripts, so a worker that is no longer the
-current attempt (declared dead, job ended or cancelled elsewhere) is refused at its next
-write and stops: `Fenced` is raised and the caller abandons the job. A write that cannot
-reach Redis is retried with backoff for `redis_wait_s` (Redis restarting), then given up.
+Every write goes through the contract's Lua scripts. A worker may no longer be the current
+attempt: declared dead, or its job ended or cancelled elsewhere. Then it is refused at its
+next write, and stops. `Fenced` is raised and the caller abandons the job. A write that
+cannot reach Redis is retried with backoff for `redis_wait_s` (Redis restarting), then given
+up.
 
-Deltas are written behind: `delta` queues the entry and returns, and one writer thread
-sends everything queued in one round trip (one APPEND per attempt, in a pipeline), so the
-model never waits for Redis and a burst of tokens costs one round trip, not one per token.
-With several slots, the job threads of one batch step publish within a millisecond of each
-other: `linger_s` holds the round trip that long so it carries them all (each round trip
-also wakes Redis and the API, which on a CPU worker's machine take cores from the model;
-docs/benchmarks.md). It holds only while `crowded()` says other attempts run: a lone
-attempt has nobody to wait for, and the linger would only delay its first token.
-What the writer learns comes back through the attempt: `fenced`, `cancelled`, or a write
-error, raised by the attempt's next call. `started`, `finished`, `failed` and `flush` wait
-until everything the attempt queued before them is written.
+Deltas are written behind. `delta` queues the entry and returns. One writer thread sends
+everything queued in one round trip (one APPEND per attempt, in a pipeline). So the model
+never waits for Redis. A burst of tokens costs one round trip, not one per token. With
+several slots, the job threads of one batch step publish within a millisecond of each other.
+`linger_s` holds the round trip that long, so it carries them all. Each round trip also wakes
+Redis and the API. On a CPU worker's machine they take cores from the model
+(docs/benchmarks.md). It holds only while `crowded()` says other attempts run. A lone attempt
+has nobody to wait for, and the linger would only delay its first token. What the writer
+learns comes back through the attempt: `fenced`, `cancelled`, or a write error. The attempt's
+next call raises it. `started`, `finished`, `failed` and `flush` wait until everything the
+attempt queued before them is written.
 
-A failover can take back the last writes (docs/protocol.md, "Failover"). Each attempt
-holds what it wrote until a replica has it (`Attempt.record`, worker/attempts/durability.py); a write
-that finds the job behind (`BEHIND n`) writes the lost entries again, with the stream ids
-they had, before its own, so the stream reads as it did; `resend` does the same for an
-attempt with nothing more to write (one that has ended, or a heartbeat that found its claim
-lost).
+A failover can take back the last writes (docs/protocol.md, "Failover"). Each attempt holds
+what it wrote until a replica has it (`Attempt.record`, worker/attempts/durability.py). A write
+may find the job behind (`BEHIND n`). Then it first writes the lost entries again, with the
+stream ids they had. So the stream reads as it did. `resend` does the same for an attempt with
+nothing more to write. That is an attempt that has ended, or one whose heartbeat found its
+claim lost.
 """
 
 from __future__ import annotations
@@ -96,8 +97,8 @@ class Publisher:
     def started(
         self, attempt: Attempt, prompt_tokens: int, after: str = "", cleared: tuple[int, int] = (0, 0)
     ) -> None:
-        """The attempt's first entry, going on from entry `after` (what it read), with what the
-        job's context edit cleared: (tool uses, input tokens)."""
+        """The attempt's first entry, going on from entry `after` (what it read). It carries
+        what the job's context edit cleared: (tool uses, input tokens)."""
         uses, tokens = cleared
         entry = Started(
             epoch=attempt.epoch,
@@ -118,7 +119,7 @@ class Publisher:
         logprobs: tuple[TokenLogprob, ...] = (),
         reasoning: str = "",
     ) -> None:
-        """Queue generated text; returns at once (raises what an earlier write learned)."""
+        """Queue generated text and return at once. It raises what an earlier write learned."""
         entry = Delta(
             epoch=attempt.epoch,
             text=text,
@@ -166,9 +167,9 @@ class Publisher:
         self._submit(attempt, None, wait=True)
 
     def resend(self, attempt: Attempt, wait: bool = True) -> None:
-        """Write again, with their ids, the entries of `attempt` a failover may have lost (an
-        ended attempt too); with `wait`, return once that is done. What is still there is
-        skipped."""
+        """Write again, with their ids, the entries of `attempt` a failover may have lost. This
+        holds for an ended attempt too. With `wait`, return once that is done. What is still
+        there is skipped."""
         item = _Queued(attempt, None, threading.Event(), resend=True)
         with self._cv:
             self._queue.append(item)
@@ -283,7 +284,7 @@ class Publisher:
 
     def _append_all(self, todo: list[_Group]) -> list:
         """One pipeline of APPENDs (one transaction on one server). Each numbers its entries
-        from its first, so resending the pipeline after a lost reply writes nothing twice."""
+        from its first. So resending the pipeline after a lost reply writes nothing twice."""
         with self._client.pipeline(transaction=self._together) as pipe:
             for group in todo:
                 job_id = group.attempt.job_id
@@ -304,8 +305,8 @@ class Publisher:
 
 
 class _Group:
-    """One attempt's APPEND in a round trip: entries written again (with their ids) after a
-    failover lost them, then its new ones."""
+    """One attempt's APPEND in a round trip. First come entries written again (with their ids)
+    after a failover lost them. Then come its new ones."""
 
     def __init__(self, attempt: Attempt, first: int) -> None:
         self.attempt = attempt
@@ -317,7 +318,7 @@ class _Group:
         self.ids: list[str] | None = None
 
     def resend_from(self, seq: int) -> bool:
-        """Send the held entries from number `seq` on before the new ones; False if some of
+        """Send the held entries from number `seq` on before the new ones. False if some of
         them are no longer held."""
         held = self.attempt.held_from(seq)
         if held is None:
@@ -331,8 +332,8 @@ class _Group:
         return [*(self.again or []), *zip(self.ids, self.new, strict=True)]
 
     def done(self, result: list, holding: bool) -> None:
-        """APPEND wrote (or had written) every entry: record the new ones with their ids
-        (`holding`: until worker/attempts/durability.py finds them safe)."""
+        """APPEND wrote (or had written) every entry: record the new ones with their ids. With
+        `holding`, keep them until worker/attempts/durability.py finds them safe."""
         attempt = self.attempt
         if result[0] and not attempt.cancelled:
             attempt.move("cancel")

@@ -1,10 +1,10 @@
-"""The rules of one attempt at one job: check and claim it, read back what earlier attempts
-published, wait until the replicas hold the claim, generate, publish, and end the job or
-hand it off. The runner (worker/attempts/runner.py) keeps the slots attempts run in.
+"""The rules of one attempt at one job. It checks and claims the job, and reads back what earlier
+attempts published. It waits until the replicas hold the claim. Then it generates, publishes, and
+ends the job or hands it off. The runner (worker/attempts/runner.py) keeps the slots attempts run in.
 
-An attempt may be a continuation: earlier attempts (on a worker that died, hung or shut down)
-published text with its token ids; the new one appends exactly those ids to the prompt and
-generates only what is missing, within the original max_tokens: one continuous stream.
+An attempt may be a continuation. Earlier attempts, on a worker that died, hung or shut down,
+published text with its token ids. The new one appends exactly those ids to the prompt. It generates
+only what is missing, within the original max_tokens. The result is one continuous stream.
 """
 
 from __future__ import annotations
@@ -86,8 +86,8 @@ class Engine(Protocol):
 
 
 class Outcome(StrEnum):
-    """How a job function call or an attempt ended (logged; RQ keeps no result). Those that
-    are attempt states take their word from contract/lifecycle/attempt.py."""
+    """How a job function call or an attempt ended. It is logged, since RQ keeps no result.
+    Those that are attempt states take their word from contract/lifecycle/attempt.py."""
 
     STARTED = life.CLAIMED.outcome  # claimed: the attempt runs on its own thread
     SKIPPED = "skipped"  # ended, cancelled or late before it started
@@ -137,7 +137,7 @@ class AttemptRules:
         self.shutdown_at: float | None = None  # SIGTERM: attempts past it hand their jobs off
 
     def claim(self, raw_spec: dict, rq_job_id: str) -> JobAttempt | Outcome:
-        """Check the job and claim it; or why it does not run here. Only a spec the API
+        """Check the job and claim it, or say why it does not run here. Only a spec the API
         recorded for the job that the RQ job id names is run."""
         try:
             spec = JobSpec.from_dict(raw_spec)
@@ -320,8 +320,8 @@ class AttemptRules:
         return Outcome(reason)
 
     def _end_full(self, attempt: Attempt, exc: OutOfMemoryError) -> None:
-        """Redis refused the attempt's entries for memory (maxmemory, noeviction; an embed
-        job's vectors may be megabytes): end the job with `storage_full`, a small entry a full
+        """Redis refused the attempt's entries for memory (maxmemory, noeviction). An embed
+        job's vectors may be megabytes. End the job with `storage_full`, a small entry a full
         Redis still takes (FAIL). Left running, the reaper would requeue it, to be done and
         refused again, time after time."""
         log.error("%s: Redis is full (%s); ending the job with storage_full", attempt.job_id, exc)
@@ -333,16 +333,16 @@ class AttemptRules:
             log.error("%s: could not end the job either: %s", attempt.job_id, error)
 
     def _settle_claim(self, attempt: Attempt) -> None:
-        """Before the attempt writes anything a client could be sent, wait until the
-        replicas a failover could promote hold its claim (worker/attempts/durability.py). A primary the
-        sentinels have just replaced takes writes until they say so (about a second): a job
-        claimed there alone would run beside the attempt another worker starts on the new
-        primary, and clients sent the first's text from the old one would then be sent the
-        second's. A claim the new primary lacks is made again there (an empty APPEND): of
-        two attempts, the one that claims first runs; the other is fenced having written
-        nothing. Without an answer in CLAIM_CONFIRM_S (the replica away, its primary still
-        the primary: through Sentinel, the sentinels still say so), the attempt runs anyway,
-        as the API answers for a new job anyway."""
+        """Before the attempt writes anything a client could be sent, wait for the replicas to hold
+        its claim. These are the replicas a failover could promote (worker/attempts/durability.py).
+        A primary the sentinels have just replaced takes writes until they say so (about a second).
+        A job claimed there alone would run beside the attempt another worker starts on the new
+        primary. Clients sent the first's text from the old one would then be sent the second's. A
+        claim the new primary lacks is made again there (an empty APPEND). Of two attempts, the one
+        that claims first runs. The other is fenced having written nothing. Without an answer in
+        CLAIM_CONFIRM_S, the attempt runs anyway, as the API answers for a new job anyway. This is
+        for a replica away while its primary is still the primary. Through Sentinel, the sentinels
+        still say so."""
         durability = self.durability
         if durability is None or not durability.replicas_expected(attempt.job_id):
             return
@@ -374,16 +374,16 @@ class AttemptRules:
                 return
 
     def _clear_suspect(self, attempt: Attempt) -> None:
-        """A suspect that went on past where its batch died is cleared (a job that kills
-        workers where it stands would have died again): the worker may take the next suspect,
-        so a dead batch's jobs are read again side by side rather than one after another."""
+        """A suspect that went on past where its batch died is cleared. A job that kills
+        workers where it stands would have died again. The worker may then take the next
+        suspect. So a dead batch's jobs are read again side by side, not one after another."""
         cleared = self.claims.clear_suspect(attempt)  # False: no longer the job's attempt
         self._suspect_cleared(attempt)  # either way not asked again at every token: its next write is fenced
         if cleared:
             log.info("%s is no longer a suspect (%d tokens on)", attempt.job_id, attempt.generated)
 
     def _hand_off(self, attempt: Attempt, reason: str = "handoff") -> None:
-        """Give the job back (shutting down, or preempted); a continuation is enqueued for
+        """Give the job back (shutting down, or preempted). A continuation is enqueued for
         another worker. What this attempt generated is written first, so the continuation
         need not redo it."""
         with contextlib.suppress(Fenced, RolledBack, redis.RedisError):

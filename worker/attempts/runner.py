@@ -1,10 +1,10 @@
-"""Running jobs: up to SLOTS attempts at once, each on its own thread, in one of the worker's
-slots, while the engine decodes them together (the rules of one attempt are in
-worker/attempts/rules.py).
+"""Running jobs, up to SLOTS attempts at once. Each runs on its own thread, in one of the
+worker's slots. The engine decodes them together. The rules of one attempt are in
+worker/attempts/rules.py.
 
-RQ records every job as a call of `generate(spec)` (`contract.keys.JOB_FUNCTION`); the
-worker's own loop (worker/intake/rqworker.py) hands each job's spec to `JobRunner.start`,
-which claims the job and returns.
+RQ records every job as a call of `generate(spec)` (`contract.keys.JOB_FUNCTION`). The
+worker's own loop (worker/intake/rqworker.py) hands each job's spec to `JobRunner.start`.
+That claims the job and returns.
 """
 
 from __future__ import annotations
@@ -31,10 +31,10 @@ log = logging.getLogger(__name__)
 
 
 class JobRunner:
-    """Runs attempts, up to `slots` at once: RQ's loop reserves a slot before it takes a
-    job from the queue (`reserve`), `start` claims the job and runs it on its own thread,
-    and the slot is free again when that attempt ends. The engine decodes the running
-    attempts together; `AttemptRules` runs each."""
+    """Runs attempts, up to `slots` at once. RQ's loop reserves a slot before it takes a job
+    from the queue (`reserve`). `start` claims the job and runs it on its own thread. The slot
+    is free again when that attempt ends. The engine decodes the running attempts together.
+    `AttemptRules` runs each."""
 
     def __init__(
         self,
@@ -99,22 +99,22 @@ class JobRunner:
 
     def request_shutdown(self, grace_s: float | None = None) -> None:
         """SIGTERM: finish the running jobs if they end within the grace period, else hand
-        them off (a second signal: hand them off now)."""
+        them off. A second signal hands them off now."""
         at = time.monotonic() + (self._shutdown_grace if grace_s is None else grace_s)
         if self.rules.shutdown_at is None or at < self.rules.shutdown_at:
             self.rules.shutdown_at = at
 
     def reserve(self, timeout: float) -> bool:
-        """Wait up to `timeout` for a free slot; the caller then takes one job and `start`s it."""
+        """Wait up to `timeout` for a free slot. The caller then takes one job and `start`s it."""
         return self._free.reserve(timeout)
 
     def unreserve(self) -> None:
         self._free.release()
 
     def turns(self) -> tuple[list[str], bool] | None:
-        """For TAKE on an embedding worker (keys take turns: worker/attempts/slots.py): the
-        owners of the running jobs, and whether the slot reserved is the guest slot; None
-        elsewhere (first come, first taken)."""
+        """For TAKE on an embedding worker, where keys take turns (worker/attempts/slots.py).
+        It gives the owners of the running jobs, and whether the slot reserved is the guest
+        slot. None elsewhere (first come, first taken)."""
         return (self._owners(), self._free.in_guest()) if self._free.turns else None
 
     def _owners(self) -> list[str]:
@@ -127,16 +127,17 @@ class JobRunner:
             return len(self._threads)
 
     def running_suspects(self) -> tuple[int, int]:
-        """How many uncleared suspects run here (they step as one group: worker/engine/steps/
-        plan.py), and the most that group may hold: the least `group` of theirs (0: any)."""
+        """How many uncleared suspects run here, and the most their group may hold. They step
+        as one group (worker/engine/steps/plan.py). The most is the least `group` of theirs
+        (0: any)."""
         with self._lock:
             caps = [a.group for a in self._suspects if a.group]
             return len(self._suspects), min(caps, default=0)
 
     def proof_may_start(self) -> bool:
-        """Whether a new group of suspects may start proving here: none proves, and the
-        continuations read again here (their streams stalled where a worker died, and they
-        wait while suspects prove) have had their turn (worker/attempts/proofs.py)."""
+        """Whether a new group of suspects may start proving here (worker/attempts/proofs.py).
+        None may be proving. The continuations read again here must have had their turn.
+        Their streams stalled where a worker died, and they wait while suspects prove."""
         with self._lock:
             reading = sum(
                 c.attempt.resumed and not c.attempt.generated and not c.attempt.suspect
@@ -149,11 +150,11 @@ class JobRunner:
             return self._batch_lines
 
     def preempt_batch_line(self) -> str | None:
-        """Make one running Batch API line give its job back at its next token: one already
-        generating (a line still reading its prompt would stop only once it is read), and of
-        those the one with the fewest tokens generated (the least to read again when it
-        resumes); never a suspect (it would come back first, from the suspect queue).
-        Returns its job id."""
+        """Make one running Batch API line give its job back at its next token. It picks one
+        already generating. A line still reading its prompt would stop only once it is read.
+        Of those, it picks the one with the fewest tokens generated: the least to read again
+        when it resumes. It never picks a suspect, which would come back first, from the
+        suspect queue. Returns its job id."""
         with self._lock:
             lines = [
                 c.attempt
@@ -185,10 +186,10 @@ class JobRunner:
             threads[0].join(timeout=left)
 
     def start(self, raw_spec: dict, rq_job_id: str, owner: str = "") -> Outcome:
-        """Claim the job RQ knows as `rq_job_id` and run the attempt on its own thread, in the
-        slot the caller reserved; returns at once (RQ's record of the job ends here, the job's
-        own record lives on in Redis with its heartbeat). `owner` (its RQ record's) counts
-        for the keys' turns until the attempt reads the job's own."""
+        """Claim the job RQ knows as `rq_job_id`, and run the attempt on its own thread. It
+        runs in the slot the caller reserved. It returns at once. RQ's record of the job ends
+        here. The job's own record lives on in Redis with its heartbeat. `owner` (its RQ
+        record's) counts for the keys' turns until the attempt reads the job's own."""
         try:
             with _logged_as(keys.job_of(rq_job_id)):
                 claim_at = time.time_ns()
@@ -238,9 +239,9 @@ class JobRunner:
                 self.queue_opened()
 
     def _suspect_cleared(self, attempt: Attempt) -> None:
-        """A suspect that went on past where its batch died is cleared (a job that kills
-        workers where it stands would have died again): the worker may take the next suspect,
-        so a dead batch's jobs are read again side by side rather than one after another."""
+        """A suspect that went on past where its batch died is cleared. A job that kills
+        workers where it stands would have died again. The worker may then take the next
+        suspect. So a dead batch's jobs are read again side by side, not one after another."""
         with self._lock:
             self._discard_suspect(attempt)
             attempt.move("clear")
@@ -266,5 +267,5 @@ def _logged_as(job_id: str) -> Iterator[None]:
 
 def generate(spec: dict) -> str:
     """The job function RQ records for every job (`JOB_FUNCTION`). Only worker/intake/rqworker.py's
-    loop runs jobs, calling `JobRunner.start` with the RQ job id; calling this is an error."""
+    loop runs jobs, calling `JobRunner.start` with the RQ job id. Calling this is an error."""
     raise RuntimeError("tokenspool jobs are run by the worker loop (worker/intake/rqworker.py), not by RQ")

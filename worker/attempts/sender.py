@@ -1,10 +1,10 @@
-"""An attempt's text on its way to the stream: each piece the text assembler releases is
-read by the job's reply (thinking, content and tool-call fragments: worker/text/replies.py)
-and published with its tokens' ids and logprobs.
+"""An attempt's text on its way to the stream. The job's reply (worker/text/replies.py) reads
+each piece the text assembler releases. It reads thinking, content and tool-call fragments.
+Each piece is then published with its tokens' ids and logprobs.
 
-A continuation's sender first reads the text earlier attempts generated, so the reply goes
-on where they were (what it says of that text was sent by them), and counts their tokens
-with its own: the thinking's share of the completion is counted over the whole job.
+A continuation's sender first reads the text earlier attempts generated. So the reply goes on
+where they were. What it says of that text was sent by them. It counts their tokens with its
+own. So the thinking's share of the completion is counted over the whole job.
 """
 
 from __future__ import annotations
@@ -63,16 +63,16 @@ class Sender:
         self._said.append(piece.text)
 
     def end(self) -> None:
-        """What the reply still held (text that might have opened a tool call, or closed a
-        thinking block)."""
+        """What the reply still held. That is text that might have opened a tool call, or
+        closed a thinking block."""
         parts = self._reply.end()
         if parts:
             self._pub.delta(self._attempt, parts.content, (), tuple(parts.calls), reasoning=parts.reasoning)
 
     def reasoning_tokens(self) -> int:
-        """The completion's tokens that began in its thinking (a block's tags and the
-        whitespace before the answer included; harmony's analysis messages, headers
-        included), over every attempt."""
+        """The completion's tokens that began in its thinking, over every attempt. A block's
+        tags and the whitespace before the answer count. So do harmony's analysis messages,
+        headers included."""
         spans = getattr(self._reply, "reasoning_spans", [])
         if not spans:
             return 0
@@ -87,8 +87,8 @@ class Sender:
         return count
 
     def open_thinking(self) -> int | None:
-        """The thinking's tokens so far (every attempt's) while it is open now, else None: what
-        a thinking budget counts."""
+        """The thinking's tokens so far (every attempt's) while it is open now, else None. A
+        thinking budget counts these."""
         return self.reasoning_tokens() if getattr(self._reply, "in_thinking", False) else None
 
     def said(self) -> str:

@@ -1,16 +1,17 @@
 """A worker's slots: how many jobs it holds at once (SLOTS), and an embedding worker's guest
 slot.
 
-The worker's loop reserves a slot before it takes a job from the queue, so waiting jobs stay
+The worker's loop reserves a slot before it takes a job from the queue. So waiting jobs stay
 where any worker can take them. An embedding worker packs the inputs of every job it holds
-into each decode, the keys that sent them in turn (worker/engine/embedding/packing.py), so
-what keeps another key waiting is not a decode but a slot: one key's jobs can hold every slot
-for minutes (64 jobs of 300,000 tokens each). So while every slot is held by one key's jobs,
-one slot more, the guest slot, takes another key's job from the queue (never one of the key
-holding the slots: contract.lua.queues.TAKE), embedded beside them from the next decode on;
-and every slot takes the waiting job of the key with the fewest jobs running here. The guest
-slot opens only for keys (a job's owner, a hash of its API key; a server without keys has
-one tenant) and holds one job at a time: a worker holds at most SLOTS + 1 jobs.
+into each decode. The keys that sent them take turns (worker/engine/embedding/packing.py). So
+what keeps another key waiting is not a decode but a slot. One key's jobs can hold every slot
+for minutes (64 jobs of 300,000 tokens each). So one slot more, the guest slot, opens while
+one key's jobs hold every slot. It takes another key's job from the queue. It never takes one
+of the key holding the slots (contract.lua.queues.TAKE). That job is embedded beside them from
+the next decode on. And every slot takes the waiting job of the key with the fewest jobs
+running here. The guest slot opens only for keys. A key is a job's owner, a hash of its API
+key. A server without keys has one tenant. The guest slot holds one job at a time, so a
+worker holds at most SLOTS + 1 jobs.
 """
 
 from __future__ import annotations
@@ -32,8 +33,8 @@ class Slots:
 
     def reserve(self, timeout: float) -> bool:
         """Wait up to `timeout` for a free slot (or the guest slot) and hold it. Whether the
-        guest slot is open is asked again at every call and every release (the worker's loop
-        calls at least once a second)."""
+        guest slot is open is asked again at every call and every release. The worker's loop
+        calls at least once a second."""
         with self._cv:
             if not self._cv.wait_for(self._free, timeout):
                 return False

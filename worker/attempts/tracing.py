@@ -1,14 +1,15 @@
-"""The worker's traces (contract/tracing/): one span per attempt, `attempt <epoch>`, in the
-trace of the request that made the job (its spec's `trace_context`), with children for its
-claim, its prefill (prompt tokens read, cached tokens) and its decode (tokens, steps) and
-publish, and events where its first token's time goes: its prompt tokenized, its first
-token sampled, that token written to the stream (bench/hops.py reads them). A
-continuation's span links to the attempt it goes on from (whose span id every process can
-derive: `propagation.attempt_span_id`) and says `tokenspool.resumed_from_token`.
+"""The worker's traces (contract/tracing/). Each attempt has one span, `attempt <epoch>`. It
+sits in the trace of the request that made the job (its spec's `trace_context`). Its children
+are its claim, its prefill (prompt tokens read, cached tokens), its decode (tokens, steps) and
+its publish. Its events show where its first token's time goes. They are its prompt
+tokenized, its first token sampled, and that token written to the stream (bench/hops.py reads
+them). A continuation's span links to the attempt it goes on from. Every process can derive
+that span's id (`propagation.attempt_span_id`). The span also says
+`tokenspool.resumed_from_token`.
 
-Nothing here runs per token: the first token is one event (`observed`, which also adds each
-pick's work to the profile's counters), totals are attributes set at the end. Tracing off
-(`start` found it off), `begin` gives every attempt `OFF`, whose methods do nothing and
+Nothing here runs per token. The first token is one event (`observed`). `observed` also adds
+each pick's work to the profile's counters. Totals are attributes set at the end. With tracing
+off (`start` found it off), `begin` gives every attempt `OFF`. Its methods do nothing and
 import nothing.
 """
 
@@ -31,8 +32,8 @@ _tracer: Any = None
 
 
 def start() -> bool:
-    """Set up the worker's tracer from OpenTelemetry's environment (the `JobRunner` does, once);
-    whether tracing is on."""
+    """Set up the worker's tracer from OpenTelemetry's environment, and say whether tracing is
+    on. The `JobRunner` calls it once."""
     global _tracer
     _tracer = _tracer or otel.tracer(propagation.WORKER_SERVICE, "tokenspool.worker")
     return _tracer is not None
@@ -86,8 +87,9 @@ class AttemptTrace:
         span.end(end_time=end_ns)
 
     def reading(self, prompt: int, prior: int, earlier: int) -> None:
-        """The attempt reads its prompt and what earlier attempts generated (`prior`); the
-        last of them, if any, had epoch `earlier` (dead, handed off or preempted): a link."""
+        """The attempt reads its prompt and what earlier attempts generated (`prior`). The
+        last of them, if any, had epoch `earlier` (dead, handed off or preempted). The span
+        links to it."""
         self._read_at, self._read = time.time_ns(), prompt + prior
         if earlier:
             self.span.set_attribute("tokenspool.resumed", True)
@@ -173,10 +175,10 @@ OFF = Off()
 def observed(
     picks: Iterator[tuple[Pick, bytes]], counters: BatchCounters, first: Callable[[], None]
 ) -> Iterator[tuple[Pick, bytes]]:
-    """An attempt's picks as its observers see them: each one's work on this thread (from its
-    arrival to the ask for the next) added to the profile's counters (a lost increment between
-    threads is a rounding error there), and the first told to `first` (its trace's
-    `first_token`), once, before the loop: nothing per token."""
+    """An attempt's picks as its observers see them. Each one's work on this thread goes to
+    the profile's counters. The work counts from its arrival to the ask for the next. A lost
+    increment between threads is a rounding error there. The first pick is told to `first`
+    (its trace's `first_token`), once, before the loop. Nothing runs per token."""
     head = next(picks, None)
     if head is None:
         return

@@ -1,11 +1,11 @@
 """The argmax of a step's greedy rows, split over threads when the rows are many.
 
-The pass over the logits is the one part of picking no worker can skip, and one core does
-not read memory as fast as the machine can: 256 rows of Llama 3's 128,256 logits are 131 MB,
-freshly written by the GPU's copy (not in any cache). numpy lets go of the GIL for the pass,
-so a few threads each take a share of the rows (bench/step_overhead.py measures it). A share
-is at least `MIN_SHARE` logits: below that, handing it to another thread costs more than it
-saves, and a step of a few rows is read by the scheduler's thread alone.
+The pass over the logits is the one part of picking no worker can skip. One core does not
+read memory as fast as the machine can. For Llama 3, 256 rows of 128,256 logits are 131 MB.
+The GPU's copy has just written them, so they are not in any cache. NumPy lets go of the GIL
+for the pass. So a few threads each take a share of the rows (`bench/step_overhead.py`
+measures it). A share is at least `MIN_SHARE` logits. Below that, handing it to another thread
+costs more than it saves. So the scheduler's thread reads a step of a few rows alone.
 """
 
 from __future__ import annotations
@@ -22,16 +22,18 @@ MAX_THREADS = 8
 
 
 def threads_for(cores: int | None = None) -> int:
-    """Threads for the pass: half this process's cores, at most MAX_THREADS (on a GPU worker
-    the cores are otherwise idle while it picks; on a CPU worker's step the llama.cpp threads
-    are done by then)."""
+    """Threads for the pass: half this process's cores, at most MAX_THREADS.
+
+    On a GPU worker the cores are otherwise idle while it picks. On a CPU worker, the step's
+    llama.cpp threads are done by then."""
     cores = cores or len(os.sched_getaffinity(0))
     return max(1, min(MAX_THREADS, cores // 2))
 
 
 class RowsArgmax:
-    """`rows.argmax(axis=1)` as a list, computed on up to `threads` threads (the caller's
-    among them)."""
+    """`rows.argmax(axis=1)` as a list, computed on up to `threads` threads.
+
+    The caller's thread is one of them."""
 
     def __init__(self, threads: int) -> None:
         self.threads = max(1, threads)

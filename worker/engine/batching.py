@@ -1,24 +1,24 @@
 """Continuous batching: one thread advances every running sequence in each `llama_decode`.
 
-Each job in a worker is a sequence in its own slot (a llama.cpp sequence id with its own
-part of the KV cache). Every step builds one batch: the last sampled token of each decoding
-sequence and up to `prefill_chunk` prompt tokens of each sequence still prefilling, so a
-long prompt is spread over many steps and never freezes the running streams.
-The batch lists its tokens by slot (worker/engine/steps/plan.py): llama.cpp computes a batch
-for a cache split by sequence in one pass only over consecutive sequence ids in increasing
-order. While an interactive sequence runs, Batch API lines beyond BATCH_SLOTS sit out.
-After the decode each sequence that produced logits samples with its own sampler chain, and
-a courier thread hands the step's tokens to the job threads through their sequences' queues
-while the next step computes: each job thread woken from the scheduler thread preempts it,
-and the model computes nothing meanwhile (docs/benchmarks.md has the figures).
+Each job in a worker is a sequence in its own slot. A slot is a llama.cpp sequence id with its own
+part of the KV cache. Every step builds one batch. It holds the last sampled token of each decoding
+sequence. It also holds up to `prefill_chunk` prompt tokens of each sequence still prefilling. So a
+long prompt is spread over many steps and never freezes the running streams. The batch lists its
+tokens by slot (worker/engine/steps/plan.py). One pass over a batch needs consecutive sequence ids
+in increasing order. That is how llama.cpp computes a batch for a cache split by sequence. While an
+interactive sequence runs, Batch API lines beyond BATCH_SLOTS sit out. After the decode, each
+sequence that produced logits samples with its own sampler chain. A courier thread hands the step's
+tokens to the job threads through their sequences' queues. It does so while the next step computes.
+Each job thread woken from the scheduler thread preempts it. The model computes nothing meanwhile
+(docs/benchmarks.md has the figures).
 
-A closed sequence leaves at the next step: its slot takes the next job at once. A slot keeps
-the KV of its last sequence for the next job of its cache scope (key or salt; a public
-prompt's tokens for any: contract/prefixes.py) sharing a prefix with it, which reads only the
-rest; a job extending no cache takes an empty slot, else the least recently used
-(`choose_slot`); a move closing a gap between running slots first copies the cache left there
-to a spare slot (`spare_slot`). On CPU a job's greedy tokens depend neither on the batch nor
-on the cached prefix (tests/integration/test_batching.py); a GPU may round a batch otherwise.
+A closed sequence leaves at the next step: its slot takes the next job at once. A slot keeps the KV
+of its last sequence. It serves the next job of its cache scope that shares a prefix with it. That
+job reads only the rest. A cache scope is a key or salt. A public prompt's tokens are for any scope
+(contract/prefixes.py). A job extending no cache takes an empty slot, else the least recently used
+(`choose_slot`). A move may close a gap between running slots. It first copies the cache left there
+to a spare slot (`spare_slot`). On CPU, neither the batch nor the cached prefix changes a job's
+greedy tokens (tests/integration/test_batching.py). A GPU may round a batch otherwise.
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ log = logging.getLogger(__name__)
 
 
 class EngineFailed(RuntimeError):
-    """llama_decode failed; every sequence of that batch is ended with this error."""
+    """llama_decode failed. Every sequence of that batch is ended with this error."""
 
 
 class Scheduler:
@@ -135,9 +135,9 @@ class Scheduler:
                 self._cv.wait(timeout=0.01)
 
     def reset(self) -> None:
-        """As if new: every slot's cache emptied and written over (no job reuses what came
-        before, and every page of the cache is mapped before a job needs it), the counters
-        zeroed. Only while nothing runs (the worker's warm-up)."""
+        """As if new: every slot's cache emptied and written over, the counters zeroed. No job reuses what
+        came before. Every page of the cache is mapped before a job needs it. Only while nothing runs (the
+        worker's warm-up)."""
         with self._cv:
             if self._running or self._waiting:
                 raise RuntimeError("reset while sequences run")
@@ -213,12 +213,11 @@ class Scheduler:
             self._held.forget(slot)
 
     def _admit(self) -> None:
-        """Give free slots to waiting sequences (`choose_slot`). Where another slot's cache of
-        the job's scope holds more of the prompt than the slot taken, that prefix is copied in
-        (`prefix_source`): no slot is evicted for it, and no prompt is read again meanwhile.
-        Where a state kept in host memory holds more still, it is restored into the slot
-        (worker/engine/cache/tier.py); a conversation the slot held that the job does not
-        extend is kept there first."""
+        """Give free slots to waiting sequences (`choose_slot`). Another slot's cache of the job's scope
+        may hold more of the prompt than the slot taken. Then that prefix is copied in (`prefix_source`).
+        No slot is evicted for it, and no prompt is read again meanwhile. A state kept in host memory may
+        hold more still. Then it is restored into the slot (worker/engine/cache/tier.py). A conversation
+        the slot held that the job does not extend is kept there first."""
         while self._waiting and self._free:
             seq = self._waiting.pop(0)
             shares = shareable(self._kv, self._scopes, seq.context, seq.scope, seq.public)
@@ -286,9 +285,9 @@ class Scheduler:
             self.counters.moves += 1
 
     def _keep(self, gap: int, targets: set[int]) -> bool:
-        """The cache in `gap` (the conversation whose job just ended there, whose next turn
-        may be on its way) is about to be written over by a move: copy it to a spare free
-        slot first, one holding nothing or an older conversation (`spare_slot`)."""
+        """Copy the cache in `gap` to a spare free slot before a move writes over it. The cache is the
+        conversation whose job just ended there. Its next turn may be on its way. The spare slot holds
+        nothing, or an older conversation (`spare_slot`)."""
         spare = spare_slot(self._free, self._kv, self._ended, targets, self._ended[gap])
         if spare is None:
             return
@@ -302,8 +301,8 @@ class Scheduler:
         return True
 
     def _step(self) -> None:
-        """One decode of the planned tokens, then every sequence with logits picks its token
-        from the step's logits, read once (`pick_rows`)."""
+        """One decode of the planned tokens. Then every sequence with logits picks its token from the
+        step's logits, read once (`pick_rows`)."""
         steps = stepping([s for s in self._running if not s.closed], self._lines_beside)
         most = 1 if any(s.pending is not None for s in steps) else None  # a stream waits on the step
         if (
@@ -374,8 +373,8 @@ class Scheduler:
         self.counters.sample_us += int((time.perf_counter() - computed) * 1e6)
 
     def _undo(self, before: list[tuple[Sequence, int, int | None, int]]) -> None:
-        """A step stopped part way (worker/engine/interrupt.py): every sequence as before its plan,
-        the cells of every micro-batch of the step removed (llama.cpp removed the last's)."""
+        """A step stopped part way (worker/engine/interrupt.py): every sequence as before its plan. The
+        cells of every micro-batch of the step are removed. llama.cpp removed the last's."""
         for seq, fed, pending, cached in before:
             self._context.remove(seq.slot, cached)
             del self._kv[seq.slot][cached:]

@@ -1,16 +1,19 @@
-"""llama.cpp's context as the batching scheduler drives it: a step's rows written as arrays,
-one decode, the step's logits read once, and the slots' caches.
+"""llama.cpp's context as the batching scheduler drives it.
 
-Writing a step row by row into llama.cpp's own batch, and reading each row's logits with
-`llama_get_logits_ith`, cost a ctypes call per field and per row. Each call lets go of the
-GIL and takes it back, and a job thread that took it meanwhile keeps the scheduler waiting
-(up to the interpreter's switch interval) while the GPU has nothing to do. Here the batch's
-fields are numpy arrays that llama.cpp reads in place (`StepBatch`), and a step's logits are
-one (rows, vocabulary) array behind one synchronisation (`NativeContext.logits`): the rows
+It writes a step's rows as arrays and runs one decode. It reads the step's logits once, and
+handles the slots' caches.
+
+Each field of each row written into llama.cpp's own batch costs a ctypes call. So does each
+row's logits read with `llama_get_logits_ith`. Each call lets go of the GIL and takes it
+back. A job thread may take it meanwhile. Then the scheduler waits, up to the interpreter's
+switch interval. All that time the GPU has nothing to do. Here the batch's fields are
+numpy arrays that llama.cpp reads in place (`StepBatch`). A step's logits are one (rows,
+vocabulary) array behind one synchronisation (`NativeContext.logits`). It holds the rows
 that asked for logits, in batch order, as `llama_get_logits` documents them.
 
-`bench/step_overhead.py` drives the scheduler through a stand-in with the same methods (a
-decode of a set time, logits of a set vocabulary), to measure the worker's own work per step.
+`bench/step_overhead.py` drives the scheduler through a stand-in with the same methods. The
+stand-in's decode takes a set time, and its logits have a set vocabulary. So the bench
+measures the worker's own work per step.
 """
 
 from __future__ import annotations
@@ -86,8 +89,10 @@ class NativeContext:
         return rc
 
     def decode_embeddings(self, rows: np.ndarray, position: int, slot: int) -> int:
-        """One decode of embeddings (an image's rows, rows x n_embd floats) at `position` on in
-        slot `slot`'s cache, asking no logits: llama_decode's code (0: read)."""
+        """One decode of embeddings into slot `slot`'s cache, from `position` on, asking no logits.
+
+        The embeddings are an image's rows (rows x n_embd floats). The result is llama_decode's
+        code (0: read)."""
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         n, width = rows.shape
         batch = llama_cpp.llama_batch_init(n, width, 1)
@@ -107,8 +112,10 @@ class NativeContext:
         return rc
 
     def logits(self, rows: int) -> np.ndarray:
-        """The last step's logits, a (rows, vocabulary) view of llama.cpp's buffer, valid until
-        the next decode: the rows that asked for logits, in batch order."""
+        """The last step's logits, a (rows, vocabulary) view of llama.cpp's buffer.
+
+        It is valid until the next decode. It holds the rows that asked for logits, in batch
+        order."""
         if not rows:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         address = ctypes.addressof(llama_cpp.llama_get_logits(self.ctx).contents)
@@ -125,16 +132,16 @@ class NativeContext:
         self._queued.update((src, dst))
 
     def copy_prefix(self, src: int, dst: int, length: int) -> None:
-        """The first `length` positions of slot `src`'s cache into `dst`, in place of what
-        `dst` held; `src` is left whole.
+        """The first `length` positions of slot `src`'s cache into `dst`, over what `dst` held.
 
-        With a cache split by sequence, llama.cpp copies between slots only whole: its
-        `seq_cp` queues a copy of the entire slot buffer (N_CTX cells of every layer) for
-        the next decode. In a GPU's memory that is fast; on a CPU it is a memcpy of the
-        whole slot (~90 MB for SmolLM2 at N_CTX=4096, tens of ms). There the cells `src`
-        holds are copied now instead, through llama.cpp's sequence state (~5 us a cell),
-        unless a queued whole-slot copy reads or writes either slot: it would run after
-        this one. Either way the copy is then cut to `length`."""
+        `src` is left whole. With a cache split by sequence, llama.cpp copies between slots
+        only whole. Its `seq_cp` queues a copy of the entire slot buffer for the next decode.
+        The buffer is N_CTX cells of every layer. In a GPU's memory that is fast. On a CPU it
+        is a memcpy of the whole slot. For SmolLM2 at N_CTX=4096 that is ~90 MB, tens of ms.
+        So on a CPU the cells `src` holds are copied now, through llama.cpp's sequence state.
+        That costs ~5 us a cell. Not so when a queued whole-slot copy reads or writes either
+        slot. That copy would run after this one. Either way the copy is then cut to
+        `length`."""
         if self.kv_on_device or not self._copy_cells(src, dst):
             self.copy(src, dst)
         llama_cpp.llama_memory_seq_rm(self._mem, dst, length, -1)
@@ -149,17 +156,19 @@ class NativeContext:
         return llama_cpp.llama_state_seq_set_data(self.ctx, state, size, dst) == size
 
     def queued(self, slot: int) -> bool:
-        """Whether a whole-slot copy not yet run reads or writes `slot`: its cells must not be
-        read or written before the next decode runs it."""
+        """Whether a whole-slot copy not yet run reads or writes `slot`.
+
+        If so, its cells must not be read or written before the next decode runs it."""
         return slot in self._queued
 
     def save(self, slot: int) -> mmap.mmap | None:
-        """Slot `slot`'s whole sequence as llama.cpp serialises it (its cells and their
-        positions), for the host tier (worker/engine/cache/tier.py); on a GPU a copy from the
-        device. In pages of its own: a dropped state goes back to the system at once, not into
-        malloc's heap, so the tier's bound holds the process's memory. None when a queued
-        whole-slot copy reads or writes it (its cells are not yet what the scheduler says), or
-        llama.cpp wrote less than it said."""
+        """Slot `slot`'s whole sequence as llama.cpp serialises it: its cells and their positions.
+
+        It is for the host tier (worker/engine/cache/tier.py). On a GPU it is a copy from the
+        device. It lives in pages of its own. A dropped state goes back to the system at once,
+        not into malloc's heap. So the tier's bound holds the process's memory. None when
+        llama.cpp wrote less than it said. None too when a queued whole-slot copy reads or
+        writes the slot. Its cells are then not yet what the scheduler says."""
         if self.queued(slot):
             return None
         size = llama_cpp.llama_state_seq_get_size(self.ctx, slot)
@@ -168,8 +177,9 @@ class NativeContext:
         return state if llama_cpp.llama_state_seq_get_data(self.ctx, buffer, size, slot) == size else None
 
     def restore(self, slot: int, state: mmap.mmap | bytearray) -> bool:
-        """A saved sequence into `slot`, in place of what it held (False: llama.cpp refused it,
-        and the slot may hold nothing). Never while `queued(slot)`."""
+        """A saved sequence into `slot`, in place of what it held.
+
+        False: llama.cpp refused it, and the slot may hold nothing. Never while `queued(slot)`."""
         size = len(state)
         buffer = (ctypes.c_uint8 * size).from_buffer(state)
         return llama_cpp.llama_state_seq_set_data(self.ctx, buffer, size, slot) == size

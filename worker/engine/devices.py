@@ -1,11 +1,13 @@
-"""What the model runs on, and what it put where: the devices llama.cpp's backends offer (by
-ggml's own device API, which llama-cpp-python does not bind), the layers offloaded and the
-KV cache's place and size, said once at start and announced for /metrics.
+"""What the model runs on, and what it put where.
 
-llama.cpp offloads the last N_GPU_LAYERS of the model's layers (`-1`: all, and the output
-layer with them) when a GPU backend is built in, and keeps each offloaded layer's part of the
-KV cache beside it (`offload_kqv`, its default): the cache is on the GPU in the share of the
-layers offloaded.
+It lists the devices llama.cpp's backends offer. It also finds the layers offloaded, and the
+KV cache's place and size. It reads them by ggml's own device API, which llama-cpp-python
+does not bind. They are said once at start and announced for /metrics.
+
+With a GPU backend built in, llama.cpp offloads the last N_GPU_LAYERS of the model's layers.
+`-1` offloads all of them, and the output layer with them. Each offloaded layer keeps its
+part of the KV cache beside it (`offload_kqv`, the default). So the cache is on the GPU in
+the share of the layers offloaded.
 """
 
 from __future__ import annotations
@@ -23,8 +25,9 @@ _KINDS = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}
 
 
 def _ggml() -> tuple[ctypes.CDLL, ctypes.CDLL]:
-    """libggml (the device registry) and libggml-base (the devices), where llama_cpp loads
-    its libraries from (its own, or LLAMA_CPP_LIB_PATH's)."""
+    """libggml (the device registry) and libggml-base (the devices).
+
+    They are loaded from where llama_cpp loads its libraries: its own, or LLAMA_CPP_LIB_PATH's."""
     lib = Path(os.environ.get("LLAMA_CPP_LIB_PATH") or Path(llama_cpp.__file__).parent / "lib")
     mode = ctypes.RTLD_GLOBAL
     registry, base = (
@@ -44,7 +47,9 @@ def _ggml() -> tuple[ctypes.CDLL, ctypes.CDLL]:
 
 
 def devices() -> list[Device]:
-    """Every device of the backends llama.cpp was built with (call after llama_backend_init)."""
+    """Every device of the backends llama.cpp was built with.
+
+    Call it after llama_backend_init."""
     registry, base = _ggml()
     out = []
     for i in range(registry.ggml_backend_dev_count()):

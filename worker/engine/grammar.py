@@ -1,19 +1,20 @@
-"""A job's grammar, checked token by token without ever letting llama.cpp see a wrong one.
+"""A job's grammar, checked token by token: llama.cpp never sees a wrong one.
 
-llama.cpp's grammar sampler aborts the whole process (a C++ exception through the C ABI, or
-GGML_ABORT) when it is made to accept a token the grammar rejects, or an end-of-generation
-token before the grammar is complete. So every token goes through `allows` (a one-candidate
-`llama_sampler_apply`, tens of microseconds) before `accept`, and a token it refuses is a
-clean `GrammarDeadEnd` for that job, never a dead worker.
+The grammar sampler of llama.cpp must never accept a token the grammar rejects. It would
+abort the whole process. An end-of-generation token before the grammar is complete does the
+same. The abort is a C++ exception through the C ABI, or GGML_ABORT. So every token goes
+through `allows` before `accept`. `allows` is a one-candidate `llama_sampler_apply`, tens of
+microseconds. A token it refuses is a clean `GrammarDeadEnd` for that job, never a dead
+worker.
 
-Sampling is llama.cpp's own "sample, then check, then resample" (common_sampler_sample): the
-job's sampler chain picks from the whole vocabulary, and only when the grammar refuses that
-token are the logits masked by the grammar (milliseconds over SmolLM2's 49,152 tokens) and
-the pick made again. Most tokens of a constrained answer pass the check, so a constrained
-job costs about what a free one does, and its batch neighbours nothing at all.
+Sampling is llama.cpp's own "sample, then check, then resample" (common_sampler_sample).
+The job's sampler chain picks from the whole vocabulary. Only when the grammar refuses that
+token does it mask the logits. Then the pick is made again. Masking takes milliseconds over
+SmolLM2's 49,152 tokens. Most tokens of a constrained answer pass the check. So a
+constrained job costs about what a free one does. Its batch neighbours pay nothing at all.
 
-Control tokens other than the end of generation are banned: the grammar judges a token by its
-marker text (`<|im_start|>`), while the published text renders control tokens as nothing.
+Control tokens other than the end of generation are banned. The grammar judges a token by
+its marker text (`<|im_start|>`). But the published text renders control tokens as nothing.
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ class Candidates:
 
 
 class GrammarGate:
-    """One job's grammar state. Every call happens on one thread at a time (the job's
-    sampler is used by the scheduler thread only, after the job thread built it)."""
+    """One job's grammar state.
+
+    Every call happens on one thread at a time. The job thread builds the job's sampler, and
+    then only the scheduler thread uses it."""
 
     def __init__(self, vocab, gbnf: str, banned: Iterable[int]) -> None:
         self._g = llama_cpp.llama_sampler_init_grammar(vocab, gbnf.encode(), b"root")
@@ -111,13 +114,15 @@ class GrammarGate:
 
 
 class TriggeredGate:
-    """A grammar that applies from the first `trigger` in the generated text on (a Hermes
-    call after free text, as llama.cpp's lazy grammars do). llama.cpp's own lazy mode feeds
-    the triggering text to the grammar unchecked, and text the grammar refuses aborts the
-    process; here the tokens from the one holding the trigger's first byte on are replayed
-    through `GrammarGate.accept`, which checks each first (the grammar must allow what that
-    token holds before the trigger). Text that does not fit, or a grammar llama.cpp cannot
-    parse, leaves the job unconstrained, as it was before the trigger (logged)."""
+    """A grammar that applies from the first `trigger` in the generated text on.
+
+    It is for a Hermes call after free text, and works as llama.cpp's lazy grammars do. The
+    lazy mode of llama.cpp feeds the triggering text to the grammar unchecked. Text the
+    grammar refuses then aborts the process. Here the tokens are replayed through
+    `GrammarGate.accept`, which checks each first. The replay starts at the token that holds
+    the trigger's first byte. So the grammar must allow what that token holds before the
+    trigger. Text that does not fit leaves the job unconstrained, as it was before the
+    trigger. So does a grammar llama.cpp cannot parse. Either is logged."""
 
     def __init__(
         self, make: Callable[[], GrammarGate], trigger: bytes, piece: Callable[[int], bytes]

@@ -1,20 +1,22 @@
-"""The prompt prefixes this worker's slots hold in their KV cache, as contract/prefixes.py
-digests, for cache-aware routing (api/jobs/routing.py): an ending job's thread writes them
+"""The prompt prefixes this worker's slots hold in their KV cache, as contract/prefixes.py digests.
+
+They serve cache-aware routing (api/jobs/routing.py). An ending job's thread writes them
 (worker/intake/presence.py), and the presence thread keeps them alive.
 
-A slot holds what its last job left: that job's prompt and answer, kept for the next job
-that shares a prefix with them (worker/engine/batching.py). So a slot's digests are set when its
-job ends, dropped when the slot takes another job (the cache beyond what they share is
-written over), and carried along when the scheduler moves a cache to another slot. The
-scheduler's thread gives slots out and moves caches; a job's own thread says what it left
-when it ends, by its sequence (the owner), so a job that ends after its slot was given out
-again claims nothing. Bounded whatever the traffic: at most MAX_DIGESTS a slot.
+A slot holds what its last job left: that job's prompt and answer. They are kept for the next
+job that shares a prefix with them (worker/engine/batching.py). So a slot's digests are set
+when its job ends. They are dropped when the slot takes another job. The cache beyond what
+they share is then written over. They are carried along when the scheduler moves a cache to
+another slot. The scheduler's thread gives slots out and moves caches. A job's own thread
+says what it left when it ends, by its sequence (the owner). So a job that ends after its
+slot was given out again claims nothing. Bounded whatever the traffic: at most MAX_DIGESTS a
+slot.
 
-The host tier (worker/engine/cache/) keeps a slot's state after the slot is written over, and
-restores it into any slot: its prefixes are announced too (`hosted`), so a conversation's next
-turn is routed here while its state is kept, not only while a slot holds it. A public prompt's
-head is shared across scopes in the slots alone, so the tier is given a slot's digests
-without it (`private`).
+The host tier (worker/engine/cache/) keeps a slot's state after the slot is written over. It
+restores the state into any slot. Its prefixes are announced too (`hosted`). So a
+conversation's next turn is routed here while its state is kept. That holds even once no slot
+holds it. A public prompt's head is shared across scopes in the slots alone. So the tier is
+given a slot's digests without it (`private`).
 """
 
 from __future__ import annotations
@@ -51,8 +53,9 @@ class HeldPrefixes:
                 self.version += 1
 
     def moved(self, src: int, dst: int) -> None:
-        """The cache of `src` was copied to `dst` (over what `dst` held); `src` keeps only a
-        copy no job owns."""
+        """The cache of `src` was copied to `dst`, over what `dst` held.
+
+        `src` keeps only a copy no job owns."""
         with self._lock:
             if self._slots[src] or self._slots[dst]:
                 self.version += 1
@@ -77,8 +80,9 @@ class HeldPrefixes:
             self.version += 1
 
     def held(self, owner: object, digests: list[str], public: bool = False) -> None:
-        """The job of `owner` ended: its slot, if still its own, holds these prefixes now
-        (`public`: the first is a public prompt's head)."""
+        """The job of `owner` ended: its slot, if still its own, holds these prefixes now.
+
+        With `public`, the first is a public prompt's head."""
         with self._lock:
             slot = next((i for i, o in enumerate(self._owner) if o is owner), None)
             if slot is None or self._closed:
@@ -90,8 +94,9 @@ class HeldPrefixes:
         self.changed()
 
     def private(self, slot: int) -> tuple[str, ...]:
-        """The slot's prefixes that its own scope alone may read: what the host tier keeps
-        with the slot's state."""
+        """The slot's prefixes that its own scope alone may read.
+
+        The host tier keeps them with the slot's state."""
         with self._lock:
             return self._slots[slot][1:] if self._public[slot] else self._slots[slot]
 

@@ -1,18 +1,18 @@
 """Stop a `llama_decode` in the middle, from another thread, without the GIL.
 
-An interactive job that arrives while a step of Batch API lines computes should not wait for
-that step (tens of milliseconds on a CPU, more the more rows it has): the scheduler gives
-the context an abort callback, a job thread raises the flag, and llama.cpp's CPU backend,
-which calls the callback after every node of the graph, stops the step within one node;
-`llama_decode` returns 2 and has taken the step's tokens out of the KV cache
-(worker.engine.batching rolls back its own record of them and plans the step again).
+A step of Batch API lines may be computing when an interactive job arrives. The job should
+not wait for that step. It takes tens of milliseconds on a CPU, more the more rows it has.
+So the scheduler gives the context an abort callback, and a job thread raises the flag. The
+CPU backend of llama.cpp calls the callback after every node of the graph. So it stops the
+step within one node. `llama_decode` returns 2 and has taken the step's tokens out of the KV
+cache. Then worker.engine.batching rolls back its own record of them and plans the step again.
 
-The callback is called hundreds of times a step from inside the graph computation, so it
-must not be Python: a ctypes callback would take the GIL at every node and wait behind the
-job threads. It is libc's `strlen` on a two-byte buffer: `strlen(data)` is 0 (go on) while
-the buffer holds b"\\0" and 1 (abort) once the first byte is set, and the C ABI returns a
-`bool` in the low byte of the return register, where `strlen`'s 0 or 1 sits. GPU backends
-do not call the callback: there a step runs to its end, as before.
+The callback is called hundreds of times a step from inside the graph computation. So it
+must not be Python: a ctypes callback would take the GIL at every node. It would then wait
+behind the job threads. The callback is libc's `strlen` on a two-byte buffer. `strlen(data)`
+is 0 (go on) while the buffer holds b"\\0". It is 1 (abort) once the first byte is set. The
+C ABI returns a `bool` in the low byte of the return register. That is where `strlen`'s 0 or
+1 sits. GPU backends do not call the callback. There a step runs to its end, as before.
 """
 
 from __future__ import annotations
@@ -30,8 +30,10 @@ ABORT_WHEN_SET = llama_cpp.ggml_abort_callback(
 
 
 class StepInterrupt:
-    """One context's abort flag: `arm` before a step that may be cut short, `fire` from any
-    thread, `take` after the step says whether it was."""
+    """One context's abort flag.
+
+    `arm` it before a step that may be cut short, and `fire` it from any thread. After the
+    step, `take` says whether it was cut."""
 
     def __init__(self, ctx) -> None:
         # b"\0\0": strlen 0
@@ -42,14 +44,15 @@ class StepInterrupt:
         llama_cpp.llama_set_abort_callback(ctx, ABORT_WHEN_SET, ctypes.cast(self._flag, ctypes.c_void_p))
 
     def arm(self, armed: bool) -> None:
-        """Before a step: whether `fire` may stop it (the flag is lowered either way)."""
+        """Before a step: whether `fire` may stop it. The flag is lowered either way."""
         with self._lock:
             self._flag[0] = b"\0"
             self._armed = armed
 
     def fire(self) -> bool:
-        """Stop the step in flight if it is armed; True if it is (a step that ends meanwhile
-        is not cut, and `take` says it was not)."""
+        """Stop the step in flight if it is armed. True if it is.
+
+        A step that ends meanwhile is not cut, and `take` says it was not."""
         with self._lock:
             if self._armed:
                 self._flag[0] = b"x"

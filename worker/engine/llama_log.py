@@ -1,11 +1,12 @@
 """llama.cpp's log, in the worker's own log at the right level.
 
-llama-cpp-python's callback maps ggml's levels as they were numbered before ggml added
-DEBUG (its WARN is printed as an error, its ERROR hidden as debug), so its `set_verbose`
-cannot show llama.cpp's errors and hide its notices. This callback maps the levels ggml
-numbers now. What a stopped step (worker/engine/interrupt.py) logs is expected by design and logged
-as debug: its status (aborted: 1; `llama_decode` returns 2) and the cells it leaves removed,
-one line per sequence in the step.
+The callback of llama-cpp-python maps ggml's levels by their old numbers, from before ggml
+added DEBUG. It prints ggml's WARN as an error, and hides its ERROR as debug. So its
+`set_verbose` cannot show llama.cpp's errors and hide its notices. This callback maps the
+levels ggml numbers now. A stopped step (worker/engine/interrupt.py) logs lines that are
+expected by design. So they are logged as debug. They are its status and the cells it leaves
+removed. The cells take one line per sequence in the step. The status is 1 (aborted), and
+`llama_decode` returns 2.
 """
 
 from __future__ import annotations

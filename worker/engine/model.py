@@ -1,11 +1,12 @@
 """The model: loaded once per worker process, decoding up to SLOTS jobs at once.
 
-The engine turns a job into prompt token ids (worker.engine.prompts), then into a stream of (token
-id, bytes) pairs, made by the batching scheduler (worker.engine.batching) with the other jobs'. It
-knows nothing of Redis or the stream contract; `worker.attempts.runner` decides when to stop.
+The engine turns a job into prompt token ids (worker.engine.prompts). Then it turns them into a stream
+of (token id, bytes) pairs. The batching scheduler makes them with the other jobs'
+(worker.engine.batching). The engine knows nothing of Redis or the stream contract.
+`worker.attempts.runner` decides when to stop.
 
-The KV cache is allocated at start for SLOTS sequences of N_CTX tokens each, refused before
-anything is allocated when it and the weights do not fit in the memory this process may use.
+The KV cache is allocated at start for SLOTS sequences of N_CTX tokens each. It may not fit, with the
+weights, in the memory this process may use. Then it is refused before anything is allocated.
 """
 
 from __future__ import annotations
@@ -46,7 +47,7 @@ WARM_UP_MESSAGE = Message("user", "Write one line about the sea.")
 
 
 class EngineConfigError(SystemExit):
-    """The settings cannot work on this machine; said at start, before any job is taken."""
+    """The settings cannot work on this machine. It is said at start, before any job is taken."""
 
 
 class LlamaEngine:
@@ -168,18 +169,18 @@ class LlamaEngine:
         return llama_cpp.llama_init_from_model(self._model.model, cparams) or None
 
     def prompt_ids(self, spec: JobSpec) -> list[int]:
-        """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
+        """The prompt as the model sees it. Raises PromptTooLong if nothing fits after it."""
         return self.prompts.prompt_ids(spec, self.n_ctx)
 
     def is_end(self, token: int) -> bool:
         return self.prompts.is_end(token)
 
     def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
-        """How the job's answer is read: thinking, content and tool calls (worker/text/replies.py,
-        worker/text/thinking.py); whether the prompt opened a thinking block is read from its end.
-        An output its grammar would hold from the first token (a response format, forced or
-        JSON-envelope tool calls) is held from the block's close on when the prompt opened one
-        (`tokens`), and is all answer otherwise."""
+        """How the job's answer is read: thinking, content and tool calls. See worker/text/replies.py and
+        worker/text/thinking.py. Whether the prompt opened a thinking block is read from its end. Some
+        outputs their grammar would hold from the first token. They are a response format, or forced or
+        JSON-envelope tool calls. When the prompt opened a block, they are held from the block's close on
+        (`tokens`). Otherwise they are all answer."""
         tools = self.prompts.tools
         reply = tools.reply(spec)
         if not self._thinking or spec.kind != "chat":
@@ -195,7 +196,7 @@ class LlamaEngine:
         return thinking.Thinking(reply, opened) if opened or not constrained else reply
 
     def _grammar(self, spec: JobSpec, prompt: Sequence[int]) -> tuple[str | None, str | None]:
-        """The job's grammar and the text it applies from (None: the first token; after thinking, if open)."""
+        """The job's grammar and the text it applies from. None: the first token (after thinking, if open)."""
         tools = self.prompts.tools
         # its grammars know where thinking ends
         if self._harmony and isinstance(tools, HarmonyTools):
@@ -220,15 +221,15 @@ class LlamaEngine:
         cached: Callable[[int], None] | None = None,
         since_ms: int = 0,
     ) -> Generator[tuple[Pick, bytes]]:
-        """Sample after the prompt and what earlier attempts generated (`prior`), in the
-        running batch, until the slot's window is full (the caller stops earlier). Closing
-        the iterator frees the slot at the next step. A job with a grammar replays `prior`
-        through it first: raises GrammarDeadEnd if that text does not fit it. `progress` is
-        called (from the scheduler's thread) after every step it is part of, even one that
-        reads none of it yet. A suspect steps apart from jobs still reading until it has
-        generated `alone_for` tokens (worker/engine/steps/plan.py); a continuation's context is
-        read by how long its stream has stalled (`since_ms`). Once the iterator is closed,
-        `cached` is told how many context tokens the slot's cache held (not read again)."""
+        """Sample after the prompt and what earlier attempts generated (`prior`), in the running batch. It
+        samples until the slot's window is full, though the caller stops earlier. Closing the iterator
+        frees the slot at the next step. A job with a grammar replays `prior` through it first. It raises
+        GrammarDeadEnd if that text does not fit it. `progress` is called after every step the job is part
+        of, from the scheduler's thread. That includes a step that reads none of it yet. A suspect steps
+        apart from jobs still reading until it has generated `alone_for` tokens
+        (worker/engine/steps/plan.py). A continuation's context is read by how long its stream has stalled
+        (`since_ms`). Once the iterator is closed, `cached` is told how many context tokens the slot's
+        cache held. Those were not read again."""
         grammar, trigger = self._grammar(spec, prompt)
         gate: GrammarGate | TriggeredGate | None = None
         if grammar and trigger:
@@ -295,7 +296,7 @@ class LlamaEngine:
         return self.prompts.piece(token)
 
     def close_thinking(self, spec: JobSpec) -> list[int]:
-        """A thinking block's close, as the model writes it (harmony's under a grammar of calls: a start)."""
+        """A thinking block's close as the model writes it. Under a grammar of calls, harmony's is a start."""
         if self._harmony:
             return self.prompts.special_text(
                 harmony.START + "assistant" if only_calls(spec) else harmony.CLOSING
@@ -303,22 +304,21 @@ class LlamaEngine:
         return self.prompts.special_text(thinking.CLOSING)
 
     def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float:
-        """Before the worker announces itself, run each shape of step a job meets: a step
-        reading prompt tokens in every slot (batched prefill), steps of one token per slot
-        (batched decode), steps of one slot alone (the one-sequence threads), greedy and
-        sampled picks; then empty the whole KV cache (written over: its pages mapped, no
-        job inherits the warm-up's tokens) and zero the counters.
+        """Before the worker announces itself, run each shape of step a job meets. One step reads prompt
+        tokens in every slot (batched prefill). Others read one token per slot (batched decode), or run
+        one slot alone (the one-sequence threads). Picks are both greedy and sampled. Then it empties the
+        whole KV cache and zeroes the counters. The cache is written over: its pages are mapped, and no
+        job inherits the warm-up's tokens.
 
-        What it is for is loaded at first use: CUDA kernels and cuBLAS handles, per shape of
-        step, at the first decode on a GPU; the weights of a model file mapped from a cold
-        disk, at the first decode anywhere. Their cost moves from the first job to before
-        the worker is counted. On a GPU each slot reads a whole prefill chunk (the largest
-        step there is); on a CPU, which loads nothing lazily but the pages, two tokens each:
-        there the first job is as fast as any without a warm-up, and the warm-up's time is
-        added to a scale from zero (docs/benchmarks.md has both). Stops between steps once
-        `budget_s` has passed, or once `until()` says a job is waiting (its client waits, and the
-        job meets only the shapes it uses: in a crash storm each new worker's warm-up held
-        the dead one's jobs back); returns the seconds it took."""
+        What it is for is loaded at first use. On a GPU, CUDA kernels and cuBLAS handles load at each
+        shape's first decode. Anywhere, the weights of a model file mapped from a cold disk load at the
+        first decode. Their cost moves from the first job to before the worker is counted. On a GPU each
+        slot reads a whole prefill chunk, the largest step there is. A CPU loads nothing lazily but the
+        pages, so there each slot reads two tokens. There the first job is as fast as any without a
+        warm-up. The warm-up's time is added to a scale from zero (docs/benchmarks.md has both). It stops
+        between steps once `budget_s` has passed, or once `until()` says a job is waiting. That job's
+        client waits, and the job meets only the shapes it uses. In a crash storm, each new worker's
+        warm-up held the dead one's jobs back. Returns the seconds it took."""
         started = time.monotonic()
         deadline = started + budget_s
         if until():
@@ -382,7 +382,7 @@ class LlamaEngine:
         return self._scheduler.last_step_s * 1000
 
     def counters(self) -> BatchCounters:
-        """The scheduler's live counters (the presence thread adds them to /metrics)."""
+        """The scheduler's live counters. The presence thread adds them to /metrics."""
         return self._scheduler.counters
 
     def close(self) -> None:

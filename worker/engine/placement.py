@@ -1,6 +1,8 @@
-"""What a worker runs on, as plain data: the devices llama.cpp offers and where the model and
-its KV cache went (worker/engine/devices.py finds them). Plain so that what announces them
-(worker/intake/presence.py, worker/attempts/) imports no llama.cpp."""
+"""What a worker runs on, as plain data.
+
+It holds the devices llama.cpp offers, and where the model and its KV cache went. They are
+found by worker/engine/devices.py. The data is plain so that what announces it imports no
+llama.cpp (worker/intake/presence.py, worker/attempts/)."""
 
 from __future__ import annotations
 
@@ -27,7 +29,9 @@ class Device:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the model and its KV cache are: what the worker says at start and announces."""
+    """Where the model and its KV cache are.
+
+    The worker says it at start, and announces it."""
 
     # "CUDA", "CPU", ...
     backend: str

@@ -1,12 +1,12 @@
 """Prompts as token ids, and token ids as bytes, with the GGUF's own vocabulary and template.
 
-A chat job is rendered with the chat template the GGUF carries, and only the template's own
-markers become special tokens (see `ChatPrompts.prompt_ids`); the client's other strings it
-renders keep any special token's text as text (worker/tools/outside.py). Tools, tool calls and
-tool results are rendered the way the template's tool protocol says (worker/tools/protocols.py). A raw
-prompt is the caller's own text, special tokens included, as llama.cpp does. Nothing here
-touches the KV cache, so the batching engine's job threads may call it while the scheduler
-decodes.
+A chat job is rendered with the chat template the GGUF carries. Only the template's own
+markers become special tokens (see `ChatPrompts.prompt_ids`). The client's other strings it
+renders keep any special token's text as text (worker/tools/outside.py). Tools, tool calls
+and tool results are rendered the way the template's tool protocol says
+(worker/tools/protocols.py). A raw prompt is the caller's own text, special tokens included,
+as llama.cpp does. Nothing here touches the KV cache. So the batching engine's job threads
+may call it while the scheduler decodes.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class ChatPrompts:
         return llama_cpp.llama_vocab_get_attr(self._model.vocab, token)
 
     def prompt_ids(self, spec: JobSpec, n_ctx: int) -> list[int]:
-        """The prompt as the model sees it; raises PromptTooLong if nothing fits after it."""
+        """The prompt as the model sees it. Raises PromptTooLong if nothing fits after it."""
         param = "messages" if spec.kind == "chat" else "prompt"
         if spec.kind == "chat":
             ids = self._chat_ids(spec)
@@ -127,8 +127,9 @@ class ChatPrompts:
         return ids
 
     def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]:
-        """The job as its context edit leaves it (worker/tools/clearing.py), and what the edit
-        cleared: (tool uses, input tokens), each token counted as the prompt renders it."""
+        """The job as its context edit leaves it (worker/tools/clearing.py), and what the edit cleared.
+
+        What it cleared is (tool uses, input tokens), each token counted as the prompt renders it."""
         if spec.kind != "chat" or spec.clear_tool_uses is None:
             return spec, (0, 0)
         before = len(self._chat_ids(spec))
@@ -136,8 +137,10 @@ class ChatPrompts:
         return edited, (uses, before - len(self._chat_ids(edited)) if uses else 0)
 
     def _chat_ids(self, spec: JobSpec) -> list[int]:
-        """The prompt of a chat job; a template that refuses (or drops) a system message after
-        the first turn gets it as marked text of a user turn (worker/tools/late_system.py)."""
+        """The prompt of a chat job.
+
+        A template may refuse (or drop) a system message after the first turn. Then it gets
+        the message as marked text of a user turn (worker/tools/late_system.py)."""
         try:
             return self._rendered_ids(spec)
         except Exception:
@@ -146,12 +149,14 @@ class ChatPrompts:
         return self._rendered_ids(dataclasses.replace(spec, messages=late_system.folded(spec.messages)))
 
     def _rendered_ids(self, spec: JobSpec) -> list[int]:
-        """Each message's content is tokenized as plain text, so a user who types
-        `<|im_end|>` cannot forge a role boundary. The template is rendered with placeholders
-        where the contents go, its text tokenized with special tokens, the contents without.
-        The client's strings it renders outside the contents (a tool's schema, a call's
-        arguments, reasoning, template kwargs) have special tokens' texts marked
-        (worker/tools/outside.py): those are tokenized as text too."""
+        """Each message's content is tokenized as plain text.
+
+        So a user who types `<|im_end|>` cannot forge a role boundary. The template is
+        rendered with placeholders where the contents go. Its text is tokenized with special
+        tokens, the contents without. The template also renders client strings outside the
+        contents. They are a tool's schema, a call's arguments, reasoning and template kwargs.
+        Their special tokens' texts are marked (worker/tools/outside.py). So those are
+        tokenized as text too."""
         if self._formatter is None:
             raise PromptRejected("This model has no chat template; use /v1/completions.", "messages")
         messages, extra = self.tools.messages(spec)
@@ -180,9 +185,11 @@ class ChatPrompts:
         return ids + self._template(rest, texts)
 
     def _render(self, spec: JobSpec, messages: list[dict], kwargs: dict) -> str:
-        """The template's text. A template that fails on a request (its own `raise_exception`, a
-        kwarg of a type it cannot use) rejects it, naming `chat_template_kwargs` if it renders
-        without them."""
+        """The template's text.
+
+        A template may fail on a request. It may call its own `raise_exception`, or get a kwarg
+        of a type it cannot use. Then the request is rejected. The error names
+        `chat_template_kwargs` if the template renders without them."""
         try:
             return self._formatter(messages=messages, **kwargs).prompt  # type: ignore[misc]
         except Exception as exc:
@@ -210,20 +217,23 @@ class ChatPrompts:
         return ids
 
     def public_tokens(self, spec: JobSpec, prompt: Sequence[int]) -> int:
-        """How many of the prompt's first tokens are its public first message's: those it
-        shares with that message's own head (`_public_head`), without the job's tools and
-        template kwargs (contract/prefixes.py), which are the job's scope's own. A template
-        that renders them before the message shares less. 0 but for a job the API marked
-        `public_prompt`."""
+        """How many of the prompt's first tokens are its public first message's.
+
+        They are those it shares with that message's own head (`_public_head`). The head is
+        rendered without the job's tools and template kwargs (contract/prefixes.py). Those are the
+        job's scope's own. A template that renders them before the message shares less. The
+        count is 0 but for a job the API marked `public_prompt`."""
         if not spec.public_prompt or spec.kind != "chat" or not spec.messages:
             return 0
         return common_prefix(self._public_head(spec.messages[0], spec.model), list(prompt))
 
     @functools.lru_cache(maxsize=32)  # noqa: B019 (one engine a process; a public prompt is reused)
     def _public_head(self, message: Message, model: str) -> list[int]:
-        """The tokens a public message renders as whatever follows it: what its render alone
-        shares with its render beside a tool and before another message. So a key that sends it
-        without tools reads as much of another key's cache whether that key sent tools or not."""
+        """The tokens a public message renders as whatever follows it.
+
+        They are what its render alone shares with its render beside a tool and before another
+        message. So a key that sends it without tools reads as much of another key's cache.
+        That holds whether that key sent tools or not."""
         alone = JobSpec(id="public", kind="chat", model=model, messages=(message,))
         heads = []
         for spec in (alone, dataclasses.replace(alone, tools=(Tool("a"),))):
@@ -236,7 +246,7 @@ class ChatPrompts:
         return heads[0][: min(common_prefix(heads[0], h) for h in heads)]
 
     def marker_ids(self, texts: Sequence[str]) -> dict[int, bytes]:
-        """Token id -> text of those of `texts` that are each one token ({} unless all are)."""
+        """Token id -> text of those of `texts` that are each one token. It is {} unless all are."""
         ids = {text: self._tokens(text, special=True) for text in texts}
         if not all(len(i) == 1 and self._token_text(i[0]) == text for text, i in ids.items()):
             return {}
@@ -247,8 +257,10 @@ class ChatPrompts:
         return self._tokens(text, special=True)
 
     def _content(self, text: str, images: bool) -> list[int]:
-        """A message's content as plain text; in a job with images, each image marker becomes
-        IMAGE, which the engine replaces with the image (worker/engine/vision/)."""
+        """A message's content as plain text.
+
+        In a job with images, each image marker becomes IMAGE. The engine replaces it with the
+        image (worker/engine/vision/)."""
         if not images:
             return self._plain(text)
         ids: list[int] = []
@@ -257,9 +269,11 @@ class ChatPrompts:
         return ids
 
     def _plain(self, text: str) -> list[int]:
-        """A message's content as text only: a format's marker in it (`<|end|>`, which llama.cpp
-        would read as its token even without special tokens) is tokenized in two parts,
-        neither of them a marker, so no content forges a message boundary."""
+        """A message's content as text only.
+
+        A format's marker in it is tokenized in two parts, neither of them a marker.
+        `<|end|>` is one: llama.cpp would read it as its token even without special tokens.
+        So no content forges a message boundary."""
         if self._marks is None or not self._marks.search(text):
             return self._tokens(text, special=False)
         ids, at = [], 0
@@ -278,10 +292,11 @@ class ChatPrompts:
         return bool(llama_cpp.llama_vocab_is_eog(self._model.vocab, token))
 
     def piece(self, token: int) -> bytes:
-        """The token's bytes (control tokens render as nothing, but a harmony marker as its
-        text whatever llama.cpp's version makes of it: the reply splits on them).
-        llama-cpp-python's own `token_to_piece` returns its whole 32-byte buffer, NUL
-        padding included."""
+        """The token's bytes.
+
+        Control tokens render as nothing. A harmony marker renders as its text, whatever
+        llama.cpp's version makes of it. The reply splits on them. Not llama-cpp-python's own
+        `token_to_piece`: it returns its whole 32-byte buffer, NUL padding included."""
         if token in self.markers:
             return self.markers[token]
         size = 64
@@ -293,11 +308,13 @@ class ChatPrompts:
             size = -n
 
     def overhead(self, model: str) -> PromptOverhead:
-        """What this template adds to a prompt beyond the client's strings, announced with the
-        worker (contract/prefixes.py `PromptOverhead`): it renders a few small conversations,
-        each one part (a message of each role, a tool call) more than another, and takes the
-        most a part added beyond its own strings' tokens. A conversation the template refuses
-        (no system message, roles that must alternate) is left out: no job can send it."""
+        """What this template adds to a prompt beyond the client's strings.
+
+        It is announced with the worker (contract/prefixes.py `PromptOverhead`). It renders a
+        few small conversations, each one part more than another. A part is a message of each
+        role, or a tool call. It takes the most a part added beyond its own strings' tokens.
+        A conversation the template refuses is left out: no job can send it. Some templates
+        take no system message, or need roles that alternate."""
 
         def ids(messages: tuple[Message, ...], **fields: object) -> int | None:
             spec = JobSpec(id="overhead", kind="chat", model=model, messages=messages, **fields)

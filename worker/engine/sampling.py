@@ -1,24 +1,26 @@
 """One sampler per job: each sequence of a batch samples with its own settings.
 
-OpenAI's semantics first, then llama.cpp's extensions, nothing hidden: the job's
-`logit_bias`, its frequency and presence penalties over the tokens this completion generated
-(a resumed job's earlier tokens included), its `repeat_penalty` over the last 64 of them,
-`top_k`, then temperature, `top_p`, `min_p` (both on the tempered distribution, as OpenAI
-and vLLM order them; llama-server applies temperature last), and a draw seeded with the
-job's seed; temperature 0 is greedy. No sampler is added behind the caller's back.
+OpenAI's semantics come first, then llama.cpp's extensions, with nothing hidden. First comes
+the job's `logit_bias`. Then its frequency and presence penalties, over the tokens this
+completion generated. Those include a resumed job's earlier tokens. Then its
+`repeat_penalty`, over the last 64 of them. Then `top_k`, then temperature, `top_p` and
+`min_p`. Both `top_p` and `min_p` act on the tempered distribution, as OpenAI and vLLM order
+them. In llama-server, temperature comes last. The chain ends with a draw seeded with the
+job's seed. Temperature 0 is greedy. No sampler is added behind the caller's back.
 
-A greedy job without penalties, grammar or logprobs is a plain row: a step's plain rows
-take their argmax together (`pick_rows`), one pass over the step's logits, after their
-logit_bias is added in place, one scatter per distinct bias (`ignore_eos` gives every such
-row the same one). Per row in Python, a batch of 64 rows of Llama 3's 128,256 logits cost
-milliseconds on top of that pass while the GPU waited for the next step
-(bench/step_overhead.py). Other rows pick one by one from their own row of the same array:
-llama.cpp's chain over a candidate array filled from it, as `llama_sampler_sample` fills it.
+A greedy job without penalties, grammar or logprobs is a plain row. A step's plain rows take
+their argmax together (`pick_rows`), in one pass over the step's logits. First their
+logit_bias is added in place, one scatter per distinct bias. `ignore_eos` gives every such
+row the same bias. Per row in Python, 64 rows of Llama 3's logits cost milliseconds on top
+of that pass. Llama 3 has 128,256 logits a row. All that time the GPU waited for the next step
+(bench/step_overhead.py). Other rows pick one by one from their own row of the same array.
+Each runs llama.cpp's chain over a candidate array filled from that row, as
+`llama_sampler_sample` fills it.
 
-A job with a grammar (structured output, tool calls) checks each pick against it and only
-masks the vocabulary when the pick is refused (worker/engine/grammar.py). `logprobs` are the model's
-own distribution, the log-softmax of the raw logits, before any sampler or grammar, as
-llama-server reports them.
+A job with a grammar (structured output, tool calls) checks each pick against it. It masks
+the vocabulary only when the pick is refused (worker/engine/grammar.py). `logprobs` are the
+model's own distribution: the log-softmax of the raw logits. They come before any sampler or
+grammar, as llama-server reports them.
 """
 
 from __future__ import annotations
@@ -43,9 +45,10 @@ _LOGPROB_FLOOR = -9999.0
 
 
 class Sampler:
-    """Owns a native sampler chain and grammar, if the job needs them; `close` frees them
-    (the scheduler calls it once). `generated`: the tokens earlier attempts published, in
-    order, replayed into the penalties and the grammar."""
+    """Owns a native sampler chain and grammar, if the job needs them.
+
+    `close` frees them, and the scheduler calls it once. `generated` is the tokens earlier
+    attempts published, in order. They are replayed into the penalties and the grammar."""
 
     def __init__(
         self,
@@ -129,8 +132,9 @@ class Sampler:
         return chain
 
     def sample(self, row: np.ndarray) -> Pick:
-        """Pick from this job's row of a step's logits; the chain and the grammar accept it
-        (an end-of-generation token is never fed to the grammar: it ends the job)."""
+        """Pick from this job's row of a step's logits. The chain and the grammar accept the pick.
+
+        An end-of-generation token is never fed to the grammar: it ends the job."""
         logprobs = self._logprobs(row) if self._top >= 0 else None
         if self._chain is None:
             token = self._greedy(self._biased(row))
@@ -166,8 +170,10 @@ class Sampler:
         return int(self._cands.a["logit"].argmax())
 
     def _drawn(self, row: np.ndarray) -> int:
-        """The chain's pick over the whole vocabulary; if the grammar refuses it, again over
-        what the grammar allows (llama.cpp's rejection sampling)."""
+        """The chain's pick over the whole vocabulary.
+
+        If the grammar refuses it, the chain picks again over what the grammar allows. This is
+        llama.cpp's rejection sampling."""
         assert self._cands is not None and self._chain is not None
         biased = self._biased(row)
         self._cands.fill(biased)
@@ -213,10 +219,11 @@ def pick_rows(
     logits: np.ndarray,
     argmax: Callable[[np.ndarray], list[int]] = lambda rows: rows.argmax(axis=1).tolist(),
 ) -> list[Pick | GrammarDeadEnd]:
-    """Each row's pick (or its job's grammar dead end): row k of `logits` is `samplers[k]`'s.
-    The plain rows' biases are added in place (their rows are read by nothing else), then
-    their argmax is one pass over each run of consecutive plain rows (`argmax`: a
-    worker.engine.argmax.RowsArgmax splits a long run over threads)."""
+    """Each row's pick, or its job's grammar dead end. Row k of `logits` is `samplers[k]`'s.
+
+    The plain rows' biases are added in place, since nothing else reads their rows. Then their
+    argmax is one pass over each run of consecutive plain rows. `argmax` may be a
+    worker.engine.argmax.RowsArgmax, which splits a long run over threads."""
     picks: list[Pick | GrammarDeadEnd | None] = [None] * len(samplers)
     plain = [k for k, s in enumerate(samplers) if s.plain]
     biased: dict[tuple, list[int]] = {}

@@ -1,21 +1,23 @@
 """How big a worker is when SLOTS and the thread counts are not set.
 
-Slots. A batched step reads the model's weights once for every sequence in it, so the
-tokens/s of a worker grows with the streams it decodes together, and a slot left idle costs
-nothing but its part of the KV cache: a step holds only the running sequences. So by default
-a worker takes as many slots as its memory budget holds (`KV_MEMORY_SHARE` of the memory
-available at start, after the weights are loaded), up to `CPU_SLOTS` on a CPU and
-`GPU_SLOTS` with the model offloaded (where llama.cpp itself says whether the cache fits: the
-engine halves the count until the context is created). llama-server's own default is 4 slots
-sharing one cache; bench/results/RESULTS.md ("Default size") has the figures behind these numbers.
+Slots. A batched step reads the model's weights once for every sequence in it. So the
+tokens/s of a worker grows with the streams it decodes together. A slot left idle costs
+nothing but its part of the KV cache. A step holds only the running sequences. So by default
+a worker takes as many slots as its memory budget holds. The budget is `KV_MEMORY_SHARE` of
+the memory available at start, after the weights are loaded. The count is at most
+`CPU_SLOTS` on a CPU, and `GPU_SLOTS` with the model offloaded. There llama.cpp itself says
+whether the cache fits. The engine halves the count until the context is created. For
+comparison, llama-server's own default is 4 slots sharing one cache. The figures behind these
+numbers are in bench/results/RESULTS.md ("Default size").
 
-Threads. llama.cpp's threads spin on their cores; more threads than the cores this process
-may run on (its CPU affinity, or a container's CPU quota, which `os.cpu_count()` does not
-see) make every step wait for a thread that is not running. The counts are taken from the
-usable cores: half of them for a step of one token (a single stream: memory-bound, and the
-job threads need a core of their own), all of them for prefill and batched steps. At each
-barrier of a step they spin before they sleep; on a CPU the worker makes that spin short, as
-other processes may be busy on the same cores (docs/operations.md, "Workers sharing cores").
+Threads. llama.cpp's threads spin on their cores. This process may run on only some cores:
+its CPU affinity, or a container's CPU quota. `os.cpu_count()` sees neither. More threads
+than those cores make every step wait for a thread that is not running. So the counts are
+taken from the usable cores. Half of them serve a step of one token. A single stream is
+memory-bound, and the job threads need a core of their own. All of them serve prefill and
+batched steps. At each barrier of a step the threads spin before they sleep. On a CPU the
+worker makes that spin short. Other processes may be busy on the same cores
+(docs/operations.md, "Workers sharing cores").
 """
 
 from __future__ import annotations
@@ -67,20 +69,22 @@ def threads(n_threads: int | None, n_threads_batch: int | None, cores: int) -> T
 
 
 def spin_count(declared: int | None, n_gpu_layers: int) -> int | None:
-    """GOMP_SPINCOUNT for libgomp: the declared count, else `CPU_SPINCOUNT` for a worker that
-    computes on the CPU, else None (libgomp's own, which the GPU figures were measured with)."""
+    """GOMP_SPINCOUNT for libgomp: the declared count.
+
+    Else `CPU_SPINCOUNT` for a worker that computes on the CPU. Else None: libgomp's own,
+    which the GPU figures were measured with."""
     if declared is not None:
         return declared
     return CPU_SPINCOUNT if n_gpu_layers == 0 else None
 
 
 def slots_for(kv_per_slot: int, budget: int, cap: int) -> int:
-    """As many slots as `budget` bytes of KV cache hold, at least 1 and at most `cap`."""
+    """As many slots as `budget` bytes of KV cache hold. At least 1, at most `cap`."""
     return max(1, min(cap, budget // max(kv_per_slot, 1)))
 
 
 def halvings(start: int) -> list[int]:
-    """`start`, then half of it, down to 1: the slot counts tried on a GPU."""
+    """`start`, then half of it, down to 1. These are the slot counts tried on a GPU."""
     out = [start]
     while out[-1] > 1:
         out.append(out[-1] // 2)
@@ -94,17 +98,21 @@ HOST_CACHE_CAP = 8 << 30
 
 
 def host_cache_bytes(mib: int | None, available: int) -> int:
-    """The host tier's bound (worker/engine/cache/): HOST_CACHE_MIB, else a share of the
-    memory available once the weights and the KV cache are allocated, capped. It fills only as
-    conversations leave the slots, so the share leaves room for the job threads and others."""
+    """The host tier's bound (worker/engine/cache/): HOST_CACHE_MIB, else a capped share.
+
+    The share is of the memory available once the weights and the KV cache are allocated. The
+    tier fills only as conversations leave the slots. So the share leaves room for the job
+    threads and others."""
     if mib is not None:
         return mib << 20
     return min(available // HOST_CACHE_SHARE, HOST_CACHE_CAP)
 
 
 def available_memory() -> int:
-    """What this process may still allocate: the cgroup's limit (a container's) or the
-    machine's available memory, whichever is smaller."""
+    """What this process may still allocate.
+
+    That is the smaller of the cgroup's limit (a container's) and the machine's available
+    memory."""
     avail = None
     for line in Path("/proc/meminfo").read_text().splitlines():
         if line.startswith("MemAvailable:"):
@@ -137,8 +145,9 @@ def buffer_bytes(n_vocab: int, n_ubatch: int = MAX_UBATCH) -> int:
 
 
 def shortfall(kv: int, buffers: int, weights: int, what: str) -> str | None:
-    """Why a context of `kv` bytes of cache and `buffers` of compute buffer cannot fit in the
-    memory available now (None: it fits), said before llama.cpp allocates it."""
+    """Why a context cannot fit in the memory available now, said before llama.cpp allocates it.
+
+    The context has `kv` bytes of cache and `buffers` of compute buffer. None: it fits."""
     have = available_memory()
     mib = 1 << 20
     sizes = (kv / mib, buffers / mib, have / mib)

@@ -1,17 +1,18 @@
 """A model-free engine for load tests of the API and Redis tiers (capacity planning).
 
-It emits a fixed number of tokens per job at a fixed rate and goes through exactly the same
-job runner, publisher and stream contract as the real engine; only the token source differs.
-Tokens are deterministic (the n-th token of every completion is " w<n>"), so a resumed job
-continues exactly where it stopped and tests can check the text.
+It emits a fixed number of tokens per job at a fixed rate. It goes through exactly the same
+job runner, publisher and stream contract as the real engine. Only the token source differs.
+Tokens are deterministic: the n-th token of every completion is " w<n>". So a resumed job
+continues exactly where it stopped, and tests can check the text.
 
-With `SYNTHETIC_TOOL_CALLS=1` a job offered a shell tool (a coding agent's `Bash`, `shell`,
-`exec_command`) first calls it, once per user turn, with `SCRIPTED_COMMAND` in Hermes tags; the
-job after the tool's result answers with the words. So an agent's whole tool round trip runs
-through the real worker, queue and API on any request size, deterministically.
+With `SYNTHETIC_TOOL_CALLS=1`, a job offered a shell tool first calls it, once per user turn.
+The shell tool may be a coding agent's `Bash`, `shell` or `exec_command`. The call holds
+`SCRIPTED_COMMAND` in Hermes tags. The job after the tool's result answers with the words. So
+an agent's whole tool round trip runs through the real worker, queue and API. It does so on
+any request size, deterministically.
 
-It cannot be enabled by accident: it needs `ENGINE=synthetic`, it serves only model names
-that start with `synthetic` (so it never takes a real model's jobs), and it says so loudly in
+It cannot be enabled by accident. It needs `ENGINE=synthetic`. It serves only model names
+that start with `synthetic`. So it never takes a real model's jobs. And it says so loudly in
 the log at start and on every job.
 """
 
@@ -133,8 +134,10 @@ class SyntheticEngine:
         return f" w{token - _FIRST_WORD_ID}".encode() if token >= _FIRST_WORD_ID else b""
 
     def _call(self, spec: JobSpec) -> str | None:
-        """The scripted call's text, if this job makes one: a shell tool is offered and the
-        conversation's last user turn has had no tool result yet."""
+        """The scripted call's text, if this job makes one.
+
+        A job makes one when it is offered a shell tool. Its conversation's last user turn must
+        also have had no tool result yet."""
         if not (self.tool_calls and spec.uses_tools and spec.kind == "chat"):
             return None
         last_user = max((i for i, m in enumerate(spec.messages) if m.role == "user"), default=-1)
@@ -156,9 +159,11 @@ class SyntheticEngine:
         cached: Callable[[int], None] | None = None,
         since_ms: int = 0,
     ) -> Generator[tuple[Pick, bytes]]:
-        """Words after those earlier attempts generated (a resumed job goes on where it
-        stopped), paced from the first one on an absolute schedule, then EOS (with
-        `ignore_eos`, words until the caller stops at max_tokens)."""
+        """Words after those earlier attempts generated, then EOS.
+
+        A resumed job goes on where it stopped. Words are paced from the first one on an
+        absolute schedule. With `ignore_eos`, words go on until the caller stops at
+        max_tokens."""
         log.warning("SYNTHETIC ENGINE answering %s", spec.id)
         position = len(prior)
         # a resumed call goes on from its character
@@ -184,8 +189,10 @@ class SyntheticEngine:
 
 
 def _arguments(schema: dict) -> dict:
-    """Arguments a shell tool's schema takes: the command where it names one (a string, or an
-    argv as Codex's `shell` takes it), plain values for its other required properties."""
+    """Arguments a shell tool's schema takes.
+
+    The command goes where the schema names one. It is a string, or an argv as Codex's `shell`
+    takes it. Its other required properties get plain values."""
     properties = schema.get("properties", {})
     out: dict = {}
     for name, prop in properties.items():

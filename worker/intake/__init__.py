@@ -1,1 +1,1 @@
-"""How jobs reach this worker: the RQ loop, presence announcements, and slots lent to the Batch API."""
+"""How jobs reach this worker: the RQ loop and presence announcements. It lends slots to the Batch API too."""

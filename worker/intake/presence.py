@@ -1,16 +1,19 @@
-"""Announces, every few seconds, that this worker serves its model, with how many slots,
-where its model and KV cache are, how busy it is, and which prompt prefixes its slots hold
-(cache-aware routing: the set is rewritten by the job's own thread when it ends, before its
-terminal entry is published, and expires with the worker's last announcement).
+"""Announces, every few seconds, that this worker serves its model.
 
-The API lists and accepts only models with a recent announcement, and sums the slots of the
+Each announcement says how many slots the worker has and how busy it is. It says where its
+model and KV cache are. It also says which prompt prefixes its slots hold, for cache-aware
+routing.
+The job's own thread rewrites that set when the job ends, before its terminal entry is
+published. The set expires with the worker's last announcement.
+
+The API lists and accepts only models with a recent announcement. It sums the slots of the
 live workers for /metrics. Each announcement also adds to the cluster's counters what the
-batching scheduler did since the last one (one round trip every few seconds, none per
-step). It runs in its own thread with its own connection, so it keeps going while llama.cpp
-computes (ctypes releases the GIL) and stops the moment the process dies.
+batching scheduler did since the last one. That costs one round trip every few seconds, none
+per step. It runs in its own thread with its own connection. So it keeps going while
+llama.cpp computes (ctypes releases the GIL), and stops the moment the process dies.
 
-Before all that, while it fetches, loads and warms its model, a worker says only that it is
-starting (`Starting`): capacity coming, which requeued jobs wait for.
+Before all that, a worker says only that it is starting (`Starting`). It does so while it
+fetches, loads and warms its model. That is capacity coming, which requeued jobs wait for.
 """
 
 from __future__ import annotations
@@ -93,8 +96,8 @@ class Presence:
         self._held_failing = False
 
     def _in_use(self) -> tuple[int, float]:
-        """(slots in use, the last step's ms), a job past its end counted out (call with the
-        lock held)."""
+        """(slots in use, the last step's ms), with a job past its end counted out. Call with
+        the lock held."""
         in_use, step_ms = self._load()
         since = time.monotonic() - ENDING_S
         self._ending = {t: at for t, at in self._ending.items() if t.is_alive() and at > since}
@@ -138,8 +141,9 @@ class Presence:
 
     def _announce_held(self, pipe: redis.client.Pipeline) -> tuple[int, int | None]:
         """The held prefixes: the whole set again when it changed, else only kept alive.
-        Returns the version written and where in the pipeline the keep-alive of a set that
-        should exist is (None: the set is empty)."""
+        Returns the version written and the index in the pipeline of the set's keep-alive.
+        The set should exist when the keep-alive runs. The index is None when the set is
+        empty."""
         if self._held is None:
             return self._held_version, None
         key = keys.held_prefixes(self._worker)
@@ -152,12 +156,13 @@ class Presence:
         return version, len(pipe.command_stack) - 1 if digests else None
 
     def held_changed(self) -> None:
-        """A job ended holding prefixes (on its own thread, before its terminal entry is
-        published): the set is written now, so the conversation's next turn, sent the moment
-        the answer ends, is routed here. Through an outage it is left to the presence
-        thread, which is poked either way (the job's counters go with its announcement). The
-        job's slot is free for routing from now on (its thread only publishes the end), and
-        the load written with the set says so: else the next turn finds this worker full."""
+        """A job ended holding prefixes: the set is written now. This runs on the job's own
+        thread, before its terminal entry is published. So the conversation's next turn,
+        sent the moment the answer ends, is routed here. Through an outage the write is left
+        to the presence thread. That thread is poked either way (the job's counters go with
+        its announcement). The job's slot is free for routing from now on (its thread only
+        publishes the end). The load written with the set says so. Else the next turn finds
+        this worker full."""
         with self._lock:
             self._ending[threading.current_thread()] = time.monotonic()
         if not self._held_failing:
@@ -175,7 +180,7 @@ class Presence:
         self.poke()
 
     def withdraw(self) -> None:
-        """The worker takes no more jobs: its held prefixes go now, so none is routed here."""
+        """The worker takes no more jobs. Its held prefixes go now, so none is routed here."""
         if self._held is not None:
             self._held.close()
             self.poke()
@@ -204,11 +209,11 @@ class Presence:
 
 
 class Starting:
-    """Says, every few seconds from the process's start until it serves, that this worker is
-    starting for its model (fetching, loading, warming it): jobs requeued while every warm
-    worker is dead then wait for it rather than end with `worker_lost`
-    (api/cluster/resumes.py). Its connection is named like every worker's, so a start that
-    dies stops counting at once."""
+    """Says that this worker is starting for its model (fetching, loading, warming it). It
+    says so every few seconds, from the process's start until it serves. Jobs requeued while
+    every warm worker is dead then wait for it (api/cluster/resumes.py). They do not end
+    with `worker_lost`. Its connection is named like every worker's, so a start that dies
+    stops counting at once."""
 
     # entries of starts that died are dropped after a day
     FORGET_MS = 86_400_000
@@ -226,10 +231,10 @@ class Starting:
         self._looked, self._waiting = -math.inf, False
 
     def jobs_waiting(self) -> bool:
-        """Whether a client waits for a job of the model: one in its queues (a dead worker's,
-        requeued; the one that scaled the pool from zero), batch lines aside. The warm-up
-        stops for it (worker/engine/model.py). Called from the warm-up's threads: asks Redis
-        at most every LOOK_EVERY_S; False while Redis cannot say."""
+        """Whether a client waits for a job of the model, batch lines aside. Such a job is
+        one in its queues. It is a dead worker's, requeued, or the one that scaled the pool
+        from zero. The warm-up stops for it (worker/engine/model.py). The warm-up's threads call
+        this. It asks Redis at most every LOOK_EVERY_S, and is False while Redis cannot say."""
         now = time.monotonic()
         if now - self._looked >= self.LOOK_EVERY_S:
             self._looked = now

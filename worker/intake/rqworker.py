@@ -1,38 +1,39 @@
 """The worker's loop: take the model's jobs, one free slot at a time, through Redis outages.
 
 RQ's SimpleWorker gives the worker its RQ registration (`rq:workers`, `rq info`), its
-heartbeat and its signal handling, and RQ's queues and job records carry the jobs (JSON
-serializer, never pickle). The loop, the dequeue and the execution are tokenspool's own, for
-two reasons:
+heartbeat and its signal handling. RQ's queues and job records carry the jobs (JSON
+serializer, never pickle). The loop, the dequeue and the execution are tokenspool's own.
+For two reasons:
 
-- **Nothing in a job hash but its `data` is ever read.** RQ's execution path acts on a
-  dozen fields of the hash (callbacks it imports and calls, webhooks it requests,
-  dependents and retries it enqueues, timeouts, TTLs, rate limits) and dies on a malformed
-  one. Here a job's `data` must decode to exactly `[JOB_FUNCTION, None, [spec], {}]`; the
-  spec then goes to the job runner, which checks it again. Anything else is refused
-  (logged, and its record deleted). RQ's maintenance and pub/sub commands (which act on registries and
-  channels anyone with `rq:*` access can write) are not run.
-- **No job is lost between the queue and its claim, and no Redis outage ends the loop.**
-  `TAKE` moves a job id from the queues into this worker's inbox atomically; the reaper
-  puts back the inbox of a worker that died before claiming. Any connection error, at any
-  step, is waited out (capped, jittered backoff, logged once per outage); the worker then
-  registers with RQ again and goes on, with the same process and the model still loaded. So
-  is a Redis too full to take the loop's writes (maxmemory with noeviction refuses RQ's
-  heartbeat): the running jobs go on meanwhile, and end `storage_full` if their own entries
-  are refused (worker/attempts/rules.py).
+- **Nothing in a job hash but its `data` is ever read**. RQ's execution path acts on a dozen
+  fields of the hash, and dies on a malformed one. It imports and calls callbacks, requests
+  webhooks, and enqueues dependents and retries. It acts on timeouts, TTLs and rate limits.
+  Here a job's `data` must decode to exactly `[JOB_FUNCTION, None, [spec], {}]`. The spec
+  then goes to the job runner, which checks it again. Anything else is refused: logged, and
+  its record deleted. RQ's maintenance and pub/sub commands act on registries and channels
+  that anyone with `rq:*` access can write. They are not run.
+- **No job is lost between the queue and its claim**. `TAKE` moves a job id from the queues
+  into this worker's inbox atomically. The reaper puts back the inbox of a worker that died
+  before claiming. No Redis outage ends the loop either. Any connection error, at any step,
+  is waited out (capped, jittered backoff, logged once per outage). The worker then
+  registers with RQ again and goes on, with the same process and the model still loaded. A
+  Redis too full to take the loop's writes is waited out too. With maxmemory and
+  noeviction, it refuses RQ's heartbeat. The running jobs go on meanwhile. They end
+  `storage_full` if their own entries are refused (worker/attempts/rules.py).
 
-A worker holds up to SLOTS jobs: it takes a job only once a slot is free, so waiting jobs
-stay in the queue where any worker can take them. Within each tier it takes first the jobs
-the API routed to it (their prompt's prefix is in its cache: api/jobs/routing.py), then the
-tier's shared queue. It takes from its model's suspect queue (jobs that stood still where
-their workers died) those that may step as one group with the suspects it runs: a suspect
-that died in a group of them steps in groups half as large after (api/cluster/reaper.py); one
-is cleared once it goes SUSPECT_TOKENS past where it died (worker/attempts/rules.py); and
-from its batch queue (the Batch API's lines) only into its BATCH_SLOTS, or into more slots
-while interactive jobs are quiet (worker/intake/lending.py: a lent slot is called back by preempting
-a batch line when an interactive job waits).
-On SIGTERM the loop stops taking jobs; the job runner finishes the running ones within the
-shutdown grace period or hands them off; a second signal hands them off at once.
+A worker holds up to SLOTS jobs. It takes a job only once a slot is free. So waiting jobs
+stay in the queue, where any worker can take them. Within each tier it first takes the jobs
+the API routed to it. Their prompt's prefix is in its cache (api/jobs/routing.py). Then it
+takes from the tier's shared queue. Suspects are jobs that stood still where their workers
+died. From its model's suspect queue, it takes those that may step as one group with the
+suspects it runs. A suspect that died in a group of them steps in groups half as large after
+(api/cluster/reaper.py). One is cleared once it goes SUSPECT_TOKENS past where it died
+(worker/attempts/rules.py). From its batch queue (the Batch API's lines) it takes only into
+its BATCH_SLOTS. While interactive jobs are quiet, it takes into more slots
+(worker/intake/lending.py). A lent slot is called back by preempting a batch line when an
+interactive job waits.
+On SIGTERM the loop stops taking jobs. The job runner finishes the running ones within the
+shutdown grace period, or hands them off. A second signal hands them off at once.
 """
 
 from __future__ import annotations
@@ -82,7 +83,7 @@ class ForbiddenJob(Exception):
 
 
 def job_spec(data: bytes | None) -> dict:
-    """The spec argument of an RQ job's `data`, the only field of its hash a worker reads."""
+    """The spec argument of an RQ job's `data`. A worker reads no other field of its hash."""
     if data is None:
         raise ForbiddenJob("no job data")
     if len(data) > MAX_JOB_DATA:
@@ -146,8 +147,9 @@ class TokenspoolWorker(SimpleWorker):
         pass
 
     def request_stop(self, signum, frame) -> None:
-        """SIGTERM or Ctrl-C: stop taking jobs (no exception from inside a Redis call or a
-        claim); the runner finishes or hands off the running ones. A second signal: now."""
+        """SIGTERM or Ctrl-C: stop taking jobs. It raises no exception from inside a Redis
+        call or a claim. The runner finishes or hands off the running ones. A second signal:
+        now."""
         log.info("stopping: no new jobs; running jobs finish or are handed off")
         self._stop_requested = True
         self._shutdown_requested_date = self._shutdown_requested_date or now()
@@ -180,7 +182,7 @@ class TokenspoolWorker(SimpleWorker):
                     self.register_death()
 
     def _serve_once(self, max_idle_time: float | None) -> bool:
-        """One step of the loop; True when the worker has been idle long enough to leave."""
+        """One step of the loop. True when the worker has been idle long enough to leave."""
         self._register()
         if self._check_inbox:
             self._adopt_inbox()
@@ -206,9 +208,9 @@ class TokenspoolWorker(SimpleWorker):
         return False
 
     def _register(self) -> None:
-        """Register with RQ at start, and again whenever Redis has forgotten us (a restart
-        without persistence) or we lost it for a while (after an outage, a restart with
-        persistence still holds our own old record)."""
+        """Register with RQ at start. Register again whenever Redis has forgotten us (a
+        restart without persistence). Register again, too, when we lost Redis for a while.
+        After an outage, a restart with persistence still holds our own old record."""
         now = time.monotonic()
         if self._registered and now - self._beat_at >= RQ_HEARTBEAT_S:
             self._registered = bool(self.connection.exists(self.key))
@@ -223,13 +225,14 @@ class TokenspoolWorker(SimpleWorker):
             self._registered, self._beat_at = True, now
 
     def _queues(self) -> list[str]:
-        """The queues to take from now; not the batch queue while the batch slots are full
-        (the other slots stay for interactive jobs, or are lent and called back:
-        worker/intake/lending.py). Suspects are taken as one group, one take after another,
-        as many as the least group of theirs allows: a group forms when the continuations
-        read again here (which its proof holds up) have had their turn since the last
-        (worker/attempts/proofs.py), and closes at the first take of anything else, so that
-        a stream of suspects never holds up the jobs reading here for long."""
+        """The queues to take from now. The batch queue is left out while the batch slots are
+        full. The other slots stay for interactive jobs, or are lent and called back
+        (worker/intake/lending.py). Suspects are taken as one group, one take after another.
+        A group holds as many as the least group of theirs allows. A group forms when the
+        continuations read again here have had their turn since the last one
+        (worker/attempts/proofs.py). A group's proof holds those continuations up. The group
+        closes at the first take of anything else. So a stream of suspects never holds up
+        the jobs reading here for long."""
         names = tiers.worker_queue_names(self._model, self.name)
         suspects, cap = self._runner.running_suspects()
         forms = self._runner.proof_may_start()
@@ -241,10 +244,10 @@ class TokenspoolWorker(SimpleWorker):
         return list(names)
 
     def _take_one(self) -> tuple[str, str] | None:
-        """Move one job id from the queues into this worker's inbox, waiting up to BLOCK_S
-        for one to be enqueued; returns it and its owner (as its RQ record says). None once
-        asked to stop: a signal during the wait would otherwise take the continuation this
-        worker's own hand-off just enqueued."""
+        """Move one job id from the queues into this worker's inbox. It waits up to BLOCK_S
+        for one to be enqueued. Returns the id and its owner (as its RQ record says). None
+        once asked to stop. Else a signal during the wait would take the continuation that
+        this worker's own hand-off just enqueued."""
         if self._stop_requested:
             return None
         got = self._take_from(self._queues())
@@ -272,20 +275,20 @@ class TokenspoolWorker(SimpleWorker):
         return job_id, as_text(got[2])
 
     def _take_from(self, names: list[str]) -> list | None:
-        """TAKE: the first job waiting in `names`, in order; of the suspects, the first that
-        may step beside those running here; on an embedding worker, the oldest of the key
-        with the fewest jobs running here, and in the guest slot only another key's
-        (contract.lua.queues.TAKE)."""
+        """TAKE: the first job waiting in `names`, in order. Of the suspects, it takes the
+        first that may step beside those running here. On an embedding worker, it takes the
+        oldest of the key with the fewest jobs running here. In the guest slot it takes only
+        another key's (contract.lua.queues.TAKE)."""
         suspects, _ = self._runner.running_suspects()
         owners, guest = self._runner.turns() or (None, False)
         args = queues.take_args(names, tiers.suspect_queue_name(self._model), suspects, owners, guest)
         return self._take(keys=queues.take_keys(names, self.name), args=args)
 
     def _queue_opened(self) -> None:
-        """A Batch API line ended, or a suspect ended or was cleared, or a job ended beside
-        the guest slot (on its job thread): wake this loop, which may be blocked waiting with
-        the batch or suspect queue left out, or for another key's job only, to take the next
-        job now rather than at the next job enqueued."""
+        """Wake this loop to take the next job now, not at the next job enqueued. A Batch API
+        line ended, or a suspect ended or was cleared. Or a job ended beside the guest slot
+        (on its job thread). The loop may be blocked waiting with the batch or suspect queue
+        left out. Or it may wait for another key's job only."""
         wake = keys.wake_worker(self.name)
         with contextlib.suppress(redis.RedisError), self.connection.pipeline(transaction=False) as pipe:
             pipe.lpush(wake, 1)
@@ -296,7 +299,7 @@ class TokenspoolWorker(SimpleWorker):
 
     def _adopt_inbox(self) -> None:
         """Run the ids in this worker's inbox that it never saw (a TAKE whose reply was lost
-        in an outage): nobody else will, as long as this worker is alive."""
+        in an outage). Nobody else will, as long as this worker is alive."""
         for raw in self.connection.hkeys(keys.inbox(self.name)):
             job_id = as_text(raw)
             if job_id in self._handled or not self._runner.reserve(timeout=0):
@@ -306,8 +309,8 @@ class TokenspoolWorker(SimpleWorker):
         self._check_inbox = False
 
     def _execute(self, job_id: str, owner: str = "") -> None:
-        """Hand the job to the runner (which claims it in the slot reserved for it), or refuse
-        it; then take it out of the inbox and delete RQ's record of it."""
+        """Hand the job to the runner, which claims it in the slot reserved for it. Or refuse
+        it. Then take it out of the inbox and delete RQ's record of it."""
         try:
             if not JOB_ID.fullmatch(job_id):
                 raise ForbiddenJob("not an RQ job id")
@@ -338,8 +341,8 @@ class TokenspoolWorker(SimpleWorker):
         self._settle(job_id)
 
     def _settle(self, job_id: str) -> None:
-        """Forget the job: its inbox entry and RQ's record of it (a refused job's is deleted
-        too, the log says why); waits out an outage, as the job has been handled."""
+        """Forget the job: its inbox entry and RQ's record of it. A refused job's record is
+        deleted too, and the log says why. It waits out an outage, as the job has been handled."""
         while True:
             try:
                 with self.connection.pipeline(transaction=True) as pipe:

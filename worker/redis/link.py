@@ -1,6 +1,7 @@
-"""This worker's line to the jobs in Redis: the clients of the two servers (contract/keys.py),
-the name the worker writes under, the recovery settings it shares with the API, and how long a
-call rides out a Redis outage. Claiming, publishing and handing off all go through one `Link`."""
+"""This worker's line to the jobs in Redis. It holds the clients of the two servers
+(contract/keys.py) and the name the worker writes under. It holds the recovery settings it shares
+with the API, and how long a call rides out a Redis outage. Claiming, publishing and handing off
+all go through one `Link`."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""How a worker loop lives through a Redis outage: it keeps trying, with capped and jittered
-backoff (so a pool of workers does not reconnect in lockstep), and says so once when the
-outage begins and once when it ends, not once per try."""
+"""How a worker loop lives through a Redis outage. It keeps trying, with capped and jittered
+backoff, so a pool of workers does not reconnect in lockstep. It says so once when the outage
+begins and once when it ends, not once per try."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ BACKOFF = EqualJitterBackoff(cap=MAX_DELAY_S, base=FIRST_DELAY_S)
 
 
 class Outage:
-    """One loop's (or one connection's) view of Redis being away; thread-safe."""
+    """One loop's (or one connection's) view of Redis being away. Thread-safe."""
 
     def __init__(self, what: str) -> None:
         self._what = what
@@ -32,7 +32,7 @@ class Outage:
         return self._since is not None
 
     def failed(self, exc: BaseException) -> float:
-        """Note a failed try; returns how long to wait before the next one."""
+        """Note a failed try. Returns how long to wait before the next one."""
         with self._lock:
             if self._since is None:
                 self._since = time.monotonic()

@@ -1,10 +1,10 @@
 """A thread that does one thing every few seconds until stopped, riding out Redis outages.
 
-The heartbeat and the presence announcements run this way: on their own thread and
-connection, so they keep going while llama.cpp computes (ctypes releases the GIL) and stop
-the moment the process dies. A Redis error does not end the thread: the outage is logged
-once (worker/redis/outage.py), and the thing is tried again sooner than its period while Redis is
-away, so that it is done again as soon as Redis is back.
+The heartbeat and the presence announcements run this way, on their own thread and connection. So
+they keep going while llama.cpp computes (ctypes releases the GIL), and stop the moment the process
+dies. A Redis error does not end the thread. The outage is logged once (worker/redis/outage.py).
+While Redis is away, the thing is tried again sooner than its period. So it is done again as soon
+as Redis is back.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ class Periodic:
         self._thread.join(timeout=5)
 
     def poke(self) -> None:
-        """Do the thing soon rather than at the end of the period (something changed): now,
-        or `min_gap_s` after the last time, so a burst of pokes does it once."""
+        """Do the thing soon rather than at the end of the period (something changed). It does it
+        now, or `min_gap_s` after the last time, so a burst of pokes does it once."""
         self._poke.set()
 
     def _loop(self) -> None:

@@ -1,5 +1,5 @@
-"""Redis calls that ride out a Redis restart or failover: retried for a while, then given up
-(the caller decides what giving up means)."""
+"""Redis calls that ride out a Redis restart or failover. They are retried for a while, then given
+up. (The caller decides what giving up means.)"""
 
 from __future__ import annotations
 
@@ -19,8 +19,8 @@ TRANSIENT = (redis.ConnectionError, redis.TimeoutError, ClusterDownError, TryAga
 
 
 def retry(call: Callable[[], T], wait_s: float, outage: Outage) -> T:
-    """Run `call`, retrying connection errors for up to `wait_s` (backoff and logging by
-    `outage`); the last error is raised after that."""
+    """Run `call`, retrying connection errors for up to `wait_s`. `outage` does the backoff and the
+    logging. After that, the last error is raised."""
     deadline = time.monotonic() + wait_s
     while True:
         try:

@@ -1,21 +1,21 @@
 """gpt-oss's harmony format: the reply's messages told apart by their channels.
 
-A gpt-oss answer is a run of messages, each a header and a body: `<|channel|>analysis<|message|>`
-thinking, then `<|end|><|start|>assistant<|channel|>final<|message|>` the answer; a tool call
-is a `commentary` message whose header names its recipient (`to=functions.get_weather`,
-before or after the channel, with `<|constrain|>json` or `json` after it) and whose body is
-the call's arguments, ended by `<|call|>`. llama.cpp renders `<|channel|>`, `<|message|>`,
-`<|start|>` and `<|constrain|>` as their text (it makes them user-defined tokens for this),
-`<|end|>` as its text or as nothing (by llama.cpp's version), and `<|return|>` and `<|call|>`
-end generation: so the text a reply reads holds every marker it needs, and a body ends at
-`<|end|>` or where the next `<|start|>` begins.
+A gpt-oss answer is a run of messages, each a header and a body. First comes
+`<|channel|>analysis<|message|>` thinking, then `<|end|><|start|>assistant<|channel|>final<|message|>`
+the answer. A tool call is a `commentary` message whose header names its recipient
+(`to=functions.get_weather`). The recipient comes before or after the channel, with
+`<|constrain|>json` or `json` after it. The message's body is the call's arguments, ended by
+`<|call|>`. `<|channel|>`, `<|message|>`, `<|start|>` and `<|constrain|>` render as their text in
+llama.cpp (it makes them user-defined tokens for this). `<|end|>` renders as its text or as
+nothing, by llama.cpp's version. `<|return|>` and `<|call|>` end generation. So the text a reply
+reads holds every marker it needs. A body ends at `<|end|>` or where the next `<|start|>` begins.
 
-`Harmony` wraps the job's reply (worker/text/replies.py) like `Thinking` does: `analysis`
-goes to `Parts.reasoning`, `final` (and a `commentary` message to nobody: a preamble) to the
-reply as content, and a message to `functions.<name>` of an offered tool becomes a tool call. It reads
-characters one state at a time whatever the pieces, so a continuation that feeds it the text
-earlier attempts generated is where they were, and a replay splits the same. Text that is
-not harmony (a header that never reaches `<|message|>`) is content, as it came.
+`Harmony` wraps the job's reply (worker/text/replies.py) like `Thinking` does. `analysis` goes to
+`Parts.reasoning`. `final` goes to the reply as content, and so does a `commentary` message to
+nobody (a preamble). A message to `functions.<name>` of an offered tool becomes a tool call. It
+reads characters one state at a time, whatever the pieces. So a continuation that feeds it the text
+earlier attempts generated is where they were, and a replay splits the same. Text that is not
+harmony (a header that never reaches `<|message|>`) is content, as it came.
 """
 
 from __future__ import annotations
@@ -39,8 +39,8 @@ _CHANNEL = re.compile(re.escape(CHANNEL) + r"([A-Za-z_]+)")
 
 
 def opened_channel(prompt_tail: str) -> str | None:
-    """The channel a rendered prompt leaves a message open in (its end: the generation
-    prompt), or None when the model writes the next header itself (`<|start|>assistant`)."""
+    """The channel a rendered prompt leaves a message open in (its end: the generation prompt).
+    None when the model writes the next header itself (`<|start|>assistant`)."""
     last = prompt_tail[prompt_tail.rfind(START) + len(START) :] if START in prompt_tail else prompt_tail
     if MESSAGE not in last:
         return None
@@ -49,11 +49,11 @@ def opened_channel(prompt_tail: str) -> str | None:
 
 
 class Harmony:
-    """A harmony reply. `reasoning_spans` are where its analysis messages lie in the text fed
-    so far (character offsets, the header included; an open one ends at None), for counting
-    their tokens; `in_thinking` whether an analysis message is open now (a thinking budget
-    may close it). Calls go only to the `tools` offered; a message to any other recipient
-    (a built-in tool gpt-oss was trained on) is the model's own business: thinking."""
+    """A harmony reply. `reasoning_spans` are where its analysis messages lie in the text fed so
+    far, for counting their tokens. They are character offsets, the header included, and an open
+    one ends at None. `in_thinking` says whether an analysis message is open now (a thinking budget
+    may close it). Calls go only to the `tools` offered. A message to any other recipient (a
+    built-in tool gpt-oss was trained on) is the model's own business: thinking."""
 
     _HEADER, _BODY, _RAW = range(3)
 

@@ -1,6 +1,6 @@
-"""A streaming JSON scanner: JSON text fed a piece at a time, its values reported as they
-start, grow and end, by their path in the document (what a tool reply needs to send a
-call's name and arguments while the model is still writing them)."""
+"""A streaming JSON scanner: JSON text fed a piece at a time. It reports its values as they start,
+grow and end, by their path in the document. A tool reply needs this to send a call's name and
+arguments while the model is still writing them."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ SPACE = frozenset(" \t\r\n")
 
 
 class JsonScanner:
-    """An incremental JSON reader that reports, by path, where values start and end, the
-    decoded text of strings, and (for the values asked for) their raw text. Paths are tuples
-    of keys and indices; the root value is at ()."""
+    """An incremental JSON reader. It reports, by path, where values start and end, and the decoded
+    text of strings. For the values asked for, it reports their raw text too. Paths are tuples of
+    keys and indices. The root value is at ()."""
 
     def __init__(self, handler: ScanHandler) -> None:
         self._h = handler
@@ -42,8 +42,8 @@ class JsonScanner:
         self.done = False
 
     def capture(self, path: tuple) -> None:
-        """Collect the raw text of the value starting at `path` (call from `started`: the
-        character that starts it is the first)."""
+        """Collect the raw text of the value starting at `path`. Call it from `started`, where the
+        character that starts it is the first."""
         self._capture = path
         self._raw = [self._current]
 

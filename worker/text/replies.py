@@ -1,18 +1,18 @@
 """What the client sees of a reply: content, and the tool calls the model wrote.
 
-A model calls a tool by writing text in a syntax its prompt taught it (worker/tools/, whose
-protocols each hold their reply: worker/tools/json_envelope.py, worker/tools/hermes.py):
-a JSON envelope (`{"tool_call": {"name": ..., "arguments": {...}}}`, `{"tool_calls": [...]}`,
-or `{"response": "..."}` for plain content), or Hermes tags (`<tool_call>{...}</tool_call>`
-between content). A `Reply` reads the generated text piece by piece and says, for each
-piece, what content and which tool-call fragments it holds, the way OpenAI streams them:
-a call's id and name once its name is complete, then its arguments' JSON text in fragments
-that concatenate to it.
+A model calls a tool by writing text in a syntax its prompt taught it. The syntaxes are in
+worker/tools/, whose protocols each hold their reply (worker/tools/json_envelope.py,
+worker/tools/hermes.py). It may be a JSON envelope: `{"tool_call": {"name": ..., "arguments": {...}}}`,
+`{"tool_calls": [...]}`, or `{"response": "..."}` for plain content. It may be Hermes tags
+(`<tool_call>{...}</tool_call>` between content). A `Reply` reads the generated text piece by
+piece. For each piece, it says what content and which tool-call fragments it holds, the way OpenAI
+streams them. A call's id and name come once its name is complete. Then its arguments' JSON text
+comes in fragments that concatenate to it.
 
-A reply is deterministic in its text: a continuation on another worker feeds it the text
-the earlier attempts generated (discarding what it returns), and goes on where they left
-off, mid-call included. Call ids are derived from the job id and the call's index,
-so a continuation names the calls the same.
+A reply is deterministic in its text. A continuation on another worker feeds it the text the
+earlier attempts generated, discarding what it returns. Then it goes on where they left off,
+mid-call included. Call ids are derived from the job id and the call's index, so a continuation
+names the calls the same.
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class PlainReply:
 
 
 class Calls:
-    """Collects call parts: a call's name (at `name_at`) opens it, its arguments (raw, at
+    """Collects call parts. A call's name (at `name_at`) opens it, and its arguments (raw, at
     `args_at`) stream after."""
 
     def __init__(self, job_id: str) -> None:

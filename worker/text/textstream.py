@@ -1,9 +1,9 @@
 """Turns generated tokens into publishable text pieces.
 
-Tokens are byte pieces: a multi-byte UTF-8 character can be split across two tokens, and a
-stop string can be split across several. `TextAssembler` holds tokens back until their text
-is whole and cannot be the start of a stop string, then releases the text together with the
-ids of the tokens that produced it, which is what the stream contract requires of a delta.
+Tokens are byte pieces. A multi-byte UTF-8 character can be split across two tokens, and a stop
+string can be split across several. `TextAssembler` holds tokens back until their text is whole
+and cannot be the start of a stop string. Then it releases the text together with the ids of the
+tokens that produced it. The stream contract requires this of a delta.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class TextAssembler:
         self.matched = ""
 
     def push(self, token_id: int, piece: bytes) -> Piece | None:
-        """Add one token; return the text now safe to publish, if any."""
+        """Add one token. Return the text now safe to publish, if any."""
         if self.stopped:
             raise RuntimeError("push after a stop string")
         self._ids.append(token_id)
@@ -51,9 +51,9 @@ class TextAssembler:
         return self._release(self._text)
 
     def flush(self) -> Piece | None:
-        """Release whatever is held when generation ends. A character whose last bytes
-        were never generated (max_tokens fell between its tokens) is dropped, not turned
-        into U+FFFD; its token ids are still released, as they were generated."""
+        """Release whatever is held when generation ends. A character whose last bytes were never
+        generated (max_tokens fell between its tokens) is dropped, not turned into U+FFFD. Its
+        token ids are still released, as they were generated."""
         if self.stopped:
             return None
         self._decoder.reset()

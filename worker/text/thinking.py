@@ -1,17 +1,17 @@
 """A reasoning model's thinking, told apart from its answer (REASONING_FORMAT=think).
 
-DeepSeek-R1 distills, Qwen3 and GLM write their thinking between `<think>` and `</think>`,
-then the answer. Some templates open the block in the generation prompt themselves (the
-output starts inside it); Qwen3's hybrid template lets the model write `<think>` first, and
-with thinking off writes an empty block into the prompt. So the start state comes from the
-rendered prompt (`opened_by`), not from the model's name.
+DeepSeek-R1 distills, Qwen3 and GLM write their thinking between `<think>` and `</think>`, then the
+answer. Some templates open the block in the generation prompt themselves, so the output starts
+inside it. Qwen3's hybrid template lets the model write `<think>` first. With thinking off, it
+writes an empty block into the prompt. So the start state comes from the rendered prompt
+(`opened_by`), not from the model's name.
 
-`Thinking` wraps the job's reply (worker/text/replies.py): the thinking goes to
-`Parts.reasoning`, and only the answer reaches the reply, so tool calls and JSON read after
-the block as they do without one. Like every reply it reads characters one state at a time,
-whatever the pieces: a continuation feeds it the text earlier attempts generated and it is
-where they were, so a split is the same from an uninterrupted run, a resumed one, and a
-replay. The tags and the whitespace that opens the answer are nobody's text.
+`Thinking` wraps the job's reply (worker/text/replies.py). The thinking goes to `Parts.reasoning`,
+and only the answer reaches the reply. So tool calls and JSON read after the block as they do
+without one. Like every reply, it reads characters one state at a time, whatever the pieces. A
+continuation feeds it the text earlier attempts generated, and it is where they were. So a split is
+the same from an uninterrupted run, a resumed one, and a replay. The tags and the whitespace that
+opens the answer are nobody's text.
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ TAIL_TOKENS = 16
 
 def generation_prompt(prompt: list[int], marks: frozenset[int]) -> list[int]:
     """The prompt's last tokens after its last control token (a turn's mark, as ChatML's
-    `<|im_start|>`): the template's generation prompt, not a user's text that ends in a tag."""
+    `<|im_start|>`). That is the template's generation prompt, not a user's text that ends in a
+    tag."""
     tail = prompt[-TAIL_TOKENS:]
     return tail[max((i + 1 for i, t in enumerate(tail) if t in marks), default=0) :]
 
 
 def grammar_after(gbnf: str) -> str:
-    """A grammar that holds from a thinking block's close on: the thinking before it is free,
-    the close and the whitespace after it come first. Applied from the token holding the
-    close (worker/engine/grammar.py `TriggeredGate`), which may hold some thinking before it."""
+    """A grammar that holds from a thinking block's close on. The thinking before it is free. The
+    close and the whitespace after it come first. It applies from the token holding the close
+    (worker/engine/grammar.py `TriggeredGate`), which may hold some thinking before it."""
     if not gbnf.startswith("root ::= "):
         raise ValueError("a grammar built by contract/gbnf.py starts with its root")
     answer = "thought-answer ::= " + gbnf.removeprefix("root ::= ")
@@ -48,8 +49,8 @@ def opened_by(prompt_tail: str) -> bool:
 
 
 class Thinking:
-    """A reply's thinking part, then the reply itself; `closed_at` is where the answer
-    starts in the text fed so far (None until the block closes), for counting its tokens."""
+    """A reply's thinking part, then the reply itself. `closed_at` is where the answer starts in
+    the text fed so far, for counting its tokens. It is None until the block closes."""
 
     _BEFORE, _THINKING, _OPENING, _ANSWER = range(4)
 
@@ -70,8 +71,9 @@ class Thinking:
 
     @property
     def reasoning_spans(self) -> list[tuple[int, int | None]]:
-        """Where the thinking lies in the text fed so far: from its start (a tag the model
-        wrote, and the whitespace before it, included) to the answer's (None: still open)."""
+        """Where the thinking lies in the text fed so far. It runs from its start to the answer's
+        start, or None while still open. The start is a tag the model wrote, with the whitespace
+        before it."""
         return [(0, self.closed_at)] if self.thought else []
 
     @property

@@ -1,5 +1,6 @@
-"""What every tool protocol builds its grammar from: the rule of a call of each tool the job
-may call, the response format's rule, and a call's arguments as a template takes them."""
+"""What every tool protocol builds its grammar from. It holds the rule of a call of each tool
+the job may call. It holds the response format's rule too. It also gives a call's arguments as
+a template takes them."""
 
 from __future__ import annotations
 
@@ -49,8 +50,8 @@ def call_rule(spec: JobSpec, g: Grammar) -> str:
 
 
 def arguments_rule(tool: Tool, g: Grammar, i: int) -> str:
-    """A call's arguments: its schema's, or a custom tool's `{"input": TEXT}`, where TEXT is
-    the JSON string of a text its format's grammar takes (contract/freeform/)."""
+    """A call's arguments: its schema's, or a custom tool's `{"input": TEXT}`. TEXT is the JSON
+    string of a text its format's grammar takes (contract/freeform/)."""
     if tool.freeform is None:
         return Compiler(tool.parameters, g, prefix=f"tool{i}-").rule(tool.parameters)
     text = string_rule(tool.freeform, g, f"tool{i}-")
@@ -63,8 +64,8 @@ def only_calls(spec: JobSpec) -> bool:
 
 
 def arguments_value(text: str) -> object:
-    """A call's arguments as the template wants them: an object (a string that is not JSON
-    stays a string)."""
+    """A call's arguments as the template wants them: an object. A string that is not JSON
+    stays a string."""
     try:
         return json.loads(text)
     except ValueError:

@@ -1,8 +1,9 @@
-"""Anthropic's `clear_tool_uses_20250919` edit applied to a chat job's messages (its terms:
-contract/edits/tool_uses.py): the worker clears old tool results here, since only it counts the
-prompt's tokens. Oldest first, each cleared tool use's result becomes `PLACEHOLDER` (and its
-call's arguments `{}`, where the edit clears inputs), so the model knows a result was there.
-The same job always clears the same tool uses: a resumed job reports the same edit."""
+"""Anthropic's `clear_tool_uses_20250919` edit applied to a chat job's messages. The edit's
+terms are in contract/edits/tool_uses.py. The worker clears old tool results here, since only
+it counts the prompt's tokens. It clears the oldest tool uses first. Each cleared tool use's
+result becomes `PLACEHOLDER`, so the model knows a result was there. Where the edit clears
+inputs, the call's arguments become `{}`. The same job always clears the same tool uses, so a
+resumed job reports the same edit."""
 
 from __future__ import annotations
 
@@ -18,10 +19,11 @@ NO_INPUT = "{}"
 
 
 def clear_tool_uses(spec: JobSpec, prompt_tokens: int, count: Callable[[str], int]) -> tuple[JobSpec, int]:
-    """The job as its edit leaves it (without the edit), and how many tool uses it cleared (0:
-    not past the trigger, nothing older than the kept ones, or fewer tokens than
-    `clear_at_least`). `prompt_tokens` is the whole prompt's, `count` a text's tokens as the
-    prompt renders it."""
+    """The job as its edit leaves it (without the edit), and how many tool uses it cleared.
+    It clears 0 if the prompt is not past the trigger. It clears 0 if nothing is older than the
+    kept ones. It clears 0 too if clearing would save fewer tokens than `clear_at_least`.
+    `prompt_tokens` is the whole prompt's. `count` gives a text's tokens as the prompt renders
+    it."""
     if spec.clear_tool_uses is None:
         return spec, 0
     edit = ClearToolUses.from_dict(spec.clear_tool_uses)
@@ -53,8 +55,8 @@ def clear_tool_uses(spec: JobSpec, prompt_tokens: int, count: Callable[[str], in
 
 
 def _kept_images(spec: JobSpec, messages: list[Message]) -> tuple[str, ...]:
-    """The images of the messages left: a cleared result's images (a screenshot a tool sent
-    back) go with its text, and the rest keep their markers' order (contract/media/images.py)."""
+    """The images of the messages left. A cleared result's images (a screenshot a tool sent
+    back) go with its text. The rest keep their markers' order (contract/media/images.py)."""
     kept, names = [], iter(spec.images)
     for before, after in zip(spec.messages, messages, strict=True):
         for _ in range(before.content.count(MARKER)):

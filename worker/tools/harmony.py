@@ -1,14 +1,14 @@
-"""The harmony protocol, for gpt-oss's templates: the template renders `tools` itself (a
-`functions` namespace in the developer message), earlier calls as `commentary` messages to
-`functions.<name>` and tool results as messages from them; the model calls a tool with such a
-message, which worker/text/harmony.py reads.
+"""The harmony protocol, for gpt-oss's templates. The template renders `tools` itself, as a
+`functions` namespace in the developer message. It renders earlier calls as `commentary`
+messages to `functions.<name>`, and tool results as messages from them. The model calls a tool
+with such a message, which worker/text/harmony.py reads.
 
-Grammars hold from where the thinking ends: a response format is the `final` message's body,
-from its header on (a trigger: the model writes the header itself, or a thinking budget
-writes it); with `tool_choice` required or naming a tool the answer must be a call, so the
-grammar holds from the first token, the analysis message first and free (as llama.cpp's
-lazy grammars leave it), then a `commentary` header naming an offered tool and its
-arguments' JSON. With "auto" the model calls as it was trained to, unconstrained.
+Grammars hold from where the thinking ends. A response format is the `final` message's body,
+from its header on. That header is a trigger: the model writes it itself, or a thinking budget
+writes it. With `tool_choice` required or naming a tool, the answer must be a call. So the
+grammar holds from the first token. The analysis message comes first and is free (as
+llama.cpp's lazy grammars leave it). Then comes a `commentary` header naming an offered tool,
+and its arguments' JSON. With "auto" the model calls as it was trained to, unconstrained.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class HarmonyTools(HermesTools):
         return None if only_calls(spec) or spec.response_format is None else FINAL
 
     def messages(self, spec: JobSpec) -> tuple[list[dict], dict]:
-        """Hermes's, but a tool result's content escaped as a JSON string's inside: gpt-oss's
-        template puts it between quotes (`|tojson` of the content, which is a placeholder here)."""
+        """Hermes's, but a tool result's content is escaped as a JSON string's inside. The
+        gpt-oss template puts it between quotes (`|tojson` of the content, a placeholder here)."""
         out, extra = super().messages(spec)
         for msg in out:
             if msg["role"] == "tool" and msg["content"]:
@@ -67,8 +67,8 @@ class HarmonyTools(HermesTools):
 
 
 def _calls(spec: JobSpec, g: Grammar, opened: str | None) -> str:
-    """A call of one of the offered tools, after the thinking (its message left open by the
-    prompt, or one the model may write first)."""
+    """A call of one of the offered tools, after the thinking. The thinking is a message the
+    prompt left open, or one the model may write first."""
     calls = []
     for i, tool in enumerate(chosen(spec)):
         args = arguments_rule(tool, g, i)

@@ -1,7 +1,7 @@
 """The Hermes protocol, for templates that render `tools` themselves and teach
-`<tool_call>{"name": ..., "arguments": ...}</tool_call>` (Hermes, Qwen 2.5 and 3, SmolLM3's
-upstream template and many fine-tunes): the conversation goes to the template as it is, and
-the reply reads calls between content."""
+`<tool_call>{"name": ..., "arguments": ...}</tool_call>`. Hermes, Qwen 2.5 and 3, SmolLM3's
+upstream template and many fine-tunes teach it. The conversation goes to the template as it
+is. The reply reads calls between content."""
 
 from __future__ import annotations
 
@@ -76,9 +76,10 @@ class HermesTools:
         return composed(build)
 
     def trigger(self, spec: JobSpec) -> str | None:
-        """With "auto" and no response format the answer is free text until a call: the
-        calls' grammar applies from the first `<tool_call>` on (only offered tools, their
-        schemas, one call unless parallel_tool_calls, nothing after the calls)."""
+        """With "auto" and no response format, the answer is free text until a call. The
+        calls' grammar applies from the first `<tool_call>` on. It admits only offered tools
+        and their schemas, and nothing after the calls. It admits one call unless
+        parallel_tool_calls."""
         auto_text = spec.uses_tools and not only_calls(spec) and spec.response_format is None
         return OPEN if auto_text else None
 
@@ -88,9 +89,9 @@ class HermesTools:
 
 class HermesReply:
     """Content, with calls between `<tool_call>` and `</tool_call>` (Hermes, Qwen and the
-    templates that teach it): each a JSON object `{"name": ..., "arguments": {...}}`. Text
-    that might be the start of the opening tag is held back until it is not. Without a
-    grammar (tool_choice auto) a call that is not that JSON is given back as content."""
+    templates that teach it). Each call is a JSON object `{"name": ..., "arguments": {...}}`.
+    Text that might start the opening tag is held back until it is not. Without a grammar
+    (tool_choice auto), a call that is not that JSON is given back as content."""
 
     def __init__(self, job_id: str) -> None:
         self._calls = Calls(job_id)

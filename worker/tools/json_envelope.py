@@ -1,7 +1,7 @@
-"""The JSON envelope protocol, for any chat template (llama.cpp's "Generic" format): the
-tools and the answer's envelope (`{"tool_call": {"name": ..., "arguments": {...}}}`,
-`{"tool_calls": [...]}`, or `{"response": "..."}`) described in a system message, and the
-reply that reads the envelope as the model writes it."""
+"""The JSON envelope protocol, for any chat template (llama.cpp's "Generic" format). A system
+message describes the tools and the answer's envelope. That envelope is
+`{"tool_call": {"name": ..., "arguments": {...}}}`, `{"tool_calls": [...]}`, or
+`{"response": "..."}`. The reply reads the envelope as the model writes it."""
 
 from __future__ import annotations
 
@@ -105,10 +105,10 @@ class JsonTools:
 
 
 class JsonReply:
-    """The JSON envelope (llama.cpp's "Generic" format, for templates without tool syntax):
-    `{"tool_call": CALL}`, `{"tool_calls": [CALL, ...]}` or `{"response": ...}`, where CALL is
-    `{"name": ..., "arguments": {...}}`. The grammar guarantees the shape; a response that is
-    a string streams as content, any other value as its JSON text."""
+    """The JSON envelope (llama.cpp's "Generic" format, for templates without tool syntax).
+    It is `{"tool_call": CALL}`, `{"tool_calls": [CALL, ...]}` or `{"response": ...}`. CALL is
+    `{"name": ..., "arguments": {...}}`. The grammar guarantees the shape. A response that is a
+    string streams as content. Any other value streams as its JSON text."""
 
     def __init__(self, job_id: str) -> None:
         self._calls = Calls(job_id)

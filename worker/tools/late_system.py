@@ -1,8 +1,8 @@
-"""System messages after the conversation's start (Claude Code's environment notes, a chat
-`system` message between turns), for a chat template that renders none there: many render
-only a first system message, and raise or drop any other. Each such message becomes marked
-text of a user turn beside it, `<system>\n...\n</system>`, so the model still reads it where
-it was sent."""
+"""System messages after the conversation's start, for a chat template that renders none
+there. Such messages are Claude Code's environment notes, or a chat `system` message between
+turns. Many templates render only a first system message, and raise or drop any other. Each
+such message becomes marked text of a user turn beside it: `<system>\n...\n</system>`. So the
+model still reads it where it was sent."""
 
 from __future__ import annotations
 
@@ -16,9 +16,9 @@ def is_late(messages: tuple[Message, ...]) -> bool:
 
 
 def folded(messages: tuple[Message, ...]) -> tuple[Message, ...]:
-    """The messages with each late system message joined to the user message just before it
-    (at its end), or else to the next user message (at its start), or else a user message of
-    its own. The leading system messages stay."""
+    """The messages, with each late system message joined to a user message. It goes at the
+    end of the user message just before it. Or else it goes at the start of the next user
+    message. Or else it becomes a user message of its own. The leading system messages stay."""
     out: list[Message] = []
     # late system texts for the next user message
     waiting: list[str] = []

@@ -1,16 +1,17 @@
-"""The client's strings a chat template renders outside the message contents: a tool's schema
-and description, an earlier call's id, name and arguments, an assistant's sent-back reasoning,
-a template kwarg.
+"""The client's strings a chat template renders outside the message contents. They are a
+tool's schema and description, and an earlier call's id, name and arguments. They are also an
+assistant's sent-back reasoning and a template kwarg.
 
-The rendered template is tokenized with special tokens, so such a string holding a control
-token's text (`<|im_end|>`) would become that token and could end a turn early. Refusing
-the text would refuse honest agents: a coding agent's arguments may hold a file about chat
-templates. So before the template renders, each special token's text in such a string, and
-any part of one at either end of it (which the template's text beside it could complete, as
-in `<function=` NAME `>`), is swapped for a mark; after, each mark is tokenized as the text
-it stands for, without special tokens (worker/engine/prompts.py's `_plain`). The rest of the
-string stays where the template puts it and as the template escapes it (`tojson`); equal
-strings stay equal, and a template's tests against its own words (`type == "string"`) hold.
+The rendered template is tokenized with special tokens. So a control token's text
+(`<|im_end|>`) in such a string would become that token. That token could end a turn early.
+Refusing the text would refuse honest agents. A coding agent's arguments may hold a file about
+chat templates. So before the template renders, each special token's text in such a string
+becomes a mark. So does any part of one at either end of the string. The template's text
+beside it could complete that part, as in `<function=` NAME `>`. After the render,
+worker/engine/prompts.py's `_plain` tokenizes each mark as the text it stands for. It
+tokenizes that text without special tokens. The rest of the string stays as the template
+places and escapes it (`tojson`). Equal strings stay equal. A template's tests against its
+own words (`type == "string"`) hold.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ _MARKS = re.compile(re.escape(OPEN) + r"tokenspool-text-(\d+)" + re.escape(CLOSE
 
 
 class Masker:
-    """Swaps special tokens' texts in the client's strings for marks (`value`); `pieces` reads
+    """Swaps special tokens' texts in the client's strings for marks (`value`). `pieces` reads
     them back from the rendered template."""
 
     def __init__(self, specials: Iterable[str]) -> None:
@@ -39,8 +40,9 @@ class Masker:
         self._reach = len(words[0]) - 1
 
     def value(self, value: object, marks: dict[str, int]) -> object:
-        """`value` (a template argument: strings, numbers, lists and dicts of them) with marks
-        in its strings and keys; `marks` gets the text each mark stands for (its index)."""
+        """`value` with marks in its strings and keys. `value` is a template argument: strings,
+        numbers, lists and dicts of them. `marks` gets the text each mark stands for, with its
+        index."""
         if isinstance(value, str):
             return self._string(value, marks)
         if isinstance(value, dict):
@@ -66,8 +68,8 @@ class Masker:
 
 
 def pieces(rendered: str, texts: Sequence[str]) -> Iterator[tuple[str, bool]]:
-    """The rendered template's text in order, as (text, is the client's): the template's own
-    text between the marks, and the text each mark stands for (`texts`, by index)."""
+    """The rendered template's text in order, as (text, is the client's). The template's own
+    text lies between the marks. Each mark gives the text it stands for (`texts`, by index)."""
     at = 0
     for found in _MARKS.finditer(rendered):
         index = int(found.group(1))

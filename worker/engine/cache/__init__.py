@@ -1,2 +1,2 @@
-"""The prompt cache beyond the slots: whole-sequence KV states kept in host memory (host.py)
-and how the batching scheduler saves and restores them (tier.py)."""
+"""The prompt cache beyond the slots. It keeps whole-sequence KV states in host memory (host.py).
+The batching scheduler saves and restores them (tier.py)."""

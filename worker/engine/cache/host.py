@@ -1,19 +1,23 @@
-"""The host-memory tier of the prompt cache: whole-sequence KV states, as
-`llama_state_seq_get_data` serialises them, kept after their slot was written over.
+"""The host-memory tier of the prompt cache.
+
+It keeps whole-sequence KV states after their slot was written over. A state is kept as
+`llama_state_seq_get_data` serialises it.
 
 A state is kept under its token-id chain and its cache scope (contract/prefixes.py
-`cache_scope`): a job finds only states of its own scope, so no key reads another's (a public
-prompt's head is shared in the slots, never through this tier). llama.cpp serialises a
-sequence whole, so a state is kept whole: of two states where one extends the other (its
-tokens all but the last few, a turn's answer re-tokenized), only the longer is kept; it
-restores the shorter's prefix as well. Bounded in bytes, least recently used out first.
+`cache_scope`). A job finds only states of its own scope, so no key reads another's. A public
+prompt's head is shared in the slots, never through this tier.
 
-Each state keeps the routing digests its slot held (contract/prefixes.py), so that the worker
-announces them while the state is kept (worker/engine/held.py): at most MAX_HOST_DIGESTS, of
-the most recently used states.
+A state is kept whole, since llama.cpp serialises a sequence whole. Of two states where one
+extends the other, only the longer is kept. It restores the shorter's prefix as well. A state
+extends another when it holds the other's tokens, all but the last few (as for a turn's
+answer re-tokenized). The tier is bounded in bytes, least recently used out first.
 
-Pure Python: the scheduler's thread alone calls it (worker/engine/cache/tier.py), and its
-tests need no model (tests/unit/worker/engine/cache/test_host.py).
+Each state keeps the routing digests its slot held (contract/prefixes.py). The worker
+announces them while the state is kept (worker/engine/held.py). It announces at most
+MAX_HOST_DIGESTS, of the most recently used states.
+
+Pure Python: only the scheduler's thread calls it (worker/engine/cache/tier.py). Its tests
+need no model (tests/unit/worker/engine/cache/test_host.py).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ MAX_HOST_DIGESTS = 4096
 
 @dataclass(eq=False)
 class Kept:
-    """One sequence's state: its tokens (the cells it holds, in order) and its bytes."""
+    """One sequence's state: its tokens and its bytes. Its tokens are the cells it holds, in order."""
 
     scope: str
     tokens: list[int]
@@ -57,8 +61,8 @@ class HostTier:
         return len(self._kept)
 
     def covering(self, scope: str, tokens: list[int]) -> Kept | None:
-        """The kept state of `scope` that already holds `tokens` (all but the last few):
-        saving them would keep nothing more. None: none does."""
+        """The kept state of `scope` that already holds `tokens`, all but the last few.
+        Saving them would keep nothing more. None: none does."""
         return next((k for k in self._kept.values() if k.scope == scope and _extends(k.tokens, tokens)), None)
 
     def routes(self, kept: Kept, digests: tuple[str, ...]) -> None:
@@ -70,9 +74,11 @@ class HostTier:
     def put(
         self, scope: str, tokens: list[int], state: mmap.mmap | bytearray, digests: tuple[str, ...] = ()
     ) -> bool:
-        """Keep a state; False when it is not kept (larger than the bound, or a kept state of
-        its scope extends it: that one is used again instead, and restores `digests` too).
-        The states it extends go, their digests kept with it."""
+        """Keep a state, or return False when it is not kept.
+
+        It is not kept when it is larger than the bound. Nor is it kept when a kept state of its
+        scope extends it. That kept state is then used again instead, and restores `digests` too.
+        The states the new one extends go, and it keeps their digests."""
         if not tokens or len(state) > self.bound:
             return False
         for key, kept in list(self._kept.items()):
@@ -95,9 +101,9 @@ class HostTier:
         return True
 
     def find(self, scope: str, context: list[int]) -> tuple[Kept, int] | None:
-        """The kept state of `scope` sharing the longest prefix with `context` (of those, the
-        shortest: fewer cells to restore), and how many tokens it shares; it becomes the most
-        recently used. None: no state of that scope shares a token."""
+        """The kept state of `scope` sharing the longest prefix with `context`, and how many
+        tokens it shares. Of those states it takes the shortest: fewer cells to restore. The
+        state becomes the most recently used. None: no state of that scope shares a token."""
         # (shared, -cells, key)
         best: tuple[int, int, int] | None = None
         for key, kept in self._kept.items():
@@ -111,8 +117,8 @@ class HostTier:
         return self._kept[best[2]], best[0]
 
     def digests(self) -> frozenset[str]:
-        """The routing digests of the states kept, the most recently used states' first, at
-        most MAX_HOST_DIGESTS."""
+        """The routing digests of the states kept, at most MAX_HOST_DIGESTS. The most recently
+        used states' digests come first."""
         out: set[str] = set()
         for kept in reversed(self._kept.values()):
             if len(out) + len(kept.digests) > MAX_HOST_DIGESTS:
@@ -135,6 +141,6 @@ def _union(a: tuple[str, ...], b: tuple[str, ...]) -> tuple[str, ...]:
 
 
 def _extends(longer: list[int], shorter: list[int]) -> bool:
-    """`longer` holds `shorter`'s tokens, all but its last TAIL (a turn's answer, rendered
-    again in the next turn's prompt, may be tokenized otherwise at its end)."""
+    """`longer` holds `shorter`'s tokens, all but its last TAIL. A turn's answer, rendered
+    again in the next turn's prompt, may be tokenized otherwise at its end."""
     return len(longer) >= len(shorter) and common_prefix(longer, shorter) >= len(shorter) - TAIL

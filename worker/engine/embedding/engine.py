@@ -1,13 +1,15 @@
-"""The embedding engine: a model in a llama.cpp embeddings context, whose one decoding thread
-embeds the inputs of every job running on the worker together, many per `llama_decode`.
+"""The embedding engine: a model in a llama.cpp embeddings context.
 
-Each job's thread tokenizes its inputs (`input_ids`) and waits in `embed` while the decoding
-thread packs waiting inputs, the keys that sent them taking turns, into decodes of up to
-`batch_tokens` tokens and `max_seqs` sequences (worker/engine/embedding/packing.py), one
-sequence an input, and reads each sequence's pooled vector. The cache is emptied before
-every decode: no input sees another's tokens. An input is at most `n_ctx` tokens, and
-`batch_tokens` is never less, so that an input is read in one micro-batch (an encoder's
-attention needs it whole).
+Its one decoding thread embeds the inputs of every job running on the worker together, many
+per `llama_decode`. Each job's thread tokenizes its inputs (`input_ids`) and waits in `embed`.
+Meanwhile the decoding thread packs waiting inputs into decodes
+(worker/engine/embedding/packing.py). A decode holds up to `batch_tokens` tokens and
+`max_seqs` sequences, one sequence an input. The keys that sent the inputs take turns in it.
+The decoding thread then reads each sequence's pooled vector.
+
+The cache is emptied before every decode, so no input sees another's tokens. An input is at
+most `n_ctx` tokens, and `batch_tokens` is never less. So an input is read in one micro-batch:
+an encoder's attention needs it whole.
 """
 
 from __future__ import annotations
@@ -47,8 +49,10 @@ WAIT_S = 1.0
 
 
 class EmbeddingEngine:
-    """What the runner needs of an engine, for embed jobs: `model_name` is the model's
-    embedding pool (contract.tiers.embedding_pool), whose queues the worker takes from."""
+    """What the runner needs of an engine, for embed jobs.
+
+    `model_name` is the model's embedding pool (contract.tiers.embedding_pool). The worker
+    takes from that pool's queues."""
 
     placement = None
     held = None
@@ -114,8 +118,8 @@ class EmbeddingEngine:
         )
 
     def input_ids(self, spec: JobSpec) -> list[list[int]]:
-        """Each input's tokens (a string's with the model's special tokens, as llama-server adds
-        them); raises PromptRejected naming the input that cannot be embedded here."""
+        """Each input's tokens. A string's get the model's special tokens, as llama-server adds
+        them. Raises PromptRejected naming the input that cannot be embedded here."""
         if spec.kind != "embed":
             raise PromptRejected(f"{self.model_name} serves embeddings only.", "model")
         if spec.dimensions > self.dimensions:
@@ -152,13 +156,15 @@ class EmbeddingEngine:
         stop: Callable[[], bool] | None = None,
         owner: str = "",
     ) -> bytes | None:
-        """The inputs' vectors, packed (`contract.entries.Finished.vectors`); blocks while the
-        decoding thread embeds them beside other jobs' inputs. `progress` is called while it
-        waits, after any decode ended (the decoding thread is alive: no native call hangs). A
-        Batch API line's inputs (`batch`) fill what room interactive jobs leave in decodes.
-        Once `stop()` (asked every WAIT_S) says so, the request is given up: None, and its
-        inputs still waiting are never decoded. `owner` (the key that sent it) takes turns
-        with other keys in every decode (worker/engine/embedding/packing.py)."""
+        """The inputs' vectors, packed (`contract.entries.Finished.vectors`).
+
+        It blocks while the decoding thread embeds them beside other jobs' inputs. `progress`
+        is called while it waits, after any decode ended. Each call says the decoding thread
+        is alive: no native call hangs. A Batch API line's inputs (`batch`) fill what room
+        interactive jobs leave in decodes. `stop()` is asked every WAIT_S. Once it says so,
+        the request is given up and `embed` returns None. Its inputs still waiting are never
+        decoded. `owner` is the key that sent it. It takes turns with other keys in every
+        decode (worker/engine/embedding/packing.py)."""
         request = Request(inputs, batch, owner=owner)
         self._waiting.add(request)
         seen = self._decodes
@@ -195,8 +201,8 @@ class EmbeddingEngine:
                     item.request.fill(item.index, vector)
 
     def _decoded(self, items: list[Item]) -> Iterator[list[tuple[Item, np.ndarray]]]:
-        """The items' vectors, from one decode; if it fails, from one decode per item, so that
-        only a request whose own input fails alone fails (with its own error)."""
+        """The items' vectors, from one decode. If it fails, they come from one decode per item.
+        So only a request whose own input fails fails, alone and with its own error."""
         try:
             yield list(zip(items, self._decode([item.tokens for item in items]), strict=True))
             return
@@ -210,7 +216,7 @@ class EmbeddingEngine:
             yield from self._decoded([item])
 
     def _decode(self, inputs: list[list[int]]) -> list[np.ndarray]:
-        """One decode: input i as sequence i, every row an output (pooling reads them all)."""
+        """One decode, input i as sequence i. Every row is an output: pooling reads them all."""
         tokens, positions, seqs = [], [], []
         for seq, ids in enumerate(inputs):
             tokens += ids
@@ -243,8 +249,8 @@ class EmbeddingEngine:
         return out
 
     def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float:
-        """One full decode before the worker announces itself (the weights' pages mapped),
-        unless a job is waiting already (`until`)."""
+        """One full decode before the worker announces itself, so the weights' pages are mapped.
+        It is skipped when a job is waiting already (`until`)."""
         started = time.monotonic()
         if until():
             return 0.0

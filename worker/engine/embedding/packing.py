@@ -1,19 +1,26 @@
-"""Which inputs go into the next decode: whole inputs, as many as the batch holds (tokens) and
-as many sequences as the context has, taken from the waiting requests in turn.
+"""Which inputs go into the next decode.
 
-Requests from many clients wait together, so one decode carries inputs of many requests
-(what makes a pool of small requests fast). The keys that sent them (each request's `owner`)
-take turns, one input each, while their inputs fit: one key's requests of thousands of inputs
-never fill a decode before another key's one input is in it. A key with no input in the
-decode under way (a newcomer beside a flood) goes first in the next, and the others' inputs
-fill that decode only up to as many tokens as the newcomers': its time is about theirs
-alone, so a newcomer waits for the decode under way and about its own. Within one key's requests,
-inputs go oldest request first, so requests end one after another and their clients send the
-next (the way a pool keeps busy), but while others wait no request takes more than half a
-decode: a request of two inputs is not kept waiting behind one of two thousand that came
-before it. Batch API lines' inputs
-wait apart and fill only the room interactive requests leave in a decode. A request given
-up (its job cancelled, fenced or handed off) is dropped with whatever it still had waiting.
+A decode takes whole inputs from the waiting requests in turn. It takes as many as the batch
+holds (tokens), and as many sequences as the context has.
+
+Requests from many clients wait together, so one decode carries inputs of many requests. That
+is what makes a pool of small requests fast. The keys that sent them (each request's `owner`)
+take turns, one input each, while their inputs fit. So one key's requests of thousands of
+inputs never fill a decode before another key's one input is in it.
+
+A key with no input in the decode under way is a newcomer, as one beside a flood. A newcomer
+goes first in the next decode. The others' inputs fill that decode only up to as many tokens
+as the newcomers'. So its time is about theirs alone. A newcomer waits for the decode under
+way and about its own.
+
+Within one key's requests, inputs go oldest request first. So requests end one after another,
+and their clients send the next: the way a pool keeps busy. But while others wait, no request
+takes more than half a decode. A request of two inputs is not kept waiting behind one of two
+thousand that came before it.
+
+Batch API lines' inputs wait apart. They fill only the room interactive requests leave in a
+decode. A request given up (its job cancelled, fenced or handed off) is dropped with whatever
+it still had waiting.
 """
 
 from __future__ import annotations
@@ -104,9 +111,10 @@ class Waiting:
             return len(self._interactive) + len(self._lines)
 
     def next_decode(self, max_tokens: int, max_seqs: int, timeout: float | None = None) -> list[Item]:
-        """Take the next decode's inputs, waiting up to `timeout` for one ([]: none came):
-        interactive ones first, then batch lines' in the room left. Every input is at most
-        `max_tokens` long (the engine refuses longer ones)."""
+        """Take the next decode's inputs, waiting up to `timeout` for one ([]: none came).
+
+        Interactive ones go first, then batch lines' in the room left. Every input is at most
+        `max_tokens` long: the engine refuses longer ones."""
         with self._cv:
             if not len(self) and not self._cv.wait_for(lambda: bool(len(self)), timeout):
                 return []
@@ -116,10 +124,12 @@ class Waiting:
             return out + take(self._lines, cap - used, max_seqs - len(out), first=not out)
 
     def _interactive_decode(self, max_tokens: int, max_seqs: int) -> tuple[list[Item], int]:
-        """(Under the lock.) The interactive inputs of the next decode, and the most tokens
-        it may hold: the newcomers' (keys with no input in the last decode) first, when others
-        wait beside them, and then the others' (and batch lines') up to as many tokens as the
-        newcomers took; else every key's in turn, up to `max_tokens`."""
+        """The interactive inputs of the next decode, and the most tokens it may hold.
+
+        It runs under the lock. Newcomers are keys with no input in the last decode. When
+        others wait beside them, the newcomers' inputs go first. The others' inputs (and batch
+        lines') then go up to as many tokens as the newcomers took. Else every key's inputs go
+        in turn, up to `max_tokens`."""
         queue = self._interactive
         fresh = collections.deque(r for r in queue if r.owner not in self._last)
         if not fresh or len(fresh) == len(queue):
@@ -136,11 +146,12 @@ class Waiting:
 def take(
     requests: collections.deque[Request], max_tokens: int, max_seqs: int, first: bool = True
 ) -> list[Item]:
-    """Take whole inputs for a decode: the requests' owners in turn, one input each, each
-    owner's in the order `in_order` gives its own requests, until the decode is full; an owner
-    whose next input does not fit is done for this decode, and the others go on. A request
-    whose inputs are all taken leaves the queue. With `first`, the decode holds nothing yet:
-    the first input goes in whatever its length."""
+    """Take whole inputs for a decode, until it is full.
+
+    The requests' owners take turns, one input each. Each owner's inputs go in the order
+    `in_order` gives its own requests. An owner whose next input does not fit is done for this
+    decode, and the others go on. A request whose inputs are all taken leaves the queue. With
+    `first`, the decode holds nothing yet: the first input goes in whatever its length."""
     owners: dict[str, list[Request]] = {}
     for request in requests:
         owners.setdefault(request.owner, []).append(request)
@@ -166,17 +177,19 @@ def take(
 
 
 def in_order(requests: list[Request], max_tokens: int, max_seqs: int, first: bool = True) -> list[Item]:
-    """One owner's inputs in the order a decode of its own would take them (nothing is taken
-    here): oldest request first and each request's in order, until the next one does not fit;
-    while other requests wait, one request takes at most half the decode (its sequences and
-    its tokens), so that theirs go in beside it, and then whatever room is left."""
+    """One owner's inputs in the order a decode of its own would take them.
+
+    Nothing is taken here. The oldest request goes first, and each request's inputs in order,
+    until the next one does not fit. While other requests wait, one request takes at most half
+    the decode, of its sequences and its tokens. So theirs go in beside it. Then it takes
+    whatever room is left."""
     out: list[Item] = []
     taken = {id(r): r.taken for r in requests}
     used = 0
 
     def fill(request: Request, seqs: int, tokens: int) -> bool:
-        """Take the request's next inputs, up to `seqs` of them and `tokens` (its first
-        whatever its length); False once the decode is full (the next input does not fit)."""
+        """Take the request's next inputs, up to `seqs` of them and `tokens`. Its first goes in
+        whatever its length. False once the decode is full: the next input does not fit."""
         nonlocal used
         mine = mine_tokens = 0
         while taken[id(request)] < len(request.inputs) and mine < seqs:

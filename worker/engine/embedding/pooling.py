@@ -1,5 +1,5 @@
-"""The pooling a GGUF declares: an embedding model's file says how its token vectors become
-one (`<architecture>.pooling_type`); a chat model's says nothing."""
+"""The pooling a GGUF declares. An embedding model's file says how its token vectors become
+one (`<architecture>.pooling_type`). A chat model's says nothing."""
 
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ DECLARED = {
 
 
 def declared_pooling(path: Path) -> str:
-    """ "mean", "cls", "last" or "rank" (a reranker) as the GGUF declares; "" when it
-    declares none (or none at all). Reads the metadata only (a vocabulary-only load), not the weights."""
+    """ "mean", "cls", "last" or "rank" (a reranker), as the GGUF declares. "" when it
+    declares none, or no pooling at all. It reads the metadata only (a vocabulary-only load),
+    not the weights."""
     llama_log.install()
     llama_cpp.llama_backend_init()
     params = llama_cpp.llama_model_default_params()

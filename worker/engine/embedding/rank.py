@@ -1,18 +1,20 @@
 """The rerank engine: a cross-encoder (a GGUF of rank pooling) in the embedding engine's
-context, whose pooled output per sequence is the model's relevance score for one (query,
-document) pair. Pairs are sequences as embedding inputs are: the pairs of every job the worker
-runs share each decode, the keys that sent them taking turns (packing.py).
+context.
 
-A score is the head's first output, as llama-server's; a Qwen3 reranker's head ends in a
-softmax (llama.cpp's graph), so its score, P(yes), is given as its log-odds: the sigmoid the
+Its pooled output per sequence is the model's relevance score for one (query, document) pair.
+Pairs are sequences as embedding inputs are. The pairs of every job the worker runs share each
+decode. The keys that sent them take turns (packing.py).
+
+A score is the head's first output, as llama-server's. A Qwen3 reranker's head ends in a
+softmax (llama.cpp's graph). So its score, P(yes), is given as its log-odds. The sigmoid the
 API applies gives llama-server's score back.
 
-A pair is rendered as llama-server renders it (tools/server `format_prompt_rerank`): the
-model's `rerank` template with `{query}` and `{document}` filled in, when its GGUF has one;
-else `BOS query EOS SEP document EOS`, each special token where the vocabulary says to add
-it. The template's own text is tokenized with its special tokens, the query's and the
-document's as plain text (llama-server parses them too: here a document cannot write a
-control token).
+A pair is rendered as llama-server renders it (tools/server `format_prompt_rerank`). When its
+GGUF has a `rerank` template, that is the model's template with `{query}` and `{document}`
+filled in. Else it is `BOS query EOS SEP document EOS`. Each special token goes where the
+vocabulary says to add it. The template's own text is tokenized with its special tokens. The
+query's and the document's are tokenized as plain text. Here, unlike in llama-server (which
+parses them too), a document cannot write a control token.
 """
 
 from __future__ import annotations
@@ -40,8 +42,8 @@ _EPS = 1e-7
 
 
 def log_odds(p: float) -> float:
-    """The score whose sigmoid is `p`: a head that ends in a softmax over (yes, no) gives
-    P(yes), and its log-odds is the difference of the two logits."""
+    """The score whose sigmoid is `p`. A head that ends in a softmax over (yes, no) gives
+    P(yes). Its log-odds is the difference of the two logits."""
     q = min(max(p, _EPS), 1 - _EPS)
     return math.log(q / (1 - q))
 
@@ -60,7 +62,7 @@ class Frame:
 
 
 class PairTooLong(PromptRejected):
-    """A pair longer than the model reads at once (RERANK_TRUNCATE off, or the query alone)."""
+    """A pair longer than the model reads at once. RERANK_TRUNCATE is off, or the query alone is too long."""
 
     error = errors.CONTEXT_LENGTH
 
@@ -74,8 +76,8 @@ class PairTooLong(PromptRejected):
 
 
 def special_frame(vocab: llama_cpp.llama_vocab_p) -> Frame:
-    """`BOS query EOS SEP document EOS`, each where the vocabulary adds it (EOS: its SEP if it
-    has no EOS), as llama-server frames a pair without a template."""
+    """`BOS query EOS SEP document EOS`, as llama-server frames a pair without a template.
+    Each token goes where the vocabulary adds it. EOS is its SEP if it has no EOS."""
     eos = llama_cpp.llama_vocab_eos(vocab)
     if eos == llama_cpp.LLAMA_TOKEN_NULL:
         eos = llama_cpp.llama_vocab_sep(vocab)
@@ -88,9 +90,11 @@ def special_frame(vocab: llama_cpp.llama_vocab_p) -> Frame:
 
 
 class RankEngine(EmbeddingEngine):
-    """What the runner needs of an engine, for rank jobs: `model_name` is the model's rerank
-    pool (contract.tiers.rank_pool). A job's inputs are its query then its documents; its
-    answer one raw score per document (`Finished.vectors`, one float each)."""
+    """What the runner needs of an engine, for rank jobs.
+
+    `model_name` is the model's rerank pool (contract.tiers.rank_pool). A job's inputs are its
+    query then its documents. Its answer is one raw score per document (`Finished.vectors`, one
+    float each)."""
 
     pool = staticmethod(rank_pool)
 
@@ -107,8 +111,8 @@ class RankEngine(EmbeddingEngine):
         return max(1, llama_cpp.llama_model_n_cls_out(model))
 
     def finish(self, vector: np.ndarray, dimensions: int) -> np.ndarray:
-        """The score: the head's first label; a probability (a softmax head's) as its log-odds,
-        so that every model's score is one whose sigmoid is its relevance."""
+        """The score: the head's first label. A probability (a softmax head's) is given as its
+        log-odds. So every model's score is one whose sigmoid is its relevance."""
         score = float(vector[0])
         return np.array([log_odds(score) if self.softmax else score], dtype="<f4")
 
@@ -127,8 +131,8 @@ class RankEngine(EmbeddingEngine):
         return self._model.tokenize(text.encode(), add_bos=False, special=special) if text else []
 
     def input_ids(self, spec: JobSpec) -> list[list[int]]:
-        """Each document's pair with the query; raises PromptRejected naming the part that
-        does not fit (with RERANK_TRUNCATE, a document is cut from its end to fit)."""
+        """Each document's pair with the query. Raises PromptRejected naming the part that
+        does not fit. With RERANK_TRUNCATE, a document is cut from its end to fit."""
         if spec.kind != "rank":
             raise PromptRejected(f"{self.model_name} serves reranking only.", "model")
         query, *documents = spec.inputs

@@ -1,2 +1,2 @@
-"""A batch step: its sequences as plain data (sequence.py) and the tokens picked for them
-(picks.py), what it feeds llama.cpp (plan.py) and what it costs (cost.py)."""
+"""A batch step. Its sequences are plain data (sequence.py), with the tokens picked for them
+(picks.py). What it feeds llama.cpp is in plan.py, and what it costs in cost.py."""

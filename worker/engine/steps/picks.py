@@ -1,5 +1,5 @@
-"""What the sampler hands the job for each generated token (no llama.cpp needed to read it:
-the synthetic engine makes them too)."""
+"""What the sampler hands the job for each generated token. Reading it needs no llama.cpp:
+the synthetic engine makes them too."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Pick:
-    """A sampled token, with its log-probability and the top alternatives' if asked for."""
+    """A sampled token and its log-probability. It carries the top alternatives' too, if asked for."""
 
     token: int
     logprob: float | None = None

@@ -1,6 +1,6 @@
-"""A job's sequence in the shared batch, as plain data: what the scheduler
-(worker/engine/batching.py) feeds and the step planner (plan.py) reads, free of llama.cpp so
-that the planner's tests run without it."""
+"""A job's sequence in the shared batch, as plain data. The scheduler
+(worker/engine/batching.py) feeds it, and the step planner (plan.py) reads it. It is free of
+llama.cpp, so the planner's tests run without it."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ END = object()
 
 @dataclass(eq=False)
 class Sequence:
-    """One job's sequence; the job thread iterates it, the scheduler feeds it (by its courier)."""
+    """One job's sequence. The job thread iterates it, and the scheduler feeds it by its courier."""
 
     # the prompt plus what earlier attempts generated
     context: list[int]
@@ -58,8 +58,8 @@ class Sequence:
         return min((at for at in self.images if at >= self.fed), default=len(self.context)) - self.fed
 
     def image_at(self, position: int) -> int:
-        """Where the image whose rows hold `position` starts (`position` itself if none does):
-        a cached prefix is cut there, as an image is read whole or not at all."""
+        """Where the image whose rows hold `position` starts (`position` itself if none does).
+        A cached prefix is cut there, as an image is read whole or not at all."""
         for at, rows in self.images.items():
             if at < position < at + len(rows):
                 return at

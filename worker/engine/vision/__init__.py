@@ -1,2 +1,2 @@
-"""Images in prompts: llama.cpp's mtmd encoding an image into embeddings (`encoder.py`), and the
-prompt that holds them (`prompt.py`: token ids with an image's rows in place)."""
+"""Images in prompts. In `encoder.py`, llama.cpp's mtmd encodes an image into embeddings.
+`prompt.py` is the prompt that holds them: token ids with an image's rows in place."""

@@ -1,13 +1,15 @@
-"""An mmproj (MMPROJ_PATH) loaded beside the text model: an image's bytes become the pieces the
-prompt holds in its place, with llama.cpp's mtmd.
+"""An mmproj (MMPROJ_PATH) loaded beside the text model. With llama.cpp's mtmd, an image's
+bytes become the pieces the prompt holds in its place.
 
-Each image is tokenized alone (`mtmd_tokenize` of the marker and its bitmap): mtmd gives the
-text ids a model puts around an image (begin and end tokens, where it has them) and the image
-chunk, which `mtmd_encode_chunk` turns into rows of embeddings (one call that cannot be split).
-It runs on the job's thread, not the scheduler's, one image at a time (the mtmd context is not
-shared between threads): the running streams step meanwhile. Encoded images are kept by their
-hash within their cache scope, up to `cache_images` of them, so a follow-up turn about the same
-image does not encode it again.
+Each image is tokenized alone (`mtmd_tokenize` of the marker and its bitmap). From it mtmd gives
+the text ids a model puts around an image, and the image chunk. The text ids are begin and end
+tokens, where the model has them. `mtmd_encode_chunk` turns the chunk into rows of embeddings,
+in one call that cannot be split.
+
+Encoding runs on the job's thread, not the scheduler's, so the running streams step meanwhile.
+It encodes one image at a time, as the mtmd context is not shared between threads. Encoded
+images are kept by their hash within their cache scope, up to `cache_images` of them. So a
+follow-up turn about the same image does not encode it again.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ log = logging.getLogger(__name__)
 
 
 class VisionError(SystemExit):
-    """The mmproj cannot be used with this model; said at start."""
+    """The mmproj cannot be used with this model. It is said at start."""
 
 
 class BadImage(ValueError):
@@ -65,8 +67,8 @@ class Encoder:
         self.max_tokens = 0
 
     def pieces(self, data: bytes, scope: str = "", name: str = "", low: bool = False) -> list[Piece]:
-        """The image's pieces in a prompt: text ids (lists) and rows of embeddings (arrays);
-        `name` is the image as the model reads it (contract.media.images.names), `low` its
+        """The image's pieces in a prompt: text ids (lists) and rows of embeddings (arrays).
+        `name` is the image as the model reads it (contract.media.images.names). `low` is its
         `detail: low`."""
         key = (scope, name)
         with self._lock:
@@ -139,8 +141,8 @@ class Encoder:
             mtmd.mtmd_bitmap_free(bitmap)
 
     def probe(self, image: bytes) -> int:
-        """Encode one image at start (its kernels loaded before the first job): the rows it
-        became are what the worker announces an image may cost."""
+        """Encode one image at start, so its kernels are loaded before the first job. The rows
+        it became are what the worker announces an image may cost."""
         self.max_tokens = max(self.max_tokens, self.rows(self._encode(image)))
         log.info("vision: an image becomes %d tokens of %d floats", self.max_tokens, self.n_embd)
         return self.max_tokens
@@ -152,7 +154,7 @@ class Encoder:
 
 
 def load(settings: WorkerSettings, model, threads: int) -> Encoder | None:
-    """The worker's encoder, with one image encoded (`probe`); None without MMPROJ_PATH."""
+    """The worker's encoder, with one image encoded (`probe`). None without MMPROJ_PATH."""
     if settings.mmproj_path is None:
         return None
     use_gpu = bool(settings.n_gpu_layers) and llama_cpp.llama_supports_gpu_offload()
@@ -162,9 +164,10 @@ def load(settings: WorkerSettings, model, threads: int) -> Encoder | None:
 
 
 def prompt_of(encoder: Encoder | None, spec: JobSpec, ids: list[int], n_ctx: int, fetch) -> Prompt:
-    """A job's prompt with its images in place (`ids` holds IMAGE at each image part); raises
-    PromptRejected for a model without vision, an image gone from Redis or one mtmd cannot read,
-    PromptTooLong when the images leave no room."""
+    """A job's prompt with its images in place (`ids` holds IMAGE at each image part).
+
+    Raises PromptRejected for a model without vision, an image gone from Redis, or one mtmd
+    cannot read. Raises PromptTooLong when the images leave no room."""
     if encoder is None:
         raise PromptRejected("This model does not read images (its worker has no MMPROJ_PATH).", "messages")
     try:

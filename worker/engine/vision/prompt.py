@@ -1,9 +1,11 @@
-"""A prompt with images, as plain data (no llama.cpp): token ids where an image's rows hold
-stand-in ids, and each image's embeddings by the position of its first row.
+"""A prompt with images, as plain data (no llama.cpp).
 
-The stand-ins are negative (never a vocabulary id) and derived from the image's name, so the
+It holds token ids, with stand-in ids where an image's rows go. It holds each image's
+embeddings by the position of its first row.
+
+The stand-ins are negative (never a vocabulary id) and derived from the image's name. So the
 slots' prefix cache (worker/engine/batching.py) matches a prompt with an image exactly as it
-matches text: the same image at the same place is the same prefix, another image is not.
+matches text. The same image at the same place is the same prefix. Another image is not.
 """
 
 from __future__ import annotations
@@ -27,8 +29,8 @@ class Prompt(list):
 
 
 def stand_ins(name: str, rows: int) -> list[int]:
-    """The ids an image's rows hold in a context: its own, from its name (its hash, with
-    `:low` for one read at low detail: contract.media.images.names)."""
+    """The ids an image's rows hold in a context: its own, from its name. The name is its
+    hash, with `:low` for one read at low detail (contract.media.images.names)."""
     base = int(hashlib.sha256(name.encode()).hexdigest()[:15], 16)
     return [-(2 + base + i) for i in range(rows)]
 
@@ -38,8 +40,8 @@ Piece = list[int] | Any
 
 
 def expand(ids: Sequence[int], images: Sequence[tuple[str, list[Piece]]]) -> Prompt:
-    """`ids` with each IMAGE, in order, replaced by its image's pieces: text ids as they are, an
-    embedding block (rows x n_embd) by its stand-ins, recorded at its position."""
+    """`ids` with each IMAGE, in order, replaced by its image's pieces. Text ids go in as they
+    are. An embedding block (rows x n_embd) goes in by its stand-ins, recorded at its position."""
     out = Prompt()
     left = iter(images)
     for token in ids:
@@ -59,7 +61,7 @@ def expand(ids: Sequence[int], images: Sequence[tuple[str, list[Piece]]]) -> Pro
 
 
 def fetched(names: Sequence[str], get: Callable[[str], bytes | None]) -> list[tuple[str, bytes]]:
-    """Each named image's bytes; raises LookupError naming the first one gone (expired)."""
+    """Each named image's bytes. Raises LookupError naming the first one gone (expired)."""
     out = []
     for name in names:
         data = get(name)

@@ -1,9 +1,10 @@
-"""Reading a step's images: each image's embeddings in decodes of their own (a llama.cpp batch
-holds tokens or embeddings, not both), into its sequence's own KV positions, before the step's
-tokens (worker/engine/batching.py). While streams decode, a step reads one image at most: an
-image's rows decode in one go (~0.4 s for 196 rows on two cores), and a burst of 7 images read
-in one step kept a running stream 4.6 s without a token (bench/vision.py); one a step keeps its
-gap to one image's decode."""
+"""Reading a step's images, before the step's tokens (worker/engine/batching.py).
+
+Each image's embeddings go in decodes of their own, into its sequence's own KV positions. A
+llama.cpp batch holds tokens or embeddings, not both. While streams decode, a step reads one
+image at most. An image's rows decode in one go (~0.4 s for 196 rows on two cores). A burst of
+7 images read in one step kept a running stream 4.6 s without a token (bench/vision.py). One a
+step keeps its gap to one image's decode."""
 
 from __future__ import annotations
 
@@ -20,10 +21,12 @@ def read_images(
     counters: BatchCounters,
     most: int | None = None,
 ) -> int | None:
-    """Decode the image rows each sequence of the step is at, `capacity` rows a decode, its
-    slot's cache (`kv`) and its progress moved past them, `most` images in all (None: every
-    one); a failed decode's code (the scheduler then ends every sequence), else None. A
-    sequence left at an image reads no text this step (`Sequence.text_left`)."""
+    """Decode the image rows each sequence of the step is at, `capacity` rows a decode.
+
+    Its slot's cache (`kv`) and its progress move past them. It decodes `most` images in all
+    (None: every one). Returns a failed decode's code, and the scheduler then ends every
+    sequence. Else None. A sequence left at an image reads no text this step
+    (`Sequence.text_left`)."""
     for seq in steps:
         while seq.pending is None and (rows := seq.images.get(seq.fed)) is not None:
             if most is not None:

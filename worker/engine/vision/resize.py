@@ -1,7 +1,7 @@
-"""`detail: low`, as numpy does it: an image's decoded pixels shrunk to fit a square of
-LOW_DETAIL_SIDE pixels, before the mmproj reads them (its own resize then runs as ever). Each new
-pixel is the mean of the source pixels it covers (an area filter), so no image library is
-needed and a screenshot's text blurs instead of aliasing."""
+"""`detail: low`, as numpy does it. An image's decoded pixels are shrunk to fit a square of
+LOW_DETAIL_SIDE pixels, before the mmproj reads them. Its own resize then runs as ever. Each
+new pixel is the mean of the source pixels it covers (an area filter). So no image library is
+needed, and a screenshot's text blurs instead of aliasing."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import numpy as np
 
 
 def fitted(width: int, height: int, side: int) -> tuple[int, int]:
-    """The size an image of `width` x `height` is shrunk to: as is where it fits in a square of
-    `side`, else its longer side made `side`, its aspect kept (at least one pixel a side)."""
+    """The size an image of `width` x `height` is shrunk to. It stays as is where it fits in a
+    square of `side`. Else its longer side is made `side`, its aspect kept (at least one pixel
+    a side)."""
     longer = max(width, height)
     if longer <= side:
         return width, height
@@ -19,7 +20,7 @@ def fitted(width: int, height: int, side: int) -> tuple[int, int]:
 
 def shrunk(pixels: np.ndarray, width: int, height: int) -> np.ndarray:
     """`pixels` (rows x columns x channels, uint8) shrunk to `height` x `width` by an area
-    filter; neither may be larger than the source's."""
+    filter. Neither may be larger than the source's."""
     rows, cols = pixels.shape[:2]
     assert width <= cols and height <= rows, "shrunk only shrinks"
     ys = np.linspace(0, rows, height + 1).round().astype(np.intp)
