@@ -1,8 +1,8 @@
 """The Starlette application, composed explicitly: routes, middleware, error handlers.
 
-`create_app(settings)` builds one; uvicorn serves it as a factory
-(`uvicorn --factory api.app:create_app`, settings from the environment). Per-process state
-(Redis clients, the stream reader) lives in the lifespan state, never in module globals.
+`create_app(settings)` builds one. Uvicorn serves it as a factory
+(`uvicorn --factory api.app:create_app`), with settings from the environment. Per-process
+state (Redis clients, the stream reader) lives in the lifespan state, never in module globals.
 """
 
 from __future__ import annotations
@@ -92,10 +92,11 @@ CORS_HEADERS = [
 
 
 def _middleware(settings: Settings, keys: KeyRing) -> list[Middleware]:
-    """Outermost first: tracing (a request's span lasts until its response's last byte,
-    api/http/tracing.py); on a server without keys, the check of who may call it
-    (api/http/origins.py); CORS, only for the configured origins (off by default), around
-    the key check, so that a browser's preflight is answered without a key; the key check."""
+    """Outermost first. Tracing: a request's span lasts until its response's last byte
+    (api/http/tracing.py). On a server without keys, the check of who may call it
+    (api/http/origins.py). CORS, only for the configured origins (off by default). It is
+    around the key check, so that a browser's preflight is answered without a key. Last, the
+    key check."""
     access = settings.access
     traced = [Middleware(cls, **options) for cls, options in tracing.middleware()]
     guard = Middleware(KeylessGuard, hosts=access.allowed_hosts, origins=access.cors_origins)

@@ -1,7 +1,9 @@
-"""This API process's own metrics (one registry per app, no global): open streams, time to
-first token and inter-token latency per stream (`StreamTiming`), jobs created, resumed
-streams, refusals (and a known key's, by its key id). `GET /metrics`
-(api/ops/prometheus.py) serves them beside the cluster's."""
+"""This API process's own metrics (one registry per app, no global).
+
+They are open streams, and time to first token and inter-token latency per stream
+(`StreamTiming`). They are also jobs created, resumed streams and refusals. A known key's
+refusals are counted by its key id too. `GET /metrics` (api/ops/prometheus.py) serves them
+beside the cluster's."""
 
 from __future__ import annotations
 
@@ -14,7 +16,7 @@ _ITL_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5,
 
 
 class Metrics:
-    """This process's own metrics; one instance per app (no global registry)."""
+    """This process's own metrics. One instance per app (no global registry)."""
 
     def __init__(self) -> None:
         self.registry = r = CollectorRegistry()
@@ -59,7 +61,7 @@ class Metrics:
 
 class StreamTiming:
     """Time to first token and inter-token latency of one stream, as its client receives
-    content; a resumed stream (no arrival time) counts no time to first token."""
+    content. A resumed stream (no arrival time) counts no time to first token."""
 
     def __init__(self, metrics: Metrics, model: str, arrived: float | None) -> None:
         self._ttft = metrics.ttft.labels(model)

@@ -1,6 +1,8 @@
-"""The API's settings for how it runs the pool: files and the Batch API, cache-aware routing,
-job lifetimes, and its Redis connections. Declared once, as api/settings.py's are (its
-`Settings` composes these groups, and docs/configuration.md is generated from them)."""
+"""The API's settings for how it runs the pool.
+
+They cover files and the Batch API, cache-aware routing, job lifetimes, and its Redis
+connections. They are declared once, as api/settings.py's are. Its `Settings` composes these
+groups, and docs/configuration.md is generated from them."""
 
 from __future__ import annotations
 
@@ -34,8 +36,8 @@ class Batches:
 
 @dataclass(frozen=True)
 class Routing:
-    """Cache-aware routing (api/jobs/routing.py): a new job to the worker whose slots hold the
-    longest prefix of its prompt, weighed against the pool's load."""
+    """Cache-aware routing (api/jobs/routing.py). A new job goes to the worker whose slots
+    hold the longest prefix of its prompt. That is weighed against the pool's load."""
 
     enabled: bool = setting(
         True,
@@ -75,8 +77,8 @@ class Routing:
 
 @dataclass(frozen=True)
 class Lifetimes:
-    """How long a job may wait and run, how its stream is kept open, and how dead attempts are
-    found."""
+    """How long a job may wait and run, and how its stream is kept open. Also how dead
+    attempts are found."""
 
     queue_wait_s: float = setting(
         600.0, "QUEUE_WAIT_SECONDS", "a job no worker has started by then ends with `queue_timeout`"

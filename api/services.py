@@ -1,8 +1,7 @@
 """What the handlers need, built once per process by the app's lifespan (no globals).
 
-Every client and background part is pushed on one `AsyncExitStack` as it is made, so that
-`close` stops them in the reverse order, and a part that fails to start stops those made
-before it."""
+Every client and background part is pushed on one `AsyncExitStack` as it is made. So `close`
+stops them in the reverse order. A part that fails to start also stops those made before it."""
 
 from __future__ import annotations
 
@@ -40,9 +39,9 @@ RETRIED = (redis.ConnectionError,)
 
 
 def shared_client(url: str, size: int, wait_s: float, **kwargs) -> aredis.Redis:
-    """The pool every handler shares. A blocking pool: under a burst of streams a command
-    waits (up to `wait_s`) for a free connection, where redis-py's default pool fails at
-    once with "Too many connections"."""
+    """The pool every handler shares. A blocking pool: under a burst of streams, a command
+    waits (up to `wait_s`) for a free connection. The default pool of redis-py fails at once
+    with "Too many connections"."""
     # The retry goes to the pool's connections: with an explicit pool redis-py ignores the
     # client's own. Without it a connection Redis dropped (a restart) fails its next command.
     retry = AsyncRetry(ExponentialBackoff(cap=0.5, base=0.05), 2, supported_errors=RETRIED)
@@ -79,7 +78,7 @@ class Services:
 
     @classmethod
     async def start(cls, settings: Settings, keys: KeyRing) -> Services:
-        """Make and start every part; `close` stops them. If one fails to start, those
+        """Make and start every part. `close` stops them. If one fails to start, those
         started before it are stopped and the error is raised."""
         async with contextlib.AsyncExitStack() as parts:
             services = await cls._start(settings, keys, parts)
@@ -185,7 +184,7 @@ class Services:
         )
 
     def refused(self, reason: str, owner: str = "") -> None:
-        """Count a refusal: the pool's by error code, and a known key's under its label."""
+        """Count a refusal: the pool's, by error code. A known key's is counted under its label."""
         self.metrics.rejected.labels(reason).inc()
         if owner:
             label = self.keys.label(owner, self.settings.access.metrics_keys)
@@ -197,8 +196,8 @@ class Services:
 
 
 def _acks(servers: Servers[aredis.Redis], timeout_s: float) -> Servers[Confirms]:
-    """One `ReplicaAcks` per server (the same one twice on one server); a streams cluster's
-    confirm on each primary."""
+    """One `ReplicaAcks` per server (the same one twice on one server). A streams cluster's
+    confirms on each primary."""
     queues = ReplicaAcks(servers.queues, timeout_s)
     streams: Confirms = queues
     if is_cluster(servers.streams):

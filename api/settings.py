@@ -1,6 +1,8 @@
-"""API settings, each declared once with its variable, default and meaning (docs/configuration.md
-is generated from these declarations). They come in groups, one per concern, so a handler or a
-store reads the group it works with (`settings.quotas`, `settings.batches`, ...)."""
+"""API settings, each declared once with its variable, default and meaning.
+
+The configuration reference, docs/configuration.md, is generated from these declarations.
+They come in groups, one per concern. So a handler or a store reads the group it works with
+(`settings.quotas`, `settings.batches`, ...)."""
 
 from __future__ import annotations
 
@@ -199,7 +201,7 @@ REASONING_FIELDS = ("reasoning_content", "reasoning", "both")
 
 @dataclass(frozen=True)
 class Replies:
-    """How answers say what the worker found (worker: REASONING_FORMAT), and which tools they offer."""
+    """How answers say what the worker found (worker: REASONING_FORMAT). Also which tools they offer."""
 
     reasoning_field: str = setting(
         "reasoning_content",
@@ -220,8 +222,8 @@ class Replies:
 
 @dataclass(frozen=True)
 class Quotas:
-    """What one API key may hold and spend, across replicas unless said otherwise (`0`: no
-    limit)."""
+    """What one API key may hold and spend (`0`: no limit). Limits hold across replicas unless
+    said otherwise."""
 
     max_jobs_per_key: int = setting(64, "MAX_JOBS_PER_KEY", "unfinished jobs per API key (429)")
     max_streams_per_key: int = setting(

@@ -1,6 +1,8 @@
-"""A task this API process runs beside its requests (the stream reader, the reaper, the batch
-driver), started and stopped by the app's lifespan; and what the periodic ones share: a tick
-repeated through errors, and a Redis lock that lets one API process act at a time."""
+"""A task this API process runs beside its requests: the stream reader, the reaper, the batch driver.
+
+The app's lifespan starts and stops it. The periodic ones share two things here. One is a
+tick repeated through errors. The other is a Redis lock that lets one API process act at a
+time."""
 
 from __future__ import annotations
 
@@ -32,10 +34,10 @@ class Background:
         self._task = asyncio.create_task(self._run(), name=self._name)
 
     async def stop(self, timeout_s: float = STOP_S) -> None:
-        """Cancel the task and wait for it, cancelling again until it ends: a cancel that
-        lands inside a Redis client's reconnect can come out as a connection error, which
-        the task's loop then retries, and a shutdown must not wait on a Redis that is gone.
-        Gives up after `timeout_s` (logged): the process is ending anyway."""
+        """Cancel the task and wait for it, cancelling again until it ends. A cancel that
+        lands inside a Redis client's reconnect can come out as a connection error. The
+        task's loop then retries. A shutdown must not wait on a Redis that is gone. Gives up
+        after `timeout_s` (logged): the process is ending anyway."""
         task = self._task
         if task is None:
             return
@@ -50,8 +52,8 @@ class Background:
 
 
 class Leader:
-    """One API process at a time holds `key`: its holder keeps it by asking again within `ms`;
-    if it dies, another takes over once the lock expires."""
+    """One API process at a time holds `key`. Its holder keeps it by asking again within `ms`.
+    If it dies, another takes over once the lock expires."""
 
     def __init__(self, client: aredis.Redis, key: str) -> None:
         self._key = key
@@ -63,8 +65,8 @@ class Leader:
 
 
 async def every(interval_s: float, tick: Callable[[], Awaitable[object]], what: str) -> None:
-    """Run `tick` forever, `interval_s` apart; a lost Redis or a bug ends one tick, never the
-    loop (which lives as long as the process)."""
+    """Run `tick` forever, `interval_s` apart. A lost Redis or a bug ends one tick, never the
+    loop. The loop lives as long as the process."""
     while True:
         try:
             await tick()

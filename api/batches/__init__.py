@@ -1,1 +1,1 @@
-"""The Files and Batch APIs: uploads, a batch's lines run as ordinary jobs, its output files."""
+"""The Files and Batch APIs: uploads, batch lines run as ordinary jobs, and output files."""

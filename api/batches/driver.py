@@ -1,23 +1,24 @@
-"""Drives the running batches: sends their lines as jobs, collects the answers, ends them
-(api/batches/output.py writes their files).
+"""Drives the running batches: sends their lines as jobs, collects the answers, ends them.
 
-Every API process runs one; a Redis lock lets one act at a time (as the reaper). Each tick
-drives every batch not ended, each on its own (`DRIVEN_AT_ONCE` at a time), so one batch's
-failure or slowness holds no other back: a batch whose drive fails `MAX_FAILURES` times in a
-row stops sending lines and ends `failed`, with its unanswered lines in its error file (and,
-should even that fail as often again, without files). For each batch: the lines whose job
-has ended are answered (their output line written once, counted once and charged to the
-batch's key: contract/lua/accounting.py `ANSWER`); then, while it runs and its key holds no more
-than FILES_BYTES_PER_KEY, lines are sent as jobs until BATCH_IN_FLIGHT of its lines are
-open; a cancelled, expired or failing batch has its open jobs cancelled instead; a batch with
-every line answered is finalized. Status changes are compare-and-set: a cancel that lands
-meanwhile is never undone.
+Their files are written by api/batches/output.py. Every API process runs a driver. A Redis
+lock lets one act at a time, as for the reaper. Each tick drives every batch not ended, each
+on its own (`DRIVEN_AT_ONCE` at a time). So one batch's failure or slowness holds no other
+back. A batch whose drive fails `MAX_FAILURES` times in a row stops sending lines. It ends
+`failed`, with its unanswered lines in its error file. Should even that fail as often again,
+it ends without files.
 
-A line's job is an ordinary job of the endpoint it names, at `batch` tier, owned by the
-batch's key, crash-safe like any other; its id is held by an idempotency key of the driver's
-own (no client's Idempotency-Key can name it), so a driver that dies between sending a line
-and recording it sends it again to the same job. A line the endpoint now refuses is answered
-at once with its error.
+For each batch, the lines whose job has ended are answered. Each output line is written once,
+counted once and charged to the batch's key (contract/lua/accounting.py `ANSWER`). Then lines
+are sent as jobs, until BATCH_IN_FLIGHT of its lines are open. That happens only while the
+batch runs and its key holds no more than FILES_BYTES_PER_KEY. A cancelled, expired or
+failing batch has its open jobs cancelled instead. A batch with every line answered is
+finalized. Status changes are compare-and-set: a cancel that lands meanwhile is never undone.
+
+A line's job is an ordinary job of the endpoint it names, at `batch` tier. It is owned by the
+batch's key, and crash-safe like any other. Its id is held by an idempotency key of the
+driver's own. No client's Idempotency-Key can name it. So a driver that dies between sending
+a line and recording it sends it again to the same job. A line the endpoint now refuses is
+answered at once with its error.
 """
 
 from __future__ import annotations
@@ -88,8 +89,8 @@ class BatchDriver:
         await asyncio.gather(*(one(b) for b in batches))
 
     async def drive_guarded(self, batch_id: str) -> None:
-        """Drive one batch; a failure is counted against it. A lost (or full) Redis is
-        nobody's fault: it ends the tick's drives, counted against none. A command Redis
+        """Drive one batch. A failure is counted against it. A lost (or full) Redis is
+        nobody's fault. It ends the tick's drives, counted against none. A command Redis
         refuses (NOPERM under an ACL, a wrong type) is the batch's failure, and logged."""
         r = self._s.redis
         try:
@@ -115,7 +116,7 @@ class BatchDriver:
             await r.hdel(keys.batch(batch_id), "failures")
 
     async def drive(self, batch_id: str) -> dict[str, str]:
-        """One step of the batch; returns its hash as it was read."""
+        """One step of the batch. Returns its hash as it was read."""
         r = self._s.redis
         h = await batch_hash(self._s, batch_id)
         if not h or h["status"] in ENDED:
@@ -169,15 +170,15 @@ class BatchDriver:
         return None
 
     async def _over_quota(self, owner: str) -> bool:
-        """Whether the batch's key holds more than FILES_BYTES_PER_KEY (its batches' answers
-        count: a batch stops growing once its key is full)."""
+        """Whether the batch's key holds more than FILES_BYTES_PER_KEY. Its batches' answers
+        count, so a batch stops growing once its key is full."""
         quota = self._s.settings.quotas.files_bytes_per_key
         held = await self._s.redis.get(keys.owned(owner, keys.OwnerIndex.FILE_HELD))
         return quota > 0 and int(held or 0) > quota
 
     async def _send(self, batch_id: str, h: dict[str, str], number: int) -> str | None:
-        """Send line `number` as a job (the same job again, if a driver sent it and died);
-        None if its endpoint now refuses it (then it is answered at once, with the error)."""
+        """Send line `number` as a job. If a driver sent it and died, it is the same job
+        again. None if its endpoint now refuses it: it is then answered at once, with the error."""
         custom_id, body = json.loads(
             await self._s.redis.lindex(keys.batch(batch_id, keys.BatchPart.LINES), number)
         )
@@ -217,7 +218,7 @@ class BatchDriver:
         return job_id
 
     async def _collect(self, batch_id: str, h: dict[str, str]) -> dict[int, str]:
-        """Answer the open lines whose job has ended; returns those still open."""
+        """Answer the open lines whose job has ended. Returns those still open."""
         opened = {
             int(k): as_text(v)
             for k, v in (await self._s.redis.hgetall(keys.batch(batch_id, keys.BatchPart.OPEN))).items()

@@ -1,10 +1,11 @@
-"""The Files API (`/v1/files`): the Batch API's input files and the output files it writes, and
-images a request names by file id (api/files/store.py keeps them).
+"""The Files API (`/v1/files`): the Batch API's input files, and the output files it writes.
+
+It also holds images a request names by file id. The files are kept by api/files/store.py.
 
 An upload is counted against its key's per-minute budgets before it is parsed. A `batch` file
-is then checked line by line (api/batches/lines.py, off the event loop), a `vision` file as an
-image (api/endpoints/images.py); a bad one is a 400, and nothing is stored. A `user_data` file
-is stored as it is.
+is then checked line by line (api/batches/lines.py, off the event loop). A `vision` file is
+checked as an image (api/endpoints/images.py). A bad one is a 400, and nothing is stored. A
+`user_data` file is stored as it is.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from contract import errors
 
 
 async def file_of(request: Request, param: str = "file_id") -> tuple[Services, RedisFiles, FileRecord]:
-    """The file named in the path if the caller's key owns it; else 404 (never 403)."""
+    """The file named in the path, if the caller's key owns it. Else 404 (never 403)."""
     services: Services = request.state.services
     files = files_of(services.redis)
     record = await owned_file(files, request.path_params["file_id"], request_owner(request))
@@ -56,8 +57,8 @@ class _Form:
 
 
 def _form(scope: Scope, raw: bytes) -> _Form:
-    """The multipart form of a body already read (run in the heavy lane: a 20 MB body takes
-    a tenth of a second to split, in an event loop of its own there)."""
+    """The multipart form of a body already read. It runs in the heavy lane, in an event
+    loop of its own there. A 20 MB body takes a tenth of a second to split."""
 
     async def receive() -> dict:
         return {"type": "http.request", "body": raw, "more_body": False}
@@ -151,8 +152,8 @@ def over_quota(quotas: Quotas, what: str) -> APIError:
 
 
 def _lifetime(form: dict[str, str], retention_s: int) -> int:
-    """Seconds the file lives: `expires_after[seconds]` (anchor created_at, at most the
-    server's retention), else the retention."""
+    """Seconds the file lives: `expires_after[seconds]`, else the retention. Its anchor is
+    created_at, and it is at most the server's retention."""
     anchor, seconds = form.get("expires_after[anchor]"), form.get("expires_after[seconds]")
     if anchor is None and seconds is None:
         return retention_s

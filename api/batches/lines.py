@@ -1,6 +1,7 @@
-"""A Batch API input file's lines (JSONL, OpenAI's `BatchRequestInput`), checked the way the
-endpoint each names would check its body: a bad line is a 400 naming its number, on upload,
-before anything is stored or queued."""
+"""A Batch API input file's lines (JSONL, OpenAI's `BatchRequestInput`), checked on upload.
+
+Each line is checked the way the endpoint it names would check its body. A bad line is a 400
+naming its number, before anything is stored or queued."""
 
 from __future__ import annotations
 
@@ -36,8 +37,8 @@ class Line:
 
     @property
     def pool(self) -> str:
-        """The pool its job waits in (an embeddings line's: its model's embedding pool; a
-        rerank line's, its rerank pool)."""
+        """The pool its job waits in. An embeddings line's is its model's embedding pool. A
+        rerank line's is its rerank pool."""
         return self.request().pool
 
     def request(self) -> Body:

@@ -1,11 +1,14 @@
-"""A batch's end: its output file (the lines answered well) and its error file (the others),
-written a few lines at a time, then the batch's own copies given back.
+"""A batch's end: its output and error files, written a few lines at a time.
 
-The files are appended to in pieces of `PIECE_LINES` answers, so the API never holds more
-than a few lines' answers at once, however large the batch (api/batches/files.py `append`, `seal`);
-they are charged to the batch's key like any file, and its lines' and answers' charges are
-given back as the copies go (contract/lua/accounting.py). A driver that dies half way through
-writes them again from the start: the batch stays `finalizing` until its last step.
+The output file holds the lines answered well. The error file holds the others. Then the
+batch's own copies are given back.
+
+The files are appended to in pieces of `PIECE_LINES` answers (api/batches/files.py `append`,
+`seal`). So the API never holds more than a few lines' answers at once, however large the
+batch. The files are charged to the batch's key like any file. Its lines' and answers'
+charges are given back as the copies go (contract/lua/accounting.py). A driver that dies half
+way through writes the files again from the start. The batch stays `finalizing` until its
+last step.
 """
 
 from __future__ import annotations
@@ -43,8 +46,8 @@ def never_sent(batch_id: str, number: int, custom_id: str | None, status: str, f
 
 
 def _custom_id(raw: bytes) -> str | None:
-    """A line's custom_id (None for a line that cannot be read: its batch is failing for it,
-    and its error file must still be written)."""
+    """A line's custom_id. It is None for a line that cannot be read. Its batch is failing
+    for it, and its error file must still be written."""
     try:
         return str(json.loads(raw)[0])
     except (ValueError, LookupError, TypeError):
@@ -93,9 +96,10 @@ class _File:
 
 async def finalize(services: Services, batch_id: str, h: dict[str, str], status: str) -> None:
     """Write the batch's files and end it with `status`. The primary must still hold the
-    status `h` holds (a cancel may have changed it since), no line open and, for a batch that
-    completes, every line sent (`h` may have been read from a demoted primary:
-    contract.lua.accounting.FINALIZE); else nothing is done this time."""
+    status `h` holds, since a cancel may have changed it. It must hold no line open. For a
+    batch that completes, every line must be sent. The primary is asked because `h` may have
+    been read from a demoted primary (contract.lua.accounting.FINALIZE). If any check fails,
+    nothing is done this time."""
     r = services.redis
     now = int(time.time())
     if h["status"] != BatchStatus.FINALIZING:
@@ -140,8 +144,8 @@ async def finalize(services: Services, batch_id: str, h: dict[str, str], status:
 
 
 async def _end(services: Services, batch_id: str, owner: str, fields: dict, retention_s: int) -> None:
-    """The batch ended: its hash kept for its retention, its copies of lines and answers
-    deleted and their charges given back."""
+    """The batch ended. Its hash is kept for its retention. Its copies of lines and answers
+    are deleted, and their charges given back."""
     r = services.redis
     async with r.pipeline(transaction=True) as pipe:
         pipe.hset(keys.batch(batch_id), mapping=fields)
@@ -158,8 +162,8 @@ async def _end(services: Services, batch_id: str, owner: str, fields: dict, rete
 
 
 async def abandon(services: Services, batch_id: str, owner: str, why: str) -> None:
-    """End a batch that cannot even be finalized: failed, without files (the last resort of
-    a batch whose every drive fails: it must not stay active for ever)."""
+    """End a batch that cannot even be finalized: failed, without files. It is the last
+    resort of a batch whose every drive fails. Such a batch must not stay active for ever."""
     now = int(time.time())
     fields = {"status": BatchStatus.FAILED, "failed_at": now, "failure": why}
     await _end(services, batch_id, owner, fields, services.settings.batches.file_retention_s)

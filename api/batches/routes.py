@@ -1,11 +1,13 @@
-"""The Batch API (`/v1/batches`): a batch is an input file's lines, each run as an ordinary job
-of the endpoint it names at `batch` tier, and answered once in its output or error file.
+"""The Batch API (`/v1/batches`): an input file's lines, each run as an ordinary job.
 
-A batch is one Redis hash plus its lines (a list), its open lines (line -> the job running
-it) and its results (line -> output line, each written once); `api/batches/driver.py` sends
-lines as jobs a few at a time, collects their answers and writes the files. Statuses as
-OpenAI's: validating, in_progress, finalizing, completed, failed, expired, cancelling,
-cancelled.
+Each line runs as a job of the endpoint it names, at `batch` tier. It is answered once, in
+the batch's output or error file.
+
+A batch is one Redis hash plus its lines (a list), its open lines and its results. The open
+lines map each line to the job running it. The results map each line to its output line,
+each written once. `api/batches/driver.py` sends lines as jobs a few at a time, collects
+their answers and writes the files. Statuses are OpenAI's: validating, in_progress,
+finalizing, completed, failed, expired, cancelling, cancelled.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def batch_object(batch_id: str, h: dict[str, str]) -> dict:
 
 
 def _errors(h: dict[str, str]) -> dict | None:
-    """Why a batch failed as a whole (its driver could not run it, or its key held too much)."""
+    """Why a batch failed as a whole. Its driver could not run it, or its key held too much."""
     if not h.get("failure"):
         return None
     error = {"code": errors.BATCH_FAILED.code, "message": h["failure"], "param": None, "line": None}
@@ -125,7 +127,7 @@ BATCH_ID = re.compile(r"batch_[A-Za-z0-9]{1,60}")
 
 
 async def _batch_of(request: Request) -> tuple[Services, str, dict[str, str]]:
-    """The batch named in the path if the caller's key owns it; else 404 (never 403)."""
+    """The batch named in the path, if the caller's key owns it. Else 404 (never 403)."""
     services: Services = request.state.services
     batch_id = request.path_params["batch_id"]
     h = await batch_hash(services, batch_id) if BATCH_ID.fullmatch(batch_id) else {}
@@ -218,9 +220,9 @@ async def retrieve(request: Request) -> Response:
 
 
 async def cancel(request: Request) -> Response:
-    """A running batch becomes `cancelling`: its lines not yet answered are cancelled, then it
-    is `cancelled`, with the answers it had in its output file. Cancelling again changes
-    nothing; an ended batch cannot be cancelled."""
+    """A running batch becomes `cancelling`, and its lines not yet answered are cancelled.
+    Then it is `cancelled`, with the answers it had in its output file. Cancelling again
+    changes nothing. An ended batch cannot be cancelled."""
     services, batch_id, h = await _batch_of(request)
     changed = await set_status(
         services,
@@ -235,8 +237,8 @@ async def cancel(request: Request) -> Response:
 
 
 async def set_status(services: Services, batch_id: str, since: tuple[str, ...], fields: dict) -> bool:
-    """Change the batch's status (and `fields`) only if it is one of `since` now: a cancel and
-    the driver, on any replicas, never undo each other's change (contract/lua/accounting.py)."""
+    """Change the batch's status (and `fields`) only if it is one of `since` now. So a cancel
+    and the driver, on any replicas, never undo each other's change (contract/lua/accounting.py)."""
     flat = [str(x) for pair in fields.items() for x in pair]
     done = await services.redis.register_script(accounting.SET_STATUS)(
         keys=[keys.batch(batch_id)], args=[" ".join(since), *flat]

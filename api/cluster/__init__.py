@@ -1,1 +1,1 @@
-"""The pool as this API process tends it: the reaper of dead attempts, the resume rule, cluster figures."""
+"""How this API process tends the pool. Its parts: the reaper of dead attempts, resumes, cluster figures."""

@@ -1,5 +1,7 @@
-"""Cluster-wide figures read from Redis: queue depths, attempts in flight, and the counters
-workers add to `ts:stats`. The same on every API replica (for /metrics and /scaling)."""
+"""Cluster-wide figures read from Redis, for /metrics and /scaling.
+
+They are queue depths, attempts in flight, and the counters workers add to `ts:stats`. Every
+API replica reads the same figures."""
 
 from __future__ import annotations
 
@@ -21,10 +23,10 @@ class ClusterStats:
         self._indexes = ShardIndexes(servers.streams)
 
     async def queue_depths(self, models: Sequence[str]) -> dict[str, dict[str, int]]:
-        """Model -> tier -> jobs waiting in its RQ queues (not yet taken by a worker): one
-        count per tier (contract.tiers.PRIORITIES), those routed to a worker's own queue
-        included (`keys.routed`), and `suspect` for the jobs whose worker died with them in
-        its batch."""
+        """Model -> tier -> jobs waiting in its RQ queues, not yet taken by a worker. There is
+        one count per tier (contract.tiers.PRIORITIES). It includes those routed to a
+        worker's own queue (`keys.routed`). `suspect` counts the jobs whose worker died with
+        them in its batch."""
         columns = (SUSPECT, *tiers.PRIORITIES)
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:

@@ -1,45 +1,48 @@
-"""Finds dead attempts and gives their jobs to another worker, whether or not a client is
-attached; and makes sure no job is left where nobody will run it.
+"""Finds dead attempts and gives their jobs to another worker, whether a client is attached or not.
 
-Every API process runs one; a Redis lock lets only one act at a time. Each tick it looks at
-the running attempts (each shard's `running` index) and declares one dead when its heartbeat key has expired
-(a hung or frozen worker) or when none of its worker's named connections is left (a killed
-process: the kernel closes its sockets at once). A dead attempt's job is requeued as a
-continuation, or ends with worker_lost. This does not wait for RQ's own maintenance (every
-600 s) or its job_timeout + 60 s rule.
+It also makes sure no job is left where nobody will run it.
 
-Whom a death is charged to. A worker that dies kills every job in its batch, and most of
-them are bystanders: charging each would let a job that kills every worker it lands on, or a
-pool of preemptible GPUs, use up innocent jobs' MAX_ATTEMPTS; isolating each (as a suspect
-that runs alone) would serialise a 32-slot batch behind every death, and a storm of deaths
-then stalls the pool. What tells them apart is progress: a job that kills where it stands
-dies there again, while a bystander goes on between deaths. So each dead attempt is judged by
-what it wrote (contract.lua.jobs.ABANDON): one that went SUSPECT_TOKENS on is cleared of any
-charge or suspicion and simply requeued. One that stood still counts a stall; it is charged
-only when it ran alone or was its worker's only suspect, and it becomes a suspect at its
-second stall in a row in a batch (a lone job at its first). A death while suspects run is
-theirs: the others' stalls are not counted (they waited out their steps). A worker's
-suspects step as one group beside the streams that decode, apart from the jobs still
-reading (worker/engine/steps/plan.py: a job that kills where it stands kills before it goes
-on, so a death then is the suspects'), until each has generated
-SUSPECT_TOKENS past where it died, then each is cleared, and its charges with it
-(MAX_ATTEMPTS counts deaths in a row where a job stands). A death among g suspects is group
-testing's failed test: none is charged, and each may step in groups of ceil(g / 2) at most
-after (worker/intake/rqworker.py takes no more), so a job that kills where it stands is
-alone after log2(g) such deaths, while its mates clear at their first proof without it. It
-thus ends as worker_lost after at most MAX_ATTEMPTS + 3 + ceil(log2(SLOTS)) deaths (one going
-on from its start, two stalls in batches, its groups halving, then MAX_ATTEMPTS alone), and
-the jobs batched with it finish; MAX_REQUEUES bounds the requeues standing still of every
-job. A bystander that keeps going on is never failed while the pool can run it: its length
-bounds its requeues.
+Every API process runs a reaper. A Redis lock lets only one act at a time. Each tick it looks
+at the running attempts (each shard's `running` index). It declares one dead when its
+heartbeat key has expired: a hung or frozen worker. It also declares one dead when none of its
+worker's named connections is left. That is a killed process, whose sockets the kernel closes
+at once. A dead attempt's job is requeued as a continuation, or ends with worker_lost. This
+does not wait for RQ's own maintenance (every 600 s) or its job_timeout + 60 s rule.
 
-It also puts back the jobs a dead worker took from its queues but never claimed (its inbox),
-moves routed jobs their worker did not take in time (or died with) back to the shared queues,
-and enqueues the jobs left pending by an API process or worker that died between recording
-a job and enqueueing it (after `PENDING_GRACE_S`). Every `FORGET_EVERY_S` it drops the
-workers that stopped announcing themselves. Nothing is judged for `settle_s` after a Redis
-(re)start or failover, of either server: workers reconnect, beat again and write again what
-the failover lost first (worker/attempts/durability.py).
+Whom a death is charged to. A worker that dies kills every job in its batch, and most of them
+are bystanders. Charging each would let a job that kills every worker it lands on use up
+innocent jobs' MAX_ATTEMPTS. A pool of preemptible GPUs would do the same. Isolating each (as
+a suspect that runs alone) would serialise a 32-slot batch behind every death. A storm of
+deaths would then stall the pool. What tells them apart is progress. A job that kills where
+it stands dies there again, while a bystander goes on between deaths. So each dead attempt is
+judged by what it wrote (contract.lua.jobs.ABANDON). One that went SUSPECT_TOKENS on is
+cleared of any charge or suspicion, and simply requeued. One that stood still counts a stall.
+It is charged only when it ran alone or was its worker's only suspect. It becomes a suspect at
+its second stall in a row in a batch (a lone job at its first). A death while suspects run is
+theirs. The others' stalls are not counted: they waited out their steps.
+
+A worker's suspects step as one group beside the streams that decode, apart from the jobs
+still reading (worker/engine/steps/plan.py). A job that kills where it stands kills before it
+goes on, so a death then is the suspects'. The group steps until each suspect has generated
+SUSPECT_TOKENS past where it died. Then each is cleared, and its charges with it.
+MAX_ATTEMPTS counts deaths in a row where a job stands. A death among g suspects is group
+testing's failed test. None is charged. Each may step in groups of ceil(g / 2) at most
+after (worker/intake/rqworker.py takes no more). So a job that kills where it stands is alone
+after log2(g) such deaths. Its mates clear at their first proof without it. It thus ends as
+worker_lost after at most MAX_ATTEMPTS + 3 + ceil(log2(SLOTS)) deaths. Those are one going on
+from its start, two stalls in batches, its groups halving, then MAX_ATTEMPTS alone. The jobs
+batched with it finish. MAX_REQUEUES bounds the requeues standing still of every job. A
+bystander that keeps going on is never failed while the pool can run it. Its length bounds
+its requeues.
+
+It also puts back the jobs a dead worker took from its queues but never claimed (its inbox).
+It moves routed jobs back to the shared queues when their worker did not take them in time.
+So too when their worker died with them. Some jobs are left pending by an API process or
+worker that died between recording a job and enqueueing it. It enqueues them after
+`PENDING_GRACE_S`. Every `FORGET_EVERY_S` it drops the workers that stopped announcing
+themselves. Nothing is judged for `settle_s` after a Redis (re)start or failover, of either
+server. Workers first reconnect, beat again and write again what the failover lost
+(worker/attempts/durability.py).
 """
 
 from __future__ import annotations
@@ -102,7 +105,7 @@ class Reaper:
         await self._task.stop()
 
     async def tick(self) -> int:
-        """One look around; returns how many attempts were taken from dead workers."""
+        """One look around. Returns how many attempts were taken from dead workers."""
         lock_ms = int(max(self._interval * 4, 1.0) * 1000)
         # every process watches: a new leader knows the history
         settled = await self._settled()
@@ -124,8 +127,9 @@ class Reaper:
         return taken
 
     async def _settled(self) -> bool:
-        """No server (re)started, and none changed (a failover promotes a replica that has
-        run for long), within `settle_s`: the workers have reconnected and beaten since."""
+        """No server (re)started within `settle_s`, and none changed. A failover promotes a
+        replica that has run for long, so a change is checked too. The workers have
+        reconnected and beaten since."""
         run_ids = set()
         young = False
         for server in self._servers.each():
@@ -192,8 +196,8 @@ class Reaper:
                 )
 
     async def _route_back(self, connected: set[str]) -> None:
-        """Routed jobs past their deadline back to the shared queues, and every one routed to
-        a worker found dead, whose held prefixes go with it (api/jobs/routing.py)."""
+        """Routed jobs past their deadline go back to the shared queues. So does every job
+        routed to a worker found dead. That worker's held prefixes go too (api/jobs/routing.py)."""
         for model, names in (await self._registry.by_model()).items():
             if back := await self._router.fall_back(model):
                 log.info("%d routed jobs of %s were not taken in time: back in the shared queue", back, model)

@@ -1,17 +1,20 @@
 """Whether a requeued job may go on waiting past its resume deadline.
 
-A worker's death requeues every job it held, up to its 32 slots. In a storm of crashes the
-pool reads them all again far slower than `RESUME_WAIT_SECONDS` allows, and a fixed
-deadline failed jobs (`worker_lost`) while live workers were working through them. So the
-deadline is a checkpoint, not a verdict: a requeued job past it waits on, `RESUME_WAIT_SECONDS`
-at a time, while a live worker serves its model (it announces itself, and its named
-connections are open: a killed one's close at once) and the pool is either not full (a free
-slot will take it) or still stepping (the model's `batch:steps` counter, which each worker's
-announcement adds to, moved since the last checkpoint), or while a worker for its model is
-starting (its named connection open, it says so every few seconds while it fetches, loads
-and warms the model: worker/intake/presence.py). The storm that kills the warm workers
-leaves their replacements loading, and their jobs wait for them. A pool with no live or
-starting worker, or one whose every worker is full and stuck, fails it as before.
+A worker's death requeues every job it held, up to its 32 slots. In a storm of crashes, the
+pool reads them all again far slower than `RESUME_WAIT_SECONDS` allows. A fixed deadline
+failed jobs (`worker_lost`) while live workers were working through them. So the deadline is
+a checkpoint, not a verdict. A requeued job past it waits on, `RESUME_WAIT_SECONDS` at a time.
+
+It waits while a live worker serves its model, and the pool is either not full or still
+stepping. A live worker announces itself, and its named connections are open. A killed one's
+close at once. A pool that is not full has a free slot to take the job. A pool still stepping
+has moved the model's `batch:steps` counter since the last checkpoint. Each worker's
+announcement adds to that counter. The job also waits while a worker for its model is
+starting. That worker's named connection is open. It says so every few seconds while it
+fetches, loads and warms the model (worker/intake/presence.py). The storm that kills the warm
+workers leaves their replacements loading, and their jobs wait for them. A pool with no live
+or starting worker fails the job as before. So does a pool whose every worker is full and
+stuck.
 """
 
 from __future__ import annotations

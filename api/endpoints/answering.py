@@ -1,9 +1,12 @@
-"""Answering with a job's stream: as SSE (`SSEStream`) or, for a client that does not
-stream, as one response once the job has ended (`collect`).
+"""Answering with a job's stream, as SSE or as one response.
+
+`SSEStream` streams the job's events. `collect` answers a client that does not stream. It
+answers once, when the job has ended.
 
 Every SSE stream ends with its endpoint's ending (`data: [DONE]` for the completion
-endpoints), whatever happened to the job, Redis or this code. A streaming client that goes
-away cancels its job after the grace period unless the job runs in the background.
+endpoints). It does so whatever happened to the job, Redis or this code. A streaming client
+that goes away cancels its job after the grace period. A job that runs in the background is
+not cancelled.
 """
 
 from __future__ import annotations
@@ -34,8 +37,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class SSEStream:
-    """One client's SSE stream of one job: the opening, the job's events from where `events`
-    reads, keep-alives, and the ending."""
+    """One client's SSE stream of one job. It sends the opening, the job's events from where
+    `events` reads, keep-alives and the ending."""
 
     services: Services
     events: Events
@@ -119,9 +122,9 @@ class SSEStream:
 async def collect(
     request: Request, services: Services, chunks: Chunks, arrived_ms: int, settles: str = ""
 ) -> Response:
-    """Wait for the job to end, then answer with the whole response (once the token budget of
-    the owner it `settles`, if any, is charged its usage); a client that goes away meanwhile
-    cancels the job."""
+    """Wait for the job to end, then answer with the whole response. If `settles` names an owner,
+    the answer waits until that owner's token budget is charged the job's usage. A client that goes
+    away meanwhile cancels the job."""
     rows: Rows = []
     # the request's span (api/http/tracing.py)
     trace = request_trace()
@@ -168,8 +171,8 @@ def respond(answer: Answer) -> JSONResponse:
 
 
 async def settle(services: Services, owner: str, job_id: str, end: Entry) -> None:
-    """Charge the owner what the ended job used in place of what it reserved (best effort: a
-    reservation left is settled by the owner's next ADMIT that finds its budget short)."""
+    """Charge the owner what the ended job used in place of what it reserved. This is best effort. A
+    reservation left is settled by the owner's next ADMIT that finds its budget short."""
     try:
         await services.jobs.owners.settle(owner, job_id, end if isinstance(end, Finished | Failed) else None)
     except RedisError as exc:

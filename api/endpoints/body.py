@@ -1,8 +1,10 @@
-"""What every body that creates a job shares, whichever endpoint it comes by: the `Body` base
-(the model, streaming, background, the queue tier, the limits every request keeps) and the
-parameter shapes chat and Responses both take (functions, schemas, sampling ranges).
+"""What every body that creates a job shares, whichever endpoint it comes by.
 
-A few fields change nothing here by their nature and are accepted: `user`, `metadata`,
+`Body` is the base: the model, streaming, background and the queue tier. It also checks the
+limits every request must keep. Chat and Responses both take the parameter shapes here:
+functions, schemas, sampling ranges.
+
+A few fields change nothing here by their nature, and are accepted: `user`, `metadata`,
 `store` (README).
 """
 
@@ -27,10 +29,11 @@ Effort = Literal["none", "minimal", "low", "medium", "high"]
 
 
 def template_kwargs(effort: str | None, kwargs: dict | None, param: str) -> dict:
-    """A chat template's extra arguments: the client's own (`chat_template_kwargs`, as vLLM and
-    llama-server take them), and the reasoning effort asked: it reaches the template as
-    `reasoning_effort`, and "none" also sets `enable_thinking` false (Qwen3's and GLM's
-    switch) unless the client set it. A template that reads neither ignores them."""
+    """A chat template's extra arguments: the client's own and the reasoning effort asked. The
+    client's own come as `chat_template_kwargs`, as vLLM and llama-server take them. The reasoning
+    effort asked reaches the template as `reasoning_effort`. An effort of "none" also sets
+    `enable_thinking` false (Qwen3's and GLM's switch), unless the client set it. A template that
+    reads neither ignores them."""
     out = dict(kwargs or {})
     if effort is not None:
         out.setdefault("reasoning_effort", effort)
@@ -83,9 +86,9 @@ class FunctionDef(Strict):
 
 
 class Body(Strict):
-    """What every body that creates a job has; each endpoint's body says how it becomes a job
-    (`to_spec`), what else its job records (`job_fields`) and what of it the request limits
-    measure."""
+    """What every body that creates a job has. Each endpoint's body says how it becomes a job
+    (`to_spec`) and what else its job records (`job_fields`). It also says what of it the request
+    limits measure."""
 
     model: Annotated[str, Field(min_length=1)]
     stream: bool | None = None
@@ -112,14 +115,15 @@ class Body(Strict):
         return bool(self.stream)
 
     def image_urls(self) -> list[tuple[str, str]]:
-        """Each image URL of the request, with its part: the remote ones are fetched before
-        `to_spec` (none, here)."""
+        """Each image URL of the request, with its part (none, here). The remote ones are fetched
+        before `to_spec`."""
         return []
 
     @property
     def pool(self) -> str:
-        """The pool whose queues the job waits in: the model's (embeddings: its embedding pool's).
-        A name that is another kind's pool (`<model>#embed`) names no model here: 404."""
+        """The pool whose queues the job waits in. It is the model's pool (for embeddings, its
+        embedding pool). A name that is another kind's pool (`<model>#embed`) names no model here:
+        404."""
         if tiers.served_model(self.model)[1] != "chat":
             raise APIError(MODEL_NOT_FOUND, f"The model '{self.model}' does not exist.", param="model")
         return self.model
@@ -133,8 +137,8 @@ class Body(Strict):
         return "default" if self.service_tier in (None, "auto") else self.service_tier
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
-        """The job, with every default applied (a completion is never unbounded: without a
-        max_tokens it stops at MAX_TOKENS_LIMIT, or when the context is full)."""
+        """The job, with every default applied. A completion is never unbounded. Without a
+        max_tokens it stops at MAX_TOKENS_LIMIT, or when the context is full."""
         raise NotImplementedError
 
     def job_fields(self, job_id: str) -> dict[str, str]:
@@ -146,7 +150,7 @@ class Body(Strict):
         raise NotImplementedError
 
     def context_chars(self) -> tuple[int, str]:
-        """(characters one context must hold, the parameter that holds them): the prompt's,
+        """(characters one context must hold, the parameter that holds them). They are the prompt's,
         checked against the model's context before the job is made."""
         return self.prompt_chars()
 
@@ -186,8 +190,9 @@ class Body(Strict):
 
 
 def first_unanswered(messages: Iterable[Message]) -> int | None:
-    """The index of the first tool result that answers no call made before it (OpenAI's rule,
-    for chat's messages and a response's items alike); None when every one answers one."""
+    """The index of the first tool result that answers no call made before it. This is OpenAI's
+    rule, for chat's messages and a response's items alike. None when every result answers a
+    call."""
     calls: set[str] = set()
     for i, m in enumerate(messages):
         calls.update(c.id for c in m.tool_calls)

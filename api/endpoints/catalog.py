@@ -1,6 +1,8 @@
-"""The API endpoints that create jobs, each described once: where it lives, what its ids and
-objects are called, what its request body is, and how a job's entries become what its
-clients receive. api/endpoints/routes.py builds every route of an endpoint from its description.
+"""The API endpoints that create jobs, each described once.
+
+A description says where the endpoint lives and what its ids and objects are called. It names
+the request body, and how a job's entries become what its clients receive. The file
+api/endpoints/routes.py builds every route of an endpoint from its description.
 """
 
 from __future__ import annotations
@@ -59,13 +61,13 @@ class Endpoint:
         return self.objects.object
 
     def new_id(self) -> str:
-        """Unguessable (148 random bits), letters and digits only (RQ job ids allow them, and
-        contract.keys.rq_job_id relies on it)."""
+        """Unguessable (148 random bits), letters and digits only. RQ job ids allow them, and
+        contract.keys.rq_job_id relies on it."""
         return self.id_prefix + "".join(secrets.choice(_ALPHABET) for _ in range(25))
 
     def owns(self, job_id: str) -> bool:
-        """Whether the id could be one of this endpoint's (checked before it is used or
-        logged: a path is the client's own text)."""
+        """Whether the id could be one of this endpoint's. It is checked before the id is used or
+        logged: a path is the client's own text."""
         rest = job_id[len(self.id_prefix) :]
         return job_id.startswith(self.id_prefix) and _ID_REST.fullmatch(rest) is not None
 

@@ -1,12 +1,14 @@
-"""Remote image URLs, fetched by the API before the job is queued, from the hosts that
-IMAGE_URL_HOSTS names only: the worker never reaches out, and a request cannot make the API
-reach a host the operator did not list.
+"""Remote image URLs, fetched by the API before the job is queued.
 
-Each hop (the URL, then each redirect, at most MAX_REDIRECTS) is checked alike: `http` or
-`https`, a listed host, its name resolved once and the connection made to that address (so a
-second lookup cannot swap it), and the address public. A private, loopback or link-local
-address is reached only where the operator listed that very address. The body is read up to
-MAX_IMAGE_BYTES, all hops within IMAGE_URL_SECONDS. Every refusal is a 400 naming the part.
+They are fetched only from the hosts that IMAGE_URL_HOSTS names. The worker never reaches out.
+A request cannot make the API reach a host the operator did not list.
+
+Each hop (the URL, then each redirect, at most MAX_REDIRECTS) is checked alike. Its scheme is
+`http` or `https`, and its host is listed. Its name is resolved once and the connection made to
+that address, so a second lookup cannot swap it. The address must be public. A private,
+loopback or link-local address is reached only where the operator listed that very address.
+The body is read up to MAX_IMAGE_BYTES, all hops within IMAGE_URL_SECONDS. Every refusal is a
+400 naming the part.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ def is_remote(url: str) -> bool:
 
 
 def listed(host: str, hosts: tuple[str, ...]) -> bool:
-    """Whether IMAGE_URL_HOSTS names `host` (a `*.` entry: any subdomain of it; an address
-    only as itself)."""
+    """Whether IMAGE_URL_HOSTS names `host`. A `*.` entry names any subdomain of it. An address
+    names only itself."""
     host = host.lower().rstrip(".")
     address = _literal(host) is not None
     for entry in (h.strip().lower().rstrip(".") for h in hosts):
@@ -73,8 +75,8 @@ async def _address(host: str, port: int, param: str) -> str:
 
 
 async def fetched(urls: list[tuple[str, str]], limits: Limits) -> dict[str, bytes]:
-    """The bytes at each (url, part) of a request, or a 400 naming the first part that fails;
-    nothing is fetched where IMAGE_URL_HOSTS is empty (`images.read` refuses the URL)."""
+    """The bytes at each (url, part) of a request, or a 400 naming the first part that fails.
+    Nothing is fetched where IMAGE_URL_HOSTS is empty: `images.read` refuses the URL."""
     if not limits.image_url_hosts:
         return {}
     out: dict[str, bytes] = {}

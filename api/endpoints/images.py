@@ -1,8 +1,10 @@
-"""Image parts of a request, read before its job is queued: a `data:` URL's bytes checked to be a
-PNG, JPEG, WebP or GIF of at most MAX_IMAGE_BYTES and MAX_IMAGE_PIXELS (read from its header, the
-image itself never decoded here), named by their SHA-256, at most MAX_IMAGES a request. Each
-refusal is a 400 naming the part. The bytes go to Redis with the job (`stored`); the worker reads
-them by hash (contract/media/images.py)."""
+"""Image parts of a request, read before its job is queued.
+
+A `data:` URL's bytes are checked to be a PNG, JPEG, WebP or GIF. The image may be at most
+MAX_IMAGE_BYTES and MAX_IMAGE_PIXELS. Its pixels are read from its header: the image itself is
+never decoded here. Images are named by their SHA-256, at most MAX_IMAGES a request. Each
+refusal is a 400 naming the part. The bytes go to Redis with the job (`stored`). The worker
+reads them by hash (contract/media/images.py)."""
 
 from __future__ import annotations
 
@@ -45,7 +47,7 @@ class Image:
     low: bool = False
 
     def at(self, detail: str | None) -> Image:
-        """The image as its part's `detail` asks it read: `low` shrinks it, the rest do not."""
+        """The image as its part's `detail` asks it read. `low` shrinks it, the rest do not."""
         return replace(self, low=detail == "low")
 
 
@@ -107,8 +109,8 @@ def _jpeg(data: bytes) -> tuple[int, int] | None:
 
 
 def read(url: str, param: str, limits: Limits, fetched: dict[str, bytes] | None = None) -> Image:
-    """A `data:` URL's image, or a remote URL's as the endpoint fetched it before
-    (api/endpoints/image_urls.py, `fetched`), or a 400 naming `param`."""
+    """A `data:` URL's image, or a remote URL's, or a 400 naming `param`. A remote URL's image is
+    the one the endpoint fetched before (api/endpoints/image_urls.py, `fetched`)."""
     if fetched and url in fetched:
         return checked(fetched[url], param, limits)
     match = _DATA_URL.match(url)
@@ -131,7 +133,7 @@ def read(url: str, param: str, limits: Limits, fetched: dict[str, bytes] | None 
 
 
 def checked(data: bytes, param: str, limits: Limits) -> Image:
-    """Bytes (a data URL's, an uploaded file's) as an Image, or a 400 naming `param`."""
+    """Bytes as an Image, or a 400 naming `param`. The bytes are a data URL's or an uploaded file's."""
     if len(data) > (most := limits.max_image_bytes):
         raise invalid(f"Invalid '{param}': the image is larger than {most} bytes.", param=param)
     what = kind(data)
@@ -152,7 +154,7 @@ def counted(images: list[Image], param: str, limits: Limits) -> None:
 
 
 def no_marker(text: str, param: str) -> None:
-    """A request with images may not hold the image marker in its own text (it stands for an image)."""
+    """A request with images may not hold the image marker in its own text. The marker stands for an image."""
     if MARKER in text:
         raise invalid(
             f"Invalid '{param}': the text {MARKER!r} is reserved where images are sent.", param=param
@@ -160,8 +162,8 @@ def no_marker(text: str, param: str) -> None:
 
 
 async def file_bytes(client: aredis.Redis, file_id: str, owner: str, param: str) -> bytes:
-    """The content of a file `owner` uploaded for images (purpose `vision` or `user_data`),
-    or a 404 naming `param` (no such file, another key's, or one of another purpose)."""
+    """The content of a file `owner` uploaded for images (purpose `vision` or `user_data`). Else a
+    404 naming `param`: no such file, another key's, or one of another purpose."""
     files = files_of(client)
     record = await owned_file(files, file_id, owner)
     data = await files.content(record.id) if record and record.purpose in IMAGE_PURPOSES else None
@@ -173,9 +175,9 @@ async def file_bytes(client: aredis.Redis, file_id: str, owner: str, param: str)
 async def kept(
     client: aredis.Redis, scope: str, hashes: list[str], low: set[int], param: str, limits: Limits
 ) -> list[Image]:
-    """Images an earlier job of `scope` sent, read back by hash, those at indices `low` at low
-    detail (a later turn sends them again with its own job); a 400 naming `param` where one is
-    no longer kept (JOB_TTL_SECONDS)."""
+    """Images an earlier job of `scope` sent, read back by hash. Those at indices `low` are read at
+    low detail. A later turn sends them again with its own job. A 400 naming `param` where one is no
+    longer kept (JOB_TTL_SECONDS)."""
     found = []
     for i, sha in enumerate(hashes):
         data = await client.get(keys.image(scope, sha))
@@ -188,19 +190,19 @@ async def kept(
 
 
 async def fetch_remote(body: Body, vision: bool, limits: Limits) -> None:
-    """The request's remote image URLs, fetched where IMAGE_URL_HOSTS allows it
-    (api/endpoints/image_urls.py) for `to_spec` to read: none for a model that reads no
-    images (`store` refuses it), and a 400 naming the part that fails."""
+    """The request's remote image URLs, fetched for `to_spec` to read. They are fetched where
+    IMAGE_URL_HOSTS allows it (api/endpoints/image_urls.py). None are fetched for a model that reads
+    no images: `store` refuses it. A part that fails is a 400 naming it."""
     remote = [(url, at) for url, at in body.image_urls() if image_urls.is_remote(url)]
     if remote and vision and limits.image_url_hosts:
         body._fetched = await image_urls.fetched(remote, limits)
 
 
 async def store(client: aredis.Redis, body: Body, scope: str, vision: bool, ttl: int) -> None:
-    """A 400 naming the first image part when no worker of the model reads images; else each
-    image's bytes `to_spec` read in Redis within the job's cache `scope`, by hash, kept as long
-    as a job may run (contract/media/images.py): an image a job of its scope sent before lives
-    on with this one."""
+    """A 400 naming the first image part when no worker of the model reads images. Else each image's
+    bytes that `to_spec` read go to Redis, by hash (contract/media/images.py). They go within the
+    job's cache `scope`, kept as long as a job may run. An image a job of its scope sent before
+    lives on with this one."""
     if not vision:
         at = body._image_params[0]
         raise invalid(f"Invalid '{at}': the model '{body.model}' does not read images.", param=at)

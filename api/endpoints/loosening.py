@@ -1,6 +1,7 @@
-"""A non-strict tool's schema, loosened to what the grammar can enforce (the Messages API's
-tools without `strict`, whose schemas were written for a validator): contract/schema.py's
-allow-list says what stays."""
+"""A non-strict tool's schema, loosened to what the grammar can enforce.
+
+The Messages API's tools without `strict` have such schemas, written for a validator. The
+allow-list of contract/schema.py says what stays."""
 
 from __future__ import annotations
 
@@ -17,12 +18,12 @@ _SPOKEN = schema.KNOWN | schema.ANNOTATIONS | schema.CONTAINERS
 
 
 def loosened(value: object) -> object:
-    """A copy of the schema `value` without the constraints the grammar cannot enforce (a `pattern`, an
-    unsupported `format`, a number's range, a keyword it does not know, a count above
-    `MAX_BOUND`, a combinator beside other keywords or an `allOf` of several schemas), so that
-    the rest still is. Each drop widens what the schema accepts, never narrows it. One pass over
-    the schema; what stays unenforceable otherwise is left for `schema_grammar` to refuse,
-    naming where."""
+    """A copy of the schema `value` without the constraints the grammar cannot enforce. The rest is
+    then still enforced. Those dropped are a `pattern`, an unsupported `format` and a number's
+    range. So are a keyword it does not know and a count above `MAX_BOUND`. So are a combinator
+    beside other keywords and an `allOf` of several schemas. Each drop widens what the schema
+    accepts, never narrows it. It makes one pass over the schema. What stays unenforceable otherwise
+    is left for `schema_grammar` to refuse, naming where."""
     return _loosen(json.loads(json.dumps(value)), 0) if isinstance(value, dict) else value
 
 
@@ -68,9 +69,10 @@ _COUNTS = ("minLength", "maxLength", "minItems", "maxItems")
 
 
 def _mend_combinators(node: dict) -> None:
-    """A branch loosening emptied allows any value: an `allOf` leaves it out, an `anyOf` or
-    `oneOf` that has one allows anything and goes. A combinator the grammar cannot enforce (an
-    `allOf` of several schemas, any beside other keywords) goes, and the rest is enforced."""
+    """A branch loosening emptied allows any value. An `allOf` leaves such a branch out. An `anyOf`
+    or `oneOf` that has one allows anything, and goes. A combinator the grammar cannot enforce also
+    goes, and the rest is enforced. Such a combinator is an `allOf` of several schemas, or any
+    combinator beside other keywords."""
     for key in ("allOf", "oneOf", "anyOf"):
         branches = node.get(key)
         if not isinstance(branches, list):

@@ -1,7 +1,9 @@
 """What every endpoint that creates jobs gives the shared routes and the answering code
-(api/endpoints/routes.py, answering.py), each endpoint in its own folder: its objects for a job
-(`Objects`), its SSE encoding of a job's entries (`Events`, each write an `Encoded`), and a
-whole answer for a client that did not stream (`Answer`)."""
+(api/endpoints/routes.py, answering.py).
+
+Each endpoint lives in its own folder. It gives its objects for a job (`Objects`). `Events` is
+its SSE encoding of a job's entries, each write an `Encoded`. `Answer` is a whole answer for a
+client that did not stream."""
 
 from __future__ import annotations
 
@@ -32,7 +34,7 @@ class Encoded:
 
 class Events(Protocol):
     """An endpoint's stream encoding, as answering.py writes it: from where, and each batch of
-    entries. `check_within` gets an ended job's whole stream and raises BadCursor
+    entries. `check_within` gets an ended job's whole stream. It raises BadCursor
     (api/streaming/cursor.py) if the client's cursor is after its last event."""
 
     def read_from(self) -> tuple[str, bool]: ...
@@ -46,9 +48,9 @@ class Events(Protocol):
 
 @runtime_checkable
 class Written(Protocol):
-    """Objects whose whole answer may be megabytes (embeddings' vectors): `written` is that
-    answer as a response written a piece at a time, the event loop free between two (None:
-    `answer`'s is small)."""
+    """Objects whose whole answer may be megabytes (embeddings' vectors). `written` is that answer
+    as a response written a piece at a time. The event loop is free between two pieces. It is None
+    where `answer`'s is small."""
 
     def written(self, rows: Rows) -> Response | None: ...
 

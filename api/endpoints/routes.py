@@ -1,9 +1,11 @@
-"""The handlers every endpoint that creates jobs shares (api/endpoints/catalog.py): create,
-retrieve or resume, cancel, delete. Each endpoint's folder puts them on its paths, in its own
-routes.py (api/endpoints/chat/routes.py).
+"""The handlers every endpoint that creates jobs shares (api/endpoints/catalog.py).
 
-Create validates, admits and enqueues one job, then answers: at once with its status (a
-background job), with its SSE stream, or with the whole response once it has ended.
+They are create, retrieve or resume, cancel, delete. Each endpoint's folder puts them on its
+paths, in its own routes.py (api/endpoints/chat/routes.py).
+
+Create validates, admits and enqueues one job, then answers. A background job is answered at
+once with its status. Otherwise the answer is the job's SSE stream, or the whole response once
+the job has ended.
 """
 
 from __future__ import annotations
@@ -56,8 +58,8 @@ log = logging.getLogger(__name__)
 
 
 def _idempotency(request: Request, endpoint: Endpoint, owner: str, raw: bytes) -> Idempotency | None:
-    """The request's Idempotency-Key (IETF httpapi draft), scoped to its owner; a retry must
-    carry the same request (the same JSON body, to the same endpoint)."""
+    """The request's Idempotency-Key (IETF httpapi draft), scoped to its owner. A retry must carry
+    the same request: the same JSON body, to the same endpoint."""
     key = request.headers.get("idempotency-key")
     if key is None:
         return None
@@ -79,7 +81,7 @@ def _sse(
     arrived_ms: int,
     settles: str,
 ) -> Response:
-    """A job's events as an SSE response; a client gone cancels a job it is attached to."""
+    """A job's events as an SSE response. A client gone cancels a job it is attached to."""
     stream = SSEStream(
         services,
         events,
@@ -94,8 +96,9 @@ def _sse(
 
 
 def settles(job: JobState, budgets: ratelimits.Budgets) -> str:
-    """The owner whose token budget the job's end, read by a request of a key with these
-    `budgets`, settles: the job's, when the key has a token budget ("": nothing to settle)."""
+    """The owner whose token budget the job's end settles, when a request reads it. The request is
+    of a key with these `budgets`. The owner is the job's, when the key has a token budget. "" means
+    nothing to settle."""
     return job.owner if job.owner and budgets.tokens_per_minute else ""
 
 
@@ -128,8 +131,8 @@ class JobRequest:
 
 @dataclass(frozen=True)
 class Creation:
-    """The job a create request got, and what its key has used this minute (None: a retry's
-    job, counted by the first request)."""
+    """The job a create request got, and what its key has used this minute. The use is None for a
+    retry's job: the first request counted it."""
 
     job: JobState
     retried: bool
@@ -208,14 +211,13 @@ class EndpointRoutes:
     async def answered(
         self, services: Services, job_id: str, ask: JobRequest, response: Response, attached_ms: int
     ) -> None:
-        """What an endpoint does once a client waiting for a job's whole answer has its
-        `response` (a 499: the client went away first), the client having attached to the job
-        at `attached_ms` (nothing, here: the job is kept for its retention, to be fetched or
-        resumed again)."""
+        """What an endpoint does once a client waiting for a job's whole answer has its `response`.
+        A 499 means the client went away first. The client attached to the job at `attached_ms`.
+        Here it does nothing: the job is kept for its retention, to be fetched or resumed again."""
 
     async def _job_for(self, ask: JobRequest) -> Creation:
-        """The job this request makes, or the one its earlier attempt made (a retry with the
-        same Idempotency-Key)."""
+        """The job this request makes, or the one its earlier attempt made. The request is then a
+        retry with the same Idempotency-Key."""
         services, body = ask.services, ask.body
         quota = Quota()
         try:
@@ -254,8 +256,8 @@ class EndpointRoutes:
         return Creation(submitted.job, not submitted.new, submitted.spent if submitted.new else None)
 
     def _quota(self, ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> Quota:
-        """The key's limits, and the tokens the job reserves: the most its prompt can be
-        (api/jobs/reservation.py) and its `max_tokens`, together no more than a worker's
+        """The key's limits, and the tokens the job reserves. It reserves the most its prompt can be
+        (api/jobs/reservation.py) and its `max_tokens`. Together they are no more than a worker's
         context holds. A job that generates nothing (a count) reserves nothing."""
         # an image's tokens bounded by what its workers announce (contract.keys.worker_vision)
         prompt = limits.cap(
@@ -270,8 +272,8 @@ class EndpointRoutes:
         )
 
     async def _submit(self, ask: JobRequest, spec: JobSpec, quota: Quota) -> Submitted:
-        """Record and enqueue a new job; a request racing with its own retry gets the job
-        the first of them made."""
+        """Record and enqueue a new job. A request racing with its own retry gets the job the first
+        of them made."""
         services, body = ask.services, ask.body
         settings = services.settings
         job_id = spec.id
@@ -295,10 +297,11 @@ class EndpointRoutes:
         return submitted
 
     async def retrieve(self, request: Request) -> Response:
-        """With ?stream=true, replay the events after Last-Event-ID (or ?starting_after) and
-        follow live to the end; without, the response once the job has ended (202 and its
-        status before). A cursor after the last event of an ended job is refused: nothing
-        will ever come after it (one of a running job is waited for, api/streaming/relay.py)."""
+        """With ?stream=true, replay the events after Last-Event-ID (or ?starting_after) and follow
+        live to the end. Without it, answer with the response once the job has ended (202 and its
+        status before). A cursor after the last event of an ended job is refused: nothing will ever
+        come after it. A cursor after the last event of a running job is waited for
+        (api/streaming/relay.py)."""
         arrived_ms = now_ms()
         services, job = await self._job_of(request)
         objects = await self.objects_of(services, job)
@@ -333,7 +336,7 @@ class EndpointRoutes:
         return respond(objects.pending(queued=job.status == JobStatus.QUEUED))
 
     async def cancel(self, request: Request) -> Response:
-        """Stop a job: a queued one ends at once, a running one at its worker's next token.
+        """Stop a job. A queued one ends at once, a running one at its worker's next token.
         Cancelling an ended job changes nothing (the call is idempotent)."""
         services, job = await self._job_of(request)
         if not job.ended:
@@ -342,24 +345,25 @@ class EndpointRoutes:
         return JSONResponse(self.endpoint.objects_of(job).cancelled(job.status))
 
     async def delete(self, request: Request) -> Response:
-        """Remove the job's data (request, events, queue entries) now rather than at the end of
-        its retention; a running job stops at its next token. Afterwards the id is unknown."""
+        """Remove the job's data now rather than at the end of its retention. The data is its
+        request, events and queue entries. A running job stops at its next token. Afterwards the id
+        is unknown."""
         services, job = await self._job_of(request)
         await services.jobs.purge(job.id)
         log.info("purged on request")
         return JSONResponse(self.endpoint.objects_of(job).deleted())
 
     async def _joined(self, services: Services, request: Request, job: JobState) -> None:
-        """Tracing on, the request's span joins the trace of the request that made `job`
-        (while the job keeps its spec): a resume, a retry, a cancel."""
+        """Tracing on, the request's span joins the trace of the request that made `job`. The
+        request is a resume, a retry or a cancel. It joins while the job keeps its spec."""
         trace = trace_of(request.scope)
         if trace.on:
             made = json.loads(await services.jobs.stored(job.id, keys.JobField.SPEC) or "{}")
             trace.open(self.endpoint.name, job.model, job.id, made.get("trace_context", ""))
 
     async def _job_of(self, request: Request) -> tuple[Services, JobState]:
-        """The job named in the path, if it exists, belongs to this endpoint and to the
-        caller's key; otherwise 404 (never 403: ids cannot be probed)."""
+        """The job named in the path. It must exist and belong to this endpoint and to the caller's
+        key. Otherwise a 404, never a 403: ids cannot be probed."""
         services: Services = request.state.services
         job = await self.job_named(services, request.path_params["completion_id"], request_owner(request))
         # its span in the job's trace
@@ -367,8 +371,8 @@ class EndpointRoutes:
         return services, job
 
     async def job_named(self, services: Services, job_id: str, owner: str, param: str = "") -> JobState:
-        """The job `job_id`, if it exists, belongs to this endpoint and to `owner`; otherwise a 404
-        (never 403: ids cannot be probed) naming `param`."""
+        """The job `job_id`. It must exist and belong to this endpoint and to `owner`. Otherwise a
+        404 naming `param`, never a 403: ids cannot be probed."""
         noun = self.endpoint.noun
         param = param or f"{noun}_id"
         # never echoed nor logged: it is the client's own text
@@ -382,7 +386,7 @@ class EndpointRoutes:
 
 
 def reasoning_field(replies: Replies) -> dict[str, str]:
-    """The job's field for a reasoning model's thinking, when not the default: recorded, so
+    """The job's field for a reasoning model's thinking, when not the default. It is recorded, so
     that every replica says it the same whatever its REASONING_FIELD."""
     if replies.reasoning_field == "reasoning_content":
         return {}

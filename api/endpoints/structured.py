@@ -1,7 +1,8 @@
-"""Tools and response formats as a job takes them, checked the same way for every endpoint
-that offers them (chat, Responses): names, choices, and every schema compiled to a grammar
-here first, so that what the grammar cannot enforce is a 400 naming where, not a worker's
-failure."""
+"""Tools and response formats as a job takes them.
+
+They are checked the same way for every endpoint that offers them (chat, Responses). Names
+and choices are checked. Every schema is compiled to a grammar here first. So what the
+grammar cannot enforce is a 400 naming where, not a worker's failure."""
 
 from __future__ import annotations
 
@@ -22,9 +23,9 @@ def checked_tools(
     schema_field: str = "parameters",
     at: Sequence[int] | None = None,
 ) -> tuple[Tool, ...]:
-    """(name, description, parameters) of each function tool, checked and compiled; `where`
-    names a tool's parameter (`where.format(index)`, the index `at` gives, or its own), and
-    `schema_field` its schema's (the Messages API's `input_schema`)."""
+    """(name, description, parameters) of each function tool, checked and compiled. `where` names a
+    tool's parameter: `where.format(index)`, with the index `at` gives or its own. `schema_field` is
+    the name of its schema's field (the Messages API's `input_schema`)."""
     tools = []
     for i, (name, description, parameters) in enumerate(defs):
         param = where.format(at[i] if at is not None else i)
@@ -45,9 +46,9 @@ def checked_tools(
 def checked_choice(
     choice: str | None, tools: tuple[Tool, ...], named_param: str = "", custom: bool = False
 ) -> str:
-    """The job's tool choice: "auto" by default, a mode, or (with `named_param`, where the
-    request names it) NAMED + the name of one of `tools`, a function (a custom one with
-    `custom`)."""
+    """The job's tool choice: "auto" by default, a mode, or a named tool. A named tool is NAMED +
+    the name of one of `tools`. It comes with `named_param`, where the request names it. The tool is
+    a function, or a custom one with `custom`."""
     if choice is None:
         return "auto"
     if not tools:
@@ -64,9 +65,8 @@ def checked_choice(
 
 
 def checked_custom(tool: Tool, fmt: dict, param: str) -> Tool:
-    """A custom tool as the job takes it: its format compiled (a 400 naming `param` for what
-    its grammar cannot enforce), and its description telling the model what its one
-    argument, `input`, holds."""
+    """A custom tool as the job takes it, its format compiled. What its grammar cannot enforce is a
+    400 naming `param`. Its description tells the model what its one argument, `input`, holds."""
     try:
         check_format(fmt)
     except FormatError as exc:

@@ -1,2 +1,2 @@
-"""Uploaded files as Redis holds them, beneath the Files routes (api/batches/files.py), the
-Batch API and the endpoints that read an uploaded image by its id."""
+"""Uploaded files as Redis holds them. They sit beneath the Files routes (api/batches/files.py)
+and the Batch API. The endpoints that read an uploaded image by its id use them too."""

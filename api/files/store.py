@@ -1,8 +1,9 @@
-"""The Files store: an uploaded file is a Redis hash (its metadata) and a string (its content),
-bounded by FILE_MAX_BYTES, charged to its key's FILES_BYTES_PER_KEY and MAX_FILES_PER_KEY
-(contract/lua/accounting.py), and expired FILE_RETENTION_SECONDS after its upload (or at its
-`expires_after`). `FileStore` is what the Files routes, the Batch API and the image readers
-need of the storage: an object store would implement the same methods."""
+"""The Files store: an uploaded file is a Redis hash (its metadata) and a string (its content).
+
+A file is bounded by FILE_MAX_BYTES. It is charged to its key's FILES_BYTES_PER_KEY and
+MAX_FILES_PER_KEY (contract/lua/accounting.py). It expires FILE_RETENTION_SECONDS after its
+upload, or at its `expires_after`. `FileStore` is what the Files routes, the Batch API and
+the image readers need of the storage. An object store would implement the same methods."""
 
 from __future__ import annotations
 
@@ -44,7 +45,7 @@ class FileRecord:
     expires_at: int
 
     def object(self) -> dict:
-        """OpenAI's FileObject (`status` is deprecated there, and always `processed` here)."""
+        """OpenAI's FileObject. `status` is deprecated there, and always `processed` here."""
         return {
             "id": self.id,
             "object": "file",
@@ -102,13 +103,13 @@ class RedisFiles:
         self._delete = client.register_script(accounting.DELETE_FILE)
 
     async def put(self, record: FileRecord, content: bytes, limits: FileLimits) -> None:
-        """Store the file; FileQuota if its owner would then hold more than `limits` allow.
-        Checked and written in one step (contract/lua/accounting.py): concurrent uploads cannot
-        overshoot."""
+        """Store the file. FileQuota if its owner would then hold more than `limits` allow.
+        It is checked and written in one step (contract/lua/accounting.py), so concurrent
+        uploads cannot overshoot."""
         await self._write(record, limits, content)
 
     async def append(self, file_id: str, piece: bytes) -> None:
-        """Add to the content of a file being written (an output file, `seal`ed at the end)."""
+        """Add to the content of a file being written. That is an output file, `seal`ed at the end."""
         await self._r.append(keys.file_content(file_id), piece)
 
     async def seal(self, record: FileRecord) -> None:
@@ -142,7 +143,7 @@ class RedisFiles:
         return data if data is not None else await self._r.hget(keys.file(file_id), "content")
 
     async def pieces(self, file_id: str, size: int) -> AsyncIterator[bytes]:
-        """The content a MiB at a time (a file is never read whole into memory to be sent)."""
+        """The content a MiB at a time. A file is never read whole into memory to be sent."""
         if await self._r.exists(keys.file_content(file_id)):
             for start in range(0, size, PIECE):
                 yield await self._r.getrange(keys.file_content(file_id), start, start + PIECE - 1)
@@ -163,7 +164,7 @@ class RedisFiles:
             )
 
     async def owned(self, owner: str) -> list[FileRecord]:
-        """The owner's files, oldest first (at most MAX_FILES_PER_KEY of them: one round trip)."""
+        """The owner's files, oldest first. There are at most MAX_FILES_PER_KEY of them: one round trip."""
         index = keys.owned(owner, keys.OwnerIndex.FILES)
         ids = [as_text(i) for i in await self._r.zrange(index, 0, -1)]
         async with self._r.pipeline(transaction=False) as pipe:
@@ -187,7 +188,7 @@ def files_of(client: aredis.Redis) -> RedisFiles:
 
 
 async def owned_file(files: FileStore, file_id: str, owner: str) -> FileRecord | None:
-    """The file `file_id` if `owner` holds it (None: no such file, or another key's)."""
+    """The file `file_id`, if `owner` holds it. None: no such file, or another key's."""
     record = await files.get(file_id) if FILE_ID.fullmatch(file_id) else None
     if record is None or not hmac.compare_digest(record.owner, owner):
         return None

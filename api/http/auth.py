@@ -1,20 +1,21 @@
-"""API keys: `Authorization: Bearer <key>` (or `x-api-key: <key>`, as Anthropic's SDKs send it)
-on every route but the probes.
+"""API keys: `Authorization: Bearer <key>` on every route but the probes. `x-api-key: <key>`
+works too, as Anthropic's SDKs send it.
 
-Keys are configured in clear or as `sha256:<hex digest>` (so the configuration need not hold
-the secret), in `API_KEYS` and/or one per line in `API_KEYS_FILE`. The file is re-read when
-it changes (checked at most once a second), so keys rotate without a restart. A presented
-key is hashed and compared in constant time against every configured digest (no early
-exit); keys are never logged or echoed. The request's `owner` (a prefix of its key's
-SHA-256, "" without keys) is what a job records as its creator: only the same key may
-resume, fetch, cancel or purge it.
+Keys are configured in clear or as `sha256:<hex digest>`, so the configuration need not hold
+the secret. They go in `API_KEYS` and/or one per line in `API_KEYS_FILE`. The file is
+re-read when it changes (checked at most once a second), so keys rotate without a restart. A
+presented key is hashed and compared in constant time against every configured digest. There
+is no early exit. Keys are never logged or echoed. The request's `owner` is a prefix of its
+key's SHA-256 ("" without keys). A job records it as its creator. Only the same key may
+resume, fetch, cancel or purge the job.
 
-A key's `Grant` says what else it may do. A key is a tenant's unless it is in `OPERATOR_KEYS`
-or its line in the file says `role=operator`: only operators read the pool-wide data on the
-public port (`/metrics`, `/scaling/...`: other tenants' work). A line may also name the
-service tiers the key may ask for (`tiers=default,flex`; by default every one) and its own
-per-minute budgets (`requests_per_minute=`, `bytes_per_minute=`, `tokens_per_minute=`). A server
-without keys is a private one: every caller is its operator.
+A key's `Grant` says what else it may do. A key is a tenant's unless it is in
+`OPERATOR_KEYS` or its line in the file says `role=operator`. Only operators read the
+pool-wide data on the public port: `/metrics` and `/scaling/...`, which show other tenants'
+work. A line may also name the service tiers the key may ask for (`tiers=default,flex`). By
+default it may ask for every one. A line may also set the key's own per-minute budgets
+(`requests_per_minute=`, `bytes_per_minute=`, `tokens_per_minute=`). A server without keys
+is a private one: every caller is its operator.
 """
 
 from __future__ import annotations
@@ -100,8 +101,9 @@ def allowed(grant: Grant, tier: str) -> None:
 
 
 def _grant(options: list[str]) -> Grant | None:
-    """A key line's options (`role=operator`, `tiers=default,flex`, `requests_per_minute=60`,
-    `bytes_per_minute=1000000`, `tokens_per_minute=30000`); None if one is not."""
+    """A key line's options: `role=operator`, `tiers=default,flex`,
+    `requests_per_minute=60`, `bytes_per_minute=1000000`, `tokens_per_minute=30000`. None if
+    one of them is not a key's option."""
     fields: dict[str, object] = {}
     for option in options:
         name, _, value = option.partition("=")
@@ -119,10 +121,10 @@ def _grant(options: list[str]) -> Grant | None:
 def parse_keys(
     entries: Sequence[str | None], where: str = "API_KEYS", role: str = TENANT
 ) -> dict[str, Grant]:
-    """Configured keys -> their SHA-256 digests (`sha256:<hex>` entries are digests already)
-    and grants (a key, then its options). A malformed entry is skipped with a warning (its
-    position, never its text): the others stay valid, and a key being revoked by rewriting
-    the file is not kept alive by a typo."""
+    """Configured keys -> their SHA-256 digests and grants. `sha256:<hex>` entries are
+    digests already. An entry is a key, then its options. A malformed entry is skipped with
+    a warning that gives its position, never its text. The others stay valid. So a typo does
+    not keep alive a key being revoked by rewriting the file."""
     out: dict[str, Grant] = {}
     for n, raw in enumerate(entries, 1):
         if raw is None:
@@ -147,8 +149,8 @@ def parse_keys(
 
 
 def _lines(raw: bytes) -> list[str | None]:
-    """A key file's lines; None for one that is not UTF-8 (skipped with a warning by
-    `parse_keys`), so the rest of the file still counts."""
+    """A key file's lines, with None for one that is not UTF-8. `parse_keys` skips it with a
+    warning, and the rest of the file still counts."""
     out: list[str | None] = []
     for line in raw.splitlines():
         try:
@@ -212,13 +214,14 @@ class KeyRing:
 
     def owners(self) -> list[tuple[str, Grant]]:
         """Every accepted key's owner id and grant, in the order configured: the
-        environment's, then the file's (a key in both once, with the file's grant)."""
+        environment's, then the file's. A key in both comes once, with the file's grant."""
         self._refresh()
         return [(accepted[:32], grant) for accepted, grant in (self._fixed | self._file).items()]
 
     def label(self, owner: str, shown: int) -> str:
-        """The `key` label of `owner` in /metrics: its key id if it is one of the first
-        `shown` keys configured, else "other" (the series stay bounded however many keys)."""
+        """The `key` label of `owner` in /metrics. It is its key id if it is one of the
+        first `shown` keys configured, else "other". So the series stay bounded however many
+        keys there are."""
         rank = self._rank.get(owner)
         return key_id(owner) if rank is not None and rank < shown else OTHER
 
@@ -250,9 +253,9 @@ def for_operators(path: str) -> bool:
 
 
 class APIKeyMiddleware:
-    """Every route needs a key, but for `public` (`PUBLIC_PATHS`, and the browser pages'
-    static files when they are served). The path is judged as the router matches it
-    (without the root path a proxy or mount strips), so no prefix gets around it."""
+    """Every route needs a key, but for `public`. That is `PUBLIC_PATHS`, and the browser
+    pages' static files when they are served. The path is judged as the router matches it,
+    without the root path a proxy or mount strips. So no prefix gets around it."""
 
     def __init__(self, app: ASGIApp, keys: KeyRing, public: frozenset[str] = PUBLIC_PATHS) -> None:
         self.app = app

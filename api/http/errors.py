@@ -1,5 +1,6 @@
-"""Error responses, made from the catalogue in `contract.errors`: OpenAI's shape, or Anthropic's
-on the Messages API's paths (`anthropic`), so each endpoint's SDK reads its own errors."""
+"""Error responses, made from the catalogue in `contract.errors`. They take OpenAI's shape,
+or Anthropic's on the Messages API's paths (`anthropic`). So each endpoint's SDK reads its
+own errors."""
 
 from __future__ import annotations
 
@@ -29,8 +30,9 @@ _ANTHROPIC_TYPES = {
 
 def anthropic(error: ErrorCode, message: str) -> tuple[int, dict]:
     """(status, body) of `error` as Anthropic's API answers it. A server too busy for the
-    request (a request timeout, no worker in time, the queue unavailable or full) is its
-    `overloaded_error`, 529, which its SDKs retry; a key over its own limits stays a 429."""
+    request is its `overloaded_error`, 529, which its SDKs retry. Too busy means a request
+    timeout, no worker in time, or the queue unavailable or full. A key over its own limits
+    stays a 429."""
     status = error.status
     if status in (408, 503) or error is QUEUE_FULL:
         status, kind = OVERLOADED, "overloaded_error"

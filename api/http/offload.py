@@ -1,9 +1,9 @@
-"""CPU-heavy request work off the event loop: parsing a large body, compiling its schemas to
-grammars, checking a batch file.
+"""CPU-heavy request work off the event loop. That is parsing a large body, compiling its
+schemas to grammars, and checking a batch file.
 
-Such work runs in one thread of its own per API process, one piece at a time: the loop keeps
-relaying every other stream meanwhile (a thread holding the GIL gives it up every few
-milliseconds), and a flood of heavy requests waits its turn in this lane rather than taking
+Such work runs in one thread of its own per API process, one piece at a time. The loop keeps
+relaying every other stream meanwhile. A thread holding the GIL gives it up every few
+milliseconds. A flood of heavy requests waits its turn in this lane, rather than taking
 every thread of the pool. Small bodies are handled on the loop as before: a thread hop costs
 more than they do.
 """

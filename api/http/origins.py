@@ -1,15 +1,16 @@
-"""Who may reach a server that needs no API key (ALLOW_NO_AUTH=1: the local run, a private
-server): its own host names, and its own pages or clients that are not browsers.
+"""Who may reach a server that needs no API key (ALLOW_NO_AUTH=1). Such a server is the
+local run, or a private one. It answers its own host names, and its own pages or clients
+that are not browsers.
 
-With keys, a web page cannot act for the key's owner: a browser never adds the
-`Authorization` header by itself. Without keys, any page the owner visits could: a
-cross-site form post or a `text/plain` fetch needs no CORS preflight, and DNS rebinding
-makes a page of another site's name read the server's answers. So a keyless server answers
-only the Host names of ALLOWED_HOSTS (rebinding brings the attacker's name) and refuses a
-request that changes anything when a browser says it comes from another site (`Origin`,
-`Sec-Fetch-Site`), unless that origin is one of CORS_ORIGINS. JSON bodies must also be sent
-as `application/json` (api/endpoints/routes.py), which a page can only do cross-site after a
-preflight that fails.
+With keys, a web page cannot act for the key's owner. A browser never adds the
+`Authorization` header by itself. Without keys, any page the owner visits could. A
+cross-site form post or a `text/plain` fetch needs no CORS preflight. DNS rebinding makes a
+page of another site's name read the server's answers. So a keyless server answers only the
+Host names of ALLOWED_HOSTS. Rebinding brings the attacker's name. The server also refuses a
+request that changes anything when a browser says it comes from another site. The browser
+says so in `Origin` or `Sec-Fetch-Site`. An origin in CORS_ORIGINS is let through. JSON
+bodies must also be sent as `application/json` (api/endpoints/routes.py). A page can only do
+that cross-site after a preflight, which fails.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 def host_name(host: str) -> str | None:
-    """The name of a Host header (`name`, `name:port`, `[v6]:port`), lower-cased; None if
-    it does not parse."""
+    """The name of a Host header (`name`, `name:port`, `[v6]:port`), lower-cased. None if it
+    does not parse."""
     try:
         name = urlsplit("//" + host).hostname
     except ValueError:

@@ -1,5 +1,6 @@
-"""OpenAI's cursor pages (`{"object": "list", "data", "first_id", "last_id", "has_more"}`),
-the one way every list route pages: `limit`, `after` (an id), `order` where the list has one."""
+"""OpenAI's cursor pages (`{"object": "list", "data", "first_id", "last_id", "has_more"}`).
+Every list route pages this one way. Its parameters are `limit`, `after` (an id), and
+`order` where the list has one."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from api.http.errors import invalid
 def page(
     request: Request, objects: list[dict], *, max_limit: int, default_limit: int, order: bool = True
 ) -> Response:
-    """One page of a list, oldest first as given: `order` (desc by default, when the list
-    has one), `limit`, `after` (an id), as OpenAI's cursor pages."""
+    """One page of a list, given oldest first. It reads `order`, `limit` and `after` (an
+    id), as OpenAI's cursor pages do. `order` is desc by default, when the list has one."""
     query = request.query_params
     raw_limit = query.get("limit", str(default_limit))
     if not raw_limit.isdigit() or not 1 <= int(raw_limit) <= max_limit:

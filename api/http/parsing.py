@@ -1,7 +1,8 @@
-"""Request bodies as strict models: the base every body is built on, parsing raw bytes into
-one, and pydantic's errors translated into OpenAI's (a 400 naming the parameter).
+"""Request bodies as strict models. The module holds the base every body is built on, and
+parses raw bytes into one. It translates pydantic's errors into OpenAI's: a 400 naming the
+parameter.
 
-Strict mode: a string where a number belongs is an error, not coerced, and a field the model
+Strict mode: a string where a number belongs is an error, not coerced. A field the model
 does not declare is a 400 `unsupported_parameter` naming it, never silently dropped.
 """
 
@@ -19,8 +20,9 @@ B = TypeVar("B", bound="Strict")
 
 
 class Strict(BaseModel):
-    """Every request model: JSON types exactly (no "1" for 1), and no field it does not declare
-    (a field this server does not implement is a 400 naming it, never silently dropped)."""
+    """Every request model: JSON types exactly (no "1" for 1), and no field it does not
+    declare. A field this server does not implement is a 400 naming it, never silently
+    dropped."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
 
@@ -70,8 +72,9 @@ def parse(body_type: type[B], body: bytes) -> B:
 
 
 def _explain(exc: ValidationError, data: dict) -> APIError:
-    """The error to name: the one that reached deepest into the body (of a union's branches,
-    the one the body meant: a list of parts rather than "not a string")."""
+    """The error to name: the one that reached deepest into the body. Of a union's branches,
+    it is the one the body meant. That is a list of parts, say, rather than "not a
+    string"."""
     found = [(e, _located(e["loc"], data)) for e in exc.errors()]
     err, loc = max(found, key=lambda pair: len(pair[1]))
     if len(loc) > 2 and loc[0] == "messages" and loc[1].isdigit() and loc[2] in _ROLES:
@@ -109,9 +112,9 @@ def _explain(exc: ValidationError, data: dict) -> APIError:
 
 
 def _located(raw: tuple, data: object) -> list[str]:
-    """Pydantic's error location as the body's own path: without the names of union members
-    ('str', 'list[...]') and the tags that chose one (a block's `type`, a message's `role`),
-    found by walking the body beside it."""
+    """Pydantic's error location as the body's own path. It drops the names of union members
+    ('str', 'list[...]'). It also drops the tags that chose one (a block's `type`, a
+    message's `role`). They are found by walking the body beside it."""
     out: list[str] = []
     node, tag_used = data, False
     parts = [str(p) for p in raw if not _is_type_tag(str(p))]
@@ -132,8 +135,8 @@ def _located(raw: tuple, data: object) -> list[str]:
 
 
 def _tags(node: dict) -> tuple:
-    """What may choose a union member for this object: its `type` or `role` (an input item
-    without a type is a message)."""
+    """What may choose a union member for this object: its `type` or `role`. An input item
+    without a type is a message."""
     return (node.get("type", "message"), node.get("role"))
 
 

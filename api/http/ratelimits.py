@@ -1,8 +1,9 @@
-"""A key's per-minute budgets and the headers that tell a client where it stands: OpenAI's
-`x-ratelimit-{limit,remaining,reset}-{requests,tokens}` (resets as durations, `6m0s`), and on
-the Messages endpoint Anthropic's `anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`
-(resets as RFC 3339 times). Budgets are counted per minute since the epoch, so each resets when
-its minute ends. A budget of 0 is none, and has no headers."""
+"""A key's per-minute budgets, and the headers that tell a client where it stands. OpenAI's
+are `x-ratelimit-{limit,remaining,reset}-{requests,tokens}`, with resets as durations
+(`6m0s`). On the Messages endpoint they are Anthropic's
+`anthropic-ratelimit-{requests,tokens}-{limit,remaining,reset}`, with resets as RFC 3339
+times. Budgets are counted per minute since the epoch, so each resets when its minute ends.
+A budget of 0 is none, and has no headers."""
 
 from __future__ import annotations
 
@@ -43,8 +44,8 @@ def duration(ms: int) -> str:
 def headers(
     budgets: Budgets, minute: int, requests: int | None, tokens: int | None, anthropic: bool = False
 ) -> dict[str, str]:
-    """The headers for a key that has used `requests` and `tokens` of `minute`'s budgets (None:
-    not known, no headers for it)."""
+    """The headers for a key that has used `requests` and `tokens` of `minute`'s budgets.
+    Either may be None: not known, and no headers for it."""
     end_ms = window_end_ms(minute)
     left_ms = end_ms - int(time.time() * 1000)
     out: dict[str, str] = {}

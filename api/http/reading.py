@@ -1,5 +1,5 @@
-"""Reading a request's body: bounded in size and in time, and JSON only where JSON is meant
-(every route that takes a body reads it here: the endpoints, Files and Batch)."""
+"""Reading a request's body: bounded in size and in time, and JSON only where JSON is meant.
+Every route that takes a body reads it here: the endpoints, Files and Batch."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from contract import errors
 
 
 async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, up to `limit` bytes (413 beyond), within `timeout_s` (408 beyond: a client
-    that trickles its body holds a connection and a task for nothing)."""
+    """The body, up to `limit` bytes (413 beyond), within `timeout_s` (408 beyond). A client
+    that trickles its body holds a connection and a task for nothing."""
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limit:
         raise _too_large(limit)
@@ -28,8 +28,8 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
 
 
 async def read_json(request: Request, limit: int, timeout_s: float) -> bytes:
-    """A JSON body (`read_body`), sent as `application/json` (415 otherwise: a web page can
-    send another site a `text/plain` or form body without asking, never a JSON one)."""
+    """A JSON body (`read_body`), sent as `application/json` (415 otherwise). A web page can
+    send another site a `text/plain` or form body without asking, but never a JSON one."""
     kind = request.headers.get("content-type", "").partition(";")[0].strip().lower()
     if kind != "application/json":
         raise APIError(errors.NOT_JSON)

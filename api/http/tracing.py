@@ -1,12 +1,12 @@
-"""The API's traces (contract/tracing/): one SERVER span per request that makes or follows
-a job, named and attributed by OpenTelemetry's GenAI conventions (`gen_ai.*`) and
-tokenspool's own (`tokenspool.*`, docs/operations.md "Tracing").
+"""The API's traces (contract/tracing/): one SERVER span per request that makes or follows a
+job. Their names and attributes follow OpenTelemetry's GenAI conventions (`gen_ai.*`). They
+also follow tokenspool's own (`tokenspool.*`, docs/operations.md "Tracing").
 
-`TraceMiddleware` (installed only when tracing is on) gives each request a `RequestTrace`;
-its route opens the span once it knows what the request is (`open`), and the middleware
-ends it after the response's last byte, so a stream's span lasts as long as the stream.
-Tracing off, `trace_of` gives every request `OFF`, whose methods do nothing: the hot path
-only calls them once a request, never once a token.
+`TraceMiddleware` gives each request a `RequestTrace`. It is installed only when tracing is
+on. The request's route opens the span once it knows what the request is (`open`). The
+middleware ends it after the response's last byte, so a stream's span lasts as long as the
+stream. With tracing off, `trace_of` gives every request `OFF`, whose methods do nothing.
+The hot path calls them only once a request, never once a token.
 """
 
 from __future__ import annotations
@@ -41,10 +41,10 @@ class RequestTrace:
     def open(
         self, endpoint: str, model: str, job_id: str, joins: str | None = None, **attributes: Any
     ) -> None:
-        """Open the request's span, in the client's trace (its `traceparent`) or a new one; a
-        request that follows a job made earlier (a resume, a retry, a cancel) `joins` the trace of the
-        request that made it ("": that job is not traced) and links to its client's trace,
-        if it sent one."""
+        """Open the request's span, in the client's trace (its `traceparent`) or a new one.
+        A request may follow a job made earlier: a resume, a retry, a cancel. Such a request
+        `joins` the trace of the request that made it ("": that job is not traced). It links
+        to its own client's trace, if it sent one."""
         own = self._parent if propagation.parse(self._parent) else ""
         carried = joins or (propagation.carry(own, self._state) if own else "")
         links = []
@@ -77,8 +77,8 @@ class RequestTrace:
             self.span.set_attributes({f"tokenspool.{k}": v for k, v in attributes.items()})
 
     def event(self, name: str) -> None:
-        """A moment of the request: "enqueued", "first token sent" (where a first token's time
-        goes: bench/hops.py)."""
+        """A moment of the request: "enqueued", "first token sent". These show where a first
+        token's time goes (bench/hops.py)."""
         if self.span is not None:
             self.span.add_event(name)
 
@@ -93,8 +93,9 @@ class RequestTrace:
             self.span.add_event("relay", {"tokenspool.replica": replica, "tokenspool.after": after})
 
     def ended(self, end: Entry | None, first_id: str = "", arrived_ms: int = 0, ttft_s: float = 0.0) -> None:
-        """What the job came to, once its client has it: usage, finish reason, queue wait
-        (from the request's arrival to its first attempt's Started entry, `first_id`), TTFT."""
+        """What the job came to, once its client has it: usage, finish reason, queue wait,
+        TTFT. The queue wait runs from the request's arrival to its first attempt's Started
+        entry (`first_id`)."""
         span = self.span
         if span is None:
             return
@@ -156,8 +157,8 @@ def current() -> RequestTrace | Off:
 
 
 class TraceMiddleware:
-    """Gives each HTTP request a `RequestTrace`, and ends its span (with the response's
-    status) once the response is sent."""
+    """Gives each HTTP request a `RequestTrace`. Once the response is sent, it ends the span
+    with the response's status."""
 
     def __init__(self, app: ASGIApp, tracer: Any) -> None:
         self.app = app
@@ -203,9 +204,10 @@ def middleware() -> list[tuple[type, dict]]:
 
 
 def attempt_lost(trace_context: str, job_id: str, epoch: int, worker: str, why: str) -> None:
-    """Close the span of an attempt whose worker died (it cannot): the reaper found it dead.
-    Its span id is the one the worker gave it (contract/tracing/propagation.py
-    `attempt_span_id`), so the children the worker exported before it died hang under it."""
+    """Close the span of an attempt whose worker died, since the worker cannot. The reaper
+    found it dead. Its span id is the one the worker gave it
+    (contract/tracing/propagation.py `attempt_span_id`). So the children the worker exported
+    before it died hang under it."""
     parsed = propagation.parse(propagation.uncarry(trace_context)[0]) if trace_context else None
     if _tracer is None or parsed is None:
         return

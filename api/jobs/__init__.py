@@ -1,2 +1,3 @@
-"""Jobs in Redis: the job store, admission, what each key owns, the workers serving each model
-(workers.py), routing to a worker, and the replica check."""
+"""Jobs in Redis. The package holds the job store, admission, and what each key owns. It
+also holds the workers serving each model (workers.py) and routing to a worker. The replica
+check is here too."""

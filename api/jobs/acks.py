@@ -1,35 +1,37 @@
-"""Making sure a new job survives a failover before it is answered for (docs/protocol.md,
+"""Make sure a new job survives a failover before the API answers for it (docs/protocol.md,
 "Failover").
 
-A promoted replica may lack the primary's last writes, and a primary the sentinels have
-replaced takes writes until they demote it (after a `SENTINEL FAILOVER`, up to ten seconds
-later), all of them lost. So a new job is confirmed before the API answers for it: `settled`
-runs, on one connection, `EXISTS` of the job's hash, then (on a server with replicas)
-`INCR` of `ACK_MARK` and `WAIT n`, which returns once the `n` connected replicas (any of
-which a failover may promote) have acknowledged that write and so every write made before
-it, by any connection; and, through Sentinel, asks the
-sentinels whether the server that answered is still the primary. Callers waiting at the
-same time share one round (a group commit): a burst of requests costs one round trip, not
-one each.
+A promoted replica may lack the primary's last writes. A primary the sentinels have replaced
+takes writes until they demote it. After a `SENTINEL FAILOVER`, that is up to ten seconds
+later. All those writes are lost. So a new job is confirmed before the API answers for it.
+`settled` runs `EXISTS` of the job's hash on one connection. On a server with replicas, it
+then runs `INCR` of `ACK_MARK` and `WAIT n` there. `WAIT n` returns once the `n` connected
+replicas have acknowledged that write. A failover may promote any of them. They then hold
+every write made before it, by any connection. Through Sentinel, `settled` also asks the
+sentinels whether the server that answered is still the primary. Callers waiting at the same
+time share one round (a group commit). A burst of requests costs one round trip, not one
+each.
 
 A server without replicas has none to wait for. But one that had a replica in the last
-`REMEMBER_S` is still waited for, whichever server is the primary now: a replaced primary
-has lost its replica to the promotion, a promoted one has none until the old primary has
-synced from it, a restarted one until its replica has synced again, and a failure in that
-window loses what only the primary held. So while the replica is away new jobs wait for it
-(`CONFIRM_FOR_S` at most: `confirm_new_job`), which with one replica is the price of the
-guarantee (a second replica removes it). When a round fails, the caller writes the job again
-where the primary is now. The replica count is read every `REFRESH_S` by `ReplicaWatch`, not
-only when a job is made: an API process making a job every 20 s would otherwise see the
-replica last seen before a promotion between two, and answer for the next job on the
-replaced primary without a `WAIT`. A process's first look cannot tell when a replica left:
-a primary with none but an active backlog (it had one within `repl-backlog-ttl`) is taken
-to have just lost it.
+`REMEMBER_S` is still waited for. This holds whichever server is the primary now. A replaced
+primary has lost its replica to the promotion. A promoted one has none until the old primary
+has synced from it. A restarted one has none until its replica has synced again. A failure
+in that window loses what only the primary held. So while the replica is away, new jobs wait
+for it (`CONFIRM_FOR_S` at most: `confirm_new_job`). With one replica, that wait is the
+price of the guarantee. A second replica removes it. When a round fails, the caller writes
+the job again where the primary is now.
 
-A streams cluster (`ClusterAcks`) confirms each job on the primary that holds its slot: one
-`ReplicaAcks` per primary, on a connection of its own, whose mark is a key of that slot; a
-replica seen on any primary is remembered for all (the promoted replica of a primary that
-failed has none until the old primary comes back).
+`ReplicaWatch` reads the replica count every `REFRESH_S`, not only when a job is made. Take
+an API process making a job every 20 s, with a promotion between two. Without the watch, it
+would last have seen the replica before the promotion. It would then answer for the next job
+on the replaced primary without a `WAIT`. A process's first look cannot tell when a replica
+left. A primary with no replica but an active backlog had one within `repl-backlog-ttl`. It
+is taken to have just lost it.
+
+A streams cluster (`ClusterAcks`) confirms each job on the primary that holds its slot. It
+keeps one `ReplicaAcks` per primary, on a connection of its own. Its mark is a key of that
+slot. A replica seen on any primary is remembered for all. The promoted replica of a primary
+that failed has none until the old primary comes back.
 """
 
 from __future__ import annotations
@@ -103,9 +105,9 @@ class ReplicaAcks:
         self._round: asyncio.Task[None] | None = None
 
     async def settled(self, key: str | None = None) -> bool:
-        """True once the server holds `key` (if given) and a replica holds every write this
-        process made there before the call, on the server the sentinels call the primary;
-        False if not (yet): a failover may have lost it."""
+        """True once a replica holds every write this process made there before the call.
+        The server must also hold `key`, if given. It must be the one the sentinels call the
+        primary. False if not (yet): a failover may have lost it."""
         if self._timeout_s <= 0:
             return True
         if not await self._expected() and not self._sentinel:
@@ -180,8 +182,8 @@ class ReplicaAcks:
 
 
 class ClusterAcks:
-    """`ReplicaAcks` for a streams cluster: a job is confirmed on the primary that holds its
-    slot now (after a failover, the promoted replica)."""
+    """`ReplicaAcks` for a streams cluster. A job is confirmed on the primary that holds its
+    slot now. After a failover, that is the promoted replica."""
 
     def __init__(self, client: AsyncRedisCluster, timeout_s: float) -> None:
         self._client = client
@@ -190,8 +192,8 @@ class ClusterAcks:
         self._seen = LastReplica()
 
     async def settled(self, key: str | None = None) -> bool:
-        """`ReplicaAcks.settled` on the primary holding `key` (without a key: nothing to wait
-        for; a cluster holds only streams)."""
+        """`ReplicaAcks.settled` on the primary holding `key`. Without a key there is
+        nothing to wait for: a cluster holds only streams."""
         if key is None or self._timeout_s <= 0:
             return True
         node = self._client.get_node_from_key(key)
@@ -212,9 +214,9 @@ class ClusterAcks:
 
 
 class ReplicaWatch:
-    """Reads the replica count of each server new jobs are confirmed on every `REFRESH_S`,
-    whether or not jobs are made, so a replica that left between two jobs far apart is still
-    remembered; started and stopped by the API's lifespan."""
+    """Reads the replica count of each server new jobs are confirmed on, every `REFRESH_S`.
+    It reads whether or not jobs are made. So a replica that left between two jobs far apart
+    is still remembered. The API's lifespan starts and stops it."""
 
     def __init__(self, confirms: list[Confirms]) -> None:
         self._confirms = confirms
@@ -244,12 +246,13 @@ class RedoSteps:
 
 async def confirm_new_job(acks: Servers[Confirms], job_id: str, again: RedoSteps) -> None:
     """Return once a replica holds the new job. A failover meanwhile may have lost it with
-    the old primary's last writes: the job is recorded and queued again on the primary there
-    is now (RECORD changes nothing if the job is there; a second queue entry of a job that
-    runs or ran is dropped by CLAIM) after every round that did not confirm it, the last
-    included, until a replica has it or `CONFIRM_FOR_S` passes. With
-    two servers, the queues server may lose the queue entry alone (the streams server kept
-    the job, its pending mark cleared): it is queued again if still queued with no RQ record."""
+    the old primary's last writes. So the job is recorded and queued again on the primary
+    there is now. This follows every round that did not confirm it, the last included. It
+    goes on until a replica has the job or `CONFIRM_FOR_S` passes. RECORD changes nothing if
+    the job is there. CLAIM drops a second queue entry of a job that runs or ran. With two
+    servers, the queues server may lose the queue entry alone. The streams server then kept
+    the job, its pending mark cleared. The job is queued again if still queued with no RQ
+    record."""
     deadline = time.monotonic() + CONFIRM_FOR_S
     while True:
         if acks.split:

@@ -1,5 +1,5 @@
-"""Whether a new job may enter a model's queue: the model must be served (or allowed to scale
-from zero), its queue must have room, and the caller's key must be under its limits. A
+"""Whether a new job may enter a model's queue. The model must be served, or allowed to
+scale from zero. Its queue must have room. The caller's key must be under its limits. A
 refusal enqueues nothing."""
 
 from __future__ import annotations
@@ -29,9 +29,10 @@ RESERVATION_S = 10.0
 
 
 class OpenStreams:
-    """The SSE streams this process relays, per API key (for MAX_STREAMS_PER_KEY). A stream's
-    place is taken when it is admitted, before anything is awaited, so a burst of requests
-    cannot overshoot the limit; it is given back when the stream ends (or is never sent)."""
+    """The SSE streams this process relays, per API key (for MAX_STREAMS_PER_KEY). A
+    stream's place is taken when it is admitted, before anything is awaited. So a burst of
+    requests cannot overshoot the limit. The place is given back when the stream ends, or is
+    never sent."""
 
     def __init__(self) -> None:
         self._by_owner: collections.Counter[str] = collections.Counter()
@@ -50,8 +51,8 @@ class OpenStreams:
 
 
 class StreamTicket:
-    """One admitted stream's place; `release` is idempotent, and a ticket dropped unreleased
-    (a response never sent) gives its place back when it is collected."""
+    """One admitted stream's place. `release` is idempotent. A ticket dropped unreleased (a
+    response never sent) gives its place back when it is collected."""
 
     def __init__(self, streams: OpenStreams, owner: str) -> None:
         self._streams, self._owner, self._held = streams, owner, True
@@ -107,25 +108,27 @@ class Admission:
         self._spend = client.register_script(accounting.SPEND)
 
     async def models(self, names: list[str] | None = None) -> dict[str, int]:
-        """Model -> live workers, for the models a client may ask for: those with a worker that
-        announced itself recently, and the configured KNOWN_MODELS (0 workers: they scale from
-        zero, their jobs wait in the queue)."""
+        """Model -> live workers, for the models a client may ask for. These are the models
+        with a worker that announced itself recently, and the configured KNOWN_MODELS. A
+        known model may have 0 workers: it scales from zero, and its jobs wait in the
+        queue."""
         live = await self._registry.live_models(names)
         known = [m for m in self._intake.known_models if names is None or m in names]
         return {**dict.fromkeys(known, 0), **live}
 
     def storage(self) -> None:
-        """503 (with Retry-After) once Redis is nearly full: new work of any kind (a job, a
-        file, a batch) waits, and what is running keeps room to finish."""
+        """503 (with Retry-After) once Redis is nearly full. New work of any kind (a job, a
+        file, a batch) waits. What is running keeps room to finish."""
         if self._memory.full:
             raise APIError(errors.STORAGE_FULL, headers={"Retry-After": str(self._intake.retry_after_s)})
 
     async def model(self, model: str, request_id: str, prompt: tuple[int, str]) -> ModelLimits:
-        """Admit a new job for `model`: 404 if nobody serves it, 503 when Redis is nearly full,
-        400 for a prompt too long for the context of its workers, 429 (with Retry-After) when
-        its queues are full; else a place is held for `request_id` in the queues (in the same
-        step as the depth check: replicas cannot overshoot), taken by its enqueue or given
-        back by `release`. One round trip. Returns what bounds the job's tokens."""
+        """Admit a new job for `model`, in one round trip. Refuse with 404 if nobody serves
+        it, and 503 when Redis is nearly full. Refuse with 400 a prompt too long for the
+        context of its workers. Refuse with 429 (with Retry-After) when its queues are full.
+        Else a place is held for `request_id` in the queues. The depth check holds it in the
+        same step, so replicas cannot overshoot. Its enqueue takes the place, or `release`
+        gives it back. Returns what bounds the job's tokens."""
         self.storage()
         hold_ms = int(RESERVATION_S * 1000)
         async with self._r.pipeline(transaction=False) as pipe:
@@ -162,7 +165,7 @@ class Admission:
 
     def _check_prompt(self, prompt: tuple[int, str], contexts: list[int]) -> None:
         """A prompt far longer than any worker's context could hold is refused here, before
-        it is stored (the worker still counts its tokens exactly)."""
+        it is stored. The worker still counts its tokens exactly."""
         chars, param = prompt
         if not contexts:
             # no worker ever announced one: MAX_PROMPT_CHARS alone applies
@@ -177,10 +180,10 @@ class Admission:
             )
 
     def stream(self, owner: str) -> StreamTicket:
-        """Take a stream's place, or raise 429 when this API key already holds
-        MAX_STREAMS_PER_KEY open streams on this API process (counted per process: N replicas
-        allow up to N times as many). Without API keys there is no per-key limit. Nothing is
-        awaited between the check and the taking."""
+        """Take a stream's place. Raise 429 when this API key already holds
+        MAX_STREAMS_PER_KEY open streams on this API process. The count is per process: N
+        replicas allow up to N times as many. Without API keys there is no per-key limit.
+        Nothing is awaited between the check and the taking."""
         limit = self._quotas.max_streams_per_key
         open_streams = self._streams.count(owner)
         if owner and limit > 0 and open_streams >= limit:
@@ -191,8 +194,9 @@ class Admission:
         return self._streams.take(owner)
 
     def budgets(self, grant: Grant | None = None) -> Budgets:
-        """What a key may use a minute: its own where its grant says, else KEY_REQUESTS_PER_MINUTE,
-        KEY_BYTES_PER_MINUTE and KEY_TOKENS_PER_MINUTE; 0 is no budget."""
+        """What a key may use a minute. Its grant may set its own budgets. Else
+        KEY_REQUESTS_PER_MINUTE, KEY_BYTES_PER_MINUTE and KEY_TOKENS_PER_MINUTE apply. A
+        budget of 0 is no budget."""
         q = self._quotas
         own = grant or Grant()
         return Budgets(
@@ -202,9 +206,10 @@ class Admission:
         )
 
     async def spend(self, owner: str, size: int, grant: Grant | None = None) -> None:
-        """Count one request of `size` bytes against its owner's per-minute budgets (those
-        its jobs count against: contract.lua.accounting.ADMIT), before the request's heavy work
-        (an upload, a batch); 429 if it is over them. Without keys there are no budgets."""
+        """Count one request of `size` bytes against its owner's per-minute budgets. These
+        are the budgets its jobs count against (contract.lua.accounting.ADMIT). The count
+        comes before the request's heavy work (an upload, a batch). Raise 429 if the request
+        is over them. Without keys there are no budgets."""
         budgets = self.budgets(grant)
         if not owner or not (budgets.requests_per_minute or budgets.bytes_per_minute):
             return
@@ -228,9 +233,10 @@ class Admission:
         anthropic: bool = False,
     ) -> APIError:
         """The refusal of a job over the key's request rate, byte or token budget
-        (contract.lua.accounting.ADMIT), to retry when this minute's budgets reset, with the
-        rate-limit headers (`requests`, `tokens`: counted this minute, None where not known);
-        one over the token budget says what it `asked` for."""
+        (contract.lua.accounting.ADMIT). The client is to retry when this minute's budgets
+        reset. The refusal carries the rate-limit headers. `requests` and `tokens` are the
+        counts this minute, None where not known. A refusal over the token budget says what
+        the job `asked` for."""
         budgets, minute = self.budgets(grant), this_minute()
         wait = retry_after_s(minute)
         if what == "tokens":
@@ -261,8 +267,8 @@ class Admission:
         )
 
     def jobs(self, unfinished: int) -> APIError:
-        """The refusal of a job over MAX_JOBS_PER_KEY (checked with the job's record, in one
-        atomic step across replicas: contract.lua.accounting.ADMIT)."""
+        """The refusal of a job over MAX_JOBS_PER_KEY. The limit is checked with the job's
+        record, in one atomic step across replicas (contract.lua.accounting.ADMIT)."""
         return self._too_many(
             errors.TOO_MANY_JOBS,
             f"Too many unfinished requests for this API key ({unfinished}; the limit is "

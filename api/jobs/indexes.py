@@ -1,5 +1,5 @@
-"""Every shard's `running` and `pending` index (contract/keys.py), read in one go: what the
-reaper looks at each tick and what /metrics counts as in flight."""
+"""Every shard's `running` and `pending` index (contract/keys.py), read in one go. The
+reaper looks at them each tick. /metrics counts them as in flight."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from contract.servers import is_cluster
 
 
 class ShardIndexes:
-    """Every shard's `running` and `pending` index, read with the INDEXES script: one round
-    trip on one server, one call per shard (all at once) on a cluster. The reaper reads them
-    twice a second whether or not anything runs; it used to send two pipelines of a command
-    per shard (64 commands packed in Python every tick)."""
+    """Every shard's `running` and `pending` index, read with the INDEXES script. On one
+    server that is one round trip. On a cluster it is one call per shard, all at once. The
+    reaper reads them twice a second, whether or not anything runs. It used to send two
+    pipelines of a command per shard: 64 commands packed in Python every tick."""
 
     def __init__(self, streams: aredis.Redis) -> None:
         self._script = streams.register_script(jobs.INDEXES)
@@ -25,7 +25,7 @@ class ShardIndexes:
     async def read(
         self, pending_before_ms: int | None = None, count: int = 64
     ) -> tuple[list[str], list[str]]:
-        """The running ids, and (with `pending_before_ms`) up to `count` ids of each shard
+        """The running ids. With `pending_before_ms`, also up to `count` ids of each shard
         pending since before that time."""
         args = ["" if pending_before_ms is None else pending_before_ms, count]
         replies = await asyncio.gather(*(self._script(keys=group, args=args) for group in self._groups))

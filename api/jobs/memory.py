@@ -1,11 +1,12 @@
-"""How full Redis is, read once a second (INFO memory), so that new work is refused before
-Redis runs out of memory rather than half-written when it does.
+"""How full Redis is, read once a second (INFO memory). So new work is refused before Redis
+runs out of memory, rather than half-written when it does.
 
 With `maxmemory` set and `maxmemory-policy noeviction` (infra/redis.conf), Redis refuses
-writes once full, and every stream in flight would fail. The API refuses new jobs (503
-`storage_full`, with Retry-After) once used memory passes REDIS_MEMORY_HIGH of maxmemory,
-leaving the rest for the jobs already running to finish; retention frees it again. With two
-servers (STREAMS_REDIS_URL) the fullest of them decides (each node of a streams cluster).
+writes once full. Every stream in flight would then fail. So the API refuses new jobs once
+used memory passes REDIS_MEMORY_HIGH of maxmemory. It answers 503 `storage_full`, with
+Retry-After. The rest is left for the jobs already running to finish. Retention frees it
+again. With two servers (STREAMS_REDIS_URL), the fullest of them decides. On a streams
+cluster, each node counts.
 """
 
 from __future__ import annotations
@@ -43,7 +44,7 @@ class MemoryWatch:
         await self._task.stop()
 
     async def read(self) -> None:
-        """The fullest server's figures (a server without maxmemory counts as never full)."""
+        """The fullest server's figures. A server without maxmemory counts as never full."""
         readings = []
         for client in self._servers.each():
             for info in await node_infos(client, "memory"):

@@ -1,11 +1,12 @@
-"""What one API key's owner holds and spends, kept on the queues server: its unfinished jobs
-(MAX_JOBS_PER_KEY), its request rate, byte and token budgets, its Idempotency-Keys.
+"""What one API key's owner holds and spends, kept on the queues server. That is its
+unfinished jobs (MAX_JOBS_PER_KEY), its request rate, byte and token budgets, and its
+Idempotency-Keys.
 
-A job is counted against its owner (contract.lua.accounting.ADMIT) before the job store records it
-on the streams server (RECORD): two servers, two steps. What an API process that dies in
-between leaves behind is dropped later: the count when the owner next reaches its limit
-(`forget_ended`), the idempotency key when a retry finds no job behind it after
-`RECORD_GRACE_MS` (api/jobs/store.py).
+A job is counted against its owner first (contract.lua.accounting.ADMIT). Then the job store
+records it on the streams server (RECORD). Two servers take two steps. An API process may
+die in between. What it leaves behind is dropped later. The count goes when the owner next
+reaches its limit (`forget_ended`). The idempotency key goes when a retry finds no job
+behind it after `RECORD_GRACE_MS` (api/jobs/store.py).
 """
 
 from __future__ import annotations
@@ -119,8 +120,9 @@ class Owners:
     async def admit(
         self, job_id: str, owner: str, idempotency: Idempotency | None, quota: Quota, counted: bool
     ) -> list:
-        """Count the job against its owner (contract.lua.accounting.ADMIT: its reply). Without an
-        owner's limits or an Idempotency-Key there is nothing to check: no round trip."""
+        """Count the job against its owner (contract.lua.accounting.ADMIT: its reply).
+        Without an owner's limits or an Idempotency-Key there is nothing to check, and no
+        round trip."""
         limited = owner and quota.limited
         if not limited and idempotency is None:
             return [b"new", 0, 0]
@@ -152,8 +154,8 @@ class Owners:
         )
 
     async def take_back(self, job_id: str, owner: str, idempotency: Idempotency | None) -> None:
-        """Undo an `admit` whose job could not be recorded (best effort: what stays is dropped
-        later, as after a crash)."""
+        """Undo an `admit` whose job could not be recorded. This is best effort: what stays
+        is dropped later, as after a crash."""
         with anyio.CancelScope(shield=True), contextlib.suppress(RedisError, OSError):
             await self._q.zrem(keys.owned(owner, keys.OwnerIndex.JOBS), job_id)
             if idempotency:
@@ -161,7 +163,7 @@ class Owners:
 
     async def forget_ended(self, owner: str) -> int:
         """Drop from the owner's unfinished jobs those that have ended, expired, or were
-        admitted but never recorded; returns how many went."""
+        admitted but never recorded. Returns how many went."""
         index = keys.owned(owner, keys.OwnerIndex.JOBS)
         held = await self._q.zrange(index, 0, -1, withscores=True)
         if not held:
@@ -180,14 +182,15 @@ class Owners:
         return int(await self._q.zrem(index, *gone)) if gone else 0
 
     async def settle(self, owner: str, job_id: str, end: Finished | Failed | None) -> int:
-        """Charge an ended job's owner what it used in place of what it reserved (once: the
-        tokens charged, or -1 when there was nothing to settle). `end` a Failed: its prompt's
-        bound is charged; None (the job is gone): its whole reservation."""
+        """Charge an ended job's owner what it used in place of what it reserved. This
+        happens once. Returns the tokens charged, or -1 when there was nothing to settle. If
+        `end` is a Failed, its prompt's bound is charged. If it is None (the job is gone),
+        its whole reservation is."""
         return (await self._settle_all(owner, [(job_id, end)]))[0]
 
     async def settle_ended(self, owner: str) -> int:
-        """Settle the owner's reservations whose jobs have ended (their API never read the
-        end: the client went away) or have gone; returns how many."""
+        """Settle the owner's reservations whose jobs have ended or have gone. Their API
+        never read the end: the client went away. Returns how many."""
         reserved = await self._q.hgetall(keys.owned(owner, keys.OwnerIndex.RESERVED_TOKENS))
         if not reserved:
             return 0
@@ -216,9 +219,9 @@ class Owners:
             return [int(charged) for charged in await pipe.execute()]
 
     def _used(self, end: Finished | Failed | None) -> str:
-        """SETTLE's charge for an end: its usage (a cached prompt token weighs
-        CACHED_TOKEN_WEIGHT), '' for a failure (the prompt's bound), '-' for a gone job (the
-        whole reservation)."""
+        """SETTLE's charge for an end. For a finish, it is its usage (a cached prompt token
+        weighs CACHED_TOKEN_WEIGHT). For a failure it is '' (the prompt's bound). For a gone
+        job it is '-' (the whole reservation)."""
         if isinstance(end, Finished):
             cached = min(end.cached_tokens, end.prompt_tokens)
             prompt = end.prompt_tokens - cached + round(cached * self._cached_weight)

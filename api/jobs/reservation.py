@@ -1,14 +1,15 @@
-"""How many prompt tokens a job reserves against its key's token budget: a bound no tokenizer
-exceeds, not a guess (docs/security.md, "Token limits").
+"""How many prompt tokens a job reserves against its key's token budget. It is a bound no
+tokenizer exceeds, not a guess (docs/security.md, "Token limits").
 
 The API has no tokenizer. A token is at least one byte of UTF-8 on every tokenizer llama.cpp
-runs (byte-level BPE; SentencePiece with byte fallback, which may add one leading space per
-piece), so a string tokenized as plain text costs at most its bytes and one. A string a
-template renders as JSON (a tool's schema, a call's arguments, a tool's result) may be escaped first: `<` as
-`\\u003c` (Jinja's `tojson`), any non-ASCII character as `\\uXXXX`, and indented, so each
-character is counted as what its escape could be. The template's own text is what its workers
-measured and announced (contract/prefixes.py). A job's reservation is then no more than its
-model's context, which no job's prompt and completion together exceed.
+runs. These are byte-level BPE, and SentencePiece with byte fallback. SentencePiece may add
+one leading space per piece. So a string tokenized as plain text costs at most its bytes and
+one. A template may render a string as JSON: a tool's schema, a call's arguments, a tool's
+result. Such a string may be escaped first and indented. Jinja's `tojson` escapes `<` as
+`\\u003c`, and any non-ASCII character becomes `\\uXXXX`. So each character is counted as
+what its escape could be. The template's own text is what its workers measured and announced
+(contract/prefixes.py). A job's reservation is then no more than its model's context. No
+job's prompt and completion together exceed that.
 """
 
 from __future__ import annotations
@@ -55,9 +56,10 @@ def as_json(value: object, depth: int = 0) -> int:
 
 
 def embedding_inputs(inputs: Sequence[str | Sequence[int]]) -> int:
-    """The most tokens embedding inputs can be: a token array's ids exactly, a string's UTF-8
-    bytes and EMBED_SPECIALS. It bounds one request's work too (MAX_EMBEDDING_TOKENS), where an
-    estimate would let text of a token a character (digits) through at several times its count."""
+    """The most tokens embedding inputs can be. A token array counts its ids exactly. A
+    string counts its UTF-8 bytes and EMBED_SPECIALS. The bound also caps one request's work
+    (MAX_EMBEDDING_TOKENS). An estimate there would let text of a token a character (digits)
+    through at several times its count."""
     return sum(len(x.encode()) + EMBED_SPECIALS if isinstance(x, str) else len(x) for x in inputs)
 
 

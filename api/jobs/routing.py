@@ -1,30 +1,35 @@
-"""Cache-aware routing: a new job goes to the worker whose slots hold the longest prefix of
-its prompt, where that worker will take it soon; otherwise to the model's shared queue.
+"""Cache-aware routing. A new job goes to the worker whose slots hold the longest prefix of
+its prompt. It goes there only where that worker will take it soon. Otherwise it goes to the
+model's shared queue.
 
-Workers pull jobs, so routing is choosing a queue: each worker has a routed queue per
-interactive tier, which it takes from before that tier's shared queue (worker/intake/rqworker.py).
-A worker announces the prompt prefixes its slots hold (contract/prefixes.py digests, kept
-alive by its announcements: a dead or silent worker's go with it) and how busy it is. At
-submit the API looks, in one round trip, at every live worker of the model: the deepest of
-the job's prefixes it holds, its slots, those in use and the jobs already routed to it.
+Workers pull jobs, so routing is choosing a queue. Each worker has a routed queue per
+interactive tier. It takes from that queue before the tier's shared queue
+(worker/intake/rqworker.py). A worker announces the prompt prefixes its slots hold, and how
+busy it is. The prefixes are contract/prefixes.py digests, kept alive by its announcements.
+A dead or silent worker's prefixes go with it. At submit the API looks at every live worker
+of the model, in one round trip. For each, it reads the deepest of the job's prefixes it
+holds and its slots. It also reads the slots in use and the jobs already routed to it.
 
 The policy weighs the cache against the load, as SGLang's router does:
-- no routing when the pool is imbalanced: the busiest worker's load (slots in use plus jobs
-  routed to it) exceeds the idlest's by more than ROUTE_BALANCE_ABS and by a factor of
-  ROUTE_BALANCE_REL; a popular prefix (a shared system prompt) then spreads over the pool;
-- no routing for a match under ROUTE_MIN_CHARS characters of prompt (the prefill it saves is
-  not worth a wait);
-- no routing to a worker whose slots are all taken (or promised) while another has one free;
-- else the holder of the longest match (the least loaded among equals).
+- No routing when the pool is imbalanced. A worker's load is its slots in use plus the jobs
+  routed to it. The pool is imbalanced when the busiest load exceeds the idlest by more than
+  ROUTE_BALANCE_ABS. It must also be over ROUTE_BALANCE_REL times the idlest. A popular
+  prefix (a shared system prompt) then spreads over the pool.
+- No routing for a short match. A match must cover ROUTE_MIN_CHARS characters of prompt. A
+  shorter one saves a prefill not worth a wait.
+- No routing to a full worker while another has a free slot. A full worker's slots are all
+  taken (or promised).
+- Else the holder of the longest match. Among equals, the least loaded one.
 
-A routed job carries a deadline (`keys.routed`): ROUTE_WAIT_SECONDS if its worker has a free
-slot, that much more for each job already routed to it and for a full worker, at most four
-times as much. The reaper's tick moves every job past its deadline back to its tier's shared
-queue, where its arrival puts it (`contract.lua.queues.FALL_BACK`: a job is either taken by
-its worker or moved, never both; never ahead of another key's earlier job, so a key cannot
-jump the queue by routing), and at once the jobs of a worker found dead. Continuations, suspects
-and batch lines are never routed: they wait in the shared queues, as they always did. Nor
-is a key's job while ROUTED_JOBS_PER_KEY of its jobs wait routed: a key cannot fill the
+A routed job carries a deadline (`keys.routed`). It is ROUTE_WAIT_SECONDS if its worker has
+a free slot. Each job already routed to the worker adds that much again, and so does a full
+worker. The deadline is at most four times ROUTE_WAIT_SECONDS. The reaper's tick moves every
+job past its deadline back to its tier's shared queue. It moves the jobs of a worker found
+dead at once. A job goes back where its arrival puts it (`contract.lua.queues.FALL_BACK`).
+That is never ahead of another key's earlier job, so a key cannot jump the queue by routing.
+A job is either taken by its worker or moved, never both. Continuations, suspects and batch
+lines are never routed. They wait in the shared queues, as they always did. Nor is a key's
+job routed while ROUTED_JOBS_PER_KEY of its jobs wait routed. So a key cannot fill the
 workers' routed queues with its own.
 """
 
@@ -51,8 +56,8 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Assignment:
-    """Where a new job is sent: the worker holding its prompt's prefix, and by when that
-    worker must take it (else it falls back to the shared queue)."""
+    """Where a new job is sent. It names the worker holding its prompt's prefix, and by when
+    that worker must take it. Else the job falls back to the shared queue."""
 
     worker: str
     # of the prompt, in the prefixes the worker holds
@@ -93,8 +98,9 @@ def choose(candidates: list[Candidate], settings: Routing) -> Candidate | None:
 
 
 def wait_ms(holder: Candidate, settings: Routing) -> int:
-    """How long the holder has to take the job: a free slot takes it at once; each job ahead
-    of it (routed there already, or a slot to free) adds as much, up to four times."""
+    """How long the holder has to take the job. A free slot takes it at once. Each job ahead
+    of it adds as much again, up to four times. A job ahead is one routed there already, or
+    a slot to free."""
     ahead = holder.routed + (1 if holder.in_use + holder.routed >= holder.slots else 0)
     return int(settings.wait_s * 1000 * min(1 + ahead, 4))
 
@@ -108,9 +114,10 @@ class Router:
         self._for_owner = client.register_script(queues.ROUTE_FOR_OWNER)
 
     async def route(self, spec: JobSpec, owner: str = "") -> Assignment | None:
-        """Where a new job of `owner` should wait (None: the shared queue) and until when;
-        enqueueing writes both (contract/queueing.py). A server that refuses the commands (an
-        ACL from before routing) sends every job to the shared queue, with a warning."""
+        """Where a new job of `owner` should wait (None: the shared queue), and until when.
+        Enqueueing writes both (contract/queueing.py). A server may refuse the commands,
+        under an ACL from before routing. Then every job goes to the shared queue, with a
+        warning."""
         route = await self._chosen(spec, owner)
         # the request's span says so
         tracing.current().note(routed=route is not None)
@@ -162,8 +169,8 @@ class Router:
         return Assignment(holder.name, holder.matched, deadline_ms)
 
     async def fall_back(self, model: str, worker: str | None = None) -> int:
-        """Move the routed jobs past their deadline (or every one of `worker`, found dead)
-        back to their tier's shared queue; returns how many went back."""
+        """Move the routed jobs past their deadline back to their tier's shared queue. With
+        `worker` (found dead), move every one of its jobs. Returns how many went back."""
         index = keys.routed(model)
         if worker is None:
             members = await self._r.zrangebyscore(index, "-inf", int(time.time() * 1000), start=0, num=256)

@@ -1,5 +1,6 @@
-"""What the API reads of a job: its state from the job's hash, and what the reaper and the
-creating request learn of it (the job store, api/jobs/store.py, returns these)."""
+"""What the API reads of a job. That is its state from the job's hash. It is also what the
+reaper and the creating request learn of it. The job store (api/jobs/store.py) returns
+these."""
 
 from __future__ import annotations
 
@@ -52,7 +53,7 @@ class RunningAttempt:
 
 @dataclass(frozen=True)
 class Sweep:
-    """What the reaper looks at each tick, read in one go: a sweep of every shard."""
+    """A sweep of every shard, read in one go. The reaper looks at it each tick."""
 
     running: list[RunningAttempt]
     # jobs pending past the grace period (their enqueuer may have died)

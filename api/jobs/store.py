@@ -1,7 +1,7 @@
-"""The API's handle on jobs in Redis: create and enqueue, read events, end, cancel, purge, and
-what the reaper needs of running attempts.
+"""The API's handle on jobs in Redis. It creates and enqueues jobs, reads events, ends, cancels and
+purges. It also does what the reaper needs of running attempts.
 
-Like arq's `Job`, this is exactly what the API may do to a job; every write goes through the
+Like arq's `Job`, this is exactly what the API may do to a job. Every write goes through the
 contract's keys and Lua scripts.
 """
 
@@ -93,15 +93,15 @@ class JobStore:
         counted: bool = True,
         cache_salt: str | None = None,
     ) -> Submitted:
-        """Record the job and enqueue it; or, for a retried request (same Idempotency-Key,
-        same request), return the job the first one made. Raises OwnerLimit or OwnerRate when
-        the owner is over its `quota` (no limit without an owner), IdempotencyConflict for a
-        key reused for another request. Checking the limits and recording the job is one
-        atomic step. `fields` go into the job's hash too (JobField.KEEP_SPEC keeps the request
-        after the job's end; JobField.ECHO, JobField.INPUT). A job not started by `start_by_ms`
-        (default: QUEUE_WAIT_SECONDS from now) ends with queue_timeout. A job not `counted`
-        (a batch line: bounded by its batch) is not among its owner's unfinished jobs. The
-        job reads and fills the prompt cache of its owner, or of its `cache_salt`."""
+        """Record the job and enqueue it. For a retried request (same Idempotency-Key, same
+        request), return the job the first one made instead. Raises OwnerLimit or OwnerRate when the
+        owner is over its `quota`. Without an owner there is no limit. Raises IdempotencyConflict
+        for a key reused for another request. Checking the limits and recording the job is one
+        atomic step. `fields` go into the job's hash too, such as JobField.ECHO and JobField.INPUT.
+        JobField.KEEP_SPEC there keeps the request after the job's end. A job not started by
+        `start_by_ms` ends with queue_timeout. By default that is QUEUE_WAIT_SECONDS from now. A job
+        not `counted` is not among its owner's unfinished jobs. That is a batch line: its batch
+        bounds it. The job reads and fills the prompt cache of its owner, or of its `cache_salt`."""
         scope = cache_scope(owner, cache_salt)
         spec = replace(spec, cache_scope=scope, public_prompt=bool(scope) and is_public(spec, self._public))
         state = JobState(
@@ -154,15 +154,15 @@ class JobStore:
         raise IdempotencyConflict(spec.id)  # the key was taken twice in a row: let the client retry
 
     async def idempotent(self, idempotency: Idempotency) -> JobState | None:
-        """The job an earlier request with this Idempotency-Key made, if it still exists
-        (IdempotencyConflict if that request was another one)."""
+        """The job an earlier request with this Idempotency-Key made, if it still exists. Raises
+        IdempotencyConflict if that request was another one."""
         holding = await self.owners.holding(idempotency)
         return await self._held(idempotency, holding) if holding is not None else None
 
     async def _held(self, idempotency: Idempotency, holding: tuple[str, int]) -> JobState | None:
-        """The job an idempotency key holds, or None (a key whose job has expired, or was
-        never recorded because its API died, is freed: a key lives as long as its job). A
-        job admitted moments ago may be on its way to its record: it is waited for."""
+        """The job an idempotency key holds, or None. A key whose job has expired is freed: a key
+        lives as long as its job. So is a key whose job was never recorded because its API died. A
+        job admitted moments ago may be on its way to its record, so it is waited for."""
         held, age_ms = holding
         held_id, _, held_digest = held.partition(" ")
         if held_digest != idempotency.digest:
@@ -183,9 +183,8 @@ class JobStore:
         return bool(made)
 
     async def _confirm(self, spec: JobSpec, job_hash: dict[str, str | int], routed: bool) -> None:
-        """Return once a replica holds the new job, recording and queueing it again on the
-        primary there is now should a failover have lost it (api/jobs/acks.py
-        `confirm_new_job`)."""
+        """Return once a replica holds the new job. If a failover lost it, it is recorded and queued
+        again on the primary there is now. See api/jobs/acks.py `confirm_new_job`."""
         if self._acks is None:
             return
         again = RedoSteps(
@@ -196,18 +195,18 @@ class JobStore:
         await confirm_new_job(self._acks, spec.id, again)
 
     async def _entry_lost(self, job_id: str) -> bool:
-        """The job waits to start but the queues server has no RQ record of it: a worker
-        deletes that record only after its claim has marked the job running."""
+        """The job waits to start, but the queues server has no RQ record of it. A worker deletes
+        that record only after its claim has marked the job running."""
         if await self._r.hget(keys.job(job_id), JobField.STATUS) != JobStatus.QUEUED.encode():
             return False
         record = keys.rq_job(keys.rq_job_id(job_id, 0))
         return not await anyio.to_thread.run_sync(self._rq.queues.exists, record)
 
     async def _enqueue(self, spec: JobSpec, keep_on_failure: bool, routed: bool, owner: str = "") -> None:
-        """Put the new job on its queue: with `routed`, the routed queue of the worker
-        holding its prompt's prefix, if one does (api/jobs/routing.py). If that fails the job is
-        deleted, unless a retry with its Idempotency-Key may come back for it: then it stays
-        pending, and the reaper enqueues it once Redis answers again."""
+        """Put the new job on its queue. With `routed`, that is the routed queue of the worker
+        holding its prompt's prefix, if one does (api/jobs/routing.py). If that fails, the job is
+        deleted. But a retry with its Idempotency-Key may come back for such a job. Then it stays
+        pending instead, and the reaper enqueues it once Redis answers again."""
         try:
             route = await self._router.route(spec, owner) if self._router and routed else None
             worker, deadline_ms = (route.worker, route.deadline_ms) if route else (None, 0)
@@ -226,8 +225,8 @@ class JobStore:
         return await self.read(job_id, "0", count=100_000)
 
     async def read(self, job_id: str, after: str, count: int = 512, inclusive: bool = False) -> Rows:
-        """Entries after stream id `after` ("0" for all), or from it with `inclusive`; deltas
-        without their token ids (the API relays text)."""
+        """Entries after stream id `after` ("0" for all), or from it with `inclusive`. Deltas come
+        without their token ids: the API relays text."""
         start = "-" if after == "0" else after if inclusive else f"({after}"
         rows = await self._r.xrange(keys.events(job_id), min=start, max="+", count=count)
         return [(as_text(eid), entries.decode(fields, token_ids=False)) for eid, fields in rows]
@@ -246,8 +245,8 @@ class JobStore:
         return None if value is None else as_text(value)
 
     async def keep(self, job_id: str) -> int:
-        """A client is attached again: withdraw a pending disconnect cancel, and note when (the
-        ms returned), so that a connection that arrived before and is found gone later cancels nothing."""
+        """A client is attached again. Withdraw a pending disconnect cancel, and note when (the ms
+        returned). So a connection that arrived before and is found gone later cancels nothing."""
         async with self._r.pipeline(transaction=True) as pipe:
             pipe.hdel(keys.job(job_id), JobField.CANCEL_AT)
             pipe.hset(keys.job(job_id), JobField.KEPT_AT, kept := now_ms())
@@ -265,8 +264,8 @@ class JobStore:
         return bool(done)
 
     async def wait_on(self, job_id: str) -> float:
-        """A requeued job the pool can still run waits `RESUME_WAIT_SECONDS` more (its start
-        deadline moves; a job claimed meanwhile does not read it); returns the seconds."""
+        """A requeued job the pool can still run waits `RESUME_WAIT_SECONDS` more. Its start
+        deadline moves. A job claimed meanwhile does not read it. Returns the seconds."""
         wait_s = self.recovery.resume_wait_s
         await self._r.hset(keys.job(job_id), JobField.START_BY, now_ms() + int(wait_s * 1000))
         return wait_s
@@ -282,9 +281,9 @@ class JobStore:
         return bool(done)
 
     async def _drop_rq_records(self, job_id: str) -> None:
-        """A job ended while queued: RQ's copy of its request goes now (contract.queueing).
-        Its queued attempt is the one just before the epoch its end set (earlier attempts'
-        records went when workers took them). The job has ended either way: a failure here leaves a record a
+        """A job ended while queued: RQ's copy of its request goes now (contract.queueing). Its
+        queued attempt is the one just before the epoch its end set. Earlier attempts' records went
+        when workers took them. The job has ended either way. A failure here leaves a record a
         worker will skip, and is not the caller's error."""
         with contextlib.suppress(RedisError):
             model, epoch = await self._r.hmget(keys.job(job_id), [JobField.MODEL, JobField.EPOCH])
@@ -299,9 +298,9 @@ class JobStore:
                 await pipe.execute()
 
     async def cancel(self, job_id: str, delay_s: float = 0.0, arrived_ms: int | None = None) -> None:
-        """Stop the job: at once if it is still queued, else at the running attempt's next
-        token once `delay_s` has passed. A client gone (`arrived_ms`: when its request came)
-        cancels nothing if another attached after it came (`keep`)."""
+        """Stop the job. If it is still queued, it stops at once. Else the running attempt stops at
+        its next token once `delay_s` has passed. `arrived_ms` is when a gone client's request came.
+        That client cancels nothing if another attached after it came (`keep`)."""
         if arrived_ms is not None:
             kept = await self._r.hget(keys.job(job_id), JobField.KEPT_AT)
             if kept is not None and int(kept) > arrived_ms:
@@ -319,8 +318,8 @@ class JobStore:
         await anyio.to_thread.run_sync(queueing.purge, self._rq, job_id)
 
     async def survey(self, pending_older_than_ms: int) -> Sweep:
-        """The running attempts, of every shard (stale index entries of ended jobs are
-        dropped), and the jobs pending for longer than `pending_older_than_ms`."""
+        """The running attempts of every shard, and the jobs pending for longer than
+        `pending_older_than_ms`. Stale index entries of ended jobs are dropped."""
         ids, pending = await self._indexes.read(now_ms() - pending_older_than_ms)
         if not ids:
             return Sweep([], pending)
@@ -359,9 +358,9 @@ class JobStore:
         )
 
     async def dead_batch(self, worker: str, holding: int, suspects: int) -> tuple[int, int]:
-        """How many jobs, and how many uncleared suspects, a worker found dead held: the most
-        seen in any tick of the last 15 s (its attempts need not all be found dead in the
-        same tick)."""
+        """How many jobs, and how many uncleared suspects, a worker found dead held. It is the most
+        seen in any tick of the last 15 s. Its attempts need not all be found dead in the same
+        tick."""
         jobs, group = await self._dead_batch(
             keys=[keys.dead_worker(worker), keys.dead_suspects(worker)], args=[holding, suspects]
         )
@@ -372,8 +371,8 @@ class JobStore:
         return await anyio.to_thread.run_sync(queueing.rescue, self._rq, job_id, self.recovery)
 
     async def return_inbox(self, worker: str) -> int:
-        """Put back on their queues the jobs a dead worker took but never claimed; returns how
-        many went back (those started or ended meanwhile are only dropped)."""
+        """Put back on their queues the jobs a dead worker took but never claimed. Returns how many
+        went back. Those started or ended meanwhile are only dropped."""
         box = keys.inbox(worker)
         back = 0
         for raw in await self._q.hkeys(box):

@@ -1,5 +1,5 @@
-"""The worker registry as the API reads it: which workers announced which model recently, and
-how many jobs they can run at once (`worker.intake.presence` writes it)."""
+"""The worker registry as the API reads it. It says which workers announced which model
+recently, and how many jobs they can run at once. `worker.intake.presence` writes it."""
 
 from __future__ import annotations
 
@@ -59,14 +59,15 @@ class WorkerRegistry:
         pipe.zcount(keys.workers(model), now_ms() - self._stale_ms, "+inf")
 
     def contexts(self, pipe: aredis.client.Pipeline, model: str) -> None:
-        """Add "the context per job of each worker of `model`" to a caller's pipeline (silent
-        workers are dropped with their announcements, so these are recent), with the last one
-        announced (`keys.LAST_CONTEXT`), which stays when the model has no worker."""
+        """Add "the context per job of each worker of `model`" to a caller's pipeline.
+        Silent workers are dropped with their announcements, so these are recent. The last
+        one announced comes with them (`keys.LAST_CONTEXT`). It stays when the model has no
+        worker."""
         pipe.hvals(keys.context(model))
 
     def overheads(self, pipe: aredis.client.Pipeline, model: str) -> None:
-        """Add "what each worker of `model` says its chat template adds to a prompt"
-        (contract/prefixes.py) to a caller's pipeline, with the last one announced."""
+        """Add "what each worker of `model` says its chat template adds to a prompt" to a
+        caller's pipeline (contract/prefixes.py). The last one announced comes with them."""
         pipe.hvals(keys.prompt_overhead(model))
 
     def visions(self, pipe: aredis.client.Pipeline, model: str) -> None:
@@ -115,7 +116,7 @@ class WorkerRegistry:
 
     async def placements(self, models: Sequence[str]) -> dict[str, list[tuple[int, int]]]:
         """Model -> (layers offloaded to the GPU, KV cache bytes) of each live worker that
-        announced them (worker/engine/devices.py)."""
+        announced them. Workers announce them from worker/engine/devices.py."""
         live = await self._announced(models, keys.worker_placement)
         out: dict[str, list[tuple[int, int]]] = {}
         for model, values in live:
@@ -126,8 +127,8 @@ class WorkerRegistry:
     async def _announced(
         self, models: Sequence[str], hash_of: Callable[[str], str]
     ) -> list[tuple[str, list]]:
-        """(model, what each of its live workers announced in the hash `hash_of(model)`), for
-        each model that has a live worker."""
+        """(model, what each of its live workers announced in the hash `hash_of(model)`).
+        There is one pair for each model that has a live worker."""
         since = now_ms() - self._stale_ms
         async with self._r.pipeline(transaction=False) as pipe:
             for model in models:
@@ -154,8 +155,8 @@ class WorkerRegistry:
         return {m: [as_text(n) for n in names] for m, names in zip(models, rows, strict=True)}
 
     async def forget_silent(self) -> None:
-        """Drop the workers that stopped announcing (a killed one never says goodbye), so
-        that their entries do not pile up; one that comes back announces itself again."""
+        """Drop the workers that stopped announcing, so their entries do not pile up. A
+        killed worker never says goodbye. One that comes back announces itself again."""
         models = [as_text(m) for m in await self._r.smembers(keys.MODELS)]
         before = now_ms() - self._stale_ms
         async with self._r.pipeline(transaction=False) as pipe:

@@ -1,10 +1,11 @@
-"""The internal listener (INTERNAL_PORT): `/metrics` and `/scaling/<model>` for Prometheus and
-the autoscaler inside the cluster, and the probes.
+"""The internal listener (INTERNAL_PORT): `/metrics`, `/scaling/<model>` and the probes.
 
-Served by this same process, on its own port, because half of /metrics is this process's own
-(streams open, time to first token): a separate process could not see it. It needs no API
-key and should be reachable from the cluster only (a NetworkPolicy in infra/kubernetes);
-on the public port these routes answer operator keys only (api/http/auth.py).
+`/metrics` and `/scaling/<model>` are for Prometheus and the autoscaler inside the cluster.
+This same process serves them, on its own port. Half of /metrics is this process's own
+(streams open, time to first token). A separate process could not see it. The listener needs
+no API key. It should be reachable from the cluster only (a NetworkPolicy in
+infra/kubernetes). On the public port these routes answer operator keys only
+(api/http/auth.py).
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """Each API key's budget use this minute, for `/metrics`: what a tenant used and may use.
 
-Read from Redis at each scrape (the counters ADMIT, SETTLE and SPEND keep on the queues
-server), so every replica serves the same figures (take `max`). A key appears by its key id
-(api/http/auth.py `key_id`), never the key. The first METRICS_KEYS keys configured have
-series of their own; the rest are summed under `key="other"`, so a pool of many keys keeps
-a bounded number of series. The refusals by key are the API process's own
+It is read from Redis at each scrape. The counters are those ADMIT, SETTLE and SPEND keep on
+the queues server. So every replica serves the same figures (take `max`). A key appears by
+its key id (api/http/auth.py `key_id`), never the key. The first METRICS_KEYS keys
+configured have series of their own. The rest are summed under `key="other"`, so a pool of
+many keys keeps a bounded number of series. The refusals by key are the API process's own
 (`tokenspool_key_requests_rejected`, api/metrics.py).
 """
 

@@ -15,9 +15,10 @@ POOLS = {"chat": lambda name: name, "embeddings": tiers.embedding_pool, "rerank"
 
 
 def _models(pools: dict[str, int]) -> dict[str, dict]:
-    """One entry per model, from its pools' live workers: `workers` are its chat workers,
-    `embedding_workers` its embedding pool's, `rerank_workers` its rerank pool's (tokenspool's
-    fields, beside OpenAI's), and `kinds` what it serves ("chat", "embeddings", "rerank")."""
+    """One entry per model, from its pools' live workers. `workers` are its chat workers,
+    `embedding_workers` its embedding pool's, and `rerank_workers` its rerank pool's. These
+    are tokenspool's fields, beside OpenAI's. `kinds` is what it serves ("chat",
+    "embeddings", "rerank")."""
     out: dict[str, dict] = {}
     for pool, workers in pools.items():
         name, kind = tiers.served_model(pool)
@@ -53,13 +54,14 @@ async def get_model(request: Request) -> JSONResponse:
 
 
 async def scaling(request: Request) -> JSONResponse:
-    """One model's demand, for an autoscaler (KEDA's metrics-api scaler reads `demand`):
-    jobs waiting plus attempts running, i.e. how many single-job workers would be busy.
+    """One model's demand, for an autoscaler (KEDA's metrics-api scaler reads `demand`).
+
+    It is jobs waiting plus attempts running: how many single-job workers would be busy.
     `slots` is how many jobs the live workers can run at once (their SLOTS, summed). The
     Batch API's lines are counted apart too (`batch_queued`, `batch_in_flight`,
-    `interactive_demand`: a pool may scale on interactive demand alone), and the jobs
-    waiting in each tier's queue (`queued_by_tier`). `?kind=embeddings` asks for the model's
-    embedding pool, `?kind=rerank` for its rerank pool."""
+    `interactive_demand`). A pool may scale on interactive demand alone. The jobs waiting in
+    each tier's queue are counted too (`queued_by_tier`). `?kind=embeddings` asks for the
+    model's embedding pool, `?kind=rerank` for its rerank pool."""
     services: Services = request.state.services
     name = request.path_params["model"]
     kind = request.query_params.get("kind", "chat")

@@ -1,5 +1,7 @@
-"""`GET /openapi.json`: the API described in OpenAPI 3.1, built from the same pydantic models
-that validate the requests, so the description cannot drift from what is enforced."""
+"""`GET /openapi.json`: the API described in OpenAPI 3.1.
+
+It is built from the same pydantic models that validate the requests. So the description
+cannot drift from what is enforced."""
 
 from __future__ import annotations
 
@@ -165,7 +167,7 @@ def _files_and_batches() -> dict[str, Any]:
 
 
 def _bodies() -> dict[str, Any]:
-    """Every request body's schema and the models under them, made in one pass so that two
+    """Every request body's schema and the models under them, made in one pass. So two
     models of one name (chat's and the Messages API's `SystemMessage`) get a name each."""
     bodies = [e.body for e in ENDPOINTS] + [CountRequest, EMBEDDINGS.body, RERANK.body]
     refs, top = models_json_schema([(b, "validation") for b in bodies], ref_template=REF + "{model}")

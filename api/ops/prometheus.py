@@ -1,15 +1,18 @@
 """`GET /metrics` in Prometheus text format.
 
-Two kinds of figures. Cluster-wide ones are read from Redis at each scrape and are the same
-on every API replica (take `max`, not `sum`, across replicas): queue depth, in-flight
-attempts, live workers and their slots per model, tokens generated, attempts requeued after
-a crash or a hand-off, jobs lost, Redis's memory against its maxmemory (the fullest server, as
-read once a second for the `storage_full` refusal), each key's budget use this minute
-(api/ops/key_metrics.py), and what the workers' batching schedulers did (decode
-steps, sequences in them, prompt tokens computed, slot moves, steps interrupted; added by each worker's
-announcement, so up to a few seconds late). Per-process ones are kept in this process's own
-registry (sum them across replicas): open streams, time to first token, inter-token
-latency, resumed streams, rejected requests by reason.
+Two kinds of figures. Cluster-wide ones are read from Redis at each scrape. They are the same
+on every API replica (take `max`, not `sum`, across replicas). They are queue depth,
+in-flight attempts, and live workers and their slots per model. They also cover tokens
+generated, attempts requeued after a crash or a hand-off, and jobs lost. Redis's memory is
+shown against its maxmemory. It is the fullest server's, as read once a second for the
+`storage_full` refusal. Each key's budget use this minute is there too
+(api/ops/key_metrics.py). So is what the workers' batching schedulers did: decode steps,
+sequences in them, prompt tokens computed, slot moves, steps interrupted. Each worker's
+announcement adds these, so they are up to a few seconds late.
+
+Per-process ones are kept in this process's own registry (sum them across replicas). They
+are open streams, time to first token, inter-token latency, resumed streams, and rejected
+requests by reason.
 """
 
 from __future__ import annotations

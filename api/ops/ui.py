@@ -1,9 +1,10 @@
 """The browser pages: the playground (`/`) and the pool view (`/pool`), served when UI=1.
 
-Static files from api/ops/pages/ (plain HTML, CSS and JavaScript, no build step, nothing fetched
-from elsewhere). The pages hold no data: they are served without a key, and their scripts
-call the API with the key the user types, kept in the tab's sessionStorage. A strict
-Content-Security-Policy lets them load only their own files and talk only to this origin.
+They are static files from api/ops/pages/: plain HTML, CSS and JavaScript. There is no build
+step, and nothing is fetched from elsewhere. The pages hold no data. They are served without
+a key. Their scripts call the API with the key the user types, kept in the tab's
+sessionStorage. A strict Content-Security-Policy lets them load only their own files and
+talk only to this origin.
 """
 
 from __future__ import annotations
@@ -22,8 +23,9 @@ DIR = Path(__file__).parent / "pages"
 
 @dataclass(frozen=True)
 class Page:
-    """One page: its path, the name its title and menu give it, its `<main>` (a file in
-    api/ops/pages/, set into layout.html with the header every page shares) and its script."""
+    """One page: its path, the name its title and menu give it, its `<main>` and its script.
+    The `<main>` is a file in api/ops/pages/. It is set into layout.html with the header every
+    page shares."""
 
     path: str
     name: str

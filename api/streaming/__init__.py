@@ -1,1 +1,1 @@
-"""Relaying a job's stream to its client: the shared reader, the relay, SSE framing, the event cursor."""
+"""Relaying a job's stream to its client. Its parts: the shared reader, relay, SSE framing, event cursor."""

@@ -1,21 +1,19 @@
-"""SSE event ids: where a client is in a job's stream, so that it can resume from any replica.
+"""SSE event ids: where a client is in a job's stream. With one, it can resume from any replica.
 
 Every data event carries an id that orders it within the job. The events come from stream
-entries, so their ids are the entries' ids; three events are synthesized by the API and get
-ids around the entry they come from:
-
-- the chat role chunk, sent before any entry: `0-0` (below every entry id);
-- a delta, an error: the entry's id (`1795...-0`);
-- the finish chunk: the Finished entry's id; the usage chunk after it: that id + `/usage`.
+entries, so their ids are the entries' ids. A delta or an error gets its entry's id
+(`1795...-0`). The API synthesizes three events, with ids around the entry they come from.
+The chat role chunk is sent before any entry, with the id `0-0` (below every entry id). The
+finish chunk gets the Finished entry's id. The usage chunk after it gets that id + `/usage`.
 
 Keep-alives and `data: [DONE]` carry no id. A resume sends everything after the cursor.
 
-The Responses and Messages streams number their events instead (`numbered`): a resume sends
+The Responses and Messages streams number their events instead (`numbered`). A resume sends
 the events numbered above the cursor.
 
-A cursor ahead of what is written is waited for while the job runs (it may name an entry a
-replica has yet to see, docs/protocol.md, "Failover"); once the job has ended nothing more
-is written, so a cursor after its last event is refused (`past_end`).
+While the job runs, a cursor ahead of what is written is waited for. It may name an entry a
+replica has yet to see (docs/protocol.md, "Failover"). Once the job has ended, nothing more is
+written. So a cursor after its last event is refused (`past_end`).
 """
 
 from __future__ import annotations
@@ -38,8 +36,8 @@ class BadCursor(ValueError):
 
 
 def past_end(cursor: str, last: str) -> str:
-    """Why a cursor after the last event of an ended job's stream is refused (both are the
-    stream's own forms, never the client's raw text)."""
+    """Why a cursor after the last event of an ended job's stream is refused. `cursor` and
+    `last` are both the stream's own forms, never the client's raw text."""
     return f"The stream has ended: {cursor} is after its last event, {last}."
 
 

@@ -1,22 +1,22 @@
 """One Redis connection that watches every open stream of this API process.
 
 A blocking XREAD per client would pin one connection per open stream (redis-py 8's pool
-holds 100). Instead one reader task blocks in a single XREAD over all watched streams and
+holds 100). Instead one reader task blocks in a single XREAD over all watched streams. It
 hands what it read to the clients waiting on those streams. A client that is waiting has
-sent everything up to its cursor, so when its cursor is where the reader's read began, the
-entries read are exactly its next ones and it needs no read of its own; any other client
-(a slow one, busy sending, or one with an older cursor) is only woken and reads its own
-entries with XRANGE from its cursor, on the shared pool. So nothing piles up here: a slow
+sent everything up to its cursor. So when its cursor is where the reader's read began, the
+entries read are exactly its next ones. It then needs no read of its own. Any other client
+is only woken: a slow one, one busy sending, or one with an older cursor. It reads its own
+entries with XRANGE from its cursor, on the shared pool. So nothing piles up here. A slow
 client's backlog stays in Redis, and a client's cursor is all it needs to resume.
 
-The reader also watches a control stream of its own; adding a stream to the watch set
-writes to it, so the blocked XREAD returns at once and no wake-up is lost to a race.
+The reader also watches a control stream of its own. Adding a stream to the watch set writes
+to it. So the blocked XREAD returns at once, and no wake-up is lost to a race.
 
-On a Redis Cluster (a `redis+cluster://` STREAMS_REDIS_URL) one XREAD may only name keys of
-one slot, so there is one reader per shard (contract/keys.py), started with the shard's
-first watched stream, each blocking on a plain connection of its own to the shard's node (the
-slot map comes from the shared cluster client, and is read again after a reader loses its
-node: a failover, a slot moved); on one server a single reader reads every shard.
+On a Redis Cluster (a `redis+cluster://` STREAMS_REDIS_URL), one XREAD may only name keys of
+one slot. So there is one reader per shard (contract/keys.py), started with the shard's first
+watched stream. Each blocks on a plain connection of its own to the shard's node. The slot
+map comes from the shared cluster client. It is read again after a reader loses its node: a
+failover, a slot moved. On one server a single reader reads every shard.
 """
 
 from __future__ import annotations
@@ -122,8 +122,8 @@ class StreamReader:
         return reader
 
     async def _connect(self, control: str) -> aredis.Redis:
-        """A connection of its own for a reader: to the server, or to the node holding the
-        reader's shard."""
+        """A connection of its own for a reader. It goes to the server, or to the node
+        holding the reader's shard."""
         url = self._url
         if self._sharded:
             await self._client.initialize()  # type: ignore[attr-defined]  # once: the slot map
@@ -132,8 +132,9 @@ class StreamReader:
         return async_client(url, single_connection_client=True, socket_timeout=self._block_ms / 1000 + 5)
 
     async def _lost(self) -> None:
-        """A reader lost its connection: on a cluster its shard may have moved (a failover),
-        so the slot map is read again (once for every reader that lost it at the same time)."""
+        """A reader lost its connection. On a cluster its shard may have moved (a failover),
+        so the slot map is read again. It is read once for every reader that lost it at the
+        same time."""
         if not self._sharded:
             return
         async with self._topology:
@@ -152,8 +153,9 @@ class StreamReader:
 
 
 class _GroupReader:
-    """One blocking XREAD over a set of streams (every shard's, or one shard's) and a control
-    stream in the same slot, on a connection of its own."""
+    """One blocking XREAD, on a connection of its own, over a set of streams and a control
+    stream. The set is every shard's streams, or one shard's. The control stream is in the
+    same slot."""
 
     def __init__(
         self,
@@ -272,9 +274,9 @@ class _GroupReader:
                 continue
 
     def _dispatch(self, result: list, control_seen: str) -> str:
-        """Hand what one XREAD returned to each stream's waiting clients; returns the newest
-        control entry seen. Rows that cannot be decoded (nothing the scripts write) wake
-        that stream's clients to read it themselves, where the error is theirs alone."""
+        """Hand what one XREAD returned to each stream's waiting clients. Returns the newest
+        control entry seen. Rows that cannot be decoded wake that stream's clients to read it
+        themselves. The scripts write no such rows. The error is then theirs alone."""
         for raw_key, rows in result or []:
             key = raw_key.decode()
             newest = rows[-1][0].decode()
@@ -299,8 +301,8 @@ class _GroupReader:
         return control_seen
 
     async def _isolate(self, reader: aredis.Redis | None) -> int:
-        """Read each watched stream alone once: the ones Redis refuses are taken out of the
-        shared read, and their watchers get the error; the others go on as before. Returns
+        """Read each watched stream alone once. The ones Redis refuses are taken out of the
+        shared read, and their watchers get the error. The others go on as before. Returns
         how many were taken out."""
         isolated = 0
         for key, state in list(self.watched.items()):
@@ -330,8 +332,8 @@ class Watch:
         self._state = state
 
     async def wait(self, cursor: str, timeout: float) -> Wake:
-        """Wait up to `timeout` for entries after `cursor` (raises what Redis answered if it
-        refuses to read this stream)."""
+        """Wait up to `timeout` for entries after `cursor`. If Redis refuses to read this
+        stream, it raises what Redis answered."""
         state = self._state
         if state.error is not None:
             raise state.error

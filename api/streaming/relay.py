@@ -1,18 +1,21 @@
 """Follows one job's stream from a cursor to its terminal entry.
 
-`follow` yields the entries in order, in batches (all that were ready at once, so the caller
-can send them in one write), and `KEEPALIVE` whenever `keepalive_s` passes with nothing to
-send. It never hangs: a job not (re)started by its deadline is ended here (`queue_timeout`,
-or `worker_lost` after a dead attempt, unless the pool can still run it: api/cluster/resumes.py), a
-job whose keys vanished ends with `not_found`, a resume whose cursor is after the end of a
-job that has ended ends with `invalid_cursor` (while the job runs it is waited for: it may be
-an entry a replica has yet to see), and a Redis outage longer than `outage_s`
-raises `StreamLost`. Entries of every attempt pass
-through as they are: fencing guarantees they form one continuous completion. One case
-breaks it: a failover that took back entries already sent, with the worker that would have
-written them again (docs/protocol.md, "Failover"). The next attempt's `Started` then says it
-goes on from an entry before the last one sent, and the stream ends with
-`stream_rolled_back` rather than contradict what it sent.
+`follow` yields the entries in order, in batches. A batch is all that were ready at once, so
+the caller can send them in one write. It yields `KEEPALIVE` whenever `keepalive_s` passes
+with nothing to send.
+
+It never hangs. A job not (re)started by its deadline is ended here with `queue_timeout`.
+After a dead attempt it ends with `worker_lost` instead, unless the pool can still run it
+(api/cluster/resumes.py). A job whose keys vanished ends with `not_found`. A resume may send
+a cursor after the end of a job that has ended. The stream then ends with `invalid_cursor`.
+While the job runs, such a cursor is waited for. It may be an entry a replica has yet to
+see. A Redis outage longer than `outage_s` raises `StreamLost`.
+
+Entries of every attempt pass through as they are. Fencing guarantees they form one
+continuous completion. One case breaks it. A failover took back entries already sent, with
+the worker that would have written them again (docs/protocol.md, "Failover"). The next
+attempt's `Started` then says it goes on from an entry before the last one sent. The stream
+then ends with `stream_rolled_back`, rather than contradict what it sent.
 """
 
 from __future__ import annotations
@@ -55,10 +58,11 @@ class StreamLost(Exception):
 
 
 class _JobReader:
-    """Reads one job's entries after a cursor, and knows when to look again without being
-    woken: while Redis is away (every 0.5 s, up to `outage_s`), when a queued job passes
-    its start deadline (it is then ended here), and while a client's cursor is after every
-    entry written (every `AHEAD_LOOK_S`, until the job ends)."""
+    """Reads one job's entries after a cursor, and knows when to look again unwoken.
+
+    While Redis is away, it looks every 0.5 s, up to `outage_s`. When a queued job passes its
+    start deadline, it looks, and the job is then ended here. While a client's cursor is after
+    every entry written, it looks every `AHEAD_LOOK_S` until the job ends."""
 
     def __init__(
         self,
@@ -122,8 +126,8 @@ class _JobReader:
         return rows
 
     def _unbroken(self, rows: Rows) -> Rows:
-        """The rows up to an attempt that goes on from before what was already sent (then
-        `stream_rolled_back` instead of it)."""
+        """The rows up to an attempt that goes on from before what was already sent. Then
+        `stream_rolled_back` comes instead of that attempt."""
         before = "0-0" if self.cursor == "0" else self.cursor
         for n, (entry_id, entry) in enumerate(rows):
             if (
@@ -138,8 +142,8 @@ class _JobReader:
         return rows
 
     async def _check(self) -> Rows:
-        """Nothing new: is the job gone (then its ending), ended before the client's cursor,
-        or queued past its deadline?"""
+        """Nothing new. Is the job gone (then its ending)? Did it end before the client's
+        cursor, or is it queued past its deadline?"""
         state = await self._store.state(self._id)
         self._late_at = None
         if state is None:
@@ -159,8 +163,9 @@ class _JobReader:
         return []
 
     def _missing(self) -> Rows:
-        """The job's keys are not there: it has gone (expired or purged), unless a failover is
-        moving this connection to the server that has them, so `not_found` only after GONE_AFTER_S."""
+        """The job's keys are not there. It has gone (expired or purged). Or a failover is
+        moving this connection to the server that has them. So `not_found` comes only after
+        GONE_AFTER_S."""
         now = time.monotonic()
         self._missing_since = self._missing_since or now
         if now - self._missing_since >= GONE_AFTER_S:
@@ -169,10 +174,11 @@ class _JobReader:
         return []
 
     async def _ahead(self, ended: bool) -> Rows | None:
-        """The client's cursor, and nothing after it: past the last entry of an ended job (its
-        state was read first, so that entry is its terminal one), nothing will ever come, and
-        the stream ends with `invalid_cursor`; while the job runs, the cursor is waited for
-        (docs/protocol.md, "Failover") and looked at again every AHEAD_LOOK_S. None: go on."""
+        """The client's cursor, and nothing after it. Past the last entry of an ended job,
+        nothing will ever come. The stream then ends with `invalid_cursor`. The job's state
+        was read first, so that entry is its terminal one. While the job runs, the cursor is
+        waited for (docs/protocol.md, "Failover"). It is looked at again every AHEAD_LOOK_S.
+        None: go on."""
         last = await self._store.last_id(self._id)
         newest, cursor = stream_id(last or "0-0"), stream_id(self.cursor)
         if last is not None and (newest > cursor or (self._inclusive and newest == cursor)):

@@ -1,9 +1,9 @@
 """Server-Sent Events framing for OpenAI streams.
 
-Each event is `data: <one-line JSON>\\n\\n`; the stream ends with `data: [DONE]\\n\\n`.
-Keep-alives are data events too (an empty chunk), never `: comment` lines or bare `retry:`:
-openai-python turns such data-less events into a JSON error once an `id:` line has been
-seen, and resumable streams (event ids) must not break the official SDK.
+Each event is `data: <one-line JSON>\\n\\n`. The stream ends with `data: [DONE]\\n\\n`.
+Keep-alives are data events too (an empty chunk), never `: comment` lines or bare `retry:`.
+Once an `id:` line has been seen, openai-python turns such data-less events into a JSON
+error. Resumable streams (event ids) must not break the official SDK.
 """
 
 from __future__ import annotations
@@ -37,9 +37,9 @@ _MARK = "\ue000tokenspool-content\ue001"
 
 class ContentEvents:
     """`event(make(text), event_id)` for the many content chunks of one stream, byte for
-    byte, without rebuilding and re-encoding the whole chunk for every token (the relay's
-    hot path): the chunk is encoded once around a marker, and each event only encodes its
-    text into that frame."""
+    byte. It does not rebuild and re-encode the whole chunk for every token (the relay's hot
+    path). The chunk is encoded once around a marker. Each event only encodes its text into
+    that frame."""
 
     def __init__(self, make: Callable[[str], dict]) -> None:
         data = json.dumps(make(_MARK), ensure_ascii=False, separators=(",", ":"))

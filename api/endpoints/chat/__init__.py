@@ -1,2 +1,2 @@
-"""`POST /v1/chat/completions`: its body, objects (the chunks) and SSE events, which the
-legacy completions share."""
+"""`POST /v1/chat/completions`: its body, objects (the chunks) and SSE events. The legacy
+completions share them."""

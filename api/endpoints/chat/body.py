@@ -1,7 +1,7 @@
-"""`POST /v1/chat/completions`: its body, validated into a `JobSpec`, on a base the legacy
-completions share (api/endpoints/completions/body.py).
+"""`POST /v1/chat/completions`: its body, validated into a `JobSpec`. The legacy completions
+share its base (api/endpoints/completions/body.py).
 
-Every field either takes effect or is refused (api/http/parsing.py): a client asking for JSON
+Every field either takes effect or is refused (api/http/parsing.py). A client asking for JSON
 must not get prose. `null` for an optional field means "the default", as the official SDKs
 may send it.
 """
@@ -71,8 +71,8 @@ class ToolCallIn(Function):
 
 
 class _Message(Strict):
-    """What every message has. `name` (a participant's name) is accepted and not rendered:
-    chat templates have no place for it (as in llama-server)."""
+    """What every message has. `name` (a participant's name) is accepted and not rendered, as in
+    llama-server. Chat templates have no place for it."""
 
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -296,7 +296,7 @@ class ChatRequest(CompletionBody):
         ]
 
     def _read_images(self, limits: Limits) -> None:
-        """The request's images, each checked (api/endpoints/images.py), into `images`; where there
+        """The request's images, each checked (api/endpoints/images.py), into `images`. Where there
         are any, no text of the request may hold the image marker."""
         found, texts = [], []
         for i, m in enumerate(self.messages):

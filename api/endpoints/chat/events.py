@@ -1,9 +1,10 @@
-"""A job's entries as the SSE events of one stream, for the endpoints whose events are chunks.
+"""A job's entries as the SSE events of one stream, for chunk endpoints.
 
-`ChunkEvents` decides where a stream starts reading (`read_from`) and encodes each batch of
-entries into one write, leaving out what a resuming client already has: the events of the
-entry its cursor names (see api/streaming/cursor.py), all but the usage chunk that may follow a finish.
-It counts the content events it wrote, for the time-to-first-token and inter-token metrics.
+`ChunkEvents` decides where a stream starts reading (`read_from`). It encodes each batch of
+entries into one write. A resuming client already has the events of the entry its cursor
+names (see api/streaming/cursor.py). They are left out, all but the usage chunk that may
+follow a finish. `ChunkEvents` counts the content events it wrote, for the
+time-to-first-token and inter-token metrics.
 """
 
 from __future__ import annotations
@@ -27,16 +28,18 @@ class ChunkEvents:
         self._content = sse.ContentEvents(chunks.content)
 
     def read_from(self) -> tuple[str, bool]:
-        """(stream id to read after, whether that entry itself is read too). The client's last
-        entry is read again: the rest of its events may be missing (a finish's usage chunk),
-        and a terminal one ends the relay (a client that missed only `[DONE]` gets it)."""
+        """(stream id to read after, whether that entry itself is read too). The client's last entry
+        is read again, for two reasons. The rest of its events may be missing (a finish's usage
+        chunk). Also, a terminal entry ends the relay, so a client that missed only `[DONE]` gets
+        it."""
         if self._at is None:
             return "0", False
         return self._at.entry_id, True
 
     def check_within(self, rows: Rows) -> None:
-        """A cursor at the terminal entry (its usage chunk included) still gets the rest of
-        that entry's events and [DONE]; one after it names no event of this stream."""
+        """A cursor at the terminal entry still gets the rest of that entry's events and [DONE].
+        This holds for a cursor at its usage chunk too. A cursor after it names no event of this
+        stream."""
         if self._at is None or not rows or not is_terminal(rows[-1][1]):
             return
         last = rows[-1][0]
@@ -86,6 +89,6 @@ class ChunkEvents:
 
 
 def chunk_events(chunks: Chunks, raw_cursor: str | None) -> ChunkEvents:
-    """The events of a chunk endpoint's stream, after `raw_cursor` (an event id, see
-    api/streaming/cursor.py; raises BadCursor) or from the start."""
+    """The events of a chunk endpoint's stream, after `raw_cursor` or from the start. `raw_cursor`
+    is an event id (see api/streaming/cursor.py). A bad one raises BadCursor."""
     return ChunkEvents(chunks, Cursor.parse(raw_cursor) if raw_cursor else None)

@@ -1,10 +1,11 @@
-"""The OpenAI objects of the completion endpoints (chat and legacy text), built the same way on
-every path: the streamed chunks, the answer assembled from a job's entries, and the small
-status objects.
+"""The OpenAI objects of the completion endpoints (chat and legacy text).
 
-`Chunks` holds what every object of one completion carries (id, created, model); `ChatChunks`
-and the legacy completions' `TextChunks` (api/endpoints/completions/objects.py) differ only in
-the shape of a choice.
+They are built the same way on every path. They are the streamed chunks, the answers and the
+small status objects. An answer is assembled from a job's entries.
+
+`Chunks` holds what every object of one completion carries (id, created, model). `ChatChunks`
+and the legacy completions' `TextChunks` differ only in the shape of a choice
+(api/endpoints/completions/objects.py).
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ from contract.keys import JobStatus
 
 
 def usage(entry: Finished) -> dict:
-    """OpenAI's usage; `cached_tokens`: the prompt tokens the worker's slot already held;
-    `reasoning_tokens`: the completion's tokens of thinking (worker/text/thinking.py)."""
+    """OpenAI's usage. `cached_tokens` are the prompt tokens the worker's slot already held.
+    `reasoning_tokens` are the completion's tokens of thinking (worker/text/thinking.py)."""
     return {
         "prompt_tokens": entry.prompt_tokens,
         "completion_tokens": entry.completion_tokens,
@@ -41,7 +42,7 @@ def usage(entry: Finished) -> dict:
 
 
 def finish_reason(entry: Finished) -> str:
-    """A cancelled job ends like a stop string: the completion endpoints have no other word."""
+    """A cancelled job ends like a stop string. The completion endpoints have no other word."""
     return STOP if entry.finish_reason == CANCELLED else entry.finish_reason
 
 
@@ -115,8 +116,8 @@ class Chunks:
         return obj
 
     def answer(self, rows: Rows) -> Answer | None:
-        """The whole response from a job's entries (all of them, from the first), once its
-        terminal entry is among them; None before."""
+        """The whole response from a job's entries (all of them, from the first). None before its
+        terminal entry is among them."""
         out = Output()
         for _, entry in rows:
             if isinstance(entry, Delta):
@@ -149,8 +150,8 @@ class Chunks:
         return Answer(202, status)
 
     def cancelled(self, status: str) -> dict:
-        """The answer to a cancel: the job's status after it (an ended job is not changed;
-        a running one stops at its next token)."""
+        """The answer to a cancel: the job's status after it. An ended job is not changed. A running
+        one stops at its next token."""
         word = {
             JobStatus.DONE: "completed",
             JobStatus.FAILED: "failed",

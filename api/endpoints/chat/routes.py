@@ -1,4 +1,4 @@
-"""Chat's routes: its paths, on the handlers every endpoint that makes jobs shares
+"""Chat's routes: its paths. The handlers are those every endpoint that makes jobs shares
 (api/endpoints/routes.py)."""
 
 from __future__ import annotations

@@ -1,1 +1,1 @@
-"""The legacy completions (`POST /v1/completions`): its body and objects; its events are chat's chunks."""
+"""The legacy completions (`POST /v1/completions`): its body and objects. Its events are chat's chunks."""

@@ -1,5 +1,5 @@
-"""`POST /v1/completions`: the legacy completions' body, a prompt in place of messages, on
-the base it shares with chat (api/endpoints/chat/body.py `CompletionBody`)."""
+"""`POST /v1/completions`: the legacy completions' body, a prompt in place of messages. It
+shares its base with chat (api/endpoints/chat/body.py `CompletionBody`)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The legacy completions' objects (`text_completion`): chat's chunks (api/endpoints/chat/objects.py)
-with a choice of plain text, and logprobs in the legacy shape."""
+"""The legacy completions' objects (`text_completion`). They are chat's chunks
+(api/endpoints/chat/objects.py) with a choice of plain text. Their logprobs are in the legacy shape."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ class TextChunks(Chunks):
 
 
 def _text_logprobs(logprobs: list[TokenLogprob] | tuple[TokenLogprob, ...]) -> dict:
-    """The legacy completions' shape; `text_offset` counts from the start of these tokens."""
+    """The legacy completions' shape. `text_offset` counts from the start of these tokens."""
     offsets, at = [], 0
     for lp in logprobs:
         offsets.append(at)

@@ -1,5 +1,5 @@
-"""The legacy completions' routes: their paths, on the handlers every endpoint that makes jobs
-shares (api/endpoints/routes.py)."""
+"""The legacy completions' routes: their paths. The handlers are those every endpoint that
+makes jobs shares (api/endpoints/routes.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,12 @@
-"""An embeddings request, OpenAI's shape: `input` is a string, a list of strings, a token
-array or a list of token arrays; `encoding_format` float or base64; `dimensions` for a
-Matryoshka-trained model (MATRYOSHKA_MODELS); `user` is accepted. Everything checked here
-is refused before anything is enqueued; an input's length in tokens is the worker's to
-count (a string's tokens are the model's), and an input too long is a 400 naming it."""
+"""An embeddings request, OpenAI's shape.
+
+`input` is a string, a list of strings, a token array or a list of token arrays.
+`encoding_format` is float or base64. `dimensions` is for a Matryoshka-trained model
+(MATRYOSHKA_MODELS). `user` is accepted.
+
+Everything checked here is refused before anything is enqueued. An input's length in tokens
+is the worker's to count, since a string's tokens are the model's. An input too long is a 400
+naming it."""
 
 from __future__ import annotations
 
@@ -37,7 +41,7 @@ def _token_ids(value: list) -> bool:
 
 
 def input_problem(value: object) -> str | None:
-    """What is wrong with an `input` (None: nothing), in words that name the input at fault."""
+    """What is wrong with an `input`, in words that name the input at fault. None: nothing."""
     if isinstance(value, str):
         return "must not be an empty string" if not value else None
     if not isinstance(value, list):
@@ -78,7 +82,7 @@ class EmbeddingRequest(Body):
         return embedding_pool(self.model)
 
     def inputs(self) -> list[str | list[int]]:
-        """Every input, in order: a token array is one input, a list of them many."""
+        """Every input, in order. A token array is one input, a list of them many."""
         x = self.input
         if isinstance(x, str) or (x and isinstance(x[0], int)):
             return [x]  # type: ignore[list-item]
@@ -97,7 +101,7 @@ class EmbeddingRequest(Body):
         )
 
     def job_fields(self, job_id: str) -> dict[str, str]:
-        """The model as asked and the encoding: the answer says them (the job records its pool)."""
+        """The model as asked and the encoding, which the answer says. The job records its pool."""
         echo = {"model": self.model, "encoding_format": self.encoding_format or "float"}
         return {keys.JobField.ECHO: json.dumps(echo)}
 

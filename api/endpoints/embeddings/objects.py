@@ -1,12 +1,13 @@
-"""An embed job's answer: OpenAI's list of embedding objects, in the inputs' order, each a
-float array or the base64 of its float32 bytes (what `encoding_format` asked), from the
-vectors its terminal entry carries.
+"""An embed job's answer: OpenAI's list of embedding objects, in the inputs' order.
 
-A client waiting for it gets that list written a piece at a time (`written`): 2,048 vectors of
-4,096 floats are 160 MB of JSON, seconds of CPU and several times that in memory if built
-whole, in the one lane every large request body is parsed in. Written in pieces of about
-`PIECE_BYTES`, a fraction of a millisecond of CPU each, the event loop serves every other
-request between two of them."""
+Each object is a float array or the base64 of its float32 bytes, as `encoding_format` asked.
+The vectors come from the job's terminal entry.
+
+A client waiting for it gets that list written a piece at a time (`written`). Built whole, it
+would be too big: 2,048 vectors of 4,096 floats are 160 MB of JSON. That takes seconds of CPU
+and several times that in memory. It would take them in the one lane where every large
+request body is parsed. Each piece is about `PIECE_BYTES`, a fraction of a millisecond of
+CPU. The event loop serves every other request between two of them."""
 
 from __future__ import annotations
 
@@ -84,8 +85,8 @@ class EmbeddingObjects:
         }
 
     def written(self, rows: Rows) -> StreamingResponse | None:
-        """The answer as a response written a piece at a time, where it carries vectors (None:
-        `answer` has it, small)."""
+        """The answer as a response written a piece at a time, where it carries vectors. None where
+        it carries none: `answer` builds that small answer."""
         end = rows[-1][1] if rows else None
         if not isinstance(end, Finished) or end.finish_reason == CANCELLED or not end.vectors:
             return None
@@ -105,8 +106,8 @@ class EmbeddingObjects:
         yield bytes(piece) + b"]," + _json({"model": self.model, "usage": usage})[1:]
 
     def _item_parts(self, entry: Finished, i: int) -> Iterator[bytes]:
-        """`_item(entry, i)` as JSON, a float vector a slice of FLOATS_A_PART at a time (a
-        vector of 4,096 floats is 2 ms of CPU at once)."""
+        """`_item(entry, i)` as JSON, a float vector a slice of FLOATS_A_PART at a time. A vector of
+        4,096 floats is 2 ms of CPU at once."""
         head = {"object": "embedding", "index": i}
         yield (b"," if i else b"") + _json(head)[:-1] + b',"embedding":'
         size = entry.dimensions * 4

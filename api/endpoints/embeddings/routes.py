@@ -1,14 +1,15 @@
-"""`POST /v1/embeddings`. An embeddings request is a job like a completion, made and admitted
-the same way (api/endpoints/routes.py), in the model's embedding pool: its queue, its workers.
-It has no stream and no id a client could name again: the answer is the whole list, once a
-worker has embedded every input. Its tokens count against the key's token budget.
+"""`POST /v1/embeddings`. An embeddings request is a job like a completion. It is made and
+admitted the same way (api/endpoints/routes.py). It runs in the model's embedding pool: its
+queue, its workers. It has no stream and no id a client could name again. The answer is the
+whole list, once a worker has embedded every input. Its tokens count against the key's
+token budget.
 
-Its vectors are not kept past the answer: they may be megabytes (2,048 vectors of 4,096
-floats are 44 MB in Redis), a thousand times what the request was charged, and nobody can
-fetch them again. Once the answer is sent, or its client has gone, the job is deleted, and its
-Idempotency-Key freed: a retry with the key while the job runs attaches to it (one job, one
-charge), a retry after the answer embeds again. A client that went away is given
-CANCEL_GRACE_SECONDS to come back with its key first; the last client attached deletes it."""
+Its vectors are not kept past the answer. They may be megabytes: 2,048 vectors of 4,096
+floats are 44 MB in Redis. That is a thousand times what the request was charged, and nobody
+can fetch them again. Once the answer is sent, or its client has gone, the job is deleted and
+its Idempotency-Key freed. A retry with the key while the job runs attaches to it (one job,
+one charge). A retry after the answer embeds again. A client that went away is given
+CANCEL_GRACE_SECONDS to come back with its key first. The last client attached deletes the job."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ class EmbeddingRoutes(EndpointRoutes):
     async def answered(
         self, services: Services, job_id: str, ask: JobRequest, response: Response, attached_ms: int
     ) -> None:
-        """Delete the job and free its Idempotency-Key, unless another client attached after
-        this one (a retry: it deletes the job once it is answered or gone)."""
+        """Delete the job and free its Idempotency-Key, unless another client attached after this
+        one. That client is a retry. It deletes the job once it is answered or gone."""
         idempotency = ask.idempotency
         try:
             if idempotency is not None:
@@ -60,8 +61,8 @@ class EmbeddingRoutes(EndpointRoutes):
             log.warning("could not delete %s once answered: %s", job_id, exc)
 
     def _quota(self, ask: JobRequest, spec: JobSpec, limits: ModelLimits) -> Quota:
-        """Its inputs' tokens are reserved: token arrays' exactly, strings' as the most they
-        can be (api/jobs/reservation.py)."""
+        """Its inputs' tokens are reserved (api/jobs/reservation.py). Token arrays' are reserved
+        exactly, strings' as the most they can be."""
         tokens = reservation.prompt_tokens(spec, limits.overhead)
         return Quota(
             unfinished_jobs=ask.services.settings.quotas.max_jobs_per_key,

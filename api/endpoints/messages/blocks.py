@@ -1,6 +1,7 @@
-"""The content blocks of a Messages request (Anthropic's), as api/endpoints/messages/body.py
-turns them into chat messages: text, tool calls and results, earlier thinking, and the media a
-text-only model refuses."""
+"""The content blocks of a Messages request (Anthropic's).
+
+They are text, tool calls and results, earlier thinking, and the media a text-only model
+refuses. The body (api/endpoints/messages/body.py) turns them into chat messages."""
 
 from __future__ import annotations
 
@@ -30,8 +31,8 @@ class TextBlock(_Block):
 
 class MediaBlock(_Block):
     """An image or a document. An image in a user turn or a tool result is read as an image
-    (body.py); anywhere else, and any document, is refused with a clear 400 (`readable`), not
-    as an unknown block."""
+    (body.py). An image anywhere else is refused, and so is any document. The 400 is a clear one
+    (`readable`), not one for an unknown block."""
 
     model_config = ConfigDict(strict=True, extra="allow")
     type: Literal["image", "document"]
@@ -58,8 +59,8 @@ class ToolUseBlock(_Block):
 
 
 class ToolReferenceBlock(_Block):
-    """A tool search's result: a tool found. Every tool is in the prompt already (deferred or
-    not), so the model reads the found tool's name."""
+    """A tool search's result: a tool found. Every tool is in the prompt already, deferred or
+    not. So the model reads the found tool's name."""
 
     type: Literal["tool_reference"]
     tool_name: str
@@ -123,8 +124,8 @@ class InputMessage(Strict):
 
 
 class SystemMessage(Strict):
-    """A system message between the turns (Claude Code's environment notes): a system message
-    where it is. `clear_at: "next_user_message"` shows it only until a later user turn."""
+    """A system message between the turns (Claude Code's environment notes). It becomes a system
+    message at its place. `clear_at: "next_user_message"` shows it only until a later user turn."""
 
     role: Literal["system"]
     content: list[Annotated[TextBlock | MediaBlock, Field(discriminator="type")]]
@@ -144,9 +145,9 @@ def is_image(block: object) -> bool:
 
 
 def image_url(block: MediaBlock, at: str) -> tuple[str, str]:
-    """An image block's source as a URL (api/endpoints/images.py reads it), with its part: a
-    `base64` source as a data URL, a `url` source as itself (fetched where IMAGE_URL_HOSTS
-    allows it); a `file` source is a 400 naming it."""
+    """An image block's source as a URL, with its part (api/endpoints/images.py reads it). A
+    `base64` source becomes a data URL. A `url` source stays itself, fetched where IMAGE_URL_HOSTS
+    allows it. A `file` source is a 400 naming it."""
     source = (block.model_extra or {}).get("source")
     if isinstance(source, dict) and source.get("type") == "url":
         if not isinstance(url := source.get("url"), str):
@@ -177,7 +178,7 @@ def result_images(block: ToolResultBlock) -> list[tuple[int, MediaBlock]]:
 
 
 def result_text(block: ToolResultBlock, i: int, j: int, check: bool = True) -> str:
-    """The result as the tool message's text: each image its marker, each tool found named."""
+    """The result as the tool message's text. Each image is its marker, each tool found named."""
     if block.content is None or isinstance(block.content, str):
         return block.content or ""
     parts, found = [], []

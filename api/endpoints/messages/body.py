@@ -1,15 +1,15 @@
-"""The body of `POST /v1/messages` (Anthropic's Messages API), validated into a chat `JobSpec`:
-a message runs on the same workers as a chat completion.
+"""The body of `POST /v1/messages` (Anthropic's Messages API), validated into a chat `JobSpec`.
+A message runs on the same workers as a chat completion.
 
-Content blocks become the chat roles the templates know: `system` a system message, and a
-`system` message in `messages` one where it is (the worker folds it into a user turn for a
-template that renders no system message there); a user turn's `tool_result` blocks each a tool
-message (before the turn's text); an assistant turn's `tool_use` blocks its tool calls.
-Earlier `thinking` and `redacted_thinking` blocks are accepted and left out of the prompt
-(templates drop past thinking). Consecutive turns of one role are joined, as Anthropic's API
+Content blocks become the chat roles the templates know. `system` becomes a system message. A
+`system` message in `messages` becomes one where it is. The worker folds it into a user turn for
+a template that renders no system message there. Each `tool_result` block of a user turn becomes
+a tool message, before the turn's text. An assistant turn's `tool_use` blocks become its tool
+calls. Earlier `thinking` and `redacted_thinking` blocks are accepted and left out of the prompt,
+as templates drop past thinking. Consecutive turns of one role are joined, as Anthropic's API
 joins them. `cache_control` is accepted anywhere Anthropic takes it: the worker's prefix cache
-needs no marks. As for every endpoint, any field this server does not implement is a 400
-naming it; docs/requests.md says what each one it takes does, no-ops included.
+needs no marks. As for every endpoint, any field this server does not implement is a 400 naming
+it. What each field it takes does, no-ops included, is in docs/requests.md.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ TEMPERATURE = 1.0
 
 
 class ClientTool(Strict):
-    """A client tool (`type` "custom" or left out); Anthropic's server tools are not run here."""
+    """A client tool (`type` "custom" or left out). Anthropic's server tools are not run here."""
 
     type: Literal["custom"] | None = None
     name: str
@@ -71,7 +71,7 @@ class ClientTool(Strict):
     input_examples: Annotated[list[dict], Field(max_length=16)] | None = None
 
     def described(self) -> str:
-        """The description the template renders: with the examples, the model's only way to see them."""
+        """The description the template renders, with the examples. It is the model's only way to see them."""
         examples = [json.dumps(e, ensure_ascii=False) for e in self.input_examples or ()]
         if not examples:
             return self.description or ""
@@ -79,8 +79,8 @@ class ClientTool(Strict):
 
 
 class ToolSearchTool(Strict):
-    """Anthropic's tool search (a server tool): left out of the prompt, since every tool,
-    deferred or not, is rendered there and none needs finding."""
+    """Anthropic's tool search (a server tool), left out of the prompt. Every tool, deferred or not,
+    is rendered there, and none needs finding."""
 
     type: Literal[
         "tool_search_tool_regex_20251119",
@@ -205,9 +205,9 @@ class MessagesRequest(Body):
         )
 
     def _image_blocks(self) -> list[tuple[str, MediaBlock]]:
-        """The user turns' image blocks, with where each is, in the order `_conversation` puts
-        their markers: a turn's tool results (its tool messages) first, then its own images
-        (its user message)."""
+        """The user turns' image blocks, with where each is. They come in the order `_conversation`
+        puts their markers. A turn's tool results (its tool messages) come first, then its own
+        images (its user message)."""
         found = []
         for i, m in enumerate(self.messages):
             if not isinstance(m, InputMessage) or m.role != "user":
@@ -233,8 +233,8 @@ class MessagesRequest(Body):
             self._image_params.append(at)
 
     def _template_kwargs(self) -> dict:
-        """`thinking` is the template's switch (Qwen3's and GLM's `enable_thinking`; its
-        budget the worker's, worker/attempts/budget.py), `output_config.effort` its effort."""
+        """`thinking` is the template's switch: Qwen3's and GLM's `enable_thinking`. Its budget
+        is the worker's (worker/attempts/budget.py). `output_config.effort` is its effort."""
         kwargs = {"enable_thinking": self.thinking.type != "disabled"} if self.thinking else {}
         effort = self.output_config.effort if self.output_config else None
         return template_kwargs(effort, kwargs, "thinking")
@@ -266,7 +266,7 @@ class MessagesRequest(Body):
         return "\n\n".join(_attribution(b.text) for b in self.system)
 
     def _conversation(self) -> list[Message]:
-        """The turns as chat messages, each tool result checked against the calls of the
+        """The turns as chat messages. Each tool result is checked against the calls of the
         assistant turn just before it (Anthropic's rule)."""
         system = self._system()
         out = [Message("system", system)] if system is not None else []
@@ -380,9 +380,9 @@ _CCH = re.compile(r"\bcch=[^;\s]*")
 
 
 def _attribution(text: str) -> str:
-    """Claude Code's first system block, `x-anthropic-billing-header: cc_version=...;
-    cch=<a new value each request>`, with its `cch` made one constant (as llama.cpp's server
-    does): otherwise no two requests share a prompt prefix, and no cache is ever read."""
+    """Claude Code's first system block, with its `cch` made one constant, as the llama.cpp server
+    does. The block is `x-anthropic-billing-header: cc_version=...; cch=<a new value each request>`.
+    Otherwise no two requests share a prompt prefix, and no cache is ever read."""
     return _CCH.sub("cch=00000", text) if text.startswith(_BILLING) else text
 
 

@@ -1,7 +1,7 @@
 """`context_management` of a Messages request: its edits, as Anthropic's API takes them.
-`clear_thinking_20251015` changes nothing here (earlier thinking is never in the prompt);
-`clear_tool_uses_20250919` travels in the job as its terms, and the worker, which alone counts
-the prompt's tokens, applies it (worker/tools/clearing.py)."""
+`clear_thinking_20251015` changes nothing here: earlier thinking is never in the prompt.
+`clear_tool_uses_20250919` travels in the job as its terms. The worker applies it, since the
+worker alone counts the prompt's tokens (worker/tools/clearing.py)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ class ContextManagement(Strict):
     ]
 
     def clear_tool_uses(self) -> dict | None:
-        """The one clear_tool_uses edit's terms (None: none); two of them are a 400."""
+        """The one clear_tool_uses edit's terms (None: none). Two of them are a 400."""
         found = [(i, e) for i, e in enumerate(self.edits) if isinstance(e, ClearToolUses)]
         if len(found) > 1:
             raise invalid(

@@ -1,12 +1,14 @@
-"""A message's SSE stream, as Anthropic's SDKs read it: `event: <type>`, `data: <JSON>`, and an
-`id:` line numbering each event of the transcript (api/endpoints/messages/objects.py) so that a
-client that reconnects with `Last-Event-ID` (or `?starting_after=N`) gets the events after N,
-recomputed from the job's first entry. Keep-alives are Anthropic's `ping` events, without an
-id. There is no `[DONE]`: `message_stop` (or `error`) ends it.
+"""A message's SSE stream, as Anthropic's SDKs read it.
 
-A cursor above the last number of an ended message is refused (`check_within`, before the
-stream starts); one found so only when the job ends during the stream ends it with an
-`invalid_request_error` error event.
+Each event has `event: <type>`, `data: <JSON>`, and an `id:` line. The id numbers the event in
+the transcript (api/endpoints/messages/objects.py). A client that reconnects with
+`Last-Event-ID` (or `?starting_after=N`) gets the events after N. They are recomputed from the
+job's first entry. Keep-alives are Anthropic's `ping` events, without an id. There is no
+`[DONE]`: `message_stop` (or `error`) ends it.
+
+A cursor above the last number of an ended message is refused before the stream starts
+(`check_within`). A cursor may be found so only when the job ends during the stream. Then an
+`invalid_request_error` error event ends the stream.
 """
 
 from __future__ import annotations
@@ -72,8 +74,8 @@ class MessageEvents:
         return PING
 
     def error(self, error: ErrorCode, message: str | None = None) -> bytes:
-        """A stream-level failure (the queue unreachable, a bug), not the message's: without an
-        id, so a resume from the last one misses nothing."""
+        """A stream-level failure (the queue unreachable, a bug), not the message's. It has no id,
+        so a resume from the last id misses nothing."""
         return frame(anthropic(error, message or error.message)[1], None)
 
     def done(self) -> bytes:
@@ -81,5 +83,6 @@ class MessageEvents:
 
 
 def message_events(objects: MessageObjects, raw_cursor: str | None) -> MessageEvents:
-    """The stream after `raw_cursor` (an event number; raises BadCursor), or all of it."""
+    """The stream after `raw_cursor`, or all of it. `raw_cursor` is an event number. A bad one
+    raises BadCursor."""
     return MessageEvents(objects, numbered(raw_cursor))

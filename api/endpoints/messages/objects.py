@@ -1,12 +1,13 @@
-"""The Messages API's objects (a Message, its content blocks, its stream events), built from a
-job's entries by one `MessageTranscript`.
+"""The Messages API's objects (a Message, its content blocks, its stream events). One
+`MessageTranscript` builds them from a job's entries.
 
-As for Responses, the events are a pure function of the entries: the same entries give the
-same events with the same numbers on every path (the live stream, a replay from any API
-process, a GET), so a stream resumes after the event it names (`Last-Event-ID`, this server's
-extension to Anthropic's protocol). `message_start` waits for a worker to start the job: it
-carries the prompt's token count. A reasoning model's thinking is a `thinking` block, signed
-with its digest (this server checks no signature: earlier thinking is left out of prompts).
+As for Responses, the events are a pure function of the entries. The same entries give the
+same events with the same numbers on every path. The paths are the live stream, a replay from
+any API process, a GET. So a stream resumes after the event it names (`Last-Event-ID`, this
+server's extension to Anthropic's protocol). `message_start` waits for a worker to start the
+job: it carries the prompt's token count. A reasoning model's thinking is a `thinking` block,
+signed with its digest. This server checks no signature: earlier thinking is left out of
+prompts.
 """
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ class MessageObjects:
         return message | {"context_management": edits} if edits else message
 
     def answer(self, rows: Rows) -> Answer | None:
-        """The Message once the job has ended (its error if it failed); None before."""
+        """The Message once the job has ended (its error if it failed). None before."""
         transcript = self.transcript()
         for eid, entry in rows:
             transcript.feed(eid, entry)
@@ -131,8 +132,8 @@ class MessageObjects:
 
 
 class MessageTranscript:
-    """Feeds a job's entries, in order from its first, into the Message's content blocks and
-    its stream events, numbered from 0."""
+    """Feeds a job's entries, in order from its first, into the Message's content blocks. It feeds
+    them into its stream events too, numbered from 0."""
 
     def __init__(self, objects: MessageObjects) -> None:
         self._o = objects

@@ -1,11 +1,11 @@
 """The Messages API's routes: the four every endpoint has (api/endpoints/routes.py), and
 `POST /v1/messages/count_tokens`.
 
-A count is exact: only a worker holds the model's tokenizer and chat template (the API never
-loads a model), so a count is a small job, one of no tokens, which a worker of the model
-tokenizes and ends at once without generating. It waits in the model's queue like any job:
-with the pool scaled to zero it waits for a worker as long as QUEUE_WAIT_SECONDS allows, then
-is answered `overloaded_error` (529), which the SDKs retry.
+A count is exact. Only a worker holds the model's tokenizer and chat template: the API never
+loads a model. So a count is a small job, one of no tokens. A worker of the model tokenizes it
+and ends it at once, without generating. It waits in the model's queue like any job. With the
+pool scaled to zero, it waits for a worker as long as QUEUE_WAIT_SECONDS allows. Then it is
+answered `overloaded_error` (529), which the SDKs retry.
 """
 
 from __future__ import annotations
@@ -53,9 +53,9 @@ class CountRequest(MessagesRequest):
 
 @dataclasses.dataclass(frozen=True)
 class CountObjects(MessageObjects):
-    """A count job's answer: `{"input_tokens": N}` once a worker has tokenized its prompt (and,
-    where its clear_tool_uses edit cleared any, the count before: Anthropic's
-    `context_management.original_input_tokens`)."""
+    """A count job's answer: `{"input_tokens": N}` once a worker has tokenized its prompt. Where its
+    clear_tool_uses edit cleared any, it also has the count before. That count is Anthropic's
+    `context_management.original_input_tokens`."""
 
     def answer(self, rows: Rows) -> Answer | None:
         started: Started | None = None

@@ -1,2 +1,2 @@
-"""`POST /v1/rerank` (and `/v2/rerank`, `/rerank`): Cohere's and Jina's reranking, served by a
-model's rerank pool."""
+"""`POST /v1/rerank` (and `/v2/rerank`, `/rerank`): Cohere's and Jina's reranking. A model's
+rerank pool serves it."""

@@ -1,8 +1,11 @@
-"""A rerank request, as Cohere's SDKs (v1 and v2), Jina's API, vLLM and llama-server take it:
-a `query`, its `documents` (strings, or objects with a `text`), `top_n` and
-`return_documents`. Everything checked here is refused before anything is enqueued; a pair's
-length in tokens is the worker's to count (the API holds no tokenizer), and a pair too long is
-a 400 naming its document."""
+"""A rerank request, as Cohere's SDKs (v1 and v2), Jina's API, vLLM and llama-server take it.
+
+It has a `query`, its `documents` (strings, or objects with a `text`), `top_n` and
+`return_documents`.
+
+Everything checked here is refused before anything is enqueued. A pair's length in tokens is
+the worker's to count: the API holds no tokenizer. A pair too long is a 400 naming its
+document."""
 
 from __future__ import annotations
 
@@ -22,7 +25,7 @@ Text = Annotated[str, Field(min_length=1)]
 
 
 class Document(Strict):
-    """A document as an object (Cohere v1's and Jina's): its `text` is what is ranked."""
+    """A document as an object (Cohere v1's and Jina's). Its `text` is what is ranked."""
 
     text: Text
 
@@ -59,8 +62,8 @@ class RerankRequest(Body):
         return [d if isinstance(d, str) else d.text for d in self.documents]
 
     def to_spec(self, job_id: str, limits: Limits) -> JobSpec:
-        """The job; also notes which scores its answer gives (RERANK_RAW_SCORES), for
-        `job_fields`: a job keeps the scores the API gave when it was made."""
+        """The job, noting for `job_fields` which scores its answer gives (RERANK_RAW_SCORES). A job
+        keeps the scores the API gave when it was made."""
         self._raw_scores = limits.rerank_raw_scores
         return JobSpec(
             id=job_id,
@@ -72,8 +75,9 @@ class RerankRequest(Body):
         )
 
     def job_fields(self, job_id: str) -> dict[str, str]:
-        """What the answer says or keeps beside the scores: the model as asked, `top_n`, the
-        documents' texts when asked back, and which scores (the sigmoid's or the raw ones)."""
+        """What the answer says or keeps beside the scores. That is the model as asked, `top_n`, and
+        the documents' texts when asked back. It also keeps which scores it gives: the sigmoid's or
+        the raw ones."""
         n = len(self.documents)
         echo = {
             "model": self.model,
@@ -85,13 +89,13 @@ class RerankRequest(Body):
         return {keys.JobField.ECHO: json.dumps(echo)}
 
     def prompt_chars(self) -> tuple[int, str]:
-        """Every pair's characters: the query is read once per document (MAX_PROMPT_CHARS
-        bounds the request's work, not its bytes)."""
+        """Every pair's characters: the query is read once per document. MAX_PROMPT_CHARS bounds the
+        request's work, not its bytes."""
         texts = self.texts()
         return len(self.query) * len(texts) + sum(map(len, texts)), "documents"
 
     def context_chars(self) -> tuple[int, str]:
-        """The longest pair's: each document is read with the query in a context of its own."""
+        """The longest pair's. Each document is read with the query in a context of its own."""
         texts = self.texts()
         longest = max(range(len(texts)), key=lambda i: len(texts[i]))
         return len(self.query) + len(texts[longest]), f"documents[{longest}]"

@@ -1,8 +1,9 @@
-"""A rank job's answer, Cohere's shape (which Jina's, vLLM's and llama-server's share):
-`results`, each document's `index` and `relevance_score` (and its `document` when asked), the
-best first and at most `top_n` of them, from the raw scores its terminal entry carries (one
-float32 per document). A relevance score is the sigmoid of the model's score, in 0..1 as
-Cohere's are, unless the API runs with RERANK_RAW_SCORES (llama-server's raw scores)."""
+"""A rank job's answer, in Cohere's shape, which Jina's, vLLM's and llama-server's share.
+
+`results` holds each document's `index` and `relevance_score`, and its `document` when asked.
+The best come first, at most `top_n` of them. The scores come from the job's terminal entry,
+one raw float32 per document. A relevance score is the sigmoid of the model's score, in 0..1
+as Cohere's are. With RERANK_RAW_SCORES the API gives the raw scores, as llama-server does."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def ranked(scores: list[float], top_n: int) -> list[int]:
 
 @dataclass(frozen=True)
 class RerankObjects(EmbeddingObjects):
-    """An embed job's objects but the listing: cancels, failures and pending states are theirs."""
+    """An embed job's objects but the listing. Cancels, failures and pending states are theirs."""
 
     object = "list"
 
@@ -76,7 +77,7 @@ class RerankObjects(EmbeddingObjects):
         }
 
     def written(self, rows: Rows) -> None:
-        """Never written in pieces, as an embeddings answer of many vectors is: one float a
+        """Never written in pieces, as an embeddings answer of many vectors is. It is one float a
         document, and `answer` has it whole."""
         return None
 

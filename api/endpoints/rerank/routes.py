@@ -1,8 +1,8 @@
 """`POST /v1/rerank`, and the same at `/v2/rerank` (Cohere's ClientV2, vLLM) and `/rerank`
 (Jina's and llama-server's other path). A rerank request is a job like an embeddings request,
-in the model's rerank pool, answered whole once a worker has scored every document, and
-deleted once sent unless an Idempotency-Key lets a retry ask again. Its pairs' tokens count
-against the key's token budget."""
+in the model's rerank pool. It is answered whole once a worker has scored every document. It
+is deleted once sent, unless an Idempotency-Key lets a retry ask again. Its pairs' tokens
+count against the key's token budget."""
 
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ from contract.jobspec import JobSpec
 
 
 def pair_tokens(spec: JobSpec, per_pair: int) -> int:
-    """The most tokens a rank job's pairs can be: each document's with the query, as plain
-    text (api/jobs/reservation.py), and what the worker said its frame around a pair adds
-    (its special tokens, or its rerank template's text)."""
+    """The most tokens a rank job's pairs can be. Each pair is a document with the query, counted as
+    plain text (api/jobs/reservation.py). To that comes what the worker said its frame around a pair
+    adds. The frame is its special tokens, or its rerank template's text."""
     query, *documents = spec.inputs
     assert isinstance(query, str)
     return sum(plain(query) + plain(d) + per_pair for d in documents if isinstance(d, str))

@@ -1,13 +1,14 @@
-"""The body of `POST /v1/responses`, validated into a chat `JobSpec` (a response runs on the
-same workers as a chat completion) plus what the Response repeats of it (`echo`) and its
-input items, recorded with the job.
+"""The body of `POST /v1/responses`, validated into a chat `JobSpec`.
 
-The conversation is: `instructions` (as a system message, not carried into later turns),
-then the turns of `previous_response_id` (its input and output, resolved by the endpoint
-before `to_spec`), then `input`. A `reasoning` item is the thinking of the assistant turn
-after it: its sealed `encrypted_content`, opened by the endpoint (api/endpoints/responses/
-sealing.py), or its `content`. As for chat, any field this server does not implement is a
-400 naming it.
+A response runs on the same workers as a chat completion. The job also records what the
+Response repeats of the body (`echo`) and its input items.
+
+The conversation starts with `instructions`, as a system message not carried into later turns.
+Then come the turns of `previous_response_id`: its input and output, resolved by the endpoint
+before `to_spec`. Then comes `input`. A `reasoning` item is the thinking of the assistant turn
+after it. That is its sealed `encrypted_content`, opened by the endpoint
+(api/endpoints/responses/sealing.py), or its `content`. As for chat, any field this server
+does not implement is a 400 naming it.
 """
 
 from __future__ import annotations
@@ -153,8 +154,8 @@ class ResponsesRequest(Body):
     def bind(
         self, history: list[Message], referenced: dict[str, dict], earlier: list[images.Image] | None = None
     ) -> None:
-        """The conversation of `previous_response_id`, the items `references` name, and the
-        images of that conversation (in its markers' order), as the endpoint found them."""
+        """The conversation of `previous_response_id` and the items `references` name, as the
+        endpoint found them. The images of that conversation come too, in its markers' order."""
         self._history, self._referenced, self._earlier_images = history, referenced, earlier or []
 
     def image_parts(self) -> list[tuple[str, InputImage]]:
@@ -264,9 +265,9 @@ class ResponsesRequest(Body):
         )
 
     def _tools(self) -> tuple[Tool, ...]:
-        """The tools offered, each checked where the request has it (a namespace's functions
-        flattened: api/endpoints/responses/offered.py; a custom tool as a function of one
-        string); built-in tools are not offered."""
+        """The tools offered, each checked where the request has it. Built-in tools are not offered.
+        A namespace's functions are flattened (api/endpoints/responses/offered.py). A custom tool is
+        a function of one string."""
         tools = []
         for name, about, params, where, tool in offered(self.tools or []):
             checked = checked_tools([(name, about, params)], where)[0]

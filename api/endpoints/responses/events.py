@@ -1,15 +1,15 @@
 """A response's SSE stream: every event of its transcript numbered above the client's cursor.
 
-Each event is `event: <type>`, `id: <sequence_number>`, `data: <JSON>`; a resume names where
-it stands by `starting_after` or by `Last-Event-ID` (the same number), and the stream is
-recomputed from the job's first entry so the numbers never change. Keep-alives are a comment
-line with no blank line after it: it dispatches no event in any SSE reader (openai-python
-turns a blank-line-terminated comment into a JSON error once it has seen an `id:`). The stream
-has no `data: [DONE]`, as OpenAI's has none.
+Each event is `event: <type>`, `id: <sequence_number>`, `data: <JSON>`. A resume names where
+it stands by `starting_after` or by `Last-Event-ID` (the same number). The stream is
+recomputed from the job's first entry, so the numbers never change. Keep-alives are a comment
+line with no blank line after it. Such a line dispatches no event in any SSE reader. A
+comment ended by a blank line would not do. Once openai-python has seen an `id:`, it turns
+such a comment into a JSON error. The stream has no `data: [DONE]`, as OpenAI's has none.
 
-A cursor above the last number of an ended response is refused (`check_within`, before the
-stream starts); one found so only when the job ends during the stream ends it with an
-`invalid_cursor` error event numbered as the response's last event.
+A cursor above the last number of an ended response is refused before the stream starts
+(`check_within`). A cursor may be found so only when the job ends during the stream. Then an
+`invalid_cursor` error event ends the stream, numbered as the response's last event.
 """
 
 from __future__ import annotations
@@ -81,8 +81,8 @@ class ResponseEvents:
         return KEEPALIVE
 
     def error(self, error: ErrorCode, message: str | None = None) -> bytes:
-        """A stream-level failure (the queue unreachable, a bug), not the response's: it
-        repeats the last number sent, so a resume from it misses nothing."""
+        """A stream-level failure (the queue unreachable, a bug), not the response's. It repeats the
+        last number sent, so a resume from it misses nothing."""
         event = {
             "type": "error",
             "sequence_number": max(self._last, 0),
@@ -97,5 +97,6 @@ class ResponseEvents:
 
 
 def response_events(objects: ResponseObjects, raw_cursor: str | None) -> ResponseEvents:
-    """The stream after `raw_cursor` (a sequence number; raises BadCursor), or all of it."""
+    """The stream after `raw_cursor`, or all of it. `raw_cursor` is a sequence number. A bad one
+    raises BadCursor."""
     return ResponseEvents(objects, numbered(raw_cursor))

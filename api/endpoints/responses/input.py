@@ -1,7 +1,8 @@
-"""The input items of a Responses request, as the client sends them: messages (text, and
-images in a user's), function and custom tool calls and their outputs, reasoning, and
-references to earlier items. A message may leave out its type, as the SDKs' "easy" input
-message does."""
+"""The input items of a Responses request, as the client sends them.
+
+They are messages (text, and images in a user's), and function and custom tool calls. The
+others are the calls' outputs, reasoning, and references to earlier items. A message may
+leave out its type, as the SDKs' "easy" input message does."""
 
 from __future__ import annotations
 
@@ -20,9 +21,9 @@ class InputText(Strict):
 
 
 class InputImage(Strict):
-    """An image in a user message: a `data:` URL, or the id of a file uploaded with purpose
-    `vision` or `user_data` (its bytes read by the endpoint before `to_spec`). `detail: low`
-    shrinks it before the model reads it (docs/requests.md)."""
+    """An image in a user message: a `data:` URL, or the id of an uploaded file. The file has
+    purpose `vision` or `user_data`. The endpoint reads its bytes before `to_spec`. `detail: low`
+    shrinks the image before the model reads it (docs/requests.md)."""
 
     type: Literal["input_image"]
     image_url: str | None = None
@@ -38,8 +39,8 @@ class InputImage(Strict):
         }
 
     def stored(self) -> dict:
-        """As the input items list it: the image itself is not repeated (OpenAI's `include`
-        of `message.input_image.image_url` would; nothing here keeps it that long)."""
+        """As the input items list it: the image itself is not repeated. OpenAI's `include` of
+        `message.input_image.image_url` would repeat it. Nothing here keeps it that long."""
         return {
             "type": "input_image",
             "detail": self.detail or "auto",
@@ -58,8 +59,8 @@ class OutputText(Strict):
 
 
 class _Item(Strict):
-    """What an input item sent back from an earlier Response may carry: its id is kept as the
-    item's id in input_items; its status is accepted and ignored."""
+    """What an input item sent back from an earlier Response may carry. Its id is kept as the item's
+    id in input_items. Its status is accepted and ignored."""
 
     id: str | None = None
     status: str | None = None

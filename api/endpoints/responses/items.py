@@ -1,15 +1,18 @@
-"""The items of a Responses conversation (messages, function and custom tool calls, their
-outputs) as stored with a response, and as the chat messages a worker's template renders (a
-custom call is a function call whose arguments are `{"input": ...}`: contract/freeform/).
+"""The items of a Responses conversation, as stored and as chat messages.
 
-Input items are stored as openai-python's `ResponseItem` types have them, each with an id:
-the client's own, or one made from the response's id and the item's place, so that an
-`item_reference` to it (as the AI SDK sends for earlier turns) can be found again. Output items
+The items are messages, function and custom tool calls, and their outputs. They are stored
+with a response. A worker's template renders them as chat messages. A custom call is a
+function call whose arguments are `{"input": ...}` (contract/freeform/).
+
+Input items are stored as openai-python's `ResponseItem` types have them, each with an id. The
+id is the client's own, or one made from the response's id and the item's place. So an
+`item_reference` to it can be found again, as the AI SDK sends for earlier turns. Output items
 carry ids of the same form (api/endpoints/responses/objects.py: `item_id`).
 
 A reasoning item is the thinking of the assistant turn that follows it (its message or its
-calls): the chat message's `reasoning`, which the model's template renders or not. A call to
-a namespaced function is the call of its flattened name (api/endpoints/responses/offered.py).
+calls). It becomes the chat message's `reasoning`, which the model's template renders or not.
+A call to a namespaced function is the call of its flattened name
+(api/endpoints/responses/offered.py).
 """
 
 from __future__ import annotations
@@ -47,8 +50,8 @@ def input_id(response_id: str, kind: str, index: int) -> str:
 
 
 def message_item(item_id: str, role: str, text: str, parts: list[dict] | None = None) -> dict:
-    """A stored message: an assistant's is an output message, anyone else's an input one
-    (`parts`: a user's content with its images, as `ResponseInputImage`s)."""
+    """A stored message: an assistant's is an output message, anyone else's an input one. `parts` is
+    a user's content with its images, as `ResponseInputImage`s."""
     if parts is not None:
         return {"id": item_id, "type": "message", "role": role, "status": "completed", "content": parts}
     if role == "assistant":
@@ -110,8 +113,8 @@ def has_images(item: dict) -> bool:
 
 
 def item_chars(item: dict) -> int:
-    """The characters of prompt a stored item adds to a conversation: a message's or a
-    reasoning item's text, a call's name and arguments, a call output's text."""
+    """The characters of prompt a stored item adds to a conversation. A message or a reasoning item
+    adds its text. A call adds its name and arguments, a call output its text."""
     kind = item.get("type")
     if kind == "function_call":
         return len(item.get("name", "")) + len(item.get("namespace") or "") + len(item.get("arguments", ""))
@@ -128,8 +131,8 @@ def message_chars(m: Message) -> int:
 
 
 def to_messages(items: list[dict]) -> list[Message]:
-    """Stored items as chat messages: an assistant's thinking, its text and the calls that
-    follow it are one assistant message, a call's output a tool message."""
+    """Stored items as chat messages. An assistant's thinking, its text and the calls that follow it
+    are one assistant message. A call's output is a tool message."""
     out: list[Message] = []
     # a reasoning item's, for the assistant turn after it
     thought: str | None = None

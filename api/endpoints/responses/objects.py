@@ -1,17 +1,18 @@
-"""The Responses API's objects (a Response, its output items, its stream events), built from a
-job's entries by one `ResponseTranscript`.
+"""The Responses API's objects (a Response, its output items, its stream events). One
+`ResponseTranscript` builds them from a job's entries.
 
-The events are a pure function of the entries: the same entries give the same events with the
-same `sequence_number`s on every path (the live stream, a replay from any API process, a GET),
-so `starting_after=N` is "the events numbered above N", and a Response fetched later is the
-one the stream ended with. The shapes follow openai-python's types (validated in strict mode
-by the tests) and what openai-node's and the AI SDK's stream readers require.
+The events are a pure function of the entries. The same entries give the same events with the
+same `sequence_number`s on every path. The paths are the live stream, a replay from any API
+process, a GET. So `starting_after=N` is "the events numbered above N". A Response fetched
+later is the one the stream ended with. The shapes follow openai-python's types, validated in
+strict mode by the tests. They also follow what openai-node's and the AI SDK's stream readers
+require.
 
-A call to a namespaced function carries the function's own `name` and its `namespace`, as
-the request named them (api/endpoints/responses/offered.py). A response asked for with `include:
-["reasoning.encrypted_content"]` seals each reasoning item's thinking, once the item is done,
-into its `encrypted_content` (api/endpoints/responses/sealing.py): the same seal on every
-path, as the events are.
+A call to a namespaced function carries the function's own `name` and its `namespace`. Both
+are as the request named them (api/endpoints/responses/offered.py). A response may be asked
+for with `include: ["reasoning.encrypted_content"]`. It then seals each reasoning item's
+thinking into its `encrypted_content`, once the item is done
+(api/endpoints/responses/sealing.py). The seal is the same on every path, as the events are.
 """
 
 from __future__ import annotations
@@ -41,8 +42,8 @@ DELTA_EVENTS = frozenset(
 
 
 def item_id(response_id: str, kind: str, index: int) -> str:
-    """Output item `index` of a response: `msg_…`, `rs_…`, `fc_…` or `ctc_…`
-    (api/endpoints/responses/items.py reads them back for `item_reference`)."""
+    """Output item `index` of a response: `msg_…`, `rs_…`, `fc_…` or `ctc_…`. They are read back for
+    `item_reference` (api/endpoints/responses/items.py)."""
     return f"{kind}_{response_id.removeprefix(ID_PREFIX)}_{index}"
 
 
@@ -69,16 +70,16 @@ def _payload(custom: bool) -> str:
 
 
 def _error(entry: Failed) -> dict:
-    """A failure as the Response's `error`: its codes are a closed list in the SDKs, so the
-    server's own code goes into the message."""
+    """A failure as the Response's `error`. Its codes are a closed list in the SDKs, so the server's
+    own code goes into the message."""
     code = "invalid_prompt" if status_of(entry) < 500 else "server_error"
     return {"code": code, "message": f"{entry.message} ({entry.code})" if entry.code else entry.message}
 
 
 @dataclass(frozen=True)
 class ResponseObjects:
-    """What every object of one response carries; `echo` is what the Response repeats of
-    its request (api/endpoints/responses/body.py), as recorded with the job."""
+    """What every object of one response carries. `echo` is what the Response repeats of its
+    request, as recorded with the job (api/endpoints/responses/body.py)."""
 
     object = "response"
 
@@ -168,8 +169,8 @@ class ResponseObjects:
 
 
 class ResponseTranscript:
-    """Feeds a job's entries, in order from its first, into the response's output items and
-    stream events. Call `start` first: its events are numbered from 0."""
+    """Feeds a job's entries, in order from its first, into the response's output items. It feeds
+    them into its stream events too. Call `start` first: its events are numbered from 0."""
 
     def __init__(self, objects: ResponseObjects) -> None:
         self._o = objects
@@ -192,8 +193,8 @@ class ResponseTranscript:
         self._ended: dict = {}
 
     def start(self) -> list[dict]:
-        """The opening events, sent before any entry: created, then queued (a background
-        response waits for a worker) or in_progress."""
+        """The opening events, sent before any entry: created, then queued or in_progress. Queued is
+        for a background response, which waits for a worker."""
         events = [self._event("response.created", response=self.response())]
         if self._o.background:
             return [*events, self._event("response.queued", response=self.response())]
@@ -346,8 +347,8 @@ class ResponseTranscript:
         return events
 
     def _finished(self, eid: str, entry: Finished) -> list[dict]:
-        """A completed response ends with response.completed, one cut at its token limit with
-        response.incomplete; a cancelled one ends without an event (no SDK knows one)."""
+        """A completed response ends with response.completed. One cut at its token limit ends with
+        response.incomplete. A cancelled one ends without an event, as no SDK knows one."""
         reason = entry.finish_reason
         events = self._close("incomplete" if reason in (LENGTH, CANCELLED) else "completed")
         self._usage = _usage(entry)

@@ -1,19 +1,21 @@
-"""The Responses API's tools beyond a plain function: a `namespace` of functions (Codex sends
-its sub-agents' and MCP servers' tools so) and OpenAI's built-in tools, which this server
-does not run.
+"""The Responses API's tools beyond a plain function.
 
-A namespace's functions are offered to the model flattened, each under one name made of the
-namespace's and its own (`flat_name`: `multi_agent_v1__spawn_agent`), and a call the model
-makes comes back as OpenAI has it: the function's own `name` beside its `namespace`, which
-is how Codex finds the tool it runs. The Response's `tools` repeats what was offered, a
-namespace as it was sent.
+They are a `namespace` of functions, and OpenAI's built-in tools, which this server does not
+run. Codex sends its sub-agents' and MCP servers' tools as namespaces.
 
-A built-in tool (`HOSTED`: web search, file search, code interpreter, image generation, a
-computer, a remote MCP server, a shell...) is never offered to the model: this server would
-have nothing to run a call to it with. HOSTED_TOOLS says what a request naming one gets: left
-out (`omit`, the default, so that Codex's default config, which sends `web_search`, works),
-the Response's `tools` then listing only the tools offered and the `x-omitted-tools` header
-naming those left out; or a 400 naming it (`refuse`).
+A namespace's functions are offered to the model flattened. Each goes under one name made of
+the namespace's and its own (`flat_name`: `multi_agent_v1__spawn_agent`). A call the model
+makes comes back as OpenAI has it: the function's own `name` beside its `namespace`. That is
+how Codex finds the tool it runs. The Response's `tools` repeats what was offered, a namespace
+as it was sent.
+
+A built-in tool is never offered to the model. This server would have nothing to run a call
+to it with. Those tools (`HOSTED`) are web search, file search, code interpreter and image
+generation. So are a computer, a remote MCP server, a shell... HOSTED_TOOLS says what a
+request naming one gets. With `omit`, the default, the tool is left out. The default is so
+that Codex's default config works: it sends `web_search`. The Response's `tools` then lists
+only the tools offered, and the `x-omitted-tools` header names those left out. With `refuse`,
+the request is a 400 naming the tool.
 """
 
 from __future__ import annotations
@@ -79,9 +81,9 @@ class NamespaceTool(Strict):
 
 
 def flat_name(namespace: str, name: str) -> str:
-    """The one name the model sees for function `name` of `namespace`: the two joined by
-    `__` (once: a namespace ending in `__`, as Codex's `mcp__<server>__` may, is joined as it
-    is); one over 64 characters keeps its head and ends in a digest of both."""
+    """The one name the model sees for function `name` of `namespace`: the two joined by `__`. They
+    are joined by one `__` only. A namespace ending in `__`, as Codex's `mcp__<server>__` may, is
+    joined as it is. A name over 64 characters keeps its head and ends in a digest of both."""
     joined = namespace + name if namespace.endswith(FLAT_SEPARATOR) else namespace + FLAT_SEPARATOR + name
     if len(joined) <= 64:
         return joined
@@ -90,9 +92,10 @@ def flat_name(namespace: str, name: str) -> str:
 
 
 def offered(tools: list, param: str = "tools") -> list[tuple[str, str | None, dict | None, str, object]]:
-    """(name the model sees, description, parameters, where in the request, the tool sent) of
-    each function offered: the plain ones, every namespace's, flattened, and each custom tool
-    (a function of one string: api/endpoints/responses/tools.py); built-in tools are not."""
+    """(name the model sees, description, parameters, where in the request, the tool sent) of each
+    function offered. The functions offered are the plain ones and every namespace's, flattened.
+    Each custom tool is offered too, as a function of one string (api/endpoints/responses/tools.py).
+    Built-in tools are not."""
     out: list[tuple[str, str | None, dict | None, str, object]] = []
     for i, tool in enumerate(tools):
         where = f"{param}[{i}]"
@@ -109,7 +112,7 @@ def offered(tools: list, param: str = "tools") -> list[tuple[str, str | None, di
 
 
 def namespaces(tools: list) -> dict[str, list[str]]:
-    """Flattened name -> [namespace, function] of every namespaced function: how a call the
+    """Flattened name -> [namespace, function] of every namespaced function. It is how a call the
     model makes is told back (api/endpoints/responses/objects.py)."""
     return {
         flat_name(t.name, f.name): [t.name, f.name]
@@ -137,7 +140,7 @@ def refuse_hosted(tools: list, param: str = "tools") -> None:
 
 
 def echoed(tools: list) -> list[dict]:
-    """The tools as the Response repeats them: those offered, each in the shape it was sent."""
+    """The tools as the Response repeats them. Those are the tools offered, each in the shape it was sent."""
     out: list[dict] = []
     for tool in tools:
         if isinstance(tool, NamespaceTool):

@@ -1,8 +1,10 @@
-"""The Responses endpoint's routes: the four every endpoint has (api/endpoints/routes.py), with what
-the Responses API adds to them: `previous_response_id` and `item_reference` resolved from the
-stored responses, cancel as OpenAI has it (background responses only; the cancelled Response
-back), `store: false` responses that no id finds, and `GET …/{id}/input_items`; built-in
-tools left out or refused (HOSTED_TOOLS, api/endpoints/responses/offered.py), and reasoning
+"""The Responses endpoint's routes: the four every endpoint has (api/endpoints/routes.py), and
+what the Responses API adds.
+
+`previous_response_id` and `item_reference` are resolved from the stored responses. Cancel is
+as OpenAI has it: background responses only, with the cancelled Response back. A `store: false`
+response is found by no id. `GET …/{id}/input_items` lists a response's input items. Built-in
+tools are left out or refused (HOSTED_TOOLS, api/endpoints/responses/offered.py). Reasoning is
 sealed for the key and opened when it comes back (api/endpoints/responses/sealing.py).
 """
 
@@ -106,9 +108,9 @@ class ResponsesRoutes(EndpointRoutes):
         return job
 
     async def prepare(self, services: Services, body: Body, owner: str) -> None:
-        """The conversation of `previous_response_id` and the items `item_reference`s name,
-        each earlier response read once, and refused (400) as soon as what they add to the
-        prompt passes MAX_PROMPT_CHARS: a small request cannot expand into a huge one."""
+        """The conversation of `previous_response_id` and the items `item_reference`s name. Each
+        earlier response is read once. They are refused (400) as soon as what they add to the prompt
+        passes MAX_PROMPT_CHARS. A small request cannot expand into a huge one."""
         assert isinstance(body, ResponsesRequest)
         if services.settings.replies.hosted_tools == "refuse":
             refuse_hosted(body.tools or [])
@@ -156,8 +158,8 @@ class ResponsesRoutes(EndpointRoutes):
         body.bind(history, referenced, earlier_images)
 
     async def _open(self, services: Services, body: ResponsesRequest, owner: str) -> None:
-        """Open each sealed reasoning item for the key; one this deployment did not seal for
-        it (forged, changed, another key's, or of a secret no longer listed) is a 400."""
+        """Open each sealed reasoning item for the key. An item this deployment did not seal for the
+        key is a 400. It may be forged, changed, another key's, or of a secret no longer listed."""
         seals = await self.seals(services)
         for i, item in body.sealed():
             assert item.encrypted_content is not None
@@ -199,8 +201,8 @@ class ResponsesRoutes(EndpointRoutes):
     async def _item(
         self, services: Services, item_id: str, owner: str, read: dict[str, StoredResponse]
     ) -> dict:
-        """The item an `item_reference` names: an input or output item of a stored response
-        (`read`: the responses this request has read already)."""
+        """The item an `item_reference` names: an input or output item of a stored response. `read`
+        holds the responses this request has read already."""
         ref = parse_reference(item_id)
         if ref is not None and self.endpoint.owns(ref.response_id):
             if ref.response_id not in read:
@@ -212,8 +214,8 @@ class ResponsesRoutes(EndpointRoutes):
         raise APIError(errors.NOT_FOUND, f"Item with id '{item_id[:80]}' not found.", param="input")
 
     async def cancel(self, request: Request) -> Response:
-        """Stop a background response and answer with it, cancelled (again, for one cancelled
-        before); one that ended otherwise cannot be cancelled."""
+        """Stop a background response and answer with it, cancelled. One cancelled before is
+        answered again. One that ended otherwise cannot be cancelled."""
         services, job = await self._job_of(request)
         objects = await self.objects_of(services, job)
         if not objects.background:
@@ -229,8 +231,8 @@ class ResponsesRoutes(EndpointRoutes):
         return JSONResponse(response)
 
     async def input_items(self, request: Request) -> Response:
-        """The response's input items, newest first unless `order=asc`, `limit` (1 to 100,
-        20) at a time after the item `after`."""
+        """The response's input items, newest first unless `order=asc`. They come `limit` at a time
+        (1 to 100, 20 by default), after the item `after`."""
         services, job = await self._job_of(request)
         items = json.loads(await services.jobs.stored(job.id, JobField.INPUT) or "[]")
         return page(request, items, max_limit=100, default_limit=20)

@@ -1,19 +1,21 @@
-"""A reasoning item's thinking sealed for the client to keep (`include:
-["reasoning.encrypted_content"]`), as Codex asks with `store: false`: it sends the item back
-with the next turn's input, and the seal is opened into that turn's earlier thinking.
+"""A reasoning item's thinking sealed for the client to keep.
+
+A client asks for it with `include: ["reasoning.encrypted_content"]`, as Codex does with
+`store: false`. It sends the item back with the next turn's input. The seal is opened into
+that turn's earlier thinking.
 
 A seal is `ts1.<secret id>.<base64url(nonce | AES-256-GCM ciphertext and tag)>`. Its
-associated data is the version, the secret's id and the owner of the key that asked for it
-(the SHA-256 of the API key, api/http/auth.py), so only this deployment opens it, and only
-for the same key: one forged, changed, cut or sealed for another key does not open (a 400).
-The nonce is an HMAC of the associated data and the text (a synthetic IV): the same thinking
-sealed twice is the same seal, so a response's events stay the same on every replay and on
-every replica, and two different texts never share a nonce.
+associated data is the version, the secret's id and the owner of the key that asked for it.
+The owner is the SHA-256 of the API key (api/http/auth.py). So only this deployment opens a
+seal, and only for the same key. One forged, changed, cut or sealed for another key does not
+open (a 400). The nonce is an HMAC of the associated data and the text (a synthetic IV). So
+the same thinking sealed twice is the same seal. A response's events then stay the same on
+every replay and on every replica. Two different texts never share a nonce.
 
-The secrets (REASONING_SEAL_SECRETS) are shared by every API replica: the first seals, every
-one opens (a rotation puts the new one first and keeps the previous one after it for as long
-as its seals should open). Unset, the first API process that needs one makes a random secret
-and keeps it in Redis (`keys.REASONING_SEAL`), where every replica reads the same one.
+The secrets (REASONING_SEAL_SECRETS) are shared by every API replica. The first seals, and
+every one opens. A rotation puts the new one first. It keeps the previous one after it for as
+long as its seals should open. Unset, the first API process that needs one makes a random
+secret. It keeps it in Redis (`keys.REASONING_SEAL`), where every replica reads the same one.
 """
 
 from __future__ import annotations
@@ -80,7 +82,7 @@ class Seals:
         return f"{VERSION}.{key.id}.{_b64(nonce + key.aead.encrypt(nonce, plain, ad))}"
 
     def open(self, owner: str, sealed: str) -> str | None:
-        """The thinking sealed for `owner`; None for anything else."""
+        """The thinking sealed for `owner`. None for anything else."""
         version, _, rest = sealed.partition(".")
         kid, _, body = rest.partition(".")
         key = self._by_id.get(kid)
@@ -96,7 +98,7 @@ class Seals:
 
 
 async def kept_secret(client: aredis.Redis) -> str:
-    """The secret kept in Redis: made by whichever process asks first (SET NX), the same for
+    """The secret kept in Redis. Whichever process asks first makes it (SET NX). It is the same for
     every replica after."""
     await client.set(keys.REASONING_SEAL, secrets.token_urlsafe(32), nx=True)
     kept = await client.get(keys.REASONING_SEAL)

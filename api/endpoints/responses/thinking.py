@@ -1,6 +1,8 @@
-"""A reasoning item sent back in a Responses request's input, and what `include` may ask
-for: the thinking sealed into each reasoning item of the response (api/endpoints/responses/
-sealing.py), so that a client keeping no state (`store: false`, as Codex does) can send it back.
+"""A reasoning item sent back in a Responses request's input, and what `include` may ask for.
+
+`include` may ask for the thinking sealed into each reasoning item of the response
+(api/endpoints/responses/sealing.py). A client keeping no state (`store: false`, as Codex
+does) can then send it back.
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ class ReasoningText(Strict):
 
 
 class ReasoningItem(Strict):
-    """An earlier turn's thinking, sent back: sealed (`encrypted_content`, opened by the
-    endpoint before `to_spec`: `open_with`), or as its text (`content`). Its summary is
-    accepted and unused (this server makes none)."""
+    """An earlier turn's thinking, sent back sealed (`encrypted_content`) or as its text
+    (`content`). The endpoint opens a sealed one before `to_spec` (`open_with`). Its summary is
+    accepted and unused: this server makes none."""
 
     type: Literal["reasoning"]
     # kept as the item's id in input_items

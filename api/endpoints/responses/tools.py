@@ -1,7 +1,9 @@
-"""The Responses API's custom tools, as Codex sends its `apply_patch`: a name, a description
-and the input's format, free text or a grammar (Lark or a regular expression,
-contract/freeform/). The model calls one as a function of one string (`checked_custom` in
-api/endpoints/structured.py); the Response gives the call back as a `custom_tool_call`."""
+"""The Responses API's custom tools, as Codex sends its `apply_patch`.
+
+A custom tool has a name, a description and the input's format. The format is free text or a
+grammar (Lark or a regular expression, contract/freeform/). The model calls one as a function
+of one string (`checked_custom` in api/endpoints/structured.py). The Response gives the call
+back as a `custom_tool_call`."""
 
 from __future__ import annotations
 
