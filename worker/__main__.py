@@ -18,9 +18,9 @@ from contract.servers import sync_client
 from contract.tiers import embedding_pool, rank_pool, served_model
 from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
-from worker.attempts.rules import Engine
 from worker.attempts.runner import JobRunner
 from worker.engine import sizing
+from worker.engine.protocol import Engine
 from worker.hub_model import ModelUnavailable, fetch
 from worker.intake.lending import Lending
 from worker.intake.presence import Presence, Starting

@@ -42,6 +42,7 @@ from contract.jobspec import JobSpec, Message
 from contract.schema import schema_grammar
 from worker.engine.grammar import GrammarGate
 from worker.engine.model import LlamaEngine
+from worker.engine.protocol import Generation
 from worker.settings import WorkerSettings
 
 SCHEMA = {
@@ -79,7 +80,7 @@ def _spec(engine: LlamaEngine, json_schema: bool, tokens: int) -> JobSpec:
 
 def _run(engine: LlamaEngine, spec: JobSpec, tokens: int, gaps: list[float], rates: list[float]) -> None:
     stamps: list[float] = []
-    stream = engine.tokens(spec, engine.prompt_ids(spec), [])
+    stream = engine.tokens(Generation(spec, engine.prompt_ids(spec)))
     try:
         for pick, _ in stream:
             stamps.append(time.perf_counter())

@@ -32,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from contract.jobspec import JobSpec, Message
 from worker.__main__ import prepare_libgomp
+from worker.engine.protocol import Generation
 from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
@@ -64,7 +65,7 @@ def hog() -> None:
 def decode(engine: LlamaEngine, job: JobSpec, stop: threading.Event, stamps: list[float]) -> None:
     """A stream that decodes until told to stop (no end token ends it)."""
     job = dataclasses.replace(job, ignore_eos=True, max_tokens=3000)
-    stream = engine.tokens(job, engine.prompt_ids(job), [])
+    stream = engine.tokens(Generation(job, engine.prompt_ids(job)))
     try:
         for _ in stream:
             stamps.append(time.perf_counter())
@@ -77,7 +78,7 @@ def decode(engine: LlamaEngine, job: JobSpec, stop: threading.Event, stamps: lis
 def resume(
     engine: LlamaEngine, job: JobSpec, context: list[int], since_ms: int, waits: list[float], t0: float
 ) -> None:
-    stream = engine.tokens(job, engine.prompt_ids(job), context, since_ms=since_ms)
+    stream = engine.tokens(Generation(job, engine.prompt_ids(job), context, since_ms=since_ms))
     try:
         next(stream)
         waits.append(time.perf_counter() - t0)

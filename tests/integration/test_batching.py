@@ -11,6 +11,7 @@ import pytest
 
 from contract.jobspec import JobSpec
 from contract.stats import BatchCounters
+from worker.engine.protocol import Generation
 from worker.settings import DEFAULT_MODEL_NAME, WorkerSettings
 
 pytestmark = pytest.mark.integration
@@ -51,7 +52,7 @@ def job(engine, question: str, n: int = 0, **kw) -> JobSpec:
 def generate(engine, spec: JobSpec, limit: int = 40, prior=(), on_token=None) -> list[int]:
     """What the job runner does with the engine: take tokens until the end or the limit."""
     out: list[int] = []
-    for pick, _ in engine.tokens(spec, engine.prompt_ids(spec), list(prior)):
+    for pick, _ in engine.tokens(Generation(spec, engine.prompt_ids(spec), list(prior))):
         token = pick.token
         if engine.is_end(token):
             break
@@ -272,7 +273,7 @@ def test_each_step_that_reads_a_long_prompt_is_progress_for_its_job(engine):
     def progress() -> None:
         progressed[0] += 1
 
-    for _ in engine.tokens(spec, prompt, [], progress=progress):
+    for _ in engine.tokens(Generation(spec, prompt, progress=progress)):
         steps_before_first.append(progressed[0])
         break
     # alone on the worker, the prompt is read PREFILL_ALONE tokens a step (the fixture's)

@@ -12,38 +12,26 @@ slot's cache holds all but the close. So only the close is read (worker/engine/s
 from __future__ import annotations
 
 from collections.abc import Callable, Generator
-from typing import TYPE_CHECKING
+from dataclasses import replace
 
 from contract.jobspec import JobSpec
 from worker.attempts.sender import Sender
+from worker.engine.protocol import Engine, Generation
 from worker.engine.steps.picks import Pick
-
-if TYPE_CHECKING:
-    from worker.attempts.rules import Engine
 
 Picks = Generator[tuple[Pick, bytes]]
 
 
-def bounded(
-    engine: Engine,
-    spec: JobSpec,
-    prompt: list[int],
-    prior: list[int],
-    out: Sender,
-    progress: Callable[[], None] | None,
-    alone_for: int,
-    cached: Callable[[int], None] | None,
-    since_ms: int = 0,
-) -> Picks:
+def bounded(engine: Engine, job: Generation, out: Sender) -> Picks:
     """The engine's picks for the job, its thinking closed at the budget. Most jobs have no
     budget. For them these are the engine's own picks, with nothing between."""
+    spec = job.spec
     if not spec.thinking_budget:
-        return engine.tokens(spec, prompt, prior, progress, alone_for, cached, since_ms=since_ms)
+        return engine.tokens(job)
 
-    # from the prompt, everything generated, and `ids`
+    # from the prompt, everything generated, and `ids`; the slot's cache is told once
     def picks(ids: list[int]) -> Picks:
-        got = None if ids else cached
-        return engine.tokens(spec, prompt, [*prior, *ids], progress, alone_for, got, since_ms=since_ms)
+        return engine.tokens(replace(job, prior=[*job.prior, *ids], cached=None if ids else job.cached))
 
     return _closing(spec.thinking_budget, engine, spec, picks, out)
 

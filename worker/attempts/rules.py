@@ -12,10 +12,9 @@ from __future__ import annotations
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Protocol
 
 import redis
 from redis.exceptions import OutOfMemoryError
@@ -25,7 +24,6 @@ from contract.entries import CANCELLED, LENGTH, STOP, TOOL_CALLS
 from contract.jobspec import InvalidSpec, JobSpec, digest
 from contract.keys import JobStatus
 from contract.lifecycle import attempt as life
-from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
 from worker.attempts import embedding, tracing
 from worker.attempts.attempt import Attempt, Claims, Fenced, JobGone, NotRecorded, RolledBack
@@ -34,13 +32,10 @@ from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.publisher import Publisher
 from worker.attempts.sender import Sender
-from worker.engine.held import HeldPrefixes
-from worker.engine.placement import Placement
-from worker.engine.steps.picks import Pick
+from worker.engine.protocol import Engine, Generation
 from worker.errors import GrammarDeadEnd, PromptRejected
 from worker.redis.link import Link
 from worker.redis.retrying import TRANSIENT
-from worker.text.replies import Reply
 from worker.text.textstream import TextAssembler
 
 log = logging.getLogger(__name__)
@@ -50,39 +45,6 @@ CLAIM_CONFIRM_S = 5.0
 # each WAIT of that
 CLAIM_WAIT_MS = 250
 FULL_MESSAGE = "The server's storage is full: this answer could not be stored. Try again shortly."
-
-
-class Engine(Protocol):
-    model_name: str
-    n_ctx: int
-    # sequences decoded together (SLOTS, or sized at start: worker/engine/sizing.py)
-    slots: int
-
-    # cleared: (tool uses, tokens)
-    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]: ...
-    def prompt_ids(self, spec: JobSpec) -> list[int]: ...
-    def is_end(self, token: int) -> bool: ...
-    def piece(self, token: int) -> bytes: ...
-    def reply(self, spec: JobSpec, prompt: list[int]) -> Reply: ...
-    # the tokens that close its thinking
-    def close_thinking(self, spec: JobSpec) -> list[int]: ...
-    def tokens(
-        self,
-        spec: JobSpec,
-        prompt: list[int],
-        prior: list[int],
-        progress: Callable[[], None] | None = None,
-        alone_for: int = 0,
-        cached: Callable[[int], None] | None = None,
-        since_ms: int = 0,  # a continuation: when its stream last moved (ms, Unix)
-    ) -> Generator[tuple[Pick, bytes]]: ...
-    def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float: ...
-    def counters(self) -> BatchCounters: ...
-    def step_ms(self) -> float: ...
-
-    placement: Placement | None  # where the model and its cache are (None: no model)
-    held: HeldPrefixes | None  # the prefixes its slots hold (None: no cache)
-    prompt_overhead: PromptOverhead | None  # what its chat template adds to a prompt (announced)
 
 
 class Outcome(StrEnum):
@@ -256,9 +218,16 @@ class AttemptRules:
             nonlocal reused
             reused = min(tokens, len(prompt))
 
-        alone_for = self.link.recovery.suspect_tokens if attempt.suspect else 0
-        since = progress.moved_ms if attempt.resumed else 0  # when its stream stalled
-        picks = bounded(engine, spec, prompt, prior, out, progressed, alone_for, cached, since)
+        job = Generation(
+            spec,
+            prompt,
+            prior,
+            alone_for=self.link.recovery.suspect_tokens if attempt.suspect else 0,
+            since_ms=progress.moved_ms if attempt.resumed else 0,
+            progress=progressed,
+            cached=cached,
+        )
+        picks = bounded(engine, job, out)
         try:
             for pick, piece in tracing.observed(picks, self.counters, attempt.trace.first_token):
                 token = pick.token

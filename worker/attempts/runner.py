@@ -23,8 +23,9 @@ from worker.attempts.durability import Durability
 from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.proofs import ProofTurns
 from worker.attempts.publisher import Publisher
-from worker.attempts.rules import AttemptRules, Engine, JobAttempt, Outcome
+from worker.attempts.rules import AttemptRules, JobAttempt, Outcome
 from worker.attempts.slots import Slots
+from worker.engine.protocol import Engine
 from worker.redis.link import Link
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import llama_cpp
 
-from worker.engine.placement import Device, Placement
+from worker.engine.protocol import Device, Placement
 
 # enum ggml_backend_dev_type
 _KINDS = {0: "CPU", 1: "GPU", 2: "IGPU", 3: "ACCEL", 4: "META"}

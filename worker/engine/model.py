@@ -30,6 +30,7 @@ from worker.engine.context import NativeContext
 from worker.engine.grammar import GrammarGate, TriggeredGate
 from worker.engine.held import HeldPrefixes
 from worker.engine.prompts import ChatPrompts
+from worker.engine.protocol import Generation
 from worker.engine.sampling import Sampler
 from worker.engine.steps import plan, sequence
 from worker.engine.steps.picks import Pick
@@ -70,8 +71,6 @@ class LlamaEngine:
         self._model = LlamaModel(path_model=str(settings.model_path), params=mparams, verbose=False)
         template = settings.chat_template_file.read_text() if settings.chat_template_file else None
         self.prompts = ChatPrompts(self._model, template)
-        # a job as its context edit leaves it
-        self.edited = self.prompts.edited
         self._thinking = settings.reasoning_format == "think"
         # gpt-oss's: split on them
         self.prompts.markers = self.prompts.marker_ids(harmony.MARKERS)
@@ -211,25 +210,13 @@ class LlamaEngine:
         tail = b"".join(self.piece(t) for t in thinking.generation_prompt(list(prompt), self._marks))
         return tail.decode("utf-8", "replace")
 
-    def tokens(
-        self,
-        spec: JobSpec,
-        prompt: Sequence[int],
-        prior: Sequence[int],
-        progress: Callable[[], None] | None = None,
-        alone_for: int = 0,
-        cached: Callable[[int], None] | None = None,
-        since_ms: int = 0,
-    ) -> Generator[tuple[Pick, bytes]]:
-        """Sample after the prompt and what earlier attempts generated (`prior`), in the running batch. It
-        samples until the slot's window is full, though the caller stops earlier. Closing the iterator
-        frees the slot at the next step. A job with a grammar replays `prior` through it first. It raises
-        GrammarDeadEnd if that text does not fit it. `progress` is called after every step the job is part
-        of, from the scheduler's thread. That includes a step that reads none of it yet. A suspect steps
-        apart from jobs still reading until it has generated `alone_for` tokens
-        (worker/engine/steps/plan.py). A continuation's context is read by how long its stream has stalled
-        (`since_ms`). Once the iterator is closed, `cached` is told how many context tokens the slot's
-        cache held. Those were not read again."""
+    def tokens(self, job: Generation) -> Generator[tuple[Pick, bytes]]:
+        """Sample after the prompt and what earlier attempts generated, in the running batch. It
+        samples until the slot's window is full, though the caller stops earlier. Closing the
+        iterator frees the slot at the next step. A job with a grammar replays `prior` through it
+        first. It raises GrammarDeadEnd if that text does not fit it. `progress` is called from the
+        scheduler's thread, even for a step that reads none of the job yet."""
+        spec, prompt, prior = job.spec, job.prompt, job.prior
         grammar, trigger = self._grammar(spec, prompt)
         gate: GrammarGate | TriggeredGate | None = None
         if grammar and trigger:
@@ -260,9 +247,9 @@ class LlamaEngine:
             yields=spec.priority == BATCH,
             scope=spec.cache_scope,
             public=self.prompts.public_tokens(spec, prompt),
-            alone_for=alone_for,
-            since=since_ms,
-            progress=progress,
+            alone_for=job.alone_for,
+            since=job.since_ms,
+            progress=job.progress,
             # an image's rows by position (vision/prompt.py)
             images=getattr(prompt, "images", {}),
         )
@@ -275,8 +262,8 @@ class LlamaEngine:
                 yield pick, piece
         finally:
             self._scheduler.close(seq)
-            if cached is not None:
-                cached(seq.cached)
+            if job.cached is not None:
+                job.cached(seq.cached)
             # its prompt was read whole: the cache holds it
             if self._prefix_cache and answer:
                 # an answer of text alone is what the next turn's assistant message will be
@@ -294,6 +281,10 @@ class LlamaEngine:
 
     def piece(self, token: int) -> bytes:
         return self.prompts.piece(token)
+
+    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]:
+        """A job as its context edit leaves it, and what the edit cleared."""
+        return self.prompts.edited(spec)
 
     def close_thinking(self, spec: JobSpec) -> list[int]:
         """A thinking block's close as the model writes it. Under a grammar of calls, harmony's is a start."""
@@ -348,7 +339,7 @@ class LlamaEngine:
             )
             # A prompt of its own per slot, so that no slot shares another's prefix.
             prompt = [ids[(slot + i) % len(ids)] for i in range(min(width, self.n_ctx - tokens))]
-            stream = self.tokens(spec, prompt, [])
+            stream = self.tokens(Generation(spec, prompt))
             try:
                 for n, _ in enumerate(stream, 1):
                     if n >= tokens or time.monotonic() > deadline or waiting():

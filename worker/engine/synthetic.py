@@ -14,6 +14,9 @@ any request size, deterministically.
 It cannot be enabled by accident. It needs `ENGINE=synthetic`. It serves only model names
 that start with `synthetic`. So it never takes a real model's jobs. And it says so loudly in
 the log at start and on every job.
+
+`ScriptedEngine` answers each job with a script of token ids, and records what it was asked.
+The worker's attempts are tested on it, as httpx's MockTransport stands in for a network.
 """
 
 from __future__ import annotations
@@ -22,13 +25,15 @@ import json
 import logging
 import time
 import zlib
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator
 
 from contract.jobspec import JobSpec
 from contract.stats import BatchCounters
+from worker.engine.protocol import Generation
 from worker.engine.steps.picks import Pick
 from worker.errors import PromptTooLong
 from worker.text.replies import PlainReply, Reply
+from worker.text.thinking import Thinking
 from worker.tools import clearing
 from worker.tools.hermes import HermesTools
 
@@ -50,7 +55,28 @@ SHELLS = ("bash", "shell", "exec_command", "shell_command", "run_command")
 DEFAULT_SLOTS = 8
 
 
-class SyntheticEngine:
+class ModelFree:
+    """What an engine without a model says of itself: no device, no cache, nothing to warm."""
+
+    placement = None
+    held = None
+    # no template: the API reserves its most for one
+    prompt_overhead = None
+
+    def close_thinking(self, spec: JobSpec) -> list[int]:
+        return []
+
+    def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float:
+        return 0.0
+
+    def step_ms(self) -> float:
+        return 0.0
+
+    def counters(self) -> BatchCounters:
+        return BatchCounters()
+
+
+class SyntheticEngine(ModelFree):
     def __init__(
         self,
         model_name: str,
@@ -74,12 +100,6 @@ class SyntheticEngine:
         self.rate = rate
         # a shell tool offered is called once a user turn
         self.tool_calls = tool_calls
-        # no model: nothing placed anywhere
-        self.placement = None
-        # no KV cache: no prefix held
-        self.held = None
-        # no template: the API reserves its most for one
-        self.prompt_overhead = None
         log.warning(
             "SYNTHETIC ENGINE: model %r answers with %d generated words per job at %s tok/s, "
             "no model is loaded. For load tests only.",
@@ -113,18 +133,6 @@ class SyntheticEngine:
     def is_end(self, token: int) -> bool:
         return token == EOS
 
-    def warm_up(self, budget_s: float = 30.0, until: Callable[[], bool] = lambda: False) -> float:
-        """Nothing to warm: no model."""
-        return 0.0
-
-    def step_ms(self) -> float:
-        """No batch steps."""
-        return 0.0
-
-    def counters(self) -> BatchCounters:
-        """No batching scheduler here: nothing to count."""
-        return BatchCounters()
-
     def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
         return HermesTools().reply(spec) if self._call(spec) else PlainReply()
 
@@ -149,23 +157,15 @@ class SyntheticEngine:
         arguments = _arguments(shell.parameters)
         return f"<tool_call>{json.dumps({'name': shell.name, 'arguments': arguments})}</tool_call>"
 
-    def tokens(
-        self,
-        spec: JobSpec,
-        prompt: Sequence[int],
-        prior: Sequence[int],
-        progress: Callable[[], None] | None = None,
-        alone_for: int = 0,
-        cached: Callable[[int], None] | None = None,
-        since_ms: int = 0,
-    ) -> Generator[tuple[Pick, bytes]]:
+    def tokens(self, job: Generation) -> Generator[tuple[Pick, bytes]]:
         """Words after those earlier attempts generated, then EOS.
 
         A resumed job goes on where it stopped. Words are paced from the first one on an
         absolute schedule. With `ignore_eos`, words go on until the caller stops at
         max_tokens."""
+        spec, prompt = job.spec, job.prompt
         log.warning("SYNTHETIC ENGINE answering %s", spec.id)
-        position = len(prior)
+        position = len(job.prior)
         # a resumed call goes on from its character
         if (call := self._call(spec)) is not None:
             for ch in call[position:]:
@@ -186,6 +186,66 @@ class SyntheticEngine:
             yield Pick(_FIRST_WORD_ID + pos), f" w{pos}".encode()
         if last == wanted and not spec.ignore_eos:
             yield Pick(EOS), b""
+
+
+class ScriptedEngine(ModelFree):
+    """An engine that says its script: the same token ids for every job, then nothing more.
+
+    Each `Generation` it is asked for is kept in `asked`. `on_token(i)` runs before the i-th
+    token. When the caller closes the tokens, `cached` is told `cached_tokens`. A token's text
+    is `words[token]`, else `<token>`. With `opened` set, its reply reads thinking (True: the
+    prompt opened the block)."""
+
+    PROMPT = (100, 101, 102)
+
+    def __init__(
+        self,
+        script: list[int],
+        on_token: Callable[[int], None] | None = None,
+        cached_tokens: int = 0,
+        words: dict[int, str] | None = None,
+        opened: bool | None = None,
+        model_name: str = "m",
+        n_ctx: int = 64,
+    ) -> None:
+        self.script = script
+        self.on_token = on_token
+        self.cached_tokens = cached_tokens
+        self.words = words or {}
+        self.opened = opened
+        self.model_name, self.n_ctx, self.slots = model_name, n_ctx, 1
+        self.asked: list[Generation] = []
+
+    @property
+    def contexts(self) -> list[list[int]]:
+        """What each generation read: its prompt, then what earlier attempts generated."""
+        return [[*job.prompt, *job.prior] for job in self.asked]
+
+    def edited(self, spec: JobSpec) -> tuple[JobSpec, tuple[int, int]]:
+        return spec, (0, 0)
+
+    def prompt_ids(self, spec: JobSpec) -> list[int]:
+        return list(self.PROMPT)
+
+    def is_end(self, token: int) -> bool:
+        return token == EOS
+
+    def piece(self, token: int) -> bytes:
+        return self.words.get(token, f"<{token}>").encode()
+
+    def reply(self, spec: JobSpec, prompt: list[int]) -> Reply:
+        return PlainReply() if self.opened is None else Thinking(PlainReply(), self.opened)
+
+    def tokens(self, job: Generation) -> Generator[tuple[Pick, bytes]]:
+        self.asked.append(job)
+        try:
+            for i, token in enumerate(self.script):
+                if self.on_token:
+                    self.on_token(i)
+                yield Pick(token), self.piece(token)
+        finally:
+            if job.cached is not None:
+                job.cached(self.cached_tokens)
 
 
 def _arguments(schema: dict) -> dict:

@@ -31,7 +31,7 @@ from contract import keys, stats, tiers
 from contract.prefixes import PromptOverhead
 from contract.stats import BatchCounters
 from worker.engine.held import HeldPrefixes
-from worker.engine.placement import Placement
+from worker.engine.protocol import Placement
 from worker.redis.periodic import Periodic
 
 # the API's WORKER_STALE_SECONDS: a silent worker's prefixes go with it

@@ -8,6 +8,7 @@ from contract.jobspec import JobSpec, Message
 from worker.attempts.attempt import Attempt
 from worker.attempts.budget import bounded
 from worker.attempts.sender import Sender
+from worker.engine.protocol import Generation
 from worker.engine.steps.picks import Pick
 from worker.text.replies import PlainReply
 from worker.text.textstream import Piece
@@ -33,10 +34,10 @@ class Engine:
     def close_thinking(self, spec: JobSpec) -> list[int]:
         return list(CLOSE)
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
-        assert prompt == PROMPT and progress is None and alone_for == 4 and since_ms == 7
+    def tokens(self, job: Generation):
+        assert job.prompt == PROMPT and job.progress is None and job.alone_for == 4 and job.since_ms == 7
         script = self.scripts[min(len(self.calls), len(self.scripts) - 1)]
-        self.calls.append((list(prior), cached))
+        self.calls.append((list(job.prior), job.cached))
         picks = self._picks(script)
         self.running.append(picks)  # held, as a batch holds its sequences: only a close ends it
         return picks
@@ -73,7 +74,8 @@ def run(engine: Engine, budget: int, prior=(), reply=None, stop_after: int = 99)
     """As the attempt's loop does: each pick read by the sender before the next is asked for."""
     reply = Thinking(PlainReply(), opened=True) if reply is None else reply
     out = Sender(engine.piece, Quiet(), Attempt("chatcmpl-b", 1), reply, False, list(prior))  # type: ignore[arg-type]
-    picks = bounded(engine, spec(budget), PROMPT, list(prior), out, None, 4, cached, since_ms=7)
+    job = Generation(spec(budget), PROMPT, list(prior), alone_for=4, since_ms=7, cached=cached)
+    picks = bounded(engine, job, out)
     got = []
     for pick, piece in picks:
         assert piece == engine.piece(pick.token)

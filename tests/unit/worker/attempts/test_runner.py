@@ -19,62 +19,30 @@ from worker.attempts.heartbeat import Heartbeat
 from worker.attempts.publisher import Publisher
 from worker.attempts.rules import Outcome
 from worker.attempts.runner import JobRunner
-from worker.engine.steps.picks import Pick
+from worker.engine.synthetic import ScriptedEngine
 from worker.errors import PromptTooLong
 from worker.redis.link import Link
 from worker.text.replies import PlainReply
-from worker.text.thinking import Thinking
 
 RECOVERY = Recovery(retention_s=60)
 
 CID = "chatcmpl-run"
-PROMPT = [100, 101, 102]
+PROMPT = list(ScriptedEngine.PROMPT)
 EOS = 0
 
 CONTINUATIONS = keys.rq_queue_key(tiers.queue_name("m", tiers.PRIORITIES[0]))  # first taken
 
 
-class ScriptedEngine:
-    model_name = "m"
-    n_ctx = 64
-
-    def __init__(self, script: list[int], on_token=None, held: int = 0, words=None, opened=None) -> None:
-        self.script = script
-        self.contexts: list[list[int]] = []
-        self.since: list[int] = []  # when each call's stream last moved (0: a first attempt)
-        self.on_token = on_token
-        self.held = held  # context tokens a slot's cache held: told when the job's side ends
-        self.words = words or {}  # a token's text, if not `<id>`
-        self.opened = opened  # None: no thinking; else whether the prompt opened a block
-
-    def edited(self, spec):
-        return spec, (0, 0)
+class TooLongEngine(ScriptedEngine):
+    """Every prompt is over its context."""
 
     def prompt_ids(self, spec):
-        if spec.messages[0].content == "too long":
-            raise PromptTooLong(99, self.n_ctx, "messages")
-        return list(PROMPT)
+        raise PromptTooLong(99, self.n_ctx, "messages")
 
-    def is_end(self, token):
-        return token == EOS
 
-    def piece(self, token):
-        return self.words.get(token, f"<{token}>").encode()
-
-    def reply(self, spec, prompt):
-        return PlainReply() if self.opened is None else Thinking(PlainReply(), self.opened)
-
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
-        self.contexts.append([*prompt, *prior])
-        self.since.append(since_ms)
-        try:
-            for i, tok in enumerate(self.script):
-                if self.on_token:
-                    self.on_token(i)
-                yield Pick(tok), self.piece(tok)
-        finally:
-            if cached is not None:
-                cached(self.held)
+def since(engine: ScriptedEngine) -> list[int]:
+    """When each generation's stream last moved (0: a first attempt)."""
+    return [job.since_ms for job in engine.asked]
 
 
 def spec(**kw) -> dict:
@@ -146,7 +114,7 @@ def test_fresh_job_publishes_started_deltas_and_usage(r):
 
 @pytest.mark.parametrize(("held", "cached"), [(2, 2), (9, len(PROMPT))])  # of the prompt: not what followed
 def test_the_usage_says_how_much_of_the_prompt_the_slot_s_cache_held(r, held, cached):
-    run_one(runner(r, ScriptedEngine([7, EOS], held=held)), spec())
+    run_one(runner(r, ScriptedEngine([7, EOS], cached_tokens=held)), spec())
     assert stream(r)[-1].cached_tokens == cached
 
 
@@ -158,13 +126,13 @@ class SlowPrefillEngine(ScriptedEngine):
         super().__init__(script)
         self.heartbeat = heartbeat
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, job):
         for _ in range(4):
             threading.Event().wait(0.1)
-            if progress is not None:
-                progress()
+            if job.progress is not None:
+                job.progress()
         self.heartbeat.beat()
-        yield from super().tokens(spec, prompt, prior)
+        yield from super().tokens(job)
 
 
 class EndingEngine(ScriptedEngine):
@@ -175,14 +143,14 @@ class EndingEngine(ScriptedEngine):
         super().__init__(script)
         self.r, self.live, self.ended_with = r, [], None
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
-        gen = self._tokens(spec, prompt, prior)
+    def tokens(self, job):
+        gen = self._tokens(job)
         self.live.append(gen)  # as a scheduler's list would: breaking out does not end it
         return gen
 
-    def _tokens(self, spec, prompt, prior):
+    def _tokens(self, job):
         try:
-            yield from super().tokens(spec, prompt, prior)
+            yield from super().tokens(job)
         finally:
             self.ended_with = [type(e).__name__ for e in stream(self.r)]
 
@@ -228,7 +196,7 @@ def test_a_continuation_resumes_from_the_published_token_ids(r):
     s = stream(r)
     first_deltas = [i for i, f in r.xrange(keys.events(CID)) if isinstance(entries.decode(f), Delta)][:-3]
     moved = int(first_deltas[-1].decode().split("-")[0])  # attempt 1's last Delta: its stream stalled then
-    assert first.rules.engine.since == [0] and engine.since == [moved]  # read by how long it stalled
+    assert since(first.rules.engine) == [0] and since(engine) == [moved]  # read by how long it stalled
     assert "".join(e.text for e in s if isinstance(e, Delta)) == "<11><12><21><22><23>"
     assert sum(isinstance(e, Started) for e in s) == 2
     assert s[-1].completion_tokens == 5 and s[-1].prompt_tokens == 3
@@ -247,9 +215,9 @@ class BudgetEngine(ScriptedEngine):
     def close_thinking(self, spec):
         return [13, 14]  # "</think>", "\n\n"
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, job):
         self.script = self.scripts[min(len(self.contexts), len(self.scripts) - 1)]
-        return super().tokens(spec, prompt, prior, progress, alone_for, cached)
+        return super().tokens(job)
 
 
 def test_a_thinking_budget_closes_the_block_and_the_answer_goes_on(r):
@@ -377,7 +345,7 @@ def test_shutdown_hands_the_job_off_with_a_continuation(r):
 
 
 def test_prompt_rejected_is_a_failed_entry(r):
-    run_one(runner(r, ScriptedEngine([1])), spec(messages=(Message("user", "too long"),)))
+    run_one(runner(r, TooLongEngine([1])), spec())
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "context_length_exceeded" and last.param == "messages"
 
@@ -440,10 +408,10 @@ class GatedEngine(ScriptedEngine):
         self.gate = threading.Event()
         self.inside = threading.Semaphore(0)
 
-    def tokens(self, spec, prompt, prior, progress=None, alone_for=0, cached=None, since_ms=0):
+    def tokens(self, job):
         self.inside.release()
         self.gate.wait(10)
-        yield from super().tokens(spec, prompt, prior)
+        yield from super().tokens(job)
 
 
 def test_slots_run_jobs_side_by_side_and_free_up_when_they_end(r):

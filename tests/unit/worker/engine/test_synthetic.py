@@ -7,6 +7,7 @@ import json
 import pytest
 
 from contract.jobspec import JobSpec
+from worker.engine.protocol import Generation
 from worker.engine.synthetic import EOS, SCRIPTED_COMMAND, SyntheticEngine
 from worker.errors import PromptTooLong
 
@@ -23,7 +24,7 @@ def spec(**kw) -> JobSpec:
 
 def run(engine: SyntheticEngine, s: JobSpec, prompt: list[int], prior=()) -> list[tuple[int, bytes]]:
     """(token id, piece) of each generated token."""
-    return [(pick.token, piece) for pick, piece in engine.tokens(s, prompt, list(prior))]
+    return [(pick.token, piece) for pick, piece in engine.tokens(Generation(s, prompt, list(prior)))]
 
 
 def test_words_then_eos():

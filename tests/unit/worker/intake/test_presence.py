@@ -54,7 +54,7 @@ def test_stopping_says_goodbye_with_the_last_counts():
 
 
 def test_an_announcement_says_where_the_model_and_its_cache_are():
-    from worker.engine.placement import Placement
+    from worker.engine.protocol import Placement
 
     r = fakeredis.FakeRedis()
     gpu = Placement("CUDA", "NVIDIA H100 80GB HBM3", (70 << 30, 80 << 30), 32, 32, 8 << 30, 32, 4096)
