@@ -63,7 +63,8 @@ class JobStore:
         self._q = servers.queues
         # the job's own keys
         self._r = servers.streams
-        self._rq = rq_servers  # RQ is synchronous: enqueueing runs in a worker thread
+        # RQ is synchronous: enqueueing runs in a worker thread
+        self._rq = rq_servers
         self.queue_wait_s = queue_wait_s
         self.deadline_s = deadline_s
         self.recovery = recovery

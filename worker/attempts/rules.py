@@ -51,19 +51,27 @@ class Outcome(StrEnum):
     """How a job function call or an attempt ended. It is logged, since RQ keeps no result.
     Those that are attempt states take their word from contract/lifecycle/attempt.py."""
 
-    STARTED = life.CLAIMED.outcome  # claimed: the attempt runs on its own thread
-    SKIPPED = "skipped"  # ended, cancelled or late before it started
-    REFUSED = "refused"  # not a job the API recorded (a planted or malformed spec): not run
-    WRONG_MODEL = "wrong-model"  # a job for another model: ended with model_not_found
+    # claimed: the attempt runs on its own thread
+    STARTED = life.CLAIMED.outcome
+    # ended, cancelled or late before it started
+    SKIPPED = "skipped"
+    # not a job the API recorded (a planted or malformed spec): not run
+    REFUSED = "refused"
+    # a job for another model: ended with model_not_found
+    WRONG_MODEL = "wrong-model"
     STOP = STOP
     LENGTH = LENGTH
     CANCELLED = CANCELLED
     TOOL_CALLS = TOOL_CALLS
-    REJECTED = "rejected"  # the prompt cannot run here (too long, no chat template)
+    # the prompt cannot run here (too long, no chat template)
+    REJECTED = "rejected"
     DEADLINE = "deadline_exceeded"
-    FENCED = life.FENCED.outcome  # another attempt took over
-    STORAGE_FULL = "storage_full"  # Redis refused its entries for memory: ended so, not requeued
-    HANDED_OFF = life.HANDED_OFF.outcome  # given back at shutdown
+    # another attempt took over
+    FENCED = life.FENCED.outcome
+    # Redis refused its entries for memory: ended so, not requeued
+    STORAGE_FULL = "storage_full"
+    # given back at shutdown
+    HANDED_OFF = life.HANDED_OFF.outcome
 
 
 @dataclass(frozen=True)
@@ -94,9 +102,12 @@ class AttemptRules:
     ) -> None:
         self.engine, self.link, self.claims, self.publisher = engine, link, claims, publisher
         self.heartbeat, self.durability, self.counters = heartbeat, durability, counters
-        self._log_content = log_content  # LOG_CONTENT: prompts and completions in the log
-        self._suspect_cleared = suspect_cleared  # the runner's count of running suspects
-        self.shutdown_at: float | None = None  # SIGTERM: attempts past it hand their jobs off
+        # LOG_CONTENT: prompts and completions in the log
+        self._log_content = log_content
+        # the runner's count of running suspects
+        self._suspect_cleared = suspect_cleared
+        # SIGTERM: attempts past it hand their jobs off
+        self.shutdown_at: float | None = None
 
     def claim(self, raw_spec: dict, rq_job_id: str) -> JobAttempt | Outcome:
         """Check the job and claim it, or say why it does not run here. Only a spec the API
@@ -121,7 +132,8 @@ class AttemptRules:
             log.warning("refused job %s: not the spec the API recorded", rq_job_id)
             return Outcome.REFUSED
         except TRANSIENT:
-            raise  # Redis away for long: the job stays with the caller until it is back
+            # Redis away for long: the job stays with the caller until it is back
+            raise
         except redis.RedisError as exc:
             # The job cannot start here (e.g. refused by an ACL): end it rather than leave
             # its client waiting for the queue deadline.
@@ -145,7 +157,8 @@ class AttemptRules:
         except Fenced as exc:
             log.warning("attempt fenced out, abandoning job: %s", exc)
             return Outcome.FENCED
-        except RolledBack as exc:  # the job goes on from what the stream holds (docs/protocol.md)
+        # the job goes on from what the stream holds (docs/protocol.md)
+        except RolledBack as exc:
             log.error("%s; handing the job off", exc)
             self._hand_off(attempt)
             return Outcome.HANDED_OFF
@@ -154,7 +167,8 @@ class AttemptRules:
         except OutOfMemoryError as exc:
             self._end_full(attempt, exc)
             return Outcome.STORAGE_FULL
-        except (SystemExit, KeyboardInterrupt):  # cold shutdown: give the job back first
+        # cold shutdown: give the job back first
+        except (SystemExit, KeyboardInterrupt):
             self._hand_off(attempt)
             raise
         except Exception as exc:
@@ -170,7 +184,8 @@ class AttemptRules:
 
     def _generate(self, spec: JobSpec, attempt: Attempt) -> Outcome:
         engine, pub = self.engine, self.publisher
-        if spec.kind in ("embed", "rank"):  # an embedding or rerank worker's (an Embedder)
+        # an embedding or rerank worker's (an Embedder)
+        if spec.kind in ("embed", "rank"):
             shutdown = lambda: self.shutdown_at  # noqa: E731
             ended = embedding.run(engine, self.claims, pub, self._settle_claim, spec, attempt, shutdown)  # type: ignore[arg-type]
             if ended in (embedding.HAND_OFF, queueing.PREEMPT):
@@ -181,7 +196,8 @@ class AttemptRules:
         attempt.saw(progress.last_id)
         prior = list(progress.token_ids)
         try:
-            spec, cleared = engine.edited(spec)  # its context edit applied (worker/tools/clearing.py)
+            # its context edit applied (worker/tools/clearing.py)
+            spec, cleared = engine.edited(spec)
             prompt = engine.prompt_ids(spec)
             attempt.trace.prompted()
         except PromptRejected as exc:
@@ -197,7 +213,8 @@ class AttemptRules:
         context = prompt + prior
         attempt.trace.reading(len(prompt), len(prior), progress.epoch)
         reply = engine.reply(spec, prompt)
-        out = Sender(engine.piece, pub, attempt, reply, spec.logprobs, prior)  # goes on where they were
+        # goes on where they were
+        out = Sender(engine.piece, pub, attempt, reply, spec.logprobs, prior)
         thought = out.reasoning_tokens
         if attempt.cancelled:
             pub.finished(attempt, CANCELLED, prompt_tokens, generated, reasoning_tokens=thought())
@@ -207,14 +224,18 @@ class AttemptRules:
             return Outcome.LENGTH
 
         assembler = TextAssembler(spec.stop)
-        reason = LENGTH  # the context window filled up
+        # the context window filled up
+        reason = LENGTH
 
-        def progressed() -> None:  # a step read part of the prompt: not a hung native call
+        # a step read part of the prompt: not a hung native call
+        def progressed() -> None:
             attempt.progress_at = time.monotonic()
 
-        reused = 0  # prompt tokens the slot's cache held (the usage's cached_tokens)
+        # prompt tokens the slot's cache held (the usage's cached_tokens)
+        reused = 0
 
-        def cached(tokens: int) -> None:  # the engine's end of the job: its slot's cache held these
+        # the engine's end of the job: its slot's cache held these
+        def cached(tokens: int) -> None:
             nonlocal reused
             reused = min(tokens, len(prompt))
 
@@ -259,15 +280,18 @@ class AttemptRules:
                 if spec.max_tokens is not None and generated >= spec.max_tokens:
                     reason = LENGTH
                     break
-                if attempt.preempted:  # after the checks above: a line that just ended is not given back
+                # after the checks above: a line that just ended is not given back
+                if attempt.preempted:
                     self._hand_off(attempt, queueing.PREEMPT)
                     raise HandedOff()
-        except GrammarDeadEnd as exc:  # the job's own grammar cannot go on: say so, end it
+        # the job's own grammar cannot go on: say so, end it
+        except GrammarDeadEnd as exc:
             out.send(assembler.flush())
             out.end()
             pub.failed(attempt, errors.INVALID_REQUEST, f"The output cannot continue its grammar: {exc}")
             return Outcome.REJECTED
-        finally:  # the engine's end of the job first: what its slot holds is written for routing
+        # the engine's end of the job first: what its slot holds is written for routing
+        finally:
             picks.close()
         out.send(assembler.flush())
         out.end()
@@ -283,7 +307,8 @@ class AttemptRules:
             reasoning_tokens=thought(),
             stop_sequence=matched,
         )
-        if self._log_content:  # opt-in, for debugging only: the log then holds user data
+        # opt-in, for debugging only: the log then holds user data
+        if self._log_content:
             prompt_text = [m.content for m in spec.messages] if spec.kind == "chat" else spec.prompt
             log.warning("LOG_CONTENT prompt=%r completion (this attempt)=%r", prompt_text, out.said())
         return Outcome(reason)
@@ -298,7 +323,8 @@ class AttemptRules:
         try:
             if not self.claims.fail(attempt, entry):
                 log.warning("%s: no longer this attempt's job; left as it is", attempt.job_id)
-        except redis.RedisError as error:  # the reaper finds the attempt dead instead
+        # the reaper finds the attempt dead instead
+        except redis.RedisError as error:
             log.error("%s: could not end the job either: %s", attempt.job_id, error)
 
     def _settle_claim(self, attempt: Attempt) -> None:
@@ -318,12 +344,14 @@ class AttemptRules:
         deadline = time.monotonic() + CLAIM_CONFIRM_S
         while True:
             replicas = max(durability.replicas_expected(attempt.job_id), 1)
-            late = time.monotonic() >= deadline  # then ask the sentinels before running anyway
+            # then ask the sentinels before running anyway
+            late = time.monotonic() >= deadline
             current, acked, primary = self.claims.replicated(attempt, replicas, CLAIM_WAIT_MS, late)
             if current == 0:
                 attempt.move("fence")
                 attempt.check()
-            if not primary:  # replaced while its connection still reached it: its acks say nothing
+            # replaced while its connection still reached it: its acks say nothing
+            if not primary:
                 log.warning("%s: the sentinels have named a new primary; claiming there", attempt.job_id)
             elif current == 2:
                 log.warning(
@@ -346,8 +374,10 @@ class AttemptRules:
         """A suspect that went on past where its batch died is cleared. A job that kills
         workers where it stands would have died again. The worker may then take the next
         suspect. So a dead batch's jobs are read again side by side, not one after another."""
-        cleared = self.claims.clear_suspect(attempt)  # False: no longer the job's attempt
-        self._suspect_cleared(attempt)  # either way not asked again at every token: its next write is fenced
+        # False: no longer the job's attempt
+        cleared = self.claims.clear_suspect(attempt)
+        # either way not asked again at every token: its next write is fenced
+        self._suspect_cleared(attempt)
         if cleared:
             log.info("%s is no longer a suspect (%d tokens on)", attempt.job_id, attempt.generated)
 
@@ -365,5 +395,6 @@ class AttemptRules:
             ).outcome
             level = logging.INFO if reason == queueing.PREEMPT else logging.WARNING
             log.log(level, "handed off %s (%s, outcome %d)", attempt.job_id, reason, outcome)
-        except redis.RedisError as exc:  # the reaper will find the attempt dead instead
+        # the reaper will find the attempt dead instead
+        except redis.RedisError as exc:
             log.warning("could not hand off %s: %s", attempt.job_id, exc)

@@ -80,7 +80,8 @@ class Scheduler:
         self.slots = slots
         self._chunk = prefill_chunk
         self._batch_chunk = min(batch_prefill_chunk or prefill_chunk, prefill_chunk)
-        self._alone = prefill_alone  # PREFILL_ALONE: a step's prompt rows while nothing decodes
+        # PREFILL_ALONE: a step's prompt rows while nothing decodes
+        self._alone = prefill_alone
         self._is_end = is_end
         self._prefix_cache = prefix_cache
         self.cost = StepCost(prefill_stretch)

@@ -276,7 +276,8 @@ class LlamaEngine:
                 ):
                     # the next turn's message holds the answer alone
                     text = None
-                public = spec.public_prompt and spec.kind == "chat"  # its first digest is any scope's
+                # its first digest is any scope's
+                public = spec.public_prompt and spec.kind == "chat"
                 self.held.held(seq, [d for d, _ in prefixes(spec, text)], public)
 
     def piece(self, token: int) -> bytes:
@@ -315,7 +316,8 @@ class LlamaEngine:
         if until():
             log.info("no warm-up: a job is waiting")
             return 0.0
-        waited = threading.Event()  # once a job waited, every slot's run stops (it may be taken since)
+        # once a job waited, every slot's run stops (it may be taken since)
+        waited = threading.Event()
 
         def waiting() -> bool:
             if not waited.is_set() and until():
@@ -353,7 +355,8 @@ class LlamaEngine:
         for t in together:
             t.join()
         if time.monotonic() < deadline and not waiting():
-            run(0, 2)  # alone
+            # alone
+            run(0, 2)
         self._scheduler.wait_idle()
         self._scheduler.reset()
         took = time.monotonic() - started
@@ -380,7 +383,8 @@ class LlamaEngine:
         self._scheduler.stop()
 
 
-_KV_BYTES = 2  # f16 keys and values
+# f16 keys and values
+_KV_BYTES = 2
 
 
 def kv_cache_bytes(model: LlamaModel, tokens: int) -> int:
