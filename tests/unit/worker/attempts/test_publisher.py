@@ -33,7 +33,7 @@ class CountingPublisher(Publisher):
         return super()._append_all(todo)
 
 
-def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.FakeRedis]:
+def publish_one_step(linger_s: float, gap_s: float = 0.02) -> tuple[CountingPublisher, fakeredis.FakeRedis]:
     r = fakeredis.FakeRedis()
     for job_id in [WARM, *IDS]:
         record_queued(r, job_id)
@@ -46,7 +46,7 @@ def publish_one_step(linger_s: float) -> tuple[CountingPublisher, fakeredis.Fake
     attempts = [claims.claim(job_id, DIGEST) for job_id in IDS]
     for i, a in enumerate(attempts):  # one batch step: the job threads publish a few ms apart
         pub.delta(a, f"t{i}", (i,))
-        time.sleep(0.02)
+        time.sleep(gap_s)
     for a in attempts:
         pub.flush(a)
     return pub, r
@@ -61,7 +61,9 @@ def test_with_linger_one_round_trip_carries_every_job_of_a_step():
 
 
 def test_without_linger_each_delta_is_written_at_once():
-    pub, _ = publish_one_step(linger_s=0.0)
+    """The deltas come 200 ms apart: a writer slow to wake on a loaded machine (20 ms apart,
+    it once carried two in one trip) still has each alone."""
+    pub, _ = publish_one_step(linger_s=0.0, gap_s=0.2)
     assert pub.trips == [[job_id] for job_id in IDS]
 
 
