@@ -21,7 +21,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 
 from api.endpoints.chat.objects import Chunks
-from api.endpoints.protocol import Answer, Events, Written
+from api.endpoints.protocol import Answer, Events, LargeAnswers
 from api.http.errors import APIError
 from api.http.tracing import current as request_trace
 from api.jobs.admission import StreamTicket
@@ -146,7 +146,7 @@ async def collect(
             rows += item
             if is_terminal(end := rows[-1][1]):
                 # an answer carrying vectors (embeddings) may be megabytes of JSON: written in pieces
-                response = chunks.written(rows) if isinstance(chunks, Written) else None
+                response = chunks.written(rows) if isinstance(chunks, LargeAnswers) else None
                 if response is None:
                     size = len(end.vectors) if isinstance(end, Finished) else 0
                     response = await services.heavy.run_for(size, _answered, chunks, rows)

@@ -2,8 +2,8 @@
 (api/endpoints/routes.py, answering.py).
 
 Each endpoint lives in its own folder. It gives its objects for a job (`Objects`). `Events` is
-its SSE encoding of a job's entries, each write an `Encoded`. `Answer` is a whole answer for a
-client that did not stream."""
+its SSE encoding of a job's entries, each write an `EncodedEvents`. `Answer` is a whole answer
+for a client that did not stream."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ class Answer:
 
 
 @dataclass(frozen=True)
-class Encoded:
+class EncodedEvents:
     # one write (may be empty: nothing the client lacks)
     data: bytes
     # content events in it
@@ -40,14 +40,14 @@ class Events(Protocol):
     def read_from(self) -> tuple[str, bool]: ...
     def check_within(self, rows: Rows) -> None: ...
     def opening(self) -> bytes: ...
-    def encode(self, rows: Rows) -> Encoded: ...
+    def encode(self, rows: Rows) -> EncodedEvents: ...
     def keepalive(self) -> bytes: ...
     def error(self, error: ErrorCode, message: str | None = None) -> bytes: ...
     def done(self) -> bytes: ...
 
 
 @runtime_checkable
-class Written(Protocol):
+class LargeAnswers(Protocol):
     """Objects whose whole answer may be megabytes (embeddings' vectors). `written` is that answer
     as a response written a piece at a time. The event loop is free between two pieces. It is None
     where `answer`'s is small."""

@@ -43,7 +43,7 @@ from api.jobs.owners import (
     Quota,
     now_ms,
 )
-from api.jobs.state import JobState, Submitted
+from api.jobs.state import JobState, Submission
 from api.metrics import StreamTiming
 from api.services import Services
 from api.settings import Replies
@@ -271,7 +271,7 @@ class EndpointRoutes:
             prompt_tokens=prompt,
         )
 
-    async def _submit(self, ask: JobRequest, spec: JobSpec, quota: Quota) -> Submitted:
+    async def _submit(self, ask: JobRequest, spec: JobSpec, quota: Quota) -> Submission:
         """Record and enqueue a new job. A request racing with its own retry gets the job the first
         of them made."""
         services, body = ask.services, ask.body

@@ -61,7 +61,7 @@ class Sweep:
 
 
 @dataclass(frozen=True)
-class Submitted:
+class Submission:
     job: JobState
     # False: an earlier request with the same Idempotency-Key made the job
     new: bool

@@ -33,7 +33,7 @@ from api.jobs.owners import (
     this_minute,
 )
 from api.jobs.routing import Router
-from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submitted, Sweep, job_state, record_fields
+from api.jobs.state import STATE_FIELDS, JobState, RunningAttempt, Submission, Sweep, job_state, record_fields
 from contract import entries, keys, queueing, tiers
 from contract.entries import CANCELLED, Failed, Finished, Rows, as_text
 from contract.jobspec import JobSpec
@@ -93,7 +93,7 @@ class JobStore:
         start_by_ms: int | None = None,
         counted: bool = True,
         cache_salt: str | None = None,
-    ) -> Submitted:
+    ) -> Submission:
         """Record the job and enqueue it. For a retried request (same Idempotency-Key, same
         request), return the job the first one made instead. Raises OwnerLimit or OwnerRate when the
         owner is over its `quota`. Without an owner there is no limit. Raises IdempotencyConflict
@@ -141,7 +141,7 @@ class JobStore:
                     spec, keep_on_failure=idempotency is not None, routed=counted, owner=owner
                 )
                 await self._confirm(spec, job_hash, routed=counted)
-                return Submitted(
+                return Submission(
                     state, new=True, spent=MinuteUsage(this_minute(), int(verdict[1]), int(verdict[2]))
                 )
             if verdict[0] == b"limit":
@@ -151,7 +151,7 @@ class JobStore:
             assert idempotency is not None
             held = await self.idempotent(idempotency)  # the key names a job (or did, a moment ago)
             if held is not None:
-                return Submitted(held, new=False)
+                return Submission(held, new=False)
         raise IdempotencyConflict(spec.id)  # the key was taken twice in a row: let the client retry
 
     async def idempotent(self, idempotency: Idempotency) -> JobState | None:

@@ -10,7 +10,7 @@ time-to-first-token and inter-token metrics.
 from __future__ import annotations
 
 from api.endpoints.chat.objects import Chunks
-from api.endpoints.protocol import Encoded
+from api.endpoints.protocol import EncodedEvents
 from api.streaming import sse
 from api.streaming.cursor import OPENING, USAGE_SUFFIX, BadCursor, Cursor, past_end
 from api.streaming.reader import stream_id
@@ -50,7 +50,7 @@ class ChunkEvents:
         obj = self._chunks.opening() if self._fresh else None
         return sse.event(obj, OPENING) if obj is not None else b""
 
-    def encode(self, rows: Rows) -> Encoded:
+    def encode(self, rows: Rows) -> EncodedEvents:
         out: list[bytes] = []
         contents = 0
         for eid, entry in rows:
@@ -76,7 +76,7 @@ class ChunkEvents:
             elif isinstance(entry, Started) and entry.epoch > 1:
                 # a takeover: a note for readers that look
                 out.append(sse.RECOVERED)
-        return Encoded(b"".join(out), contents)
+        return EncodedEvents(b"".join(out), contents)
 
     def keepalive(self) -> bytes:
         return sse.event(self._chunks.keepalive())

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 
 from api.endpoints.messages.objects import DELTA_EVENT, MessageObjects
-from api.endpoints.protocol import Encoded
+from api.endpoints.protocol import EncodedEvents
 from api.http.errors import anthropic
 from api.streaming.cursor import BadCursor, numbered, past_end
 from contract import errors
@@ -56,7 +56,7 @@ class MessageEvents:
         # message_start waits for the job's Started: it carries the prompt's tokens
         return b""
 
-    def encode(self, rows: Rows) -> Encoded:
+    def encode(self, rows: Rows) -> EncodedEvents:
         out, contents = [], 0
         for eid, entry in rows:
             first = self._transcript.seq + 1
@@ -68,7 +68,7 @@ class MessageEvents:
         # its own end
         if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:
             out.append(self.error(errors.INVALID_CURSOR, past_end(str(self._after), str(last))))
-        return Encoded(b"".join(out), contents)
+        return EncodedEvents(b"".join(out), contents)
 
     def keepalive(self) -> bytes:
         return PING

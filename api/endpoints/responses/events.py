@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 
-from api.endpoints.protocol import Encoded
+from api.endpoints.protocol import EncodedEvents
 from api.endpoints.responses.objects import DELTA_EVENTS, ResponseObjects
 from api.streaming.cursor import BadCursor, numbered, past_end
 from contract import errors
@@ -56,26 +56,26 @@ class ResponseEvents:
     def opening(self) -> bytes:
         return self._send(self._transcript.start()).data
 
-    def encode(self, rows: Rows) -> Encoded:
+    def encode(self, rows: Rows) -> EncodedEvents:
         events = [event for eid, entry in rows for event in self._transcript.feed(eid, entry)]
         out = self._send(events)
         last = self._transcript.seq
         # its own end
         if rows and rows[-1][0] and is_terminal(rows[-1][1]) and self._after > last:
             self._last = last
-            return Encoded(
+            return EncodedEvents(
                 out.data + self.error(errors.INVALID_CURSOR, past_end(str(self._after), str(last))), 0
             )
         return out
 
-    def _send(self, events: list[dict]) -> Encoded:
+    def _send(self, events: list[dict]) -> EncodedEvents:
         out, contents = [], 0
         for event in events:
             if event["sequence_number"] > self._after:
                 out.append(frame(event))
                 self._last = event["sequence_number"]
                 contents += event["type"] in DELTA_EVENTS
-        return Encoded(b"".join(out), contents)
+        return EncodedEvents(b"".join(out), contents)
 
     def keepalive(self) -> bytes:
         return KEEPALIVE

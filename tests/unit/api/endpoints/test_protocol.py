@@ -1,6 +1,6 @@
 """api/endpoints/protocol.py: the values every endpoint hands the shared routes (`Answer`,
-`Encoded`), which objects are written in pieces (`Written`, checked at run time), and the
-promises each endpoint's `Objects` keeps."""
+`EncodedEvents`), which objects write their answer in pieces (`LargeAnswers`, checked at run
+time), and the promises each endpoint's `Objects` keeps."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from api.endpoints.catalog import BY_NAME
 from api.endpoints.chat.objects import ChatChunks
 from api.endpoints.completions.objects import TextChunks
 from api.endpoints.embeddings.objects import EmbeddingObjects
-from api.endpoints.protocol import Answer, Encoded, Written
+from api.endpoints.protocol import Answer, EncodedEvents, LargeAnswers
 from api.endpoints.rerank.objects import RerankObjects
 from api.jobs.state import JobState
 from contract.entries import Delta, Finished
@@ -21,19 +21,23 @@ from contract.entries import Delta, Finished
 
 def test_an_answer_and_an_encoded_write_are_values_that_cannot_change():
     assert Answer(200, {"a": 1}) == Answer(200, {"a": 1}) != Answer(202, {"a": 1})
-    assert Encoded(b"data: x\n\n", 1) == Encoded(b"data: x\n\n", 1) != Encoded(b"data: x\n\n", 0)
+    assert (
+        EncodedEvents(b"data: x\n\n", 1)
+        == EncodedEvents(b"data: x\n\n", 1)
+        != EncodedEvents(b"data: x\n\n", 0)
+    )
     with pytest.raises(dataclasses.FrozenInstanceError):
         Answer(200, {}).status = 500  # type: ignore[misc]
     with pytest.raises(dataclasses.FrozenInstanceError):
-        Encoded(b"", 0).contents = 3  # type: ignore[misc]
+        EncodedEvents(b"", 0).contents = 3  # type: ignore[misc]
 
 
 def test_only_objects_with_a_written_answer_are_written():
-    """`collect` writes an answer in pieces exactly when its objects are `Written`."""
-    assert isinstance(EmbeddingObjects("embd-1", "m"), Written)
-    assert isinstance(RerankObjects("rerank-1", "m"), Written)  # its `written` says None: whole
-    assert not isinstance(ChatChunks("chatcmpl-1", 1, "m"), Written)
-    assert not isinstance(TextChunks("cmpl-1", 1, "m"), Written)
+    """`collect` writes an answer in pieces exactly when its objects are `LargeAnswers`."""
+    assert isinstance(EmbeddingObjects("embd-1", "m"), LargeAnswers)
+    assert isinstance(RerankObjects("rerank-1", "m"), LargeAnswers)  # its `written` says None: whole
+    assert not isinstance(ChatChunks("chatcmpl-1", 1, "m"), LargeAnswers)
+    assert not isinstance(TextChunks("cmpl-1", 1, "m"), LargeAnswers)
 
 
 def test_written_is_structural_any_class_with_a_written_method_is_one():
@@ -45,7 +49,7 @@ def test_written_is_structural_any_class_with_a_written_method_is_one():
         def answer(self, rows):
             return None
 
-    assert isinstance(Pieces(), Written) and not isinstance(Whole(), Written)
+    assert isinstance(Pieces(), LargeAnswers) and not isinstance(Whole(), LargeAnswers)
 
 
 def test_embeddings_with_vectors_are_written_in_pieces_and_reranks_never_are():
