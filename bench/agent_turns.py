@@ -3,6 +3,7 @@ session's prefix is out of every slot (issue 76), with the worker's host tier on
 
     .venv/bin/python bench/agent_turns.py [--conversations 8] [--follow-ups 2] [--tokens 8]
                                           [--prefix-tokens 1500] [--peer]
+    .venv/bin/python bench/agent_turns.py --workers 2 [--conversations 16]
 
 One worker, SLOTS=4 and N_CTX=4096 (bench/lib/peer_servers.py's threads: one for a token's
 step, two for prefill). Each conversation opens with a system prompt of its own of about
@@ -17,6 +18,11 @@ llama-server (`-np 4`, its default `--cache-ram`) built from the worker's own ll
 (`llama-server-worker`, scripts/setup_peers), where it is installed. Prints opening TTFT p50,
 follow-up TTFT p50 and p90, the whole run, the prompt tokens the usage says were cached, and
 whether every answer was the same in each server.
+
+`--workers 2` runs two workers of SLOTS=4 instead, with cache-aware routing on and then off
+(PREFIX_ROUTING=0). With more conversations than the 8 slots, a follow-up's prefix is in one
+worker's host tier, and routing must send it there. It adds the follow-ups routed to a
+worker, and those sent back to the shared queue, from /metrics.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import random
+import re
 import statistics
 import sys
 import tempfile
@@ -94,13 +101,47 @@ def run(server: Server, args: argparse.Namespace) -> dict:
             answers.append(text)
             cached += hit
     whole = time.perf_counter() - started
+    routed = _routing(server.base)
     return {
+        "routed": routed.get("routed_jobs", 0.0),
+        "fallbacks": routed.get("route_fallbacks", 0.0),
         "openings": openings,
         "follow_ups": follow_ups,
         "whole": whole,
         "answers": answers,
         "cached": cached,
     }
+
+
+def _routing(base: str) -> dict[str, float]:
+    """The pool's routed jobs and fallbacks so far (0 where /metrics has none: one worker)."""
+    text = httpx.get(base + "/metrics", timeout=10).text
+    found = re.findall(
+        rf'tokenspool_(routed_jobs|route_fallbacks)_total\{{model="{re.escape(MODEL)}"\}} (\S+)', text
+    )
+    return {name: float(value) for name, value in found}
+
+
+def servers(logs: Path, args: argparse.Namespace) -> list[tuple[str, Server]]:
+    if args.workers > 1:
+        n = args.workers
+        return [
+            (f"{n} workers, routing on", Tokenspool(logs, n, slots=4, env={"PREFIX_ROUTING": "1"})),
+            (f"{n} workers, PREFIX_ROUTING=0", Tokenspool(logs, n, slots=4, env={"PREFIX_ROUTING": "0"})),
+        ]
+    found: list[tuple[str, Server]] = [
+        ("tokenspool, host tier on", Tokenspool(logs, 1, slots=4)),
+        ("tokenspool, HOST_CACHE_MIB=0", Tokenspool(logs, 1, slots=4, worker_env={"HOST_CACHE_MIB": "0"})),
+        # a lone prompt read PREFILL_CHUNK tokens a step, as before PREFILL_ALONE
+        ("tokenspool, PREFILL_ALONE=64", Tokenspool(logs, 1, slots=4, worker_env={"PREFILL_ALONE": "64"})),
+    ]
+    if args.peer:
+        peer = LlamaServer(logs, parallel=4, same=True)
+        if peer.binary().exists():
+            found.append(("llama-server -np 4", peer))
+        else:
+            print(f"llama-server skipped: no {peer.binary()} (scripts/setup_peers builds it)")
+    return found
 
 
 def p(values: list[float], q: float) -> float:
@@ -117,37 +158,29 @@ def main() -> None:
     parser.add_argument("--prefix-tokens", type=int, default=1500)
     parser.add_argument("--seed", type=int, default=76)
     parser.add_argument("--peer", action="store_true", help="llama-server too, where it is installed")
+    parser.add_argument("--workers", type=int, default=1, help="2: routing on and off, two workers")
     args = parser.parse_args()
     logs = Path(tempfile.mkdtemp(prefix="agent-turns-"))
-    servers: list[tuple[str, Server]] = [
-        ("tokenspool, host tier on", Tokenspool(logs, 1, slots=4)),
-        ("tokenspool, HOST_CACHE_MIB=0", Tokenspool(logs, 1, slots=4, worker_env={"HOST_CACHE_MIB": "0"})),
-        # a lone prompt read PREFILL_CHUNK tokens a step, as before PREFILL_ALONE
-        ("tokenspool, PREFILL_ALONE=64", Tokenspool(logs, 1, slots=4, worker_env={"PREFILL_ALONE": "64"})),
-    ]
-    if args.peer:
-        peer = LlamaServer(logs, parallel=4, same=True)
-        if peer.binary().exists():
-            servers.append(("llama-server -np 4", peer))
-        else:
-            print(f"llama-server skipped: no {peer.binary()} (scripts/setup_peers builds it)")
     results = {}
-    for name, server in servers:
+    for name, server in servers(logs, args):
         server.start()
         try:
             results[name] = run(server, args)
         finally:
             server.stop()
     print(
-        f"{args.conversations} conversations of ~{args.prefix_tokens}-token prefixes on SLOTS=4, "
+        f"{args.conversations} conversations of ~{args.prefix_tokens}-token prefixes on "
+        f"{args.workers} x SLOTS=4, "
         f"{args.follow_ups} follow-up rounds, {args.tokens} tokens an answer, one client, greedy"
     )
-    print(f"{'':30} {'opening p50':>12} {'follow-up p50':>14} {'p90':>8} {'whole run':>10} {'cached':>8}")
+    head = f"{'':30} {'opening p50':>12} {'follow-up p50':>14} {'p90':>8} {'whole run':>10} {'cached':>8}"
+    print(head + f" {'routed':>7} {'fallbacks':>9}")
     for name, r in results.items():
         opening, follow_up = statistics.median(r["openings"]), statistics.median(r["follow_ups"])
         print(
             f"{name:30} {opening:11.2f}s {follow_up:13.2f}s "
-            f"{p(r['follow_ups'], 90):7.2f}s {r['whole']:9.1f}s {r['cached']:8d}"
+            f"{p(r['follow_ups'], 90):7.2f}s {r['whole']:9.1f}s {r['cached']:8d} "
+            f"{r['routed']:7.0f} {r['fallbacks']:9.0f}"
         )
     first = next(iter(results.values()))["answers"]
     for name, r in results.items():
