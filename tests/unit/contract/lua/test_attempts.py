@@ -13,19 +13,11 @@ from contract import entries, errors, keys
 from contract.entries import Delta, Failed, Finished
 from contract.keys import JobField, JobStatus
 from contract.lua import attempts, library
-from tests.unit.contract.lua.test_jobs import CID, RECOVERY, _abandon, stream
-from tests.unit.recorded import DIGEST, record_queued
+from tests.unit.contract.lua.job import CID, RECOVERY, abandon, stream
+from tests.unit.recorded import DIGEST
 from worker.attempts.attempt import Claims, Fenced, JobGone, NotRecorded
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
-
-
-@pytest.fixture
-def r():
-    client = fakeredis.FakeRedis()
-    record_queued(client, CID)
-    client.expire(keys.job(CID), 1000)
-    return client
 
 
 def _new(batch):
@@ -290,10 +282,10 @@ def test_a_suspect_is_cleared_only_by_the_job_s_current_attempt(r):
     is no longer charged to it; an attempt fenced out meanwhile clears nothing."""
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, charge=False, suspect_after=1) == 1
+    assert abandon(r, a.epoch, charge=False, suspect_after=1) == 1
     old = claims.claim(CID, DIGEST)
     assert old.suspect
-    assert _abandon(r, old.epoch, charge=False, suspect_after=1) == 1  # its worker froze...
+    assert abandon(r, old.epoch, charge=False, suspect_after=1) == 1  # its worker froze...
     new = claims.claim(CID, DIGEST)  # ...and another took the job over
     assert not claims.clear_suspect(old)
     assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1"
@@ -310,12 +302,12 @@ def test_a_cleared_suspect_s_charged_deaths_start_again(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     for _ in range(3):
         a = claims.claim(CID, DIGEST)
-        assert _abandon(r, a.epoch, max_attempts=2, charge=True, suspect_after=1) == 1
+        assert abandon(r, a.epoch, max_attempts=2, charge=True, suspect_after=1) == 1
         assert r.hget(keys.job(CID), JobField.CHARGED) == b"1"
         b = claims.claim(CID, DIGEST)
         assert b.suspect and claims.clear_suspect(b)
         assert r.hget(keys.job(CID), JobField.CHARGED) is None
-        assert _abandon(r, b.epoch, max_attempts=2, charge=False) == 1  # a bystander's death
+        assert abandon(r, b.epoch, max_attempts=2, charge=False) == 1  # a bystander's death
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"  # three charged deaths, none in a row
 
 
@@ -332,7 +324,7 @@ def test_a_cleared_suspect_loses_its_group(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     r.hset(keys.job(CID), mapping={JobField.SUSPECT: "1", JobField.GROUP: "0"})
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, charge=False, group=4) == 1
+    assert abandon(r, a.epoch, charge=False, group=4) == 1
     b = claims.claim(CID, DIGEST)
     assert b.group == 2 and claims.clear_suspect(b)
     assert r.hget(keys.job(CID), JobField.GROUP) is None

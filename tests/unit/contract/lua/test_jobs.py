@@ -13,42 +13,11 @@ from contract.entries import Failed, Finished
 from contract.keys import JobField, JobStatus
 from contract.lua import jobs, library
 from contract.settings import Recovery
-from tests.unit.recorded import DIGEST, record_queued
+from tests.unit.contract.lua.job import CID, RECOVERY, abandon, stream
+from tests.unit.recorded import DIGEST
 from worker.attempts.attempt import Claims, Fenced
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
-
-RECOVERY = Recovery(retention_s=60)
-
-CID = "chatcmpl-test"
-
-
-@pytest.fixture
-def r():
-    client = fakeredis.FakeRedis()
-    record_queued(client, CID)
-    client.expire(keys.job(CID), 1000)
-    return client
-
-
-def stream(r):
-    return [entries.decode(f) for _, f in r.xrange(keys.events(CID))]
-
-
-def _abandon(r, epoch, max_attempts=3, charge=True, suspect_after=0, max_requeues=20, counted=True, group=0):
-    script = r.register_script(jobs.ABANDON)
-    recovery = dataclasses.replace(RECOVERY, max_attempts=max_attempts, max_requeues=max_requeues)
-    args = jobs.abandon_args(
-        CID,
-        epoch,
-        charge=charge,
-        suspect_after=suspect_after,
-        recovery=recovery,
-        counted=counted,
-        group=group,
-    )
-    outcome, _, _, _ = script(keys=library.job_keys(CID), args=args)
-    return outcome
 
 
 def test_end_fences_out_the_running_attempt(r):
@@ -95,13 +64,13 @@ def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
     a = claims.claim(CID, DIGEST)
     pub.delta(a, "x", (1,))
     pub.flush(a)
-    assert _abandon(r, a.epoch) == 1
+    assert abandon(r, a.epoch) == 1
     assert r.hget(keys.job(CID), JobField.STATUS) == b"queued"
     assert r.zscore(keys.running(keys.shard(CID)), CID) is None
     with pytest.raises(Fenced):
         pub.delta(a, "y", (2,))
         pub.flush(a)
-    assert _abandon(r, a.epoch) == 0  # idempotent: that attempt is no longer current
+    assert abandon(r, a.epoch) == 0  # idempotent: that attempt is no longer current
     b = claims.claim(CID, DIGEST)
     assert b.epoch > a.epoch
     assert claims.progress(CID).token_ids == (1,)
@@ -110,7 +79,7 @@ def test_abandon_requeues_and_fences_out_the_dead_attempt(r):
 def test_abandon_after_the_last_attempt_ends_with_worker_lost(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, max_attempts=1) == 2
+    assert abandon(r, a.epoch, max_attempts=1) == 2
     last = stream(r)[-1]
     assert isinstance(last, Failed) and last.code == "worker_lost"
     assert r.hget(keys.job(CID), JobField.STATUS) == b"failed"
@@ -122,14 +91,14 @@ def test_a_death_charged_or_not(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     for _ in range(5):
         a = claims.claim(CID, DIGEST)
-        assert _abandon(r, a.epoch, max_attempts=2, charge=False, suspect_after=1) == 1
+        assert abandon(r, a.epoch, max_attempts=2, charge=False, suspect_after=1) == 1
     assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1"
     assert r.hget(keys.job(CID), JobField.CHARGED) is None
     a = claims.claim(CID, DIGEST)
     assert a.suspect
-    assert _abandon(r, a.epoch, max_attempts=2, charge=True) == 1
+    assert abandon(r, a.epoch, max_attempts=2, charge=True) == 1
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, max_attempts=2, charge=True) == 2  # the second charged death
+    assert abandon(r, a.epoch, max_attempts=2, charge=True) == 2  # the second charged death
     assert stream(r)[-1].code == "worker_lost"
 
 
@@ -140,14 +109,14 @@ def test_a_job_that_went_on_is_cleared_of_its_charges_stalls_and_suspicion(r):
     pub = Publisher(Link(r, "w1", RECOVERY))
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, charge=True, suspect_after=1) == 1  # alone, standing still
+    assert abandon(r, a.epoch, charge=True, suspect_after=1) == 1  # alone, standing still
     assert r.hmget(keys.job(CID), JobField.CHARGED, JobField.STALLS, JobField.SUSPECT) == [b"1", b"1", b"1"]
     b = claims.claim(CID, DIGEST)
     pub.started(b, 3)
     for token in range(RECOVERY.suspect_tokens):
         pub.delta(b, "x", (token,))
     pub.flush(b)
-    assert _abandon(r, b.epoch, charge=True, suspect_after=1) == 1
+    assert abandon(r, b.epoch, charge=True, suspect_after=1) == 1
     assert r.hmget(keys.job(CID), JobField.CHARGED, JobField.STALLS, JobField.SUSPECT) == [None] * 3
     assert r.hget(keys.job(CID), JobField.REQUEUES) == b"1"  # only the standing still one counts
 
@@ -159,13 +128,13 @@ def test_a_batch_job_standing_still_becomes_a_suspect_at_its_second_stall(r):
     pub.started(a, 3)
     pub.delta(a, "x", (1,))  # one token: SUSPECT_TOKENS is two
     pub.flush(a)
-    assert _abandon(r, a.epoch, charge=False, suspect_after=2) == 1
+    assert abandon(r, a.epoch, charge=False, suspect_after=2) == 1
     assert r.hget(keys.job(CID), JobField.STALLS) == b"1" and r.hget(keys.job(CID), JobField.SUSPECT) is None
     b = claims.claim(CID, DIGEST)
-    assert _abandon(r, b.epoch, charge=False, suspect_after=0) == 1  # a death a suspect explains
+    assert abandon(r, b.epoch, charge=False, suspect_after=0) == 1  # a death a suspect explains
     assert r.hget(keys.job(CID), JobField.STALLS) == b"1"
     c = claims.claim(CID, DIGEST)
-    assert _abandon(r, c.epoch, charge=False, suspect_after=2) == 1
+    assert abandon(r, c.epoch, charge=False, suspect_after=2) == 1
     assert r.hget(keys.job(CID), JobField.SUSPECT) == b"1" and r.hget(keys.job(CID), JobField.CHARGED) is None
 
 
@@ -180,7 +149,7 @@ def test_a_suspect_dying_in_a_group_steps_in_groups_half_as_large_after(r):
     for stepped in (25, 13, 30, 7, 2):
         a = claims.claim(CID, DIGEST)
         groups.append(a.group)
-        assert a.suspect and _abandon(r, a.epoch, charge=False, group=stepped) == 1
+        assert a.suspect and abandon(r, a.epoch, charge=False, group=stepped) == 1
     assert groups == [0, 13, 7, 7, 4]  # a larger group later does not widen it
     assert int(r.hget(keys.job(CID), JobField.GROUP)) == 1 and r.hget(keys.job(CID), JobField.CHARGED) is None
     a = claims.claim(CID, DIGEST)
@@ -188,7 +157,7 @@ def test_a_suspect_dying_in_a_group_steps_in_groups_half_as_large_after(r):
     for token in range(RECOVERY.suspect_tokens):
         pub.delta(a, "x", (token,))
     pub.flush(a)
-    assert _abandon(r, a.epoch, charge=False, group=8) == 1  # it went on: nobody's culprit
+    assert abandon(r, a.epoch, charge=False, group=8) == 1  # it went on: nobody's culprit
     assert r.hmget(keys.job(CID), JobField.SUSPECT, JobField.GROUP) == [None, None]
 
 
@@ -199,7 +168,7 @@ def test_a_suspect_an_earlier_release_marked_steps_alone(r):
     r.hset(keys.job(CID), JobField.SUSPECT, "1")
     a = claims.claim(CID, DIGEST)
     assert a.suspect and a.group == 1
-    assert _abandon(r, a.epoch, charge=False, group=4) == 1
+    assert abandon(r, a.epoch, charge=False, group=4) == 1
     assert claims.claim(CID, DIGEST).group == 1
 
 
@@ -208,7 +177,7 @@ def test_a_new_suspect_may_step_in_any_group_whatever_it_had_before(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     r.hset(keys.job(CID), JobField.GROUP, "2")
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, charge=True, suspect_after=1) == 1
+    assert abandon(r, a.epoch, charge=True, suspect_after=1) == 1
     assert r.hmget(keys.job(CID), JobField.SUSPECT, JobField.GROUP) == [b"1", b"0"]
 
 
@@ -223,7 +192,7 @@ def test_requeues_going_on_are_not_counted(r):
         pub.delta(a, "xy", (2 * i,))
         pub.delta(a, "z", (2 * i + 1,))
         pub.flush(a)
-        assert _abandon(r, a.epoch, charge=False, max_requeues=3) == 1
+        assert abandon(r, a.epoch, charge=False, max_requeues=3) == 1
     assert r.hget(keys.job(CID), JobField.REQUEUES) is None
 
 
@@ -232,7 +201,7 @@ def test_requeues_are_bounded_even_uncharged(r):
     outcomes = []
     for _ in range(4):
         a = claims.claim(CID, DIGEST)
-        outcomes.append(_abandon(r, a.epoch, charge=False, max_requeues=3))
+        outcomes.append(abandon(r, a.epoch, charge=False, max_requeues=3))
     assert outcomes == [1, 1, 1, 2]
 
 
@@ -242,10 +211,10 @@ def test_preemptions_do_not_use_up_the_requeues(r):
     claims = Claims(Link(r, "w1", RECOVERY), 3000)
     for _ in range(6):
         a = claims.claim(CID, DIGEST)
-        assert _abandon(r, a.epoch, charge=False, max_requeues=3, counted=False) == 1
+        assert abandon(r, a.epoch, charge=False, max_requeues=3, counted=False) == 1
     assert r.hget(keys.job(CID), JobField.REQUEUES) in (None, b"0")
     a = claims.claim(CID, DIGEST)
-    assert _abandon(r, a.epoch, charge=False, max_requeues=3) == 1  # counted: the first of three
+    assert abandon(r, a.epoch, charge=False, max_requeues=3) == 1  # counted: the first of three
 
 
 def test_a_requeue_may_wait_until_the_jobs_wait_until(r):
@@ -253,11 +222,11 @@ def test_a_requeue_may_wait_until_the_jobs_wait_until(r):
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     window_end = int(r.time()[0]) * 1000 + 3_600_000
     r.hset(keys.job(CID), JobField.WAIT_UNTIL, window_end)
-    _abandon(r, a.epoch, charge=False)
+    abandon(r, a.epoch, charge=False)
     assert int(r.hget(keys.job(CID), JobField.START_BY)) == window_end
     r.hset(keys.job(CID), JobField.WAIT_UNTIL, 1)  # long past: the resume wait applies
     b = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
-    _abandon(r, b.epoch, charge=False)
+    abandon(r, b.epoch, charge=False)
     start_by = int(r.hget(keys.job(CID), JobField.START_BY))
     assert 0 < start_by - int(r.time()[0]) * 1000 <= 31_000
 
@@ -265,7 +234,7 @@ def test_a_requeue_may_wait_until_the_jobs_wait_until(r):
 def test_a_requeued_job_is_pending_until_enqueued(r):
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     assert r.zscore(keys.pending(keys.shard(CID)), CID) is None  # a claim ends pending
-    _abandon(r, a.epoch, charge=False)
+    abandon(r, a.epoch, charge=False)
     assert r.zscore(keys.pending(keys.shard(CID)), CID) is not None
 
 
@@ -350,7 +319,7 @@ def test_abandon_of_an_ended_job_only_drops_it_from_the_running_index(r):
     a = Claims(Link(r, "w1", RECOVERY), 3000).claim(CID, DIGEST)
     r.hset(keys.job(CID), JobField.ENDED, "1")
     r.zadd(keys.running(keys.shard(CID)), {CID: 5})  # a stale index entry
-    assert _abandon(r, a.epoch) == 0
+    assert abandon(r, a.epoch) == 0
     assert r.zscore(keys.running(keys.shard(CID)), CID) is None
     assert r.hget(keys.job(CID), JobField.EPOCH) == str(a.epoch).encode()  # nothing else changed
     assert r.zscore(keys.pending(keys.shard(CID)), CID) is None

@@ -11,19 +11,11 @@ import redis
 from contract import keys, tiers
 from contract.keys import JobField
 from contract.lua import queues
-from tests.unit.contract.lua.test_jobs import CID, RECOVERY, _abandon
-from tests.unit.recorded import DIGEST, record_queued
+from tests.unit.contract.lua.job import CID, RECOVERY, abandon
+from tests.unit.recorded import DIGEST
 from worker.attempts.attempt import Claims
 from worker.attempts.publisher import Publisher
 from worker.redis.link import Link
-
-
-@pytest.fixture
-def r():
-    client = fakeredis.FakeRedis()
-    record_queued(client, CID)
-    client.expire(keys.job(CID), 1000)
-    return client
 
 
 def test_other_redis_errors_are_not_mistaken_for_fencing(r, monkeypatch):
@@ -47,7 +39,7 @@ def test_progress_collects_every_published_token_id(r):
     pub.delta(a, "ab", (1, 2))
     pub.delta(a, "c", (3,))
     pub.flush(a)
-    _abandon(r, a.epoch)
+    abandon(r, a.epoch)
     b = claims.claim(CID, DIGEST)
     pub.started(b, 9)
     pub.delta(b, "d", (4,))
