@@ -17,7 +17,6 @@ from contract.freeform.escaped import MAX_REPEATS, check_format, escaped, string
 from contract.freeform.terms import FormatError
 from contract.gbnf import MAX_GRAMMAR_CHARS, Grammar
 from contract.schema import MAX_SCHEMA_BYTES
-from worker.settings import default_model_path
 
 # codex-rs/core/src/tools/handlers/tool_apply_patch.lark (openai/codex), as Codex sends it
 APPLY_PATCH = (Path(__file__).parent / "apply_patch.lark").read_text()
@@ -51,36 +50,6 @@ MALFORMED = [
 def grammar(fmt: dict) -> str:
     g = Grammar()
     return g.text(string_rule(fmt, g, "tool0-"))
-
-
-@pytest.fixture(scope="module")
-def accepts():
-    """Whether llama.cpp's grammar engine takes `text` whole (every token, then the end)."""
-    llama_cpp = pytest.importorskip("llama_cpp")
-    if default_model_path() is None:
-        pytest.skip("no SmolLM2 GGUF: run scripts/setup")
-    from llama_cpp._internals import LlamaModel
-
-    from worker.engine.grammar import GrammarGate
-    from worker.errors import GrammarDeadEnd
-
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = LlamaModel(path_model=str(default_model_path()), params=params, verbose=False)
-    end = llama_cpp.llama_vocab_eos(model.vocab)
-
-    def check(gbnf: str, text: str) -> bool:
-        gate = GrammarGate(model.vocab, gbnf, [])
-        try:
-            for token in model.tokenize(text.encode(), add_bos=False, special=False):
-                gate.accept(token)
-            return gate.allows(end)
-        except GrammarDeadEnd:
-            return False
-        finally:
-            gate.close()
-
-    return check
 
 
 def as_json(text: str) -> str:

@@ -18,10 +18,6 @@ from worker.tools.hermes import HermesTools
 from worker.tools.json_envelope import JsonTools
 
 llama_cpp = pytest.importorskip("llama_cpp")  # the worker's build (scripts/setup): tests/unit runs without it
-from llama_cpp._internals import LlamaModel  # noqa: E402
-
-from worker.engine.grammar import GrammarGate  # noqa: E402
-from worker.errors import GrammarDeadEnd  # noqa: E402
 
 pytestmark = pytest.mark.skipif(default_model_path() is None, reason="no SmolLM2 GGUF: run scripts/setup")
 
@@ -43,27 +39,6 @@ NOT_A_PATCH = "*** Begin Patch\nHello\n*** End Patch\n"
 HARMONY_CALL = (
     f"{harmony.CHANNEL}commentary to=functions.apply_patch {harmony.CONSTRAIN}json{harmony.MESSAGE}"
 )
-
-
-@pytest.fixture(scope="module")
-def accepts():
-    params = llama_cpp.llama_model_default_params()
-    params.vocab_only = True
-    model = LlamaModel(path_model=str(default_model_path()), params=params, verbose=False)
-    end = llama_cpp.llama_vocab_eos(model.vocab)
-
-    def check(gbnf: str, text: str) -> bool:
-        gate = GrammarGate(model.vocab, gbnf, [])
-        try:
-            for token in model.tokenize(text.encode(), add_bos=False, special=False):
-                gate.accept(token)
-            return gate.allows(end)
-        except GrammarDeadEnd:
-            return False
-        finally:
-            gate.close()
-
-    return check
 
 
 def _arguments(text: str) -> str:

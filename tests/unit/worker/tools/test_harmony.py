@@ -8,7 +8,6 @@ from __future__ import annotations
 import pytest
 
 from contract.jobspec import NAMED, JobSpec, Message, Tool, ToolCall
-from tests.unit.contract.freeform.test_escaped import accepts  # noqa: F401  (the grammar engine's fixture)
 from tests.unit.worker.reading import CID, calls, run
 from worker.text import harmony
 from worker.text.replies import PlainReply, call_id
@@ -63,7 +62,7 @@ def test_with_auto_and_no_response_format_the_model_is_not_constrained():
     assert HarmonyTools().grammar(spec()) is None
 
 
-def test_a_forced_call_is_one_of_the_offered_tools_with_arguments_to_its_schema(accepts):  # noqa: F811
+def test_a_forced_call_is_one_of_the_offered_tools_with_arguments_to_its_schema(accepts):
     gbnf = HarmonyTools().grammar(spec(tools=(WEATHER, TIME), tool_choice="required"))
     assert accepts(gbnf, call("get_weather", '{"city": "Oslo"}'))
     assert accepts(gbnf, call("get_time", "{}"))
@@ -73,13 +72,13 @@ def test_a_forced_call_is_one_of_the_offered_tools_with_arguments_to_its_schema(
     assert not accepts(gbnf, f"{harmony.CHANNEL}final{harmony.MESSAGE}It is sunny.")  # an answer
 
 
-def test_a_named_tool_is_the_only_call_taken(accepts):  # noqa: F811
+def test_a_named_tool_is_the_only_call_taken(accepts):
     gbnf = HarmonyTools().grammar(spec(tools=(WEATHER, TIME), tool_choice=NAMED + "get_time"))
     assert accepts(gbnf, call("get_time", "{}"))
     assert not accepts(gbnf, call("get_weather", '{"city": "Oslo"}'))
 
 
-def test_a_prompt_that_opened_the_analysis_message_leaves_only_its_body_free(accepts):  # noqa: F811
+def test_a_prompt_that_opened_the_analysis_message_leaves_only_its_body_free(accepts):
     gbnf = HarmonyTools().grammar(spec(tools=(WEATHER,), tool_choice="required"), opened="analysis")
     body = "Oslo, then. 2 > 1."
     assert accepts(
@@ -92,7 +91,7 @@ def test_a_prompt_that_opened_the_analysis_message_leaves_only_its_body_free(acc
     assert not accepts(gbnf, "a <b" + harmony.START + "assistant" + call("get_weather", '{"city": "O"}'))
 
 
-def test_a_response_format_is_the_final_message_s_body_under_either_header(accepts):  # noqa: F811
+def test_a_response_format_is_the_final_message_s_body_under_either_header(accepts):
     tools = HarmonyTools()
     gbnf = tools.grammar(spec(response_format=ANSWER_SCHEMA))
     assert accepts(gbnf, f"{FINAL}{harmony.MESSAGE}" + '{"answer": 3}')
