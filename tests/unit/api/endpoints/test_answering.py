@@ -152,12 +152,14 @@ def test_a_chat_stream_opens_with_the_role_before_any_entry():
     assert first["choices"][0]["delta"] == {"role": "assistant", "content": ""}
 
 
-def test_a_lost_redis_ends_the_stream_with_an_error_then_done(monkeypatch):
-    async def lost(*args, **kwargs):
-        yield [HELLO[1]]
-        raise StreamLost("gone")
+async def lost_after_hello(*args, **kwargs):
+    """`follow` as it reads when Redis goes away after the first entry."""
+    yield [HELLO[1]]
+    raise StreamLost("gone")
 
-    monkeypatch.setattr(answering, "follow", lost)
+
+def test_a_lost_redis_ends_the_stream_with_an_error_then_done(monkeypatch):
+    monkeypatch.setattr(answering, "follow", lost_after_hello)
     pair = FakePair()
     job(pair, JobStatus.RUNNING)
 
@@ -347,11 +349,7 @@ def test_settling_and_cancelling_are_best_effort_when_redis_is_away():
 def test_a_stream_cut_short_settles_nothing(monkeypatch):
     """Only an end settles: what the job reserved stays, for the owner's next ADMIT to settle."""
 
-    async def lost(*args, **kwargs):
-        yield [HELLO[1]]
-        raise StreamLost("gone")
-
-    monkeypatch.setattr(answering, "follow", lost)
+    monkeypatch.setattr(answering, "follow", lost_after_hello)
     pair = FakePair()
     job(pair, JobStatus.RUNNING)
     counted = reserve(pair, reserved=100, prompt=10)
